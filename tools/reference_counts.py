@@ -1,0 +1,134 @@
+"""Obtain reference parameter counts from the real libraries (developer tool, needs torch).
+
+Not used by the tests or CI: it is how the golden numbers pinned in tests/ were obtained.
+
+    python tools/reference_counts.py tests/data/hf/*.json      # HF config.json files
+    python tools/reference_counts.py --named tests/data/hf/gpt2.json   # every tensor
+    python tools/reference_counts.py --builtin                  # the non-HF references
+
+Counts are of trainable parameters (requires_grad), each shared tensor once, exactly what
+``sum(p.numel() for p in model.parameters() if p.requires_grad)`` gives. Models are built on
+the meta device, so no memory is allocated and no weights are downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+# The "usual head class" per model_type: what tcalc counts for a config.json.
+HEAD_CLASS = {
+    "gpt2": "GPT2LMHeadModel",
+    "bert": "BertForMaskedLM",
+    "roberta": "RobertaForMaskedLM",
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "phi": "PhiForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "falcon": "FalconForCausalLM",
+    "opt": "OPTForCausalLM",
+    "t5": "T5ForConditionalGeneration",
+    "bart": "BartForConditionalGeneration",
+    "marian": "MarianMTModel",
+}
+
+
+def trainable(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def build_hf(config: dict, cls_name: str | None = None) -> torch.nn.Module:
+    import transformers
+
+    cfg = transformers.AutoConfig.for_model(**config)
+    cls = getattr(transformers, cls_name or HEAD_CLASS[config["model_type"]])
+    with torch.device("meta"):
+        return cls(cfg)
+
+
+def builtin() -> dict[str, int]:
+    """References that are not a config.json: torch.nn.Transformer and default HF configs."""
+    import transformers
+
+    out: dict[str, int] = {}
+    # Vaswani et al. 2017 as torch.nn builds it: nn.Transformer (post-norm, with the final
+    # encoder/decoder LayerNorm torch adds) + one nn.Embedding(37000, d) shared by encoder input,
+    # decoder input and the pre-softmax projection (so counted once).
+    for name, d, h, ff in (("transformer-base", 512, 8, 2048), ("transformer-big", 1024, 16, 4096)):
+        with torch.device("meta"):
+            t = torch.nn.Transformer(d_model=d, nhead=h, num_encoder_layers=6,
+                                     num_decoder_layers=6, dim_feedforward=ff)
+            emb = torch.nn.Embedding(37000, d)
+        out[f"{name} (nn.Transformer + shared nn.Embedding(37000))"] = trainable(t) + trainable(emb)
+    for heads in (4, 12):
+        for vocab, label in ((30522, "pre-4.30 default vocab"), (50265, "4.30+ default vocab")):
+            cfg = transformers.RobertaConfig(num_attention_heads=heads, vocab_size=vocab)
+            with torch.device("meta"):
+                m = transformers.RobertaForMaskedLM(cfg)
+            out[f"RobertaForMaskedLM RobertaConfig(heads={heads}, vocab={vocab}) [{label}]"] = trainable(m)
+    out["RobertaConfig() defaults in this version"] = transformers.RobertaConfig().vocab_size
+    for name, kw in (
+        ("gpt2", {}),
+        ("gpt2-medium", dict(n_embd=1024, n_layer=24, n_head=16)),
+        ("gpt2-large", dict(n_embd=1280, n_layer=36, n_head=20)),
+        ("gpt2-xl", dict(n_embd=1600, n_layer=48, n_head=25)),
+    ):
+        with torch.device("meta"):
+            m = transformers.GPT2LMHeadModel(transformers.GPT2Config(**kw))
+        out[f"{name} GPT2LMHeadModel"] = trainable(m)
+    for name, kw in (
+        ("bert-base", {}),
+        ("bert-large", dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                            intermediate_size=4096)),
+    ):
+        with torch.device("meta"):
+            out[f"{name} BertModel"] = trainable(transformers.BertModel(transformers.BertConfig(**kw)))
+            out[f"{name} BertForMaskedLM"] = trainable(
+                transformers.BertForMaskedLM(transformers.BertConfig(**kw)))
+    for name, kw in (
+        ("roberta-base", {}),
+        ("roberta-large", dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                               intermediate_size=4096)),
+    ):
+        cfg = dict(vocab_size=50265, max_position_embeddings=514, type_vocab_size=1,
+                   pad_token_id=1, layer_norm_eps=1e-5, **kw)
+        with torch.device("meta"):
+            out[f"{name} RobertaModel"] = trainable(
+                transformers.RobertaModel(transformers.RobertaConfig(**cfg)))
+            out[f"{name} RobertaForMaskedLM"] = trainable(
+                transformers.RobertaForMaskedLM(transformers.RobertaConfig(**cfg)))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("configs", nargs="*", type=Path)
+    ap.add_argument("--named", action="store_true", help="list every parameter tensor")
+    ap.add_argument("--builtin", action="store_true", help="non-config.json references")
+    ap.add_argument("--cls", help="override the head class")
+    args = ap.parse_args()
+    import transformers
+
+    print(f"# torch {torch.__version__}, transformers {transformers.__version__}", file=sys.stderr)
+    if args.builtin:
+        for k, v in builtin().items():
+            print(f"{v:>16,}  {k}")
+    for path in args.configs:
+        config = json.loads(path.read_text())
+        model = build_hf(config, args.cls)
+        print(f"{trainable(model):>16,}  {path.name}  {type(model).__name__}")
+        if args.named:
+            for n, p in model.named_parameters():
+                print(f"    {n:70s} {tuple(p.shape)!s:20s} {p.numel():>12,} "
+                      f"{'' if p.requires_grad else 'frozen'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""The typer layer: parse -> core -> render. One error boundary (``_command``).
+
+Start-up is a feature: this module imports typer and the small spec module only; presets
+(yaml), the core and render (rich) are imported inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from enum import Enum
+from typing import Any, Callable, Optional
+
+import typer
+
+from transformer_calc.errors import TcalcError
+from transformer_calc.spec import ARCH_FIELDS, field_type
+
+app = typer.Typer(
+    name="tcalc",
+    help="Exact parameter counts, memory and compute for transformer models, offline.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+EXIT_USAGE = 2
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+FormatOpt = typer.Option(Format.table, "--format", "-f", help="table, json or markdown.")
+ModelArg = typer.Argument(..., metavar="MODEL",
+                          help="A preset name (see `tcalc presets`) or a path to a YAML preset "
+                               "or a Hugging Face config.json.")
+
+
+def _command(*, overrides: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a command; with ``overrides``, add one --field option per architecture field.
+
+    The wrapper is the CLI's single error boundary: a TcalcError becomes one line on stderr
+    and exit code 2. Anything else is a bug and keeps its traceback.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(fn)
+        params = [p for p in sig.parameters.values() if p.name != "overrides"]
+        extra = [_override_param(f) for f in ARCH_FIELDS] if overrides else []
+
+        @functools.wraps(fn)
+        def wrapper(**kwargs: Any) -> Any:
+            if overrides:
+                kwargs["overrides"] = {
+                    f.name: getattr(v, "value", v)  # Enum choice -> its string
+                    for f in ARCH_FIELDS for v in [kwargs.pop(f.name)]}
+            try:
+                return fn(**kwargs)
+            except TcalcError as e:
+                typer.echo(f"Error: {e}", err=True)
+                raise typer.Exit(EXIT_USAGE) from None
+
+        wrapper.__signature__ = sig.replace(parameters=params + extra)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params + extra}
+        return app.command()(wrapper)
+
+    return decorate
+
+
+def _override_param(f: Any) -> inspect.Parameter:
+    typ = field_type(f)
+    flag = "--" + f.name.replace("_", "-")
+    help_text = f.metadata["help"]
+    panel = "Architecture overrides (what if?)"
+    if typ is bool:
+        opt = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=help_text, rich_help_panel=panel,
+                           show_default=False)
+    elif f.metadata["choices"]:
+        # typer offers choices through Enum types; build one per choice field.
+        typ = Enum(f.name, {c: c for c in f.metadata["choices"]}, type=str)  # type: ignore[assignment]
+        opt = typer.Option(None, flag, help=help_text, rich_help_panel=panel, show_default=False)
+    else:
+        opt = typer.Option(None, flag, help=help_text, rich_help_panel=panel, show_default=False)
+    return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt,
+                             annotation=Optional[typ])
+
+
+def _load(model: str, overrides: dict[str, Any]) -> Any:
+    from transformer_calc.presets import apply_overrides, load_model
+
+    return apply_overrides(load_model(model), overrides)
+
+
+def _emit(text: str | None) -> None:
+    if text is not None:
+        typer.echo(text.rstrip("\n"))
+
+
+@_command(overrides=True)
+def params(model: str = ModelArg, format: Format = FormatOpt,
+           overrides: dict[str, Any] | None = None) -> None:
+    """Trainable parameters, exactly, component by component.
+
+    Every row carries its formula; the total equals what transformers (or torch.nn)
+    instantiates for the same config. Override any field to ask "what if", e.g.
+    `tcalc params gpt2 --n-heads 4` (same total) or `--no-tie-embeddings` (+ V·d_model).
+    """
+    from transformer_calc.params import count_params
+    from transformer_calc.render import render_params
+
+    spec = _load(model, overrides or {})
+    _emit(render_params(count_params(spec), spec, format.value))
+
+
+@_command()
+def presets(format: Format = FormatOpt) -> None:
+    """List the shipped presets with their description and exact total."""
+    from transformer_calc.params import count_params
+    from transformer_calc.presets import load_model, preset_names
+    from transformer_calc.render import dumps, human, md_table, print_table
+
+    rows = []
+    for name in preset_names():
+        spec = load_model(name)
+        b = count_params(spec)
+        rows.append((name, spec.description, b.total, b.active_total))
+    if format is Format.json:
+        _emit(dumps([{"name": n, "description": d, "total_params": t, "active_params": a}
+                     for n, d, t, a in rows]))
+        return
+    table = [(n, d, f"{t:,}", human(t)) for n, d, t, _ in rows]
+    headers = ("preset", "description", "params", "")
+    if format is Format.markdown:
+        _emit(md_table(headers, table))
+    else:
+        print_table(f"{len(rows)} presets", headers, table, right=(2, 3))
+
+
+def main() -> None:
+    """Console entry point (`tcalc`, `python -m transformer_calc`)."""
+    try:
+        app()
+    except KeyboardInterrupt:  # pragma: no cover - interactive only
+        sys.exit(130)

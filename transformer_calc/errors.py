@@ -1,0 +1,39 @@
+"""Errors a user can cause. The CLI prints their message as one line and exits 2."""
+
+from __future__ import annotations
+
+import reprlib
+
+# What a message quotes of a bad value: short, even for a 10 MB string or an alias bomb.
+_short = reprlib.Repr()
+_short.maxstring = 60
+_short.maxother = 60
+_short.maxlevel = 2
+
+
+class TcalcError(Exception):
+    """Base class: bad input, not a bug. The message is written for the user."""
+
+
+class SpecError(TcalcError):
+    """An architecture that cannot exist: wrong type, impossible shape, unknown key."""
+
+    def __init__(self, key: str, expected: str, found: object = None, *, source: str | None = None):
+        self.key = key
+        self.expected = expected
+        self.found = found
+        self.source = source
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        found = "" if self.found is None else f", got {_short.repr(self.found)}"
+        return f"{where}key '{self.key}': expected {self.expected}{found}"
+
+    def at(self, source: str) -> SpecError:
+        """The same error, located in a file (the file is only known to the loader)."""
+        return SpecError(self.key, self.expected, self.found, source=source)
+
+
+class PresetError(TcalcError):
+    """A preset or file that cannot be found or read."""

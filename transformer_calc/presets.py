@@ -1,0 +1,198 @@
+"""Load a model: a shipped preset name, a YAML preset file or a Hugging Face config.json.
+
+The only module that imports yaml, and only ``yaml.safe_load``-style loading: no tags that
+construct Python objects. Inputs are bounded (MAX_FILE_BYTES) before they are parsed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from pathlib import Path
+from typing import Any
+
+from transformer_calc.errors import PresetError, SpecError, TcalcError
+from transformer_calc.spec import ARCH_FIELDS, FIELDS, ModelSpec
+
+MAX_FILE_BYTES = 1 << 20  # 1 MiB: a preset or config.json is a few KiB; refuse anything huge
+REQUIRED = ("vocab_size", "d_model", "n_heads", "d_ff")
+BIAS_KEYS = {"q": "bias_q", "k": "bias_k", "v": "bias_v", "o": "bias_o",
+             "ffn_in": "bias_ffn_in", "ffn_out": "bias_ffn_out"}
+SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def preset_dir() -> Path:
+    """The shipped presets: configs/ at the top of the repo.
+
+    A wheel installs it as transformer_calc/configs (pyproject.toml maps it as package data);
+    a source checkout or editable install reads the repo's configs/ directly.
+    """
+    here = Path(__file__).resolve().parent
+    packaged = here / "configs"
+    return packaged if packaged.is_dir() else here.parent / "configs"
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in preset_dir().glob("*.yaml"))
+
+
+def load_model(ref: str) -> ModelSpec:
+    """A preset name, or a path to a YAML preset or an HF config.json."""
+    path = Path(ref)
+    if ref.endswith(SUFFIXES) or "/" in ref or path.exists():
+        return load_file(path)
+    candidate = preset_dir() / f"{ref}.yaml"
+    if candidate.is_file():
+        return load_file(candidate, shown=ref)
+    names = preset_names()
+    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise PresetError(f"unknown preset '{ref}'{hint} (`tcalc presets` lists all {len(names)}; "
+                      "a path to a .yaml or config.json file also works)")
+
+
+def read_text(path: Path, shown: str | None = None) -> str:
+    """The file's text, with every way of failing turned into one clean message."""
+    where = shown or str(path)
+    try:
+        if path.is_dir():
+            raise PresetError(f"{where}: is a directory, expected a .yaml or config.json file")
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise PresetError(f"{where}: {size:,} bytes, larger than the {MAX_FILE_BYTES:,}-byte "
+                              "limit for a model file")
+        data = path.read_bytes()[: MAX_FILE_BYTES + 1]
+    except FileNotFoundError:
+        raise PresetError(f"{where}: no such file") from None
+    except OSError as e:
+        raise PresetError(f"{where}: cannot read: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PresetError(f"{where}: not UTF-8 text (byte {e.start})") from None
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506 -- a SafeLoader, never yaml.Loader
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        pos = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise PresetError(f"{where}: invalid YAML{pos}: {e.problem or e.context}") from None
+    except yaml.YAMLError as e:
+        raise PresetError(f"{where}: invalid YAML: {e}") from None
+    except RecursionError:
+        raise PresetError(f"{where}: invalid YAML: nested too deeply") from None
+
+
+def load_file(path: Path, shown: str | None = None) -> ModelSpec:
+    where = shown or str(path)
+    text = read_text(path, shown)
+    if path.suffix == ".json":
+        from transformer_calc.hf import spec_from_hf_text
+
+        return spec_from_hf_text(text, where)
+    data = parse_yaml(text, where)
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else type(data).__name__
+        raise PresetError(f"{where}: expected a mapping of keys (name: ..., d_model: ...), "
+                          f"got {kind}")
+    default_name = path.stem
+    try:
+        return spec_from_mapping(data, default_name)
+    except SpecError as e:
+        raise e.at(where) from None
+
+
+def spec_from_mapping(data: dict[Any, Any], default_name: str = "custom") -> ModelSpec:
+    """A preset mapping (YAML keys) -> ModelSpec. Raises SpecError naming the key."""
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise SpecError(str(key), "string keys", key)
+        if key == "bias":
+            values.update(_bias(value))
+        elif key in FIELDS:
+            values[key] = value
+        else:
+            known = list(FIELDS) + ["bias"]
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "a known key (see the README)"
+            raise SpecError(key, f"no such key; {hint}")
+    missing = [k for k in REQUIRED if k not in values]
+    arch = values.get("arch", "decoder")
+    if arch == "encoder-decoder":
+        missing += [k for k in ("n_encoder_layers", "n_decoder_layers") if k not in values]
+    elif "n_layers" not in values:
+        missing.append("n_layers")
+    if missing:
+        raise SpecError(missing[0], "to be present (required: " + ", ".join(missing) + ")",
+                        None)
+    values.setdefault("name", default_name)
+    return build_spec(values)
+
+
+def build_spec(values: dict[str, Any]) -> ModelSpec:
+    """ModelSpec(**values); callers have checked the keys, the spec checks the values."""
+    return ModelSpec(**values)
+
+
+def _bias(value: Any) -> dict[str, bool]:
+    if isinstance(value, bool):
+        return {field: value for field in BIAS_KEYS.values()}
+    if not isinstance(value, dict):
+        raise SpecError("bias", "true, false, or a mapping of " + ", ".join(BIAS_KEYS), value)
+    out = {}
+    for k, v in value.items():
+        if k not in BIAS_KEYS:
+            close = difflib.get_close_matches(str(k), list(BIAS_KEYS), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise SpecError(f"bias.{k}", "one of " + ", ".join(BIAS_KEYS) + hint)
+        if not isinstance(v, bool):
+            raise SpecError(f"bias.{k}", "true or false", v)
+        out[BIAS_KEYS[k]] = v
+    return out
+
+
+def spec_to_mapping(spec: ModelSpec) -> dict[str, Any]:
+    """The YAML mapping for a spec: identity keys, then every architecture field that differs
+    from its default (bias folded into one mapping), so the file stays short and exact."""
+    out: dict[str, Any] = {}
+    for key in ("name", "description", "source", "expected_params", "expected_params_source"):
+        value = getattr(spec, key)
+        if value not in ("", None):
+            out[key] = value
+    biases = {}
+    for f in ARCH_FIELDS:
+        value = getattr(spec, f.name)
+        if f.name.startswith("bias_"):
+            biases[f.name[5:]] = value
+        elif f.name in REQUIRED or value != f.default:
+            out[f.name] = value
+    if all(biases.values()) or not any(biases.values()):
+        out["bias"] = all(biases.values())
+    else:
+        out["bias"] = biases
+    return out
+
+
+def dump_yaml(spec: ModelSpec) -> str:
+    import yaml
+
+    return yaml.safe_dump(spec_to_mapping(spec), sort_keys=False, allow_unicode=True, width=100)
+
+
+def apply_overrides(spec: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
+    """What-if: the spec with some architecture fields replaced (validated again)."""
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    if not changes:
+        return spec
+    try:
+        return dataclasses.replace(spec, **changes)
+    except SpecError:
+        raise
+    except TypeError as e:
+        raise TcalcError(str(e)) from None

@@ -1,0 +1,201 @@
+"""Render a Breakdown as a rich table, JSON or markdown. The only module that imports rich.
+
+Human units (124.4M) exist only here; JSON carries exact integers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from transformer_calc.breakdown import Breakdown, Item
+from transformer_calc.spec import ARCH_FIELDS, ModelSpec
+
+PARAMS_SCHEMA = "tcalc.params/1"
+
+
+def human(n: float, unit: str = "") -> str:
+    """124439808 -> '124.4M'; 1557611200 -> '1.56B'."""
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= div:
+            v = n / div
+            return f"{v:.3g}{suffix}{unit}" if v < 100 else f"{v:.1f}{suffix}{unit}"
+    return f"{n:g}{unit}"
+
+
+def pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.2f}%" if whole else "-"
+
+
+def error_pct(estimate: int, exact: int) -> float:
+    return 100.0 * (estimate - exact) / exact if exact else 0.0
+
+
+def spec_dict(spec: ModelSpec) -> dict[str, Any]:
+    return {f.name: getattr(spec, f.name) for f in ARCH_FIELDS}
+
+
+# -- params ------------------------------------------------------------------------------
+
+def params_dict(b: Breakdown, spec: ModelSpec) -> dict[str, Any]:
+    """The documented JSON schema of `tcalc params` (see README, "JSON output")."""
+    rot = int(b.extra["rule_of_thumb"])
+    out: dict[str, Any] = {
+        "schema": PARAMS_SCHEMA,
+        "model": b.model,
+        "total_params": b.total,
+        "active_params": b.active_total,
+        "per_layer_params": {s: b.layer_total(s) for s in b.stacks},
+        "components": [
+            {
+                "name": i.name,
+                "count": i.total,
+                "per_layer": i.per_layer,
+                "layers": i.repeat,
+                "count_per_layer": i.count if i.per_layer else None,
+                "active": i.active_total,
+                "formula": i.formula,
+                "expr": i.expr,
+                "note": i.note,
+            }
+            for i in b.items
+        ],
+        "rule_of_thumb": {"formula": b.extra["rule_of_thumb_formula"], "params": rot,
+                          "error_pct": round(error_pct(rot, b.total), 4)},
+        "notes": list(b.notes),
+        "spec": spec_dict(spec),
+    }
+    if spec.expected_params is not None:
+        out["expected_params"] = {"params": spec.expected_params,
+                                  "source": spec.expected_params_source,
+                                  "matches": spec.expected_params == b.total}
+    return out
+
+
+def _section(item: Item) -> str:
+    if item.stack:
+        return f"{item.stack} layer (× {item.repeat})"
+    if ".embed." in f".{item.name}":
+        return "embeddings"
+    if item.name.startswith("head."):
+        return "heads"
+    return "final norms" if item.name.endswith("final_norm") else "other"
+
+
+def _short(item: Item) -> str:
+    """The name without the stack prefix its section header already shows."""
+    return item.name[len(item.stack) + 1:] if item.stack else item.name
+
+
+def params_rows(b: Breakdown, *, exprs: bool = False) -> list[tuple[str, ...]]:
+    """(component, formula, per layer, params, share[, active]) rows, subtotals included.
+
+    Section headers are rows of the form ("[title]", "", ...). With ``exprs`` the formula
+    cell also shows the numbers substituted (markdown has the room).
+    """
+    moe = b.active_total != b.total
+    rows: list[tuple[str, ...]] = []
+    total = b.total
+    current = None
+    for n, item in enumerate(b.items):
+        title = _section(item)
+        if title != current:
+            current = title
+            rows.append((f"[{title}]",) + ("",) * (4 + moe))
+        formula = item.formula
+        if exprs and item.expr and item.expr != item.formula and item.count:
+            formula = f"{item.formula} = {item.expr}"
+        row: tuple[str, ...] = (_short(item), formula, f"{item.count:,}" if item.per_layer else "",
+                                f"{item.total:,}", pct(item.total, total))
+        if moe:
+            row += (f"{item.active_total:,}",)
+        rows.append(row)
+        nxt = b.items[n + 1] if n + 1 < len(b.items) else None
+        if item.stack and (nxt is None or nxt.stack != item.stack):
+            one, reps = b.layer_total(item.stack), item.repeat
+            sub: tuple[str, ...] = ("layer subtotal", f"one layer × {reps}", f"{one:,}",
+                                    f"{one * reps:,}", pct(one * reps, total))
+            if moe:
+                act = sum(i.active_total for i in b.items if i.stack == item.stack)
+                sub += (f"{act:,}",)
+            rows.append(sub)
+    return rows
+
+
+def params_headers(b: Breakdown) -> tuple[str, ...]:
+    base = ("component", "formula", "per layer", "params", "share")
+    return base + (("active",) if b.active_total != b.total else ())
+
+
+def params_summary(b: Breakdown, spec: ModelSpec) -> list[str]:
+    rot = int(b.extra["rule_of_thumb"])
+    lines = [f"total trainable parameters: {b.total:,} ({human(b.total)})"]
+    if b.active_total != b.total:
+        lines.append(f"active per token: {b.active_total:,} ({human(b.active_total)})")
+    lines.append(f"rule of thumb {b.extra['rule_of_thumb_formula']} = {rot:,} "
+                 f"({error_pct(rot, b.total):+.2f}% vs exact)")
+    if spec.expected_params is not None:
+        ok = "matches" if spec.expected_params == b.total else (
+            f"DIFFERS by {b.total - spec.expected_params:+,}")
+        lines.append(f"reference {spec.expected_params:,} {ok} ({spec.expected_params_source})")
+    seen: set[str] = set()
+    for item in b.items:
+        if item.note and item.note not in seen:
+            seen.add(item.note)
+            lines.append(f"{_short(item)}: {item.note}")
+    lines += [f"note: {n}" for n in b.notes]
+    return lines
+
+
+def render_params(b: Breakdown, spec: ModelSpec, fmt: str) -> str | None:
+    if fmt == "json":
+        return dumps(params_dict(b, spec))
+    if fmt == "markdown":
+        return params_markdown(b, spec)
+    print_table(f"{spec.name}: trainable parameters", params_headers(b), params_rows(b),
+                params_summary(b, spec), right=(2, 3, 4, 5))
+    return None
+
+
+def params_markdown(b: Breakdown, spec: ModelSpec) -> str:
+    lines = [f"## {spec.name}: trainable parameters", ""]
+    lines.append(md_table(params_headers(b),
+                          [(f"**{r[0][1:-1]}**", *r[1:]) if r[0].startswith("[") else r
+                           for r in params_rows(b, exprs=True)]))
+    lines.append("")
+    lines += [f"- {s}" for s in params_summary(b, spec)]
+    return "\n".join(lines) + "\n"
+
+
+# -- shared helpers ------------------------------------------------------------------------
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, ensure_ascii=False)
+
+
+def md_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|")
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def print_table(title: str, headers: tuple[str, ...], rows: list[tuple[str, ...]],
+                footer: list[str] = (), right: tuple[int, ...] = ()) -> None:  # type: ignore[assignment]
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for n, h in enumerate(headers):
+        table.add_column(h, justify="right" if n in right else "left",
+                         overflow="fold")
+    for r in rows:
+        if r[0].startswith("[") and r[0].endswith("]") and not any(r[1:]):
+            table.add_row(f"[bold]{r[0][1:-1]}[/bold]", *r[1:], end_section=False)
+        else:
+            table.add_row(*(c.replace("[", "\\[") for c in r))
+    console = Console()
+    console.print(table)
+    for line in footer:
+        console.print(line, markup=False, highlight=False)

@@ -1,0 +1,222 @@
+"""ModelSpec: one transformer architecture, validated on construction.
+
+Every architecture field is declared once here, with its type, allowed values and help text in
+the field's metadata. The YAML loader, the HF config mapping, the CLI's ``--field`` overrides and
+``tcalc check`` all read that one declaration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformer_calc.errors import SpecError
+
+ARCHES = ("decoder", "encoder", "encoder-decoder")
+POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
+NORMS = ("layernorm", "layernorm_nobias", "rmsnorm")
+NORM_POSITIONS = ("pre", "post")
+FFN_KINDS = ("plain", "gated", "param_attention")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swish", "sigmoid", "tanh", "identity")
+RELATIVE_SCOPES = ("first", "every")
+
+
+def _f(default: Any, help: str, *, choices: tuple[str, ...] = (), minimum: int | None = None,
+       arch: bool = True) -> Any:
+    """A spec field; ``arch`` fields are architecture (overridable from the CLI)."""
+    meta = {"help": help, "choices": choices, "minimum": minimum, "arch": arch}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A transformer architecture. Sizes are exact integers; names follow the papers."""
+
+    # -- identity (not architecture) ------------------------------------------------------
+    name: str = _f("custom", "preset name", arch=False)
+    description: str = _f("", "one line: what this model is", arch=False)
+    source: str = _f("", "paper or model card the architecture comes from", arch=False)
+    expected_params: int | None = _f(None, "reference total of trainable parameters", arch=False,
+                                     minimum=0)
+    expected_params_source: str = _f("", "where expected_params came from (library, version, "
+                                     "class)", arch=False)
+
+    # -- shape ----------------------------------------------------------------------------
+    arch: str = _f("decoder", "stack layout", choices=ARCHES)
+    vocab_size: int = _f(0, "token vocabulary size V", minimum=1)
+    d_model: int = _f(0, "hidden size (d_model, E)", minimum=1)
+    n_layers: int = _f(0, "layers of a decoder-only or encoder-only model (L)", minimum=0)
+    n_encoder_layers: int = _f(0, "encoder layers (encoder-decoder models)", minimum=0)
+    n_decoder_layers: int = _f(0, "decoder layers (encoder-decoder models)", minimum=0)
+    n_heads: int = _f(0, "attention (query) heads h", minimum=1)
+    n_kv_heads: int | None = _f(None, "key/value heads: = n_heads (MHA), 1 (MQA), or a divisor "
+                                "of n_heads (GQA); default n_heads", minimum=1)
+    d_head: int | None = _f(None, "size of one head; default d_model / n_heads", minimum=1)
+    d_ff: int = _f(0, "FFN inner size (per expert for MoE)", minimum=1)
+    max_positions: int = _f(0, "maximum sequence length (rows of a learned position table)",
+                            minimum=0)
+
+    # -- positions ------------------------------------------------------------------------
+    position: str = _f("learned", "position encoding", choices=POSITIONS)
+    position_offset: int = _f(0, "extra rows in a learned position table (OPT, BART: 2)",
+                              minimum=0)
+    rotary_fraction: float = _f(1.0, "fraction of each head rotated by RoPE (no parameters)")
+    relative_buckets: int = _f(32, "buckets of a learned relative position bias (T5: 32)",
+                               minimum=1)
+    relative_scope: str = _f("first", "which layers own a relative bias table: first (T5) or "
+                             "every", choices=RELATIVE_SCOPES)
+
+    # -- block ----------------------------------------------------------------------------
+    ffn: str = _f("plain", "FFN kind: plain (2 matrices), gated (3: SwiGLU, GeGLU) or "
+                  "param_attention (Vaswani et al. 2017, appendix)", choices=FFN_KINDS)
+    activation: str = _f("gelu", "FFN nonlinearity (with ffn: gated, silu = SwiGLU, "
+                         "gelu = GeGLU)", choices=ACTIVATIONS)
+    norm: str = _f("layernorm", "norm kind", choices=NORMS)
+    norm_position: str = _f("pre", "norm placement in each block", choices=NORM_POSITIONS)
+    final_norm: bool = _f(True, "a norm after the last layer (per stack)")
+    embedding_norm: bool = _f(False, "a norm right after the embeddings (BERT, BART; per stack)")
+    parallel_block: bool = _f(False, "attention and FFN read the same input (GPT-J, NeoX, "
+                              "Falcon, Phi)")
+    parallel_norms: int = _f(1, "norms per parallel block: 1 (GPT-J, Phi, Falcon-7B) or 2 "
+                             "(NeoX, Falcon-40B)", minimum=1)
+    fused_qkv: bool = _f(False, "Q, K and V stored as one matrix (same parameter count)")
+
+    # -- biases ---------------------------------------------------------------------------
+    bias_q: bool = _f(True, "bias on the Q projection")
+    bias_k: bool = _f(True, "bias on the K projection")
+    bias_v: bool = _f(True, "bias on the V projection")
+    bias_o: bool = _f(True, "bias on the attention output projection")
+    bias_ffn_in: bool = _f(True, "bias on the FFN input (and gate) projection")
+    bias_ffn_out: bool = _f(True, "bias on the FFN output projection")
+
+    # -- embeddings and heads -------------------------------------------------------------
+    tie_embeddings: bool = _f(True, "LM head shares the token embedding matrix")
+    tie_encoder_decoder: bool = _f(True, "encoder and decoder share one token embedding")
+    token_types: int = _f(0, "token-type (segment) vocabulary; 0 = none", minimum=0)
+    embed_proj_dim: int | None = _f(None, "token embedding width when it differs from d_model "
+                                    "(OPT-350M: project_in/out)", minimum=1)
+    lm_head: bool = _f(True, "a language-model head (d_model -> vocab)")
+    lm_head_bias: bool = _f(False, "bias on the LM head (Phi)")
+    pooler: bool = _f(False, "BERT pooler: dense d_model -> d_model on the first token")
+    mlm_head: bool = _f(False, "BERT/RoBERTa MLM head: dense + norm + decoder bias "
+                        "(its decoder weight tied to the embedding)")
+
+    # -- mixture of experts ---------------------------------------------------------------
+    n_experts: int = _f(0, "routed experts per layer; 0 = dense FFN", minimum=0)
+    top_k: int = _f(0, "experts each token is routed to", minimum=0)
+    n_shared_experts: int = _f(0, "always-active experts per layer", minimum=0)
+
+    # -- attention over parameters (Vaswani et al. 2017, appendix) -----------------------
+    pattn_heads: int = _f(0, "h_p: heads of the attention-over-parameters sublayer", minimum=0)
+    pattn_n: int = _f(0, "n_p: trainable key-value pairs per head", minimum=0)
+    pattn_d_key: int = _f(0, "d_pk: key size per head", minimum=0)
+    pattn_d_value: int = _f(0, "d_pv: value size per head", minimum=0)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _check_field(f, getattr(self, f.name))
+        self._check_shape()
+
+    # Derived sizes: read these, never the raw Optional fields, in formulas.
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def embed_dim(self) -> int:
+        return self.embed_proj_dim if self.embed_proj_dim is not None else self.d_model
+
+    @property
+    def stacks(self) -> tuple[tuple[str, int], ...]:
+        """(stack name, layers) in forward order."""
+        if self.arch == "encoder-decoder":
+            return (("encoder", self.n_encoder_layers), ("decoder", self.n_decoder_layers))
+        return ((self.arch, self.n_layers),)
+
+    @property
+    def total_layers(self) -> int:
+        return sum(n for _, n in self.stacks)
+
+    def replace(self, **changes: Any) -> ModelSpec:
+        """A copy with some fields changed, validated again."""
+        return dataclasses.replace(self, **changes)
+
+    def _check_shape(self) -> None:
+        if self.arch == "encoder-decoder":
+            if self.n_encoder_layers < 1 or self.n_decoder_layers < 1:
+                raise SpecError("n_encoder_layers", "n_encoder_layers and n_decoder_layers >= 1 "
+                                "for arch encoder-decoder",
+                                (self.n_encoder_layers, self.n_decoder_layers))
+        elif self.n_layers < 1:
+            raise SpecError("n_layers", f"an integer >= 1 for arch {self.arch}", self.n_layers)
+        if self.d_head is None and self.d_model % self.n_heads:
+            raise SpecError("n_heads", f"a divisor of d_model={self.d_model} (or set d_head)",
+                            self.n_heads)
+        if self.n_heads % self.kv_heads:
+            raise SpecError("n_kv_heads", f"a divisor of n_heads={self.n_heads}", self.n_kv_heads)
+        if not 0.0 <= self.rotary_fraction <= 1.0:
+            raise SpecError("rotary_fraction", "a number in [0, 1]", self.rotary_fraction)
+        if self.n_experts:
+            if not 1 <= self.top_k <= self.n_experts:
+                raise SpecError("top_k", f"1 <= top_k <= n_experts={self.n_experts}", self.top_k)
+            if self.ffn == "param_attention":
+                raise SpecError("n_experts", "0 with ffn: param_attention", self.n_experts)
+        elif self.top_k:
+            raise SpecError("top_k", "0 when n_experts is 0 (a dense FFN)", self.top_k)
+        if self.ffn == "param_attention":
+            for key in ("pattn_heads", "pattn_n", "pattn_d_key", "pattn_d_value"):
+                if getattr(self, key) < 1:
+                    raise SpecError(key, "an integer >= 1 with ffn: param_attention",
+                                    getattr(self, key))
+        if self.parallel_norms > 2:
+            raise SpecError("parallel_norms", "1 or 2", self.parallel_norms)
+        if self.lm_head_bias and not self.lm_head:
+            raise SpecError("lm_head_bias", "false when lm_head is false", True)
+        if self.mlm_head and self.arch != "encoder":
+            raise SpecError("mlm_head", "false unless arch is encoder", True)
+
+
+ARCH_FIELDS: tuple[dataclasses.Field[Any], ...] = tuple(
+    f for f in dataclasses.fields(ModelSpec) if f.metadata["arch"])
+FIELDS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(ModelSpec)}
+
+
+def field_type(f: dataclasses.Field[Any]) -> type:
+    """The scalar type a field holds (int, float, bool or str), Optional stripped."""
+    t = str(f.type)
+    for name, py in (("bool", bool), ("int", int), ("float", float), ("str", str)):
+        if t.startswith(name):
+            return py
+    raise AssertionError(f"unhandled field type {t}")  # a bug in this module, not user input
+
+
+def optional(f: dataclasses.Field[Any]) -> bool:
+    return "None" in str(f.type)
+
+
+def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
+    if value is None and optional(f):
+        return
+    typ = field_type(f)
+    meta = f.metadata
+    if typ is bool:
+        if not isinstance(value, bool):
+            raise SpecError(f.name, "true or false", value)
+    elif typ is int:
+        # bool is an int subclass in Python; a YAML 'yes' must not pass as 1.
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(f.name, "an integer", value)
+        if meta["minimum"] is not None and value < meta["minimum"]:
+            raise SpecError(f.name, f"an integer >= {meta['minimum']}", value)
+    elif typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(f.name, "a number", value)
+    elif not isinstance(value, str):
+        raise SpecError(f.name, "a string", value)
+    elif meta["choices"] and value not in meta["choices"]:
+        raise SpecError(f.name, "one of " + ", ".join(meta["choices"]), value)
