@@ -72,7 +72,8 @@ def builtin() -> dict[str, int]:
             cfg = transformers.RobertaConfig(num_attention_heads=heads, vocab_size=vocab)
             with torch.device("meta"):
                 m = transformers.RobertaForMaskedLM(cfg)
-            out[f"RobertaForMaskedLM RobertaConfig(heads={heads}, vocab={vocab}) [{label}]"] = trainable(m)
+            key = f"RobertaForMaskedLM RobertaConfig(heads={heads}, vocab={vocab}) [{label}]"
+            out[key] = trainable(m)
     out["RobertaConfig() defaults in this version"] = transformers.RobertaConfig().vocab_size
     for name, kw in (
         ("gpt2", {}),
@@ -89,7 +90,8 @@ def builtin() -> dict[str, int]:
                             intermediate_size=4096)),
     ):
         with torch.device("meta"):
-            out[f"{name} BertModel"] = trainable(transformers.BertModel(transformers.BertConfig(**kw)))
+            bert = transformers.BertModel(transformers.BertConfig(**kw))
+            out[f"{name} BertModel"] = trainable(bert)
             out[f"{name} BertForMaskedLM"] = trainable(
                 transformers.BertForMaskedLM(transformers.BertConfig(**kw)))
     for name, kw in (

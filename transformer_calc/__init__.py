@@ -5,24 +5,33 @@ Library first, CLI second::
     from transformer_calc import load_model, count_params
     b = count_params(load_model("gpt2"))
     b.total  # 124439808
+
+Names resolve lazily (PEP 562), so `import transformer_calc.cli` stays light.
 """
 
-from transformer_calc.breakdown import Breakdown, Item
-from transformer_calc.errors import PresetError, SpecError, TcalcError
-from transformer_calc.params import count_params
-from transformer_calc.presets import load_model, preset_names
-from transformer_calc.spec import ModelSpec
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Breakdown",
-    "Item",
-    "ModelSpec",
-    "PresetError",
-    "SpecError",
-    "TcalcError",
-    "count_params",
-    "load_model",
-    "preset_names",
-]
+_EXPORTS = {
+    "Breakdown": "breakdown",
+    "Item": "breakdown",
+    "ModelSpec": "spec",
+    "PresetError": "errors",
+    "SpecError": "errors",
+    "TcalcError": "errors",
+    "count_params": "params",
+    "load_model": "presets",
+    "preset_names": "presets",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(f"transformer_calc.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'transformer_calc' has no attribute {name!r}")

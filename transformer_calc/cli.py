@@ -9,8 +9,9 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+from collections.abc import Callable
 from enum import Enum
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import typer
 
@@ -82,7 +83,7 @@ def _override_param(f: Any) -> inspect.Parameter:
                            show_default=False)
     elif f.metadata["choices"]:
         # typer offers choices through Enum types; build one per choice field.
-        typ = Enum(f.name, {c: c for c in f.metadata["choices"]}, type=str)  # type: ignore[assignment]
+        typ = Enum(f.name, {c: c for c in f.metadata["choices"]}, type=str)  # type: ignore[misc,assignment,no-redef]
         opt = typer.Option(None, flag, help=help_text, rich_help_panel=panel, show_default=False)
     else:
         opt = typer.Option(None, flag, help=help_text, rich_help_panel=panel, show_default=False)

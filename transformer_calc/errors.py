@@ -18,7 +18,9 @@ class TcalcError(Exception):
 class SpecError(TcalcError):
     """An architecture that cannot exist: wrong type, impossible shape, unknown key."""
 
-    def __init__(self, key: str, expected: str, found: object = None, *, source: str | None = None):
+    def __init__(self, key: str, expected: str, found: object = None, *, source: str | None = None,
+                 unknown: bool = False):
+        self.unknown = unknown  # the key itself is not known; ``expected`` is a hint
         self.key = key
         self.expected = expected
         self.found = found
@@ -27,12 +29,14 @@ class SpecError(TcalcError):
 
     def _render(self) -> str:
         where = f"{self.source}: " if self.source else ""
+        if self.unknown:
+            return f"{where}unknown key '{self.key}': {self.expected}"
         found = "" if self.found is None else f", got {_short.repr(self.found)}"
         return f"{where}key '{self.key}': expected {self.expected}{found}"
 
     def at(self, source: str) -> SpecError:
         """The same error, located in a file (the file is only known to the loader)."""
-        return SpecError(self.key, self.expected, self.found, source=source)
+        return SpecError(self.key, self.expected, self.found, source=source, unknown=self.unknown)
 
 
 class PresetError(TcalcError):

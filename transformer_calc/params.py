@@ -35,7 +35,7 @@ def count_params(spec: ModelSpec) -> Breakdown:
     items: list[Item] = []
     notes: list[str] = []
     V, E = spec.vocab_size, spec.d_model
-    H, Hkv, dh = spec.n_heads, spec.kv_heads, spec.head_dim
+    H, dh = spec.n_heads, spec.head_dim
     norm_n, norm_why = norm_params(spec)
     enc_dec = spec.arch == "encoder-decoder"
 

@@ -120,8 +120,8 @@ def spec_from_mapping(data: dict[Any, Any], default_name: str = "custom") -> Mod
         else:
             known = list(FIELDS) + ["bias"]
             close = difflib.get_close_matches(key, known, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else "a known key (see the README)"
-            raise SpecError(key, f"no such key; {hint}")
+            hint = f"did you mean '{close[0]}'?" if close else "see the README for the keys"
+            raise SpecError(key, hint, unknown=True)
     missing = [k for k in REQUIRED if k not in values]
     arch = values.get("arch", "decoder")
     if arch == "encoder-decoder":
@@ -149,8 +149,9 @@ def _bias(value: Any) -> dict[str, bool]:
     for k, v in value.items():
         if k not in BIAS_KEYS:
             close = difflib.get_close_matches(str(k), list(BIAS_KEYS), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise SpecError(f"bias.{k}", "one of " + ", ".join(BIAS_KEYS) + hint)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise SpecError(f"bias.{k}", f"{hint}(bias keys: {', '.join(BIAS_KEYS)})",
+                            unknown=True)
         if not isinstance(v, bool):
             raise SpecError(f"bias.{k}", "true or false", v)
         out[BIAS_KEYS[k]] = v

@@ -6,6 +6,7 @@ Human units (124.4M) exist only here; JSON carries exact integers.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from transformer_calc.breakdown import Breakdown, Item
@@ -173,7 +174,7 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False)
 
 
-def md_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     def esc(s: str) -> str:
         return s.replace("|", "\\|")
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
@@ -181,8 +182,8 @@ def md_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(out)
 
 
-def print_table(title: str, headers: tuple[str, ...], rows: list[tuple[str, ...]],
-                footer: list[str] = (), right: tuple[int, ...] = ()) -> None:  # type: ignore[assignment]
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
+                footer: Sequence[str] = (), right: tuple[int, ...] = ()) -> None:
     from rich.console import Console
     from rich.table import Table
 

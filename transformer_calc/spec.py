@@ -152,6 +152,9 @@ class ModelSpec:
                 raise SpecError("n_encoder_layers", "n_encoder_layers and n_decoder_layers >= 1 "
                                 "for arch encoder-decoder",
                                 (self.n_encoder_layers, self.n_decoder_layers))
+            if self.n_layers:
+                raise SpecError("n_layers", "0 for arch encoder-decoder (set n_encoder_layers and "
+                                "n_decoder_layers)", self.n_layers)
         elif self.n_layers < 1:
             raise SpecError("n_layers", f"an integer >= 1 for arch {self.arch}", self.n_layers)
         if self.d_head is None and self.d_model % self.n_heads:

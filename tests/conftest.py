@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from transformer_calc.cli import app
+
+DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).parent.parent
+
+
+class Run:
+    """Invoke the CLI in-process; result.stdout / result.stderr / result.exit_code."""
+
+    def __init__(self) -> None:
+        self.runner = CliRunner()
+
+    def __call__(self, *args: str, code: int = 0) -> Any:
+        result = self.runner.invoke(app, list(args), env={"COLUMNS": "200", "GITHUB_ACTIONS": ""})
+        assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr,
+                                          result.exception)
+        if result.exception and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args, "--format", "json").stdout)
+
+
+@pytest.fixture
+def cli() -> Run:
+    return Run()

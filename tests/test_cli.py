@@ -1,0 +1,114 @@
+"""The CLI as users see it: commands, formats, overrides, exit codes (issue 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from transformer_calc import count_params, load_model
+
+
+def test_params_table_shows_rows_total_and_rule_of_thumb(cli) -> None:
+    out = cli("params", "gpt2").stdout
+    for text in ("embed.tokens", "attn.q.weight", "attn.q.bias", "ffn.in.weight", "attn.norm",
+                 "layer subtotal", "final_norm", "head.lm.weight", "7,087,872", "85,054,464",
+                 "total trainable parameters: 124,439,808 (124.4M)",
+                 "rule of thumb V·E + 12·L·E² = 123,532,032 (-0.73% vs exact)",
+                 "reference 124,439,808 matches", "31.02%"):
+        assert text in out, text
+
+
+def test_params_json_schema_exact_integers(cli) -> None:
+    data = cli.json("params", "gpt2")
+    assert data["schema"] == "tcalc.params/1"
+    assert data["model"] == "gpt2"
+    assert data["total_params"] == 124_439_808
+    assert sum(c["count"] for c in data["components"]) == data["total_params"]
+    q = next(c for c in data["components"] if c["name"] == "decoder.attn.q.weight")
+    assert q == {"name": "decoder.attn.q.weight", "count": 12 * 589_824, "per_layer": True,
+                 "layers": 12, "count_per_layer": 589_824, "active": 12 * 589_824,
+                 "formula": "d_model × (n_heads · d_head)", "expr": "768 × (12 · 64)",
+                 "note": "fused with Q, K, V in one matrix; counted by part"}
+    assert data["rule_of_thumb"] == {"formula": "V·E + 12·L·E²", "params": 123_532_032,
+                                     "error_pct": -0.7295}
+    assert data["expected_params"]["matches"] is True
+    assert data["spec"]["d_model"] == 768
+    assert all(isinstance(c["count"], int) for c in data["components"])
+
+
+def test_params_json_is_the_core_breakdown(cli) -> None:
+    for name in ("bert-large", "transformer-big"):
+        data = cli.json("params", name)
+        b = count_params(load_model(name))
+        assert [(c["name"], c["count"]) for c in data["components"]] == [
+            (i.name, i.total) for i in b.items]
+
+
+def test_params_markdown(cli) -> None:
+    out = cli("params", "transformer-base", "--format", "markdown").stdout
+    assert out.startswith("## transformer-base: trainable parameters\n")
+    assert "| component | formula | per layer | params | share |" in out
+    assert "| **encoder layer (× 6)** |" in out
+    assert "| attn.q.weight | d_model × (n_heads · d_head) = 512 × (8 · 64) | 262,144 |" in out
+    assert "- total trainable parameters: 63,084,544 (63.1M)" in out
+
+
+@pytest.mark.parametrize("heads", ["1", "4", "12", "24"])
+def test_override_heads_keeps_total(cli, heads: str) -> None:
+    assert cli.json("params", "gpt2", "--n-heads", heads)["total_params"] == 124_439_808
+
+
+def test_overrides_width_depth_and_tying(cli) -> None:
+    base = cli.json("params", "gpt2")["total_params"]
+    untied = cli.json("params", "gpt2", "--no-tie-embeddings")["total_params"]
+    assert untied - base == 50257 * 768
+    # gpt2 at d_model 1024, 24 layers, d_ff 4096 and 16 heads is gpt2-medium exactly.
+    medium = cli.json("params", "gpt2", "--d-model", "1024", "--n-layers", "24",
+                      "--d-ff", "4096", "--n-heads", "16")
+    assert medium["total_params"] == 354_823_168
+    assert cli.json("params", "gpt2", "--position", "rope")["total_params"] == base - 1024 * 768
+    assert cli.json("params", "gpt2", "--norm", "rmsnorm")["total_params"] == base - 25 * 768
+
+
+def test_override_validation_is_one_line(cli) -> None:
+    r = cli("params", "gpt2", "--n-heads", "7", code=2)
+    assert r.stderr == ("Error: key 'n_heads': expected a divisor of d_model=768 (or set "
+                        "d_head), got 7\n")
+    r = cli("params", "gpt2", "--position", "rotary", code=2)
+    assert "rotary" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_help_lists_overrides(cli) -> None:
+    out = cli("params", "--help").stdout
+    for flag in ("--n-heads", "--d-model", "--n-layers", "--n-kv-heads", "--tie-embeddings",
+                 "--format"):
+        assert flag in out
+
+
+def test_every_command_has_help(cli) -> None:
+    from transformer_calc.cli import app
+
+    for command in app.registered_commands:
+        assert command.callback.__doc__, command.name
+        cli(command.callback.__name__, "--help")
+
+
+def test_presets_lists_every_preset_with_total(cli) -> None:
+    out = cli("presets").stdout
+    assert "gpt2-medium" in out and "354,823,168" in out
+    data = json.loads(cli("presets", "--format", "json").stdout)
+    assert {"name": "gpt2", "description": "GPT-2 small (124M)", "total_params": 124_439_808,
+            "active_params": 124_439_808} in data
+    md = cli("presets", "--format", "markdown").stdout
+    assert "| transformer-base | Transformer (base), Vaswani et al. 2017 | 63,084,544 |" in md
+
+
+def test_model_may_be_a_yaml_path(cli, tmp_path) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text("vocab_size: 100\nd_model: 8\nn_layers: 1\nn_heads: 2\nd_ff: 32\n"
+                    "max_positions: 16\n")
+    data = cli.json("params", str(path))
+    assert data["model"] == "tiny"
+    # 100·8 + 16·8 + layer (4·(64+8) + 8·32+32 + 32·8+8 + 2·16) + final 16, lm head tied
+    assert data["total_params"] == 800 + 128 + (288 + 288 + 264 + 32) + 16
