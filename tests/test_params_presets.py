@@ -124,3 +124,12 @@ def test_roberta_default_config_both_vocabularies(vocab: int, heads: int) -> Non
 def test_roberta_default_vocab_change_explains_the_difference() -> None:
     # Each extra token costs one embedding row (768) and one MLM decoder bias (1).
     assert ROBERTA_DEFAULT[50265] - ROBERTA_DEFAULT[30522] == (50265 - 30522) * (768 + 1)
+
+
+def test_every_shipped_preset_matches_its_expected_params() -> None:
+    names = preset_names()
+    assert len(names) >= 23
+    for name in names:
+        spec = load_model(name)
+        assert spec.expected_params is not None, name
+        assert count_params(spec).total == spec.expected_params, name

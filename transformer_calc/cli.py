@@ -68,7 +68,7 @@ def _command(*, overrides: bool = False) -> Callable[[Callable[..., Any]], Calla
 
         wrapper.__signature__ = sig.replace(parameters=params + extra)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params + extra}
-        return app.command()(wrapper)
+        return app.command(name=fn.__name__.rstrip("_").replace("_", "-"))(wrapper)
 
     return decorate
 
@@ -140,6 +140,38 @@ def presets(format: Format = FormatOpt) -> None:
         _emit(md_table(headers, table))
     else:
         print_table(f"{len(rows)} presets", headers, table, right=(2, 3))
+
+
+@_command()
+def import_(
+    config: str = typer.Argument(..., metavar="CONFIG_JSON",
+                                 help="A local Hugging Face config.json."),
+    output: Optional[str] = typer.Option(None, "--output", "-o",
+                                         help="Write the YAML preset here (default: stdout)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Preset name (default: file name)."),
+) -> None:
+    """Convert a Hugging Face config.json into an equivalent tcalc YAML preset.
+
+    The preset counts the same parameters as the config (tests check the round trip).
+    """
+    from pathlib import Path
+
+    from transformer_calc.params import count_params
+    from transformer_calc.presets import dump_yaml, load_file
+
+    spec = load_file(Path(config))
+    if name or output:
+        spec = spec.replace(name=name or Path(output or "").stem)
+    text = dump_yaml(spec)
+    if output is None:
+        _emit(text)
+        return
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise TcalcError(f"{output}: cannot write: {e.strerror or e}") from None
+    total = count_params(spec).total
+    typer.echo(f"wrote {output}: {spec.name}, {total:,} parameters", err=True)
 
 
 def main() -> None:

@@ -126,8 +126,15 @@ def count_params(spec: ModelSpec) -> Breakdown:
         add("head.mlm.dense.bias", E, "d_model", str(E))
         add("head.mlm.norm", norm_n, norm_why, str(norm_n))
         _vocab_projection(add, spec, "head.mlm.decoder", notes)
-        add("head.mlm.decoder.bias", V, "vocab_size", str(V))
+        add("head.mlm.bias", V, "vocab_size", str(V))
+        if not spec.tie_embeddings:
+            # transformers 5.x ties decoder.bias to the head's bias together with the weight
+            # (_tied_weights_keys); untied, the decoder Linear keeps a bias of its own.
+            add("head.mlm.decoder.bias", V, "vocab_size", str(V),
+                note="untied decoder keeps its own bias beside head.mlm.bias")
 
+    if spec.note:
+        notes.insert(0, spec.note)
     if spec.d_head is None:
         notes.append(f"d_head = d_model / n_heads = {E} / {H} = {dh}: the head count splits "
                      f"d_model, so it does not change the parameter count.")

@@ -162,7 +162,8 @@ def spec_to_mapping(spec: ModelSpec) -> dict[str, Any]:
     """The YAML mapping for a spec: identity keys, then every architecture field that differs
     from its default (bias folded into one mapping), so the file stays short and exact."""
     out: dict[str, Any] = {}
-    for key in ("name", "description", "source", "expected_params", "expected_params_source"):
+    for key in ("name", "description", "source", "expected_params", "expected_params_source",
+                "note"):
         value = getattr(spec, key)
         if value not in ("", None):
             out[key] = value

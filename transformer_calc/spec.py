@@ -41,6 +41,8 @@ class ModelSpec:
                                      minimum=0)
     expected_params_source: str = _f("", "where expected_params came from (library, version, "
                                      "class)", arch=False)
+    note: str = _f("", "a remark shown with every breakdown (e.g. which class is counted)",
+                   arch=False)
 
     # -- shape ----------------------------------------------------------------------------
     arch: str = _f("decoder", "stack layout", choices=ARCHES)

@@ -1,0 +1,209 @@
+"""Hugging Face config.json files counted exactly, offline (issue 3).
+
+REFERENCE: every number was obtained from transformers 5.23.0 with torch 2.13.0 (CPU, meta
+device) by tools/reference_counts.py: the model class named beside it, built from that exact
+file, sum of numel() over parameters() with requires_grad. The files under tests/data/hf are
+the published config.json of the named Hub models; tests/data/hf/variants are small configs
+written to reach each mapping branch (defaults-*.json hold only model_type, so every other
+key takes the config class's default). The tests need no torch.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import DATA
+
+from transformer_calc import count_params, load_model
+from transformer_calc.hf import HEAD_CLASS, spec_from_hf
+
+HF = DATA / "hf"
+
+REFERENCE = {
+    "bart-base.json": (139_420_416, "BartForConditionalGeneration"),
+    "bert-base-uncased.json": (109_514_298, "BertForMaskedLM"),
+    "falcon-40b.json": (41_303_293_952, "FalconForCausalLM"),
+    "falcon-7b.json": (6_921_720_704, "FalconForCausalLM"),
+    "gemma-2b.json": (2_506_172_416, "GemmaForCausalLM"),
+    "gpt2.json": (124_439_808, "GPT2LMHeadModel"),
+    "llama-2-7b.json": (6_738_415_616, "LlamaForCausalLM"),
+    "llama-3-8b.json": (8_030_261_248, "LlamaForCausalLM"),
+    "mistral-7b.json": (7_241_732_096, "MistralForCausalLM"),
+    "mixtral-8x7b.json": (46_702_792_704, "MixtralForCausalLM"),
+    "opt-125m.json": (125_239_296, "OPTForCausalLM"),
+    "opt-350m.json": (331_196_416, "OPTForCausalLM"),
+    "opus-mt-en-de.json": (73_886_208, "MarianMTModel"),
+    "phi-2.json": (2_779_683_840, "PhiForCausalLM"),
+    "pythia-160m.json": (162_322_944, "GPTNeoXForCausalLM"),
+    "qwen2-0.5b.json": (494_032_768, "Qwen2ForCausalLM"),
+    "roberta-base.json": (124_697_433, "RobertaForMaskedLM"),
+    "t5-base.json": (222_903_552, "T5ForConditionalGeneration"),
+    "t5-small.json": (60_506_624, "T5ForConditionalGeneration"),
+    "t5-v1_1-small.json": (60_511_616, "T5ForConditionalGeneration"),
+    "variants/bart-asymmetric.json": (2_695_680, "BartForConditionalGeneration"),
+    "variants/bert-untied.json": (1_767_120, "BertForMaskedLM"),
+    "variants/defaults-bart.json": (406_291_456, "BartForConditionalGeneration"),
+    "variants/defaults-bert.json": (109_514_298, "BertForMaskedLM"),
+    "variants/defaults-falcon.json": (6_921_720_704, "FalconForCausalLM"),
+    "variants/defaults-gemma.json": (8_537_680_896, "GemmaForCausalLM"),
+    "variants/defaults-gpt2.json": (124_439_808, "GPT2LMHeadModel"),
+    "variants/defaults-gpt_neox.json": (20_554_567_680, "GPTNeoXForCausalLM"),
+    "variants/defaults-llama.json": (6_738_415_616, "LlamaForCausalLM"),
+    "variants/defaults-marian.json": (412_210_176, "MarianMTModel"),
+    "variants/defaults-mistral.json": (7_241_732_096, "MistralForCausalLM"),
+    "variants/defaults-mixtral.json": (46_702_792_704, "MixtralForCausalLM"),
+    "variants/defaults-opt.json": (125_239_296, "OPTForCausalLM"),
+    "variants/defaults-phi.json": (1_418_270_720, "PhiForCausalLM"),
+    "variants/defaults-qwen2.json": (12_049_846_272, "Qwen2ForCausalLM"),
+    "variants/defaults-roberta.json": (124_696_665, "RobertaForMaskedLM"),
+    "variants/defaults-t5.json": (60_506_624, "T5ForConditionalGeneration"),
+    "variants/falcon-alibi-new-1ln.json": (892_416, "FalconForCausalLM"),
+    "variants/falcon-sequential-bias.json": (1_836_032, "FalconForCausalLM"),
+    "variants/gemma-gqa.json": (1_371_392, "GemmaForCausalLM"),
+    "variants/gpt2-n-inner.json": (1_611_352, "GPT2LMHeadModel"),
+    "variants/llama-biases.json": (1_375_232, "LlamaForCausalLM"),
+    "variants/llama-head-dim.json": (2_086_144, "LlamaForCausalLM"),
+    "variants/marian-unshared.json": (3_938_560, "MarianMTModel"),
+    "variants/mixtral-top1.json": (3_988_736, "MixtralForCausalLM"),
+    "variants/neox-sequential-nobias.json": (1_308_672, "GPTNeoXForCausalLM"),
+    "variants/opt-nobias-post.json": (1_896_960, "OPTForCausalLM"),
+    "variants/phi-gqa-tied.json": (1_113_320, "PhiForCausalLM"),
+    "variants/qwen2-null-kv.json": (1_825_536, "Qwen2ForCausalLM"),
+    "variants/qwen2-untied.json": (1_693_952, "Qwen2ForCausalLM"),
+    "variants/roberta-untied.json": (1_766_608, "RobertaForMaskedLM"),
+    "variants/t5-gated-asym.json": (2_159_488, "T5ForConditionalGeneration"),
+}
+
+
+@pytest.mark.parametrize("path", sorted(REFERENCE))
+def test_config_json_total_equals_transformers(path: str) -> None:
+    spec = load_model(str(HF / path))
+    assert count_params(spec).total == REFERENCE[path][0]
+    assert f"counted as transformers' {REFERENCE[path][1]}" in spec.note
+
+
+def test_every_config_file_has_a_reference() -> None:
+    files = {str(p.relative_to(HF)) for p in HF.rglob("*.json")}
+    assert files == set(REFERENCE)
+
+
+def test_every_model_type_is_covered() -> None:
+    covered = {__import__("json").loads((HF / p).read_text())["model_type"] for p in REFERENCE}
+    assert covered == set(HEAD_CLASS)
+
+
+@pytest.mark.parametrize("path", sorted(REFERENCE))
+def test_import_round_trip(cli, tmp_path, path: str) -> None:
+    out = tmp_path / "imported.yaml"
+    cli("import", str(HF / path), "-o", str(out))
+    assert cli.json("params", str(out))["total_params"] == REFERENCE[path][0]
+    assert cli.json("params", str(HF / path))["total_params"] == REFERENCE[path][0]
+
+
+def test_import_to_stdout_is_yaml(cli) -> None:
+    out = cli("import", str(HF / "llama-3-8b.json")).stdout
+    assert "n_kv_heads: 8\n" in out and "ffn: gated\n" in out and "norm: rmsnorm\n" in out
+
+
+def test_mixtral_total_and_active() -> None:
+    # active: attention + norms + embeddings + LM head + router + 2 of 8 experts per layer;
+    # 12,879,925,248 = 46,702,792,704 - 32 layers · 6 unused experts · 3 · 4096 · 14336
+    b = count_params(load_model(str(HF / "mixtral-8x7b.json")))
+    assert b.active_total == 46_702_792_704 - 32 * 6 * 3 * 4096 * 14336 == 12_879_925_248
+
+
+def test_t5_untied_config_is_tied_by_transformers_5() -> None:
+    spec = load_model(str(HF / "t5-v1_1-small.json"))
+    assert spec.tie_embeddings
+    assert "transformers >= 5.0 ties T5's lm_head regardless (4.x kept it: +16,449,536)" in (
+        spec.note)
+    # The 4.x count, for users on an older version: untie the head.
+    assert count_params(spec.replace(tie_embeddings=False)).total == 76_961_152
+
+
+def test_opt_350m_project_in_out_and_offset() -> None:
+    # OPT-350M: embed_tokens (50272, 512), project_in (1024, 512), project_out (512, 1024),
+    # embed_positions (2048 + 2, 1024); no final norm (post-norm).
+    b = count_params(load_model(str(HF / "opt-350m.json")))
+    assert b.get("embed.tokens").total == 50272 * 512
+    assert b.get("embed.project_in").total == b.get("embed.project_out").total == 524_288
+    assert b.get("embed.positions").total == 2050 * 1024
+    assert not any(i.name.endswith("final_norm") for i in b.items)
+
+
+def test_falcon_layouts() -> None:
+    # falcon-7b: one input_layernorm, MQA (query_key_value (4672, 4544) = (71 + 2) · 64 rows);
+    # falcon-40b: ln_attn + ln_mlp, 8 K/V heads (query_key_value (9216, 8192)).
+    b7 = count_params(load_model(str(HF / "falcon-7b.json")))
+    assert sum(b7.get(f"decoder.attn.{p}.weight").count for p in "qkv") == 4672 * 4544
+    assert [i.name for i in b7.items if i.name.endswith("norm") and i.stack] == [
+        "decoder.attn.norm"]
+    b40 = count_params(load_model(str(HF / "falcon-40b.json")))
+    assert sum(b40.get(f"decoder.attn.{p}.weight").count for p in "qkv") == 9216 * 8192
+    assert [i.name for i in b40.items if i.name.endswith("norm") and i.stack] == [
+        "decoder.attn.norm", "decoder.ffn.norm"]
+
+
+def test_unsupported_model_type(cli, tmp_path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "mamba"}')
+    r = cli("params", str(path), code=2)
+    assert r.stderr == (f"Error: {path}: key 'model_type': expected one of "
+                        + ", ".join(sorted(HEAD_CLASS)) + ", got 'mamba'\n")
+
+
+@pytest.mark.parametrize("config, key", [
+    ({"model_type": "phi", "qk_layernorm": True}, "qk_layernorm"),
+    ({"model_type": "bert", "position_embedding_type": "relative_key"},
+     "position_embedding_type"),
+    ({"model_type": "gpt2", "add_cross_attention": True}, "add_cross_attention"),
+    ({"model_type": "opt", "layer_norm_elementwise_affine": False},
+     "layer_norm_elementwise_affine"),
+    ({"model_type": "bart", "encoder_attention_heads": 16, "decoder_attention_heads": 8},
+     "decoder_attention_heads"),
+    ({"model_type": "llama", "hidden_act": "mish"}, "hidden_act"),
+])
+def test_keys_the_mapping_cannot_honour_are_refused(config, key: str) -> None:
+    from transformer_calc.errors import SpecError
+
+    with pytest.raises(SpecError) as e:
+        spec_from_hf(config, "config.json")
+    assert e.value.key == key
+    assert str(e.value).startswith(f"config.json: key '{key}'")
+
+
+def test_impossible_shape_from_defaults(cli) -> None:
+    # GemmaConfig defaults num_key_value_heads to 16; with 8 query heads that cannot work.
+    path = DATA / "bad-hf" / "gemma-kv-exceeds-heads.json"
+    r = cli("params", str(path), code=2)
+    assert r.stderr == (f"Error: {path}: key 'n_kv_heads': expected a divisor of n_heads=8, "
+                        "got 16\n")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{", "invalid JSON (line 1, column 2): Expecting property name enclosed in double quotes"),
+    ("[1, 2]", "expected a JSON object (a config.json), got list"),
+    ('{"model_type": "llama", "hidden_size": "4096"}',
+     "key 'd_model': expected an integer, got '4096'"),
+])
+def test_bad_json(cli, tmp_path, text: str, message: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    assert cli("params", str(path), code=2).stderr == f"Error: {path}: {message}\n"
+
+
+# The issue-3 presets were generated by `tcalc import` from these config.json files.
+PRESET_CONFIG = {
+    "llama-2-7b": "llama-2-7b.json", "llama-3-8b": "llama-3-8b.json",
+    "mistral-7b": "mistral-7b.json", "mixtral-8x7b": "mixtral-8x7b.json",
+    "qwen2-0.5b": "qwen2-0.5b.json", "gemma-2b": "gemma-2b.json", "phi-2": "phi-2.json",
+    "pythia-160m": "pythia-160m.json", "opt-125m": "opt-125m.json",
+    "falcon-7b": "falcon-7b.json", "t5-small": "t5-small.json", "t5-base": "t5-base.json",
+    "bart-base": "bart-base.json",
+}
+
+
+@pytest.mark.parametrize("preset", sorted(PRESET_CONFIG))
+def test_issue3_preset_equals_transformers(preset: str) -> None:
+    spec = load_model(preset)
+    assert count_params(spec).total == REFERENCE[PRESET_CONFIG[preset]][0]
+    assert spec.expected_params == REFERENCE[PRESET_CONFIG[preset]][0]

@@ -1,0 +1,356 @@
+"""A Hugging Face config.json -> ModelSpec, offline, for the usual head class of each model_type.
+
+Each mapper reads the keys that decide parameter shapes, with the default the transformers
+config class fills in when a key is absent (defaults read from transformers 5.23.0, e.g.
+``LlamaConfig().to_dict()``). A key that would add tensors tcalc does not model is refused
+with a message naming it, never silently ignored. Keys with no effect on parameters
+(dropouts, epsilons, token ids, rope_theta, ...) are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from transformer_calc.errors import PresetError, SpecError
+from transformer_calc.spec import ModelSpec
+
+# model_type -> the class whose parameters tcalc counts (what reference_counts.py builds).
+HEAD_CLASS = {
+    "gpt2": "GPT2LMHeadModel",
+    "bert": "BertForMaskedLM",
+    "roberta": "RobertaForMaskedLM",
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "phi": "PhiForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "falcon": "FalconForCausalLM",
+    "opt": "OPTForCausalLM",
+    "t5": "T5ForConditionalGeneration",
+    "bart": "BartForConditionalGeneration",
+    "marian": "MarianMTModel",
+}
+
+# transformers' ACT2FN names -> tcalc's activation (no parameters either way).
+ACTIVATIONS = {
+    "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh", "silu": "silu", "swish": "silu", "tanh": "tanh",
+    "sigmoid": "sigmoid", "linear": "identity", "quick_gelu": "gelu",
+}
+
+
+class Config:
+    """A config.json mapping with defaults, that reports which keys were read."""
+
+    def __init__(self, data: dict[str, Any], where: str):
+        self.data = data
+        self.where = where
+        self.notes: list[str] = []
+
+    def get(self, key: str, default: Any) -> Any:
+        value = self.data.get(key)
+        return default if value is None else value
+
+    def kv_heads(self, absent: int | None, n_heads: int) -> int:
+        """num_key_value_heads: a class default when absent; null means n_heads (MHA)."""
+        if "num_key_value_heads" not in self.data:
+            return n_heads if absent is None else absent
+        value = self.data["num_key_value_heads"]
+        return n_heads if value is None else value
+
+    def first(self, keys: tuple[str, ...], default: Any) -> Any:
+        """The first key present (configs name one thing several ways: n_embd, hidden_size)."""
+        for key in keys:
+            if self.data.get(key) is not None:
+                return self.data[key]
+        return default
+
+    def refuse(self, key: str, unsupported: Callable[[Any], bool], why: str) -> None:
+        if key in self.data and unsupported(self.data[key]):
+            raise SpecError(key, f"a value tcalc can count ({why})", self.data[key],
+                            source=self.where)
+
+    def activation(self, key: str, default: str) -> str:
+        name = self.get(key, default)
+        if not isinstance(name, str) or name not in ACTIVATIONS:
+            raise SpecError(key, "one of " + ", ".join(sorted(ACTIVATIONS)), name,
+                            source=self.where)
+        return ACTIVATIONS[name]
+
+
+def spec_from_hf_text(text: str, where: str) -> ModelSpec:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PresetError(f"{where}: invalid JSON (line {e.lineno}, column {e.colno}): "
+                          f"{e.msg}") from None
+    except RecursionError:
+        raise PresetError(f"{where}: invalid JSON: nested too deeply") from None
+    if not isinstance(data, dict):
+        raise PresetError(f"{where}: expected a JSON object (a config.json), got "
+                          f"{type(data).__name__}")
+    return spec_from_hf(data, where)
+
+
+def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "") -> ModelSpec:
+    model_type = data.get("model_type")
+    if model_type not in MAPPERS:
+        raise SpecError("model_type", "one of " + ", ".join(sorted(MAPPERS)), model_type,
+                        source=where)
+    cfg = Config(data, where)
+    values = MAPPERS[model_type](cfg)
+    stem = where.rsplit("/", 1)[-1].removesuffix(".json")
+    values.setdefault("name", name or (stem if stem != "config" else model_type))
+    values.setdefault("description", f"{model_type} from {where}")
+    values.setdefault("source", where)
+    values["note"] = "; ".join([f"counted as transformers' {HEAD_CLASS[model_type]}"]
+                               + cfg.notes)
+    try:
+        return ModelSpec(**values)
+    except SpecError as e:
+        raise e.at(where) from None
+
+
+def _int(cfg: Config, keys: tuple[str, ...], default: Any = None) -> Any:
+    value = cfg.first(keys, default)
+    if value is None:
+        raise SpecError(keys[0], "to be present", None, source=cfg.where)
+    return value
+
+
+def _bias(q: bool, k: bool, v: bool, o: bool, ffn_in: bool, ffn_out: bool) -> dict[str, bool]:
+    return {"bias_q": q, "bias_k": k, "bias_v": v, "bias_o": o, "bias_ffn_in": ffn_in,
+            "bias_ffn_out": ffn_out}
+
+
+def _gpt2(c: Config) -> dict[str, Any]:
+    c.refuse("add_cross_attention", bool, "cross-attention in GPT-2 is not modelled")
+    E = _int(c, ("n_embd", "hidden_size"), 768)
+    return dict(arch="decoder", vocab_size=c.get("vocab_size", 50257), d_model=E,
+                n_layers=_int(c, ("n_layer", "num_hidden_layers"), 12),
+                n_heads=_int(c, ("n_head", "num_attention_heads"), 12),
+                d_ff=c.get("n_inner", 4 * E),  # GPT2MLP: n_inner or 4 * n_embd
+                max_positions=_int(c, ("n_positions", "max_position_embeddings"), 1024),
+                position="learned", activation=c.activation("activation_function", "gelu_new"),
+                norm="layernorm", norm_position="pre", fused_qkv=True,
+                tie_embeddings=c.get("tie_word_embeddings", True))
+
+
+def _bert(c: Config, roberta: bool) -> dict[str, Any]:
+    c.refuse("position_embedding_type", lambda v: v != "absolute",
+             "only absolute position embeddings")
+    c.refuse("add_cross_attention", bool, "decoder cross-attention is not modelled")
+    c.refuse("is_decoder", bool, "BERT as a decoder is not modelled")
+    return dict(arch="encoder", vocab_size=c.get("vocab_size", 50265 if roberta else 30522),
+                d_model=c.get("hidden_size", 768), n_layers=c.get("num_hidden_layers", 12),
+                n_heads=c.get("num_attention_heads", 12), d_ff=c.get("intermediate_size", 3072),
+                max_positions=c.get("max_position_embeddings", 512), position="learned",
+                token_types=c.get("type_vocab_size", 2), activation=c.activation("hidden_act",
+                                                                                 "gelu"),
+                norm="layernorm", norm_position="post", embedding_norm=True, final_norm=False,
+                lm_head=False, pooler=False, mlm_head=True,  # *ForMaskedLM: no pooler
+                tie_embeddings=c.get("tie_word_embeddings", True))
+
+
+def _llama_like(c: Config, *, qkv_bias: bool = False, bias_keys: bool = True,
+                head_dim_default: int | None = None, tie: bool = False, act: str = "silu",
+                kv_default: int | None = None) -> dict[str, Any]:
+    E = c.get("hidden_size", 4096)
+    H = c.get("num_attention_heads", 32)
+    attn_bias = c.get("attention_bias", False) if bias_keys else False
+    mlp_bias = c.get("mlp_bias", False) if bias_keys else False
+    d_head = c.get("head_dim", head_dim_default)
+    return dict(arch="decoder", vocab_size=c.get("vocab_size", 32000), d_model=E,
+                n_layers=c.get("num_hidden_layers", 32), n_heads=H,
+                n_kv_heads=c.kv_heads(kv_default, H),
+                d_head=d_head if d_head is not None and d_head * H != E else None,
+                d_ff=c.get("intermediate_size", 11008),
+                max_positions=c.get("max_position_embeddings", 2048), position="rope",
+                ffn="gated", activation=c.activation("hidden_act", act), norm="rmsnorm",
+                norm_position="pre",
+                **_bias(qkv_bias or attn_bias, qkv_bias or attn_bias, qkv_bias or attn_bias,
+                        attn_bias, mlp_bias, mlp_bias),
+                tie_embeddings=c.get("tie_word_embeddings", tie))
+
+
+def _llama(c: Config) -> dict[str, Any]:
+    return _llama_like(c)
+
+
+def _mistral(c: Config) -> dict[str, Any]:
+    return _llama_like(c, bias_keys=False, kv_default=8) | {
+        "d_ff": c.get("intermediate_size", 14336),
+        "max_positions": c.get("max_position_embeddings", 131072)}
+
+
+def _mixtral(c: Config) -> dict[str, Any]:
+    return _mistral(c) | {"n_experts": c.get("num_local_experts", 8),
+                          "top_k": c.get("num_experts_per_tok", 2)}
+
+
+def _qwen2(c: Config) -> dict[str, Any]:
+    # Qwen2Attention: q/k/v carry a bias, o_proj does not.
+    return _llama_like(c, qkv_bias=True, bias_keys=False, kv_default=32) | {
+        "vocab_size": c.get("vocab_size", 151936),
+        "d_ff": c.get("intermediate_size", 22016),
+        "max_positions": c.get("max_position_embeddings", 32768)}
+
+
+def _gemma(c: Config) -> dict[str, Any]:
+    # GemmaConfig: head_dim 256 and 16 K/V heads by default, whatever hidden_size and
+    # num_attention_heads are; embeddings tied.
+    E, H = c.get("hidden_size", 3072), c.get("num_attention_heads", 16)
+    d_head = c.get("head_dim", 256)
+    return _llama_like(c, head_dim_default=256, tie=True, act="gelu_pytorch_tanh") | {
+        "vocab_size": c.get("vocab_size", 256000), "d_model": E, "n_heads": H,
+        "n_kv_heads": c.kv_heads(16, H), "d_head": None if d_head * H == E else d_head,
+        "n_layers": c.get("num_hidden_layers", 28), "d_ff": c.get("intermediate_size", 24576),
+        "max_positions": c.get("max_position_embeddings", 8192)}
+
+
+def _phi(c: Config) -> dict[str, Any]:
+    c.refuse("qk_layernorm", bool, "Phi's q/k LayerNorms are not modelled")
+    E, H = c.get("hidden_size", 2048), c.get("num_attention_heads", 32)
+    return dict(arch="decoder", vocab_size=c.get("vocab_size", 51200), d_model=E,
+                n_layers=c.get("num_hidden_layers", 24), n_heads=H,
+                n_kv_heads=c.kv_heads(None, H),
+                d_ff=c.get("intermediate_size", 8192),
+                max_positions=c.get("max_position_embeddings", 2048), position="rope",
+                rotary_fraction=c.get("partial_rotary_factor", 0.5),
+                activation=c.activation("hidden_act", "gelu_new"), norm="layernorm",
+                norm_position="pre", parallel_block=True, parallel_norms=1,
+                tie_embeddings=c.get("tie_word_embeddings", False), lm_head_bias=True)
+
+
+def _gpt_neox(c: Config) -> dict[str, Any]:
+    bias = c.get("attention_bias", True)
+    return dict(arch="decoder", vocab_size=c.get("vocab_size", 50432),
+                d_model=c.get("hidden_size", 6144), n_layers=c.get("num_hidden_layers", 44),
+                n_heads=c.get("num_attention_heads", 64), d_ff=c.get("intermediate_size", 24576),
+                max_positions=c.get("max_position_embeddings", 2048), position="rope",
+                rotary_fraction=c.get("rotary_pct", 0.25),
+                activation=c.activation("hidden_act", "gelu"), norm="layernorm",
+                norm_position="pre", fused_qkv=True,
+                # GPTNeoXLayer keeps input_layernorm and post_attention_layernorm either way.
+                parallel_block=c.get("use_parallel_residual", True), parallel_norms=2,
+                **_bias(bias, bias, bias, bias, True, True),
+                tie_embeddings=c.get("tie_word_embeddings", False))
+
+
+def _falcon(c: Config) -> dict[str, Any]:
+    E, H = c.get("hidden_size", 4544), c.get("num_attention_heads", 71)
+    new = c.get("new_decoder_architecture", False)
+    parallel = c.get("parallel_attn", True)
+    if new:
+        kv = c.get("num_kv_heads", H)
+        norms = c.get("num_ln_in_parallel_attn", 2)
+    else:
+        kv = 1 if c.get("multi_query", True) else H
+        norms = 1
+    bias = c.get("bias", False)
+    return dict(arch="decoder", vocab_size=c.get("vocab_size", 65024), d_model=E,
+                n_layers=c.get("num_hidden_layers", 32), n_heads=H, n_kv_heads=kv,
+                d_ff=c.get("ffn_hidden_size", 4 * E),
+                max_positions=c.get("max_position_embeddings", 2048),
+                position="alibi" if c.get("alibi", False) else "rope",
+                activation=c.activation("activation", "gelu"), norm="layernorm",
+                norm_position="pre", fused_qkv=True,
+                # old layout: one input_layernorm; new (40B/180B): ln_attn + ln_mlp;
+                # sequential blocks: input_layernorm + post_attention_layernorm.
+                parallel_block=bool(parallel or new), parallel_norms=norms if parallel or new
+                else 1, **_bias(bias, bias, bias, bias, bias, bias),
+                tie_embeddings=c.get("tie_word_embeddings", True))
+
+
+def _opt(c: Config) -> dict[str, Any]:
+    c.refuse("layer_norm_elementwise_affine", lambda v: v is False,
+             "LayerNorms without parameters are not modelled")
+    E = c.get("hidden_size", 768)
+    pre = c.get("do_layer_norm_before", True)
+    bias = c.get("enable_bias", True)
+    proj = c.get("word_embed_proj_dim", E)
+    return dict(arch="decoder", vocab_size=c.get("vocab_size", 50272), d_model=E,
+                n_layers=c.get("num_hidden_layers", 12), n_heads=c.get("num_attention_heads", 12),
+                d_ff=c.get("ffn_dim", 3072), max_positions=c.get("max_position_embeddings", 2048),
+                position="learned", position_offset=2,  # OPTLearnedPositionalEmbedding
+                activation=c.activation("activation_function", "relu"), norm="layernorm",
+                norm_position="pre" if pre else "post",
+                # OPTDecoder keeps final_layer_norm only for pre-norm models
+                final_norm=pre and not c.get("_remove_final_layer_norm", False),
+                embed_proj_dim=proj if proj != E else None,
+                **_bias(bias, bias, bias, bias, bias, bias),
+                tie_embeddings=c.get("tie_word_embeddings", True))
+
+
+def _t5(c: Config) -> dict[str, Any]:
+    proj = c.get("feed_forward_proj", "relu")
+    gated = isinstance(proj, str) and proj.startswith("gated-")
+    act = proj.split("-")[-1] if isinstance(proj, str) else proj
+    if proj == "gated-gelu":  # T5Config maps it to gelu_new for backward compatibility
+        act = "gelu_new"
+    if act not in ACTIVATIONS:
+        raise SpecError("feed_forward_proj", "an activation, or gated-<activation>", proj,
+                        source=c.where)
+    if c.data.get("tie_word_embeddings") is False:
+        V, E = c.get("vocab_size", 32128), c.get("d_model", 512)
+        c.notes.append(f"config says tie_word_embeddings: false; transformers >= 5.0 ties "
+                       f"T5's lm_head regardless (4.x kept it: +{V * E:,})")
+    L = c.get("num_layers", 6)
+    return dict(arch="encoder-decoder", vocab_size=c.get("vocab_size", 32128),
+                d_model=c.get("d_model", 512), n_encoder_layers=L,
+                n_decoder_layers=c.get("num_decoder_layers", L), n_heads=c.get("num_heads", 8),
+                d_head=c.get("d_kv", 64), d_ff=c.get("d_ff", 2048), position="relative",
+                relative_buckets=c.get("relative_attention_num_buckets", 32),
+                relative_scope="first", ffn="gated" if gated else "plain",
+                activation=ACTIVATIONS[act],
+                norm="rmsnorm", norm_position="pre", final_norm=True,
+                **_bias(False, False, False, False, False, False),
+                tie_embeddings=True, tie_encoder_decoder=True)
+
+
+def _bart_like(c: Config, marian: bool) -> dict[str, Any]:
+    for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
+                 ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if c.get(a, 16) != c.get(b, 16):
+            raise SpecError(b, f"equal to {a}={c.get(a, 16)} (tcalc models one head count "
+                            "and FFN size for both stacks)", c.get(b, 16), source=c.where)
+    V = c.get("vocab_size", 58101 if marian else 50265)
+    shared = c.get("share_encoder_decoder_embeddings", True) if marian else True
+    if marian and c.get("decoder_vocab_size", V) != V:
+        raise SpecError("decoder_vocab_size", f"equal to vocab_size={V}",
+                        c.get("decoder_vocab_size", V), source=c.where)
+    return dict(arch="encoder-decoder", vocab_size=V, d_model=c.get("d_model", 1024),
+                n_encoder_layers=c.get("encoder_layers", 12),
+                n_decoder_layers=c.get("decoder_layers", 12),
+                n_heads=c.get("encoder_attention_heads", 16),
+                d_ff=c.get("encoder_ffn_dim", 4096),
+                max_positions=c.get("max_position_embeddings", 1024),
+                # Marian: a frozen sinusoidal table (not trainable); BART: learned, offset 2.
+                position="sinusoidal" if marian else "learned",
+                position_offset=0 if marian else 2,
+                activation=c.activation("activation_function", "gelu"), norm="layernorm",
+                norm_position="post", final_norm=False, embedding_norm=not marian,
+                tie_embeddings=c.get("tie_word_embeddings", True), tie_encoder_decoder=shared)
+
+
+MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
+    "gpt2": _gpt2,
+    "bert": lambda c: _bert(c, roberta=False),
+    "roberta": lambda c: _bert(c, roberta=True),
+    "llama": _llama,
+    "mistral": _mistral,
+    "mixtral": _mixtral,
+    "qwen2": _qwen2,
+    "gemma": _gemma,
+    "phi": _phi,
+    "gpt_neox": _gpt_neox,
+    "falcon": _falcon,
+    "opt": _opt,
+    "t5": _t5,
+    "bart": lambda c: _bart_like(c, marian=False),
+    "marian": lambda c: _bart_like(c, marian=True),
+}
