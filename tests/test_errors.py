@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import DATA
+from conftest import DATA, ROOT
 
 BAD = DATA / "bad"
 
@@ -36,8 +36,15 @@ def test_bad_file_gives_one_clean_line(cli, name: str) -> None:
     assert r.stdout == ""
 
 
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_check_reports_the_same_message(cli, name: str) -> None:
+    r = cli("check", str(BAD / name), code=1)
+    assert f"FAIL  {BAD.relative_to(ROOT) / name}" in r.stdout and EXPECTED[name] in r.stdout
+
+
 def test_every_bad_example_is_tested() -> None:
-    assert {p.name for p in BAD.iterdir()} == set(EXPECTED)
+    # expected_mismatch.yaml loads fine; only `tcalc check` fails it (tests/test_check.py).
+    assert {p.name for p in BAD.iterdir()} == set(EXPECTED) | {"expected_mismatch.yaml"}
 
 
 def test_unknown_preset_suggests_close_names(cli) -> None:

@@ -183,7 +183,7 @@ def test_impossible_shape_from_defaults(cli) -> None:
     ("{", "invalid JSON (line 1, column 2): Expecting property name enclosed in double quotes"),
     ("[1, 2]", "expected a JSON object (a config.json), got list"),
     ('{"model_type": "llama", "hidden_size": "4096"}',
-     "key 'd_model': expected an integer, got '4096'"),
+     "key 'hidden_size': expected a non-negative integer, got '4096'"),
 ])
 def test_bad_json(cli, tmp_path, text: str, message: str) -> None:
     path = tmp_path / "config.json"

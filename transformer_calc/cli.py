@@ -63,7 +63,7 @@ def _command(*, overrides: bool = False) -> Callable[[Callable[..., Any]], Calla
             try:
                 return fn(**kwargs)
             except TcalcError as e:
-                typer.echo(f"Error: {e}", err=True)
+                typer.echo("Error: " + " ".join(str(e).splitlines()), err=True)
                 raise typer.Exit(EXIT_USAGE) from None
 
         wrapper.__signature__ = sig.replace(parameters=params + extra)  # type: ignore[attr-defined]
@@ -140,6 +140,32 @@ def presets(format: Format = FormatOpt) -> None:
         _emit(md_table(headers, table))
     else:
         print_table(f"{len(rows)} presets", headers, table, right=(2, 3))
+
+
+@_command()
+def check(
+    paths: Optional[list[str]] = typer.Argument(
+        None, metavar="[PATH]...",
+        help="YAML presets, config.json files or folders (default: the shipped presets)."),
+    format: Format = FormatOpt,
+) -> None:
+    """Validate model files for CI: keys, types, shapes and expected_params.
+
+    One line per file and a summary. Exit 0 when all pass, 1 when any fails, 2 for usage
+    errors. With GITHUB_ACTIONS=true, failures are also printed as ::error annotations.
+    """
+    import os
+
+    from transformer_calc.check import check as run_check
+    from transformer_calc.render import github_annotations, render_check
+
+    results = run_check(paths or [])
+    _emit(render_check(results, format.value))
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        for line in github_annotations(results):
+            typer.echo(line)
+    if not all(r.ok for r in results):
+        raise typer.Exit(1)
 
 
 @_command()

@@ -12,7 +12,12 @@ _short.maxlevel = 2
 
 
 class TcalcError(Exception):
-    """Base class: bad input, not a bug. The message is written for the user."""
+    """Base class: bad input, not a bug. The message is written for the user.
+
+    ``line`` (1-based), where known, locates the problem in its file (for CI annotations).
+    """
+
+    line: int | None = None
 
 
 class SpecError(TcalcError):
@@ -41,3 +46,14 @@ class SpecError(TcalcError):
 
 class PresetError(TcalcError):
     """A preset or file that cannot be found or read."""
+
+    def __init__(self, message: str, *, line: int | None = None):
+        super().__init__(message)
+        self.line = line
+
+
+def value_error_text(e: ValueError) -> str:
+    """A parser's ValueError in user words (Python refuses int literals over 4,300 digits)."""
+    if "integer string conversion" in str(e):
+        return "a number with more than 4,300 digits"
+    return str(e)

@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from transformer_calc.errors import PresetError, SpecError
-from transformer_calc.spec import ModelSpec
+from transformer_calc.errors import PresetError, SpecError, value_error_text
+from transformer_calc.spec import MAX_SIZE, ModelSpec
 
 # model_type -> the class whose parameters tcalc counts (what reference_counts.py builds).
 HEAD_CLASS = {
@@ -43,8 +43,26 @@ ACTIVATIONS = {
 }
 
 
+# The type each shape key must have; a config.json is untrusted input, checked before any
+# arithmetic so that an error names the file's own key.
+INT_KEYS = frozenset("""
+    vocab_size hidden_size n_embd n_layer n_head n_inner n_positions num_hidden_layers
+    num_attention_heads intermediate_size max_position_embeddings type_vocab_size head_dim
+    num_key_value_heads num_local_experts num_experts_per_tok ffn_hidden_size num_kv_heads
+    num_ln_in_parallel_attn ffn_dim word_embed_proj_dim d_model num_layers num_decoder_layers
+    num_heads d_kv d_ff relative_attention_num_buckets encoder_layers decoder_layers
+    encoder_attention_heads decoder_attention_heads encoder_ffn_dim decoder_ffn_dim
+    decoder_vocab_size""".split())
+BOOL_KEYS = frozenset("""
+    tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
+    parallel_attn multi_query bias alibi do_layer_norm_before _remove_final_layer_norm
+    enable_bias share_encoder_decoder_embeddings add_cross_attention is_decoder qk_layernorm
+    layer_norm_elementwise_affine""".split())
+FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct"})
+
+
 class Config:
-    """A config.json mapping with defaults, that reports which keys were read."""
+    """A config.json mapping with defaults; every value read is type-checked by key."""
 
     def __init__(self, data: dict[str, Any], where: str):
         self.data = data
@@ -53,24 +71,39 @@ class Config:
 
     def get(self, key: str, default: Any) -> Any:
         value = self.data.get(key)
-        return default if value is None else value
+        if value is None:
+            return default
+        self._check_type(key, value)
+        return value
+
+    def _check_type(self, key: str, value: Any) -> None:
+        if key in INT_KEYS:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SpecError(key, "a non-negative integer", value, source=self.where)
+            if value > MAX_SIZE:
+                raise SpecError(key, f"an integer <= {MAX_SIZE:,} (2^40)", value,
+                                source=self.where)
+        elif key in BOOL_KEYS and not isinstance(value, bool):
+            raise SpecError(key, "true or false", value, source=self.where)
+        elif key in FLOAT_KEYS and (isinstance(value, bool)
+                                    or not isinstance(value, (int, float))):
+            raise SpecError(key, "a number", value, source=self.where)
 
     def kv_heads(self, absent: int | None, n_heads: int) -> int:
         """num_key_value_heads: a class default when absent; null means n_heads (MHA)."""
         if "num_key_value_heads" not in self.data:
             return n_heads if absent is None else absent
-        value = self.data["num_key_value_heads"]
-        return n_heads if value is None else value
+        return self.get("num_key_value_heads", n_heads)
 
     def first(self, keys: tuple[str, ...], default: Any) -> Any:
         """The first key present (configs name one thing several ways: n_embd, hidden_size)."""
         for key in keys:
             if self.data.get(key) is not None:
-                return self.data[key]
+                return self.get(key, default)
         return default
 
     def refuse(self, key: str, unsupported: Callable[[Any], bool], why: str) -> None:
-        if key in self.data and unsupported(self.data[key]):
+        if key in self.data and self.data[key] is not None and unsupported(self.data[key]):
             raise SpecError(key, f"a value tcalc can count ({why})", self.data[key],
                             source=self.where)
 
@@ -87,9 +120,11 @@ def spec_from_hf_text(text: str, where: str) -> ModelSpec:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise PresetError(f"{where}: invalid JSON (line {e.lineno}, column {e.colno}): "
-                          f"{e.msg}") from None
+                          f"{e.msg}", line=e.lineno) from None
     except RecursionError:
         raise PresetError(f"{where}: invalid JSON: nested too deeply") from None
+    except ValueError as e:  # e.g. an integer of over 4,300 digits (sys.int_info)
+        raise PresetError(f"{where}: invalid JSON: {value_error_text(e)}") from None
     if not isinstance(data, dict):
         raise PresetError(f"{where}: expected a JSON object (a config.json), got "
                           f"{type(data).__name__}")
@@ -98,7 +133,7 @@ def spec_from_hf_text(text: str, where: str) -> ModelSpec:
 
 def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "") -> ModelSpec:
     model_type = data.get("model_type")
-    if model_type not in MAPPERS:
+    if not isinstance(model_type, str) or model_type not in MAPPERS:
         raise SpecError("model_type", "one of " + ", ".join(sorted(MAPPERS)), model_type,
                         source=where)
     cfg = Config(data, where)
@@ -288,8 +323,11 @@ def _opt(c: Config) -> dict[str, Any]:
 
 def _t5(c: Config) -> dict[str, Any]:
     proj = c.get("feed_forward_proj", "relu")
-    gated = isinstance(proj, str) and proj.startswith("gated-")
-    act = proj.split("-")[-1] if isinstance(proj, str) else proj
+    if not isinstance(proj, str):
+        raise SpecError("feed_forward_proj", "an activation, or gated-<activation>", proj,
+                        source=c.where)
+    gated = proj.startswith("gated-")
+    act = proj.split("-")[-1]
     if proj == "gated-gelu":  # T5Config maps it to gelu_new for backward compatibility
         act = "gelu_new"
     if act not in ACTIVATIONS:

@@ -11,10 +11,11 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from transformer_calc.errors import PresetError, SpecError, TcalcError
+from transformer_calc.errors import PresetError, SpecError, TcalcError, value_error_text
 from transformer_calc.spec import ARCH_FIELDS, FIELDS, ModelSpec
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a preset or config.json is a few KiB; refuse anything huge
+MAX_FLOW_DEPTH = 32  # [ / { nesting allowed in a YAML file (presets use 1)
 REQUIRED = ("vocab_size", "d_model", "n_heads", "d_ff")
 BIAS_KEYS = {"q": "bias_q", "k": "bias_k", "v": "bias_v", "o": "bias_o",
              "ffn_in": "bias_ffn_in", "ffn_out": "bias_ffn_out"}
@@ -72,20 +73,45 @@ def read_text(path: Path, shown: str | None = None) -> str:
         raise PresetError(f"{where}: not UTF-8 text (byte {e.start})") from None
 
 
+def flow_depth(text: str) -> int:
+    """Deepest nesting of [ and { (brackets inside strings count too: an over-estimate)."""
+    if text.count("[") + text.count("{") <= MAX_FLOW_DEPTH:
+        return 0  # cannot nest deeper than the brackets it has: skip the scan
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+    return deepest
+
+
 def parse_yaml(text: str, where: str) -> Any:
     import yaml
 
+    # libyaml's composer recurses in C without a guard: 100,000 nested '[' crash the
+    # process (seen with PyYAML 6.0.3). Presets are flat, so refuse deep flow nesting first.
+    if flow_depth(text) > MAX_FLOW_DEPTH:
+        raise PresetError(f"{where}: invalid YAML: nested more than {MAX_FLOW_DEPTH} levels deep")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         return yaml.load(text, Loader=loader)  # noqa: S506 -- a SafeLoader, never yaml.Loader
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         pos = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise PresetError(f"{where}: invalid YAML{pos}: {e.problem or e.context}") from None
+        what = " ".join(str(e.problem or e.context).split())
+        raise PresetError(f"{where}: invalid YAML{pos}: {what}",
+                          line=mark.line + 1 if mark else None) from None
+    except yaml.reader.ReaderError as e:
+        raise PresetError(f"{where}: invalid YAML: {e.reason} (character {e.character!r} at "
+                          f"position {e.position})") from None
     except yaml.YAMLError as e:
-        raise PresetError(f"{where}: invalid YAML: {e}") from None
+        raise PresetError(f"{where}: invalid YAML: {' '.join(str(e).split())}") from None
     except RecursionError:
         raise PresetError(f"{where}: invalid YAML: nested too deeply") from None
+    except ValueError as e:  # e.g. an integer of over 4,300 digits (sys.int_info)
+        raise PresetError(f"{where}: invalid YAML: {value_error_text(e)}") from None
 
 
 def load_file(path: Path, shown: str | None = None) -> ModelSpec:

@@ -200,3 +200,62 @@ def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]
     console.print(table)
     for line in footer:
         console.print(line, markup=False, highlight=False)
+
+
+# -- check ---------------------------------------------------------------------------------
+
+CHECK_SCHEMA = "tcalc.check/1"
+
+
+def check_summary(results: list[Any]) -> str:
+    failed = sum(not r.ok for r in results)
+    files = "file" if len(results) == 1 else "files"
+    return f"{len(results)} {files} checked: {len(results) - failed} ok, {failed} failed"
+
+
+def check_lines(results: list[Any]) -> list[str]:
+    """One line per file, then the summary."""
+    lines = []
+    for r in results:
+        if r.ok:
+            ref = " = expected_params" if r.expected is not None else ""
+            lines.append(f"ok    {r.path}: {r.model}, {r.total:,} parameters{ref}")
+        else:
+            at = f" (line {r.line})" if r.line else ""
+            lines.append(f"FAIL  {r.path}{at}: {r.message}")
+    return lines + [check_summary(results)]
+
+
+def _gh_escape(text: str, prop: bool = False) -> str:
+    # GitHub Actions workflow commands: escape %, CR, LF (and ':' ',' in properties).
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def github_annotations(results: list[Any]) -> list[str]:
+    out = []
+    for r in results:
+        if not r.ok:
+            loc = f"file={_gh_escape(r.path, True)}"
+            if r.line:
+                loc += f",line={r.line}"
+            out.append(f"::error {loc},title=tcalc check::{_gh_escape(r.message)}")
+    return out
+
+
+def render_check(results: list[Any], fmt: str) -> str:
+    if fmt == "json":
+        return dumps({
+            "schema": CHECK_SCHEMA,
+            "ok": sum(r.ok for r in results),
+            "failed": sum(not r.ok for r in results),
+            "files": [{"path": r.path, "ok": r.ok, "model": r.model, "total_params": r.total,
+                       "expected_params": r.expected, "message": r.message, "line": r.line,
+                       "key": r.key} for r in results],
+        })
+    if fmt == "markdown":
+        rows = [(r.path, "ok" if r.ok else "FAIL", f"{r.total:,}" if r.total is not None else "",
+                 r.message) for r in results]
+        return md_table(("file", "result", "params", "message"), rows) + "\n\n" + (
+            check_summary(results) + "\n")
+    return "\n".join(check_lines(results)) + "\n"

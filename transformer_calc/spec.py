@@ -20,6 +20,9 @@ NORM_POSITIONS = ("pre", "post")
 FFN_KINDS = ("plain", "gated", "param_attention")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swish", "sigmoid", "tanh", "identity")
 RELATIVE_SCOPES = ("first", "every")
+# Upper bound on every integer field. Real models stay far below (d_model ~1e4, vocab ~1e6);
+# the bound keeps totals printable and arithmetic O(1) whatever a file says.
+MAX_SIZE = 2**40
 
 
 def _f(default: Any, help: str, *, choices: tuple[str, ...] = (), minimum: int | None = None,
@@ -218,6 +221,8 @@ def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
             raise SpecError(f.name, "an integer", value)
         if meta["minimum"] is not None and value < meta["minimum"]:
             raise SpecError(f.name, f"an integer >= {meta['minimum']}", value)
+        if value > MAX_SIZE:
+            raise SpecError(f.name, f"an integer <= {MAX_SIZE:,} (2^40)", value)
     elif typ is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise SpecError(f.name, "a number", value)

@@ -1,0 +1,92 @@
+"""Validate model files for CI: schema, types, shapes and expected_params. Pure apart from
+reading the files it is given; renders nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformer_calc.errors import PresetError, SpecError, TcalcError
+from transformer_calc.params import count_params
+from transformer_calc.presets import SUFFIXES, load_file, preset_dir
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    path: str
+    ok: bool
+    message: str  # what is wrong, without the path; "" when ok
+    model: str | None = None
+    total: int | None = None
+    expected: int | None = None
+    line: int | None = None  # 1-based, where known
+    key: str | None = None
+
+
+def collect(paths: list[str]) -> list[Path]:
+    """The model files named, folders searched recursively. Raises PresetError (usage)."""
+    if not paths:
+        return sorted(preset_dir().glob("*.yaml"))
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.suffix in SUFFIXES and f.is_file())
+            if not found:
+                raise PresetError(f"{p}: no .yaml, .yml or .json files in this folder")
+            files += found
+        elif p.exists():
+            files.append(p)
+        else:
+            raise PresetError(f"{p}: no such file or folder")
+    return files
+
+
+def display(path: Path) -> str:
+    """A path as the user would write it: relative to the working directory when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def check_file(path: Path) -> CheckResult:
+    where = display(path)
+    try:
+        spec = load_file(path, shown=where)
+    except TcalcError as e:
+        message = str(e).removeprefix(f"{where}: ")
+        key = e.key if isinstance(e, SpecError) else None
+        line = e.line if e.line is not None else _key_line(path, key)
+        return CheckResult(where, False, message, line=line, key=key)
+    total = count_params(spec).total
+    expected = spec.expected_params
+    if expected is not None and expected != total:
+        return CheckResult(
+            where, False,
+            f"expected_params is {expected:,} but the architecture has {total:,} "
+            f"(difference {total - expected:+,})",
+            model=spec.name, total=total, expected=expected,
+            line=_key_line(path, "expected_params"), key="expected_params")
+    return CheckResult(where, True, "", model=spec.name, total=total, expected=expected)
+
+
+def check(paths: list[str]) -> list[CheckResult]:
+    return [check_file(f) for f in collect(paths)]
+
+
+def _key_line(path: Path, key: str | None) -> int | None:
+    """The line where a top-level key is written (YAML `key:` or JSON `"key":`)."""
+    if not key:
+        return None
+    name = re.escape(key.split(".")[0])
+    pattern = re.compile(rf'^\s*"?{name}"?\s*:')
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for n, text in enumerate(lines, 1):
+        if pattern.match(text):
+            return n
+    return None
