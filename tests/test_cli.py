@@ -114,3 +114,23 @@ def test_model_may_be_a_yaml_path(cli, tmp_path) -> None:
     assert data["model"] == "tiny"
     # 100·8 + 16·8 + layer (4·(64+8) + 8·32+32 + 32·8+8 + 2·16) + final 16, lm head tied
     assert data["total_params"] == 800 + 128 + (288 + 288 + 264 + 32) + 16
+
+
+@pytest.mark.parametrize("args, message", [
+    (["params", "gpt2", "--format", "yaml"],
+     "Error: Invalid value for '--format' / '-f': 'yaml' is not one of 'table', 'json', "
+     "'markdown'."),
+    (["nosuch"], "Error: No such command 'nosuch'."),
+    (["params", "gpt2", "--n-heads", "many"],
+     "Error: Invalid value for '--n-heads': 'many' is not a valid int."),
+    (["params", "gpt2", "--no-such-option"],
+     "Error: No such option: --no-such-option (Possible options: --norm-position)"),
+])
+def test_usage_errors_are_one_line_from_the_real_entry_point(args, message: str) -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "transformer_calc", *args], capture_output=True,
+                       text=True)
+    assert r.returncode == 2
+    assert r.stderr == message + "\n"

@@ -118,6 +118,116 @@ def params(model: str = ModelArg, format: Format = FormatOpt,
     _emit(render_params(count_params(spec), spec, format.value))
 
 
+def parse_count(text: str, option: str) -> int:
+    """'300e9', '1.4T', '20B', '1_000' -> an integer count."""
+    suffixes = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+    raw = text.strip().replace("_", "").replace(",", "")
+    scale = suffixes.get(raw[-1:].upper(), 1.0) if raw else 1.0
+    number = raw[:-1] if scale != 1.0 else raw
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise TcalcError(f"{option}: expected a number such as 300e9 or 1.4T, got {text!r}") \
+            from None
+    if not 1 <= value < float("inf"):
+        raise TcalcError(f"{option}: expected a number >= 1, got {text!r}")
+    return round(value)
+
+
+class Pattern(str, Enum):
+    dense = "dense"
+    local = "local"
+    strided = "strided"
+    fixed = "fixed"
+    longformer = "longformer"
+    bigbird = "bigbird"
+
+
+class Recompute(str, Enum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+SeqLenOpt = typer.Option(None, "--seq-len", "-T",
+                         help="Context length T (default: the model's max_positions, else 2048).")
+
+
+def _seq_len(spec: Any, seq_len: int | None) -> int:
+    if seq_len is not None:
+        return seq_len  # validated by the core (>= 1)
+    return spec.max_positions or 2048
+
+
+@_command(overrides=True)
+def flops(
+    model: str = ModelArg,
+    seq_len: Optional[int] = SeqLenOpt,
+    recompute: Recompute = typer.Option(Recompute.none, help="Activation recomputation."),
+    attention_pattern: Pattern = typer.Option(
+        Pattern.dense, "--attention-pattern", help="Efficient attention pattern."),
+    window: int = typer.Option(0, help="Sliding-window keys per query (local, longformer, "
+                                       "bigbird)."),
+    block: int = typer.Option(0, help="Block / stride l (Sparse Transformer strided, fixed)."),
+    summary: int = typer.Option(1, help="Summary positions c per block (fixed)."),
+    global_tokens: int = typer.Option(0, help="Global tokens (longformer, bigbird)."),
+    random: int = typer.Option(0, help="Random keys per query (bigbird)."),
+    tokens: Optional[str] = typer.Option(
+        None, help="Training tokens, e.g. 300e9 or 1.4T (default with --gpu: 20 per "
+                   "parameter, Chinchilla)."),
+    gpu: Optional[str] = typer.Option(None, help="GPU preset for the run and the roofline "
+                                                 "(see `tcalc gpus`)."),
+    gpus: int = typer.Option(1, help="Number of GPUs for the run."),
+    mfu: Optional[float] = typer.Option(None, help="Model FLOPs utilisation, 0-1 (default "
+                                                   "0.40, an assumption)."),
+    tokens_per_second: Optional[float] = typer.Option(
+        None, help="Measured training throughput: derive the MFU from it."),
+    dtype: str = typer.Option("bf16", help="Compute / weight dtype: fp32, tf32, bf16, fp16, "
+                                           "fp8, int8, int4."),
+    batch_size: int = typer.Option(1, help="Batch for the inference roofline."),
+    format: Format = FormatOpt,
+    overrides: dict[str, Any] | None = None,
+) -> None:
+    """FLOPs per token by matmul, training cost, and the inference roofline.
+
+    Forward FLOPs per token at context T, split by matmul (QKV, scores, attention × V,
+    output projection, FFN, LM head); backward = 2 × forward; the 6N and Kaplan rules of
+    thumb with their error. With --gpu: GPU-hours and days for a run, and prefill/decode
+    bounds from the roofline model.
+    """
+    from transformer_calc.flops import AttentionPattern, flops_report
+    from transformer_calc.render import render_flops
+
+    spec = _load(model, overrides or {})
+    pattern = AttentionPattern(attention_pattern.value, window, block, summary, global_tokens,
+                               random)
+    report = flops_report(
+        spec, _seq_len(spec, seq_len), recompute=recompute.value, pattern=pattern, gpu=gpu,
+        n_gpus=gpus, tokens=None if tokens is None else parse_count(tokens, "--tokens"), mfu=mfu,
+        dtype=dtype, tokens_per_second=tokens_per_second, batch=batch_size)
+    _emit(render_flops(report, format.value))
+
+
+@_command()
+def gpus(format: Format = FormatOpt) -> None:
+    """List the GPU presets: memory, bandwidth and dense peak FLOP/s per dtype."""
+    from transformer_calc.hardware import GPUS
+    from transformer_calc.render import dumps, md_table, print_table
+
+    if format is Format.json:
+        _emit(dumps([{"name": g.name, "memory_bytes": g.memory_bytes, "bandwidth": g.bandwidth,
+                      "peak_flops": g.peak_flops, "source": g.source} for g in GPUS.values()]))
+        return
+    rows = [(g.name, f"{g.memory_bytes / 2**30:g} GiB", f"{g.bandwidth / 1e9:,.0f} GB/s",
+             ", ".join(f"{k} {v / 1e12:g}" for k, v in g.peak_flops.items()), g.source)
+            for g in GPUS.values()]
+    headers = ("gpu", "memory", "bandwidth", "peak TFLOP/s (dense)", "source")
+    if format is Format.markdown:
+        _emit(md_table(headers, rows))
+    else:
+        print_table(f"{len(rows)} GPU presets", headers, rows)
+
+
 @_command()
 def presets(format: Format = FormatOpt) -> None:
     """List the shipped presets with their description and exact total."""
@@ -201,8 +311,23 @@ def import_(
 
 
 def main() -> None:
-    """Console entry point (`tcalc`, `python -m transformer_calc`)."""
+    """Console entry point (`tcalc`, `python -m transformer_calc`).
+
+    Runs typer in non-standalone mode so that usage errors (a bad option value, an unknown
+    option) print one line, like every other error, instead of usage + hint + message.
+    """
     try:
-        app()
+        code = app(standalone_mode=False)
+    except typer.TyperException as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `tcalc`: show the help
+            ctx = getattr(e, "ctx", None)
+            typer.echo(ctx.get_help() if ctx else "tcalc --help", err=True)
+            sys.exit(EXIT_USAGE)
+        message = e.format_message() if hasattr(e, "format_message") else str(e)
+        typer.echo("Error: " + " ".join(message.splitlines()), err=True)
+        sys.exit(getattr(e, "exit_code", EXIT_USAGE))
+    except typer.Abort:  # pragma: no cover - Ctrl-C at a prompt
+        sys.exit(130)
     except KeyboardInterrupt:  # pragma: no cover - interactive only
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

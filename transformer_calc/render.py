@@ -24,6 +24,14 @@ def human(n: float, unit: str = "") -> str:
     return f"{n:g}{unit}"
 
 
+def human_bytes(n: float) -> str:
+    """Binary units, as memory is sold and reported: 16,106,127,360 -> '15.00 GiB'."""
+    for div, suffix in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if abs(n) >= div:
+            return f"{n / div:.2f} {suffix}"
+    return f"{n:g} B"
+
+
 def pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.2f}%" if whole else "-"
 
@@ -259,3 +267,140 @@ def render_check(results: list[Any], fmt: str) -> str:
         return md_table(("file", "result", "params", "message"), rows) + "\n\n" + (
             check_summary(results) + "\n")
     return "\n".join(check_lines(results)) + "\n"
+
+
+# -- flops ---------------------------------------------------------------------------------
+
+FLOPS_SCHEMA = "tcalc.flops/1"
+
+
+def sci(x: float) -> str:
+    return f"{x:.3e}"
+
+
+def flops_dict(r: Any) -> dict[str, Any]:
+    """The documented JSON of `tcalc flops` from a FlopsReport."""
+    b = r.forward
+    out: dict[str, Any] = {
+        "schema": FLOPS_SCHEMA,
+        "model": b.model,
+        "seq_len": r.seq_len,
+        "forward_flops_per_token": b.total,
+        "backward_flops_per_token": 2 * b.total,
+        "recompute": r.recompute,
+        "training_flops_per_token": r.training,
+        "components": [{"name": i.name, "flops": i.total, "per_layer": i.per_layer,
+                        "layers": i.repeat, "flops_per_layer": i.count if i.per_layer else None,
+                        "formula": i.formula, "expr": i.expr, "note": i.note}
+                       for i in b.items],
+        "rules_of_thumb": {
+            "6N": {"params": r.params, "training_flops_per_token": r.rule_6n,
+                   "error_pct": round(error_pct(r.rule_6n, r.training), 4)},
+            "kaplan_forward": {"non_embedding_params": r.non_embedding,
+                               "forward_flops_per_token": r.kaplan,
+                               "error_pct": round(error_pct(r.kaplan, b.total), 4)},
+        },
+        "attention": {"pattern": r.pattern.kind, "description": r.pattern.describe(),
+                      "scan": [{"seq_len": t, "dense_flops": d, "pattern_flops": p}
+                               for t, d, p in r.scan]},
+        "notes": list(b.notes),
+    }
+    if r.run is not None:
+        run = r.run
+        out["run"] = {"tokens": run.tokens, "tokens_source": run.tokens_source,
+                      "total_flops": run.total_flops, "gpu": run.gpu, "gpus": run.n_gpus,
+                      "peak_flops_per_gpu": run.peak_flops,
+                      "mfu": None if run.mfu is None else round(run.mfu, 6),
+                      "mfu_source": run.mfu_source, "gpu_hours": run.gpu_hours,
+                      "wall_clock_days": run.wall_days}
+    if r.roofline is not None:
+        ro = r.roofline
+        out["roofline"] = {
+            "gpu": ro.gpu, "dtype": ro.dtype, "kv_dtype": ro.kv_dtype, "batch_size": ro.batch,
+            "context": ro.context, "peak_flops": ro.peak_flops, "bandwidth": ro.bandwidth,
+            "ridge_flops_per_byte": ro.ridge,
+            **{p.name: _phase_dict(p) for p in (ro.prefill, ro.decode)},
+        }
+        if ro.decode_mha is not None:
+            out["roofline"]["decode_if_mha"] = _phase_dict(ro.decode_mha)
+    return out
+
+
+def _phase_dict(p: Any) -> dict[str, Any]:
+    return {"flops": p.flops, "bytes": p.bytes, "seconds": p.seconds,
+            "arithmetic_intensity": p.intensity, "bound": p.bound,
+            "tokens_per_second": p.tokens_per_second}
+
+
+def flops_rows(r: Any) -> list[tuple[str, ...]]:
+    b = r.forward
+    rows: list[tuple[str, ...]] = []
+    current = None
+    for n, item in enumerate(b.items):
+        title = _section(item).replace("layer (×", "layer, forward (×")
+        if title != current:
+            current = title
+            rows.append((f"[{title}]", "", "", "", ""))
+        rows.append((_short(item), item.formula, f"{item.count:,}" if item.per_layer else "",
+                     f"{item.total:,}", pct(item.total, b.total)))
+        nxt = b.items[n + 1] if n + 1 < len(b.items) else None
+        if item.stack and (nxt is None or nxt.stack != item.stack):
+            one = b.layer_total(item.stack)
+            rows.append(("layer subtotal", f"one layer × {item.repeat}", f"{one:,}",
+                         f"{one * item.repeat:,}", pct(one * item.repeat, b.total)))
+    return rows
+
+
+def flops_summary(r: Any) -> list[str]:
+    b = r.forward
+    lines = [
+        f"forward: {b.total:,} FLOPs per token ({sci(b.total)}) at T = {r.seq_len}",
+        f"backward: {2 * b.total:,} (2 × forward)",
+        f"training: {r.training:,} per token ({sci(r.training)}; recompute {r.recompute})",
+        f"rule 6N = 6 × {r.params:,} = {r.rule_6n:,} ({error_pct(r.rule_6n, r.training):+.2f}% "
+        "vs itemised training)",
+        f"Kaplan forward 2N + 2·n_layer·n_ctx·d_attn = {r.kaplan:,} "
+        f"({error_pct(r.kaplan, b.total):+.2f}% vs itemised forward; N = {r.non_embedding:,} "
+        "non-embedding, so the LM head's 2·d_model·V is not in it)",
+    ]
+    if r.pattern.kind != "dense" or len(r.scan) > 0:
+        lines.append(f"attention pattern: {r.pattern.describe()}")
+        lines.append("   T  | dense scores+values/token | pattern | pattern/dense")
+        for t, d, p in r.scan:
+            mark = "  <- pays" if p < d else ""
+            lines.append(f"  {t:>7,} | {d:>20,} | {p:>16,} | {p / d:.3f}{mark}")
+    if r.run is not None:
+        run = r.run
+        lines += [f"run: {run.tokens:,} tokens ({run.tokens_source}): "
+                  f"{sci(run.total_flops)} training FLOPs"]
+        if run.gpu is not None:
+            lines += [
+                f"  {run.n_gpus} × {run.gpu} at {sci(run.peak_flops)} FLOP/s peak, "
+                f"MFU {100 * run.mfu:.1f}% ({run.mfu_source})",
+                f"  {run.gpu_hours:,.0f} GPU-hours, {run.wall_days:,.2f} days wall-clock",
+            ]
+    if r.roofline is not None:
+        ro = r.roofline
+        lines.append(f"roofline on {ro.gpu} ({ro.dtype} weights, {ro.kv_dtype} KV cache), batch "
+                     f"{ro.batch}, context {ro.context}: ridge {ro.ridge:.0f} FLOPs/byte")
+        phases = [ro.prefill, ro.decode] + ([ro.decode_mha] if ro.decode_mha else [])
+        for p, label in zip(phases, ["prefill", "decode", "decode if MHA"], strict=False):
+            lines.append(f"  {label}: {sci(p.flops)} FLOPs, {human_bytes(p.bytes)} moved, "
+                         f"intensity {p.intensity:,.1f} -> {p.bound}-bound, "
+                         f"<= {p.tokens_per_second:,.0f} tokens/s")
+    lines += [f"note: {n}" for n in b.notes]
+    return lines
+
+
+def render_flops(r: Any, fmt: str) -> str | None:
+    if fmt == "json":
+        return dumps(flops_dict(r))
+    headers = ("component", "formula", "per layer", "FLOPs/token", "share")
+    if fmt == "markdown":
+        rows = [(f"**{x[0][1:-1]}**", *x[1:]) if x[0].startswith("[") else x
+                for x in flops_rows(r)]
+        return (f"## {r.forward.model}: FLOPs per token\n\n" + md_table(headers, rows) + "\n\n"
+                + "\n".join(f"- {s}" for s in flops_summary(r)) + "\n")
+    print_table(f"{r.forward.model}: forward FLOPs per token (T = {r.seq_len})", headers,
+                flops_rows(r), flops_summary(r), right=(2, 3, 4))
+    return None

@@ -1,0 +1,395 @@
+"""FLOPs per token, training cost and the inference roofline. Pure, O(1) in model size.
+
+Conventions (stated in every output's notes):
+- one multiply-add = 2 FLOPs; only matrix multiplications are counted (norms, softmax,
+  activations and bias adds are O(d_model) per token and left out, as in Kaplan et al. 2020);
+- attention: every query meets all T keys of its sequence (PaLM, App. B, and Kaplan et al.
+  count it so; a causal mask makes half of that work useless, but dense kernels do most of
+  it). Efficient patterns replace T by the keys each query really meets;
+- backward = 2 × forward (gradients w.r.t. inputs and weights), so training = 3 × forward;
+  full recomputation adds one more forward, selective recomputation (Korthikanti et al.
+  2022) adds the attention score and value products again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from transformer_calc.breakdown import Breakdown, Item
+from transformer_calc.errors import TcalcError
+from transformer_calc.spec import ModelSpec
+
+PATTERNS = ("dense", "local", "strided", "fixed", "longformer", "bigbird")
+RECOMPUTE = ("none", "selective", "full")
+
+# Hoffmann et al. 2022 (Chinchilla): compute-optimal training uses ~20 tokens per parameter.
+CHINCHILLA_TOKENS_PER_PARAM = 20
+# Default model FLOPs utilisation: an assumption, said as such. PaLM 540B reached 46.2 %
+# (Chowdhery et al. 2022, Table 3); 40 % is typical of well-tuned dense training.
+DEFAULT_MFU = 0.40
+MFU_SOURCE = "assumed 40% (PaLM 540B reached 46.2%, Chowdhery et al. 2022)"
+
+
+@dataclass(frozen=True)
+class AttentionPattern:
+    """Which keys each query meets. Sizes are in tokens."""
+
+    kind: str = "dense"
+    window: int = 0  # local, longformer, bigbird: sliding-window keys per query
+    block: int = 0  # strided, fixed: Sparse Transformer block / stride length l
+    summary: int = 1  # fixed: summary positions (c) per block
+    global_tokens: int = 0  # longformer, bigbird: tokens that attend to and from all
+    random: int = 0  # bigbird: random keys per query
+
+    def __post_init__(self) -> None:
+        if self.kind not in PATTERNS:
+            raise TcalcError(f"--attention-pattern: expected one of {', '.join(PATTERNS)}, "
+                             f"got '{self.kind}'")
+        need = {"local": "window", "longformer": "window", "bigbird": "window",
+                "strided": "block", "fixed": "block"}.get(self.kind)
+        if need and getattr(self, need) < 1:
+            raise TcalcError(f"--{need}: the {self.kind} pattern needs --{need} >= 1")
+        for name in ("window", "block", "summary", "global_tokens", "random"):
+            if getattr(self, name) < 0:
+                raise TcalcError(f"--{name.replace('_', '-')}: expected >= 0")
+
+    def pairs(self, T: int) -> int:
+        """Query-key pairs scored in one sequence of T tokens (dense: T²)."""
+        if self.kind == "dense":
+            return T * T
+        if self.kind == "local":
+            return T * min(T, self.window)
+        if self.kind == "strided":
+            # Child et al. 2019: the previous l positions plus every l-th position.
+            return T * min(T, self.block + math.ceil(T / self.block))
+        if self.kind == "fixed":
+            # Child et al. 2019: own block of l plus c summary positions of every block.
+            return T * min(T, self.block + self.summary * math.ceil(T / self.block))
+        # Longformer (Beltagy et al. 2020): window (dilation spreads it, same count) + global;
+        # BigBird (Zaheer et al. 2020): window + global + random. Global tokens see all T.
+        g = min(self.global_tokens, T)
+        extra = self.random if self.kind == "bigbird" else 0
+        return (T - g) * min(T, self.window + g + extra) + g * T
+
+    def describe(self) -> str:
+        return {
+            "dense": "dense: every query meets all T keys",
+            "local": f"local window of {self.window}",
+            "strided": f"Sparse Transformer strided, l = {self.block}",
+            "fixed": f"Sparse Transformer fixed, l = {self.block}, c = {self.summary}",
+            "longformer": f"Longformer, window {self.window} + {self.global_tokens} global",
+            "bigbird": (f"BigBird, window {self.window} + {self.global_tokens} global + "
+                        f"{self.random} random"),
+        }[self.kind]
+
+
+DENSE = AttentionPattern()
+
+
+def keys_per_query(pattern: AttentionPattern, T: int) -> Fraction:
+    return Fraction(pattern.pairs(T), T)
+
+
+def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE) -> Breakdown:
+    """Forward FLOPs per token at context length ``seq_len``, one item per matmul."""
+    if seq_len < 1:
+        raise TcalcError(f"--seq-len: expected an integer >= 1, got {seq_len}")
+    items: list[Item] = []
+    E, H, Hkv, dh = spec.d_model, spec.n_heads, spec.kv_heads, spec.head_dim
+    V, Ve = spec.vocab_size, spec.embed_dim
+    T = seq_len
+    k = keys_per_query(pattern, T)
+    k_int = round(k)  # integer FLOPs: the average keys per query, rounded (exact when dense)
+
+    def layer(stack: str, reps: int, name: str, flops: int, formula: str, expr: str,
+              note: str = "") -> None:
+        items.append(Item(f"{stack}.{name}", flops, formula, expr, reps, stack, note))
+
+    for stack, L in spec.stacks:
+        blocks = ["attn", "cross"] if stack == "decoder" and spec.arch == "encoder-decoder" \
+            else ["attn"]
+        for blk in blocks:
+            layer(stack, L, f"{blk}.qkv", 2 * E * (H + 2 * Hkv) * dh,
+                  "2 · d_model · (n_heads + 2·n_kv_heads) · d_head",
+                  f"2 · {E} · ({H} + 2·{Hkv}) · {dh}",
+                  "K/V of the encoder output, per source token" if blk == "cross" else "")
+            kq, kq_note = (k_int, "" if pattern.kind == "dense" else pattern.describe())
+            if blk == "cross":
+                kq, kq_note = T, "every target token meets all T source tokens"
+            layer(stack, L, f"{blk}.scores", 2 * H * dh * kq, "2 · n_heads · d_head · keys",
+                  f"2 · {H} · {dh} · {kq}", kq_note)
+            layer(stack, L, f"{blk}.values", 2 * H * dh * kq, "2 · n_heads · d_head · keys",
+                  f"2 · {H} · {dh} · {kq}", kq_note)
+            layer(stack, L, f"{blk}.o", 2 * H * dh * E, "2 · (n_heads · d_head) · d_model",
+                  f"2 · ({H} · {dh}) · {E}")
+        _ffn_flops(spec, lambda *a, s=stack, n=L: layer(s, n, *a))
+
+    if Ve != E:
+        items.append(Item("embed.project_in", 2 * Ve * E, "2 · d_embed · d_model",
+                          f"2 · {Ve} · {E}"))
+        items.append(Item("embed.project_out", 2 * E * Ve, "2 · d_model · d_embed",
+                          f"2 · {E} · {Ve}"))
+    if spec.pooler:
+        items.append(Item("head.pooler", 2 * E * E, "2 · d_model²", f"2 · {E}²",
+                          note="first token only; counted per token as an upper bound"))
+    if spec.mlm_head:
+        items.append(Item("head.mlm.dense", 2 * E * E, "2 · d_model²", f"2 · {E}²"))
+        items.append(Item("head.mlm.decoder", 2 * E * V, "2 · d_model · vocab_size",
+                          f"2 · {E} · {V}"))
+    if spec.lm_head:
+        items.append(Item("head.lm", 2 * Ve * V, "2 · d_model · vocab_size", f"2 · {Ve} · {V}",
+                          note="a matmul even when its weights are tied"))
+    notes = [
+        "one multiply-add = 2 FLOPs; matmuls only (norms, softmax, activations, biases left out)",
+        f"attention: {pattern.describe()} (T = {T}); causal masking not subtracted",
+    ]
+    if spec.arch == "encoder-decoder":
+        notes.append("encoder-decoder: per token = one source and one target token, both of "
+                     f"length T = {T}")
+    if spec.n_experts:
+        notes.append(f"mixture of experts: top-{spec.top_k} of {spec.n_experts} experts run "
+                     "per token (plus the router)")
+    return Breakdown(spec.name, "flops", tuple(items), tuple(notes),
+                     extra={"seq_len": T, "pattern": pattern.kind})
+
+
+def _ffn_flops(spec: ModelSpec, layer) -> None:  # type: ignore[no-untyped-def]
+    E, F = spec.d_model, spec.d_ff
+    if spec.ffn == "param_attention":
+        hp, n_p, dk, dv = spec.pattn_heads, spec.pattn_n, spec.pattn_d_key, spec.pattn_d_value
+        layer("ffn.pattn.q", 2 * E * hp * dk, "2 · d_model · h_p · d_pk", f"2 · {E} · {hp} · {dk}")
+        layer("ffn.pattn.scores", 2 * hp * n_p * dk, "2 · h_p · n_p · d_pk",
+              f"2 · {hp} · {n_p} · {dk}")
+        layer("ffn.pattn.values", 2 * hp * n_p * dv, "2 · h_p · n_p · d_pv",
+              f"2 · {hp} · {n_p} · {dv}")
+        layer("ffn.pattn.o", 2 * hp * dv * E, "2 · h_p · d_pv · d_model", f"2 · {hp} · {dv} · {E}")
+        return
+    mats = 3 if spec.ffn == "gated" else 2
+    label = "3 (gated)" if mats == 3 else "2"
+    if not spec.n_experts:
+        layer("ffn", 2 * mats * E * F, f"2 · {label} · d_model · d_ff",
+              f"2 · {mats} · {E} · {F}")
+        return
+    X, k, S = spec.n_experts, spec.top_k, spec.n_shared_experts
+    layer("ffn.router", 2 * E * X, "2 · d_model · n_experts", f"2 · {E} · {X}")
+    layer("ffn.experts", 2 * mats * E * F * k, f"2 · {label} · d_model · d_ff · top_k",
+          f"2 · {mats} · {E} · {F} · {k}")
+    if S:
+        layer("ffn.shared", 2 * mats * E * F * S, f"2 · {label} · d_model · d_ff · n_shared",
+              f"2 · {mats} · {E} · {F} · {S}")
+
+
+def attention_core(b: Breakdown) -> int:
+    """Forward FLOPs of the score and value products (what selective recompute redoes)."""
+    return sum(i.total for i in b.items if i.name.endswith((".scores", ".values"))
+               and ".pattn." not in i.name)
+
+
+def training_flops_per_token(b: Breakdown, recompute: str = "none") -> int:
+    if recompute not in RECOMPUTE:
+        raise TcalcError(f"--recompute: expected one of {', '.join(RECOMPUTE)}, got '{recompute}'")
+    forward = b.total
+    extra = {"none": 0, "full": forward, "selective": attention_core(b)}[recompute]
+    return 3 * forward + extra  # backward = 2 × forward
+
+
+def rule_6n(params: int) -> int:
+    """Training FLOPs per token, the rule of thumb: 6N (2N forward + 4N backward)."""
+    return 6 * params
+
+
+def kaplan_forward(spec: ModelSpec, non_embedding: int, seq_len: int) -> int:
+    """Kaplan et al. 2020, Eq. 2.2: C_forward ≈ 2N + 2 · n_layer · n_ctx · d_attn (N without
+    embeddings)."""
+    return 2 * non_embedding + 2 * spec.total_layers * seq_len * spec.n_heads * spec.head_dim
+
+
+# -- training run ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrainingRun:
+    tokens: int
+    tokens_source: str
+    flops_per_token: int
+    total_flops: int
+    gpu: str | None  # without a GPU: total FLOPs only
+    n_gpus: int
+    peak_flops: float | None  # one GPU, the compute dtype
+    mfu: float | None
+    mfu_source: str
+    gpu_hours: float | None
+    wall_days: float | None
+
+
+def training_run(flops_per_token: int, params: int, gpu_name: str | None, n_gpus: int = 1,
+                 tokens: int | None = None, mfu: float | None = None, dtype: str = "bf16",
+                 tokens_per_second: float | None = None) -> TrainingRun:
+    from transformer_calc.hardware import get_gpu
+
+    if n_gpus < 1:
+        raise TcalcError(f"--gpus: expected an integer >= 1, got {n_gpus}")
+    if tokens is None:
+        tokens = CHINCHILLA_TOKENS_PER_PARAM * params
+        tokens_source = f"Chinchilla default: {CHINCHILLA_TOKENS_PER_PARAM} tokens per parameter"
+    else:
+        tokens_source = "given"
+        if tokens < 1:
+            raise TcalcError(f"--tokens: expected a number >= 1, got {tokens}")
+    total = flops_per_token * tokens
+    if gpu_name is None:
+        if mfu is not None or tokens_per_second is not None:
+            raise TcalcError("--mfu and --tokens-per-second need --gpu")
+        return TrainingRun(tokens, tokens_source, flops_per_token, total, None, n_gpus, None,
+                           None, "", None, None)
+    gpu = get_gpu(gpu_name)
+    peak = gpu.peak(dtype)
+    if tokens_per_second is not None:
+        if mfu is not None:
+            raise TcalcError("--mfu and --tokens-per-second: give one (the other is derived)")
+        if tokens_per_second <= 0:
+            raise TcalcError("--tokens-per-second: expected a number > 0")
+        # MFU = achieved model FLOP/s ÷ peak (PaLM, App. B)
+        mfu = tokens_per_second * flops_per_token / (n_gpus * peak)
+        mfu_source = f"measured: {tokens_per_second:,.0f} tokens/s"
+    elif mfu is None:
+        mfu, mfu_source = DEFAULT_MFU, MFU_SOURCE
+    else:
+        if not 0 < mfu <= 1:
+            raise TcalcError(f"--mfu: expected a fraction in (0, 1], got {mfu}")
+        mfu_source = "given"
+    gpu_seconds = total / (peak * mfu)
+    return TrainingRun(tokens, tokens_source, flops_per_token, total, gpu.name, n_gpus, peak,
+                       mfu, mfu_source, gpu_seconds / 3600, gpu_seconds / n_gpus / 86400)
+
+
+# -- inference roofline ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    flops: int
+    bytes: int
+    seconds: float
+    intensity: float  # FLOPs per byte moved
+    bound: str  # "compute" or "memory"
+    tokens_per_second: float
+
+
+@dataclass(frozen=True)
+class Roofline:
+    gpu: str
+    dtype: str
+    kv_dtype: str
+    batch: int
+    context: int
+    peak_flops: float
+    bandwidth: float
+    ridge: float  # FLOPs per byte where compute and memory time meet
+    prefill: Phase
+    decode: Phase
+    decode_mha: Phase | None  # the same model with n_kv_heads = n_heads, for comparison
+
+
+def roofline(spec: ModelSpec, gpu_name: str, batch: int, context: int,
+             dtype: str = "bf16", kv_dtype: str | None = None,
+             pattern: AttentionPattern = DENSE) -> Roofline:
+    """Upper bounds from the roofline model: time = max(FLOPs / peak, bytes / bandwidth).
+
+    Prefill processes batch × context tokens at once (weights read once: compute-bound);
+    decode makes one token per sequence, reading every weight and the whole KV cache for a
+    handful of FLOPs each (memory-bound) -- Pope et al. 2022, Efficiently Scaling Transformer
+    Inference. Activation traffic and kernel overheads are left out: real speeds are lower.
+    """
+    from transformer_calc.hardware import DTYPE_BYTES, get_gpu
+    from transformer_calc.memory import kv_elements_per_token, weight_bytes
+
+    if batch < 1 or context < 1:
+        raise TcalcError("--batch-size and --seq-len: expected integers >= 1")
+    kv_dtype = kv_dtype or ("bf16" if dtype in ("int8", "int4", "fp8") else dtype)
+    if kv_dtype not in DTYPE_BYTES:
+        raise TcalcError(f"--kv-dtype: unknown dtype '{kv_dtype}'")
+    from transformer_calc.params import count_params
+
+    gpu = get_gpu(gpu_name)
+    peak, bw = gpu.peak(dtype), gpu.bandwidth
+
+    def phases(s: ModelSpec) -> tuple[Phase, Phase]:
+        p = count_params(s)
+        experts = p.sum_prefix(f"{s.stacks[-1][0]}.ffn.experts.")
+        # Decode reads only the experts its batch routes to: at most batch · top_k of them.
+        used = min(s.n_experts, batch * s.top_k) if s.n_experts else 0
+        read = p.total - experts + (experts * used // s.n_experts if s.n_experts else 0)
+        kv_token = math.ceil(kv_elements_per_token(s) * DTYPE_BYTES[kv_dtype])
+        per_token = count_flops(s, context, pattern).total
+        pre_flops = batch * context * per_token
+        pre_bytes = weight_bytes(p.total, dtype) + batch * context * kv_token  # KV cache out
+        dec_flops = batch * per_token
+        dec_bytes = weight_bytes(read, dtype) + batch * context * kv_token  # KV cache in
+        return (_phase("prefill", pre_flops, pre_bytes, peak, bw, batch * context),
+                _phase("decode", dec_flops, dec_bytes, peak, bw, batch))
+
+    prefill, decode = phases(spec)
+    mha = None
+    if spec.kv_heads != spec.n_heads:
+        mha = phases(spec.replace(n_kv_heads=None))[1]
+    return Roofline(gpu.name, dtype, kv_dtype, batch, context, peak, bw, peak / bw, prefill,
+                    decode, mha)
+
+
+def _phase(name: str, flops: int, nbytes: int, peak: float, bw: float, tokens: int) -> Phase:
+    seconds = max(flops / peak, nbytes / bw)
+    intensity = flops / nbytes
+    return Phase(name, flops, nbytes, seconds, intensity,
+                 "compute" if intensity >= peak / bw else "memory", tokens / seconds)
+
+
+# -- one report for all renderers ---------------------------------------------------------
+
+SCAN_LENGTHS = (512, 2048, 8192, 32768, 131072)
+
+
+@dataclass(frozen=True)
+class FlopsReport:
+    forward: Breakdown
+    seq_len: int
+    recompute: str
+    training: int
+    params: int  # N for 6N: all parameters (active ones for mixture of experts)
+    non_embedding: int
+    rule_6n: int
+    kaplan: int
+    pattern: AttentionPattern
+    scan: tuple[tuple[int, int, int], ...]  # (T, dense, pattern) score+value FLOPs per token
+    run: TrainingRun | None = None
+    roofline: Roofline | None = None
+
+
+def flops_report(spec: ModelSpec, seq_len: int, *, recompute: str = "none",
+                 pattern: AttentionPattern = DENSE, gpu: str | None = None, n_gpus: int = 1,
+                 tokens: int | None = None, mfu: float | None = None, dtype: str = "bf16",
+                 tokens_per_second: float | None = None, batch: int = 1) -> FlopsReport:
+    from transformer_calc.params import count_params
+
+    forward = count_flops(spec, seq_len, pattern)
+    training = training_flops_per_token(forward, recompute)
+    p = count_params(spec)
+    n = p.active_total
+    embeddings = sum(i.total for i in p.items if ".embed." in f".{i.name}")
+    non_embedding = n - embeddings
+    scan: tuple[tuple[int, int, int], ...] = ()
+    if pattern.kind != "dense":
+        lengths = sorted(set(SCAN_LENGTHS) | {seq_len})
+        scan = tuple((t, attention_core(count_flops(spec, t)),
+                      attention_core(count_flops(spec, t, pattern))) for t in lengths)
+    run = roof = None
+    if gpu is not None or tokens is not None:
+        run = training_run(training, p.total, gpu, n_gpus, tokens, mfu, dtype,
+                           tokens_per_second)
+    elif mfu is not None or tokens_per_second is not None:
+        raise TcalcError("--mfu and --tokens-per-second need --gpu")
+    if gpu is not None:
+        roof = roofline(spec, gpu, batch, seq_len, dtype, pattern=pattern)
+    return FlopsReport(forward, seq_len, recompute, training, n, non_embedding, rule_6n(n),
+                       kaplan_forward(spec, non_embedding, seq_len), pattern, scan, run, roof)
