@@ -26,6 +26,7 @@ class Item:
     stack: str = ""  # "encoder" / "decoder" / "" (outside the layers)
     note: str = ""
     active: int | None = None
+    shape: tuple[int, ...] = ()  # one tensor's shape, where it is one (Adafactor needs it)
 
     @property
     def per_layer(self) -> bool:

@@ -208,6 +208,140 @@ def flops(
     _emit(render_flops(report, format.value))
 
 
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+class Optimizer(str, Enum):
+    adamw = "adamw"
+    adam = "adam"
+    adamw8bit = "adamw8bit"
+    sgd = "sgd"
+    sgd_momentum = "sgd-momentum"
+    adafactor = "adafactor"
+    lion = "lion"
+
+
+class Attention(str, Enum):
+    eager = "eager"
+    sdpa = "sdpa"
+    flash = "flash"
+
+
+class Device(str, Enum):
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+@_command(overrides=True)
+def memory(
+    model: Optional[str] = typer.Argument(
+        None, metavar="[MODEL]",
+        help="A preset, YAML or config.json. Without it: the bytes-per-parameter accounting "
+             "and every shipped preset's totals."),
+    precision: Optional[Precision] = typer.Option(
+        None, help="Weights dtype: fp32 (default), or bf16/fp16 (pure, or the 16-bit dtype "
+                   "with --mixed)."),
+    mixed: bool = typer.Option(False, "--mixed", help="Mixed precision (AMP): fp32 master "
+                                                      "weights + 16-bit copies (bf16 unless "
+                                                      "--precision fp16)."),
+    optimizer: Optimizer = typer.Option(Optimizer.adamw, help="Optimizer."),
+    adamw8bit: bool = typer.Option(False, "--adamw8bit", help="Shorthand for --optimizer "
+                                                              "adamw8bit."),
+    batch_size: int = typer.Option(1, "--batch-size", "-b", help="Micro-batch per GPU."),
+    seq_len: Optional[int] = SeqLenOpt,
+    recompute: Recompute = typer.Option(Recompute.none, help="Activation recomputation."),
+    attention: Attention = typer.Option(Attention.eager, help="Attention implementation "
+                                                              "(eager, sdpa, flash)."),
+    device: Device = typer.Option(Device.cuda, help="cuda: 1-byte dropout masks; cpu: masks "
+                                                    "in the activation dtype, SDPA math path."),
+    dropout: Optional[bool] = typer.Option(None, "--dropout/--no-dropout",
+                                           help="Default: the model's own dropout setting."),
+    gpus: int = typer.Option(1, help="GPUs in all (data × tensor × pipeline)."),
+    zero: int = typer.Option(0, help="ZeRO stage 0-3 (3 = FSDP full sharding)."),
+    tp: int = typer.Option(1, help="Tensor-parallel degree."),
+    pp: int = typer.Option(1, help="Pipeline-parallel degree."),
+    sequence_parallel: bool = typer.Option(False, "--sequence-parallel",
+                                           help="Megatron sequence parallelism (needs --tp)."),
+    inference: bool = typer.Option(False, "--inference", help="Serving: weights + KV cache."),
+    dtype: str = typer.Option("bf16", help="Inference weights: fp32, fp16, bf16, int8, int4."),
+    kv_dtype: str = typer.Option("", help="Inference KV-cache dtype (default bf16)."),
+    group_size: int = typer.Option(128, help="int8/int4: weights per fp16 scale."),
+    gpu: Optional[str] = typer.Option(None, help="GPU preset: fits?, headroom, largest batch."),
+    format: Format = FormatOpt,
+    overrides: dict[str, Any] | None = None,
+) -> None:
+    """Training or inference memory: weights, gradients, optimizer states, activations.
+
+    Training: bytes per parameter for the precision and optimizer (HF performance docs),
+    activations tensor by tensor (Korthikanti et al. 2022 with the implementation knobs),
+    sharding across --gpus (ZeRO, --tp, --pp). --inference: weights per dtype + KV cache.
+    --gpu: does it fit, headroom, and the largest batch size that fits.
+    """
+    from transformer_calc.memory import Settings
+
+    settings = Settings(
+        precision=(precision.value if precision else ("bf16" if mixed else "fp32")),
+        mixed=mixed, optimizer="adamw8bit" if adamw8bit else optimizer.value,
+        batch_size=batch_size, seq_len=seq_len or 0, recompute=recompute.value,
+        attention=attention.value, device=device.value, dropout=dropout, gpus=gpus, zero=zero,
+        tp=tp, pp=pp, sequence_parallel=sequence_parallel, inference=inference, dtype=dtype,
+        kv_dtype=kv_dtype, group_size=group_size)
+    if seq_len is not None and seq_len < 1:
+        raise TcalcError(f"--seq-len: expected an integer >= 1, got {seq_len}")
+    if model is None:
+        _memory_overview(settings, format)
+        return
+    from transformer_calc.memory import memory_report
+    from transformer_calc.render import render_memory
+
+    spec = _load(model, overrides or {})
+    _emit(render_memory(memory_report(spec, settings, gpu), format.value))
+
+
+def _memory_overview(settings: Any, format: Format) -> None:
+    """`tcalc memory` without MODEL: the accounting, then a row per shipped preset."""
+    import dataclasses
+
+    from transformer_calc.memory import memory_report, state_bytes_per_param
+    from transformer_calc.presets import load_model, preset_names
+    from transformer_calc.render import (
+        bytes_per_param_rows,
+        dumps,
+        human_bytes,
+        md_table,
+        print_table,
+    )
+
+    # One context for every preset (their max_positions range from 512 to 131,072)
+    settings = dataclasses.replace(settings, seq_len=settings.seq_len or 2048)
+    rows = state_bytes_per_param(settings)
+    reports = [memory_report(load_model(n), settings) for n in preset_names()]
+    if format is Format.json:
+        _emit(dumps({"schema": "tcalc.memory-overview/1",
+                     "bytes_per_param": [{"name": n, "bytes": b, "why": w} for n, b, w in rows],
+                     "models": [{"model": r.model, "params": r.params,
+                                 "total_bytes": r.components.total,
+                                 "components": [{"name": i.name, "bytes": i.total}
+                                                for i in r.components.items]}
+                                for r in reports]}))
+        return
+    names = [i.name for i in reports[0].components.items]
+    table = [(r.model, f"{r.params:,}", *(human_bytes(i.total) for i in r.components.items),
+              human_bytes(r.components.total)) for r in reports]
+    headers = ("model", "params", *names, "total")
+    if format is Format.markdown:
+        _emit(md_table(("component", "bytes/param", "why"), bytes_per_param_rows(rows)) + "\n\n"
+              + md_table(headers, table))
+        return
+    print_table("bytes per parameter", ("component", "bytes/param", "why"),
+                bytes_per_param_rows(rows), right=(1,))
+    print_table(f"every preset (batch {settings.batch_size}, seq {settings.seq_len})", headers,
+                table, right=tuple(range(1, len(headers))))
+
+
 @_command()
 def gpus(format: Format = FormatOpt) -> None:
     """List the GPU presets: memory, bandwidth and dense peak FLOP/s per dtype."""

@@ -37,7 +37,7 @@ HEAD_CLASS = {
 
 # transformers' ACT2FN names -> tcalc's activation (no parameters either way).
 ACTIVATIONS = {
-    "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_tanh",
     "gelu_fast": "gelu_tanh", "silu": "silu", "swish": "silu", "tanh": "tanh",
     "sigmoid": "sigmoid", "linear": "identity", "quick_gelu": "gelu",
 }
@@ -58,7 +58,23 @@ BOOL_KEYS = frozenset("""
     parallel_attn multi_query bias alibi do_layer_norm_before _remove_final_layer_norm
     enable_bias share_encoder_decoder_embeddings add_cross_attention is_decoder qk_layernorm
     layer_norm_elementwise_affine""".split())
-FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct"})
+FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct", "resid_pdrop", "embd_pdrop",
+                        "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob",
+                        "dropout", "attention_dropout", "dropout_rate", "hidden_dropout",
+                        "activation_dropout"})
+# Where each model type keeps its dropout probability (training), and its class default.
+DROPOUT_KEYS = {
+    "gpt2": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
+    "bert": (("hidden_dropout_prob", "attention_probs_dropout_prob"), 0.1),
+    "roberta": (("hidden_dropout_prob", "attention_probs_dropout_prob"), 0.1),
+    "t5": (("dropout_rate",), 0.1),
+    "bart": (("dropout", "attention_dropout"), 0.1),
+    "marian": (("dropout", "attention_dropout"), 0.1),
+    "opt": (("dropout", "attention_dropout"), 0.1),
+    "gpt_neox": (("hidden_dropout", "attention_dropout"), 0.0),
+    "falcon": (("hidden_dropout", "attention_dropout"), 0.0),
+    "phi": (("resid_pdrop", "embd_pdrop", "attention_dropout"), 0.0),
+}
 
 
 class Config:
@@ -142,6 +158,9 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     values.setdefault("name", name or (stem if stem != "config" else model_type))
     values.setdefault("description", f"{model_type} from {where}")
     values.setdefault("source", where)
+    keys, default = DROPOUT_KEYS.get(model_type, (("attention_dropout",), 0.0))
+    probs = [cfg.get(k, default) for k in keys]
+    values["dropout"] = float(max(probs)) if probs else 0.0
     values["note"] = "; ".join([f"counted as transformers' {HEAD_CLASS[model_type]}"]
                                + cfg.notes)
     try:

@@ -7,7 +7,9 @@ the comments and in each item's formula.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+from transformer_calc.breakdown import Breakdown
 from transformer_calc.errors import TcalcError
 from transformer_calc.spec import ModelSpec
 
@@ -43,3 +45,478 @@ def weight_bytes(params: int, dtype: str, group_size: int = 128) -> int:
     if dtype not in DTYPE_BYTES:
         raise TcalcError(f"unknown dtype '{dtype}' (known: {', '.join(DTYPE_BYTES)})")
     return math.ceil(params * DTYPE_BYTES[dtype])
+
+
+# -- model states --------------------------------------------------------------------------
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+OPTIMIZERS = ("adamw", "adam", "adamw8bit", "sgd", "sgd-momentum", "adafactor", "lion")
+
+# Optimizer state bytes per parameter (Hugging Face performance docs, "Anatomy of a model's
+# memory": AdamW 8 = two fp32 moments, 8-bit AdamW 2, SGD with momentum 4). Lion keeps one
+# momentum (Chen et al. 2023). Adafactor is computed from shapes (adafactor_state_bytes).
+OPTIMIZER_BYTES = {"adamw": 8, "adam": 8, "adamw8bit": 2, "sgd": 0, "sgd-momentum": 4,
+                   "lion": 4}
+OPTIMIZER_SOURCE = {
+    "adamw": "2 fp32 moments (HF performance docs: 8 bytes)",
+    "adam": "2 fp32 moments (HF performance docs: 8 bytes)",
+    "adamw8bit": "2 8-bit moments (bitsandbytes; HF performance docs: 2 bytes)",
+    "sgd": "no state",
+    "sgd-momentum": "1 fp32 momentum (HF performance docs: 4 bytes)",
+    "lion": "1 fp32 momentum (Chen et al. 2023)",
+    "adafactor": "factored second moment: rows + columns per matrix, fp32 (Shazeer & Stern "
+                 "2018); no first moment (beta1 = None, the HF default)",
+}
+
+
+def adafactor_state_elements(params_breakdown) -> int:  # type: ignore[no-untyped-def]
+    """Adafactor's second-moment statistics: for a tensor of shape (..., r, c) it keeps a row
+    and a column vector per leading index (r + c values); vectors keep one value each."""
+    total = 0
+    for item in params_breakdown.items:
+        if not item.count:
+            continue
+        shape: tuple[int, ...] = item.shape or (item.count,)
+        if len(shape) >= 2:
+            lead = math.prod(shape[:-2])
+            total += lead * (shape[-2] + shape[-1]) * item.repeat
+        else:
+            total += item.count * item.repeat
+    return total
+
+
+def fused_qkv_correction(spec: ModelSpec) -> int:
+    """Adafactor factors the fused QKV matrix (E, (H + 2·Hkv)·dh) as one: E + 3 widths, not
+    three separate (E + width) pairs. Returns the element difference per attention block."""
+    if not spec.fused_qkv:
+        return 0
+    E = spec.d_model
+    return -2 * E  # (E + qw + 2kvw) - [(qw + E) + 2·(kvw + E)]
+
+
+# -- activations ---------------------------------------------------------------------------
+
+ATTENTIONS = ("eager", "sdpa", "flash")
+DEVICES = ("cuda", "cpu")
+
+# Tensors of size B·T·d_ff an activation function keeps for backward, besides its output
+# (which the next matmul keeps). Measured with tools/measure_activations.py: HF's Python
+# NewGELUActivation keeps x (for pow), x (for mul), 0.5·x and tanh(...): 4. A native GELU or
+# SiLU keeps its input: 1. ReLU, sigmoid and tanh keep their output, which the next matmul
+# keeps anyway: 0.
+ACT_SAVES = {"gelu_new": 4, "gelu": 1, "gelu_tanh": 1, "silu": 1, "swish": 1, "relu": 0,
+             "sigmoid": 0, "tanh": 0, "identity": 0}
+RESULT_SAVERS = {"relu", "sigmoid", "tanh", "identity"}
+
+
+def activation_items(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes: int,
+                     device: str = "cuda", attention: str = "eager", dropout: bool = True,
+                     recompute: str = "none", pattern=None):  # type: ignore[no-untyped-def]
+    """Bytes autograd keeps for backward, one item per saved tensor, per layer.
+
+    Follows Korthikanti et al. 2022, Sec. 4.1 (34·s·b·h + 5·a·s²·b per layer, 16-bit), with the
+    implementation details that change it as explicit inputs: the device (CUDA keeps 1-byte
+    dropout masks, the CPU masks in the activation dtype and its LayerNorm statistics in the
+    activation dtype), the attention implementation (eager and SDPA's math path keep the
+    B·H·T² probabilities; flash/memory-efficient kernels keep only the output and a log-sum-exp),
+    HF's attention keeping K and V (and Q, or the fused QKV output) as separate copies, and what
+    the activation function keeps (ACT_SAVES).
+    """
+    from transformer_calc.breakdown import Item
+    from transformer_calc.flops import DENSE
+
+    if attention not in ATTENTIONS:
+        raise TcalcError(f"--attention: expected one of {', '.join(ATTENTIONS)}")
+    if device not in DEVICES:
+        raise TcalcError(f"--device: expected one of {', '.join(DEVICES)}")
+    if batch < 1 or seq_len < 1:
+        raise TcalcError("--batch-size and --seq-len: expected integers >= 1")
+    pattern = pattern or DENSE
+    a, B, T = act_bytes, batch, seq_len
+    E, H, Hkv, dh, F, V = (spec.d_model, spec.n_heads, spec.kv_heads, spec.head_dim, spec.d_ff,
+                           spec.vocab_size)
+    mask = 1 if device == "cuda" else a  # dropout mask: bool on CUDA, dtype-sized on the CPU
+    stat = 4 if device == "cuda" else a  # LayerNorm mean / rstd (fp32 on CUDA)
+    sb = B * T
+    keys = pattern.pairs(T) // T if pattern.kind != "dense" else T  # keys per query
+    # On CUDA, "sdpa" dispatches to the memory-efficient / flash kernels; on the CPU it takes
+    # the math path, which keeps the probabilities like eager does.
+    flash = attention == "flash" or (attention == "sdpa" and device == "cuda")
+    items: list[Item] = []
+    notes: list[str] = []
+
+    def add(name: str, nbytes: int, formula: str, stack: str, reps: int, tp: bool,
+            note: str = "") -> None:
+        # ``note`` carries "tp" for tensors tensor parallelism splits (Korthikanti, Sec. 4.2.2)
+        full = f"{stack}.{name}" if stack else name
+        items.append(Item(full, nbytes, formula, "", reps, stack, note or ("tp" if tp else "")))
+
+    def norm(prefix: str, stack: str, reps: int) -> None:
+        if spec.norm == "rmsnorm":
+            add(f"{prefix}.input", sb * E * a, "B·T·d_model · act", stack, reps, False)
+            add(f"{prefix}.rstd", sb * 4, "B·T · 4 (fp32)", stack, reps, False)
+        else:
+            add(f"{prefix}.input", sb * E * a, "B·T·d_model · act", stack, reps, False)
+            add(f"{prefix}.stats", 2 * sb * stat, "2 · B·T · stat (mean, rstd)", stack, reps,
+                False)
+
+    def attention_block(p: str, stack: str, L: int, cross: bool) -> None:
+        kq = T if cross else keys
+        add(f"{p}.input", sb * E * a, "B·T·d_model · act (Q/K/V matmul input)", stack, L, False)
+        qw, kvw, hw = H * dh, Hkv * dh, H * dh
+        if flash:
+            add(f"{p}.qkv", sb * (qw + 2 * kvw) * a, "B·T·(n_heads + 2·n_kv_heads)·d_head · act",
+                stack, L, True)
+            add(f"{p}.out", sb * qw * a, "B·T·n_heads·d_head · act (kernel output)", stack, L,
+                True)
+            add(f"{p}.logsumexp", B * H * T * 4, "B·n_heads·T · 4 (fp32)", stack, L, True)
+        else:
+            if attention == "eager" and spec.fused_qkv and not cross and B == 1:
+                # HF eager: Q is a (B, H, T, d_head) view of the fused (B, T, 3·E) projection
+                # output; matmul folds B and H into one batch dimension without a copy only
+                # when B = 1, and then the whole fused output stays alive. For B > 1 Q is
+                # copied and the fused output is freed (measured: tools/measure_activations).
+                add(f"{p}.qkv_output", sb * (qw + 2 * kvw) * a,
+                    "B·T·(n_heads + 2·n_kv_heads)·d_head · act (fused output, Q is a view)",
+                    stack, L, True)
+            else:
+                add(f"{p}.q", sb * qw * a, "B·T·n_heads·d_head · act", stack, L, True)
+            # K (transposed) and V are made contiguous for the batched matmuls; GQA/MQA heads
+            # are repeated to n_heads first (HF repeat_kv)
+            add(f"{p}.k", sb * hw * a, "B·T·n_heads·d_head · act (contiguous copy)", stack, L,
+                True)
+            add(f"{p}.v", sb * hw * a, "B·T·n_heads·d_head · act (contiguous copy)", stack, L,
+                True)
+            probs = B * H * T * kq
+            add(f"{p}.softmax", probs * a, "B·n_heads·T·keys · act (softmax output)", stack, L,
+                True)
+            if dropout:
+                add(f"{p}.dropout_mask", probs * mask, "B·n_heads·T·keys · mask", stack, L, True)
+                add(f"{p}.dropout_output", probs * a, "B·n_heads·T·keys · act (A·V input)",
+                    stack, L, True)
+        add(f"{p}.o_input", sb * qw * a, "B·T·n_heads·d_head · act (output projection input)",
+            stack, L, True)
+        if dropout:
+            add(f"{p}.residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", stack, L,
+                False)
+
+    def ffn_block(stack: str, L: int, shares_input: bool) -> None:
+        if not shares_input:
+            add("ffn.input", sb * E * a, "B·T·d_model · act (FFN input)", stack, L, False)
+        if spec.ffn == "param_attention":
+            hp, n_p = spec.pattn_heads, spec.pattn_n
+            add("ffn.pattn.q", sb * hp * spec.pattn_d_key * a, "B·T·h_p·d_pk · act", stack, L,
+                True)
+            add("ffn.pattn.softmax", B * hp * T * n_p * a, "B·h_p·T·n_p · act", stack, L, True)
+            add("ffn.pattn.o_input", sb * hp * spec.pattn_d_value * a, "B·T·h_p·d_pv · act",
+                stack, L, True)
+        else:
+            k = spec.top_k if spec.n_experts else 1
+            k += spec.n_shared_experts
+            route = f" · {k} experts" if k > 1 else ""
+            act = spec.activation
+            saves = ACT_SAVES[act]
+            if spec.ffn == "gated":
+                # act(gate) · up: the product keeps act(gate) and up; an input-keeping
+                # activation also keeps the gate, a result-keeping one already holds act(gate)
+                saves += 1 if act in RESULT_SAVERS else 2
+            if saves:
+                add("ffn.activation", k * saves * sb * F * a,
+                    f"{saves} · B·T·d_ff · act{route} ({act}"
+                    f"{', gated' if spec.ffn == 'gated' else ''})", stack, L, True)
+            add("ffn.out_input", k * sb * F * a, f"B·T·d_ff · act{route} (down projection input)",
+                stack, L, True)
+            if spec.n_experts:
+                add("ffn.router", sb * spec.n_experts * 4, "B·T·n_experts · 4 (router softmax)",
+                    stack, L, False)
+        if dropout:
+            add("ffn.residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", stack, L, False)
+
+    # embeddings
+    add("embed.token_ids", sb * 8, "B·T · 8 (int64 indices)", "", 1, False)
+    if spec.position == "learned":
+        add("embed.position_ids", T * 8, "T · 8 (int64, shared by the batch)", "", 1, False)
+    if dropout:
+        add("embed.dropout_mask", sb * E * mask, "B·T·d_model · mask", "", 1, False)
+    for stack, L in spec.stacks:
+        blocks = [("attn", False)] + ([("cross", True)] if stack == "decoder"
+                                      and spec.arch == "encoder-decoder" else [])
+        n_norms = spec.parallel_norms if spec.parallel_block else len(blocks) + 1
+        for n in range(n_norms):
+            norm(["attn.norm", "cross.norm", "ffn.norm"][n] if n_norms == 3 else
+                 ["attn.norm", "ffn.norm"][n], stack, L)
+        for blk, cross in blocks:
+            attention_block(blk, stack, L, cross)
+        ffn_block(stack, L, shares_input=spec.parallel_block and spec.parallel_norms == 1)
+        if spec.final_norm:
+            norm(f"{stack}.final_norm", "", 1)
+    if spec.embedding_norm:
+        norm("embed.norm", "", 1)
+    if spec.lm_head or spec.mlm_head:
+        add("head.input", sb * spec.embed_dim * a, "B·T·d_model · act (LM head input)", "", 1,
+            False)
+        # HF's loss upcasts the logits and keeps log_softmax in fp32, for every position
+        add("loss.log_softmax", sb * V * 4, "B·T·vocab_size · 4 (fp32 log-softmax)", "", 1, False)
+        add("loss.targets", sb * 8, "B·T · 8 (int64 labels)", "", 1, False)
+
+    if recompute == "full":
+        # Only each layer's input is kept; one layer's activations exist again in backward.
+        kept = [i for i in items if not i.stack]
+        for stack, L in spec.stacks:
+            per_layer = sum(i.count for i in items if i.stack == stack)
+            kept.append(Item(f"{stack}.checkpoint_input", sb * E * a, "B·T·d_model · act",
+                             "", L, stack, "kept per layer (full recomputation)"))
+            kept.append(Item(f"{stack}.recomputed_layer", per_layer, "one layer's activations",
+                             "", 1, "", "rebuilt during backward, one layer at a time"))
+        items = kept
+        notes.append("full recomputation: each layer's input is kept; one layer is rebuilt at "
+                     "a time in backward")
+    elif recompute == "selective":
+        # Korthikanti et al. 2022, Sec. 5: recompute the attention core (the B·H·T² tensors)
+        core = (".attn.softmax", ".attn.dropout_mask", ".attn.dropout_output",
+                ".cross.softmax", ".cross.dropout_mask", ".cross.dropout_output")
+        items = [i for i in items if not i.name.endswith(core)]
+        notes.append("selective recomputation: the attention probabilities are recomputed")
+    elif recompute != "none":
+        raise TcalcError("--recompute: expected one of none, selective, full")
+    return items, notes
+
+
+def korthikanti_per_layer(spec: ModelSpec, batch: int, seq_len: int) -> int:
+    """Korthikanti et al. 2022, Eq. 1: s·b·h·(34 + 5·a·s/h) bytes per layer (16-bit, no
+    parallelism, dropout masks of 1 byte)."""
+    s, b, h, heads = seq_len, batch, spec.d_model, spec.n_heads
+    return s * b * h * 34 + 5 * heads * s * s * b
+
+
+# -- the report ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Settings:
+    """How the model is trained or served; every knob that changes the bytes."""
+
+    precision: str = "fp32"  # fp32 | fp16 | bf16: the weights' dtype (pure), or with mixed
+    mixed: bool = False  # AMP: fp32 master weights + 16-bit copies (precision picks which)
+    optimizer: str = "adamw"
+    batch_size: int = 1
+    seq_len: int = 0  # 0: the model's max_positions (or 2048)
+    recompute: str = "none"
+    attention: str = "eager"
+    device: str = "cuda"
+    dropout: bool | None = None  # None: on when the model trains with dropout (spec.dropout)
+    gpus: int = 1
+    zero: int = 0  # ZeRO stage 0-3 (3 = FSDP full sharding)
+    tp: int = 1
+    pp: int = 1
+    sequence_parallel: bool = False
+    inference: bool = False
+    dtype: str = "bf16"  # inference weights: fp32, fp16, bf16, int8, int4
+    kv_dtype: str = ""  # inference KV cache ("" = bf16, or the weights' dtype if 16/32-bit)
+    group_size: int = 128  # int8/int4 scale group
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.precision in PRECISIONS, f"--precision: expected one of {', '.join(PRECISIONS)}"),
+            (not (self.mixed and self.precision == "fp32"),
+             "--mixed: pick its 16-bit dtype with --precision fp16 or bf16"),
+            (self.optimizer in OPTIMIZERS, f"--optimizer: expected one of {', '.join(OPTIMIZERS)}"),
+            (self.batch_size >= 1, "--batch-size: expected an integer >= 1"),
+            (self.seq_len >= 0, "--seq-len: expected an integer >= 1"),
+            (self.gpus >= 1 and self.tp >= 1 and self.pp >= 1,
+             "--gpus, --tp and --pp: expected integers >= 1"),
+            (self.gpus % (self.tp * self.pp) == 0,
+             f"--gpus {self.gpus}: expected a multiple of --tp × --pp = {self.tp * self.pp}"),
+            (0 <= self.zero <= 3, "--zero: expected a stage from 0 to 3"),
+            (not self.sequence_parallel or self.tp > 1, "--sequence-parallel needs --tp > 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise TcalcError(message)
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp)
+
+    @property
+    def act_bytes(self) -> int:
+        return 4 if self.precision == "fp32" else 2
+
+
+def state_bytes_per_param(s: Settings) -> list[tuple[str, float, str]]:
+    """(component, bytes per parameter, why) for training. Adafactor is shape-dependent and
+    reported separately."""
+    half = 2
+    rows: list[tuple[str, float, str]] = []
+    if s.mixed:
+        # HF performance docs: "mixed precision training: 6 bytes per parameter" (an fp32
+        # copy and a 16-bit copy); gradients stay fp32 (4 bytes).
+        rows.append(("weights", half, f"{s.precision} copy used in forward/backward"))
+        rows.append(("master_weights", 4, "fp32 master weights the optimizer updates"))
+        rows.append(("gradients", 4, "fp32 (HF performance docs)"))
+    else:
+        w = 4 if s.precision == "fp32" else half
+        rows.append(("weights", w, f"{s.precision} weights"))
+        rows.append(("gradients", w, f"{s.precision}, like the weights"))
+    if s.optimizer != "adafactor":
+        per = OPTIMIZER_BYTES[s.optimizer]
+        if not s.mixed and s.precision != "fp32" and s.optimizer in ("adamw", "adam", "lion",
+                                                                      "sgd-momentum"):
+            per = per // 2  # pure 16-bit training: torch keeps the moments in the param dtype
+            why = f"{OPTIMIZER_SOURCE[s.optimizer]}, kept in {s.precision} (pure 16-bit)"
+        else:
+            why = OPTIMIZER_SOURCE[s.optimizer]
+        rows.append(("optimizer_states", per, why))
+    return rows
+
+
+@dataclass(frozen=True)
+class Fit:
+    gpu: str
+    capacity: int
+    fits: bool
+    headroom: int
+    max_batch_size: int  # 0 when even batch 1 does not fit
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    model: str
+    settings: Settings
+    seq_len: int
+    params: int
+    components: Breakdown  # weights, master_weights, gradients, optimizer_states, activations
+    per_gpu: Breakdown  # the same per GPU after sharding
+    activations: Breakdown  # one item per saved tensor (per layer), one micro-batch
+    bytes_per_param: tuple[tuple[str, float, str], ...]
+    korthikanti_per_layer: int
+    fit: Fit | None
+    notes: tuple[str, ...]
+
+
+def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
+                  pattern=None) -> MemoryReport:  # type: ignore[no-untyped-def]
+    from transformer_calc.breakdown import Item
+    from transformer_calc.params import count_params
+
+    p = count_params(spec)
+    N = p.total
+    T = s.seq_len or spec.max_positions or 2048
+    notes: list[str] = []
+    comps: list[Item] = []
+    rows: list[tuple[str, float, str]] = []
+    if s.inference:
+        w = weight_bytes(N, s.dtype, s.group_size)
+        comps.append(Item("weights", w, f"params · {s.dtype}", f"{N:,} · {s.dtype}"))
+        kv_dtype = s.kv_dtype or ("bf16" if s.dtype in QUANT_BITS or s.dtype == "fp8"
+                                  else s.dtype)
+        from transformer_calc.hardware import DTYPE_BYTES
+
+        if kv_dtype not in DTYPE_BYTES:
+            raise TcalcError(f"--kv-dtype: unknown dtype '{kv_dtype}'")
+        per_token = kv_elements_per_token(spec)
+        kv = math.ceil(s.batch_size * T * per_token * DTYPE_BYTES[kv_dtype])
+        comps.append(Item("kv_cache", kv,
+                          "batch · context · 2 · layers · n_kv_heads · d_head · bytes",
+                          f"{s.batch_size} · {T} · {per_token:,} · {kv_dtype}"))
+        if s.dtype in QUANT_BITS:
+            notes.append(f"{s.dtype}: {QUANT_BITS[s.dtype]} bits per weight + one fp16 scale per "
+                         f"{s.group_size} weights (group quantisation)")
+        notes.append("inference: weights and KV cache; transient activations are left out")
+        acts = Breakdown(spec.name, "bytes", ())
+        korth = 0
+    else:
+        rows = state_bytes_per_param(s)
+        for name, per, why in rows:
+            comps.append(Item(name, math.ceil(N * per), f"params · {per:g} bytes ({why})",
+                              f"{N:,} · {per:g}"))
+        if s.optimizer == "adafactor":
+            elems = adafactor_state_elements(p) + fused_qkv_correction(spec) * sum(
+                n for _, n in spec.stacks)
+            comps.append(Item("optimizer_states", 4 * elems,
+                              "4 · Σ (rows + columns) over matrices + Σ vector sizes",
+                              f"4 · {elems:,}", note=OPTIMIZER_SOURCE["adafactor"]))
+        items, act_notes = activation_items(
+            spec, s.batch_size, T, act_bytes=s.act_bytes, device=s.device,
+            attention=s.attention,
+            dropout=s.dropout if s.dropout is not None else spec.dropout > 0,
+            recompute=s.recompute, pattern=pattern)
+        acts = Breakdown(spec.name, "bytes", tuple(items), tuple(act_notes))
+        notes += act_notes
+        comps.append(Item("activations", acts.total, "Σ saved tensors (below)",
+                          f"batch {s.batch_size} · seq {T}"))
+        korth = korthikanti_per_layer(spec, s.batch_size, T)
+    components = Breakdown(spec.name, "bytes", tuple(comps), tuple(notes))
+    per_gpu = _shard(spec, s, components, acts)
+    fit = _fit(spec, s, per_gpu, gpu, pattern) if gpu else None
+    return MemoryReport(spec.name, s, T, N, components, per_gpu, acts, tuple(rows), korth, fit,
+                        tuple(notes))
+
+
+def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown) -> Breakdown:
+    """Per-GPU bytes. ZeRO (Rajbhandari et al. 2020): stage 1 shards optimizer states (and
+    the fp32 master weights) over data-parallel ranks, stage 2 also gradients, stage 3 also
+    weights. Tensor and pipeline parallelism split every model state by tp · pp. Activations:
+    one micro-batch per GPU; tensor parallelism splits the attention/FFN internals
+    (Korthikanti et al. 2022, Eq. 2), sequence parallelism the rest too (Eq. 4); with
+    pipeline parallelism the first stage holds as many in-flight micro-batches as it has
+    layers' share, L layers in all (Sec. 4.2.3), so activations are not divided by pp."""
+    from transformer_calc.breakdown import Item
+
+    if s.gpus == 1:
+        return total
+    dp, mp = s.dp, s.tp * s.pp
+    divisor = {"optimizer_states": 1, "master_weights": 1, "gradients": 1, "weights": 1}
+    if s.zero >= 1:
+        divisor["optimizer_states"] = divisor["master_weights"] = dp
+    if s.zero >= 2:
+        divisor["gradients"] = dp
+    if s.zero >= 3:
+        divisor["weights"] = dp
+    out = []
+    for item in total.items:
+        if item.name == "activations":
+            split = sum(i.total for i in acts.items if i.note == "tp")
+            rest = acts.total - split
+            per = split // s.tp + (rest // s.tp if s.sequence_parallel else rest)
+            out.append(Item("activations", per, "tp-split part / tp + the rest"
+                            + (" / tp (sequence parallel)" if s.sequence_parallel else "")))
+        elif item.name == "kv_cache":
+            out.append(Item("kv_cache", math.ceil(item.total / s.gpus), "kv_cache / gpus"))
+        else:
+            d = divisor.get(item.name, 1) * mp
+            out.append(Item(item.name, math.ceil(item.total / d), f"{item.name} / {d}"))
+    return Breakdown(total.model, "bytes", tuple(out))
+
+
+def _fit(spec: ModelSpec, s: Settings, per_gpu: Breakdown, gpu_name: str,
+         pattern) -> Fit:  # type: ignore[no-untyped-def]
+    """Fits or not, headroom, and the largest batch that fits (activations and KV cache grow
+    linearly with the batch; the rest does not)."""
+    import dataclasses
+
+    from transformer_calc.hardware import get_gpu
+
+    gpu = get_gpu(gpu_name)
+    cap = gpu.memory_bytes
+    used = per_gpu.total
+    grows = sum(i.total for i in per_gpu.items if i.name in ("activations", "kv_cache"))
+    fixed = used - grows
+    if fixed >= cap:
+        return Fit(gpu.name, cap, used <= cap, cap - used, 0)
+    # per-sample cost at batch 1 (exact: every batch-dependent tensor is linear in the batch
+    # but for a few B-independent bytes, which the search below absorbs)
+    one = memory_report(spec, dataclasses.replace(s, batch_size=1), None, pattern).per_gpu
+    per_sample = sum(i.total for i in one.items if i.name in ("activations", "kv_cache"))
+    best = max(0, (cap - fixed) // max(per_sample, 1))
+    while best > 0 and _used(spec, s, best, pattern) > cap:
+        best -= 1
+    while _used(spec, s, best + 1, pattern) <= cap:
+        best += 1
+    return Fit(gpu.name, cap, used <= cap, cap - used, best)
+
+
+def _used(spec: ModelSpec, s: Settings, batch: int, pattern) -> int:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    return memory_report(spec, dataclasses.replace(s, batch_size=batch), None,
+                         pattern).per_gpu.total

@@ -40,22 +40,25 @@ def count_params(spec: ModelSpec) -> Breakdown:
     enc_dec = spec.arch == "encoder-decoder"
 
     def add(name: str, count: int, formula: str, expr: str = "", *, repeat: int = 1,
-            stack: str = "", note: str = "", active: int | None = None) -> None:
-        items.append(Item(name, count, formula, expr, repeat, stack, note, active))
+            stack: str = "", note: str = "", active: int | None = None,
+            shape: tuple[int, ...] = ()) -> None:
+        items.append(Item(name, count, formula, expr, repeat, stack, note, active,
+                          shape or ((count,) if count else ())))
 
     # -- embeddings ------------------------------------------------------------------------
     Ve = spec.embed_dim
     if enc_dec and not spec.tie_encoder_decoder:
         for stack, _ in spec.stacks:
-            add(f"{stack}.embed.tokens", V * Ve, "vocab_size × d_model", f"{V} × {Ve}")
+            add(f"{stack}.embed.tokens", V * Ve, "vocab_size × d_model", f"{V} × {Ve}",
+                shape=(V, Ve))
     else:
         add("embed.tokens", V * Ve, "vocab_size × d_embed" if Ve != E else "vocab_size × d_model",
-            f"{V} × {Ve}",
+            f"{V} × {Ve}", shape=(V, Ve),
             note="one table shared by encoder and decoder" if enc_dec else "")
     if Ve != E:
         # OPT-350M: embeddings narrower than the model, projected in and out (no bias).
-        add("embed.project_in", Ve * E, "d_embed × d_model", f"{Ve} × {E}")
-        add("embed.project_out", E * Ve, "d_model × d_embed", f"{E} × {Ve}")
+        add("embed.project_in", Ve * E, "d_embed × d_model", f"{Ve} × {E}", shape=(E, Ve))
+        add("embed.project_out", E * Ve, "d_model × d_embed", f"{E} × {Ve}", shape=(Ve, E))
     pos_stacks = [s for s, _ in spec.stacks] if enc_dec else [""]
     for stack in pos_stacks:
         prefix = f"{stack}." if stack else ""
@@ -63,9 +66,11 @@ def count_params(spec: ModelSpec) -> Breakdown:
             P, off = spec.max_positions, spec.position_offset
             if off:
                 add(f"{prefix}embed.positions", (P + off) * E, "(max_positions + offset) × d_model",
-                    f"({P} + {off}) × {E}", note=f"{off} extra rows, as OPT/BART keep for padding")
+                    f"({P} + {off}) × {E}", note=f"{off} extra rows, as OPT/BART keep for padding",
+                    shape=(P + off, E))
             else:
-                add(f"{prefix}embed.positions", P * E, "max_positions × d_model", f"{P} × {E}")
+                add(f"{prefix}embed.positions", P * E, "max_positions × d_model", f"{P} × {E}",
+                    shape=(P, E))
         else:
             why = {"sinusoidal": "sinusoidal: computed, not learned",
                    "rope": "RoPE: a rotation computed from the position, nothing learned",
@@ -75,7 +80,7 @@ def count_params(spec: ModelSpec) -> Breakdown:
             add(f"{prefix}embed.positions", 0, "0", "0", note=why)
     if spec.token_types:
         add("embed.token_types", spec.token_types * E, "token_types × d_model",
-            f"{spec.token_types} × {E}")
+            f"{spec.token_types} × {E}", shape=(spec.token_types, E))
     if spec.embedding_norm:
         for stack in pos_stacks:
             prefix = f"{stack}." if stack else ""
@@ -84,18 +89,21 @@ def count_params(spec: ModelSpec) -> Breakdown:
     # -- layers ----------------------------------------------------------------------------
     for stack, L in spec.stacks:
         def layer(name: str, count: int, formula: str, expr: str = "", *, note: str = "",
-                  active: int | None = None, _s: str = stack, _L: int = L) -> None:
+                  active: int | None = None, shape: tuple[int, ...] = (), _s: str = stack,
+                  _L: int = L) -> None:
             add(f"{_s}.{name}", count, formula, expr, repeat=_L, stack=_s, note=note,
-                active=active)
+                active=active, shape=shape)
 
         if spec.position == "relative":
             # T5: a (buckets × heads) bias table in the first layer only, shared by all layers.
             nb = spec.relative_buckets
             if spec.relative_scope == "first":
                 add(f"{stack}.attn.relative_bias", nb * H, "relative_buckets × n_heads",
-                    f"{nb} × {H}", note="first layer only, shared by every layer (T5)")
+                    f"{nb} × {H}", note="first layer only, shared by every layer (T5)",
+                    shape=(nb, H))
             else:
-                layer("attn.relative_bias", nb * H, "relative_buckets × n_heads", f"{nb} × {H}")
+                layer("attn.relative_bias", nb * H, "relative_buckets × n_heads", f"{nb} × {H}",
+                      shape=(nb, H))
 
         blocks = ["attn", "cross"] if stack == "decoder" and enc_dec else ["attn"]
         for blk in blocks:
@@ -119,10 +127,10 @@ def count_params(spec: ModelSpec) -> Breakdown:
         if spec.lm_head_bias:
             add("head.lm.bias", V, "vocab_size", str(V))
     if spec.pooler:
-        add("head.pooler.weight", E * E, "d_model × d_model", f"{E} × {E}")
+        add("head.pooler.weight", E * E, "d_model × d_model", f"{E} × {E}", shape=(E, E))
         add("head.pooler.bias", E, "d_model", str(E))
     if spec.mlm_head:
-        add("head.mlm.dense.weight", E * E, "d_model × d_model", f"{E} × {E}")
+        add("head.mlm.dense.weight", E * E, "d_model × d_model", f"{E} × {E}", shape=(E, E))
         add("head.mlm.dense.bias", E, "d_model", str(E))
         add("head.mlm.norm", norm_n, norm_why, str(norm_n))
         _vocab_projection(add, spec, "head.mlm.decoder", notes)
@@ -158,7 +166,7 @@ def _vocab_projection(add, spec: ModelSpec, name: str, notes: list[str]) -> None
             note=f"tied to the token embedding: saves vocab_size × d_model = {V * Ve:,}")
         notes.append(f"{name}.weight is the token embedding matrix (tied), counted once.")
     else:
-        add(f"{name}.weight", V * Ve, "vocab_size × d_model", f"{V} × {Ve}")
+        add(f"{name}.weight", V * Ve, "vocab_size × d_model", f"{V} × {Ve}", shape=(V, Ve))
 
 
 def _attention(layer, spec: ModelSpec, blk: str) -> None:  # type: ignore[no-untyped-def]
@@ -168,15 +176,16 @@ def _attention(layer, spec: ModelSpec, blk: str) -> None:  # type: ignore[no-unt
                                    else f"grouped-query: {Hkv} K/V heads for {H} Q heads")
     fused = "fused with Q, K, V in one matrix; counted by part" if spec.fused_qkv else ""
     layer(f"{blk}.q.weight", E * H * dh, "d_model × (n_heads · d_head)", f"{E} × ({H} · {dh})",
-          note=fused)
+          note=fused, shape=(H * dh, E))
     if spec.bias_q:
         layer(f"{blk}.q.bias", H * dh, "n_heads · d_head", f"{H} · {dh}")
     for p, bias in (("k", spec.bias_k), ("v", spec.bias_v)):
         layer(f"{blk}.{p}.weight", E * Hkv * dh, "d_model × (n_kv_heads · d_head)",
-              f"{E} × ({Hkv} · {dh})", note=kv_note)
+              f"{E} × ({Hkv} · {dh})", note=kv_note, shape=(Hkv * dh, E))
         if bias:
             layer(f"{blk}.{p}.bias", Hkv * dh, "n_kv_heads · d_head", f"{Hkv} · {dh}")
-    layer(f"{blk}.o.weight", H * dh * E, "(n_heads · d_head) × d_model", f"({H} · {dh}) × {E}")
+    layer(f"{blk}.o.weight", H * dh * E, "(n_heads · d_head) × d_model", f"({H} · {dh}) × {E}",
+          shape=(E, H * dh))
     if spec.bias_o:
         layer(f"{blk}.o.bias", E, "d_model", str(E))
 
@@ -187,30 +196,36 @@ def _ffn(layer, spec: ModelSpec) -> None:  # type: ignore[no-untyped-def]
         # Vaswani et al. 2017, appendix: the FFN replaced by attention over n_p trainable
         # key-value pairs per head; only the query and output projections see the input.
         hp, n_p, dk, dv = spec.pattn_heads, spec.pattn_n, spec.pattn_d_key, spec.pattn_d_value
-        layer("ffn.pattn.q.weight", E * hp * dk, "d_model × (h_p · d_pk)", f"{E} × ({hp} · {dk})")
-        layer("ffn.pattn.keys", hp * n_p * dk, "h_p · n_p · d_pk", f"{hp} · {n_p} · {dk}")
-        layer("ffn.pattn.values", hp * n_p * dv, "h_p · n_p · d_pv", f"{hp} · {n_p} · {dv}")
-        layer("ffn.pattn.o.weight", hp * dv * E, "(h_p · d_pv) × d_model", f"({hp} · {dv}) × {E}")
+        layer("ffn.pattn.q.weight", E * hp * dk, "d_model × (h_p · d_pk)", f"{E} × ({hp} · {dk})",
+              shape=(hp * dk, E))
+        layer("ffn.pattn.keys", hp * n_p * dk, "h_p · n_p · d_pk", f"{hp} · {n_p} · {dk}",
+              shape=(hp, n_p, dk))
+        layer("ffn.pattn.values", hp * n_p * dv, "h_p · n_p · d_pv", f"{hp} · {n_p} · {dv}",
+              shape=(hp, n_p, dv))
+        layer("ffn.pattn.o.weight", hp * dv * E, "(h_p · d_pv) × d_model", f"({hp} · {dv}) × {E}",
+              shape=(E, hp * dv))
         return
     gated = spec.ffn == "gated"
     # One expert's (or the dense FFN's) tensors: in (and gate) d_model -> d_ff, out d_ff -> d_model.
-    parts = [("in.weight", E * F, "d_model × d_ff", f"{E} × {F}")]
+    parts: list[tuple[str, int, str, str, tuple[int, ...]]] = [
+        ("in.weight", E * F, "d_model × d_ff", f"{E} × {F}", (F, E))]
     if gated:
-        parts.insert(0, ("gate.weight", E * F, "d_model × d_ff", f"{E} × {F}"))
+        parts.insert(0, ("gate.weight", E * F, "d_model × d_ff", f"{E} × {F}", (F, E)))
     if spec.bias_ffn_in:
-        parts += [("in.bias", F, "d_ff", str(F))] + ([("gate.bias", F, "d_ff", str(F))]
-                                                     if gated else [])
-    parts.append(("out.weight", F * E, "d_ff × d_model", f"{F} × {E}"))
+        parts += [("in.bias", F, "d_ff", str(F), (F,))] + (
+            [("gate.bias", F, "d_ff", str(F), (F,))] if gated else [])
+    parts.append(("out.weight", F * E, "d_ff × d_model", f"{F} × {E}", (E, F)))
     if spec.bias_ffn_out:
-        parts.append(("out.bias", E, "d_model", str(E)))
+        parts.append(("out.bias", E, "d_model", str(E), (E,)))
     if not spec.n_experts:
-        for name, n, formula, expr in parts:
-            layer(f"ffn.{name}", n, formula, expr)
+        for name, n, formula, expr, shape in parts:
+            layer(f"ffn.{name}", n, formula, expr, shape=shape)
         return
     X, k, S = spec.n_experts, spec.top_k, spec.n_shared_experts
-    layer("ffn.router.weight", E * X, "d_model × n_experts", f"{E} × {X}")
-    for name, n, formula, expr in parts:
+    layer("ffn.router.weight", E * X, "d_model × n_experts", f"{E} × {X}", shape=(X, E))
+    for name, n, formula, expr, shape in parts:
         layer(f"ffn.experts.{name}", X * n, f"n_experts · {formula}", f"{X} · {expr}",
-              active=k * n, note=f"top-{k} of {X} active per token")
-    for name, n, formula, expr in parts if S else []:
-        layer(f"ffn.shared.{name}", S * n, f"n_shared_experts · {formula}", f"{S} · {expr}")
+              active=k * n, note=f"top-{k} of {X} active per token", shape=(X, *shape))
+    for name, n, formula, expr, shape in parts if S else []:
+        layer(f"ffn.shared.{name}", S * n, f"n_shared_experts · {formula}", f"{S} · {expr}",
+              shape=(S, *shape))

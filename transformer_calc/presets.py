@@ -189,9 +189,9 @@ def spec_to_mapping(spec: ModelSpec) -> dict[str, Any]:
     from its default (bias folded into one mapping), so the file stays short and exact."""
     out: dict[str, Any] = {}
     for key in ("name", "description", "source", "expected_params", "expected_params_source",
-                "note"):
+                "note", "dropout"):
         value = getattr(spec, key)
-        if value not in ("", None):
+        if value not in ("", None, 0.0):
             out[key] = value
     biases = {}
     for f in ARCH_FIELDS:

@@ -404,3 +404,120 @@ def render_flops(r: Any, fmt: str) -> str | None:
     print_table(f"{r.forward.model}: forward FLOPs per token (T = {r.seq_len})", headers,
                 flops_rows(r), flops_summary(r), right=(2, 3, 4))
     return None
+
+
+# -- memory --------------------------------------------------------------------------------
+
+MEMORY_SCHEMA = "tcalc.memory/1"
+
+
+def memory_dict(r: Any) -> dict[str, Any]:
+    s = r.settings
+    out: dict[str, Any] = {
+        "schema": MEMORY_SCHEMA,
+        "model": r.model,
+        "params": r.params,
+        "mode": "inference" if s.inference else "training",
+        "settings": {k: getattr(s, k) for k in s.__dataclass_fields__},
+        "seq_len": r.seq_len,
+        "total_bytes": r.components.total,
+        "per_gpu_bytes": r.per_gpu.total,
+        "components": [{"name": i.name, "bytes": i.total, "formula": i.formula,
+                        "per_gpu_bytes": r.per_gpu.get(i.name).total}
+                       for i in r.components.items],
+        "bytes_per_param": [{"name": n, "bytes": b, "why": w} for n, b, w in r.bytes_per_param],
+        "notes": list(r.notes),
+    }
+    if not s.inference:
+        out["activations"] = {
+            "bytes": r.activations.total,
+            "korthikanti_per_layer_16bit": r.korthikanti_per_layer,
+            "components": [{"name": i.name, "bytes": i.total, "per_layer": i.per_layer,
+                            "layers": i.repeat,
+                            "bytes_per_layer": i.count if i.per_layer else None,
+                            "formula": i.formula, "tensor_parallel_split": i.note == "tp"}
+                           for i in r.activations.items]}
+    if r.fit is not None:
+        f = r.fit
+        out["fit"] = {"gpu": f.gpu, "capacity_bytes": f.capacity, "fits": f.fits,
+                      "headroom_bytes": f.headroom, "max_batch_size": f.max_batch_size}
+    return out
+
+
+def memory_lines(r: Any) -> list[str]:
+    s = r.settings
+    lines = []
+    if s.inference:
+        lines.append(f"inference: {s.dtype} weights, batch {s.batch_size}, context {r.seq_len}")
+    else:
+        mode = f"mixed {s.precision}" if s.mixed else f"pure {s.precision}"
+        lines.append(f"training: {mode}, {s.optimizer}, batch {s.batch_size} × seq {r.seq_len}, "
+                     f"attention {s.attention} on {s.device}, recompute {s.recompute}")
+        per = sum(b for _, b, _ in r.bytes_per_param)
+        acc = " + ".join(f"{n} {b:g}" for n, b, _ in r.bytes_per_param)
+        lines.append(f"bytes per parameter: {acc} = {per:g}" +
+                     (" + Adafactor's factored statistics" if s.optimizer == "adafactor"
+                      else "") + " (Hugging Face performance docs)")
+    if s.gpus > 1:
+        lines.append(f"{s.gpus} GPUs: data {s.dp} × tensor {s.tp} × pipeline {s.pp}, ZeRO "
+                     f"stage {s.zero}{', sequence parallel' if s.sequence_parallel else ''}: "
+                     f"{human_bytes(r.per_gpu.total)} per GPU")
+    if r.fit is not None:
+        f = r.fit
+        verdict = "fits" if f.fits else "does NOT fit"
+        lines.append(f"{f.gpu} ({human_bytes(f.capacity)}): {verdict}, headroom "
+                     f"{human_bytes(f.headroom)}; largest batch that fits: {f.max_batch_size}")
+    if not s.inference:
+        b = r.activations
+        top = sorted(b.items, key=lambda i: -i.total)[:3]
+        lines.append("largest saved tensors: " + ", ".join(
+            f"{i.name} {human_bytes(i.total)}" for i in top))
+        lines.append(f"Korthikanti et al. 2022: s·b·h·(34 + 5·a·s/h) = "
+                     f"{human_bytes(r.korthikanti_per_layer)} per layer (16-bit, 1-byte masks, "
+                     "no implementation copies)")
+    lines += [f"note: {n}" for n in r.notes]
+    return lines
+
+
+def memory_rows(r: Any) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    total = r.components.total
+    for i in r.components.items:
+        rows.append((i.name, i.formula, f"{i.total:,}", human_bytes(i.total), pct(i.total, total),
+                     human_bytes(r.per_gpu.get(i.name).total)))
+    rows.append(("total", "", f"{total:,}", human_bytes(total), "100.00%",
+                 human_bytes(r.per_gpu.total)))
+    return rows
+
+
+def activation_rows(r: Any) -> list[tuple[str, ...]]:
+    b = r.activations
+    return [(i.name, i.formula, f"{i.count:,}" if i.per_layer else "", f"{i.total:,}",
+             pct(i.total, b.total)) for i in b.items]
+
+
+def render_memory(r: Any, fmt: str) -> str | None:
+    if fmt == "json":
+        return dumps(memory_dict(r))
+    headers = ("component", "formula", "bytes", "", "share", "per GPU")
+    aheaders = ("saved tensor", "formula", "per layer", "bytes", "share")
+    if fmt == "markdown":
+        text = f"## {r.model}: memory\n\n" + md_table(headers, memory_rows(r)) + "\n\n"
+        if not r.settings.inference:
+            text += "### activations\n\n" + md_table(aheaders, activation_rows(r)) + "\n\n"
+        return text + "\n".join(f"- {x}" for x in memory_lines(r)) + "\n"
+    print_table(f"{r.model}: memory", headers, memory_rows(r), right=(2, 3, 4, 5))
+    if not r.settings.inference:
+        print_table("activations saved for backward (one micro-batch)", aheaders,
+                    activation_rows(r), right=(2, 3, 4))
+    from rich.console import Console
+
+    for line in memory_lines(r):
+        Console().print(line, markup=False, highlight=False)
+    return None
+
+
+def bytes_per_param_rows(rows: list[tuple[str, float, str]]) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = [(n, f"{b:g}", w) for n, b, w in rows]
+    return out + [
+        ("total", f"{sum(b for _, b, _ in rows):g}", "")]

@@ -18,7 +18,10 @@ POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
 NORMS = ("layernorm", "layernorm_nobias", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
 FFN_KINDS = ("plain", "gated", "param_attention")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swish", "sigmoid", "tanh", "identity")
+# gelu_new: GELU's tanh approximation written out in Python (HF NewGELUActivation, GPT-2):
+# the same function as gelu_tanh (one fused kernel) but autograd keeps 4 tensors, not 1.
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "gelu_new", "silu", "swish", "sigmoid", "tanh",
+               "identity")
 RELATIVE_SCOPES = ("first", "every")
 # Upper bound on every integer field. Real models stay far below (d_model ~1e4, vocab ~1e6);
 # the bound keeps totals printable and arithmetic O(1) whatever a file says.
@@ -46,6 +49,8 @@ class ModelSpec:
                                      "class)", arch=False)
     note: str = _f("", "a remark shown with every breakdown (e.g. which class is counted)",
                    arch=False)
+    dropout: float = _f(0.0, "dropout probability in training (0: no dropout masks are kept; "
+                        "GPT-2, BERT: 0.1)", arch=False)
 
     # -- shape ----------------------------------------------------------------------------
     arch: str = _f("decoder", "stack layout", choices=ARCHES)
@@ -167,6 +172,8 @@ class ModelSpec:
                             self.n_heads)
         if self.n_heads % self.kv_heads:
             raise SpecError("n_kv_heads", f"a divisor of n_heads={self.n_heads}", self.n_kv_heads)
+        if not 0.0 <= self.dropout < 1.0:
+            raise SpecError("dropout", "a probability in [0, 1)", self.dropout)
         if not 0.0 <= self.rotary_fraction <= 1.0:
             raise SpecError("rotary_fraction", "a number in [0, 1]", self.rotary_fraction)
         if self.n_experts:

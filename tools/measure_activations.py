@@ -1,0 +1,141 @@
+"""Measure the bytes PyTorch saves for backward in HF GPT-2 (developer tool, needs torch).
+
+Not run by the tests or CI. It produced tests/data/activations_gpt2_cpu.json, which the tests
+compare tcalc's activation estimate against (issue 4: within ±10 %).
+
+    python tools/measure_activations.py                     # the full grid, CPU, as JSON
+    python tools/measure_activations.py --list -B 1 -T 128  # every saved tensor, by op
+
+Method: GPT2LMHeadModel (GPT2Config(), dropout 0.1, train mode, the whole model cast to the
+dtype), loss on labels = input_ids. Inside torch.autograd.graph.saved_tensors_hooks, every
+tensor autograd packs is recorded by its storage; each storage counts once (views share it)
+and parameters' storages are excluded. ``--list`` walks the autograd graph instead, to show
+which op saved what (the totals agree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from collections import Counter
+
+import torch
+
+
+def build(attn: str, dtype: torch.dtype, device: str = "cpu") -> torch.nn.Module:
+    import transformers
+
+    cfg = transformers.GPT2Config()
+    model = transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation=attn)
+    return model.to(device=device, dtype=dtype).train()
+
+
+def saved_bytes(model: torch.nn.Module, B: int, T: int, device: str = "cpu") -> dict[str, int]:
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            storages[s.data_ptr()] = s.nbytes()
+        return t
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (B, T), device=device)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = model(input_ids=ids, labels=ids).loss
+    total = sum(storages.values())
+    del loss
+    return {"saved_bytes": total, "storages": len(storages)}
+
+
+def list_saved(model: torch.nn.Module, B: int, T: int) -> None:
+    """Each saved tensor, attributed to the autograd node that saved it."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    ids = torch.randint(0, model.config.vocab_size, (B, T))
+    loss = model(input_ids=ids, labels=ids).loss
+    seen: dict[int, tuple[str, tuple[int, ...], str, int]] = {}
+    stack, visited = [loss.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in visited:
+            continue
+        visited.add(node)
+        for attr in dir(node):
+            if not attr.startswith("_saved_"):
+                continue
+            try:
+                value = getattr(node, attr)
+            except RuntimeError:
+                continue
+            for t in value if isinstance(value, tuple) else (value,):
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in params:
+                    s = t.untyped_storage()
+                    seen.setdefault(s.data_ptr(), (f"{node.name()}.{attr}", tuple(t.shape),
+                                                   str(t.dtype), s.nbytes()))
+        stack += [n for n, _ in node.next_functions]
+    by_kind: Counter[tuple[str, tuple[int, ...], str]] = Counter()
+    size: dict[tuple[str, tuple[int, ...], str], int] = {}
+    for name, shape, dtype, nbytes in seen.values():
+        by_kind[(name, shape, dtype)] += 1
+        size[(name, shape, dtype)] = nbytes
+    for (name, shape, dtype), n in sorted(by_kind.items(), key=lambda kv: -size[kv[0]] * kv[1]):
+        print(f"{n:4d} × {size[(name, shape, dtype)]:>12,}  {name:45s} {shape!s:24s} {dtype}")
+    print(f"total {sum(v[3] for v in seen.values()):,} bytes in {len(seen)} storages")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("-B", type=int, default=1)
+    ap.add_argument("-T", type=int, default=128)
+    ap.add_argument("--attn", default="eager")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--one", action="store_true", help="measure one configuration (-B -T "
+                    "--attn --dtype) and print its JSON row")
+    args = ap.parse_args()
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if args.list:
+        list_saved(build(args.attn, dtypes[args.dtype], args.device), args.B, args.T)
+        return
+    if args.one:
+        r = saved_bytes(build(args.attn, dtypes[args.dtype], args.device), args.B, args.T,
+                        args.device)
+        print(json.dumps({"dtype": args.dtype, "attention": args.attn, "batch_size": args.B,
+                          "seq_len": args.T, **r}))
+        return
+    import os
+    import subprocess
+
+    import transformers
+
+    # One process per configuration, with a fixed mmap threshold: glibc's dynamic threshold
+    # otherwise keeps freed 12 MB activations on the heap and B=4, T=1024 in fp32 (13 GB
+    # saved) outgrows a 24 GB machine.
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    rows = []
+    for dtype in ("fp32", "bf16"):
+        for attn in ("eager", "sdpa"):
+            for B in (1, 4):
+                for T in (128, 512, 1024):
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--one", "-B", str(B), "-T", str(T),
+                         "--attn", attn, "--dtype", dtype, "--device", args.device],
+                        env=env, capture_output=True, text=True, check=True).stdout
+                    rows.append(json.loads(out.strip().splitlines()[-1]))
+                    print(rows[-1], file=sys.stderr, flush=True)
+    print(json.dumps({
+        "model": "GPT2LMHeadModel(GPT2Config()), train mode, dropout 0.1, loss on labels",
+        "device": args.device, "torch": torch.__version__,
+        "transformers": transformers.__version__, "python": platform.python_version(),
+        "method": "torch.autograd.graph.saved_tensors_hooks; each storage once; parameters "
+                  "excluded (tools/measure_activations.py)",
+        "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
