@@ -42,8 +42,11 @@ ModelArg = typer.Argument(..., metavar="MODEL",
                                "or a Hugging Face config.json.")
 
 
-def _command(*, overrides: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a command; with ``overrides``, add one --field option per architecture field.
+def _command(*, overrides: bool = False, training: bool = False
+             ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a command. ``overrides`` adds one --field option per architecture field
+    (passed as ``overrides``); ``training`` adds the shared memory options (passed as
+    ``train``, a dict for _settings).
 
     The wrapper is the CLI's single error boundary: a TcalcError becomes one line on stderr
     and exit code 2. Anything else is a bug and keeps its traceback.
@@ -51,8 +54,9 @@ def _command(*, overrides: bool = False) -> Callable[[Callable[..., Any]], Calla
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn)
-        params = [p for p in sig.parameters.values() if p.name != "overrides"]
+        params = [p for p in sig.parameters.values() if p.name not in ("overrides", "train")]
         extra = [_override_param(f) for f in ARCH_FIELDS] if overrides else []
+        group = _training_params() if training else []
 
         @functools.wraps(fn)
         def wrapper(**kwargs: Any) -> Any:
@@ -60,14 +64,18 @@ def _command(*, overrides: bool = False) -> Callable[[Callable[..., Any]], Calla
                 kwargs["overrides"] = {
                     f.name: getattr(v, "value", v)  # Enum choice -> its string
                     for f in ARCH_FIELDS for v in [kwargs.pop(f.name)]}
+            if training:
+                kwargs["train"] = {p.name: getattr(v, "value", v)
+                                   for p in group for v in [kwargs.pop(p.name)]}
             try:
                 return fn(**kwargs)
             except TcalcError as e:
                 typer.echo("Error: " + " ".join(str(e).splitlines()), err=True)
                 raise typer.Exit(EXIT_USAGE) from None
 
-        wrapper.__signature__ = sig.replace(parameters=params + extra)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {p.name: p.annotation for p in params + extra}
+        everything = params + group + extra
+        wrapper.__signature__ = sig.replace(parameters=everything)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in everything}
         return app.command(name=fn.__name__.rstrip("_").replace("_", "-"))(wrapper)
 
     return decorate
@@ -235,43 +243,76 @@ class Device(str, Enum):
     cpu = "cpu"
 
 
-@_command(overrides=True)
+def _training_params() -> list[inspect.Parameter]:
+    """The options memory, sweep and compare share: how the model is trained or served."""
+    panel = "Training / serving"
+
+    def opt(name: str, annotation: Any, default: Any, *decls: str, help: str) -> inspect.Parameter:
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                                 default=typer.Option(default, *decls, help=help,
+                                                      rich_help_panel=panel))
+
+    return [
+        opt("precision", Optional[Precision], None, "--precision",
+            help="Weights dtype: fp32 (default), or bf16/fp16 (pure, or the 16-bit dtype "
+                 "with --mixed)."),
+        opt("mixed", bool, False, "--mixed", help="Mixed precision (AMP): fp32 master weights "
+                                                 "+ 16-bit copies (bf16 unless --precision "
+                                                 "fp16)."),
+        opt("optimizer", Optimizer, Optimizer.adamw, "--optimizer", help="Optimizer."),
+        opt("adamw8bit", bool, False, "--adamw8bit", help="Shorthand for --optimizer adamw8bit."),
+        opt("recompute", Recompute, Recompute.none, "--recompute",
+            help="Activation recomputation."),
+        opt("attention", Attention, Attention.eager, "--attention",
+            help="Attention implementation (eager, sdpa, flash)."),
+        opt("device", Device, Device.cuda, "--device",
+            help="cuda: 1-byte dropout masks; cpu: masks in the activation dtype, SDPA math "
+                 "path."),
+        opt("dropout", Optional[bool], None, "--dropout/--no-dropout",
+            help="Default: the model's own dropout setting."),
+        opt("gpus", int, 1, "--gpus", help="GPUs in all (data × tensor × pipeline)."),
+        opt("zero", int, 0, "--zero", help="ZeRO stage 0-3 (3 = FSDP full sharding)."),
+        opt("tp", int, 1, "--tp", help="Tensor-parallel degree."),
+        opt("pp", int, 1, "--pp", help="Pipeline-parallel degree."),
+        opt("sequence_parallel", bool, False, "--sequence-parallel",
+            help="Megatron sequence parallelism (needs --tp)."),
+        opt("inference", bool, False, "--inference", help="Serving: weights + KV cache."),
+        opt("dtype", str, "bf16", "--dtype",
+            help="Inference weights: fp32, fp16, bf16, int8, int4."),
+        opt("kv_dtype", str, "", "--kv-dtype", help="Inference KV-cache dtype (default bf16)."),
+        opt("group_size", int, 128, "--group-size", help="int8/int4: weights per fp16 scale."),
+        opt("gpu", Optional[str], None, "--gpu",
+            help="GPU preset (see `tcalc gpus`): fits?, headroom, largest batch."),
+    ]
+
+
+def _settings(train: dict[str, Any], batch_size: int = 1, seq_len: int | None = None) -> Any:
+    from transformer_calc.memory import Settings
+
+    if seq_len is not None and seq_len < 1:
+        raise TcalcError(f"--seq-len: expected an integer >= 1, got {seq_len}")
+    t = dict(train)
+    t.pop("gpu")
+    precision = t.pop("precision") or ("bf16" if t["mixed"] else "fp32")
+    if t.pop("adamw8bit"):
+        t["optimizer"] = "adamw8bit"
+    return Settings(precision=precision, batch_size=batch_size, seq_len=seq_len or 0, **t)
+
+
+BatchOpt = typer.Option(1, "--batch-size", "-b", help="Micro-batch per GPU.")
+
+
+@_command(overrides=True, training=True)
 def memory(
     model: Optional[str] = typer.Argument(
         None, metavar="[MODEL]",
         help="A preset, YAML or config.json. Without it: the bytes-per-parameter accounting "
              "and every shipped preset's totals."),
-    precision: Optional[Precision] = typer.Option(
-        None, help="Weights dtype: fp32 (default), or bf16/fp16 (pure, or the 16-bit dtype "
-                   "with --mixed)."),
-    mixed: bool = typer.Option(False, "--mixed", help="Mixed precision (AMP): fp32 master "
-                                                      "weights + 16-bit copies (bf16 unless "
-                                                      "--precision fp16)."),
-    optimizer: Optimizer = typer.Option(Optimizer.adamw, help="Optimizer."),
-    adamw8bit: bool = typer.Option(False, "--adamw8bit", help="Shorthand for --optimizer "
-                                                              "adamw8bit."),
-    batch_size: int = typer.Option(1, "--batch-size", "-b", help="Micro-batch per GPU."),
+    batch_size: int = BatchOpt,
     seq_len: Optional[int] = SeqLenOpt,
-    recompute: Recompute = typer.Option(Recompute.none, help="Activation recomputation."),
-    attention: Attention = typer.Option(Attention.eager, help="Attention implementation "
-                                                              "(eager, sdpa, flash)."),
-    device: Device = typer.Option(Device.cuda, help="cuda: 1-byte dropout masks; cpu: masks "
-                                                    "in the activation dtype, SDPA math path."),
-    dropout: Optional[bool] = typer.Option(None, "--dropout/--no-dropout",
-                                           help="Default: the model's own dropout setting."),
-    gpus: int = typer.Option(1, help="GPUs in all (data × tensor × pipeline)."),
-    zero: int = typer.Option(0, help="ZeRO stage 0-3 (3 = FSDP full sharding)."),
-    tp: int = typer.Option(1, help="Tensor-parallel degree."),
-    pp: int = typer.Option(1, help="Pipeline-parallel degree."),
-    sequence_parallel: bool = typer.Option(False, "--sequence-parallel",
-                                           help="Megatron sequence parallelism (needs --tp)."),
-    inference: bool = typer.Option(False, "--inference", help="Serving: weights + KV cache."),
-    dtype: str = typer.Option("bf16", help="Inference weights: fp32, fp16, bf16, int8, int4."),
-    kv_dtype: str = typer.Option("", help="Inference KV-cache dtype (default bf16)."),
-    group_size: int = typer.Option(128, help="int8/int4: weights per fp16 scale."),
-    gpu: Optional[str] = typer.Option(None, help="GPU preset: fits?, headroom, largest batch."),
     format: Format = FormatOpt,
     overrides: dict[str, Any] | None = None,
+    train: dict[str, Any] | None = None,
 ) -> None:
     """Training or inference memory: weights, gradients, optimizer states, activations.
 
@@ -280,17 +321,8 @@ def memory(
     sharding across --gpus (ZeRO, --tp, --pp). --inference: weights per dtype + KV cache.
     --gpu: does it fit, headroom, and the largest batch size that fits.
     """
-    from transformer_calc.memory import Settings
-
-    settings = Settings(
-        precision=(precision.value if precision else ("bf16" if mixed else "fp32")),
-        mixed=mixed, optimizer="adamw8bit" if adamw8bit else optimizer.value,
-        batch_size=batch_size, seq_len=seq_len or 0, recompute=recompute.value,
-        attention=attention.value, device=device.value, dropout=dropout, gpus=gpus, zero=zero,
-        tp=tp, pp=pp, sequence_parallel=sequence_parallel, inference=inference, dtype=dtype,
-        kv_dtype=kv_dtype, group_size=group_size)
-    if seq_len is not None and seq_len < 1:
-        raise TcalcError(f"--seq-len: expected an integer >= 1, got {seq_len}")
+    train = train or {}
+    settings = _settings(train, batch_size, seq_len)
     if model is None:
         _memory_overview(settings, format)
         return
@@ -298,7 +330,123 @@ def memory(
     from transformer_calc.render import render_memory
 
     spec = _load(model, overrides or {})
-    _emit(render_memory(memory_report(spec, settings, gpu), format.value))
+    _emit(render_memory(memory_report(spec, settings, train["gpu"]), format.value))
+
+
+class Topic(str, Enum):
+    params = "params"
+    attention = "attention"
+    ffn = "ffn"
+    embeddings = "embeddings"
+    memory = "memory"
+    flops = "flops"
+
+
+@_command(overrides=True)
+def explain(
+    model: str = ModelArg,
+    topic: Topic = typer.Option(Topic.params, help="What to derive."),
+    batch_size: int = BatchOpt,
+    seq_len: Optional[int] = SeqLenOpt,
+    format: Format = FormatOpt,
+    overrides: dict[str, Any] | None = None,
+) -> None:
+    """Show the work: each derivation as formula, numbers substituted, result.
+
+    Topics: params (the whole count, why the head count does not matter, attention against
+    FFN, the 12·L·E² rule, tying), attention, ffn, embeddings, memory (16 bytes per parameter,
+    what dominates activations), flops (per matmul, 6N).
+    """
+    from transformer_calc.explain import explain as derive
+    from transformer_calc.render import render_explain
+
+    spec = _load(model, overrides or {})
+    sections = derive(spec, topic.value, batch_size=batch_size, seq_len=seq_len)
+    _emit(render_explain(spec.name, topic.value, sections, format.value))
+
+
+def parse_ints(text: str, option: str) -> list[int]:
+    """'1,2,4,8' -> [1, 2, 4, 8] (sorted, unique, each >= 1)."""
+    try:
+        values = sorted({int(x) for x in text.replace(" ", "").split(",") if x})
+    except ValueError:
+        raise TcalcError(f"{option}: expected integers separated by commas, got {text!r}") \
+            from None
+    if not values or values[0] < 1:
+        raise TcalcError(f"{option}: expected integers >= 1, got {text!r}")
+    if len(values) > 64:
+        raise TcalcError(f"{option}: at most 64 values")
+    return values
+
+
+@_command(overrides=True, training=True)
+def sweep(
+    model: str = ModelArg,
+    batch_size: str = typer.Option("1,2,4,8", "--batch-size", "-b",
+                                   help="Batch sizes, comma-separated."),
+    seq_len: str = typer.Option("512,1024,2048", "--seq-len", "-T",
+                                help="Context lengths, comma-separated."),
+    format: Format = FormatOpt,
+    overrides: dict[str, Any] | None = None,
+    train: dict[str, Any] | None = None,
+) -> None:
+    """Memory over a grid of batch sizes and context lengths, with fit marks and a bar chart.
+
+    With --gpu each cell is marked as fitting (green ✓) or not (red ✗); the bar chart shows
+    where the memory goes in the largest cell.
+    """
+    import dataclasses
+
+    from transformer_calc.memory import memory_report
+    from transformer_calc.render import render_sweep
+
+    train = train or {}
+    spec = _load(model, overrides or {})
+    batches, seqs = parse_ints(batch_size, "--batch-size"), parse_ints(seq_len, "--seq-len")
+    base = _settings(train)
+    cells = {(b, t): memory_report(spec, dataclasses.replace(base, batch_size=b, seq_len=t),
+                                   train["gpu"]) for b in batches for t in seqs}
+    _emit(render_sweep(spec.name, train["gpu"], batches, seqs, cells, format.value))
+
+
+@_command(training=True)
+def compare(
+    models: list[str] = typer.Argument(..., metavar="MODEL...",
+                                       help="Two or more presets, YAML or config.json files."),
+    batch_size: int = BatchOpt,
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-T",
+                                          help="Context length for memory and FLOPs "
+                                               "(default 1024)."),
+    format: Format = FormatOpt,
+    train: dict[str, Any] | None = None,
+) -> None:
+    """Models side by side: parameters by part, memory and FLOPs, with the difference to the
+    first."""
+    from transformer_calc.flops import count_flops, training_flops_per_token
+    from transformer_calc.memory import memory_report
+    from transformer_calc.params import CATEGORIES, by_category, count_params
+    from transformer_calc.render import render_compare
+
+    if len(models) < 2:
+        raise TcalcError("compare: give at least two models")
+    T = seq_len or 1024
+    settings = _settings(train or {}, batch_size, T)
+    specs = [_load(m, {}) for m in models]
+    params = [count_params(s) for s in specs]
+    mems = [memory_report(s, settings) for s in specs]
+    flops = [count_flops(s, T) for s in specs]
+    rows: list[tuple[str, str, list[float]]] = [
+        ("params: total", "params", [p.total for p in params]),
+        ("params: active per token", "params", [p.active_total for p in params]),
+    ]
+    cats = [by_category(p) for p in params]
+    rows += [(f"params: {c}", "params", [x[c] for x in cats]) for c in CATEGORIES]
+    names = [i.name for i in mems[0].per_gpu.items]
+    rows += [(f"memory: {n}", "bytes", [m.per_gpu.get(n).total for m in mems]) for n in names]
+    rows.append(("memory: total per GPU", "bytes", [m.per_gpu.total for m in mems]))
+    rows.append((f"FLOPs/token forward (T={T})", "FLOPs", [f.total for f in flops]))
+    rows.append(("FLOPs/token training", "FLOPs", [training_flops_per_token(f) for f in flops]))
+    _emit(render_compare([s.name for s in specs], rows, format.value))
 
 
 def _memory_overview(settings: Any, format: Format) -> None:

@@ -229,3 +229,27 @@ def _ffn(layer, spec: ModelSpec) -> None:  # type: ignore[no-untyped-def]
     for name, n, formula, expr, shape in parts if S else []:
         layer(f"ffn.shared.{name}", S * n, f"n_shared_experts · {formula}", f"{S} · {expr}",
               shape=(S, *shape))
+
+
+CATEGORIES = ("embeddings", "attention", "ffn", "norms", "heads")
+
+
+def category(name: str) -> str:
+    """Which part of the model an item of count_params belongs to."""
+    dotted = f".{name}"
+    if dotted.endswith("norm") or ".norm." in dotted or dotted.endswith(".norm"):
+        return "norms"
+    if name.startswith("head."):
+        return "heads"
+    if ".embed." in dotted:
+        return "embeddings"
+    if ".attn." in dotted or ".cross." in dotted:
+        return "attention"
+    return "ffn"
+
+
+def by_category(b: Breakdown) -> dict[str, int]:
+    out = dict.fromkeys(CATEGORIES, 0)
+    for i in b.items:
+        out[category(i.name)] += i.total
+    return out

@@ -521,3 +521,115 @@ def bytes_per_param_rows(rows: list[tuple[str, float, str]]) -> list[tuple[str, 
     out: list[tuple[str, ...]] = [(n, f"{b:g}", w) for n, b, w in rows]
     return out + [
         ("total", f"{sum(b for _, b, _ in rows):g}", "")]
+
+
+# -- explain, compare, sweep ---------------------------------------------------------------
+
+def render_explain(model: str, topic: str, sections: list[Any], fmt: str) -> str:
+    if fmt == "json":
+        return dumps({"schema": "tcalc.explain/1", "model": model, "topic": topic,
+                      "sections": [{"title": s.title, "steps": [
+                          {"label": st.label, "formula": st.formula, "expr": st.expr,
+                           "value": st.value, "unit": st.unit, "text": st.text,
+                           "line": st.render()} for st in s.steps]} for s in sections]})
+    md = fmt == "markdown"
+    out = [f"{'# ' if md else ''}{model}: {topic}", ""]
+    for s in sections:
+        out.append(f"## {s.title}" if md else s.title)
+        out += [f"- {st.render()}" if md else f"  {st.render()}" for st in s.steps]
+        out.append("")
+    return "\n".join(out)
+
+
+def compare_dict(models: list[str], rows: list[tuple[str, str, list[float]]]) -> dict[str, Any]:
+    return {"schema": "tcalc.compare/1", "models": models,
+            "rows": [{"metric": m, "unit": u, "values": v,
+                      "diff_vs_first": [x - v[0] for x in v]} for m, u, v in rows]}
+
+
+def _fmt_value(v: float, unit: str) -> str:
+    if unit == "bytes":
+        return human_bytes(v)
+    if unit == "FLOPs":
+        return sci(v)
+    return f"{int(v):,}"
+
+
+def _fmt_diff(v: float, first: float, unit: str) -> str:
+    d = v - first
+    rel = f" ({100 * d / first:+.1f}%)" if first else ""
+    if unit == "bytes":
+        return ("+" if d >= 0 else "-") + human_bytes(abs(d)) + rel
+    if unit == "FLOPs":
+        return f"{d:+.3e}{rel}"
+    return f"{int(d):+,}{rel}"
+
+
+def render_compare(models: list[str], rows: list[tuple[str, str, list[float]]],
+                   fmt: str) -> str | None:
+    if fmt == "json":
+        return dumps(compare_dict(models, rows))
+    headers = ("metric", models[0], *(f"{m} (Δ vs {models[0]})" for m in models[1:]))
+    table = [(m, _fmt_value(v[0], u), *(f"{_fmt_value(x, u)}  {_fmt_diff(x, v[0], u)}"
+                                        for x in v[1:])) for m, u, v in rows]
+    if fmt == "markdown":
+        return md_table(headers, table) + "\n"
+    print_table("compare", headers, table, right=tuple(range(1, len(headers))))
+    return None
+
+
+def render_sweep(model: str, gpu: str | None, batches: list[int], seqs: list[int],
+                 cells: dict[tuple[int, int], Any], fmt: str) -> str | None:
+    """cells[(B, T)] = MemoryReport; fit marks need a GPU."""
+    if fmt == "json":
+        return dumps({"schema": "tcalc.sweep/1", "model": model, "gpu": gpu, "cells": [
+            {"batch_size": b, "seq_len": t, "per_gpu_bytes": r.per_gpu.total,
+             "fits": None if r.fit is None else r.fit.fits,
+             "components": [{"name": i.name, "bytes": i.total} for i in r.per_gpu.items]}
+            for (b, t), r in cells.items()]})
+
+    def mark(r: Any, rich: bool) -> str:
+        text = human_bytes(r.per_gpu.total)
+        if r.fit is None:
+            return text
+        if not rich:
+            return f"{text} {'✓' if r.fit.fits else '✗'}"
+        return f"[green]{text} ✓[/green]" if r.fit.fits else f"[red]{text} ✗[/red]"
+
+    headers = ("batch \\ seq", *(str(t) for t in seqs))
+    largest = cells[(batches[-1], seqs[-1])]
+    bars = bar_chart(largest)
+    title = (f"{model}: memory per GPU" + (f" on {gpu} (✓ fits, ✗ does not)" if gpu else ""))
+    if fmt == "markdown":
+        rows = [(str(b), *(mark(cells[(b, t)], False) for t in seqs)) for b in batches]
+        return (f"## {title}\n\n" + md_table(headers, rows) + "\n\n"
+                + f"where the memory goes at batch {batches[-1]}, seq {seqs[-1]}:\n\n```\n"
+                + "\n".join(bars) + "\n```\n")
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for n, h in enumerate(headers):
+        table.add_column(h, justify="left" if n == 0 else "right")
+    for b in batches:
+        table.add_row(str(b), *(mark(cells[(b, t)], True) for t in seqs))
+    console = Console()
+    console.print(table)
+    console.print(f"where the memory goes at batch {batches[-1]}, seq {seqs[-1]}:",
+                  markup=False)
+    for line in bars:
+        console.print(line, markup=False, highlight=False)
+    return None
+
+
+def bar_chart(report: Any, columns: int = 80) -> list[str]:
+    """One bar per component, the largest activation tensors named; fits ``columns``."""
+    parts = [(i.name, i.total) for i in report.per_gpu.items if i.total]
+    if not report.settings.inference and report.activations.items:
+        top = sorted(report.activations.items, key=lambda i: -i.total)[:3]
+        parts += [(f"  of which {i.name}", i.total) for i in top]
+    peak = max((v for _, v in parts), default=1)
+    label = max((len(n) for n, _ in parts), default=0)
+    width = max(10, columns - label - 14)  # room for " 123.45 GiB"
+    return [f"{n:<{label}} {'█' * max(1, round(width * v / peak)):<{width}} {human_bytes(v)}"
+            for n, v in parts]

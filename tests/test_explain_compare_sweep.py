@@ -1,0 +1,216 @@
+"""explain, compare and sweep (issue 7)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+
+import pytest
+from conftest import DATA
+
+from transformer_calc import count_params, load_model
+from transformer_calc.explain import explain
+from transformer_calc.flops import count_flops, training_flops_per_token
+from transformer_calc.memory import Settings, memory_report
+from transformer_calc.params import by_category
+
+SNAPSHOTS = DATA / "snapshots"
+
+
+@pytest.mark.parametrize("model", ["gpt2", "transformer-base"])
+@pytest.mark.parametrize("topic", ["params", "memory", "flops"])
+def test_explain_snapshot(cli, model: str, topic: str) -> None:
+    # Regenerate after an intended change: tcalc explain MODEL --topic TOPIC > the file
+    expected = (SNAPSHOTS / f"explain-{model}-{topic}.txt").read_text()
+    assert cli("explain", model, "--topic", topic).stdout == expected
+
+
+def test_explain_shows_the_q_example() -> None:
+    lines = [s.render() for sec in explain(load_model("gpt2")) for s in sec.steps]
+    assert ("Q: d_model × (n_heads · d_head) + n_heads · d_head = 768 × (12 · 64) + 12 · 64 "
+            "= 590,592 params") in lines
+
+
+OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+       ast.Div: operator.truediv, ast.Pow: operator.pow}
+
+
+def evaluate(expr: str) -> float:
+    """The arithmetic a step shows, evaluated: '768 × (12 · 64) + 12 · 64' -> 590592."""
+    text = (expr.replace("×", "*").replace("·", "*").replace("−", "-").replace(",", "")
+            .replace("²", "**2"))
+
+    def walk(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.BinOp):
+            return OPS[type(node.op)](walk(node.left), walk(node.right))
+        raise ValueError(expr)
+
+    return walk(ast.parse(text, mode="eval"))
+
+
+def core_value(spec, ref: str, T: int):  # noqa: ANN001, ANN201 - test helper
+    """Recompute, with the core's own API, the quantity a step says it shows."""
+    p = count_params(spec)
+    kind, _, arg = ref.partition(":")
+    if ref == "params:total":
+        return p.total
+    if kind == "params":
+        return p.get(arg).total
+    if kind == "params-layer":
+        return sum(p.get(n).count for n in arg.split(","))
+    if kind == "params-layer-total":
+        return p.layer_total(arg)
+    if kind == "params-stack":
+        return sum(i.total for i in p.items if i.stack == arg)
+    if kind == "params-heads":
+        h = int(arg)
+        return count_params(spec.replace(n_heads=h, n_kv_heads=None)).total
+    if kind == "params-count" and arg == "q":
+        return next(i.count for i in p.items if i.name.endswith("attn.q.weight"))
+    if kind == "params-category":
+        return by_category(p)[arg]
+    if ref == "params-ratio:ffn/attention":
+        c = by_category(p)
+        return c["ffn"] / c["attention"]
+    if ref in ("rule", "rule-layer", "rule-error"):
+        from transformer_calc.params import rule_of_thumb
+
+        return {"rule": rule_of_thumb(spec), "rule-layer": 12 * spec.d_model ** 2,
+                "rule-error": 100 * (rule_of_thumb(spec) - p.total) / p.total}[ref]
+    if ref.startswith("tying-"):
+        tied = count_params(spec.replace(tie_embeddings=True)).total
+        untied = count_params(spec.replace(tie_embeddings=False)).total
+        return {"head": spec.vocab_size * spec.embed_dim, "tied": tied, "untied": untied,
+                "saving": untied - tied}[ref.removeprefix("tying-")]
+    if ref == "params-mha-saving":
+        return count_params(spec.replace(n_kv_heads=None)).total - p.total
+    if kind == "spec":
+        return getattr(spec, arg)
+    if kind == "bpp-fp32-adamw":
+        fp32 = memory_report(spec, Settings())
+        if arg == "total":
+            return 16
+        return fp32.components.get(arg).total // p.total
+    if ref == "memory-states":
+        fp32 = memory_report(spec, Settings())
+        return sum(i.total for i in fp32.components.items if i.name != "activations")
+    mixed = memory_report(spec, Settings(precision="bf16", mixed=True, seq_len=T))
+    if kind == "activation":
+        return mixed.activations.get(arg).total
+    if ref == "memory:activations":
+        return mixed.activations.total
+    if kind == "activation-share":
+        acts = mixed.activations
+        part = sum(i.total for i in acts.items if (
+            i.name.startswith("loss.") if arg == "loss" else
+            i.name.endswith((".softmax", ".dropout_mask", ".dropout_output"))))
+        return 100 * part / acts.total
+    if ref == "korthikanti":
+        return mixed.korthikanti_per_layer
+    f = count_flops(spec, T)
+    if ref == "flops:total":
+        return f.total
+    if ref == "flops:training":
+        return training_flops_per_token(f)
+    if ref == "flops:6N":
+        return 6 * p.active_total
+    if ref == "flops:6N-error":
+        t = training_flops_per_token(f)
+        return 100 * (6 * p.active_total - t) / t
+    if kind == "flops":
+        return f.get(arg).count
+    raise KeyError(ref)
+
+
+@pytest.mark.parametrize("model", ["gpt2", "transformer-base", "llama-3-8b", "mixtral-8x7b",
+                                   "t5-small"])
+@pytest.mark.parametrize("topic", ["params", "attention", "ffn", "embeddings", "memory",
+                                   "flops"])
+def test_every_number_shown_is_the_cores(model: str, topic: str) -> None:
+    spec = load_model(model)
+    T = spec.max_positions or 1024
+    for section in explain(spec, topic):
+        for step in section.steps:
+            if step.value is None:
+                continue
+            assert step.ref, step.label
+            assert core_value(spec, step.ref, T) == pytest.approx(step.value), (
+                section.title, step.label)
+            if step.expr and "/" not in step.expr or step.unit == "%":
+                continue
+            if step.expr and all(c not in step.expr for c in "abcdefghijklmnopqrstuvwxyz"):
+                assert evaluate(step.expr) == pytest.approx(step.value), step.render()
+
+
+def test_explain_formats(cli) -> None:
+    data = json.loads(cli("explain", "gpt2", "--format", "json").stdout)
+    assert data["schema"] == "tcalc.explain/1" and data["topic"] == "params"
+    q = data["sections"][0]["steps"][0]
+    assert (q["label"], q["value"]) == ("Q", 590_592)
+    md = cli("explain", "gpt2", "--topic", "attention", "--format", "markdown").stdout
+    assert md.startswith("# gpt2: attention") and "## why the head count" in md
+
+
+def test_explain_gqa_and_explicit_d_head(cli) -> None:
+    out = cli("explain", "llama-3-8b", "--topic", "attention").stdout
+    assert "grouped-query" in out and "K/V heads: n_kv_heads = 8" in out
+    wide = cli("explain", "gpt2", "--topic", "attention", "--d-head", "32").stdout
+    assert "d_head is set explicitly" in wide
+
+
+def test_explain_bad_topic(cli) -> None:
+    assert "Invalid value for '--topic'" in cli("explain", "gpt2", "--topic", "x", code=2).stderr
+
+
+def test_compare_values_and_differences(cli) -> None:
+    data = cli.json("compare", "gpt2", "gpt2-medium", "llama-3-8b", "--mixed")
+    assert data["schema"] == "tcalc.compare/1"
+    assert data["models"] == ["gpt2", "gpt2-medium", "llama-3-8b"]
+    rows = {r["metric"]: r for r in data["rows"]}
+    total = rows["params: total"]
+    assert total["values"] == [124_439_808, 354_823_168, 8_030_261_248]
+    assert total["diff_vs_first"] == [0, 354_823_168 - 124_439_808, 8_030_261_248 - 124_439_808]
+    settings = Settings(precision="bf16", mixed=True, seq_len=1024)
+    assert rows["memory: total per GPU"]["values"][1] == memory_report(
+        load_model("gpt2-medium"), settings).per_gpu.total
+    assert rows["FLOPs/token forward (T=1024)"]["values"][0] == 284_812_800
+    cats = sum(rows[f"params: {c}"]["values"][2] for c in
+               ("embeddings", "attention", "ffn", "norms", "heads"))
+    assert cats == 8_030_261_248
+    table = cli("compare", "gpt2", "gpt2-medium").stdout
+    assert "+230,383,360 (+185.1%)" in table
+    md = cli("compare", "gpt2", "bert-base", "--format", "markdown").stdout
+    assert md.startswith("| metric | gpt2 | bert-base (Δ vs gpt2) |")
+
+
+def test_compare_needs_two(cli) -> None:
+    assert "at least two models" in cli("compare", "gpt2", code=2).stderr
+
+
+def test_sweep_grid_and_fit_marks(cli) -> None:
+    data = cli.json("sweep", "gpt2-medium", "--mixed", "--gpu", "RTX-4090", "--batch-size",
+                    "1,4,16", "--seq-len", "512,1024,2048")
+    assert data["schema"] == "tcalc.sweep/1" and len(data["cells"]) == 9
+    cell = {(c["batch_size"], c["seq_len"]): c for c in data["cells"]}
+    for (b, t), c in cell.items():
+        r = memory_report(load_model("gpt2-medium"),
+                          Settings(precision="bf16", mixed=True, batch_size=b, seq_len=t),
+                          gpu="RTX-4090")
+        assert c["per_gpu_bytes"] == r.per_gpu.total and c["fits"] == r.fit.fits
+    assert cell[(1, 512)]["fits"] is True and cell[(16, 2048)]["fits"] is False
+    md = cli("sweep", "gpt2-medium", "--mixed", "--gpu", "RTX-4090", "--batch-size", "1,16",
+             "--seq-len", "512", "--format", "markdown").stdout
+    assert "✓" in md and "✗" in md and "where the memory goes at batch 16, seq 512" in md
+    table = cli("sweep", "gpt2-medium", "--batch-size", "2", "--seq-len", "256").stdout
+    assert "activations" in table and "█" in table
+
+
+@pytest.mark.parametrize("value", ["a,b", "0,1", ""])
+def test_sweep_bad_lists(cli, value: str) -> None:
+    r = cli("sweep", "gpt2", "--batch-size", value, code=2)
+    assert r.stderr.startswith("Error: --batch-size: expected integers")
