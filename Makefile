@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python tools/bench.py
+	$(BIN)/python tools/bench.py --tcalc $(BIN)/tcalc
 
 lint: $(STAMP)
 	$(BIN)/ruff check transformer_calc tests tools

@@ -14,3 +14,20 @@ def test_cli_import_is_lazy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_entry_point_builds_only_the_invoked_command() -> None:
+    from transformer_calc.cli import COMMANDS, _app_for, app
+
+    assert _app_for([]) is app and _app_for(["--help"]) is app and _app_for(["nosuch"]) is app
+    single = _app_for(["params", "gpt2"])
+    assert [c.name for c in single.registered_commands] == ["params"]
+    assert set(COMMANDS) == {c.name for c in app.registered_commands}
+
+
+def test_real_entry_point_runs_a_subcommand() -> None:
+    import json
+
+    out = subprocess.run([sys.executable, "-m", "transformer_calc", "params", "gpt2", "-f",
+                          "json"], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["total_params"] == 124_439_808

@@ -18,7 +18,7 @@ import typer
 from transformer_calc.errors import TcalcError
 from transformer_calc.spec import ARCH_FIELDS, field_type
 
-app = typer.Typer(
+APP_OPTIONS: dict[str, Any] = dict(
     name="tcalc",
     help="Exact parameter counts, memory and compute for transformer models, offline.",
     no_args_is_help=True,
@@ -26,6 +26,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+app = typer.Typer(**APP_OPTIONS)
+COMMANDS: dict[str, Callable[..., Any]] = {}  # name -> the registered wrapper
 
 EXIT_USAGE = 2
 
@@ -76,7 +78,9 @@ def _command(*, overrides: bool = False, training: bool = False
         everything = params + group + extra
         wrapper.__signature__ = sig.replace(parameters=everything)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in everything}
-        return app.command(name=fn.__name__.rstrip("_").replace("_", "-"))(wrapper)
+        name = fn.__name__.rstrip("_").replace("_", "-")
+        COMMANDS[name] = wrapper
+        return app.command(name=name)(wrapper)
 
     return decorate
 
@@ -90,13 +94,18 @@ def _override_param(f: Any) -> inspect.Parameter:
         opt = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=help_text, rich_help_panel=panel,
                            show_default=False)
     elif f.metadata["choices"]:
-        # typer offers choices through Enum types; build one per choice field.
-        typ = Enum(f.name, {c: c for c in f.metadata["choices"]}, type=str)  # type: ignore[misc,assignment,no-redef]
+        typ = _choice_enum(f.name, f.metadata["choices"])  # type: ignore[assignment]
         opt = typer.Option(None, flag, help=help_text, rich_help_panel=panel, show_default=False)
     else:
         opt = typer.Option(None, flag, help=help_text, rich_help_panel=panel, show_default=False)
     return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt,
                              annotation=Optional[typ])
+
+
+@functools.cache
+def _choice_enum(name: str, choices: tuple[str, ...]) -> type[Enum]:
+    """typer offers choices through Enum types: one per choice field, shared by commands."""
+    return Enum(name, {c: c for c in choices}, type=str)  # type: ignore[return-value]
 
 
 def _load(model: str, overrides: dict[str, Any]) -> Any:
@@ -592,6 +601,23 @@ def import_(
     typer.echo(f"wrote {output}: {spec.name}, {total:,} parameters", err=True)
 
 
+def _app_for(argv: list[str]) -> typer.Typer:
+    """The app to run: only the invoked command when argv names one. typer turns every
+    command's ~70 options into click parameters on each call; building one command instead
+    of all ten halves tcalc's start-up (make bench). --help and unknown words get the full
+    app."""
+    if not argv or argv[0] not in COMMANDS:
+        return app
+    single = typer.Typer(**APP_OPTIONS)
+
+    @single.callback()
+    def group() -> None:  # keeps `tcalc COMMAND ...` a group, as with the full app
+        pass
+
+    single.command(name=argv[0])(COMMANDS[argv[0]])
+    return single
+
+
 def main() -> None:
     """Console entry point (`tcalc`, `python -m transformer_calc`).
 
@@ -599,7 +625,7 @@ def main() -> None:
     option) print one line, like every other error, instead of usage + hint + message.
     """
     try:
-        code = app(standalone_mode=False)
+        code = _app_for(sys.argv[1:])(standalone_mode=False)
     except typer.TyperException as e:
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `tcalc`: show the help
             ctx = getattr(e, "ctx", None)

@@ -394,11 +394,13 @@ class MemoryReport:
 
 
 def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
-                  pattern=None) -> MemoryReport:  # type: ignore[no-untyped-def]
+                  pattern=None, params: Breakdown | None = None  # type: ignore[no-untyped-def]
+                  ) -> MemoryReport:
+    """``params``: count_params(spec), when the caller has it already."""
     from transformer_calc.breakdown import Item
     from transformer_calc.params import count_params
 
-    p = count_params(spec)
+    p = params or count_params(spec)
     N = p.total
     T = s.seq_len or spec.max_positions or 2048
     notes: list[str] = []

@@ -124,8 +124,8 @@ class ModelSpec:
     pattn_d_value: int = _f(0, "d_pv: value size per head", minimum=0)
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            _check_field(f, getattr(self, f.name))
+        for name, check in _CHECKS:
+            check(getattr(self, name))
         self._check_shape()
 
     # Derived sizes: read these, never the raw Optional fields, in formulas.
@@ -214,26 +214,34 @@ def optional(f: dataclasses.Field[Any]) -> bool:
     return "None" in str(f.type)
 
 
-def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
-    if value is None and optional(f):
-        return
-    typ = field_type(f)
-    meta = f.metadata
-    if typ is bool:
-        if not isinstance(value, bool):
-            raise SpecError(f.name, "true or false", value)
-    elif typ is int:
-        # bool is an int subclass in Python; a YAML 'yes' must not pass as 1.
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(f.name, "an integer", value)
-        if meta["minimum"] is not None and value < meta["minimum"]:
-            raise SpecError(f.name, f"an integer >= {meta['minimum']}", value)
-        if value > MAX_SIZE:
-            raise SpecError(f.name, f"an integer <= {MAX_SIZE:,} (2^40)", value)
-    elif typ is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(f.name, "a number", value)
-    elif not isinstance(value, str):
-        raise SpecError(f.name, "a string", value)
-    elif meta["choices"] and value not in meta["choices"]:
-        raise SpecError(f.name, "one of " + ", ".join(meta["choices"]), value)
+def _checker(f: dataclasses.Field[Any]) -> Any:
+    """A validator for one field, built once (specs are built in loops: make bench)."""
+    name, typ, can_be_none = f.name, field_type(f), optional(f)
+    minimum, choices = f.metadata["minimum"], f.metadata["choices"]
+
+    def check(value: Any) -> None:
+        if value is None and can_be_none:
+            return
+        if typ is bool:
+            if value is not True and value is not False:
+                raise SpecError(name, "true or false", value)
+        elif typ is int:
+            # bool is an int subclass in Python; a YAML 'yes' must not pass as 1.
+            if type(value) is not int:
+                raise SpecError(name, "an integer", value)
+            if minimum is not None and value < minimum:
+                raise SpecError(name, f"an integer >= {minimum}", value)
+            if value > MAX_SIZE:
+                raise SpecError(name, f"an integer <= {MAX_SIZE:,} (2^40)", value)
+        elif typ is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SpecError(name, "a number", value)
+        elif not isinstance(value, str):
+            raise SpecError(name, "a string", value)
+        elif choices and value not in choices:
+            raise SpecError(name, "one of " + ", ".join(choices), value)
+
+    return check
+
+
+_CHECKS = tuple((f.name, _checker(f)) for f in dataclasses.fields(ModelSpec))

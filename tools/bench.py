@@ -1,0 +1,164 @@
+"""make bench: tcalc's speed as ratios measured in one run (absolute times are too noisy).
+
+1. start-up: `tcalc params gpt2-medium --format json` as a whole process ÷
+   `python -c "import typer, rich, yaml"` (the floor of any CLI on this stack);
+2. the same ÷ counting gpt2-medium with transformers on the meta device (what users do today);
+   only where transformers is importable (this interpreter, or --hf-python), said otherwise;
+3. the core: configurations per second for params + memory + FLOPs over a sweep of 10,000
+   architectures, and the time for gpt2 against a 1-trillion-parameter configuration.
+
+Runs are interleaved and summarised by their median. Public tools only: Python's subprocess,
+time.perf_counter and statistics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+HF_CODE = """
+import torch, transformers
+with torch.device("meta"):
+    m = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=1024, n_layer=24, n_head=16))
+print(sum(p.numel() for p in m.parameters() if p.requires_grad))
+"""
+
+# Targets from issue 8, printed beside the results.
+TARGET_STARTUP = 1.3
+TARGET_VS_HF = 30
+TARGET_CONFIGS_PER_S = 20_000
+
+
+# As a user's machine runs it: with bytecode cached. (Some sandboxes set
+# PYTHONDONTWRITEBYTECODE, which makes every call recompile tcalc from source while the
+# floor's site-packages were compiled by pip at install time: not a fair comparison.)
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def run(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=ENV)
+    return time.perf_counter() - t0
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def sweep_specs(n: int):  # type: ignore[no-untyped-def]
+    """n distinct architectures, deterministic: widths, depths, heads, vocabularies, FFN and
+    attention variants drawn from a fixed cycle."""
+    from transformer_calc import ModelSpec
+
+    out = []
+    for i in range(n):
+        heads = (4, 8, 12, 16, 32)[i % 5]
+        d_head = (32, 64, 128)[(i // 5) % 3]
+        kv = (heads, 1, max(1, heads // 4))[(i // 15) % 3]
+        gated = (i // 45) % 2 == 1
+        out.append(ModelSpec(
+            name=f"s{i}", vocab_size=8000 + 97 * i, d_model=heads * d_head,
+            n_layers=2 + i % 48, n_heads=heads, n_kv_heads=kv, d_ff=4 * heads * d_head,
+            max_positions=2048, position=("learned", "rope")[i % 2],
+            ffn="gated" if gated else "plain", activation="silu" if gated else "gelu",
+            norm=("layernorm", "rmsnorm")[i % 2], tie_embeddings=i % 3 == 0))
+    return out
+
+
+def core_seconds(specs, settings, seq_len: int) -> float:  # type: ignore[no-untyped-def]
+    from transformer_calc.flops import count_flops
+    from transformer_calc.memory import memory_report
+    from transformer_calc.params import count_params
+
+    t0 = time.perf_counter()
+    for spec in specs:
+        p = count_params(spec)
+        count_flops(spec, seq_len)
+        memory_report(spec, settings, params=p)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tcalc", default=str(Path(sys.executable).with_name("tcalc")))
+    ap.add_argument("--hf-python", default=os.environ.get("HF_PYTHON", ""),
+                    help="an interpreter with torch + transformers (default: this one)")
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--configs", type=int, default=10_000)
+    args = ap.parse_args()
+
+    print(f"tcalc bench, {date.today().isoformat()}, {cpu_name()}, {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}, {platform.system()} {platform.machine()}")
+
+    # 1 and 2: whole processes, interleaved
+    floor_cmd = [sys.executable, "-c", "import typer, rich, yaml"]
+    tcalc_cmd = [args.tcalc, "params", "gpt2-medium", "--format", "json"]
+    hf_python = args.hf_python or sys.executable
+    has_hf = subprocess.run([hf_python, "-c", "import torch, transformers"],
+                            capture_output=True, env=ENV).returncode == 0
+    floor, tcalc, hf = [], [], []
+    run(floor_cmd), run(tcalc_cmd)  # warm the file cache
+    for i in range(args.runs):
+        floor.append(run(floor_cmd))
+        tcalc.append(run(tcalc_cmd))
+        if has_hf and i < 5:
+            hf.append(run([hf_python, "-c", HF_CODE]))
+    f, t = statistics.median(floor), statistics.median(tcalc)
+    ratio = t / f
+    print(f"start-up: tcalc params gpt2-medium --format json {t * 1000:.0f} ms; import floor "
+          f"{f * 1000:.0f} ms; ratio {ratio:.2f} (target <= {TARGET_STARTUP}) "
+          f"{'OK' if ratio <= TARGET_STARTUP else 'MISSED'}")
+    if hf:
+        h = statistics.median(hf)
+        print(f"transformers (meta device, {hf_python}): {h * 1000:.0f} ms; tcalc is "
+              f"{h / t:.0f}x faster (target >= {TARGET_VS_HF}x) "
+              f"{'OK' if h / t >= TARGET_VS_HF else 'MISSED'}")
+    else:
+        print("transformers: not importable here (pass --hf-python or HF_PYTHON); not measured")
+
+    # 3: the core, in this process, one core
+    from transformer_calc import ModelSpec
+    from transformer_calc.memory import Settings
+    from transformer_calc.presets import load_model
+
+    t0 = time.perf_counter()
+    specs = sweep_specs(args.configs)
+    build = time.perf_counter() - t0
+    settings = Settings(precision="bf16", mixed=True, batch_size=4, seq_len=1024)
+    best = min(core_seconds(specs, settings, 1024) for _ in range(3))
+    rate = len(specs) / best
+    print(f"core: {rate:,.0f} configurations/s for params + memory + FLOPs over "
+          f"{len(specs):,} architectures ({best / len(specs) * 1e6:.0f} us each; building "
+          f"the specs: {build / len(specs) * 1e6:.0f} us each, not included) "
+          f"(target >= {TARGET_CONFIGS_PER_S:,}) "
+          f"{'OK' if rate >= TARGET_CONFIGS_PER_S else 'MISSED'}")
+    small = load_model("gpt2")
+    huge = ModelSpec(name="1T", vocab_size=256_000, d_model=25_600, n_layers=128,
+                     n_heads=200, d_ff=4 * 25_600, max_positions=8192)
+    from transformer_calc.params import count_params
+
+    n_huge = count_params(huge).total
+    reps = [small] * 2000
+    t_small = min(core_seconds(reps, settings, 1024) for _ in range(3)) / len(reps)
+    t_huge = min(core_seconds([huge] * 2000, settings, 1024) for _ in range(3)) / 2000
+    print(f"size: gpt2 {t_small * 1e6:.0f} us, a {n_huge / 1e12:.2f}T-parameter model "
+          f"{t_huge * 1e6:.0f} us per params + memory + FLOPs: ratio {t_huge / t_small:.2f} "
+          f"(target: flat) {'OK' if t_huge / t_small < 1.5 else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
