@@ -20,7 +20,7 @@ class Item(NamedTuple):
     """
 
     name: str  # stable dotted id, e.g. "decoder.attn.q.weight"
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count; the domain name wins
     formula: str  # symbolic, e.g. "d_model × (n_heads · d_head)"
     expr: str = ""  # the same with numbers, e.g. "768 × 768"
     repeat: int = 1
