@@ -20,24 +20,10 @@ from pathlib import Path
 
 import torch
 
-# The "usual head class" per model_type: what tcalc counts for a config.json.
-HEAD_CLASS = {
-    "gpt2": "GPT2LMHeadModel",
-    "bert": "BertForMaskedLM",
-    "roberta": "RobertaForMaskedLM",
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "mixtral": "MixtralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "gemma": "GemmaForCausalLM",
-    "phi": "PhiForCausalLM",
-    "gpt_neox": "GPTNeoXForCausalLM",
-    "falcon": "FalconForCausalLM",
-    "opt": "OPTForCausalLM",
-    "t5": "T5ForConditionalGeneration",
-    "bart": "BartForConditionalGeneration",
-    "marian": "MarianMTModel",
-}
+# The "usual head class" per model_type: the one tcalc counts for a config.json. Imported from
+# the package (pure Python, no torch), so the references and tcalc can never disagree on it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from transformer_calc.hf import HEAD_CLASS  # noqa: E402
 
 
 def trainable(model: torch.nn.Module) -> int:
