@@ -43,7 +43,7 @@ def weight_bytes(params: int, dtype: str, group_size: int = 128) -> int:
         data = math.ceil(params * QUANT_BITS[dtype] / 8)
         return data + math.ceil(params / group_size) * SCALE_BYTES
     if dtype not in DTYPE_BYTES:
-        raise TcalcError(f"unknown dtype '{dtype}' (known: {', '.join(DTYPE_BYTES)})")
+        raise TcalcError(f"--dtype: unknown dtype '{dtype}' (known: {', '.join(DTYPE_BYTES)})")
     return math.ceil(params * DTYPE_BYTES[dtype])
 
 
