@@ -71,6 +71,12 @@ def test_adafactor_fused_qkv_is_one_matrix() -> None:
     split = memory_report(GPT2.replace(fused_qkv=False), Settings(optimizer="adafactor"))
     diff = split.components.get("optimizer_states").total - fused.get("optimizer_states").total
     assert diff == 4 * 2 * 768 * 12  # (768, 2304) factored once instead of three (768, 768)
+    # nn.Transformer fuses Q/K/V in every attention block, cross-attention included: 18 here
+    base = load_model("transformer-base")
+    fused = memory_report(base, Settings(optimizer="adafactor")).components
+    split = memory_report(base.replace(fused_qkv=False), Settings(optimizer="adafactor"))
+    assert (split.components.get("optimizer_states").total
+            - fused.get("optimizer_states").total) == 4 * 2 * 512 * 18
 
 
 def test_activations_follow_korthikanti_in_the_ideal_case() -> None:

@@ -432,8 +432,10 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
             comps.append(Item(name, math.ceil(N * per), f"params · {per:g} bytes ({why})",
                               f"{N:,} · {per:g}"))
         if s.optimizer == "adafactor":
-            elems = adafactor_state_elements(p) + fused_qkv_correction(spec) * sum(
-                n for _, n in spec.stacks)
+            # one fused QKV matrix per attention block (self, and cross in nn.Transformer)
+            blocks = spec.total_layers + (spec.n_decoder_layers
+                                          if spec.arch == "encoder-decoder" else 0)
+            elems = adafactor_state_elements(p) + fused_qkv_correction(spec) * blocks
             comps.append(Item("optimizer_states", 4 * elems,
                               "4 · Σ (rows + columns) over matrices + Σ vector sizes",
                               f"4 · {elems:,}", note=OPTIMIZER_SOURCE["adafactor"]))

@@ -6,12 +6,11 @@ construct Python objects. Inputs are bounded (MAX_FILE_BYTES) before they are pa
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 from pathlib import Path
 from typing import Any
 
-from transformer_calc.errors import PresetError, SpecError, TcalcError, value_error_text
+from transformer_calc.errors import PresetError, SpecError, value_error_text
 from transformer_calc.spec import ARCH_FIELDS, FIELDS, ModelSpec
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a preset or config.json is a few KiB; refuse anything huge
@@ -216,11 +215,4 @@ def dump_yaml(spec: ModelSpec) -> str:
 def apply_overrides(spec: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
     """What-if: the spec with some architecture fields replaced (validated again)."""
     changes = {k: v for k, v in overrides.items() if v is not None}
-    if not changes:
-        return spec
-    try:
-        return dataclasses.replace(spec, **changes)
-    except SpecError:
-        raise
-    except TypeError as e:
-        raise TcalcError(str(e)) from None
+    return spec.replace(**changes) if changes else spec

@@ -512,8 +512,9 @@ def render_memory(r: Any, fmt: str) -> str | None:
                     activation_rows(r), right=(2, 3, 4))
     from rich.console import Console
 
+    console = Console()
     for line in memory_lines(r):
-        Console().print(line, markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False)
     return None
 
 
