@@ -164,6 +164,10 @@ def activation_items(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes: in
         kq = T if cross else keys
         add(f"{p}.input", sb * E * a, "B·T·d_model · act (Q/K/V matmul input)", stack, L, False)
         qw, kvw, hw = H * dh, Hkv * dh, H * dh
+        # SDPA's math path on the CPU upcasts 16-bit Q, K, V to fp32 and computes the
+        # probabilities (and their dropout) in fp32 (measured: tools/measure_activations.py)
+        c = 4 if attention == "sdpa" and not flash else a
+        cmask = 4 if attention == "sdpa" and not flash else mask
         if flash:
             add(f"{p}.qkv", sb * (qw + 2 * kvw) * a, "B·T·(n_heads + 2·n_kv_heads)·d_head · act",
                 stack, L, True)
@@ -180,19 +184,20 @@ def activation_items(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes: in
                     "B·T·(n_heads + 2·n_kv_heads)·d_head · act (fused output, Q is a view)",
                     stack, L, True)
             else:
-                add(f"{p}.q", sb * qw * a, "B·T·n_heads·d_head · act", stack, L, True)
+                add(f"{p}.q", sb * qw * c, "B·T·n_heads·d_head · act", stack, L, True)
             # K (transposed) and V are made contiguous for the batched matmuls; GQA/MQA heads
             # are repeated to n_heads first (HF repeat_kv)
-            add(f"{p}.k", sb * hw * a, "B·T·n_heads·d_head · act (contiguous copy)", stack, L,
+            add(f"{p}.k", sb * hw * c, "B·T·n_heads·d_head · act (contiguous copy)", stack, L,
                 True)
-            add(f"{p}.v", sb * hw * a, "B·T·n_heads·d_head · act (contiguous copy)", stack, L,
+            add(f"{p}.v", sb * hw * c, "B·T·n_heads·d_head · act (contiguous copy)", stack, L,
                 True)
             probs = B * H * T * kq
-            add(f"{p}.softmax", probs * a, "B·n_heads·T·keys · act (softmax output)", stack, L,
+            add(f"{p}.softmax", probs * c, "B·n_heads·T·keys · act (softmax output)", stack, L,
                 True)
             if dropout:
-                add(f"{p}.dropout_mask", probs * mask, "B·n_heads·T·keys · mask", stack, L, True)
-                add(f"{p}.dropout_output", probs * a, "B·n_heads·T·keys · act (A·V input)",
+                add(f"{p}.dropout_mask", probs * cmask, "B·n_heads·T·keys · mask", stack, L,
+                    True)
+                add(f"{p}.dropout_output", probs * c, "B·n_heads·T·keys · act (A·V input)",
                     stack, L, True)
         add(f"{p}.o_input", sb * qw * a, "B·T·n_heads·d_head · act (output projection input)",
             stack, L, True)
