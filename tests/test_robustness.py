@@ -165,18 +165,11 @@ def assert_clean_failure(runner, path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("Error: "), r.stderr
 
 
+@pytest.mark.parametrize("name", ["model.yaml", "config.json"])
 @FAST
-@given(st.binary(max_size=2000))
-def test_random_bytes(cli, tmp_path_factory, data: bytes) -> None:
-    path = tmp_path_factory.mktemp("fuzz") / "model.yaml"
-    path.write_bytes(data)
-    assert_clean_failure(cli.runner, path)
-
-
-@FAST
-@given(st.binary(max_size=2000))
-def test_random_bytes_as_config_json(cli, tmp_path_factory, data: bytes) -> None:
-    path = tmp_path_factory.mktemp("fuzz") / "config.json"
+@given(data=st.binary(max_size=2000))
+def test_random_bytes(cli, tmp_path_factory, name: str, data: bytes) -> None:
+    path = tmp_path_factory.mktemp("fuzz") / name
     path.write_bytes(data)
     assert_clean_failure(cli.runner, path)
 
