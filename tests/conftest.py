@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import ast
 import json
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,26 @@ from transformer_calc.cli import app
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
+
+OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+       ast.Div: operator.truediv, ast.Pow: operator.pow}
+
+
+def evaluate(expr: str) -> float:
+    """The arithmetic a step shows, evaluated: '768 × (12 · 64) + 12 · 64' -> 590592."""
+    text = (expr.replace("×", "*").replace("·", "*").replace("−", "-").replace(",", "")
+            .replace("²", "**2"))
+
+    def walk(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.BinOp):
+            return OPS[type(node.op)](walk(node.left), walk(node.right))
+        raise ValueError(expr)
+
+    return walk(ast.parse(text, mode="eval"))
 
 
 class Run:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import ast
 import json
-import operator
 
 import pytest
-from conftest import DATA
+from conftest import DATA, evaluate
 
 from transformer_calc import count_params, load_model
 from transformer_calc.explain import explain
@@ -32,25 +30,6 @@ def test_explain_shows_the_q_example() -> None:
             "= 590,592 params") in lines
 
 
-OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-       ast.Div: operator.truediv, ast.Pow: operator.pow}
-
-
-def evaluate(expr: str) -> float:
-    """The arithmetic a step shows, evaluated: '768 × (12 · 64) + 12 · 64' -> 590592."""
-    text = (expr.replace("×", "*").replace("·", "*").replace("−", "-").replace(",", "")
-            .replace("²", "**2"))
-
-    def walk(node: ast.AST) -> float:
-        if isinstance(node, ast.Expression):
-            return walk(node.body)
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.BinOp):
-            return OPS[type(node.op)](walk(node.left), walk(node.right))
-        raise ValueError(expr)
-
-    return walk(ast.parse(text, mode="eval"))
 
 
 def core_value(spec, ref: str, T: int):  # noqa: ANN001, ANN201 - test helper

@@ -8,7 +8,7 @@ from transformer_calc import ModelSpec, count_params, load_model
 from transformer_calc.errors import TcalcError
 from transformer_calc.memory import (
     Settings,
-    activation_items,
+    activation_breakdown,
     adafactor_state_elements,
     korthikanti_per_layer,
     kv_elements_per_token,
@@ -86,7 +86,7 @@ def test_activations_follow_korthikanti_in_the_ideal_case() -> None:
     # separate Q (already in the 34) and the LayerNorm statistics (fp32 mean/rstd: 2 · 2 · 4sb).
     spec = GPT2.replace(activation="gelu", fused_qkv=False)
     B, T = 2, 256
-    items, _ = activation_items(spec, B, T, act_bytes=2, device="cuda", attention="eager")
+    items = activation_breakdown(spec, B, T, act_bytes=2, device="cuda", attention="eager").items
     layer = sum(i.count for i in items if i.stack == "decoder")
     s, b, h = T, B, 768
     assert korthikanti_per_layer(spec, B, T) == s * b * h * 34 + 5 * 12 * s * s * b
@@ -97,7 +97,7 @@ def test_activations_follow_korthikanti_in_the_ideal_case() -> None:
 
 def test_flash_attention_keeps_no_t_squared() -> None:
     def act(T: int, attention: str) -> int:
-        items, _ = activation_items(GPT2, 1, T, act_bytes=2, attention=attention)
+        items = activation_breakdown(GPT2, 1, T, act_bytes=2, attention=attention).items
         return sum(i.total for i in items)
 
     eager_growth = act(2048, "eager") / act(1024, "eager")
@@ -107,7 +107,7 @@ def test_flash_attention_keeps_no_t_squared() -> None:
 
 def test_recompute_shrinks_activations() -> None:
     def act(recompute: str) -> int:
-        items, _ = activation_items(GPT2, 4, 1024, act_bytes=2, recompute=recompute)
+        items = activation_breakdown(GPT2, 4, 1024, act_bytes=2, recompute=recompute).items
         return sum(i.total for i in items)
 
     assert act("full") < act("selective") < act("none")
@@ -116,7 +116,7 @@ def test_recompute_shrinks_activations() -> None:
 
 
 def test_no_dropout_keeps_no_masks() -> None:
-    items, _ = activation_items(GPT2, 1, 128, act_bytes=2, dropout=False)
+    items = activation_breakdown(GPT2, 1, 128, act_bytes=2, dropout=False).items
     assert not [i for i in items if "dropout" in i.name]
 
 

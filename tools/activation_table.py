@@ -11,13 +11,13 @@ import json
 import sys
 
 from transformer_calc import load_model
-from transformer_calc.memory import activation_items
+from transformer_calc.memory import activation_breakdown
 
 
 def estimate(row: dict) -> int:
-    items, _ = activation_items(load_model("gpt2"), row["batch_size"], row["seq_len"],
+    items = activation_breakdown(load_model("gpt2"), row["batch_size"], row["seq_len"],
                                 act_bytes=4 if row["dtype"] == "fp32" else 2, device="cpu",
-                                attention=row["attention"], dropout=True)
+                                attention=row["attention"], dropout=True).items
     return sum(i.total for i in items)
 
 

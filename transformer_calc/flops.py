@@ -17,8 +17,9 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from transformer_calc.breakdown import Breakdown, Item
+from transformer_calc.breakdown import Breakdown
 from transformer_calc.errors import TcalcError
+from transformer_calc.params import count_params, symbols
 from transformer_calc.spec import ModelSpec
 
 PATTERNS = ("dense", "local", "strided", "fixed", "longformer", "bigbird")
@@ -96,51 +97,51 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
     """Forward FLOPs per token at context length ``seq_len``, one item per matmul."""
     if seq_len < 1:
         raise TcalcError(f"--seq-len: expected an integer >= 1, got {seq_len}")
-    items: list[Item] = []
+    # Rows are Item's fields in order: (name, count, formula, expr, repeat, stack, note,
+    # active, shape); expr is written from the formula when items are read
+    rows: list[tuple] = []  # type: ignore[type-arg]
+    add = rows.append
     E, H, Hkv, dh = spec.d_model, spec.n_heads, spec.kv_heads, spec.head_dim
     V, Ve = spec.vocab_size, spec.embed_dim
     T = seq_len
-    k = keys_per_query(pattern, T)
-    k_int = round(k)  # integer FLOPs: the average keys per query, rounded (exact when dense)
-
-    def layer(stack: str, reps: int, name: str, flops: int, formula: str, expr: str,
-              note: str = "") -> None:
-        items.append(Item(f"{stack}.{name}", flops, formula, expr, reps, stack, note))
+    dense = pattern.kind == "dense"
+    # integer FLOPs: the average keys per query, rounded (exact when dense)
+    k = T if dense else round(keys_per_query(pattern, T))
+    keys_note = "" if dense else pattern.describe()
+    qkv = 2 * E * (H + 2 * Hkv) * dh
+    o = 2 * H * dh * E
 
     for stack, L in spec.stacks:
-        blocks = ["attn", "cross"] if stack == "decoder" and spec.arch == "encoder-decoder" \
-            else ["attn"]
+        blocks = ("attn", "cross") if stack == "decoder" and spec.arch == "encoder-decoder" \
+            else ("attn",)
         for blk in blocks:
-            layer(stack, L, f"{blk}.qkv", 2 * E * (H + 2 * Hkv) * dh,
-                  "2 · d_model · (n_heads + 2·n_kv_heads) · d_head",
-                  f"2 · {E} · ({H} + 2·{Hkv}) · {dh}",
-                  "K/V of the encoder output, per source token" if blk == "cross" else "")
-            kq, kq_note = (k_int, "" if pattern.kind == "dense" else pattern.describe())
-            if blk == "cross":
-                kq, kq_note = T, "every target token meets all T source tokens"
-            layer(stack, L, f"{blk}.scores", 2 * H * dh * kq, "2 · n_heads · d_head · keys",
-                  f"2 · {H} · {dh} · {kq}", kq_note)
-            layer(stack, L, f"{blk}.values", 2 * H * dh * kq, "2 · n_heads · d_head · keys",
-                  f"2 · {H} · {dh} · {kq}", kq_note)
-            layer(stack, L, f"{blk}.o", 2 * H * dh * E, "2 · (n_heads · d_head) · d_model",
-                  f"2 · ({H} · {dh}) · {E}")
-        _ffn_flops(spec, lambda *a, s=stack, n=L: layer(s, n, *a))
+            p = f"{stack}.{blk}."
+            cross = blk == "cross"
+            add((p + "qkv", qkv, "2 · d_model · (n_heads + 2·n_kv_heads) · d_head", "", L, stack,
+                 "K/V of the encoder output, per source token" if cross else "", None, ()))
+            if cross:
+                sv, sv_formula, sv_note = 2 * H * dh * T, "2 · n_heads · d_head · T", \
+                    "every target token meets all T source tokens"
+            else:
+                sv, sv_formula, sv_note = 2 * H * dh * k, "2 · n_heads · d_head · keys", keys_note
+            add((p + "scores", sv, sv_formula, "", L, stack, sv_note, None, ()))
+            add((p + "values", sv, sv_formula, "", L, stack, sv_note, None, ()))
+            add((p + "o", o, "2 · (n_heads · d_head) · d_model", "", L, stack, "", None, ()))
+        _ffn_flops(spec, add, f"{stack}.ffn", stack, L)
 
     if Ve != E:
-        items.append(Item("embed.project_in", 2 * Ve * E, "2 · d_embed · d_model",
-                          f"2 · {Ve} · {E}"))
-        items.append(Item("embed.project_out", 2 * E * Ve, "2 · d_model · d_embed",
-                          f"2 · {E} · {Ve}"))
+        add(("embed.project_in", 2 * Ve * E, "2 · d_embed · d_model", "", 1, "", "", None, ()))
+        add(("embed.project_out", 2 * E * Ve, "2 · d_model · d_embed", "", 1, "", "", None, ()))
     if spec.pooler:
-        items.append(Item("head.pooler", 2 * E * E, "2 · d_model²", f"2 · {E}²",
-                          note="first token only; counted per token as an upper bound"))
+        add(("head.pooler", 2 * E * E, "2 · d_model²", "", 1, "",
+             "first token only; counted per token as an upper bound", None, ()))
     if spec.mlm_head:
-        items.append(Item("head.mlm.dense", 2 * E * E, "2 · d_model²", f"2 · {E}²"))
-        items.append(Item("head.mlm.decoder", 2 * E * V, "2 · d_model · vocab_size",
-                          f"2 · {E} · {V}"))
+        add(("head.mlm.dense", 2 * E * E, "2 · d_model²", "", 1, "", "", None, ()))
+        add(("head.mlm.decoder", 2 * E * V, "2 · d_model · vocab_size", "", 1, "", "", None, ()))
     if spec.lm_head:
-        items.append(Item("head.lm", 2 * Ve * V, "2 · d_model · vocab_size", f"2 · {Ve} · {V}",
-                          note="a matmul even when its weights are tied"))
+        add(("head.lm", 2 * Ve * V, "2 · d_embed · vocab_size" if Ve != E
+             else "2 · d_model · vocab_size", "", 1, "", "a matmul even when its weights are tied",
+             None, ()))
     notes = [
         "one multiply-add = 2 FLOPs; matmuls only (norms, softmax, activations, biases left out)",
         f"attention: {pattern.describe()} (T = {T}); causal masking not subtracted",
@@ -151,40 +152,40 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
     if spec.n_experts:
         notes.append(f"mixture of experts: top-{spec.top_k} of {spec.n_experts} experts run "
                      "per token (plus the router)")
-    return Breakdown(spec.name, "flops", tuple(items), tuple(notes),
-                     extra={"seq_len": T, "pattern": pattern.kind})
+    return Breakdown(spec.name, "flops", tuple(rows), tuple(notes),
+                     {"seq_len": T, "pattern": pattern.kind},
+                     lambda: {**symbols(spec), "T": T, "keys": k})
 
 
-def _ffn_flops(spec: ModelSpec, layer) -> None:  # type: ignore[no-untyped-def]
+def _ffn_flops(spec: ModelSpec, add, p: str, stack: str, L: int) -> None:  # type: ignore[no-untyped-def]
     E, F = spec.d_model, spec.d_ff
     if spec.ffn == "param_attention":
         hp, n_p, dk, dv = spec.pattn_heads, spec.pattn_n, spec.pattn_d_key, spec.pattn_d_value
-        layer("ffn.pattn.q", 2 * E * hp * dk, "2 · d_model · h_p · d_pk", f"2 · {E} · {hp} · {dk}")
-        layer("ffn.pattn.scores", 2 * hp * n_p * dk, "2 · h_p · n_p · d_pk",
-              f"2 · {hp} · {n_p} · {dk}")
-        layer("ffn.pattn.values", 2 * hp * n_p * dv, "2 · h_p · n_p · d_pv",
-              f"2 · {hp} · {n_p} · {dv}")
-        layer("ffn.pattn.o", 2 * hp * dv * E, "2 · h_p · d_pv · d_model", f"2 · {hp} · {dv} · {E}")
+        for name, flops, formula in (
+                ("q", 2 * E * hp * dk, "2 · d_model · h_p · d_pk"),
+                ("scores", 2 * hp * n_p * dk, "2 · h_p · n_p · d_pk"),
+                ("values", 2 * hp * n_p * dv, "2 · h_p · n_p · d_pv"),
+                ("o", 2 * hp * dv * E, "2 · h_p · d_pv · d_model")):
+            add((f"{p}.pattn.{name}", flops, formula, "", L, stack, "", None, ()))
         return
-    mats = 3 if spec.ffn == "gated" else 2
-    label = "3 (gated)" if mats == 3 else "2"
+    gated = spec.ffn == "gated"
+    mats = 3 if gated else 2
+    ffn = "2 · 3 (gated) · d_model · d_ff" if gated else "2 · 2 · d_model · d_ff"
     if not spec.n_experts:
-        layer("ffn", 2 * mats * E * F, f"2 · {label} · d_model · d_ff",
-              f"2 · {mats} · {E} · {F}")
+        add((p, 2 * mats * E * F, ffn, "", L, stack, "", None, ()))
         return
     X, k, S = spec.n_experts, spec.top_k, spec.n_shared_experts
-    layer("ffn.router", 2 * E * X, "2 · d_model · n_experts", f"2 · {E} · {X}")
-    layer("ffn.experts", 2 * mats * E * F * k, f"2 · {label} · d_model · d_ff · top_k",
-          f"2 · {mats} · {E} · {F} · {k}")
+    add((p + ".router", 2 * E * X, "2 · d_model · n_experts", "", L, stack, "", None, ()))
+    add((p + ".experts", 2 * mats * E * F * k, ffn + " · top_k", "", L, stack, "", None, ()))
     if S:
-        layer("ffn.shared", 2 * mats * E * F * S, f"2 · {label} · d_model · d_ff · n_shared",
-              f"2 · {mats} · {E} · {F} · {S}")
+        add((p + ".shared", 2 * mats * E * F * S, ffn + " · n_shared_experts", "", L, stack, "",
+             None, ()))
 
 
 def attention_core(b: Breakdown) -> int:
     """Forward FLOPs of the score and value products (what selective recompute redoes)."""
-    return sum(i.total for i in b.items if i.name.endswith((".scores", ".values"))
-               and ".pattn." not in i.name)
+    return b.sum_where(lambda name: name.endswith((".scores", ".values"))
+                       and ".pattn." not in name)
 
 
 def training_flops_per_token(b: Breakdown, recompute: str = "none") -> int:
@@ -310,8 +311,6 @@ def roofline(spec: ModelSpec, gpu_name: str, batch: int, context: int,
     kv_dtype = kv_dtype or ("bf16" if dtype in ("int8", "int4", "fp8") else dtype)
     if kv_dtype not in DTYPE_BYTES:
         raise TcalcError(f"--kv-dtype: unknown dtype '{kv_dtype}'")
-    from transformer_calc.params import count_params
-
     gpu = get_gpu(gpu_name)
     peak, bw = gpu.peak(dtype), gpu.bandwidth
 
@@ -370,13 +369,11 @@ def flops_report(spec: ModelSpec, seq_len: int, *, recompute: str = "none",
                  pattern: AttentionPattern = DENSE, gpu: str | None = None, n_gpus: int = 1,
                  tokens: int | None = None, mfu: float | None = None, dtype: str = "bf16",
                  tokens_per_second: float | None = None, batch: int = 1) -> FlopsReport:
-    from transformer_calc.params import count_params
-
     forward = count_flops(spec, seq_len, pattern)
     training = training_flops_per_token(forward, recompute)
     p = count_params(spec)
     n = p.active_total
-    embeddings = sum(i.total for i in p.items if ".embed." in f".{i.name}")
+    embeddings = p.sum_where(lambda name: name.startswith("embed.") or ".embed." in name)
     non_embedding = n - embeddings
     scan: tuple[tuple[int, int, int], ...] = ()
     if pattern.kind != "dense":

@@ -6,11 +6,14 @@ the comments and in each item's formula.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
-from transformer_calc.breakdown import Breakdown
+from transformer_calc.breakdown import Breakdown, Item
 from transformer_calc.errors import TcalcError
+from transformer_calc.flops import DENSE
+from transformer_calc.params import count_params, symbols
 from transformer_calc.spec import ModelSpec
 
 # Quantised weight formats: bits per weight, and one fp16 scale per group of weights
@@ -76,7 +79,7 @@ def adafactor_state_elements(params_breakdown) -> int:  # type: ignore[no-untype
     for item in params_breakdown.items:
         if not item.count:
             continue
-        shape: tuple[int, ...] = item.shape or (item.count,)
+        shape: tuple[int, ...] = item.shape or (item.count,)  # a vector where none is given
         if len(shape) >= 2:
             lead = math.prod(shape[:-2])
             total += lead * (shape[-2] + shape[-1]) * item.repeat
@@ -109,9 +112,10 @@ ACT_SAVES = {"gelu_new": 4, "gelu": 1, "gelu_tanh": 1, "silu": 1, "swish": 1, "r
 RESULT_SAVERS = {"relu", "sigmoid", "tanh", "identity"}
 
 
-def activation_items(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes: int,
-                     device: str = "cuda", attention: str = "eager", dropout: bool = True,
-                     recompute: str = "none", pattern=None):  # type: ignore[no-untyped-def]
+def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes: int,
+                         device: str = "cuda", attention: str = "eager", dropout: bool = True,
+                         recompute: str = "none", pattern=None  # type: ignore[no-untyped-def]
+                         ) -> Breakdown:
     """Bytes autograd keeps for backward, one item per saved tensor, per layer.
 
     Follows Korthikanti et al. 2022, Sec. 4.1 (34·s·b·h + 5·a·s²·b per layer, 16-bit), with the
@@ -120,11 +124,9 @@ def activation_items(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes: in
     activation dtype), the attention implementation (eager and SDPA's math path keep the
     B·H·T² probabilities; flash/memory-efficient kernels keep only the output and a log-sum-exp),
     HF's attention keeping K and V (and Q, or the fused QKV output) as separate copies, and what
-    the activation function keeps (ACT_SAVES).
+    the activation function keeps (ACT_SAVES). Symbols: B batch, T sequence, act activation
+    bytes, mask dropout-mask bytes, stat norm-statistic bytes, keys per query.
     """
-    from transformer_calc.breakdown import Item
-    from transformer_calc.flops import DENSE
-
     if attention not in ATTENTIONS:
         raise TcalcError(f"--attention: expected one of {', '.join(ATTENTIONS)}")
     if device not in DEVICES:
@@ -142,149 +144,158 @@ def activation_items(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes: in
     # On CUDA, "sdpa" dispatches to the memory-efficient / flash kernels; on the CPU it takes
     # the math path, which keeps the probabilities like eager does.
     flash = attention == "flash" or (attention == "sdpa" and device == "cuda")
-    items: list[Item] = []
+    # SDPA's math path on the CPU upcasts 16-bit Q, K, V to fp32 and computes the
+    # probabilities (and their dropout) in fp32 (measured: tools/measure_activations.py)
+    upcast = attention == "sdpa" and not flash
+    c, cmask = (4, 4) if upcast else (a, mask)
+    c_sym, cmask_sym = ("4 (fp32 upcast)", "4 (fp32 upcast)") if upcast else ("act", "mask")
+    qw, kvw = H * dh, Hkv * dh
+    # Rows are Item's fields in order: (name, count, formula, expr, repeat, stack, note,
+    # active, shape); note "tp" marks what tensor parallelism splits (Korthikanti, Sec. 4.2.2)
+    rows: list[tuple] = []  # type: ignore[type-arg]
+    add = rows.append
     notes: list[str] = []
+    x = sb * E * a  # one B·T·d_model activation
 
-    def add(name: str, nbytes: int, formula: str, stack: str, reps: int, tp: bool,
-            note: str = "") -> None:
-        # ``note`` carries "tp" for tensors tensor parallelism splits (Korthikanti, Sec. 4.2.2)
-        full = f"{stack}.{name}" if stack else name
-        items.append(Item(full, nbytes, formula, "", reps, stack, note or ("tp" if tp else "")))
-
-    def norm(prefix: str, stack: str, reps: int) -> None:
+    def norm(name: str, stack: str, reps: int) -> None:
+        add((name + ".input", x, "B·T·d_model · act", "", reps, stack, "", None, ()))
         if spec.norm == "rmsnorm":
-            add(f"{prefix}.input", sb * E * a, "B·T·d_model · act", stack, reps, False)
-            add(f"{prefix}.rstd", sb * 4, "B·T · 4 (fp32)", stack, reps, False)
+            add((name + ".rstd", sb * 4, "B·T · 4 (fp32)", "", reps, stack, "", None, ()))
         else:
-            add(f"{prefix}.input", sb * E * a, "B·T·d_model · act", stack, reps, False)
-            add(f"{prefix}.stats", 2 * sb * stat, "2 · B·T · stat (mean, rstd)", stack, reps,
-                False)
+            add((name + ".stats", 2 * sb * stat, "2 · B·T · stat (mean, rstd)", "", reps, stack,
+                 "", None, ()))
 
     def attention_block(p: str, stack: str, L: int, cross: bool) -> None:
-        kq = T if cross else keys
-        add(f"{p}.input", sb * E * a, "B·T·d_model · act (Q/K/V matmul input)", stack, L, False)
-        qw, kvw, hw = H * dh, Hkv * dh, H * dh
-        # SDPA's math path on the CPU upcasts 16-bit Q, K, V to fp32 and computes the
-        # probabilities (and their dropout) in fp32 (measured: tools/measure_activations.py)
-        c = 4 if attention == "sdpa" and not flash else a
-        cmask = 4 if attention == "sdpa" and not flash else mask
+        kq, kq_sym = (T, "T") if cross else (keys, "keys")
+        add((p + "input", x, "B·T·d_model · act (Q/K/V matmul input)", "", L, stack, "", None,
+             ()))
         if flash:
-            add(f"{p}.qkv", sb * (qw + 2 * kvw) * a, "B·T·(n_heads + 2·n_kv_heads)·d_head · act",
-                stack, L, True)
-            add(f"{p}.out", sb * qw * a, "B·T·n_heads·d_head · act (kernel output)", stack, L,
-                True)
-            add(f"{p}.logsumexp", B * H * T * 4, "B·n_heads·T · 4 (fp32)", stack, L, True)
+            add((p + "qkv", sb * (qw + 2 * kvw) * a, "B·T·(n_heads + 2·n_kv_heads)·d_head · act",
+                 "", L, stack, "tp", None, ()))
+            add((p + "out", sb * qw * a, "B·T·n_heads·d_head · act (kernel output)", "", L,
+                 stack, "tp", None, ()))
+            add((p + "logsumexp", B * H * T * 4, "B·n_heads·T · 4 (fp32)", "", L, stack, "tp",
+                 None, ()))
         else:
             if attention == "eager" and spec.fused_qkv and not cross and B == 1:
                 # HF eager: Q is a (B, H, T, d_head) view of the fused (B, T, 3·E) projection
                 # output; matmul folds B and H into one batch dimension without a copy only
                 # when B = 1, and then the whole fused output stays alive. For B > 1 Q is
                 # copied and the fused output is freed (measured: tools/measure_activations).
-                add(f"{p}.qkv_output", sb * (qw + 2 * kvw) * a,
-                    "B·T·(n_heads + 2·n_kv_heads)·d_head · act (fused output, Q is a view)",
-                    stack, L, True)
+                add((p + "qkv_output", sb * (qw + 2 * kvw) * a,
+                     "B·T·(n_heads + 2·n_kv_heads)·d_head · act (fused output, Q is a view)", "",
+                     L, stack, "tp", None, ()))
             else:
-                add(f"{p}.q", sb * qw * c, "B·T·n_heads·d_head · act", stack, L, True)
+                add((p + "q", sb * qw * c, "B·T·n_heads·d_head · " + c_sym, "", L, stack, "tp",
+                     None, ()))
             # K (transposed) and V are made contiguous for the batched matmuls; GQA/MQA heads
             # are repeated to n_heads first (HF repeat_kv)
-            add(f"{p}.k", sb * hw * c, "B·T·n_heads·d_head · act (contiguous copy)", stack, L,
-                True)
-            add(f"{p}.v", sb * hw * c, "B·T·n_heads·d_head · act (contiguous copy)", stack, L,
-                True)
+            kv = "B·T·n_heads·d_head · " + c_sym + " (contiguous copy)"
+            add((p + "k", sb * qw * c, kv, "", L, stack, "tp", None, ()))
+            add((p + "v", sb * qw * c, kv, "", L, stack, "tp", None, ()))
             probs = B * H * T * kq
-            add(f"{p}.softmax", probs * c, "B·n_heads·T·keys · act (softmax output)", stack, L,
-                True)
+            add((p + "softmax", probs * c, f"B·n_heads·T·{kq_sym} · {c_sym} (softmax output)", "",
+                 L, stack, "tp", None, ()))
             if dropout:
-                add(f"{p}.dropout_mask", probs * cmask, "B·n_heads·T·keys · mask", stack, L,
-                    True)
-                add(f"{p}.dropout_output", probs * c, "B·n_heads·T·keys · act (A·V input)",
-                    stack, L, True)
-        add(f"{p}.o_input", sb * qw * a, "B·T·n_heads·d_head · act (output projection input)",
-            stack, L, True)
+                add((p + "dropout_mask", probs * cmask, f"B·n_heads·T·{kq_sym} · {cmask_sym}", "",
+                     L, stack, "tp", None, ()))
+                add((p + "dropout_output", probs * c,
+                     f"B·n_heads·T·{kq_sym} · {c_sym} (A·V input)", "", L, stack, "tp", None, ()))
+        add((p + "o_input", sb * qw * a, "B·T·n_heads·d_head · act (output projection input)",
+             "", L, stack, "tp", None, ()))
         if dropout:
-            add(f"{p}.residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", stack, L,
-                False)
+            add((p + "residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", "", L, stack,
+                 "", None, ()))
 
-    def ffn_block(stack: str, L: int, shares_input: bool) -> None:
+    def ffn_block(p: str, stack: str, L: int, shares_input: bool) -> None:
         if not shares_input:
-            add("ffn.input", sb * E * a, "B·T·d_model · act (FFN input)", stack, L, False)
+            add((p + "input", x, "B·T·d_model · act (FFN input)", "", L, stack, "", None, ()))
         if spec.ffn == "param_attention":
             hp, n_p = spec.pattn_heads, spec.pattn_n
-            add("ffn.pattn.q", sb * hp * spec.pattn_d_key * a, "B·T·h_p·d_pk · act", stack, L,
-                True)
-            add("ffn.pattn.softmax", B * hp * T * n_p * a, "B·h_p·T·n_p · act", stack, L, True)
-            add("ffn.pattn.o_input", sb * hp * spec.pattn_d_value * a, "B·T·h_p·d_pv · act",
-                stack, L, True)
+            add((p + "pattn.q", sb * hp * spec.pattn_d_key * a, "B·T·h_p·d_pk · act", "", L,
+                 stack, "tp", None, ()))
+            add((p + "pattn.softmax", B * hp * T * n_p * a, "B·h_p·T·n_p · act", "", L, stack,
+                 "tp", None, ()))
+            add((p + "pattn.o_input", sb * hp * spec.pattn_d_value * a, "B·T·h_p·d_pv · act", "",
+                 L, stack, "tp", None, ()))
         else:
             k = spec.top_k if spec.n_experts else 1
             k += spec.n_shared_experts
-            route = f" · {k} experts" if k > 1 else ""
+            route = f" · {k} (experts per token)" if k > 1 else ""
             act = spec.activation
             saves = ACT_SAVES[act]
-            if spec.ffn == "gated":
+            gated = spec.ffn == "gated"
+            if gated:
                 # act(gate) · up: the product keeps act(gate) and up; an input-keeping
                 # activation also keeps the gate, a result-keeping one already holds act(gate)
                 saves += 1 if act in RESULT_SAVERS else 2
             if saves:
-                add("ffn.activation", k * saves * sb * F * a,
-                    f"{saves} · B·T·d_ff · act{route} ({act}"
-                    f"{', gated' if spec.ffn == 'gated' else ''})", stack, L, True)
-            add("ffn.out_input", k * sb * F * a, f"B·T·d_ff · act{route} (down projection input)",
-                stack, L, True)
+                add((p + "activation", k * saves * sb * F * a,
+                     f"{saves} · B·T·d_ff · act{route} ({act}{', gated' if gated else ''})", "",
+                     L, stack, "tp", None, ()))
+            add((p + "out_input", k * sb * F * a,
+                 f"B·T·d_ff · act{route} (down projection input)", "", L, stack, "tp", None, ()))
             if spec.n_experts:
-                add("ffn.router", sb * spec.n_experts * 4, "B·T·n_experts · 4 (router softmax)",
-                    stack, L, False)
+                add((p + "router", sb * spec.n_experts * 4, "B·T·n_experts · 4 (router softmax)",
+                     "", L, stack, "", None, ()))
         if dropout:
-            add("ffn.residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", stack, L, False)
+            add((p + "residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", "", L, stack,
+                 "", None, ()))
 
     # embeddings
-    add("embed.token_ids", sb * 8, "B·T · 8 (int64 indices)", "", 1, False)
+    add(("embed.token_ids", sb * 8, "B·T · 8 (int64 indices)", "", 1, "", "", None, ()))
     if spec.position == "learned":
-        add("embed.position_ids", T * 8, "T · 8 (int64, shared by the batch)", "", 1, False)
+        add(("embed.position_ids", T * 8, "T · 8 (int64, shared by the batch)", "", 1, "", "",
+             None, ()))
     if dropout:
-        add("embed.dropout_mask", sb * E * mask, "B·T·d_model · mask", "", 1, False)
+        add(("embed.dropout_mask", sb * E * mask, "B·T·d_model · mask", "", 1, "", "", None, ()))
+    enc_dec = spec.arch == "encoder-decoder"
     for stack, L in spec.stacks:
-        blocks = [("attn", False)] + ([("cross", True)] if stack == "decoder"
-                                      and spec.arch == "encoder-decoder" else [])
-        n_norms = spec.parallel_norms if spec.parallel_block else len(blocks) + 1
-        for n in range(n_norms):
-            norm(["attn.norm", "cross.norm", "ffn.norm"][n] if n_norms == 3 else
-                 ["attn.norm", "ffn.norm"][n], stack, L)
-        for blk, cross in blocks:
-            attention_block(blk, stack, L, cross)
-        ffn_block(stack, L, shares_input=spec.parallel_block and spec.parallel_norms == 1)
+        cross = stack == "decoder" and enc_dec
+        n_norms = spec.parallel_norms if spec.parallel_block else 2 + cross
+        for name in (("attn.norm", "cross.norm", "ffn.norm") if n_norms == 3
+                     else ("attn.norm", "ffn.norm")[:n_norms]):
+            norm(f"{stack}.{name}", stack, L)
+        attention_block(f"{stack}.attn.", stack, L, False)
+        if cross:
+            attention_block(f"{stack}.cross.", stack, L, True)
+        ffn_block(f"{stack}.ffn.", stack, L,
+                  shares_input=spec.parallel_block and spec.parallel_norms == 1)
         if spec.final_norm:
             norm(f"{stack}.final_norm", "", 1)
     if spec.embedding_norm:
         norm("embed.norm", "", 1)
     if spec.lm_head or spec.mlm_head:
-        add("head.input", sb * spec.embed_dim * a, "B·T·d_model · act (LM head input)", "", 1,
-            False)
+        add(("head.input", sb * spec.embed_dim * a, "B·T·d_embed · act (LM head input)", "", 1,
+             "", "", None, ()))
         # HF's loss upcasts the logits and keeps log_softmax in fp32, for every position
-        add("loss.log_softmax", sb * V * 4, "B·T·vocab_size · 4 (fp32 log-softmax)", "", 1, False)
-        add("loss.targets", sb * 8, "B·T · 8 (int64 labels)", "", 1, False)
+        add(("loss.log_softmax", sb * V * 4, "B·T·vocab_size · 4 (fp32 log-softmax)", "", 1, "",
+             "", None, ()))
+        add(("loss.targets", sb * 8, "B·T · 8 (int64 labels)", "", 1, "", "", None, ()))
 
     if recompute == "full":
         # Only each layer's input is kept; one layer's activations exist again in backward.
-        kept = [i for i in items if not i.stack]
+        kept = [r for r in rows if not r[5]]  # outside the layers
         for stack, L in spec.stacks:
-            per_layer = sum(i.count for i in items if i.stack == stack)
-            kept.append(Item(f"{stack}.checkpoint_input", sb * E * a, "B·T·d_model · act",
-                             "", L, stack, "kept per layer (full recomputation)"))
-            kept.append(Item(f"{stack}.recomputed_layer", per_layer, "one layer's activations",
-                             "", 1, "", "rebuilt during backward, one layer at a time"))
-        items = kept
+            per_layer = sum([r[1] for r in rows if r[5] == stack])
+            kept.append((f"{stack}.checkpoint_input", x, "B·T·d_model · act", "", L, stack,
+                         "kept per layer (full recomputation)", None, ()))
+            kept.append((f"{stack}.recomputed_layer", per_layer, "one layer's activations", "",
+                         1, "", "rebuilt during backward, one layer at a time", None, ()))
+        rows = kept
         notes.append("full recomputation: each layer's input is kept; one layer is rebuilt at "
                      "a time in backward")
     elif recompute == "selective":
         # Korthikanti et al. 2022, Sec. 5: recompute the attention core (the B·H·T² tensors)
         core = (".attn.softmax", ".attn.dropout_mask", ".attn.dropout_output",
                 ".cross.softmax", ".cross.dropout_mask", ".cross.dropout_output")
-        items = [i for i in items if not i.name.endswith(core)]
+        rows = [r for r in rows if not r[0].endswith(core)]
         notes.append("selective recomputation: the attention probabilities are recomputed")
     elif recompute != "none":
         raise TcalcError("--recompute: expected one of none, selective, full")
-    return items, notes
+    return Breakdown(spec.name, "bytes", tuple(rows), tuple(notes), {},
+                     lambda: {**symbols(spec), "B": B, "T": T, "act": a, "mask": mask,
+                              "stat": stat, "keys": keys})
 
 
 def korthikanti_per_layer(spec: ModelSpec, batch: int, seq_len: int) -> int:
@@ -350,28 +361,36 @@ class Settings:
 def state_bytes_per_param(s: Settings) -> list[tuple[str, float, str]]:
     """(component, bytes per parameter, why) for training. Adafactor is shape-dependent and
     reported separately."""
+    return [row[:3] for row in _states(s.mixed, s.precision, s.optimizer)]
+
+
+@functools.cache
+def _states(mixed: bool, precision: str, optimizer: str
+            ) -> tuple[tuple[str, float, str, str], ...]:
+    """state_bytes_per_param's rows with their formulas; a handful of distinct answers, so
+    built once each (memory_report runs in sweeps)."""
     half = 2
     rows: list[tuple[str, float, str]] = []
-    if s.mixed:
+    if mixed:
         # HF performance docs: "mixed precision training: 6 bytes per parameter" (an fp32
         # copy and a 16-bit copy); gradients stay fp32 (4 bytes).
-        rows.append(("weights", half, f"{s.precision} copy used in forward/backward"))
+        rows.append(("weights", half, f"{precision} copy used in forward/backward"))
         rows.append(("master_weights", 4, "fp32 master weights the optimizer updates"))
         rows.append(("gradients", 4, "fp32 (HF performance docs)"))
     else:
-        w = 4 if s.precision == "fp32" else half
-        rows.append(("weights", w, f"{s.precision} weights"))
-        rows.append(("gradients", w, f"{s.precision}, like the weights"))
-    if s.optimizer != "adafactor":
-        per = OPTIMIZER_BYTES[s.optimizer]
-        if not s.mixed and s.precision != "fp32" and s.optimizer in ("adamw", "adam", "lion",
-                                                                      "sgd-momentum"):
+        w = 4 if precision == "fp32" else half
+        rows.append(("weights", w, f"{precision} weights"))
+        rows.append(("gradients", w, f"{precision}, like the weights"))
+    if optimizer != "adafactor":
+        per = OPTIMIZER_BYTES[optimizer]
+        if not mixed and precision != "fp32" and optimizer in ("adamw", "adam", "lion",
+                                                                "sgd-momentum"):
             per = per // 2  # pure 16-bit training: torch keeps the moments in the param dtype
-            why = f"{OPTIMIZER_SOURCE[s.optimizer]}, kept in {s.precision} (pure 16-bit)"
+            why = f"{OPTIMIZER_SOURCE[optimizer]}, kept in {precision} (pure 16-bit)"
         else:
-            why = OPTIMIZER_SOURCE[s.optimizer]
+            why = OPTIMIZER_SOURCE[optimizer]
         rows.append(("optimizer_states", per, why))
-    return rows
+    return tuple((name, per, why, f"params · {per:g} bytes ({why})") for name, per, why in rows)
 
 
 @dataclass(frozen=True)
@@ -402,15 +421,12 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
                   pattern=None, params: Breakdown | None = None  # type: ignore[no-untyped-def]
                   ) -> MemoryReport:
     """``params``: count_params(spec), when the caller has it already."""
-    from transformer_calc.breakdown import Item
-    from transformer_calc.params import count_params
-
     p = params or count_params(spec)
     N = p.total
     T = s.seq_len or spec.max_positions or 2048
-    notes: list[str] = []
-    comps: list[Item] = []
-    rows: list[tuple[str, float, str]] = []
+    notes: tuple[str, ...] = ()
+    comps: list[tuple] = []  # type: ignore[type-arg]  # rows, as in Breakdown
+    rows: tuple[tuple[str, float, str, str], ...] = ()
     if s.inference:
         w = weight_bytes(N, s.dtype, s.group_size)
         comps.append(Item("weights", w, f"params · {s.dtype}", f"{N:,} · {s.dtype}"))
@@ -425,17 +441,19 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         comps.append(Item("kv_cache", kv,
                           "batch · context · 2 · layers · n_kv_heads · d_head · bytes",
                           f"{s.batch_size} · {T} · {per_token:,} · {kv_dtype}"))
+        inference_notes = []
         if s.dtype in QUANT_BITS:
-            notes.append(f"{s.dtype}: {QUANT_BITS[s.dtype]} bits per weight + one fp16 scale per "
-                         f"{s.group_size} weights (group quantisation)")
-        notes.append("inference: weights and KV cache; transient activations are left out")
+            inference_notes.append(f"{s.dtype}: {QUANT_BITS[s.dtype]} bits per weight + one fp16 "
+                                   f"scale per {s.group_size} weights (group quantisation)")
+        inference_notes.append("inference: weights and KV cache; transient activations are left "
+                               "out")
+        notes = tuple(inference_notes)
         acts = Breakdown(spec.name, "bytes", ())
         korth = 0
     else:
-        rows = state_bytes_per_param(s)
-        for name, per, why in rows:
-            comps.append(Item(name, math.ceil(N * per), f"params · {per:g} bytes ({why})",
-                              f"{N:,} · {per:g}"))
+        rows = _states(s.mixed, s.precision, s.optimizer)
+        for name, per, _, formula in rows:
+            comps.append((name, math.ceil(N * per), formula, "", 1, "", "", None, ()))
         if s.optimizer == "adafactor":
             # one fused QKV matrix per attention block (self, and cross in nn.Transformer)
             blocks = spec.total_layers + (spec.n_decoder_layers
@@ -444,21 +462,20 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
             comps.append(Item("optimizer_states", 4 * elems,
                               "4 · Σ (rows + columns) over matrices + Σ vector sizes",
                               f"4 · {elems:,}", note=OPTIMIZER_SOURCE["adafactor"]))
-        items, act_notes = activation_items(
+        acts = activation_breakdown(
             spec, s.batch_size, T, act_bytes=s.act_bytes, device=s.device,
             attention=s.attention,
             dropout=s.dropout if s.dropout is not None else spec.dropout > 0,
             recompute=s.recompute, pattern=pattern)
-        acts = Breakdown(spec.name, "bytes", tuple(items), tuple(act_notes))
-        notes += act_notes
-        comps.append(Item("activations", acts.total, "Σ saved tensors (below)",
-                          f"batch {s.batch_size} · seq {T}"))
+        notes = acts.notes
+        comps.append(("activations", acts.total, "Σ saved tensors (below)",
+                      f"batch {s.batch_size} · seq {T}", 1, "", "", None, ()))
         korth = korthikanti_per_layer(spec, s.batch_size, T)
-    components = Breakdown(spec.name, "bytes", tuple(comps), tuple(notes))
+    components = Breakdown(spec.name, "bytes", tuple(comps), notes, {}, lambda: {"params": N})
     per_gpu = _shard(spec, s, components, acts)
     fit = _fit(spec, s, per_gpu, gpu, pattern) if gpu else None
-    return MemoryReport(spec.name, s, T, N, components, per_gpu, acts, tuple(rows), korth, fit,
-                        tuple(notes))
+    return MemoryReport(spec.name, s, T, N, components, per_gpu, acts,
+                        tuple(row[:3] for row in rows), korth, fit, notes)
 
 
 def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown) -> Breakdown:
@@ -469,8 +486,6 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown) -> B
     (Korthikanti et al. 2022, Eq. 2), sequence parallelism the rest too (Eq. 4); with
     pipeline parallelism the first stage holds as many in-flight micro-batches as it has
     layers' share, L layers in all (Sec. 4.2.3), so activations are not divided by pp."""
-    from transformer_calc.breakdown import Item
-
     if s.gpus == 1:
         return total
     dp, mp = s.dp, s.tp * s.pp
@@ -484,7 +499,7 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown) -> B
     out = []
     for item in total.items:
         if item.name == "activations":
-            split = sum(i.total for i in acts.items if i.note == "tp")
+            split = sum([r[1] * r[4] for r in acts.rows if r[6] == "tp"])  # note "tp"
             rest = acts.total - split
             per = split // s.tp + (rest // s.tp if s.sequence_parallel else rest)
             out.append(Item("activations", per, "tp-split part / tp + the rest"
