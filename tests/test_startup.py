@@ -16,6 +16,17 @@ def test_cli_import_is_lazy() -> None:
     assert out.strip() == "[]"
 
 
+def test_cli_import_builds_no_command() -> None:
+    # Options (one per architecture field, Enum types for choices) are built per command,
+    # only for the command that runs.
+    code = ("import transformer_calc.cli as c; "
+            "print(c._choice_enum.cache_info().currsize, c._full_app.cache_info().currsize, "
+            "sum(b.cache_info().currsize for b in c.COMMANDS.values()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["0", "0", "0"]
+
+
 def test_entry_point_builds_only_the_invoked_command() -> None:
     from transformer_calc.cli import COMMANDS, _app_for, app
 

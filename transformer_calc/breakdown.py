@@ -97,11 +97,15 @@ class Breakdown:
     def __init__(self, model: str, unit: str, rows: tuple[Row, ...], notes: tuple[str, ...] = (),
                  extra: dict[str, int | float | str] | None = None,
                  symbols: Symbols | None = None) -> None:
-        # Frozen: attributes are set once, here, through __dict__ (one call instead of the
-        # per-field object.__setattr__ a frozen dataclass's __init__ makes; make bench).
-        self.__dict__.update(model=model, unit=unit, rows=rows, notes=notes,
-                             extra={} if extra is None else extra, symbols=symbols,
-                             total=sum([r[1] * r[4] for r in rows]))  # count × repeat
+        # Frozen: attributes are set once, here, through __dict__ (a frozen dataclass's own
+        # __init__ calls object.__setattr__ per field: 3x slower; make bench).
+        total = 0
+        for r in rows:
+            total += r[1] * r[4]  # count × repeat
+        d = self.__dict__
+        d["model"], d["unit"], d["rows"], d["notes"] = model, unit, rows, notes
+        d["extra"] = {} if extra is None else extra
+        d["symbols"], d["total"] = symbols, total
 
     @cached_property
     def items(self) -> tuple[Item, ...]:

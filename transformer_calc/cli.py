@@ -26,8 +26,9 @@ APP_OPTIONS: dict[str, Any] = dict(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-app = typer.Typer(**APP_OPTIONS)
-COMMANDS: dict[str, Callable[..., Any]] = {}  # name -> the registered wrapper
+# name -> a function that builds the command (its typer signature, ~70 options for some):
+# built only for the command being run, or for all when the full app is asked for.
+COMMANDS: dict[str, Callable[[], Callable[..., Any]]] = {}
 
 EXIT_USAGE = 2
 
@@ -55,32 +56,35 @@ def _command(*, overrides: bool = False, training: bool = False
     """
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        sig = inspect.signature(fn)
-        params = [p for p in sig.parameters.values() if p.name not in ("overrides", "train")]
-        extra = [_override_param(f) for f in ARCH_FIELDS] if overrides else []
-        group = _training_params() if training else []
+        @functools.cache
+        def build() -> Callable[..., Any]:
+            sig = inspect.signature(fn)
+            params = [p for p in sig.parameters.values() if p.name not in ("overrides", "train")]
+            extra = [_override_param(f) for f in ARCH_FIELDS] if overrides else []
+            group = _training_params() if training else []
 
-        @functools.wraps(fn)
-        def wrapper(**kwargs: Any) -> Any:
-            if overrides:
-                kwargs["overrides"] = {
-                    f.name: getattr(v, "value", v)  # Enum choice -> its string
-                    for f in ARCH_FIELDS for v in [kwargs.pop(f.name)]}
-            if training:
-                kwargs["train"] = {p.name: getattr(v, "value", v)
-                                   for p in group for v in [kwargs.pop(p.name)]}
-            try:
-                return fn(**kwargs)
-            except TcalcError as e:
-                typer.echo("Error: " + " ".join(str(e).splitlines()), err=True)
-                raise typer.Exit(EXIT_USAGE) from None
+            @functools.wraps(fn)
+            def wrapper(**kwargs: Any) -> Any:
+                if overrides:
+                    kwargs["overrides"] = {
+                        f.name: getattr(v, "value", v)  # Enum choice -> its string
+                        for f in ARCH_FIELDS for v in [kwargs.pop(f.name)]}
+                if training:
+                    kwargs["train"] = {p.name: getattr(v, "value", v)
+                                       for p in group for v in [kwargs.pop(p.name)]}
+                try:
+                    return fn(**kwargs)
+                except TcalcError as e:
+                    typer.echo("Error: " + " ".join(str(e).splitlines()), err=True)
+                    raise typer.Exit(EXIT_USAGE) from None
 
-        everything = params + group + extra
-        wrapper.__signature__ = sig.replace(parameters=everything)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {p.name: p.annotation for p in everything}
-        name = fn.__name__.rstrip("_").replace("_", "-")
-        COMMANDS[name] = wrapper
-        return app.command(name=name)(wrapper)
+            everything = params + group + extra
+            wrapper.__signature__ = sig.replace(parameters=everything)  # type: ignore[attr-defined]
+            wrapper.__annotations__ = {p.name: p.annotation for p in everything}
+            return wrapper
+
+        COMMANDS[fn.__name__.rstrip("_").replace("_", "-")] = build
+        return fn
 
     return decorate
 
@@ -601,21 +605,37 @@ def import_(
     typer.echo(f"wrote {output}: {spec.name}, {total:,} parameters", err=True)
 
 
+def _new_app(names: list[str]) -> typer.Typer:
+    app = typer.Typer(**APP_OPTIONS)
+    if len(names) == 1:
+        @app.callback()
+        def group() -> None:  # keeps `tcalc COMMAND ...` a group, as with the full app
+            pass
+
+    for name in names:
+        app.command(name=name)(COMMANDS[name]())
+    return app
+
+
+@functools.cache
+def _full_app() -> typer.Typer:
+    return _new_app(list(COMMANDS))
+
+
+def __getattr__(name: str) -> Any:
+    """``app``, the full typer app (for --help, tests and embedding), built on first use."""
+    if name == "app":
+        return _full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _app_for(argv: list[str]) -> typer.Typer:
-    """The app to run: only the invoked command when argv names one. typer turns every
-    command's ~70 options into click parameters on each call; building one command instead
-    of all ten halves tcalc's start-up (make bench). --help and unknown words get the full
-    app."""
+    """The app to run: only the invoked command when argv names one. Turning a command's
+    options into typer/click parameters is most of tcalc's start-up (make bench), so the
+    other commands are not built; --help and unknown words get the full app."""
     if not argv or argv[0] not in COMMANDS:
-        return app
-    single = typer.Typer(**APP_OPTIONS)
-
-    @single.callback()
-    def group() -> None:  # keeps `tcalc COMMAND ...` a group, as with the full app
-        pass
-
-    single.command(name=argv[0])(COMMANDS[argv[0]])
-    return single
+        return _full_app()
+    return _new_app([argv[0]])
 
 
 def main() -> None:

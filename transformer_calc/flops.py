@@ -75,15 +75,19 @@ class AttentionPattern:
         return (T - g) * min(T, self.window + g + extra) + g * T
 
     def describe(self) -> str:
-        return {
-            "dense": "dense: every query meets all T keys",
-            "local": f"local window of {self.window}",
-            "strided": f"Sparse Transformer strided, l = {self.block}",
-            "fixed": f"Sparse Transformer fixed, l = {self.block}, c = {self.summary}",
-            "longformer": f"Longformer, window {self.window} + {self.global_tokens} global",
-            "bigbird": (f"BigBird, window {self.window} + {self.global_tokens} global + "
-                        f"{self.random} random"),
-        }[self.kind]
+        kind = self.kind
+        if kind == "dense":
+            return "dense: every query meets all T keys"
+        if kind == "local":
+            return f"local window of {self.window}"
+        if kind == "strided":
+            return f"Sparse Transformer strided, l = {self.block}"
+        if kind == "fixed":
+            return f"Sparse Transformer fixed, l = {self.block}, c = {self.summary}"
+        if kind == "longformer":
+            return f"Longformer, window {self.window} + {self.global_tokens} global"
+        return (f"BigBird, window {self.window} + {self.global_tokens} global + "
+                f"{self.random} random")
 
 
 DENSE = AttentionPattern()

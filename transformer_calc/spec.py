@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from transformer_calc.errors import SpecError
@@ -129,28 +128,29 @@ class ModelSpec:
             check(getattr(self, name))
         self._check_shape()
 
-    # Derived sizes: read these, never the raw Optional fields, in formulas. Cached on first
-    # read (the spec is frozen): every count reads them, and sweeps count many specs.
-    @cached_property
+    # Derived sizes: read these, never the raw Optional fields, in formulas. (Plain
+    # properties: functools.cached_property's first read takes a lock on Python 3.11 and costs
+    # more than a spec ever saves; make bench.)
+    @property
     def kv_heads(self) -> int:
         return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
 
-    @cached_property
+    @property
     def head_dim(self) -> int:
         return self.d_head if self.d_head is not None else self.d_model // self.n_heads
 
-    @cached_property
+    @property
     def embed_dim(self) -> int:
         return self.embed_proj_dim if self.embed_proj_dim is not None else self.d_model
 
-    @cached_property
+    @property
     def stacks(self) -> tuple[tuple[str, int], ...]:
         """(stack name, layers) in forward order."""
         if self.arch == "encoder-decoder":
             return (("encoder", self.n_encoder_layers), ("decoder", self.n_decoder_layers))
         return ((self.arch, self.n_layers),)
 
-    @cached_property
+    @property
     def total_layers(self) -> int:
         return sum(n for _, n in self.stacks)
 
