@@ -109,3 +109,14 @@ def test_a_breakdown_without_symbols_keeps_exprs_as_given() -> None:
     b = Breakdown("m", "bytes", rows)
     assert [i.expr for i in b.items] == ["1 + 2", ""]
     assert b.total == 3 + 8
+
+
+def test_memory_json_shows_each_activation_arithmetic(cli) -> None:
+    import json
+
+    out = json.loads(cli("memory", "gpt2", "--mixed", "--precision", "bf16", "-b", "2",
+                         "--format", "json").stdout)
+    acts = out["activations"]["components"]
+    assert acts and all(evaluate(a["expr"]) * a["layers"] == a["bytes"] for a in acts)
+    weights = out["components"][0]
+    assert weights["expr"] == "124,439,808 · 2 bytes" and weights["bytes"] == 2 * 124_439_808

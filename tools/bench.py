@@ -99,7 +99,7 @@ def main() -> None:
     ap.add_argument("--tcalc", default=str(Path(sys.executable).with_name("tcalc")))
     ap.add_argument("--hf-python", default=os.environ.get("HF_PYTHON", ""),
                     help="an interpreter with torch + transformers (default: this one)")
-    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--configs", type=int, default=10_000)
     ap.add_argument("--sweeps", type=int, default=5)
     args = ap.parse_args()

@@ -423,7 +423,7 @@ def memory_dict(r: Any) -> dict[str, Any]:
         "total_bytes": r.components.total,
         "per_gpu_bytes": r.per_gpu.total,
         "components": [{"name": i.name, "bytes": i.total, "formula": i.formula,
-                        "per_gpu_bytes": r.per_gpu.get(i.name).total}
+                        "expr": i.expr, "per_gpu_bytes": r.per_gpu.get(i.name).total}
                        for i in r.components.items],
         "bytes_per_param": [{"name": n, "bytes": b, "why": w} for n, b, w in r.bytes_per_param],
         "notes": list(r.notes),
@@ -435,7 +435,8 @@ def memory_dict(r: Any) -> dict[str, Any]:
             "components": [{"name": i.name, "bytes": i.total, "per_layer": i.per_layer,
                             "layers": i.repeat,
                             "bytes_per_layer": i.count if i.per_layer else None,
-                            "formula": i.formula, "tensor_parallel_split": i.note == "tp"}
+                            "formula": i.formula, "expr": i.expr,
+                            "tensor_parallel_split": i.note == "tp"}
                            for i in r.activations.items]}
     if r.fit is not None:
         f = r.fit
