@@ -120,3 +120,14 @@ def test_memory_json_shows_each_activation_arithmetic(cli) -> None:
     assert acts and all(evaluate(a["expr"]) * a["layers"] == a["bytes"] for a in acts)
     weights = out["components"][0]
     assert weights["expr"] == "124,439,808 · 2 bytes" and weights["bytes"] == 2 * 124_439_808
+
+
+def test_reports_pickle_with_their_symbols() -> None:
+    # symbols are partials of module functions, not lambdas: results can cross processes
+    import pickle
+
+    spec = load_model("gpt2")
+    for b in (count_params(spec), count_flops(spec, 256),
+              memory_report(spec, Settings(mixed=True, precision="bf16")).activations):
+        copy = pickle.loads(pickle.dumps(b))  # noqa: S301 - our own bytes
+        assert copy == b and copy.items == b.items

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 
 from transformer_calc.breakdown import Breakdown
 from transformer_calc.errors import TcalcError
@@ -158,7 +159,7 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
                      "per token (plus the router)")
     return Breakdown(spec.name, "flops", tuple(rows), tuple(notes),
                      {"seq_len": T, "pattern": pattern.kind},
-                     lambda: {**symbols(spec), "T": T, "keys": k})
+                     partial(symbols, spec, T=T, keys=k))
 
 
 def _ffn_flops(spec: ModelSpec, add, p: str, stack: str, L: int) -> None:  # type: ignore[no-untyped-def]

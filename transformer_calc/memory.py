@@ -294,8 +294,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     elif recompute != "none":
         raise TcalcError("--recompute: expected one of none, selective, full")
     return Breakdown(spec.name, "bytes", tuple(rows), tuple(notes), {},
-                     lambda: {**symbols(spec), "B": B, "T": T, "act": a, "mask": mask,
-                              "stat": stat, "keys": keys})
+                     functools.partial(symbols, spec, B=B, T=T, act=a, mask=mask, stat=stat,
+                             keys=keys))
 
 
 def korthikanti_per_layer(spec: ModelSpec, batch: int, seq_len: int) -> int:
@@ -483,7 +483,8 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         comps.append(("activations", acts.total, "Σ saved tensors (below)",
                       f"batch {s.batch_size} · seq {T}", 1, "", "", None, ()))
         korth = korthikanti_per_layer(spec, s.batch_size, T)
-    components = Breakdown(spec.name, "bytes", tuple(comps), notes, {}, lambda: {"params": N})
+    components = Breakdown(spec.name, "bytes", tuple(comps), notes, {},
+                           functools.partial(dict, params=N))
     per_gpu = _shard(spec, s, components, acts)
     fit = _fit(spec, s, per_gpu, gpu, pattern) if gpu else None
     return MemoryReport(spec.name, s, T, N, components, per_gpu, acts,

@@ -8,6 +8,8 @@ counts once, as ``model.parameters()`` yields it once.
 
 from __future__ import annotations
 
+from functools import partial
+
 from transformer_calc.breakdown import Breakdown
 from transformer_calc.spec import ModelSpec
 
@@ -31,16 +33,18 @@ def rule_of_thumb(spec: ModelSpec) -> int:
     return V * E + 12 * L * E * E
 
 
-def symbols(spec: ModelSpec) -> dict[str, int]:
-    """The values of the symbols the parameter formulas use (what ``expr`` shows)."""
-    return {"vocab_size": spec.vocab_size, "d_model": spec.d_model, "d_embed": spec.embed_dim,
-            "n_heads": spec.n_heads, "n_kv_heads": spec.kv_heads, "d_head": spec.head_dim,
-            "d_ff": spec.d_ff, "max_positions": spec.max_positions,
-            "offset": spec.position_offset, "token_types": spec.token_types,
-            "relative_buckets": spec.relative_buckets, "n_experts": spec.n_experts,
-            "top_k": spec.top_k, "n_shared_experts": spec.n_shared_experts,
-            "h_p": spec.pattn_heads, "n_p": spec.pattn_n, "d_pk": spec.pattn_d_key,
-            "d_pv": spec.pattn_d_value}
+def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
+    """The values of the symbols the formulas use (what ``expr`` shows): the spec's, and
+    ``more`` (FLOPs and memory add T, B, bytes per element...)."""
+    return more | {
+        "vocab_size": spec.vocab_size, "d_model": spec.d_model, "d_embed": spec.embed_dim,
+        "n_heads": spec.n_heads, "n_kv_heads": spec.kv_heads, "d_head": spec.head_dim,
+        "d_ff": spec.d_ff, "max_positions": spec.max_positions,
+        "offset": spec.position_offset, "token_types": spec.token_types,
+        "relative_buckets": spec.relative_buckets, "n_experts": spec.n_experts,
+        "top_k": spec.top_k, "n_shared_experts": spec.n_shared_experts,
+        "h_p": spec.pattn_heads, "n_p": spec.pattn_n, "d_pk": spec.pattn_d_key,
+        "d_pv": spec.pattn_d_value}
 
 
 _NO_POSITION_TABLE = {
@@ -152,7 +156,7 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      + "; 'active' counts what one token uses.")
     return Breakdown(spec.name, "params", tuple(rows), tuple(notes),
                      {"rule_of_thumb": rule_of_thumb(spec), "rule_of_thumb_formula": RULE_OF_THUMB},
-                     lambda: symbols(spec))
+                     partial(symbols, spec))
 
 
 def _vocab_projection(add, spec: ModelSpec, name: str, notes: list[str]) -> None:  # type: ignore[no-untyped-def]
