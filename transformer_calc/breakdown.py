@@ -11,6 +11,7 @@ the numbers written into each formula) are made only when someone reads ``items`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -55,26 +56,20 @@ class Item(NamedTuple):
 Row = tuple
 Symbols = Callable[[], Mapping[str, int]]
 
-_WORD = None  # compiled on first use: re is not needed to count, only to show
-_COMMENT = None
+# A symbol is a word; a parenthesised remark that still has words after substitution is prose.
+_WORD = r"[A-Za-z_][A-Za-z_0-9]*"
+_REMARK = r"\s*\([^()]*[A-Za-z][^()]*\)"
 
 
 def substitute(formula: str, symbols: Mapping[str, int]) -> str:
     """The formula with each known symbol replaced by its value, and parenthesised remarks
     that are still words dropped: "2 · d_model (scale + shift)" -> "2 · 768"."""
-    global _WORD, _COMMENT
-    if _WORD is None:
-        import re
 
-        _WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
-        _COMMENT = re.compile(r"\s*\([^()]*[A-Za-z][^()]*\)")
-    def value(m: Any) -> str:
+    def value(m: re.Match[str]) -> str:
         v = symbols.get(m.group())
         return m.group() if v is None else f"{v:,}" if v >= 100_000 else str(v)
 
-    expr = _WORD.sub(value, formula)
-    assert _COMMENT is not None
-    return _COMMENT.sub("", expr).strip()
+    return re.sub(_REMARK, "", re.sub(_WORD, value, formula)).strip()
 
 
 @dataclass(frozen=True, init=False)

@@ -76,15 +76,15 @@ def adafactor_state_elements(params_breakdown) -> int:  # type: ignore[no-untype
     """Adafactor's second-moment statistics: for a tensor of shape (..., r, c) it keeps a row
     and a column vector per leading index (r + c values); vectors keep one value each."""
     total = 0
-    for item in params_breakdown.items:
-        if not item.count:
+    for _, count, _, _, repeat, _, _, _, shape in params_breakdown.rows:
+        if not count:
             continue
-        shape: tuple[int, ...] = item.shape or (item.count,)  # a vector where none is given
-        if len(shape) >= 2:
-            lead = math.prod(shape[:-2])
-            total += lead * (shape[-2] + shape[-1]) * item.repeat
+        dims: tuple[int, ...] = shape or (count,)  # a vector where none is given
+        if len(dims) >= 2:
+            lead = math.prod(dims[:-2])
+            total += lead * (dims[-2] + dims[-1]) * repeat
         else:
-            total += item.count * item.repeat
+            total += count * repeat
     return total
 
 
