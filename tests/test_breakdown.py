@@ -18,6 +18,7 @@ PRESETS = preset_names()
 # Variants no preset has, so that every branch of the builders shows its arithmetic.
 VARIANTS = {
     "opt-350m-like": ("opt-125m", {"embed_proj_dim": 512}),
+    "opt-350m-untied": ("opt-125m", {"embed_proj_dim": 512, "tie_embeddings": False}),
     "moe-shared": ("mixtral-8x7b", {"n_shared_experts": 2, "bias_ffn_in": True,
                                     "bias_ffn_out": True}),
     "bart-untied": ("bart-base", {"tie_encoder_decoder": False, "tie_embeddings": False}),

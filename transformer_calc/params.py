@@ -69,14 +69,13 @@ def count_params(spec: ModelSpec) -> Breakdown:
 
     # -- embeddings ------------------------------------------------------------------------
     Ve = spec.embed_dim
+    table = _token_table(spec)
     if enc_dec and not spec.tie_encoder_decoder:
         for stack, _ in stacks:
-            add((f"{stack}.embed.tokens", V * Ve, "vocab_size × d_model", "", 1, "", "", None,
-                 (V, Ve)))
+            add((f"{stack}.embed.tokens", V * Ve, table, "", 1, "", "", None, (V, Ve)))
     else:
-        add(("embed.tokens", V * Ve, "vocab_size × d_embed" if Ve != E else "vocab_size × d_model",
-             "", 1, "", "one table shared by encoder and decoder" if enc_dec else "", None,
-             (V, Ve)))
+        add(("embed.tokens", V * Ve, table, "", 1, "",
+             "one table shared by encoder and decoder" if enc_dec else "", None, (V, Ve)))
     if Ve != E:
         # OPT-350M: embeddings narrower than the model, projected in and out (no bias).
         add(("embed.project_in", Ve * E, "d_embed × d_model", "", 1, "", "", None, (E, Ve)))
@@ -159,14 +158,19 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      partial(symbols, spec))
 
 
+def _token_table(spec: ModelSpec) -> str:
+    """The formula of a vocabulary-sized matrix (token embedding, untied LM head)."""
+    return "vocab_size × d_embed" if spec.embed_dim != spec.d_model else "vocab_size × d_model"
+
+
 def _vocab_projection(add, spec: ModelSpec, name: str, notes: list[str]) -> None:  # type: ignore[no-untyped-def]
     V, Ve = spec.vocab_size, spec.embed_dim
     if spec.tie_embeddings:
         add((f"{name}.weight", 0, "0 (tied)", "", 1, "", "tied to the token embedding: saves "
-             f"vocab_size × d_model = {V * Ve:,}", None, ()))
+             f"{_token_table(spec)} = {V * Ve:,}", None, ()))
         notes.append(f"{name}.weight is the token embedding matrix (tied), counted once.")
     else:
-        add((f"{name}.weight", V * Ve, "vocab_size × d_model", "", 1, "", "", None, (V, Ve)))
+        add((f"{name}.weight", V * Ve, _token_table(spec), "", 1, "", "", None, (V, Ve)))
 
 
 def _attention(add, spec: ModelSpec, p: str, stack: str, L: int) -> None:  # type: ignore[no-untyped-def]
