@@ -15,6 +15,15 @@ from typing import Any, Optional
 
 import typer
 
+from transformer_calc.choices import (
+    ATTENTIONS,
+    DEVICES,
+    OPTIMIZERS,
+    PATTERNS,
+    PRECISIONS,
+    RECOMPUTE,
+    TOPICS,
+)
 from transformer_calc.errors import TcalcError
 from transformer_calc.spec import ARCH_FIELDS, field_type
 
@@ -155,19 +164,9 @@ def parse_count(text: str, option: str) -> int:
     return round(value)
 
 
-class Pattern(str, Enum):
-    dense = "dense"
-    local = "local"
-    strided = "strided"
-    fixed = "fixed"
-    longformer = "longformer"
-    bigbird = "bigbird"
-
-
-class Recompute(str, Enum):
-    none = "none"
-    selective = "selective"
-    full = "full"
+# Enums for typer, from the core's one declaration of each choice (transformer_calc.choices).
+Pattern = Enum("Pattern", {c: c for c in PATTERNS}, type=str)  # type: ignore[misc]
+Recompute = Enum("Recompute", {c: c for c in RECOMPUTE}, type=str)  # type: ignore[misc]
 
 
 SeqLenOpt = typer.Option(None, "--seq-len", "-T",
@@ -184,9 +183,9 @@ def _seq_len(spec: Any, seq_len: int | None) -> int:
 def flops(
     model: str = ModelArg,
     seq_len: Optional[int] = SeqLenOpt,
-    recompute: Recompute = typer.Option(Recompute.none, help="Activation recomputation."),
+    recompute: Recompute = typer.Option(Recompute["none"], help="Activation recomputation."),
     attention_pattern: Pattern = typer.Option(
-        Pattern.dense, "--attention-pattern", help="Efficient attention pattern."),
+        Pattern["dense"], "--attention-pattern", help="Efficient attention pattern."),
     window: int = typer.Option(0, help="Sliding-window keys per query (local, longformer, "
                                        "bigbird)."),
     block: int = typer.Option(0, help="Block / stride l (Sparse Transformer strided, fixed)."),
@@ -229,33 +228,6 @@ def flops(
     _emit(render_flops(report, format.value))
 
 
-class Precision(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    bf16 = "bf16"
-
-
-class Optimizer(str, Enum):
-    adamw = "adamw"
-    adam = "adam"
-    adamw8bit = "adamw8bit"
-    sgd = "sgd"
-    sgd_momentum = "sgd-momentum"
-    adafactor = "adafactor"
-    lion = "lion"
-
-
-class Attention(str, Enum):
-    eager = "eager"
-    sdpa = "sdpa"
-    flash = "flash"
-
-
-class Device(str, Enum):
-    cuda = "cuda"
-    cpu = "cpu"
-
-
 def _training_params() -> list[inspect.Parameter]:
     """The options memory, sweep and compare share: how the model is trained or served."""
     panel = "Training / serving"
@@ -265,6 +237,10 @@ def _training_params() -> list[inspect.Parameter]:
                                  default=typer.Option(default, *decls, help=help,
                                                       rich_help_panel=panel))
 
+    Precision = _choice_enum("precision", PRECISIONS)
+    Optimizer = _choice_enum("optimizer", OPTIMIZERS)
+    Attention = _choice_enum("attention", ATTENTIONS)
+    Device = _choice_enum("device", DEVICES)
     return [
         opt("precision", Optional[Precision], None, "--precision",
             help="Weights dtype: fp32 (default), or bf16/fp16 (pure, or the 16-bit dtype "
@@ -272,13 +248,13 @@ def _training_params() -> list[inspect.Parameter]:
         opt("mixed", bool, False, "--mixed", help="Mixed precision (AMP): fp32 master weights "
                                                  "+ 16-bit copies (bf16 unless --precision "
                                                  "fp16)."),
-        opt("optimizer", Optimizer, Optimizer.adamw, "--optimizer", help="Optimizer."),
+        opt("optimizer", Optimizer, Optimizer["adamw"], "--optimizer", help="Optimizer."),
         opt("adamw8bit", bool, False, "--adamw8bit", help="Shorthand for --optimizer adamw8bit."),
-        opt("recompute", Recompute, Recompute.none, "--recompute",
+        opt("recompute", Recompute, Recompute["none"], "--recompute",
             help="Activation recomputation."),
-        opt("attention", Attention, Attention.eager, "--attention",
+        opt("attention", Attention, Attention["eager"], "--attention",
             help="Attention implementation (eager, sdpa, flash)."),
-        opt("device", Device, Device.cuda, "--device",
+        opt("device", Device, Device["cuda"], "--device",
             help="cuda: 1-byte dropout masks; cpu: masks in the activation dtype, SDPA math "
                  "path."),
         opt("dropout", Optional[bool], None, "--dropout/--no-dropout",
@@ -346,19 +322,13 @@ def memory(
     _emit(render_memory(memory_report(spec, settings, train["gpu"]), format.value))
 
 
-class Topic(str, Enum):
-    params = "params"
-    attention = "attention"
-    ffn = "ffn"
-    embeddings = "embeddings"
-    memory = "memory"
-    flops = "flops"
+Topic = Enum("Topic", {c: c for c in TOPICS}, type=str)  # type: ignore[misc]
 
 
 @_command(overrides=True)
 def explain(
     model: str = ModelArg,
-    topic: Topic = typer.Option(Topic.params, help="What to derive."),
+    topic: Topic = typer.Option(Topic["params"], help="What to derive."),
     batch_size: int = BatchOpt,
     seq_len: Optional[int] = SeqLenOpt,
     format: Format = FormatOpt,

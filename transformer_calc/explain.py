@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from transformer_calc.breakdown import Breakdown, Item
+from transformer_calc.choices import TOPICS
 from transformer_calc.params import RULE_OF_THUMB, by_category, count_params, rule_of_thumb
 from transformer_calc.spec import ModelSpec
-
-TOPICS = ("params", "attention", "ffn", "embeddings", "memory", "flops")
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,10 @@ from fractions import Fraction
 from functools import partial
 
 from transformer_calc.breakdown import Breakdown
+from transformer_calc.choices import PATTERNS, RECOMPUTE
 from transformer_calc.errors import TcalcError
 from transformer_calc.params import count_params, symbols
 from transformer_calc.spec import ModelSpec
-
-PATTERNS = ("dense", "local", "strided", "fixed", "longformer", "bigbird")
-RECOMPUTE = ("none", "selective", "full")
 
 # Hoffmann et al. 2022 (Chinchilla): compute-optimal training uses ~20 tokens per parameter.
 CHINCHILLA_TOKENS_PER_PARAM = 20

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from transformer_calc.breakdown import Breakdown, Item
+from transformer_calc.choices import ATTENTIONS, DEVICES, OPTIMIZERS, PRECISIONS
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import DENSE
 from transformer_calc.params import count_params, symbols
@@ -51,9 +52,6 @@ def weight_bytes(params: int, dtype: str, group_size: int = 128) -> int:
 
 
 # -- model states --------------------------------------------------------------------------
-
-PRECISIONS = ("fp32", "fp16", "bf16")
-OPTIMIZERS = ("adamw", "adam", "adamw8bit", "sgd", "sgd-momentum", "adafactor", "lion")
 
 # Optimizer state bytes per parameter (Hugging Face performance docs, "Anatomy of a model's
 # memory": AdamW 8 = two fp32 moments, 8-bit AdamW 2, SGD with momentum 4). Lion keeps one
@@ -98,9 +96,6 @@ def fused_qkv_correction(spec: ModelSpec) -> int:
 
 
 # -- activations ---------------------------------------------------------------------------
-
-ATTENTIONS = ("eager", "sdpa", "flash")
-DEVICES = ("cuda", "cpu")
 
 # Tensors of size B·T·d_ff an activation function keeps for backward, besides its output
 # (which the next matmul keeps). Measured with tools/measure_activations.py: HF's Python

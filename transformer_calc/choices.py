@@ -1,0 +1,11 @@
+"""The values each choice option accepts, declared once: the core validates against these
+tuples and the CLI offers them. No imports, so the CLI can read it at start-up without
+loading the core."""
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+OPTIMIZERS = ("adamw", "adam", "adamw8bit", "sgd", "sgd-momentum", "adafactor", "lion")
+ATTENTIONS = ("eager", "sdpa", "flash")  # attention implementation (memory)
+DEVICES = ("cuda", "cpu")
+RECOMPUTE = ("none", "selective", "full")
+PATTERNS = ("dense", "local", "strided", "fixed", "longformer", "bigbird")  # attention (FLOPs)
+TOPICS = ("params", "attention", "ffn", "embeddings", "memory", "flops")  # tcalc explain
