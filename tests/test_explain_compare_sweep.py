@@ -47,10 +47,11 @@ def core_value(spec, ref: str, T: int):  # noqa: ANN001, ANN201 - test helper
     if kind == "params-stack":
         return sum(i.total for i in p.items if i.stack == arg)
     if kind == "params-heads":
-        h = int(arg)
-        return count_params(spec.replace(n_heads=h, n_kv_heads=None)).total
-    if kind == "params-count" and arg == "q":
-        return next(i.count for i in p.items if i.name.endswith("attn.q.weight"))
+        # the model's own n_kv_heads held (None: MHA, following n_heads); issue 12 found
+        # explain turning GQA into MHA here and calling the changed total "unchanged"
+        return count_params(spec.replace(n_heads=int(arg))).total
+    if kind == "params-count":
+        return next(i.count for i in p.items if i.name.endswith(f"attn.{arg}.weight"))
     if kind == "params-category":
         return by_category(p)[arg]
     if ref == "params-ratio:ffn/attention":
@@ -193,3 +194,13 @@ def test_sweep_grid_and_fit_marks(cli) -> None:
 def test_sweep_bad_lists(cli, value: str) -> None:
     r = cli("sweep", "gpt2", "--batch-size", value, code=2)
     assert r.stderr.startswith("Error: --batch-size: expected integers")
+
+
+def test_head_count_section_says_what_gqa_does() -> None:
+    # Llama-3-8B: 8 K/V heads held, so 16 or 64 query heads change d_head and with it the K/V
+    # width: the totals differ and the section must not claim they are unchanged.
+    text = "\n".join(s.title for s in explain(load_model("llama-3-8b"), "params"))
+    assert "leaves the parameters unchanged" not in text
+    assert "why the head count changes the parameters" in text
+    gpt2 = "\n".join(s.title for s in explain(load_model("gpt2"), "params"))
+    assert "why the head count leaves the parameters unchanged" in gpt2

@@ -11,7 +11,13 @@ from dataclasses import dataclass
 
 from transformer_calc.breakdown import Breakdown, Item
 from transformer_calc.choices import TOPICS
-from transformer_calc.params import RULE_OF_THUMB, by_category, count_params, rule_of_thumb
+from transformer_calc.params import (
+    RULE_OF_THUMB,
+    by_category,
+    count_params,
+    rule_of_thumb,
+    token_table,
+)
 from transformer_calc.spec import ModelSpec
 
 
@@ -91,7 +97,7 @@ def _layers(spec: ModelSpec, b: Breakdown, only: tuple[str, ...] = ()) -> list[S
         items = [i for i in b.items if i.stack == stack]
         groups: dict[str, list[Item]] = {}
         for i in items:
-            parts = i.name.split(".")[1:]  # drop the stack
+            parts = i.name[len(stack) + 1:].split(".")  # drop the group (stack) id
             if only and parts[0] not in only:
                 continue
             # attn.q.weight / attn.q.bias -> "attn.q"; ffn.experts.in.weight -> "ffn.experts.in"
@@ -106,7 +112,7 @@ def _layers(spec: ModelSpec, b: Breakdown, only: tuple[str, ...] = ()) -> list[S
             if ".experts." in f".{key}.":
                 label = f"experts' {label}"
             if key.endswith("norm"):
-                label = f"{key.split('.')[0]} norm"
+                label = key.replace(".", " ").replace("_", " ")
             steps.append(_pair(group, label))
         if not only:
             n = items[0].repeat
@@ -116,7 +122,9 @@ def _layers(spec: ModelSpec, b: Breakdown, only: tuple[str, ...] = ()) -> list[S
             steps.append(Step(f"{n} layers", f"{n} × one layer", f"{n} × {one:,}", n * one,
                               "params", ref=f"params-stack:{stack}"))
         if steps:
-            sections.append(Section(f"{stack} layer", tuple(steps)))
+            title = f"{stack} layer" if "." not in stack else \
+                f"{stack.split('.')[0]} layer, {stack.split('.', 1)[1]} kind"
+            sections.append(Section(title, tuple(steps)))
     return sections
 
 
@@ -133,23 +141,37 @@ def _total(b: Breakdown) -> Section:
 
 
 def _heads_invariance(spec: ModelSpec, b: Breakdown) -> list[Section]:
-    if spec.d_head is not None:
+    if spec.d_head is not None or spec.mla:
         return [Section("head count", (Step(
-            "d_head is set explicitly", text=f"d_head = {spec.d_head}: here the head count "
+            "d_head is set explicitly", text=f"d_head = {spec.head_dim}: here the head count "
             "does change Q, K, V and O (n_heads · d_head columns)"),))]
-    E, H = spec.d_model, spec.n_heads
+    E, H, Hkv = spec.d_model, spec.n_heads, spec.kv_heads
     steps = [Step("d_head", "d_model / n_heads", f"{E} / {H}", spec.head_dim, ref="spec:head_dim"),
              Step("Q weight", "d_model × (n_heads · d_head)", f"{E} × ({H} · {spec.head_dim})",
                   E * H * spec.head_dim, "params", ref="params-count:q",
                   text="n_heads · d_head = d_model, whatever n_heads is")]
-    others = [h for h in (1, H // 2, H * 2) if h >= 1 and h != H and E % h == 0]
-    kv = 1 if spec.kv_heads == 1 and H > 1 else None
+    if Hkv != H:
+        steps.append(Step("K weight", "d_model × (n_kv_heads · d_head)",
+                          f"{E} × ({Hkv} · {spec.head_dim})", E * Hkv * spec.head_dim, "params",
+                          ref="params-count:k", text="n_kv_heads · d_head shrinks as n_heads "
+                          "grows with n_kv_heads held"))
+    # other head counts that still divide d_model and keep this model's n_kv_heads
+    held = Hkv != H  # MHA's K/V heads follow n_heads; MQA's and GQA's are held
+    others = [h for h in (1, H // 2, H * 2)
+              if h >= 1 and h != H and E % h == 0 and (not held or h % Hkv == 0)]
+    totals = []
     for h in others[:2]:
-        total = count_params(spec.replace(n_heads=h, n_kv_heads=kv if kv else None)).total
+        total = count_params(spec.replace(n_heads=h)).total
+        totals.append(total)
         steps.append(Step(f"total with {h} head{'s' if h > 1 else ''}", "", "", total, "params",
                           ref=f"params-heads:{h}"))
     steps.append(Step(f"total with {H} heads", "", "", b.total, "params", ref="params:total"))
-    return [Section("why the head count leaves the parameters unchanged", tuple(steps))]
+    if all(t == b.total for t in totals):
+        title = "why the head count leaves the parameters unchanged"
+    else:
+        title = (f"why the head count changes the parameters: K and V are n_kv_heads · d_head = "
+                 f"{Hkv} · d_model / n_heads wide")
+    return [Section(title, tuple(steps))]
 
 
 def _kv_heads(spec: ModelSpec, b: Breakdown) -> list[Section]:
@@ -198,7 +220,7 @@ def _tying(spec: ModelSpec, b: Breakdown) -> Section:
     other = count_params(spec.replace(tie_embeddings=not spec.tie_embeddings)).total
     tied, untied = (b.total, other) if spec.tie_embeddings else (other, b.total)
     return Section("what tying the embeddings saves", (
-        Step("LM head when untied", "vocab_size × d_model", f"{V} × {Ve}", V * Ve, "params",
+        Step("LM head when untied", token_table(spec), f"{V} × {Ve}", V * Ve, "params",
              ref="tying-head"),
         Step("untied total", "", "", untied, "params", ref="tying-untied"),
         Step("tied total", "", "", tied, "params", ref="tying-tied"),

@@ -22,6 +22,7 @@ from transformer_calc.breakdown import Breakdown
 from transformer_calc.choices import PATTERNS, RECOMPUTE
 from transformer_calc.errors import TcalcError
 from transformer_calc.params import count_params, symbols
+from transformer_calc.plan import FFN, Attention, plan_of
 from transformer_calc.spec import ModelSpec
 
 # Hoffmann et al. 2022 (Chinchilla): compute-optimal training uses ~20 tokens per parameter.
@@ -104,33 +105,20 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
     # active, shape); expr is written from the formula when items are read
     rows: list[tuple] = []  # type: ignore[type-arg]
     add = rows.append
-    E, H, Hkv, dh = spec.d_model, spec.n_heads, spec.kv_heads, spec.head_dim
+    E = spec.d_model
     V, Ve = spec.vocab_size, spec.embed_dim
     T = seq_len
     dense = pattern.kind == "dense"
     # integer FLOPs: the average keys per query, rounded (exact when dense)
     k = T if dense else round(keys_per_query(pattern, T))
     keys_note = "" if dense else pattern.describe()
-    qkv = 2 * E * (H + 2 * Hkv) * dh
-    o = 2 * H * dh * E
-
-    for stack, L in spec.stacks:
-        blocks = ("attn", "cross") if stack == "decoder" and spec.arch == "encoder-decoder" \
-            else ("attn",)
-        for blk in blocks:
-            p = f"{stack}.{blk}."
-            cross = blk == "cross"
-            add((p + "qkv", qkv, "2 · d_model · (n_heads + 2·n_kv_heads) · d_head", "", L, stack,
-                 "K/V of the encoder output, per source token" if cross else "", None, ()))
-            if cross:
-                sv, sv_formula, sv_note = 2 * H * dh * T, "2 · n_heads · d_head · T", \
-                    "every target token meets all T source tokens"
-            else:
-                sv, sv_formula, sv_note = 2 * H * dh * k, "2 · n_heads · d_head · keys", keys_note
-            add((p + "scores", sv, sv_formula, "", L, stack, sv_note, None, ()))
-            add((p + "values", sv, sv_formula, "", L, stack, sv_note, None, ()))
-            add((p + "o", o, "2 · (n_heads · d_head) · d_model", "", L, stack, "", None, ()))
-        _ffn_flops(spec, add, f"{stack}.ffn", stack, L)
+    for g in plan_of(spec).groups:
+        blk = g.block
+        for a, blk_name in ((blk.attn, "attn"), (blk.cross, "cross")):
+            if a is not None:
+                _attention_flops(add, a, E, T, k, keys_note, f"{g.name}.{blk_name}.", g.name,
+                                 g.count)
+        _ffn_flops(blk.ffn, E, add, f"{g.name}.ffn", g.name, g.count)
 
     if Ve != E:
         add(("embed.project_in", 2 * Ve * E, "2 · d_embed · d_model", "", 1, "", "", None, ()))
@@ -157,32 +145,79 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
                      "per token (plus the router)")
     return Breakdown(spec.name, "flops", tuple(rows), tuple(notes),
                      {"seq_len": T, "pattern": pattern.kind},
-                     partial(symbols, spec, T=T, keys=k))
+                     partial(symbols, spec, T=T, keys=k,
+                             sliding_keys=min(T, spec.sliding_window or T),
+                             chunk_keys=min(T, spec.attention_chunk or T)))
 
 
-def _ffn_flops(spec: ModelSpec, add, p: str, stack: str, L: int) -> None:  # type: ignore[no-untyped-def]
-    E, F = spec.d_model, spec.d_ff
-    if spec.ffn == "param_attention":
-        hp, n_p, dk, dv = spec.pattn_heads, spec.pattn_n, spec.pattn_d_key, spec.pattn_d_value
+def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str,  # type: ignore[no-untyped-def]
+                     p: str, group: str, L: int) -> None:
+    """One attention sublayer: projections, the score and value products, the output."""
+    H, Hkv, dh, dv = a.heads, a.kv_heads, a.d_head, a.d_v
+    if a.cross:
+        keys, keys_sym, note = T, "T", "every target token meets all T source tokens"
+    elif a.window:
+        # a sliding window (or a chunk) bounds the keys a query meets; the sparse pattern
+        # (--attention-pattern) applies to the layers that see every key
+        keys = a.keys(T)
+        keys_sym = "sliding_keys" if a.kind == "sliding" else "chunk_keys"
+        note = f"{a.kind}: min(T, {a.window}) keys per query"
+    else:
+        keys, keys_sym, note = k, "keys", keys_note
+    if a.mla:
+        # DeepSeek-V2/V3 MLA: low-rank query and latent K/V projections, then per-head
+        # scores over d_nope + d_rope and values of width d_v
+        rq, rkv, dr = a.q_lora_rank, a.kv_lora_rank, a.d_rope
+        if rq:
+            add((p + "q_a", 2 * E * rq, "2 · d_model · q_lora_rank", "", L, group, "", None, ()))
+            add((p + "q_b", 2 * rq * H * dh, "2 · q_lora_rank · n_heads · (d_nope + d_rope)", "",
+                 L, group, "", None, ()))
+        else:
+            add((p + "q", 2 * E * H * dh, "2 · d_model · n_heads · (d_nope + d_rope)", "", L,
+                 group, "", None, ()))
+        add((p + "kv_a", 2 * E * (rkv + dr), "2 · d_model · (kv_lora_rank + d_rope)", "", L,
+             group, "", None, ()))
+        add((p + "kv_b", 2 * rkv * H * (dh - dr + dv), "2 · kv_lora_rank · n_heads · "
+             "(d_nope + d_v)", "", L, group, "", None, ()))
+        add((p + "scores", 2 * H * dh * keys, f"2 · n_heads · (d_nope + d_rope) · {keys_sym}",
+             "", L, group, note, None, ()))
+        add((p + "values", 2 * H * dv * keys, f"2 · n_heads · d_v · {keys_sym}", "", L, group,
+             note, None, ()))
+        add((p + "o", 2 * H * dv * E, "2 · (n_heads · d_v) · d_model", "", L, group, "", None,
+             ()))
+        return
+    add((p + "qkv", 2 * E * (H + 2 * Hkv) * dh, "2 · d_model · (n_heads + 2·n_kv_heads) · d_head",
+         "", L, group, "K/V of the encoder output, per source token" if a.cross else "", None,
+         ()))
+    sv = 2 * H * dh * keys
+    add((p + "scores", sv, f"2 · n_heads · d_head · {keys_sym}", "", L, group, note, None, ()))
+    add((p + "values", sv, f"2 · n_heads · d_head · {keys_sym}", "", L, group, note, None, ()))
+    add((p + "o", 2 * H * dh * E, "2 · (n_heads · d_head) · d_model", "", L, group, "", None,
+         ()))
+
+
+def _ffn_flops(f: FFN, E: int, add, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]
+    if f.kind == "param_attention":
+        hp, n_p, dk, dv = f.pattn
         for name, flops, formula in (
                 ("q", 2 * E * hp * dk, "2 · d_model · h_p · d_pk"),
                 ("scores", 2 * hp * n_p * dk, "2 · h_p · n_p · d_pk"),
                 ("values", 2 * hp * n_p * dv, "2 · h_p · n_p · d_pv"),
                 ("o", 2 * hp * dv * E, "2 · h_p · d_pv · d_model")):
-            add((f"{p}.pattn.{name}", flops, formula, "", L, stack, "", None, ()))
+            add((f"{p}.pattn.{name}", flops, formula, "", L, group, "", None, ()))
         return
-    gated = spec.ffn == "gated"
-    mats = 3 if gated else 2
-    ffn = "2 · 3 (gated) · d_model · d_ff" if gated else "2 · 2 · d_model · d_ff"
-    if not spec.n_experts:
-        add((p, 2 * mats * E * F, ffn, "", L, stack, "", None, ()))
+    mats = f.matrices
+    gated = "2 · 3 (gated) · d_model · " if mats == 3 else "2 · 2 · d_model · "
+    if not f.moe:
+        add((p, 2 * mats * E * f.d_ff, gated + f.ff_sym, "", L, group, "", None, ()))
         return
-    X, k, S = spec.n_experts, spec.top_k, spec.n_shared_experts
-    add((p + ".router", 2 * E * X, "2 · d_model · n_experts", "", L, stack, "", None, ()))
-    add((p + ".experts", 2 * mats * E * F * k, ffn + " · top_k", "", L, stack, "", None, ()))
+    X, k, S = f.experts, f.top_k, f.shared
+    add((p + ".router", 2 * E * X, "2 · d_model · n_experts", "", L, group, "", None, ()))
+    add((p + ".experts", 2 * mats * E * f.d_ff * k, gated + f.ff_sym + " · top_k", "", L, group,
+         "", None, ()))
     if S:
-        add((p + ".shared", 2 * mats * E * F * S, ffn + " · n_shared_experts", "", L, stack, "",
-             None, ()))
+        add((p + ".shared", 2 * mats * E * f.d_shared * S,
+             gated + f.shared_sym + " · n_shared_experts", "", L, group, "", None, ()))
 
 
 def attention_core(b: Breakdown) -> int:
@@ -307,7 +342,7 @@ def roofline(spec: ModelSpec, gpu_name: str, batch: int, context: int,
     Inference. Activation traffic and kernel overheads are left out: real speeds are lower.
     """
     from transformer_calc.hardware import DTYPE_BYTES, get_gpu
-    from transformer_calc.memory import kv_elements_per_token, weight_bytes
+    from transformer_calc.memory import kv_cache_elements, weight_bytes
 
     if batch < 1 or context < 1:
         raise TcalcError("--batch-size and --seq-len: expected integers >= 1")
@@ -319,16 +354,16 @@ def roofline(spec: ModelSpec, gpu_name: str, batch: int, context: int,
 
     def phases(s: ModelSpec) -> tuple[Phase, Phase]:
         p = count_params(s)
-        experts = p.sum_prefix(f"{s.stacks[-1][0]}.ffn.experts.")
+        experts = p.sum_where(lambda name: ".ffn.experts." in name)
         # Decode reads only the experts its batch routes to: at most batch · top_k of them.
         used = min(s.n_experts, batch * s.top_k) if s.n_experts else 0
         read = p.total - experts + (experts * used // s.n_experts if s.n_experts else 0)
-        kv_token = math.ceil(kv_elements_per_token(s) * DTYPE_BYTES[kv_dtype])
+        kv_seq = math.ceil(kv_cache_elements(s, context) * DTYPE_BYTES[kv_dtype])
         per_token = count_flops(s, context, pattern).total
         pre_flops = batch * context * per_token
-        pre_bytes = weight_bytes(p.total, dtype) + batch * context * kv_token  # KV cache out
+        pre_bytes = weight_bytes(p.total, dtype) + batch * kv_seq  # KV cache out
         dec_flops = batch * per_token
-        dec_bytes = weight_bytes(read, dtype) + batch * context * kv_token  # KV cache in
+        dec_bytes = weight_bytes(read, dtype) + batch * kv_seq  # KV cache in
         return (_phase("prefill", pre_flops, pre_bytes, peak, bw, batch * context),
                 _phase("decode", dec_flops, dec_bytes, peak, bw, batch))
 

@@ -15,6 +15,7 @@ from transformer_calc.choices import ATTENTIONS, DEVICES, OPTIMIZERS, PRECISIONS
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import DENSE
 from transformer_calc.params import count_params, symbols
+from transformer_calc.plan import FFN, Attention, plan_of
 from transformer_calc.spec import ModelSpec
 
 # Quantised weight formats: bits per weight, and one fp16 scale per group of weights
@@ -24,17 +25,36 @@ SCALE_BYTES = 2
 
 
 def kv_elements_per_token(spec: ModelSpec) -> int:
-    """Cached K and V elements per token of context, all layers.
+    """Cached elements per token of context, all layers, while the context fits every window
+    (kv_cache_elements bounds sliding and chunked layers).
 
-    2 (K and V) · n_kv_heads · d_head per attention layer that caches keys: the decoder's
-    self-attention (and an encoder-only model's layers when used causally). MQA/GQA shrink it
-    by n_heads / n_kv_heads. An encoder-decoder's cross-attention caches the encoder output's
-    K/V per source token, counted here per token as well (equal source and target lengths).
+    Per attention layer (plan.Attention.kv_per_token): K and V of each K/V head, so MQA/GQA
+    shrink it by n_heads / n_kv_heads; MLA keeps its latent. An encoder-decoder's
+    cross-attention caches the encoder output's K/V per source token, counted here per token as
+    well (equal source and target lengths). Encoder-only models are counted as if used causally.
     """
-    per_layer = 2 * spec.kv_heads * spec.head_dim
-    if spec.arch == "encoder-decoder":
-        return per_layer * spec.n_decoder_layers * 2  # self + cross
-    return per_layer * spec.n_layers
+    total = 0
+    for g in plan_of(spec).groups:
+        if spec.arch == "encoder-decoder" and g.name.startswith("encoder"):
+            continue
+        for a in (g.block.attn, g.block.cross):
+            if a is not None:
+                total += g.count * a.kv_per_token()
+    return total
+
+
+def kv_cache_elements(spec: ModelSpec, context: int) -> int:
+    """Cached elements for one sequence of ``context`` tokens: a sliding-window (or chunked)
+    layer keeps at most its window, every other attention layer all of the context."""
+    total = 0
+    for g in plan_of(spec).groups:
+        if spec.arch == "encoder-decoder" and g.name.startswith("encoder"):
+            continue
+        for a in (g.block.attn, g.block.cross):
+            if a is not None:
+                tokens = context if a.cross else a.cached_tokens(context)
+                total += g.count * a.kv_per_token() * tokens
+    return total
 
 
 def weight_bytes(params: int, dtype: str, group_size: int = 128) -> int:
@@ -130,8 +150,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         raise TcalcError("--batch-size and --seq-len: expected integers >= 1")
     pattern = pattern or DENSE
     a, B, T = act_bytes, batch, seq_len
-    E, H, Hkv, dh, F, V = (spec.d_model, spec.n_heads, spec.kv_heads, spec.head_dim, spec.d_ff,
-                           spec.vocab_size)
+    E, V = spec.d_model, spec.vocab_size
     mask = 1 if device == "cuda" else a  # dropout mask: bool on CUDA, dtype-sized on the CPU
     stat = 4 if device == "cuda" else a  # LayerNorm mean / rstd (fp32 on CUDA)
     sb = B * T
@@ -144,7 +163,6 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     upcast = attention == "sdpa" and not flash
     c, cmask = (4, 4) if upcast else (a, mask)
     c_sym, cmask_sym = ("4 (fp32 upcast)", "4 (fp32 upcast)") if upcast else ("act", "mask")
-    qw, kvw = H * dh, Hkv * dh
     # Rows are Item's fields in order: (name, count, formula, expr, repeat, stack, note,
     # active, shape); note "tp" marks what tensor parallelism splits (Korthikanti, Sec. 4.2.2)
     rows: list[tuple] = []  # type: ignore[type-arg]
@@ -160,19 +178,36 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         add((name + ".input", x, "B·T·d_model · act", "", reps, stack, "", None, ()))
         add((name + stats[0], stats[1], stats[2], "", reps, stack, "", None, ()))
 
-    def attention_block(p: str, stack: str, L: int, cross: bool) -> None:
+    def attention_block(at: Attention, p: str, stack: str, L: int) -> None:
+        cross = at.cross
+        Hh, dq, dv = at.heads, at.d_head, at.d_v
+        qw, kvw = Hh * dq, at.kv_heads * dq
+        vw = at.kv_heads * dv
         kq, kq_sym = (T, "T") if cross else (keys, "keys")
         add((p + "input", x, "B·T·d_model · act (Q/K/V matmul input)", "", L, stack, "", None,
              ()))
+        if at.mla:
+            # DeepSeek MLA (transformers DeepseekV3Attention): the latent and the low-rank
+            # query pass through a norm and a second projection; estimated from the module's
+            # operations, not yet measured (tools/measure_activations.py does not cover it)
+            rq, rkv, dr = at.q_lora_rank, at.kv_lora_rank, at.d_rope
+            latent = rkv + dr + (2 * rq if rq else 0) + rkv
+            add((p + "latent", sb * latent * a, "B·T·(kv_lora_rank + d_rope + 2·q_lora_rank + "
+                 "kv_lora_rank) · act (latent projections and their norms)", "", L, stack, "",
+                 None, ()))
+            vw = Hh * dv
+            kvw = qw
         if flash:
-            add((p + "qkv", sb * (qw + 2 * kvw) * a, "B·T·(n_heads + 2·n_kv_heads)·d_head · act",
-                 "", L, stack, "tp", None, ()))
-            add((p + "out", sb * qw * a, "B·T·n_heads·d_head · act (kernel output)", "", L,
-                 stack, "tp", None, ()))
-            add((p + "logsumexp", B * H * T * 4, "B·n_heads·T · 4 (fp32)", "", L, stack, "tp",
+            add((p + "qkv", sb * (qw + kvw + vw) * a,
+                 "B·T·(n_heads + 2·n_kv_heads)·d_head · act" if not at.mla else
+                 "B·T·n_heads·(2·(d_nope + d_rope) + d_v) · act", "", L, stack, "tp", None, ()))
+            add((p + "out", sb * Hh * dv * a, "B·T·n_heads·d_head · act (kernel output)" if
+                 not at.mla else "B·T·n_heads·d_v · act (kernel output)", "", L, stack, "tp",
+                 None, ()))
+            add((p + "logsumexp", B * Hh * T * 4, "B·n_heads·T · 4 (fp32)", "", L, stack, "tp",
                  None, ()))
         else:
-            if attention == "eager" and spec.fused_qkv and not cross and B == 1:
+            if attention == "eager" and at.fused_qkv and not cross and B == 1:
                 # HF eager: Q is a (B, H, T, d_head) view of the fused (B, T, 3·E) projection
                 # output; matmul folds B and H into one batch dimension without a copy only
                 # when B = 1, and then the whole fused output stays alive. For B > 1 Q is
@@ -187,8 +222,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # are repeated to n_heads first (HF repeat_kv)
             kv = "B·T·n_heads·d_head · " + c_sym + " (contiguous copy)"
             add((p + "k", sb * qw * c, kv, "", L, stack, "tp", None, ()))
-            add((p + "v", sb * qw * c, kv, "", L, stack, "tp", None, ()))
-            probs = B * H * T * kq
+            add((p + "v", sb * Hh * dv * c, kv if not at.mla else
+                 "B·T·n_heads·d_v · " + c_sym + " (contiguous copy)", "", L, stack, "tp", None,
+                 ()))
+            probs = B * Hh * T * kq
             add((p + "softmax", probs * c, f"B·n_heads·T·{kq_sym} · {c_sym} (softmax output)", "",
                  L, stack, "tp", None, ()))
             if dropout:
@@ -196,42 +233,47 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                      L, stack, "tp", None, ()))
                 add((p + "dropout_output", probs * c,
                      f"B·n_heads·T·{kq_sym} · {c_sym} (A·V input)", "", L, stack, "tp", None, ()))
-        add((p + "o_input", sb * qw * a, "B·T·n_heads·d_head · act (output projection input)",
+        add((p + "o_input", sb * Hh * dv * a, "B·T·n_heads·d_head · act (output projection input)"
+             if not at.mla else "B·T·n_heads·d_v · act (output projection input)",
              "", L, stack, "tp", None, ()))
         if dropout:
             add((p + "residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", "", L, stack,
                  "", None, ()))
 
-    def ffn_block(p: str, stack: str, L: int, shares_input: bool) -> None:
+    def ffn_block(f: FFN, p: str, stack: str, L: int, shares_input: bool) -> None:
         if not shares_input:
             add((p + "input", x, "B·T·d_model · act (FFN input)", "", L, stack, "", None, ()))
-        if spec.ffn == "param_attention":
-            hp, n_p = spec.pattn_heads, spec.pattn_n
-            add((p + "pattn.q", sb * hp * spec.pattn_d_key * a, "B·T·h_p·d_pk · act", "", L,
+        if f.kind == "param_attention":
+            hp, n_p, dk, dv = f.pattn
+            add((p + "pattn.q", sb * hp * dk * a, "B·T·h_p·d_pk · act", "", L,
                  stack, "tp", None, ()))
             add((p + "pattn.softmax", B * hp * T * n_p * a, "B·h_p·T·n_p · act", "", L, stack,
                  "tp", None, ()))
-            add((p + "pattn.o_input", sb * hp * spec.pattn_d_value * a, "B·T·h_p·d_pv · act", "",
-                 L, stack, "tp", None, ()))
+            add((p + "pattn.o_input", sb * hp * dv * a, "B·T·h_p·d_pv · act", "", L,
+                 stack, "tp", None, ()))
         else:
-            k = spec.top_k if spec.n_experts else 1
-            k += spec.n_shared_experts
-            route = f" · {k} (experts per token)" if k > 1 else ""
-            act = spec.activation
+            act = f.activation
+            gated = f.kind == "gated"
             saves = ACT_SAVES[act]
-            gated = spec.ffn == "gated"
             if gated:
                 # act(gate) · up: the product keeps act(gate) and up; an input-keeping
                 # activation also keeps the gate, a result-keeping one already holds act(gate)
                 saves += 1 if act in RESULT_SAVERS else 2
-            if saves:
-                add((p + "activation", k * saves * sb * F * a,
-                     f"{saves} · B·T·d_ff · act{route} ({act}{', gated' if gated else ''})", "",
-                     L, stack, "tp", None, ()))
-            add((p + "out_input", k * sb * F * a,
-                 f"B·T·d_ff · act{route} (down projection input)", "", L, stack, "tp", None, ()))
-            if spec.n_experts:
-                add((p + "router", sb * spec.n_experts * 4, "B·T·n_experts · 4 (router softmax)",
+            # (name prefix, FFNs per token, their width, its symbol, why)
+            paths = [("", f.experts_per_token, f.d_ff, f.ff_sym, "experts per token")]
+            if f.shared:
+                paths.append(("shared.", f.shared, f.d_shared, f.shared_sym, "shared experts"))
+            for sub, k, width, sym, why in paths:
+                route = f" · {k} ({why})" if k > 1 else ""
+                if saves:
+                    add((p + sub + "activation", k * saves * sb * width * a,
+                         f"{saves} · B·T·{sym} · act{route} ({act}{', gated' if gated else ''})",
+                         "", L, stack, "tp", None, ()))
+                add((p + sub + "out_input", k * sb * width * a,
+                     f"B·T·{sym} · act{route} (down projection input)", "", L, stack, "tp", None,
+                     ()))
+            if f.moe:
+                add((p + "router", sb * f.experts * 4, "B·T·n_experts · 4 (router softmax)",
                      "", L, stack, "", None, ()))
         if dropout:
             add((p + "residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", "", L, stack,
@@ -244,20 +286,18 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
              None, ()))
     if dropout:
         add(("embed.dropout_mask", sb * E * mask, "B·T·d_model · mask", "", 1, "", "", None, ()))
-    enc_dec = spec.arch == "encoder-decoder"
-    for stack, L in spec.stacks:
-        cross = stack == "decoder" and enc_dec
-        n_norms = spec.parallel_norms if spec.parallel_block else 2 + cross
-        for name in (("attn.norm", "cross.norm", "ffn.norm") if n_norms == 3
-                     else ("attn.norm", "ffn.norm")[:n_norms]):
-            norm(f"{stack}.{name}", stack, L)
-        attention_block(f"{stack}.attn.", stack, L, False)
-        if cross:
-            attention_block(f"{stack}.cross.", stack, L, True)
-        ffn_block(f"{stack}.ffn.", stack, L,
-                  shares_input=spec.parallel_block and spec.parallel_norms == 1)
-        if spec.final_norm:
-            norm(f"{stack}.final_norm", "", 1)
+    for st in plan_of(spec).stacks:
+        for g in st.groups:
+            blk = g.block
+            for name in blk.norms:
+                norm(f"{g.name}.{name}", g.name, g.count)
+            attention_block(blk.attn, f"{g.name}.attn.", g.name, g.count)
+            if blk.cross is not None:
+                attention_block(blk.cross, f"{g.name}.cross.", g.name, g.count)
+            ffn_block(blk.ffn, f"{g.name}.ffn.", g.name, g.count,
+                      shares_input=blk.ffn_reads_attn_input)
+        if st.final_norm:
+            norm(f"{st.name}.final_norm", "", 1)
     if spec.embedding_norm:
         norm("embed.norm", "", 1)
     if spec.lm_head or spec.mlm_head:
@@ -271,11 +311,13 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     if recompute == "full":
         # Only each layer's input is kept; one layer's activations exist again in backward.
         kept = [r for r in rows if not r[5]]  # outside the layers
-        for stack, L in spec.stacks:
-            per_layer = sum([r[1] for r in rows if r[5] == stack])
-            kept.append((f"{stack}.checkpoint_input", x, "B·T·d_model · act", "", L, stack,
-                         "kept per layer (full recomputation)", None, ()))
-            kept.append((f"{stack}.recomputed_layer", per_layer, "one layer's activations", "",
+        for st in plan_of(spec).stacks:
+            for g in st.groups:
+                kept.append((f"{g.name}.checkpoint_input", x, "B·T·d_model · act", "", g.count,
+                             g.name, "kept per layer (full recomputation)", None, ()))
+            # backward rebuilds one layer at a time: the largest of the stack's blocks
+            per_layer = max(sum([r[1] for r in rows if r[5] == g.name]) for g in st.groups)
+            kept.append((f"{st.name}.recomputed_layer", per_layer, "one layer's activations", "",
                          1, "", "rebuilt during backward, one layer at a time", None, ()))
         rows = kept
         notes.append("full recomputation: each layer's input is kept; one layer is rebuilt at "
@@ -443,11 +485,17 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
 
         if kv_dtype not in DTYPE_BYTES:
             raise TcalcError(f"--kv-dtype: unknown dtype '{kv_dtype}'")
-        per_token = kv_elements_per_token(spec)
-        kv = math.ceil(s.batch_size * T * per_token * DTYPE_BYTES[kv_dtype])
-        comps.append(Item("kv_cache", kv,
-                          "batch · context · 2 · layers · n_kv_heads · d_head · bytes",
-                          f"{s.batch_size} · {T} · {per_token:,} · {kv_dtype}"))
+        per_seq = kv_cache_elements(spec, T)
+        kv = math.ceil(s.batch_size * per_seq * DTYPE_BYTES[kv_dtype])
+        if per_seq == T * kv_elements_per_token(spec):
+            comps.append(Item("kv_cache", kv,
+                              "batch · context · 2 · layers · n_kv_heads · d_head · bytes",
+                              f"{s.batch_size} · {T} · {per_seq // T:,} · {kv_dtype}"))
+        else:
+            comps.append(Item("kv_cache", kv, "batch · Σ layers · min(context, window) · "
+                              "cached values per token · bytes",
+                              f"{s.batch_size} · {per_seq:,} · {kv_dtype}",
+                              note="sliding-window and chunked layers keep only their window"))
         inference_notes = []
         if s.dtype in QUANT_BITS:
             inference_notes.append(f"{s.dtype}: {QUANT_BITS[s.dtype]} bits per weight + one fp16 "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import partial
 
 from transformer_calc.breakdown import Breakdown
+from transformer_calc.plan import FFN, Attention, describe, plan_of
 from transformer_calc.spec import ModelSpec
 
 # Rule of thumb (Kaplan et al. 2020, Sec. 2.1; nanoGPT): embeddings V·E plus 12·E² per layer,
@@ -20,12 +21,16 @@ RULE_OF_THUMB = "V·E + 12·L·E²"
 
 def norm_params(spec: ModelSpec) -> tuple[int, str]:
     """Parameters of one norm over d_model, and why."""
-    E = spec.d_model
-    if spec.norm == "layernorm":
-        return 2 * E, "2 · d_model (scale + shift)"
-    if spec.norm == "layernorm_nobias":
-        return E, "d_model (scale; LayerNorm without bias)"
-    return E, "d_model (RMSNorm scale)"
+    return norm_of(spec.norm, spec.d_model)
+
+
+def norm_of(kind: str, width: int, sym: str = "d_model") -> tuple[int, str]:
+    """Parameters of one norm of ``kind`` over ``width`` (shown as ``sym``), and why."""
+    if kind == "layernorm":
+        return 2 * width, f"2 · {sym} (scale + shift)"
+    if kind == "layernorm_nobias":
+        return width, f"{sym} (scale; LayerNorm without bias)"
+    return width, f"{sym} (RMSNorm scale)"
 
 
 def rule_of_thumb(spec: ModelSpec) -> int:
@@ -44,7 +49,10 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "relative_buckets": spec.relative_buckets, "n_experts": spec.n_experts,
         "top_k": spec.top_k, "n_shared_experts": spec.n_shared_experts,
         "h_p": spec.pattn_heads, "n_p": spec.pattn_n, "d_pk": spec.pattn_d_key,
-        "d_pv": spec.pattn_d_value}
+        "d_pv": spec.pattn_d_value, "d_ff_expert": spec.expert_ff,
+        "d_ff_shared": spec.shared_ff, "q_lora_rank": spec.q_lora_rank,
+        "kv_lora_rank": spec.kv_lora_rank, "d_nope": spec.qk_nope_head_dim,
+        "d_rope": spec.qk_rope_head_dim, "d_v": spec.v_head_dim}
 
 
 _NO_POSITION_TABLE = {
@@ -69,7 +77,7 @@ def count_params(spec: ModelSpec) -> Breakdown:
 
     # -- embeddings ------------------------------------------------------------------------
     Ve = spec.embed_dim
-    table = _token_table(spec)
+    table = token_table(spec)
     if enc_dec and not spec.tie_encoder_decoder:
         for stack, _ in stacks:
             add((f"{stack}.embed.tokens", V * Ve, table, "", 1, "", "", None, (V, Ve)))
@@ -101,28 +109,27 @@ def count_params(spec: ModelSpec) -> Breakdown:
         for prefix in prefixes:
             add((f"{prefix}embed.norm", norm_n, norm_why, "", 1, "", "", None, ()))
 
-    # -- layers ----------------------------------------------------------------------------
-    for stack, L in stacks:
+    # -- layers: walked from the layer plan ------------------------------------------------
+    for st in plan_of(spec).stacks:
+        L = st.layers
         if spec.position == "relative":
             # T5: a (buckets × heads) bias table in the first layer only, shared by all layers.
             nb = spec.relative_buckets
             first = spec.relative_scope == "first"
-            add((f"{stack}.attn.relative_bias", nb * H, "relative_buckets × n_heads", "",
-                 1 if first else L, "" if first else stack,
+            add((f"{st.name}.attn.relative_bias", nb * H, "relative_buckets × n_heads", "",
+                 1 if first else L, "" if first else st.name,
                  "first layer only, shared by every layer (T5)" if first else "", None, (nb, H)))
-
-        blocks = ("attn", "cross") if stack == "decoder" and enc_dec else ("attn",)
-        for blk in blocks:
-            _attention(add, spec, f"{stack}.{blk}.", stack, L)
-        _ffn(add, spec, f"{stack}.ffn.", stack, L)
-        # Norms: one before (pre) or after (post) each sublayer; same parameters either way.
-        n_norms = spec.parallel_norms if spec.parallel_block else len(blocks) + 1
-        note = f"{spec.norm_position}-norm" + (", shared by attention and FFN"
-                                               if spec.parallel_block and n_norms == 1 else "")
-        for blk in (("attn", "cross", "ffn") if n_norms == 3 else ("attn", "ffn"))[:n_norms]:
-            add((f"{stack}.{blk}.norm", norm_n, norm_why, "", L, stack, note, None, ()))
-        if spec.final_norm:
-            add((f"{stack}.final_norm", norm_n, norm_why, "", 1, "", "", None, ()))
+        for g in st.groups:
+            blk = g.block
+            _attention(add, blk.attn, blk.norm, E, f"{g.name}.attn.", g.name, g.count)
+            if blk.cross is not None:
+                _attention(add, blk.cross, blk.norm, E, f"{g.name}.cross.", g.name, g.count)
+            _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, g.count)
+            for norm in blk.norms:
+                add((f"{g.name}.{norm}", norm_n, norm_why, "", g.count, g.name, blk.norm_note,
+                     None, ()))
+        if st.final_norm:
+            add((f"{st.name}.final_norm", norm_n, norm_why, "", 1, "", "", None, ()))
 
     # -- heads -----------------------------------------------------------------------------
     if spec.lm_head:
@@ -146,19 +153,25 @@ def count_params(spec: ModelSpec) -> Breakdown:
 
     if spec.note:
         notes.insert(0, spec.note)
-    if spec.d_head is None:
-        notes.append(f"d_head = d_model / n_heads = {E} / {H} = {dh}: the head count splits "
-                     f"d_model, so it does not change the parameter count.")
+    if spec.d_head is None and not spec.mla:
+        if spec.kv_heads == H:
+            notes.append(f"d_head = d_model / n_heads = {E} / {H} = {dh}: the head count "
+                         "splits d_model, so it does not change the parameter count.")
+        else:
+            notes.append(f"d_head = d_model / n_heads = {E} / {H} = {dh}: K and V are "
+                         f"n_kv_heads · d_head = {spec.kv_heads * dh} wide, so with n_kv_heads "
+                         "fixed the head count changes the parameter count.")
     if spec.n_experts:
         notes.append(f"mixture of experts: {spec.n_experts} experts, top-{spec.top_k} per token"
                      + (f", {spec.n_shared_experts} shared" if spec.n_shared_experts else "")
                      + "; 'active' counts what one token uses.")
+    notes += describe(plan_of(spec))
     return Breakdown(spec.name, "params", tuple(rows), tuple(notes),
                      {"rule_of_thumb": rule_of_thumb(spec), "rule_of_thumb_formula": RULE_OF_THUMB},
                      partial(symbols, spec))
 
 
-def _token_table(spec: ModelSpec) -> str:
+def token_table(spec: ModelSpec) -> str:
     """The formula of a vocabulary-sized matrix (token embedding, untied LM head)."""
     return "vocab_size × d_embed" if spec.embed_dim != spec.d_model else "vocab_size × d_model"
 
@@ -167,77 +180,144 @@ def _vocab_projection(add, spec: ModelSpec, name: str, notes: list[str]) -> None
     V, Ve = spec.vocab_size, spec.embed_dim
     if spec.tie_embeddings:
         add((f"{name}.weight", 0, "0 (tied)", "", 1, "", "tied to the token embedding: saves "
-             f"{_token_table(spec)} = {V * Ve:,}", None, ()))
+             f"{token_table(spec)} = {V * Ve:,}", None, ()))
         notes.append(f"{name}.weight is the token embedding matrix (tied), counted once.")
     else:
-        add((f"{name}.weight", V * Ve, _token_table(spec), "", 1, "", "", None, (V, Ve)))
+        add((f"{name}.weight", V * Ve, token_table(spec), "", 1, "", "", None, (V, Ve)))
 
 
-def _attention(add, spec: ModelSpec, p: str, stack: str, L: int) -> None:  # type: ignore[no-untyped-def]
-    """Q, K, V, O of one attention sublayer (self or cross); ``p`` is its name prefix."""
-    E, H, Hkv, dh = spec.d_model, spec.n_heads, spec.kv_heads, spec.head_dim
+def _attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type: ignore[no-untyped-def]
+               L: int) -> None:
+    """The tensors of one attention sublayer (self or cross); ``p`` is its name prefix."""
+    if a.mla:
+        _latent_attention(add, a, norm, E, p, group, L)
+        return
+    H, Hkv, dh = a.heads, a.kv_heads, a.d_head
     qw, kvw = H * dh, Hkv * dh
     kv_note = "" if Hkv == H else ("multi-query: one K/V head" if Hkv == 1
                                    else f"grouped-query: {Hkv} K/V heads for {H} Q heads")
-    add((p + "q.weight", E * qw, "d_model × (n_heads · d_head)", "", L, stack,
-         "fused with Q, K, V in one matrix; counted by part" if spec.fused_qkv else "", None,
+    add((p + "q.weight", E * qw, "d_model × (n_heads · d_head)", "", L, group,
+         "fused with Q, K, V in one matrix; counted by part" if a.fused_qkv else "", None,
          (qw, E)))
-    if spec.bias_q:
-        add((p + "q.bias", qw, "n_heads · d_head", "", L, stack, "", None, ()))
-    add((p + "k.weight", E * kvw, "d_model × (n_kv_heads · d_head)", "", L, stack, kv_note, None,
-         (kvw, E)))
-    if spec.bias_k:
-        add((p + "k.bias", kvw, "n_kv_heads · d_head", "", L, stack, "", None, ()))
-    add((p + "v.weight", E * kvw, "d_model × (n_kv_heads · d_head)", "", L, stack, kv_note, None,
-         (kvw, E)))
-    if spec.bias_v:
-        add((p + "v.bias", kvw, "n_kv_heads · d_head", "", L, stack, "", None, ()))
-    add((p + "o.weight", qw * E, "(n_heads · d_head) × d_model", "", L, stack, "", None, (E, qw)))
-    if spec.bias_o:
-        add((p + "o.bias", E, "d_model", "", L, stack, "", None, ()))
+    if a.bias_q:
+        add((p + "q.bias", qw, "n_heads · d_head", "", L, group, "", None, ()))
+    add((p + "k.weight", E * kvw, "d_model × (n_kv_heads · d_head)", "", L, group, kv_note,
+         None, (kvw, E)))
+    if a.bias_k:
+        add((p + "k.bias", kvw, "n_kv_heads · d_head", "", L, group, "", None, ()))
+    add((p + "v.weight", E * kvw, "d_model × (n_kv_heads · d_head)", "", L, group, kv_note,
+         None, (kvw, E)))
+    if a.bias_v:
+        add((p + "v.bias", kvw, "n_kv_heads · d_head", "", L, group, "", None, ()))
+    add((p + "o.weight", qw * E, "(n_heads · d_head) × d_model", "", L, group, "", None,
+         (E, qw)))
+    if a.bias_o:
+        add((p + "o.bias", E, "d_model", "", L, group, "", None, ()))
+    _qk_norms(add, a, norm, p, group, L)
+    if a.sinks:
+        # gpt-oss (GptOssAttention.sinks): one learned logit per head joins the softmax
+        add((p + "sinks", H, "n_heads (one sink logit per head)", "", L, group, "", None, ()))
 
 
-def _ffn(add, spec: ModelSpec, p: str, stack: str, L: int) -> None:  # type: ignore[no-untyped-def]
-    E, F = spec.d_model, spec.d_ff
-    if spec.ffn == "param_attention":
+def _qk_norms(add, a: Attention, norm: str, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]
+    if a.qk_norm == "head":
+        # Qwen3, Gemma 3 (q_norm / k_norm over head_dim): one norm shared by every head
+        n, why = norm_of(norm, a.d_head, "d_head")
+        for which in ("q_norm", "k_norm"):
+            add((p + which, n, why, "", L, group, "over one head, shared by the heads", None,
+                 ()))
+    elif a.qk_norm == "width":
+        # OLMo-2 (RMSNorm over the projection's width), Cohere (a (heads, d_head) scale)
+        for which, heads, sym in (("q_norm", a.heads, "n_heads"), ("k_norm", a.kv_heads,
+                                                                    "n_kv_heads")):
+            n, why = norm_of(norm, heads * a.d_head, f"{sym} · d_head")
+            add((p + which, n, why, "", L, group, "over the whole projection", None, ()))
+
+
+def _latent_attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type: ignore[no-untyped-def]
+                      L: int) -> None:
+    """DeepSeek-V2/V3 multi-head latent attention (transformers DeepseekV3Attention): queries
+    through an optional low-rank bottleneck, keys and values through a shared latent of width
+    kv_lora_rank plus one RoPE key shared by the heads."""
+    H, rq, rkv, dr, dv = a.heads, a.q_lora_rank, a.kv_lora_rank, a.d_rope, a.d_v
+    dq = a.d_head  # d_nope + d_rope
+    if rq:
+        add((p + "q_a.weight", E * rq, "d_model × q_lora_rank", "", L, group, "", None,
+             (rq, E)))
+        if a.bias_q:
+            add((p + "q_a.bias", rq, "q_lora_rank", "", L, group, "", None, ()))
+        n, why = norm_of(norm, rq, "q_lora_rank")
+        add((p + "q_a.norm", n, why, "", L, group, "", None, ()))
+        add((p + "q_b.weight", rq * H * dq, "q_lora_rank × (n_heads · (d_nope + d_rope))", "",
+             L, group, "", None, (H * dq, rq)))
+    else:
+        add((p + "q.weight", E * H * dq, "d_model × (n_heads · (d_nope + d_rope))", "", L,
+             group, "", None, (H * dq, E)))
+    add((p + "kv_a.weight", E * (rkv + dr), "d_model × (kv_lora_rank + d_rope)", "", L, group,
+         "the latent and the shared RoPE key", None, (rkv + dr, E)))
+    if a.bias_k:
+        add((p + "kv_a.bias", rkv + dr, "kv_lora_rank + d_rope", "", L, group, "", None, ()))
+    n, why = norm_of(norm, rkv, "kv_lora_rank")
+    add((p + "kv_a.norm", n, why, "", L, group, "", None, ()))
+    add((p + "kv_b.weight", rkv * H * (dq - dr + dv), "kv_lora_rank × (n_heads · (d_nope + d_v))",
+         "", L, group, "", None, (H * (dq - dr + dv), rkv)))
+    add((p + "o.weight", H * dv * E, "(n_heads · d_v) × d_model", "", L, group, "", None,
+         (E, H * dv)))
+    if a.bias_o:
+        add((p + "o.bias", E, "d_model", "", L, group, "", None, ()))
+
+
+def _ffn(add, f: FFN, E: int, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]
+    if f.kind == "param_attention":
         # Vaswani et al. 2017, appendix: the FFN replaced by attention over n_p trainable
         # key-value pairs per head; only the query and output projections see the input.
-        hp, n_p, dk, dv = spec.pattn_heads, spec.pattn_n, spec.pattn_d_key, spec.pattn_d_value
-        add((p + "pattn.q.weight", E * hp * dk, "d_model × (h_p · d_pk)", "", L, stack, "", None,
-             (hp * dk, E)))
-        add((p + "pattn.keys", hp * n_p * dk, "h_p · n_p · d_pk", "", L, stack, "", None,
+        hp, n_p, dk, dv = f.pattn
+        add((p + "pattn.q.weight", E * hp * dk, "d_model × (h_p · d_pk)", "", L, group, "",
+             None, (hp * dk, E)))
+        add((p + "pattn.keys", hp * n_p * dk, "h_p · n_p · d_pk", "", L, group, "", None,
              (hp, n_p, dk)))
-        add((p + "pattn.values", hp * n_p * dv, "h_p · n_p · d_pv", "", L, stack, "", None,
+        add((p + "pattn.values", hp * n_p * dv, "h_p · n_p · d_pv", "", L, group, "", None,
              (hp, n_p, dv)))
-        add((p + "pattn.o.weight", hp * dv * E, "(h_p · d_pv) × d_model", "", L, stack, "", None,
-             (E, hp * dv)))
+        add((p + "pattn.o.weight", hp * dv * E, "(h_p · d_pv) × d_model", "", L, group, "",
+             None, (E, hp * dv)))
         return
-    gated = spec.ffn == "gated"
-    # One expert's (or the dense FFN's) tensors: in (and gate) d_model -> d_ff, out d_ff -> d_model.
-    parts: list[tuple[str, int, str, tuple[int, ...]]] = [
-        ("in.weight", E * F, "d_model × d_ff", (F, E))]
-    if gated:
-        parts.insert(0, ("gate.weight", E * F, "d_model × d_ff", (F, E)))
-    if spec.bias_ffn_in:
-        parts.append(("in.bias", F, "d_ff", ()))
-        if gated:
-            parts.append(("gate.bias", F, "d_ff", ()))
-    parts.append(("out.weight", F * E, "d_ff × d_model", (E, F)))
-    if spec.bias_ffn_out:
-        parts.append(("out.bias", E, "d_model", ()))
-    if not spec.n_experts:
-        for name, n, formula, shape in parts:
-            add((p + name, n, formula, "", L, stack, "", None, shape))
+    if not f.moe:
+        for name, n, formula, shape in _mlp(f, f.d_ff, f.ff_sym, E):
+            add((p + name, n, formula, "", L, group, "", None, shape))
         return
-    X, k, S = spec.n_experts, spec.top_k, spec.n_shared_experts
-    add((p + "router.weight", E * X, "d_model × n_experts", "", L, stack, "", None, (X, E)))
+    X, k = f.experts, f.top_k
+    add((p + "router.weight", E * X, "d_model × n_experts", "", L, group, "", None, (X, E)))
+    if f.router_bias:
+        add((p + "router.bias", X, "n_experts", "", L, group, "", None, ()))
     note = f"top-{k} of {X} active per token"
-    for name, n, formula, shape in parts:
-        add((p + "experts." + name, X * n, "n_experts · " + formula, "", L, stack, note, k * n,
+    for name, n, formula, shape in _mlp(f, f.d_ff, f.ff_sym, E):
+        add((p + "experts." + name, X * n, "n_experts · " + formula, "", L, group, note, k * n,
              (X, *shape) if shape else (X, n)))
-    for name, n, formula, shape in parts if S else []:
-        add((p + "shared." + name, S * n, "n_shared_experts · " + formula, "", L, stack, "",
-             None, (S, *shape) if shape else (S, n)))
+    if f.shared:
+        S = f.shared
+        for name, n, formula, shape in _mlp(f, f.d_shared, f.shared_sym, E):
+            add((p + "shared." + name, S * n, "n_shared_experts · " + formula, "", L, group, "",
+                 None, (S, *shape) if shape else (S, n)))
+        if f.shared_gate:
+            add((p + "shared_gate.weight", E, "d_model", "", L, group,
+                 "sigmoid gate on the shared experts' output", None, (1, E)))
+
+
+def _mlp(f: FFN, F: int, ff: str, E: int) -> list[tuple[str, int, str, tuple[int, ...]]]:
+    """One FFN's (or one expert's) tensors: in (and gate) d_model -> F, out F -> d_model."""
+    gated = f.kind == "gated"
+    parts: list[tuple[str, int, str, tuple[int, ...]]] = [
+        ("in.weight", E * F, f"d_model × {ff}", (F, E))]
+    if gated:
+        parts.insert(0, ("gate.weight", E * F, f"d_model × {ff}", (F, E)))
+    if f.bias_in:
+        parts.append(("in.bias", F, ff, ()))
+        if gated:
+            parts.append(("gate.bias", F, ff, ()))
+    parts.append(("out.weight", F * E, f"{ff} × d_model", (E, F)))
+    if f.bias_out:
+        parts.append(("out.bias", E, "d_model", ()))
+    return parts
 
 
 CATEGORIES = ("embeddings", "attention", "ffn", "norms", "heads")

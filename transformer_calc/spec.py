@@ -23,6 +23,10 @@ FFN_KINDS = ("plain", "gated", "param_attention")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "gelu_new", "silu", "swish", "sigmoid", "tanh",
                "identity")
 RELATIVE_SCOPES = ("first", "every")
+QK_NORMS = ("none", "head", "width")
+# Layer-pattern letters (see plan.parse_pattern): attention per layer, FFN per layer.
+ATTENTION_LAYER_KINDS = {"F": "full", "S": "sliding", "C": "chunked", "N": "full, no RoPE"}
+FFN_LAYER_KINDS = {"D": "dense", "E": "experts"}
 # Upper bound on every integer field. Real models stay far below (d_model ~1e4, vocab ~1e6);
 # the bound keeps totals printable and arithmetic O(1) whatever a file says.
 MAX_SIZE = 2**40
@@ -91,6 +95,30 @@ class ModelSpec:
     parallel_norms: int = _f(1, "norms per parallel block: 1 (GPT-J, Phi, Falcon-7B) or 2 "
                              "(NeoX, Falcon-40B)", minimum=1)
     fused_qkv: bool = _f(False, "Q, K and V stored as one matrix (same parameter count)")
+    sandwich_norm: bool = _f(False, "norms before and after attention and FFN (Gemma 2/3: 4 "
+                             "per layer)")
+    qk_norm: str = _f("none", "norm on queries and keys: none, head (one norm over d_head, "
+                      "shared by the heads: Qwen3, Gemma 3) or width (over n_heads · d_head: "
+                      "OLMo-2, Cohere)", choices=QK_NORMS)
+    attention_sinks: bool = _f(False, "a learned sink logit per head (gpt-oss)")
+
+    # -- layers that differ -----------------------------------------------------------------
+    sliding_window: int = _f(0, "keys a sliding-window layer attends to (0: none)", minimum=0)
+    attention_chunk: int = _f(0, "chunk size of chunked-attention layers (Llama 4)", minimum=0)
+    layer_attention: str = _f("", "attention per layer: F full, S sliding, C chunked, N full "
+                              "without RoPE; runs like '3S 1F', a trailing '*' repeats the "
+                              "pattern (default: S everywhere if sliding_window, else F)")
+    layer_ffn: str = _f("", "FFN per layer: D dense, E mixture of experts; runs like '3D 58E', "
+                        "a trailing '*' repeats (default: E everywhere if n_experts, else D)")
+
+    # -- multi-head latent attention (DeepSeek-V2/V3) ------------------------------------------
+    kv_lora_rank: int = _f(0, "MLA: latent K/V width (0: not MLA)", minimum=0)
+    q_lora_rank: int = _f(0, "MLA: latent query width (0: queries projected directly)",
+                          minimum=0)
+    qk_nope_head_dim: int = _f(0, "MLA: per-head query/key width without RoPE", minimum=0)
+    qk_rope_head_dim: int = _f(0, "MLA: per-head query/key width with RoPE (key part shared "
+                               "by the heads)", minimum=0)
+    v_head_dim: int = _f(0, "MLA: per-head value width", minimum=0)
 
     # -- biases ---------------------------------------------------------------------------
     bias_q: bool = _f(True, "bias on the Q projection")
@@ -116,6 +144,12 @@ class ModelSpec:
     n_experts: int = _f(0, "routed experts per layer; 0 = dense FFN", minimum=0)
     top_k: int = _f(0, "experts each token is routed to", minimum=0)
     n_shared_experts: int = _f(0, "always-active experts per layer", minimum=0)
+    d_ff_expert: int | None = _f(None, "inner size of one routed expert (default d_ff)",
+                                 minimum=1)
+    d_ff_shared: int | None = _f(None, "inner size of one shared expert (default d_ff_expert)",
+                                 minimum=1)
+    router_bias: bool = _f(False, "a bias on the router (gpt-oss)")
+    shared_expert_gate: bool = _f(False, "a d_model -> 1 gate on the shared experts (Qwen2-MoE)")
 
     # -- attention over parameters (Vaswani et al. 2017, appendix) -----------------------
     pattn_heads: int = _f(0, "h_p: heads of the attention-over-parameters sublayer", minimum=0)
@@ -142,6 +176,18 @@ class ModelSpec:
     @property
     def embed_dim(self) -> int:
         return self.embed_proj_dim if self.embed_proj_dim is not None else self.d_model
+
+    @property
+    def expert_ff(self) -> int:
+        return self.d_ff_expert if self.d_ff_expert is not None else self.d_ff
+
+    @property
+    def shared_ff(self) -> int:
+        return self.d_ff_shared if self.d_ff_shared is not None else self.expert_ff
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
     @property
     def stacks(self) -> tuple[tuple[str, int], ...]:
@@ -196,6 +242,15 @@ class ModelSpec:
             raise SpecError("lm_head_bias", "false when lm_head is false", True)
         if self.mlm_head and self.arch != "encoder":
             raise SpecError("mlm_head", "false unless arch is encoder", True)
+        if self.mla:
+            for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, key) < 1:
+                    raise SpecError(key, "an integer >= 1 with kv_lora_rank (MLA)",
+                                    getattr(self, key))
+        if self.layer_attention or self.layer_ffn:
+            from transformer_calc.plan import check_patterns
+
+            check_patterns(self)
 
 
 ARCH_FIELDS: tuple[dataclasses.Field[Any], ...] = tuple(

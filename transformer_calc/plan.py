@@ -1,0 +1,308 @@
+"""The layer plan: how a model is built, described once.
+
+A model is a sequence of stacks (encoder, decoder); a stack is a short list of layer groups,
+each ``count × block``; a block names its mixer (an attention variant), its cross-attention
+(encoder-decoder decoders), its FFN (dense or a mixture of experts, with its own sizes) and its
+norms. Parameters, FLOPs, saved activations, the KV cache and ``explain`` all walk this plan:
+a cost that needs "how many norms does this block have" asks the block.
+
+Layers that differ (sliding then full attention, dense then MoE FFNs) are written as two
+per-layer patterns on the spec (``layer_attention``, ``layer_ffn``), parsed once here in the
+manner of Megatron-LM's hybrid layer pattern (megatron/core/ssm/mamba_hybrid_layer_allocation.py)
+and transformers' ``layer_types``. Identical layers share one group, so every cost grows with
+the number of distinct blocks, not with the number of layers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
+
+from transformer_calc.errors import SpecError
+from transformer_calc.spec import ATTENTION_LAYER_KINDS, FFN_LAYER_KINDS, ModelSpec
+
+
+@dataclass(frozen=True)
+class Attention:
+    """One attention sublayer. MHA covers MQA and GQA (``kv_heads`` < ``heads``); MLA is
+    DeepSeek's multi-head latent attention (``kv_lora_rank`` > 0)."""
+
+    heads: int
+    kv_heads: int
+    d_head: int  # query/key width per head (MLA: d_nope + d_rope)
+    d_v: int  # value width per head
+    bias_q: bool
+    bias_k: bool
+    bias_v: bool
+    bias_o: bool
+    qk_norm: str = "none"  # none | head | width
+    sinks: bool = False
+    kind: str = "full"  # full | sliding | chunked
+    window: int = 0  # keys a sliding layer sees, or the chunk size; 0: all of them
+    rope: bool = True
+    cross: bool = False
+    fused_qkv: bool = False
+    q_lora_rank: int = 0  # MLA
+    kv_lora_rank: int = 0  # MLA
+    d_rope: int = 0  # MLA: the RoPE part of d_head (its key part is shared by the heads)
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    def keys(self, T: int) -> int:
+        """Keys one query meets in a sequence of T (dense convention: causality not
+        subtracted; a sliding window or a chunk bounds it)."""
+        return min(T, self.window) if self.window else T
+
+    def kv_per_token(self) -> int:
+        """Cached values per token of context for one layer. MHA/GQA: K and V of each K/V head
+        (Shazeer 2019; Ainslie et al. 2023). MLA: the compressed latent and the shared RoPE key
+        (DeepSeek-V2 paper, Sec. 2.1.2: (d_c + d_h^R) per token per layer), as serving engines
+        (vLLM, SGLang) keep it; transformers' eager cache keeps the decompressed K and V."""
+        if self.mla:
+            return self.kv_lora_rank + self.d_rope
+        return self.kv_heads * (self.d_head + self.d_v)
+
+    def cached_tokens(self, T: int) -> int:
+        """Tokens of context a layer keeps in its cache: all T, or the window (a sliding layer
+        drops what falls out of its window; a chunked layer keeps the current chunk)."""
+        return min(T, self.window) if self.window else T
+
+
+@dataclass(frozen=True)
+class FFN:
+    """The position-wise sublayer: dense, a mixture of experts, or attention over parameters."""
+
+    kind: str  # plain | gated | param_attention
+    d_ff: int  # the dense FFN's inner size, or one routed expert's
+    ff_sym: str  # the symbol formulas show for d_ff ("d_ff", "d_ff_expert")
+    activation: str
+    bias_in: bool
+    bias_out: bool
+    experts: int = 0  # routed experts; 0: dense
+    top_k: int = 0
+    shared: int = 0  # always-active experts
+    d_shared: int = 0
+    shared_sym: str = ""
+    router_bias: bool = False
+    shared_gate: bool = False
+    pattn: tuple[int, int, int, int] = (0, 0, 0, 0)  # h_p, n_p, d_pk, d_pv
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def matrices(self) -> int:
+        """Weight matrices of one FFN (or one expert): in and out, and a gate when gated."""
+        return 3 if self.kind == "gated" else 2
+
+    @property
+    def experts_per_token(self) -> int:
+        """FFNs of width d_ff one token runs through: 1 dense; top_k routed (the shared ones,
+        of their own width, apart)."""
+        return self.top_k if self.experts else 1
+
+
+@dataclass(frozen=True)
+class Block:
+    attn: Attention
+    cross: Attention | None
+    ffn: FFN
+    norm: str  # the kind of every d_model-wide norm: layernorm, layernorm_nobias, rmsnorm
+    norms: tuple[str, ...]  # their names, e.g. ("attn.norm", "ffn.norm")
+    norm_note: str
+    parallel: bool  # attention and FFN read the same input (GPT-J, NeoX, Falcon, Phi)
+    ffn_reads_attn_input: bool  # parallel with one shared norm: the FFN reads that norm's output
+
+
+class Group(NamedTuple):
+    name: str  # id used in item names and as the item's stack: "decoder" or "decoder.moe"
+    count: int  # type: ignore[assignment]  # layers of this block; shadows tuple.count
+    block: Block
+    kinds: str  # the pattern letters of this group, e.g. "SE" (sliding, experts)
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str  # encoder | decoder
+    layers: int
+    groups: tuple[Group, ...]
+    final_norm: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    stacks: tuple[Stack, ...]
+
+    @property
+    def groups(self) -> tuple[Group, ...]:
+        return tuple(g for s in self.stacks for g in s.groups)
+
+
+# -- per-layer patterns ----------------------------------------------------------------------
+
+_RUN = re.compile(r"\s*(\d*)\s*([A-Za-z])")
+
+
+@lru_cache(maxsize=256)
+def parse_pattern(text: str, letters: str, n_layers: int, key: str) -> tuple[str, ...]:
+    """'3D 58E' -> ('D', 'D', 'D', 'E', ...): one letter per layer. A trailing '*' repeats the
+    runs until n_layers are filled (the last repetition may be cut short, as in Gemma 3's
+    5-sliding-1-full layout over 26 layers). Otherwise the runs must add up to n_layers."""
+    body = text.strip()
+    cyclic = body.endswith("*")
+    body = body.removesuffix("*")
+    expected = (f"runs of {'/'.join(letters)} like '3{letters[0]} 1{letters[-1]}' "
+                f"covering {n_layers} layers, or a repeating unit ending in '*'")
+    out: list[str] = []
+    pos = 0
+    while pos < len(body):
+        m = _RUN.match(body, pos)
+        if not m or m.group(2).upper() not in letters:
+            raise SpecError(key, expected, text)
+        count = int(m.group(1)) if m.group(1) else 1
+        if count < 1 or count > n_layers:
+            raise SpecError(key, f"run lengths from 1 to {n_layers} (the layers)", text)
+        out += [m.group(2).upper()] * count
+        pos = m.end()
+        while pos < len(body) and body[pos] in " ,":
+            pos += 1
+    if not out:
+        raise SpecError(key, expected, text)
+    if cyclic:
+        out = (out * (n_layers // len(out) + 1))[:n_layers]
+    elif len(out) != n_layers:
+        raise SpecError(key, f"runs covering exactly {n_layers} layers (found {len(out)}; end "
+                        "with '*' to repeat the pattern)", text)
+    return tuple(out)
+
+
+def _layer_kinds(spec: ModelSpec, n_layers: int) -> Counter[str]:
+    """How many layers of each (attention letter, FFN letter) pair the stack has."""
+    attn = parse_pattern(spec.layer_attention, "".join(ATTENTION_LAYER_KINDS), n_layers,
+                         "layer_attention") if spec.layer_attention else None
+    ffn = parse_pattern(spec.layer_ffn, "".join(FFN_LAYER_KINDS), n_layers,
+                        "layer_ffn") if spec.layer_ffn else None
+    a0 = "S" if spec.sliding_window else "F"
+    f0 = "E" if spec.n_experts else "D"
+    return _pair_counts(attn, ffn, a0, f0, n_layers)
+
+
+@lru_cache(maxsize=256)
+def _pair_counts(attn: tuple[str, ...] | None, ffn: tuple[str, ...] | None, a0: str, f0: str,
+                 n: int) -> Counter[str]:
+    return Counter((attn[i] if attn else a0) + (ffn[i] if ffn else f0) for i in range(n))
+
+
+def check_patterns(spec: ModelSpec) -> None:
+    """Validate the per-layer patterns against the rest of the spec (called by ModelSpec)."""
+    if spec.arch == "encoder-decoder":
+        key = "layer_attention" if spec.layer_attention else "layer_ffn"
+        raise SpecError(key, "empty for arch encoder-decoder (per-layer patterns are for "
+                        "decoder-only and encoder-only models)", getattr(spec, key))
+    kinds = "".join(_layer_kinds(spec, spec.n_layers))
+    needs = (("S", "sliding_window", "S (sliding) layers need sliding_window >= 1"),
+             ("C", "attention_chunk", "C (chunked) layers need attention_chunk >= 1"),
+             ("E", "n_experts", "E (expert) layers need n_experts >= 1"))
+    for letter, key, why in needs:
+        if letter in kinds and not getattr(spec, key):
+            raise SpecError(key, why, getattr(spec, key))
+
+
+# -- building the plan -----------------------------------------------------------------------
+
+_ATTN_TAGS = {"F": "full", "S": "sliding", "C": "chunked", "N": "nope"}
+_FFN_TAGS = {"D": "dense", "E": "moe"}
+
+
+def plan_of(spec: ModelSpec) -> Plan:
+    """The spec's layer plan, built once per spec (specs are immutable)."""
+    d = spec.__dict__
+    p = d.get("_plan")
+    if p is None:
+        p = d["_plan"] = _build(spec)
+    return p  # type: ignore[no-any-return]
+
+
+def _build(spec: ModelSpec) -> Plan:
+    stacks = []
+    enc_dec = spec.arch == "encoder-decoder"
+    for name, n in spec.stacks:
+        counts = _layer_kinds(spec, n) if not enc_dec else Counter({"FD": n})
+        vary_a = len({k[0] for k in counts}) > 1
+        vary_f = len({k[1] for k in counts}) > 1
+        groups = []
+        for kinds, count in counts.items():
+            tags = ([_ATTN_TAGS[kinds[0]]] if vary_a else []) + \
+                   ([_FFN_TAGS[kinds[1]]] if vary_f else [])
+            gname = ".".join([name, *tags])
+            cross = name == "decoder" and enc_dec
+            groups.append(Group(gname, count, _block(spec, kinds, cross), kinds))
+        stacks.append(Stack(name, n, tuple(groups), spec.final_norm))
+    return Plan(tuple(stacks))
+
+
+def _attention(spec: ModelSpec, letter: str, cross: bool = False) -> Attention:
+    rope = spec.position == "rope" and letter != "N"
+    common = dict(bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
+                  bias_o=spec.bias_o, sinks=spec.attention_sinks and not cross, rope=rope,
+                  cross=cross, fused_qkv=spec.fused_qkv,
+                  qk_norm="none" if cross else spec.qk_norm)
+    if letter == "S":
+        common.update(kind="sliding", window=spec.sliding_window)
+    elif letter == "C":
+        common.update(kind="chunked", window=spec.attention_chunk)
+    if spec.mla and not cross:
+        return Attention(heads=spec.n_heads, kv_heads=spec.n_heads,
+                         d_head=spec.qk_nope_head_dim + spec.qk_rope_head_dim,
+                         d_v=spec.v_head_dim, q_lora_rank=spec.q_lora_rank,
+                         kv_lora_rank=spec.kv_lora_rank, d_rope=spec.qk_rope_head_dim,
+                         **common)  # type: ignore[arg-type]
+    return Attention(heads=spec.n_heads, kv_heads=spec.kv_heads, d_head=spec.head_dim,
+                     d_v=spec.head_dim, **common)  # type: ignore[arg-type]
+
+
+def _ffn(spec: ModelSpec, letter: str) -> FFN:
+    pattn = (spec.pattn_heads, spec.pattn_n, spec.pattn_d_key, spec.pattn_d_value)
+    base = dict(kind=spec.ffn, activation=spec.activation, bias_in=spec.bias_ffn_in,
+                bias_out=spec.bias_ffn_out, pattn=pattn)
+    if letter == "D":
+        return FFN(d_ff=spec.d_ff, ff_sym="d_ff", **base)  # type: ignore[arg-type]
+    ff_sym = "d_ff_expert" if spec.d_ff_expert is not None else "d_ff"
+    return FFN(d_ff=spec.expert_ff, ff_sym=ff_sym, experts=spec.n_experts, top_k=spec.top_k,
+               shared=spec.n_shared_experts, d_shared=spec.shared_ff,
+               shared_sym="d_ff_shared" if spec.d_ff_shared is not None else ff_sym,
+               router_bias=spec.router_bias, shared_gate=spec.shared_expert_gate,
+               **base)  # type: ignore[arg-type]
+
+
+def _block(spec: ModelSpec, kinds: str, cross: bool) -> Block:
+    if spec.parallel_block:
+        norms: tuple[str, ...] = ("attn.norm", "ffn.norm")[:spec.parallel_norms]
+    else:
+        norms = ("attn.norm", "cross.norm", "ffn.norm") if cross else ("attn.norm", "ffn.norm")
+    if spec.sandwich_norm:
+        norms += ("attn.post_norm", "ffn.post_norm")
+    shared = spec.parallel_block and spec.parallel_norms == 1
+    note = f"{spec.norm_position}-norm" + (", shared by attention and FFN" if shared else "")
+    if spec.sandwich_norm:
+        note = "sandwich: a norm before and after each sublayer"
+    return Block(attn=_attention(spec, kinds[0]),
+                 cross=_attention(spec, "F", cross=True) if cross else None,
+                 ffn=_ffn(spec, kinds[1]), norm=spec.norm, norms=norms, norm_note=note,
+                 parallel=spec.parallel_block, ffn_reads_attn_input=shared)
+
+
+def describe(plan: Plan) -> list[str]:
+    """One line per stack with groups that differ: '61 layers: 3 × dense, 58 × moe'."""
+    out = []
+    for s in plan.stacks:
+        if len(s.groups) > 1:
+            parts = [f"{g.count} × {g.name.split('.', 1)[1]}" for g in s.groups]
+            out.append(f"{s.name}: {s.layers} layers: " + ", ".join(parts))
+    return out
