@@ -30,10 +30,20 @@ VARIANTS = {
     "gpt2-fused-gqa": ("gpt2", {"n_kv_heads": 4, "fused_qkv": True, "lm_head_bias": True}),
     "neox-two-norms": ("pythia-160m", {"parallel_norms": 2}),
 }
-MODELS = PRESETS + list(VARIANTS)
+# issue 12's block kinds, from their real configs: MLA + dense/MoE groups, sinks + sliding,
+# sandwich norms + QK-norm, QK-norm over the width, MoE with dense layers between
+HF_FILES = {"deepseek-v3-hf": "deepseek-v3.json", "gpt-oss-20b-hf": "gpt-oss-20b.json",
+            "gemma-3-1b-hf": "gemma-3-1b.json", "olmo-2-7b-hf": "olmo-2-7b.json",
+            "qwen3-moe-sparse-hf": "variants/qwen3_moe-sparse-step.json",
+            "deepseek-no-q-lora-hf": "variants/deepseek_v3-no-q-lora-bias.json"}
+MODELS = PRESETS + list(VARIANTS) + list(HF_FILES)
 
 
 def model(name: str):  # type: ignore[no-untyped-def]
+    if name in HF_FILES:
+        from conftest import DATA
+
+        return load_model(str(DATA / "hf" / HF_FILES[name]))
     if name in VARIANTS:
         base, changes = VARIANTS[name]
         return load_model(base).replace(name=name, **changes)

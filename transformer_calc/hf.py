@@ -33,6 +33,14 @@ HEAD_CLASS = {
     "t5": "T5ForConditionalGeneration",
     "bart": "BartForConditionalGeneration",
     "marian": "MarianMTModel",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
 }
 
 # transformers' ACT2FN names -> tcalc's activation (no parameters either way).
@@ -52,12 +60,15 @@ INT_KEYS = frozenset("""
     num_ln_in_parallel_attn ffn_dim word_embed_proj_dim d_model num_layers num_decoder_layers
     num_heads d_kv d_ff relative_attention_num_buckets encoder_layers decoder_layers
     encoder_attention_heads decoder_attention_heads encoder_ffn_dim decoder_ffn_dim
-    decoder_vocab_size""".split())
+    decoder_vocab_size moe_intermediate_size decoder_sparse_step num_experts n_routed_experts
+    n_shared_experts first_k_dense_replace q_lora_rank kv_lora_rank qk_nope_head_dim
+    qk_rope_head_dim v_head_dim sliding_window sliding_window_pattern experts_per_token
+    num_nextn_predict_layers moe_layer_freq""".split())
 BOOL_KEYS = frozenset("""
     tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
     parallel_attn multi_query bias alibi do_layer_norm_before _remove_final_layer_norm
     enable_bias share_encoder_decoder_embeddings add_cross_attention is_decoder qk_layernorm
-    layer_norm_elementwise_affine""".split())
+    layer_norm_elementwise_affine use_sliding_window""".split())
 FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct", "resid_pdrop", "embd_pdrop",
                         "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob",
                         "dropout", "attention_dropout", "dropout_rate", "hidden_dropout",
@@ -74,6 +85,7 @@ DROPOUT_KEYS = {
     "gpt_neox": (("hidden_dropout", "attention_dropout"), 0.0),
     "falcon": (("hidden_dropout", "attention_dropout"), 0.0),
     "phi": (("resid_pdrop", "embd_pdrop", "attention_dropout"), 0.0),
+    "phi3": (("resid_pdrop", "embd_pdrop", "attention_dropout"), 0.0),
 }
 
 
@@ -147,12 +159,50 @@ def spec_from_hf_text(text: str, where: str) -> ModelSpec:
     return spec_from_hf(data, where)
 
 
+# Classes whose trainable parameters equal the head class's (checked with transformers 5.23:
+# BartModel and BartForConditionalGeneration both 139,420,416 for bart-base; the head is tied).
+SAME_COUNT = {"bart": ("BartModel",), "t5": ("T5WithLMHeadModel",)}
+ENCODER_DECODER = ("t5", "bart", "marian")
+
+
+def _check_architecture(data: dict[str, Any], model_type: str, where: str) -> None:
+    """Honour ``architectures``: count the class it names, or refuse naming it."""
+    names = data.get("architectures")
+    if names is None:
+        return
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise SpecError("architectures", "a list of class names", names, source=where)
+    cls, head = names[0], HEAD_CLASS[model_type]
+    if cls == head or cls in SAME_COUNT.get(model_type, ()):
+        return
+    if model_type in ENCODER_DECODER and cls.endswith("ForCausalLM"):
+        why = ("the decoder alone of an encoder-decoder family, with its cross-attention, "
+               "is not modelled")
+    else:
+        why = f"the class tcalc counts for model_type {model_type}"
+    raise SpecError("architectures", f"['{head}'] ({why})", names, source=where)
+
+
 def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "") -> ModelSpec:
     model_type = data.get("model_type")
+    tower = ""
+    text = data.get("text_config")
+    known = isinstance(model_type, str) and model_type in MAPPERS
+    if not known and isinstance(text, dict) and isinstance(text.get("model_type"), str) \
+            and text["model_type"] in MAPPERS:
+        # a multimodal wrapper (e.g. Gemma 3, Mistral 3): count its language model
+        tower = (f"the {model_type} wrapper's vision/audio tower and projector are not counted: "
+                 "the language model (text_config) is")
+        data, model_type = text, text["model_type"]
+        where = f"{where} (text_config)"
     if not isinstance(model_type, str) or model_type not in MAPPERS:
         raise SpecError("model_type", "one of " + ", ".join(sorted(MAPPERS)), model_type,
                         source=where)
+    if not tower:
+        _check_architecture(data, model_type, where)
     cfg = Config(data, where)
+    if tower:
+        cfg.notes.append(tower)
     values = MAPPERS[model_type](cfg)
     stem = where.rsplit("/", 1)[-1].removesuffix(".json")
     values.setdefault("name", name or (stem if stem != "config" else model_type))
@@ -394,6 +444,181 @@ def _bart_like(c: Config, marian: bool) -> dict[str, Any]:
                 tie_embeddings=c.get("tie_word_embeddings", True), tie_encoder_decoder=shared)
 
 
+def _runs(letters: list[str]) -> str:
+    """Per-layer letters -> the spec's run notation: ['D', 'D', 'E'] -> '2D 1E'."""
+    out: list[str] = []
+    prev, n = "", 0
+    for ch in letters + [""]:
+        if ch == prev:
+            n += 1
+            continue
+        if prev:
+            out.append(f"{n}{prev}")
+        prev, n = ch, 1
+    return " ".join(out)
+
+
+_LAYER_TYPES = {"full_attention": "F", "sliding_attention": "S", "chunked_attention": "C"}
+
+
+def _layer_attention(c: Config, n_layers: int, sliding: list[bool] | None,
+                     window_default: int | None) -> dict[str, Any]:
+    """transformers' ``layer_types`` (or the class's own rule when the file has none) ->
+    layer_attention and sliding_window. ``sliding``: the class default per layer."""
+    types = c.data.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != n_layers or any(
+                t not in _LAYER_TYPES for t in types):
+            raise SpecError("layer_types", f"a list of {n_layers} of "
+                            + ", ".join(_LAYER_TYPES), types, source=c.where)
+        letters = [_LAYER_TYPES[t] for t in types]
+    else:
+        letters = ["S" if s else "F" for s in (sliding or [False] * n_layers)]
+    if "S" not in letters:
+        return {}
+    window = c.get("sliding_window", window_default)
+    if not window:
+        raise SpecError("sliding_window", "an integer >= 1 (layer_types has sliding layers)",
+                        window, source=c.where)
+    return {"layer_attention": _runs(letters), "sliding_window": window}
+
+
+def _qwen3(c: Config) -> dict[str, Any]:
+    # Qwen3Attention: q_norm / k_norm (RMSNorm over head_dim); biases follow attention_bias
+    L = c.get("num_hidden_layers", 32)
+    # Qwen3Config: sliding only with use_sliding_window, from layer max_window_layers on
+    first = c.get("max_window_layers", 28)
+    use = c.get("use_sliding_window", False)
+    return _llama_like(c, head_dim_default=128, kv_default=32) | {
+        "bias_ffn_in": False, "bias_ffn_out": False, "qk_norm": "head",
+        "vocab_size": c.get("vocab_size", 151936), "n_layers": L,
+        "d_ff": c.get("intermediate_size", 22016),
+        "max_positions": c.get("max_position_embeddings", 32768),
+    } | _layer_attention(c, L, [use and i >= first for i in range(L)], 4096)
+
+
+def _qwen3_moe(c: Config) -> dict[str, Any]:
+    L = c.get("num_hidden_layers", 24)
+    E, H = c.get("hidden_size", 2048), c.get("num_attention_heads", 32)
+    X = c.first(("num_experts", "num_local_experts"), 128)
+    step = c.get("decoder_sparse_step", 1)
+    dense = c.data.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or any(type(i) is not int for i in dense):
+        raise SpecError("mlp_only_layers", "a list of layer indices", dense, source=c.where)
+    # Qwen3MoeDecoderLayer: experts where i not in mlp_only_layers and (i + 1) % step == 0
+    ffn = ["E" if X and i not in dense and (i + 1) % step == 0 else "D" for i in range(L)]
+    moe = "E" in ffn
+    out = _qwen3(c) | {"d_model": E, "n_heads": H, "n_layers": L,
+                       "n_kv_heads": c.kv_heads(4, H),
+                       "d_head": None if c.get("head_dim", E // H) * H == E
+                       else c.get("head_dim", E // H),
+                       "d_ff": c.get("intermediate_size", 6144)}
+    if moe:
+        out |= {"n_experts": X, "top_k": c.get("num_experts_per_tok", 8),
+                "d_ff_expert": c.get("moe_intermediate_size", 768)}
+        if "D" in ffn:
+            out["layer_ffn"] = _runs(ffn)
+    return out
+
+
+def _deepseek_v3(c: Config) -> dict[str, Any]:
+    # DeepseekV3Attention (MLA) and DeepseekV3MoE: layers from first_k_dense_replace on are
+    # MoE (a sigmoid router whose e_score_correction_bias is a buffer, not a parameter)
+    L = c.get("num_hidden_layers", 61)
+    H = c.get("num_attention_heads", 128)
+    k = min(c.get("first_k_dense_replace", 3), L)
+    bias = c.get("attention_bias", False)
+    mtp = c.get("num_nextn_predict_layers", 0)
+    if mtp:
+        c.notes.append(f"num_nextn_predict_layers: {mtp} multi-token-prediction layer(s) are "
+                       "not built by transformers and not counted")
+    q_rank = c.get("q_lora_rank", 1536)
+    out = dict(arch="decoder", vocab_size=c.get("vocab_size", 129280),
+               d_model=c.get("hidden_size", 7168), n_layers=L, n_heads=H,
+               d_head=c.get("qk_nope_head_dim", 128) + c.get("qk_rope_head_dim", 64),
+               d_ff=c.get("intermediate_size", 18432),
+               max_positions=c.get("max_position_embeddings", 4096), position="rope",
+               ffn="gated", activation=c.activation("hidden_act", "silu"), norm="rmsnorm",
+               norm_position="pre", kv_lora_rank=c.get("kv_lora_rank", 512),
+               q_lora_rank=q_rank if "q_lora_rank" not in c.data
+               else (c.data["q_lora_rank"] or 0),
+               qk_nope_head_dim=c.get("qk_nope_head_dim", 128),
+               qk_rope_head_dim=c.get("qk_rope_head_dim", 64),
+               v_head_dim=c.get("v_head_dim", 128),
+               **_bias(bias, bias, False, bias, False, False),
+               tie_embeddings=c.get("tie_word_embeddings", False))
+    if k < L:
+        shared = c.get("n_shared_experts", 1)
+        out |= {"n_experts": c.get("n_routed_experts", 256),
+                "top_k": c.get("num_experts_per_tok", 8),
+                "d_ff_expert": c.get("moe_intermediate_size", 2048),
+                "n_shared_experts": shared}
+        if k:
+            out["layer_ffn"] = f"{k}D {L - k}E"
+    return out
+
+
+def _gemma2(c: Config, v3: bool = False) -> dict[str, Any]:
+    # Gemma2/3DecoderLayer: input, post_attention, pre_feedforward, post_feedforward norms
+    L = c.get("num_hidden_layers", 26)
+    E, H = c.get("hidden_size", 2304), c.get("num_attention_heads", 8)
+    d_head = c.get("head_dim", 256)
+    bias = c.get("attention_bias", False)
+    if v3:  # Gemma3TextConfig: every sliding_window_pattern-th layer is full
+        every = c.get("sliding_window_pattern", 6)
+        sliding = [bool(every) and (i + 1) % every != 0 for i in range(L)]
+    else:  # Gemma2Config: sliding, full, sliding, ...
+        sliding = [i % 2 == 0 for i in range(L)]
+    return dict(arch="decoder", vocab_size=c.get("vocab_size", 262208 if v3 else 256000),
+                d_model=E, n_layers=L, n_heads=H, n_kv_heads=c.kv_heads(4, H),
+                d_head=None if d_head * H == E else d_head,
+                d_ff=c.get("intermediate_size", 9216),
+                max_positions=c.get("max_position_embeddings", 131072 if v3 else 8192),
+                position="rope", ffn="gated",
+                activation=c.activation("hidden_activation", "gelu_pytorch_tanh"),
+                norm="rmsnorm", norm_position="pre", sandwich_norm=True,
+                qk_norm="head" if v3 else "none",
+                **_bias(bias, bias, bias, bias, False, False),
+                tie_embeddings=c.get("tie_word_embeddings", True)) | _layer_attention(
+                    c, L, sliding, 4096)
+
+
+def _gpt_oss(c: Config) -> dict[str, Any]:
+    # GptOssAttention (sinks, biased projections), GptOssMLP: a biased router and experts
+    # with biases (gate_up_proj_bias, down_proj_bias)
+    L = c.get("num_hidden_layers", 36)
+    E, H = c.get("hidden_size", 2880), c.get("num_attention_heads", 64)
+    d_head = c.get("head_dim", 64)
+    bias = c.get("attention_bias", True)
+    return dict(arch="decoder", vocab_size=c.get("vocab_size", 201088), d_model=E,
+                n_layers=L, n_heads=H, n_kv_heads=c.kv_heads(8, H),
+                d_head=None if d_head * H == E else d_head,
+                d_ff=c.get("intermediate_size", 2880),
+                max_positions=c.get("max_position_embeddings", 131072), position="rope",
+                ffn="gated", activation="silu", norm="rmsnorm", norm_position="pre",
+                attention_sinks=True, router_bias=True,
+                n_experts=c.get("num_local_experts", 128),
+                top_k=c.first(("num_experts_per_tok", "experts_per_token"), 4),
+                **_bias(bias, bias, bias, bias, True, True),
+                tie_embeddings=c.get("tie_word_embeddings", False)) | _layer_attention(
+                    c, L, [i % 2 == 0 for i in range(L)], 128)
+
+
+def _olmo2(c: Config) -> dict[str, Any]:
+    # Olmo2: q_norm / k_norm over the whole projection; norms after attention and FFN only
+    return _llama_like(c) | {"vocab_size": c.get("vocab_size", 50304), "qk_norm": "width",
+                             "norm_position": "post", "bias_ffn_in": False,
+                             "bias_ffn_out": False}
+
+
+def _phi3(c: Config) -> dict[str, Any]:
+    # Phi3: fused qkv_proj and gate_up_proj, no biases (same count as separate matrices)
+    return _llama_like(c, bias_keys=False) | {
+        "vocab_size": c.get("vocab_size", 32064), "d_model": c.get("hidden_size", 3072),
+        "d_ff": c.get("intermediate_size", 8192),
+        "max_positions": c.get("max_position_embeddings", 4096), "fused_qkv": True}
+
+
 MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "bert": lambda c: _bert(c, roberta=False),
@@ -410,4 +635,12 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "t5": _t5,
     "bart": lambda c: _bart_like(c, marian=False),
     "marian": lambda c: _bart_like(c, marian=True),
+    "qwen3": _qwen3,
+    "qwen3_moe": _qwen3_moe,
+    "deepseek_v3": _deepseek_v3,
+    "gemma2": _gemma2,
+    "gemma3_text": lambda c: _gemma2(c, v3=True),
+    "gpt_oss": _gpt_oss,
+    "olmo2": _olmo2,
+    "phi3": _phi3,
 }

@@ -68,8 +68,12 @@ class Attention:
         return self.kv_heads * (self.d_head + self.d_v)
 
     def cached_tokens(self, T: int) -> int:
-        """Tokens of context a layer keeps in its cache: all T, or the window (a sliding layer
-        drops what falls out of its window; a chunked layer keeps the current chunk)."""
+        """Tokens of context a layer keeps in its cache after T tokens. A sliding layer of
+        window w keeps the w - 1 latest (the next query attends to them and to itself), as
+        transformers' DynamicSlidingWindowLayer does (measured: tools/reference_kv_cache.py);
+        a chunked layer at most its chunk; every other layer all T."""
+        if self.kind == "sliding":
+            return min(T, self.window - 1)
         return min(T, self.window) if self.window else T
 
 

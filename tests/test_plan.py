@@ -1,0 +1,142 @@
+"""The layer plan (issue 12): one description of how a model is built, walked by every cost.
+
+FLOPs and KV-cache numbers pinned here come from transformers 5.23.0 / torch 2.13.0+cpu on the
+named config file, by the tools named beside them; none was printed by tcalc first.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import DATA
+
+from transformer_calc import count_params, load_model
+from transformer_calc.errors import SpecError
+from transformer_calc.explain import explain
+from transformer_calc.flops import count_flops
+from transformer_calc.hf import spec_from_hf
+from transformer_calc.memory import Settings, kv_cache_elements, memory_report
+from transformer_calc.plan import parse_pattern, plan_of
+
+V = DATA / "hf" / "variants"
+HF = DATA / "hf"
+
+# python tools/reference_flops.py --seq-len 8 <file>: FlopCounterMode, eager attention and
+# experts, T = 8 (within every sliding window here, where eager attention meets all T keys)
+FLOPS_PER_TOKEN_T8 = {
+    "qwen3-sliding-bias.json": 422_400,  # QK-norm, biases, sliding layers
+    "qwen3_moe-sparse-step.json": 292_352,  # MoE every 2nd layer, mlp_only_layers
+    "deepseek_v3-no-q-lora-bias.json": 251_392,  # MLA without q_lora, 1 dense + 3 MoE, shared
+    "deepseek_v3-all-dense.json": 256_512,  # MLA with q_lora, all dense
+    "gemma3_text-layer-types.json": 389_632,  # sandwich norms, layer_types
+    "gpt_oss-tied-nobias.json": 514_560,  # sinks, biased router, experts with biases
+    "olmo2-gqa.json": 315_904,  # QK-norm over the width, post-norms
+    "phi3-gqa-tied.json": 315_904,  # fused qkv and gate_up
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOPS_PER_TOKEN_T8))
+def test_forward_flops_equal_flop_counter(name: str) -> None:
+    assert count_flops(load_model(str(V / name)), 8).total == FLOPS_PER_TOKEN_T8[name]
+
+
+# python tools/reference_kv_cache.py --seq-len 4 32 <file>: bytes of every key and value
+# tensor in transformers' cache after a prefill of T tokens, fp32
+KV_BYTES_FP32 = {
+    "qwen3-sliding-bias.json": {4: 8_192, 32: 48_128},  # 2 of 4 layers slide, window 16
+    "gemma3_text-layer-types.json": {4: 4_096, 32: 19_968},  # S F F S, window 8
+    "gpt_oss-tied-nobias.json": {4: 4_096, 32: 19_968},  # S F S F, window 8
+    "deepseek_v3-all-dense.json": {4: 1_280, 32: 10_240},  # MLA: latent + RoPE key
+}
+
+
+@pytest.mark.parametrize("name", sorted(KV_BYTES_FP32))
+def test_kv_cache_equals_transformers_cache(name: str) -> None:
+    spec = load_model(str(V / name))
+    for T, expected in KV_BYTES_FP32[name].items():
+        assert 4 * kv_cache_elements(spec, T) == expected
+
+
+def test_sliding_layers_stop_growing_at_their_window() -> None:
+    spec = load_model(str(HF / "gpt-oss-20b.json"))  # 12 sliding (128) + 12 full layers
+    per_layer = 8 * 2 * 64  # K and V of 8 heads of 64
+    grow = kv_cache_elements(spec, 4096) - kv_cache_elements(spec, 2048)
+    assert grow == 2048 * 12 * per_layer  # only the full layers grow
+    assert kv_cache_elements(spec, 100) == 100 * 24 * per_layer
+    r = memory_report(spec, Settings(inference=True, seq_len=8192, dtype="bf16"))
+    assert r.components.get("kv_cache").total == 2 * (8192 * 12 + 127 * 12) * per_layer
+
+
+def test_groups_are_distinct_blocks_not_layers() -> None:
+    ds = load_model(str(HF / "deepseek-v3.json"))
+    groups = plan_of(ds).groups
+    assert [(g.name, g.count) for g in groups] == [("decoder.dense", 3), ("decoder.moe", 58)]
+    deeper = ds.replace(n_layers=610, layer_ffn="30D 580E")
+    assert len(plan_of(deeper).groups) == 2
+    g3 = load_model(str(HF / "gemma-3-1b.json"))  # 26 layers, 5 sliding : 1 full
+    assert {g.name: g.count for g in plan_of(g3).groups} == {"decoder.sliding": 22,
+                                                              "decoder.full": 4}
+
+
+def test_pattern_runs_and_repeats() -> None:
+    assert parse_pattern("2D 1E", "DE", 3, "layer_ffn") == ("D", "D", "E")
+    assert parse_pattern("1S 1F *", "FSCN", 5, "layer_attention") == tuple("SFSFS")
+    for bad in ("2D", "2D 2X", "", "0D 3E"):
+        with pytest.raises(SpecError, match="layer_ffn"):
+            parse_pattern(bad, "DE", 3, "layer_ffn")
+
+
+def test_pattern_needs_what_it_names() -> None:
+    base = load_model("llama-3-8b")
+    with pytest.raises(SpecError, match="sliding_window"):
+        base.replace(layer_attention="1S 1F *")
+    with pytest.raises(SpecError, match="n_experts"):
+        base.replace(layer_ffn="1D 1E *")
+    with pytest.raises(SpecError, match="encoder-decoder"):
+        load_model("t5-small").replace(layer_ffn="6D")
+
+
+def test_dense_first_layers_change_active_and_total_exactly() -> None:
+    ds = load_model(str(HF / "deepseek-v3.json"))
+    all_moe = ds.replace(layer_ffn="")
+    E, F, Fe, X = 7168, 18432, 2048, 256
+    dense_ffn = 3 * E * F
+    moe_ffn = X * 3 * E * Fe + E * X + 3 * E * Fe  # routed + router + 1 shared
+    assert count_params(all_moe).total - count_params(ds).total == 3 * (moe_ffn - dense_ffn)
+
+
+def test_mixture_active_parameters() -> None:
+    # Qwen3-30B-A3B: 48 layers × (128 - 8) unused experts × 3 · 2048 · 768 inactive per token
+    b = count_params(load_model(str(HF / "qwen3-30b-a3b.json")))
+    assert b.total - b.active_total == 48 * 120 * 3 * 2048 * 768
+
+
+def test_architectures_is_honoured() -> None:
+    bart = json.loads((HF / "bart-base.json").read_text())
+    with pytest.raises(SpecError, match="decoder alone.*BartForCausalLM"):
+        spec_from_hf(bart | {"architectures": ["BartForCausalLM"]})
+    llama = json.loads((HF / "llama-3-8b.json").read_text())
+    with pytest.raises(SpecError, match="LlamaForSequenceClassification"):
+        spec_from_hf(llama | {"architectures": ["LlamaForSequenceClassification"]})
+    with pytest.raises(SpecError, match="architectures"):
+        spec_from_hf(llama | {"architectures": "LlamaForCausalLM"})
+    assert count_params(spec_from_hf(bart)).total == 139_420_416  # BartModel: same count
+
+
+def test_multimodal_wrapper_counts_its_language_model() -> None:
+    text = json.loads((HF / "gemma-3-1b.json").read_text())
+    wrapper = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+               "text_config": text, "vision_config": {"hidden_size": 1152}}
+    spec = spec_from_hf(wrapper, "config.json")
+    assert count_params(spec).total == 999_885_952  # Gemma3ForCausalLM on text_config
+    assert "vision/audio tower" in spec.note
+
+
+def test_explain_walks_groups() -> None:
+    sections = explain(load_model(str(HF / "deepseek-v3.json")), "params")
+    titles = [s.title for s in sections]
+    assert "decoder layer, dense kind" in titles and "decoder layer, moe kind" in titles
+    moe = next(s for s in sections if s.title == "decoder layer, moe kind")
+    assert moe.steps[-1].value == 58 * count_params(load_model(
+        str(HF / "deepseek-v3.json"))).layer_total("decoder.moe")
