@@ -133,3 +133,21 @@ def test_every_shipped_preset_matches_its_expected_params() -> None:
         spec = load_model(name)
         assert spec.expected_params is not None, name
         assert count_params(spec).total == spec.expected_params, name
+
+
+# issue 12's headline presets: each equals the transformers 5.23 count of the real config.json
+# it was imported from (the numbers and classes pinned in test_hf.REFERENCE)
+HEADLINE = ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen3-8b", "qwen3-30b-a3b",
+            "qwen3-235b-a22b", "deepseek-v3", "gemma-2-9b", "gemma-3-1b", "gpt-oss-20b",
+            "gpt-oss-120b", "phi-4", "olmo-2-7b")
+
+
+@pytest.mark.parametrize("name", HEADLINE)
+def test_headline_preset_equals_transformers(name: str) -> None:
+    from test_hf import REFERENCE as HF_REFERENCE
+
+    spec = load_model(name)
+    total, cls = HF_REFERENCE[f"{name}.json"]
+    assert spec.expected_params == total
+    assert cls in spec.expected_params_source
+    assert count_params(spec).total == total
