@@ -70,12 +70,28 @@ def sweep_specs(n: int):  # type: ignore[no-untyped-def]
         d_head = (32, 64, 128)[(i // 5) % 3]
         kv = (heads, 1, max(1, heads // 4))[(i // 15) % 3]
         gated = (i // 45) % 2 == 1
+        L = 2 + i % 48
+        if i % 4 == 3:
+            # heterogeneous, DeepSeek-V3-like: MLA, the first layers dense, the rest MoE
+            out.append(ModelSpec(
+                name=f"s{i}", vocab_size=8000 + 97 * i, d_model=heads * d_head, n_layers=L,
+                n_heads=heads, d_ff=4 * heads * d_head, max_positions=2048, position="rope",
+                ffn="gated", activation="silu", norm="rmsnorm", tie_embeddings=False,
+                kv_lora_rank=4 * d_head, q_lora_rank=8 * d_head, qk_nope_head_dim=d_head,
+                qk_rope_head_dim=d_head // 2, v_head_dim=d_head, n_experts=64, top_k=6,
+                n_shared_experts=1, d_ff_expert=heads * d_head // 2,
+                layer_ffn=f"1D {L - 1}E", bias_q=False, bias_k=False, bias_v=False,
+                bias_o=False, bias_ffn_in=False, bias_ffn_out=False))
+            continue
         out.append(ModelSpec(
             name=f"s{i}", vocab_size=8000 + 97 * i, d_model=heads * d_head,
             n_layers=2 + i % 48, n_heads=heads, n_kv_heads=kv, d_ff=4 * heads * d_head,
             max_positions=2048, position=("learned", "rope")[i % 2],
             ffn="gated" if gated else "plain", activation="silu" if gated else "gelu",
-            norm=("layernorm", "rmsnorm")[i % 2], tie_embeddings=i % 3 == 0))
+            norm=("layernorm", "rmsnorm")[i % 2], tie_embeddings=i % 3 == 0,
+            # every other rope model slides on alternate layers (gpt-oss, Gemma 2)
+            sliding_window=512 if i % 4 == 1 else 0,
+            layer_attention="1S 1F *" if i % 4 == 1 else ""))
     return out
 
 
@@ -84,6 +100,8 @@ def core_seconds(specs, settings, seq_len: int) -> float:  # type: ignore[no-unt
     from transformer_calc.memory import memory_report
     from transformer_calc.params import count_params
 
+    for spec in specs:  # a spec keeps its layer plan: start every sweep without one
+        spec.__dict__.pop("_plan", None)
     t0 = time.perf_counter()
     read = 0  # each answer's total is read, so that nothing computed lazily escapes the timing
     for spec in specs:
@@ -153,6 +171,15 @@ def main() -> None:
           f"building the specs: {build / len(specs) * 1e6:.0f} us each, not included) "
           f"(target >= {TARGET_CONFIGS_PER_S:,}) "
           f"{'OK' if rate >= TARGET_CONFIGS_PER_S else 'MISSED'}")
+    ds = load_model("deepseek-v3")
+    ds10 = ds.replace(n_layers=610, layer_ffn="30D 580E")
+    t_ds = min(core_seconds([ds.replace() for _ in range(500)], settings, 1024)
+               for _ in range(3)) / 500
+    t_ds10 = min(core_seconds([ds10.replace() for _ in range(500)], settings, 1024)
+                 for _ in range(3)) / 500
+    print(f"layers: deepseek-v3 (61 layers, MLA, 3 dense + 58 MoE) {t_ds * 1e6:.0f} us, the same "
+          f"with 610 layers {t_ds10 * 1e6:.0f} us: ratio {t_ds10 / t_ds:.2f} (target: flat) "
+          f"{'OK' if t_ds10 / t_ds < 1.5 else 'MISSED'}")
     small = load_model("gpt2")
     huge = ModelSpec(name="1T", vocab_size=256_000, d_model=25_600, n_layers=128,
                      n_heads=200, d_ff=4 * 25_600, max_positions=8192)
