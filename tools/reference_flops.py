@@ -23,14 +23,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transformer_calc.hf import HEAD_CLASS  # noqa: E402
 
 
-def forward_flops(config: dict, seq_len: int) -> int:
+def eager_model(config: dict) -> torch.nn.Module:
+    """The class tcalc counts, with random weights on the CPU, eager attention and experts."""
     import transformers
 
+    print(f"# torch {torch.__version__}, transformers {transformers.__version__}", file=sys.stderr)
     cfg = transformers.AutoConfig.for_model(**config, attn_implementation="eager",
                                             experts_implementation="eager")
     torch.manual_seed(0)
-    model = getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg).train()
-    ids = torch.randint(0, cfg.vocab_size, (1, seq_len))
+    return getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg)
+
+
+def forward_flops(config: dict, seq_len: int) -> int:
+    model = eager_model(config).train()
+    ids = torch.randint(0, model.config.vocab_size, (1, seq_len))
     with FlopCounterMode(display=False) as counter:
         model(input_ids=ids, use_cache=False)
     return counter.get_total_flops()
@@ -41,9 +47,6 @@ def main() -> None:
     ap.add_argument("configs", nargs="+", type=Path)
     ap.add_argument("--seq-len", type=int, default=8)
     args = ap.parse_args()
-    import transformers
-
-    print(f"# torch {torch.__version__}, transformers {transformers.__version__}", file=sys.stderr)
     for path in args.configs:
         total = forward_flops(json.loads(path.read_text()), args.seq_len)
         print(f"{total // args.seq_len:>14,} per token  ({total:,} at T={args.seq_len})  "

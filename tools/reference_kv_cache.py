@@ -16,18 +16,13 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from transformer_calc.hf import HEAD_CLASS  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference_flops import eager_model  # noqa: E402
 
 
 def cache_bytes(config: dict, seq_len: int) -> int:
-    import transformers
-
-    cfg = transformers.AutoConfig.for_model(**config, attn_implementation="eager",
-                                            experts_implementation="eager")
-    torch.manual_seed(0)
-    model = getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg).eval()
-    ids = torch.randint(0, cfg.vocab_size, (1, seq_len))
+    model = eager_model(config).eval()
+    ids = torch.randint(0, model.config.vocab_size, (1, seq_len))
     with torch.no_grad():
         cache = model(input_ids=ids, use_cache=True).past_key_values
     total = 0
@@ -42,9 +37,6 @@ def main() -> None:
     ap.add_argument("configs", nargs="+", type=Path)
     ap.add_argument("--seq-len", type=int, nargs="+", default=[32])
     args = ap.parse_args()
-    import transformers
-
-    print(f"# torch {torch.__version__}, transformers {transformers.__version__}", file=sys.stderr)
     for path in args.configs:
         for T in args.seq_len:
             print(f"{cache_bytes(json.loads(path.read_text()), T):>12,} bytes fp32  T={T}  "

@@ -33,28 +33,23 @@ def kv_elements_per_token(spec: ModelSpec) -> int:
     cross-attention caches the encoder output's K/V per source token, counted here per token as
     well (equal source and target lengths). Encoder-only models are counted as if used causally.
     """
-    total = 0
-    for g in plan_of(spec).groups:
-        if spec.arch == "encoder-decoder" and g.name.startswith("encoder"):
-            continue
-        for a in (g.block.attn, g.block.cross):
-            if a is not None:
-                total += g.count * a.kv_per_token()
-    return total
+    return sum(n * a.kv_per_token() for n, a in _caching_attention(spec))
 
 
 def kv_cache_elements(spec: ModelSpec, context: int) -> int:
     """Cached elements for one sequence of ``context`` tokens: a sliding-window (or chunked)
     layer keeps at most its window, every other attention layer all of the context."""
-    total = 0
-    for g in plan_of(spec).groups:
-        if spec.arch == "encoder-decoder" and g.name.startswith("encoder"):
-            continue
-        for a in (g.block.attn, g.block.cross):
-            if a is not None:
-                tokens = context if a.cross else a.cached_tokens(context)
-                total += g.count * a.kv_per_token() * tokens
-    return total
+    return sum(n * a.kv_per_token() * (context if a.cross else a.cached_tokens(context))
+               for n, a in _caching_attention(spec))
+
+
+def _caching_attention(spec: ModelSpec) -> list[tuple[int, Attention]]:
+    """(layers, attention) of every attention sublayer that keeps a cache in generation: an
+    encoder-decoder's decoder (self and cross), or every layer of a one-stack model."""
+    enc_dec = spec.arch == "encoder-decoder"
+    return [(g.count, a) for g in plan_of(spec).groups
+            if not (enc_dec and g.name.startswith("encoder"))
+            for a in (g.block.attn, g.block.cross) if a is not None]
 
 
 def weight_bytes(params: int, dtype: str, group_size: int = 128) -> int:
