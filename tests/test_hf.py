@@ -118,9 +118,12 @@ def test_every_config_file_has_a_reference() -> None:
     assert files == set(REFERENCE)
 
 
-def test_every_model_type_is_covered() -> None:
+def test_every_hand_written_model_type_is_covered() -> None:
+    # the generic records (hf.GENERIC) are covered by tests/test_registry.py
+    from transformer_calc.hf import GENERIC
+
     covered = {__import__("json").loads((HF / p).read_text())["model_type"] for p in REFERENCE}
-    assert covered == set(HEAD_CLASS)
+    assert covered == set(HEAD_CLASS) - set(GENERIC)
 
 
 @pytest.mark.parametrize("path", sorted(REFERENCE))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 from transformer_calc.errors import PresetError, SpecError, value_error_text
 from transformer_calc.spec import MAX_SIZE, ModelSpec
@@ -63,12 +64,14 @@ INT_KEYS = frozenset("""
     decoder_vocab_size moe_intermediate_size decoder_sparse_step num_experts n_routed_experts
     n_shared_experts first_k_dense_replace q_lora_rank kv_lora_rank qk_nope_head_dim
     qk_rope_head_dim v_head_dim sliding_window sliding_window_pattern experts_per_token
-    num_nextn_predict_layers moe_layer_freq""".split())
+    num_nextn_predict_layers moe_layer_freq shared_expert_intermediate_size num_shared_experts
+    shared_intermediate_size n_group topk_group""".split())
 BOOL_KEYS = frozenset("""
     tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
     parallel_attn multi_query bias alibi do_layer_norm_before _remove_final_layer_norm
     enable_bias share_encoder_decoder_embeddings add_cross_attention is_decoder qk_layernorm
-    layer_norm_elementwise_affine use_sliding_window""".split())
+    layer_norm_elementwise_affine use_sliding_window use_bias use_qkv_bias attention_out_bias
+    use_qk_norm use_parallel_residual""".split())
 FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct", "resid_pdrop", "embd_pdrop",
                         "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob",
                         "dropout", "attention_dropout", "dropout_rate", "hidden_dropout",
@@ -92,10 +95,23 @@ DROPOUT_KEYS = {
 class Config:
     """A config.json mapping with defaults; every value read is type-checked by key."""
 
-    def __init__(self, data: dict[str, Any], where: str):
+    def __init__(self, data: dict[str, Any], where: str, table: dict[str, Any] | None = None):
         self.data = data
         self.where = where
+        self.table = table or {}  # the config class's defaults (hf_defaults.py), generic records
         self.notes: list[str] = []
+
+    def t(self, key: str, fallback: Any = None) -> Any:
+        """The file's value, else the config class's default for this model_type, else
+        ``fallback`` (a derived value, e.g. head_dim = hidden_size / num_attention_heads)."""
+        value = self.get(key, None)
+        if value is None:
+            value = self.table.get(key)
+        return fallback if value is None else value
+
+    def flag(self, spec: bool | str) -> bool:
+        """A record's switch: fixed (True/False) or read from a config key."""
+        return spec if isinstance(spec, bool) else bool(self.t(spec, False))
 
     def get(self, key: str, default: Any) -> Any:
         value = self.data.get(key)
@@ -141,6 +157,12 @@ class Config:
             raise SpecError(key, "one of " + ", ".join(sorted(ACTIVATIONS)), name,
                             source=self.where)
         return ACTIVATIONS[name]
+
+
+def _table(model_type: str) -> dict[str, Any]:
+    from transformer_calc.hf_defaults import DEFAULTS  # generated; read only for these types
+
+    return DEFAULTS.get(model_type, {})
 
 
 def spec_from_hf_text(text: str, where: str) -> ModelSpec:
@@ -200,7 +222,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
                         source=where)
     if not tower:
         _check_architecture(data, model_type, where)
-    cfg = Config(data, where)
+    cfg = Config(data, where, _table(model_type) if model_type in GENERIC else None)
     if tower:
         cfg.notes.append(tower)
     values = MAPPERS[model_type](cfg)
@@ -208,7 +230,8 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     values.setdefault("name", name or (stem if stem != "config" else model_type))
     values.setdefault("description", f"{model_type} from {where}")
     values.setdefault("source", where)
-    keys, default = DROPOUT_KEYS.get(model_type, (("attention_dropout",), 0.0))
+    keys, default = DROPOUT_KEYS.get(model_type, (GENERIC[model_type].dropout, 0.0)
+                                     if model_type in GENERIC else (("attention_dropout",), 0.0))
     probs = [cfg.get(k, default) for k in keys]
     values["dropout"] = float(max(probs)) if probs else 0.0
     values["note"] = "; ".join([f"counted as transformers' {HEAD_CLASS[model_type]}"]
@@ -427,6 +450,10 @@ def _bart_like(c: Config, marian: bool) -> dict[str, Any]:
                             "and FFN size for both stacks)", c.get(b, 16), source=c.where)
     V = c.get("vocab_size", 58101 if marian else 50265)
     shared = c.get("share_encoder_decoder_embeddings", True) if marian else True
+    # transformers 5.23 then keeps the shared table unused beside untied encoder and decoder
+    # tables (checked: BartForConditionalGeneration, tools/check_registry.py)
+    c.refuse("tie_word_embeddings", lambda v: v is False and shared,
+             "with shared embeddings, false adds an unused table that is not modelled")
     if marian and c.get("decoder_vocab_size", V) != V:
         raise SpecError("decoder_vocab_size", f"equal to vocab_size={V}",
                         c.get("decoder_vocab_size", V), source=c.where)
@@ -619,6 +646,145 @@ def _phi3(c: Config) -> dict[str, Any]:
         "max_positions": c.get("max_position_embeddings", 4096), "fused_qkv": True}
 
 
+class Moe(NamedTuple):
+    """Where a record's mixture of experts reads its sizes (config keys, or fixed values)."""
+
+    experts: tuple[str, ...] = ("num_experts", "num_local_experts", "n_routed_experts")
+    top_k: tuple[str, ...] = ("num_experts_per_tok",)
+    expert_ff: str = "moe_intermediate_size"  # "" : the dense intermediate_size
+    shared: str | int = 0  # a count key, or a fixed count of shared experts
+    shared_ff: str = ""  # a key with the shared experts' total width ("": expert size)
+    shared_gate: bool = False
+    router_bias: bool = False
+    first_dense: str = ""  # key: this many dense layers first (DeepSeek, GLM-4.5)
+    step: str = ""  # key: experts every step-th layer (Qwen2/3-MoE decoder_sparse_step)
+    mlp_only: str = ""  # key: a list of dense layer indices (Qwen2/3-MoE mlp_only_layers)
+
+
+class Layout(NamedTuple):
+    """A Llama-style decoder: embeddings, L × (attention + FFN + norms), final norm, LM head.
+    One record per model_type says how it differs; the sizes come from the file, or from the
+    config class's defaults (hf_defaults.py, generated from transformers by
+    tools/hf_defaults.py)."""
+
+    cls: str  # the class counted
+    qkv_bias: bool | str = "attention_bias"  # fixed, or the config key that decides
+    o_bias: bool | str = "attention_bias"
+    mlp_bias: bool | str = "mlp_bias"
+    ffn: str = "gated"  # gated (gate, up, down) | plain (up, down)
+    act: str = "hidden_act"
+    norm: str = "rmsnorm"
+    norms: str = "pre"  # pre | post (after each sublayer only) | sandwich | parallel
+    qk_norm: str = "none"  # none | head | width, or a config key switching "width" on
+    sinks: bool = False
+    lm_head_bias: bool = False
+    full_width: str = ""  # why n_heads · head_dim must equal hidden_size ("": it need not)
+    moe: Moe | None = None
+    dropout: tuple[str, ...] = ("attention_dropout",)
+
+
+def _generic(c: Config, r: Layout) -> dict[str, Any]:
+    E, H = c.t("hidden_size"), c.t("num_attention_heads")
+    L = c.t("num_hidden_layers")
+    for key, value in (("hidden_size", E), ("num_attention_heads", H),
+                       ("num_hidden_layers", L), ("vocab_size", c.t("vocab_size")),
+                       ("intermediate_size", c.t("intermediate_size"))):
+        if value is None:
+            raise SpecError(key, "to be present", None, source=c.where)
+    d_head = c.t("head_dim", E // H if H else None)
+    if r.full_width and d_head * H != E:
+        raise SpecError("head_dim", f"num_attention_heads · head_dim = hidden_size = {E} "
+                        f"({r.full_width})", d_head, source=c.where)
+    qk = r.qk_norm if r.qk_norm in ("none", "head", "width") else \
+        ("width" if c.flag(r.qk_norm) else "none")
+    qkv, o, mlp = c.flag(r.qkv_bias), c.flag(r.o_bias), c.flag(r.mlp_bias)
+    out: dict[str, Any] = dict(
+        arch="decoder", vocab_size=c.t("vocab_size"), d_model=E, n_layers=L, n_heads=H,
+        n_kv_heads=c.t("num_key_value_heads", H),
+        d_head=None if d_head * H == E else d_head, d_ff=c.t("intermediate_size"),
+        max_positions=c.t("max_position_embeddings", 0), position="rope", ffn=r.ffn,
+        activation=c.activation(r.act, c.table.get(r.act) or "silu"), norm=r.norm,
+        norm_position="post" if r.norms == "post" else "pre",
+        sandwich_norm=r.norms == "sandwich", parallel_block=r.norms == "parallel",
+        parallel_norms=1, qk_norm=qk, attention_sinks=r.sinks, lm_head_bias=r.lm_head_bias,
+        **_bias(qkv, qkv, qkv, o, mlp, mlp), tie_embeddings=bool(c.t("tie_word_embeddings")))
+    if r.moe is not None:
+        out |= _generic_moe(c, r.moe, L)
+    if "layer_types" in c.data:
+        out |= _layer_attention(c, L, None, None)
+    return out
+
+
+def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
+    X = next((c.t(k) for k in m.experts if c.t(k) is not None), None)
+    if not X:
+        return {}
+    first = c.t(m.first_dense, 0) if m.first_dense else 0
+    step = c.t(m.step, 1) if m.step else 1
+    dense = c.t(m.mlp_only, []) if m.mlp_only else []
+    if not isinstance(dense, list) or any(type(i) is not int for i in dense):
+        raise SpecError(m.mlp_only, "a list of layer indices", dense, source=c.where)
+    ffn = ["E" if i >= first and i not in dense and (i + 1) % step == 0 else "D"
+           for i in range(L)]
+    if "E" not in ffn:
+        return {}
+    Fe = c.t(m.expert_ff) if m.expert_ff else c.t("intermediate_size")
+    S = c.t(m.shared, 0) if isinstance(m.shared, str) else m.shared
+    out: dict[str, Any] = {
+        "n_experts": X, "top_k": next(c.t(k) for k in m.top_k if c.t(k) is not None),
+        "d_ff_expert": Fe, "router_bias": m.router_bias}
+    if m.shared_ff and c.t(m.shared_ff) is not None:
+        # one shared MLP of this width (Qwen2-MoE; its gate exists even at width 0), or S of
+        # width shared_ff / S
+        S = S or 1
+        out |= {"n_shared_experts": S, "d_ff_shared": c.t(m.shared_ff) // S,
+                "shared_expert_gate": m.shared_gate}
+    elif S:
+        out["n_shared_experts"] = S
+    if "D" in ffn:
+        out["layer_ffn"] = _runs(ffn)
+    return out
+
+
+# One record per model_type that is a Llama-style decoder; checked against transformers 5.23
+# (tests/test_registry.py pins each type's default total).
+GENERIC: dict[str, Layout] = {
+    "cwm": Layout("CwmForCausalLM"),
+    "ernie4_5": Layout("Ernie4_5ForCausalLM", qkv_bias="use_bias", o_bias="use_bias",
+                       mlp_bias="use_bias"),
+    "granite": Layout("GraniteForCausalLM"),
+    # HeliumAttention / HeliumMLP: no biases, whatever attention_bias and mlp_bias say
+    "helium": Layout("HeliumForCausalLM", o_bias=False,
+                     full_width="HeliumAttention's o_proj takes hidden_size inputs"),
+    "internlm3": Layout("LlamaForCausalLM"),
+    "iquestcoder": Layout("LlamaForCausalLM"),
+    "ministral3": Layout("Ministral3ForCausalLM", qkv_bias=False, o_bias=False,
+                         mlp_bias=False),
+    "smollm3": Layout("SmolLM3ForCausalLM"),
+    "seed_oss": Layout("SeedOssForCausalLM", o_bias="attention_out_bias"),
+    "glm": Layout("GlmForCausalLM", o_bias=False),
+    "glm4": Layout("Glm4ForCausalLM", o_bias=False, norms="sandwich"),
+    "hyperclovax": Layout("HyperCLOVAXForCausalLM", norms="sandwich"),
+    "olmo3": Layout("Olmo3ForCausalLM", mlp_bias=False, norms="post", qk_norm="width"),
+    "cohere": Layout("CohereForCausalLM", o_bias="attention_bias", mlp_bias=False,
+                     norm="layernorm_nobias", norms="parallel", qk_norm="use_qk_norm"),
+    "cohere2": Layout("Cohere2ForCausalLM", mlp_bias=False, norm="layernorm_nobias",
+                      norms="parallel", qk_norm="use_qk_norm"),
+    "starcoder2": Layout("Starcoder2ForCausalLM", qkv_bias="use_bias", o_bias="use_bias",
+                         mlp_bias="use_bias", ffn="plain", norm="layernorm",
+                         dropout=("attention_dropout", "residual_dropout",
+                                  "embedding_dropout")),
+    "qwen2_moe": Layout("Qwen2MoeForCausalLM", qkv_bias="qkv_bias", o_bias=False,
+                        mlp_bias=False,
+                        moe=Moe(shared_ff="shared_expert_intermediate_size", shared_gate=True,
+                                step="decoder_sparse_step", mlp_only="mlp_only_layers")),
+    "granitemoe": Layout("GraniteMoeForCausalLM", mlp_bias=False, moe=Moe(expert_ff="")),
+    "olmoe": Layout("OlmoeForCausalLM", mlp_bias=False, qk_norm="width", moe=Moe(expert_ff="")),
+    "flex_olmo": Layout("FlexOlmoForCausalLM", mlp_bias=False, norms="post", qk_norm="width",
+                        moe=Moe(expert_ff="")),
+}
+
+
 MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "bert": lambda c: _bert(c, roberta=False),
@@ -643,4 +809,5 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "gpt_oss": _gpt_oss,
     "olmo2": _olmo2,
     "phi3": _phi3,
-}
+} | {model_type: partial(_generic, r=r) for model_type, r in GENERIC.items()}
+HEAD_CLASS.update({model_type: r.cls for model_type, r in GENERIC.items()})

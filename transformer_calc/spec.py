@@ -146,8 +146,8 @@ class ModelSpec:
     n_shared_experts: int = _f(0, "always-active experts per layer", minimum=0)
     d_ff_expert: int | None = _f(None, "inner size of one routed expert (default d_ff)",
                                  minimum=1)
-    d_ff_shared: int | None = _f(None, "inner size of one shared expert (default d_ff_expert)",
-                                 minimum=1)
+    d_ff_shared: int | None = _f(None, "inner size of one shared expert (default d_ff_expert; "
+                                 "0: an empty shared expert, as Qwen2-MoE allows)", minimum=0)
     router_bias: bool = _f(False, "a bias on the router (gpt-oss)")
     shared_expert_gate: bool = _f(False, "a d_model -> 1 gate on the shared experts (Qwen2-MoE)")
 

@@ -1,0 +1,58 @@
+"""Every model_type tcalc maps, on its default config and on random small configs (issue 12).
+
+REFERENCE: tests/data/registry_cases.json was written by
+`python tools/check_registry.py --cases 4 --write tests/data/registry_cases.json` under
+torch 2.13.0+cpu and transformers 5.23.0: each case is a config.json (model_type alone, or with
+its shape keys drawn at random), the class transformers built from it on the meta device, and
+that model's trainable total. Configs tcalc refuses by name are not recorded there.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import DATA
+
+from transformer_calc import count_params
+from transformer_calc.errors import SpecError
+from transformer_calc.hf import GENERIC, HEAD_CLASS, spec_from_hf
+
+CASES = json.loads((DATA / "registry_cases.json").read_text())
+assert CASES["transformers"] == "5.23.0"
+IDS = [f"{c['config']['model_type']}-{i}" for i, c in enumerate(CASES["cases"])]
+
+
+@pytest.mark.parametrize("case", CASES["cases"], ids=IDS)
+def test_total_equals_transformers(case: dict) -> None:
+    spec = spec_from_hf(case["config"], "case.json")
+    assert count_params(spec).total == case["total"]
+    assert f"counted as transformers' {case['class']}" in spec.note
+
+
+def test_every_mapped_type_has_its_default_and_drawn_cases() -> None:
+    per_type: dict[str, int] = {}
+    for c in CASES["cases"]:
+        per_type[c["config"]["model_type"]] = per_type.get(c["config"]["model_type"], 0) + 1
+    assert set(per_type) == set(HEAD_CLASS)
+    defaults = {c["config"]["model_type"] for c in CASES["cases"] if len(c["config"]) == 1}
+    assert defaults == set(HEAD_CLASS)
+    assert all(n >= 2 for n in per_type.values()), per_type
+
+
+def test_generic_records_read_their_class_defaults() -> None:
+    from transformer_calc.hf_defaults import DEFAULTS
+
+    assert set(DEFAULTS) == set(GENERIC)
+    # StarCoder2's defaults: 2 K/V heads, biases on, tied embeddings (Starcoder2Config)
+    spec = spec_from_hf({"model_type": "starcoder2"})
+    assert (spec.n_kv_heads, spec.bias_q, spec.bias_ffn_in, spec.tie_embeddings) == (
+        2, True, True, True)
+
+
+def test_refusals_name_the_key_and_why() -> None:
+    with pytest.raises(SpecError, match="head_dim.*o_proj takes hidden_size"):
+        spec_from_hf({"model_type": "helium", "hidden_size": 64, "num_attention_heads": 4,
+                      "head_dim": 8})
+    with pytest.raises(SpecError, match="tie_word_embeddings.*unused table"):
+        spec_from_hf({"model_type": "bart", "tie_word_embeddings": False})

@@ -1,0 +1,114 @@
+"""Check every model_type tcalc maps against transformers on random small configs
+(developer tool, needs torch + transformers); --write records the cases as test fixtures.
+
+For each type: its default config (model_type alone), then N configs drawing the shape keys
+the config class has (widths, heads, K/V heads, head_dim, layers, vocabulary, tying, bias
+switches, expert counts and sizes) at random, small enough to build in a moment. Each is built
+on the meta device as the class tcalc counts; the trainable total must equal tcalc's.
+
+    python tools/check_registry.py --cases 4 [--write tests/data/registry_cases.json] [TYPE...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import sys
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from transformer_calc import count_params  # noqa: E402
+from transformer_calc.errors import SpecError  # noqa: E402
+from transformer_calc.hf import HEAD_CLASS, spec_from_hf  # noqa: E402
+
+BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_bias", "use_qkv_bias",
+         "qkv_bias", "bias", "attention_out_bias", "use_qk_norm")
+
+
+def draw(rng: random.Random, fields: set[str]) -> dict:
+    heads = rng.choice([2, 4, 8])
+    kv = rng.choice([k for k in (1, 2, 4, 8) if heads % k == 0])
+    d_head = rng.choice([8, 16])
+    cfg: dict = {"hidden_size": heads * rng.choice([8, 16]), "num_attention_heads": heads,
+                 "num_key_value_heads": kv, "intermediate_size": rng.choice([24, 40, 64]),
+                 "num_hidden_layers": rng.choice([2, 3, 4]), "vocab_size": rng.choice([97, 128]),
+                 "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
+    if "head_dim" in fields:
+        # half the time its own width, half the time what the class derives (some classes
+        # default head_dim to a fixed 128 instead)
+        cfg["head_dim"] = d_head if rng.random() < 0.5 else cfg["hidden_size"] // heads
+    for key in BOOLS:
+        if key in fields:
+            cfg[key] = rng.random() < 0.5
+    for key in ("num_experts", "num_local_experts", "n_routed_experts"):
+        if key in fields:
+            cfg[key] = rng.choice([4, 8])
+            cfg["num_experts_per_tok"] = rng.choice([1, 2])
+    for key, values in (("moe_intermediate_size", [16, 24]),
+                        ("shared_expert_intermediate_size", [0, 32]),
+                        ("n_shared_experts", [0, 1, 2]), ("first_k_dense_replace", [0, 1]),
+                        ("decoder_sparse_step", [1, 2])):
+        if key in fields:
+            cfg[key] = rng.choice(values)
+    if "mlp_only_layers" in fields:
+        cfg["mlp_only_layers"] = rng.choice([[], [0]])
+    return {k: v for k, v in cfg.items() if k in fields or k.endswith("_token_id")}
+
+
+def reference(config: dict) -> int:
+    import torch
+    import transformers
+
+    cfg = transformers.AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        model = getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def main() -> None:
+    import transformers
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("types", nargs="*")
+    ap.add_argument("--cases", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--write", type=Path)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)  # noqa: S311 - reproducible test configs, not secrets
+    rows, bad = [], 0
+    for model_type in args.types or sorted(HEAD_CLASS):
+        cls = type(transformers.AutoConfig.for_model(model_type))
+        fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
+            else set(transformers.AutoConfig.for_model(model_type).to_dict())
+        configs = [{"model_type": model_type}] + [
+            {"model_type": model_type, **draw(rng, fields)} for _ in range(args.cases)]
+        for config in configs:
+            try:
+                want = reference(config)
+            except Exception as e:  # noqa: BLE001 - a drawn config the class rejects
+                print(f"skip {model_type}: {type(e).__name__}: {str(e)[:80]}")
+                continue
+            try:
+                got = count_params(spec_from_hf(config, "drawn")).total
+            except SpecError as e:  # refused by name: never a miscount
+                print(f"refused {model_type}: {str(e)[:100]}")
+                continue
+            ok = got == want
+            bad += not ok
+            print(f"{'ok  ' if ok else 'DIFF'} {model_type:18s} {want:>16,} {got - want:+,}"
+                  + ("" if ok else f"  {json.dumps(config)}"))
+            rows.append({"config": config, "total": want, "class": HEAD_CLASS[model_type]})
+    print(f"# {len(rows) - bad} of {len(rows)} equal; torch + transformers "
+          f"{transformers.__version__}", file=sys.stderr)
+    if args.write:
+        args.write.write_text(json.dumps({"transformers": transformers.__version__,
+                                          "cases": rows}, indent=0) + "\n")
+
+
+if __name__ == "__main__":
+    main()
