@@ -25,7 +25,8 @@ from transformer_calc.errors import SpecError  # noqa: E402
 from transformer_calc.hf import HEAD_CLASS, spec_from_hf  # noqa: E402
 
 BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_bias", "use_qkv_bias",
-         "qkv_bias", "bias", "attention_out_bias", "use_qk_norm")
+         "qkv_bias", "bias", "attention_out_bias", "use_qk_norm", "use_parallel_residual",
+         "qk_layernorm")
 
 
 def draw(rng: random.Random, fields: set[str]) -> dict:
@@ -49,7 +50,8 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
             cfg["num_experts_per_tok"] = rng.choice([1, 2])
     for key, values in (("moe_intermediate_size", [16, 24]),
                         ("shared_expert_intermediate_size", [0, 32]),
-                        ("n_shared_experts", [0, 1, 2]), ("first_k_dense_replace", [0, 1]),
+                        ("n_shared_experts", [0, 1, 2]), ("num_shared_experts", [0, 1, 2]),
+                        ("shared_intermediate_size", [0, 32]), ("first_k_dense_replace", [0, 1]),
                         ("decoder_sparse_step", [1, 2])):
         if key in fields:
             cfg[key] = rng.choice(values)

@@ -24,7 +24,8 @@ head_dim vocab_size max_position_embeddings tie_word_embeddings attention_bias m
 use_bias use_qkv_bias qkv_bias bias attention_out_bias use_qk_norm hidden_act
 hidden_activation num_experts num_local_experts n_routed_experts num_experts_per_tok
 moe_intermediate_size shared_expert_intermediate_size n_shared_experts num_shared_experts
-shared_intermediate_size first_k_dense_replace decoder_sparse_step mlp_only_layers""".split()
+shared_intermediate_size first_k_dense_replace decoder_sparse_step mlp_only_layers
+use_parallel_residual qk_layernorm moe_num_shared_experts""".split()
 
 
 def main() -> None:

@@ -48,7 +48,7 @@ HEAD_CLASS = {
 ACTIVATIONS = {
     "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_tanh",
     "gelu_fast": "gelu_tanh", "silu": "silu", "swish": "silu", "tanh": "tanh",
-    "sigmoid": "sigmoid", "linear": "identity", "quick_gelu": "gelu",
+    "sigmoid": "sigmoid", "linear": "identity", "quick_gelu": "gelu", "relu2": "relu2",
 }
 
 
@@ -675,37 +675,46 @@ class Layout(NamedTuple):
     act: str = "hidden_act"
     norm: str = "rmsnorm"
     norms: str = "pre"  # pre | post (after each sublayer only) | sandwich | parallel
-    qk_norm: str = "none"  # none | head | width, or a config key switching "width" on
+    qk_norm: str = "none"  # none | head | width
+    qk_norm_key: str = ""  # a config key that switches qk_norm on ("": always on)
     sinks: bool = False
     lm_head_bias: bool = False
     full_width: str = ""  # why n_heads · head_dim must equal hidden_size ("": it need not)
+    refuse: tuple[tuple[str, str], ...] = ()  # (key, why): a true value adds tensors not modelled
     moe: Moe | None = None
     dropout: tuple[str, ...] = ("attention_dropout",)
 
 
 def _generic(c: Config, r: Layout) -> dict[str, Any]:
+    for key, why in r.refuse:
+        if c.t(key):
+            raise SpecError(key, f"false or absent ({why})", c.t(key), source=c.where)
     E, H = c.t("hidden_size"), c.t("num_attention_heads")
     L = c.t("num_hidden_layers")
+    F = c.t("intermediate_size", c.t("moe_intermediate_size"))
     for key, value in (("hidden_size", E), ("num_attention_heads", H),
                        ("num_hidden_layers", L), ("vocab_size", c.t("vocab_size")),
-                       ("intermediate_size", c.t("intermediate_size"))):
+                       ("intermediate_size", F)):
         if value is None:
             raise SpecError(key, "to be present", None, source=c.where)
     d_head = c.t("head_dim", E // H if H else None)
     if r.full_width and d_head * H != E:
         raise SpecError("head_dim", f"num_attention_heads · head_dim = hidden_size = {E} "
                         f"({r.full_width})", d_head, source=c.where)
-    qk = r.qk_norm if r.qk_norm in ("none", "head", "width") else \
-        ("width" if c.flag(r.qk_norm) else "none")
+    qk = r.qk_norm if not r.qk_norm_key or c.flag(r.qk_norm_key) else "none"
     qkv, o, mlp = c.flag(r.qkv_bias), c.flag(r.o_bias), c.flag(r.mlp_bias)
     out: dict[str, Any] = dict(
         arch="decoder", vocab_size=c.t("vocab_size"), d_model=E, n_layers=L, n_heads=H,
         n_kv_heads=c.t("num_key_value_heads", H),
-        d_head=None if d_head * H == E else d_head, d_ff=c.t("intermediate_size"),
+        d_head=None if d_head * H == E else d_head,
+        # all-MoE records may have no dense size (SolarOpen): the expert size stands in
+        d_ff=F,
         max_positions=c.t("max_position_embeddings", 0), position="rope", ffn=r.ffn,
         activation=c.activation(r.act, c.table.get(r.act) or "silu"), norm=r.norm,
         norm_position="post" if r.norms == "post" else "pre",
-        sandwich_norm=r.norms == "sandwich", parallel_block=r.norms == "parallel",
+        sandwich_norm=r.norms == "sandwich",
+        parallel_block=r.norms == "parallel" or (r.norms == "parallel_key"
+                                                 and c.flag("use_parallel_residual")),
         parallel_norms=1, qk_norm=qk, attention_sinks=r.sinks, lm_head_bias=r.lm_head_bias,
         **_bias(qkv, qkv, qkv, o, mlp, mlp), tie_embeddings=bool(c.t("tie_word_embeddings")))
     if r.moe is not None:
@@ -767,9 +776,10 @@ GENERIC: dict[str, Layout] = {
     "hyperclovax": Layout("HyperCLOVAXForCausalLM", norms="sandwich"),
     "olmo3": Layout("Olmo3ForCausalLM", mlp_bias=False, norms="post", qk_norm="width"),
     "cohere": Layout("CohereForCausalLM", o_bias="attention_bias", mlp_bias=False,
-                     norm="layernorm_nobias", norms="parallel", qk_norm="use_qk_norm"),
+                     norm="layernorm_nobias", norms="parallel", qk_norm="width",
+                     qk_norm_key="use_qk_norm"),
     "cohere2": Layout("Cohere2ForCausalLM", mlp_bias=False, norm="layernorm_nobias",
-                      norms="parallel", qk_norm="use_qk_norm"),
+                      norms="parallel", qk_norm="width", qk_norm_key="use_qk_norm"),
     "starcoder2": Layout("Starcoder2ForCausalLM", qkv_bias="use_bias", o_bias="use_bias",
                          mlp_bias="use_bias", ffn="plain", norm="layernorm",
                          dropout=("attention_dropout", "residual_dropout",
@@ -782,6 +792,34 @@ GENERIC: dict[str, Layout] = {
     "olmoe": Layout("OlmoeForCausalLM", mlp_bias=False, qk_norm="width", moe=Moe(expert_ff="")),
     "flex_olmo": Layout("FlexOlmoForCausalLM", mlp_bias=False, norms="post", qk_norm="width",
                         moe=Moe(expert_ff="")),
+    "olmo": Layout("OlmoForCausalLM", mlp_bias=False, norm="layernorm_noaffine"),
+    "nanochat": Layout("NanoChatForCausalLM", mlp_bias=False, ffn="plain",
+                       norm="rmsnorm_noaffine"),
+    "arcee": Layout("ArceeForCausalLM", ffn="plain"),
+    "vaultgemma": Layout("VaultGemmaForCausalLM", mlp_bias=False, act="hidden_activation"),
+    "exaone4": Layout("Exaone4ForCausalLM", mlp_bias=False, norms="post", qk_norm="head"),
+    "stablelm": Layout("StableLmForCausalLM", qkv_bias="use_qkv_bias", o_bias=False,
+                       mlp_bias=False, norm="layernorm", norms="parallel_key",
+                       refuse=(("qk_layernorm", "per-head LayerNorms are not modelled"),)),
+    "phimoe": Layout("PhimoeForCausalLM", mlp_bias=False, norm="layernorm",
+                     moe=Moe(expert_ff="")),
+    "granite_swa": Layout("GraniteSWAForCausalLM", sinks=True),
+    "granitemoe_swa": Layout("GraniteMoeSWAForCausalLM", mlp_bias=False, sinks=True,
+                             moe=Moe(expert_ff="", shared_ff="shared_intermediate_size")),
+    "granitemoeshared": Layout("GraniteMoeSharedForCausalLM", mlp_bias=False,
+                               moe=Moe(expert_ff="", shared_ff="shared_intermediate_size")),
+    "mellum": Layout("MellumForCausalLM", mlp_bias=False, qk_norm="head", moe=Moe()),
+    "minimax_m2": Layout("MiniMaxM2ForCausalLM", mlp_bias=False, qk_norm="width", moe=Moe()),
+    "solar_open": Layout("SolarOpenForCausalLM", o_bias=False, mlp_bias=False,
+                         moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace")),
+    "glm4_moe": Layout("Glm4MoeForCausalLM", o_bias=False, mlp_bias=False,
+                       qk_norm="head", qk_norm_key="use_qk_norm",
+                       moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace")),
+    "exaone_moe": Layout("ExaoneMoeForCausalLM", mlp_bias=False, qk_norm="head",
+                         moe=Moe(shared="num_shared_experts",
+                                 first_dense="first_k_dense_replace")),
+    "cohere2_moe": Layout("Cohere2MoeForCausalLM", mlp_bias=False, norm="layernorm_nobias",
+                          norms="parallel", moe=Moe(expert_ff="", shared="num_shared_experts")),
 }
 
 

@@ -117,7 +117,8 @@ def fused_qkv_correction(spec: ModelSpec) -> int:
 # NewGELUActivation keeps x (for pow), x (for mul), 0.5·x and tanh(...): 4. A native GELU or
 # SiLU keeps its input: 1. ReLU, sigmoid and tanh keep their output, which the next matmul
 # keeps anyway: 0.
-ACT_SAVES = {"gelu_new": 4, "gelu": 1, "gelu_tanh": 1, "silu": 1, "swish": 1, "relu": 0,
+# relu2 (squared ReLU, Primer; HF ReLUSquaredActivation) keeps its input.
+ACT_SAVES = {"relu2": 1, "gelu_new": 4, "gelu": 1, "gelu_tanh": 1, "silu": 1, "swish": 1, "relu": 0,
              "sigmoid": 0, "tanh": 0, "identity": 0}
 RESULT_SAVERS = {"relu", "sigmoid", "tanh", "identity"}
 
@@ -166,7 +167,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     x = sb * E * a  # one B·T·d_model activation
 
     # a norm keeps its input and its statistics: RMSNorm 1/rms, LayerNorm mean and 1/std
-    stats = (".rstd", sb * 4, "B·T · 4 (fp32)") if spec.norm == "rmsnorm" else \
+    stats = (".rstd", sb * 4, "B·T · 4 (fp32)") if spec.norm.startswith("rmsnorm") else \
         (".stats", 2 * sb * stat, "2 · B·T · stat (mean, rstd)")
 
     def norm(name: str, stack: str, reps: int) -> None:

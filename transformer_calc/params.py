@@ -28,6 +28,8 @@ def norm_of(kind: str, width: int, sym: str = "d_model") -> tuple[int, str]:
     """Parameters of one norm of ``kind`` over ``width`` (shown as ``sym``), and why."""
     if kind == "layernorm":
         return 2 * width, f"2 · {sym} (scale + shift)"
+    if kind.endswith("_noaffine"):
+        return 0, f"0 ({kind.split('_')[0]} without parameters, over {sym})"
     if kind == "layernorm_nobias":
         return width, f"{sym} (scale; LayerNorm without bias)"
     return width, f"{sym} (RMSNorm scale)"

@@ -15,12 +15,13 @@ from transformer_calc.errors import SpecError
 
 ARCHES = ("decoder", "encoder", "encoder-decoder")
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
-NORMS = ("layernorm", "layernorm_nobias", "rmsnorm")
+# *_noaffine: normalisation without a learned scale (OLMo-1, nanochat): no parameters
+NORMS = ("layernorm", "layernorm_nobias", "rmsnorm", "layernorm_noaffine", "rmsnorm_noaffine")
 NORM_POSITIONS = ("pre", "post")
 FFN_KINDS = ("plain", "gated", "param_attention")
 # gelu_new: GELU's tanh approximation written out in Python (HF NewGELUActivation, GPT-2):
 # the same function as gelu_tanh (one fused kernel) but autograd keeps 4 tensors, not 1.
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "gelu_new", "silu", "swish", "sigmoid", "tanh",
+ACTIVATIONS = ("relu", "relu2", "gelu", "gelu_tanh", "gelu_new", "silu", "swish", "sigmoid", "tanh",
                "identity")
 RELATIVE_SCOPES = ("first", "every")
 QK_NORMS = ("none", "head", "width")
