@@ -16,7 +16,7 @@ from conftest import DATA
 
 from transformer_calc import count_params
 from transformer_calc.errors import SpecError
-from transformer_calc.hf import GENERIC, HEAD_CLASS, spec_from_hf
+from transformer_calc.hf import HEAD_CLASS, TABLE_DRIVEN, spec_from_hf
 
 CASES = json.loads((DATA / "registry_cases.json").read_text())
 assert CASES["transformers"] == "5.23.0"
@@ -43,7 +43,7 @@ def test_every_mapped_type_has_its_default_and_drawn_cases() -> None:
 def test_generic_records_read_their_class_defaults() -> None:
     from transformer_calc.hf_defaults import DEFAULTS
 
-    assert set(DEFAULTS) == set(GENERIC)
+    assert set(DEFAULTS) == set(TABLE_DRIVEN)
     # StarCoder2's defaults: 2 K/V heads, biases on, tied embeddings (Starcoder2Config)
     spec = spec_from_hf({"model_type": "starcoder2"})
     assert (spec.n_kv_heads, spec.bias_q, spec.bias_ffn_in, spec.tie_embeddings) == (

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from transformer_calc.hf import GENERIC  # noqa: E402
+from transformer_calc.hf import TABLE_DRIVEN  # noqa: E402
 
 KEYS = """hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads
 head_dim vocab_size max_position_embeddings tie_word_embeddings attention_bias mlp_bias
@@ -25,14 +25,17 @@ use_bias use_qkv_bias qkv_bias bias attention_out_bias use_qk_norm hidden_act
 hidden_activation num_experts num_local_experts n_routed_experts num_experts_per_tok
 moe_intermediate_size shared_expert_intermediate_size n_shared_experts num_shared_experts
 shared_intermediate_size first_k_dense_replace decoder_sparse_step mlp_only_layers
-use_parallel_residual qk_layernorm moe_num_shared_experts""".split()
+use_parallel_residual qk_layernorm moe_num_shared_experts type_vocab_size dim n_layers n_heads
+hidden_dim activation d_model encoder_layers decoder_layers encoder_attention_heads
+decoder_attention_heads encoder_ffn_dim decoder_ffn_dim activation_function
+share_encoder_decoder_embeddings decoder_vocab_size""".split()
 
 
 def main() -> None:
     import transformers
 
     out: dict[str, dict] = {}
-    for model_type in sorted(GENERIC):
+    for model_type in sorted(TABLE_DRIVEN):
         cls = type(transformers.AutoConfig.for_model(model_type))
         fields = {f.name: f for f in dataclasses.fields(cls)}
         row = {}

@@ -32,8 +32,6 @@ HEAD_CLASS = {
     "falcon": "FalconForCausalLM",
     "opt": "OPTForCausalLM",
     "t5": "T5ForConditionalGeneration",
-    "bart": "BartForConditionalGeneration",
-    "marian": "MarianMTModel",
     "qwen3": "Qwen3ForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
@@ -222,7 +220,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
                         source=where)
     if not tower:
         _check_architecture(data, model_type, where)
-    cfg = Config(data, where, _table(model_type) if model_type in GENERIC else None)
+    cfg = Config(data, where, _table(model_type) if model_type in TABLE_DRIVEN else None)
     if tower:
         cfg.notes.append(tower)
     values = MAPPERS[model_type](cfg)
@@ -231,7 +229,11 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     values.setdefault("description", f"{model_type} from {where}")
     values.setdefault("source", where)
     keys, default = DROPOUT_KEYS.get(model_type, (GENERIC[model_type].dropout, 0.0)
-                                     if model_type in GENERIC else (("attention_dropout",), 0.0))
+                                     if model_type in GENERIC else
+                                     (("hidden_dropout_prob", "attention_probs_dropout_prob"),
+                                      0.1) if model_type in ENCODERS
+                                     else (("dropout", "attention_dropout"), 0.1)
+                                     if model_type in SEQ2SEQ else (("attention_dropout",), 0.0))
     probs = [cfg.get(k, default) for k in keys]
     values["dropout"] = float(max(probs)) if probs else 0.0
     values["note"] = "; ".join([f"counted as transformers' {HEAD_CLASS[model_type]}"]
@@ -442,33 +444,66 @@ def _t5(c: Config) -> dict[str, Any]:
                 tie_embeddings=True, tie_encoder_decoder=True)
 
 
-def _bart_like(c: Config, marian: bool) -> dict[str, Any]:
+class Seq2Seq(NamedTuple):
+    """A BART-style encoder-decoder (the fairseq lineage), counted as its
+    *ForConditionalGeneration class; the families differ in where the norms sit and how
+    positions are made."""
+
+    cls: str
+    norm_position: str = "post"
+    final_norm: bool = False  # a LayerNorm after each stack (mBART, Pegasus, Blenderbot)
+    embedding_norm: bool = True  # layernorm_embedding (BART, mBART, Blenderbot-small)
+    position: str = "learned"  # learned | sinusoidal (a buffer or frozen: not trainable)
+    position_offset: int = 0  # BART's learned table keeps 2 extra rows
+    separate_vocab: bool = False  # Marian: share_encoder_decoder_embeddings, decoder_vocab_size
+
+
+def _seq2seq(c: Config, r: Seq2Seq) -> dict[str, Any]:
     for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
                  ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if c.get(a, 16) != c.get(b, 16):
-            raise SpecError(b, f"equal to {a}={c.get(a, 16)} (tcalc models one head count "
-                            "and FFN size for both stacks)", c.get(b, 16), source=c.where)
-    V = c.get("vocab_size", 58101 if marian else 50265)
-    shared = c.get("share_encoder_decoder_embeddings", True) if marian else True
+        if c.t(a) != c.t(b):
+            raise SpecError(b, f"equal to {a}={c.t(a)} (tcalc models one head count "
+                            "and FFN size for both stacks)", c.t(b), source=c.where)
+    V = c.t("vocab_size")
+    shared = c.t("share_encoder_decoder_embeddings", True) if r.separate_vocab else True
     # transformers 5.23 then keeps the shared table unused beside untied encoder and decoder
     # tables (checked: BartForConditionalGeneration, tools/check_registry.py)
     c.refuse("tie_word_embeddings", lambda v: v is False and shared,
              "with shared embeddings, false adds an unused table that is not modelled")
-    if marian and c.get("decoder_vocab_size", V) != V:
+    if r.separate_vocab and c.t("decoder_vocab_size", V) != V:
         raise SpecError("decoder_vocab_size", f"equal to vocab_size={V}",
-                        c.get("decoder_vocab_size", V), source=c.where)
-    return dict(arch="encoder-decoder", vocab_size=V, d_model=c.get("d_model", 1024),
-                n_encoder_layers=c.get("encoder_layers", 12),
-                n_decoder_layers=c.get("decoder_layers", 12),
-                n_heads=c.get("encoder_attention_heads", 16),
-                d_ff=c.get("encoder_ffn_dim", 4096),
-                max_positions=c.get("max_position_embeddings", 1024),
-                # Marian: a frozen sinusoidal table (not trainable); BART: learned, offset 2.
-                position="sinusoidal" if marian else "learned",
-                position_offset=0 if marian else 2,
-                activation=c.activation("activation_function", "gelu"), norm="layernorm",
-                norm_position="post", final_norm=False, embedding_norm=not marian,
-                tie_embeddings=c.get("tie_word_embeddings", True), tie_encoder_decoder=shared)
+                        c.t("decoder_vocab_size", V), source=c.where)
+    c.refuse("use_prompt", bool, "MVP's prompt tables are not modelled")
+    return dict(arch="encoder-decoder", vocab_size=V, d_model=c.t("d_model"),
+                n_encoder_layers=c.t("encoder_layers"), n_decoder_layers=c.t("decoder_layers"),
+                n_heads=c.t("encoder_attention_heads"), d_ff=c.t("encoder_ffn_dim"),
+                max_positions=c.t("max_position_embeddings"), position=r.position,
+                position_offset=r.position_offset,
+                activation=c.activation("activation_function",
+                                        c.table.get("activation_function") or "gelu"),
+                norm="layernorm", norm_position=r.norm_position, final_norm=r.final_norm,
+                embedding_norm=r.embedding_norm,
+                tie_embeddings=bool(c.t("tie_word_embeddings", True)),
+                tie_encoder_decoder=bool(shared))
+
+
+SEQ2SEQ: dict[str, Seq2Seq] = {
+    "bart": Seq2Seq("BartForConditionalGeneration", position_offset=2),
+    # Marian: a frozen sinusoidal table, no embedding norm, its own vocabulary keys
+    "marian": Seq2Seq("MarianMTModel", embedding_norm=False, position="sinusoidal",
+                      separate_vocab=True),
+    "mbart": Seq2Seq("MBartForConditionalGeneration", norm_position="pre", final_norm=True,
+                     position_offset=2),
+    "mvp": Seq2Seq("MvpForConditionalGeneration", position_offset=2),
+    "plbart": Seq2Seq("PLBartForConditionalGeneration", position_offset=2),
+    "blenderbot": Seq2Seq("BlenderbotForConditionalGeneration", norm_position="pre",
+                          final_norm=True, embedding_norm=False),
+    "blenderbot-small": Seq2Seq("BlenderbotSmallForConditionalGeneration"),
+    "pegasus": Seq2Seq("PegasusForConditionalGeneration", norm_position="pre",
+                       final_norm=True, embedding_norm=False, position="sinusoidal"),
+    "m2m_100": Seq2Seq("M2M100ForConditionalGeneration", norm_position="pre",
+                       final_norm=True, embedding_norm=False, position="sinusoidal"),
+}
 
 
 def _runs(letters: list[str]) -> str:
@@ -823,6 +858,67 @@ GENERIC: dict[str, Layout] = {
 }
 
 
+class Encoder(NamedTuple):
+    """A BERT-style encoder counted as its *ForMaskedLM class: learned positions (and token
+    types), an embedding norm, post-norm layers, the MLM head (dense + norm + tied decoder +
+    bias). ``keys`` renames the config keys where a family spells them its own way."""
+
+    cls: str
+    keys: tuple[tuple[str, str], ...] = ()  # (tcalc's standard key, this family's key)
+    token_types: bool = True
+    pooler: bool = False  # the *ForMaskedLM class keeps BERT's pooler (BigBird)
+    qkv_bias: bool | str = True  # fixed, or the key that decides (BigBird use_bias)
+    position_offset: int = 0  # extra rows in the position table (MRA, YOSO: 2)
+    untied: str = ""  # why tie_word_embeddings: false is refused ("": it is counted)
+
+
+def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
+    name = dict(r.keys)
+
+    def t(key: str, fallback: Any = None) -> Any:
+        return c.t(name.get(key, key), fallback)
+
+    c.refuse("position_embedding_type", lambda v: v != "absolute",
+             "only absolute position embeddings")
+    c.refuse("add_cross_attention", bool, "decoder cross-attention is not modelled")
+    c.refuse("is_decoder", bool, "the model as a decoder is not modelled")
+    c.refuse("use_task_id", bool, "ERNIE's task-type embeddings are not modelled")
+    if r.untied:
+        c.refuse("tie_word_embeddings", lambda v: v is False, r.untied)
+    qkv = c.flag(r.qkv_bias)
+    return dict(arch="encoder", vocab_size=t("vocab_size"), d_model=t("hidden_size"),
+                n_layers=t("num_hidden_layers"), n_heads=t("num_attention_heads"),
+                d_ff=t("intermediate_size"), max_positions=t("max_position_embeddings"),
+                position="learned", position_offset=r.position_offset,
+                token_types=t("type_vocab_size", 0) if r.token_types else 0,
+                **_bias(qkv, qkv, qkv, True, True, True),
+                activation=c.activation(name.get("hidden_act", "hidden_act"),
+                                        c.table.get(name.get("hidden_act", "hidden_act"))
+                                        or "gelu"),
+                norm="layernorm", norm_position="post", embedding_norm=True, final_norm=False,
+                lm_head=False, pooler=r.pooler, mlm_head=True,
+                tie_embeddings=bool(t("tie_word_embeddings", True)))
+
+
+# One record per BERT-style model_type (checked like GENERIC)
+ENCODERS: dict[str, Encoder] = {
+    "camembert": Encoder("CamembertForMaskedLM"),
+    "xlm-roberta": Encoder("XLMRobertaForMaskedLM"),
+    "data2vec-text": Encoder("Data2VecTextForMaskedLM"),
+    "ibert": Encoder("IBertForMaskedLM"),
+    "ernie": Encoder("ErnieForMaskedLM"),
+    "big_bird": Encoder("BigBirdForMaskedLM", pooler=True, qkv_bias="use_bias"),
+    "mra": Encoder("MraForMaskedLM", position_offset=2),
+    "yoso": Encoder("YosoForMaskedLM", position_offset=2),
+    "distilbert": Encoder("DistilBertForMaskedLM", keys=(
+        ("hidden_size", "dim"), ("num_hidden_layers", "n_layers"),
+        ("num_attention_heads", "n_heads"), ("intermediate_size", "hidden_dim"),
+        ("hidden_act", "activation")), token_types=False,
+        untied="DistilBERT's untied vocab_projector keeps one bias, not modelled"),
+}
+TABLE_DRIVEN: dict[str, Layout | Encoder | Seq2Seq] = {**GENERIC, **ENCODERS, **SEQ2SEQ}
+
+
 MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "bert": lambda c: _bert(c, roberta=False),
@@ -837,8 +933,6 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "falcon": _falcon,
     "opt": _opt,
     "t5": _t5,
-    "bart": lambda c: _bart_like(c, marian=False),
-    "marian": lambda c: _bart_like(c, marian=True),
     "qwen3": _qwen3,
     "qwen3_moe": _qwen3_moe,
     "deepseek_v3": _deepseek_v3,
@@ -847,5 +941,7 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "gpt_oss": _gpt_oss,
     "olmo2": _olmo2,
     "phi3": _phi3,
-} | {model_type: partial(_generic, r=r) for model_type, r in GENERIC.items()}
-HEAD_CLASS.update({model_type: r.cls for model_type, r in GENERIC.items()})
+} | {model_type: partial(_generic, r=r) for model_type, r in GENERIC.items()} \
+  | {model_type: partial(_encoder, r=r) for model_type, r in ENCODERS.items()} \
+  | {model_type: partial(_seq2seq, r=r) for model_type, r in SEQ2SEQ.items()}
+HEAD_CLASS.update({model_type: r.cls for model_type, r in TABLE_DRIVEN.items()})
