@@ -25,8 +25,8 @@ from transformer_calc.errors import SpecError  # noqa: E402
 from transformer_calc.hf import HEAD_CLASS, spec_from_hf  # noqa: E402
 
 BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_bias", "use_qkv_bias",
-         "qkv_bias", "bias", "attention_out_bias", "use_qk_norm", "use_parallel_residual",
-         "qk_layernorm")
+         "multi_query", "qkv_bias", "bias", "attention_out_bias", "use_qk_norm",
+         "use_parallel_residual", "qk_layernorm")
 
 
 def draw(rng: random.Random, fields: set[str]) -> dict:
@@ -69,6 +69,13 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
         cfg.pop("num_hidden_layers"), cfg.pop("num_attention_heads")
         cfg["decoder_start_token_id"] = 0
         cfg["forced_eos_token_id"] = None
+    if "d_kv" in fields:  # T5's names
+        cfg |= {"d_model": cfg.pop("hidden_size"), "num_layers": cfg.pop("num_hidden_layers"),
+                "num_heads": cfg.pop("num_attention_heads"), "d_kv": d_head,
+                "d_ff": cfg.pop("intermediate_size"),
+                "num_decoder_layers": rng.choice([1, 2, 3]),
+                "feed_forward_proj": rng.choice(["relu", "gated-gelu"])}
+        cfg["decoder_start_token_id"] = 0
     if "type_vocab_size" in fields:
         cfg["type_vocab_size"] = rng.choice([1, 2])
     if "mlp_only_layers" in fields:

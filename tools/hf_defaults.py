@@ -28,7 +28,12 @@ shared_intermediate_size first_k_dense_replace decoder_sparse_step mlp_only_laye
 use_parallel_residual qk_layernorm moe_num_shared_experts type_vocab_size dim n_layers n_heads
 hidden_dim activation d_model encoder_layers decoder_layers encoder_attention_heads
 decoder_attention_heads encoder_ffn_dim decoder_ffn_dim activation_function
-share_encoder_decoder_embeddings decoder_vocab_size""".split()
+share_encoder_decoder_embeddings decoder_vocab_size n_embd n_layer n_head n_inner n_positions
+num_layers num_heads attention_heads ffn_dim afn activation_function multi_query
+expansion_ratio max_seq_len n_layers n_heads kv_lora_rank q_lora_rank qk_nope_head_dim
+qk_rope_head_dim v_head_dim moe_num_experts moe_topk qk_layernorm moe_layer_freq d_kv d_ff
+num_layers num_decoder_layers relative_attention_num_buckets feed_forward_proj
+encoder_attention_type""".split()
 
 
 def main() -> None:

@@ -107,6 +107,16 @@ class Config:
             value = self.table.get(key)
         return fallback if value is None else value
 
+    def renamed(self, names: dict[str, str]) -> Config:
+        """A view that reads a family's own spelling of the standard keys (n_embd for
+        hidden_size, ...); errors still name the file's key."""
+        view = _Renamed(self.data, self.where, self.table)
+        view.names, view.notes = names, self.notes
+        return view
+
+    def spelled(self, key: str) -> str:
+        return key
+
     def flag(self, spec: bool | str) -> bool:
         """A record's switch: fixed (True/False) or read from a config key."""
         return spec if isinstance(spec, bool) else bool(self.t(spec, False))
@@ -233,7 +243,8 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
                                      (("hidden_dropout_prob", "attention_probs_dropout_prob"),
                                       0.1) if model_type in ENCODERS
                                      else (("dropout", "attention_dropout"), 0.1)
-                                     if model_type in SEQ2SEQ else (("attention_dropout",), 0.0))
+                                     if model_type in SEQ2SEQ else (("dropout_rate",), 0.1)
+                                     if model_type in T5S else (("attention_dropout",), 0.0))
     probs = [cfg.get(k, default) for k in keys]
     values["dropout"] = float(max(probs)) if probs else 0.0
     values["note"] = "; ".join([f"counted as transformers' {HEAD_CLASS[model_type]}"]
@@ -415,8 +426,16 @@ def _opt(c: Config) -> dict[str, Any]:
                 tie_embeddings=c.get("tie_word_embeddings", True))
 
 
-def _t5(c: Config) -> dict[str, Any]:
-    proj = c.get("feed_forward_proj", "relu")
+class T5Like(NamedTuple):
+    """A T5-style encoder-decoder: relative position buckets, RMSNorm, no biases."""
+
+    cls: str
+    relative_scope: str = "first"  # UMT5: a bias table in every layer
+    tied_head: bool = True  # transformers 5 ties T5's lm_head whatever the config says
+
+
+def _t5(c: Config, r: T5Like = T5Like("T5ForConditionalGeneration")) -> dict[str, Any]:
+    proj = c.t("feed_forward_proj", "relu")
     if not isinstance(proj, str):
         raise SpecError("feed_forward_proj", "an activation, or gated-<activation>", proj,
                         source=c.where)
@@ -427,21 +446,33 @@ def _t5(c: Config) -> dict[str, Any]:
     if act not in ACTIVATIONS:
         raise SpecError("feed_forward_proj", "an activation, or gated-<activation>", proj,
                         source=c.where)
-    if c.data.get("tie_word_embeddings") is False:
-        V, E = c.get("vocab_size", 32128), c.get("d_model", 512)
-        c.notes.append(f"config says tie_word_embeddings: false; transformers >= 5.0 ties "
-                       f"T5's lm_head regardless (4.x kept it: +{V * E:,})")
-    L = c.get("num_layers", 6)
-    return dict(arch="encoder-decoder", vocab_size=c.get("vocab_size", 32128),
-                d_model=c.get("d_model", 512), n_encoder_layers=L,
-                n_decoder_layers=c.get("num_decoder_layers", L), n_heads=c.get("num_heads", 8),
-                d_head=c.get("d_kv", 64), d_ff=c.get("d_ff", 2048), position="relative",
-                relative_buckets=c.get("relative_attention_num_buckets", 32),
-                relative_scope="first", ffn="gated" if gated else "plain",
+    c.refuse("encoder_attention_type", lambda v: v != "local",
+             "LongT5's transient-global attention tables are not modelled")
+    V, E = c.t("vocab_size", 32128), c.t("d_model", 512)
+    tie = True
+    if r.tied_head:
+        if c.data.get("tie_word_embeddings") is False:
+            c.notes.append(f"config says tie_word_embeddings: false; transformers >= 5.0 ties "
+                           f"T5's lm_head regardless (4.x kept it: +{V * E:,})")
+    else:
+        tie = bool(c.t("tie_word_embeddings", True))
+    L = c.t("num_layers", 6)
+    return dict(arch="encoder-decoder", vocab_size=V, d_model=E, n_encoder_layers=L,
+                n_decoder_layers=c.t("num_decoder_layers", L), n_heads=c.t("num_heads", 8),
+                d_head=c.t("d_kv", 64), d_ff=c.t("d_ff", 2048), position="relative",
+                relative_buckets=c.t("relative_attention_num_buckets", 32),
+                relative_scope=r.relative_scope, ffn="gated" if gated else "plain",
                 activation=ACTIVATIONS[act],
                 norm="rmsnorm", norm_position="pre", final_norm=True,
                 **_bias(False, False, False, False, False, False),
-                tie_embeddings=True, tie_encoder_decoder=True)
+                tie_embeddings=tie, tie_encoder_decoder=True)
+
+
+T5S: dict[str, T5Like] = {
+    "mt5": T5Like("MT5ForConditionalGeneration"),
+    "umt5": T5Like("UMT5ForConditionalGeneration", relative_scope="every"),
+    "longt5": T5Like("LongT5ForConditionalGeneration"),
+}
 
 
 class Seq2Seq(NamedTuple):
@@ -504,6 +535,19 @@ SEQ2SEQ: dict[str, Seq2Seq] = {
     "m2m_100": Seq2Seq("M2M100ForConditionalGeneration", norm_position="pre",
                        final_norm=True, embedding_norm=False, position="sinusoidal"),
 }
+
+
+class _Renamed(Config):
+    names: dict[str, str]
+
+    def spelled(self, key: str) -> str:
+        return self.names.get(key, key)
+
+    def t(self, key: str, fallback: Any = None) -> Any:
+        return super().t(self.spelled(key), fallback)
+
+    def flag(self, spec: bool | str) -> bool:
+        return spec if isinstance(spec, bool) else bool(self.t(spec, False))
 
 
 def _runs(letters: list[str]) -> str:
@@ -694,6 +738,8 @@ class Moe(NamedTuple):
     first_dense: str = ""  # key: this many dense layers first (DeepSeek, GLM-4.5)
     step: str = ""  # key: experts every step-th layer (Qwen2/3-MoE decoder_sparse_step)
     mlp_only: str = ""  # key: a list of dense layer indices (Qwen2/3-MoE mlp_only_layers)
+    layer_types: str = ""  # key: a per-layer list of "dense"/"sparse" (GLM-4.7-Flash)
+    dense_first: int = 0  # without that list, this many dense layers first
 
 
 class Layout(NamedTuple):
@@ -716,6 +762,17 @@ class Layout(NamedTuple):
     lm_head_bias: bool = False
     full_width: str = ""  # why n_heads · head_dim must equal hidden_size ("": it need not)
     refuse: tuple[tuple[str, str], ...] = ()  # (key, why): a true value adds tensors not modelled
+    keys: tuple[tuple[str, str], ...] = ()  # (standard key, this family's spelling)
+    position: str = "rope"  # rope | learned | sinusoidal | alibi
+    position_offset: int = 0
+    embedding_norm: bool = False  # a norm right after the embeddings (BLOOM)
+    final_norm: bool = True
+    ffn_ratio: str = ""  # a key: d_ff = ratio · hidden_size (MPT expansion_ratio)
+    ffn_default_4x: bool = False  # intermediate_size absent or null: 4 · hidden_size
+    kv_from: str = ""  # a key: true means one K/V head (multi_query), false n_heads
+    mla: bool = False  # DeepSeek-style latent attention (kv_lora_rank, q_lora_rank, ...)
+    parallel_norms: int = 1
+    fused_qkv: bool = False
     moe: Moe | None = None
     dropout: tuple[str, ...] = ("attention_dropout",)
 
@@ -724,39 +781,63 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
     for key, why in r.refuse:
         if c.t(key):
             raise SpecError(key, f"false or absent ({why})", c.t(key), source=c.where)
+    if r.keys:
+        c = c.renamed(dict(r.keys))
     E, H = c.t("hidden_size"), c.t("num_attention_heads")
     L = c.t("num_hidden_layers")
     F = c.t("intermediate_size", c.t("moe_intermediate_size"))
+    if r.ffn_ratio and E is not None:
+        F = c.t(r.ffn_ratio) * E
+    elif r.ffn_default_4x and F is None and E is not None:
+        F = 4 * E  # e.g. GPTNeoMLP: intermediate_size or 4 * hidden_size
     for key, value in (("hidden_size", E), ("num_attention_heads", H),
                        ("num_hidden_layers", L), ("vocab_size", c.t("vocab_size")),
                        ("intermediate_size", F)):
         if value is None:
-            raise SpecError(key, "to be present", None, source=c.where)
+            raise SpecError(c.spelled(key), "to be present", None, source=c.where)
     d_head = c.t("head_dim", E // H if H else None)
     if r.full_width and d_head * H != E:
         raise SpecError("head_dim", f"num_attention_heads · head_dim = hidden_size = {E} "
                         f"({r.full_width})", d_head, source=c.where)
+    kv = (1 if c.flag(r.kv_from) else H) if r.kv_from else c.t("num_key_value_heads", H)
     qk = r.qk_norm if not r.qk_norm_key or c.flag(r.qk_norm_key) else "none"
     qkv, o, mlp = c.flag(r.qkv_bias), c.flag(r.o_bias), c.flag(r.mlp_bias)
     out: dict[str, Any] = dict(
         arch="decoder", vocab_size=c.t("vocab_size"), d_model=E, n_layers=L, n_heads=H,
-        n_kv_heads=c.t("num_key_value_heads", H),
-        d_head=None if d_head * H == E else d_head,
+        n_kv_heads=kv, d_head=None if d_head * H == E else d_head,
         # all-MoE records may have no dense size (SolarOpen): the expert size stands in
-        d_ff=F,
-        max_positions=c.t("max_position_embeddings", 0), position="rope", ffn=r.ffn,
-        activation=c.activation(r.act, c.table.get(r.act) or "silu"), norm=r.norm,
-        norm_position="post" if r.norms == "post" else "pre",
+        d_ff=F, max_positions=c.t("max_position_embeddings", 0), position=r.position,
+        position_offset=r.position_offset, ffn=r.ffn,
+        activation=c.activation(c.spelled(r.act), c.table.get(c.spelled(r.act)) or "silu"),
+        norm=r.norm, norm_position="post" if r.norms == "post" else "pre",
         sandwich_norm=r.norms == "sandwich",
         parallel_block=r.norms == "parallel" or (r.norms == "parallel_key"
                                                  and c.flag("use_parallel_residual")),
-        parallel_norms=1, qk_norm=qk, attention_sinks=r.sinks, lm_head_bias=r.lm_head_bias,
+        parallel_norms=r.parallel_norms, qk_norm=qk, attention_sinks=r.sinks,
+        lm_head_bias=r.lm_head_bias, embedding_norm=r.embedding_norm, final_norm=r.final_norm,
+        fused_qkv=r.fused_qkv,
         **_bias(qkv, qkv, qkv, o, mlp, mlp), tie_embeddings=bool(c.t("tie_word_embeddings")))
+    if r.mla:
+        out |= {"kv_lora_rank": c.t("kv_lora_rank"), "q_lora_rank": c.t("q_lora_rank") or 0,
+                "qk_nope_head_dim": c.t("qk_nope_head_dim"),
+                "qk_rope_head_dim": c.t("qk_rope_head_dim"),
+                # MiniCPM3Config: v_head_dim null means hidden_size / num_attention_heads
+                "v_head_dim": c.t("v_head_dim", E // H),
+                "n_kv_heads": None, "d_head": c.t("qk_nope_head_dim") + c.t("qk_rope_head_dim"),
+                "bias_v": False}
     if r.moe is not None:
         out |= _generic_moe(c, r.moe, L)
     if "layer_types" in c.data:
         out |= _layer_attention(c, L, None, None)
     return out
+
+
+def _top_k(c: Config, m: Moe) -> int:
+    k = next((c.t(key) for key in m.top_k if c.t(key) is not None), None)
+    if k is None:
+        raise SpecError(m.top_k[0], "an integer >= 1 (experts per token; this config class "
+                        "leaves it null)", None, source=c.where)
+    return k  # type: ignore[no-any-return]
 
 
 def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
@@ -770,12 +851,21 @@ def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
         raise SpecError(m.mlp_only, "a list of layer indices", dense, source=c.where)
     ffn = ["E" if i >= first and i not in dense and (i + 1) % step == 0 else "D"
            for i in range(L)]
+    if m.layer_types:
+        kinds = c.data.get(m.layer_types)
+        if kinds is None:
+            kinds = ["dense"] * min(m.dense_first, L) + ["sparse"] * (L - m.dense_first)
+        if not isinstance(kinds, list) or len(kinds) != L or any(
+                k not in ("dense", "sparse") for k in kinds):
+            raise SpecError(m.layer_types, f"a list of {L} of dense, sparse", kinds,
+                            source=c.where)
+        ffn = ["E" if k == "sparse" else "D" for k in kinds]
     if "E" not in ffn:
         return {}
     Fe = c.t(m.expert_ff) if m.expert_ff else c.t("intermediate_size")
     S = c.t(m.shared, 0) if isinstance(m.shared, str) else m.shared
     out: dict[str, Any] = {
-        "n_experts": X, "top_k": next(c.t(k) for k in m.top_k if c.t(k) is not None),
+        "n_experts": X, "top_k": _top_k(c, m),
         "d_ff_expert": Fe, "router_bias": m.router_bias}
     if m.shared_ff and c.t(m.shared_ff) is not None:
         # one shared MLP of this width (Qwen2-MoE; its gate exists even at width 0), or S of
@@ -789,6 +879,11 @@ def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
         out["layer_ffn"] = _runs(ffn)
     return out
 
+
+# GPT-2's spelling of the standard keys (GPTBigCode, OpenAI GPT, GPT-J, CodeGen)
+_GPT_KEYS = (("hidden_size", "n_embd"), ("num_hidden_layers", "n_layer"),
+             ("num_attention_heads", "n_head"), ("intermediate_size", "n_inner"),
+             ("max_position_embeddings", "n_positions"))
 
 # One record per model_type that is a Llama-style decoder; checked against transformers 5.23
 # (tests/test_registry.py pins each type's default total).
@@ -853,6 +948,63 @@ GENERIC: dict[str, Layout] = {
     "exaone_moe": Layout("ExaoneMoeForCausalLM", mlp_bias=False, qk_norm="head",
                          moe=Moe(shared="num_shared_experts",
                                  first_dense="first_k_dense_replace")),
+    "jais2": Layout("Jais2ForCausalLM", ffn="plain", norm="layernorm"),
+    "persimmon": Layout("PersimmonForCausalLM", qkv_bias=True, o_bias=True, mlp_bias=True,
+                        ffn="plain", norm="layernorm", qk_norm="head",
+                        qk_norm_key="qk_layernorm", fused_qkv=True),
+    "biogpt": Layout("BioGptForCausalLM", qkv_bias=True, o_bias=True, mlp_bias=True,
+                     ffn="plain", norm="layernorm", position="learned", position_offset=2),
+    "xglm": Layout("XGLMForCausalLM", qkv_bias=True, o_bias=True, mlp_bias=True, ffn="plain",
+                   norm="layernorm", position="sinusoidal", act="activation_function",
+                   keys=(("hidden_size", "d_model"), ("num_hidden_layers", "num_layers"),
+                         ("num_attention_heads", "attention_heads"),
+                         ("intermediate_size", "ffn_dim"))),
+    "gpt_neo": Layout("GPTNeoForCausalLM", qkv_bias=False, o_bias=True, mlp_bias=True,
+                      ffn="plain", norm="layernorm", position="learned",
+                      act="activation_function", ffn_default_4x=True,
+                      keys=(("num_hidden_layers", "num_layers"),
+                            ("num_attention_heads", "num_heads"))),
+    "gpt_bigcode": Layout("GPTBigCodeForCausalLM", qkv_bias=True, o_bias=True, mlp_bias=True,
+                          ffn="plain", norm="layernorm", position="learned",
+                          act="activation_function", ffn_default_4x=True, fused_qkv=True,
+                          kv_from="multi_query", keys=_GPT_KEYS),
+    "openai-gpt": Layout("OpenAIGPTLMHeadModel", qkv_bias=True, o_bias=True, mlp_bias=True,
+                         ffn="plain", norm="layernorm", norms="post", position="learned",
+                         act="afn", final_norm=False, fused_qkv=True, ffn_default_4x=True,
+                         keys=_GPT_KEYS),
+    "gptj": Layout("GPTJForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=True,
+                   ffn="plain", norm="layernorm", norms="parallel", lm_head_bias=True,
+                   act="activation_function", ffn_default_4x=True, keys=_GPT_KEYS),
+    "codegen": Layout("CodeGenForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=True,
+                      ffn="plain", norm="layernorm", norms="parallel", lm_head_bias=True,
+                      act="activation_function", ffn_default_4x=True, fused_qkv=True,
+                      keys=_GPT_KEYS),
+    "bloom": Layout("BloomForCausalLM", qkv_bias=True, o_bias=True, mlp_bias=True,
+                    ffn="plain", norm="layernorm", position="alibi", embedding_norm=True,
+                    fused_qkv=True, act="", ffn_default_4x=True,
+                    keys=(("num_hidden_layers", "n_layer"),
+                          ("num_attention_heads", "n_head"))),
+    "mpt": Layout("MptForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
+                  ffn="plain", norm="layernorm_nobias", position="alibi", fused_qkv=True,
+                  act="", ffn_ratio="expansion_ratio",
+                  keys=(("hidden_size", "d_model"), ("num_hidden_layers", "n_layers"),
+                        ("num_attention_heads", "n_heads"),
+                        ("max_position_embeddings", "max_seq_len"))),
+    "deepseek_v2": Layout("DeepseekV2ForCausalLM", mlp_bias=False, mla=True,
+                          refuse=(("mlp_bias", "the shared experts' biases (kept even at zero "
+                                   "width) are not modelled"),),
+                          moe=Moe(shared="n_shared_experts",
+                                  first_dense="first_k_dense_replace")),
+    "minicpm3": Layout("MiniCPM3ForCausalLM", mla=True),
+    "youtu": Layout("YoutuForCausalLM", mlp_bias=False, mla=True),
+    "glm4_moe_lite": Layout("Glm4MoeLiteForCausalLM", mlp_bias=False, mla=True,
+                            moe=Moe(shared="n_shared_experts", layer_types="mlp_layer_types",
+                                    dense_first=1)),
+    "aria_text": Layout("AriaTextForCausalLM", mlp_bias=False,
+                        refuse=(("mlp_bias", "biases on the shared experts alone are not "
+                                 "modelled"),),
+                        moe=Moe(experts=("moe_num_experts",), top_k=("moe_topk",),
+                                expert_ff="", shared="moe_num_shared_experts")),
     "cohere2_moe": Layout("Cohere2MoeForCausalLM", mlp_bias=False, norm="layernorm_nobias",
                           norms="parallel", moe=Moe(expert_ff="", shared="num_shared_experts")),
 }
@@ -916,7 +1068,8 @@ ENCODERS: dict[str, Encoder] = {
         ("hidden_act", "activation")), token_types=False,
         untied="DistilBERT's untied vocab_projector keeps one bias, not modelled"),
 }
-TABLE_DRIVEN: dict[str, Layout | Encoder | Seq2Seq] = {**GENERIC, **ENCODERS, **SEQ2SEQ}
+TABLE_DRIVEN: dict[str, Layout | Encoder | Seq2Seq | T5Like] = {
+    **GENERIC, **ENCODERS, **SEQ2SEQ, **T5S}
 
 
 MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
@@ -943,5 +1096,6 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "phi3": _phi3,
 } | {model_type: partial(_generic, r=r) for model_type, r in GENERIC.items()} \
   | {model_type: partial(_encoder, r=r) for model_type, r in ENCODERS.items()} \
-  | {model_type: partial(_seq2seq, r=r) for model_type, r in SEQ2SEQ.items()}
+  | {model_type: partial(_seq2seq, r=r) for model_type, r in SEQ2SEQ.items()} \
+  | {model_type: partial(_t5, r=r) for model_type, r in T5S.items()}
 HEAD_CLASS.update({model_type: r.cls for model_type, r in TABLE_DRIVEN.items()})
