@@ -33,7 +33,8 @@ num_layers num_heads attention_heads ffn_dim afn activation_function multi_query
 expansion_ratio max_seq_len n_layers n_heads kv_lora_rank q_lora_rank qk_nope_head_dim
 qk_rope_head_dim v_head_dim moe_num_experts moe_topk qk_layernorm moe_layer_freq d_kv d_ff
 num_layers num_decoder_layers relative_attention_num_buckets feed_forward_proj
-encoder_attention_type""".split()
+encoder_attention_type intermediate_size_mlp interleave_moe_layer_step dense_intermediate_size
+shared_expert_intermediate_size""".split()
 
 
 def main() -> None:

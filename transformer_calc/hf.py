@@ -759,7 +759,7 @@ class Layout(NamedTuple):
     qk_norm: str = "none"  # none | head | width
     qk_norm_key: str = ""  # a config key that switches qk_norm on ("": always on)
     sinks: bool = False
-    lm_head_bias: bool = False
+    lm_head_bias: bool | str = False
     full_width: str = ""  # why n_heads · head_dim must equal hidden_size ("": it need not)
     refuse: tuple[tuple[str, str], ...] = ()  # (key, why): a true value adds tensors not modelled
     keys: tuple[tuple[str, str], ...] = ()  # (standard key, this family's spelling)
@@ -773,6 +773,8 @@ class Layout(NamedTuple):
     mla: bool = False  # DeepSeek-style latent attention (kv_lora_rank, q_lora_rank, ...)
     parallel_norms: int = 1
     fused_qkv: bool = False
+    arch: str = "decoder"  # encoder: the same layers read bidirectionally (EuroBERT)
+    dense_ff: str = ""  # a key for the dense layers' FFN size when it differs (Llama 4)
     moe: Moe | None = None
     dropout: tuple[str, ...] = ("attention_dropout",)
 
@@ -802,8 +804,10 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
     kv = (1 if c.flag(r.kv_from) else H) if r.kv_from else c.t("num_key_value_heads", H)
     qk = r.qk_norm if not r.qk_norm_key or c.flag(r.qk_norm_key) else "none"
     qkv, o, mlp = c.flag(r.qkv_bias), c.flag(r.o_bias), c.flag(r.mlp_bias)
+    if r.dense_ff and c.t(r.dense_ff) is not None:
+        F = c.t(r.dense_ff)
     out: dict[str, Any] = dict(
-        arch="decoder", vocab_size=c.t("vocab_size"), d_model=E, n_layers=L, n_heads=H,
+        arch=r.arch, vocab_size=c.t("vocab_size"), d_model=E, n_layers=L, n_heads=H,
         n_kv_heads=kv, d_head=None if d_head * H == E else d_head,
         # all-MoE records may have no dense size (SolarOpen): the expert size stands in
         d_ff=F, max_positions=c.t("max_position_embeddings", 0), position=r.position,
@@ -814,7 +818,8 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         parallel_block=r.norms == "parallel" or (r.norms == "parallel_key"
                                                  and c.flag("use_parallel_residual")),
         parallel_norms=r.parallel_norms, qk_norm=qk, attention_sinks=r.sinks,
-        lm_head_bias=r.lm_head_bias, embedding_norm=r.embedding_norm, final_norm=r.final_norm,
+        lm_head_bias=c.flag(r.lm_head_bias), embedding_norm=r.embedding_norm,
+        final_norm=r.final_norm,
         fused_qkv=r.fused_qkv,
         **_bias(qkv, qkv, qkv, o, mlp, mlp), tie_embeddings=bool(c.t("tie_word_embeddings")))
     if r.mla:
@@ -1005,6 +1010,18 @@ GENERIC: dict[str, Layout] = {
                                  "modelled"),),
                         moe=Moe(experts=("moe_num_experts",), top_k=("moe_topk",),
                                 expert_ff="", shared="moe_num_shared_experts")),
+    "kolibri1": Layout("Kolibri1ForCausalLM", mlp_bias=False, norms="sandwich",
+                       qk_norm="head", moe=Moe(shared_ff="shared_expert_intermediate_size")),
+    "minimax_m3_vl_text": Layout("MiniMaxM3VLForCausalLM", mlp_bias=False, qk_norm="head",
+                                 dense_ff="dense_intermediate_size",
+                                 moe=Moe(expert_ff="intermediate_size",
+                                         shared_ff="shared_intermediate_size",
+                                         layer_types="mlp_layer_types")),
+    # EuroBertForMaskedLM: its lm_head carries a bias when mlp_bias is set
+    "eurobert": Layout("EuroBertForMaskedLM", arch="encoder", lm_head_bias="mlp_bias"),
+    "llama4_text": Layout("Llama4ForCausalLM", mlp_bias=False, dense_ff="intermediate_size_mlp",
+                          moe=Moe(experts=("num_local_experts",), expert_ff="intermediate_size",
+                                  shared=1, step="interleave_moe_layer_step")),
     "cohere2_moe": Layout("Cohere2MoeForCausalLM", mlp_bias=False, norm="layernorm_nobias",
                           norms="parallel", moe=Moe(expert_ff="", shared="num_shared_experts")),
 }
@@ -1022,6 +1039,14 @@ class Encoder(NamedTuple):
     qkv_bias: bool | str = True  # fixed, or the key that decides (BigBird use_bias)
     position_offset: int = 0  # extra rows in the position table (MRA, YOSO: 2)
     untied: str = ""  # why tie_word_embeddings: false is refused ("": it is counted)
+    norm_position: str = "post"  # pre: RoBERTa-PreLayerNorm, XLM-R XL, Megatron-BERT
+    final_norm: bool = False  # a norm after the last layer (the pre-norm ones)
+    embedding_norm: bool = True
+    ffn: str = "plain"  # gated: GTE, NomicBERT
+    position: str = "learned"  # rope: GTE, NomicBERT (no table)
+    o_bias: bool | str = True
+    ffn_in_bias: bool | str = True
+    ffn_out_bias: bool | str = True
 
 
 def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
@@ -1037,17 +1062,19 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
     c.refuse("use_task_id", bool, "ERNIE's task-type embeddings are not modelled")
     if r.untied:
         c.refuse("tie_word_embeddings", lambda v: v is False, r.untied)
-    qkv = c.flag(r.qkv_bias)
+    qkv, o = c.flag(r.qkv_bias), c.flag(r.o_bias)
     return dict(arch="encoder", vocab_size=t("vocab_size"), d_model=t("hidden_size"),
                 n_layers=t("num_hidden_layers"), n_heads=t("num_attention_heads"),
                 d_ff=t("intermediate_size"), max_positions=t("max_position_embeddings"),
-                position="learned", position_offset=r.position_offset,
+                position=r.position, position_offset=r.position_offset,
                 token_types=t("type_vocab_size", 0) if r.token_types else 0,
-                **_bias(qkv, qkv, qkv, True, True, True),
+                **_bias(qkv, qkv, qkv, o, c.flag(r.ffn_in_bias), c.flag(r.ffn_out_bias)),
+                ffn=r.ffn,
                 activation=c.activation(name.get("hidden_act", "hidden_act"),
                                         c.table.get(name.get("hidden_act", "hidden_act"))
                                         or "gelu"),
-                norm="layernorm", norm_position="post", embedding_norm=True, final_norm=False,
+                norm="layernorm", norm_position=r.norm_position,
+                embedding_norm=r.embedding_norm, final_norm=r.final_norm,
                 lm_head=False, pooler=r.pooler, mlm_head=True,
                 tie_embeddings=bool(t("tie_word_embeddings", True)))
 
@@ -1062,6 +1089,14 @@ ENCODERS: dict[str, Encoder] = {
     "big_bird": Encoder("BigBirdForMaskedLM", pooler=True, qkv_bias="use_bias"),
     "mra": Encoder("MraForMaskedLM", position_offset=2),
     "yoso": Encoder("YosoForMaskedLM", position_offset=2),
+    "roberta-prelayernorm": Encoder("RobertaPreLayerNormForMaskedLM", norm_position="pre",
+                                    final_norm=True),
+    "xlm-roberta-xl": Encoder("XLMRobertaXLForMaskedLM", norm_position="pre", final_norm=True,
+                              embedding_norm=False),
+    "megatron-bert": Encoder("MegatronBertForMaskedLM", norm_position="pre", final_norm=True,
+                             embedding_norm=False),
+    "gte": Encoder("GteForMaskedLM", ffn="gated", position="rope", ffn_in_bias=False,
+                   untied="GTE's untied decoder keeps one bias, not modelled"),
     "distilbert": Encoder("DistilBertForMaskedLM", keys=(
         ("hidden_size", "dim"), ("num_hidden_layers", "n_layers"),
         ("num_attention_heads", "n_heads"), ("intermediate_size", "hidden_dim"),
