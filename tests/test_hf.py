@@ -90,6 +90,7 @@ REFERENCE = {
     "variants/deepseek_v3-no-q-lora-bias.json": (212_944, "DeepseekV3ForCausalLM"),
     "variants/defaults-deepseek_v3.json": (671_026_404_352, "DeepseekV3ForCausalLM"),
     "variants/defaults-gemma2.json": (2_614_341_888, "Gemma2ForCausalLM"),
+    "variants/defaults-gpt-sw3.json": (124_439_808, "GPT2LMHeadModel"),
     "variants/defaults-gemma3_text.json": (2_628_658_432, "Gemma3ForCausalLM"),
     "variants/defaults-gpt_oss.json": (116_829_156_672, "GptOssForCausalLM"),
     "variants/defaults-olmo2.json": (6_888_624_128, "Olmo2ForCausalLM"),

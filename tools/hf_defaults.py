@@ -34,7 +34,9 @@ expansion_ratio max_seq_len n_layers n_heads kv_lora_rank q_lora_rank qk_nope_he
 qk_rope_head_dim v_head_dim moe_num_experts moe_topk qk_layernorm moe_layer_freq d_kv d_ff
 num_layers num_decoder_layers relative_attention_num_buckets feed_forward_proj
 encoder_attention_type intermediate_size_mlp interleave_moe_layer_step dense_intermediate_size
-shared_expert_intermediate_size""".split()
+shared_expert_intermediate_size dff emb_dim n_langs use_lang_emb sinusoidal_embeddings moe_k
+moe_layer_start_index moe_layer_end_index moe_layer_interval embedding_size
+decoder_sparse_step""".split()
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ from transformer_calc.spec import MAX_SIZE, ModelSpec
 # model_type -> the class whose parameters tcalc counts (what reference_counts.py builds).
 HEAD_CLASS = {
     "gpt2": "GPT2LMHeadModel",
+    "gpt-sw3": "GPT2LMHeadModel",
     "bert": "BertForMaskedLM",
     "roberta": "RobertaForMaskedLM",
     "llama": "LlamaForCausalLM",
@@ -740,6 +741,8 @@ class Moe(NamedTuple):
     mlp_only: str = ""  # key: a list of dense layer indices (Qwen2/3-MoE mlp_only_layers)
     layer_types: str = ""  # key: a per-layer list of "dense"/"sparse" (GLM-4.7-Flash)
     dense_first: int = 0  # without that list, this many dense layers first
+    span: tuple[str, str, str] = ("", "", "")  # keys: first and last MoE layer, interval
+    mlp_only_default: tuple[int, ...] = ()  # the class's value for a null mlp_only (Flint)
 
 
 class Layout(NamedTuple):
@@ -753,7 +756,7 @@ class Layout(NamedTuple):
     o_bias: bool | str = "attention_bias"
     mlp_bias: bool | str = "mlp_bias"
     ffn: str = "gated"  # gated (gate, up, down) | plain (up, down)
-    act: str = "hidden_act"
+    act: str = "hidden_act"  # the key naming the activation, or "=name" for a fixed one
     norm: str = "rmsnorm"
     norms: str = "pre"  # pre | post (after each sublayer only) | sandwich | parallel
     qk_norm: str = "none"  # none | head | width
@@ -774,6 +777,7 @@ class Layout(NamedTuple):
     parallel_norms: int = 1
     fused_qkv: bool = False
     arch: str = "decoder"  # encoder: the same layers read bidirectionally (EuroBERT)
+    lang_emb: bool = False  # XLM: a table of n_langs rows when use_lang_emb and n_langs > 1
     dense_ff: str = ""  # a key for the dense layers' FFN size when it differs (Llama 4)
     moe: Moe | None = None
     dropout: tuple[str, ...] = ("attention_dropout",)
@@ -812,7 +816,8 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         # all-MoE records may have no dense size (SolarOpen): the expert size stands in
         d_ff=F, max_positions=c.t("max_position_embeddings", 0), position=r.position,
         position_offset=r.position_offset, ffn=r.ffn,
-        activation=c.activation(c.spelled(r.act), c.table.get(c.spelled(r.act)) or "silu"),
+        activation=r.act[1:] if r.act.startswith("=") else
+        c.activation(c.spelled(r.act), c.table.get(c.spelled(r.act)) or "silu"),
         norm=r.norm, norm_position="post" if r.norms == "post" else "pre",
         sandwich_norm=r.norms == "sandwich",
         parallel_block=r.norms == "parallel" or (r.norms == "parallel_key"
@@ -822,6 +827,8 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         final_norm=r.final_norm,
         fused_qkv=r.fused_qkv,
         **_bias(qkv, qkv, qkv, o, mlp, mlp), tie_embeddings=bool(c.t("tie_word_embeddings")))
+    if r.lang_emb and c.flag("use_lang_emb") and c.t("n_langs", 1) > 1:
+        out["token_types"] = c.t("n_langs")  # same shape as a segment table: n_langs × d
     if r.mla:
         out |= {"kv_lora_rank": c.t("kv_lora_rank"), "q_lora_rank": c.t("q_lora_rank") or 0,
                 "qk_nope_head_dim": c.t("qk_nope_head_dim"),
@@ -851,11 +858,17 @@ def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
         return {}
     first = c.t(m.first_dense, 0) if m.first_dense else 0
     step = c.t(m.step, 1) if m.step else 1
-    dense = c.t(m.mlp_only, []) if m.mlp_only else []
+    dense = c.t(m.mlp_only, list(m.mlp_only_default)) if m.mlp_only else []
     if not isinstance(dense, list) or any(type(i) is not int for i in dense):
         raise SpecError(m.mlp_only, "a list of layer indices", dense, source=c.where)
     ffn = ["E" if i >= first and i not in dense and (i + 1) % step == 0 else "D"
            for i in range(L)]
+    if m.span[0]:
+        # ERNIE-4.5: experts from moe_layer_start_index to moe_layer_end_index (inclusive),
+        # every moe_layer_interval-th layer (Ernie4_5_MoeDecoderLayer)
+        lo, hi, every = c.t(m.span[0], 0), c.t(m.span[1], L - 1), c.t(m.span[2], 1)
+        hi = L - 1 if hi < 0 else hi
+        ffn = ["E" if lo <= i <= hi and (i - lo) % every == 0 else "D" for i in range(L)]
     if m.layer_types:
         kinds = c.data.get(m.layer_types)
         if kinds is None:
@@ -986,12 +999,12 @@ GENERIC: dict[str, Layout] = {
                       keys=_GPT_KEYS),
     "bloom": Layout("BloomForCausalLM", qkv_bias=True, o_bias=True, mlp_bias=True,
                     ffn="plain", norm="layernorm", position="alibi", embedding_norm=True,
-                    fused_qkv=True, act="", ffn_default_4x=True,
+                    fused_qkv=True, act="=gelu_tanh", ffn_default_4x=True,
                     keys=(("num_hidden_layers", "n_layer"),
                           ("num_attention_heads", "n_head"))),
     "mpt": Layout("MptForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
                   ffn="plain", norm="layernorm_nobias", position="alibi", fused_qkv=True,
-                  act="", ffn_ratio="expansion_ratio",
+                  act="=gelu", ffn_ratio="expansion_ratio",
                   keys=(("hidden_size", "d_model"), ("num_hidden_layers", "n_layers"),
                         ("num_attention_heads", "n_heads"),
                         ("max_position_embeddings", "max_seq_len"))),
@@ -1022,6 +1035,34 @@ GENERIC: dict[str, Layout] = {
     "llama4_text": Layout("Llama4ForCausalLM", mlp_bias=False, dense_ff="intermediate_size_mlp",
                           moe=Moe(experts=("num_local_experts",), expert_ff="intermediate_size",
                                   shared=1, step="interleave_moe_layer_step")),
+    "ctrl": Layout("CTRLLMHeadModel", qkv_bias=True, o_bias=True, mlp_bias=True, ffn="plain",
+                   norm="layernorm", position="sinusoidal", lm_head_bias=True, act="=relu",
+                   keys=(("hidden_size", "n_embd"), ("num_hidden_layers", "n_layer"),
+                         ("num_attention_heads", "n_head"), ("intermediate_size", "dff"),
+                         ("max_position_embeddings", "n_positions"))),
+    **{t: Layout(cls, qkv_bias=True, o_bias=True, mlp_bias=True, ffn="plain",
+                 norm="layernorm", norms="post", position="learned", embedding_norm=True,
+                 final_norm=False, lm_head_bias=True, act="=gelu", ffn_default_4x=True,
+                 arch="encoder", lang_emb=True,
+                 refuse=(("sinusoidal_embeddings", "XLM's frozen sinusoidal table is not "
+                          "modelled"),),
+                 keys=(("hidden_size", "emb_dim"), ("num_hidden_layers", "n_layers"),
+                       ("num_attention_heads", "n_heads")))
+       for t, cls in (("xlm", "XLMWithLMHeadModel"), ("flaubert", "FlaubertWithLMHeadModel"))},
+    "flint": Layout("FlintForCausalLM", mlp_bias=False, qk_norm="head", sinks=True,
+                    moe=Moe(shared_ff="shared_expert_intermediate_size",
+                            mlp_only="mlp_only_layers", mlp_only_default=(0, 1),
+                            step="decoder_sparse_step")),
+    "ernie4_5_moe": Layout("Ernie4_5_MoeForCausalLM", qkv_bias=False, o_bias=False,
+                           mlp_bias=False,
+                           refuse=(("use_bias", "biases on attention and the dense and shared "
+                                    "FFNs but not the experts are not modelled"),),
+                           moe=Moe(experts=("moe_num_experts",), top_k=("moe_k",),
+                                   # moe_statics.e_score_correction_bias is frozen
+                                   # (requires_grad=False): not trainable, not counted
+                                   shared="moe_num_shared_experts",
+                                   span=("moe_layer_start_index", "moe_layer_end_index",
+                                         "moe_layer_interval"))),
     "cohere2_moe": Layout("Cohere2MoeForCausalLM", mlp_bias=False, norm="layernorm_nobias",
                           norms="parallel", moe=Moe(expert_ff="", shared="num_shared_experts")),
 }
@@ -1060,6 +1101,10 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
     c.refuse("add_cross_attention", bool, "decoder cross-attention is not modelled")
     c.refuse("is_decoder", bool, "the model as a decoder is not modelled")
     c.refuse("use_task_id", bool, "ERNIE's task-type embeddings are not modelled")
+    if c.t("embedding_size") not in (None, t("hidden_size")):
+        raise SpecError("embedding_size", f"equal to hidden_size={t('hidden_size')} (a "
+                        "projected embedding is not modelled for this type)",
+                        c.t("embedding_size"), source=c.where)
     if r.untied:
         c.refuse("tie_word_embeddings", lambda v: v is False, r.untied)
     qkv, o = c.flag(r.qkv_bias), c.flag(r.o_bias)
@@ -1097,6 +1142,8 @@ ENCODERS: dict[str, Encoder] = {
                              embedding_norm=False),
     "gte": Encoder("GteForMaskedLM", ffn="gated", position="rope", ffn_in_bias=False,
                    untied="GTE's untied decoder keeps one bias, not modelled"),
+    "roformer": Encoder("RoFormerForMaskedLM", position="rope",
+                        untied="RoFormer's untied decoder keeps one bias, not modelled"),
     "distilbert": Encoder("DistilBertForMaskedLM", keys=(
         ("hidden_size", "dim"), ("num_hidden_layers", "n_layers"),
         ("num_attention_heads", "n_heads"), ("intermediate_size", "hidden_dim"),
@@ -1109,6 +1156,7 @@ TABLE_DRIVEN: dict[str, Layout | Encoder | Seq2Seq | T5Like] = {
 
 MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "gpt2": _gpt2,
+    "gpt-sw3": _gpt2,  # GPTSw3 is GPT2LMHeadModel with its own tokenizer
     "bert": lambda c: _bert(c, roberta=False),
     "roberta": lambda c: _bert(c, roberta=True),
     "llama": _llama,
