@@ -36,7 +36,7 @@ num_layers num_decoder_layers relative_attention_num_buckets feed_forward_proj
 encoder_attention_type intermediate_size_mlp interleave_moe_layer_step dense_intermediate_size
 shared_expert_intermediate_size dff emb_dim n_langs use_lang_emb sinusoidal_embeddings moe_k
 moe_layer_start_index moe_layer_end_index moe_layer_interval embedding_size
-decoder_sparse_step""".split()
+decoder_sparse_step num_dense_layers""".split()
 
 
 def main() -> None:

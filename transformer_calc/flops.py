@@ -189,6 +189,11 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
     add((p + "qkv", 2 * E * (H + 2 * Hkv) * dh, "2 · d_model · (n_heads + 2·n_kv_heads) · d_head",
          "", L, group, "K/V of the encoder output, per source token" if a.cross else "", None,
          ()))
+    if a.gate != "none":
+        w = a.gate_width(a.gate)
+        add((p + "gate", 2 * E * w, "2 · d_model · " + ("n_heads" if a.gate == "head"
+                                                         else "n_heads · d_head"), "", L, group,
+             "", None, ()))
     sv = 2 * H * dh * keys
     add((p + "scores", sv, f"2 · n_heads · d_head · {keys_sym}", "", L, group, note, None, ()))
     add((p + "values", sv, f"2 · n_heads · d_head · {keys_sym}", "", L, group, note, None, ()))

@@ -488,6 +488,7 @@ class Seq2Seq(NamedTuple):
     position: str = "learned"  # learned | sinusoidal (a buffer or frozen: not trainable)
     position_offset: int = 0  # BART's learned table keeps 2 extra rows
     separate_vocab: bool = False  # Marian: share_encoder_decoder_embeddings, decoder_vocab_size
+    attn_bias: bool | str = True  # a key (BigBird-Pegasus use_bias), or fixed
 
 
 def _seq2seq(c: Config, r: Seq2Seq) -> dict[str, Any]:
@@ -506,7 +507,9 @@ def _seq2seq(c: Config, r: Seq2Seq) -> dict[str, Any]:
         raise SpecError("decoder_vocab_size", f"equal to vocab_size={V}",
                         c.t("decoder_vocab_size", V), source=c.where)
     c.refuse("use_prompt", bool, "MVP's prompt tables are not modelled")
-    return dict(arch="encoder-decoder", vocab_size=V, d_model=c.t("d_model"),
+    ab = c.flag(r.attn_bias)
+    return dict(arch="encoder-decoder", **_bias(ab, ab, ab, ab, True, True), vocab_size=V,
+                d_model=c.t("d_model"),
                 n_encoder_layers=c.t("encoder_layers"), n_decoder_layers=c.t("decoder_layers"),
                 n_heads=c.t("encoder_attention_heads"), d_ff=c.t("encoder_ffn_dim"),
                 max_positions=c.t("max_position_embeddings"), position=r.position,
@@ -533,6 +536,8 @@ SEQ2SEQ: dict[str, Seq2Seq] = {
     "blenderbot-small": Seq2Seq("BlenderbotSmallForConditionalGeneration"),
     "pegasus": Seq2Seq("PegasusForConditionalGeneration", norm_position="pre",
                        final_norm=True, embedding_norm=False, position="sinusoidal"),
+    "bigbird_pegasus": Seq2Seq("BigBirdPegasusForConditionalGeneration", norm_position="pre",
+                               final_norm=True, embedding_norm=False, attn_bias="use_bias"),
     "m2m_100": Seq2Seq("M2M100ForConditionalGeneration", norm_position="pre",
                        final_norm=True, embedding_norm=False, position="sinusoidal"),
 }
@@ -778,6 +783,7 @@ class Layout(NamedTuple):
     fused_qkv: bool = False
     arch: str = "decoder"  # encoder: the same layers read bidirectionally (EuroBERT)
     lang_emb: bool = False  # XLM: a table of n_langs rows when use_lang_emb and n_langs > 1
+    gate: tuple[str, str] = ("none", "none")  # attention output gate and its bias
     dense_ff: str = ""  # a key for the dense layers' FFN size when it differs (Llama 4)
     moe: Moe | None = None
     dropout: tuple[str, ...] = ("attention_dropout",)
@@ -825,7 +831,7 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         parallel_norms=r.parallel_norms, qk_norm=qk, attention_sinks=r.sinks,
         lm_head_bias=c.flag(r.lm_head_bias), embedding_norm=r.embedding_norm,
         final_norm=r.final_norm,
-        fused_qkv=r.fused_qkv,
+        fused_qkv=r.fused_qkv, attn_gate=r.gate[0], attn_gate_bias=r.gate[1],
         **_bias(qkv, qkv, qkv, o, mlp, mlp), tie_embeddings=bool(c.t("tie_word_embeddings")))
     if r.lang_emb and c.flag("use_lang_emb") and c.t("n_langs", 1) > 1:
         out["token_types"] = c.t("n_langs")  # same shape as a segment table: n_langs × d
@@ -1063,6 +1069,9 @@ GENERIC: dict[str, Layout] = {
                                    shared="moe_num_shared_experts",
                                    span=("moe_layer_start_index", "moe_layer_end_index",
                                          "moe_layer_interval"))),
+    "afmoe": Layout("AfmoeForCausalLM", mlp_bias=False, norms="sandwich", qk_norm="head",
+                    gate=("width", "none"),
+                    moe=Moe(shared="num_shared_experts", first_dense="num_dense_layers")),
     "cohere2_moe": Layout("Cohere2MoeForCausalLM", mlp_bias=False, norm="layernorm_nobias",
                           norms="parallel", moe=Moe(expert_ff="", shared="num_shared_experts")),
 }

@@ -229,6 +229,13 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                      L, stack, "tp", None, ()))
                 add((p + "dropout_output", probs * c,
                      f"B·n_heads·T·{kq_sym} · {c_sym} (A·V input)", "", L, stack, "tp", None, ()))
+        if at.gate != "none":
+            # sigmoid(x W_g) ⊙ out: the product keeps the gate's output (the attention output
+            # is o_input's partner); the gate's input is this block's input, kept above
+            gw = at.gate_width(at.gate)
+            add((p + "gate", sb * gw * a, "B·T·" + ("n_heads" if at.gate == "head" else
+                                                    "n_heads·d_head") + " · act (sigmoid gate)",
+                 "", L, stack, "tp", None, ()))
         add((p + "o_input", sb * Hh * dv * a, "B·T·n_heads·d_head · act (output projection input)"
              if not at.mla else "B·T·n_heads·d_v · act (output projection input)",
              "", L, stack, "tp", None, ()))

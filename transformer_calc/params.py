@@ -216,9 +216,24 @@ def _attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type
     if a.bias_o:
         add((p + "o.bias", E, "d_model", "", L, group, "", None, ()))
     _qk_norms(add, a, norm, p, group, L)
+    _gate(add, a, E, p, group, L)
     if a.sinks:
         # gpt-oss (GptOssAttention.sinks): one learned logit per head joins the softmax
         add((p + "sinks", H, "n_heads (one sink logit per head)", "", L, group, "", None, ()))
+
+
+def _gate(add, a: Attention, E: int, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]
+    """An output gate sigmoid(x W_g) ⊙ attention, from the block input x (AFMoE, Beam; per head
+    or per channel)."""
+    if a.gate != "none":
+        w = a.gate_width(a.gate)
+        sym = "n_heads" if a.gate == "head" else "(n_heads · d_head)"
+        add((p + "gate.weight", E * w, f"d_model × {sym}", "", L, group,
+             "sigmoid gate on the attention output", None, (w, E)))
+    if a.gate_bias != "none":
+        w = a.gate_width(a.gate_bias)
+        add((p + "gate.bias", w, "n_heads" if a.gate_bias == "head" else "n_heads · d_head", "",
+             L, group, "", None, ()))
 
 
 def _qk_norms(add, a: Attention, norm: str, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]

@@ -49,6 +49,12 @@ class Attention(NamedTuple):
     q_lora_rank: int = 0  # MLA
     kv_lora_rank: int = 0  # MLA
     d_rope: int = 0  # MLA: the RoPE part of d_head (its key part is shared by the heads)
+    gate: str = "none"  # output gate from the block input: none | head | width
+    gate_bias: str = "none"
+
+    def gate_width(self, which: str) -> int:
+        """Outputs of the gate (or its bias): one per head, or one per output channel."""
+        return {"none": 0, "head": self.heads, "width": self.heads * self.d_v}[which]
 
     @property
     def mla(self) -> bool:
@@ -253,7 +259,9 @@ def _attention(spec: ModelSpec, letter: str, cross: bool = False) -> Attention:
     common = dict(bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
                   bias_o=spec.bias_o, sinks=spec.attention_sinks and not cross, rope=rope,
                   cross=cross, fused_qkv=spec.fused_qkv,
-                  qk_norm="none" if cross else spec.qk_norm)
+                  qk_norm="none" if cross else spec.qk_norm,
+                  gate="none" if cross else spec.attn_gate,
+                  gate_bias="none" if cross else spec.attn_gate_bias)
     if letter == "S":
         common.update(kind="sliding", window=spec.sliding_window)
     elif letter == "C":

@@ -25,6 +25,7 @@ ACTIVATIONS = ("relu", "relu2", "gelu", "gelu_tanh", "gelu_new", "silu", "swish"
                "identity")
 RELATIVE_SCOPES = ("first", "every")
 QK_NORMS = ("none", "head", "width")
+ATTN_GATES = ("none", "head", "width")
 # Layer-pattern letters (see plan.parse_pattern): attention per layer, FFN per layer.
 ATTENTION_LAYER_KINDS = {"F": "full", "S": "sliding", "C": "chunked", "N": "full, no RoPE"}
 FFN_LAYER_KINDS = {"D": "dense", "E": "experts"}
@@ -102,6 +103,11 @@ class ModelSpec:
                       "shared by the heads: Qwen3, Gemma 3) or width (over n_heads · d_head: "
                       "OLMo-2, Cohere)", choices=QK_NORMS)
     attention_sinks: bool = _f(False, "a learned sink logit per head (gpt-oss)")
+    attn_gate: str = _f("none", "a sigmoid gate on the attention output, from the block input: "
+                        "none, head (one per head: d_model -> n_heads) or width (d_model -> "
+                        "n_heads · d_head; AFMoE, Beam)", choices=ATTN_GATES)
+    attn_gate_bias: str = _f("none", "bias of that gate: none, head (n_heads) or width",
+                             choices=ATTN_GATES)
 
     # -- layers that differ -----------------------------------------------------------------
     sliding_window: int = _f(0, "keys a sliding-window layer attends to (0: none)", minimum=0)
