@@ -1,0 +1,117 @@
+"""Peak CUDA memory per phase of a real training step (developer tool, needs a GPU + torch +
+transformers): the final arbiter for `tcalc memory`'s peak (issue 13).
+
+For each model × precision recipe × attention implementation: build the model on the GPU from
+its config (random weights), an AdamW optimizer (torch's default implementation for CUDA
+tensors, i.e. foreach), then run two training steps on random tokens with labels. For each
+step it records torch.cuda.max_memory_allocated() within each phase (forward, backward,
+optimizer step; the peak is reset at the start of each) and memory_allocated() after it.
+Step 1 allocates the optimizer states; step 2 is the steady state.
+
+Recipes: fp32 (fp32 weights, no autocast), amp_bf16 (fp32 weights under
+torch.autocast(bfloat16), as the Hugging Face Trainer runs bf16=True), bf16 (weights cast to
+bfloat16, pure 16-bit, AdamW states in bf16).
+
+    python tools/measure_peak_cuda.py --out peak_cuda.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+
+import torch
+
+MIB = 1 << 20
+
+# The grid of issue 13: GPT-2 small at B=8, T=1024 and a Llama-3.2-1B-shaped model at B=2,
+# T=2048 (meta-llama/Llama-3.2-1B config.json: its shape keys).
+MODELS = {
+    "gpt2": ({"model_type": "gpt2"}, 8, 1024),
+    "llama-3.2-1b": ({"model_type": "llama", "vocab_size": 128256, "hidden_size": 2048,
+                      "intermediate_size": 8192, "num_hidden_layers": 16,
+                      "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+                      "max_position_embeddings": 131072, "tie_word_embeddings": True,
+                      "rms_norm_eps": 1e-5, "rope_theta": 500000.0}, 2, 2048),
+}
+RECIPES = ("fp32", "amp_bf16", "bf16")
+ATTENTIONS = ("sdpa", "eager")
+
+
+def measure(config: dict, batch: int, seq: int, recipe: str, attention: str) -> dict:
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.AutoConfig.for_model(**config)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention)
+    model = model.cuda()
+    if recipe == "bf16":
+        model = model.to(torch.bfloat16)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
+    torch.cuda.synchronize()
+    out: dict = {"params": params, "batch": batch, "seq_len": seq, "recipe": recipe,
+                 "attention": attention, "dropout": getattr(cfg, "resid_pdrop", None),
+                 "after_setup_mib": torch.cuda.memory_allocated() / MIB, "steps": []}
+    for _ in range(2):
+        step = {}
+        torch.cuda.reset_peak_memory_stats()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=recipe == "amp_bf16"):
+            loss = model(input_ids=ids, labels=ids).loss
+        torch.cuda.synchronize()
+        step["forward_peak_mib"] = torch.cuda.max_memory_allocated() / MIB
+        step["after_forward_mib"] = torch.cuda.memory_allocated() / MIB
+        torch.cuda.reset_peak_memory_stats()
+        loss.backward()
+        torch.cuda.synchronize()
+        step["backward_peak_mib"] = torch.cuda.max_memory_allocated() / MIB
+        step["after_backward_mib"] = torch.cuda.memory_allocated() / MIB
+        del loss
+        torch.cuda.reset_peak_memory_stats()
+        opt.step()
+        torch.cuda.synchronize()
+        step["optimizer_peak_mib"] = torch.cuda.max_memory_allocated() / MIB
+        step["after_optimizer_mib"] = torch.cuda.memory_allocated() / MIB
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        step["after_zero_grad_mib"] = torch.cuda.memory_allocated() / MIB
+        out["steps"].append(step)
+    out["reserved_mib"] = torch.cuda.max_memory_reserved() / MIB
+    del model, opt, ids
+    gc.collect()
+    torch.cuda.empty_cache()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    import transformers
+
+    rows = []
+    for name, (config, batch, seq) in MODELS.items():
+        for recipe in RECIPES:
+            for attention in ATTENTIONS:
+                try:
+                    row = measure(config, batch, seq, recipe, attention)
+                except torch.cuda.OutOfMemoryError as e:
+                    row = {"error": f"out of memory: {str(e)[:120]}"}
+                    torch.cuda.empty_cache()
+                row["model"] = name
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "cuda": torch.version.cuda,
+            "python": platform.python_version(),
+            "how": "tools/measure_peak_cuda.py: max_memory_allocated per phase, 2 steps"}
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "runs": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
