@@ -140,3 +140,17 @@ def test_explain_walks_groups() -> None:
     moe = next(s for s in sections if s.title == "decoder layer, moe kind")
     assert moe.steps[-1].value == 58 * count_params(load_model(
         str(HF / "deepseek-v3.json"))).layer_total("decoder.moe")
+
+
+def test_multi_token_prediction_is_counted_apart() -> None:
+    b = count_params(load_model("deepseek-v3"))
+    assert b.total == 671_026_404_352  # DeepseekV3ForCausalLM, transformers 5.23: no MTP
+    E, V = 7168, 129280
+    moe_layer = b.layer_total("decoder.moe")
+    assert b.extra["mtp_params"] == moe_layer + 2 * E * E + 3 * E
+    assert b.extra["mtp_params_stored"] == b.extra["mtp_params"] + 2 * V * E
+    # deepseek-ai/DeepSeek-V3 model card: "685B, which includes 671B of the Main Model weights
+    # and 14B of the Multi-Token Prediction (MTP) Module weights" (both rounded)
+    assert 684.0e9 < b.total + b.extra["mtp_params_stored"] < 685.5e9
+    assert 13.0e9 < b.extra["mtp_params_stored"] < 14.5e9
+    assert any("multi-token prediction: 1 module" in n for n in b.notes)

@@ -641,9 +641,6 @@ def _deepseek_v3(c: Config) -> dict[str, Any]:
     k = min(c.get("first_k_dense_replace", 3), L)
     bias = c.get("attention_bias", False)
     mtp = c.get("num_nextn_predict_layers", 0)
-    if mtp:
-        c.notes.append(f"num_nextn_predict_layers: {mtp} multi-token-prediction layer(s) are "
-                       "not built by transformers and not counted")
     q_rank = c.get("q_lora_rank", 1536)
     out = dict(arch="decoder", vocab_size=c.get("vocab_size", 129280),
                d_model=c.get("hidden_size", 7168), n_layers=L, n_heads=H,
@@ -658,7 +655,7 @@ def _deepseek_v3(c: Config) -> dict[str, Any]:
                qk_rope_head_dim=c.get("qk_rope_head_dim", 64),
                v_head_dim=c.get("v_head_dim", 128),
                **_bias(bias, bias, False, bias, False, False),
-               tie_embeddings=c.get("tie_word_embeddings", False))
+               tie_embeddings=c.get("tie_word_embeddings", False), mtp_layers=mtp)
     if k < L:
         shared = c.get("n_shared_experts", 1)
         out |= {"n_experts": c.get("n_routed_experts", 256),

@@ -168,9 +168,30 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      + (f", {spec.n_shared_experts} shared" if spec.n_shared_experts else "")
                      + "; 'active' counts what one token uses.")
     notes += describe(plan_of(spec))
-    return Breakdown(spec.name, "params", tuple(rows), tuple(notes),
-                     {"rule_of_thumb": rule_of_thumb(spec), "rule_of_thumb_formula": RULE_OF_THUMB},
+    extra: dict[str, int | float | str] = {"rule_of_thumb": rule_of_thumb(spec),
+                                           "rule_of_thumb_formula": RULE_OF_THUMB}
+    if spec.mtp_layers:
+        extra |= _mtp(spec, rows, norm_n, notes)
+    return Breakdown(spec.name, "params", tuple(rows), tuple(notes), extra,
                      partial(symbols, spec))
+
+
+def _mtp(spec: ModelSpec, rows: list[tuple], norm_n: int,  # type: ignore[type-arg]
+         notes: list[str]) -> dict[str, int | float | str]:
+    """DeepSeek-V3's multi-token-prediction modules (DeepSeek-V3 report, Sec. 2.2): each is the
+    stack's last kind of layer, a projection of [norm(h); norm(emb)] (2·d_model -> d_model, no
+    bias), two norms before it and one before the shared head. The embedding and the head are
+    shared with the main model; DeepSeek's checkpoint stores a copy of each per module."""
+    E, V, D = spec.d_model, spec.vocab_size, spec.mtp_layers
+    last = plan_of(spec).stacks[-1].groups[-1].name
+    block = sum([r[1] for r in rows if r[5] == last])
+    one = block + 2 * E * E + 3 * norm_n
+    copies = 2 * V * spec.embed_dim
+    notes.append(f"multi-token prediction: {D} module(s) of {one:,} parameters (a layer like "
+                 f"{last}'s, eh_proj 2·d_model × d_model, 3 norms) are not in the total: "
+                 f"transformers does not build them; stored with copies of the embedding and "
+                 f"head, as DeepSeek's checkpoint holds them: {D * (one + copies):,}")
+    return {"mtp_params": D * one, "mtp_params_stored": D * (one + copies)}
 
 
 def token_table(spec: ModelSpec) -> str:

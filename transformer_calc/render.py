@@ -74,6 +74,11 @@ def params_dict(b: Breakdown, spec: ModelSpec) -> dict[str, Any]:
         "notes": list(b.notes),
         "spec": spec_dict(spec),
     }
+    if "mtp_params" in b.extra:
+        # DeepSeek-V3's multi-token prediction: not in total_params (transformers does not
+        # build it); "stored" adds the copies of the embedding and head its checkpoint holds
+        out["mtp_params"] = {"params": b.extra["mtp_params"],
+                             "stored": b.extra["mtp_params_stored"]}
     if spec.expected_params is not None:
         out["expected_params"] = {"params": spec.expected_params,
                                   "source": spec.expected_params_source,

@@ -126,6 +126,8 @@ class ModelSpec:
     qk_rope_head_dim: int = _f(0, "MLA: per-head query/key width with RoPE (key part shared "
                                "by the heads)", minimum=0)
     v_head_dim: int = _f(0, "MLA: per-head value width", minimum=0)
+    mtp_layers: int = _f(0, "multi-token-prediction modules (DeepSeek-V3): counted apart from "
+                         "the total, as transformers does not build them", minimum=0)
 
     # -- biases ---------------------------------------------------------------------------
     bias_q: bool = _f(True, "bias on the Q projection")
