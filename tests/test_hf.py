@@ -72,6 +72,7 @@ REFERENCE = {
     "variants/roberta-untied.json": (1_766_608, "RobertaForMaskedLM"),
     "variants/t5-gated-asym.json": (2_159_488, "T5ForConditionalGeneration"),
     # issue 12: the 2024-26 families (real configs named in tests/data/hf/SOURCES.md)
+    "deberta-v3-base.json": (184_551_780, "DebertaV2ForMaskedLM"),
     "deepseek-v3.json": (671_026_404_352, "DeepseekV3ForCausalLM"),
     "gemma-2-9b.json": (9_241_705_984, "Gemma2ForCausalLM"),
     "gemma-3-1b.json": (999_885_952, "Gemma3ForCausalLM"),

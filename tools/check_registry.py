@@ -24,7 +24,8 @@ from transformer_calc import count_params  # noqa: E402
 from transformer_calc.errors import SpecError  # noqa: E402
 from transformer_calc.hf import HEAD_CLASS, spec_from_hf  # noqa: E402
 
-BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_bias", "use_qkv_bias",
+BOOLS = ("relative_attention", "share_att_key", "position_biased_input",
+         "tie_word_embeddings", "attention_bias", "mlp_bias", "use_bias", "use_qkv_bias",
          "multi_query", "qkv_bias", "bias", "attention_out_bias", "use_qk_norm",
          "use_parallel_residual", "qk_layernorm")
 
@@ -78,6 +79,11 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
         cfg["decoder_start_token_id"] = 0
     if "type_vocab_size" in fields:
         cfg["type_vocab_size"] = rng.choice([1, 2])
+    if "position_buckets" in fields:
+        cfg["position_buckets"] = rng.choice([-1, 8])
+        cfg["pos_att_type"] = rng.choice(["p2c|c2p", "c2p", ""])
+        cfg["norm_rel_ebd"] = rng.choice(["none", "layer_norm"])
+        cfg["max_position_embeddings"] = rng.choice([16, 32])
     if "mlp_only_layers" in fields:
         cfg["mlp_only_layers"] = rng.choice([[], [0]])
     return {k: v for k, v in cfg.items() if k in fields or k.endswith("_token_id")}

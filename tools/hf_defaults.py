@@ -36,7 +36,8 @@ num_layers num_decoder_layers relative_attention_num_buckets feed_forward_proj
 encoder_attention_type intermediate_size_mlp interleave_moe_layer_step dense_intermediate_size
 shared_expert_intermediate_size dff emb_dim n_langs use_lang_emb sinusoidal_embeddings moe_k
 moe_layer_start_index moe_layer_end_index moe_layer_interval embedding_size
-decoder_sparse_step num_dense_layers""".split()
+decoder_sparse_step num_dense_layers position_biased_input relative_attention position_buckets
+max_relative_positions norm_rel_ebd share_att_key pos_att_type conv_kernel_size""".split()
 
 
 def main() -> None:

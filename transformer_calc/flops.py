@@ -143,6 +143,9 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
     if spec.n_experts:
         notes.append(f"mixture of experts: top-{spec.top_k} of {spec.n_experts} experts run "
                      "per token (plus the router)")
+    if spec.rel_embeddings:
+        notes.append("DeBERTa's disentangled terms (content-to-position and position-to-content "
+                     "scores over the relative table) are not counted")
     return Breakdown(spec.name, "flops", tuple(rows), tuple(notes),
                      {"seq_len": T, "pattern": pattern.kind},
                      partial(symbols, spec, T=T, keys=k,

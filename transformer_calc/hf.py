@@ -1094,6 +1094,7 @@ class Encoder(NamedTuple):
     o_bias: bool | str = True
     ffn_in_bias: bool | str = True
     ffn_out_bias: bool | str = True
+    deberta: bool = False  # relative tables (position_buckets, norm_rel_ebd, share_att_key)
 
 
 def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
@@ -1114,10 +1115,13 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
     if r.untied:
         c.refuse("tie_word_embeddings", lambda v: v is False, r.untied)
     qkv, o = c.flag(r.qkv_bias), c.flag(r.o_bias)
-    return dict(arch="encoder", vocab_size=t("vocab_size"), d_model=t("hidden_size"),
+    extra: dict[str, Any] = {}
+    if r.deberta:
+        extra = _deberta(c, t("max_position_embeddings"))
+    return extra | dict(arch="encoder", vocab_size=t("vocab_size"), d_model=t("hidden_size"),
                 n_layers=t("num_hidden_layers"), n_heads=t("num_attention_heads"),
                 d_ff=t("intermediate_size"), max_positions=t("max_position_embeddings"),
-                position=r.position, position_offset=r.position_offset,
+                position=extra.pop("position", r.position), position_offset=r.position_offset,
                 token_types=t("type_vocab_size", 0) if r.token_types else 0,
                 **_bias(qkv, qkv, qkv, o, c.flag(r.ffn_in_bias), c.flag(r.ffn_out_bias)),
                 ffn=r.ffn,
@@ -1128,6 +1132,26 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
                 embedding_norm=r.embedding_norm, final_norm=r.final_norm,
                 lm_head=False, pooler=r.pooler, mlm_head=True,
                 tie_embeddings=bool(t("tie_word_embeddings", True)))
+
+
+def _deberta(c: Config, max_positions: int) -> dict[str, Any]:
+    """DebertaV2Embeddings / DebertaV2Encoder / DisentangledSelfAttention (transformers 5.23)."""
+    c.refuse("conv_kernel_size", lambda v: v > 0, "DeBERTa's convolution layer is not modelled")
+    out: dict[str, Any] = {}
+    if not c.t("position_biased_input", True):
+        out["position"] = "none"  # no absolute table; the relative table below
+    if c.t("relative_attention", False):
+        buckets = c.t("position_buckets", -1)
+        span = c.t("max_relative_positions", -1)
+        span = max_positions if span < 1 else span
+        out["rel_embeddings"] = 2 * (buckets if buckets > 0 else span)
+        norm = c.t("norm_rel_ebd", "none")
+        out["rel_embeddings_norm"] = isinstance(norm, str) and "layer_norm" in norm
+        if not c.t("share_att_key", False):
+            kinds = c.t("pos_att_type", [])
+            kinds = kinds.split("|") if isinstance(kinds, str) else list(kinds or [])
+            out["rel_projections"] = ("c2p" in kinds) + ("p2c" in kinds)
+    return out
 
 
 # One record per BERT-style model_type (checked like GENERIC)
@@ -1150,6 +1174,7 @@ ENCODERS: dict[str, Encoder] = {
                    untied="GTE's untied decoder keeps one bias, not modelled"),
     "roformer": Encoder("RoFormerForMaskedLM", position="rope",
                         untied="RoFormer's untied decoder keeps one bias, not modelled"),
+    "deberta-v2": Encoder("DebertaV2ForMaskedLM", deberta=True),
     "distilbert": Encoder("DistilBertForMaskedLM", keys=(
         ("hidden_size", "dim"), ("num_hidden_layers", "n_layers"),
         ("num_attention_heads", "n_heads"), ("intermediate_size", "hidden_dim"),

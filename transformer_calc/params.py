@@ -54,7 +54,8 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "d_pv": spec.pattn_d_value, "d_ff_expert": spec.expert_ff,
         "d_ff_shared": spec.shared_ff, "q_lora_rank": spec.q_lora_rank,
         "kv_lora_rank": spec.kv_lora_rank, "d_nope": spec.qk_nope_head_dim,
-        "d_rope": spec.qk_rope_head_dim, "d_v": spec.v_head_dim}
+        "d_rope": spec.qk_rope_head_dim, "d_v": spec.v_head_dim,
+        "rel_embeddings": spec.rel_embeddings}
 
 
 _NO_POSITION_TABLE = {
@@ -121,9 +122,22 @@ def count_params(spec: ModelSpec) -> Breakdown:
             add((f"{st.name}.attn.relative_bias", nb * H, "relative_buckets × n_heads", "",
                  1 if first else L, "" if first else st.name,
                  "first layer only, shared by every layer (T5)" if first else "", None, (nb, H)))
+        if spec.rel_embeddings:
+            # DeBERTa-v2/v3 (DebertaV2Encoder.rel_embeddings): one table for every layer
+            R = spec.rel_embeddings
+            add((f"{st.name}.attn.relative_embeddings", R * E, "rel_embeddings × d_model", "", 1,
+                 "", "shared by every layer (DeBERTa)", None, (R, E)))
+            if spec.rel_embeddings_norm:
+                add((f"{st.name}.attn.relative_embeddings.norm", norm_n, norm_why, "", 1, "",
+                     "", None, ()))
         for g in st.groups:
             blk = g.block
             _attention(add, blk.attn, blk.norm, E, f"{g.name}.attn.", g.name, g.count)
+            for which in ("pos_key", "pos_query")[:spec.rel_projections]:
+                add((f"{g.name}.attn.{which}.weight", E * E, "d_model × d_model", "", g.count,
+                     g.name, "DeBERTa: position projection (share_att_key false)", None, (E, E)))
+                add((f"{g.name}.attn.{which}.bias", E, "d_model", "", g.count, g.name, "", None,
+                     ()))
             if blk.cross is not None:
                 _attention(add, blk.cross, blk.norm, E, f"{g.name}.cross.", g.name, g.count)
             _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, g.count)

@@ -82,6 +82,11 @@ class ModelSpec:
                                minimum=1)
     relative_scope: str = _f("first", "which layers own a relative bias table: first (T5) or "
                              "every", choices=RELATIVE_SCOPES)
+    rel_embeddings: int = _f(0, "rows of a relative-position embedding table shared by the "
+                             "layers, × d_model (DeBERTa: 2 · position_buckets)", minimum=0)
+    rel_embeddings_norm: bool = _f(False, "a norm over that table (DeBERTa norm_rel_ebd)")
+    rel_projections: int = _f(0, "position key/query projections per layer, d_model × d_model "
+                              "+ bias each (DeBERTa without share_att_key: up to 2)", minimum=0)
 
     # -- block ----------------------------------------------------------------------------
     ffn: str = _f("plain", "FFN kind: plain (2 matrices), gated (3: SwiGLU, GeGLU) or "
