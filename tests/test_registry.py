@@ -60,3 +60,18 @@ def test_refusals_name_the_key_and_why() -> None:
                       "head_dim": 8})
     with pytest.raises(SpecError, match="tie_word_embeddings.*unused table"):
         spec_from_hf({"model_type": "bart", "tie_word_embeddings": False})
+
+
+FIRST_CASE = {}
+for _case in CASES["cases"]:
+    FIRST_CASE.setdefault(_case["config"]["model_type"], _case)
+
+
+@pytest.mark.parametrize("model_type", sorted(FIRST_CASE))
+def test_every_model_type_round_trips_through_import(cli, tmp_path, model_type: str) -> None:
+    case = FIRST_CASE[model_type]
+    src = tmp_path / "config.json"
+    src.write_text(json.dumps(case["config"]))
+    out = tmp_path / "imported.yaml"
+    cli("import", str(src), "-o", str(out))
+    assert cli.json("params", str(out))["total_params"] == case["total"]

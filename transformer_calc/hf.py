@@ -344,6 +344,7 @@ def _qwen2(c: Config) -> dict[str, Any]:
 def _gemma(c: Config) -> dict[str, Any]:
     # GemmaConfig: head_dim 256 and 16 K/V heads by default, whatever hidden_size and
     # num_attention_heads are; embeddings tied.
+    _no_parameter_notes(c)
     E, H = c.get("hidden_size", 3072), c.get("num_attention_heads", 16)
     d_head = c.get("head_dim", 256)
     return _llama_like(c, head_dim_default=256, tie=True, act="gelu_pytorch_tanh") | {
@@ -667,8 +668,20 @@ def _deepseek_v3(c: Config) -> dict[str, Any]:
     return out
 
 
+def _no_parameter_notes(c: Config) -> None:
+    """What changes the computation but holds no parameters, said rather than counted."""
+    c.notes.append("embeddings are scaled by √d_model (no parameters)")
+    caps = [f"{what} logits soft-capped at {c.get(key, None)}"
+            for key, what in (("attn_logit_softcapping", "attention"),
+                              ("final_logit_softcapping", "final"))
+            if isinstance(c.get(key, None), (int, float))]
+    if caps:
+        c.notes.append(", ".join(caps) + " (tanh soft-capping: no parameters)")
+
+
 def _gemma2(c: Config, v3: bool = False) -> dict[str, Any]:
     # Gemma2/3DecoderLayer: input, post_attention, pre_feedforward, post_feedforward norms
+    _no_parameter_notes(c)
     L = c.get("num_hidden_layers", 26)
     E, H = c.get("hidden_size", 2304), c.get("num_attention_heads", 8)
     d_head = c.get("head_dim", 256)
