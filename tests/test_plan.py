@@ -48,6 +48,7 @@ KV_BYTES_FP32 = {
     "gemma3_text-layer-types.json": {4: 4_096, 32: 19_968},  # S F F S, window 8
     "gpt_oss-tied-nobias.json": {4: 4_096, 32: 19_968},  # S F S F, window 8
     "deepseek_v3-all-dense.json": {4: 1_280, 32: 10_240},  # MLA: latent + RoPE key
+    "llama4_text-chunked.json": {4: 4_096, 32: 13_568},  # 3 chunked (chunk 8) + 1 NoPE layer
 }
 
 

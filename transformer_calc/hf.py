@@ -758,6 +758,7 @@ class Moe(NamedTuple):
     dense_first: int = 0  # without that list, this many dense layers first
     span: tuple[str, str, str] = ("", "", "")  # keys: first and last MoE layer, interval
     mlp_only_default: tuple[int, ...] = ()  # the class's value for a null mlp_only (Flint)
+    layer_list: str = ""  # key: the MoE layers' indices, when the file lists them (Llama 4)
 
 
 class Layout(NamedTuple):
@@ -794,6 +795,7 @@ class Layout(NamedTuple):
     arch: str = "decoder"  # encoder: the same layers read bidirectionally (EuroBERT)
     lang_emb: bool = False  # XLM: a table of n_langs rows when use_lang_emb and n_langs > 1
     gate: tuple[str, str] = ("none", "none")  # attention output gate and its bias
+    chunked: bool = False  # Llama 4: chunked attention, full attention without RoPE (NoPE)
     dense_ff: str = ""  # a key for the dense layers' FFN size when it differs (Llama 4)
     moe: Moe | None = None
     dropout: tuple[str, ...] = ("attention_dropout",)
@@ -855,9 +857,31 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
                 "bias_v": False}
     if r.moe is not None:
         out |= _generic_moe(c, r.moe, L)
-    if "layer_types" in c.data:
+    if r.chunked:
+        out |= _chunked_layers(c, L)
+    elif "layer_types" in c.data:
         out |= _layer_attention(c, L, None, None)
     return out
+
+
+def _chunked_layers(c: Config, L: int) -> dict[str, Any]:
+    """Llama4TextConfig: a layer with RoPE attends within chunks of attention_chunk_size, a
+    NoPE layer (no_rope_layers[i] == 0; by default every no_rope_layer_interval-th) to every
+    key; layer_types, when given, says the same per layer."""
+    every = c.t("no_rope_layer_interval", 4)
+    rope = c.data.get("no_rope_layers") or [int((i + 1) % every != 0) for i in range(L)]
+    types = c.data.get("layer_types") or ["chunked_attention" if r else "full_attention"
+                                          for r in rope]
+    if not isinstance(types, list) or len(types) != L or any(
+            t not in ("chunked_attention", "full_attention") for t in types):
+        raise SpecError("layer_types", f"a list of {L} of chunked_attention, full_attention",
+                        types, source=c.where)
+    letters = ["C" if t == "chunked_attention" else "N" for t in types]
+    chunk = c.t("attention_chunk_size")
+    if "C" not in letters or not chunk:
+        return {"layer_attention": _runs(letters).replace("C", "F")} if "C" in letters else \
+            {"layer_attention": _runs(letters)}
+    return {"layer_attention": _runs(letters), "attention_chunk": chunk}
 
 
 def _top_k(c: Config, m: Moe) -> int:
@@ -885,6 +909,11 @@ def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
         lo, hi, every = c.t(m.span[0], 0), c.t(m.span[1], L - 1), c.t(m.span[2], 1)
         hi = L - 1 if hi < 0 else hi
         ffn = ["E" if lo <= i <= hi and (i - lo) % every == 0 else "D" for i in range(L)]
+    if m.layer_list and c.data.get(m.layer_list) is not None:
+        moe = c.data[m.layer_list]
+        if not isinstance(moe, list) or any(type(i) is not int for i in moe):
+            raise SpecError(m.layer_list, "a list of layer indices", moe, source=c.where)
+        ffn = ["E" if i in moe else "D" for i in range(L)]
     if m.layer_types:
         kinds = c.data.get(m.layer_types)
         if kinds is None:
@@ -1049,8 +1078,10 @@ GENERIC: dict[str, Layout] = {
     # EuroBertForMaskedLM: its lm_head carries a bias when mlp_bias is set
     "eurobert": Layout("EuroBertForMaskedLM", arch="encoder", lm_head_bias="mlp_bias"),
     "llama4_text": Layout("Llama4ForCausalLM", mlp_bias=False, dense_ff="intermediate_size_mlp",
+                          chunked=True,
                           moe=Moe(experts=("num_local_experts",), expert_ff="intermediate_size",
-                                  shared=1, step="interleave_moe_layer_step")),
+                                  shared=1, step="interleave_moe_layer_step",
+                                  layer_list="moe_layers")),
     "ctrl": Layout("CTRLLMHeadModel", qkv_bias=True, o_bias=True, mlp_bias=True, ffn="plain",
                    norm="layernorm", position="sinusoidal", lm_head_bias=True, act="=relu",
                    keys=(("hidden_size", "n_embd"), ("num_hidden_layers", "n_layer"),

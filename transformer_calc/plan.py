@@ -77,11 +77,10 @@ class Attention(NamedTuple):
     def cached_tokens(self, T: int) -> int:
         """Tokens of context a layer keeps in its cache after T tokens. A sliding layer of
         window w keeps the w - 1 latest (the next query attends to them and to itself), as
-        transformers' DynamicSlidingWindowLayer does (measured: tools/reference_kv_cache.py);
-        a chunked layer at most its chunk; every other layer all T."""
-        if self.kind == "sliding":
-            return min(T, self.window - 1)
-        return min(T, self.window) if self.window else T
+        transformers' DynamicSlidingWindowLayer does; a chunked layer the same with its chunk
+        (transformers 5.23's cache for Llama 4; measured: tools/reference_kv_cache.py); every
+        other layer all T."""
+        return min(T, self.window - 1) if self.window else T
 
 
 class FFN(NamedTuple):
