@@ -133,7 +133,8 @@ def count_params(spec: ModelSpec) -> Breakdown:
         for g in st.groups:
             blk = g.block
             _attention(add, blk.attn, blk.norm, E, f"{g.name}.attn.", g.name, g.count)
-            for which in ("pos_key", "pos_query")[:spec.rel_projections]:
+            for which in ("pos_key", "pos_query")[:spec.rel_projections] \
+                    if spec.rel_projections else ():
                 add((f"{g.name}.attn.{which}.weight", E * E, "d_model × d_model", "", g.count,
                      g.name, "DeBERTa: position projection (share_att_key false)", None, (E, E)))
                 add((f"{g.name}.attn.{which}.bias", E, "d_model", "", g.count, g.name, "", None,
@@ -181,7 +182,9 @@ def count_params(spec: ModelSpec) -> Breakdown:
         notes.append(f"mixture of experts: {spec.n_experts} experts, top-{spec.top_k} per token"
                      + (f", {spec.n_shared_experts} shared" if spec.n_shared_experts else "")
                      + "; 'active' counts what one token uses.")
-    notes += describe(plan_of(spec))
+    plan = plan_of(spec)
+    if len(plan.stacks[-1].groups) > 1 or len(plan.stacks[0].groups) > 1:
+        notes += describe(plan)
     extra: dict[str, int | float | str] = {"rule_of_thumb": rule_of_thumb(spec),
                                            "rule_of_thumb_formula": RULE_OF_THUMB}
     if spec.mtp_layers:
@@ -250,8 +253,10 @@ def _attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type
          (E, qw)))
     if a.bias_o:
         add((p + "o.bias", E, "d_model", "", L, group, "", None, ()))
-    _qk_norms(add, a, norm, p, group, L)
-    _gate(add, a, E, p, group, L)
+    if a.qk_norm != "none":
+        _qk_norms(add, a, norm, p, group, L)
+    if a.gate != "none" or a.gate_bias != "none":
+        _gate(add, a, E, p, group, L)
     if a.sinks:
         # gpt-oss (GptOssAttention.sinks): one learned logit per head joins the softmax
         add((p + "sinks", H, "n_heads (one sink logit per head)", "", L, group, "", None, ()))

@@ -236,57 +236,65 @@ def plan_of(spec: ModelSpec) -> Plan:
 
 
 def _build(spec: ModelSpec) -> Plan:
-    stacks = []
     enc_dec = spec.arch == "encoder-decoder"
+    if enc_dec or not (spec.layer_attention or spec.layer_ffn):
+        # every layer of a stack alike (the common case): one group each, no pattern parsing
+        kinds = ("F" if enc_dec or not spec.sliding_window else "S") \
+            + ("E" if spec.n_experts and not enc_dec else "D")
+        return Plan(tuple(
+            Stack(name, n, (Group(name, n, _block(spec, kinds, name == "decoder" and enc_dec),
+                                  kinds),), spec.final_norm)
+            for name, n in spec.stacks))
+    stacks = []
     for name, n in spec.stacks:
-        counts = _layer_kinds(spec, n) if not enc_dec else Counter({"FD": n})
+        counts = _layer_kinds(spec, n)
         vary_a = len({k[0] for k in counts}) > 1
         vary_f = len({k[1] for k in counts}) > 1
         groups = []
         for kinds, count in counts.items():
             tags = ([_ATTN_TAGS[kinds[0]]] if vary_a else []) + \
                    ([_FFN_TAGS[kinds[1]]] if vary_f else [])
-            gname = ".".join([name, *tags])
-            cross = name == "decoder" and enc_dec
-            groups.append(Group(gname, count, _block(spec, kinds, cross), kinds))
+            groups.append(Group(".".join([name, *tags]), count, _block(spec, kinds, False),
+                                kinds))
         stacks.append(Stack(name, n, tuple(groups), spec.final_norm))
     return Plan(tuple(stacks))
 
 
 def _attention(spec: ModelSpec, letter: str, cross: bool = False) -> Attention:
+    # positional, in Attention's field order (a plan is built per spec: make bench)
+    kind, window = (("sliding", spec.sliding_window) if letter == "S" else
+                    ("chunked", spec.attention_chunk) if letter == "C" else ("full", 0))
     rope = spec.position == "rope" and letter != "N"
-    common = dict(bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
-                  bias_o=spec.bias_o, sinks=spec.attention_sinks and not cross, rope=rope,
-                  cross=cross, fused_qkv=spec.fused_qkv,
-                  qk_norm="none" if cross else spec.qk_norm,
-                  gate="none" if cross else spec.attn_gate,
-                  gate_bias="none" if cross else spec.attn_gate_bias)
-    if letter == "S":
-        common.update(kind="sliding", window=spec.sliding_window)
-    elif letter == "C":
-        common.update(kind="chunked", window=spec.attention_chunk)
-    if spec.mla and not cross:
-        return Attention(heads=spec.n_heads, kv_heads=spec.n_heads,
-                         d_head=spec.qk_nope_head_dim + spec.qk_rope_head_dim,
-                         d_v=spec.v_head_dim, q_lora_rank=spec.q_lora_rank,
-                         kv_lora_rank=spec.kv_lora_rank, d_rope=spec.qk_rope_head_dim,
-                         **common)  # type: ignore[arg-type]
-    return Attention(heads=spec.n_heads, kv_heads=spec.kv_heads, d_head=spec.head_dim,
-                     d_v=spec.head_dim, **common)  # type: ignore[arg-type]
+    if cross:
+        return Attention(spec.n_heads, spec.kv_heads, spec.head_dim, spec.head_dim,
+                         spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, "none", False,
+                         kind, window, rope, True, spec.fused_qkv)
+    if spec.kv_lora_rank:  # MLA
+        dn, dr = spec.qk_nope_head_dim, spec.qk_rope_head_dim
+        return Attention(spec.n_heads, spec.n_heads, dn + dr, spec.v_head_dim, spec.bias_q,
+                         spec.bias_k, spec.bias_v, spec.bias_o, spec.qk_norm,
+                         spec.attention_sinks, kind, window, rope, False, spec.fused_qkv,
+                         spec.q_lora_rank, spec.kv_lora_rank, dr, spec.attn_gate,
+                         spec.attn_gate_bias)
+    dh = spec.head_dim
+    return Attention(spec.n_heads, spec.kv_heads, dh, dh, spec.bias_q, spec.bias_k,
+                     spec.bias_v, spec.bias_o, spec.qk_norm, spec.attention_sinks, kind,
+                     window, rope, False, spec.fused_qkv, 0, 0, 0, spec.attn_gate,
+                     spec.attn_gate_bias)
 
 
 def _ffn(spec: ModelSpec, letter: str) -> FFN:
-    pattn = (spec.pattn_heads, spec.pattn_n, spec.pattn_d_key, spec.pattn_d_value)
-    base = dict(kind=spec.ffn, activation=spec.activation, bias_in=spec.bias_ffn_in,
-                bias_out=spec.bias_ffn_out, pattn=pattn)
+    # positional, in FFN's field order (a plan is built per spec: make bench)
+    pattn = (spec.pattn_heads, spec.pattn_n, spec.pattn_d_key, spec.pattn_d_value) \
+        if spec.ffn == "param_attention" else (0, 0, 0, 0)
     if letter == "D":
-        return FFN(d_ff=spec.d_ff, ff_sym="d_ff", **base)  # type: ignore[arg-type]
+        return FFN(spec.ffn, spec.d_ff, "d_ff", spec.activation, spec.bias_ffn_in,
+                   spec.bias_ffn_out, 0, 0, 0, 0, "", False, False, pattn)
     ff_sym = "d_ff_expert" if spec.d_ff_expert is not None else "d_ff"
-    return FFN(d_ff=spec.expert_ff, ff_sym=ff_sym, experts=spec.n_experts, top_k=spec.top_k,
-               shared=spec.n_shared_experts, d_shared=spec.shared_ff,
-               shared_sym="d_ff_shared" if spec.d_ff_shared is not None else ff_sym,
-               router_bias=spec.router_bias, shared_gate=spec.shared_expert_gate,
-               **base)  # type: ignore[arg-type]
+    return FFN(spec.ffn, spec.expert_ff, ff_sym, spec.activation, spec.bias_ffn_in,
+               spec.bias_ffn_out, spec.n_experts, spec.top_k, spec.n_shared_experts,
+               spec.shared_ff, "d_ff_shared" if spec.d_ff_shared is not None else ff_sym,
+               spec.router_bias, spec.shared_expert_gate, pattn)
 
 
 def _block(spec: ModelSpec, kinds: str, cross: bool) -> Block:
