@@ -185,8 +185,14 @@ def test_unsupported_model_type(cli, tmp_path) -> None:
     path = tmp_path / "config.json"
     path.write_text('{"model_type": "mamba"}')
     r = cli("params", str(path), code=2)
-    assert r.stderr == (f"Error: {path}: key 'model_type': expected one of "
-                        + ", ".join(sorted(HEAD_CLASS)) + ", got 'mamba'\n")
+    assert r.stderr == (f"Error: {path}: key 'model_type': expected a model_type tcalc can "
+                        "count (recurrent and hybrid mixers such as Mamba, Gated DeltaNet and "
+                        "linear attention are not modelled yet), got 'mamba'\n")
+    path.write_text('{"model_type": "qwen4"}')
+    r = cli("params", str(path), code=2)
+    assert r.stderr == (f"Error: {path}: key 'model_type': expected one of the "
+                        f"{len(HEAD_CLASS)} model types in docs/model_types.md (closest: "
+                        "qwen3, qwen2), got 'qwen4'\n")
 
 
 @pytest.mark.parametrize("config, key", [

@@ -75,3 +75,15 @@ def test_every_model_type_round_trips_through_import(cli, tmp_path, model_type: 
     out = tmp_path / "imported.yaml"
     cli("import", str(src), "-o", str(out))
     assert cli.json("params", str(out))["total_params"] == case["total"]
+
+
+def test_model_types_doc_is_generated_from_the_registry() -> None:
+    import importlib.util
+
+    path = DATA.parents[1] / "tools" / "model_types_doc.py"
+    spec = importlib.util.spec_from_file_location("model_types_doc", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    doc = (DATA.parents[1] / "docs" / "model_types.md").read_text()
+    assert doc == module.render(), "run: python tools/model_types_doc.py > docs/model_types.md"

@@ -174,6 +174,25 @@ def _table(model_type: str) -> dict[str, Any]:
     return DEFAULTS.get(model_type, {})
 
 
+# Hybrid and recurrent model types (issue 14): refused with that reason, not just "unknown".
+RECURRENT = frozenset("""mamba mamba2 falcon_mamba jamba bamba zamba zamba2 falcon_h1 nemotron_h
+    granitemoehybrid qwen3_next qwen3_5 qwen3_5_text qwen3_5_moe qwen3_5_moe_text lfm2 lfm3
+    olmo_hybrid kimi_linear bailing_hybrid recurrent_gemma rwkv xlstm minimax""".split())
+
+
+def _known_types(found: object) -> str:
+    """What a model_type error expects: short, with the closest names and where the list is."""
+    import difflib
+
+    if isinstance(found, str) and found in RECURRENT:
+        return ("a model_type tcalc can count (recurrent and hybrid mixers such as Mamba, "
+                "Gated DeltaNet and linear attention are not modelled yet)")
+    close = difflib.get_close_matches(found, sorted(MAPPERS), n=3, cutoff=0.6) \
+        if isinstance(found, str) else []
+    return (f"one of the {len(MAPPERS)} model types in docs/model_types.md"
+            + (f" (closest: {', '.join(close)})" if close else ""))
+
+
 def spec_from_hf_text(text: str, where: str) -> ModelSpec:
     try:
         data = json.loads(text)
@@ -227,7 +246,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         data, model_type = text, text["model_type"]
         where = f"{where} (text_config)"
     if not isinstance(model_type, str) or model_type not in MAPPERS:
-        raise SpecError("model_type", "one of " + ", ".join(sorted(MAPPERS)), model_type,
+        raise SpecError("model_type", _known_types(model_type), model_type,
                         source=where)
     if not tower:
         _check_architecture(data, model_type, where)
