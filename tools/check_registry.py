@@ -79,6 +79,10 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
         cfg["decoder_start_token_id"] = 0
     if "type_vocab_size" in fields:
         cfg["type_vocab_size"] = rng.choice([1, 2])
+    # an explicit null is the config class's to derive (K/V heads = heads, head_dim = d / h)
+    for key in ("num_key_value_heads", "head_dim"):
+        if key in cfg and rng.random() < 0.2:
+            cfg[key] = None
     if "position_buckets" in fields:
         cfg["position_buckets"] = rng.choice([-1, 8])
         cfg["pos_att_type"] = rng.choice(["p2c|c2p", "c2p", ""])

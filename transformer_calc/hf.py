@@ -23,10 +23,6 @@ HEAD_CLASS = {
     "gpt-sw3": "GPT2LMHeadModel",
     "bert": "BertForMaskedLM",
     "roberta": "RobertaForMaskedLM",
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "mixtral": "MixtralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
     "gemma": "GemmaForCausalLM",
     "phi": "PhiForCausalLM",
     "gpt_neox": "GPTNeoXForCausalLM",
@@ -39,8 +35,6 @@ HEAD_CLASS = {
     "gemma2": "Gemma2ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
-    "olmo2": "Olmo2ForCausalLM",
-    "phi3": "Phi3ForCausalLM",
 }
 
 # transformers' ACT2FN names -> tcalc's activation (no parameters either way).
@@ -87,7 +81,6 @@ DROPOUT_KEYS = {
     "gpt_neox": (("hidden_dropout", "attention_dropout"), 0.0),
     "falcon": (("hidden_dropout", "attention_dropout"), 0.0),
     "phi": (("resid_pdrop", "embd_pdrop", "attention_dropout"), 0.0),
-    "phi3": (("resid_pdrop", "embd_pdrop", "attention_dropout"), 0.0),
 }
 
 
@@ -102,7 +95,11 @@ class Config:
 
     def t(self, key: str, fallback: Any = None) -> Any:
         """The file's value, else the config class's default for this model_type, else
-        ``fallback`` (a derived value, e.g. head_dim = hidden_size / num_attention_heads)."""
+        ``fallback`` (a derived value, e.g. head_dim = hidden_size / num_attention_heads). An
+        explicit null is passed to the config class as None, which derives the value: it
+        takes ``fallback``, not the class default."""
+        if key in self.data and self.data[key] is None:
+            return fallback
         value = self.get(key, None)
         if value is None:
             value = self.table.get(key)
@@ -335,29 +332,6 @@ def _llama_like(c: Config, *, qkv_bias: bool = False, bias_keys: bool = True,
                 **_bias(qkv_bias or attn_bias, qkv_bias or attn_bias, qkv_bias or attn_bias,
                         attn_bias, mlp_bias, mlp_bias),
                 tie_embeddings=c.get("tie_word_embeddings", tie))
-
-
-def _llama(c: Config) -> dict[str, Any]:
-    return _llama_like(c)
-
-
-def _mistral(c: Config) -> dict[str, Any]:
-    return _llama_like(c, bias_keys=False, kv_default=8) | {
-        "d_ff": c.get("intermediate_size", 14336),
-        "max_positions": c.get("max_position_embeddings", 131072)}
-
-
-def _mixtral(c: Config) -> dict[str, Any]:
-    return _mistral(c) | {"n_experts": c.get("num_local_experts", 8),
-                          "top_k": c.get("num_experts_per_tok", 2)}
-
-
-def _qwen2(c: Config) -> dict[str, Any]:
-    # Qwen2Attention: q/k/v carry a bias, o_proj does not.
-    return _llama_like(c, qkv_bias=True, bias_keys=False, kv_default=32) | {
-        "vocab_size": c.get("vocab_size", 151936),
-        "d_ff": c.get("intermediate_size", 22016),
-        "max_positions": c.get("max_position_embeddings", 32768)}
 
 
 def _gemma(c: Config) -> dict[str, Any]:
@@ -745,21 +719,6 @@ def _gpt_oss(c: Config) -> dict[str, Any]:
                     c, L, [i % 2 == 0 for i in range(L)], 128)
 
 
-def _olmo2(c: Config) -> dict[str, Any]:
-    # Olmo2: q_norm / k_norm over the whole projection; norms after attention and FFN only
-    return _llama_like(c) | {"vocab_size": c.get("vocab_size", 50304), "qk_norm": "width",
-                             "norm_position": "post", "bias_ffn_in": False,
-                             "bias_ffn_out": False}
-
-
-def _phi3(c: Config) -> dict[str, Any]:
-    # Phi3: fused qkv_proj and gate_up_proj, no biases (same count as separate matrices)
-    return _llama_like(c, bias_keys=False) | {
-        "vocab_size": c.get("vocab_size", 32064), "d_model": c.get("hidden_size", 3072),
-        "d_ff": c.get("intermediate_size", 8192),
-        "max_positions": c.get("max_position_embeddings", 4096), "fused_qkv": True}
-
-
 class Moe(NamedTuple):
     """Where a record's mixture of experts reads its sizes (config keys, or fixed values)."""
 
@@ -970,6 +929,18 @@ _GPT_KEYS = (("hidden_size", "n_embd"), ("num_hidden_layers", "n_layer"),
 # One record per model_type that is a Llama-style decoder; checked against transformers 5.23
 # (tests/test_registry.py pins each type's default total).
 GENERIC: dict[str, Layout] = {
+    "llama": Layout("LlamaForCausalLM"),
+    # Mistral and Mixtral: no bias keys (MistralAttention / MistralMLP have none)
+    "mistral": Layout("MistralForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False),
+    "mixtral": Layout("MixtralForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
+                      moe=Moe(experts=("num_local_experts",), expert_ff="")),
+    # Qwen2Attention: q/k/v carry a bias, o_proj does not
+    "qwen2": Layout("Qwen2ForCausalLM", qkv_bias=True, o_bias=False, mlp_bias=False),
+    # OLMo-2: q_norm / k_norm over the whole projection; norms after attention and FFN only
+    "olmo2": Layout("Olmo2ForCausalLM", mlp_bias=False, norms="post", qk_norm="width"),
+    # Phi3: fused qkv_proj and gate_up_proj, no biases (same count as separate matrices)
+    "phi3": Layout("Phi3ForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
+                   fused_qkv=True, dropout=("resid_pdrop", "embd_pdrop", "attention_dropout")),
     "cwm": Layout("CwmForCausalLM"),
     "ernie4_5": Layout("Ernie4_5ForCausalLM", qkv_bias="use_bias", o_bias="use_bias",
                        mlp_bias="use_bias"),
@@ -1253,10 +1224,6 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "gpt-sw3": _gpt2,  # GPTSw3 is GPT2LMHeadModel with its own tokenizer
     "bert": lambda c: _bert(c, roberta=False),
     "roberta": lambda c: _bert(c, roberta=True),
-    "llama": _llama,
-    "mistral": _mistral,
-    "mixtral": _mixtral,
-    "qwen2": _qwen2,
     "gemma": _gemma,
     "phi": _phi,
     "gpt_neox": _gpt_neox,
@@ -1269,8 +1236,6 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "gemma2": _gemma2,
     "gemma3_text": lambda c: _gemma2(c, v3=True),
     "gpt_oss": _gpt_oss,
-    "olmo2": _olmo2,
-    "phi3": _phi3,
 } | {model_type: partial(_generic, r=r) for model_type, r in GENERIC.items()} \
   | {model_type: partial(_encoder, r=r) for model_type, r in ENCODERS.items()} \
   | {model_type: partial(_seq2seq, r=r) for model_type, r in SEQ2SEQ.items()} \
