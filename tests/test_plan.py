@@ -155,3 +155,13 @@ def test_multi_token_prediction_is_counted_apart() -> None:
     assert 684.0e9 < b.total + b.extra["mtp_params_stored"] < 685.5e9
     assert 13.0e9 < b.extra["mtp_params_stored"] < 14.5e9
     assert any("multi-token prediction: 1 module" in n for n in b.notes)
+
+
+def test_shared_expert_gate_flops() -> None:
+    # python tools/check_registry.py --flops 8 qwen2_moe (FlopCounterMode, transformers 5.23):
+    # the shared_expert_gate's d_model -> 1 matmul costs 2 · d_model per token per MoE layer
+    spec = load_model(str(V / "qwen3_moe-sparse-step.json")).replace(
+        n_shared_experts=1, d_ff_shared=32, shared_expert_gate=True)
+    without = spec.replace(shared_expert_gate=False)
+    moe_layers = sum(g.count for g in plan_of(spec).groups if g.block.ffn.moe)
+    assert count_flops(spec, 8).total - count_flops(without, 8).total == 2 * 64 * moe_layers

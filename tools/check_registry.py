@@ -6,7 +6,8 @@ the config class has (widths, heads, K/V heads, head_dim, layers, vocabulary, ty
 switches, expert counts and sizes) at random, small enough to build in a moment. Each is built
 on the meta device as the class tcalc counts; the trainable total must equal tcalc's.
 
-    python tools/check_registry.py --cases 4 [--write tests/data/registry_cases.json] [TYPE...]
+    python tools/check_registry.py --cases 4 --flops 8 \
+        [--write tests/data/registry_cases.json] [TYPE...]
 """
 
 from __future__ import annotations
@@ -77,6 +78,27 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
                 "num_decoder_layers": rng.choice([1, 2, 3]),
                 "feed_forward_proj": rng.choice(["relu", "gated-gelu"])}
         cfg["decoder_start_token_id"] = 0
+    # families that spell the shape keys their own way (GPT-2 lineage, XLM, MPT, XGLM, ...)
+    for std, aliases in (("hidden_size", ("n_embd", "emb_dim", "d_model")),
+                         ("num_hidden_layers", ("n_layer", "n_layers", "num_layers")),
+                         ("num_attention_heads", ("n_head", "n_heads", "num_heads",
+                                                  "attention_heads")),
+                         ("intermediate_size", ("n_inner", "dff", "ffn_dim"))):
+        if std in cfg and std not in fields:
+            alias = next((a for a in aliases if a in fields), None)
+            value = cfg.pop(std)
+            if alias is not None:
+                cfg[alias] = value
+    for key in ("n_positions", "max_seq_len"):
+        if key in fields:
+            cfg[key] = rng.choice([64, 128])
+    if "attention_types" in fields:  # GPT-Neo: one entry per layer, global or local
+        layers = next(cfg[k] for k in ("num_layers", "num_hidden_layers") if k in cfg)
+        cfg["attention_types"] = [[["global", "local"], layers // 2]] if layers % 2 == 0 \
+            else [[["global"], layers]]
+    if "rotary_dim" in fields:  # GPT-J, CodeGen: rotary dims within a head
+        width = next(cfg[k] for k in ("n_embd", "hidden_size") if k in cfg)
+        cfg["rotary_dim"] = min(8, width // heads)
     if "type_vocab_size" in fields:
         cfg["type_vocab_size"] = rng.choice([1, 2])
     # an explicit null is the config class's to derive (K/V heads = heads, head_dim = d / h)
@@ -103,6 +125,25 @@ def reference(config: dict) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+def flops_per_token(config: dict, seq_len: int) -> int | None:
+    """FlopCounterMode over one forward of T tokens, eager attention and experts, divided by
+    T; None for encoder-decoders (tcalc's per-token FLOPs count a source and a target token)."""
+    import torch
+    import transformers
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = transformers.AutoConfig.for_model(**config, attn_implementation="eager",
+                                            experts_implementation="eager")
+    if getattr(cfg, "is_encoder_decoder", False):
+        return None
+    torch.manual_seed(0)
+    model = getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg).train()
+    ids = torch.randint(0, cfg.vocab_size, (1, seq_len))
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids)
+    return counter.get_total_flops() // seq_len
+
+
 def main() -> None:
     import transformers
 
@@ -113,6 +154,9 @@ def main() -> None:
     ap.add_argument("--cases", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--write", type=Path)
+    ap.add_argument("--flops", type=int, default=0, metavar="T",
+                    help="also compare forward FLOPs per token at T tokens (recorded with "
+                         "--write)")
     args = ap.parse_args()
     rng = random.Random(args.seed)  # noqa: S311 - reproducible test configs, not secrets
     rows, bad = [], 0
@@ -139,11 +183,29 @@ def main() -> None:
                 print(f"refused {model_type}: {str(e)[:100]}")
                 continue
             counted += 1
+            ref = None
+            # drawn configs only, and small ones (a family whose keys the draw does not
+            # shrink keeps its full size): the counter runs the model with real weights
+            if args.flops and len(config) > 1 and want < 50_000_000:
+                try:
+                    ref = flops_per_token(config, args.flops)
+                except Exception as e:  # noqa: BLE001 - a forward the class cannot run
+                    print(f"skip flops {model_type}: {type(e).__name__}: {str(e)[:80]}")
+                    ref = None
+                if ref is not None:
+                    from transformer_calc.flops import count_flops
+
+                    mine = count_flops(spec_from_hf(config, "drawn"), args.flops).total
+                    print(f"{'flops ok  ' if mine == ref else 'flops DIFF'} {model_type:18s} "
+                          f"{ref:>14,} {mine - ref:+,}")
             ok = got == want
             bad += not ok
             print(f"{'ok  ' if ok else 'DIFF'} {model_type:18s} {want:>16,} {got - want:+,}"
                   + ("" if ok else f"  {json.dumps(config)}"))
-            rows.append({"config": config, "total": want, "class": HEAD_CLASS[model_type]})
+            row = {"config": config, "total": want, "class": HEAD_CLASS[model_type]}
+            if ref is not None:
+                row[f"flops_per_token_T{args.flops}"] = ref
+            rows.append(row)
     print(f"# {len(rows) - bad} of {len(rows)} equal; torch + transformers "
           f"{transformers.__version__}", file=sys.stderr)
     if args.write:

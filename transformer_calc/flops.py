@@ -226,6 +226,9 @@ def _ffn_flops(f: FFN, E: int, add, p: str, group: str, L: int) -> None:  # type
     if S:
         add((p + ".shared", 2 * mats * E * f.d_shared * S,
              gated + f.shared_sym + " · n_shared_experts", "", L, group, "", None, ()))
+    if f.shared_gate:
+        # Qwen2-MoE: sigmoid(x W) scales the shared experts' output (W: d_model -> 1)
+        add((p + ".shared_gate", 2 * E, "2 · d_model", "", L, group, "", None, ()))
 
 
 def attention_core(b: Breakdown) -> int:
