@@ -513,9 +513,9 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         for name, per, formula in formulas:
             comps.append((name, math.ceil(N * per), formula, "", 1, "", "", None, ()))
         if s.optimizer == "adafactor":
-            # one fused QKV matrix per attention block (self, and cross in nn.Transformer)
-            blocks = spec.total_layers + (spec.n_decoder_layers
-                                          if spec.arch == "encoder-decoder" else 0)
+            # one fused QKV matrix per attention sublayer (self, and cross in nn.Transformer)
+            blocks = sum(g.count * (1 + (g.block.cross is not None))
+                         for g in plan_of(spec).groups)
             elems = adafactor_state_elements(p) + fused_qkv_correction(spec) * blocks
             comps.append(Item("optimizer_states", 4 * elems,
                               "4 · Σ (rows + columns) over matrices + Σ vector sizes",
