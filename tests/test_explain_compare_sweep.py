@@ -49,7 +49,9 @@ def core_value(spec, ref: str, T: int):  # noqa: ANN001, ANN201 - test helper
     if kind == "params-heads":
         # the model's own n_kv_heads held (None: MHA, following n_heads); issue 12 found
         # explain turning GQA into MHA here and calling the changed total "unchanged"
-        return count_params(spec.replace(n_heads=int(arg))).total
+        held = spec.kv_heads != spec.n_heads
+        return count_params(spec.replace(n_heads=int(arg)) if held else
+                            spec.replace(n_heads=int(arg), n_kv_heads=None)).total
     if kind == "params-count":
         return next(i.count for i in p.items if i.name.endswith(f"attn.{arg}.weight"))
     if kind == "params-category":
@@ -204,3 +206,11 @@ def test_head_count_section_says_what_gqa_does() -> None:
     assert "why the head count changes the parameters" in text
     gpt2 = "\n".join(s.title for s in explain(load_model("gpt2"), "params"))
     assert "why the head count leaves the parameters unchanged" in gpt2
+
+
+def test_head_count_section_with_explicit_mha_kv_heads() -> None:
+    # OLMo-2 7B writes num_key_value_heads = num_attention_heads = 32 out: still MHA, so the K/V
+    # heads follow the head count (holding them at 32 made an impossible spec at 1 head)
+    spec = load_model("olmo-2-7b")
+    text = "\n".join(s.title for s in explain(spec, "attention"))
+    assert "why the head count leaves the parameters unchanged" in text

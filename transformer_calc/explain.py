@@ -161,7 +161,9 @@ def _heads_invariance(spec: ModelSpec, b: Breakdown) -> list[Section]:
               if h >= 1 and h != H and E % h == 0 and (not held or h % Hkv == 0)]
     totals = []
     for h in others[:2]:
-        total = count_params(spec.replace(n_heads=h)).total
+        # MHA: K/V heads follow the head count (even where the file writes n_kv_heads out)
+        total = count_params(spec.replace(n_heads=h) if held
+                             else spec.replace(n_heads=h, n_kv_heads=None)).total
         totals.append(total)
         steps.append(Step(f"total with {h} head{'s' if h > 1 else ''}", "", "", total, "params",
                           ref=f"params-heads:{h}"))

@@ -752,7 +752,8 @@ class Layout(NamedTuple):
     ffn: str = "gated"  # gated (gate, up, down) | plain (up, down)
     act: str = "hidden_act"  # the key naming the activation, or "=name" for a fixed one
     norm: str = "rmsnorm"
-    norms: str = "pre"  # pre | post (after each sublayer only) | sandwich | parallel
+    norms: str = "pre"  # pre | post (after each sublayer) | sandwich | parallel | parallel_key
+    # (parallel_key: parallel when use_parallel_residual is set, StableLM)
     qk_norm: str = "none"  # none | head | width
     qk_norm_key: str = ""  # a config key that switches qk_norm on ("": always on)
     sinks: bool = False
@@ -856,10 +857,9 @@ def _chunked_layers(c: Config, L: int) -> dict[str, Any]:
                         types, source=c.where)
     letters = ["C" if t == "chunked_attention" else "N" for t in types]
     chunk = c.t("attention_chunk_size")
-    if "C" not in letters or not chunk:
-        return {"layer_attention": _runs(letters).replace("C", "F")} if "C" in letters else \
-            {"layer_attention": _runs(letters)}
-    return {"layer_attention": _runs(letters), "attention_chunk": chunk}
+    if not chunk:  # attention_chunk_size null: the "chunked" layers see every key
+        letters = ["F" if x == "C" else x for x in letters]
+    return {"layer_attention": _runs(letters)} | ({"attention_chunk": chunk} if chunk else {})
 
 
 def _top_k(c: Config, m: Moe) -> int:
