@@ -202,8 +202,10 @@ def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]
 
     table = Table(title=title, title_justify="left")
     for n, h in enumerate(headers):
+        # numbers never fold across lines (issue 16): the text columns wrap instead
         table.add_column(h, justify="right" if n in right else "left",
-                         overflow="fold")
+                         overflow="fold", no_wrap=n in right, min_width=len(h) if n in right
+                         else None)
     for r in rows:
         if r[0].startswith("[") and r[0].endswith("]") and not any(r[1:]):
             table.add_row(f"[bold]{r[0][1:-1]}[/bold]", *r[1:], end_section=False)
