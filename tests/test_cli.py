@@ -151,3 +151,19 @@ def test_numbers_never_fold_at_80_columns() -> None:
     assert "41,829,514,368" in out and "3,224,346,624" in out
     # no cell ends in a comma-grouped fragment continued on the next line
     assert not re.search(r"\d,\d{1,2} │", out), out
+
+
+def test_version() -> None:
+    # issue 16: --version, the installed distribution's version (pyproject.toml)
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    want = re.search(r'^version = "([^"]+)"', pyproject, re.M)
+    assert want is not None
+    r = subprocess.run([sys.executable, "-m", "transformer_calc", "--version"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0
+    assert r.stdout == f"tcalc {want.group(1)}\n"

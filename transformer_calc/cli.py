@@ -575,12 +575,25 @@ def import_(
     typer.echo(f"wrote {output}: {spec.name}, {total:,} parameters", err=True)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"tcalc {version('transformer-calc')}")
+        except PackageNotFoundError:  # pragma: no cover - a source tree without install
+            typer.echo("tcalc (not installed: no version)")
+        raise typer.Exit()
+
+
 def _new_app(names: list[str]) -> typer.Typer:
     app = typer.Typer(**APP_OPTIONS)
-    if len(names) == 1:
-        @app.callback()
-        def group() -> None:  # keeps `tcalc COMMAND ...` a group, as with the full app
-            pass
+
+    @app.callback()
+    def group(version: bool = typer.Option(False, "--version", callback=_version,
+                                           is_eager=True, help="Show the version and exit.")
+              ) -> None:  # keeps `tcalc COMMAND ...` a group, with or without --version
+        pass
 
     for name in names:
         app.command(name=name)(COMMANDS[name]())
