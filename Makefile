@@ -4,20 +4,28 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench lint typecheck check clean
+.PHONY: run test test-fast bench lint typecheck check clean
+
+# pip's -qq keeps its output to errors: an install says one line, not a screen of resolver
+# notes (and no warnings about index locations a machine's pip.conf may name).
+PIP    := $(BIN)/python -m pip -qq --disable-pip-version-check
 
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	# compat: a plain .pth path entry; the default editable finder costs ~20 ms per start-up
-	$(BIN)/python -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
-	touch $(STAMP)
+	@test -x $(BIN)/python || { echo "creating $(VENV) ($$($(PYTHON) --version))"; $(PYTHON) -m venv $(VENV); }
+	@echo "installing transformer-calc (editable) with its dev tools into $(VENV)"
+	@$(PIP) install -e '.[dev]'
+	@touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/tcalc params gpt2-medium
+	@echo "$$ tcalc params gpt2-medium"
+	@$(BIN)/tcalc params gpt2-medium
 
+# Everything, slow tests included (what CI runs). The fast subset: make test-fast.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	@$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	@$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py --tcalc $(BIN)/tcalc
