@@ -1,0 +1,142 @@
+"""The README cannot drift (issue 19): every console example in it runs, and the lines it shows
+are in the output; its generated sections equal what tools/readme.py writes from the code; the
+two commands of a fresh checkout print no warnings."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from typer.testing import CliRunner
+
+from transformer_calc.cli import app
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+# Examples that exit non-zero on purpose: the error example (usage/input error, 2) and the
+# check example with a failing file (1). Every other example must exit 0.
+EXIT_CODES = {"tcalc params tests/data/bad/unknown_key.yaml": 2,
+              "tcalc check configs/ tests/data/bad/expected_mismatch.yaml": 1}
+
+
+def examples() -> list[tuple[str, list[str]]]:
+    """(command, the output lines the README shows for it) for every `$ tcalc` line of every
+    console block."""
+    out: list[tuple[str, list[str]]] = []
+    for block in re.findall(r"```console\n(.*?)```", README, re.S):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                out.append((line[2:], []))
+            elif out and line.strip():
+                out[-1][1].append(line.rstrip())
+    return [(cmd, shown) for cmd, shown in out if cmd.startswith("tcalc ")]
+
+
+def test_the_readme_has_examples_to_run() -> None:
+    commands = [cmd for cmd, _ in examples()]
+    assert len(commands) >= 25
+    assert len({shlex.split(c, comments=True)[1] for c in commands}) >= 8  # subcommands
+
+
+@pytest.fixture
+def readme_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A scratch working directory holding what the examples name: a copy of configs/ (the
+    check example lists it) and tests/data (read); examples that write, write here."""
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "data").symlink_to(ROOT / "tests" / "data")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("command", "shown"), examples(), ids=[c for c, _ in examples()])
+def test_readme_example_runs_and_shows_what_it_says(command: str, shown: list[str],
+                                                    readme_dir: Path) -> None:
+    args = shlex.split(command, comments=True)[1:]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "100", "GITHUB_ACTIONS": ""})
+    key = " ".join(["tcalc", *args])
+    assert result.exit_code == EXIT_CODES.get(key, 0), (result.stdout, result.stderr)
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = [line.rstrip() for line in (result.stdout + result.stderr).splitlines()]
+    at = 0
+    for want in shown:
+        if want == "...":
+            continue
+        assert want in lines[at:], f"README shows {want!r} for `{command}`; not in the output"
+        at = lines.index(want, at) + 1
+
+
+def _readme_tool():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("readme_tool", ROOT / "tools" / "readme.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_sections_equal_what_the_code_generates() -> None:
+    tool = _readme_tool()
+    assert tool.render(README) == README, "run: python tools/readme.py"
+
+
+def test_preset_format_names_every_field_and_the_table_every_preset() -> None:
+    import dataclasses
+
+    from transformer_calc.presets import preset_names
+    from transformer_calc.spec import ModelSpec
+
+    tool = _readme_tool()
+    block = tool.preset_format()
+    for f in dataclasses.fields(ModelSpec):
+        key = "bias" if f.name.startswith("bias_") else f.name
+        assert re.search(rf"^{key}: ", block, re.M), key
+    table = tool.presets_table()
+    for name in preset_names():
+        assert f"| {name} |" in table, name
+
+
+def test_readme_json_keys_are_the_emitted_ones(cli) -> None:  # type: ignore[no-untyped-def]
+    # the generated example is the real output cut to one element per list: its keys are the
+    # command's keys, at every level
+    generated = re.search(r"<!-- generated: params-json -->\n```json\n(.*?)```", README, re.S)
+    assert generated
+    import json
+
+    shown = json.loads(generated.group(1))
+    real = cli.json("params", "gpt2")
+    assert list(shown) == list(real)
+    assert list(shown["components"][0]) == list(real["components"][0])
+
+
+@pytest.mark.slow
+def test_fresh_checkout_make_run_is_quiet(tmp_path: Path) -> None:
+    """`make run` on a fresh copy of the tracked files: one line per step, the table, no
+    warning from pip or setuptools (issue 19)."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                           check=False).stdout.split(b"\0")
+    if not any(files):
+        pytest.skip("not a git checkout")
+    for name in filter(None, files):
+        src = ROOT / name.decode()
+        if src.is_file():
+            dst = tmp_path / name.decode()
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+    run = subprocess.run(["make", "run"], cwd=tmp_path, capture_output=True, text=True,
+                         env=env, check=False, timeout=600)
+    assert run.returncode == 0, run.stderr
+    output = (run.stdout + run.stderr).splitlines()
+    assert output[:3] == [output[0], "installing transformer-calc (editable) with its dev "
+                          "tools into .venv", "$ tcalc params gpt2-medium"]
+    assert output[0].startswith("creating .venv (Python 3.")
+    noisy = [line for line in output if re.search(r"warn|deprecat|notice", line, re.I)]
+    assert noisy == []
+    assert "total trainable parameters: 354,823,168 (354.8M)" in output
