@@ -140,3 +140,16 @@ def test_fresh_checkout_make_run_is_quiet(tmp_path: Path) -> None:
     noisy = [line for line in output if re.search(r"warn|deprecat|notice", line, re.I)]
     assert noisy == []
     assert "total trainable parameters: 354,823,168 (354.8M)" in output
+
+
+def test_the_format_claim_is_true(cli) -> None:  # type: ignore[no-untyped-def]
+    claim = re.search(r"`--format table\|json\|markdown` works on every command that prints a "
+                      r"result: (.*?) \(`import`", README, re.S)
+    assert claim
+    listed = re.findall(r"`(\w+)`", claim.group(1))
+    from transformer_calc.cli import COMMANDS
+
+    assert set(listed) | {"import"} == set(COMMANDS)
+    for name in listed:
+        assert "--format" in cli(name, "--help").stdout, name
+    assert "--format" not in cli("import", "--help").stdout
