@@ -13,7 +13,7 @@ EXPECTED = {
     "unknown_key.yaml": "unknown key 'n_head': did you mean 'n_heads'?",
     "wrong_type.yaml": "key 'd_model': expected an integer, got '768'",
     "zero_layers.yaml": "key 'n_layers': expected an integer >= 1 for arch decoder, got 0",
-    "negative.yaml": "key 'd_ff': expected an integer >= 1, got -3072",
+    "negative.yaml": "key 'd_ff': expected an integer >= 0, got -3072",
     "indivisible_heads.yaml": ("key 'n_heads': expected a divisor of d_model=768 (or set "
                                "d_head), got 10"),
     "list.yaml": "expected a mapping of keys (name: ..., d_model: ...), got list",

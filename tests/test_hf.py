@@ -106,6 +106,24 @@ REFERENCE = {
     "variants/phi3-gqa-tied.json": (154_432, "Phi3ForCausalLM"),
     "variants/qwen3-sliding-bias.json": (205_120, "Qwen3ForCausalLM"),
     "variants/qwen3_moe-sparse-step.json": (186_048, "Qwen3MoeForCausalLM"),
+    # recurrent and hybrid models (issue 14); tools/reference_counts.py, as above
+    "qwen3-next-80b-a3b.json": (79_674_391_296, "Qwen3NextForCausalLM"),
+    "mamba-130m.json": (129_135_360, "MambaForCausalLM"),
+    "falcon-mamba-7b.json": (7_272_665_088, "FalconMambaForCausalLM"),
+    "jamba-v0.1.json": (51_570_323_328, "JambaForCausalLM"),
+    "nemotron-h-8b.json": (8_100_852_736, "NemotronHForCausalLM"),
+    "variants/bamba-tiny.json": (30_366, "BambaForCausalLM"),
+    "variants/jamba-tiny.json": (316_320, "JambaForCausalLM"),
+    "variants/lfm2-tiny.json": (20_432, "Lfm2ForCausalLM"),
+    "variants/mamba-tiny.json": (100_928, "MambaForCausalLM"),
+    "variants/mamba2-tiny.json": (25_074, "Mamba2ForCausalLM"),
+    "variants/nemotron_h-tiny.json": (50_720, "NemotronHForCausalLM"),
+    "variants/qwen3_5_text-tiny.json": (9_932, "Qwen3_5ForCausalLM"),
+    "variants/qwen3_next-tiny.json": (131_888, "Qwen3NextForCausalLM"),
+    "variants/lfm2-mixer.json": (45_440, "Lfm2ForCausalLM"),
+    "variants/mamba-mixer.json": (47_104, "MambaForCausalLM"),
+    "variants/mamba2-mixer.json": (46_540, "Mamba2ForCausalLM"),
+    "variants/qwen3_5_text-mixer.json": (46_160, "Qwen3_5ForCausalLM"),
 }
 
 
@@ -183,11 +201,13 @@ def test_falcon_layouts() -> None:
 
 def test_unsupported_model_type(cli, tmp_path) -> None:
     path = tmp_path / "config.json"
-    path.write_text('{"model_type": "mamba"}')
+    path.write_text('{"model_type": "zamba2"}')
     r = cli("params", str(path), code=2)
     assert r.stderr == (f"Error: {path}: key 'model_type': expected a model_type tcalc can "
-                        "count (recurrent and hybrid mixers such as Mamba, Gated DeltaNet and "
-                        "linear attention are not modelled yet), got 'mamba'\n")
+                        "count (its recurrent mixer or hybrid layout is not modelled yet: "
+                        "Mamba, Mamba-2, Gated DeltaNet and LFM2's convolutions are; Zamba's "
+                        "shared blocks, Falcon-H1's parallel mixers, RWKV, xLSTM, linear "
+                        "attention are not), got 'zamba2'\n")
     path.write_text('{"model_type": "qwen4"}')
     r = cli("params", str(path), code=2)
     assert r.stderr == (f"Error: {path}: key 'model_type': expected one of the "

@@ -8,6 +8,15 @@ on the meta device as the class tcalc counts; the trainable total must equal tca
 
     python tools/check_registry.py --cases 4 --flops 8 \
         [--write tests/data/registry_cases.json] [TYPE...]
+
+The recurrent and hybrid types (issue 14) are recorded apart, with FLOPs by aten op (their
+convolution padding and chunked scans are accounted for op by op in tests/test_mixers.py), at
+a length that fills whole chunks (Gated DeltaNet's chunk is 64):
+
+    python tools/check_registry.py --cases 4 --flops 8 --write tests/data/registry_mixers_T8.json \
+        mamba falcon_mamba mamba2 nemotron_h bamba granitemoehybrid jamba lfm2
+    python tools/check_registry.py --cases 4 --flops 64 \
+        --write tests/data/registry_mixers_T64.json qwen3_next qwen3_5_text qwen3_5_moe_text
 """
 
 from __future__ import annotations
@@ -112,7 +121,72 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
         cfg["max_position_embeddings"] = rng.choice([16, 32])
     if "mlp_only_layers" in fields:
         cfg["mlp_only_layers"] = rng.choice([[], [0]])
+    if fields & {"state_size", "ssm_state_size", "mamba_d_state", "linear_key_head_dim",
+                 "conv_L_cache"}:
+        mixer = draw_mixer(rng, fields, cfg)
+        return {k: v for k, v in cfg.items() if k in fields or k.endswith("_token_id")} | mixer
     return {k: v for k, v in cfg.items() if k in fields or k.endswith("_token_id")}
+
+
+def draw_mixer(rng: random.Random, fields: set[str], cfg: dict) -> dict:
+    """Recurrent-mixer sizes and hybrid layouts (issue 14), in each family's spelling."""
+    E = cfg["hidden_size"]
+    L = cfg.get("num_hidden_layers") or rng.choice([2, 3, 4])
+    expand = rng.choice([1, 2])
+    heads = rng.choice([2, 4])
+    groups = rng.choice([g for g in (1, 2) if heads % g == 0])
+    conv, state = rng.choice([2, 3, 4]), rng.choice([4, 8])
+    kinds = [rng.choice(["M", "A"]) for _ in range(L)]
+    out: dict = {}
+    if "state_size" in fields and "n_groups" not in fields and rng.random() < 0.5:
+        # MambaConfig: a file's intermediate_size overrides expand · hidden_size
+        out["intermediate_size"] = rng.choice([E, 3 * E])
+    if "state_size" in fields:  # MambaConfig, Mamba2Config
+        out |= {"state_size": state, "expand": expand, "conv_kernel": conv,
+                "use_bias": rng.random() < 0.5, "use_conv_bias": rng.random() < 0.5,
+                "time_step_rank": rng.choice(["auto", 4])}
+        if "n_groups" in fields:  # Mamba2: heads · head_dim = expand · hidden_size
+            out |= {"num_heads": heads, "head_dim": expand * E // heads, "n_groups": groups,
+                    "chunk_size": rng.choice([4, 8])}
+    if "ssm_state_size" in fields:  # NemotronHConfig: one sublayer per layer
+        out |= {"ssm_state_size": state, "mamba_num_heads": heads,
+                "mamba_head_dim": rng.choice([4, 8]), "n_groups": groups, "conv_kernel": conv,
+                "use_conv_bias": rng.random() < 0.5, "use_bias": rng.random() < 0.5,
+                "moe_intermediate_size": rng.choice([16, 24]),
+                "moe_shared_expert_intermediate_size": rng.choice([8, 16]),
+                "mlp_bias": False,  # refused when true (the routed experts have none)
+                "chunk_size": rng.choice([4, 8])}
+        pattern = "".join(rng.choice("M*-E") for _ in range(L))
+        if rng.random() < 0.5:
+            out["hybrid_override_pattern"] = pattern
+        else:
+            names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+            out["layers_block_type"] = [names[ch] for ch in pattern]
+    if "mamba_d_state" in fields:  # Bamba, GraniteMoeHybrid, Jamba
+        out |= {"mamba_d_state": state, "mamba_d_conv": conv, "mamba_expand": expand,
+                "mamba_conv_bias": rng.random() < 0.5, "mamba_proj_bias": rng.random() < 0.5}
+        if "mamba_n_heads" in fields:
+            out |= {"mamba_n_heads": heads, "mamba_d_head": expand * E // heads,
+                    "mamba_n_groups": groups, "mamba_chunk_size": rng.choice([4, 8])}
+        if "attn_layer_indices" in fields:
+            out["attn_layer_indices"] = [i for i, k in enumerate(kinds) if k == "A"]
+        if "layer_types" in fields:
+            out["layer_types"] = ["attention" if k == "A" else "mamba" for k in kinds]
+        if "attn_layer_period" in fields:  # Jamba
+            out |= {"attn_layer_period": 2, "attn_layer_offset": rng.choice([0, 1]),
+                    "expert_layer_period": 2, "expert_layer_offset": rng.choice([0, 1]),
+                    "mamba_dt_rank": rng.choice(["auto", 4])}
+    if "linear_key_head_dim" in fields:  # Qwen3-Next, Qwen3.5: Gated DeltaNet
+        out |= {"linear_key_head_dim": state, "linear_value_head_dim": rng.choice([4, 8]),
+                "linear_num_key_heads": groups, "linear_num_value_heads": heads,
+                "linear_conv_kernel_dim": conv,
+                "layer_types": ["full_attention" if k == "A" else "linear_attention"
+                                for k in kinds]}
+    if "conv_L_cache" in fields:  # LFM2
+        out |= {"conv_L_cache": conv, "conv_bias": rng.random() < 0.5,
+                "block_multiple_of": rng.choice([8, 16]),
+                "layer_types": ["full_attention" if k == "A" else "conv" for k in kinds]}
+    return out
 
 
 def reference(config: dict) -> int:
@@ -140,8 +214,17 @@ def flops_per_token(config: dict, seq_len: int) -> int | None:
     model = getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg).train()
     ids = torch.randint(0, cfg.vocab_size, (1, seq_len))
     with FlopCounterMode(display=False) as counter:
-        model(input_ids=ids)
+        model(input_ids=ids, use_cache=False)
+    LAST_OPS.clear()
+    LAST_OPS.update({str(op).split(".")[-1]: n for op, n in
+                     counter.get_flop_counts()["Global"].items()})
     return counter.get_total_flops() // seq_len
+
+
+# the last flops_per_token call's FLOPs over the whole sequence by aten op (mm, bmm,
+# convolution, ...): recorded for recurrent mixers, whose conv padding and chunked scans the
+# tests account for op by op
+LAST_OPS: dict[str, int] = {}
 
 
 def main() -> None:
@@ -151,6 +234,7 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("types", nargs="*")
+    ap.add_argument("-v", action="store_true", help="print the FLOPs by op of a difference")
     ap.add_argument("--cases", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--write", type=Path)
@@ -197,7 +281,8 @@ def main() -> None:
 
                     mine = count_flops(spec_from_hf(config, "drawn"), args.flops).total
                     print(f"{'flops ok  ' if mine == ref else 'flops DIFF'} {model_type:18s} "
-                          f"{ref:>14,} {mine - ref:+,}")
+                          f"{ref:>14,} {mine - ref:+,}"
+                          + (f" {LAST_OPS}" if mine != ref and "-v" in sys.argv else ""))
             ok = got == want
             bad += not ok
             print(f"{'ok  ' if ok else 'DIFF'} {model_type:18s} {want:>16,} {got - want:+,}"
@@ -205,6 +290,8 @@ def main() -> None:
             row = {"config": config, "total": want, "class": HEAD_CLASS[model_type]}
             if ref is not None:
                 row[f"flops_per_token_T{args.flops}"] = ref
+                if spec_from_hf(config, "drawn").mixer != "none":
+                    row[f"flops_ops_T{args.flops}"] = dict(sorted(LAST_OPS.items()))
             rows.append(row)
     print(f"# {len(rows) - bad} of {len(rows)} equal; torch + transformers "
           f"{transformers.__version__}", file=sys.stderr)

@@ -44,8 +44,10 @@ def saved_bytes(model: torch.nn.Module, B: int, T: int, device: str = "cpu") -> 
 
     torch.manual_seed(0)
     ids = torch.randint(0, model.config.vocab_size, (B, T), device=device)
+    # use_cache=False: no generation cache in training (a hybrid's first layer may have no
+    # attention, and transformers then cannot size its cache); saves nothing else
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
     total = sum(storages.values())
     del loss
     return {"saved_bytes": total, "storages": len(storages)}

@@ -9,6 +9,15 @@ storage, each storage once, parameters excluded. MoE experts run transformers' e
 implementation. One JSON line per case.
 
     python tools/measure_activations_hf.py tests/data/hf/variants/qwen3-sliding-bias.json
+
+--mixers (issue 14): only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
+Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's
+mixer rows; B ∈ {1, 2} and three lengths, fp32 and bf16, on transformers' torch path (the
+one the CPU runs). tests/data/activations_mixers_cpu.jsonl was written by
+
+    python tools/measure_activations_hf.py --mixers tests/data/hf/variants/{mamba,mamba2,\
+        qwen3_5_text,lfm2}-mixer.json tests/data/hf/variants/{nemotron_h,jamba,bamba}-tiny.json \
+        > tests/data/activations_mixers_cpu.jsonl
 """
 
 from __future__ import annotations
@@ -42,6 +51,52 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int) -> int:
     return sum(saved_bytes(model, B, T).values())
 
 
+# class-name endings of the recurrent mixer modules (transformers 5.23)
+MIXER_CLASSES = ("MambaMixer", "Mamba2Mixer", "BambaMixer", "MambaLayer", "GatedDeltaNet",
+                 "ShortConv")
+
+
+def measure_mixers(config: dict, dtype: str, B: int, T: int) -> int:
+    """Bytes of the storages first saved while a mixer module runs (parameters excluded)."""
+    import transformers
+
+    cfg = transformers.AutoConfig.for_model(**config, attn_implementation="eager",
+                                            experts_implementation="eager")
+    torch.manual_seed(0)
+    model = getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg)
+    model = model.to(DTYPES[dtype][0]).train()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    depth = [0]
+    for m in model.modules():
+        if type(m).__name__.endswith(MIXER_CLASSES):
+            m.register_forward_pre_hook(lambda *_: depth.__setitem__(0, depth[0] + 1))
+            m.register_forward_hook(lambda *_: depth.__setitem__(0, depth[0] - 1))
+    seen: set[int] = set()
+    inside = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal inside
+        s = t.untyped_storage()
+        if s.data_ptr() not in params and s.data_ptr() not in seen:
+            seen.add(s.data_ptr())
+            inside += s.nbytes() if depth[0] else 0
+        return t
+
+    ids = torch.randint(0, cfg.vocab_size, (B, T))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids, labels=ids, use_cache=False)
+    return inside
+
+
+def mixer_rows(spec, B: int, T: int, dtype: str) -> int:  # type: ignore[no-untyped-def]
+    """tcalc's saved bytes of the mixers: their rows, the in_proj input (the norm's output,
+    first saved inside the mixer) included, the layer's own pre-norm not."""
+    b = activation_breakdown(spec, B, T, act_bytes=DTYPES[dtype][1], device="cpu",
+                             attention="eager", dropout=False)
+    return sum(i.total for i in b.items
+               if ".mixer." in i.name and ".mixer.norm." not in i.name)
+
+
 def main() -> None:
     import transformers
 
@@ -51,7 +106,20 @@ def main() -> None:
     ap.add_argument("configs", nargs="+", type=Path)
     ap.add_argument("-B", type=int, default=2)
     ap.add_argument("-T", type=int, default=64)
+    ap.add_argument("--mixers", action="store_true", help="the recurrent mixers' bytes only")
     args = ap.parse_args()
+    if args.mixers:
+        for path in args.configs:
+            config = json.loads(path.read_text())
+            spec = spec_from_hf(config, str(path))
+            for dtype in DTYPES:
+                for B, T in ((1, 64), (2, 128), (1, 200)):
+                    got = measure_mixers(config, dtype, B, T)
+                    est = mixer_rows(spec, B, T, dtype)
+                    print(json.dumps({"config": path.name, "dtype": dtype, "B": B, "T": T,
+                                      "measured_bytes": got, "tcalc_bytes": est,
+                                      "error_pct": round(100 * (est - got) / got, 1)}))
+        return
     print(f"# torch {torch.__version__}, transformers {transformers.__version__}, CPU",
           file=sys.stderr)
     for path in args.configs:

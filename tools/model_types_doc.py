@@ -15,6 +15,8 @@ from transformer_calc.hf import ENCODERS, GENERIC, HEAD_CLASS, SEQ2SEQ, T5S  # n
 
 def render() -> str:
     kind = {**dict.fromkeys(GENERIC, "decoder record (hf.GENERIC)"),
+            **{t: f"decoder record with a {r.ssm.kind} mixer (hf.GENERIC)"
+               for t, r in GENERIC.items() if r.ssm is not None},
             **dict.fromkeys(ENCODERS, "encoder record (hf.ENCODERS)"),
             **dict.fromkeys(SEQ2SEQ, "seq2seq record (hf.SEQ2SEQ)"),
             **dict.fromkeys(T5S, "T5 record (hf.T5S)")}

@@ -54,7 +54,7 @@ _EXAMPLE = "gpt2"
 
 
 def preset_format() -> str:
-    from transformer_calc.presets import BIAS_KEYS, load_model
+    from transformer_calc.presets import BIAS_KEYS, REQUIRED, load_model
     from transformer_calc.spec import ModelSpec
 
     gpt2 = load_model(_EXAMPLE)
@@ -69,7 +69,7 @@ def preset_format() -> str:
                              "{" + ", ".join(BIAS_KEYS) + "}"))
                 bias_done = True
             continue
-        required = f.default == 0 and meta.get("minimum") == 1
+        required = f.name in REQUIRED
         value = getattr(gpt2, f.name) if required else f.default
         text = json.dumps(value) if isinstance(value, str) else (
             "null" if value is None else str(value).lower() if isinstance(value, bool)

@@ -1,10 +1,13 @@
 """KV cache bytes as transformers keeps them after a prefill (developer tool, needs torch).
 
-How the cache sizes pinned in tests/test_plan.py were obtained: the HF class tcalc counts,
-built from a config.json (fp32, random weights, CPU), a forward over one sequence of T tokens
-with use_cache=True, then the bytes of every key and value tensor the returned cache holds.
+How the cache sizes pinned in tests/test_plan.py and tests/test_mixers.py were obtained: the
+HF class tcalc counts, built from a config.json (random weights, CPU, fp32 unless --dtype), a
+forward over one sequence of T tokens with use_cache=True, then the bytes of every key and
+value tensor the returned cache holds and, for recurrent layers (issue 14), of every
+convolution and recurrent state.
 
     python tools/reference_kv_cache.py --seq-len 32 tests/data/hf/variants/gpt_oss-tied-nobias.json
+    python tools/reference_kv_cache.py --split --seq-len 16 48 tests/data/hf/variants/*-tiny.json
 """
 
 from __future__ import annotations
@@ -20,25 +23,50 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reference_flops import eager_model  # noqa: E402
 
 
-def cache_bytes(config: dict, seq_len: int) -> int:
-    model = eager_model(config).eval()
+def cache_parts(config: dict, seq_len: int, dtype: str = "float32") -> dict[str, int]:
+    """Bytes by part: "kv" (attention keys and values), "conv" and "recurrent" (the states
+    of recurrent layers), and the dtypes seen."""
+    model = eager_model(config).to(getattr(torch, dtype)).eval()
     ids = torch.randint(0, model.config.vocab_size, (1, seq_len))
     with torch.no_grad():
-        cache = model(input_ids=ids, use_cache=True).past_key_values
-    total = 0
+        out = model(input_ids=ids, use_cache=True)
+    cache = getattr(out, "past_key_values", None) or out.cache_params  # Mamba: cache_params
+    parts: dict = {"kv": 0, "conv": 0, "recurrent": 0, "dtypes": set()}
+
+    def add(part: str, t: object) -> None:
+        if isinstance(t, torch.Tensor):
+            parts[part] += t.numel() * t.element_size()
+            parts["dtypes"].add(f"{part}:{str(t.dtype).removeprefix('torch.')}")
+
     for layer in cache.layers:
-        for t in (layer.keys, layer.values):
-            total += t.numel() * t.element_size()
-    return total
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            add("kv", t)
+        for name, part in (("conv_states", "conv"), ("recurrent_states", "recurrent")):
+            states = getattr(layer, name, None)
+            for t in (states.values() if isinstance(states, dict) else [states]):
+                add(part, t)
+    parts["dtypes"] = sorted(parts["dtypes"])
+    return parts
+
+
+def cache_bytes(config: dict, seq_len: int) -> int:
+    parts = cache_parts(config, seq_len)
+    return parts["kv"] + parts["conv"] + parts["recurrent"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("configs", nargs="+", type=Path)
     ap.add_argument("--seq-len", type=int, nargs="+", default=[32])
+    ap.add_argument("--split", action="store_true", help="bytes by part (kv, conv, recurrent)")
+    ap.add_argument("--dtype", default="float32", help="the model's dtype (float32, bfloat16)")
     args = ap.parse_args()
     for path in args.configs:
         for T in args.seq_len:
+            if args.split:
+                print(json.dumps({"config": path.name, "seq_len": T, "dtype": args.dtype}
+                                 | cache_parts(json.loads(path.read_text()), T, args.dtype)))
+                continue
             print(f"{cache_bytes(json.loads(path.read_text()), T):>12,} bytes fp32  T={T}  "
                   f"{path.name}")
 

@@ -423,7 +423,8 @@ def compare(
         ("params: active per token", "params", [p.active_total for p in params]),
     ]
     cats = [by_category(p) for p in params]
-    rows += [(f"params: {c}", "params", [x[c] for x in cats]) for c in CATEGORIES]
+    rows += [(f"params: {c}", "params", [x[c] for x in cats]) for c in CATEGORIES
+             if c != "mixers" or any(x[c] for x in cats)]
     names = [i.name for i in mems[0].per_gpu.items]
     rows += [(f"memory: {n}", "bytes", [m.per_gpu.get(n).total for m in mems]) for n in names]
     rows.append(("memory: total per GPU", "bytes", [m.per_gpu.total for m in mems]))

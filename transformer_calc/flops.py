@@ -22,7 +22,7 @@ from transformer_calc.breakdown import Breakdown
 from transformer_calc.choices import PATTERNS, RECOMPUTE
 from transformer_calc.errors import TcalcError
 from transformer_calc.params import count_params, symbols
-from transformer_calc.plan import FFN, Attention, plan_of
+from transformer_calc.plan import FFN, Attention, Mixer, plan_of
 from transformer_calc.spec import ModelSpec
 
 # Hoffmann et al. 2022 (Chinchilla): compute-optimal training uses ~20 tokens per parameter.
@@ -118,7 +118,10 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
             if a is not None:
                 _attention_flops(add, a, E, T, k, keys_note, f"{g.name}.{blk_name}.", g.name,
                                  g.count)
-        _ffn_flops(blk.ffn, E, add, f"{g.name}.ffn", g.name, g.count)
+        if blk.mixer is not None:
+            _mixer_flops(add, blk.mixer, E, f"{g.name}.mixer.", g.name, g.count)
+        if blk.ffn is not None:
+            _ffn_flops(blk.ffn, E, add, f"{g.name}.ffn", g.name, g.count)
 
     if Ve != E:
         add(("embed.project_in", 2 * Ve * E, "2 · d_embed · d_model", "", 1, "", "", None, ()))
@@ -202,6 +205,68 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
     add((p + "values", sv, f"2 · n_heads · d_head · {keys_sym}", "", L, group, note, None, ()))
     add((p + "o", 2 * H * dh * E, "2 · (n_heads · d_head) · d_model", "", L, group, "", None,
          ()))
+
+
+def _mixer_flops(add, m: Mixer, E: int, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]
+    """Forward FLOPs per token of a recurrent mixer: its projections and convolution, and its
+    scan's matmuls, which do not depend on the context (linear in T overall).
+
+    Mamba-2: the chunked SSD algorithm (Dao & Gu 2024, Sec. 6) with chunk Q: within a chunk,
+    scores C·Bᵀ per group of B and C and scores × x per head (quadratic in Q); the chunk's state
+    Bᵀ·x, the outputs from the state entering it C·h, and the state passed from chunk to chunk.
+    Gated DeltaNet: the chunked WY form (Yang et al. 2025), per value head: k·kᵀ and q·kᵀ within
+    a chunk, two unit-triangular solves, and three products with the d_k × d_v state per token.
+    Mamba-1: y = C·h; its elementwise state update (Δ·A, Δ·B·x, Ā·h + B̄·x) is left out like
+    every elementwise operation."""
+    Di, N, H, G, K, Q = m.inner, m.state, m.heads, m.groups, m.conv, m.chunk
+    C = m.conv_channels
+
+    def row(name: str, flops: int, formula: str, note: str = "") -> None:
+        add((p + name, flops, formula, "", L, group, note, None, ()))
+
+    conv_note = "depthwise: ssm_conv taps per channel"
+    if m.kind == "short_conv":
+        row("in_proj", 2 * E * 3 * E, "2 · d_model · 3 · d_model")
+        row("conv", 2 * E * K, "2 · d_model · ssm_conv", conv_note)
+        row("out_proj", 2 * E * E, "2 · d_model · d_model")
+        return
+    if m.kind == "mamba":
+        R = m.dt_rank
+        row("in_proj", 2 * E * 2 * Di, "2 · d_model · 2 · ssm_inner")
+        row("conv", 2 * Di * K, "2 · ssm_inner · ssm_conv", conv_note)
+        row("x_proj", 2 * Di * (R + 2 * N), "2 · ssm_inner · (ssm_dt_rank + 2 · ssm_state)")
+        row("dt_proj", 2 * R * Di, "2 · ssm_dt_rank · ssm_inner")
+        row("scan.output", 2 * Di * N, "2 · ssm_inner · ssm_state",
+            "y = C·h per channel; the elementwise state update is left out")
+    elif m.kind == "mamba2":
+        row("in_proj", 2 * E * (2 * Di + 2 * G * N + H),
+            "2 · d_model · (2 · ssm_inner + 2 · ssm_groups · ssm_state + ssm_heads)")
+        row("conv", 2 * C * K, "2 · (ssm_inner + 2 · ssm_groups · ssm_state) · ssm_conv",
+            conv_note)
+        row("ssd.scores", 2 * Q * G * N, "2 · ssm_chunk · ssm_groups · ssm_state",
+            "C·Bᵀ within a chunk, per group")
+        row("ssd.values", 2 * Q * Di, "2 · ssm_chunk · ssm_inner",
+            "masked scores × x within a chunk, per head")
+        row("ssd.states", 2 * Di * N, "2 · ssm_inner · ssm_state", "each chunk's state Bᵀ·x")
+        row("ssd.outputs", 2 * Di * N, "2 · ssm_inner · ssm_state",
+            "C · the state entering the chunk")
+        row("ssd.passing", round(2 * Di * N / Q), "2 · ssm_inner · ssm_state / ssm_chunk",
+            "the state carried from chunk to chunk")
+    else:  # gated_deltanet
+        dk, dv = N, Di // H
+        row("in_proj", 2 * E * (2 * G * N + 2 * Di + 2 * H),
+            "2 · d_model · (2 · ssm_groups · ssm_state + 2 · ssm_inner + 2 · ssm_heads)")
+        row("conv", 2 * C * K, "2 · (2 · ssm_groups · ssm_state + ssm_inner) · ssm_conv",
+            conv_note)
+        row("scan.intra", 2 * Q * H * (2 * dk + dv),
+            "2 · ssm_chunk · ssm_heads · (2 · ssm_state + ssm_inner / ssm_heads)",
+            "k·kᵀ, q·kᵀ and the scores × values within a chunk, per value head")
+        row("scan.solve", (Q - 1) * H * (dk + dv),
+            "(ssm_chunk − 1) · ssm_heads · (ssm_state + ssm_inner / ssm_heads)",
+            "two unit-lower-triangular solves per chunk (the WY form)")
+        row("scan.state", 6 * H * dk * dv, "6 · ssm_heads · ssm_state · (ssm_inner / ssm_heads)",
+            "k_cumdecay·S, q·S and kᵀ·v_new per token")
+    row("out_proj", 2 * Di * E, "2 · ssm_inner · d_model")
 
 
 def _ffn_flops(f: FFN, E: int, add, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]
@@ -412,6 +477,10 @@ class FlopsReport:
     scan: tuple[tuple[int, int, int], ...]  # (T, dense, pattern) score+value FLOPs per token
     run: TrainingRun | None = None
     roofline: Roofline | None = None
+    # recurrent hybrids: (T, forward FLOPs/token, the same with every mixer layer as full
+    # attention, cache bytes per sequence (bf16 K/V and conv state, the state's own dtype),
+    # the all-attention cache)
+    hybrid: tuple[tuple[int, int, int, int, int], ...] = ()
 
 
 def flops_report(spec: ModelSpec, seq_len: int, *, recompute: str = "none",
@@ -438,4 +507,37 @@ def flops_report(spec: ModelSpec, seq_len: int, *, recompute: str = "none",
     if gpu is not None:
         roof = roofline(spec, gpu, batch, seq_len, dtype, pattern=pattern)
     return FlopsReport(forward, seq_len, recompute, training, n, non_embedding, rule_6n(n),
-                       kaplan_forward(spec, non_embedding, seq_len), pattern, scan, run, roof)
+                       kaplan_forward(spec, non_embedding, seq_len), pattern, scan, run, roof,
+                       hybrid_scan(spec, seq_len))
+
+
+def all_attention(spec: ModelSpec) -> ModelSpec | None:
+    """The same model with every recurrent mixer layer as full attention (what a hybrid is
+    measured against); None without attention heads to build it from (pure Mamba)."""
+    if spec.mixer == "none" or not spec.n_heads:
+        return None
+    from transformer_calc.plan import parse_pattern
+
+    n = spec.n_layers
+    letters = parse_pattern(spec.layer_attention, "FSCNMX", n, "layer_attention") \
+        if spec.layer_attention else ("M",) * n
+    runs = " ".join(f"1{'F' if ch == 'M' else ch}" for ch in letters)
+    return spec.replace(layer_attention=runs, mixer="none")
+
+
+def hybrid_scan(spec: ModelSpec, seq_len: int) -> tuple[tuple[int, int, int, int, int], ...]:
+    """Where a hybrid pays off: forward FLOPs per token and the inference cache per sequence
+    against its all-attention counterpart, over SCAN_LENGTHS and T."""
+    dense = all_attention(spec)
+    if dense is None:
+        return ()
+    from transformer_calc.memory import kv_cache_elements, recurrent_state_elements
+
+    conv, state = recurrent_state_elements(spec)
+    state_bytes = 2 * conv + {"fp32": 4}.get(spec.ssm_state_dtype, 2) * state
+    out = []
+    for t in sorted(set(SCAN_LENGTHS) | {seq_len}):
+        out.append((t, count_flops(spec, t).total, count_flops(dense, t).total,
+                    2 * kv_cache_elements(spec, t) + state_bytes,
+                    2 * kv_cache_elements(dense, t)))
+    return tuple(out)

@@ -172,9 +172,8 @@ def _table(model_type: str) -> dict[str, Any]:
 
 
 # Hybrid and recurrent model types (issue 14): refused with that reason, not just "unknown".
-RECURRENT = frozenset("""mamba mamba2 falcon_mamba jamba bamba zamba zamba2 falcon_h1 nemotron_h
-    granitemoehybrid qwen3_next qwen3_5 qwen3_5_text qwen3_5_moe qwen3_5_moe_text lfm2 lfm3
-    olmo_hybrid kimi_linear bailing_hybrid recurrent_gemma rwkv xlstm minimax""".split())
+RECURRENT = frozenset("""zamba zamba2 falcon_h1 lfm3 olmo_hybrid kimi_linear bailing_hybrid
+    recurrent_gemma rwkv xlstm minimax""".split())
 
 
 def _known_types(found: object) -> str:
@@ -182,8 +181,10 @@ def _known_types(found: object) -> str:
     import difflib
 
     if isinstance(found, str) and found in RECURRENT:
-        return ("a model_type tcalc can count (recurrent and hybrid mixers such as Mamba, "
-                "Gated DeltaNet and linear attention are not modelled yet)")
+        return ("a model_type tcalc can count (its recurrent mixer or hybrid layout is not "
+                "modelled yet: Mamba, Mamba-2, Gated DeltaNet and LFM2's convolutions are; "
+                "Zamba's shared blocks, Falcon-H1's parallel mixers, RWKV, xLSTM, linear "
+                "attention are not)")
     close = difflib.get_close_matches(found, sorted(MAPPERS), n=3, cutoff=0.6) \
         if isinstance(found, str) else []
     return (f"one of the {len(MAPPERS)} model types in docs/model_types.md"
@@ -737,6 +738,129 @@ class Moe(NamedTuple):
     span: tuple[str, str, str] = ("", "", "")  # keys: first and last MoE layer, interval
     mlp_only_default: tuple[int, ...] = ()  # the class's value for a null mlp_only (Flint)
     layer_list: str = ""  # key: the MoE layers' indices, when the file lists them (Llama 4)
+    period: tuple[str, str] = ("", "")  # keys: experts where i % period == offset (Jamba)
+
+
+class Ssm(NamedTuple):
+    """A record's recurrent mixer (issue 14): its kind, the config keys of its sizes (this
+    family's spelling of Mamba2Config's names), and how the config says which layers use it.
+
+    ``layers``: all (every layer: Mamba, Mamba-2), layer_types (a per-layer list of
+    linear_attention / full_attention, or the class's every-k-th rule), jamba (attn_layer_period
+    and attn_layer_offset), bamba (attn_layer_indices), nemotron (hybrid_override_pattern or
+    layers_block_type: M mamba, * attention, - MLP, E MoE; one sublayer per layer), lfm2
+    (layer_types of conv / full_attention, or full_attn_idxs)."""
+
+    kind: str  # mamba | mamba2 | gated_deltanet | short_conv
+    layers: str = "all"
+    expand: str = "expand"  # d_inner = expand · hidden_size ("": heads · head_dim)
+    state: str = "state_size"
+    heads: str = "num_heads"
+    head_dim: str = "head_dim"
+    groups: str = "n_groups"
+    conv: str = "conv_kernel"
+    dt_rank: str = "time_step_rank"
+    conv_bias: str | bool = "use_conv_bias"
+    bias: str | bool = "use_bias"
+    chunk: str | int = "chunk_size"
+    norm: str | bool = True  # mamba2's gated RMSNorm (Falcon-H1: mamba_rms_norm)
+    dt_norms: bool = False  # Jamba
+    every: int = 4  # layer_types: the class's default full_attention_interval
+    inner: str = ""  # a key whose value, when the file has it, is d_inner (MambaConfig)
+
+
+# Per-layer type names in configs -> (mixer letter, FFN letter); the FFN letter "" means the
+# layer's FFN as the record's MoE rule says (dense or experts).
+_HYBRID_TYPES = {"linear_attention": ("M", ""), "mamba": ("M", ""), "conv": ("M", ""),
+                 "full_attention": ("F", ""), "attention": ("F", "")}
+_NEMOTRON = {"M": ("M", "X"), "*": ("F", "X"), "-": ("X", "D"), "E": ("X", "E"),
+             "linear_attention": ("M", "X"), "mamba": ("M", "X"), "full_attention": ("F", "X"),
+             "attention": ("F", "X"), "mlp": ("X", "D"), "moe": ("X", "E")}
+
+
+def _hybrid_layers(c: Config, s: Ssm, L: int) -> list[tuple[str, str]]:
+    """(mixer letter, FFN letter) per layer, as the config class derives them."""
+    if s.layers == "all":
+        return [("M", "")] * L
+    if s.layers == "jamba":  # JambaConfig.layers_block_type
+        period, offset = c.t("attn_layer_period", 8), c.t("attn_layer_offset", 4)
+        return [("F" if i % period == offset else "M", "") for i in range(L)]
+    if s.layers == "bamba":  # BambaConfig.layers_block_type
+        idx = c.data.get("attn_layer_indices") or []
+        return [("F" if i in idx else "M", "") for i in range(L)]
+    if s.layers == "nemotron":
+        raw = c.data.get("hybrid_override_pattern")
+        kinds = list(raw) if isinstance(raw, str) else c.data.get("layers_block_type") \
+            or c.data.get("layer_types") or ["linear_attention", "moe", "full_attention", "mlp"]
+        key = "hybrid_override_pattern" if isinstance(raw, str) else "layers_block_type"
+        if not isinstance(kinds, list) or any(k not in _NEMOTRON for k in kinds):
+            raise SpecError(key, "M, *, - and E (or mamba, attention, mlp, moe) per layer",
+                            raw if isinstance(raw, str) else kinds, source=c.where)
+        return [_NEMOTRON[k] for k in kinds]
+    types = c.data.get("layer_types")
+    if types is None and s.layers == "lfm2":  # Lfm2Config: full_attn_idxs, default all
+        idx = c.data.get("full_attn_idxs")
+        return [("F" if idx is None or i in idx else "M", "") for i in range(L)]
+    if types is None:
+        every = c.t("full_attention_interval", s.every)
+        if s.layers == "layer_types_all":  # GraniteMoeHybridConfig: every layer mamba
+            return [("M", "")] * L
+        return [("M" if (i + 1) % every else "F", "") for i in range(L)]
+    if not isinstance(types, list) or len(types) != L or any(t not in _HYBRID_TYPES
+                                                             for t in types):
+        raise SpecError("layer_types", f"a list of {L} of "
+                        + ", ".join(sorted(_HYBRID_TYPES)), types, source=c.where)
+    return [_HYBRID_TYPES[t] for t in types]
+
+
+def _ssm(c: Config, s: Ssm, E: int) -> dict[str, Any]:
+    """The spec's mixer fields from the family's keys (defaults: hf_defaults.py)."""
+    def num(key: str, fallback: Any = None) -> Any:
+        value = c.t(key, fallback) if key else fallback
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise SpecError(key, "an integer", value, source=c.where)
+        return value
+
+    def switch(spec: str | bool) -> bool:
+        return spec if isinstance(spec, bool) else bool(c.t(spec, False))
+
+    out: dict[str, Any] = {"mixer": s.kind}
+    if s.kind == "short_conv":
+        return out | {"ssm_conv": num(s.conv), "ssm_conv_bias": switch(s.conv_bias)}
+    heads = num(s.heads) if s.kind != "mamba" else 0
+    if s.inner and c.data.get(s.inner) is not None:
+        # MambaConfig.__post_init__ sets intermediate_size = expand · hidden_size, then the
+        # file's own intermediate_size overrides it (Falcon-Mamba-7B: expand 16, 8192)
+        inner = num(s.inner)
+    elif s.expand:
+        expand = c.t(s.expand, 2)
+        if isinstance(expand, bool) or not isinstance(expand, (int, float)):
+            raise SpecError(s.expand, "a number", expand, source=c.where)
+        inner = int(expand * E)
+    else:
+        inner = heads * num(s.head_dim)
+    if heads and s.head_dim:
+        head_dim = c.t(s.head_dim, "auto")
+        if head_dim not in ("auto", None) and head_dim * heads != inner:
+            raise SpecError(s.head_dim, f"{s.heads} · {s.head_dim} = the mixer width {inner} "
+                            "(the model's forward needs it)", head_dim, source=c.where)
+    out |= {"ssm_inner": inner, "ssm_state": num(s.state), "ssm_conv": num(s.conv),
+            "ssm_heads": heads, "ssm_groups": num(s.groups) if s.kind != "mamba" else 0,
+            "ssm_conv_bias": switch(s.conv_bias), "ssm_bias": switch(s.bias),
+            "ssm_norm": switch(s.norm), "ssm_dt_norms": s.dt_norms}
+    cache = c.data.get("mamba_ssm_cache_dtype")
+    if cache is not None:  # Nemotron-H: the dtype serving engines keep the state in
+        names = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+        if cache not in names:
+            raise SpecError("mamba_ssm_cache_dtype", "one of " + ", ".join(names), cache,
+                            source=c.where)
+        out["ssm_state_dtype"] = names[cache]
+    if s.kind == "mamba":
+        rank = c.t(s.dt_rank, "auto")
+        out["ssm_dt_rank"] = -(-E // 16) if rank == "auto" else rank  # math.ceil(E / 16)
+    if s.kind != "mamba":
+        out["ssm_chunk"] = s.chunk if isinstance(s.chunk, int) else num(s.chunk, 256)
+    return out
 
 
 class Layout(NamedTuple):
@@ -778,6 +902,10 @@ class Layout(NamedTuple):
     dense_ff: str = ""  # a key for the dense layers' FFN size when it differs (Llama 4)
     moe: Moe | None = None
     dropout: tuple[str, ...] = ("attention_dropout",)
+    ssm: Ssm | None = None  # a recurrent mixer in some or all layers (issue 14)
+    ff_key: str = ""  # the dense FFN's size under another key (GraniteMoeHybrid)
+    ffn_adjust: str = ""  # lfm2: Lfm2MLP's 2/3 and multiple-of rounding of intermediate_size
+    untied: bool = False  # the class ties nothing (_tied_weights_keys empty: Nemotron-H)
 
 
 def _generic(c: Config, r: Layout) -> dict[str, Any]:
@@ -789,6 +917,21 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
     E, H = c.t("hidden_size"), c.t("num_attention_heads")
     L = c.t("num_hidden_layers")
     F = c.t("intermediate_size", c.t("moe_intermediate_size"))
+    if r.ff_key:
+        F = c.t(r.ff_key)
+    if r.ffn_adjust == "lfm2" and F is not None and c.t("block_auto_adjust_ff_dim", True):
+        F = int(2 * F / 3)  # Lfm2MLP.__init__
+        mult, step = c.t("block_ffn_dim_multiplier", 1.0), c.t("block_multiple_of", 256)
+        if mult is not None:
+            F = step * ((int(mult * F) + step - 1) // step)
+    kinds: list[tuple[str, str]] = []
+    if r.ssm is not None:
+        if r.ssm.layers == "nemotron":  # NemotronHConfig: the layer count is the pattern's
+            L = len(_hybrid_layers(c, r.ssm, 0))
+        if L is not None:
+            kinds = _hybrid_layers(c, r.ssm, L)
+        if r.ssm.layers == "all":  # Mamba, Mamba-2: no attention, no FFN
+            H, F = 0, 0
     if r.ffn_ratio and E is not None:
         F = c.t(r.ffn_ratio) * E
     elif r.ffn_default_4x and F is None and E is not None:
@@ -798,7 +941,7 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
                        ("intermediate_size", F)):
         if value is None:
             raise SpecError(c.spelled(key), "to be present", None, source=c.where)
-    d_head = c.t("head_dim", E // H if H else None)
+    d_head = c.t("head_dim", E // H if H else None) if H else 0
     if r.full_width and d_head * H != E:
         raise SpecError("head_dim", f"num_attention_heads · head_dim = hidden_size = {E} "
                         f"({r.full_width})", d_head, source=c.where)
@@ -823,7 +966,11 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         lm_head_bias=c.flag(r.lm_head_bias), embedding_norm=r.embedding_norm,
         final_norm=r.final_norm,
         fused_qkv=r.fused_qkv, attn_gate=r.gate[0], attn_gate_bias=r.gate[1],
-        **_bias(qkv, qkv, qkv, o, mlp, mlp), tie_embeddings=bool(c.t("tie_word_embeddings")))
+        **_bias(qkv, qkv, qkv, o, mlp, mlp),
+        tie_embeddings=bool(c.t("tie_word_embeddings")) and not r.untied)
+    if r.untied and c.t("tie_word_embeddings"):
+        c.notes.append(f"config says tie_word_embeddings: true; {r.cls} ties nothing "
+                       "(transformers 5.23), so its head is counted apart")
     if r.lang_emb and c.flag("use_lang_emb") and c.t("n_langs", 1) > 1:
         out["token_types"] = c.t("n_langs")  # same shape as a segment table: n_langs × d
     if r.mla:
@@ -838,9 +985,43 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         out |= _generic_moe(c, r.moe, L)
     if r.chunked:
         out |= _chunked_layers(c, L)
+    elif r.ssm is not None:
+        out |= _ssm_layers(c, r.ssm, kinds, out)
     elif "layer_types" in c.data:
         out |= _layer_attention(c, L, None, None)
     return out
+
+
+def _ssm_layers(c: Config, s: Ssm, kinds: list[tuple[str, str]],
+                out: dict[str, Any]) -> dict[str, Any]:
+    """The mixer's fields and the per-layer patterns of a recurrent or hybrid model."""
+    mixers = [k[0] for k in kinds]
+    if any(k[1] for k in kinds):  # the config names each layer's FFN (Nemotron-H)
+        ffns = [k[1] for k in kinds]
+    elif out.get("layer_ffn"):
+        from transformer_calc.plan import parse_pattern
+
+        ffns = list(parse_pattern(out["layer_ffn"], "DEX", len(kinds), "layer_ffn"))
+    else:
+        ffns = ["E" if out.get("n_experts") else "D" if out["d_ff"] else "X"] * len(kinds)
+    extra: dict[str, Any] = {"layer_attention": "", "layer_ffn": ""}
+    if "M" in mixers:
+        extra |= _ssm(c, s, out["d_model"])
+    if len(set(mixers)) > 1 or mixers[0] != ("M" if "M" in mixers else "F"):
+        extra["layer_attention"] = _runs(mixers)
+    if "E" not in ffns:  # the config's expert keys build nothing (a hybrid without MoE layers)
+        extra |= {"n_experts": 0, "top_k": 0, "d_ff_expert": None, "router_bias": False,
+                  "n_shared_experts": 0, "d_ff_shared": None, "shared_expert_gate": False}
+    if "D" not in ffns and not out.get("d_ff"):
+        extra["d_ff"] = 0
+    default = "E" if "E" in ffns and len(set(ffns)) == 1 else "X" if set(ffns) == {"X"} else "D"
+    if len(set(ffns)) > 1 or ffns[0] != default:
+        extra["layer_ffn"] = _runs(ffns)
+    if set(ffns) == {"X"}:
+        extra["d_ff"] = 0
+    if "F" not in mixers:
+        extra |= {"n_heads": 0, "n_kv_heads": None, "d_head": None}
+    return extra
 
 
 def _chunked_layers(c: Config, L: int) -> dict[str, Any]:
@@ -892,6 +1073,9 @@ def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
         if not isinstance(moe, list) or any(type(i) is not int for i in moe):
             raise SpecError(m.layer_list, "a list of layer indices", moe, source=c.where)
         ffn = ["E" if i in moe else "D" for i in range(L)]
+    if m.period[0]:
+        every, offset = c.t(m.period[0], 1), c.t(m.period[1], 0)
+        ffn = ["E" if X > 1 and i % every == offset else "D" for i in range(L)]
     if m.layer_types:
         kinds = c.data.get(m.layer_types)
         if kinds is None:
@@ -1103,6 +1287,75 @@ GENERIC: dict[str, Layout] = {
     "afmoe": Layout("AfmoeForCausalLM", mlp_bias=False, norms="sandwich", qk_norm="head",
                     gate=("width", "none"),
                     moe=Moe(shared="num_shared_experts", first_dense="num_dense_layers")),
+    # -- recurrent and hybrid models (issue 14): a mixer record (Ssm) on a Llama-style layout
+    **{t: Layout(cls, qkv_bias=False, o_bias=False, mlp_bias=False, position="none",
+                 ssm=Ssm("mamba", inner="intermediate_size"), dropout=())
+       # FalconMambaMixer normalises dt, B and C with parameter-free RMS norms: same count
+       for t, cls in (("mamba", "MambaForCausalLM"), ("falcon_mamba", "FalconMambaForCausalLM"))},
+    "mamba2": Layout("Mamba2ForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
+                     position="none", ssm=Ssm("mamba2"), dropout=()),
+    # NemotronHBlock: one norm and one mixer per layer (Mamba-2, attention without RoPE, a
+    # squared-ReLU MLP, or MoE with non-gated experts and one shared MLP)
+    "nemotron_h": Layout("NemotronHForCausalLM", qkv_bias=False, o_bias=False, ffn="plain",
+                         act="mlp_hidden_act", position="none",
+                         untied=True,
+                         refuse=(("moe_latent_size", "the experts' latent projections are "
+                                  "not modelled"),
+                                 ("mlp_bias", "biases on the MLPs and the shared expert but "
+                                  "not the routed experts are not modelled"),
+                                 ("num_nextn_predict_layers", "multi-token-prediction layers "
+                                  "are not modelled")),
+                         ssm=Ssm("mamba2", layers="nemotron", expand="",
+                                 state="ssm_state_size", heads="mamba_num_heads",
+                                 head_dim="mamba_head_dim"),
+                         moe=Moe(experts=("n_routed_experts",), shared=1,
+                                 shared_ff="moe_shared_expert_intermediate_size")),
+    **{t: Layout(cls, mlp_bias="mlp_bias" if t == "bamba" else False,
+                 ff_key="" if t == "bamba" else "shared_intermediate_size",
+                 ssm=Ssm("mamba2", layers="bamba" if t == "bamba" else "layer_types_all",
+                         expand="mamba_expand", state="mamba_d_state", heads="mamba_n_heads",
+                         head_dim="mamba_d_head", groups="mamba_n_groups", conv="mamba_d_conv",
+                         conv_bias="mamba_conv_bias", bias="mamba_proj_bias",
+                         chunk="mamba_chunk_size"),
+                 # GraniteMoeHybrid: experts of intermediate_size and a gated shared MLP of
+                 # shared_intermediate_size in every layer (the dense FFN without experts)
+                 moe=None if t == "bamba" else Moe(
+                     experts=("num_local_experts",), expert_ff="intermediate_size",
+                     shared_ff="shared_intermediate_size"))
+       for t, cls in (("bamba", "BambaForCausalLM"),
+                      ("granitemoehybrid", "GraniteMoeHybridForCausalLM"))},
+    # Jamba: Mamba-1 mixers with RMSNorms on dt, B and C; attention every attn_layer_period-th
+    # layer; experts every expert_layer_period-th
+    "jamba": Layout("JambaForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
+                    position="none",
+                    ssm=Ssm("mamba", layers="jamba", expand="mamba_expand",
+                            state="mamba_d_state", conv="mamba_d_conv", dt_rank="mamba_dt_rank",
+                            conv_bias="mamba_conv_bias", bias="mamba_proj_bias",
+                            dt_norms=True),
+                    moe=Moe(experts=("num_experts",), expert_ff="",
+                            period=("expert_layer_period", "expert_layer_offset"))),
+    # Qwen3-Next / Qwen3.5: Gated DeltaNet in 3 of 4 layers; the others full attention with
+    # QK-norm and an output gate (q_proj doubled); torch_chunk_gated_delta_rule's chunk is 64
+    **{t: Layout(cls, mlp_bias=False, qk_norm="head", gate=("width", "none"),
+                 refuse=(("attention_bias", "the output gate's half of q_proj's bias is not "
+                          "modelled"),),
+                 ssm=Ssm("gated_deltanet", layers="layer_types", expand="",
+                         state="linear_key_head_dim", heads="linear_num_value_heads",
+                         head_dim="linear_value_head_dim", groups="linear_num_key_heads",
+                         conv="linear_conv_kernel_dim", conv_bias=False, bias=False, chunk=64),
+                 moe=moe)
+       for t, cls, moe in (
+           ("qwen3_next", "Qwen3NextForCausalLM",
+            Moe(shared_ff="shared_expert_intermediate_size", shared_gate=True,
+                mlp_only="mlp_only_layers", step="decoder_sparse_step")),
+           ("qwen3_5_text", "Qwen3_5ForCausalLM", None),
+           ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM",
+            Moe(shared_ff="shared_expert_intermediate_size", shared_gate=True)))},
+    # LFM2: short gated convolutions and attention with QK-norm; the FFN size is adjusted
+    "lfm2": Layout("Lfm2ForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
+                   qk_norm="head", ffn_adjust="lfm2",
+                   ssm=Ssm("short_conv", layers="lfm2", conv="conv_L_cache",
+                           conv_bias="conv_bias")),
     "cohere2_moe": Layout("Cohere2MoeForCausalLM", mlp_bias=False, norm="layernorm_nobias",
                           norms="parallel", moe=Moe(expert_ff="", shared="num_shared_experts")),
 }

@@ -15,7 +15,7 @@ from transformer_calc.choices import ATTENTIONS, DEVICES, OPTIMIZERS, PRECISIONS
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import DENSE
 from transformer_calc.params import count_params, symbols
-from transformer_calc.plan import FFN, Attention, plan_of
+from transformer_calc.plan import FFN, Attention, Mixer, plan_of
 from transformer_calc.spec import ModelSpec
 
 # Quantised weight formats: bits per weight, and one fp16 scale per group of weights
@@ -41,6 +41,18 @@ def kv_cache_elements(spec: ModelSpec, context: int) -> int:
     layer keeps at most its window, every other attention layer all of the context."""
     return sum(n * a.kv_per_token() * (context if a.cross else a.cached_tokens(context))
                for n, a in _caching_attention(spec))
+
+
+def recurrent_state_elements(spec: ModelSpec) -> tuple[int, int]:
+    """(convolution state, recurrent state) values one sequence keeps in the recurrent
+    layers, whatever the context (Mixer.state_per_sequence, summed over the layers)."""
+    conv = ssm = 0
+    for g in plan_of(spec).groups:
+        m = g.block.mixer
+        if m is not None:
+            c, s = m.state_per_sequence()
+            conv, ssm = conv + g.count * c, ssm + g.count * s
+    return conv, ssm
 
 
 def _caching_attention(spec: ModelSpec) -> list[tuple[int, Attention]]:
@@ -282,6 +294,138 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             add((p + "residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", "", L, stack,
                  "", None, ()))
 
+    def mixer_block(m: Mixer, p: str, stack: str, L: int) -> None:
+        """What transformers' torch path of a recurrent mixer saves for backward (the path
+        the CPU runs; measured: tools/measure_activations_hf.py, tests/test_mixers.py). The
+        scans compute in fp32 whatever the model's dtype; the CUDA kernels (mamba_ssm,
+        causal-conv1d, fla) keep far less and are not modelled here."""
+        def row(name: str, n: int, formula: str, note: str = "") -> None:
+            add((p + name, n, formula, "", L, stack, note, None, ()))
+
+        f = 4  # fp32
+        up = a != 4  # a 16-bit model: the scans' .float() copies are new tensors
+        K, C, Di, N, H = m.conv, m.conv_channels, m.inner, m.state, m.heads
+        row("input", x, "B·T·d_model · act (in_proj input)")
+        if device == "cuda":
+            cuda_kernels(m, row)
+            return
+        if m.kind == "short_conv":
+            # Lfm2ShortConv.slow_forward: B·x is the conv input, C·conv(B·x) the output
+            row("in_proj_output", 3 * x, "3 · B·T·d_model · act (B, C, x)")
+            row("conv_input", x, "B·T·d_model · act (B ⊙ x)")
+            row("conv_output", sb * E * a + B * E * (K - 1) * a,
+                "B·(T + ssm_conv − 1)·d_model · act (padded)")
+            row("out_proj_input", x, "B·T·d_model · act")
+            return
+        Tk = B * (T + K - 1)  # conv1d pads K − 1 on both sides and drops the tail
+        if m.kind == "mamba":
+            # MambaMixer.slow_forward and mamba_selective_scan's sequential loop
+            R = m.dt_rank
+            row("in_proj_output", sb * 2 * Di * a, "B·T·2·ssm_inner · act (x and z)")
+            row("conv_output", Tk * Di * a, "B·(T + ssm_conv − 1)·ssm_inner · act")
+            row("x", sb * Di * a, "B·T·ssm_inner · act (x_proj input)")
+            row("x_proj_output", sb * (R + 2 * N) * a, "B·T·(dt_rank + 2·ssm_state) · act")
+            row("dt", 2 * sb * Di * a + (sb * Di * f if up else 0),
+                "2 · B·T·ssm_inner · act (softplus in and out)")
+            row("discrete_A_B", 2 * sb * Di * N * f, "2 · B·T·ssm_inner·ssm_state · 4 "
+                "(exp(Δ·A) and Δ·B, fp32)")
+            row("x_fp32", sb * Di * f + (sb * N * f if up else 0),
+                "B·T·ssm_inner · 4 (x for Δ·B·x, fp32)")
+            row("states", (T + 1) * B * Di * N * f + (T * B * Di * N * a if up else 0),
+                "(T + 1) · B·ssm_inner·ssm_state · 4 (one state per step: the loop)")
+            row("gate", 2 * sb * Di * f + (sb * Di * a if up else 0),
+                "2 · B·T·ssm_inner · 4 (y and silu(z))")
+            row("out_proj_input", sb * Di * a, "B·T·ssm_inner · act")
+            return
+        Q = m.chunk
+        c = -(-T // Q)  # chunks
+        Tp = c * Q  # padded to whole chunks
+        sp = B * Tp
+        if m.kind == "mamba2":
+            # Mamba2Mixer.torch_forward and mamba2_chunk_scan (the SSD algorithm in einsums);
+            # B and C are repeated to every head
+            G = m.groups
+            row("in_proj_output", sb * (2 * Di + 2 * G * N + H) * a,
+                "B·T·(2·ssm_inner + 2·ssm_groups·ssm_state + ssm_heads) · act")
+            row("conv_output", Tk * C * a, "B·(T + ssm_conv − 1)·conv channels · act")
+            row("dt", 2 * sb * H * a + sb * H * f * (2 if up else 1),
+                "B·T·ssm_heads · (2 · act + 4)")
+            row("x", sb * (Di * f if up else C * a), "B·T·ssm_inner · 4 (x in fp32)")
+            row("D_residual", sp * Di * f, "B·T·ssm_inner · 4 (padded)")
+            row("chunk_decay", B * H * Tp * Q * f + 3 * B * H * Tp * f
+                + B * H * (c + 1) ** 2 * f, "B·ssm_heads·T·ssm_chunk · 4 (segment sums)")
+            row("scores", 2 * sp * Q * H * f, "2 · B·T·ssm_chunk·ssm_heads · 4 (C·Bᵀ and "
+                "masked)", "quadratic within a chunk")
+            row("B_C_copies", 5 * sp * H * N * f, "5 · B·T·ssm_heads·ssm_state · 4")
+            row("x_copies", 2 * sp * Di * f, "2 · B·T·ssm_inner · 4")
+            row("chunk_states", B * (c + 1) * Di * N * f + B * c * Di * N * f,
+                "(2·chunks + 1) · B·ssm_inner·ssm_state · 4")
+            row("y_off", sp * Di * f, "B·T·ssm_inner · 4")
+            row("gated_norm", sb * Di * f * (5 if up else 4) + sb * G * f,
+                "4 · B·T·ssm_inner · 4 (y, silu(z), the group-normed y), fp32")
+            row("out_proj_input", sb * Di * a, "B·T·ssm_inner · act")
+            return
+        # gated_deltanet: Qwen3NextGatedDeltaNet and torch_chunk_gated_delta_rule; q and k
+        # are repeated to every value head, and every tensor of the rule is fp32
+        dk, dv = N, Di // H
+        row("in_proj_output", sb * C * a, "B·T·conv channels · act (q, k, v)")
+        row("conv_output", Tk * C * a, "B·(T + ssm_conv − 1)·conv channels · act")
+        row("beta_g", sb * H * (a + 2 * f), "B·T·ssm_heads · (act + 8)")
+        row("qk_l2norm", 2 * sb * H * (dk + 1) * f, "2 · B·T·ssm_heads·(d_k + 1) · 4")
+        row("beta_values", sp * H * (dv + 1) * f, "B·T·ssm_heads·(d_v + 1) · 4")
+        row("key_copies", 6 * sp * H * dk * f, "6 · B·T·ssm_heads·d_k · 4")
+        row("chunk_scores", 4 * sp * H * Q * f, "4 · B·T·ssm_heads·ssm_chunk · 4 (decay, "
+            "k·kᵀ, q·kᵀ, the solve's matrix)", "quadratic within a chunk")
+        row("solved", sp * H * (dv + dk) * f + 3 * sp * H * f, "B·T·ssm_heads·(d_v + d_k) · 4")
+        row("loop", B * c * H * (dk * dv * 2 + Q * (dv * 2 + dk)) * f,
+            "chunks · B·ssm_heads·(2·d_k·d_v + ssm_chunk·(2·d_v + d_k)) · 4 (per chunk)")
+        row("gated_norm", sb * Di * f * 4 + sb * H * f, "4 · B·T·ssm_inner · 4 (fp32)")
+        row("out_proj_input", sb * Di * a, "B·T·ssm_inner · act")
+
+    def cuda_kernels(m: Mixer, row) -> None:  # type: ignore[no-untyped-def]
+        """What the fused CUDA kernels' autograd functions save (read from their source; not
+        measured on a GPU yet): they recompute the convolution and the scan's internals in
+        backward."""
+        C, Di, N, H = m.conv_channels, m.inner, m.state, m.heads
+        note = "from the kernel's source, not measured on a GPU"
+        if m.kind == "mamba2":
+            # mamba_ssm ssd_combined.py, MambaSplitConv1dScanCombinedFn.save_for_backward:
+            # zxbcdt, out_x and the gated norm's rstd (out_proj fused, input recomputed)
+            G = m.groups
+            row("in_proj_output", sb * (2 * Di + 2 * G * N + H) * a,
+                "B·T·(2·ssm_inner + 2·ssm_groups·ssm_state + ssm_heads) · act (zxbcdt)", note)
+            row("scan_output", sb * Di * a, "B·T·ssm_inner · act (out_x)", note)
+            row("norm_rstd", sb * G * 4, "B·T·ssm_groups · 4", note)
+        elif m.kind == "mamba":
+            # mamba_ssm selective_scan_interface.py, MambaInnerFn (checkpoint_lvl 1: the conv
+            # output and delta recomputed): xz, x_dbl, out, scan_intermediates (fp32, one
+            # (A, B·x) pair per 2048-token chunk)
+            R = m.dt_rank
+            row("in_proj_output", sb * 2 * Di * a, "B·T·2·ssm_inner · act (xz)", note)
+            row("x_proj_output", sb * (R + 2 * N) * a, "B·T·(dt_rank + 2·ssm_state) · act "
+                "(x_dbl)", note)
+            row("scan_output", sb * Di * a, "B·T·ssm_inner · act (out)", note)
+            row("scan_intermediates", B * Di * -(-T // 2048) * 2 * N * 4,
+                "B·ssm_inner·⌈T / 2048⌉·2·ssm_state · 4", note)
+            row("out_proj_input", sb * Di * a, "B·T·ssm_inner · act", note)
+        elif m.kind == "gated_deltanet":
+            # causal_conv1d_fn keeps its input; fla's chunk_gated_delta_rule keeps q, k, v
+            # (q and k repeated to the value heads by transformers), g, beta and its per-chunk
+            # matrix A (B·T·heads·chunk, fp32); the gated norm keeps y, z and rstd
+            dk, dv, Q = N, Di // H, m.chunk
+            row("in_proj_output", sb * (C + Di + 2 * H) * a,
+                "B·T·(conv channels + ssm_inner + 2·ssm_heads) · act (qkv, z, b, a)", note)
+            row("qkv", sb * H * (2 * dk + dv) * a, "B·T·ssm_heads·(2·d_k + d_v) · act", note)
+            row("g_beta_A", sb * H * (2 + Q) * 4, "B·T·ssm_heads·(2 + ssm_chunk) · 4", note)
+            row("gated_norm", 2 * sb * Di * a + sb * H * 4, "2 · B·T·ssm_inner · act + rstd",
+                note)
+            row("out_proj_input", sb * Di * a, "B·T·ssm_inner · act", note)
+        else:  # short_conv with causal_conv1d: no padded tail
+            row("in_proj_output", 3 * x, "3 · B·T·d_model · act (B, C, x)", note)
+            row("conv_input", x, "B·T·d_model · act (B ⊙ x)", note)
+            row("conv_output", x, "B·T·d_model · act", note)
+            row("out_proj_input", x, "B·T·d_model · act", note)
+
     # embeddings
     add(("embed.token_ids", sb * 8, "B·T · 8 (int64 indices)", "", 1, "", "", None, ()))
     if spec.position == "learned":
@@ -294,11 +438,15 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             blk = g.block
             for name in blk.norms:
                 norm(f"{g.name}.{name}", g.name, g.count)
-            attention_block(blk.attn, f"{g.name}.attn.", g.name, g.count)
+            if blk.attn is not None:
+                attention_block(blk.attn, f"{g.name}.attn.", g.name, g.count)
+            if blk.mixer is not None:
+                mixer_block(blk.mixer, f"{g.name}.mixer.", g.name, g.count)
             if blk.cross is not None:
                 attention_block(blk.cross, f"{g.name}.cross.", g.name, g.count)
-            ffn_block(blk.ffn, f"{g.name}.ffn.", g.name, g.count,
-                      shares_input=blk.ffn_reads_attn_input)
+            if blk.ffn is not None:
+                ffn_block(blk.ffn, f"{g.name}.ffn.", g.name, g.count,
+                          shares_input=blk.ffn_reads_attn_input)
         if st.final_norm:
             norm(f"{st.name}.final_norm", "", 1)
     if spec.embedding_norm:
@@ -311,6 +459,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
              "", None, ()))
         add(("loss.targets", sb * 8, "B·T · 8 (int64 labels)", "", 1, "", "", None, ()))
 
+    if any(g.block.mixer is not None for g in plan_of(spec).groups):
+        notes.append("recurrent mixers: on the CPU, what transformers' torch path saves "
+                     "(measured); on CUDA, what the fused kernels (mamba_ssm, causal-conv1d, "
+                     "fla) save, read from their source and not yet measured on a GPU")
     if recompute == "full":
         # Only each layer's input is kept; one layer's activations exist again in backward.
         kept = [r for r in rows if not r[5]]  # outside the layers
@@ -499,11 +651,24 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
                               "cached values per token · bytes",
                               f"{s.batch_size} · {per_seq:,} · {kv_dtype}",
                               note="sliding-window and chunked layers keep only their window"))
+        conv, ssm = recurrent_state_elements(spec)
+        if conv or ssm:
+            # measured: transformers 5.23 keeps the convolution state in the model's dtype and
+            # the recurrent state in fp32 (tools/reference_kv_cache.py --split)
+            sd = {"fp32": 4, "bf16": 2, "fp16": 2}[spec.ssm_state_dtype]
+            state = s.batch_size * math.ceil(conv * DTYPE_BYTES[kv_dtype] + ssm * sd)
+            comps.append(Item(
+                "recurrent_state", state,
+                "batch · (conv state · bytes + recurrent state · state bytes)",
+                f"{s.batch_size} · ({conv:,} · {kv_dtype} + {ssm:,} · {spec.ssm_state_dtype})",
+                note="constant in the context: the last ssm_conv inputs of each convolution "
+                     "channel and the state of every recurrent layer"))
         inference_notes = []
         if s.dtype in QUANT_BITS:
             inference_notes.append(f"{s.dtype}: {QUANT_BITS[s.dtype]} bits per weight + one fp16 "
                                    f"scale per {s.group_size} weights (group quantisation)")
-        inference_notes.append("inference: weights and KV cache; transient activations are left "
+        inference_notes.append("inference: weights and KV cache" + (
+            " and recurrent state" if conv or ssm else "") + "; transient activations are left "
                                "out")
         notes = tuple(inference_notes)
         acts = Breakdown(spec.name, "bytes", ())
@@ -563,8 +728,8 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown) -> B
             per = split // s.tp + (rest // s.tp if s.sequence_parallel else rest)
             out.append(Item("activations", per, "tp-split part / tp + the rest"
                             + (" / tp (sequence parallel)" if s.sequence_parallel else "")))
-        elif item.name == "kv_cache":
-            out.append(Item("kv_cache", math.ceil(item.total / s.gpus), "kv_cache / gpus"))
+        elif item.name in ("kv_cache", "recurrent_state"):
+            out.append(Item(item.name, math.ceil(item.total / s.gpus), f"{item.name} / gpus"))
         else:
             d = divisor.get(item.name, 1) * mp
             out.append(Item(item.name, math.ceil(item.total / d), f"{item.name} / {d}"))
@@ -582,14 +747,16 @@ def _fit(spec: ModelSpec, s: Settings, per_gpu: Breakdown, gpu_name: str,
     gpu = get_gpu(gpu_name)
     cap = gpu.memory_bytes
     used = per_gpu.total
-    grows = sum(i.total for i in per_gpu.items if i.name in ("activations", "kv_cache"))
+    grows = sum(i.total for i in per_gpu.items
+                if i.name in ("activations", "kv_cache", "recurrent_state"))
     fixed = used - grows
     if fixed >= cap:
         return Fit(gpu.name, cap, used <= cap, cap - used, 0)
     # per-sample cost at batch 1 (exact: every batch-dependent tensor is linear in the batch
     # but for a few B-independent bytes, which the search below absorbs)
     one = memory_report(spec, dataclasses.replace(s, batch_size=1), None, pattern).per_gpu
-    per_sample = sum(i.total for i in one.items if i.name in ("activations", "kv_cache"))
+    per_sample = sum(i.total for i in one.items
+                     if i.name in ("activations", "kv_cache", "recurrent_state"))
     best = max(0, (cap - fixed) // max(per_sample, 1))
     while best > 0 and _used(spec, s, best, pattern) > cap:
         best -= 1

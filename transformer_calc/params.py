@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import partial
 
 from transformer_calc.breakdown import Breakdown
-from transformer_calc.plan import FFN, Attention, describe, plan_of
+from transformer_calc.plan import FFN, Attention, Mixer, describe, plan_of
 from transformer_calc.spec import ModelSpec
 
 # Rule of thumb (Kaplan et al. 2020, Sec. 2.1; nanoGPT): embeddings V·E plus 12·E² per layer,
@@ -132,7 +132,10 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      "", None, ()))
         for g in st.groups:
             blk = g.block
-            _attention(add, blk.attn, blk.norm, E, f"{g.name}.attn.", g.name, g.count)
+            if blk.attn is not None:
+                _attention(add, blk.attn, blk.norm, E, f"{g.name}.attn.", g.name, g.count)
+            if blk.mixer is not None:
+                _recurrent(add, blk.mixer, blk.norm, E, f"{g.name}.mixer.", g.name, g.count)
             for which in ("pos_key", "pos_query")[:spec.rel_projections] \
                     if spec.rel_projections else ():
                 add((f"{g.name}.attn.{which}.weight", E * E, "d_model × d_model", "", g.count,
@@ -141,7 +144,8 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      ()))
             if blk.cross is not None:
                 _attention(add, blk.cross, blk.norm, E, f"{g.name}.cross.", g.name, g.count)
-            _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, g.count)
+            if blk.ffn is not None:
+                _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, g.count)
             for norm in blk.norms:
                 add((f"{g.name}.{norm}", norm_n, norm_why, "", g.count, g.name, blk.norm_note,
                      None, ()))
@@ -170,7 +174,7 @@ def count_params(spec: ModelSpec) -> Breakdown:
 
     if spec.note:
         notes.insert(0, spec.note)
-    if spec.d_head is None and not spec.mla:
+    if spec.d_head is None and not spec.mla and H:
         if spec.kv_heads == H:
             notes.append(f"d_head = d_model / n_heads = {E} / {H} = {dh}: the head count "
                          "splits d_model, so it does not change the parameter count.")
@@ -324,6 +328,76 @@ def _latent_attention(add, a: Attention, norm: str, E: int, p: str, group: str, 
         add((p + "o.bias", E, "d_model", "", L, group, "", None, ()))
 
 
+def _recurrent(add, m: Mixer, norm: str, E: int, p: str, group: str,  # type: ignore[no-untyped-def]
+               L: int) -> None:
+    """The tensors of one recurrent mixer, as transformers 5.23 builds them: MambaMixer (Gu &
+    Dao 2023), Mamba2Mixer (Dao & Gu 2024), Qwen3NextGatedDeltaNet (Yang et al. 2025) and
+    Lfm2ShortConv. Convolutions are depthwise: one kernel of ``ssm_conv`` taps per channel."""
+    Di, N, H, G, K, R = m.inner, m.state, m.heads, m.groups, m.conv, m.dt_rank
+    C = m.conv_channels
+
+    def proj(name: str, fan_in: int, fan_out: int, formula: str, bias: bool,
+             note: str = "") -> None:
+        add((p + name + ".weight", fan_in * fan_out, formula, "", L, group, note, None,
+             (fan_out, fan_in)))
+        if bias:
+            out_sym = formula.split(" × ", 1)[1].strip("()")
+            add((p + name + ".bias", fan_out, out_sym, "", L, group, "", None, ()))
+
+    def conv(formula: str, channels_sym: str) -> None:
+        add((p + "conv.weight", C * K, f"{formula} · ssm_conv", "", L, group,
+             "causal depthwise convolution", None, (C, 1, K)))
+        if m.conv_bias:
+            add((p + "conv.bias", C, channels_sym, "", L, group, "", None, ()))
+
+    def vector(name: str, n: int, formula: str, note: str = "") -> None:
+        add((p + name, n, formula, "", L, group, note, None, ()))
+
+    if m.kind == "mamba":
+        proj("in_proj", E, 2 * Di, "d_model × (2 · ssm_inner)", m.bias, "x and the gate z")
+        conv("ssm_inner", "ssm_inner")
+        proj("x_proj", Di, R + 2 * N, "ssm_inner × (ssm_dt_rank + 2 · ssm_state)", False,
+             "dt, B, C from x")
+        proj("dt_proj", R, Di, "ssm_dt_rank × ssm_inner", True)
+        vector("A_log", Di * N, "ssm_inner · ssm_state", "log of −A, one per channel and state")
+        vector("D", Di, "ssm_inner", "skip connection")
+        if m.dt_norms:  # JambaMambaMixer: RMSNorms on dt, B and C
+            for name, width, sym in (("dt_norm", R, "ssm_dt_rank"), ("b_norm", N, "ssm_state"),
+                                     ("c_norm", N, "ssm_state")):
+                n, why = norm_of("rmsnorm", width, sym)
+                vector(name, n, why)
+        proj("out_proj", Di, E, "ssm_inner × d_model", m.bias)
+    elif m.kind == "mamba2":
+        proj("in_proj", E, 2 * Di + 2 * G * N + H,
+             "d_model × (2 · ssm_inner + 2 · ssm_groups · ssm_state + ssm_heads)", m.bias,
+             "z, x, B, C and dt")
+        conv("(ssm_inner + 2 · ssm_groups · ssm_state)", "ssm_inner + 2 · ssm_groups · ssm_state")
+        vector("dt_bias", H, "ssm_heads")
+        vector("A_log", H, "ssm_heads", "one decay per head")
+        vector("D", H, "ssm_heads", "skip connection")
+        if m.norm:
+            n, why = norm_of("rmsnorm", Di, "ssm_inner")
+            vector("gated_norm", n, why, "gated RMSNorm before out_proj")
+        proj("out_proj", Di, E, "ssm_inner × d_model", m.bias)
+    elif m.kind == "gated_deltanet":
+        proj("in_proj", E, 2 * G * N + 2 * Di + 2 * H,
+             "d_model × (2 · ssm_groups · ssm_state + 2 · ssm_inner + 2 · ssm_heads)", False,
+             "q, k (key heads), v, the gate z, and β, a per value head")
+        conv("(2 · ssm_groups · ssm_state + ssm_inner)", "2 · ssm_groups · ssm_state + ssm_inner")
+        vector("dt_bias", H, "ssm_heads")
+        vector("A_log", H, "ssm_heads", "one decay per value head")
+        n, why = norm_of("rmsnorm", Di // H, "ssm_inner / ssm_heads")
+        vector("gated_norm", n, why, "gated RMSNorm over one value head, shared by the heads")
+        proj("out_proj", Di, E, "ssm_inner × d_model", False)
+    else:  # short_conv (Lfm2ShortConv): B, C, x from one projection, y = C ⊙ conv(B ⊙ x)
+        proj("in_proj", E, 3 * E, "d_model × (3 · d_model)", m.conv_bias, "B, C and x")
+        add((p + "conv.weight", E * K, "d_model · ssm_conv", "", L, group,
+             "causal depthwise convolution", None, (E, 1, K)))
+        if m.conv_bias:
+            add((p + "conv.bias", E, "d_model", "", L, group, "", None, ()))
+        proj("out_proj", E, E, "d_model × d_model", m.conv_bias)
+
+
 def _ffn(add, f: FFN, E: int, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]
     if f.kind == "param_attention":
         # Vaswani et al. 2017, appendix: the FFN replaced by attention over n_p trainable
@@ -377,7 +451,7 @@ def _mlp(f: FFN, F: int, ff: str, E: int) -> list[tuple[str, int, str, tuple[int
     return parts
 
 
-CATEGORIES = ("embeddings", "attention", "ffn", "norms", "heads")
+CATEGORIES = ("embeddings", "attention", "mixers", "ffn", "norms", "heads")
 
 
 def category(name: str) -> str:
@@ -391,6 +465,8 @@ def category(name: str) -> str:
         return "embeddings"
     if ".attn." in dotted or ".cross." in dotted:
         return "attention"
+    if ".mixer." in dotted:
+        return "mixers"
     return "ffn"
 
 

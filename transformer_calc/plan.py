@@ -117,15 +117,62 @@ class FFN(NamedTuple):
         return self.top_k if self.experts else 1
 
 
+class Mixer(NamedTuple):
+    """A recurrent mixer: a layer whose state does not grow with the context. Sizes in the
+    Mamba-2 paper's terms (Dao & Gu 2024): x has ``inner`` channels in ``heads`` heads; B and C
+    (Gated DeltaNet: the keys and queries) have ``groups`` heads of ``state`` each."""
+
+    kind: str  # mamba | mamba2 | gated_deltanet | short_conv
+    inner: int  # d_inner (short_conv: d_model)
+    state: int  # N (gated_deltanet: key head size)
+    heads: int  # mamba2 heads; gated_deltanet value heads (mamba: 0)
+    groups: int  # mamba2 n_groups; gated_deltanet key heads (mamba: 0)
+    conv: int  # causal depthwise convolution kernel
+    dt_rank: int  # mamba
+    conv_bias: bool
+    bias: bool  # input and output projections
+    norm: bool  # mamba2: gated RMSNorm over d_inner
+    dt_norms: bool  # mamba: RMSNorms on dt, B, C (Jamba)
+    chunk: int = 256  # mamba2 / gated_deltanet: chunk length of the chunked scan
+
+    @property
+    def head_dim(self) -> int:
+        return self.inner // self.heads if self.heads else 0
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels the causal convolution runs over (and keeps K of in its cache)."""
+        if self.kind == "mamba2":  # x, B, C (Mamba2Mixer.conv_dim)
+            return self.inner + 2 * self.groups * self.state
+        if self.kind == "gated_deltanet":  # q, k, v (Qwen3NextGatedDeltaNet.conv_dim)
+            return 2 * self.groups * self.state + self.inner
+        return self.inner
+
+    def state_per_sequence(self) -> tuple[int, int]:
+        """(convolution state, recurrent state) values one layer keeps per sequence, whatever
+        the context: the last ``conv`` inputs of every convolution channel (transformers'
+        caches keep the whole kernel window), and the SSM state: d_inner × N (mamba), heads ×
+        head size × N (mamba2), value heads × key size × value size (gated_deltanet)."""
+        conv = self.conv_channels * self.conv
+        if self.kind == "mamba":
+            return conv, self.inner * self.state
+        if self.kind == "mamba2":
+            return conv, self.heads * self.head_dim * self.state
+        if self.kind == "gated_deltanet":
+            return conv, self.heads * self.state * self.head_dim
+        return conv, 0
+
+
 class Block(NamedTuple):
-    attn: Attention
+    attn: Attention | None  # None: a recurrent mixer (``mixer``) or no mixer at all
     cross: Attention | None
-    ffn: FFN
+    ffn: FFN | None  # None: no FFN (Mamba, Nemotron-H's mixer layers)
     norm: str  # the kind of every d_model-wide norm: layernorm, layernorm_nobias, rmsnorm
     norms: tuple[str, ...]  # their names, e.g. ("attn.norm", "ffn.norm")
     norm_note: str
     parallel: bool  # attention and FFN read the same input (GPT-J, NeoX, Falcon, Phi)
     ffn_reads_attn_input: bool  # parallel with one shared norm: the FFN reads that norm's output
+    mixer: Mixer | None = None
 
 
 class Group(NamedTuple):
@@ -194,9 +241,16 @@ def _layer_kinds(spec: ModelSpec, n_layers: int) -> Counter[str]:
                          "layer_attention") if spec.layer_attention else None
     ffn = parse_pattern(spec.layer_ffn, "".join(FFN_LAYER_KINDS), n_layers,
                         "layer_ffn") if spec.layer_ffn else None
-    a0 = "S" if spec.sliding_window else "F"
-    f0 = "E" if spec.n_experts else "D"
+    a0, f0 = default_kinds(spec)
     return _pair_counts(attn, ffn, a0, f0, n_layers)
+
+
+def default_kinds(spec: ModelSpec) -> tuple[str, str]:
+    """The letters of a layer no pattern describes: the recurrent mixer if there is one, else
+    sliding or full attention; experts, a dense FFN, or none when d_ff is 0."""
+    a0 = "M" if spec.mixer != "none" else "S" if spec.sliding_window else "F"
+    f0 = "E" if spec.n_experts else "D" if spec.d_ff else "X"
+    return a0, f0
 
 
 @lru_cache(maxsize=256)
@@ -206,24 +260,49 @@ def _pair_counts(attn: tuple[str, ...] | None, ffn: tuple[str, ...] | None, a0: 
 
 
 def check_patterns(spec: ModelSpec) -> None:
-    """Validate the per-layer patterns against the rest of the spec (called by ModelSpec)."""
+    """Validate the per-layer patterns (or the default kinds) against the rest of the spec
+    (called by ModelSpec when a pattern, a mixer, or a zero n_heads or d_ff is set)."""
     if spec.arch == "encoder-decoder":
-        key = "layer_attention" if spec.layer_attention else "layer_ffn"
-        raise SpecError(key, "empty for arch encoder-decoder (per-layer patterns are for "
-                        "decoder-only and encoder-only models)", getattr(spec, key))
-    kinds = "".join(_layer_kinds(spec, spec.n_layers))
+        if spec.layer_attention or spec.layer_ffn:
+            key = "layer_attention" if spec.layer_attention else "layer_ffn"
+            raise SpecError(key, "empty for arch encoder-decoder (per-layer patterns are for "
+                            "decoder-only and encoder-only models)", getattr(spec, key))
+        kinds = "FD"
+    else:
+        kinds = "".join(_layer_kinds(spec, spec.n_layers))
     needs = (("S", "sliding_window", "S (sliding) layers need sliding_window >= 1"),
              ("C", "attention_chunk", "C (chunked) layers need attention_chunk >= 1"),
-             ("E", "n_experts", "E (expert) layers need n_experts >= 1"))
+             ("E", "n_experts", "E (expert) layers need n_experts >= 1"),
+             ("M", "mixer", "M (recurrent mixer) layers need a mixer"),
+             ("D", "d_ff", "D (dense FFN) layers need d_ff >= 1"))
     for letter, key, why in needs:
-        if letter in kinds and not getattr(spec, key):
+        if letter in kinds and getattr(spec, key) in (0, "none"):
             raise SpecError(key, why, getattr(spec, key))
+    if not spec.n_heads and any(a in kinds for a in "FSCN"):
+        raise SpecError("n_heads", "an integer >= 1 (the model has attention layers)", 0)
+    if "E" in kinds and not spec.expert_ff:
+        raise SpecError("d_ff_expert", "an integer >= 1 (E layers; or set d_ff)", 0)
 
 
 # -- building the plan -----------------------------------------------------------------------
 
-_ATTN_TAGS = {"F": "full", "S": "sliding", "C": "chunked", "N": "nope"}
-_FFN_TAGS = {"D": "dense", "E": "moe"}
+_ATTN_TAGS = {"F": "full", "S": "sliding", "C": "chunked", "N": "nope", "X": ""}
+_FFN_TAGS = {"D": "dense", "E": "moe", "X": ""}
+_MIXER_TAGS = {"mamba": "mamba", "mamba2": "mamba", "gated_deltanet": "linear",
+               "short_conv": "conv", "none": "recurrent"}
+
+
+def _group_name(spec: ModelSpec, stack: str, kinds: str, vary_a: bool, vary_f: bool) -> str:
+    """'decoder' when every layer is alike; else the parts that differ: 'decoder.moe',
+    'decoder.sliding', 'decoder.mamba.dense'. A layer without one of the two sublayers is named
+    by the other alone (Nemotron-H: decoder.mamba, decoder.full, decoder.dense, decoder.moe)."""
+    a = _MIXER_TAGS[spec.mixer] if kinds[0] == "M" else _ATTN_TAGS[kinds[0]]
+    f = _FFN_TAGS[kinds[1]]
+    if kinds[0] == "X" or kinds[1] == "X":
+        tags = [a or f] if vary_a or vary_f else []
+    else:
+        tags = ([a] if vary_a else []) + ([f] if vary_f else [])
+    return ".".join([stack, *tags])
 
 
 def plan_of(spec: ModelSpec) -> Plan:
@@ -239,8 +318,7 @@ def _build(spec: ModelSpec) -> Plan:
     enc_dec = spec.arch == "encoder-decoder"
     if enc_dec or not (spec.layer_attention or spec.layer_ffn):
         # every layer of a stack alike (the common case): one group each, no pattern parsing
-        kinds = ("F" if enc_dec or not spec.sliding_window else "S") \
-            + ("E" if spec.n_experts and not enc_dec else "D")
+        kinds = "FD" if enc_dec else "".join(default_kinds(spec))
         return Plan(tuple(
             Stack(name, n, (Group(name, n, _block(spec, kinds, name == "decoder" and enc_dec),
                                   kinds),), spec.final_norm)
@@ -252,10 +330,8 @@ def _build(spec: ModelSpec) -> Plan:
         vary_f = len({k[1] for k in counts}) > 1
         groups = []
         for kinds, count in counts.items():
-            tags = ([_ATTN_TAGS[kinds[0]]] if vary_a else []) + \
-                   ([_FFN_TAGS[kinds[1]]] if vary_f else [])
-            groups.append(Group(".".join([name, *tags]), count, _block(spec, kinds, False),
-                                kinds))
+            groups.append(Group(_group_name(spec, name, kinds, vary_a, vary_f), count,
+                                _block(spec, kinds, False), kinds))
         stacks.append(Stack(name, n, tuple(groups), spec.final_norm))
     return Plan(tuple(stacks))
 
@@ -297,9 +373,30 @@ def _ffn(spec: ModelSpec, letter: str) -> FFN:
                spec.router_bias, spec.shared_expert_gate, pattn)
 
 
+def _mixer(spec: ModelSpec) -> Mixer:
+    inner = spec.d_model if spec.mixer == "short_conv" else spec.ssm_inner
+    return Mixer(spec.mixer, inner, spec.ssm_state, spec.ssm_heads, spec.ssm_groups,
+                 spec.ssm_conv, spec.ssm_dt_rank, spec.ssm_conv_bias, spec.ssm_bias,
+                 spec.ssm_norm, spec.ssm_dt_norms, spec.ssm_chunk)
+
+
 def _block(spec: ModelSpec, kinds: str, cross: bool) -> Block:
+    a, f = kinds[0], kinds[1]
+    if "X" in kinds or a == "M":
+        # a layer with a recurrent mixer, or with one sublayer only: a pre-norm per sublayer
+        first = "mixer" if a == "M" else "attn"
+        norms: tuple[str, ...] = tuple(n for n, on in ((f"{first}.norm", a != "X"),
+                                                       ("ffn.norm", f != "X")) if on)
+        if spec.sandwich_norm:
+            norms += tuple(n.replace(".norm", ".post_norm") for n in norms)
+        return Block(attn=_attention(spec, a) if a not in "MX" else None, cross=None,
+                     ffn=_ffn(spec, f) if f != "X" else None, norm=spec.norm, norms=norms,
+                     norm_note="sandwich: a norm before and after each sublayer"
+                     if spec.sandwich_norm else f"{spec.norm_position}-norm",
+                     parallel=False, ffn_reads_attn_input=False,
+                     mixer=_mixer(spec) if a == "M" else None)
     if spec.parallel_block:
-        norms: tuple[str, ...] = ("attn.norm", "ffn.norm")[:spec.parallel_norms]
+        norms = ("attn.norm", "ffn.norm")[:spec.parallel_norms]
     else:
         norms = ("attn.norm", "cross.norm", "ffn.norm") if cross else ("attn.norm", "ffn.norm")
     if spec.sandwich_norm:
@@ -319,6 +416,7 @@ def describe(plan: Plan) -> list[str]:
     out = []
     for s in plan.stacks:
         if len(s.groups) > 1:
-            parts = [f"{g.count} × {g.name.split('.', 1)[1]}" for g in s.groups]
+            parts = [f"{g.count} × {g.name.split('.', 1)[1] if '.' in g.name else s.name}"
+                     for g in s.groups]
             out.append(f"{s.name}: {s.layers} layers: " + ", ".join(parts))
     return out

@@ -312,6 +312,12 @@ def flops_dict(r: Any) -> dict[str, Any]:
                                for t, d, p in r.scan]},
         "notes": list(b.notes),
     }
+    if r.hybrid:
+        out["hybrid"] = {"against": "every recurrent mixer layer as full attention",
+                         "scan": [{"seq_len": t, "forward_flops_per_token": f,
+                                   "all_attention_forward_flops_per_token": fa,
+                                   "cache_bytes": c, "all_attention_cache_bytes": ca}
+                                  for t, f, fa, c, ca in r.hybrid]}
     if r.run is not None:
         run = r.run
         out["run"] = {"tokens": run.tokens, "tokens_source": run.tokens_source,
@@ -376,6 +382,16 @@ def flops_summary(r: Any) -> list[str]:
         for t, d, p in r.scan:
             mark = "  <- pays" if p < d else ""
             lines.append(f"  {t:>7,} | {d:>20,} | {p:>16,} | {p / d:.3f}{mark}")
+    if r.hybrid:
+        lines.append("hybrid against every mixer layer as full attention (cache per "
+                     "sequence: bf16 K/V and conv state, the recurrent state's own dtype):")
+        lines.append("        T | FLOPs/token | all-attention | ratio | cache     | "
+                     "all-attention cache")
+        for t, f, fa, c, ca in r.hybrid:
+            pays = [what for what, yes in (("FLOPs", f < fa), ("cache", c < ca)) if yes]
+            mark = f"  <- pays ({', '.join(pays)})" if pays else ""
+            lines.append(f"  {t:>7,} | {sci(f):>11} | {sci(fa):>13} | {f / fa:.3f} | "
+                         f"{human_bytes(c):>10} | {human_bytes(ca)}{mark}")
     if r.run is not None:
         run = r.run
         lines += [f"run: {run.tokens:,} tokens ({run.tokens_source}): "

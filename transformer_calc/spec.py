@@ -26,9 +26,14 @@ ACTIVATIONS = ("relu", "relu2", "gelu", "gelu_tanh", "gelu_new", "silu", "swish"
 RELATIVE_SCOPES = ("first", "every")
 QK_NORMS = ("none", "head", "width")
 ATTN_GATES = ("none", "head", "width")
-# Layer-pattern letters (see plan.parse_pattern): attention per layer, FFN per layer.
-ATTENTION_LAYER_KINDS = {"F": "full", "S": "sliding", "C": "chunked", "N": "full, no RoPE"}
-FFN_LAYER_KINDS = {"D": "dense", "E": "experts"}
+# Recurrent mixers (issue 14): layers whose state does not grow with the context.
+MIXERS = ("none", "mamba", "mamba2", "gated_deltanet", "short_conv")
+# Layer-pattern letters (see plan.parse_pattern): the mixer per layer, the FFN per layer. M is
+# the spec's recurrent mixer; X is no sublayer at all (a Mamba layer has no FFN, a Nemotron-H
+# MLP layer no mixer).
+ATTENTION_LAYER_KINDS = {"F": "full", "S": "sliding", "C": "chunked", "N": "full, no RoPE",
+                         "M": "recurrent mixer", "X": "none"}
+FFN_LAYER_KINDS = {"D": "dense", "E": "experts", "X": "none"}
 # Upper bound on every integer field. Real models stay far below (d_model ~1e4, vocab ~1e6);
 # the bound keeps totals printable and arithmetic O(1) whatever a file says.
 MAX_SIZE = 2**40
@@ -65,11 +70,12 @@ class ModelSpec:
     n_layers: int = _f(0, "layers of a decoder-only or encoder-only model (L)", minimum=0)
     n_encoder_layers: int = _f(0, "encoder layers (encoder-decoder models)", minimum=0)
     n_decoder_layers: int = _f(0, "decoder layers (encoder-decoder models)", minimum=0)
-    n_heads: int = _f(0, "attention (query) heads h", minimum=1)
+    n_heads: int = _f(0, "attention (query) heads h (0: no attention layers, e.g. Mamba)",
+                      minimum=0)
     n_kv_heads: int | None = _f(None, "key/value heads: = n_heads (MHA), 1 (MQA), or a divisor "
                                 "of n_heads (GQA); default n_heads", minimum=1)
     d_head: int | None = _f(None, "size of one head; default d_model / n_heads", minimum=1)
-    d_ff: int = _f(0, "FFN inner size (per expert for MoE)", minimum=1)
+    d_ff: int = _f(0, "FFN inner size (per expert for MoE; 0: no FFN, e.g. Mamba)", minimum=0)
     max_positions: int = _f(0, "maximum sequence length (rows of a learned position table)",
                             minimum=0)
 
@@ -117,11 +123,39 @@ class ModelSpec:
     # -- layers that differ -----------------------------------------------------------------
     sliding_window: int = _f(0, "keys a sliding-window layer attends to (0: none)", minimum=0)
     attention_chunk: int = _f(0, "chunk size of chunked-attention layers (Llama 4)", minimum=0)
-    layer_attention: str = _f("", "attention per layer: F full, S sliding, C chunked, N full "
-                              "without RoPE; runs like '3S 1F', a trailing '*' repeats the "
-                              "pattern (default: S everywhere if sliding_window, else F)")
-    layer_ffn: str = _f("", "FFN per layer: D dense, E mixture of experts; runs like '3D 58E', "
-                        "a trailing '*' repeats (default: E everywhere if n_experts, else D)")
+    layer_attention: str = _f("", "mixer per layer: F full attention, S sliding, C chunked, N "
+                              "full without RoPE, M the recurrent mixer, X none; runs like "
+                              "'3S 1F', a trailing '*' repeats the pattern (default: M everywhere "
+                              "with a mixer, else S if sliding_window, else F)")
+    layer_ffn: str = _f("", "FFN per layer: D dense, E mixture of experts, X none; runs like "
+                        "'3D 58E', a trailing '*' repeats (default: E everywhere if n_experts, "
+                        "else D, or X when d_ff is 0)")
+
+    # -- recurrent mixers (Mamba, Mamba-2, Gated DeltaNet, short convolutions) --------------
+    mixer: str = _f("none", "the recurrent mixer of M layers (layer_attention): mamba (Gu & Dao "
+                    "2023), mamba2 (Dao & Gu 2024), gated_deltanet (Yang et al. 2025; Qwen3-Next)"
+                    " or short_conv (LFM2)", choices=MIXERS)
+    ssm_inner: int = _f(0, "mixer width d_inner (mamba, mamba2: expand · d_model; "
+                        "gated_deltanet: value heads · value head size)", minimum=0)
+    ssm_state: int = _f(0, "state size N per channel (mamba, mamba2); key head size "
+                        "(gated_deltanet)", minimum=0)
+    ssm_heads: int = _f(0, "mamba2: heads (d_inner / head size); gated_deltanet: value heads",
+                        minimum=0)
+    ssm_groups: int = _f(0, "mamba2: groups of B and C (n_groups); gated_deltanet: key heads",
+                         minimum=0)
+    ssm_conv: int = _f(0, "kernel of the mixer's causal depthwise convolution (d_conv)",
+                       minimum=0)
+    ssm_dt_rank: int = _f(0, "mamba: rank of the step-size projection (dt_rank)", minimum=0)
+    ssm_chunk: int = _f(256, "mamba2, gated_deltanet: chunk length of the chunked scan (SSD; "
+                        "chunk_size), which sets its FLOPs", minimum=1)
+    ssm_state_dtype: str = _f("fp32", "dtype of the recurrent state in the inference cache "
+                              "(transformers keeps it in fp32 whatever the model's dtype; "
+                              "Nemotron-H's mamba_ssm_cache_dtype)", choices=("fp32", "bf16",
+                                                                             "fp16"))
+    ssm_conv_bias: bool = _f(True, "a bias on the mixer's convolution")
+    ssm_bias: bool = _f(False, "biases on the mixer's input and output projections")
+    ssm_norm: bool = _f(True, "mamba2: a gated RMSNorm over d_inner before out_proj")
+    ssm_dt_norms: bool = _f(False, "mamba: RMSNorms on dt, B and C (Jamba)")
 
     # -- multi-head latent attention (DeepSeek-V2/V3) ------------------------------------------
     kv_lora_rank: int = _f(0, "MLA: latent K/V width (0: not MLA)", minimum=0)
@@ -185,7 +219,9 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+        if self.d_head is not None:
+            return self.d_head
+        return self.d_model // self.n_heads if self.n_heads else 0
 
     @property
     def embed_dim(self) -> int:
@@ -229,10 +265,10 @@ class ModelSpec:
                                 "n_decoder_layers)", self.n_layers)
         elif self.n_layers < 1:
             raise SpecError("n_layers", f"an integer >= 1 for arch {self.arch}", self.n_layers)
-        if self.d_head is None and self.d_model % self.n_heads:
+        if self.n_heads and self.d_head is None and self.d_model % self.n_heads:
             raise SpecError("n_heads", f"a divisor of d_model={self.d_model} (or set d_head)",
                             self.n_heads)
-        if self.n_heads % self.kv_heads:
+        if self.n_heads and self.n_heads % self.kv_heads:
             raise SpecError("n_kv_heads", f"a divisor of n_heads={self.n_heads}", self.n_kv_heads)
         if not 0.0 <= self.dropout < 1.0:
             raise SpecError("dropout", "a probability in [0, 1)", self.dropout)
@@ -261,10 +297,33 @@ class ModelSpec:
                 if getattr(self, key) < 1:
                     raise SpecError(key, "an integer >= 1 with kv_lora_rank (MLA)",
                                     getattr(self, key))
-        if self.layer_attention or self.layer_ffn:
+        if self.mixer != "none":
+            _check_mixer(self)
+        if self.layer_attention or self.layer_ffn or self.mixer != "none" or not self.n_heads \
+                or not self.d_ff:
             from transformer_calc.plan import check_patterns
 
             check_patterns(self)
+
+
+def _check_mixer(spec: ModelSpec) -> None:
+    """The sizes each recurrent mixer needs (its module in transformers 5.23 reads them)."""
+    needs = {"mamba": ("ssm_inner", "ssm_state", "ssm_conv", "ssm_dt_rank"),
+             "mamba2": ("ssm_inner", "ssm_state", "ssm_heads", "ssm_groups", "ssm_conv"),
+             "gated_deltanet": ("ssm_inner", "ssm_state", "ssm_heads", "ssm_groups",
+                                "ssm_conv"),
+             "short_conv": ("ssm_conv",)}[spec.mixer]
+    for key in needs:
+        if getattr(spec, key) < 1:
+            raise SpecError(key, f"an integer >= 1 with mixer: {spec.mixer}", getattr(spec, key))
+    if spec.mixer in ("mamba2", "gated_deltanet") and spec.ssm_inner % spec.ssm_heads:
+        raise SpecError("ssm_heads", f"a divisor of ssm_inner={spec.ssm_inner}", spec.ssm_heads)
+    if spec.mixer == "mamba2" and spec.ssm_heads % spec.ssm_groups:
+        raise SpecError("ssm_groups", f"a divisor of ssm_heads={spec.ssm_heads}",
+                        spec.ssm_groups)
+    if spec.mixer == "gated_deltanet" and spec.ssm_heads % spec.ssm_groups:
+        raise SpecError("ssm_groups", f"a divisor of ssm_heads={spec.ssm_heads} (value heads "
+                        "share key heads)", spec.ssm_groups)
 
 
 ARCH_FIELDS: tuple[dataclasses.Field[Any], ...] = tuple(
