@@ -281,7 +281,7 @@ def test_the_hybrid_scan_compares_with_every_mixer_layer_as_attention(cli) -> No
     assert rows[0]["cache_bytes"] > rows[0]["all_attention_cache_bytes"]
     assert rows[1]["cache_bytes"] < rows[1]["all_attention_cache_bytes"]
     out = cli("flops", str(DATA / "hf" / "nemotron-h-8b.json"), "--seq-len", "4096").stdout
-    assert "hybrid against every mixer layer as full attention" in out
+    assert "hybrid vs all-attention (each mixer layer as attention)" in out
 
 
 def test_the_cuda_path_keeps_what_the_fused_mamba2_kernel_saves() -> None:

@@ -383,9 +383,8 @@ def flops_summary(r: Any) -> list[str]:
             mark = "  <- pays" if p < d else ""
             lines.append(f"  {t:>7,} | {d:>20,} | {p:>16,} | {p / d:.3f}{mark}")
     if r.hybrid:
-        lines.append("hybrid against every mixer layer as full attention (cache per "
-                     "sequence: bf16 K/V and conv state, the recurrent state's own dtype):")
-        lines.append("        T | FLOPs/token | all-attention | ratio | cache     | "
+        lines.append("hybrid vs all-attention (each mixer layer as attention), per sequence:")
+        lines.append("        T | FLOPs/token | all-attention | ratio |      cache | "
                      "all-attention cache")
         for t, f, fa, c, ca in r.hybrid:
             pays = [what for what, yes in (("FLOPs", f < fa), ("cache", c < ca)) if yes]
