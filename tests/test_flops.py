@@ -179,11 +179,11 @@ def test_cli_flops_pattern_scan(cli) -> None:
 
 @pytest.mark.parametrize("args, message", [
     (["--tokens", "lots"], "Error: --tokens: expected a number such as 300e9 or 1.4T, got 'lots'"),
-    (["--tokens", "-5"], "Error: --tokens: expected a number >= 1, got '-5'"),
+    (["--tokens", "-5"], "Error: --tokens: expected a number from 1 to 1e30, got '-5'"),
     (["--gpu", "H1000"], "unknown GPU 'H1000'"),
     (["--attention-pattern", "local"], "the local pattern needs --window >= 1"),
     (["--mfu", "0.5"], "--mfu and --tokens-per-second need --gpu"),
-    (["--gpu", "A100-80GB", "--mfu", "1.5"], "--mfu: expected a fraction in (0, 1]"),
+    (["--gpu", "A100-80GB", "--mfu", "1.5"], "--mfu: expected a number > 0 and <= 1, got 1.5"),
     (["--seq-len", "0"], "--seq-len: expected an integer >= 1"),
 ])
 def test_cli_flops_bad_options(cli, args, message: str) -> None:

@@ -6,11 +6,13 @@ Start-up is a feature: this module imports typer and the small spec module only;
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sys
 from collections.abc import Callable
 from enum import Enum
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -54,6 +56,38 @@ ModelArg = typer.Argument(..., metavar="MODEL",
                                "or a Hugging Face config.json.")
 
 
+# Every numeric option's range (issue 16): an int outside it, or a float that is not finite or
+# is outside it, is one error line naming the option. Integers stop at 2^40 (spec.MAX_SIZE),
+# where every result stays exact and printable; GPU counts at 2^30.
+_BIG = 2**40
+NUMERIC_LIMITS: dict[str, tuple[float, float, bool]] = {  # name: (low, high, low exclusive)
+    "batch_size": (1, _BIG, False), "seq_len": (1, _BIG, False), "gpus": (1, 2**30, False),
+    "tp": (1, 2**30, False), "pp": (1, 2**30, False), "zero": (0, 3, False),
+    "group_size": (1, _BIG, False), "window": (0, _BIG, False), "block": (0, _BIG, False),
+    "summary": (1, _BIG, False), "global_tokens": (0, _BIG, False), "random": (0, _BIG, False),
+    "mfu": (0, 1, True), "tokens_per_second": (0, 1e18, True),
+}
+
+
+def check_numbers(values: dict[str, Any]) -> None:
+    """Reject 0, negatives, NaN, inf and values past what a result can represent, per option."""
+    import math
+
+    for name, value in values.items():
+        if name not in NUMERIC_LIMITS or isinstance(value, bool) \
+                or not isinstance(value, (int, float)):
+            continue  # (sweep's lists are strings: parse_ints checks them)
+        low, high, exclusive = NUMERIC_LIMITS[name]
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise TcalcError(f"{flag}: expected a finite number, got {value}")
+        if (value <= low if exclusive else value < low) or value > high:
+            kind = "an integer" if isinstance(value, int) else "a number"
+            bound = f"> {low:g}" if exclusive else f">= {low:g}"
+            top = f"{high:,}" if isinstance(high, int) else f"{high:g}"
+            raise TcalcError(f"{flag}: expected {kind} {bound} and <= {top}, got {value}")
+
+
 def _command(*, overrides: bool = False, training: bool = False
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a command. ``overrides`` adds one --field option per architecture field
@@ -82,6 +116,8 @@ def _command(*, overrides: bool = False, training: bool = False
                     kwargs["train"] = {p.name: getattr(v, "value", v)
                                        for p in group for v in [kwargs.pop(p.name)]}
                 try:
+                    check_numbers(kwargs)
+                    check_numbers(kwargs.get("train") or {})
                     return fn(**kwargs)
                 except TcalcError as e:
                     typer.echo("Error: " + " ".join(str(e).splitlines()), err=True)
@@ -159,8 +195,8 @@ def parse_count(text: str, option: str) -> int:
     except ValueError:
         raise TcalcError(f"{option}: expected a number such as 300e9 or 1.4T, got {text!r}") \
             from None
-    if not 1 <= value < float("inf"):
-        raise TcalcError(f"{option}: expected a number >= 1, got {text!r}")
+    if not 1 <= value <= 1e30:  # NaN fails too; 1e30 keeps every product finite
+        raise TcalcError(f"{option}: expected a number from 1 to 1e30, got {text!r}")
     return round(value)
 
 
@@ -218,6 +254,14 @@ def flops(
     from transformer_calc.flops import AttentionPattern, flops_report
     from transformer_calc.render import render_flops
 
+    if attention_pattern.value == "dense":  # pattern options without a pattern: an error
+        for flag, value, default in (("--window", window, 0), ("--block", block, 0),
+                                     ("--summary", summary, 1),
+                                     ("--global-tokens", global_tokens, 0),
+                                     ("--random", random, 0)):
+            if value != default:
+                raise TcalcError(f"{flag}: applies with --attention-pattern (local, strided, "
+                                 "fixed, longformer, bigbird)")
     spec = _load(model, overrides or {})
     pattern = AttentionPattern(attention_pattern.value, window, block, summary, global_tokens,
                                random)
@@ -282,6 +326,11 @@ def _settings(train: dict[str, Any], batch_size: int = 1, seq_len: int | None = 
         raise TcalcError(f"--seq-len: expected an integer >= 1, got {seq_len}")
     t = dict(train)
     t.pop("gpu")
+    if not t.get("inference", True):  # serving options without --inference: an error, not ignored
+        for key, default in (("dtype", "bf16"), ("kv_dtype", ""), ("group_size", 128)):
+            if t.get(key, default) != default:
+                raise TcalcError(f"--{key.replace('_', '-')}: applies to --inference (training "
+                                 "precision is --precision / --mixed)")
     precision = t.pop("precision") or ("bf16" if t["mixed"] else "fp32")
     if t.pop("adamw8bit"):
         t["optimizer"] = "adamw8bit"
@@ -355,8 +404,8 @@ def parse_ints(text: str, option: str) -> list[int]:
     except ValueError:
         raise TcalcError(f"{option}: expected integers separated by commas, got {text!r}") \
             from None
-    if not values or values[0] < 1:
-        raise TcalcError(f"{option}: expected integers >= 1, got {text!r}")
+    if not values or values[0] < 1 or values[-1] > _BIG:
+        raise TcalcError(f"{option}: expected integers from 1 to {_BIG:,}, got {text!r}")
     if len(values) > 64:
         raise TcalcError(f"{option}: at most 64 values")
     return values
@@ -416,7 +465,8 @@ def compare(
     settings = _settings(train or {}, batch_size, T)
     specs = [_load(m, {}) for m in models]
     params = [count_params(s) for s in specs]
-    mems = [memory_report(s, settings) for s in specs]
+    gpu = (train or {}).get("gpu")
+    mems = [memory_report(s, settings, gpu) for s in specs]
     flops = [count_flops(s, T) for s in specs]
     rows: list[tuple[str, str, list[float]]] = [
         ("params: total", "params", [p.total for p in params]),
@@ -425,9 +475,15 @@ def compare(
     cats = [by_category(p) for p in params]
     rows += [(f"params: {c}", "params", [x[c] for x in cats]) for c in CATEGORIES
              if c != "mixers" or any(x[c] for x in cats)]
-    names = [i.name for i in mems[0].per_gpu.items]
-    rows += [(f"memory: {n}", "bytes", [m.per_gpu.get(n).total for m in mems]) for n in names]
+    # every component any model has (a hybrid's recurrent_state), 0 where a model has none
+    names = list(dict.fromkeys(i.name for m in mems for i in m.per_gpu.items))
+    rows += [(f"memory: {n}", "bytes", [sum(i.total for i in m.per_gpu.items if i.name == n)
+                                        for m in mems]) for n in names]
     rows.append(("memory: total per GPU", "bytes", [m.per_gpu.total for m in mems]))
+    if gpu is not None:  # --gpu: does each fit, and its largest batch
+        rows.append((f"fits on {mems[0].fit.gpu}", "fits",
+                     [float(m.fit.fits) for m in mems]))
+        rows.append(("largest batch that fits", "batch", [m.fit.max_batch_size for m in mems]))
     rows.append((f"FLOPs/token forward (T={T})", "FLOPs", [f.total for f in flops]))
     rows.append(("FLOPs/token training", "FLOPs", [training_flops_per_token(f) for f in flops]))
     _emit(render_compare([s.name for s in specs], rows, format.value))
@@ -551,12 +607,14 @@ def import_(
     output: Optional[str] = typer.Option(None, "--output", "-o",
                                          help="Write the YAML preset here (default: stdout)."),
     name: Optional[str] = typer.Option(None, "--name", help="Preset name (default: file name)."),
+    force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists."),
 ) -> None:
     """Convert a Hugging Face config.json into an equivalent tcalc YAML preset.
 
-    The preset counts the same parameters as the config (tests check the round trip).
+    The preset counts the same parameters as the config (tests check the round trip). The
+    output is written to a temporary file beside it and renamed into place: an existing file
+    is replaced only with --force, never the input itself, and a failed write leaves nothing.
     """
-    from pathlib import Path
 
     from transformer_calc.params import count_params
     from transformer_calc.presets import dump_yaml, load_file
@@ -568,12 +626,44 @@ def import_(
     if output is None:
         _emit(text)
         return
-    try:
-        Path(output).write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise TcalcError(f"{output}: cannot write: {e.strerror or e}") from None
+    write_atomically(Path(output), text, source=Path(config), force=force)
     total = count_params(spec).total
     typer.echo(f"wrote {output}: {spec.name}, {total:,} parameters", err=True)
+
+
+def write_atomically(out: Any, text: str, *, source: Any, force: bool) -> None:
+    """Write ``text`` to ``out`` (a Path) through a temporary file in the same folder and a
+    rename: the old file stays whole until the new one is complete, and a failure (a full
+    disk) leaves neither a truncated file nor the temporary one."""
+    import os
+    import tempfile
+
+    if out.exists() or out.is_symlink():
+        if source.exists() and out.exists() and os.path.samefile(out, source):
+            raise TcalcError(f"{out}: is the input file; choose another output")
+        if not force:
+            raise TcalcError(f"{out}: exists; use --force to replace it")
+        if out.is_dir():
+            raise TcalcError(f"{out}: is a directory")
+    folder = out.parent if str(out.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise TcalcError(f"{out}: cannot write: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise TcalcError(f"{out}: cannot write: {e.strerror or e}") from None
+    except BaseException:  # Ctrl-C mid-write: no half-written file left behind
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _version(value: bool) -> None:

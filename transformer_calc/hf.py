@@ -192,8 +192,11 @@ def _known_types(found: object) -> str:
 
 
 def spec_from_hf_text(text: str, where: str) -> ModelSpec:
+    def no_constant(name: str) -> Any:  # NaN, Infinity, -Infinity: not JSON, and no size
+        raise ValueError(f"{name} is not a number a config may hold")
+
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=no_constant)
     except json.JSONDecodeError as e:
         raise PresetError(f"{where}: invalid JSON (line {e.lineno}, column {e.colno}): "
                           f"{e.msg}", line=e.lineno) from None

@@ -523,6 +523,8 @@ class Settings:
     group_size: int = 128  # int8/int4 scale group
 
     def __post_init__(self) -> None:
+        if not (self.gpus >= 1 and self.tp >= 1 and self.pp >= 1):
+            raise TcalcError("--gpus, --tp and --pp: expected integers >= 1")
         checks = [
             (self.precision in PRECISIONS, f"--precision: expected one of {', '.join(PRECISIONS)}"),
             (not (self.mixed and self.precision == "fp32"),

@@ -7,6 +7,7 @@ construct Python objects. Inputs are bounded (MAX_FILE_BYTES) before they are pa
 from __future__ import annotations
 
 import difflib
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -53,15 +54,26 @@ def load_model(ref: str) -> ModelSpec:
 
 def read_text(path: Path, shown: str | None = None) -> str:
     """The file's text, with every way of failing turned into one clean message."""
+    import stat
+
     where = shown or str(path)
     try:
-        if path.is_dir():
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
             raise PresetError(f"{where}: is a directory, expected a .yaml or config.json file")
+        if not stat.S_ISREG(mode):
+            # a FIFO would block forever, /dev/zero never ends: only regular files are read
+            raise PresetError(f"{where}: not a regular file (a pipe, device or socket), "
+                              "expected a .yaml or config.json file")
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
             raise PresetError(f"{where}: {size:,} bytes, larger than the {MAX_FILE_BYTES:,}-byte "
                               "limit for a model file")
-        data = path.read_bytes()[: MAX_FILE_BYTES + 1]
+        with path.open("rb") as f:  # read at most the limit, whatever the file grows to
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise PresetError(f"{where}: larger than the {MAX_FILE_BYTES:,}-byte limit for a "
+                              "model file")
     except FileNotFoundError:
         raise PresetError(f"{where}: no such file") from None
     except OSError as e:
@@ -86,6 +98,66 @@ def flow_depth(text: str) -> int:
     return deepest
 
 
+@functools.cache
+def _strict_loader() -> Any:
+    """PyYAML's safe loader, refusing what YAML 1.1 reads differently from what people mean
+    (issue 16): octal (012 is 10), base-60 (51:12 is 3072), yes/no/on/off as booleans, NaN and
+    infinities, and a key given twice (the last silently wins). Each is an error with its
+    line; quoting the value or writing it plainly is the fix the message names."""
+    import re
+
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    octal = re.compile(r"[-+]?0[0-7_]+$")
+    sexagesimal = re.compile(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?$")
+
+    def refuse(node: Any, why: str) -> None:
+        raise yaml.constructor.ConstructorError(None, None, why, node.start_mark)
+
+    class Strict(base):  # type: ignore[misc, valid-type]
+        def construct_yaml_int(self, node: Any) -> Any:
+            text = self.construct_scalar(node)
+            if octal.match(text):
+                refuse(node, f"{text} is octal in YAML 1.1 ({int(text.replace('_', ''), 8)}); "
+                             "write it without the leading zero, or quote it")
+            if sexagesimal.match(text):
+                refuse(node, f"{text} is a base-60 number in YAML 1.1; quote it if it is text")
+            return super().construct_yaml_int(node)
+
+        def construct_yaml_float(self, node: Any) -> Any:
+            text = self.construct_scalar(node)
+            if sexagesimal.match(text):
+                refuse(node, f"{text} is a base-60 number in YAML 1.1; quote it if it is text")
+            value = super().construct_yaml_float(node)
+            if value != value or value in (float("inf"), float("-inf")):
+                refuse(node, f"{text} is not a finite number")
+            return value
+
+        def construct_yaml_bool(self, node: Any) -> Any:
+            text = self.construct_scalar(node)
+            if text.lower() not in ("true", "false"):
+                refuse(node, f"{text} is a boolean in YAML 1.1; write true or false, or quote "
+                             "it if it is text")
+            return super().construct_yaml_bool(node)
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, str) and key in seen:
+                    refuse(key_node, f"duplicate key '{key}' (the last would silently win)")
+                if isinstance(key, str):
+                    seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    Strict.add_constructor("tag:yaml.org,2002:int", Strict.construct_yaml_int)
+    Strict.add_constructor("tag:yaml.org,2002:float", Strict.construct_yaml_float)
+    Strict.add_constructor("tag:yaml.org,2002:bool", Strict.construct_yaml_bool)
+    Strict.add_constructor("tag:yaml.org,2002:map", Strict.construct_yaml_map)
+    return Strict
+
+
 def parse_yaml(text: str, where: str) -> Any:
     import yaml
 
@@ -93,7 +165,7 @@ def parse_yaml(text: str, where: str) -> Any:
     # process (seen with PyYAML 6.0.3). Presets are flat, so refuse deep flow nesting first.
     if flow_depth(text) > MAX_FLOW_DEPTH:
         raise PresetError(f"{where}: invalid YAML: nested more than {MAX_FLOW_DEPTH} levels deep")
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader = _strict_loader()
     try:
         return yaml.load(text, Loader=loader)  # noqa: S506 -- a SafeLoader, never yaml.Loader
     except yaml.MarkedYAMLError as e:

@@ -574,6 +574,8 @@ def compare_dict(models: list[str], rows: list[tuple[str, str, list[float]]]) ->
 def _fmt_value(v: float, unit: str) -> str:
     if unit == "bytes":
         return human_bytes(v)
+    if unit == "fits":
+        return "yes" if v else "no"
     if unit == "FLOPs":
         return sci(v)
     return f"{int(v):,}"
@@ -582,6 +584,8 @@ def _fmt_value(v: float, unit: str) -> str:
 def _fmt_diff(v: float, first: float, unit: str) -> str:
     d = v - first
     rel = f" ({100 * d / first:+.1f}%)" if first else ""
+    if unit == "fits":
+        return ""
     if unit == "bytes":
         return ("+" if d >= 0 else "-") + human_bytes(abs(d)) + rel
     if unit == "FLOPs":

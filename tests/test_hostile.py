@@ -1,0 +1,249 @@
+"""Hostile input (issue 16): no file destroyed, no hang on a pipe or a device, YAML 1.1's
+surprises refused, every numeric option checked at its edges, never a traceback or a NaN."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+GPT2 = ROOT / "configs" / "gpt2.yaml"
+
+
+# -- import never destroys a file -------------------------------------------------------------
+
+def test_import_refuses_to_overwrite_its_own_input(cli, tmp_path: Path) -> None:
+    src = tmp_path / "gpt2.yaml"
+    src.write_text(GPT2.read_text())
+    before = src.read_text()
+    r = cli("import", str(src), "-o", str(src), "--force", code=2)
+    assert r.stderr == f"Error: {src}: is the input file; choose another output\n"
+    link = tmp_path / "link.yaml"
+    link.symlink_to(src)
+    r = cli("import", str(src), "-o", str(link), "--force", code=2)
+    assert "is the input file" in r.stderr
+    assert src.read_text() == before
+
+
+def test_import_replaces_an_existing_file_only_with_force(cli, tmp_path: Path) -> None:
+    out = tmp_path / "out.yaml"
+    out.write_text("precious\n")
+    r = cli("import", str(GPT2), "-o", str(out), code=2)
+    assert r.stderr == f"Error: {out}: exists; use --force to replace it\n"
+    assert out.read_text() == "precious\n"
+    cli("import", str(GPT2), "-o", str(out), "--force")
+    assert "vocab_size: 50257" in out.read_text()
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(cli, tmp_path: Path,
+                                                             monkeypatch) -> None:
+    out = tmp_path / "out.yaml"
+    out.write_text("precious\n")
+
+    def full_disk(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    r = cli("import", str(GPT2), "-o", str(out), "--force", code=2)
+    assert r.stderr == f"Error: {out}: cannot write: No space left on device\n"
+    assert out.read_text() == "precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.yaml"]
+
+
+def test_a_missing_folder_leaves_nothing(cli, tmp_path: Path) -> None:
+    out = tmp_path / "nope" / "out.yaml"
+    r = cli("import", str(GPT2), "-o", str(out), code=2)
+    assert r.stderr.startswith(f"Error: {out}: cannot write")
+    assert not out.parent.exists()
+
+
+# -- inputs that are not regular files ----------------------------------------------------------
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_fifo_is_refused_without_reading_it(cli, tmp_path: Path) -> None:
+    fifo = tmp_path / "model.yaml"
+    os.mkfifo(fifo)
+    r = cli("params", str(fifo), code=2)
+    assert r.stderr == (f"Error: {fifo}: not a regular file (a pipe, device or socket), "
+                        "expected a .yaml or config.json file\n")
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
+def test_a_device_is_refused(cli) -> None:
+    r = cli("params", "/dev/zero", code=2)
+    assert "not a regular file" in r.stderr
+
+
+# -- YAML 1.1 surprises and NaN -----------------------------------------------------------------
+
+BASE = "name: x\nd_model: 768\nn_layers: 12\nn_heads: 12\nd_ff: 3072\n"
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    ("vocab_size: 012", "012 is octal in YAML 1.1 (10)"),
+    ("vocab_size: 51:12", "51:12 is a base-60 number in YAML 1.1"),
+    ("tie_embeddings: yes", "yes is a boolean in YAML 1.1"),
+    ("tie_embeddings: off", "off is a boolean in YAML 1.1"),
+    ("dropout: .nan", ".nan is not a finite number"),
+    ("rotary_fraction: .inf", ".inf is not a finite number"),
+    ("d_ff: 4096", "duplicate key 'd_ff'"),
+])
+def test_yaml_1_1_surprises_are_refused_not_obeyed(cli, tmp_path: Path, line: str,
+                                                   why: str) -> None:
+    path = tmp_path / "m.yaml"
+    text = BASE + ("" if line.startswith("vocab_size") else "vocab_size: 50257\n") + line + "\n"
+    path.write_text(text)
+    r = cli("params", str(path), code=2)
+    assert r.stderr.startswith(f"Error: {path}: invalid YAML (line ")
+    assert why in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_plain_values_still_load(cli, tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(BASE + "vocab_size: 50257\nmax_positions: 1024\ntie_embeddings: true\n"
+                           "dropout: 0.1\nnote: '012'\n")
+    assert cli.json("params", str(path))["total_params"] == 124_439_808
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_nan_in_config_json_is_an_error(cli, tmp_path: Path, constant: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "gpt2", "resid_pdrop": %s}' % constant)
+    r = cli("params", str(path), code=2)
+    assert r.stderr == (f"Error: {path}: invalid JSON: {constant} is not a number "
+                        "a config may hold\n")
+
+
+# -- numeric options ----------------------------------------------------------------------------
+
+# (command line, the option) for every numeric option the CLI has, from cli.NUMERIC_LIMITS
+OPTION_USE = {
+    "batch_size": ["memory", "gpt2"], "seq_len": ["memory", "gpt2"],
+    "gpus": ["memory", "gpt2"], "tp": ["memory", "gpt2"], "pp": ["memory", "gpt2"],
+    "zero": ["memory", "gpt2"], "group_size": ["memory", "gpt2", "--inference"],
+    "window": ["flops", "gpt2"], "block": ["flops", "gpt2"], "summary": ["flops", "gpt2"],
+    "global_tokens": ["flops", "gpt2"], "random": ["flops", "gpt2"],
+    "mfu": ["flops", "gpt2", "--gpu", "A100-80GB"],
+    "tokens_per_second": ["flops", "gpt2", "--gpu", "A100-80GB"],
+}
+
+
+def test_every_limited_option_is_exercised() -> None:
+    from transformer_calc.cli import NUMERIC_LIMITS
+
+    assert set(OPTION_USE) == set(NUMERIC_LIMITS)
+
+
+def _bad_values(name: str) -> list[str]:
+    from transformer_calc.cli import NUMERIC_LIMITS
+
+    low, high, exclusive = NUMERIC_LIMITS[name]
+    is_float = name in ("mfu", "tokens_per_second")
+    below = str(low if exclusive else low - 1)
+    out = [below, "-1", str(int(high) + 1) if not is_float else str(high * 10)]
+    if is_float:
+        out += ["nan", "inf", "-inf"]
+    return out
+
+
+@pytest.mark.parametrize(("name", "value"), [(n, v) for n in sorted(OPTION_USE)
+                                             for v in _bad_values(n)])
+def test_each_numeric_option_rejects_its_edges_in_one_line(cli, name: str, value: str) -> None:
+    flag = "--" + name.replace("_", "-")
+    r = cli(*OPTION_USE[name], f"{flag}={value}", code=2)
+    assert r.stderr.startswith(f"Error: {flag}: expected "), r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+def test_parallel_degrees_are_checked_before_dividing(cli) -> None:
+    r = cli("memory", "gpt2", "--tp", "0", code=2)
+    assert r.stderr == "Error: --tp: expected an integer >= 1 and <= 1,073,741,824, got 0\n"
+
+
+def test_tokens_past_what_a_float_can_carry_are_refused(cli) -> None:
+    r = cli("flops", "gpt2", "--gpu", "A100-80GB", "--tokens", "1e300", code=2)
+    assert r.stderr == "Error: --tokens: expected a number from 1 to 1e30, got '1e300'\n"
+
+
+def _no_nan(value: object) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_no_nan(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_no_nan(v) for v in value)
+    return True
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(sorted(OPTION_USE)),
+       value=st.one_of(st.integers(min_value=-10, max_value=2**62),
+                       st.floats(allow_nan=True, allow_infinity=True)))
+def test_any_numeric_value_gives_a_result_or_one_clean_line(name: str, value) -> None:  # type: ignore[no-untyped-def]
+    import contextlib
+    import io
+    from unittest import mock
+
+    from transformer_calc.cli import main
+
+    flag = "--" + name.replace("_", "-")
+    if name not in ("mfu", "tokens_per_second") and isinstance(value, float):
+        value = repr(value)  # an int option given a float: a usage error, one line
+    args = [*OPTION_USE[name], f"{flag}={value}", "--format", "json"]
+    if name in ("tp", "pp") and isinstance(value, int) and 1 < value <= 2**30:
+        args.append(f"--gpus={value}")
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch("sys.argv", ["tcalc", *args]), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        main()  # the real entry point: typer in non-standalone mode, one error boundary
+    code = exit_.value.code or 0
+    if code == 0:
+        assert _no_nan(json.loads(out.getvalue()))
+    else:
+        assert code == 2
+        assert err.getvalue().startswith("Error: ") and err.getvalue().count("\n") == 1, \
+            err.getvalue()
+
+
+# -- no option silently ignored ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["memory", "gpt2", "--dtype", "int4"],
+     "Error: --dtype: applies to --inference (training precision is --precision / --mixed)\n"),
+    (["memory", "gpt2", "--kv-dtype", "fp8"],
+     "Error: --kv-dtype: applies to --inference (training precision is --precision / "
+     "--mixed)\n"),
+    (["flops", "gpt2", "--window", "512"],
+     "Error: --window: applies with --attention-pattern (local, strided, fixed, longformer, "
+     "bigbird)\n"),
+    (["flops", "gpt2", "--global-tokens", "4"],
+     "Error: --global-tokens: applies with --attention-pattern (local, strided, fixed, "
+     "longformer, bigbird)\n"),
+])
+def test_an_option_that_would_do_nothing_is_an_error(cli, args: list[str], message: str) -> None:
+    assert cli(*args, code=2).stderr == message
+
+
+def test_compare_uses_the_gpu_it_is_given(cli) -> None:
+    text = cli("compare", "gpt2", "gpt2-medium", "--mixed", "--gpu", "RTX-4090").stdout
+    assert "fits on RTX-4090" in text and "largest batch that fits" in text
+    # the same largest batches memory reports for each model alone
+    for name in ("gpt2", "gpt2-medium"):
+        alone = cli.json("memory", name, "--mixed", "--gpu", "RTX-4090")["fit"]
+        assert str(alone["max_batch_size"]) in text
+    r = cli("compare", "gpt2", "gpt2-medium", "--gpu", "NOPE", code=2)
+    assert r.stderr.startswith("Error: unknown GPU 'NOPE'")
+
+
+def test_compare_shows_a_component_only_some_models_have(cli) -> None:
+    from conftest import DATA
+
+    text = cli("compare", "gpt2", str(DATA / "hf" / "mamba-130m.json"), "--inference").stdout
+    assert "memory: recurrent_state" in text
