@@ -480,10 +480,10 @@ def compare(
     rows += [(f"memory: {n}", "bytes", [sum(i.total for i in m.per_gpu.items if i.name == n)
                                         for m in mems]) for n in names]
     rows.append(("memory: total per GPU", "bytes", [m.per_gpu.total for m in mems]))
-    if gpu is not None:  # --gpu: does each fit, and its largest batch
-        rows.append((f"fits on {mems[0].fit.gpu}", "fits",
-                     [float(m.fit.fits) for m in mems]))
-        rows.append(("largest batch that fits", "batch", [m.fit.max_batch_size for m in mems]))
+    fits = [m.fit for m in mems if m.fit is not None]
+    if fits:  # --gpu: does each fit, and its largest batch
+        rows.append((f"fits on {fits[0].gpu}", "fits", [float(f.fits) for f in fits]))
+        rows.append(("largest batch that fits", "batch", [f.max_batch_size for f in fits]))
     rows.append((f"FLOPs/token forward (T={T})", "FLOPs", [f.total for f in flops]))
     rows.append(("FLOPs/token training", "FLOPs", [training_flops_per_token(f) for f in flops]))
     _emit(render_compare([s.name for s in specs], rows, format.value))
