@@ -112,6 +112,7 @@ REFERENCE = {
     "falcon-mamba-7b.json": (7_272_665_088, "FalconMambaForCausalLM"),
     "jamba-v0.1.json": (51_570_323_328, "JambaForCausalLM"),
     "nemotron-h-8b.json": (8_100_852_736, "NemotronHForCausalLM"),
+    "nemotron-3-nano-30b-a3b.json": (31_577_937_344, "NemotronHForCausalLM"),
     "variants/bamba-tiny.json": (30_366, "BambaForCausalLM"),
     "variants/jamba-tiny.json": (316_320, "JambaForCausalLM"),
     "variants/lfm2-tiny.json": (20_432, "Lfm2ForCausalLM"),

@@ -84,6 +84,7 @@ REAL = {
     "falcon-mamba-7b.json": 7_272_665_088,
     "jamba-v0.1.json": 51_570_323_328,
     "nemotron-h-8b.json": 8_100_852_736,
+    "nemotron-3-nano-30b-a3b.json": 31_577_937_344,
     "qwen3-next-80b-a3b.json": 79_674_391_296,
 }
 
@@ -102,6 +103,16 @@ def test_nemotron_h_layers_are_one_sublayer_each() -> None:
     for g in plan_of(spec).groups:
         assert len(g.block.norms) == 1
     assert not spec.tie_embeddings
+
+
+def test_nemotron_3_nano_is_mamba_moe_and_attention_layers() -> None:
+    spec = load_file(DATA / "hf" / "nemotron-3-nano-30b-a3b.json")
+    groups = {g.name: g.count for g in plan_of(spec).groups}
+    # MEMEM*EMEMEM*...: 23 Mamba-2, 23 MoE (128 experts, top 6, one shared) and 6 attention
+    assert groups == {"decoder.mamba": 23, "decoder.moe": 23, "decoder.full": 6}
+    b = count_params(spec)
+    assert (b.total, b.active_total) == (31_577_937_344, 3_580_073_408)
+    assert spec.ssm_inner == 64 * 64  # mamba_num_heads · mamba_head_dim, not expand · hidden
 
 
 def test_falcon_mamba_reads_its_files_intermediate_size() -> None:
