@@ -73,7 +73,7 @@ def test_flop_cases_cover_every_mixer_and_hybrid_type() -> None:
     types = {c["config"]["model_type"] for c, _ in FLOP_CASES}
     assert types >= {"mamba", "falcon_mamba", "mamba2", "nemotron_h", "bamba",
                      "granitemoehybrid", "jamba", "lfm2", "qwen3_next", "qwen3_5_text",
-                     "qwen3_5_moe_text"}, types
+                     "qwen3_5_moe_text", "falcon_h1"}, types
 
 
 # -- real configs -----------------------------------------------------------------------------
@@ -115,6 +115,19 @@ def test_nemotron_3_nano_is_mamba_moe_and_attention_layers() -> None:
     assert spec.ssm_inner == 64 * 64  # mamba_num_heads · mamba_head_dim, not expand · hidden
 
 
+def test_falcon_h1_runs_attention_and_mamba2_side_by_side() -> None:
+    spec = _tiny("falcon_h1")
+    (g,) = plan_of(spec).groups
+    assert g.block.attn is not None and g.block.mixer is not None and g.block.ffn is not None
+    assert g.block.norms == ("attn.norm", "ffn.norm")  # one norm before both
+    assert spec.ssm_inner == 32  # mamba_d_ssm, not mamba_expand · hidden_size
+    assert count_params(spec).total == 95_768  # tools/reference_counts.py, transformers 5.23
+    # out_proj's bias is projectors_bias, in_proj's mamba_proj_bias: one switch is modelled
+    config = json.loads((DATA / "hf" / "variants" / "falcon_h1-tiny.json").read_text())
+    with pytest.raises(SpecError, match="projectors_bias"):
+        spec_from_hf(config | {"mamba_proj_bias": True, "projectors_bias": False})
+
+
 def test_falcon_mamba_reads_its_files_intermediate_size() -> None:
     # FalconMambaConfig: expand 16 but intermediate_size 8192 in the file, which wins
     spec = load_file(DATA / "hf" / "falcon-mamba-7b.json")
@@ -135,10 +148,12 @@ CACHE_FP32 = {  # name: (kv at 16, kv at 48, conv, recurrent)
     "nemotron_h": (1024, 3072, 768, 512),
     "qwen3_next": (8192, 24576, 640, 512),
     "qwen3_5_text": (2048, 6144, 768, 512),
+    "falcon_h1": (8192, 24576, 2048, 2048),
 }
 # --dtype bfloat16 --seq-len 16: the recurrent state stays fp32, the rest halves
 CACHE_BF16_RECURRENT = {"bamba": 512, "jamba": 4096, "mamba": 6144, "mamba2": 3072,
-                        "nemotron_h": 512, "qwen3_next": 512, "qwen3_5_text": 512}
+                        "nemotron_h": 512, "qwen3_next": 512, "qwen3_5_text": 512,
+                        "falcon_h1": 2048}
 
 
 def _tiny(name: str):  # type: ignore[no-untyped-def]

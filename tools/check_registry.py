@@ -14,7 +14,7 @@ convolution padding and chunked scans are accounted for op by op in tests/test_m
 a length that fills whole chunks (Gated DeltaNet's chunk is 64):
 
     python tools/check_registry.py --cases 4 --flops 8 --write tests/data/registry_mixers_T8.json \
-        mamba falcon_mamba mamba2 nemotron_h bamba granitemoehybrid jamba lfm2
+        mamba falcon_mamba mamba2 nemotron_h bamba granitemoehybrid jamba lfm2 falcon_h1
     python tools/check_registry.py --cases 4 --flops 64 \
         --write tests/data/registry_mixers_T64.json qwen3_next qwen3_5_text qwen3_5_moe_text
 """
@@ -165,8 +165,15 @@ def draw_mixer(rng: random.Random, fields: set[str], cfg: dict) -> dict:
     if "mamba_d_state" in fields:  # Bamba, GraniteMoeHybrid, Jamba
         out |= {"mamba_d_state": state, "mamba_d_conv": conv, "mamba_expand": expand,
                 "mamba_conv_bias": rng.random() < 0.5, "mamba_proj_bias": rng.random() < 0.5}
+        if "projectors_bias" in fields:  # Falcon-H1: out_proj's bias key, the same switch
+            out["projectors_bias"] = out["mamba_proj_bias"]
         if "mamba_n_heads" in fields:
-            out |= {"mamba_n_heads": heads, "mamba_d_head": expand * E // heads,
+            inner = expand * E
+            if "mamba_d_ssm" in fields:  # Falcon-H1: its own mixer width, or null (expand)
+                inner = rng.choice([None, heads * 8])
+                out |= {"mamba_d_ssm": inner, "mamba_rms_norm": rng.random() < 0.5}
+                inner = inner or expand * E
+            out |= {"mamba_n_heads": heads, "mamba_d_head": inner // heads,
                     "mamba_n_groups": groups, "mamba_chunk_size": rng.choice([4, 8])}
         if "attn_layer_indices" in fields:
             out["attn_layer_indices"] = [i for i, k in enumerate(kinds) if k == "A"]

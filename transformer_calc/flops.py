@@ -519,9 +519,9 @@ def all_attention(spec: ModelSpec) -> ModelSpec | None:
     from transformer_calc.plan import parse_pattern
 
     n = spec.n_layers
-    letters = parse_pattern(spec.layer_attention, "FSCNMX", n, "layer_attention") \
+    letters = parse_pattern(spec.layer_attention, "FSCNMPX", n, "layer_attention") \
         if spec.layer_attention else ("M",) * n
-    runs = " ".join(f"1{'F' if ch == 'M' else ch}" for ch in letters)
+    runs = " ".join(f"1{'F' if ch in 'MP' else ch}" for ch in letters)
     return spec.replace(layer_attention=runs, mixer="none")
 
 

@@ -172,7 +172,7 @@ def _table(model_type: str) -> dict[str, Any]:
 
 
 # Hybrid and recurrent model types (issue 14): refused with that reason, not just "unknown".
-RECURRENT = frozenset("""zamba zamba2 falcon_h1 lfm3 olmo_hybrid kimi_linear bailing_hybrid
+RECURRENT = frozenset("""zamba zamba2 lfm3 olmo_hybrid kimi_linear bailing_hybrid
     recurrent_gemma rwkv xlstm minimax""".split())
 
 
@@ -183,8 +183,7 @@ def _known_types(found: object) -> str:
     if isinstance(found, str) and found in RECURRENT:
         return ("a model_type tcalc can count (its recurrent mixer or hybrid layout is not "
                 "modelled yet: Mamba, Mamba-2, Gated DeltaNet and LFM2's convolutions are; "
-                "Zamba's shared blocks, Falcon-H1's parallel mixers, RWKV, xLSTM, linear "
-                "attention are not)")
+                "Zamba's shared blocks, RWKV, xLSTM, linear attention are not)")
     close = difflib.get_close_matches(found, sorted(MAPPERS), n=3, cutoff=0.6) \
         if isinstance(found, str) else []
     return (f"one of the {len(MAPPERS)} model types in docs/model_types.md"
@@ -770,6 +769,7 @@ class Ssm(NamedTuple):
     dt_norms: bool = False  # Jamba
     every: int = 4  # layer_types: the class's default full_attention_interval
     inner: str = ""  # a key whose value, when the file has it, is d_inner (MambaConfig)
+    out_bias: str = ""  # a key for out_proj's bias when it differs from in_proj's (Falcon-H1)
 
 
 # Per-layer type names in configs -> (mixer letter, FFN letter); the FFN letter "" means the
@@ -785,6 +785,8 @@ def _hybrid_layers(c: Config, s: Ssm, L: int) -> list[tuple[str, str]]:
     """(mixer letter, FFN letter) per layer, as the config class derives them."""
     if s.layers == "all":
         return [("M", "")] * L
+    if s.layers == "parallel":  # Falcon-H1: attention and Mamba-2 side by side in each layer
+        return [("P", "")] * L
     if s.layers == "jamba":  # JambaConfig.layers_block_type
         period, offset = c.t("attn_layer_period", 8), c.t("attn_layer_offset", 4)
         return [("F" if i % period == offset else "M", "") for i in range(L)]
@@ -831,9 +833,10 @@ def _ssm(c: Config, s: Ssm, E: int) -> dict[str, Any]:
     if s.kind == "short_conv":
         return out | {"ssm_conv": num(s.conv), "ssm_conv_bias": switch(s.conv_bias)}
     heads = num(s.heads) if s.kind != "mamba" else 0
-    if s.inner and c.data.get(s.inner) is not None:
+    if s.inner and c.t(s.inner) is not None:
         # MambaConfig.__post_init__ sets intermediate_size = expand · hidden_size, then the
-        # file's own intermediate_size overrides it (Falcon-Mamba-7B: expand 16, 8192)
+        # file's own intermediate_size overrides it (Falcon-Mamba-7B: expand 16, 8192);
+        # Falcon-H1's mamba_d_ssm, unless null
         inner = num(s.inner)
     elif s.expand:
         expand = c.t(s.expand, 2)
@@ -847,6 +850,10 @@ def _ssm(c: Config, s: Ssm, E: int) -> dict[str, Any]:
         if head_dim not in ("auto", None) and head_dim * heads != inner:
             raise SpecError(s.head_dim, f"{s.heads} · {s.head_dim} = the mixer width {inner} "
                             "(the model's forward needs it)", head_dim, source=c.where)
+    if s.out_bias and switch(s.out_bias) != switch(s.bias):
+        raise SpecError(s.out_bias, f"equal to {s.bias}={switch(s.bias)} (a bias on one of the "
+                        "mixer's projections but not the other is not modelled)",
+                        switch(s.out_bias), source=c.where)
     out |= {"ssm_inner": inner, "ssm_state": num(s.state), "ssm_conv": num(s.conv),
             "ssm_heads": heads, "ssm_groups": num(s.groups) if s.kind != "mamba" else 0,
             "ssm_conv_bias": switch(s.conv_bias), "ssm_bias": switch(s.bias),
@@ -1008,7 +1015,7 @@ def _ssm_layers(c: Config, s: Ssm, kinds: list[tuple[str, str]],
     else:
         ffns = ["E" if out.get("n_experts") else "D" if out["d_ff"] else "X"] * len(kinds)
     extra: dict[str, Any] = {"layer_attention": "", "layer_ffn": ""}
-    if "M" in mixers:
+    if "M" in mixers or "P" in mixers:
         extra |= _ssm(c, s, out["d_model"])
     if len(set(mixers)) > 1 or mixers[0] != ("M" if "M" in mixers else "F"):
         extra["layer_attention"] = _runs(mixers)
@@ -1022,7 +1029,7 @@ def _ssm_layers(c: Config, s: Ssm, kinds: list[tuple[str, str]],
         extra["layer_ffn"] = _runs(ffns)
     if set(ffns) == {"X"}:
         extra["d_ff"] = 0
-    if "F" not in mixers:
+    if "F" not in mixers and "P" not in mixers:
         extra |= {"n_heads": 0, "n_kv_heads": None, "d_head": None}
     return extra
 
@@ -1354,6 +1361,16 @@ GENERIC: dict[str, Layout] = {
            ("qwen3_5_text", "Qwen3_5ForCausalLM", None),
            ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM",
             Moe(shared_ff="shared_expert_intermediate_size", shared_gate=True)))},
+    # Falcon-H1: attention and Mamba-2 in parallel in every layer (their outputs summed), then
+    # the MLP; muP multipliers scale activations and hold no parameters
+    "falcon_h1": Layout("FalconH1ForCausalLM",
+                        ssm=Ssm("mamba2", layers="parallel", inner="mamba_d_ssm",
+                                out_bias="projectors_bias",
+                                expand="mamba_expand", state="mamba_d_state",
+                                heads="mamba_n_heads", head_dim="mamba_d_head",
+                                groups="mamba_n_groups", conv="mamba_d_conv",
+                                conv_bias="mamba_conv_bias", bias="mamba_proj_bias",
+                                chunk="mamba_chunk_size", norm="mamba_rms_norm")),
     # LFM2: short gated convolutions and attention with QK-norm; the FFN size is adjusted
     "lfm2": Layout("Lfm2ForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
                    qk_norm="head", ffn_adjust="lfm2",

@@ -305,6 +305,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         f = 4  # fp32
         up = a != 4  # a 16-bit model: the scans' .float() copies are new tensors
         K, C, Di, N, H = m.conv, m.conv_channels, m.inner, m.state, m.heads
+        # (in parallel with attention, Falcon-H1 scales the mixer's input by its muP
+        # multiplier first: a tensor of its own here too)
         row("input", x, "B·T·d_model · act (in_proj input)")
         if device == "cuda":
             cuda_kernels(m, row)

@@ -274,11 +274,12 @@ def check_patterns(spec: ModelSpec) -> None:
              ("C", "attention_chunk", "C (chunked) layers need attention_chunk >= 1"),
              ("E", "n_experts", "E (expert) layers need n_experts >= 1"),
              ("M", "mixer", "M (recurrent mixer) layers need a mixer"),
+             ("P", "mixer", "P (parallel attention and mixer) layers need a mixer"),
              ("D", "d_ff", "D (dense FFN) layers need d_ff >= 1"))
     for letter, key, why in needs:
         if letter in kinds and getattr(spec, key) in (0, "none"):
             raise SpecError(key, why, getattr(spec, key))
-    if not spec.n_heads and any(a in kinds for a in "FSCN"):
+    if not spec.n_heads and any(a in kinds for a in "FSCNP"):
         raise SpecError("n_heads", "an integer >= 1 (the model has attention layers)", 0)
     if "E" in kinds and not spec.expert_ff:
         raise SpecError("d_ff_expert", "an integer >= 1 (E layers; or set d_ff)", 0)
@@ -286,7 +287,8 @@ def check_patterns(spec: ModelSpec) -> None:
 
 # -- building the plan -----------------------------------------------------------------------
 
-_ATTN_TAGS = {"F": "full", "S": "sliding", "C": "chunked", "N": "nope", "X": ""}
+_ATTN_TAGS = {"F": "full", "S": "sliding", "C": "chunked", "N": "nope", "P": "parallel",
+              "X": ""}
 _FFN_TAGS = {"D": "dense", "E": "moe", "X": ""}
 _MIXER_TAGS = {"mamba": "mamba", "mamba2": "mamba", "gated_deltanet": "linear",
                "short_conv": "conv", "none": "recurrent"}
@@ -382,6 +384,14 @@ def _mixer(spec: ModelSpec) -> Mixer:
 
 def _block(spec: ModelSpec, kinds: str, cross: bool) -> Block:
     a, f = kinds[0], kinds[1]
+    if a == "P":
+        # Falcon-H1: attention and the recurrent mixer read the same normed input, their
+        # outputs summed; then the FFN
+        norms_p: tuple[str, ...] = ("attn.norm", "ffn.norm")[:2 if f != "X" else 1]
+        return Block(attn=_attention(spec, "F"), cross=None,
+                     ffn=_ffn(spec, f) if f != "X" else None, norm=spec.norm, norms=norms_p,
+                     norm_note="pre-norm, shared by attention and the mixer", parallel=False,
+                     ffn_reads_attn_input=False, mixer=_mixer(spec))
     if "X" in kinds or a == "M":
         # a layer with a recurrent mixer, or with one sublayer only: a pre-norm per sublayer
         first = "mixer" if a == "M" else "attn"

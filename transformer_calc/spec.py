@@ -32,7 +32,8 @@ MIXERS = ("none", "mamba", "mamba2", "gated_deltanet", "short_conv")
 # the spec's recurrent mixer; X is no sublayer at all (a Mamba layer has no FFN, a Nemotron-H
 # MLP layer no mixer).
 ATTENTION_LAYER_KINDS = {"F": "full", "S": "sliding", "C": "chunked", "N": "full, no RoPE",
-                         "M": "recurrent mixer", "X": "none"}
+                         "M": "recurrent mixer", "P": "full attention and the recurrent mixer in "
+                         "parallel", "X": "none"}
 FFN_LAYER_KINDS = {"D": "dense", "E": "experts", "X": "none"}
 # Upper bound on every integer field. Real models stay far below (d_model ~1e4, vocab ~1e6);
 # the bound keeps totals printable and arithmetic O(1) whatever a file says.
@@ -124,7 +125,8 @@ class ModelSpec:
     sliding_window: int = _f(0, "keys a sliding-window layer attends to (0: none)", minimum=0)
     attention_chunk: int = _f(0, "chunk size of chunked-attention layers (Llama 4)", minimum=0)
     layer_attention: str = _f("", "mixer per layer: F full attention, S sliding, C chunked, N "
-                              "full without RoPE, M the recurrent mixer, X none; runs like "
+                              "full without RoPE, M the recurrent mixer, P attention and the "
+                              "mixer in parallel (Falcon-H1), X none; runs like "
                               "'3S 1F', a trailing '*' repeats the pattern (default: M everywhere "
                               "with a mixer, else S if sliding_window, else F)")
     layer_ffn: str = _f("", "FFN per layer: D dense, E mixture of experts, X none; runs like "
