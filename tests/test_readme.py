@@ -129,7 +129,10 @@ def test_fresh_checkout_make_run_is_quiet(tmp_path: Path) -> None:
             dst = tmp_path / name.decode()
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+    # as a user's shell runs it: not inside this venv, nor inside `make test` (a nested make
+    # would print its "Entering directory" lines)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("VIRTUAL_ENV", "PYTHON", "MAKE", "MFLAGS"))}
     run = subprocess.run(["make", "run"], cwd=tmp_path, capture_output=True, text=True,
                          env=env, check=False, timeout=600)
     assert run.returncode == 0, run.stderr
