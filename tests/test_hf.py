@@ -122,6 +122,8 @@ REFERENCE = {
     "variants/qwen3_5_text-tiny.json": (9_932, "Qwen3_5ForCausalLM"),
     "variants/qwen3_next-tiny.json": (131_888, "Qwen3NextForCausalLM"),
     "variants/falcon_h1-tiny.json": (95_768, "FalconH1ForCausalLM"),
+    "variants/minimax-tiny.json": (136_448, "MiniMaxForCausalLM"),
+    "variants/minimax-mixer.json": (61_952, "MiniMaxForCausalLM"),
     "variants/lfm2-mixer.json": (45_440, "Lfm2ForCausalLM"),
     "variants/mamba-mixer.json": (47_104, "MambaForCausalLM"),
     "variants/mamba2-mixer.json": (46_540, "Mamba2ForCausalLM"),
@@ -207,8 +209,9 @@ def test_unsupported_model_type(cli, tmp_path) -> None:
     r = cli("params", str(path), code=2)
     assert r.stderr == (f"Error: {path}: key 'model_type': expected a model_type tcalc can "
                         "count (its recurrent mixer or hybrid layout is not modelled yet: "
-                        "Mamba, Mamba-2, Gated DeltaNet and LFM2's convolutions are; Zamba's "
-                        "shared blocks, RWKV, xLSTM, linear attention are not), got 'zamba2'\n")
+                        "Mamba, Mamba-2, Gated DeltaNet, lightning attention and LFM2's "
+                        "convolutions are; Zamba's shared blocks, RWKV, xLSTM, Kimi's delta "
+                        "attention are not), got 'zamba2'\n")
     path.write_text('{"model_type": "qwen4"}')
     r = cli("params", str(path), code=2)
     assert r.stderr == (f"Error: {path}: key 'model_type': expected one of the "

@@ -14,7 +14,7 @@ convolution padding and chunked scans are accounted for op by op in tests/test_m
 a length that fills whole chunks (Gated DeltaNet's chunk is 64):
 
     python tools/check_registry.py --cases 4 --flops 8 --write tests/data/registry_mixers_T8.json \
-        mamba falcon_mamba mamba2 nemotron_h bamba granitemoehybrid jamba lfm2 falcon_h1
+        mamba falcon_mamba mamba2 nemotron_h bamba granitemoehybrid jamba lfm2 falcon_h1 minimax
     python tools/check_registry.py --cases 4 --flops 64 \
         --write tests/data/registry_mixers_T64.json qwen3_next qwen3_5_text qwen3_5_moe_text
 """
@@ -122,7 +122,7 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
     if "mlp_only_layers" in fields:
         cfg["mlp_only_layers"] = rng.choice([[], [0]])
     if fields & {"state_size", "ssm_state_size", "mamba_d_state", "linear_key_head_dim",
-                 "conv_L_cache"}:
+                 "conv_L_cache", "block_size"}:
         mixer = draw_mixer(rng, fields, cfg)
         return {k: v for k, v in cfg.items() if k in fields or k.endswith("_token_id")} | mixer
     return {k: v for k, v in cfg.items() if k in fields or k.endswith("_token_id")}
@@ -187,6 +187,10 @@ def draw_mixer(rng: random.Random, fields: set[str], cfg: dict) -> dict:
         out |= {"linear_key_head_dim": state, "linear_value_head_dim": rng.choice([4, 8]),
                 "linear_num_key_heads": groups, "linear_num_value_heads": heads,
                 "linear_conv_kernel_dim": conv,
+                "layer_types": ["full_attention" if k == "A" else "linear_attention"
+                                for k in kinds]}
+    if "block_size" in fields and "full_attn_alpha_factor" in fields:  # MiniMax lightning
+        out |= {"block_size": rng.choice([4, 8]),
                 "layer_types": ["full_attention" if k == "A" else "linear_attention"
                                 for k in kinds]}
     if "conv_L_cache" in fields:  # LFM2

@@ -16,7 +16,7 @@ mixer rows; B ∈ {1, 2} and three lengths, fp32 and bf16, on transformers' torc
 one the CPU runs). tests/data/activations_mixers_cpu.jsonl was written by
 
     python tools/measure_activations_hf.py --mixers tests/data/hf/variants/{mamba,mamba2,\
-        qwen3_5_text,lfm2}-mixer.json \
+        qwen3_5_text,lfm2,minimax}-mixer.json \
         tests/data/hf/variants/{nemotron_h,jamba,bamba,falcon_h1}-tiny.json \
         > tests/data/activations_mixers_cpu.jsonl
 """
@@ -54,7 +54,7 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int) -> int:
 
 # class-name endings of the recurrent mixer modules (transformers 5.23)
 MIXER_CLASSES = ("MambaMixer", "Mamba2Mixer", "BambaMixer", "H1Mixer", "MambaLayer",
-                 "GatedDeltaNet", "ShortConv")
+                 "GatedDeltaNet", "ShortConv", "LightningAttention")
 
 
 def measure_mixers(config: dict, dtype: str, B: int, T: int) -> int:

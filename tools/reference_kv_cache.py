@@ -38,6 +38,8 @@ def cache_parts(config: dict, seq_len: int, dtype: str = "float32") -> dict[str,
             parts[part] += t.numel() * t.element_size()
             parts["dtypes"].add(f"{part}:{str(t.dtype).removeprefix('torch.')}")
 
+    for t in getattr(cache, "linear_cache", []):  # MiniMaxCache: the lightning layers' state
+        add("recurrent", t)
     for layer in cache.layers:
         for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
             add("kv", t)

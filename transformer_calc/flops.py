@@ -225,6 +225,18 @@ def _mixer_flops(add, m: Mixer, E: int, p: str, group: str, L: int) -> None:  # 
         add((p + name, flops, formula, "", L, group, note, None, ()))
 
     conv_note = "depthwise: ssm_conv taps per channel"
+    if m.kind == "lightning":
+        # MiniMax lightning attention (Qin et al. 2024): blocks of ssm_chunk tokens; within a
+        # block q·kᵀ and the scores × v, across blocks q · the K^T·V state and its update
+        dh = Di // H
+        row("qkv_proj", 2 * E * 3 * Di, "2 · d_model · 3 · ssm_inner")
+        row("output_gate", 2 * E * Di, "2 · d_model · ssm_inner")
+        row("scan.intra", 2 * 2 * Q * Di, "2 · 2 · ssm_chunk · ssm_inner",
+            "q·kᵀ and the scores × v within a block")
+        row("scan.state", 2 * 2 * Di * dh, "2 · 2 · ssm_inner · (ssm_inner / ssm_heads)",
+            "q · the state, and the state's update kᵀ·v")
+        row("out_proj", 2 * Di * E, "2 · ssm_inner · d_model")
+        return
     if m.kind == "short_conv":
         row("in_proj", 2 * E * 3 * E, "2 · d_model · 3 · d_model")
         row("conv", 2 * E * K, "2 · d_model · ssm_conv", conv_note)
@@ -534,7 +546,7 @@ def hybrid_scan(spec: ModelSpec, seq_len: int) -> tuple[tuple[int, int, int, int
     from transformer_calc.memory import kv_cache_elements, recurrent_state_elements
 
     conv, state = recurrent_state_elements(spec)
-    state_bytes = 2 * conv + {"fp32": 4}.get(spec.ssm_state_dtype, 2) * state
+    state_bytes = 2 * conv + {"fp32": 4}.get(spec.ssm_state_dtype, 2) * state  # bf16 cache
     out = []
     for t in sorted(set(SCAN_LENGTHS) | {seq_len}):
         out.append((t, count_flops(spec, t).total, count_flops(dense, t).total,

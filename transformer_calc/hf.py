@@ -173,7 +173,7 @@ def _table(model_type: str) -> dict[str, Any]:
 
 # Hybrid and recurrent model types (issue 14): refused with that reason, not just "unknown".
 RECURRENT = frozenset("""zamba zamba2 lfm3 olmo_hybrid kimi_linear bailing_hybrid
-    recurrent_gemma rwkv xlstm minimax""".split())
+    recurrent_gemma rwkv xlstm""".split())
 
 
 def _known_types(found: object) -> str:
@@ -182,8 +182,9 @@ def _known_types(found: object) -> str:
 
     if isinstance(found, str) and found in RECURRENT:
         return ("a model_type tcalc can count (its recurrent mixer or hybrid layout is not "
-                "modelled yet: Mamba, Mamba-2, Gated DeltaNet and LFM2's convolutions are; "
-                "Zamba's shared blocks, RWKV, xLSTM, linear attention are not)")
+                "modelled yet: Mamba, Mamba-2, Gated DeltaNet, lightning attention and LFM2's "
+                "convolutions are; Zamba's shared blocks, RWKV, xLSTM, Kimi's delta attention "
+                "are not)")
     close = difflib.get_close_matches(found, sorted(MAPPERS), n=3, cutoff=0.6) \
         if isinstance(found, str) else []
     return (f"one of the {len(MAPPERS)} model types in docs/model_types.md"
@@ -768,6 +769,7 @@ class Ssm(NamedTuple):
     norm: str | bool = True  # mamba2's gated RMSNorm (Falcon-H1: mamba_rms_norm)
     dt_norms: bool = False  # Jamba
     every: int = 4  # layer_types: the class's default full_attention_interval
+    full_when: int = 0  # ... a layer i is full attention when (i + 1) % every == full_when
     inner: str = ""  # a key whose value, when the file has it, is d_inner (MambaConfig)
     out_bias: str = ""  # a key for out_proj's bias when it differs from in_proj's (Falcon-H1)
 
@@ -810,7 +812,7 @@ def _hybrid_layers(c: Config, s: Ssm, L: int) -> list[tuple[str, str]]:
         every = c.t("full_attention_interval", s.every)
         if s.layers == "layer_types_all":  # GraniteMoeHybridConfig: every layer mamba
             return [("M", "")] * L
-        return [("M" if (i + 1) % every else "F", "") for i in range(L)]
+        return [("F" if (i + 1) % every == s.full_when else "M", "") for i in range(L)]
     if not isinstance(types, list) or len(types) != L or any(t not in _HYBRID_TYPES
                                                              for t in types):
         raise SpecError("layer_types", f"a list of {L} of "
@@ -832,6 +834,12 @@ def _ssm(c: Config, s: Ssm, E: int) -> dict[str, Any]:
     out: dict[str, Any] = {"mixer": s.kind}
     if s.kind == "short_conv":
         return out | {"ssm_conv": num(s.conv), "ssm_conv_bias": switch(s.conv_bias)}
+    if s.kind == "lightning":  # the attention heads' sizes; the state in the cache's dtype
+        heads = num(s.heads)
+        head_dim = c.t(s.head_dim) or E // heads
+        return out | {"ssm_heads": heads, "ssm_inner": heads * head_dim,
+                      "ssm_chunk": s.chunk if isinstance(s.chunk, int) else num(s.chunk, 256),
+                      "ssm_state_dtype": "cache"}
     heads = num(s.heads) if s.kind != "mamba" else 0
     if s.inner and c.t(s.inner) is not None:
         # MambaConfig.__post_init__ sets intermediate_size = expand · hidden_size, then the
@@ -1371,6 +1379,12 @@ GENERIC: dict[str, Layout] = {
                                 groups="mamba_n_groups", conv="mamba_d_conv",
                                 conv_bias="mamba_conv_bias", bias="mamba_proj_bias",
                                 chunk="mamba_chunk_size", norm="mamba_rms_norm")),
+    # MiniMax(-Text-01): lightning (linear) attention in every other layer by default (layer 0
+    # full), softmax attention in the rest; MoE FFN in every layer
+    "minimax": Layout("MiniMaxForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
+                      ssm=Ssm("lightning", layers="layer_types", heads="num_attention_heads",
+                              head_dim="head_dim", chunk="block_size", every=2, full_when=1),
+                      moe=Moe(experts=("num_local_experts",), expert_ff="")),
     # LFM2: short gated convolutions and attention with QK-norm; the FFN size is adjusted
     "lfm2": Layout("Lfm2ForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
                    qk_norm="head", ffn_adjust="lfm2",

@@ -319,6 +319,26 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 "B·(T + ssm_conv − 1)·d_model · act (padded)")
             row("out_proj_input", x, "B·T·d_model · act")
             return
+        if m.kind == "lightning":
+            # MiniMaxLightningAttention.forward: a Python loop over blocks of ssm_chunk tokens;
+            # each block's matmuls keep their own copies of q, k, v and the decayed q, k (and
+            # v once more), the block's masked scores and the state entering it
+            Q = m.chunk
+            c = -(-T // Q)
+            dh = Di // H
+            row("qkv_output", 3 * sb * Di * a, "B·T·3·ssm_inner · act (silu input)")
+            row("block_copies", 6 * sb * Di * a, "6 · B·T·ssm_inner · act (q, k, v, decayed q, "
+                "k and v again, per block)")
+            row("block_scores", sb * H * Q * a, "B·T·ssm_heads·ssm_chunk · act",
+                "quadratic within a block")
+            row("block_states", (c - 1) * B * H * dh * dh * a,
+                "(blocks − 1) · B·ssm_heads·d_head² · act (the state entering each block)")
+            row("out_norm", sb * Di * (f + a) + sb * f,
+                "B·T·ssm_inner · (4 + act) + rstd (RMSNorm over the heads' output: its fp32 "
+                "input and the normalised tensor)")
+            row("gate", 2 * sb * Di * a, "2 · B·T·ssm_inner · act (sigmoid gate and normed output)")
+            row("out_proj_input", sb * Di * a, "B·T·ssm_inner · act")
+            return
         Tk = B * (T + K - 1)  # conv1d pads K − 1 on both sides and drops the tail
         if m.kind == "mamba":
             # MambaMixer.slow_forward and mamba_selective_scan's sequential loop
@@ -659,12 +679,14 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         if conv or ssm:
             # measured: transformers 5.23 keeps the convolution state in the model's dtype and
             # the recurrent state in fp32 (tools/reference_kv_cache.py --split)
-            sd = {"fp32": 4, "bf16": 2, "fp16": 2}[spec.ssm_state_dtype]
+            sd = {"fp32": 4, "bf16": 2, "fp16": 2}.get(spec.ssm_state_dtype) \
+                or DTYPE_BYTES[kv_dtype]  # "cache": the KV cache's dtype (MiniMax)
             state = s.batch_size * math.ceil(conv * DTYPE_BYTES[kv_dtype] + ssm * sd)
             comps.append(Item(
                 "recurrent_state", state,
                 "batch · (conv state · bytes + recurrent state · state bytes)",
-                f"{s.batch_size} · ({conv:,} · {kv_dtype} + {ssm:,} · {spec.ssm_state_dtype})",
+                f"{s.batch_size} · ({conv:,} · {kv_dtype} + {ssm:,} · "
+                f"{kv_dtype if spec.ssm_state_dtype == 'cache' else spec.ssm_state_dtype})",
                 note="constant in the context: the last ssm_conv inputs of each convolution "
                      "channel and the state of every recurrent layer"))
         inference_notes = []

@@ -389,6 +389,12 @@ def _recurrent(add, m: Mixer, norm: str, E: int, p: str, group: str,  # type: ig
         n, why = norm_of("rmsnorm", Di // H, "ssm_inner / ssm_heads")
         vector("gated_norm", n, why, "gated RMSNorm over one value head, shared by the heads")
         proj("out_proj", Di, E, "ssm_inner × d_model", False)
+    elif m.kind == "lightning":  # MiniMaxLightningAttention: linear attention, gated output
+        proj("qkv_proj", E, 3 * Di, "d_model × (3 · ssm_inner)", False, "Q, K, V of the heads")
+        proj("output_gate", E, Di, "d_model × ssm_inner", False, "sigmoid gate on the output")
+        n, why = norm_of("rmsnorm", Di, "ssm_inner")
+        vector("out_norm", n, why, "over the heads' output")
+        proj("out_proj", Di, E, "ssm_inner × d_model", False)
     else:  # short_conv (Lfm2ShortConv): B, C, x from one projection, y = C ⊙ conv(B ⊙ x)
         proj("in_proj", E, 3 * E, "d_model × (3 · d_model)", m.conv_bias, "B, C and x")
         add((p + "conv.weight", E * K, "d_model · ssm_conv", "", L, group,

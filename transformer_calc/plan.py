@@ -122,7 +122,7 @@ class Mixer(NamedTuple):
     Mamba-2 paper's terms (Dao & Gu 2024): x has ``inner`` channels in ``heads`` heads; B and C
     (Gated DeltaNet: the keys and queries) have ``groups`` heads of ``state`` each."""
 
-    kind: str  # mamba | mamba2 | gated_deltanet | short_conv
+    kind: str  # mamba | mamba2 | gated_deltanet | short_conv | lightning
     inner: int  # d_inner (short_conv: d_model)
     state: int  # N (gated_deltanet: key head size)
     heads: int  # mamba2 heads; gated_deltanet value heads (mamba: 0)
@@ -146,6 +146,8 @@ class Mixer(NamedTuple):
             return self.inner + 2 * self.groups * self.state
         if self.kind == "gated_deltanet":  # q, k, v (Qwen3NextGatedDeltaNet.conv_dim)
             return 2 * self.groups * self.state + self.inner
+        if self.kind == "lightning":  # no convolution
+            return 0
         return self.inner
 
     def state_per_sequence(self) -> tuple[int, int]:
@@ -160,6 +162,8 @@ class Mixer(NamedTuple):
             return conv, self.heads * self.head_dim * self.state
         if self.kind == "gated_deltanet":
             return conv, self.heads * self.state * self.head_dim
+        if self.kind == "lightning":  # the K^T·V state of every head: head size × head size
+            return 0, self.heads * self.head_dim * self.head_dim
         return conv, 0
 
 
@@ -291,7 +295,7 @@ _ATTN_TAGS = {"F": "full", "S": "sliding", "C": "chunked", "N": "nope", "P": "pa
               "X": ""}
 _FFN_TAGS = {"D": "dense", "E": "moe", "X": ""}
 _MIXER_TAGS = {"mamba": "mamba", "mamba2": "mamba", "gated_deltanet": "linear",
-               "short_conv": "conv", "none": "recurrent"}
+               "short_conv": "conv", "lightning": "linear", "none": "recurrent"}
 
 
 def _group_name(spec: ModelSpec, stack: str, kinds: str, vary_a: bool, vary_f: bool) -> str:

@@ -27,7 +27,7 @@ RELATIVE_SCOPES = ("first", "every")
 QK_NORMS = ("none", "head", "width")
 ATTN_GATES = ("none", "head", "width")
 # Recurrent mixers (issue 14): layers whose state does not grow with the context.
-MIXERS = ("none", "mamba", "mamba2", "gated_deltanet", "short_conv")
+MIXERS = ("none", "mamba", "mamba2", "gated_deltanet", "short_conv", "lightning")
 # Layer-pattern letters (see plan.parse_pattern): the mixer per layer, the FFN per layer. M is
 # the spec's recurrent mixer; X is no sublayer at all (a Mamba layer has no FFN, a Nemotron-H
 # MLP layer no mixer).
@@ -136,7 +136,8 @@ class ModelSpec:
     # -- recurrent mixers (Mamba, Mamba-2, Gated DeltaNet, short convolutions) --------------
     mixer: str = _f("none", "the recurrent mixer of M layers (layer_attention): mamba (Gu & Dao "
                     "2023), mamba2 (Dao & Gu 2024), gated_deltanet (Yang et al. 2025; Qwen3-Next)"
-                    " or short_conv (LFM2)", choices=MIXERS)
+                    ", short_conv (LFM2) or lightning (MiniMax's linear attention)",
+                    choices=MIXERS)
     ssm_inner: int = _f(0, "mixer width d_inner (mamba, mamba2: expand · d_model; "
                         "gated_deltanet: value heads · value head size)", minimum=0)
     ssm_state: int = _f(0, "state size N per channel (mamba, mamba2); key head size "
@@ -151,9 +152,10 @@ class ModelSpec:
     ssm_chunk: int = _f(256, "mamba2, gated_deltanet: chunk length of the chunked scan (SSD; "
                         "chunk_size), which sets its FLOPs", minimum=1)
     ssm_state_dtype: str = _f("fp32", "dtype of the recurrent state in the inference cache "
-                              "(transformers keeps it in fp32 whatever the model's dtype; "
-                              "Nemotron-H's mamba_ssm_cache_dtype)", choices=("fp32", "bf16",
-                                                                             "fp16"))
+                              "(transformers keeps Mamba's and Gated DeltaNet's in fp32 whatever "
+                              "the model's dtype; Nemotron-H's mamba_ssm_cache_dtype; cache: the "
+                              "KV cache's dtype, as MiniMax keeps it)",
+                              choices=("fp32", "bf16", "fp16", "cache"))
     ssm_conv_bias: bool = _f(True, "a bias on the mixer's convolution")
     ssm_bias: bool = _f(False, "biases on the mixer's input and output projections")
     ssm_norm: bool = _f(True, "mamba2: a gated RMSNorm over d_inner before out_proj")
@@ -314,11 +316,12 @@ def _check_mixer(spec: ModelSpec) -> None:
              "mamba2": ("ssm_inner", "ssm_state", "ssm_heads", "ssm_groups", "ssm_conv"),
              "gated_deltanet": ("ssm_inner", "ssm_state", "ssm_heads", "ssm_groups",
                                 "ssm_conv"),
-             "short_conv": ("ssm_conv",)}[spec.mixer]
+             "short_conv": ("ssm_conv",),
+             "lightning": ("ssm_inner", "ssm_heads")}[spec.mixer]
     for key in needs:
         if getattr(spec, key) < 1:
             raise SpecError(key, f"an integer >= 1 with mixer: {spec.mixer}", getattr(spec, key))
-    if spec.mixer in ("mamba2", "gated_deltanet") and spec.ssm_inner % spec.ssm_heads:
+    if spec.mixer in ("mamba2", "gated_deltanet", "lightning") and spec.ssm_inner % spec.ssm_heads:
         raise SpecError("ssm_heads", f"a divisor of ssm_inner={spec.ssm_inner}", spec.ssm_heads)
     if spec.mixer == "mamba2" and spec.ssm_heads % spec.ssm_groups:
         raise SpecError("ssm_groups", f"a divisor of ssm_heads={spec.ssm_heads}",
