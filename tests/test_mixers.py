@@ -254,10 +254,10 @@ def test_hybrid_scan_flops_do_not_grow_with_the_context() -> None:
 MEASURED = [json.loads(line) for line in
             (DATA / "activations_mixers_cpu.jsonl").read_text().splitlines()]
 # the claim per mixer, no looser than the recorded errors (README, "Recurrent layers")
-BOUND = {"mamba2": 1.0, "short_conv": 1.0, "mamba": 9.0, "gated_deltanet": 14.0,
+BOUND = {"mamba2": 1.0, "short_conv": 1.0, "mamba": 9.0, "gated_deltanet": 7.0,
          "lightning": 6.0}
 # (recorded: Mamba-2 and its hybrids -0.1 to +0.4 %, LFM2 0.0 %, Mamba -0.2 to +5.7 %, Jamba
-# -1.3 to +8.6 %, Gated DeltaNet -13.3 to -1.9 %, MiniMax's lightning attention -0.4 to +5.8 %)
+# -1.3 to +8.6 %, Gated DeltaNet -4.3 to +6.2 %, MiniMax's lightning attention -0.4 to +5.8 %)
 
 
 @pytest.mark.parametrize("case", MEASURED, ids=[

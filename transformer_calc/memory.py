@@ -402,6 +402,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         row("loop", B * c * H * (dk * dv * 2 + Q * (dv * 2 + dk)) * f,
             "chunks · B·ssm_heads·(2·d_k·d_v + ssm_chunk·(2·d_v + d_k)) · 4 (per chunk)")
         row("gated_norm", sb * Di * f * 4 + sb * H * f, "4 · B·T·ssm_inner · 4 (fp32)")
+        if not up and (B > 1 or c > 1):
+            # an fp32 model: q and k enter the rule as views of the convolution's output, and
+            # the matmuls copy them (kᵀ twice, q before its decay, k once per chunk); a 16-bit
+            # model's .float() copies serve instead. Batch 1 in one chunk folds without copies.
+            row("fp32_copies", 4 * sp * H * dk * f, "4 · B·T·ssm_heads·d_k · 4 (fp32 model)")
         row("out_proj_input", sb * Di * a, "B·T·ssm_inner · act")
 
     def cuda_kernels(m: Mixer, row) -> None:  # type: ignore[no-untyped-def]
