@@ -71,8 +71,9 @@ def test_github_actions_annotations(cli) -> None:
                           env={"GITHUB_ACTIONS": "true"})
     assert r.exit_code == 1
     assert ("::error file=tests/data/bad/unknown_key.yaml,line=4,title=tcalc check::unknown "
-            "key 'n_head': did you mean 'n_heads'?") in r.stdout.splitlines()
-    assert "::error" not in cli("check", path, code=1).stdout  # only under GitHub Actions
+            "key 'n_head': did you mean 'n_heads'?") in r.stderr.splitlines()
+    assert "::error" not in r.stdout  # annotations on stderr: stdout stays the report
+    assert "::error" not in cli("check", path, code=1).stderr  # only under GitHub Actions
 
 
 def test_annotation_escaping() -> None:

@@ -59,8 +59,8 @@ def test_missing_file(cli, tmp_path) -> None:
 
 def test_directory_instead_of_file(cli, tmp_path) -> None:
     r = cli("params", str(tmp_path), code=2)
-    assert r.stderr == (f"Error: {tmp_path}: is a directory, expected a .yaml or config.json "
-                        "file\n")
+    assert r.stderr == (f"Error: {tmp_path}: a folder without a config.json, expected a .yaml "
+                        "or config.json file or a model folder\n")
 
 
 def test_not_utf8(cli, tmp_path) -> None:

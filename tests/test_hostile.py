@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,113 @@ def test_compare_shows_a_component_only_some_models_have(cli) -> None:
 
     text = cli("compare", "gpt2", str(DATA / "hf" / "mamba-130m.json"), "--inference").stdout
     assert "memory: recurrent_state" in text
+
+
+# -- input is data, never markup or terminal commands ----------------------------------------
+
+TINY = "vocab_size: 100\nd_model: 64\nn_layers: 1\nn_heads: 4\nd_ff: 128\n"
+
+
+def test_markup_and_escape_sequences_in_a_name_are_shown_as_text(cli, tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text('name: "[/bold]x\\e[31mred"\n' + TINY)
+    for fmt in ("table", "markdown"):
+        out = cli("params", str(path), "--format", fmt).stdout
+        assert "[/bold]x\\x1b[31mred" in out and "\x1b" not in out
+
+
+def test_an_escape_sequence_in_a_file_name_is_shown_as_text(cli, tmp_path: Path) -> None:
+    path = tmp_path / "bad\x1b[31m.yaml"
+    path.write_text("nme: 1\n")
+    r = cli("params", str(path), code=2)
+    assert "\x1b" not in r.stderr and "bad\\x1b[31m.yaml" in r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+def test_a_newline_cannot_forge_a_github_annotation(tmp_path: Path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from transformer_calc.cli import app
+
+    path = tmp_path / "a.yaml"
+    path.write_text("name: 'x'\nexpected_params: 5\n" + TINY)
+    forged = tmp_path / "x\n::error file=forged::oops.yaml"
+    forged.write_text("name: 'y'\nexpected_params: 5\n" + TINY)
+    result = CliRunner().invoke(app, ["check", str(path), str(forged), "--format", "json"],
+                                env={"GITHUB_ACTIONS": "true"})
+    assert result.exit_code == 1
+    json.loads(result.stdout)  # annotations go to stderr: stdout stays valid JSON
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and all(line.startswith("::error file=") for line in lines)
+    assert "x%0A%3A%3Aerror file=forged%3A%3Aoops.yaml" in lines[1]  # encoded, inert
+    assert not any(line.startswith("::error file=forged") for line in lines)
+
+
+def test_an_error_line_is_capped(cli, tmp_path: Path) -> None:
+    path = tmp_path / ("x" * 200) / ("y" * 200) / ("z" * 200 + ".yaml")
+    r = cli("params", str(path), code=2)
+    assert len(r.stderr.rstrip("\n")) <= 500 and "characters, cut)" in r.stderr
+
+
+# -- paths, presets and model folders ---------------------------------------------------------
+
+def test_a_folder_named_like_a_preset_does_not_shadow_it(cli, tmp_path: Path,
+                                                          monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpt2").mkdir()
+    assert cli.json("params", "gpt2")["total_params"] == 124_439_808
+    r = cli("params", "./gpt2", code=2)
+    assert "a folder without a config.json" in r.stderr
+
+
+def test_a_model_folder_is_a_model_and_check_skips_its_side_files(cli, tmp_path: Path) -> None:
+    from conftest import DATA
+
+    folder = tmp_path / "snapshot"
+    folder.mkdir()
+    (folder / "config.json").write_text((DATA / "hf" / "gpt2.json").read_text())
+    for side in ("generation_config.json", "tokenizer_config.json", "tokenizer.json",
+                 "special_tokens_map.json", "model.safetensors.index.json"):
+        (folder / side).write_text("{}")
+    assert cli.json("params", str(folder))["total_params"] == 124_439_808
+    out = cli("check", str(folder)).stdout
+    assert out.splitlines()[-1] == "1 file checked: 1 ok, 0 failed"
+
+
+def test_an_upper_case_json_suffix_is_json(cli, tmp_path: Path) -> None:
+    from conftest import DATA
+
+    path = tmp_path / "CONFIG.JSON"
+    path.write_text((DATA / "hf" / "gpt2.json").read_text())
+    assert cli.json("params", str(path))["total_params"] == 124_439_808
+
+
+# -- output that cannot be written --------------------------------------------------------------
+
+def _tcalc(*args: str, **kw) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "transformer_calc", *args], text=True,
+                          check=False, **kw)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_a_full_disk_is_one_error_line(fmt: str) -> None:
+    with open("/dev/full", "w") as full:
+        r = _tcalc("params", "gpt2", "--format", fmt, stdout=full, stderr=subprocess.PIPE)
+    assert r.returncode == 1
+    assert r.stderr == "Error: cannot write the output: No space left on device\n"
+
+
+def test_a_closed_stdout_is_one_error_line() -> None:
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "transformer_calc", "sweep", "gpt2",
+                             "--batch-size", "1,2,4,8,16", "--gpu", "A100-80GB"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader goes away before tcalc writes
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 1
+    assert err == "Error: output closed (broken pipe)\n"

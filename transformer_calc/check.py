@@ -32,7 +32,8 @@ def collect(paths: list[str]) -> list[Path]:
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.suffix in SUFFIXES and f.is_file())
+            found = sorted(f for f in p.rglob("*") if f.suffix.lower() in SUFFIXES
+                           and f.is_file() and not _side_file(f))
             if not found:
                 raise PresetError(f"{p}: no .yaml, .yml or .json files in this folder")
             files += found
@@ -41,6 +42,19 @@ def collect(paths: list[str]) -> list[Path]:
         else:
             raise PresetError(f"{p}: no such file or folder")
     return files
+
+
+# The JSON files beside a model's config.json in a Hugging Face model folder: not model configs
+HF_SIDE_FILES = frozenset("""generation_config.json tokenizer_config.json tokenizer.json
+    special_tokens_map.json preprocessor_config.json processor_config.json adapter_config.json
+    chat_template.json vocab.json added_tokens.json trainer_state.json
+    video_preprocessor_config.json feature_extractor_config.json quant_config.json
+    quantize_config.json""".split())
+
+
+def _side_file(path: Path) -> bool:
+    name = path.name.lower()
+    return name in HF_SIDE_FILES or name.endswith(".index.json")
 
 
 def display(path: Path) -> str:

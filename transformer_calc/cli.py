@@ -120,7 +120,7 @@ def _command(*, overrides: bool = False, training: bool = False
                     check_numbers(kwargs.get("train") or {})
                     return fn(**kwargs)
                 except TcalcError as e:
-                    typer.echo("Error: " + " ".join(str(e).splitlines()), err=True)
+                    typer.echo(error_line(str(e)), err=True)
                     raise typer.Exit(EXIT_USAGE) from None
 
             everything = params + group + extra
@@ -132,6 +132,16 @@ def _command(*, overrides: bool = False, training: bool = False
         return fn
 
     return decorate
+
+
+def error_line(message: str) -> str:
+    """One line, printable, of bounded length: what every error prints."""
+    from transformer_calc.errors import MAX_ERROR_LINE, printable
+
+    text = "Error: " + printable(" ".join(message.splitlines()), one_line=True)
+    if len(text) > MAX_ERROR_LINE:
+        text = text[:MAX_ERROR_LINE - 30] + f" ... ({len(text):,} characters, cut)"
+    return text
 
 
 def _override_param(f: Any) -> inspect.Parameter:
@@ -164,8 +174,10 @@ def _load(model: str, overrides: dict[str, Any]) -> Any:
 
 
 def _emit(text: str | None) -> None:
-    if text is not None:
-        typer.echo(text.rstrip("\n"))
+    if text is not None:  # (JSON carries control characters escaped already)
+        from transformer_calc.errors import printable
+
+        typer.echo(printable(text.rstrip("\n")))
 
 
 @_command(overrides=True)
@@ -593,9 +605,9 @@ def check(
 
     results = run_check(paths or [])
     _emit(render_check(results, format.value))
-    if os.environ.get("GITHUB_ACTIONS") == "true":
+    if os.environ.get("GITHUB_ACTIONS") == "true":  # on stderr: stdout stays the result
         for line in github_annotations(results):
-            typer.echo(line)
+            typer.echo(line, err=True)
     if not all(r.ok for r in results):
         raise typer.Exit(1)
 
@@ -628,7 +640,10 @@ def import_(
         return
     write_atomically(Path(output), text, source=Path(config), force=force)
     total = count_params(spec).total
-    typer.echo(f"wrote {output}: {spec.name}, {total:,} parameters", err=True)
+    from transformer_calc.errors import printable
+
+    typer.echo(printable(f"wrote {output}: {spec.name}, {total:,} parameters", one_line=True),
+               err=True)
 
 
 def write_atomically(out: Any, text: str, *, source: Any, force: bool) -> None:
@@ -720,16 +735,39 @@ def main() -> None:
     """
     try:
         code = _app_for(sys.argv[1:])(standalone_mode=False)
+    except SystemExit as e:
+        # click turns a broken pipe on stdout into a silent exit 1, its stdout replaced by a
+        # PacifyFlushWrapper: say why, in one line
+        if type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            _output_failed(BrokenPipeError())
+        raise e from None
     except typer.TyperException as e:
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `tcalc`: show the help
             ctx = getattr(e, "ctx", None)
             typer.echo(ctx.get_help() if ctx else "tcalc --help", err=True)
             sys.exit(EXIT_USAGE)
         message = e.format_message() if hasattr(e, "format_message") else str(e)
-        typer.echo("Error: " + " ".join(message.splitlines()), err=True)
+        typer.echo(error_line(message), err=True)
         sys.exit(getattr(e, "exit_code", EXIT_USAGE))
     except typer.Abort:  # pragma: no cover - Ctrl-C at a prompt
         sys.exit(130)
     except KeyboardInterrupt:  # pragma: no cover - interactive only
         sys.exit(130)
+    except OSError as e:  # stdout closed (a pipe's reader gone) or full: one line, exit 1
+        _output_failed(e)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _output_failed(e: OSError) -> None:
+    import errno
+    import os
+
+    why = ("output closed (broken pipe)" if isinstance(e, BrokenPipeError)
+           or e.errno == errno.EPIPE else f"cannot write the output: {e.strerror or e}")
+    # nothing more can go to stdout, not even Python's flush at exit (a stdout without a file
+    # descriptor raises ValueError; a closed stderr leaves nothing to say)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with contextlib.suppress(OSError):
+        sys.stderr.write(error_line(why) + "\n")
+    sys.exit(1)

@@ -11,6 +11,21 @@ _short.maxother = 60
 _short.maxlevel = 2
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]
+             if c not in (0x09, 0x0A)}  # (tab and newline kept: callers decide on those)
+
+
+def printable(text: str, one_line: bool = False) -> str:
+    """Text from the user (a file name, a YAML name or key) made safe for a terminal: control
+    characters (escape sequences that would colour or retitle it) written as \\xNN, and,
+    for a line that must stay one line, newlines as \\n (issue 16)."""
+    text = text.translate(_CONTROL)
+    return text.replace("\n", "\\n") if one_line else text
+
+
+MAX_ERROR_LINE = 500  # characters of an error line; the rest is cut with a note
+
+
 class TcalcError(Exception):
     """Base class: bad input, not a bug. The message is written for the user.
 

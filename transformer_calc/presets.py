@@ -39,12 +39,25 @@ def preset_names() -> list[str]:
 
 def load_model(ref: str) -> ModelSpec:
     """A preset name, or a path to a YAML preset or an HF config.json."""
+    import os
+
     path = Path(ref)
-    if ref.endswith(SUFFIXES) or "/" in ref or path.exists():
-        return load_file(path)
+    # a path when it looks like one; else a preset name first, so that a local folder or file
+    # called like a preset does not shadow it (issue 16)
+    looks_like_path = (ref.lower().endswith(SUFFIXES) or "/" in ref or os.sep in ref
+                       or ref.startswith((".", "~")))
     candidate = preset_dir() / f"{ref}.yaml"
-    if candidate.is_file():
+    if not looks_like_path and candidate.is_file():
         return load_file(candidate, shown=ref)
+    if looks_like_path or path.exists():
+        path = path.expanduser()
+        if path.is_dir():  # a model folder (a Hub snapshot): its config.json
+            config = path / "config.json"
+            if not config.is_file():
+                raise PresetError(f"{ref}: a folder without a config.json, expected a .yaml or "
+                                  "config.json file or a model folder")
+            return load_file(config)
+        return load_file(path)
     names = preset_names()
     close = difflib.get_close_matches(ref, names, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -188,7 +201,7 @@ def parse_yaml(text: str, where: str) -> Any:
 def load_file(path: Path, shown: str | None = None) -> ModelSpec:
     where = shown or str(path)
     text = read_text(path, shown)
-    if path.suffix == ".json":
+    if path.suffix.lower() == ".json":
         from transformer_calc.hf import spec_from_hf_text
 
         return spec_from_hf_text(text, where)

@@ -187,9 +187,36 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False)
 
 
+def _console() -> Any:
+    """rich's Console, but a closed stdout raises BrokenPipeError (rich would exit 1 silently),
+    so that the CLI says why in one line (issue 16)."""
+    from rich.console import Console
+
+    class Quiet(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return Quiet()
+
+
+def _plain(text: str) -> str:
+    """A cell or line from the user, made safe for a terminal (no control characters)."""
+    from transformer_calc.errors import printable
+
+    return printable(text, one_line=True)
+
+
+def _markup_safe(text: str) -> str:
+    """For places rich parses as markup (table titles): escaped, so '[/bold]' is text."""
+    from rich.markup import escape
+
+    return escape(_plain(text))
+
+
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    def esc(s: str) -> str:
-        return s.replace("|", "\\|")
+    def esc(s: str) -> str:  # a cell stays one cell: no pipe, no newline
+        return _plain(s).replace("|", "\\|")
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
@@ -197,10 +224,9 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
                 footer: Sequence[str] = (), right: tuple[int, ...] = ()) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
+    table = Table(title=_markup_safe(title), title_justify="left")
     for n, h in enumerate(headers):
         # numbers never fold across lines (issue 16): the text columns wrap instead
         table.add_column(h, justify="right" if n in right else "left",
@@ -210,11 +236,11 @@ def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]
         if r[0].startswith("[") and r[0].endswith("]") and not any(r[1:]):
             table.add_row(f"[bold]{r[0][1:-1]}[/bold]", *r[1:], end_section=False)
         else:
-            table.add_row(*(c.replace("[", "\\[") for c in r))
-    console = Console()
+            table.add_row(*(_plain(c).replace("[", "\\[") for c in r))
+    console = _console()
     console.print(table)
     for line in footer:
-        console.print(line, markup=False, highlight=False)
+        console.print(_plain(line), markup=False, highlight=False)
 
 
 # -- check ---------------------------------------------------------------------------------
@@ -533,11 +559,10 @@ def render_memory(r: Any, fmt: str) -> str | None:
     if not r.settings.inference:
         print_table("activations saved for backward (one micro-batch)", aheaders,
                     activation_rows(r), right=(2, 3, 4))
-    from rich.console import Console
 
-    console = Console()
+    console = _console()
     for line in memory_lines(r):
-        console.print(line, markup=False, highlight=False)
+        console.print(_plain(line), markup=False, highlight=False)
     return None
 
 
@@ -633,20 +658,19 @@ def render_sweep(model: str, gpu: str | None, batches: list[int], seqs: list[int
         return (f"## {title}\n\n" + md_table(headers, rows) + "\n\n"
                 + f"where the memory goes at batch {batches[-1]}, seq {seqs[-1]}:\n\n```\n"
                 + "\n".join(bars) + "\n```\n")
-    from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
+    table = Table(title=_markup_safe(title), title_justify="left")
     for n, h in enumerate(headers):
         table.add_column(h, justify="left" if n == 0 else "right")
     for b in batches:
         table.add_row(str(b), *(mark(cells[(b, t)], True) for t in seqs))
-    console = Console()
+    console = _console()
     console.print(table)
     console.print(f"where the memory goes at batch {batches[-1]}, seq {seqs[-1]}:",
                   markup=False)
     for line in bars:
-        console.print(line, markup=False, highlight=False)
+        console.print(_plain(line), markup=False, highlight=False)
     return None
 
 
