@@ -175,14 +175,14 @@ def test_compare_needs_two(cli) -> None:
 
 
 def test_sweep_grid_and_fit_marks(cli) -> None:
-    data = cli.json("sweep", "gpt2-medium", "--mixed", "--gpu", "RTX-4090", "--batch-size",
-                    "1,4,16", "--seq-len", "512,1024,2048")
+    data = cli.json("sweep", "llama-3-8b", "--mixed", "--gpu", "H100-80GB", "--gpus", "8",
+                    "--zero", "3", "--batch-size", "1,4,16", "--seq-len", "512,1024,2048")
     assert data["schema"] == "tcalc.sweep/1" and len(data["cells"]) == 9
     cell = {(c["batch_size"], c["seq_len"]): c for c in data["cells"]}
     for (b, t), c in cell.items():
-        r = memory_report(load_model("gpt2-medium"),
-                          Settings(precision="bf16", mixed=True, batch_size=b, seq_len=t),
-                          gpu="RTX-4090")
+        r = memory_report(load_model("llama-3-8b"),
+                          Settings(precision="bf16", mixed=True, batch_size=b, seq_len=t,
+                                   gpus=8, zero=3), gpu="H100-80GB")
         assert c["per_gpu_bytes"] == r.per_gpu.total and c["fits"] == r.fit.fits
     assert cell[(1, 512)]["fits"] is True and cell[(16, 2048)]["fits"] is False
     md = cli("sweep", "gpt2-medium", "--mixed", "--gpu", "RTX-4090", "--batch-size", "1,16",

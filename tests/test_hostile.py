@@ -358,3 +358,33 @@ def test_a_closed_stdout_is_one_error_line() -> None:
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 1
     assert err == "Error: output closed (broken pipe)\n"
+
+
+# -- shapes the options must respect ---------------------------------------------------------
+
+def test_a_sequence_longer_than_the_position_table_is_refused(cli) -> None:
+    for args in (["memory", "gpt2", "--seq-len", "2048"], ["flops", "gpt2", "--seq-len", "4096"],
+                 ["sweep", "gpt2", "--seq-len", "1024,2048"]):
+        r = cli(*args, code=2)
+        assert r.stderr.startswith("Error: --seq-len 2,048: longer than gpt2's learned "
+                                   "position table (1,024 positions)") or \
+            r.stderr.startswith("Error: --seq-len 4,096: longer than gpt2's")
+    # defaults stay within the table: sweep's grid, compare's length, the overview's
+    data = cli.json("sweep", "gpt2")
+    assert sorted({c["seq_len"] for c in data["cells"]}) == [512, 1024]
+    out = cli("compare", "bert-base", "gpt2").stdout
+    assert "T=512" in out
+    cli("memory", "--mixed")  # every preset, BERT at its 512 positions
+    assert cli.json("memory", "llama-3-8b", "--seq-len", "65536")["seq_len"] == 65536  # RoPE
+
+
+def test_parallel_degrees_must_split_heads_and_layers(cli) -> None:
+    r = cli("memory", "gpt2", "--gpus", "8", "--tp", "8", code=2)
+    assert r.stderr == "Error: --tp 8: expected a divisor of gpt2's 12 attention heads\n"
+    r = cli("memory", "gpt2", "--gpus", "5", "--pp", "5", code=2)
+    assert r.stderr == ("Error: --pp 5: expected a divisor of gpt2's 12 layers (an uneven "
+                        "split is not modelled)\n")
+    # Llama 3 8B: 32 query heads, 8 K/V heads; --tp 16 replicates each K/V head twice
+    assert cli.json("memory", "llama-3-8b", "--gpus", "16", "--tp", "16")["per_gpu_bytes"] > 0
+    r = cli("memory", "mixtral-8x7b", "--gpus", "12", "--tp", "12", code=2)
+    assert "expected a divisor of mixtral-8x7b's 32 attention heads" in r.stderr

@@ -428,8 +428,9 @@ def sweep(
     model: str = ModelArg,
     batch_size: str = typer.Option("1,2,4,8", "--batch-size", "-b",
                                    help="Batch sizes, comma-separated."),
-    seq_len: str = typer.Option("512,1024,2048", "--seq-len", "-T",
-                                help="Context lengths, comma-separated."),
+    seq_len: Optional[str] = typer.Option(
+        None, "--seq-len", "-T", help="Context lengths, comma-separated (default 512,1024,2048, "
+                                      "those the model's position table allows)."),
     format: Format = FormatOpt,
     overrides: dict[str, Any] | None = None,
     train: dict[str, Any] | None = None,
@@ -446,7 +447,12 @@ def sweep(
 
     train = train or {}
     spec = _load(model, overrides or {})
-    batches, seqs = parse_ints(batch_size, "--batch-size"), parse_ints(seq_len, "--seq-len")
+    batches = parse_ints(batch_size, "--batch-size")
+    if seq_len is None:
+        seqs = [t for t in (512, 1024, 2048) if t <= (spec.max_context or t)] \
+            or [spec.max_context]
+    else:
+        seqs = parse_ints(seq_len, "--seq-len")
     base = _settings(train)
     cells = {(b, t): memory_report(spec, dataclasses.replace(base, batch_size=b, seq_len=t),
                                    train["gpu"]) for b in batches for t in seqs}
@@ -473,9 +479,10 @@ def compare(
 
     if len(models) < 2:
         raise TcalcError("compare: give at least two models")
-    T = seq_len or 1024
-    settings = _settings(train or {}, batch_size, T)
     specs = [_load(m, {}) for m in models]
+    # default: 1,024 tokens, or the shortest learned position table among the models
+    T = seq_len or min([1024] + [s.max_context for s in specs if s.max_context])
+    settings = _settings(train or {}, batch_size, T)
     params = [count_params(s) for s in specs]
     gpu = (train or {}).get("gpu")
     mems = [memory_report(s, settings, gpu) for s in specs]
@@ -515,10 +522,13 @@ def _memory_overview(settings: Any, format: Format) -> None:
         print_table,
     )
 
-    # One context for every preset (their max_positions range from 512 to 131,072)
-    settings = dataclasses.replace(settings, seq_len=settings.seq_len or 2048)
+    # One context for every preset (their max_positions range from 512 to 131,072), or the
+    # length of a learned position table that is shorter (BERT: 512)
+    T = settings.seq_len or 2048
     rows = state_bytes_per_param(settings)
-    reports = [memory_report(load_model(n), settings) for n in preset_names()]
+    specs = [load_model(n) for n in preset_names()]
+    reports = [memory_report(s, dataclasses.replace(settings, seq_len=min(
+        T, s.max_context or T))) for s in specs]
     if format is Format.json:
         _emit(dumps({"schema": "tcalc.memory-overview/1",
                      "bytes_per_param": [{"name": n, "bytes": b, "why": w} for n, b, w in rows],

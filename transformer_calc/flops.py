@@ -101,6 +101,7 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
     """Forward FLOPs per token at context length ``seq_len``, one item per matmul."""
     if seq_len < 1:
         raise TcalcError(f"--seq-len: expected an integer >= 1, got {seq_len}")
+    spec.check_context(seq_len)
     # Rows are Item's fields in order: (name, count, formula, expr, repeat, stack, note,
     # active, shape); expr is written from the formula when items are read
     rows: list[tuple] = []  # type: ignore[type-arg]
@@ -507,7 +508,7 @@ def flops_report(spec: ModelSpec, seq_len: int, *, recompute: str = "none",
     non_embedding = n - embeddings
     scan: tuple[tuple[int, int, int], ...] = ()
     if pattern.kind != "dense":
-        lengths = sorted(set(SCAN_LENGTHS) | {seq_len})
+        lengths = _scan_lengths(spec, seq_len)
         scan = tuple((t, attention_core(count_flops(spec, t)),
                       attention_core(count_flops(spec, t, pattern))) for t in lengths)
     run = roof = None
@@ -521,6 +522,12 @@ def flops_report(spec: ModelSpec, seq_len: int, *, recompute: str = "none",
     return FlopsReport(forward, seq_len, recompute, training, n, non_embedding, rule_6n(n),
                        kaplan_forward(spec, non_embedding, seq_len), pattern, scan, run, roof,
                        hybrid_scan(spec, seq_len))
+
+
+def _scan_lengths(spec: ModelSpec, seq_len: int) -> list[int]:
+    """SCAN_LENGTHS and T, up to what a learned position table allows."""
+    limit = spec.max_context or max(*SCAN_LENGTHS, seq_len)
+    return sorted(t for t in set(SCAN_LENGTHS) | {seq_len} if t <= limit)
 
 
 def all_attention(spec: ModelSpec) -> ModelSpec | None:
@@ -548,7 +555,7 @@ def hybrid_scan(spec: ModelSpec, seq_len: int) -> tuple[tuple[int, int, int, int
     conv, state = recurrent_state_elements(spec)
     state_bytes = 2 * conv + {"fp32": 4}.get(spec.ssm_state_dtype, 2) * state  # bf16 cache
     out = []
-    for t in sorted(set(SCAN_LENGTHS) | {seq_len}):
+    for t in _scan_lengths(spec, seq_len):
         out.append((t, count_flops(spec, t).total, count_flops(dense, t).total,
                     2 * kv_cache_elements(spec, t) + state_bytes,
                     2 * kv_cache_elements(dense, t)))

@@ -657,6 +657,8 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     p = params or count_params(spec)
     N = p.total
     T = s.seq_len or spec.max_positions or 2048
+    spec.check_context(T)
+    _check_parallel(spec, s)
     notes: tuple[str, ...] = ()
     comps: list[tuple] = []  # type: ignore[type-arg]  # rows, as in Breakdown
     rows: tuple[tuple[str, float, str], ...] = ()
@@ -731,6 +733,23 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     fit = _fit(spec, s, per_gpu, gpu, pattern) if gpu else None
     return MemoryReport(spec.name, s, T, N, components, per_gpu, acts,
                         rows, korth, fit, notes)
+
+
+def _check_parallel(spec: ModelSpec, s: Settings) -> None:
+    """Tensor parallelism splits the heads (Megatron-LM: query heads evenly; K/V heads evenly,
+    or replicated when there are fewer than --tp and they divide it); pipeline parallelism
+    splits the layers evenly (issue 16: an uneven split is refused, not assumed)."""
+    if s.tp > 1 and spec.n_heads:
+        if spec.n_heads % s.tp:
+            raise TcalcError(f"--tp {s.tp}: expected a divisor of {spec.name}'s "
+                             f"{spec.n_heads} attention heads")
+        kv = spec.kv_heads
+        if not spec.mla and kv % s.tp and s.tp % kv:
+            raise TcalcError(f"--tp {s.tp}: expected a divisor of {spec.name}'s {kv} K/V heads, "
+                             "or a multiple of them (each K/V head then replicated)")
+    if s.pp > 1 and spec.total_layers % s.pp:
+        raise TcalcError(f"--pp {s.pp}: expected a divisor of {spec.name}'s "
+                         f"{spec.total_layers} layers (an uneven split is not modelled)")
 
 
 def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown) -> Breakdown:

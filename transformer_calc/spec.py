@@ -267,6 +267,22 @@ class ModelSpec:
         return ((self.arch, self.n_layers),)
 
     @property
+    def max_context(self) -> int | None:
+        """The longest sequence the model can take: its learned position table's rows (GPT-2:
+        1,024); None when positions are computed (RoPE, ALiBi, sinusoidal, relative)."""
+        return self.max_positions if self.position == "learned" and self.max_positions else None
+
+    def check_context(self, seq_len: int) -> None:
+        """A sequence longer than a learned position table cannot be run: refuse it, naming
+        the table's size (issue 16)."""
+        limit = self.max_context
+        if limit is not None and seq_len > limit:
+            from transformer_calc.errors import TcalcError
+
+            raise TcalcError(f"--seq-len {seq_len:,}: longer than {self.name}'s learned position "
+                             f"table ({limit:,} positions)")
+
+    @property
     def total_layers(self) -> int:
         return sum(n for _, n in self.stacks)
 
