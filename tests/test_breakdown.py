@@ -146,3 +146,21 @@ def test_reports_pickle_with_their_symbols() -> None:
               memory_report(spec, Settings(mixed=True, precision="bf16")).activations):
         copy = pickle.loads(pickle.dumps(b))  # noqa: S301 - our own bytes
         assert copy == b and copy.items == b.items
+
+
+def test_every_tensor_shape_multiplies_to_its_count() -> None:
+    """The shape each parameter item carries (shown as transformers names it) holds exactly
+    its count, for every shipped preset and every real config: a shape and a formula that
+    disagree would show one number and count another."""
+    import math
+
+    from conftest import DATA
+
+    from transformer_calc.presets import load_file, preset_names
+
+    specs = [load_model(n) for n in preset_names()]
+    specs += [load_file(p) for p in sorted((DATA / "hf").glob("*.json"))]
+    for spec in specs:
+        for item in count_params(spec).items:
+            if item.shape:
+                assert math.prod(item.shape) == item.count, (spec.name, item.name)

@@ -188,3 +188,24 @@ def test_cli_flops_pattern_scan(cli) -> None:
 ])
 def test_cli_flops_bad_options(cli, args, message: str) -> None:
     assert message in cli("flops", "gpt2", *args, code=2).stderr
+
+
+def test_kaplan_forward_rule_is_the_papers() -> None:
+    # Kaplan et al. 2020, Eq. 2.2: C_forward = 2N + 2 · n_layer · n_ctx · d_attn; GPT-2 small:
+    # N without embeddings 85,056,000 (12 layers of 7,087,872 + the final norm's 1,536 ...
+    # as flops_report computes it from count_params), d_attn = 12 · 64
+    from transformer_calc.flops import flops_report
+
+    r = flops_report(load_model("gpt2"), 1024)
+    assert r.kaplan == 2 * r.non_embedding + 2 * 12 * 1024 * 12 * 64
+    assert r.kaplan == 2 * 85_056_000 + 18_874_368
+
+
+def test_prefill_is_batch_times_context_times_the_forward() -> None:
+    from transformer_calc.flops import flops_report
+
+    r = flops_report(load_model("llama-3-8b"), 2048, gpu="H100-80GB", batch=4)
+    per_token = count_flops(load_model("llama-3-8b"), 2048).total
+    assert r.roofline is not None
+    assert r.roofline.prefill.flops == 4 * 2048 * per_token
+    assert r.roofline.decode.flops == 4 * per_token

@@ -229,3 +229,28 @@ def test_cli_memory_without_model(cli) -> None:
 def test_cli_memory_markdown(cli) -> None:
     md = cli("memory", "gpt2", "--format", "markdown").stdout
     assert md.startswith("## gpt2: memory") and "### activations" in md
+
+
+def test_group_quantisation_down_to_one_weight_per_scale() -> None:
+    from transformer_calc.memory import weight_bytes
+
+    # int4: half a byte per weight plus one fp16 scale per group of group_size weights
+    assert weight_bytes(1000, "int4", group_size=1) == 500 + 1000 * 2
+    assert weight_bytes(1000, "int4", group_size=128) == 500 + 8 * 2  # ceil(1000 / 128) = 8
+    with pytest.raises(TcalcError):
+        weight_bytes(1000, "int4", group_size=0)
+
+
+def test_kv_cache_says_which_formula_it_used() -> None:
+    full = memory_report(load_model("llama-3-8b"), Settings(inference=True, seq_len=4096))
+    assert full.components.get("kv_cache").formula == (
+        "batch · context · 2 · layers · n_kv_heads · d_head · bytes")
+    sliding = memory_report(load_model("gemma-2-9b"), Settings(inference=True, seq_len=8192))
+    assert sliding.components.get("kv_cache").formula.startswith(
+        "batch · Σ layers · min(context, window)")
+
+
+def test_settings_default_context_is_the_models_own() -> None:
+    # Settings() leaves seq_len 0: the model's max_positions (GPT-2: 1,024), else 2,048
+    assert memory_report(load_model("gpt2"), Settings()).seq_len == 1024
+    assert memory_report(load_model("t5-small"), Settings()).seq_len == 2048

@@ -325,3 +325,39 @@ def test_the_cuda_path_keeps_what_the_fused_mamba2_kernel_saves() -> None:
     # wide), out_x (8), rstd (1 group, fp32); plus the in_proj input (64); 2 Mamba layers
     per_layer = B * T * (64 * 2 + (2 * 8 + 2 * 8 + 2) * 2 + 8 * 2 + 1 * 4)
     assert mixer == 2 * per_layer
+
+
+def test_the_cuda_kernels_rows_of_each_mixer_follow_their_source() -> None:
+    """--device cuda: what mamba_ssm's and fla's autograd functions keep (their source), per
+    mixer, written out here independently of memory.py."""
+    from transformer_calc.memory import activation_breakdown
+
+    B, T, a = 2, 64, 2
+
+    def mixer_bytes(spec) -> int:  # type: ignore[no-untyped-def]
+        b = activation_breakdown(spec, B, T, act_bytes=a, device="cuda", attention="eager",
+                                 dropout=False)
+        return sum(i.total for i in b.items if ".mixer." in i.name
+                   and ".mixer.norm." not in i.name)
+
+    # Mamba-1 (MambaInnerFn, checkpoint_lvl 1): input, xz, x_dbl, out, scan_intermediates,
+    # out_proj input; mamba-tiny: E 64, d_inner 128, state 4, dt_rank 4; 3 layers
+    E, I, N, R = 64, 128, 4, 4
+    per = B * T * (E + 2 * I + (R + 2 * N) + I + I) * a + B * I * 1 * 2 * N * 4
+    assert mixer_bytes(_tiny("mamba")) == 3 * per
+    # Gated DeltaNet (fla): input, qkv + z + b + a, q k v per value head, g beta and the
+    # per-chunk matrix in fp32, the gated norm's two tensors and rstd, out_proj input;
+    # qwen3_5_text-tiny: E 16, key heads 2 × 8 (dk), value heads 2? read from the spec
+    spec = _tiny("qwen3_5_text")
+    m = next(g.block.mixer for g in plan_of(spec).groups if g.block.mixer is not None)
+    n = sum(g.count for g in plan_of(spec).groups if g.block.mixer is not None)
+    dk, dv, H, Q = m.state, m.inner // m.heads, m.heads, m.chunk
+    C = 2 * m.groups * dk + m.inner
+    per = (B * T * (spec.d_model + C + m.inner + 2 * H + H * (2 * dk + dv)) * a
+           + B * T * H * (2 + Q) * 4 + 2 * B * T * m.inner * a + B * T * H * 4
+           + B * T * m.inner * a)
+    assert mixer_bytes(spec) == n * per
+    # LFM2's short convolution (causal-conv1d): input, B C x, B·x, conv output, out_proj input
+    spec = _tiny("lfm2")
+    n = sum(g.count for g in plan_of(spec).groups if g.block.mixer is not None)
+    assert mixer_bytes(spec) == n * B * T * spec.d_model * (1 + 3 + 1 + 1 + 1) * a
