@@ -342,12 +342,12 @@ def test_the_cuda_kernels_rows_of_each_mixer_follow_their_source() -> None:
 
     # Mamba-1 (MambaInnerFn, checkpoint_lvl 1): input, xz, x_dbl, out, scan_intermediates,
     # out_proj input; mamba-tiny: E 64, d_inner 128, state 4, dt_rank 4; 3 layers
-    E, I, N, R = 64, 128, 4, 4
-    per = B * T * (E + 2 * I + (R + 2 * N) + I + I) * a + B * I * 1 * 2 * N * 4
+    E, Di, N, R = 64, 128, 4, 4
+    per = B * T * (E + 2 * Di + (R + 2 * N) + Di + Di) * a + B * Di * 1 * 2 * N * 4
     assert mixer_bytes(_tiny("mamba")) == 3 * per
     # Gated DeltaNet (fla): input, qkv + z + b + a, q k v per value head, g beta and the
-    # per-chunk matrix in fp32, the gated norm's two tensors and rstd, out_proj input;
-    # qwen3_5_text-tiny: E 16, key heads 2 × 8 (dk), value heads 2? read from the spec
+    # per-chunk matrix in fp32, the gated norm's two tensors and rstd, out_proj input (the
+    # tiny config's sizes read from its spec)
     spec = _tiny("qwen3_5_text")
     m = next(g.block.mixer for g in plan_of(spec).groups if g.block.mixer is not None)
     n = sum(g.count for g in plan_of(spec).groups if g.block.mixer is not None)
