@@ -143,6 +143,12 @@ def main() -> None:
         every, min(args.count, len(every)))
     print(f"# {len(chosen)} of {len(every)} mutation sites in {', '.join(TARGETS)} "
           f"(seed {args.seed}); tests: {len(TESTS)} files", flush=True)
+    baseline = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p",
+                               "no:cacheprovider", "-m", "not slow",
+                               *(str(ROOT / t) for t in TESTS)], cwd=ROOT,
+                              capture_output=True, check=False)
+    if baseline.returncode != 0:  # every mutant would look killed
+        sys.exit("the tests fail without a mutation: fix them first")
     survivors = []
     with ThreadPoolExecutor(args.jobs) as pool:
         for m, killed, secs in pool.map(lambda m: run(m, args.timeout), chosen):

@@ -902,6 +902,7 @@ class Layout(NamedTuple):
     lm_head_bias: bool | str = False
     full_width: str = ""  # why n_heads · head_dim must equal hidden_size ("": it need not)
     refuse: tuple[tuple[str, str], ...] = ()  # (key, why): a true value adds tensors not modelled
+    needs: tuple[tuple[str, str], ...] = ()  # (key, why): a false value removes tensors counted
     keys: tuple[tuple[str, str], ...] = ()  # (standard key, this family's spelling)
     position: str = "rope"  # rope | learned | sinusoidal | alibi
     position_offset: int = 0
@@ -930,6 +931,9 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
     for key, why in r.refuse:
         if c.t(key):
             raise SpecError(key, f"false or absent ({why})", c.t(key), source=c.where)
+    for key, why in r.needs:
+        if not c.t(key, True):
+            raise SpecError(key, f"true or absent ({why})", c.t(key), source=c.where)
     if r.keys:
         c = c.renamed(dict(r.keys))
     E, H = c.t("hidden_size"), c.t("num_attention_heads")
@@ -1305,6 +1309,13 @@ GENERIC: dict[str, Layout] = {
     "afmoe": Layout("AfmoeForCausalLM", mlp_bias=False, norms="sandwich", qk_norm="head",
                     gate=("width", "none"),
                     moe=Moe(shared="num_shared_experts", first_dense="num_dense_layers")),
+    # Laguna: QK-norm, a per-head output gate (g_proj), dense then MoE with a shared expert
+    "laguna": Layout("LagunaForCausalLM", mlp_bias=False, qk_norm="head", gate=("head", "none"),
+                     refuse=(("num_attention_heads_per_layer", "a head count per layer is not "
+                              "modelled"),),
+                     needs=(("gating", "without it there is no output gate; not modelled"),),
+                     moe=Moe(shared_ff="shared_expert_intermediate_size",
+                             layer_types="mlp_layer_types", dense_first=1)),
     # -- recurrent and hybrid models (issue 14): a mixer record (Ssm) on a Llama-style layout
     **{t: Layout(cls, qkv_bias=False, o_bias=False, mlp_bias=False, position="none",
                  ssm=Ssm("mamba", inner="intermediate_size"), dropout=())
