@@ -254,3 +254,18 @@ def test_settings_default_context_is_the_models_own() -> None:
     # Settings() leaves seq_len 0: the model's max_positions (GPT-2: 1,024), else 2,048
     assert memory_report(load_model("gpt2"), Settings()).seq_len == 1024
     assert memory_report(load_model("t5-small"), Settings()).seq_len == 2048
+
+
+def test_inference_batch_is_per_gpu_and_tp_pp_split_the_cache() -> None:
+    # --batch-size is per GPU in inference as in training: a data-parallel replica keeps its
+    # own batch's cache whole; tensor and pipeline parallelism split it (heads, layers)
+    spec = load_model("llama-3-8b")
+    one = memory_report(spec, Settings(inference=True, seq_len=4096, batch_size=4))
+    kv = one.components.get("kv_cache").total
+    assert kv == 4 * 4096 * 2 * 32 * 8 * 128 * 2  # batch · T · K,V · layers · kv heads · d_head · bf16
+    dp = memory_report(spec, Settings(inference=True, seq_len=4096, batch_size=4, gpus=8))
+    assert dp.per_gpu.get("kv_cache").total == kv
+    tp = memory_report(spec, Settings(inference=True, seq_len=4096, batch_size=4, gpus=8, tp=8))
+    assert tp.per_gpu.get("kv_cache").total == kv // 8
+    pp = memory_report(spec, Settings(inference=True, seq_len=4096, batch_size=4, gpus=4, pp=4))
+    assert pp.per_gpu.get("kv_cache").total == kv // 4

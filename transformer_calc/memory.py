@@ -779,7 +779,11 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown) -> B
             out.append(Item("activations", per, "tp-split part / tp + the rest"
                             + (" / tp (sequence parallel)" if s.sequence_parallel else "")))
         elif item.name in ("kv_cache", "recurrent_state"):
-            out.append(Item(item.name, math.ceil(item.total / s.gpus), f"{item.name} / gpus"))
+            # --batch-size is per GPU (as in training): each data-parallel replica caches its
+            # own batch; tensor parallelism splits the heads' cache, pipeline parallelism the
+            # layers' (issue 16: it used to be divided by every GPU)
+            out.append(Item(item.name, math.ceil(item.total / mp),
+                            f"{item.name} / (tp · pp)" if mp > 1 else item.name))
         else:
             d = divisor.get(item.name, 1) * mp
             out.append(Item(item.name, math.ceil(item.total / d), f"{item.name} / {d}"))
