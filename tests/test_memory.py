@@ -262,7 +262,8 @@ def test_inference_batch_is_per_gpu_and_tp_pp_split_the_cache() -> None:
     spec = load_model("llama-3-8b")
     one = memory_report(spec, Settings(inference=True, seq_len=4096, batch_size=4))
     kv = one.components.get("kv_cache").total
-    assert kv == 4 * 4096 * 2 * 32 * 8 * 128 * 2  # batch · T · K,V · layers · kv heads · d_head · bf16
+    # batch · T · (K, V) · layers · K/V heads · d_head · bf16
+    assert kv == 4 * 4096 * 2 * 32 * 8 * 128 * 2
     dp = memory_report(spec, Settings(inference=True, seq_len=4096, batch_size=4, gpus=8))
     assert dp.per_gpu.get("kv_cache").total == kv
     tp = memory_report(spec, Settings(inference=True, seq_len=4096, batch_size=4, gpus=8, tp=8))
