@@ -270,3 +270,13 @@ def test_inference_batch_is_per_gpu_and_tp_pp_split_the_cache() -> None:
     assert tp.per_gpu.get("kv_cache").total == kv // 8
     pp = memory_report(spec, Settings(inference=True, seq_len=4096, batch_size=4, gpus=4, pp=4))
     assert pp.per_gpu.get("kv_cache").total == kv // 4
+
+
+def test_largest_saved_tensors_are_per_gpu_beside_per_gpu_totals(cli) -> None:
+    one = cli("memory", "llama-3-8b", "--mixed", "--seq-len", "4096").stdout
+    tp = cli("memory", "llama-3-8b", "--mixed", "--seq-len", "4096", "--gpus", "8",
+             "--tp", "8").stdout
+    line1 = next(x for x in one.splitlines() if x.startswith("largest saved tensors: "))
+    line8 = next(x for x in tp.splitlines() if x.startswith("largest saved tensors per GPU: "))
+    # the attention probabilities (tensor-parallel) are an eighth per GPU with --tp 8
+    assert "decoder.attn.softmax 32.00 GiB" in line1 and "decoder.attn.softmax 4.00 GiB" in line8

@@ -518,9 +518,14 @@ def memory_lines(r: Any) -> list[str]:
                      f"{human_bytes(f.headroom)}; largest batch that fits: {f.max_batch_size}")
     if not s.inference:
         b = r.activations
-        top = sorted(b.items, key=lambda i: -i.total)[:3]
-        lines.append("largest saved tensors: " + ", ".join(
-            f"{i.name} {human_bytes(i.total)}" for i in top))
+
+        def per_gpu(i: Any) -> int:  # as the per-GPU total splits them (memory._shard)
+            split = s.tp > 1 and (i.note == "tp" or s.sequence_parallel)
+            return i.total // s.tp if split else i.total
+
+        top = sorted(b.items, key=lambda i: -per_gpu(i))[:3]
+        lines.append("largest saved tensors" + (" per GPU" if s.gpus > 1 else "") + ": "
+                     + ", ".join(f"{i.name} {human_bytes(per_gpu(i))}" for i in top))
         lines.append(f"Korthikanti et al. 2022: s·b·h·(34 + 5·a·s/h) = "
                      f"{human_bytes(r.korthikanti_per_layer)} per layer (16-bit, 1-byte masks, "
                      "no implementation copies)")
