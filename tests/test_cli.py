@@ -167,3 +167,12 @@ def test_version() -> None:
                        capture_output=True, text=True)
     assert r.returncode == 0
     assert r.stdout == f"tcalc {want.group(1)}\n"
+
+
+def test_shell_completion_is_typers_own() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "transformer_calc", "--show-completion", "bash"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "_tcalc_completion()" in out or "complete" in out

@@ -33,7 +33,7 @@ APP_OPTIONS: dict[str, Any] = dict(
     name="tcalc",
     help="Exact parameter counts, memory and compute for transformer models, offline.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
