@@ -388,3 +388,32 @@ def test_parallel_degrees_must_split_heads_and_layers(cli) -> None:
     assert cli.json("memory", "llama-3-8b", "--gpus", "16", "--tp", "16")["per_gpu_bytes"] > 0
     r = cli("memory", "mixtral-8x7b", "--gpus", "12", "--tp", "12", code=2)
     assert "expected a divisor of mixtral-8x7b's 32 attention heads" in r.stderr
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_a_terminal_without_utf8_gets_ascii_stand_ins(encoding: str) -> None:
+    import os
+    import sys
+
+    for args in (["params", "gpt2"], ["memory", "gpt2"], ["sweep", "gpt2", "--gpu",
+                                                          "A100-80GB"]):
+        r = subprocess.run([sys.executable, "-m", "transformer_calc", *args],
+                           capture_output=True, check=False,
+                           env={**os.environ, "PYTHONIOENCODING": encoding, "COLUMNS": "120"})
+        assert r.returncode == 0, r.stderr.decode(encoding, "replace")
+        text = r.stdout.decode(encoding)
+        assert "Traceback" not in text and "gpt2" in text
+        if args[0] != "sweep":
+            assert "total" in text.lower()
+    if encoding == "ascii":
+        assert "d_model x (n_heads * d_head)" in _tcalc_text(encoding, "params", "gpt2")
+
+
+def _tcalc_text(encoding: str, *args: str) -> str:
+    import os
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "transformer_calc", *args], capture_output=True,
+                       check=True, env={**os.environ, "PYTHONIOENCODING": encoding,
+                                        "COLUMNS": "200"})
+    return r.stdout.decode(encoding)

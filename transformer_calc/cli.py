@@ -737,12 +737,39 @@ def _app_for(argv: list[str]) -> typer.Typer:
     return _new_app([argv[0]])
 
 
+# What a terminal that cannot show a character gets instead (a non-UTF-8 locale, issue 16)
+ASCII_FALLBACK = {"×": "x", "·": "*", "Σ": "sum", "≈": "~", "−": "-", "—": "-", "–": "-",
+                  "✓": "ok", "✗": "X", "²": "^2", "→": "->", "←": "<-", "↔": "<->", "≤": "<=",
+                  "≥": ">=", "µ": "u", "⌈": "ceil(", "⌉": ")", "√": "sqrt", "ᵀ": "^T",
+                  "⊙": "*", "Δ": "D", "…": "...", "≠": "!=", "±": "+/-",
+                  **dict.fromkeys("█▉▊▋▌▍▎▏", "#")}
+
+
+def _ascii_fallback(e: UnicodeError) -> tuple[str, int]:
+    assert isinstance(e, UnicodeEncodeError)
+    text = e.object[e.start:e.end]
+    return "".join(ASCII_FALLBACK.get(ch, "?") for ch in text), e.end
+
+
+def _fit_the_terminal() -> None:
+    """A stream that cannot encode what tcalc writes (LANG=C with an old Python, latin-1,
+    PYTHONIOENCODING=ascii) gets ASCII stand-ins instead of a UnicodeEncodeError."""
+    import codecs
+
+    codecs.register_error("tcalc-ascii", _ascii_fallback)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if not encoding.startswith("utf") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="tcalc-ascii")
+
+
 def main() -> None:
     """Console entry point (`tcalc`, `python -m transformer_calc`).
 
     Runs typer in non-standalone mode so that usage errors (a bad option value, an unknown
     option) print one line, like every other error, instead of usage + hint + message.
     """
+    _fit_the_terminal()
     try:
         code = _app_for(sys.argv[1:])(standalone_mode=False)
     except SystemExit as e:
