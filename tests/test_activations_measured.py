@@ -45,3 +45,61 @@ def test_cli_reports_the_same_activations(cli) -> None:
                     row["attention"], "--device", "cpu", "--batch-size",
                     str(row["batch_size"]), "--seq-len", str(row["seq_len"]))
     assert data["activations"]["bytes"] == pytest.approx(row["saved_bytes"], rel=1e-4)
+
+
+# -- every architecture (issue 13) ---------------------------------------------------------
+# Measured by tools/measure_activations_hf.py (torch 2.13.0+cpu, transformers 5.23.0, CPU,
+# saved_tensors_hooks, each storage once, parameters excluded) on the small variant configs in
+# tests/data/hf/variants: activations_families_cpu.jsonl (14 architectures, B=1 T=64 and
+# B=2 T=128, written by `python tools/measure_activations_hf.py -B 1 -T 64 CONFIGS` and
+# `-B 2 -T 128`) and activations_new_families_cpu.jsonl (B=2 T=64; its tcalc_bytes column is
+# what tcalc printed on the day, not read here).
+from transformer_calc.hf import spec_from_hf  # noqa: E402
+from transformer_calc.memory import activation_breakdown  # noqa: E402
+
+FAMILY_ROWS = [json.loads(line) for name in ("activations_families_cpu.jsonl",
+                                               "activations_new_families_cpu.jsonl")
+               for line in (DATA / name).read_text().splitlines()]
+MEASURED = [r for r in FAMILY_ROWS if "skipped" not in r]
+# What is not modelled yet, and what the measurement shows it misses
+GAPS = {
+    "t5-gated-asym.json": "T5: dropout inside the FFN, its norm keeping the input too, the T×T "
+                          "int64 relative-position buckets (−10 to −16 %)",
+    "deepseek_v3-no-q-lora-bias.json": "MLA's latent path, estimated from the module's "
+                                       "operations, not measured (−18 to −27 %)",
+    "gpt_oss-tied-nobias.json": "gpt-oss's sinks and clamped SwiGLU (−37 %)",
+    "gemma3_text-layer-types.json": "Gemma's RMSNorm keeps its normalised tensor in fp32 "
+                                    "(x · (1 + w)) (bf16: −12 %)",
+    "olmo2-gqa.json": "OLMo-2's QK-norm over the width in bf16 (−7 to −10 %)",
+}
+
+
+def _estimate(row: dict) -> int:
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / row["config"]).read_text()))
+    return activation_breakdown(spec, row["B"], row["T"], act_bytes=4 if row["dtype"] == "fp32"
+                                else 2, device="cpu", attention=row["attention"],
+                                dropout=spec.dropout > 0).total
+
+
+def test_the_fixtures_cover_14_architectures_both_attentions_and_dtypes() -> None:
+    families = {r["config"] for r in MEASURED} - set(GAPS)
+    assert len(families) >= 14  # within ±10 % in every case; the gaps besides
+    for config in families:
+        cases = {(r["attention"], r["dtype"]) for r in MEASURED if r["config"] == config}
+        assert cases == {(a, d) for a in ("eager", "sdpa") for d in ("fp32", "bf16")}, config
+
+
+@pytest.mark.parametrize("row", [r for r in MEASURED if r["config"] not in GAPS],
+                         ids=lambda r: f"{r['config'][:-5]}-{r['attention']}-{r['dtype']}-"
+                                       f"B{r['B']}-T{r['T']}")
+def test_every_architecture_within_10_percent(row: dict) -> None:
+    error = (_estimate(row) - row["measured_bytes"]) / row["measured_bytes"]
+    assert abs(error) <= 0.10, f"{error:+.1%}"
+
+
+@pytest.mark.parametrize("config", sorted(GAPS))
+def test_the_known_gaps_are_still_gaps(config: str) -> None:
+    # when a gap is modelled, this fails: move the config out of GAPS
+    errors = [abs(_estimate(r) - r["measured_bytes"]) / r["measured_bytes"]
+              for r in MEASURED if r["config"] == config]
+    assert max(errors) > 0.10, GAPS[config]

@@ -183,7 +183,7 @@ def test_cli_flops_pattern_scan(cli) -> None:
     (["--gpu", "H1000"], "unknown GPU 'H1000'"),
     (["--attention-pattern", "local"], "the local pattern needs --window >= 1"),
     (["--mfu", "0.5"], "--mfu and --tokens-per-second need --gpu"),
-    (["--gpu", "A100-80GB", "--mfu", "1.5"], "--mfu: expected a number > 0 and <= 1, got 1.5"),
+    (["--gpu", "A100-80GB", "--mfu", "1.5"], "--mfu: expected a number >= 1e-09 and <= 1, got 1.5"),
     (["--seq-len", "0"], "--seq-len: expected an integer >= 1"),
 ])
 def test_cli_flops_bad_options(cli, args, message: str) -> None:

@@ -132,6 +132,7 @@ OPTION_USE = {
     "global_tokens": ["flops", "gpt2"], "random": ["flops", "gpt2"],
     "mfu": ["flops", "gpt2", "--gpu", "A100-80GB"],
     "tokens_per_second": ["flops", "gpt2", "--gpu", "A100-80GB"],
+    "grad_accum": ["memory", "gpt2"],
 }
 
 

@@ -175,12 +175,13 @@ def test_fit_and_largest_batch() -> None:
     r = memory_report(GPT2, Settings(precision="bf16", mixed=True, seq_len=1024),
                       gpu="A100-80GB")
     f = r.fit
-    assert f.fits and f.headroom == 80 * 2**30 - r.per_gpu.total
+    # "fits" and the largest batch go by the peak of a training step (issue 13)
+    assert f.fits and f.headroom == 80 * 2**30 - r.peak
     at = memory_report(GPT2, Settings(precision="bf16", mixed=True, seq_len=1024,
                                       batch_size=f.max_batch_size))
     over = memory_report(GPT2, Settings(precision="bf16", mixed=True, seq_len=1024,
                                         batch_size=f.max_batch_size + 1))
-    assert at.per_gpu.total <= 80 * 2**30 < over.per_gpu.total
+    assert at.peak <= 80 * 2**30 < over.peak
     big = memory_report(load_model("llama-3-8b"), Settings(), gpu="RTX-4090").fit
     assert not big.fits and big.max_batch_size == 0
 
@@ -279,4 +280,5 @@ def test_largest_saved_tensors_are_per_gpu_beside_per_gpu_totals(cli) -> None:
     line1 = next(x for x in one.splitlines() if x.startswith("largest saved tensors: "))
     line8 = next(x for x in tp.splitlines() if x.startswith("largest saved tensors per GPU: "))
     # the attention probabilities (tensor-parallel) are an eighth per GPU with --tp 8
-    assert "decoder.attn.softmax 32.00 GiB" in line1 and "decoder.attn.softmax 4.00 GiB" in line8
+    # (fp32 under autocast: softmax is on its fp32 list)
+    assert "decoder.attn.softmax 64.00 GiB" in line1 and "decoder.attn.softmax 8.00 GiB" in line8

@@ -44,7 +44,11 @@ DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
 def measure(config: dict, attention: str, dtype: str, B: int, T: int) -> int:
     import transformers
 
-    cfg = transformers.AutoConfig.for_model(**config, attn_implementation=attention,
+    # a seq2seq model shifts the labels right by its decoder start token: give it one
+    seq2seq = transformers.AutoConfig.for_model(config["model_type"]).is_encoder_decoder
+    extra = {k: 0 for k in ("decoder_start_token_id", "pad_token_id")
+             if seq2seq and k not in config}
+    cfg = transformers.AutoConfig.for_model(**config, **extra, attn_implementation=attention,
                                             experts_implementation="eager")
     torch.manual_seed(0)
     model = getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg)

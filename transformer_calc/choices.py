@@ -6,6 +6,7 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 OPTIMIZERS = ("adamw", "adam", "adamw8bit", "sgd", "sgd-momentum", "adafactor", "lion")
 ATTENTIONS = ("eager", "sdpa", "flash")  # attention implementation (memory)
 DEVICES = ("cuda", "cpu")
+OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")  # torch optimizer implementation (memory)
 RECOMPUTE = ("none", "selective", "full")
 PATTERNS = ("dense", "local", "strided", "fixed", "longformer", "bigbird")  # attention (FLOPs)
 TOPICS = ("params", "attention", "ffn", "embeddings", "memory", "flops")  # tcalc explain

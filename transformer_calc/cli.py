@@ -20,6 +20,7 @@ import typer
 from transformer_calc.choices import (
     ATTENTIONS,
     DEVICES,
+    OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PATTERNS,
     PRECISIONS,
@@ -65,7 +66,9 @@ NUMERIC_LIMITS: dict[str, tuple[float, float, bool]] = {  # name: (low, high, lo
     "tp": (1, 2**30, False), "pp": (1, 2**30, False), "zero": (0, 3, False),
     "group_size": (1, _BIG, False), "window": (0, _BIG, False), "block": (0, _BIG, False),
     "summary": (1, _BIG, False), "global_tokens": (0, _BIG, False), "random": (0, _BIG, False),
-    "mfu": (0, 1, True), "tokens_per_second": (0, 1e18, True),
+    # a subnormal MFU or throughput divides into an infinite time: the floor is one in 1e9
+    "mfu": (1e-9, 1, False), "tokens_per_second": (1e-9, 1e18, False),
+    "grad_accum": (1, _BIG, False),
 }
 
 
@@ -295,6 +298,7 @@ def _training_params() -> list[inspect.Parameter]:
 
     Precision = _choice_enum("precision", PRECISIONS)
     Optimizer = _choice_enum("optimizer", OPTIMIZERS)
+    OptimizerImpl = _choice_enum("optimizer_impl", OPTIMIZER_IMPLS)
     Attention = _choice_enum("attention", ATTENTIONS)
     Device = _choice_enum("device", DEVICES)
     return [
@@ -306,13 +310,19 @@ def _training_params() -> list[inspect.Parameter]:
                                                  "fp16)."),
         opt("optimizer", Optimizer, Optimizer["adamw"], "--optimizer", help="Optimizer."),
         opt("adamw8bit", bool, False, "--adamw8bit", help="Shorthand for --optimizer adamw8bit."),
+        opt("optimizer_impl", OptimizerImpl, OptimizerImpl["foreach"], "--optimizer-impl",
+            help="Adam's implementation: foreach (torch's CUDA default: one parameter-sized "
+                 "temporary), fused (none), for-loop (two of the largest tensor)."),
+        opt("grad_accum", int, 1, "--grad-accum",
+            help="Micro-batches per optimizer step: gradients stay live across them."),
         opt("recompute", Recompute, Recompute["none"], "--recompute",
             help="Activation recomputation."),
         opt("attention", Attention, Attention["eager"], "--attention",
             help="Attention implementation (eager, sdpa, flash)."),
         opt("device", Device, Device["cuda"], "--device",
-            help="cuda: 1-byte dropout masks; cpu: masks in the activation dtype, SDPA math "
-                 "path."),
+            help="cuda: 1-byte dropout masks, SDPA's kernel as torch picks it on a GPU; cpu: "
+                 "masks in the activation dtype, SDPA's math kernel with dropout, its CPU "
+                 "flash kernel without."),
         opt("dropout", Optional[bool], None, "--dropout/--no-dropout",
             help="Default: the model's own dropout setting."),
         opt("gpus", int, 1, "--gpus", help="GPUs in all (data × tensor × pipeline)."),

@@ -83,6 +83,13 @@ DROPOUT_KEYS = {
     "phi": (("resid_pdrop", "embd_pdrop", "attention_dropout"), 0.0),
 }
 
+# Config classes whose attention dropout defaults to 0.0 while the rest defaults to 0.1
+# (transformers 5.23: OPTConfig, BartConfig, ... attention_dropout=0.0; GteConfig
+# attention_probs_dropout_prob=0.0): no mask on the attention probabilities (issue 13).
+ATTENTION_DROPOUT_DEFAULTS = dict.fromkeys(
+    ("opt", "bart", "marian", "mbart", "pegasus", "blenderbot", "blenderbot-small", "mvp",
+     "bigbird_pegasus", "gte"), 0.0)
+
 
 class Config:
     """A config.json mapping with defaults; every value read is type-checked by key."""
@@ -268,6 +275,13 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
                                      if model_type in T5S else (("attention_dropout",), 0.0))
     probs = [cfg.get(k, default) for k in keys]
     values["dropout"] = float(max(probs)) if probs else 0.0
+    attn = [cfg.get(k, ATTENTION_DROPOUT_DEFAULTS.get(model_type, default)) for k in keys
+            if "att" in k]
+    if attn and float(attn[0]) != values["dropout"]:
+        values["attention_dropout"] = float(attn[0])
+    from transformer_calc.hf_defaults import SOFTMAX_FP32
+
+    values["softmax_fp32"] = model_type in SOFTMAX_FP32
     values["note"] = "; ".join([f"counted as transformers' {HEAD_CLASS[model_type]}"]
                                + cfg.notes)
     try:

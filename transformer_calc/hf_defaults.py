@@ -1340,3 +1340,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {'afmoe': {'attention_bias': False,
            'tie_word_embeddings': True,
            'v_head_dim': 128,
            'vocab_size': 128256}}
+
+# Eager attention computes the softmax in fp32 (transformers' modelling code has
+# `softmax(attn_weights, dim=-1, dtype=torch.float32)`)
+SOFTMAX_FP32: frozenset[str] = frozenset(
+['afmoe', 'arcee', 'aria_text', 'bamba', 'bloom', 'cohere', 'cohere2', 'cohere2_moe', 'cwm',
+ 'deepseek_v2', 'deepseek_v3', 'ernie4_5', 'ernie4_5_moe', 'eurobert', 'exaone4',
+ 'exaone_moe', 'falcon_h1', 'flex_olmo', 'gemma', 'gemma2', 'gemma3_text', 'glm', 'glm4',
+ 'glm4_moe', 'glm4_moe_lite', 'gpt_bigcode', 'gpt_neox', 'granite', 'granite_swa',
+ 'granitemoe', 'granitemoe_swa', 'granitemoehybrid', 'granitemoeshared', 'helium',
+ 'hyperclovax', 'jais2', 'jamba', 'kolibri1', 'laguna', 'lfm2', 'llama', 'mellum',
+ 'minicpm3', 'minimax', 'minimax_m2', 'minimax_m3_vl_text', 'ministral3', 'mistral',
+ 'mixtral', 'nanochat', 'nemotron_h', 'olmo', 'olmo2', 'olmo3', 'olmoe', 'opt', 'persimmon',
+ 'phi', 'phi3', 'phimoe', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text',
+ 'qwen3_moe', 'qwen3_next', 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2',
+ 'vaultgemma', 'xglm', 'youtu'])

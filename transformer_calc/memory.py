@@ -9,9 +9,10 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from transformer_calc.breakdown import Breakdown, Item
-from transformer_calc.choices import ATTENTIONS, DEVICES, OPTIMIZERS, PRECISIONS
+from transformer_calc.choices import ATTENTIONS, DEVICES, OPTIMIZER_IMPLS, OPTIMIZERS, PRECISIONS
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import DENSE
 from transformer_calc.params import count_params, symbols
@@ -135,9 +136,39 @@ ACT_SAVES = {"relu2": 1, "gelu_new": 4, "gelu": 1, "gelu_tanh": 1, "silu": 1, "s
 RESULT_SAVERS = {"relu", "sigmoid", "tanh", "identity"}
 
 
+# Flash attention's largest head size in torch 2.13 (sdp_utils.cpp, check_head_dim_size_flash)
+FLASH_MAX_HEAD = 256
+KERNELS = {"eager": "transformers' eager attention (Python: matmul, softmax, matmul)",
+           "flash": "a flash kernel: the output and a B·H·T log-sum-exp, no T² tensor",
+           "efficient": "SDPA's memory-efficient kernel (fp32 on CUDA, K/V not repeated): "
+                        "the output and a log-sum-exp",
+           "math": "SDPA's math kernel: the probabilities, in fp32, as eager keeps them",
+           "cpu_flash": "SDPA's CPU flash kernel (no dropout): q, k, v, the output and a "
+                        "log-sum-exp"}
+
+
+def attention_kernel(spec: ModelSpec, attention: str, device: str, act_bytes: int,
+                     dropout: bool) -> str:
+    """Which kernel computes attention, as torch 2.13 picks it (issue 13): "sdpa" on CUDA is
+    flash for 16-bit heads up to FLASH_MAX_HEAD; in fp32 the memory-efficient kernel, unless
+    the heads are grouped: transformers then passes enable_gqa, which only flash and math
+    take, so fp32 GQA runs the math kernel (measured on an H100: Llama's fp32 SDPA peak equals
+    its eager peak, docs/peak_cuda_h100.md). On the CPU, SDPA without dropout runs the CPU
+    flash kernel, with dropout the math kernel."""
+    if attention != "sdpa":
+        return attention
+    if device == "cpu":
+        return "math" if dropout else "cpu_flash"
+    if act_bytes != 4 and spec.head_dim <= FLASH_MAX_HEAD:
+        return "flash"
+    grouped = spec.n_heads and not spec.mla and spec.kv_heads < spec.n_heads
+    return "math" if grouped else "efficient"
+
+
 def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes: int,
                          device: str = "cuda", attention: str = "eager", dropout: bool = True,
-                         recompute: str = "none", pattern=None  # type: ignore[no-untyped-def]
+                         recompute: str = "none", amp: bool = False,
+                         pattern=None  # type: ignore[no-untyped-def]
                          ) -> Breakdown:
     """Bytes autograd keeps for backward, one item per saved tensor, per layer.
 
@@ -157,20 +188,36 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     if batch < 1 or seq_len < 1:
         raise TcalcError("--batch-size and --seq-len: expected integers >= 1")
     pattern = pattern or DENSE
+    # the attention probabilities' own dropout (OPT, BART: 0 while the rest is 0.1)
+    attn_dropout = dropout and spec.attention_dropout != 0.0
+    kernel = attention_kernel(spec, attention, device, act_bytes, attn_dropout)
     a, B, T = act_bytes, batch, seq_len
     E, V = spec.d_model, spec.vocab_size
     mask = 1 if device == "cuda" else a  # dropout mask: bool on CUDA, dtype-sized on the CPU
     stat = 4 if device == "cuda" else a  # LayerNorm mean / rstd (fp32 on CUDA)
     sb = B * T
     keys = pattern.pairs(T) // T if pattern.kind != "dense" else T  # keys per query
-    # On CUDA, "sdpa" dispatches to the memory-efficient / flash kernels; on the CPU it takes
-    # the math path, which keeps the probabilities like eager does.
-    flash = attention == "flash" or (attention == "sdpa" and device == "cuda")
-    # SDPA's math path on the CPU upcasts 16-bit Q, K, V to fp32 and computes the
-    # probabilities (and their dropout) in fp32 (measured: tools/measure_activations.py)
-    upcast = attention == "sdpa" and not flash
+    # flash, memory-efficient and the CPU's flash kernel keep the output and a log-sum-exp, no
+    # T² tensor; eager and SDPA's math kernel keep the probabilities (attention_kernel)
+    flash = kernel in ("flash", "efficient", "cpu_flash")
+    # SDPA's math kernel upcasts 16-bit Q, K, V to fp32 and computes the probabilities (and
+    # their dropout, masks in fp32 on the CPU) in fp32 (measured: tools/measure_activations.py)
+    # (the CPU's; on CUDA a 16-bit model reaches it only with heads flash cannot take)
+    upcast = kernel == "math" and device == "cpu"
     c, cmask = (4, 4) if upcast else (a, mask)
     c_sym, cmask_sym = ("4 (fp32 upcast)", "4 (fp32 upcast)") if upcast else ("act", "mask")
+    # transformers' Llama-style eager attention: softmax(..., dtype=float32).to(dtype): a 16-bit
+    # model keeps the fp32 probabilities (softmax's backward) and, without dropout, the 16-bit
+    # copy the A·V matmul reads (with dropout, the dropout's output instead)
+    # Under torch autocast (amp: fp32 weights, act_bytes 2) softmax is on autocast's fp32 list,
+    # so every eager attention keeps fp32 probabilities and a 16-bit copy.
+    soft32 = kernel == "eager" and (spec.softmax_fp32 or amp) and a != 4
+    # torch autocast (issue 13): the residual stream and every norm stay fp32 (embeddings and
+    # layer_norm run in fp32, a 16-bit sublayer output added to it is promoted); each linear
+    # casts its input to 16-bit and keeps that cast, one per projection reading the same
+    # tensor (autocast caches casts of weights only). Measured on an H100:
+    # docs/peak_cuda_h100.md.
+    r = 4 if amp else a
     # Rows are Item's fields in order: (name, count, formula, expr, repeat, stack, note,
     # active, shape); note "tp" marks what tensor parallelism splits (Korthikanti, Sec. 4.2.2)
     rows: list[tuple] = []  # type: ignore[type-arg]
@@ -178,13 +225,41 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     notes: list[str] = []
     x = sb * E * a  # one B·T·d_model activation
 
+    def matmul_input(name: str, stack: str, reps: int, readers: int, what: str) -> None:
+        """The normed input of a sublayer, kept by the projections reading it: one tensor,
+        or under autocast one 16-bit cast per projection."""
+        if amp and readers > 1:
+            add((name, readers * x, f"{readers} · B·T·d_model · act ({what}: a 16-bit cast "
+                 "per projection)", "", reps, stack, "", None, ()))
+        else:
+            add((name, x, f"B·T·d_model · act ({what})", "", reps, stack, "", None, ()))
+
     # a norm keeps its input and its statistics: RMSNorm 1/rms, LayerNorm mean and 1/std
     stats = (".rstd", sb * 4, "B·T · 4 (fp32)") if spec.norm.startswith("rmsnorm") else \
         (".stats", 2 * sb * stat, "2 · B·T · stat (mean, rstd)")
 
-    def norm(name: str, stack: str, reps: int) -> None:
-        add((name + ".input", x, "B·T·d_model · act", "", reps, stack, "", None, ()))
-        add((name + stats[0], stats[1], stats[2], "", reps, stack, "", None, ()))
+    rms = spec.norm.startswith("rmsnorm")
+
+    def norm(name: str, stack: str, reps: int, width: int = E, wsym: str = "d_model",
+             vectors: int = 1, vsym: str = "") -> None:
+        """A norm over ``vectors`` vectors of ``width`` per token (QK-norm: one per head)."""
+        rsym = "4 (fp32 under autocast)" if amp else "act"
+        if not rms:
+            add((name + ".input", sb * width * vectors * r, f"B·T·{vsym}{wsym} · {rsym}", "",
+                 reps, stack, "", None, ()))
+            add((name + stats[0], stats[1] * vectors, stats[2], "", reps, stack, "", None, ()))
+            return
+        # transformers' RMSNorm (LlamaRMSNorm): x.to(float32) is kept by pow and mul (a copy
+        # in a 16-bit model, the input itself in fp32), rsqrt(mean(x²) + eps) by mul, and the
+        # normalised tensor, cast back to the input dtype, by the weight's mul (affine only)
+        n = sb * width * vectors
+        add((name + ".input_fp32", n * 4, f"B·T·{vsym}{wsym} · 4 (the fp32 upcast)", "", reps,
+             stack, "", None, ()))
+        add((name + ".rstd", sb * vectors * 4, f"B·T{'·' + vsym[:-1] if vsym else ''} · 4 "
+             "(fp32)", "", reps, stack, "", None, ()))
+        if spec.norm == "rmsnorm":
+            add((name + ".normalized", n * r, f"B·T·{vsym}{wsym} · {rsym} (the weight's "
+                 "mul keeps it)", "", reps, stack, "", None, ()))
 
     def attention_block(at: Attention, p: str, stack: str, L: int) -> None:
         cross = at.cross
@@ -192,8 +267,16 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         qw, kvw = Hh * dq, at.kv_heads * dq
         vw = at.kv_heads * dv
         kq, kq_sym = (T, "T") if cross else (keys, "keys")
-        add((p + "input", x, "B·T·d_model · act (Q/K/V matmul input)", "", L, stack, "", None,
-             ()))
+        readers = 1 if at.fused_qkv else 2 if at.mla else 3
+        matmul_input(p + "input", stack, L, readers + (at.gate != "none"), "Q/K/V matmul input")
+        if at.qk_norm != "none" and not at.mla:
+            # QK-norm: an RMSNorm over each head's query and key (or over the whole width)
+            for part, heads, hsym in (("q_norm", Hh, "n_heads"), ("k_norm", at.kv_heads,
+                                                                  "n_kv_heads")):
+                if at.qk_norm == "head":
+                    norm(p + part, stack, L, dq, "d_head", heads, hsym + "·")
+                else:
+                    norm(p + part, stack, L, heads * dq, hsym + "·d_head")
         if at.mla:
             # DeepSeek MLA (transformers DeepseekV3Attention): the latent and the low-rank
             # query pass through a norm and a second projection; estimated from the module's
@@ -205,10 +288,18 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  None, ()))
             vw = Hh * dv
             kvw = qw
-        if flash:
+        if flash and at.fused_qkv and not cross and spec.position == "rope":
+            # the kernel keeps the rotated Q and K (new tensors) and V, a view of the fused
+            # projection's output, which stays alive whole (GPT-NeoX, Falcon, Phi-3: measured)
+            add((p + "qk_rotated", sb * (qw + kvw) * a, "B·T·(n_heads + n_kv_heads)·d_head · "
+                 "act", "", L, stack, "tp", None, ()))
+            add((p + "qkv_output", sb * (qw + kvw + vw) * a, "B·T·(n_heads + 2·n_kv_heads)·"
+                 "d_head · act (fused output: V is a view)", "", L, stack, "tp", None, ()))
+        elif flash:
             add((p + "qkv", sb * (qw + kvw + vw) * a,
                  "B·T·(n_heads + 2·n_kv_heads)·d_head · act" if not at.mla else
                  "B·T·n_heads·(2·(d_nope + d_rope) + d_v) · act", "", L, stack, "tp", None, ()))
+        if flash:
             add((p + "out", sb * Hh * dv * a, "B·T·n_heads·d_head · act (kernel output)" if
                  not at.mla else "B·T·n_heads·d_v · act (kernel output)", "", L, stack, "tp",
                  None, ()))
@@ -234,9 +325,16 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  "B·T·n_heads·d_v · " + c_sym + " (contiguous copy)", "", L, stack, "tp", None,
                  ()))
             probs = B * Hh * T * kq
-            add((p + "softmax", probs * c, f"B·n_heads·T·{kq_sym} · {c_sym} (softmax output)", "",
-                 L, stack, "tp", None, ()))
-            if dropout:
+            if soft32:
+                add((p + "softmax", probs * 4, f"B·n_heads·T·{kq_sym} · 4 (fp32 softmax "
+                     "output)", "", L, stack, "tp", None, ()))
+                if not attn_dropout:
+                    add((p + "softmax_cast", probs * a, f"B·n_heads·T·{kq_sym} · act (cast "
+                         "back: the A·V input)", "", L, stack, "tp", None, ()))
+            else:
+                add((p + "softmax", probs * c, f"B·n_heads·T·{kq_sym} · {c_sym} (softmax "
+                     "output)", "", L, stack, "tp", None, ()))
+            if attn_dropout:
                 add((p + "dropout_mask", probs * cmask, f"B·n_heads·T·{kq_sym} · {cmask_sym}", "",
                      L, stack, "tp", None, ()))
                 add((p + "dropout_output", probs * c,
@@ -256,8 +354,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  "", None, ()))
 
     def ffn_block(f: FFN, p: str, stack: str, L: int, shares_input: bool) -> None:
+        readers = (2 if f.kind == "gated" else 1) + f.moe
         if not shares_input:
-            add((p + "input", x, "B·T·d_model · act (FFN input)", "", L, stack, "", None, ()))
+            matmul_input(p + "input", stack, L, readers, "FFN input")
+        elif amp:  # a parallel block: the FFN's projections cast the shared input again
+            add((p + "input_casts", readers * x, f"{readers} · B·T·d_model · act (16-bit casts)",
+                 "", L, stack, "", None, ()))
         if f.kind == "param_attention":
             hp, n_p, dk, dv = f.pattn
             add((p + "pattn.q", sb * hp * dk * a, "B·T·h_p·d_pk · act", "", L,
@@ -270,6 +372,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             act = f.activation
             gated = f.kind == "gated"
             saves = ACT_SAVES[act]
+            amp_gelu = amp and act == "gelu_new"
             if gated:
                 # act(gate) · up: the product keeps act(gate) and up; an input-keeping
                 # activation also keeps the gate, a result-keeping one already holds act(gate)
@@ -280,7 +383,14 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 paths.append(("shared.", f.shared, f.d_shared, f.shared_sym, "shared experts"))
             for sub, k, width, sym, why in paths:
                 route = f" · {k} ({why})" if k > 1 else ""
-                if saves:
+                if amp_gelu:
+                    # HF NewGELUActivation under autocast: pow is on autocast's fp32 list, so
+                    # x³'s input copy, tanh and 1 + tanh are fp32; 0.5·x stays 16-bit
+                    extra = (saves - 1) * a if gated else 0
+                    add((p + sub + "activation", k * sb * width * (14 + extra),
+                         f"B·T·{sym} · 14{route} (gelu_new under autocast: 3 fp32 tensors "
+                         "and 0.5·x)", "", L, stack, "tp", None, ()))
+                elif saves:
                     add((p + sub + "activation", k * saves * sb * width * a,
                          f"{saves} · B·T·{sym} · act{route} ({act}{', gated' if gated else ''})",
                          "", L, stack, "tp", None, ()))
@@ -290,6 +400,13 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             if f.moe:
                 add((p + "router", sb * f.experts * 4, "B·T·n_experts · 4 (router softmax)",
                      "", L, stack, "", None, ()))
+                # transformers' expert loop: each expert indexes its tokens (a copy) and
+                # scales its output by the routing weight (the mul keeps that output)
+                k = f.top_k
+                add((p + "routed_input", k * x, "top_k · B·T·d_model · act (each expert's "
+                     "copy of its tokens)", "", L, stack, "", None, ()))
+                add((p + "expert_output", k * x, "top_k · B·T·d_model · act (scaled by the "
+                     "routing weight)", "", L, stack, "", None, ()))
         if dropout:
             add((p + "residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", "", L, stack,
                  "", None, ()))
@@ -548,6 +665,8 @@ class Settings:
     dtype: str = "bf16"  # inference weights: fp32, fp16, bf16, int8, int4
     kv_dtype: str = ""  # inference KV cache ("" = bf16, or the weights' dtype if 16/32-bit)
     group_size: int = 128  # int8/int4 scale group
+    grad_accum: int = 1  # micro-batches per optimizer step (gradients live across them)
+    optimizer_impl: str = "foreach"  # foreach (torch's CUDA default) | fused | for-loop
 
     def __post_init__(self) -> None:
         if not (self.gpus >= 1 and self.tp >= 1 and self.pp >= 1):
@@ -564,6 +683,9 @@ class Settings:
             (self.gpus % (self.tp * self.pp) == 0,
              f"--gpus {self.gpus}: expected a multiple of --tp × --pp = {self.tp * self.pp}"),
             (0 <= self.zero <= 3, "--zero: expected a stage from 0 to 3"),
+            (self.grad_accum >= 1, "--grad-accum: expected an integer >= 1"),
+            (self.optimizer_impl in OPTIMIZER_IMPLS,
+             f"--optimizer-impl: expected one of {', '.join(OPTIMIZER_IMPLS)}"),
             (not self.sequence_parallel or self.tp > 1, "--sequence-parallel needs --tp > 1"),
         ]
         for ok, message in checks:
@@ -615,6 +737,24 @@ def _states(mixed: bool, precision: str, optimizer: str
                               for name, per, why in rows)
 
 
+
+# cuBLAS and cuBLASLt workspaces, which torch allocates through the caching allocator: 32 MiB
+# each, cuBLAS's recommendation for Hopper (cublasSetWorkspace). Measured on an H100: 65.2 MiB
+# allocated besides weights and optimizer states between steps (docs/peak_cuda_h100.md).
+# Pre-Hopper GPUs use less (4 MiB each): an over-estimate of at most 56 MiB there.
+CUBLAS_WORKSPACE = 64 << 20
+# The CUDA caching allocator rounds every allocation up to a multiple of 512 bytes.
+BLOCK = 512
+
+
+class Phase(NamedTuple):
+    """What is live at the high point of one phase of a training step, per GPU."""
+
+    name: str  # forward | backward | optimizer
+    when: str  # the moment the peak falls on
+    items: Breakdown
+
+
 @dataclass(frozen=True)
 class Fit:
     gpu: str
@@ -637,17 +777,30 @@ class MemoryReport:
     korthikanti_per_layer: int
     fit: Fit | None
     notes: tuple[str, ...]
+    phases: tuple[Phase, ...]  # training: forward, backward, optimizer step; () in inference
 
     def __init__(self, model: str, settings: Settings, seq_len: int, params: int,
                  components: Breakdown, per_gpu: Breakdown, activations: Breakdown,
                  bytes_per_param: tuple[tuple[str, float, str], ...],
-                 korthikanti_per_layer: int, fit: Fit | None, notes: tuple[str, ...]) -> None:
+                 korthikanti_per_layer: int, fit: Fit | None, notes: tuple[str, ...],
+                 phases: tuple[Phase, ...] = ()) -> None:
         # Frozen; set once through __dict__, 3x faster than the generated per-field
         # object.__setattr__ (memory_report runs in sweeps and in the batch search: make bench)
         self.__dict__.update(model=model, settings=settings, seq_len=seq_len, params=params,
                              components=components, per_gpu=per_gpu, activations=activations,
                              bytes_per_param=bytes_per_param,
-                             korthikanti_per_layer=korthikanti_per_layer, fit=fit, notes=notes)
+                             korthikanti_per_layer=korthikanti_per_layer, fit=fit, notes=notes,
+                             phases=phases)
+
+    @property
+    def peak_phase(self) -> Phase | None:
+        return max(self.phases, key=lambda p: p.items.total) if self.phases else None
+
+    @property
+    def peak(self) -> int:
+        """Per GPU: the highest phase of a training step; in inference, the total."""
+        p = self.peak_phase
+        return p.items.total if p else self.per_gpu.total
 
 
 def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
@@ -720,7 +873,7 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
                               f"4 · {elems:,}", note=OPTIMIZER_SOURCE["adafactor"]))
         acts = activation_breakdown(
             spec, s.batch_size, T, act_bytes=s.act_bytes, device=s.device,
-            attention=s.attention,
+            attention=s.attention, amp=s.mixed,
             dropout=s.dropout if s.dropout is not None else spec.dropout > 0,
             recompute=s.recompute, pattern=pattern)
         notes = acts.notes
@@ -730,9 +883,104 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     components = Breakdown(spec.name, "bytes", tuple(comps), notes, {},
                            functools.partial(dict, params=N))
     per_gpu = _shard(spec, s, components, acts)
-    fit = _fit(spec, s, per_gpu, gpu, pattern) if gpu else None
-    return MemoryReport(spec.name, s, T, N, components, per_gpu, acts,
-                        rows, korth, fit, notes)
+    phases = () if s.inference else training_phases(spec, s, T, per_gpu, acts, p)
+    report = MemoryReport(spec.name, s, T, N, components, per_gpu, acts, rows, korth, None,
+                          notes, phases)
+    if gpu:
+        report.__dict__["fit"] = _fit(spec, s, report, gpu, pattern)
+    return report
+
+
+def autocast_copy_params(spec: ModelSpec, params: Breakdown) -> int:
+    """Parameters torch autocast casts to 16-bit for a matmul (and keeps for backward): every
+    linear and convolution weight and bias, the LM head (the token embedding itself when
+    tied); not the norms, nor tables only looked up (embeddings, relative-position tables)."""
+    total = 0
+    for name, count, *_rest in params.rows:
+        repeat = _rest[2]
+        looked_up = name.startswith("embed.") or ".embed." in name or "relative" in name
+        if "norm" in name or (looked_up and not (name == "embed.tokens" and spec.tie_embeddings
+                                                 and spec.lm_head)):
+            continue
+        total += count * repeat
+    return total
+
+
+def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
+                    acts: Breakdown, params: Breakdown) -> tuple[Phase, ...]:
+    """The high point of each phase of a training step after the first, per GPU (issue 13;
+    measured on an H100 with torch.cuda.max_memory_allocated: docs/peak_cuda_h100.md).
+
+    Gradients are freed by zero_grad(set_to_none=True) (torch's default), so forward and the
+    start of backward hold no gradients; backward peaks at its start: every saved activation
+    and the loss's two B·T·V fp32 gradient buffers; the optimizer step holds weights,
+    gradients, states and its own temporaries. Under torch AMP the fp32 weights are the
+    model's parameters, and autocast's 16-bit copies live from forward to backward.
+    """
+    c = {i.name: i.total for i in per_gpu.items}
+    mp = s.tp * s.pp
+    cuda = s.device == "cuda"
+    if s.mixed:
+        weights = ("weights", c["master_weights"], "fp32 weights (torch AMP: the model's own "
+                   "parameters, which the optimizer updates)")
+    else:
+        weights = ("weights", c["weights"], f"{s.precision} weights")
+    states = ("optimizer_states", c["optimizer_states"], "as in the totals")
+    grads = ("gradients", c["gradients"], "as in the totals")
+    acts_bytes = c["activations"]
+    if cuda:  # the caching allocator's 512-byte blocks, per saved tensor
+        acts_bytes += sum([(-r[1] % BLOCK) * r[4] for r in acts.rows]) // (
+            s.tp if s.tp > 1 else 1)
+    activations = ("activations", acts_bytes, "every tensor saved for backward" +
+                   (", in 512-byte blocks" if cuda else ""))
+    common = [weights, states]
+    if s.mixed:
+        copies = math.ceil(2 * autocast_copy_params(spec, params) / mp)
+        common.append(("autocast_copies", copies, "16-bit copies of the matmul weights, kept "
+                       "for backward (torch autocast; norms and embedding lookups stay fp32)"))
+    if s.grad_accum > 1:
+        common.append(("gradients", c["gradients"], f"accumulated over {s.grad_accum} "
+                       "micro-batches: live from the second one on"))
+    if cuda:
+        common.append(("cublas_workspace", CUBLAS_WORKSPACE, "cuBLAS + cuBLASLt workspaces, "
+                       "32 MiB each (Hopper)"))
+    a = s.act_bytes
+    btv = s.batch_size * T * spec.vocab_size // s.tp if spec.lm_head or spec.mlm_head else 0
+    forward = list(common) + [activations]
+    backward = list(common) + [activations]
+    if btv:
+        forward.append(("logits", btv * a + (btv * 4 if a != 4 else 0),
+                        "B·T·vocab_size · act" + (" + its fp32 upcast for the loss" if a != 4
+                                                  else "") + " (freed once the loss is taken)"))
+        backward.append(("loss_gradients", 2 * btv * 4, "2 · B·T·vocab_size · 4 (the fp32 "
+                         "gradients of log-softmax and of the logits)"))
+    temp, why = _optimizer_temporary(s, c, params)
+    optimizer = [weights, grads, states] + [r for r in common[2:] if r[0] == "cublas_workspace"]
+    if temp:
+        optimizer.append(("optimizer_temporary", temp, why))
+
+    def phase(name: str, when: str, rows: list[tuple[str, int, str]]) -> Phase:
+        return Phase(name, when, Breakdown(spec.name, "bytes", tuple(
+            (n, b, f, "", 1, "", "", None, ()) for n, b, f in rows)))
+
+    return (phase("forward", "end of forward, while the loss is computed", forward),
+            phase("backward", "start of backward", backward),
+            phase("optimizer", "inside the optimizer step", optimizer))
+
+
+def _optimizer_temporary(s: Settings, c: dict[str, int], params: Breakdown) -> tuple[int, str]:
+    """Bytes an optimizer step allocates besides its states. torch's foreach Adam/AdamW
+    (torch/optim/adam.py, _multi_tensor_adam: exp_avg_sq_sqrt = _foreach_sqrt(...)) makes one
+    moment-sized temporary of every parameter at once: half the two moments' bytes, exact on
+    the H100 (4 bytes per parameter in fp32, 2 in bf16); the for-loop implementation makes
+    two of the largest tensor (sqrt, then the division); fused kernels none."""
+    if s.optimizer not in ("adamw", "adam") or s.optimizer_impl == "fused":
+        return 0, ""
+    if s.optimizer_impl == "foreach":
+        return c["optimizer_states"] // 2, "foreach: sqrt of every second moment at once"
+    largest = max([r[1] for r in params.rows] or [0])
+    per = 2 if s.precision != "fp32" and not s.mixed else 4
+    return 2 * largest * per, "for-loop: two temporaries of the largest tensor"
 
 
 def _check_parallel(spec: ModelSpec, s: Settings) -> None:
@@ -790,28 +1038,22 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown) -> B
     return Breakdown(total.model, "bytes", tuple(out))
 
 
-def _fit(spec: ModelSpec, s: Settings, per_gpu: Breakdown, gpu_name: str,
+def _fit(spec: ModelSpec, s: Settings, report: MemoryReport, gpu_name: str,
          pattern) -> Fit:  # type: ignore[no-untyped-def]
-    """Fits or not, headroom, and the largest batch that fits (activations and KV cache grow
-    linearly with the batch; the rest does not)."""
-    import dataclasses
-
+    """Fits or not, headroom, and the largest batch that fits: by the peak of a training
+    step (issue 13), or the serving total. What grows with the batch (activations, loss
+    buffers, KV cache) is linear in it but for a few bytes, which the search absorbs."""
     from transformer_calc.hardware import get_gpu
 
     gpu = get_gpu(gpu_name)
     cap = gpu.memory_bytes
-    used = per_gpu.total
-    grows = sum(i.total for i in per_gpu.items
-                if i.name in ("activations", "kv_cache", "recurrent_state"))
-    fixed = used - grows
+    used = report.peak
+    one, two = _used(spec, s, 1, pattern), _used(spec, s, 2, pattern)
+    per_sample = max(two - one, 1)
+    fixed = one - per_sample
     if fixed >= cap:
         return Fit(gpu.name, cap, used <= cap, cap - used, 0)
-    # per-sample cost at batch 1 (exact: every batch-dependent tensor is linear in the batch
-    # but for a few B-independent bytes, which the search below absorbs)
-    one = memory_report(spec, dataclasses.replace(s, batch_size=1), None, pattern).per_gpu
-    per_sample = sum(i.total for i in one.items
-                     if i.name in ("activations", "kv_cache", "recurrent_state"))
-    best = max(0, (cap - fixed) // max(per_sample, 1))
+    best = max(0, (cap - fixed) // per_sample)
     while best > 0 and _used(spec, s, best, pattern) > cap:
         best -= 1
     while _used(spec, s, best + 1, pattern) <= cap:
@@ -823,4 +1065,4 @@ def _used(spec: ModelSpec, s: Settings, batch: int, pattern) -> int:  # type: ig
     import dataclasses
 
     return memory_report(spec, dataclasses.replace(s, batch_size=batch), None,
-                         pattern).per_gpu.total
+                         pattern).peak

@@ -470,6 +470,11 @@ def memory_dict(r: Any) -> dict[str, Any]:
         "seq_len": r.seq_len,
         "total_bytes": r.components.total,
         "per_gpu_bytes": r.per_gpu.total,
+        "peak_bytes": r.peak,
+        "peak_phase": r.peak_phase.name if r.phases else "inference",
+        "phases": [{"name": p.name, "when": p.when, "bytes": p.items.total,
+                    "components": [{"name": i.name, "bytes": i.total, "formula": i.formula}
+                                   for i in p.items.items]} for p in r.phases],
         "components": [{"name": i.name, "bytes": i.total, "formula": i.formula,
                         "expr": i.expr, "per_gpu_bytes": r.per_gpu.get(i.name).total}
                        for i in r.components.items],
@@ -511,10 +516,18 @@ def memory_lines(r: Any) -> list[str]:
         lines.append(f"{s.gpus} GPUs: data {s.dp} × tensor {s.tp} × pipeline {s.pp}, ZeRO "
                      f"stage {s.zero}{', sequence parallel' if s.sequence_parallel else ''}: "
                      f"{human_bytes(r.per_gpu.total)} per GPU")
+    if r.phases:
+        p = r.peak_phase
+        lines.append(f"peak of a training step{' per GPU' if s.gpus > 1 else ''}: "
+                     f"{human_bytes(p.items.total)} at the {p.when} ("
+                     + " + ".join(f"{i.name} {human_bytes(i.total)}" for i in p.items.items)
+                     + "); " + ", ".join(f"{q.name} {human_bytes(q.items.total)}"
+                                         for q in r.phases if q is not p))
     if r.fit is not None:
         f = r.fit
         verdict = "fits" if f.fits else "does NOT fit"
-        lines.append(f"{f.gpu} ({human_bytes(f.capacity)}): {verdict}, headroom "
+        lines.append(f"{f.gpu} ({human_bytes(f.capacity)}): {verdict}"
+                     f"{' (by the peak)' if r.phases else ''}, headroom "
                      f"{human_bytes(f.headroom)}; largest batch that fits: {f.max_batch_size}")
     if not s.inference:
         b = r.activations
@@ -642,12 +655,13 @@ def render_sweep(model: str, gpu: str | None, batches: list[int], seqs: list[int
     if fmt == "json":
         return dumps({"schema": "tcalc.sweep/1", "model": model, "gpu": gpu, "cells": [
             {"batch_size": b, "seq_len": t, "per_gpu_bytes": r.per_gpu.total,
+             "peak_bytes": r.peak,
              "fits": None if r.fit is None else r.fit.fits,
              "components": [{"name": i.name, "bytes": i.total} for i in r.per_gpu.items]}
             for (b, t), r in cells.items()]})
 
     def mark(r: Any, rich: bool) -> str:
-        text = human_bytes(r.per_gpu.total)
+        text = human_bytes(r.peak)
         if r.fit is None:
             return text
         if not rich:
@@ -657,7 +671,8 @@ def render_sweep(model: str, gpu: str | None, batches: list[int], seqs: list[int
     headers = ("batch \\ seq", *(str(t) for t in seqs))
     largest = cells[(batches[-1], seqs[-1])]
     bars = bar_chart(largest)
-    title = (f"{model}: memory per GPU" + (f" on {gpu} (✓ fits, ✗ does not)" if gpu else ""))
+    kind = "serving memory" if largest.settings.inference else "peak of a training step"
+    title = (f"{model}: {kind} per GPU" + (f" on {gpu} (✓ fits, ✗ does not)" if gpu else ""))
     if fmt == "markdown":
         rows = [(str(b), *(mark(cells[(b, t)], False) for t in seqs)) for b in batches]
         return (f"## {title}\n\n" + md_table(headers, rows) + "\n\n"

@@ -65,6 +65,11 @@ class ModelSpec:
                    arch=False)
     dropout: float = _f(0.0, "dropout probability in training (0: no dropout masks are kept; "
                         "GPT-2, BERT: 0.1)", arch=False)
+    attention_dropout: float | None = _f(None, "dropout on the attention probabilities, when "
+                                         "it differs from dropout (OPT, BART: 0.0)", arch=False)
+    softmax_fp32: bool = _f(False, "eager attention computes the softmax in fp32 and casts it "
+                            "back (transformers' Llama-style eager attention): a 16-bit model "
+                            "keeps both copies", arch=False)
 
     # -- shape ----------------------------------------------------------------------------
     arch: str = _f("decoder", "stack layout", choices=ARCHES)
