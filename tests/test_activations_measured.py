@@ -66,10 +66,10 @@ GAPS = {
     "t5-gated-asym.json": "T5: dropout inside the FFN, its norm keeping the input too, the T×T "
                           "int64 relative-position buckets (−10 to −16 %)",
     "deepseek_v3-no-q-lora-bias.json": "MLA's latent path, estimated from the module's "
-                                       "operations, not measured (−18 to −27 %)",
-    "gpt_oss-tied-nobias.json": "gpt-oss's sinks and clamped SwiGLU (−37 %)",
+                                       "operations, not measured (−8 to −16 %)",
+    "gpt_oss-tied-nobias.json": "gpt-oss's sinks and clamped SwiGLU (−29 to −31 %)",
     "gemma3_text-layer-types.json": "Gemma's RMSNorm keeps its normalised tensor in fp32 "
-                                    "(x · (1 + w)) (bf16: −12 %)",
+                                    "(x · (1 + w)) (bf16: −12 to −13 %)",
     "olmo2-gqa.json": "OLMo-2's QK-norm over the width in bf16 (−7 to −10 %)",
 }
 
