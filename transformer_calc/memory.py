@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -777,20 +778,28 @@ class MemoryReport:
     korthikanti_per_layer: int
     fit: Fit | None
     notes: tuple[str, ...]
-    phases: tuple[Phase, ...]  # training: forward, backward, optimizer step; () in inference
 
     def __init__(self, model: str, settings: Settings, seq_len: int, params: int,
                  components: Breakdown, per_gpu: Breakdown, activations: Breakdown,
                  bytes_per_param: tuple[tuple[str, float, str], ...],
                  korthikanti_per_layer: int, fit: Fit | None, notes: tuple[str, ...],
-                 phases: tuple[Phase, ...] = ()) -> None:
+                 phases: Callable[[], tuple[Phase, ...]] = tuple) -> None:
         # Frozen; set once through __dict__, 3x faster than the generated per-field
         # object.__setattr__ (memory_report runs in sweeps and in the batch search: make bench)
         self.__dict__.update(model=model, settings=settings, seq_len=seq_len, params=params,
                              components=components, per_gpu=per_gpu, activations=activations,
                              bytes_per_param=bytes_per_param,
                              korthikanti_per_layer=korthikanti_per_layer, fit=fit, notes=notes,
-                             phases=phases)
+                             _phases=phases)
+
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        """Training: forward, backward, optimizer step; () in inference. Built when first
+        read: a sweep that reads only totals does not pay for them (make bench)."""
+        phases = self.__dict__["_phases"]
+        if callable(phases):
+            phases = self.__dict__["_phases"] = phases()
+        return phases
 
     @property
     def peak_phase(self) -> Phase | None:
@@ -883,7 +892,8 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     components = Breakdown(spec.name, "bytes", tuple(comps), notes, {},
                            functools.partial(dict, params=N))
     per_gpu = _shard(spec, s, components, acts)
-    phases = () if s.inference else training_phases(spec, s, T, per_gpu, acts, p)
+    phases: Callable[[], tuple[Phase, ...]] = tuple if s.inference else functools.partial(
+        training_phases, spec, s, T, per_gpu, acts, p)
     report = MemoryReport(spec.name, s, T, N, components, per_gpu, acts, rows, korth, None,
                           notes, phases)
     if gpu:
