@@ -232,3 +232,13 @@ def test_autocast_keeps_the_residual_stream_in_fp32_and_a_cast_per_projection() 
     assert amp.get("decoder.attn.norm.normalized").count == 256 * 4096 * 4
     assert amp.get("decoder.attn.input").count == 3 * 256 * 4096 * 2  # q, k, v casts
     assert amp.get("decoder.ffn.input").count == 2 * 256 * 4096 * 2  # gate, up casts
+
+
+def test_the_picked_kernel_is_shown(cli) -> None:
+    notes = cli.json("memory", "llama-3-8b", "--attention", "sdpa", "--seq-len", "512")["notes"]
+    assert any(n.startswith("sdpa on cuda runs math: ") for n in notes)  # fp32 GQA
+    bf16 = cli.json("memory", "llama-3-8b", "--attention", "sdpa", "--seq-len", "512",
+                    "--precision", "bf16")["notes"]
+    assert any(n.startswith("sdpa on cuda runs flash: ") for n in bf16)
+    eager = cli.json("memory", "llama-3-8b", "--seq-len", "512")["notes"]
+    assert not any(n.startswith("sdpa on") for n in eager)

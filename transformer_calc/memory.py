@@ -224,6 +224,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     rows: list[tuple] = []  # type: ignore[type-arg]
     add = rows.append
     notes: list[str] = []
+    if spec.n_heads and attention == "sdpa":  # the execution profile, shown (issue 13)
+        notes.append(f"sdpa on {device} runs {kernel}: {KERNELS[kernel]}")
     x = sb * E * a  # one B·T·d_model activation
 
     def matmul_input(name: str, stack: str, reps: int, readers: int, what: str) -> None:
