@@ -217,6 +217,11 @@ def spec_from_hf_text(text: str, where: str) -> ModelSpec:
     return spec_from_hf(data, where)
 
 
+# The model types on which PEFT refuses LoRA for modules named out_proj or conv1d
+# (peft 0.21.2, tuners/tuners_utils.py, _check_lora_target_modules_mamba)
+PEFT_MAMBA = frozenset({"falcon_h1", "mamba", "mamba2", "falcon_mamba", "nemotron_h"})
+
+
 # Classes whose trainable parameters equal the head class's (checked with transformers 5.23:
 # BartModel and BartForConditionalGeneration both 139,420,416 for bart-base; the head is tied).
 SAME_COUNT = {"bart": ("BartModel",), "t5": ("T5WithLMHeadModel",)}
@@ -279,9 +284,18 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
             if "att" in k]
     if attn and float(attn[0]) != values["dropout"]:
         values["attention_dropout"] = float(attn[0])
-    from transformer_calc.hf_defaults import SOFTMAX_FP32
+    from transformer_calc.hf_defaults import LINEAR_NAMES, PEFT_MOE, SOFTMAX_FP32
 
     values["softmax_fp32"] = model_type in SOFTMAX_FP32
+    # PEFT's conversion follows the model type, with or without experts in the config
+    values["peft_moe"] = PEFT_MOE.get(model_type, values.get("peft_moe", "none"))
+    values["peft_mamba"] = model_type in PEFT_MAMBA
+    names = ",".join(LINEAR_NAMES.get(model_type, ())) or "none"
+    if {"q_proj", "query"} <= set(names.split(",")):
+        # BigBird-Pegasus: query in the encoder, q_proj in the decoder; tcalc's roles do not
+        # tell the stacks apart, so its transformers names are refused, not half-applied
+        names = "none"
+    values["module_names"] = names
     values["note"] = "; ".join([f"counted as transformers' {HEAD_CLASS[model_type]}"]
                                + cfg.notes)
     try:
@@ -746,6 +760,7 @@ class Moe(NamedTuple):
     shared: str | int = 0  # a count key, or a fixed count of shared experts
     shared_ff: str = ""  # a key with the shared experts' total width ("": expert size)
     shared_gate: bool = False
+    shared_absent_at_zero: bool = False  # width 0 means no shared MLP module (GraniteMoeShared)
     router_bias: bool = False
     first_dense: str = ""  # key: this many dense layers first (DeepSeek, GLM-4.5)
     step: str = ""  # key: experts every step-th layer (Qwen2/3-MoE decoder_sparse_step)
@@ -783,6 +798,7 @@ class Ssm(NamedTuple):
     norm: str | bool = True  # mamba2's gated RMSNorm (Falcon-H1: mamba_rms_norm)
     dt_norms: bool = False  # Jamba
     every: int = 4  # layer_types: the class's default full_attention_interval
+    in_projs: int = 1  # separate input projection matrices (Qwen3-Next 2, Qwen3.5 4)
     full_when: int = 0  # ... a layer i is full attention when (i + 1) % every == full_when
     inner: str = ""  # a key whose value, when the file has it, is d_inner (MambaConfig)
     out_bias: str = ""  # a key for out_proj's bias when it differs from in_proj's (Falcon-H1)
@@ -879,7 +895,8 @@ def _ssm(c: Config, s: Ssm, E: int) -> dict[str, Any]:
     out |= {"ssm_inner": inner, "ssm_state": num(s.state), "ssm_conv": num(s.conv),
             "ssm_heads": heads, "ssm_groups": num(s.groups) if s.kind != "mamba" else 0,
             "ssm_conv_bias": switch(s.conv_bias), "ssm_bias": switch(s.bias),
-            "ssm_norm": switch(s.norm), "ssm_dt_norms": s.dt_norms}
+            "ssm_norm": switch(s.norm), "ssm_dt_norms": s.dt_norms,
+            "ssm_in_projs": s.in_projs}
     cache = c.data.get("mamba_ssm_cache_dtype")
     if cache is not None:  # Nemotron-H: the dtype serving engines keep the state in
         names = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -939,6 +956,13 @@ class Layout(NamedTuple):
     ff_key: str = ""  # the dense FFN's size under another key (GraniteMoeHybrid)
     ffn_adjust: str = ""  # lfm2: Lfm2MLP's 2/3 and multiple-of rounding of intermediate_size
     untied: bool = False  # the class ties nothing (_tied_weights_keys empty: Nemotron-H)
+    # how PEFT sees the linear layers (LoRA, issue 15): gate and up as one gate_up matrix
+    # (dense and shared-expert FFNs); the router an nn.Linear subclass; the attention gate
+    # a module named gate_proj
+    fused_gate_up: bool = False
+    linear_router: bool = False
+    gate_proj: bool = False
+    gate_in_q: bool = False  # the attention gate is the second half of q_proj (Qwen3-Next)
 
 
 def _generic(c: Config, r: Layout) -> dict[str, Any]:
@@ -1002,6 +1026,8 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         lm_head_bias=c.flag(r.lm_head_bias), embedding_norm=r.embedding_norm,
         final_norm=r.final_norm,
         fused_qkv=r.fused_qkv, attn_gate=r.gate[0], attn_gate_bias=r.gate[1],
+        fused_gate_up=r.fused_gate_up, attn_gate_named_gate_proj=r.gate_proj,
+        attn_gate_in_q=r.gate_in_q,
         **_bias(qkv, qkv, qkv, o, mlp, mlp),
         tie_embeddings=bool(c.t("tie_word_embeddings")) and not r.untied)
     if r.untied and c.t("tie_word_embeddings"):
@@ -1019,6 +1045,8 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
                 "bias_v": False}
     if r.moe is not None:
         out |= _generic_moe(c, r.moe, L)
+        if r.linear_router:
+            out["peft_moe"] = "linear_router"
     if r.chunked:
         out |= _chunked_layers(c, L)
     elif r.ssm is not None:
@@ -1128,7 +1156,8 @@ def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
     out: dict[str, Any] = {
         "n_experts": X, "top_k": _top_k(c, m),
         "d_ff_expert": Fe, "router_bias": m.router_bias}
-    if m.shared_ff and c.t(m.shared_ff) is not None:
+    if m.shared_ff and c.t(m.shared_ff) is not None and not (m.shared_absent_at_zero
+                                                              and c.t(m.shared_ff) == 0):
         # one shared MLP of this width (Qwen2-MoE; its gate exists even at width 0), or S of
         # width shared_ff / S
         S = S or 1
@@ -1159,8 +1188,9 @@ GENERIC: dict[str, Layout] = {
     # OLMo-2: q_norm / k_norm over the whole projection; norms after attention and FFN only
     "olmo2": Layout("Olmo2ForCausalLM", mlp_bias=False, norms="post", qk_norm="width"),
     # Phi3: fused qkv_proj and gate_up_proj, no biases (same count as separate matrices)
-    "phi3": Layout("Phi3ForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
-                   fused_qkv=True, dropout=("resid_pdrop", "embd_pdrop", "attention_dropout")),
+    "phi3": Layout("Phi3ForCausalLM", fused_gate_up=True, qkv_bias=False, o_bias=False,
+                   mlp_bias=False, fused_qkv=True,
+                   dropout=("resid_pdrop", "embd_pdrop", "attention_dropout")),
     "cwm": Layout("CwmForCausalLM"),
     "ernie4_5": Layout("Ernie4_5ForCausalLM", qkv_bias="use_bias", o_bias="use_bias",
                        mlp_bias="use_bias"),
@@ -1174,8 +1204,8 @@ GENERIC: dict[str, Layout] = {
                          mlp_bias=False),
     "smollm3": Layout("SmolLM3ForCausalLM"),
     "seed_oss": Layout("SeedOssForCausalLM", o_bias="attention_out_bias"),
-    "glm": Layout("GlmForCausalLM", o_bias=False),
-    "glm4": Layout("Glm4ForCausalLM", o_bias=False, norms="sandwich"),
+    "glm": Layout("GlmForCausalLM", fused_gate_up=True, o_bias=False),
+    "glm4": Layout("Glm4ForCausalLM", fused_gate_up=True, o_bias=False, norms="sandwich"),
     "hyperclovax": Layout("HyperCLOVAXForCausalLM", norms="sandwich"),
     "olmo3": Layout("Olmo3ForCausalLM", mlp_bias=False, norms="post", qk_norm="width"),
     "cohere": Layout("CohereForCausalLM", o_bias="attention_bias", mlp_bias=False,
@@ -1204,13 +1234,16 @@ GENERIC: dict[str, Layout] = {
     "stablelm": Layout("StableLmForCausalLM", qkv_bias="use_qkv_bias", o_bias=False,
                        mlp_bias=False, norm="layernorm", norms="parallel_key",
                        refuse=(("qk_layernorm", "per-head LayerNorms are not modelled"),)),
-    "phimoe": Layout("PhimoeForCausalLM", mlp_bias=False, norm="layernorm",
+    "phimoe": Layout("PhimoeForCausalLM", linear_router=True, mlp_bias=False, norm="layernorm",
                      moe=Moe(expert_ff="")),
     "granite_swa": Layout("GraniteSWAForCausalLM", sinks=True),
-    "granitemoe_swa": Layout("GraniteMoeSWAForCausalLM", mlp_bias=False, sinks=True,
-                             moe=Moe(expert_ff="", shared_ff="shared_intermediate_size")),
-    "granitemoeshared": Layout("GraniteMoeSharedForCausalLM", mlp_bias=False,
-                               moe=Moe(expert_ff="", shared_ff="shared_intermediate_size")),
+    "granitemoe_swa": Layout("GraniteMoeSWAForCausalLM", fused_gate_up=True, mlp_bias=False,
+                             sinks=True,
+                             moe=Moe(expert_ff="", shared_ff="shared_intermediate_size",
+                                     shared_absent_at_zero=True)),
+    "granitemoeshared": Layout("GraniteMoeSharedForCausalLM", fused_gate_up=True, mlp_bias=False,
+                               moe=Moe(expert_ff="", shared_ff="shared_intermediate_size",
+                                     shared_absent_at_zero=True)),
     "mellum": Layout("MellumForCausalLM", mlp_bias=False, qk_norm="head", moe=Moe()),
     "minimax_m2": Layout("MiniMaxM2ForCausalLM", mlp_bias=False, qk_norm="width", moe=Moe()),
     "solar_open": Layout("SolarOpenForCausalLM", o_bias=False, mlp_bias=False,
@@ -1280,14 +1313,16 @@ GENERIC: dict[str, Layout] = {
                                 expert_ff="", shared="moe_num_shared_experts")),
     "kolibri1": Layout("Kolibri1ForCausalLM", mlp_bias=False, norms="sandwich",
                        qk_norm="head", moe=Moe(shared_ff="shared_expert_intermediate_size")),
-    "minimax_m3_vl_text": Layout("MiniMaxM3VLForCausalLM", mlp_bias=False, qk_norm="head",
+    "minimax_m3_vl_text": Layout("MiniMaxM3VLForCausalLM", fused_gate_up=True, mlp_bias=False,
+                                 qk_norm="head",
                                  dense_ff="dense_intermediate_size",
                                  moe=Moe(expert_ff="intermediate_size",
                                          shared_ff="shared_intermediate_size",
                                          layer_types="mlp_layer_types")),
     # EuroBertForMaskedLM: its lm_head carries a bias when mlp_bias is set
     "eurobert": Layout("EuroBertForMaskedLM", arch="encoder", lm_head_bias="mlp_bias"),
-    "llama4_text": Layout("Llama4ForCausalLM", mlp_bias=False, dense_ff="intermediate_size_mlp",
+    "llama4_text": Layout("Llama4ForCausalLM", linear_router=True, mlp_bias=False,
+                          dense_ff="intermediate_size_mlp",
                           chunked=True,
                           moe=Moe(experts=("num_local_experts",), expert_ff="intermediate_size",
                                   shared=1, step="interleave_moe_layer_step",
@@ -1320,7 +1355,8 @@ GENERIC: dict[str, Layout] = {
                                    shared="moe_num_shared_experts",
                                    span=("moe_layer_start_index", "moe_layer_end_index",
                                          "moe_layer_interval"))),
-    "afmoe": Layout("AfmoeForCausalLM", mlp_bias=False, norms="sandwich", qk_norm="head",
+    "afmoe": Layout("AfmoeForCausalLM", gate_proj=True, mlp_bias=False, norms="sandwich",
+                    qk_norm="head",
                     gate=("width", "none"),
                     moe=Moe(shared="num_shared_experts", first_dense="num_dense_layers")),
     # Laguna: QK-norm, a per-head output gate (g_proj), dense then MoE with a shared expert
@@ -1362,6 +1398,7 @@ GENERIC: dict[str, Layout] = {
                          chunk="mamba_chunk_size"),
                  # GraniteMoeHybrid: experts of intermediate_size and a gated shared MLP of
                  # shared_intermediate_size in every layer (the dense FFN without experts)
+                 fused_gate_up=t != "bamba",  # GraniteMoeHybridMLP.input_linear
                  moe=None if t == "bamba" else Moe(
                      experts=("num_local_experts",), expert_ff="intermediate_size",
                      shared_ff="shared_intermediate_size"))
@@ -1379,21 +1416,23 @@ GENERIC: dict[str, Layout] = {
                             period=("expert_layer_period", "expert_layer_offset"))),
     # Qwen3-Next / Qwen3.5: Gated DeltaNet in 3 of 4 layers; the others full attention with
     # QK-norm and an output gate (q_proj doubled); torch_chunk_gated_delta_rule's chunk is 64
-    **{t: Layout(cls, mlp_bias=False, qk_norm="head", gate=("width", "none"),
+    **{t: Layout(cls, mlp_bias=False, qk_norm="head", gate=("width", "none"), gate_in_q=True,
                  refuse=(("attention_bias", "the output gate's half of q_proj's bias is not "
                           "modelled"),),
                  ssm=Ssm("gated_deltanet", layers="layer_types", expand="",
                          state="linear_key_head_dim", heads="linear_num_value_heads",
                          head_dim="linear_value_head_dim", groups="linear_num_key_heads",
-                         conv="linear_conv_kernel_dim", conv_bias=False, bias=False, chunk=64),
+                         conv="linear_conv_kernel_dim", conv_bias=False, bias=False, chunk=64,
+                         in_projs=in_projs),
                  moe=moe)
-       for t, cls, moe in (
+       # in_proj_qkvz + in_proj_ba (Qwen3-Next); in_proj_qkv, _z, _b, _a (Qwen3.5)
+       for t, cls, moe, in_projs in (
            ("qwen3_next", "Qwen3NextForCausalLM",
             Moe(shared_ff="shared_expert_intermediate_size", shared_gate=True,
-                mlp_only="mlp_only_layers", step="decoder_sparse_step")),
-           ("qwen3_5_text", "Qwen3_5ForCausalLM", None),
+                mlp_only="mlp_only_layers", step="decoder_sparse_step"), 2),
+           ("qwen3_5_text", "Qwen3_5ForCausalLM", None, 4),
            ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM",
-            Moe(shared_ff="shared_expert_intermediate_size", shared_gate=True)))},
+            Moe(shared_ff="shared_expert_intermediate_size", shared_gate=True), 4))},
     # Falcon-H1: attention and Mamba-2 in parallel in every layer (their outputs summed), then
     # the MLP; muP multipliers scale activations and hold no parameters
     "falcon_h1": Layout("FalconH1ForCausalLM",
@@ -1441,6 +1480,7 @@ class Encoder(NamedTuple):
     ffn_in_bias: bool | str = True
     ffn_out_bias: bool | str = True
     deberta: bool = False  # relative tables (position_buckets, norm_rel_ebd, share_att_key)
+    quant_linear: bool = False  # the layers are QuantLinear, not nn.Linear (I-BERT): no LoRA
 
 
 def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
@@ -1477,6 +1517,7 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
                 norm="layernorm", norm_position=r.norm_position,
                 embedding_norm=r.embedding_norm, final_norm=r.final_norm,
                 lm_head=False, pooler=r.pooler, mlm_head=True,
+                layers_nn_linear=not r.quant_linear,
                 tie_embeddings=bool(t("tie_word_embeddings", True)))
 
 
@@ -1505,7 +1546,7 @@ ENCODERS: dict[str, Encoder] = {
     "camembert": Encoder("CamembertForMaskedLM"),
     "xlm-roberta": Encoder("XLMRobertaForMaskedLM"),
     "data2vec-text": Encoder("Data2VecTextForMaskedLM"),
-    "ibert": Encoder("IBertForMaskedLM"),
+    "ibert": Encoder("IBertForMaskedLM", quant_linear=True),
     "ernie": Encoder("ErnieForMaskedLM"),
     "big_bird": Encoder("BigBirdForMaskedLM", pooler=True, qkv_bias="use_bias"),
     "mra": Encoder("MraForMaskedLM", position_offset=2),

@@ -116,6 +116,24 @@ class ModelSpec:
     parallel_norms: int = _f(1, "norms per parallel block: 1 (GPT-J, Phi, Falcon-7B) or 2 "
                              "(NeoX, Falcon-40B)", minimum=1)
     fused_qkv: bool = _f(False, "Q, K and V stored as one matrix (same parameter count)")
+    attn_gate_named_gate_proj: bool = _f(False, "the attention output gate is a module named "
+                                         "gate_proj (AFMoE), a name PEFT's MoE conversion "
+                                         "takes for the experts")
+    attn_gate_in_q: bool = _f(False, "the attention output gate is computed by q_proj (its "
+                              "output doubled: Qwen3-Next, Qwen3.5), not a module of its own")
+    ssm_in_projs: int = _f(1, "separate input projection matrices of the mixer (Qwen3-Next: 2, "
+                           "in_proj_qkvz and in_proj_ba; Qwen3.5: 4); same parameters, one "
+                           "LoRA adapter each", minimum=1)
+    peft_mamba: bool = _f(False, "PEFT refuses LoRA on this model's out_proj and conv1d "
+                          "(peft's guard for Mamba-based model types)")
+    module_names: str = _f("", "transformers' names of the linear layers (of lora's aliases: "
+                           "q_proj, query, c_attn, ...) that --lora-targets accepts for this "
+                           "model, comma-separated; empty: the Llama family's; none: none")
+    layers_nn_linear: bool = _f(True, "the layers' projections are torch nn.Linear modules "
+                                "(false: I-BERT's QuantLinear, which LoRA's all-linear skips)")
+    fused_gate_up: bool = _f(False, "the gated FFN's gate and up projections stored as one "
+                             "matrix (Phi-3: gate_up_proj; same parameter count, one LoRA "
+                             "adapter)")
     sandwich_norm: bool = _f(False, "norms before and after attention and FFN (Gemma 2/3: 4 "
                              "per layer)")
     qk_norm: str = _f("none", "norm on queries and keys: none, head (one norm over d_head, "
@@ -209,6 +227,11 @@ class ModelSpec:
                                  "0: an empty shared expert, as Qwen2-MoE allows)", minimum=0)
     router_bias: bool = _f(False, "a bias on the router (gpt-oss)")
     shared_expert_gate: bool = _f(False, "a d_model -> 1 gate on the shared experts (Qwen2-MoE)")
+    peft_moe: str = _f("none", "how PEFT adapts this MoE with LoRA (peft 0.21's transformers-5 "
+                       "conversion): mixtral or qwen2_moe (router + fused experts), none "
+                       "(experts and router untouched), or linear_router (the router is an "
+                       "nn.Linear: Llama 4, PhiMoE)",
+                       choices=("none", "mixtral", "qwen2_moe", "linear_router"))
 
     # -- attention over parameters (Vaswani et al. 2017, appendix) -----------------------
     pattn_heads: int = _f(0, "h_p: heads of the attention-over-parameters sublayer", minimum=0)

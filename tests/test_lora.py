@@ -1,0 +1,121 @@
+"""LoRA's trainable parameters equal PEFT's (issue 15).
+
+The reference numbers in tests/data/lora_reference.json were obtained with peft 0.21.2,
+transformers 5.23.0 and torch 2.13.0 (CPU): each config built on the meta device as the class
+tcalc counts (hf.HEAD_CLASS), wrapped by peft.get_peft_model(model, LoraConfig(r, target_modules))
+and counted with get_nb_trainable_parameters() — `python tools/reference_lora.py --fixture
+tests/data/lora_reference.json`. A case peft refuses (Mamba's out_proj, a module the model does
+not have) keeps peft's error, and tcalc must refuse it too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from transformer_calc.errors import TcalcError
+from transformer_calc.hf import spec_from_hf
+from transformer_calc.lora import adapted_layers, lora_params
+from transformer_calc.params import count_params
+from transformer_calc.presets import load_model
+
+DATA = Path(__file__).parent / "data"
+ROOT = DATA.parent.parent
+REFERENCE = json.loads((DATA / "lora_reference.json").read_text())
+
+
+def _config(case: str) -> dict:
+    path, _, index = case.partition("#")
+    data = json.loads((ROOT / path).read_text())
+    return data["cases"][int(index)]["config"] if index else data
+
+
+def _cases() -> list:
+    out = []
+    for s in REFERENCE["sets"]:
+        for c in s["cases"]:
+            out.append(pytest.param(s["rank"], s["targets"], c,
+                                    id=f"{s['name']}-{c['case'].split('/')[-1]}"))
+    return out
+
+
+# Where tcalc refuses what peft counts, and why (a refusal, never a wrong number)
+REFUSED = {"bigbird_pegasus": "query in the encoder, q_proj in the decoder: tcalc's roles do "
+                              "not tell the stacks apart"}
+
+
+@pytest.mark.parametrize(("rank", "targets", "case"), _cases())
+def test_trainable_equals_peft(rank: int, targets: str, case: dict) -> None:
+    config = _config(case["case"])
+    spec = spec_from_hf(config)
+    if "peft_error" in case or (config["model_type"] in REFUSED and targets != "all-linear"):
+        with pytest.raises(TcalcError):
+            lora_params(spec, count_params(spec), rank, tuple(targets.split(",")))
+    else:
+        got = lora_params(spec, count_params(spec), rank, tuple(targets.split(","))).total
+        assert got == case["trainable"]
+
+
+def test_reference_covers_what_it_claims() -> None:
+    """The fixture holds every registry case, dense and MoE, and refusals."""
+    sets = {s["name"]: s for s in REFERENCE["sets"]}
+    registry = json.loads((DATA / "registry_cases.json").read_text())["cases"]
+    assert len(sets["registry"]["cases"]) == len(registry)
+    assert REFERENCE["versions"]["peft"] == "0.21.2"
+    assert any("peft_error" in c for s in sets.values() for c in s["cases"])
+
+
+# Hand-checkable cases: the formula r · (in + out) per adapted layer, with the shapes of the
+# published configs (numbers from peft 0.21.2 as above; cross-checked by hand in the comment).
+
+def test_llama_all_linear_by_hand() -> None:
+    # Llama-3.1-8B, r = 16: per layer q 16·(4096+4096) + k, v 16·(4096+1024) each + o
+    # 16·(4096+4096) + gate, up 16·(4096+14336) each + down 16·(14336+4096) = 1,310,720;
+    # × 32 layers = 41,943,040 (peft: 41,943,040)
+    spec = load_model("llama-3.1-8b")
+    assert lora_params(spec, count_params(spec), 16).total == 41_943_040
+
+
+def test_gpt2_fused_conv1d() -> None:
+    # GPT-2: c_attn (768 -> 2304), attn c_proj, c_fc, mlp c_proj; r = 8:
+    # 8·(768+2304 + 768+768 + 768+3072 + 3072+768) = 98,304 per layer × 12 = 1,179,648 (peft)
+    spec = load_model("gpt2")
+    assert lora_params(spec, count_params(spec), 8).total == 1_179_648
+    with pytest.raises(TcalcError, match="one matrix; target qkv"):
+        lora_params(spec, count_params(spec), 8, ("q",))
+    with pytest.raises(TcalcError, match="unknown module 'q_proj' for gpt2"):  # peft: not found
+        lora_params(spec, count_params(spec), 8, ("q_proj",))
+    assert lora_params(spec, count_params(spec), 8, ("c_attn",)).total == 12 * 8 * (768 + 2304)
+
+
+def test_mixtral_experts_rank_doubled_for_gate_up() -> None:
+    # Mixtral-8x7B, r = 8, all-linear, as peft 0.21 converts it for transformers 5: attention
+    # 212,992 + router 8·(4096+8) + gate_up 16·8·(4096+28672) + down 8·8·(14336+4096) per
+    # layer; × 32 = 179,832,832 (peft: 179,832,832)
+    spec = load_model("mixtral-8x7b")
+    assert lora_params(spec, count_params(spec), 8).total == 179_832_832
+    with pytest.raises(TcalcError, match="w1"):  # Mixtral's experts are w1, w3, w2 to PEFT
+        lora_params(spec, count_params(spec), 8, ("gate_proj", "up_proj", "down_proj"))
+    with pytest.raises(TcalcError, match="both or neither"):
+        lora_params(spec, count_params(spec), 8, ("w1",))
+
+
+def test_unknown_target_names_the_model_and_its_layers() -> None:
+    spec = load_model("llama-3.1-8b")
+    with pytest.raises(TcalcError, match=r"unknown module 'qproj'"):
+        lora_params(spec, count_params(spec), 8, ("qproj",))
+    with pytest.raises(TcalcError, match=r"no linear layer 'experts' \(its layers: down, gate, "
+                                         r"k, o, q, up, v\)"):
+        lora_params(spec, count_params(spec), 8, ("experts",))
+    with pytest.raises(TcalcError, match="rank >= 1"):
+        lora_params(spec, count_params(spec), 0)
+
+
+def test_adapted_layers_scale_with_groups_not_layers() -> None:
+    """One adapted item per distinct layer kind, however deep the model (the plan's groups)."""
+    spec = load_model("llama-3.1-405b")
+    layers = adapted_layers(spec, count_params(spec), ("all-linear",))
+    assert len(layers) == 7 and {a.repeat for a in layers} == {126}
+
