@@ -132,7 +132,8 @@ OPTION_USE = {
     "global_tokens": ["flops", "gpt2"], "random": ["flops", "gpt2"],
     "mfu": ["flops", "gpt2", "--gpu", "A100-80GB"],
     "tokens_per_second": ["flops", "gpt2", "--gpu", "A100-80GB"],
-    "grad_accum": ["memory", "gpt2"],
+    "grad_accum": ["memory", "gpt2"], "lora": ["memory", "gpt2"],
+    "lora_dropout": ["memory", "gpt2", "--lora", "8"],
 }
 
 
@@ -146,7 +147,7 @@ def _bad_values(name: str) -> list[str]:
     from transformer_calc.cli import NUMERIC_LIMITS
 
     low, high, exclusive = NUMERIC_LIMITS[name]
-    is_float = name in ("mfu", "tokens_per_second")
+    is_float = name in ("mfu", "tokens_per_second", "lora_dropout")
     below = str(low if exclusive else low - 1)
     out = [below, "-1", str(int(high) + 1) if not is_float else str(high * 10)]
     if is_float:

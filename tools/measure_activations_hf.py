@@ -10,6 +10,11 @@ implementation. One JSON line per case.
 
     python tools/measure_activations_hf.py tests/data/hf/variants/qwen3-sliding-bias.json
 
+--lora R (issue 15): the same with peft's LoRA of rank R over the frozen base (--lora-targets,
+--lora-dropout), beside tcalc's estimate with the same settings;
+tests/data/activations_lora_cpu.jsonl holds B=2 T=128 --lora 8 on 11 variants, B=1 T=64
+--lora 16 --lora-dropout 0.05 on 3, B=2 T=128 --lora 8 --lora-targets q_proj,v_proj on 2.
+
 --mixers (issue 14): only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
 Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's
 mixer rows; B ∈ {1, 2} and three lengths, fp32 and bf16, on transformers' torch path (the
@@ -36,12 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure_activations import saved_bytes  # noqa: E402
 
 from transformer_calc.hf import HEAD_CLASS, spec_from_hf  # noqa: E402
-from transformer_calc.memory import activation_breakdown  # noqa: E402
+from transformer_calc.memory import Settings, activation_breakdown, memory_report  # noqa: E402
 
 DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
 
 
-def measure(config: dict, attention: str, dtype: str, B: int, T: int) -> int:
+def measure(config: dict, attention: str, dtype: str, B: int, T: int,
+            lora: tuple[int, str, float] | None = None) -> int:
     import transformers
 
     # a seq2seq model shifts the labels right by its decoder start token: give it one
@@ -53,7 +59,14 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int) -> int:
     torch.manual_seed(0)
     model = getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg)
     model = model.to(DTYPES[dtype][0]).train()
-    return sum(saved_bytes(model, B, T).values())
+    if lora:  # peft's defaults but rank, targets and dropout (adapters stay fp32)
+        import peft
+
+        rank, targets, dropout = lora
+        model = peft.get_peft_model(model, peft.LoraConfig(
+            r=rank, lora_dropout=dropout,
+            target_modules=targets if targets == "all-linear" else targets.split(",")))
+    return saved_bytes(model, B, T)["saved_bytes"]
 
 
 # class-name endings of the recurrent mixer modules (transformers 5.23)
@@ -112,6 +125,9 @@ def main() -> None:
     ap.add_argument("-B", type=int, default=2)
     ap.add_argument("-T", type=int, default=64)
     ap.add_argument("--mixers", action="store_true", help="the recurrent mixers' bytes only")
+    ap.add_argument("--lora", type=int, default=0, help="LoRA rank (peft): a frozen base")
+    ap.add_argument("--lora-targets", default="all-linear")
+    ap.add_argument("--lora-dropout", type=float, default=0.0)
     args = ap.parse_args()
     if args.mixers:
         for path in args.configs:
@@ -132,17 +148,21 @@ def main() -> None:
         spec = spec_from_hf(config, str(path))
         for attention in ("eager", "sdpa"):
             for dtype in DTYPES:
+                lora = (args.lora, args.lora_targets, args.lora_dropout) if args.lora else None
                 try:
-                    got = measure(config, attention, dtype, args.B, args.T)
+                    got = measure(config, attention, dtype, args.B, args.T, lora)
                 except ValueError as e:  # e.g. a class without an SDPA path
                     print(json.dumps({"config": path.name, "attention": attention,
                                       "dtype": dtype, "skipped": str(e)[:100]}))
                     continue
-                est = activation_breakdown(spec, args.B, args.T, act_bytes=DTYPES[dtype][1],
-                                           device="cpu", attention=attention,
-                                           dropout=spec.dropout > 0).total
+                est = memory_report(spec, Settings(
+                    precision="fp32" if dtype == "fp32" else "bf16", batch_size=args.B,
+                    seq_len=args.T, attention=attention, device="cpu",
+                    lora_rank=args.lora, lora_targets=tuple(args.lora_targets.split(",")),
+                    lora_dropout=args.lora_dropout)).activations.total
                 print(json.dumps({"config": path.name, "attention": attention, "dtype": dtype,
-                                  "B": args.B, "T": args.T, "measured_bytes": got,
+                                  "B": args.B, "T": args.T, "lora": list(lora or ()),
+                                  "measured_bytes": got,
                                   "tcalc_bytes": est,
                                   "error_pct": round(100 * (est - got) / got, 1)}))
 

@@ -13,6 +13,15 @@ torch.autocast(bfloat16), as the Hugging Face Trainer runs bf16=True), bf16 (wei
 bfloat16, pure 16-bit, AdamW states in bf16).
 
     python tools/measure_peak_cuda.py --out peak_cuda.json
+
+--lora R (issue 15): LoRA fine-tuning instead, with peft's defaults but the rank
+(target_modules="all-linear", adapters kept fp32 over the base), recipes lora_bf16 (base
+cast to bfloat16, no autocast) and lora_amp_bf16 (the same under torch.autocast(bfloat16), as
+the Trainer runs bf16=True over a bf16 base), AdamW over the adapters only; models
+llama-3.2-1b (B=2, T=2048) and llama-3.1-8b (its config.json's shape keys, B=1, T=2048).
+tests/data/peak_lora_cuda_h100.json was written by
+
+    python tools/measure_peak_cuda.py --lora 16 --out peak_lora_cuda_h100.json
 """
 
 from __future__ import annotations
@@ -37,20 +46,34 @@ MODELS = {
                       "rms_norm_eps": 1e-5, "rope_theta": 500000.0}, 2, 2048),
 }
 RECIPES = ("fp32", "amp_bf16", "bf16")
+LORA_MODELS = {
+    "llama-3.2-1b": MODELS["llama-3.2-1b"],
+    "llama-3.1-8b": ({"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+                      "intermediate_size": 14336, "num_hidden_layers": 32,
+                      "num_attention_heads": 32, "num_key_value_heads": 8,
+                      "max_position_embeddings": 131072, "tie_word_embeddings": False,
+                      "rms_norm_eps": 1e-5, "rope_theta": 500000.0}, 1, 2048),
+}
+LORA_RECIPES = ("lora_bf16", "lora_amp_bf16")
 ATTENTIONS = ("sdpa", "eager")
 
 
-def measure(config: dict, batch: int, seq: int, recipe: str, attention: str) -> dict:
+def measure(config: dict, batch: int, seq: int, recipe: str, attention: str,
+            lora: int = 0) -> dict:
     import transformers
 
     torch.manual_seed(0)
     cfg = transformers.AutoConfig.for_model(**config)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention)
     model = model.cuda()
-    if recipe == "bf16":
+    if recipe in ("bf16", "lora_bf16", "lora_amp_bf16"):
         model = model.to(torch.bfloat16)
+    if lora:
+        import peft
+
+        model = peft.get_peft_model(model, peft.LoraConfig(r=lora, target_modules="all-linear"))
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
     torch.cuda.synchronize()
@@ -60,7 +83,8 @@ def measure(config: dict, batch: int, seq: int, recipe: str, attention: str) -> 
     for _ in range(2):
         step = {}
         torch.cuda.reset_peak_memory_stats()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=recipe == "amp_bf16"):
+        with torch.autocast("cuda", dtype=torch.bfloat16,
+                            enabled=recipe in ("amp_bf16", "lora_amp_bf16")):
             loss = model(input_ids=ids, labels=ids).loss
         torch.cuda.synchronize()
         step["forward_peak_mib"] = torch.cuda.max_memory_allocated() / MIB
@@ -90,15 +114,17 @@ def measure(config: dict, batch: int, seq: int, recipe: str, attention: str) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--lora", type=int, default=0, help="LoRA rank: fine-tuning runs instead")
     args = ap.parse_args()
     import transformers
 
     rows = []
-    for name, (config, batch, seq) in MODELS.items():
-        for recipe in RECIPES:
+    models, recipes = (LORA_MODELS, LORA_RECIPES) if args.lora else (MODELS, RECIPES)
+    for name, (config, batch, seq) in models.items():
+        for recipe in recipes:
             for attention in ATTENTIONS:
                 try:
-                    row = measure(config, batch, seq, recipe, attention)
+                    row = measure(config, batch, seq, recipe, attention, args.lora)
                 except torch.cuda.OutOfMemoryError as e:
                     row = {"error": f"out of memory: {str(e)[:120]}"}
                     torch.cuda.empty_cache()
@@ -107,6 +133,7 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "transformers": transformers.__version__, "cuda": torch.version.cuda,
+            "peft": __import__("peft").__version__ if args.lora else None,
             "python": platform.python_version(),
             "how": "tools/measure_peak_cuda.py: max_memory_allocated per phase, 2 steps"}
     with open(args.out, "w") as f:

@@ -68,7 +68,7 @@ NUMERIC_LIMITS: dict[str, tuple[float, float, bool]] = {  # name: (low, high, lo
     "summary": (1, _BIG, False), "global_tokens": (0, _BIG, False), "random": (0, _BIG, False),
     # a subnormal MFU or throughput divides into an infinite time: the floor is one in 1e9
     "mfu": (1e-9, 1, False), "tokens_per_second": (1e-9, 1e18, False),
-    "grad_accum": (1, _BIG, False),
+    "grad_accum": (1, _BIG, False), "lora": (0, 2**20, False), "lora_dropout": (0, 0.99, False),
 }
 
 
@@ -315,6 +315,19 @@ def _training_params() -> list[inspect.Parameter]:
                  "temporary), fused (none), for-loop (two of the largest tensor)."),
         opt("grad_accum", int, 1, "--grad-accum",
             help="Micro-batches per optimizer step: gradients stay live across them."),
+        opt("lora", int, 0, "--lora",
+            help="Fine-tune LoRA adapters of this rank over a frozen base (PEFT's count and "
+                 "dtypes: fp32 adapters, gradients and states only for them)."),
+        opt("lora_targets", str, "all-linear", "--lora-targets",
+            help="Layers LoRA adapts: all-linear (PEFT's: every linear layer but the output "
+                 "head) or names, comma-separated: tcalc's (q,k,v,o,gate,up,down,...) or "
+                 "the model's transformers names (q_proj,v_proj,...)."),
+        opt("lora_dropout", float, 0.0, "--lora-dropout",
+            help="Dropout on each adapter's input (PEFT's lora_dropout): keeps a mask and a "
+                 "copy per adapted layer."),
+        opt("freeze", str, "", "--freeze",
+            help="Full fine-tuning with parts frozen, comma-separated: embeddings, "
+                 "attention, mixers, ffn, norms, heads (no gradients or states for them)."),
         opt("recompute", Recompute, Recompute["none"], "--recompute",
             help="Activation recomputation."),
         opt("attention", Attention, Attention["eager"], "--attention",
@@ -353,6 +366,15 @@ def _settings(train: dict[str, Any], batch_size: int = 1, seq_len: int | None = 
             if t.get(key, default) != default:
                 raise TcalcError(f"--{key.replace('_', '-')}: applies to --inference (training "
                                  "precision is --precision / --mixed)")
+    if t.get("inference") and (t.get("lora") or t.get("freeze")):
+        raise TcalcError("--lora and --freeze: apply to training, not --inference")
+    lora = t.pop("lora", 0)
+    t["lora_rank"] = lora
+    t["lora_targets"] = tuple(x.strip() for x in t.pop("lora_targets", "all-linear").split(",")
+                              if x.strip()) or ("all-linear",)
+    if lora == 0 and (t["lora_targets"] != ("all-linear",) or t.get("lora_dropout")):
+        raise TcalcError("--lora-targets and --lora-dropout: need --lora RANK")
+    t["freeze"] = tuple(x.strip() for x in t.pop("freeze", "").split(",") if x.strip())
     precision = t.pop("precision") or ("bf16" if t["mixed"] else "fp32")
     if t.pop("adamw8bit"):
         t["optimizer"] = "adamw8bit"

@@ -16,7 +16,8 @@ from transformer_calc.breakdown import Breakdown, Item
 from transformer_calc.choices import ATTENTIONS, DEVICES, OPTIMIZER_IMPLS, OPTIMIZERS, PRECISIONS
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import DENSE
-from transformer_calc.params import count_params, symbols
+from transformer_calc.lora import Adapted, adapted_layers, lora_params
+from transformer_calc.params import CATEGORIES, by_category, count_params, symbols
 from transformer_calc.plan import FFN, Attention, Mixer, plan_of
 from transformer_calc.spec import ModelSpec
 
@@ -646,6 +647,8 @@ def korthikanti_per_layer(spec: ModelSpec, batch: int, seq_len: int) -> int:
 
 # -- the report ------------------------------------------------------------------------------
 
+FREEZABLE = CATEGORIES  # the parts --freeze names
+
 @dataclass(frozen=True)
 class Settings:
     """How the model is trained or served; every knob that changes the bytes."""
@@ -670,6 +673,13 @@ class Settings:
     group_size: int = 128  # int8/int4 scale group
     grad_accum: int = 1  # micro-batches per optimizer step (gradients live across them)
     optimizer_impl: str = "foreach"  # foreach (torch's CUDA default) | fused | for-loop
+    # Fine-tuning (issue 15): LoRA adapters of this rank over a frozen base (0: none), on
+    # these layers (lora.ALL_LINEAR or module names), with this dropout on their input; or
+    # full fine-tuning with these parts frozen (params.CATEGORIES)
+    lora_rank: int = 0
+    lora_targets: tuple[str, ...] = ("all-linear",)
+    lora_dropout: float = 0.0
+    freeze: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (self.gpus >= 1 and self.tp >= 1 and self.pp >= 1):
@@ -690,6 +700,16 @@ class Settings:
             (self.optimizer_impl in OPTIMIZER_IMPLS,
              f"--optimizer-impl: expected one of {', '.join(OPTIMIZER_IMPLS)}"),
             (not self.sequence_parallel or self.tp > 1, "--sequence-parallel needs --tp > 1"),
+            (self.lora_rank >= 0, "--lora: expected a rank >= 1"),
+            (0 <= self.lora_dropout < 1, "--lora-dropout: expected a probability in [0, 1)"),
+            (not (self.lora_rank and self.freeze),
+             "--freeze: applies to full fine-tuning; with --lora the whole base is frozen"),
+            (not (self.lora_rank and self.optimizer == "adafactor"),
+             "--optimizer adafactor: not modelled with --lora"),
+            (all(c in FREEZABLE for c in self.freeze),
+             f"--freeze: expected parts among {', '.join(FREEZABLE)}"),
+            (len(set(self.freeze)) < len(FREEZABLE) or not self.freeze,
+             "--freeze: something must train; use --inference for a model that does not"),
         ]
         for ok, message in checks:
             if not ok:
@@ -780,19 +800,22 @@ class MemoryReport:
     korthikanti_per_layer: int
     fit: Fit | None
     notes: tuple[str, ...]
+    trainable_params: int  # what gets gradients: params, the adapters, or the unfrozen part
 
     def __init__(self, model: str, settings: Settings, seq_len: int, params: int,
                  components: Breakdown, per_gpu: Breakdown, activations: Breakdown,
                  bytes_per_param: tuple[tuple[str, float, str], ...],
                  korthikanti_per_layer: int, fit: Fit | None, notes: tuple[str, ...],
-                 phases: Callable[[], tuple[Phase, ...]] = tuple) -> None:
+                 phases: Callable[[], tuple[Phase, ...]] = tuple,
+                 trainable_params: int | None = None) -> None:
         # Frozen; set once through __dict__, 3x faster than the generated per-field
         # object.__setattr__ (memory_report runs in sweeps and in the batch search: make bench)
         self.__dict__.update(model=model, settings=settings, seq_len=seq_len, params=params,
                              components=components, per_gpu=per_gpu, activations=activations,
                              bytes_per_param=bytes_per_param,
                              korthikanti_per_layer=korthikanti_per_layer, fit=fit, notes=notes,
-                             _phases=phases)
+                             _phases=phases, trainable_params=params if trainable_params is None
+                             else trainable_params)
 
     @property
     def phases(self) -> tuple[Phase, ...]:
@@ -826,6 +849,7 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     notes: tuple[str, ...] = ()
     comps: list[tuple] = []  # type: ignore[type-arg]  # rows, as in Breakdown
     rows: tuple[tuple[str, float, str], ...] = ()
+    trainable = 0
     if s.inference:
         w = weight_bytes(N, s.dtype, s.group_size)
         comps.append(Item("weights", w, f"params · {s.dtype}", f"{N:,} · {s.dtype}"))
@@ -872,21 +896,36 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         korth = 0
     else:
         rows, formulas = _states(s.mixed, s.precision, s.optimizer)
-        for name, per, formula in formulas:
-            comps.append((name, math.ceil(N * per), formula, "", 1, "", "", None, ()))
+        adapters = lora_params(spec, p, s.lora_rank, s.lora_targets) if s.lora_rank else None
+        trainable = (adapters.total if adapters is not None else
+                     N - sum([n for c, n in by_category(p).items() if c in s.freeze]))
+        if adapters is not None:
+            comps.extend(_lora_states(s, N, adapters.total))
+        else:
+            for name, per, formula in formulas:
+                if trainable != N and name in ("gradients", "optimizer_states"):
+                    comps.append((name, math.ceil(trainable * per), formula.replace(
+                        "params", "trainable params", 1), "", 1, "", "", None, ()))
+                else:
+                    comps.append((name, math.ceil(N * per), formula, "", 1, "", "", None, ()))
         if s.optimizer == "adafactor":
             # one fused QKV matrix per attention sublayer (self, and cross in nn.Transformer)
             blocks = sum(g.count * (1 + (g.block.cross is not None))
                          for g in plan_of(spec).groups)
             elems = adafactor_state_elements(p) + fused_qkv_correction(spec) * blocks
+            if trainable != N:
+                raise TcalcError("--optimizer adafactor: not modelled with --freeze")
             comps.append(Item("optimizer_states", 4 * elems,
                               "4 · Σ (rows + columns) over matrices + Σ vector sizes",
                               f"4 · {elems:,}", note=OPTIMIZER_SOURCE["adafactor"]))
+        amp = s.mixed and adapters is None  # LoRA: a 16-bit base, autocast on the adapters
         acts = activation_breakdown(
             spec, s.batch_size, T, act_bytes=s.act_bytes, device=s.device,
-            attention=s.attention, amp=s.mixed,
+            attention=s.attention, amp=amp,
             dropout=s.dropout if s.dropout is not None else spec.dropout > 0,
             recompute=s.recompute, pattern=pattern)
+        if adapters is not None:
+            acts = lora_activations(spec, acts, adapted_layers(spec, p, s.lora_targets), s, T)
         notes = acts.notes
         comps.append(("activations", acts.total, "Σ saved tensors (below)",
                       f"batch {s.batch_size} · seq {T}", 1, "", "", None, ()))
@@ -897,10 +936,126 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     phases: Callable[[], tuple[Phase, ...]] = tuple if s.inference else functools.partial(
         training_phases, spec, s, T, per_gpu, acts, p)
     report = MemoryReport(spec.name, s, T, N, components, per_gpu, acts, rows, korth, None,
-                          notes, phases)
+                          notes, phases, trainable)
     if gpu:
         report.__dict__["fit"] = _fit(spec, s, report, gpu, pattern)
     return report
+
+
+# LoRA over a frozen base (issue 15). PEFT keeps the adapters in fp32 over a 16-bit base
+# (get_peft_model(..., autocast_adapter_dtype=True), its default), so their gradients and
+# optimizer states are fp32 too; the base has no gradients and no states.
+ADAPTER_BYTES = 4
+
+
+def _lora_states(s: Settings, N: int, adapters: int) -> list[tuple]:  # type: ignore[type-arg]
+    base = 4 if s.precision == "fp32" else 2
+    per = OPTIMIZER_BYTES[s.optimizer]
+    return [
+        ("weights", N * base, f"frozen base: params · {base} ({s.precision})", "", 1, "", "",
+         None, ()),
+        ("lora_weights", adapters * ADAPTER_BYTES, "adapter params · 4 (fp32: PEFT's "
+         "autocast_adapter_dtype)", "", 1, "", "", None, ()),
+        ("gradients", adapters * ADAPTER_BYTES, "adapter params · 4 (fp32, like the adapters)",
+         "", 1, "", "", None, ()),
+        ("optimizer_states", adapters * per, f"adapter params · {per} "
+         f"({OPTIMIZER_SOURCE[s.optimizer]})", "", 1, "", "", None, ()),
+    ]
+
+
+# What a frozen base no longer saves (measured with saved_tensors_hooks, transformers 5.23 +
+# peft 0.21.2: tools/measure_activations_hf.py --lora): tensors kept only for a weight's
+# gradient. The normalised tensor of a norm (its weight's mul), the token and position ids
+# (the embedding's), the LM head's input, and each projection's input unless an adapter
+# reads that very tensor; and nothing below the first adapter needs a gradient, so the
+# embeddings and the first layer's input norm keep nothing.
+_WEIGHT_GRAD_ONLY = (".normalized",)
+_IDS = ("embed.token_ids", "embed.position_ids", "head.input")
+# a projection's input row -> the roles of the adapted layers that read it
+_PROJECTION_INPUTS = {
+    "attn.input": ("q", "k", "v", "qkv", "q_a", "kv_a", "attn_gate"),
+    "attn.o_input": ("o",), "cross.input": ("q",), "cross.o_input": ("o",),
+    "ffn.input": ("gate", "up", "gate_up", "shared", "router", "shared_gate"),
+    "ffn.out_input": ("down",), "ffn.shared.out_input": ("shared",)}
+
+
+def _reads(a: Adapted) -> str:
+    """The projection-input row an adapted layer reads, relative to its group."""
+    rest = a.name[len(a.stack) + 1:] if a.stack else a.name
+    rest = rest.split(".", 1)[1] if rest.startswith(("encoder.", "decoder.")) else rest
+    if rest.startswith("ffn.shared."):
+        return "ffn.shared.out_input" if rest.endswith(".out") else "ffn.input"
+    if rest.startswith("ffn."):
+        return "ffn.out_input" if rest.endswith(".out") else "ffn.input"
+    sub = rest.split(".", 1)[0]  # attn | cross
+    return f"{sub}.o_input" if rest.endswith(".o") else f"{sub}.input"
+
+
+def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, ...],
+                     s: Settings, T: int) -> Breakdown:
+    """The frozen base's saved tensors (acts, as in full training, filtered) plus what the
+    adapters keep: per adapted layer its input (a copy when PEFT casts it to the fp32
+    adapters' dtype, or the dropout's output and mask), and lora_A's output (B·T·r)."""
+    B, a = s.batch_size, s.act_bytes
+    tokens = B * T
+    cast = a != ADAPTER_BYTES  # a 16-bit base: PEFT casts each adapter's input to fp32
+    drop = s.lora_dropout > 0
+    # what the adapters keep is fp32, or 16-bit where autocast computes them (--mixed)
+    kept = 2 if s.mixed else ADAPTER_BYTES
+    mask = 1 if s.device == "cuda" else ADAPTER_BYTES  # dropout on the fp32 input
+    shared_reads = {(ad.stack, _reads(ad)) for ad in adapted} if not (cast or drop) else set()
+    firsts = {st.groups[0].name for st in plan_of(spec).stacks} \
+        if spec.norm_position == "pre" else set()
+    rows = []
+    for r in acts.rows:
+        name, stack = r[0], r[5]
+        rest = name[len(stack) + 1:] if stack else name
+        if name.endswith(_WEIGHT_GRAD_ONLY) or name in _IDS or name.startswith("embed.") \
+                or name.endswith(("embed.token_ids", "embed.position_ids")):
+            continue
+        if stack and rest in _PROJECTION_INPUTS and (stack, rest) not in shared_reads:
+            continue
+        if stack in firsts and rest.startswith("attn.norm."):
+            if r[4] > 1:
+                rows.append((*r[:4], r[4] - 1, *r[5:]))
+            continue
+        rows.append(r)
+    for ad in adapted:
+        if ad.experts > 1:
+            # PEFT's ParamWrapper reparametrises the experts' 3-D weight as W + s·B·A
+            # (torch parametrize, one baddbmm): the merged expert weights are a tensor the
+            # expert matmuls keep for backward, in the base's dtype (peft/tuners/lora/
+            # layer.py, ParamWrapper._activate_lora); what they read is saved as in full
+            # training (routed_input)
+            base = 4 if s.precision == "fp32" else 2
+            size = ad.experts * ad.fan_in * ad.fan_out
+            rows.append((ad.name + ".lora_merged_weight", size * base,
+                         "n_experts · in · out · base bytes (W + s·B·A, kept)",
+                         f"{ad.experts} · {ad.fan_in:,} · {ad.fan_out:,} · {base}", ad.repeat,
+                         ad.stack, "", None, ()))
+            continue
+        n = tokens * ad.fan_in
+        rank = s.lora_rank * ad.rank_factor
+        width = f"{B} · {T} · {ad.fan_in:,}"
+        # the first layer's input needs no gradient: its attention adapters' dropout keeps no
+        # mask there (measured)
+        first = ad.stack in firsts and _reads(ad) == "attn.input"
+        if drop and ad.repeat - first:
+            rows.append((ad.name + ".lora_dropout_mask", n * mask, "B·T·in · mask",
+                         f"{width} · {mask}", ad.repeat - first, ad.stack, "", None, ()))
+        if cast or drop:
+            rows.append((ad.name + ".lora_input", n * kept, f"B·T·in · {kept} (" + (
+                "autocast's 16-bit copy" if s.mixed else "the adapter's fp32 copy" if cast
+                else "the dropout's output") + ")", f"{width} · {kept}",
+                ad.repeat, ad.stack, "", None, ()))
+        rows.append((ad.name + ".lora_a_output", tokens * rank * kept,
+                     f"B·T·r · {kept} (lora_B's input)", f"{B} · {T} · {rank} · {kept}",
+                     ad.repeat, ad.stack, "", None, ()))
+    notes = acts.notes + (
+        "LoRA: the frozen base keeps only what its inputs' gradients need; each adapter "
+        "keeps its input" + (" (a fp32 copy)" if cast and not s.mixed else "") +
+        (", a dropout mask" if drop else "") + " and the B·T·r output of lora_A",)
+    return Breakdown(acts.model, "bytes", tuple(rows), notes, {}, acts.symbols)
 
 
 def autocast_copy_params(spec: ModelSpec, params: Breakdown) -> int:
@@ -932,7 +1087,10 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     c = {i.name: i.total for i in per_gpu.items}
     mp = s.tp * s.pp
     cuda = s.device == "cuda"
-    if s.mixed:
+    if "lora_weights" in c:
+        weights = ("weights", c["weights"] + c["lora_weights"], "the frozen base and the "
+                   "fp32 adapters")
+    elif s.mixed:
         weights = ("weights", c["master_weights"], "fp32 weights (torch AMP: the model's own "
                    "parameters, which the optimizer updates)")
     else:
@@ -946,7 +1104,10 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     activations = ("activations", acts_bytes, "every tensor saved for backward" +
                    (", in 512-byte blocks" if cuda else ""))
     common = [weights, states]
-    if s.mixed:
+    if s.mixed and "lora_weights" in c:
+        common.append(("autocast_copies", c["lora_weights"] // 2, "16-bit copies of the "
+                       "adapters (torch autocast; the base is 16-bit already)"))
+    elif s.mixed:
         copies = math.ceil(2 * autocast_copy_params(spec, params) / mp)
         common.append(("autocast_copies", copies, "16-bit copies of the matmul weights, kept "
                        "for backward (torch autocast; norms and embedding lookups stay fp32)"))
@@ -975,8 +1136,8 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         return Phase(name, when, Breakdown(spec.name, "bytes", tuple(
             (n, b, f, "", 1, "", "", None, ()) for n, b, f in rows)))
 
-    return (phase("forward", "end of forward, while the loss is computed", forward),
-            phase("backward", "start of backward", backward),
+    return (phase("forward", "at the end of forward, while the loss is computed", forward),
+            phase("backward", "at the start of backward", backward),
             phase("optimizer", "inside the optimizer step", optimizer))
 
 

@@ -465,6 +465,7 @@ def memory_dict(r: Any) -> dict[str, Any]:
         "schema": MEMORY_SCHEMA,
         "model": r.model,
         "params": r.params,
+        "trainable_params": r.trainable_params,
         "mode": "inference" if s.inference else "training",
         "settings": {k: getattr(s, k) for k in s.__dataclass_fields__},
         "seq_len": r.seq_len,
@@ -507,11 +508,22 @@ def memory_lines(r: Any) -> list[str]:
         mode = f"mixed {s.precision}" if s.mixed else f"pure {s.precision}"
         lines.append(f"training: {mode}, {s.optimizer}, batch {s.batch_size} × seq {r.seq_len}, "
                      f"attention {s.attention} on {s.device}, recompute {s.recompute}")
-        per = sum(b for _, b, _ in r.bytes_per_param)
-        acc = " + ".join(f"{n} {b:g}" for n, b, _ in r.bytes_per_param)
-        lines.append(f"bytes per parameter: {acc} = {per:g}" +
-                     (" + Adafactor's factored statistics" if s.optimizer == "adafactor"
-                      else "") + " (Hugging Face performance docs)")
+        share = f"{r.trainable_params:,} trainable of {r.params:,} parameters " \
+                f"({100 * r.trainable_params / r.params:.2f}%)" if r.params else ""
+        if s.lora_rank:
+            lines.append(f"LoRA rank {s.lora_rank} on {','.join(s.lora_targets)}"
+                         + (f", dropout {s.lora_dropout:g}" if s.lora_dropout else "")
+                         + f": {share}; the base frozen in {s.precision}, the adapters, their "
+                         "gradients and optimizer states in fp32 (PEFT)")
+        else:
+            per = sum(b for _, b, _ in r.bytes_per_param)
+            acc = " + ".join(f"{n} {b:g}" for n, b, _ in r.bytes_per_param)
+            lines.append(f"bytes per parameter: {acc} = {per:g}" +
+                         (" + Adafactor's factored statistics" if s.optimizer == "adafactor"
+                          else "") + " (Hugging Face performance docs)")
+            if s.freeze:
+                lines.append(f"frozen: {', '.join(s.freeze)}: {share}; gradients and optimizer "
+                             "states only for what trains")
     if s.gpus > 1:
         lines.append(f"{s.gpus} GPUs: data {s.dp} × tensor {s.tp} × pipeline {s.pp}, ZeRO "
                      f"stage {s.zero}{', sequence parallel' if s.sequence_parallel else ''}: "
@@ -519,7 +531,7 @@ def memory_lines(r: Any) -> list[str]:
     if r.phases:
         p = r.peak_phase
         lines.append(f"peak of a training step{' per GPU' if s.gpus > 1 else ''}: "
-                     f"{human_bytes(p.items.total)} at the {p.when} ("
+                     f"{human_bytes(p.items.total)} {p.when} ("
                      + " + ".join(f"{i.name} {human_bytes(i.total)}" for i in p.items.items)
                      + "); " + ", ".join(f"{q.name} {human_bytes(q.items.total)}"
                                          for q in r.phases if q is not p))

@@ -1,0 +1,138 @@
+"""Memory of fine-tuning (issue 15): LoRA over a frozen base and partly frozen training,
+against what PyTorch keeps (CPU saved tensors) and what an H100 allocates (the peak)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from transformer_calc.hf import spec_from_hf
+from transformer_calc.memory import Settings, memory_report
+from transformer_calc.params import count_params
+from transformer_calc.presets import load_model
+
+DATA = Path(__file__).parent / "data"
+
+
+# Measured: tools/measure_activations_hf.py --lora R (torch 2.13.0+cpu, transformers 5.23.0,
+# peft 0.21.2; saved_tensors_hooks, storages once, parameters excluded), B=2 T=128 rank 8
+# all-linear on 11 small variant configs, B=1 T=64 rank 16 with lora_dropout 0.05, and
+# q_proj,v_proj: activations_lora_cpu.jsonl. Its tcalc_bytes column is what tcalc printed on
+# the day, not read here.
+LORA_ACTS = [json.loads(line) for line in
+             (DATA / "activations_lora_cpu.jsonl").read_text().splitlines()]
+# T5 is 10-16 % under in full training too (issue 13's open gap: dropout inside the FFN,
+# norm copies, int64 position buckets): the frozen base inherits it
+LORA_ACTS_TOLERANCE = {"t5-gated-asym.json": 0.12}
+
+
+@pytest.mark.parametrize("row", LORA_ACTS, ids=lambda r: "{config}-{attention}-{dtype}-{lora}"
+                         .format(**r))
+def test_lora_activations_within_10_percent_of_pytorch(row: dict) -> None:
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / row["config"]).read_text()))
+    rank, targets, dropout = row["lora"]
+    r = memory_report(spec, Settings(
+        precision="fp32" if row["dtype"] == "fp32" else "bf16", batch_size=row["B"],
+        seq_len=row["T"], attention=row["attention"], device="cpu", lora_rank=rank,
+        lora_targets=tuple(targets.split(",")), lora_dropout=dropout))
+    tolerance = LORA_ACTS_TOLERANCE.get(row["config"], 0.10)
+    assert abs(r.activations.total - row["measured_bytes"]) <= tolerance * row["measured_bytes"]
+
+
+def test_lora_fixture_covers_dense_moe_dropout_and_targets() -> None:
+    kinds = {(r["config"], tuple(r["lora"])) for r in LORA_ACTS}
+    assert ("mixtral-top1.json", (8, "all-linear", 0.0)) in kinds
+    assert any(r["lora"][2] > 0 for r in LORA_ACTS)
+    assert any(r["lora"][1] == "q_proj,v_proj" for r in LORA_ACTS)
+    assert len(LORA_ACTS) == 64
+
+
+# Measured on an NVIDIA H100 80GB (torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.0):
+# `python tools/measure_peak_cuda.py --lora 16 --out peak_lora_cuda_h100.json` —
+# torch.cuda.max_memory_allocated() per phase of the second of two training steps, LoRA
+# rank 16 on all-linear over a bf16 base, AdamW (foreach) over the adapters, with and
+# without autocast, SDPA and eager.
+PEAK = json.loads((DATA / "peak_lora_cuda_h100.json").read_text())
+LORA_MODELS = {
+    "llama-3.2-1b": ({"model_type": "llama", "vocab_size": 128256, "hidden_size": 2048,
+                      "intermediate_size": 8192, "num_hidden_layers": 16,
+                      "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+                      "max_position_embeddings": 131072, "tie_word_embeddings": True}, 2, 2048),
+    "llama-3.1-8b": ({"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+                      "intermediate_size": 14336, "num_hidden_layers": 32,
+                      "num_attention_heads": 32, "num_key_value_heads": 8,
+                      "max_position_embeddings": 131072, "tie_word_embeddings": False}, 1,
+                     2048)}
+
+
+@pytest.mark.parametrize("run", PEAK["runs"], ids=lambda r: "{model}-{recipe}-{attention}"
+                         .format(**r))
+def test_lora_peak_within_1_percent_of_h100(run: dict) -> None:
+    config, B, T = LORA_MODELS[run["model"]]
+    spec = spec_from_hf(config)
+    r = memory_report(spec, Settings(precision="bf16", mixed=run["recipe"] == "lora_amp_bf16",
+                                     batch_size=B, seq_len=T, attention=run["attention"],
+                                     device="cuda", lora_rank=16))
+    assert r.trainable_params == run["params"]  # peft 0.21.0's count on the GPU
+    measured = run["steps"][1]
+    for phase in r.phases:
+        got, want = phase.items.total, measured[f"{phase.name}_peak_mib"] * (1 << 20)
+        assert abs(got - want) <= 0.01 * want, phase.name
+
+
+def test_lora_model_states_by_hand() -> None:
+    # Llama-3.1-8B, rank 16 all-linear (41,943,040 adapter parameters, peft above), bf16 base,
+    # AdamW: base 2 bytes per parameter, adapters, their gradients 4 each, states 8
+    spec = load_model("llama-3.1-8b")
+    r = memory_report(spec, Settings(precision="bf16", lora_rank=16, seq_len=512))
+    c = {i.name: i.total for i in r.components.items}
+    N, A = 8_030_261_248, 41_943_040
+    assert (c["weights"], c["lora_weights"], c["gradients"], c["optimizer_states"]) == (
+        2 * N, 4 * A, 4 * A, 8 * A)
+    assert "master_weights" not in c and r.trainable_params == A
+    # over a bf16 base each adapter keeps an fp32 copy of its input: more activations than
+    # full training (measured: the tiny Llama of activations_lora_cpu.jsonl, as on the H100);
+    # over an fp32 base the adapters read the very tensor, and the frozen base keeps less
+    full = memory_report(spec, Settings(precision="bf16", seq_len=512))
+    assert r.activations.total > full.activations.total
+    fp32 = memory_report(spec, Settings(lora_rank=16, seq_len=512))
+    assert fp32.activations.total < memory_report(spec, Settings(seq_len=512)).activations.total
+    names = {i.name for i in r.activations.items}
+    assert "decoder.ffn.out_input" not in names and "decoder.ffn.out.lora_input" in names
+
+
+def test_freeze_keeps_weights_and_drops_gradients_and_states_of_frozen_parts() -> None:
+    from transformer_calc.params import by_category
+
+    spec = load_model("llama-3.1-8b")
+    cats = by_category(count_params(spec))
+    r = memory_report(spec, Settings(precision="bf16", freeze=("embeddings", "attention"),
+                                     seq_len=512))
+    trainable = spec_total = sum(cats.values())
+    trainable -= cats["embeddings"] + cats["attention"]
+    c = {i.name: i.total for i in r.components.items}
+    assert r.trainable_params == trainable
+    assert c["weights"] == 2 * spec_total
+    assert c["gradients"] == 2 * trainable and c["optimizer_states"] == 4 * trainable
+
+
+def test_cli_lora(cli) -> None:
+    data = cli.json("memory", "llama-3.1-8b", "--lora", "16", "--precision", "bf16",
+                    "--seq-len", "512")
+    assert data["trainable_params"] == 41_943_040 and data["params"] == 8_030_261_248
+    assert data["settings"]["lora_targets"] == ["all-linear"]
+    qv = cli.json("memory", "llama-3.1-8b", "--lora", "8", "--lora-targets", "q_proj,v_proj",
+                  "--seq-len", "512")
+    assert qv["trainable_params"] == 3_407_872  # peft: 32 · 8 · (4096+4096 + 4096+1024)
+    for args, message in (
+            (("--lora", "8", "--lora-targets", "qproj"), "unknown module 'qproj'"),
+            (("--lora-targets", "q"), "need --lora RANK"),
+            (("--lora", "8", "--inference"), "apply to training"),
+            (("--lora", "8", "--freeze", "embeddings"), "whole base is frozen"),
+            (("--lora", "-1"), "--lora"),
+            (("--lora", "8", "--lora-dropout", "0.995"), "--lora-dropout"),
+            (("--freeze", "wings"), "--freeze: expected parts among")):
+        result = cli("memory", "llama-3.1-8b", *args, code=2)
+        assert message in result.stderr and result.stderr.count("\n") == 1
