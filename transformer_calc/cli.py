@@ -325,6 +325,14 @@ def _training_params() -> list[inspect.Parameter]:
         opt("lora_dropout", float, 0.0, "--lora-dropout",
             help="Dropout on each adapter's input (PEFT's lora_dropout): keeps a mask and a "
                  "copy per adapted layer."),
+        opt("quant", str, "", "--quant",
+            help="Weights in a real quantised format, as it stores them: gptq, gptq-int8, "
+                 "awq, bnb-nf4, bnb-fp4, bnb-int8, fp8 (128x128 blocks), fp8-channel, "
+                 "fp8-tensor, mxfp4, nvfp4, gguf-q4_k_m, gguf-q8_0, ... Serving "
+                 "(--inference), or a frozen base under --lora."),
+        opt("qlora", bool, False, "--qlora",
+            help="QLoRA: --lora over a base in bnb-nf4 (double-quantised), computed in "
+                 "bf16 unless --precision says otherwise."),
         opt("freeze", str, "", "--freeze",
             help="Full fine-tuning with parts frozen, comma-separated: embeddings, "
                  "attention, mixers, ffn, norms, heads (no gradients or states for them)."),
@@ -368,6 +376,13 @@ def _settings(train: dict[str, Any], batch_size: int = 1, seq_len: int | None = 
                                  "precision is --precision / --mixed)")
     if t.get("inference") and (t.get("lora") or t.get("freeze")):
         raise TcalcError("--lora and --freeze: apply to training, not --inference")
+    if t.pop("qlora", False):
+        if not t.get("lora"):
+            raise TcalcError("--qlora: give the adapters' rank with --lora RANK")
+        if t.get("quant", "") not in ("", "bnb-nf4"):
+            raise TcalcError("--qlora: the base is bnb-nf4; drop --quant or --qlora")
+        t["quant"] = "bnb-nf4"
+        t["precision"] = t.get("precision") or "bf16"
     lora = t.pop("lora", 0)
     t["lora_rank"] = lora
     t["lora_targets"] = tuple(x.strip() for x in t.pop("lora_targets", "all-linear").split(",")

@@ -19,6 +19,7 @@ from transformer_calc.flops import DENSE
 from transformer_calc.lora import Adapted, adapted_layers, lora_params
 from transformer_calc.params import CATEGORIES, by_category, count_params, symbols
 from transformer_calc.plan import FFN, Attention, Mixer, plan_of
+from transformer_calc.quant import FORMATS, weight_format_bytes
 from transformer_calc.spec import ModelSpec
 
 # Quantised weight formats: bits per weight, and one fp16 scale per group of weights
@@ -680,6 +681,8 @@ class Settings:
     lora_targets: tuple[str, ...] = ("all-linear",)
     lora_dropout: float = 0.0
     freeze: tuple[str, ...] = ()
+    # Weights stored in a real quantised format (quant.FORMATS), served or as a frozen base
+    quant: str = ""
 
     def __post_init__(self) -> None:
         if not (self.gpus >= 1 and self.tp >= 1 and self.pp >= 1):
@@ -708,6 +711,13 @@ class Settings:
              "--optimizer adafactor: not modelled with --lora"),
             (all(c in FREEZABLE for c in self.freeze),
              f"--freeze: expected parts among {', '.join(FREEZABLE)}"),
+            (not self.quant or self.quant in FORMATS,
+             f"--quant: expected one of {', '.join(FORMATS)}"),
+            (not self.quant or self.inference or self.lora_rank,
+             "--quant: a quantised base trains only adapters; add --lora RANK (QLoRA: "
+             "--lora RANK --quant bnb-nf4)"),
+            (not (self.quant and self.inference and self.dtype in QUANT_BITS),
+             "--quant and --dtype int8/int4: pick one weight format"),
             (len(set(self.freeze)) < len(FREEZABLE) or not self.freeze,
              "--freeze: something must train; use --inference for a model that does not"),
         ]
@@ -851,9 +861,14 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     rows: tuple[tuple[str, float, str], ...] = ()
     trainable = 0
     if s.inference:
-        w = weight_bytes(N, s.dtype, s.group_size)
-        comps.append(Item("weights", w, f"params · {s.dtype}", f"{N:,} · {s.dtype}"))
-        kv_dtype = s.kv_dtype or ("bf16" if s.dtype in QUANT_BITS or s.dtype == "fp8"
+        if s.quant:
+            stored = weight_format_bytes(spec, p, s.quant, s.group_size)
+            comps.append(Item("weights", stored.total, f"{s.quant} as stored: " + " + ".join(
+                i.name for i in stored.items), " + ".join(f"{i.total:,}" for i in stored.items)))
+        else:
+            w = weight_bytes(N, s.dtype, s.group_size)
+            comps.append(Item("weights", w, f"params · {s.dtype}", f"{N:,} · {s.dtype}"))
+        kv_dtype = s.kv_dtype or ("bf16" if s.dtype in QUANT_BITS or s.dtype == "fp8" or s.quant
                                   else s.dtype)
         from transformer_calc.hardware import DTYPE_BYTES
 
@@ -885,7 +900,9 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
                 note="constant in the context: the last ssm_conv inputs of each convolution "
                      "channel and the state of every recurrent layer"))
         inference_notes = []
-        if s.dtype in QUANT_BITS:
+        if s.quant:
+            inference_notes.append(_QUANT_NOTE)
+        elif s.dtype in QUANT_BITS:
             inference_notes.append(f"{s.dtype}: {QUANT_BITS[s.dtype]} bits per weight + one fp16 "
                                    f"scale per {s.group_size} weights (group quantisation)")
         inference_notes.append("inference: weights and KV cache" + (
@@ -900,7 +917,7 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         trainable = (adapters.total if adapters is not None else
                      N - sum([n for c, n in by_category(p).items() if c in s.freeze]))
         if adapters is not None:
-            comps.extend(_lora_states(s, N, adapters.total))
+            comps.extend(_lora_states(spec, s, p, adapters.total))
         else:
             for name, per, formula in formulas:
                 if trainable != N and name in ("gradients", "optimizer_states"):
@@ -948,12 +965,25 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
 ADAPTER_BYTES = 4
 
 
-def _lora_states(s: Settings, N: int, adapters: int) -> list[tuple]:  # type: ignore[type-arg]
+_QUANT_NOTE = ("quantised weights as the format stores them (quant.py); embeddings, the LM "
+               "head, norms, biases and routers stay 16-bit")
+
+
+def _lora_states(spec: ModelSpec, s: Settings, params: Breakdown,
+                 adapters: int) -> list[tuple]:  # type: ignore[type-arg]
+    N = params.total
     base = 4 if s.precision == "fp32" else 2
     per = OPTIMIZER_BYTES[s.optimizer]
+    if s.quant:
+        stored = weight_format_bytes(spec, params, s.quant, s.group_size)
+        weights = ("weights", stored.total, f"frozen base in {s.quant} as stored (computed in "
+                   f"{s.precision})", " + ".join(f"{i.total:,}" for i in stored.items), 1, "",
+                   "", None, ())
+    else:
+        weights = ("weights", N * base, f"frozen base: params · {base} ({s.precision})", "",
+                   1, "", "", None, ())
     return [
-        ("weights", N * base, f"frozen base: params · {base} ({s.precision})", "", 1, "", "",
-         None, ()),
+        weights,
         ("lora_weights", adapters * ADAPTER_BYTES, "adapter params · 4 (fp32: PEFT's "
          "autocast_adapter_dtype)", "", 1, "", "", None, ()),
         ("gradients", adapters * ADAPTER_BYTES, "adapter params · 4 (fp32, like the adapters)",
@@ -1117,6 +1147,15 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     if cuda:
         common.append(("cublas_workspace", CUBLAS_WORKSPACE, "cuBLAS + cuBLASLt workspaces, "
                        "32 MiB each (Hopper)"))
+    if s.quant:
+        # a quantised base is dequantised one layer at a time for its matmul (bitsandbytes'
+        # MatMul4Bit, forward and backward): one 16-bit copy of the largest matrix is live
+        from transformer_calc.quant import tensors
+
+        largest = max([t.shape[-2] * t.shape[-1] for t in tensors(params)
+                       if t.kind in ("linear", "experts")] or [0])
+        common.append(("dequantised_weight", largest * s.act_bytes, "the largest quantised "
+                       "matrix, dequantised for its matmul"))
     a = s.act_bytes
     btv = s.batch_size * T * spec.vocab_size // s.tp if spec.lm_head or spec.mlm_head else 0
     forward = list(common) + [activations]

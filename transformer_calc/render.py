@@ -513,8 +513,10 @@ def memory_lines(r: Any) -> list[str]:
         if s.lora_rank:
             lines.append(f"LoRA rank {s.lora_rank} on {','.join(s.lora_targets)}"
                          + (f", dropout {s.lora_dropout:g}" if s.lora_dropout else "")
-                         + f": {share}; the base frozen in {s.precision}, the adapters, their "
-                         "gradients and optimizer states in fp32 (PEFT)")
+                         + f": {share}; the base frozen in "
+                         + (f"{s.quant} (computed in {s.precision})" if s.quant else s.precision)
+                         + ", the adapters, their gradients and optimizer states in fp32 "
+                           "(PEFT)")
         else:
             per = sum(b for _, b, _ in r.bytes_per_param)
             acc = " + ".join(f"{n} {b:g}" for n, b, _ in r.bytes_per_param)

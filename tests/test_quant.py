@@ -1,0 +1,127 @@
+"""Quantised weights as the real formats store them (issue 15), against the byte sizes of
+published checkpoints and the formats' own block layouts."""
+
+from __future__ import annotations
+
+import pytest
+
+from transformer_calc.errors import TcalcError
+from transformer_calc.memory import Settings, memory_report
+from transformer_calc.params import count_params
+from transformer_calc.presets import load_model
+from transformer_calc.quant import FORMATS, GGML_TYPES, weight_format_bytes
+
+
+def size(model: str, fmt: str, group: int = 128) -> int:
+    spec = load_model(model)
+    return weight_format_bytes(spec, count_params(spec), fmt, group).total
+
+
+# Published checkpoints, in decimal GB as their repositories list them (two decimals: a
+# tolerance of 0.005 GB plus the file's own metadata, ~1 MB of GGUF tokenizer or safetensors
+# header). Sources:
+#  TheBloke/Llama-2-7B-GPTQ (main: 4-bit, group 128, act-order no): 3.90 GB
+#  TheBloke/Llama-2-7B-AWQ (4-bit, group 128): 3.89 GB
+#  TheBloke/Llama-2-7B-GGUF: Q4_0 3.83, Q4_K_S 3.86, Q4_K_M 4.08, Q5_K_M 4.78, Q6_K 5.53,
+#    Q8_0 7.16 GB
+#  unsloth/llama-3-8b-bnb-4bit (bitsandbytes NF4, double quantisation): 5.70 GB
+#  neuralmagic/Meta-Llama-3-8B-Instruct-FP8 (fp8 e4m3, per-tensor weight and input scales):
+#    9.08 GB
+#  TheBloke/Mixtral-8x7B-v0.1-GGUF Q8_0: 49.62 GB
+PUBLISHED = [
+    ("llama-2-7b", "gptq", 3.90), ("llama-2-7b", "awq", 3.89),
+    ("llama-2-7b", "gguf-q4_0", 3.83), ("llama-2-7b", "gguf-q4_k_s", 3.86),
+    ("llama-2-7b", "gguf-q4_k_m", 4.08), ("llama-2-7b", "gguf-q5_k_m", 4.78),
+    ("llama-2-7b", "gguf-q6_k", 5.53), ("llama-2-7b", "gguf-q8_0", 7.16),
+    ("llama-3-8b", "bnb-nf4", 5.70), ("llama-3-8b", "fp8-tensor", 9.08),
+    ("mixtral-8x7b", "gguf-q8_0", 49.62),
+]
+
+
+@pytest.mark.parametrize(("model", "fmt", "gb"), PUBLISHED)
+def test_published_checkpoint_sizes(model: str, fmt: str, gb: float) -> None:
+    assert abs(size(model, fmt) / 1e9 - gb) <= 0.0075
+
+
+def test_gpt_oss_mxfp4_to_the_byte() -> None:
+    # openai/gpt-oss-120b model.safetensors.index.json "total_size": 65,248,815,744 bytes:
+    # MXFP4 experts (blocks of 32 e2m1 pairs + one e8m0 scale), everything else bf16
+    assert size("gpt-oss-120b", "mxfp4") == 65_248_815_744
+
+
+def test_int4_formats_keep_embeddings_and_head_16_bit() -> None:
+    # the issue's finding: generic int4 quantises the embeddings and LM head that GPTQ/AWQ
+    # checkpoints keep in fp16 (Llama-3-8B: 2 · 128,256 · 4,096 · 2 bytes = 2.1 GB)
+    spec = load_model("llama-3-8b")
+    b = {i.name: i.total for i in weight_format_bytes(spec, count_params(spec), "awq").items}
+    assert b["unquantised"] == 2 * (2 * 128_256 * 4096) + 2 * (65 * 4096)
+
+
+# Bits per weight of each layout, from the formats' definitions: ggml's type traits
+# (block elements, block bytes), bitsandbytes' blockwise 4-bit with double quantisation,
+# OCP MXFP4, NVIDIA NVFP4.
+@pytest.mark.parametrize(("gtype", "bpw"), [("q4_0", 4.5), ("q4_1", 5.0), ("q5_0", 5.5),
+                                            ("q5_1", 6.0), ("q8_0", 8.5), ("q2_k", 2.625),
+                                            ("q3_k", 3.4375), ("q4_k", 4.5), ("q5_k", 5.5),
+                                            ("q6_k", 6.5625)])
+def test_ggml_bits_per_weight(gtype: str, bpw: float) -> None:
+    block, nbytes = GGML_TYPES[gtype]
+    assert 8 * nbytes / block == bpw
+
+
+@pytest.mark.parametrize(("fmt", "bpw"), [("mxfp4", 4.25), ("nvfp4", 4.5), ("bnb-int8", 8.0),
+                                          ("fp8", 8.0), ("bnb-nf4", 4.125)])
+def test_layout_bits_per_weight_on_a_large_matrix(fmt: str, bpw: float) -> None:
+    from transformer_calc.quant import _linear
+
+    out, inp = 16384, 16384
+    total = sum(b for _, b, _ in _linear(fmt, out, inp, out * inp, 128))
+    assert abs(8 * total / (out * inp) - bpw) < 0.01
+
+
+def test_gptq_one_matrix_by_hand() -> None:
+    from transformer_calc.quant import _linear
+
+    # a 4096 -> 11008 projection, 4 bits, group 128: qweight 4096·11008/2, qzeros and scales
+    # per (4096/128 = 32 groups) × 11008, g_idx 4096 int32 (AutoGPTQ QuantLinear buffers)
+    parts = {k: b for k, b, _ in _linear("gptq", 11008, 4096, 4096 * 11008, 128)}
+    assert parts == {"qweight": 22_544_384, "qzeros": 176_128, "scales": 704_512,
+                     "g_idx": 16_384}
+
+
+def test_every_format_runs_and_shrinks_a_bf16_model() -> None:
+    spec = load_model("qwen3-30b-a3b")
+    p = count_params(spec)
+    for fmt in FORMATS:
+        b = weight_format_bytes(spec, p, fmt)
+        if fmt in ("gguf-f16", "gguf-bf16"):  # norms and routers in f32: a little over 2N
+            assert 2 * p.total < b.total < 2.01 * p.total
+        else:
+            assert 0 < b.total < 2 * p.total, fmt
+
+
+def test_qlora_memory() -> None:
+    spec = load_model("llama-3-8b")
+    r = memory_report(spec, Settings(precision="bf16", lora_rank=16, quant="bnb-nf4",
+                                     seq_len=1024))
+    c = {i.name: i.total for i in r.components.items}
+    assert c["weights"] == size("llama-3-8b", "bnb-nf4")
+    assert any(i.name == "dequantised_weight" for p in r.phases for i in p.items.items)
+    with pytest.raises(TcalcError, match="add --lora"):
+        Settings(quant="bnb-nf4")
+    with pytest.raises(TcalcError, match="--quant: expected one of"):
+        Settings(quant="int3", inference=True)
+
+
+def test_cli_quant_and_qlora(cli) -> None:
+    data = cli.json("memory", "llama-2-7b", "--inference", "--quant", "gguf-q4_k_m",
+                    "--seq-len", "4096")
+    weights = next(c for c in data["components"] if c["name"] == "weights")
+    assert weights["bytes"] == size("llama-2-7b", "gguf-q4_k_m")
+    q = cli.json("memory", "llama-3-8b", "--lora", "64", "--qlora", "--seq-len", "1024")
+    assert q["settings"]["quant"] == "bnb-nf4" and q["settings"]["precision"] == "bf16"
+    for args, message in ((("--qlora",), "--qlora: give the adapters' rank"),
+                          (("--quant", "gptq"), "add --lora RANK"),
+                          (("--inference", "--quant", "q4"), "--quant: expected one of")):
+        r = cli("memory", "llama-3-8b", *args, code=2)
+        assert message in r.stderr and r.stderr.count("\n") == 1
