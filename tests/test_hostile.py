@@ -134,6 +134,8 @@ OPTION_USE = {
     "tokens_per_second": ["flops", "gpt2", "--gpu", "A100-80GB"],
     "grad_accum": ["memory", "gpt2"], "lora": ["memory", "gpt2"],
     "lora_dropout": ["memory", "gpt2", "--lora", "8"],
+    "kv_block": ["memory", "gpt2", "--inference"], "gpu_util": ["memory", "gpt2", "--inference"],
+    "prefill_chunk": ["memory", "gpt2", "--inference"],
 }
 
 
@@ -147,7 +149,7 @@ def _bad_values(name: str) -> list[str]:
     from transformer_calc.cli import NUMERIC_LIMITS
 
     low, high, exclusive = NUMERIC_LIMITS[name]
-    is_float = name in ("mfu", "tokens_per_second", "lora_dropout")
+    is_float = name in ("mfu", "tokens_per_second", "lora_dropout", "gpu_util")
     below = str(low if exclusive else low - 1)
     out = [below, "-1", str(int(high) + 1) if not is_float else str(high * 10)]
     if is_float:

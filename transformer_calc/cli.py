@@ -69,6 +69,7 @@ NUMERIC_LIMITS: dict[str, tuple[float, float, bool]] = {  # name: (low, high, lo
     # a subnormal MFU or throughput divides into an infinite time: the floor is one in 1e9
     "mfu": (1e-9, 1, False), "tokens_per_second": (1e-9, 1e18, False),
     "grad_accum": (1, _BIG, False), "lora": (0, 2**20, False), "lora_dropout": (0, 0.99, False),
+    "kv_block": (0, 2**20, False), "gpu_util": (0, 1, True), "prefill_chunk": (1, _BIG, False),
 }
 
 
@@ -357,6 +358,15 @@ def _training_params() -> list[inspect.Parameter]:
             help="Inference weights: fp32, fp16, bf16, int8, int4."),
         opt("kv_dtype", str, "", "--kv-dtype", help="Inference KV-cache dtype (default bf16)."),
         opt("group_size", int, 128, "--group-size", help="int8/int4: weights per fp16 scale."),
+        opt("kv_block", int, 0, "--kv-block",
+            help="Serving: a paged KV cache's block of tokens (vLLM's block_size 16): each "
+                 "layer's tokens in whole blocks. 0: exact."),
+        opt("gpu_util", float, 0.9, "--gpu-util",
+            help="Serving with --gpu: the share of the GPU the runtime may take (vLLM's "
+                 "gpu_memory_utilization, 0.9)."),
+        opt("prefill_chunk", int, 2048, "--prefill-chunk",
+            help="Serving with --gpu: tokens per prefill chunk, whose activations are set "
+                 "aside from the budget."),
         opt("gpu", Optional[str], None, "--gpu",
             help="GPU preset (see `tcalc gpus`): fits?, headroom, largest batch."),
     ]
@@ -370,7 +380,8 @@ def _settings(train: dict[str, Any], batch_size: int = 1, seq_len: int | None = 
     t = dict(train)
     t.pop("gpu")
     if not t.get("inference", True):  # serving options without --inference: an error, not ignored
-        for key, default in (("dtype", "bf16"), ("kv_dtype", ""), ("group_size", 128)):
+        for key, default in (("dtype", "bf16"), ("kv_dtype", ""), ("group_size", 128),
+                             ("kv_block", 0), ("gpu_util", 0.9), ("prefill_chunk", 2048)):
             if t.get(key, default) != default:
                 raise TcalcError(f"--{key.replace('_', '-')}: applies to --inference (training "
                                  "precision is --precision / --mixed)")

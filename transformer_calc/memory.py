@@ -40,10 +40,15 @@ def kv_elements_per_token(spec: ModelSpec) -> int:
     return sum(n * a.kv_per_token() for n, a in _caching_attention(spec))
 
 
-def kv_cache_elements(spec: ModelSpec, context: int) -> int:
+def kv_cache_elements(spec: ModelSpec, context: int, block: int = 0) -> int:
     """Cached elements for one sequence of ``context`` tokens: a sliding-window (or chunked)
-    layer keeps at most its window, every other attention layer all of the context."""
-    return sum(n * a.kv_per_token() * (context if a.cross else a.cached_tokens(context))
+    layer keeps at most its window, every other attention layer all of the context. ``block``:
+    a paged cache's block of tokens (vLLM's block_size, 16 by default there): each layer's
+    tokens are allocated in whole blocks."""
+    def paged(tokens: int) -> int:
+        return -(-tokens // block) * block if block > 1 else tokens
+
+    return sum(n * a.kv_per_token() * paged(context if a.cross else a.cached_tokens(context))
                for n, a in _caching_attention(spec))
 
 
@@ -683,6 +688,12 @@ class Settings:
     freeze: tuple[str, ...] = ()
     # Weights stored in a real quantised format (quant.FORMATS), served or as a frozen base
     quant: str = ""
+    # Serving (issue 15): a paged KV cache's block of tokens (0: exact); the share of the GPU
+    # the runtime may take (vLLM's gpu_memory_utilization, 0.9 by default); the prefill chunk
+    # whose activations must fit beside the cache (vLLM's max_num_batched_tokens)
+    kv_block: int = 0
+    gpu_util: float = 0.9
+    prefill_chunk: int = 2048
 
     def __post_init__(self) -> None:
         if not (self.gpus >= 1 and self.tp >= 1 and self.pp >= 1):
@@ -716,6 +727,9 @@ class Settings:
             (not self.quant or self.inference or self.lora_rank,
              "--quant: a quantised base trains only adapters; add --lora RANK (QLoRA: "
              "--lora RANK --quant bnb-nf4)"),
+            (self.kv_block >= 0, "--kv-block: expected an integer >= 0"),
+            (0 < self.gpu_util <= 1, "--gpu-util: expected a fraction in (0, 1]"),
+            (self.prefill_chunk >= 1, "--prefill-chunk: expected an integer >= 1"),
             (not (self.quant and self.inference and self.dtype in QUANT_BITS),
              "--quant and --dtype int8/int4: pick one weight format"),
             (len(set(self.freeze)) < len(FREEZABLE) or not self.freeze,
@@ -793,8 +807,12 @@ class Fit:
     gpu: str
     capacity: int
     fits: bool
-    headroom: int
+    headroom: int  # budget - what is used (negative: does not fit)
     max_batch_size: int  # 0 when even batch 1 does not fit
+    max_seq_len: int = 0  # the longest sequence (context) that fits at this batch; 0: none
+    budget: int = 0  # what may be used: the capacity, or for serving its runtime share
+    prefill: int = 0  # serving: one prefill chunk's activations, set aside
+    seq_ceiling: int = 0  # the model's own limit, where the length search stops
 
 
 @dataclass(frozen=True, init=False)
@@ -874,9 +892,14 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
 
         if kv_dtype not in DTYPE_BYTES:
             raise TcalcError(f"--kv-dtype: unknown dtype '{kv_dtype}'")
-        per_seq = kv_cache_elements(spec, T)
+        per_seq = kv_cache_elements(spec, T, s.kv_block)
         kv = math.ceil(s.batch_size * per_seq * DTYPE_BYTES[kv_dtype])
-        if per_seq == T * kv_elements_per_token(spec):
+        if s.kv_block > 1:
+            comps.append(Item("kv_cache", kv, "batch · Σ layers · cached tokens in whole "
+                              f"blocks of {s.kv_block} · cached values per token · bytes",
+                              f"{s.batch_size} · {per_seq:,} · {kv_dtype}",
+                              note=f"paged: {s.kv_block}-token blocks (vLLM's block_size)"))
+        elif per_seq == T * kv_elements_per_token(spec):
             comps.append(Item("kv_cache", kv,
                               "batch · context · 2 · layers · n_kv_heads · d_head · bytes",
                               f"{s.batch_size} · {T} · {per_seq // T:,} · {kv_dtype}"))
@@ -915,7 +938,8 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         rows, formulas = _states(s.mixed, s.precision, s.optimizer)
         adapters = lora_params(spec, p, s.lora_rank, s.lora_targets) if s.lora_rank else None
         trainable = (adapters.total if adapters is not None else
-                     N - sum([n for c, n in by_category(p).items() if c in s.freeze]))
+                     N - sum([n for c, n in by_category(p).items() if c in s.freeze])
+                     if s.freeze else N)
         if adapters is not None:
             comps.extend(_lora_states(spec, s, p, adapters.total))
         else:
@@ -1250,27 +1274,59 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown) -> B
     return Breakdown(total.model, "bytes", tuple(out))
 
 
+def prefill_activation_bytes(spec: ModelSpec, s: Settings) -> int:
+    """Serving: what one chunk of prefill keeps live at its widest point, an estimate (not
+    measured): the chunk's hidden states in and out and the FFN's gate and up outputs (for
+    experts, the top-k routed copies) in the activation dtype, and one row of fp32 logits per
+    sequence sampled (engines compute logits only where they sample)."""
+    tokens = min(s.prefill_chunk, s.batch_size * (s.seq_len or spec.max_positions or 2048))
+    F = (spec.d_ff_expert or spec.d_ff) * spec.top_k if spec.n_experts else spec.d_ff
+    return tokens * (2 * F + 3 * spec.d_model) * 2 + s.batch_size * spec.vocab_size * 4
+
+
 def _fit(spec: ModelSpec, s: Settings, report: MemoryReport, gpu_name: str,
          pattern) -> Fit:  # type: ignore[no-untyped-def]
-    """Fits or not, headroom, and the largest batch that fits: by the peak of a training
-    step (issue 13), or the serving total. What grows with the batch (activations, loss
-    buffers, KV cache) is linear in it but for a few bytes, which the search absorbs."""
+    """Fits or not, headroom, the largest batch and the longest sequence that fit: by the
+    peak of a training step (issue 13), or for serving by the weights, cache and state
+    within the runtime's share of the GPU (--gpu-util, vLLM's gpu_memory_utilization) less
+    one prefill chunk's activations. Both searches double then bisect (logarithmic)."""
+    import dataclasses
+
     from transformer_calc.hardware import get_gpu
 
     gpu = get_gpu(gpu_name)
     cap = gpu.memory_bytes
+    budget, prefill = cap, 0
+    if s.inference:
+        prefill = prefill_activation_bytes(spec, s)
+        budget = int(cap * s.gpu_util) - prefill
     used = report.peak
-    one, two = _used(spec, s, 1, pattern), _used(spec, s, 2, pattern)
-    per_sample = max(two - one, 1)
-    fixed = one - per_sample
-    if fixed >= cap:
-        return Fit(gpu.name, cap, used <= cap, cap - used, 0)
-    best = max(0, (cap - fixed) // per_sample)
-    while best > 0 and _used(spec, s, best, pattern) > cap:
-        best -= 1
-    while _used(spec, s, best + 1, pattern) <= cap:
-        best += 1
-    return Fit(gpu.name, cap, used <= cap, cap - used, best)
+
+    def batch_fits(b: int) -> bool:
+        return _used(spec, s, b, pattern) <= budget
+
+    def length_fits(t: int) -> bool:
+        return memory_report(spec, dataclasses.replace(s, seq_len=t), None,
+                             pattern).peak <= budget
+
+    longest_allowed = spec.max_context or spec.max_positions or 1 << 24
+    return Fit(gpu.name, cap, used <= budget, budget - used, largest(batch_fits, 1 << 30),
+               largest(length_fits, longest_allowed), budget, prefill, longest_allowed)
+
+
+def largest(fits: Callable[[int], bool], ceiling: int) -> int:
+    """The largest n in [1, ceiling] with fits(n) (fits is monotone), or 0: doubling, then
+    bisection, so O(log n) evaluations."""
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= ceiling and fits(hi):
+        lo, hi = hi, hi * 2
+    hi = min(hi, ceiling + 1)  # fits(lo), not fits(hi) (or hi past the ceiling)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
 
 
 def _used(spec: ModelSpec, s: Settings, batch: int, pattern) -> int:  # type: ignore[no-untyped-def]

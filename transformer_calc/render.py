@@ -495,7 +495,9 @@ def memory_dict(r: Any) -> dict[str, Any]:
     if r.fit is not None:
         f = r.fit
         out["fit"] = {"gpu": f.gpu, "capacity_bytes": f.capacity, "fits": f.fits,
-                      "headroom_bytes": f.headroom, "max_batch_size": f.max_batch_size}
+                      "headroom_bytes": f.headroom, "max_batch_size": f.max_batch_size,
+                      "max_seq_len": f.max_seq_len, "budget_bytes": f.budget,
+                      "prefill_activation_bytes": f.prefill}
     return out
 
 
@@ -540,9 +542,18 @@ def memory_lines(r: Any) -> list[str]:
     if r.fit is not None:
         f = r.fit
         verdict = "fits" if f.fits else "does NOT fit"
+        if s.inference:
+            lines.append(f"{f.gpu} ({human_bytes(f.capacity)}): serving budget "
+                         f"{human_bytes(f.budget)} = {s.gpu_util:g} of it (the runtime's share, "
+                         f"vLLM's gpu_memory_utilization) less {human_bytes(f.prefill)} for a "
+                         f"{s.prefill_chunk}-token prefill chunk's activations (an estimate)")
+        seq = "context" if s.inference else "sequence"
         lines.append(f"{f.gpu} ({human_bytes(f.capacity)}): {verdict}"
                      f"{' (by the peak)' if r.phases else ''}, headroom "
-                     f"{human_bytes(f.headroom)}; largest batch that fits: {f.max_batch_size}")
+                     f"{human_bytes(f.headroom)}; largest batch that fits: {f.max_batch_size}"
+                     f" at {r.seq_len:,}; longest {seq} at batch {s.batch_size}: "
+                     f"{f.max_seq_len:,}" + (" (the model's limit)"
+                                             if f.max_seq_len == f.seq_ceiling else ""))
     if not s.inference:
         b = r.activations
 
