@@ -127,6 +127,7 @@ def test_a_nan_in_config_json_is_an_error(cli, tmp_path: Path, constant: str) ->
 OPTION_USE = {
     "batch_size": ["memory", "gpt2"], "seq_len": ["memory", "gpt2"],
     "gpus": ["memory", "gpt2"], "tp": ["memory", "gpt2"], "pp": ["memory", "gpt2"],
+    "ep": ["memory", "mixtral-8x7b"], "cp": ["memory", "gpt2"],
     "zero": ["memory", "gpt2"], "group_size": ["memory", "gpt2", "--inference"],
     "window": ["flops", "gpt2"], "block": ["flops", "gpt2"], "summary": ["flops", "gpt2"],
     "global_tokens": ["flops", "gpt2"], "random": ["flops", "gpt2"],

@@ -64,6 +64,7 @@ _BIG = 2**40
 NUMERIC_LIMITS: dict[str, tuple[float, float, bool]] = {  # name: (low, high, low exclusive)
     "batch_size": (1, _BIG, False), "seq_len": (1, _BIG, False), "gpus": (1, 2**30, False),
     "tp": (1, 2**30, False), "pp": (1, 2**30, False), "zero": (0, 3, False),
+    "ep": (1, 2**30, False), "cp": (1, 2**30, False),
     "group_size": (1, _BIG, False), "window": (0, _BIG, False), "block": (0, _BIG, False),
     "summary": (1, _BIG, False), "global_tokens": (0, _BIG, False), "random": (0, _BIG, False),
     # a subnormal MFU or throughput divides into an infinite time: the floor is one in 1e9
@@ -302,6 +303,7 @@ def _training_params() -> list[inspect.Parameter]:
     OptimizerImpl = _choice_enum("optimizer_impl", OPTIMIZER_IMPLS)
     Attention = _choice_enum("attention", ATTENTIONS)
     Device = _choice_enum("device", DEVICES)
+    Offload = _choice_enum("offload", ("none", "optimizer", "all"))
     return [
         opt("precision", Optional[Precision], None, "--precision",
             help="Weights dtype: fp32 (default), or bf16/fp16 (pure, or the 16-bit dtype "
@@ -350,7 +352,16 @@ def _training_params() -> list[inspect.Parameter]:
         opt("gpus", int, 1, "--gpus", help="GPUs in all (data × tensor × pipeline)."),
         opt("zero", int, 0, "--zero", help="ZeRO stage 0-3 (3 = FSDP full sharding)."),
         opt("tp", int, 1, "--tp", help="Tensor-parallel degree."),
-        opt("pp", int, 1, "--pp", help="Pipeline-parallel degree."),
+        opt("pp", int, 1, "--pp", help="Pipeline-parallel degree (the most loaded stage: its "
+                                         "layers and the embeddings)."),
+        opt("ep", int, 1, "--ep", help="Expert-parallel degree (Megatron-LM: the experts split "
+                                       "over ep ranks of data × context parallel)."),
+        opt("cp", int, 1, "--cp", help="Context-parallel degree: each GPU holds seq-len / cp "
+                                       "of every sequence's activations."),
+        opt("offload", Offload, Offload["none"], "--offload",
+            help="DeepSpeed: optimizer (ZeRO-Offload: fp32 master weights, gradients and "
+                 "states in CPU memory, --zero >= 1) or all (ZeRO-Infinity: parameters too, "
+                 "--zero 3); reported as host memory."),
         opt("sequence_parallel", bool, False, "--sequence-parallel",
             help="Megatron sequence parallelism (needs --tp)."),
         opt("inference", bool, False, "--inference", help="Serving: weights + KV cache."),

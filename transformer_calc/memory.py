@@ -654,6 +654,7 @@ def korthikanti_per_layer(spec: ModelSpec, batch: int, seq_len: int) -> int:
 # -- the report ------------------------------------------------------------------------------
 
 FREEZABLE = CATEGORIES  # the parts --freeze names
+OFFLOADS = ("none", "optimizer", "all")
 
 @dataclass(frozen=True)
 class Settings:
@@ -672,6 +673,14 @@ class Settings:
     zero: int = 0  # ZeRO stage 0-3 (3 = FSDP full sharding)
     tp: int = 1
     pp: int = 1
+    ep: int = 1  # expert parallel (Megatron-LM): experts split over ep ranks of dp · cp
+    cp: int = 1  # context parallel: each rank holds T / cp of the sequence
+    # DeepSpeed (issue 15): ZeRO-Offload / ZeRO-Infinity move model states to CPU memory:
+    # none | optimizer (fp32 master weights, gradients and optimizer states) | all (the
+    # parameters too, ZeRO-3); ZeRO-3's live gathered parameters, in elements
+    offload: str = "none"
+    zero3_max_live: int = 1_000_000_000  # stage3_max_live_parameters (DeepSpeed default 1e9)
+    zero3_prefetch: int = 50_000_000  # stage3_prefetch_bucket_size (DeepSpeed default 5e7)
     sequence_parallel: bool = False
     inference: bool = False
     dtype: str = "bf16"  # inference weights: fp32, fp16, bf16, int8, int4
@@ -707,8 +716,14 @@ class Settings:
             (self.seq_len >= 0, "--seq-len: expected an integer >= 1"),
             (self.gpus >= 1 and self.tp >= 1 and self.pp >= 1,
              "--gpus, --tp and --pp: expected integers >= 1"),
-            (self.gpus % (self.tp * self.pp) == 0,
-             f"--gpus {self.gpus}: expected a multiple of --tp × --pp = {self.tp * self.pp}"),
+            (self.ep >= 1 and self.cp >= 1, "--ep and --cp: expected integers >= 1"),
+            (self.gpus % (self.tp * self.pp * self.cp) == 0,
+             f"--gpus {self.gpus}: expected a multiple of --tp × --pp"
+             + (" × --cp" if self.cp > 1 else "") + f" = {self.tp * self.pp * self.cp}"),
+            (self.gpus % (self.tp * self.pp * self.cp) or (self.dp * self.cp) % self.ep == 0,
+             f"--ep {self.ep}: expected a divisor of data × context parallel "
+             f"({self.gpus // max(self.tp * self.pp, 1)} GPUs; Megatron-LM draws the expert-"
+             "parallel group from them)"),
             (0 <= self.zero <= 3, "--zero: expected a stage from 0 to 3"),
             (self.grad_accum >= 1, "--grad-accum: expected an integer >= 1"),
             (self.optimizer_impl in OPTIMIZER_IMPLS,
@@ -727,6 +742,10 @@ class Settings:
             (not self.quant or self.inference or self.lora_rank,
              "--quant: a quantised base trains only adapters; add --lora RANK (QLoRA: "
              "--lora RANK --quant bnb-nf4)"),
+            (self.offload in OFFLOADS, f"--offload: expected one of {', '.join(OFFLOADS)}"),
+            (self.offload == "none" or self.zero >= (3 if self.offload == "all" else 1),
+             "--offload: optimizer needs --zero 1 or more (ZeRO-Offload), all needs --zero 3 "
+             "(ZeRO-Infinity)"),
             (self.kv_block >= 0, "--kv-block: expected an integer >= 0"),
             (0 < self.gpu_util <= 1, "--gpu-util: expected a fraction in (0, 1]"),
             (self.prefill_chunk >= 1, "--prefill-chunk: expected an integer >= 1"),
@@ -741,7 +760,7 @@ class Settings:
 
     @property
     def dp(self) -> int:
-        return self.gpus // (self.tp * self.pp)
+        return self.gpus // (self.tp * self.pp * self.cp)
 
     @property
     def act_bytes(self) -> int:
@@ -829,6 +848,7 @@ class MemoryReport:
     fit: Fit | None
     notes: tuple[str, ...]
     trainable_params: int  # what gets gradients: params, the adapters, or the unfrozen part
+    host: Breakdown  # per GPU, in CPU memory: what --offload moves there (DeepSpeed)
 
     def __init__(self, model: str, settings: Settings, seq_len: int, params: int,
                  components: Breakdown, per_gpu: Breakdown, activations: Breakdown,
@@ -973,11 +993,15 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         korth = korthikanti_per_layer(spec, s.batch_size, T)
     components = Breakdown(spec.name, "bytes", tuple(comps), notes, {},
                            functools.partial(dict, params=N))
-    per_gpu = _shard(spec, s, components, acts)
+    per_gpu = _shard(spec, s, components, acts, p)
+    host = Breakdown(spec.name, "bytes", ())
+    if not s.inference and (s.zero == 3 or s.offload != "none"):
+        per_gpu, host = _deepspeed(spec, s, per_gpu, p)
     phases: Callable[[], tuple[Phase, ...]] = tuple if s.inference else functools.partial(
         training_phases, spec, s, T, per_gpu, acts, p)
     report = MemoryReport(spec.name, s, T, N, components, per_gpu, acts, rows, korth, None,
                           notes, phases, trainable)
+    report.__dict__["host"] = host
     if gpu:
         report.__dict__["fit"] = _fit(spec, s, report, gpu, pattern)
     return report
@@ -1138,12 +1162,19 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     gradients, states and its own temporaries. Under torch AMP the fp32 weights are the
     model's parameters, and autocast's 16-bit copies live from forward to backward.
     """
-    c = {i.name: i.total for i in per_gpu.items}
-    mp = s.tp * s.pp
+    c = dict.fromkeys(("weights", "master_weights", "gradients", "optimizer_states"), 0)
+    c.update({i.name: i.total for i in per_gpu.items})  # offloaded states: 0 on the GPU
+    # the share of the parameters on the most loaded GPU (before ZeRO), as _shard takes it
+    share = sum(_params_on_busiest_gpu(spec, s, params)) / params.total if s.gpus > 1 else 1
     cuda = s.device == "cuda"
     if "lora_weights" in c:
         weights = ("weights", c["weights"] + c["lora_weights"], "the frozen base and the "
                    "fp32 adapters")
+    elif s.mixed and (s.offload != "none" or s.zero == 3):
+        # DeepSpeed / FSDP mixed precision: 16-bit parameters and an fp32 master shard (in
+        # CPU memory under --offload), no autocast copies
+        weights = ("weights", c["weights"] + c["master_weights"], "16-bit weights + the fp32 "
+                   "master shard" + (" (in CPU memory)" if s.offload != "none" else ""))
     elif s.mixed:
         weights = ("weights", c["master_weights"], "fp32 weights (torch AMP: the model's own "
                    "parameters, which the optimizer updates)")
@@ -1154,15 +1185,15 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     acts_bytes = c["activations"]
     if cuda:  # the caching allocator's 512-byte blocks, per saved tensor
         acts_bytes += sum([(-r[1] % BLOCK) * r[4] for r in acts.rows]) // (
-            s.tp if s.tp > 1 else 1)
+            s.tp * s.cp)
     activations = ("activations", acts_bytes, "every tensor saved for backward" +
                    (", in 512-byte blocks" if cuda else ""))
     common = [weights, states]
     if s.mixed and "lora_weights" in c:
         common.append(("autocast_copies", c["lora_weights"] // 2, "16-bit copies of the "
                        "adapters (torch autocast; the base is 16-bit already)"))
-    elif s.mixed:
-        copies = math.ceil(2 * autocast_copy_params(spec, params) / mp)
+    elif s.mixed and not (s.offload != "none" or s.zero == 3):
+        copies = math.ceil(2 * autocast_copy_params(spec, params) * share)
         common.append(("autocast_copies", copies, "16-bit copies of the matmul weights, kept "
                        "for backward (torch autocast; norms and embedding lookups stay fp32)"))
     if s.grad_accum > 1:
@@ -1171,6 +1202,9 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     if cuda:
         common.append(("cublas_workspace", CUBLAS_WORKSPACE, "cuBLAS + cuBLASLt workspaces, "
                        "32 MiB each (Hopper)"))
+    if "gathered_parameters" in c:
+        common.append(("gathered_parameters", c["gathered_parameters"], "ZeRO-3: the layer "
+                       "in use and the prefetched ones, gathered"))
     if s.quant:
         # a quantised base is dequantised one layer at a time for its matmul (bitsandbytes'
         # MatMul4Bit, forward and backward): one 16-bit copy of the largest matrix is live
@@ -1181,7 +1215,8 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         common.append(("dequantised_weight", largest * s.act_bytes, "the largest quantised "
                        "matrix, dequantised for its matmul"))
     a = s.act_bytes
-    btv = s.batch_size * T * spec.vocab_size // s.tp if spec.lm_head or spec.mlm_head else 0
+    btv = s.batch_size * T * spec.vocab_size // (s.tp * s.cp) \
+        if spec.lm_head or spec.mlm_head else 0
     forward = list(common) + [activations]
     backward = list(common) + [activations]
     if btv:
@@ -1231,47 +1266,125 @@ def _check_parallel(spec: ModelSpec, s: Settings) -> None:
         if not spec.mla and kv % s.tp and s.tp % kv:
             raise TcalcError(f"--tp {s.tp}: expected a divisor of {spec.name}'s {kv} K/V heads, "
                              "or a multiple of them (each K/V head then replicated)")
+    if s.ep > 1 and (not spec.n_experts or spec.n_experts % s.ep):
+        raise TcalcError(f"--ep {s.ep}: expected a divisor of {spec.name}'s "
+                         f"{spec.n_experts or 0} experts per layer")
+    if s.cp > 1 and (s.seq_len or spec.max_positions or 2048) % (2 * s.cp):
+        raise TcalcError(f"--cp {s.cp}: the sequence length must be a multiple of 2 · cp "
+                         "(Megatron-LM's load-balanced context split)")
     if s.pp > 1 and spec.total_layers % s.pp:
         raise TcalcError(f"--pp {s.pp}: expected a divisor of {spec.name}'s "
                          f"{spec.total_layers} layers (an uneven split is not modelled)")
 
 
-def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown) -> Breakdown:
-    """Per-GPU bytes. ZeRO (Rajbhandari et al. 2020): stage 1 shards optimizer states (and
-    the fp32 master weights) over data-parallel ranks, stage 2 also gradients, stage 3 also
-    weights. Tensor and pipeline parallelism split every model state by tp · pp. Activations:
-    one micro-batch per GPU; tensor parallelism splits the attention/FFN internals
-    (Korthikanti et al. 2022, Eq. 2), sequence parallelism the rest too (Eq. 4); with
-    pipeline parallelism the first stage holds as many in-flight micro-batches as it has
-    layers' share, L layers in all (Sec. 4.2.3), so activations are not divided by pp."""
+def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown,
+           params: Breakdown | None = None) -> Breakdown:
+    """Per-GPU bytes, with Megatron-LM's semantics (Korthikanti et al. 2022; Megatron-LM's
+    megatron/training/theoretical_memory_usage.py for the most loaded shard).
+
+    Model states: tensor parallelism splits every tensor; pipeline parallelism splits the
+    layers, and the most loaded stage also holds the embeddings (the first stage; the last
+    holds the LM head, a copy of a tied embedding, and the final norm); expert parallelism
+    splits the experts over --ep ranks drawn from data × context parallel. ZeRO
+    (Rajbhandari et al. 2020; Megatron's distributed optimizer is stage 1) shards over
+    data × context parallel: stage 1 optimizer states and master weights, stage 2 also
+    gradients, stage 3 also weights; the experts' share over (data × context) / ep.
+    Activations: one micro-batch per GPU; tensor parallelism splits the attention/FFN
+    internals (Eq. 2), sequence parallelism the rest too (Eq. 4), context parallelism
+    every token-sized tensor (each rank holds T / cp); the first pipeline stage holds as many
+    in-flight micro-batches as it has layers' share, L layers in all (Sec. 4.2.3)."""
     if s.gpus == 1:
         return total
-    dp, mp = s.dp, s.tp * s.pp
-    divisor = {"optimizer_states": 1, "master_weights": 1, "gradients": 1, "weights": 1}
-    if s.zero >= 1:
-        divisor["optimizer_states"] = divisor["master_weights"] = dp
-    if s.zero >= 2:
-        divisor["gradients"] = dp
-    if s.zero >= 3:
-        divisor["weights"] = dp
+    params = params or count_params(spec)
+    dense, expert = _params_on_busiest_gpu(spec, s, params)
+    group = s.dp * s.cp  # the data-parallel group ZeRO and the distributed optimizer use
+    zero_stage = {"optimizer_states": 1, "master_weights": 1, "gradients": 2, "weights": 3,
+                  "lora_weights": 3}
+    n_all = params.total
     out = []
     for item in total.items:
         if item.name == "activations":
             split = sum([r[1] * r[4] for r in acts.rows if r[6] == "tp"])  # note "tp"
             rest = acts.total - split
             per = split // s.tp + (rest // s.tp if s.sequence_parallel else rest)
+            per //= s.cp
             out.append(Item("activations", per, "tp-split part / tp + the rest"
-                            + (" / tp (sequence parallel)" if s.sequence_parallel else "")))
+                            + (" / tp (sequence parallel)" if s.sequence_parallel else "")
+                            + (" / cp" if s.cp > 1 else "")))
         elif item.name in ("kv_cache", "recurrent_state"):
             # --batch-size is per GPU (as in training): each data-parallel replica caches its
             # own batch; tensor parallelism splits the heads' cache, pipeline parallelism the
             # layers' (issue 16: it used to be divided by every GPU)
+            mp = s.tp * s.pp
             out.append(Item(item.name, math.ceil(item.total / mp),
                             f"{item.name} / (tp · pp)" if mp > 1 else item.name))
         else:
-            d = divisor.get(item.name, 1) * mp
-            out.append(Item(item.name, math.ceil(item.total / d), f"{item.name} / {d}"))
+            sharded = s.zero >= zero_stage.get(item.name, 4)
+            zd = group if sharded else 1
+            ze = max(group // s.ep, 1) if sharded else 1
+            per_param = item.total / n_all
+            b = math.ceil(per_param * (dense / zd + expert / ze))
+            how = "busiest shard" + (f" / ZeRO over {zd}" if sharded else "")
+            out.append(Item(item.name, b, f"{item.name} on the {how}"))
     return Breakdown(total.model, "bytes", tuple(out))
+
+
+_OFFLOADED = {"optimizer": ("master_weights", "gradients", "optimizer_states"),
+              "all": ("master_weights", "gradients", "optimizer_states", "weights")}
+
+
+def _deepspeed(spec: ModelSpec, s: Settings, per_gpu: Breakdown, params: Breakdown
+               ) -> tuple[Breakdown, Breakdown]:
+    """DeepSpeed's knobs on the per-GPU states: ZeRO-3 gathers a layer's parameters before
+    using it and prefetches the next ones, at most stage3_max_live_parameters elements
+    (deepspeed/runtime/zero/config.py: max_live_parameters 1e9, prefetch_bucket_size 5e7);
+    ZeRO-Offload keeps the fp32 master weights, gradients and optimizer states in CPU memory
+    (offload_optimizer), ZeRO-Infinity the parameters too (offload_param)."""
+    moved = _OFFLOADED.get(s.offload, ())
+    gpu = [Item(i.name, 0, "in CPU memory (--offload)") if i.name in moved else i
+           for i in per_gpu.items]
+    host = [i for i in per_gpu.items if i.name in moved]
+    if s.zero == 3:
+        per_layer: dict[str, int] = {}
+        outside = 0
+        for r in params.rows:
+            if r[5]:
+                per_layer[r[5]] = per_layer.get(r[5], 0) + r[1]
+            else:
+                outside = max(outside, r[1])  # gathered one module at a time
+        largest = max([*per_layer.values(), outside]) // (s.tp * (s.ep if s.ep > 1 else 1))
+        live = min(s.zero3_max_live, largest + s.zero3_prefetch)
+        wbytes = 2 if s.mixed or s.precision != "fp32" else 4
+        gpu.append(Item("gathered_parameters", live * wbytes,
+                        "min(max_live, the largest layer + prefetch bucket) · weight bytes",
+                        f"min({s.zero3_max_live:,}, {largest:,} + {s.zero3_prefetch:,}) · "
+                        f"{wbytes}", note="ZeRO-3: gathered for use, freed after"))
+    return (Breakdown(per_gpu.model, "bytes", tuple(gpu)),
+            Breakdown(per_gpu.model, "bytes", tuple(host)))
+
+
+def _params_on_busiest_gpu(spec: ModelSpec, s: Settings, params: Breakdown
+                           ) -> tuple[float, float]:
+    """(dense, expert) parameters on the most loaded GPU before ZeRO sharding: the layers'
+    share of one pipeline stage plus the heavier of the first stage's embeddings and the
+    last stage's head and final norm, over tp; the experts also over ep."""
+    layer_dense = layer_expert = first = last = 0
+    for r in params.rows:
+        n = r[1] * r[4]
+        if r[5]:
+            if ".experts." in r[0]:
+                layer_expert += n
+            else:
+                layer_dense += n
+        elif r[0].startswith("head.") or "final_norm" in r[0]:
+            last += n
+        else:
+            first += n
+    if s.pp > 1 and spec.tie_embeddings and spec.lm_head:
+        # Megatron keeps the tied word embeddings on the last stage too, for the output layer
+        last += spec.vocab_size * spec.embed_dim
+    outside = max(first, last) if s.pp > 1 else first + last
+    return (layer_dense / s.pp + outside) / s.tp, layer_expert / (s.pp * s.tp * s.ep)
 
 
 def prefill_activation_bytes(spec: ModelSpec, s: Settings) -> int:

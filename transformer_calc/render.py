@@ -482,6 +482,9 @@ def memory_dict(r: Any) -> dict[str, Any]:
         "bytes_per_param": [{"name": n, "bytes": b, "why": w} for n, b, w in r.bytes_per_param],
         "notes": list(r.notes),
     }
+    if r.host.rows:
+        out["host_bytes"] = r.host.total
+        out["host_components"] = [{"name": i.name, "bytes": i.total} for i in r.host.items]
     if not s.inference:
         out["activations"] = {
             "bytes": r.activations.total,
@@ -529,9 +532,15 @@ def memory_lines(r: Any) -> list[str]:
                 lines.append(f"frozen: {', '.join(s.freeze)}: {share}; gradients and optimizer "
                              "states only for what trains")
     if s.gpus > 1:
-        lines.append(f"{s.gpus} GPUs: data {s.dp} × tensor {s.tp} × pipeline {s.pp}, ZeRO "
+        lines.append(f"{s.gpus} GPUs: data {s.dp} × tensor {s.tp} × pipeline {s.pp}"
+                     + (f" × context {s.cp}" if s.cp > 1 else "")
+                     + (f" (experts over {s.ep})" if s.ep > 1 else "") + ", ZeRO "
                      f"stage {s.zero}{', sequence parallel' if s.sequence_parallel else ''}: "
                      f"{human_bytes(r.per_gpu.total)} per GPU")
+    if r.host.rows:
+        lines.append(f"in CPU memory per GPU (--offload {s.offload}): "
+                     + " + ".join(f"{i.name} {human_bytes(i.total)}" for i in r.host.items)
+                     + f" = {human_bytes(r.host.total)}")
     if r.phases:
         p = r.peak_phase
         lines.append(f"peak of a training step{' per GPU' if s.gpus > 1 else ''}: "
@@ -577,6 +586,10 @@ def memory_rows(r: Any) -> list[tuple[str, ...]]:
     for i in r.components.items:
         rows.append((i.name, i.formula, f"{i.total:,}", human_bytes(i.total), pct(i.total, total),
                      human_bytes(r.per_gpu.get(i.name).total)))
+    names = {i.name for i in r.components.items}
+    for i in r.per_gpu.items:  # per GPU only: ZeRO-3's gathered parameters
+        if i.name not in names:
+            rows.append((i.name, i.formula, "", "", "", human_bytes(i.total)))
     rows.append(("total", "", f"{total:,}", human_bytes(total), "100.00%",
                  human_bytes(r.per_gpu.total)))
     return rows
