@@ -232,19 +232,42 @@ def _seq_len(spec: Any, seq_len: int | None) -> int:
     return spec.max_positions or 2048
 
 
+PatternOpt = typer.Option(Pattern["dense"], "--attention-pattern",
+                          help="Efficient attention pattern (the keys each query meets).")
+WindowOpt = typer.Option(0, help="Sliding-window keys per query (local, longformer, bigbird).")
+BlockOpt = typer.Option(0, help="Block / stride l (Sparse Transformer strided, fixed).")
+SummaryOpt = typer.Option(1, help="Summary positions c per block (fixed).")
+GlobalOpt = typer.Option(0, help="Global tokens (longformer, bigbird).")
+RandomOpt = typer.Option(0, help="Random keys per query (bigbird).")
+
+
+def _pattern(kind: str, window: int, block: int, summary: int, global_tokens: int,
+             random: int) -> Any:
+    """The pattern flops and memory share (issue 18); its options without one: an error."""
+    from transformer_calc.flops import AttentionPattern
+
+    if kind == "dense":
+        for flag, value, default in (("--window", window, 0), ("--block", block, 0),
+                                     ("--summary", summary, 1),
+                                     ("--global-tokens", global_tokens, 0),
+                                     ("--random", random, 0)):
+            if value != default:
+                raise TcalcError(f"{flag}: applies with --attention-pattern (local, strided, "
+                                 "fixed, longformer, bigbird)")
+    return AttentionPattern(kind, window, block, summary, global_tokens, random)
+
+
 @_command(overrides=True)
 def flops(
     model: str = ModelArg,
     seq_len: Optional[int] = SeqLenOpt,
     recompute: Recompute = typer.Option(Recompute["none"], help="Activation recomputation."),
-    attention_pattern: Pattern = typer.Option(
-        Pattern["dense"], "--attention-pattern", help="Efficient attention pattern."),
-    window: int = typer.Option(0, help="Sliding-window keys per query (local, longformer, "
-                                       "bigbird)."),
-    block: int = typer.Option(0, help="Block / stride l (Sparse Transformer strided, fixed)."),
-    summary: int = typer.Option(1, help="Summary positions c per block (fixed)."),
-    global_tokens: int = typer.Option(0, help="Global tokens (longformer, bigbird)."),
-    random: int = typer.Option(0, help="Random keys per query (bigbird)."),
+    attention_pattern: Pattern = PatternOpt,
+    window: int = WindowOpt,
+    block: int = BlockOpt,
+    summary: int = SummaryOpt,
+    global_tokens: int = GlobalOpt,
+    random: int = RandomOpt,
     tokens: Optional[str] = typer.Option(
         None, help="Training tokens, e.g. 300e9 or 1.4T (default with --gpu: 20 per "
                    "parameter, Chinchilla)."),
@@ -268,20 +291,11 @@ def flops(
     thumb with their error. With --gpu: GPU-hours and days for a run, and prefill/decode
     bounds from the roofline model.
     """
-    from transformer_calc.flops import AttentionPattern, flops_report
+    from transformer_calc.flops import flops_report
     from transformer_calc.render import render_flops
 
-    if attention_pattern.value == "dense":  # pattern options without a pattern: an error
-        for flag, value, default in (("--window", window, 0), ("--block", block, 0),
-                                     ("--summary", summary, 1),
-                                     ("--global-tokens", global_tokens, 0),
-                                     ("--random", random, 0)):
-            if value != default:
-                raise TcalcError(f"{flag}: applies with --attention-pattern (local, strided, "
-                                 "fixed, longformer, bigbird)")
+    pattern = _pattern(attention_pattern.value, window, block, summary, global_tokens, random)
     spec = _load(model, overrides or {})
-    pattern = AttentionPattern(attention_pattern.value, window, block, summary, global_tokens,
-                               random)
     report = flops_report(
         spec, _seq_len(spec, seq_len), recompute=recompute.value, pattern=pattern, gpu=gpu,
         n_gpus=gpus, tokens=None if tokens is None else parse_count(tokens, "--tokens"), mfu=mfu,
@@ -429,6 +443,12 @@ def memory(
              "and every shipped preset's totals."),
     batch_size: int = BatchOpt,
     seq_len: Optional[int] = SeqLenOpt,
+    attention_pattern: Pattern = PatternOpt,
+    window: int = WindowOpt,
+    block: int = BlockOpt,
+    summary: int = SummaryOpt,
+    global_tokens: int = GlobalOpt,
+    random: int = RandomOpt,
     format: Format = FormatOpt,
     overrides: dict[str, Any] | None = None,
     train: dict[str, Any] | None = None,
@@ -448,8 +468,9 @@ def memory(
     from transformer_calc.memory import memory_report
     from transformer_calc.render import render_memory
 
+    pattern = _pattern(attention_pattern.value, window, block, summary, global_tokens, random)
     spec = _load(model, overrides or {})
-    _emit(render_memory(memory_report(spec, settings, train["gpu"]), format.value))
+    _emit(render_memory(memory_report(spec, settings, train["gpu"], pattern), format.value))
 
 
 Topic = Enum("Topic", {c: c for c in TOPICS}, type=str)  # type: ignore[misc]

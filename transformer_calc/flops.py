@@ -97,6 +97,12 @@ def keys_per_query(pattern: AttentionPattern, T: int) -> Fraction:
     return Fraction(pattern.pairs(T), T)
 
 
+def pattern_keys(pattern: AttentionPattern, T: int) -> int:
+    """The keys one query meets, as FLOPs and memory both count them (one place, issue 18):
+    T for dense attention, the pattern's pairs / T rounded to the nearest key otherwise."""
+    return T if pattern.kind == "dense" else round(keys_per_query(pattern, T))
+
+
 def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE) -> Breakdown:
     """Forward FLOPs per token at context length ``seq_len``, one item per matmul."""
     if seq_len < 1:
@@ -111,7 +117,7 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
     T = seq_len
     dense = pattern.kind == "dense"
     # integer FLOPs: the average keys per query, rounded (exact when dense)
-    k = T if dense else round(keys_per_query(pattern, T))
+    k = pattern_keys(pattern, T)
     keys_note = "" if dense else pattern.describe()
     for g in plan_of(spec).groups:
         blk = g.block

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from transformer_calc.breakdown import Breakdown, Item
 from transformer_calc.choices import ATTENTIONS, DEVICES, OPTIMIZER_IMPLS, OPTIMIZERS, PRECISIONS
 from transformer_calc.errors import TcalcError
-from transformer_calc.flops import DENSE
+from transformer_calc.flops import DENSE, pattern_keys
 from transformer_calc.lora import Adapted, adapted_layers, lora_params
 from transformer_calc.params import CATEGORIES, by_category, count_params, symbols
 from transformer_calc.plan import FFN, Attention, Mixer, plan_of
@@ -204,7 +204,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     mask = 1 if device == "cuda" else a  # dropout mask: bool on CUDA, dtype-sized on the CPU
     stat = 4 if device == "cuda" else a  # LayerNorm mean / rstd (fp32 on CUDA)
     sb = B * T
-    keys = pattern.pairs(T) // T if pattern.kind != "dense" else T  # keys per query
+    keys = pattern_keys(pattern, T)  # keys per query, as the FLOPs count them
     # flash, memory-efficient and the CPU's flash kernel keep the output and a log-sum-exp, no
     # T² tensor; eager and SDPA's math kernel keep the probabilities (attention_kernel)
     flash = kernel in ("flash", "efficient", "cpu_flash")
@@ -233,6 +233,16 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     notes: list[str] = []
     if spec.n_heads and attention == "sdpa":  # the execution profile, shown (issue 13)
         notes.append(f"sdpa on {device} runs {kernel}: {KERNELS[kernel]}")
+    if pattern.kind != "dense":
+        # issue 18: the keys per query are the FLOPs' (flops.pattern_keys)
+        notes.append(f"attention pattern {pattern.describe()}: {keys:,} keys per query of "
+                     f"{T:,}; " + (
+                         "the kernel keeps no score tensor, so the pattern saves compute, not "
+                         "memory (a block-sparse flash kernel keeps the output and log-sum-exp "
+                         "as the dense one does)" if flash else
+                         "the probabilities of those pairs only, as a block-sparse softmax "
+                         "keeps them (DeepSpeed's sparse attention); HF's eager attention "
+                         "would materialise all T² and mask them"))
     x = sb * E * a  # one B·T·d_model activation
 
     def matmul_input(name: str, stack: str, reps: int, readers: int, what: str) -> None:
