@@ -94,6 +94,23 @@ def core_value(spec, ref: str, T: int):  # noqa: ANN001, ANN201 - test helper
         return 100 * part / acts.total
     if ref == "korthikanti":
         return mixed.korthikanti_per_layer
+    if kind == "attn-core":
+        # issue 18, from the papers' operation counts (independent of count_flops): dense
+        # 4·H·dh·T; a local window 4·H·dh·w; Linformer 4·H·dh·k + 4·k·H_kv·dh (E·K, F·V);
+        # Performer H·(8·m·dh + 2·m), m = int(dh · ln dh); linear H·(4·dh² + 2·dh)
+        import math
+
+        H, Hkv, dh = spec.n_heads, spec.kv_heads, spec.head_dim
+        if arg == "dense":
+            return 4 * H * dh * T
+        if arg.startswith("local-"):
+            return 4 * H * dh * min(T, int(arg[6:]))
+        if arg == "linformer":
+            return 4 * H * dh * 256 + 4 * 256 * Hkv * dh
+        if arg == "performer":
+            m = int(dh * math.log(dh))
+            return H * (8 * m * dh + 2 * m)
+        return H * (4 * dh * dh + 2 * dh)
     f = count_flops(spec, T)
     if ref == "flops:total":
         return f.total

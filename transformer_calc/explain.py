@@ -68,7 +68,7 @@ def explain(spec: ModelSpec, topic: str = "params", *, batch_size: int = 1,
                 + [_attention_vs_ffn(spec, b), _rule(spec, b), _tying(spec, b)])
     if topic == "attention":
         return (_layers(spec, b, only=("attn", "cross")) + _heads_invariance(spec, b)
-                + _kv_heads(spec, b) + [_attention_vs_ffn(spec, b)])
+                + _kv_heads(spec, b) + [_attention_vs_ffn(spec, b)] + _efficient(spec, T))
     if topic == "ffn":
         return _layers(spec, b, only=("ffn",)) + [_attention_vs_ffn(spec, b)]
     if topic == "embeddings":
@@ -233,6 +233,47 @@ def _tying(spec: ModelSpec, b: Breakdown) -> Section:
 
 
 # -- memory ---------------------------------------------------------------------------------
+
+def _efficient(spec: ModelSpec, T: int) -> list[Section]:
+    """Issue 18: the attention core at the user's T, dense against a local window, Linformer,
+    Performer and linear attention, each from count_flops on the same model with that
+    mechanism, and the context from which each costs less than dense."""
+    import dataclasses
+
+    from transformer_calc.flops import AttentionPattern, count_flops, crossover
+
+    if not spec.n_heads or spec.kv_lora_rank or spec.arch == "encoder-decoder":
+        return []
+    base = dataclasses.replace(spec, attention_mechanism="softmax")
+
+    def core(s: ModelSpec, pattern: AttentionPattern | None = None) -> int:
+        rows = count_flops(s, T, pattern or AttentionPattern()).rows
+        first = next(r[5] for r in rows if ".attn." in r[0])
+        return sum(r[1] for r in rows if r[5] == first and ".attn." in r[0]
+                   and not r[0].endswith((".qkv", ".qk", ".o", ".gate", ".qkv_conv")))
+
+    dense = core(base)
+    window = min(512, T)
+    steps = [Step("dense softmax", "2 · 2 · n_heads · d_head · T", "", dense, "FLOPs",
+                  ref="attn-core:dense",
+                  text=f"scores and values per token per layer at T = {T:,}")]
+    local = core(base, AttentionPattern("local", window=window))
+    steps.append(Step(f"local window of {window}", "2 · 2 · n_heads · d_head · window", "",
+                      local, "FLOPs", ref=f"attn-core:local-{window}",
+                      text=f"pays from T = {window + 1:,}"))
+    for name, mech, kw in (
+            ("Linformer, k = 256", "linformer",
+             dict(linformer_k=256, max_positions=max(T, spec.max_positions))),
+            ("Performer (FAVOR+)", "performer", {}),
+            ("linear attention (elu + 1)", "linear", {})):
+        variant = dataclasses.replace(base, attention_mechanism=mech,
+                                      **kw)  # type: ignore[arg-type]
+        c, t = crossover(variant)
+        steps.append(Step(name, "", "", core(variant), "FLOPs", ref=f"attn-core:{mech}",
+                          text=f"the same at every T; pays from T = {t:,}"))
+    return [Section(f"attention core per token and layer at T = {T:,}: dense, a pattern, "
+                    "low-rank, kernel", tuple(steps))]
+
 
 def _memory(spec: ModelSpec, batch: int, T: int) -> list[Section]:
     from transformer_calc.memory import Settings, memory_report, state_bytes_per_param

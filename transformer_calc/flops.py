@@ -153,6 +153,8 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
     if spec.n_experts:
         notes.append(f"mixture of experts: top-{spec.top_k} of {spec.n_experts} experts run "
                      "per token (plus the router)")
+    if spec.attention_mechanism != "softmax":
+        notes.append(crossover_note(spec))
     if spec.rel_embeddings:
         notes.append("DeBERTa's disentangled terms (content-to-position and position-to-content "
                      "scores over the relative table) are not counted")
@@ -199,19 +201,89 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
         add((p + "o", 2 * H * dv * E, "2 · (n_heads · d_v) · d_model", "", L, group, "", None,
              ()))
         return
-    add((p + "qkv", 2 * E * (H + 2 * Hkv) * dh, "2 · d_model · (n_heads + 2·n_kv_heads) · d_head",
-         "", L, group, "K/V of the encoder output, per source token" if a.cross else "", None,
-         ()))
+    if a.mechanism == "linformer" and a.sharing == "kv":  # the package's share_kv: V = K
+        add((p + "qk", 2 * E * (H + Hkv) * dh, "2 · d_model · (n_heads + n_kv_heads) · d_head",
+             "", L, group, "values are the keys", None, ()))
+    else:
+        add((p + "qkv", 2 * E * (H + 2 * Hkv) * dh,
+             "2 · d_model · (n_heads + 2·n_kv_heads) · d_head", "", L, group,
+             "K/V of the encoder output, per source token" if a.cross else "", None, ()))
+    if a.conv:
+        add((p + "qkv_conv", 2 * a.conv * (H + 2 * Hkv) * dh,
+             "2 · qkv_conv · (n_heads + 2·n_kv_heads) · d_head", "", L, group,
+             "Primer's depthwise convolutions", None, ()))
     if a.gate != "none":
         w = a.gate_width(a.gate)
         add((p + "gate", 2 * E * w, "2 · d_model · " + ("n_heads" if a.gate == "head"
                                                          else "n_heads · d_head"), "", L, group,
              "", None, ()))
-    sv = 2 * H * dh * keys
-    add((p + "scores", sv, f"2 · n_heads · d_head · {keys_sym}", "", L, group, note, None, ()))
-    add((p + "values", sv, f"2 · n_heads · d_head · {keys_sym}", "", L, group, note, None, ()))
+    if a.mechanism != "softmax" and not a.cross:
+        _efficient_core(add, a, p, group, L)
+    else:
+        sv = 2 * H * dh * keys
+        add((p + "scores", sv, f"2 · n_heads · d_head · {keys_sym}", "", L, group, note, None,
+             ()))
+        add((p + "values", sv, f"2 · n_heads · d_head · {keys_sym}", "", L, group, note, None,
+             ()))
     add((p + "o", 2 * H * dh * E, "2 · (n_heads · d_head) · d_model", "", L, group, "", None,
          ()))
+
+
+def crossover(spec: ModelSpec) -> tuple[int, int]:
+    """(the mechanism's attention-core FLOPs per token and layer, the shortest context from
+    which it costs less than dense softmax attention, whose core is 4 · n_heads · d_head · T
+    per token): the two sides of the rows count_flops writes, compared."""
+    a = next(g.block.attn for g in plan_of(spec).groups if g.block.attn is not None)
+    rows: list[tuple] = []  # type: ignore[type-arg]
+    _efficient_core(rows.append, a, "", "", 1)
+    core = sum(r[1] for r in rows)
+    dense_per_key = 4 * a.heads * a.d_head
+    return core, core // dense_per_key + 1
+
+
+def crossover_note(spec: ModelSpec) -> str:
+    core, t = crossover(spec)
+    name = {"linformer": f"Linformer (k = {spec.linformer_k})",
+            "performer": "Performer (FAVOR+)", "linear": "linear attention (elu + 1)"}
+    return (f"{name[spec.attention_mechanism]}: {core:,} attention-core FLOPs per token per "
+            f"layer whatever T; dense softmax attention costs no more up to T = {t - 1:,}, "
+            f"more from T = {t:,}")
+
+
+def _efficient_core(add, a: Attention, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]
+    """Per token, the attention core of the efficient mechanisms (issue 18), matmuls as
+    torch.utils.flop_counter counts them on the reference implementations
+    (tools/reference_efficient.py):
+    - Linformer: E·K and F·V project the keys and values to k (2 · k per key channel each;
+      one when the values are the keys), then scores and values over k keys;
+    - Performer (FAVOR+, non-causal): the random-feature maps of Q and K (2 · m · d_head
+      each), the m × d_head context φ(K)ᵀ·V, φ(Q)·context and the normaliser φ(Q)·Σφ(K);
+    - linear attention (elu + 1): φ(K)ᵀ·V, φ(Q)·(φ(K)ᵀ·V) and the normaliser (the feature
+      map is elementwise, not counted)."""
+    H, Hkv, dh = a.heads, a.kv_heads, a.d_head
+    if a.mechanism == "linformer":
+        k = a.proj_k
+        n_proj = 1 if a.sharing == "kv" else 2
+        add((p + "linformer_proj", n_proj * 2 * k * Hkv * dh,
+             f"{n_proj} · 2 · linformer_k · n_kv_heads · d_head", "", L, group,
+             "E·K" + (" (values = keys)" if n_proj == 1 else " and F·V"), None, ()))
+        add((p + "scores", 2 * H * dh * k, "2 · n_heads · d_head · linformer_k", "", L, group,
+             "over the k projected keys", None, ()))
+        add((p + "values", 2 * H * dh * k, "2 · n_heads · d_head · linformer_k", "", L, group,
+             "", None, ()))
+    elif a.mechanism == "performer":
+        m = a.features
+        add((p + "favor_features", 2 * 2 * H * m * dh, "2 · 2 · n_heads · m · d_head", "", L,
+             group, "random-feature maps of Q and K", None, ()))
+        add((p + "favor_context", 2 * H * m * dh, "2 · n_heads · m · d_head", "", L, group,
+             "φ(K)ᵀ·V", None, ()))
+        add((p + "favor_out", 2 * H * m * dh + 2 * H * m, "2 · n_heads · m · (d_head + 1)",
+             "", L, group, "φ(Q)·context and the normaliser", None, ()))
+    else:  # linear (elu + 1)
+        add((p + "linear_context", 2 * H * dh * dh, "2 · n_heads · d_head²", "", L, group,
+             "φ(K)ᵀ·V", None, ()))
+        add((p + "linear_out", 2 * H * dh * dh + 2 * H * dh, "2 · n_heads · d_head · "
+             "(d_head + 1)", "", L, group, "φ(Q)·context and the normaliser", None, ()))
 
 
 def _mixer_flops(add, m: Mixer, E: int, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]

@@ -281,6 +281,33 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             add((name + ".normalized", n * r, f"B·T·{vsym}{wsym} · {rsym} (the weight's "
                  "mul keeps it)", "", reps, stack, "", None, ()))
 
+    def efficient_core(at: Attention, p: str, stack: str, L: int) -> None:
+        """Issue 18, estimated from the operations (not measured): what the matmuls of
+        Linformer, Performer and linear attention keep, beside Q, K and V."""
+        Hh, dq, Hkv = at.heads, at.d_head, at.kv_heads
+        for part, heads in (("q", Hh), ("k", Hh), ("v", Hh)):
+            add((p + part, sb * heads * dq * a, f"B·T·n_heads·d_head · act ({part})", "", L,
+                 stack, "tp", None, ()))
+        if at.mechanism == "linformer":
+            k = at.proj_k
+            n_proj = 1 if at.sharing == "kv" else 2
+            add((p + "linformer_kv", n_proj * B * k * Hkv * dq * a, f"{n_proj} · B·linformer_k"
+                 "·n_kv_heads·d_head · act (projected keys and values)", "", L, stack, "tp",
+                 None, ()))
+            add((p + "softmax", B * Hh * T * k * a, "B·n_heads·T·linformer_k · act (over the "
+                 "projected keys: linear in T)", "", L, stack, "tp", None, ()))
+        elif at.mechanism == "performer":
+            m = at.features
+            add((p + "favor_features", 2 * B * Hh * T * m * a, "2 · B·n_heads·T·m · act "
+                 "(φ(Q), φ(K))", "", L, stack, "tp", None, ()))
+            add((p + "favor_context", B * Hh * m * dq * a, "B·n_heads·m·d_head · act "
+                 "(φ(K)ᵀ·V)", "", L, stack, "tp", None, ()))
+        else:
+            add((p + "linear_features", 2 * B * Hh * T * dq * a, "2 · B·n_heads·T·d_head · "
+                 "act (φ(Q), φ(K))", "", L, stack, "tp", None, ()))
+            add((p + "linear_context", B * Hh * dq * dq * a, "B·n_heads·d_head² · act "
+                 "(φ(K)ᵀ·V)", "", L, stack, "tp", None, ()))
+
     def attention_block(at: Attention, p: str, stack: str, L: int) -> None:
         cross = at.cross
         Hh, dq, dv = at.heads, at.d_head, at.d_v
@@ -308,7 +335,13 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  None, ()))
             vw = Hh * dv
             kvw = qw
-        if flash and at.fused_qkv and not cross and spec.position == "rope":
+        if at.conv:
+            # Primer: each depthwise convolution keeps its input (the projection's output)
+            add((p + "qkv_conv_input", sb * (qw + 2 * kvw) * a, "B·T·(n_heads + 2·n_kv_heads)·"
+                 "d_head · act (the convolutions' inputs)", "", L, stack, "tp", None, ()))
+        if at.mechanism != "softmax" and not cross:
+            efficient_core(at, p, stack, L)
+        elif flash and at.fused_qkv and not cross and spec.position == "rope":
             # the kernel keeps the rotated Q and K (new tensors) and V, a view of the fused
             # projection's output, which stays alive whole (GPT-NeoX, Falcon, Phi-3: measured)
             add((p + "qk_rotated", sb * (qw + kvw) * a, "B·T·(n_heads + n_kv_heads)·d_head · "
@@ -319,7 +352,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             add((p + "qkv", sb * (qw + kvw + vw) * a,
                  "B·T·(n_heads + 2·n_kv_heads)·d_head · act" if not at.mla else
                  "B·T·n_heads·(2·(d_nope + d_rope) + d_v) · act", "", L, stack, "tp", None, ()))
-        if flash:
+        if at.mechanism != "softmax" and not cross:
+            pass  # efficient_core above: no score tensor of T²
+        elif flash:
             add((p + "out", sb * Hh * dv * a, "B·T·n_heads·d_head · act (kernel output)" if
                  not at.mla else "B·T·n_heads·d_v · act (kernel output)", "", L, stack, "tp",
                  None, ()))

@@ -189,6 +189,10 @@ def count_params(spec: ModelSpec) -> Breakdown:
     plan = plan_of(spec)
     if len(plan.stacks[-1].groups) > 1 or len(plan.stacks[0].groups) > 1:
         notes += describe(plan)
+    if spec.attention_mechanism in ("performer", "linear"):
+        notes.append("Performer's random features (m × d_head per layer) are a buffer, redrawn, "
+                     "not a parameter" if spec.attention_mechanism == "performer" else
+                     "linear attention's feature map (elu + 1) has no parameters")
     extra: dict[str, int | float | str] = {"rule_of_thumb": rule_of_thumb(spec),
                                            "rule_of_thumb_formula": RULE_OF_THUMB}
     if spec.mtp_layers:
@@ -249,21 +253,57 @@ def _attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type
          None, (kvw, E)))
     if a.bias_k:
         add((p + "k.bias", kvw, "n_kv_heads · d_head", "", L, group, "", None, ()))
-    add((p + "v.weight", E * kvw, "d_model × (n_kv_heads · d_head)", "", L, group, kv_note,
-         None, (kvw, E)))
-    if a.bias_v:
-        add((p + "v.bias", kvw, "n_kv_heads · d_head", "", L, group, "", None, ()))
+    values_are_keys = a.mechanism == "linformer" and a.sharing == "kv"
+    if not values_are_keys:  # the linformer package's share_kv has no value projection
+        add((p + "v.weight", E * kvw, "d_model × (n_kv_heads · d_head)", "", L, group,
+             kv_note, None, (kvw, E)))
+        if a.bias_v:
+            add((p + "v.bias", kvw, "n_kv_heads · d_head", "", L, group, "", None, ()))
     add((p + "o.weight", qw * E, "(n_heads · d_head) × d_model", "", L, group, "", None,
          (E, qw)))
     if a.bias_o:
         add((p + "o.bias", E, "d_model", "", L, group, "", None, ()))
     if a.qk_norm != "none":
         _qk_norms(add, a, norm, p, group, L)
+    if a.conv:
+        # Primer (So et al. 2021), multi-dconv-head attention: a depthwise convolution over
+        # the sequence per channel of Q, K and V (conv taps each)
+        for which, width, sym in (("q", qw, "n_heads · d_head"), ("k", kvw, "n_kv_heads · d_head"),
+                                  ("v", kvw, "n_kv_heads · d_head")):
+            add((p + which + "_conv.weight", width * a.conv, f"{sym} · qkv_conv", "", L, group,
+                 "depthwise, over the sequence", None, (width, 1, a.conv)))
+            if a.conv_bias:
+                add((p + which + "_conv.bias", width, sym, "", L, group, "", None, ()))
+    if a.mechanism == "linformer":
+        _linformer(add, a, p, group, L)
     if a.gate != "none" or a.gate_bias != "none":
         _gate(add, a, E, p, group, L)
     if a.sinks:
         # gpt-oss (GptOssAttention.sinks): one learned logit per head joins the softmax
         add((p + "sinks", H, "n_heads (one sink logit per head)", "", L, group, "", None, ()))
+
+
+def _linformer(add, a: Attention, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]
+    """Linformer (Wang et al. 2020): E and F project the n = max_positions keys and values
+    to k. Shared as linformer_sharing says: a pair per layer for all heads (the linformer
+    package's LinformerSelfAttention: proj_k, proj_v of (seq_len, k)), one matrix per layer
+    with the values equal to the keys (its share_kv), one for all layers (the paper's
+    layerwise sharing), or a pair per head."""
+    n, k, H = a.proj_n, a.proj_k, a.heads
+    if a.sharing == "none":
+        for which in ("E", "F"):
+            add((p + "linformer_" + which, H * n * k, "n_heads · max_positions · linformer_k",
+                 "", L, group, "one per head", None, (H, n, k)))
+    elif a.sharing == "headwise":
+        for which in ("E", "F"):
+            add((p + "linformer_" + which, n * k, "max_positions · linformer_k", "", L, group,
+                 "shared by the heads", None, (n, k)))
+    elif a.sharing == "kv":
+        add((p + "linformer_E", n * k, "max_positions · linformer_k", "", L, group,
+             "keys and values share it (and values = keys)", None, (n, k)))
+    else:  # layerwise: one matrix for every layer, head, key and value
+        add((p.split(".", 1)[0] + ".attn.linformer_E", n * k, "max_positions · linformer_k",
+             "", 1, "", "one for every layer", None, (n, k)))
 
 
 def _gate(add, a: Attention, E: int, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]

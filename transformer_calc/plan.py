@@ -18,6 +18,7 @@ sweep, and a tuple is 3-4x cheaper to make than a frozen dataclass (make bench).
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from functools import lru_cache
@@ -51,6 +52,13 @@ class Attention(NamedTuple):
     d_rope: int = 0  # MLA: the RoPE part of d_head (its key part is shared by the heads)
     gate: str = "none"  # output gate from the block input: none | head | width
     gate_bias: str = "none"
+    mechanism: str = "softmax"  # softmax | linformer | performer | linear (issue 18)
+    proj_k: int = 0  # Linformer: the projected length k
+    proj_n: int = 0  # Linformer: the length projected from (max_positions)
+    sharing: str = "headwise"  # Linformer's E/F sharing
+    features: int = 0  # Performer: random features m
+    conv: int = 0  # Primer: depthwise convolution width after Q, K, V
+    conv_bias: bool = False
 
     def gate_width(self, which: str) -> int:
         """Outputs of the gate (or its bias): one per head, or one per output channel."""
@@ -359,10 +367,15 @@ def _attention(spec: ModelSpec, letter: str, cross: bool = False) -> Attention:
                          spec.q_lora_rank, spec.kv_lora_rank, dr, spec.attn_gate,
                          spec.attn_gate_bias)
     dh = spec.head_dim
+    mech = spec.attention_mechanism
+    features = spec.performer_features or (int(dh * math.log(dh)) if dh > 1 else 1)
     return Attention(spec.n_heads, spec.kv_heads, dh, dh, spec.bias_q, spec.bias_k,
                      spec.bias_v, spec.bias_o, spec.qk_norm, spec.attention_sinks, kind,
                      window, rope, False, spec.fused_qkv, 0, 0, 0, spec.attn_gate,
-                     spec.attn_gate_bias)
+                     spec.attn_gate_bias, mech, spec.linformer_k if mech == "linformer" else 0,
+                     spec.max_positions if mech == "linformer" else 0,
+                     spec.linformer_sharing, features if mech == "performer" else 0,
+                     spec.qkv_conv, spec.qkv_conv_bias)
 
 
 def _ffn(spec: ModelSpec, letter: str) -> FFN:

@@ -145,6 +145,24 @@ class ModelSpec:
                         "n_heads · d_head; AFMoE, Beam)", choices=ATTN_GATES)
     attn_gate_bias: str = _f("none", "bias of that gate: none, head (n_heads) or width",
                              choices=ATTN_GATES)
+    # efficient attention (issue 18): how the self-attention mixes the values
+    attention_mechanism: str = _f(
+        "softmax", "softmax (dense or --attention-pattern), linformer (keys and values "
+        "projected from max_positions to linformer_k, Wang et al. 2020), performer (FAVOR+ "
+        "random features, Choromanski et al. 2021) or linear (elu + 1 feature map, "
+        "Katharopoulos et al. 2020)", choices=("softmax", "linformer", "performer", "linear"))
+    linformer_k: int = _f(256, "Linformer: the projected length k", minimum=1)
+    linformer_sharing: str = _f(
+        "headwise", "Linformer's E and F: headwise (one pair per layer shared by the heads, the "
+        "linformer package's default), kv (one matrix per layer, and the values are the keys: "
+        "the package's share_kv), layerwise (one matrix for every layer and head, the paper's) "
+        "or none (a pair per head)", choices=("headwise", "kv", "layerwise", "none"))
+    performer_features: int = _f(0, "Performer: random features m (0: performer-pytorch's "
+                                 "default, int(d_head · ln d_head))", minimum=0)
+    qkv_conv: int = _f(0, "Primer's multi-dconv-head attention: a depthwise convolution of this "
+                       "width over the sequence after each Q, K and V projection (So et al. "
+                       "2021: 3; 0: none)", minimum=0)
+    qkv_conv_bias: bool = _f(False, "a bias on those convolutions")
 
     # -- layers that differ -----------------------------------------------------------------
     sliding_window: int = _f(0, "keys a sliding-window layer attends to (0: none)", minimum=0)
@@ -336,6 +354,14 @@ class ModelSpec:
             raise SpecError("n_kv_heads", f"a divisor of n_heads={self.n_heads}", self.n_kv_heads)
         if not 0.0 <= self.dropout < 1.0:
             raise SpecError("dropout", "a probability in [0, 1)", self.dropout)
+        if self.attention_mechanism != "softmax":
+            if self.kv_lora_rank or self.arch == "encoder-decoder":
+                raise SpecError("attention_mechanism", "softmax for latent attention and "
+                                "encoder-decoders (not modelled otherwise)",
+                                self.attention_mechanism)
+            if self.attention_mechanism == "linformer" and not self.max_positions:
+                raise SpecError("max_positions", "the length Linformer projects from (>= 1)",
+                                self.max_positions)
         if not 0.0 <= self.rotary_fraction <= 1.0:
             raise SpecError("rotary_fraction", "a number in [0, 1]", self.rotary_fraction)
         if self.n_experts:
