@@ -125,3 +125,26 @@ def test_a_yaml_preset_selects_linformer(cli, tmp_path) -> None:
     path.write_text(yaml.safe_dump(LINFORMER_LM))
     data = cli.json("params", str(path))
     assert data["total_params"] == REF["linformer_lm_params"]["headwise"]
+
+
+def test_linformer_kv_flops_equal_flop_counter() -> None:
+    # share_kv: no value projection, but E projects the keys twice (as keys and as values)
+    s = spec(n_layers=1, linformer_sharing="kv")
+    assert _attention_flops(s, 4096) == REF["linformer_kv_attention_flops"]["4096"]
+
+
+@pytest.mark.parametrize(("case", "kw"), [
+    ("linformer", {}), ("linformer_kv", {"linformer_sharing": "kv"}),
+    ("performer_m256", {"attention_mechanism": "performer", "performer_features": 256})])
+def test_attention_activations_equal_what_the_implementations_save(case: str, kw: dict) -> None:
+    # saved_tensors_hooks on LinformerSelfAttention / performer_pytorch.SelfAttention in train
+    # mode, fp32, B = 2, T = 1,024 (parameters excluded): tcalc's rows of the attention
+    # sublayer (its norm aside, which the modules do not have)
+    from transformer_calc.memory import activation_breakdown
+
+    s = spec(n_layers=1, dropout=0.0, **kw)
+    b = activation_breakdown(s, 2, 1024, act_bytes=4, device="cpu", attention="eager",
+                             dropout=False)
+    ours = sum(i.total for i in b.items if ".attn." in i.name and ".attn.norm" not in i.name)
+    want = REF["saved_bytes_B2_T1024_fp32"][case]
+    assert abs(ours - want) <= 0.001 * want

@@ -33,6 +33,22 @@ def flops(m: torch.nn.Module, T: int, dim: int = 512) -> int:
     return fc.get_total_flops()
 
 
+def saved_bytes(mod: torch.nn.Module, B: int, T: int, dim: int = 512) -> int:
+    """Bytes autograd saves for backward in one forward (storages once, parameters out)."""
+    params = {p.untyped_storage().data_ptr() for p in mod.parameters()}
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            storages[s.data_ptr()] = s.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        mod(torch.randn(B, T, dim, requires_grad=True))
+    return sum(storages.values())
+
+
 def main() -> None:
     import linformer
     import performer_pytorch
@@ -49,6 +65,13 @@ def main() -> None:
                                   "kv": trainable(LinformerLM(**lm, share_kv=True))}
     attn = LinformerSelfAttention(dim=512, seq_len=4096, k=256, heads=8)
     out["linformer_attention_flops"] = {str(T): flops(attn, T) for T in (1024, 4096)}
+    kv = LinformerSelfAttention(dim=512, seq_len=4096, k=256, heads=8, share_kv=True)
+    out["linformer_kv_attention_flops"] = {"4096": flops(kv, 4096)}
+    out["saved_bytes_B2_T1024_fp32"] = {
+        "linformer": saved_bytes(attn.train(), 2, 1024),
+        "linformer_kv": saved_bytes(kv.train(), 2, 1024),
+        "performer_m256": saved_bytes(SelfAttention(dim=512, heads=8, causal=False,
+                                                    nb_features=256).train(), 2, 1024)}
     out["performer"] = {}
     for m in (256, 0):
         kw = {"nb_features": m} if m else {}

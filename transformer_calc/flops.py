@@ -254,8 +254,8 @@ def _efficient_core(add, a: Attention, p: str, group: str, L: int) -> None:  # t
     """Per token, the attention core of the efficient mechanisms (issue 18), matmuls as
     torch.utils.flop_counter counts them on the reference implementations
     (tools/reference_efficient.py):
-    - Linformer: E·K and F·V project the keys and values to k (2 · k per key channel each;
-      one when the values are the keys), then scores and values over k keys;
+    - Linformer: E·K and F·V project the keys and values to k (2 · k per key channel each,
+      both taken when the values are the keys), then scores and values over k keys;
     - Performer (FAVOR+, non-causal): the random-feature maps of Q and K (2 · m · d_head
       each), the m × d_head context φ(K)ᵀ·V, φ(Q)·context and the normaliser φ(Q)·Σφ(K);
     - linear attention (elu + 1): φ(K)ᵀ·V, φ(Q)·(φ(K)ᵀ·V) and the normaliser (the feature
@@ -263,10 +263,10 @@ def _efficient_core(add, a: Attention, p: str, group: str, L: int) -> None:  # t
     H, Hkv, dh = a.heads, a.kv_heads, a.d_head
     if a.mechanism == "linformer":
         k = a.proj_k
-        n_proj = 1 if a.sharing == "kv" else 2
-        add((p + "linformer_proj", n_proj * 2 * k * Hkv * dh,
-             f"{n_proj} · 2 · linformer_k · n_kv_heads · d_head", "", L, group,
-             "E·K" + (" (values = keys)" if n_proj == 1 else " and F·V"), None, ()))
+        # E·K and F·V; with shared E = F and values = keys both products are still taken
+        # (the package's share_kv: FlopCounterMode counts two)
+        add((p + "linformer_proj", 2 * 2 * k * Hkv * dh, "2 · 2 · linformer_k · n_kv_heads · "
+             "d_head", "", L, group, "E·K and F·V", None, ()))
         add((p + "scores", 2 * H * dh * k, "2 · n_heads · d_head · linformer_k", "", L, group,
              "over the k projected keys", None, ()))
         add((p + "values", 2 * H * dh * k, "2 · n_heads · d_head · linformer_k", "", L, group,

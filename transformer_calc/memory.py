@@ -282,26 +282,33 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  "mul keeps it)", "", reps, stack, "", None, ()))
 
     def efficient_core(at: Attention, p: str, stack: str, L: int) -> None:
-        """Issue 18, estimated from the operations (not measured): what the matmuls of
-        Linformer, Performer and linear attention keep, beside Q, K and V."""
+        """Issue 18: what Linformer, Performer and linear attention keep beside Q, K and V;
+        Linformer's and Performer's as the reference implementations save them (measured
+        with saved_tensors_hooks: tools/reference_efficient.py), linear attention's from its
+        operations."""
         Hh, dq, Hkv = at.heads, at.d_head, at.kv_heads
         for part, heads in (("q", Hh), ("k", Hh), ("v", Hh)):
             add((p + part, sb * heads * dq * a, f"B·T·n_heads·d_head · act ({part})", "", L,
                  stack, "tp", None, ()))
         if at.mechanism == "linformer":
             k = at.proj_k
-            n_proj = 1 if at.sharing == "kv" else 2
-            add((p + "linformer_kv", n_proj * B * k * Hkv * dq * a, f"{n_proj} · B·linformer_k"
-                 "·n_kv_heads·d_head · act (projected keys and values)", "", L, stack, "tp",
-                 None, ()))
+            add((p + "linformer_kv", 2 * B * k * Hkv * dq * a, "2 · B·linformer_k·n_kv_heads·"
+                 "d_head · act (projected keys and values)", "", L, stack, "tp", None, ()))
             add((p + "softmax", B * Hh * T * k * a, "B·n_heads·T·linformer_k · act (over the "
                  "projected keys: linear in T)", "", L, stack, "tp", None, ()))
         elif at.mechanism == "performer":
+            # performer-pytorch's softmax_kernel keeps three B·H·T·m tensors per feature map
+            # (the projection, its exp, and the transposed copy its einsums read), the
+            # context, the output the normaliser scales, and three B·H·T normaliser terms
+            # (measured: tools/reference_efficient.py)
             m = at.features
-            add((p + "favor_features", 2 * B * Hh * T * m * a, "2 · B·n_heads·T·m · act "
-                 "(φ(Q), φ(K))", "", L, stack, "tp", None, ()))
+            add((p + "favor_features", 6 * B * Hh * T * m * a, "6 · B·n_heads·T·m · act "
+                 "(φ(Q), φ(K): three each)", "", L, stack, "tp", None, ()))
             add((p + "favor_context", B * Hh * m * dq * a, "B·n_heads·m·d_head · act "
                  "(φ(K)ᵀ·V)", "", L, stack, "tp", None, ()))
+            add((p + "favor_out", sb * Hh * dq * a + 3 * B * Hh * T * a, "B·T·n_heads·(d_head "
+                 "+ 3) · act (the output and the normaliser's terms)", "", L, stack, "tp",
+                 None, ()))
         else:
             add((p + "linear_features", 2 * B * Hh * T * dq * a, "2 · B·n_heads·T·d_head · "
                  "act (φ(Q), φ(K))", "", L, stack, "tp", None, ()))
