@@ -26,11 +26,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ("params.py", "flops.py", "memory.py", "plan.py")
+TARGETS = ("params.py", "flops.py", "memory.py", "plan.py", "lora.py", "quant.py")
 TESTS = ("tests/test_params_presets.py", "tests/test_hf.py", "tests/test_registry.py",
          "tests/test_flops.py", "tests/test_memory.py", "tests/test_plan.py",
          "tests/test_variants.py", "tests/test_mixers.py", "tests/test_breakdown.py",
-         "tests/test_activations_measured.py", "tests/test_explain_compare_sweep.py")
+         "tests/test_activations_measured.py", "tests/test_explain_compare_sweep.py",
+         "tests/test_lora.py", "tests/test_lora_memory.py", "tests/test_quant.py",
+         "tests/test_fit.py", "tests/test_megatron.py", "tests/test_efficient_attention.py",
+         "tests/test_patterns_memory.py", "tests/test_peak.py")
 
 SWAPS: dict[type, type] = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add,
                            ast.FloorDiv: ast.Mult, ast.Lt: ast.LtE, ast.LtE: ast.Lt,

@@ -198,7 +198,27 @@ def params(model: str = ModelArg, format: Format = FormatOpt,
     from transformer_calc.render import render_params
 
     spec = _load(model, overrides or {})
-    _emit(render_params(count_params(spec), spec, format.value))
+    ckpt = None
+    folder = Path(model).expanduser()
+    if folder.is_dir():  # a model folder: what its safetensors headers hold (issue 17)
+        from transformer_calc.checkpoint import read_checkpoint
+
+        ckpt = read_checkpoint(folder)
+    elif model.lower().endswith(".gguf"):  # what the GGUF's tensors hold
+        from transformer_calc.checkpoint import Checkpoint
+        from transformer_calc.gguf_file import read_gguf
+
+        g = read_gguf(folder)
+        ckpt = Checkpoint((folder.name,), g.params, g.bytes, g.types,
+                          {name: _numel(shape) for name, (shape, _) in g.tensors.items()})
+    _emit(render_params(count_params(spec), spec, format.value, ckpt))
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def parse_count(text: str, option: str) -> int:
@@ -470,6 +490,16 @@ def memory(
 
     pattern = _pattern(attention_pattern.value, window, block, summary, global_tokens, random)
     spec = _load(model, overrides or {})
+    if model.lower().endswith(".gguf") and settings.inference and not settings.quant \
+            and settings.dtype == "bf16":
+        # a GGUF serves in its own types: its general.file_type's recipe (issue 17)
+        import dataclasses
+
+        from transformer_calc.gguf_file import read_gguf, recipe
+
+        fmt = recipe(read_gguf(Path(model).expanduser()))
+        if fmt:
+            settings = dataclasses.replace(settings, quant=fmt)
     _emit(render_memory(memory_report(spec, settings, train["gpu"], pattern), format.value))
 
 

@@ -19,7 +19,7 @@ MAX_FLOW_DEPTH = 32  # [ / { nesting allowed in a YAML file (presets use 1)
 REQUIRED = ("vocab_size", "d_model", "n_heads", "d_ff")
 BIAS_KEYS = {"q": "bias_q", "k": "bias_k", "v": "bias_v", "o": "bias_o",
              "ffn_in": "bias_ffn_in", "ffn_out": "bias_ffn_out"}
-SUFFIXES = (".yaml", ".yml", ".json")
+SUFFIXES = (".yaml", ".yml", ".json", ".gguf")
 
 
 def preset_dir() -> Path:
@@ -200,6 +200,19 @@ def parse_yaml(text: str, where: str) -> Any:
 
 def load_file(path: Path, shown: str | None = None) -> ModelSpec:
     where = shown or str(path)
+    if path.suffix.lower() == ".gguf":  # llama.cpp: its header only (issue 17)
+        import stat
+
+        from transformer_calc.gguf_file import hf_config, read_gguf
+        from transformer_calc.hf import spec_from_hf
+
+        try:
+            if not stat.S_ISREG(path.stat().st_mode):
+                raise PresetError(f"{where}: not a regular file, expected a .gguf file")
+        except FileNotFoundError:
+            raise PresetError(f"{where}: no such file") from None
+        return spec_from_hf(hf_config(read_gguf(path), where), where,
+                            path.stem.replace(" ", "-"))
     text = read_text(path, shown)
     if path.suffix.lower() == ".json":
         from transformer_calc.hf import spec_from_hf_text

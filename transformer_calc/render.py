@@ -161,14 +161,42 @@ def params_summary(b: Breakdown, spec: ModelSpec) -> list[str]:
     return lines
 
 
-def render_params(b: Breakdown, spec: ModelSpec, fmt: str) -> str | None:
+def render_params(b: Breakdown, spec: ModelSpec, fmt: str,
+                  ckpt: Any = None) -> str | None:
+    extra = checkpoint_dict(ckpt, b.total) if ckpt is not None else None
     if fmt == "json":
-        return dumps(params_dict(b, spec))
+        return dumps(params_dict(b, spec) | ({"checkpoint": extra} if extra else {}))
     if fmt == "markdown":
-        return params_markdown(b, spec)
+        return params_markdown(b, spec) + ("".join(f"- {line}\n" for line in
+                                                   checkpoint_lines(extra)) if extra else "")
     print_table(f"{spec.name}: trainable parameters", params_headers(b), params_rows(b),
-                params_summary(b, spec), right=(2, 3, 4, 5))
+                params_summary(b, spec) + (checkpoint_lines(extra) if extra else []),
+                right=(2, 3, 4, 5))
     return None
+
+
+def checkpoint_dict(ckpt: Any, architecture: int) -> dict[str, Any]:
+    """JSON "checkpoint" (issue 17): what the folder's safetensors headers hold, against the
+    architecture's count."""
+    from transformer_calc.checkpoint import compare
+
+    return {"files": list(ckpt.files), "params": ckpt.params, "bytes": ckpt.bytes,
+            "dtypes": dict(sorted(ckpt.dtypes.items()))} | compare(ckpt, architecture)
+
+
+def checkpoint_lines(c: dict[str, Any]) -> list[str]:
+    dtypes = ", ".join(f"{d} {n:,}" for d, n in c["dtypes"].items())
+    kind = "GGUF" if c["files"][0].lower().endswith(".gguf") else "safetensors"
+    lines = [f"checkpoint ({len(c['files'])} {kind} file{'s' * (len(c['files']) > 1)}): "
+             f"{c['params']:,} stored elements ({dtypes}), {c['bytes']:,} bytes"]
+    if c["matches"]:
+        lines.append("checkpoint equals the architecture's count")
+    else:
+        why = (f"; {' + '.join(c['explained_by'])} hold{'s' * (len(c['explained_by']) == 1)} "
+               "exactly that" if c["explained_by"] else "")
+        lines.append(f"checkpoint differs from the architecture's count by "
+                     f"{c['difference']:+,}{why}")
+    return lines
 
 
 def params_markdown(b: Breakdown, spec: ModelSpec) -> str:
