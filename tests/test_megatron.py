@@ -109,3 +109,18 @@ def test_offload_moves_states_to_cpu_memory(cli) -> None:
     assert data["host_bytes"] == off.host.total
     r = cli("memory", "llama-3-8b", "--offload", "all", "--zero", "2", "--gpus", "8", code=2)
     assert "all needs --zero 3" in r.stderr
+
+
+def test_the_last_stage_holds_a_tied_heads_copy() -> None:
+    # Megatron-LM keeps the word embeddings on the last pipeline stage too when they are tied
+    # (the output layer's weight), and the final norm there: for Gemma-2B (tied, RoPE: no
+    # position table) that stage, layers / 2 + V·E + E, is the busiest, one d_model above the
+    # first stage's layers / 2 + V·E
+    from transformer_calc.params import count_params
+
+    spec = load_model("gemma-2b")
+    p = count_params(spec)
+    V, E = spec.vocab_size, spec.d_model
+    layers = p.total - V * E - E
+    r = memory_report(spec, Settings(precision="bf16", gpus=2, pp=2, seq_len=1024))
+    assert r.per_gpu.get("weights").total == 2 * (layers // 2 + V * E + E)

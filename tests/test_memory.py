@@ -286,3 +286,15 @@ def test_largest_saved_tensors_are_per_gpu_beside_per_gpu_totals(cli) -> None:
     # the attention probabilities (tensor-parallel) are an eighth per GPU with --tp 8
     # (fp32 under autocast: softmax is on its fp32 list)
     assert "decoder.attn.softmax 64.00 GiB" in line1 and "decoder.attn.softmax 8.00 GiB" in line8
+
+
+def test_rmsnorm_keeps_one_fp32_value_per_token() -> None:
+    # HF LlamaRMSNorm keeps torch.rsqrt(variance + eps), shape (B, T, 1), in fp32 whatever the
+    # activation dtype: 1,024 bytes for B = 2, T = 128 (saved_tensors_hooks on a small
+    # LlamaForCausalLM, torch 2.13 CPU, bf16 and fp32 alike)
+    from transformer_calc.memory import activation_breakdown
+
+    for act in (2, 4):
+        b = activation_breakdown(load_model("llama-3-8b"), 2, 128, act_bytes=act, device="cpu",
+                                 attention="eager", dropout=False)
+        assert b.get("decoder.attn.norm.rstd").count == 2 * 128 * 4
