@@ -49,6 +49,14 @@ def load_model(ref: str) -> ModelSpec:
     candidate = preset_dir() / f"{ref}.yaml"
     if not looks_like_path and candidate.is_file():
         return load_file(candidate, shown=ref)
+    if not path.exists() and not ref.startswith((".", "~", "/")):
+        from transformer_calc.hub import parse
+
+        if parse(ref) is not None:  # a Hub id or URL (issue 17): its config.json
+            from transformer_calc.hub import config_path
+
+            config = config_path(ref)
+            return load_file(config, shown=f"{ref} (config.json)")
     if looks_like_path or path.exists():
         path = path.expanduser()
         if path.is_dir():  # a model folder (a Hub snapshot): its config.json

@@ -1,0 +1,150 @@
+"""Hub ids as models (issue 17), with no network: a Hub cache laid out as huggingface_hub lays
+it out, and a local HTTP server on 127.0.0.1 that answers the Hub's endpoints for the online
+path (HF_ENDPOINT), bounded in requests and time."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import DATA
+
+pytest.importorskip("huggingface_hub")
+
+CONFIG = (DATA / "hf" / "llama-3.1-8b.json").read_bytes()
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _cache(root: Path, repo: str = "meta-llama/Llama-3.1-8B") -> Path:
+    """models--org--name/{refs/main, snapshots/<commit>/config.json}, as hf_hub_download
+    leaves a cached file (huggingface_hub's cache layout)."""
+    folder = root / ("models--" + repo.replace("/", "--"))
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(SHA)
+    snap = folder / "snapshots" / SHA
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_bytes(CONFIG)
+    return root
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+    for key in ("HF_HUB_OFFLINE", "HF_HOME", "HF_ENDPOINT", "HF_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    return monkeypatch
+
+
+def test_a_cached_hub_id_works_offline(env, tmp_path: Path, cli) -> None:
+    _cache(tmp_path / "cache")
+    env.setenv("HF_HUB_OFFLINE", "1")
+    for ref in ("meta-llama/Llama-3.1-8B", "https://huggingface.co/meta-llama/Llama-3.1-8B",
+                "https://huggingface.co/meta-llama/Llama-3.1-8B/tree/main"):
+        assert cli.json("params", ref)["total_params"] == 8_030_261_248
+
+
+def test_offline_and_not_cached_is_one_line(env, cli) -> None:
+    env.setenv("HF_HUB_OFFLINE", "1")
+    r = cli("params", "someone/not-cached", code=2)
+    assert r.stderr == ("Error: someone/not-cached: config.json is not in the local cache and "
+                        "HF_HUB_OFFLINE is set\n")
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """The Hub's resolve endpoint for one config.json; gated and missing repos by name."""
+
+    requests = 0
+
+    def _answer(self, body: bool) -> None:
+        type(self).requests += 1
+        if type(self).requests > 50:  # bounded: a client looping would fail the test
+            self.send_response(429)
+            self.end_headers()
+            return
+        if "/gated/" in self.path:
+            self.send_response(401)
+            self.send_header("X-Error-Code", "GatedRepo")
+            self.send_header("X-Error-Message", "Access to this model is restricted")
+            self.end_headers()
+            return
+        if not self.path.startswith("/org/model/resolve/main/config.json"):
+            self.send_response(404)
+            self.send_header("X-Error-Code", "RepoNotFound")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(CONFIG)))
+        self.send_header("X-Repo-Commit", SHA)
+        self.send_header("ETag", '"' + hashlib.sha256(CONFIG).hexdigest() + '"')
+        self.end_headers()
+        if body:
+            self.wfile.write(CONFIG)
+
+    def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
+        self._answer(False)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._answer(True)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def hub(env) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import; a CLI run is a fresh process,
+    # these tests share one, where an earlier offline test may have imported it
+    import huggingface_hub.constants
+
+    env.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    _Hub.requests = 0
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    env.setenv("HF_ENDPOINT", url)
+    try:
+        yield url
+    finally:
+        server.shutdown()
+
+
+def test_online_fetches_config_json_only(hub: str, tmp_path: Path, cli) -> None:
+    assert cli.json("params", "org/model")["total_params"] == 8_030_261_248
+    cached = list((tmp_path / "cache").rglob("config.json"))
+    assert len(cached) == 1 and cached[0].read_bytes() == CONFIG
+    assert not list((tmp_path / "cache").rglob("*.safetensors"))
+    assert _Hub.requests <= 4
+
+
+@pytest.mark.parametrize(("ref", "message"), [
+    ("gated/model", "a gated repository: accept its terms on the Hub and set HF_TOKEN"),
+    ("org/missing", "no such repository on the Hub (or private: set HF_TOKEN)"),
+])
+def test_online_errors_are_one_line(hub: str, cli, ref: str, message: str) -> None:
+    r = cli("params", ref, code=2)
+    assert r.stderr == f"Error: {ref}: {message}\n"
+
+
+def test_a_local_path_wins_over_a_hub_id(tmp_path: Path, cli, monkeypatch) -> None:
+    folder = tmp_path / "org" / "model"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_bytes((DATA / "hf" / "gpt2.json").read_bytes())
+    monkeypatch.chdir(tmp_path)
+    assert cli.json("params", "org/model")["total_params"] == 124_439_808
+
+
+def test_hub_ids_import_huggingface_hub_only_on_that_path() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from transformer_calc.presets import load_model; load_model('gpt2'); "
+            "print('huggingface_hub' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False"
