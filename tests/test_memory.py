@@ -298,3 +298,14 @@ def test_rmsnorm_keeps_one_fp32_value_per_token() -> None:
         b = activation_breakdown(load_model("llama-3-8b"), 2, 128, act_bytes=act, device="cpu",
                                  attention="eager", dropout=False)
         assert b.get("decoder.attn.norm.rstd").count == 2 * 128 * 4
+
+
+def test_two_micro_batches_already_keep_gradients_live() -> None:
+    # with gradient accumulation the gradients of the first micro-batch live through the
+    # second one's forward and backward: from --grad-accum 2 on, not only past 2
+    spec = load_model("gpt2")
+    one = memory_report(spec, Settings(seq_len=256, grad_accum=1)).phases
+    two = memory_report(spec, Settings(seq_len=256, grad_accum=2)).phases
+    grads = {i.name: i.total for i in two[0].items.items}.get("gradients")
+    assert grads == 4 * 124_439_808
+    assert two[0].items.total - one[0].items.total == grads
