@@ -17,6 +17,12 @@ pytest.importorskip("huggingface_hub")
 
 CONFIG = (DATA / "hf" / "llama-3.1-8b.json").read_bytes()
 SHA = "0123456789abcdef0123456789abcdef01234567"
+TINY = DATA / "checkpoints" / "tiny-llama"
+# what the stand-in Hub serves: org/model (a config only), org/tiny (a config and a real
+# safetensors file written by transformers: tools/make_checkpoint_fixtures.py)
+FILES = {"/org/model/resolve/main/config.json": CONFIG,
+         "/org/tiny/resolve/main/config.json": (TINY / "config.json").read_bytes(),
+         "/org/tiny/resolve/main/model.safetensors": (TINY / "model.safetensors").read_bytes()}
 
 
 def _cache(root: Path, repo: str = "meta-llama/Llama-3.1-8B") -> Path:
@@ -71,19 +77,30 @@ class _Hub(http.server.BaseHTTPRequestHandler):
             self.send_header("X-Error-Message", "Access to this model is restricted")
             self.end_headers()
             return
-        if not self.path.startswith("/org/model/resolve/main/config.json"):
+        path = self.path.split("?", 1)[0]
+        data = FILES.get(path)
+        if data is None:
             self.send_response(404)
-            self.send_header("X-Error-Code", "RepoNotFound")
+            known = any(path.startswith(p.rsplit("/resolve/", 1)[0] + "/") for p in FILES)
+            self.send_header("X-Error-Code", "EntryNotFound" if known else "RepoNotFound")
+            self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(CONFIG)))
+        start, end = 0, len(data) - 1
+        ranged = self.headers.get("range", "")
+        if ranged.startswith("bytes="):  # the header reads (get_safetensors_metadata)
+            a, _, b = ranged[6:].partition("-")
+            start, end = int(a), min(int(b), len(data) - 1)
+        part = data[start:end + 1]
+        self.send_response(206 if ranged else 200)
+        self.send_header("Content-Length", str(len(part)))
         self.send_header("X-Repo-Commit", SHA)
-        self.send_header("ETag", '"' + hashlib.sha256(CONFIG).hexdigest() + '"')
+        self.send_header("ETag", '"' + hashlib.sha256(data).hexdigest() + '"')
+        if ranged:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
         self.end_headers()
         if body:
-            self.wfile.write(CONFIG)
+            self.wfile.write(part)
 
     def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
         self._answer(False)
@@ -115,11 +132,21 @@ def hub(env) -> Iterator[str]:  # type: ignore[no-untyped-def]
 
 
 def test_online_fetches_config_json_only(hub: str, tmp_path: Path, cli) -> None:
-    assert cli.json("params", "org/model")["total_params"] == 8_030_261_248
+    data = cli.json("params", "org/model")
+    assert data["total_params"] == 8_030_261_248
+    assert "checkpoint" not in data
+    assert any("no safetensors checkpoint" in n for n in data["notes"])
     cached = list((tmp_path / "cache").rglob("config.json"))
     assert len(cached) == 1 and cached[0].read_bytes() == CONFIG
-    assert not list((tmp_path / "cache").rglob("*.safetensors"))
-    assert _Hub.requests <= 4
+    assert _Hub.requests <= 6
+
+
+def test_online_reads_the_remote_safetensors_headers_not_the_weights(hub: str, tmp_path: Path,
+                                                                      cli) -> None:
+    data = cli.json("params", "org/tiny")
+    c = data["checkpoint"]
+    assert c["matches"] is True and c["params"] == 69_952 and c["dtypes"] == {"BF16": 69_952}
+    assert not list((tmp_path / "cache").rglob("*.safetensors"))  # headers by range only
 
 
 @pytest.mark.parametrize(("ref", "message"), [

@@ -125,3 +125,35 @@ def test_cli_quant_and_qlora(cli) -> None:
                           (("--inference", "--quant", "q4"), "--quant: expected one of")):
         r = cli("memory", "llama-3-8b", *args, code=2)
         assert message in r.stderr and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(("qc", "fmt"), [
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}, "gptq"),
+    ({"quant_method": "gptq", "bits": 8, "group_size": 64}, "gptq-int8"),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}, "awq"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"},
+     "bnb-nf4"),
+    ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "bnb-int8"),
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8"),
+    ({"quant_method": "mxfp4"}, "mxfp4"),
+])
+def test_quantization_config_sets_the_served_format(cli, tmp_path, qc: dict, fmt: str) -> None:
+    # issue 17: a quantised checkpoint's config.json says how its weights are stored
+    import json
+
+    from conftest import DATA
+
+    config = json.loads((DATA / "hf" / "llama-2-7b.json").read_text()) | {
+        "quantization_config": qc}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    data = cli.json("memory", str(path), "--inference", "--seq-len", "1024")
+    assert data["settings"]["quant"] == fmt
+    assert data["settings"]["group_size"] == qc.get("group_size", 128)
+    spec = load_model(str(path))
+    weights = next(c for c in data["components"] if c["name"] == "weights")
+    assert weights["bytes"] == weight_format_bytes(spec, count_params(spec), fmt,
+                                                   qc.get("group_size", 128)).total
+    # an explicit --dtype still wins
+    bf16 = cli.json("memory", str(path), "--inference", "--seq-len", "1024", "--dtype", "fp16")
+    assert bf16["settings"]["quant"] == ""

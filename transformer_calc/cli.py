@@ -204,6 +204,12 @@ def params(model: str = ModelArg, format: Format = FormatOpt,
         from transformer_calc.checkpoint import read_checkpoint
 
         ckpt = read_checkpoint(folder)
+    elif not folder.exists() and _is_hub_id(model):  # a Hub id: its remote headers
+        from transformer_calc.hub import checkpoint
+
+        ckpt, why = checkpoint(model)
+        if ckpt is None:
+            spec = dataclasses_replace_note(spec, f"checkpoint: {why}")
     elif model.lower().endswith(".gguf"):  # what the GGUF's tensors hold
         from transformer_calc.checkpoint import Checkpoint
         from transformer_calc.gguf_file import read_gguf
@@ -212,6 +218,19 @@ def params(model: str = ModelArg, format: Format = FormatOpt,
         ckpt = Checkpoint((folder.name,), g.params, g.bytes, g.types,
                           {name: _numel(shape) for name, (shape, _) in g.tensors.items()})
     _emit(render_params(count_params(spec), spec, format.value, ckpt))
+
+
+def _is_hub_id(model: str) -> bool:
+    from transformer_calc.hub import parse
+    from transformer_calc.presets import preset_dir
+
+    return parse(model) is not None and not (preset_dir() / f"{model}.yaml").is_file()
+
+
+def dataclasses_replace_note(spec: Any, note: str) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(spec, note="; ".join(n for n in (spec.note, note) if n))
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -490,7 +509,14 @@ def memory(
 
     pattern = _pattern(attention_pattern.value, window, block, summary, global_tokens, random)
     spec = _load(model, overrides or {})
-    if model.lower().endswith(".gguf") and settings.inference and not settings.quant \
+    if spec.weight_format and settings.inference and not settings.quant \
+            and settings.dtype == "bf16":
+        # a quantised checkpoint serves in its own format (its quantization_config)
+        import dataclasses
+
+        settings = dataclasses.replace(settings, quant=spec.weight_format,
+                                       group_size=spec.weight_group_size or settings.group_size)
+    elif model.lower().endswith(".gguf") and settings.inference and not settings.quant \
             and settings.dtype == "bf16":
         # a GGUF serves in its own types: its general.file_type's recipe (issue 17)
         import dataclasses

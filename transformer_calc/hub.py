@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 
+from transformer_calc.checkpoint import Checkpoint
 from transformer_calc.errors import PresetError
 
 # org/name[@revision]: the Hub's repository-id characters (huggingface_hub
@@ -74,3 +75,39 @@ def config_path(ref: str) -> Path:
         raise PresetError(f"{ref}: the repository has no config.json") from None
     except (OSError, ValueError) as e:  # network errors, a bad revision string
         raise PresetError(f"{ref}: cannot fetch config.json: {str(e)[:200]}") from None
+
+
+def checkpoint(ref: str) -> tuple[Checkpoint | None, str]:
+    """(the checkpoint, "") from the repository's safetensors headers, read by HTTP range
+    requests as huggingface_hub's get_safetensors_metadata does, never the weights; or
+    (None, why not) when offline, not a safetensors repository, or unreachable."""
+    parsed = parse(ref)
+    if parsed is None or _offline():
+        return None, "offline: the checkpoint's headers were not read"
+    repo, rev = parsed
+    try:
+        from huggingface_hub import HfApi
+        from huggingface_hub import errors as hf_errors
+    except ImportError:
+        return None, "huggingface_hub is not installed"
+    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None)
+    try:
+        meta = api.get_safetensors_metadata(repo, revision=rev,
+                                            token=os.environ.get("HF_TOKEN") or None)
+    except hf_errors.NotASafetensorsRepoError:
+        return None, "the repository has no safetensors checkpoint"
+    except (hf_errors.SafetensorsParsingError, OSError, ValueError) as e:
+        return None, f"its safetensors headers could not be read: {str(e)[:120]}"
+    dtypes: dict[str, int] = {}
+    tensors: dict[str, int] = {}
+    nbytes = 0
+    for info in meta.files_metadata.values():
+        for name, t in info.tensors.items():
+            n = 1
+            for d in t.shape:
+                n *= d
+            tensors[name] = n
+            dtypes[t.dtype] = dtypes.get(t.dtype, 0) + n
+            nbytes += t.data_offsets[1] - t.data_offsets[0]
+    return Checkpoint(tuple(sorted(meta.files_metadata)), sum(tensors.values()), nbytes,
+                      dtypes, tensors), ""

@@ -129,6 +129,11 @@ class ModelSpec:
     module_names: str = _f("", "transformers' names of the linear layers (of lora's aliases: "
                            "q_proj, query, c_attn, ...) that --lora-targets accepts for this "
                            "model, comma-separated; empty: the Llama family's; none: none")
+    weight_format: str = _f("", "the checkpoint's quantised weight format (from config.json's "
+                            "quantization_config): a --quant format that serving uses by "
+                            "default; empty: none", arch=False)
+    weight_group_size: int = _f(0, "its group size (GPTQ/AWQ group_size; 0: the default 128)",
+                                minimum=0, arch=False)
     layers_nn_linear: bool = _f(True, "the layers' projections are torch nn.Linear modules "
                                 "(false: I-BERT's QuantLinear, which LoRA's all-linear skips)")
     fused_gate_up: bool = _f(False, "the gated FFN's gate and up projections stored as one "
