@@ -132,7 +132,7 @@ def core_value(spec, ref: str, T: int):  # noqa: ANN001, ANN201 - test helper
                                    "flops"])
 def test_every_number_shown_is_the_cores(model: str, topic: str) -> None:
     spec = load_model(model)
-    T = spec.max_positions or 1024
+    T = spec.default_seq_len  # one default context for every command (issue 16)
     checked: list[str] = []
     for section in explain(spec, topic):
         for step in section.steps:

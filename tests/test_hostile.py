@@ -422,3 +422,25 @@ def _tcalc_text(encoding: str, *args: str) -> str:
                        check=True, env={**os.environ, "PYTHONIOENCODING": encoding,
                                         "COLUMNS": "200"})
     return r.stdout.decode(encoding)
+
+
+def test_a_what_if_is_not_a_reference_that_differs(cli) -> None:
+    # issue 16: overriding a field on purpose sets the preset's reference count aside, says so
+    data = cli.json("params", "gpt2", "--no-tie-embeddings")
+    assert "expected_params" not in data
+    assert any("what-if (tie_embeddings = False)" in n for n in data["notes"])
+    assert "DIFFERS" not in cli("params", "gpt2", "--no-tie-embeddings").stdout
+    same = cli.json("params", "gpt2", "--n-heads", "12")  # no change: still the reference
+    assert same["expected_params"]["matches"] is True
+
+
+def test_one_default_context_for_every_command(cli) -> None:
+    # memory, flops and explain all take the model's max_positions (else 2048) when none given
+    from transformer_calc import load_model
+
+    spec = load_model("llama-3.1-8b")
+    assert spec.default_seq_len == 131_072
+    assert cli.json("memory", "gpt2")["seq_len"] == 1024
+    assert cli.json("flops", "gpt2")["seq_len"] == 1024
+    explain = cli("explain", "gpt2", "--topic", "flops").stdout
+    assert "T = 1,024" in explain or "1024" in explain

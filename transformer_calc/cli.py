@@ -268,7 +268,7 @@ SeqLenOpt = typer.Option(None, "--seq-len", "-T",
 def _seq_len(spec: Any, seq_len: int | None) -> int:
     if seq_len is not None:
         return seq_len  # validated by the core (>= 1)
-    return spec.max_positions or 2048
+    return spec.default_seq_len
 
 
 PatternOpt = typer.Option(Pattern["dense"], "--attention-pattern",

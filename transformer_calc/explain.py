@@ -61,7 +61,7 @@ def explain(spec: ModelSpec, topic: str = "params", *, batch_size: int = 1,
 
     if topic not in TOPICS:
         raise TcalcError(f"--topic: expected one of {', '.join(TOPICS)}, got '{topic}'")
-    T = seq_len or spec.max_positions or 1024
+    T = seq_len or spec.default_seq_len
     b = count_params(spec)
     if topic == "params":
         return (_layers(spec, b) + _embeddings(spec, b) + [_total(b)] + _heads_invariance(spec, b)

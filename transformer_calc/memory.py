@@ -943,7 +943,7 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     """``params``: count_params(spec), when the caller has it already."""
     p = params or count_params(spec)
     N = p.total
-    T = s.seq_len or spec.max_positions or 2048
+    T = s.seq_len or spec.default_seq_len
     spec.check_context(T)
     _check_parallel(spec, s)
     notes: tuple[str, ...] = ()
@@ -1321,7 +1321,7 @@ def _check_parallel(spec: ModelSpec, s: Settings) -> None:
     if s.ep > 1 and (not spec.n_experts or spec.n_experts % s.ep):
         raise TcalcError(f"--ep {s.ep}: expected a divisor of {spec.name}'s "
                          f"{spec.n_experts or 0} experts per layer")
-    if s.cp > 1 and (s.seq_len or spec.max_positions or 2048) % (2 * s.cp):
+    if s.cp > 1 and (s.seq_len or spec.default_seq_len) % (2 * s.cp):
         raise TcalcError(f"--cp {s.cp}: the sequence length must be a multiple of 2 · cp "
                          "(Megatron-LM's load-balanced context split)")
     if s.pp > 1 and spec.total_layers % s.pp:
@@ -1444,7 +1444,7 @@ def prefill_activation_bytes(spec: ModelSpec, s: Settings) -> int:
     measured): the chunk's hidden states in and out and the FFN's gate and up outputs (for
     experts, the top-k routed copies) in the activation dtype, and one row of fp32 logits per
     sequence sampled (engines compute logits only where they sample)."""
-    tokens = min(s.prefill_chunk, s.batch_size * (s.seq_len or spec.max_positions or 2048))
+    tokens = min(s.prefill_chunk, s.batch_size * (s.seq_len or spec.default_seq_len))
     F = (spec.d_ff_expert or spec.d_ff) * spec.top_k if spec.n_experts else spec.d_ff
     return tokens * (2 * F + 3 * spec.d_model) * 2 + s.batch_size * spec.vocab_size * 4
 

@@ -320,5 +320,16 @@ def dump_yaml(spec: ModelSpec) -> str:
 
 def apply_overrides(spec: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
     """What-if: the spec with some architecture fields replaced (validated again)."""
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    return spec.replace(**changes) if changes else spec
+    changes = {k: v for k, v in overrides.items() if v is not None
+               and v != getattr(spec, k, None)}
+    if not changes:
+        return spec
+    if spec.expected_params is None:
+        return spec.replace(**changes)
+    # a deliberate what-if is not a reference that differs (issue 16): the preset's reference
+    # count belongs to the unchanged model, so it is set aside and said so
+    what = ", ".join(f"{k} = {v}" for k, v in sorted(changes.items()))
+    note = (f"what-if ({what}): the preset's reference count {spec.expected_params:,} is for "
+            "the unchanged model")
+    return spec.replace(**changes, expected_params=None, expected_params_source="",
+                        note="; ".join(n for n in (spec.note, note) if n))

@@ -318,6 +318,12 @@ class ModelSpec:
         return ((self.arch, self.n_layers),)
 
     @property
+    def default_seq_len(self) -> int:
+        """The context every command assumes when none is given (issue 16: one default):
+        the model's max_positions, or 2048 when it has none."""
+        return self.max_positions or 2048
+
+    @property
     def max_context(self) -> int | None:
         """The longest sequence the model can take: its learned position table's rows (GPT-2:
         1,024); None when positions are computed (RoPE, ALiBi, sinusoidal, relative)."""
