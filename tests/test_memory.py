@@ -309,3 +309,27 @@ def test_two_micro_batches_already_keep_gradients_live() -> None:
     grads = {i.name: i.total for i in two[0].items.items}.get("gradients")
     assert grads == 4 * 124_439_808
     assert two[0].items.total - one[0].items.total == grads
+
+
+def test_squared_relu_keeps_one_tensor_of_the_ffn_width() -> None:
+    # issue 16: HF ReLUSquaredActivation (Nemotron-H's MLP) keeps relu's output, which the
+    # square reads too: one B·T·d_ff tensor, beside the MLP's input and the down projection's
+    # input. Measured (tools/measure_mlp.py: torch 2.13 CPU, transformers 5.23, the dense
+    # NemotronHMLP of tests/data/hf/variants/nemotron_h-tiny.json): activations_relu2_cpu.json
+    import json
+
+    from conftest import DATA
+
+    from transformer_calc.hf import spec_from_hf
+    from transformer_calc.memory import activation_breakdown
+
+    fixture = json.loads((DATA / "activations_relu2_cpu.json").read_text())
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "nemotron_h-tiny.json")
+                                   .read_text()))
+    for row in fixture["rows"]:
+        b = activation_breakdown(spec, row["B"], row["T"],
+                                 act_bytes=4 if row["dtype"] == "fp32" else 2, device="cpu",
+                                 attention="eager", dropout=False)
+        mlp = sum(b.get(f"decoder.dense.ffn.{n}").total
+                  for n in ("input", "activation", "out_input"))
+        assert mlp == row["saved_bytes"]
