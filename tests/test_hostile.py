@@ -137,6 +137,7 @@ OPTION_USE = {
     "lora_dropout": ["memory", "gpt2", "--lora", "8"],
     "kv_block": ["memory", "gpt2", "--inference"], "gpu_util": ["memory", "gpt2", "--inference"],
     "prefill_chunk": ["memory", "gpt2", "--inference"],
+    "micro_batches": ["memory", "gpt2", "--activations", "megatron"],
 }
 
 

@@ -124,3 +124,43 @@ def test_the_last_stage_holds_a_tied_heads_copy() -> None:
     layers = p.total - V * E - E
     r = memory_report(spec, Settings(precision="bf16", gpus=2, pp=2, seq_len=1024))
     assert r.per_gpu.get("weights").total == 2 * (layers // 2 + V * E + E)
+
+
+# -- activations: Megatron-LM's own formula, as a named recipe (--activations megatron) -------
+
+def megatron_activations(spec, T: int, b: int, tp: int, pp: int, sp_selective: bool,  # type: ignore[no-untyped-def]
+                         micro_batches: int | None = None) -> float:
+    """megatron/training/theoretical_memory_usage.py, compute_activation_memory (sequence
+    parallel + selective recomputation) and compute_activation_memory_without_sp, transcribed
+    (no virtual pipeline)."""
+    h, F, V, L = spec.d_model, spec.d_ff, spec.vocab_size, spec.n_layers
+    if sp_selective:
+        act = T * b * h * (18 + 4 * (F / h)) * L
+        act += 8 * T * b * pp + T * b * h * pp
+        if pp > 1 and micro_batches is not None:
+            act *= min(1, micro_batches / pp)
+        if pp == 1:
+            act += T * b * h * 4 * (1 + V / h)
+        return act / tp
+    act = T * b * h * (10 + 24 / tp) * L + 8 * T * b * pp + T * b * h * pp
+    if pp > 1 and micro_batches is not None:
+        act *= min(1, micro_batches / pp)
+    if pp == 1:
+        act += (T * b * V / tp + T * b * h) * 2
+    return act * 1.05
+
+
+@pytest.mark.parametrize(("model", "T", "b", "tp", "pp", "sp", "mb"), [
+    ("llama-3.1-70b", 4096, 1, 8, 4, True, None), ("llama-3.1-70b", 4096, 1, 8, 4, True, 2),
+    ("llama-3.1-8b", 8192, 2, 2, 1, True, None), ("llama-3.1-8b", 2048, 4, 4, 1, False, None),
+    ("gpt3-175b", 2048, 1, 8, 8, False, None), ("gpt3-175b", 2048, 1, 8, 8, False, 4),
+])
+def test_megatron_recipe_equals_its_formula(model: str, T: int, b: int, tp: int, pp: int,
+                                            sp: bool, mb: int | None) -> None:
+    spec = load_model(model)
+    r = memory_report(spec, Settings(
+        precision="bf16", mixed=True, gpus=tp * pp, tp=tp, pp=pp, sequence_parallel=sp and tp > 1,
+        recompute="selective" if sp else "none", activations="megatron", batch_size=b,
+        seq_len=T, micro_batches=mb or 0))
+    want = megatron_activations(spec, T, b, tp, pp, sp, mb)
+    assert abs(r.per_gpu.get("activations").total - want) <= 8  # integer rounding per row

@@ -70,7 +70,8 @@ NUMERIC_LIMITS: dict[str, tuple[float, float, bool]] = {  # name: (low, high, lo
     # a subnormal MFU or throughput divides into an infinite time: the floor is one in 1e9
     "mfu": (1e-9, 1, False), "tokens_per_second": (1e-9, 1e18, False),
     "grad_accum": (1, _BIG, False), "lora": (0, 2**20, False), "lora_dropout": (0, 0.99, False),
-    "kv_block": (0, 2**20, False), "gpu_util": (0, 1, True), "prefill_chunk": (1, _BIG, False),
+    "kv_block": (0, 2**20, False), "micro_batches": (0, _BIG, False),
+    "gpu_util": (0, 1, True), "prefill_chunk": (1, _BIG, False),
 }
 
 
@@ -357,6 +358,7 @@ def _training_params() -> list[inspect.Parameter]:
     Attention = _choice_enum("attention", ATTENTIONS)
     Device = _choice_enum("device", DEVICES)
     Offload = _choice_enum("offload", ("none", "optimizer", "all"))
+    Activations = _choice_enum("activations", ("hf", "megatron"))
     return [
         opt("precision", Optional[Precision], None, "--precision",
             help="Weights dtype: fp32 (default), or bf16/fp16 (pure, or the 16-bit dtype "
@@ -392,6 +394,12 @@ def _training_params() -> list[inspect.Parameter]:
         opt("freeze", str, "", "--freeze",
             help="Full fine-tuning with parts frozen, comma-separated: embeddings, "
                  "attention, mixers, ffn, norms, heads (no gradients or states for them)."),
+        opt("activations", Activations, Activations["hf"], "--activations",
+            help="Whose layers: hf (transformers' code, tensor by tensor, measured) or "
+                 "megatron (Megatron-LM's theoretical formula for its own layers)."),
+        opt("micro_batches", int, 0, "--micro-batches",
+            help="--activations megatron with --pp: micro-batches per step (fewer than pp "
+                 "discount the in-flight activations; 0: at least pp)."),
         opt("recompute", Recompute, Recompute["none"], "--recompute",
             help="Activation recomputation."),
         opt("attention", Attention, Attention["eager"], "--attention",

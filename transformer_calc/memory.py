@@ -697,6 +697,49 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                              keys=keys))
 
 
+def megatron_activations(spec: ModelSpec, s: Settings, T: int) -> Breakdown:
+    """Activations of Megatron-LM's own layers on the first pipeline stage, per GPU, as its
+    theoretical formula has them (megatron/training/theoretical_memory_usage.py, after
+    Korthikanti et al. 2022, Table 2): with sequence parallelism and selective recomputation
+    s·b·h·(18 + 4·F/h) per layer over tp (compute_activation_memory); otherwise
+    s·b·h·(10 + 24/tp) per layer (compute_activation_memory_without_sp) and 5 % on top for
+    temporaries. Both add the embedding's input (8·s·b) and dropout (s·b·h) for pp in-flight
+    micro-batches, and on a single stage the output layer: 4·s·b·h·(1 + V/h) (with SP) or
+    2·(s·b·V/tp + s·b·h) (without). Fewer micro-batches than pp discount it."""
+    sb, h, V, L = T * s.batch_size, spec.d_model, spec.vocab_size, spec.total_layers
+    F = spec.d_ff
+    sp = s.sequence_parallel and s.recompute == "selective"
+    rows: list[tuple] = []  # type: ignore[type-arg]
+    scale = 1.0  # applied to everything above the output layer, as the formula does
+    if s.pp > 1 and s.micro_batches:
+        scale = min(1.0, s.micro_batches / s.pp)
+    if sp:
+        per_layer = sb * h * (18 + 4 * F / h) / s.tp
+        layer_formula = "s·b·h·(18 + 4·F/h) / tp"
+    else:
+        per_layer = sb * h * (10 + 24 / s.tp)
+        layer_formula = "s·b·h·(10 + 24/tp)"
+    emb_in = 8 * sb * s.pp / (s.tp if sp else 1)
+    emb_drop = sb * h * s.pp / (s.tp if sp else 1)
+    rows.append(("megatron.layers", round(per_layer * scale), layer_formula, "", L, "", "",
+                 None, ()))
+    rows.append(("megatron.embedding_input", round(emb_in * scale), "8·s·b·pp", "", 1, "", "",
+                 None, ()))
+    rows.append(("megatron.embedding_dropout", round(emb_drop * scale), "s·b·h·pp", "", 1, "",
+                 "", None, ()))
+    if s.pp == 1:
+        out = (sb * h * 4 * (1 + V / h) / s.tp) if sp else 2 * (sb * V / s.tp + sb * h)
+        rows.append(("megatron.output", round(out), "4·s·b·h·(1 + V/h) / tp" if sp else
+                     "2·(s·b·V/tp + s·b·h)", "", 1, "", "", None, ()))
+    if not sp:
+        body = sum(r[1] * r[4] for r in rows)
+        rows.append(("megatron.temporaries", round(body * 0.05), "5 % of the above", "", 1,
+                     "", "", None, ()))
+    return Breakdown(spec.name, "bytes", tuple(rows), (
+        "activations: Megatron-LM's theoretical formula for its own layers (first pipeline "
+        "stage, per GPU), not transformers' implementation",), {})
+
+
 def korthikanti_per_layer(spec: ModelSpec, batch: int, seq_len: int) -> int:
     """Korthikanti et al. 2022, Eq. 1: s·b·h·(34 + 5·a·s/h) bytes per layer (16-bit, no
     parallelism, dropout masks of 1 byte)."""
@@ -719,6 +762,10 @@ class Settings:
     batch_size: int = 1
     seq_len: int = 0  # 0: the model's max_positions (or 2048)
     recompute: str = "none"
+    # whose layers the activations describe: hf (transformers' modelling code, tensor by
+    # tensor, measured) or megatron (Megatron-LM's own layers, by its theoretical formula)
+    activations: str = "hf"
+    micro_batches: int = 0  # megatron: micro-batches per step (0: at least pp, as assumed)
     attention: str = "eager"
     device: str = "cuda"
     dropout: bool | None = None  # None: on when the model trains with dropout (spec.dropout)
@@ -799,6 +846,10 @@ class Settings:
             (self.offload == "none" or self.zero >= (3 if self.offload == "all" else 1),
              "--offload: optimizer needs --zero 1 or more (ZeRO-Offload), all needs --zero 3 "
              "(ZeRO-Infinity)"),
+            (self.activations in ("hf", "megatron"),
+             "--activations: expected hf or megatron"),
+            (not (self.activations == "megatron" and self.lora_rank),
+             "--activations megatron: not with --lora (Megatron trains full models)"),
             (self.kv_block >= 0, "--kv-block: expected an integer >= 0"),
             (0 < self.gpu_util <= 1, "--gpu-util: expected a fraction in (0, 1]"),
             (self.prefill_chunk >= 1, "--prefill-chunk: expected an integer >= 1"),
@@ -1040,6 +1091,8 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
             recompute=s.recompute, pattern=pattern)
         if adapters is not None:
             acts = lora_activations(spec, acts, adapted_layers(spec, p, s.lora_targets), s, T)
+        if s.activations == "megatron":
+            acts = megatron_activations(spec, s, T)
         notes = acts.notes
         comps.append(("activations", acts.total, "Σ saved tensors (below)",
                       f"batch {s.batch_size} · seq {T}", 1, "", "", None, ()))
@@ -1356,7 +1409,10 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown,
     n_all = params.total
     out = []
     for item in total.items:
-        if item.name == "activations":
+        if item.name == "activations" and s.activations == "megatron":
+            out.append(Item("activations", item.total, "Megatron-LM's first pipeline stage, "
+                            "per GPU (its formula)"))
+        elif item.name == "activations":
             split = sum([r[1] * r[4] for r in acts.rows if r[6] == "tp"])  # note "tp"
             rest = acts.total - split
             per = split // s.tp + (rest // s.tp if s.sequence_parallel else rest)
