@@ -772,7 +772,7 @@ def _gpt_oss(c: Config) -> dict[str, Any]:
                 d_head=None if d_head * H == E else d_head,
                 d_ff=c.get("intermediate_size", 2880),
                 max_positions=c.get("max_position_embeddings", 131072), position="rope",
-                ffn="gated", activation="silu", norm="rmsnorm", norm_position="pre",
+                ffn="gated", activation="swiglu_oss", norm="rmsnorm", norm_position="pre",
                 attention_sinks=True, router_bias=True,
                 n_experts=c.get("num_local_experts", 128),
                 top_k=c.first(("num_experts_per_tok", "experts_per_token"), 4),

@@ -140,7 +140,12 @@ def fused_qkv_correction(spec: ModelSpec) -> int:
 # keeps anyway: 0.
 # relu2 (squared ReLU, Primer; HF ReLUSquaredActivation) keeps relu's output, which the square
 # reads too: 1 (measured on Nemotron-H's MLP: tools/measure_mlp.py).
-ACT_SAVES = {"relu2": 1, "gelu_new": 4, "gelu": 1, "gelu_tanh": 1, "silu": 1, "swish": 1, "relu": 0,
+# gpt-oss's clamped SwiGLU (GptOssExperts._apply_gate) keeps its fused gate_up output (2 widths:
+# the clamps read strided views of it), the clamped gate and its sigmoid, glu and up + 1: with
+# the gated product's 2, 4 more (measured: the listing of tools/measure_activations_hf.py's
+# gpt_oss variant, 6 · d_ff per routed token besides the down projection's input).
+ACT_SAVES = {"relu2": 1, "gelu_new": 4, "gelu": 1, "gelu_tanh": 1, "silu": 1, "swish": 1,
+             "swiglu_oss": 4, "relu": 0,
              "sigmoid": 0, "tanh": 0, "identity": 0}
 RESULT_SAVERS = {"relu", "sigmoid", "tanh", "identity"}
 

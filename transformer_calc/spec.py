@@ -21,7 +21,9 @@ NORM_POSITIONS = ("pre", "post")
 FFN_KINDS = ("plain", "gated", "param_attention")
 # gelu_new: GELU's tanh approximation written out in Python (HF NewGELUActivation, GPT-2):
 # the same function as gelu_tanh (one fused kernel) but autograd keeps 4 tensors, not 1.
-ACTIVATIONS = ("relu", "relu2", "gelu", "gelu_tanh", "gelu_new", "silu", "swish", "sigmoid", "tanh",
+# swiglu_oss: gpt-oss's clamped SwiGLU, gate · sigmoid(α · gate) · (up + 1) (GptOssExperts)
+ACTIVATIONS = ("relu", "relu2", "gelu", "gelu_tanh", "gelu_new", "silu", "swiglu_oss", "swish",
+               "sigmoid", "tanh",
                "identity")
 RELATIVE_SCOPES = ("first", "every")
 QK_NORMS = ("none", "head", "width")
