@@ -406,7 +406,7 @@ def _gemma(c: Config) -> dict[str, Any]:
         "vocab_size": c.get("vocab_size", 256000), "d_model": E, "n_heads": H,
         "n_kv_heads": c.kv_heads(16, H), "d_head": None if d_head * H == E else d_head,
         "n_layers": c.get("num_hidden_layers", 28), "d_ff": c.get("intermediate_size", 24576),
-        "max_positions": c.get("max_position_embeddings", 8192)}
+        "max_positions": c.get("max_position_embeddings", 8192), "norm_fp32": True}
 
 
 def _phi(c: Config) -> dict[str, Any]:
@@ -753,7 +753,7 @@ def _gemma2(c: Config, v3: bool = False) -> dict[str, Any]:
                 max_positions=c.get("max_position_embeddings", 131072 if v3 else 8192),
                 position="rope", ffn="gated",
                 activation=c.activation("hidden_activation", "gelu_pytorch_tanh"),
-                norm="rmsnorm", norm_position="pre", sandwich_norm=True,
+                norm="rmsnorm", norm_position="pre", sandwich_norm=True, norm_fp32=True,
                 qk_norm="head" if v3 else "none",
                 **_bias(bias, bias, bias, bias, False, False),
                 tie_embeddings=c.get("tie_word_embeddings", True)) | _layer_attention(

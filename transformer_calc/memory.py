@@ -284,8 +284,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         add((name + ".rstd", sb * vectors * 4, f"B·T{'·' + vsym[:-1] if vsym else ''} · 4 "
              "(fp32)", "", reps, stack, "", None, ()))
         if spec.norm == "rmsnorm":
-            add((name + ".normalized", n * r, f"B·T·{vsym}{wsym} · {rsym} (the weight's "
-                 "mul keeps it)", "", reps, stack, "", None, ()))
+            if spec.norm_fp32:  # GemmaRMSNorm: output · (1 + w) in fp32, cast back after
+                add((name + ".normalized", n * 4, f"B·T·{vsym}{wsym} · 4 (fp32: the weight's "
+                     "mul keeps it)", "", reps, stack, "", None, ()))
+            else:
+                add((name + ".normalized", n * r, f"B·T·{vsym}{wsym} · {rsym} (the weight's "
+                     "mul keeps it)", "", reps, stack, "", None, ()))
 
     def efficient_core(at: Attention, p: str, stack: str, L: int) -> None:
         """Issue 18: what Linformer, Performer and linear attention keep beside Q, K and V;

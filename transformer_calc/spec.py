@@ -141,6 +141,8 @@ class ModelSpec:
     fused_gate_up: bool = _f(False, "the gated FFN's gate and up projections stored as one "
                              "matrix (Phi-3: gate_up_proj; same parameter count, one LoRA "
                              "adapter)")
+    norm_fp32: bool = _f(False, "the RMSNorm keeps its normalised tensor in fp32 (Gemma: "
+                         "x̂ · (1 + w) computed in fp32, cast back after)")
     sandwich_norm: bool = _f(False, "norms before and after attention and FFN (Gemma 2/3: 4 "
                              "per layer)")
     qk_norm: str = _f("none", "norm on queries and keys: none, head (one norm over d_head, "
