@@ -75,6 +75,33 @@ def softmax_fp32_types() -> list[str]:
     return out
 
 
+# RMSNorms whose weight multiplies in fp32 before the cast back, so the normalised tensor the
+# mul keeps is fp32 (Gemma's x̂ · (1 + w), OLMo-2's and gpt-oss's (w · x̂).to(dtype))
+NORM_FP32 = ("return (self.weight * hidden_states).to(input_dtype)",
+             "output * (1.0 + self.weight.float())")
+
+
+def norm_fp32_types() -> list[str]:
+    """The model types tcalc reads whose modelling code has one of NORM_FP32."""
+    import importlib
+
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    from transformer_calc.hf import MAPPERS
+
+    out = []
+    for model_type in sorted(MAPPERS):
+        module = model_type_to_module_name(model_type)
+        try:
+            mod = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
+        except ImportError:
+            continue
+        text = Path(mod.__file__).read_text()
+        if any(pattern in text for pattern in NORM_FP32):
+            out.append(model_type)
+    return out
+
+
 def peft_moe_patterns() -> dict[str, str]:
     """Model types (of those tcalc reads) whose MoE layers peft converts for LoRA on
     transformers 5, and the pattern: peft.utils.transformers_weight_conversion's
@@ -145,6 +172,9 @@ def main() -> None:
           + "\n\n# Eager attention computes the softmax in fp32 (transformers' modelling code has\n"
           + f"# `{SOFTMAX_FP32}`)\nSOFTMAX_FP32: frozenset[str] = frozenset(\n"
           + pprint.pformat(softmax_fp32_types(), width=92, compact=True) + ")"
+          + "\n\n# RMSNorms that keep their normalised tensor in fp32 (the weight multiplies "
+          + "before the cast back)\nNORM_FP32: frozenset[str] = frozenset(\n"
+          + pprint.pformat(norm_fp32_types(), width=92, compact=True) + ")"
           + "\n\n# LoRA on a mixture of experts: the model types peft converts (router and fused\n"
           + "# experts adapted), by pattern (peft.utils.transformers_weight_conversion)\n"
           + "PEFT_MOE: dict[str, str] = "

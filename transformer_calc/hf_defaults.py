@@ -1356,6 +1356,12 @@ SOFTMAX_FP32: frozenset[str] = frozenset(
  'qwen3_moe', 'qwen3_next', 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2',
  'vaultgemma', 'xglm', 'youtu'])
 
+# RMSNorms that keep their normalised tensor in fp32 (the weight multiplies before the cast back)
+NORM_FP32: frozenset[str] = frozenset(
+['afmoe', 'flex_olmo', 'flint', 'gemma', 'gemma2', 'gemma3_text', 'gpt_oss',
+ 'minimax_m3_vl_text', 'olmo2', 'olmo3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next',
+ 'vaultgemma'])
+
 # LoRA on a mixture of experts: the model types peft converts (router and fused
 # experts adapted), by pattern (peft.utils.transformers_weight_conversion)
 PEFT_MOE: dict[str, str] = {'afmoe': 'qwen2_moe',
