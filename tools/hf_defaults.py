@@ -55,34 +55,9 @@ gating""".split()
 SOFTMAX_FP32 = "softmax(attn_weights, dim=-1, dtype=torch.float32)"
 
 
-def softmax_fp32_types() -> list[str]:
-    """The model types tcalc reads whose modelling code has SOFTMAX_FP32."""
-    import importlib
-
-    from transformers.models.auto.configuration_auto import model_type_to_module_name
-
-    from transformer_calc.hf import MAPPERS
-
-    out = []
-    for model_type in sorted(MAPPERS):
-        module = model_type_to_module_name(model_type)
-        try:
-            mod = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
-        except ImportError:
-            continue
-        if SOFTMAX_FP32 in Path(mod.__file__).read_text():
-            out.append(model_type)
-    return out
-
-
-# RMSNorms whose weight multiplies in fp32 before the cast back, so the normalised tensor the
-# mul keeps is fp32 (Gemma's x̂ · (1 + w), OLMo-2's and gpt-oss's (w · x̂).to(dtype))
-NORM_FP32 = ("return (self.weight * hidden_states).to(input_dtype)",
-             "output * (1.0 + self.weight.float())")
-
-
-def norm_fp32_types() -> list[str]:
-    """The model types tcalc reads whose modelling code has one of NORM_FP32."""
+def types_whose_code_has(*patterns: str) -> list[str]:
+    """The model types tcalc reads whose transformers modelling file holds one of the
+    patterns (read from the installed transformers' source)."""
     import importlib
 
     from transformers.models.auto.configuration_auto import model_type_to_module_name
@@ -97,9 +72,25 @@ def norm_fp32_types() -> list[str]:
         except ImportError:
             continue
         text = Path(mod.__file__).read_text()
-        if any(pattern in text for pattern in NORM_FP32):
+        if any(pattern in text for pattern in patterns):
             out.append(model_type)
     return out
+
+
+def softmax_fp32_types() -> list[str]:
+    """The model types whose eager attention has SOFTMAX_FP32."""
+    return types_whose_code_has(SOFTMAX_FP32)
+
+
+# RMSNorms whose weight multiplies in fp32 before the cast back, so the normalised tensor the
+# mul keeps is fp32 (Gemma's x̂ · (1 + w), OLMo-2's and gpt-oss's (w · x̂).to(dtype))
+NORM_FP32 = ("return (self.weight * hidden_states).to(input_dtype)",
+             "output * (1.0 + self.weight.float())")
+
+
+def norm_fp32_types() -> list[str]:
+    """The model types whose RMSNorm has one of NORM_FP32."""
+    return types_whose_code_has(*NORM_FP32)
 
 
 def peft_moe_patterns() -> dict[str, str]:

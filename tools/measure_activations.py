@@ -16,10 +16,12 @@ which op saved what (the totals agree).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import sys
 from collections import Counter
+from collections.abc import Iterator
 
 import torch
 
@@ -32,7 +34,10 @@ def build(attn: str, dtype: torch.dtype, device: str = "cpu") -> torch.nn.Module
     return model.to(device=device, dtype=dtype).train()
 
 
-def saved_bytes(model: torch.nn.Module, B: int, T: int, device: str = "cpu") -> dict[str, int]:
+@contextlib.contextmanager
+def recorded(model: torch.nn.Module) -> Iterator[dict[int, int]]:
+    """Within it, every storage autograd saves for backward (once, parameters out), by
+    torch.autograd.graph.saved_tensors_hooks: storage pointer -> bytes."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     storages: dict[int, int] = {}
 
@@ -42,11 +47,16 @@ def saved_bytes(model: torch.nn.Module, B: int, T: int, device: str = "cpu") -> 
             storages[s.data_ptr()] = s.nbytes()
         return t
 
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield storages
+
+
+def saved_bytes(model: torch.nn.Module, B: int, T: int, device: str = "cpu") -> dict[str, int]:
     torch.manual_seed(0)
     ids = torch.randint(0, model.config.vocab_size, (B, T), device=device)
     # use_cache=False: no generation cache in training (a hybrid's first layer may have no
     # attention, and transformers then cannot size its cache); saves nothing else
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with recorded(model) as storages:
         loss = model(input_ids=ids, labels=ids, use_cache=False).loss
     total = sum(storages.values())
     del loss

@@ -17,10 +17,14 @@ performer-pytorch): how the numbers in tests/test_efficient_attention.py were ob
 from __future__ import annotations
 
 import json
+import sys
 import warnings
+from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def trainable(m: torch.nn.Module) -> int:
@@ -34,17 +38,11 @@ def flops(m: torch.nn.Module, T: int, dim: int = 512) -> int:
 
 
 def saved_bytes(mod: torch.nn.Module, B: int, T: int, dim: int = 512) -> int:
-    """Bytes autograd saves for backward in one forward (storages once, parameters out)."""
-    params = {p.untyped_storage().data_ptr() for p in mod.parameters()}
-    storages: dict[int, int] = {}
+    """Bytes autograd saves for backward in one forward of a (B, T, dim) input (storages once,
+    parameters out), by torch.autograd.graph.saved_tensors_hooks."""
+    from measure_activations import recorded
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        s = t.untyped_storage()
-        if s.data_ptr() not in params:
-            storages[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with recorded(mod) as storages:
         mod(torch.randn(B, T, dim, requires_grad=True))
     return sum(storages.values())
 
