@@ -521,7 +521,7 @@ def _t5(c: Config, r: T5Like = T5Like("T5ForConditionalGeneration")) -> dict[str
                 relative_buckets=c.t("relative_attention_num_buckets", 32),
                 relative_scope=r.relative_scope, ffn="gated" if gated else "plain",
                 activation=ACTIVATIONS[act],
-                norm="rmsnorm", norm_position="pre", final_norm=True,
+                norm="rmsnorm", norm_position="pre", final_norm=True, t5_dropouts=True,
                 **_bias(False, False, False, False, False, False),
                 tie_embeddings=tie, tie_encoder_decoder=True)
 

@@ -418,9 +418,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             add((p + "gate", sb * gw * a, "B·T·" + ("n_heads" if at.gate == "head" else
                                                     "n_heads·d_head") + " · act (sigmoid gate)",
                  "", L, stack, "tp", None, ()))
-        add((p + "o_input", sb * Hh * dv * a, "B·T·n_heads·d_head · act (output projection input)"
-             if not at.mla else "B·T·n_heads·d_v · act (output projection input)",
-             "", L, stack, "tp", None, ()))
+        if not (kernel == "cpu_flash" and at.mechanism == "softmax"):
+            # (the CPU flash kernel writes its output in (B, T, H, d) order, so the output
+            # projection reads that very tensor: measured on BART, no copy is kept)
+            add((p + "o_input", sb * Hh * dv * a, "B·T·n_heads·d_head · act (output "
+                 "projection input)" if not at.mla else "B·T·n_heads·d_v · act (output "
+                 "projection input)", "", L, stack, "tp", None, ()))
         if dropout:
             add((p + "residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", "", L, stack,
                  "", None, ()))
@@ -466,6 +469,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                     add((p + sub + "activation", k * saves * sb * width * a,
                          f"{saves} · B·T·{sym} · act{route} ({act}{', gated' if gated else ''})",
                          "", L, stack, "tp", None, ()))
+                if dropout and spec.t5_dropouts:  # T5's FFN: dropout before wo
+                    add((p + sub + "inner_dropout_mask", k * sb * width * mask,
+                         f"B·T·{sym} · mask{route}", "", L, stack, "tp", None, ()))
                 add((p + sub + "out_input", k * sb * width * a,
                      f"B·T·{sym} · act{route} (down projection input)", "", L, stack, "tp", None,
                      ()))
@@ -642,13 +648,21 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             row("conv_output", x, "B·T·d_model · act", note)
             row("out_proj_input", x, "B·T·d_model · act", note)
 
-    # embeddings
-    add(("embed.token_ids", sb * 8, "B·T · 8 (int64 indices)", "", 1, "", "", None, ()))
+    # embeddings (an encoder-decoder looks up each stack's tokens: two index tensors, and two
+    # dropout masks; measured on T5)
+    n_stacks = 2 if spec.arch == "encoder-decoder" else 1
+    add(("embed.token_ids", sb * 8, "B·T · 8 (int64 indices)", "", n_stacks, "", "", None, ()))
     if spec.position == "learned":
         add(("embed.position_ids", T * 8, "T · 8 (int64, shared by the batch)", "", 1, "", "",
              None, ()))
     if dropout:
-        add(("embed.dropout_mask", sb * E * mask, "B·T·d_model · mask", "", 1, "", "", None, ()))
+        add(("embed.dropout_mask", sb * E * mask, "B·T·d_model · mask", "", n_stacks, "", "",
+             None, ()))
+    if spec.position == "relative" and spec.relative_scope == "first":
+        # T5: the relative-position bias is looked up once per stack through a T×T int64
+        # bucket index, which the embedding keeps
+        add(("embed.relative_buckets", T * T * 8, "T·T · 8 (int64 bucket indices, per stack)",
+             "", n_stacks, "", "", None, ()))
     for st in plan_of(spec).stacks:
         for g in st.groups:
             blk = g.block
@@ -665,6 +679,14 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                           shares_input=blk.ffn_reads_attn_input)
         if st.final_norm:
             norm(f"{st.name}.final_norm", "", 1)
+            if dropout and spec.t5_dropouts:  # T5Stack: dropout after the final norm
+                add((f"{st.name}.final_dropout_mask", sb * E * mask, "B·T·d_model · mask", "",
+                     1, "", "", None, ()))
+    if spec.arch == "encoder-decoder" and spec.n_decoder_layers:
+        # the encoder's output, which every cross-attention's K and V projections read (one
+        # tensor for all decoder layers; measured on T5)
+        add(("decoder.cross.encoder_output", sb * E * a, "B·T·d_model · act (cross K/V "
+             "input, shared by the layers)", "", 1, "", "", None, ()))
     if spec.embedding_norm:
         norm("embed.norm", "", 1)
     if spec.lm_head or spec.mlm_head:

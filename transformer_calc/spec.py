@@ -141,6 +141,8 @@ class ModelSpec:
     fused_gate_up: bool = _f(False, "the gated FFN's gate and up projections stored as one "
                              "matrix (Phi-3: gate_up_proj; same parameter count, one LoRA "
                              "adapter)")
+    t5_dropouts: bool = _f(False, "T5's dropouts beyond the residual ones: inside the FFN "
+                           "(before wo) and after each stack's final norm")
     norm_fp32: bool = _f(False, "the RMSNorm keeps its normalised tensor in fp32 (Gemma: "
                          "x̂ · (1 + w) computed in fp32, cast back after)")
     sandwich_norm: bool = _f(False, "norms before and after attention and FFN (Gemma 2/3: 4 "
