@@ -342,14 +342,24 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 else:
                     norm(p + part, stack, L, heads * dq, hsym + "·d_head")
         if at.mla:
-            # DeepSeek MLA (transformers DeepseekV3Attention): the latent and the low-rank
-            # query pass through a norm and a second projection; estimated from the module's
-            # operations, not yet measured (tools/measure_activations.py does not cover it)
+            # DeepSeek MLA (transformers DeepseekV3Attention), measured (the listing of the
+            # deepseek_v3 variant): kv_a's output (the latent and the RoPE key, kept whole by
+            # the norm and the rotation), the latent's norm (an fp32 copy in a 16-bit model,
+            # 1/rms, the normalised tensor) and kv_b's input; the same for q_a when the query
+            # is low-rank
             rq, rkv, dr = at.q_lora_rank, at.kv_lora_rank, at.d_rope
-            latent = rkv + dr + (2 * rq if rq else 0) + rkv
-            add((p + "latent", sb * latent * a, "B·T·(kv_lora_rank + d_rope + 2·q_lora_rank + "
-                 "kv_lora_rank) · act (latent projections and their norms)", "", L, stack, "",
-                 None, ()))
+            up = 4 if a != 4 else 0  # the norm's fp32 copy of its input in a 16-bit model
+            per_token = (rkv + dr) * a + rkv * up + 4 + 2 * rkv * a
+            formula = "B·T·((kv_lora_rank + d_rope + 2·kv_lora_rank) · act + 4)"
+            if up:
+                formula += " + B·T·kv_lora_rank · 4"
+            if rq:
+                per_token += rq * a + rq * up + 4 + 2 * rq * a
+                formula += " + B·T·(3·q_lora_rank · act + 4)"
+                if up:
+                    formula += " + B·T·q_lora_rank · 4"
+            add((p + "latent", sb * per_token, formula + " (kv_a's output, its norm, kv_b's "
+                 "input)", "", L, stack, "", None, ()))
             vw = Hh * dv
             kvw = qw
         if at.conv:
@@ -365,10 +375,13 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  "act", "", L, stack, "tp", None, ()))
             add((p + "qkv_output", sb * (qw + kvw + vw) * a, "B·T·(n_heads + 2·n_kv_heads)·"
                  "d_head · act (fused output: V is a view)", "", L, stack, "tp", None, ()))
+        elif flash and at.mla:  # V is a view of kv_b's output, kept whole (measured)
+            vb = Hh * (dq - at.d_rope + dv)
+            add((p + "qkv", sb * (qw + kvw + vb) * a, "B·T·n_heads·(2·(d_nope + d_rope) + "
+                 "d_nope + d_v) · act", "", L, stack, "tp", None, ()))
         elif flash:
             add((p + "qkv", sb * (qw + kvw + vw) * a,
-                 "B·T·(n_heads + 2·n_kv_heads)·d_head · act" if not at.mla else
-                 "B·T·n_heads·(2·(d_nope + d_rope) + d_v) · act", "", L, stack, "tp", None, ()))
+                 "B·T·(n_heads + 2·n_kv_heads)·d_head · act", "", L, stack, "tp", None, ()))
         if at.mechanism != "softmax" and not cross:
             pass  # efficient_core above: no score tensor of T²
         elif flash:
@@ -393,9 +406,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # are repeated to n_heads first (HF repeat_kv)
             kv = "B·T·n_heads·d_head · " + c_sym + " (contiguous copy)"
             add((p + "k", sb * qw * c, kv, "", L, stack, "tp", None, ()))
-            add((p + "v", sb * Hh * dv * c, kv if not at.mla else
-                 "B·T·n_heads·d_v · " + c_sym + " (contiguous copy)", "", L, stack, "tp", None,
-                 ()))
+            if at.mla:  # V is a view of kv_b's output, which stays whole (measured)
+                add((p + "v", sb * Hh * (dq - at.d_rope + dv) * c, "B·T·n_heads·(d_nope + d_v) "
+                     "· " + c_sym + " (kv_b's output: V is a view)", "", L, stack, "tp", None,
+                     ()))
+            else:
+                add((p + "v", sb * Hh * dv * c, kv, "", L, stack, "tp", None, ()))
             probs = B * Hh * T * kq
             if soft32:
                 add((p + "softmax", probs * 4, f"B·n_heads·T·{kq_sym} · 4 (fp32 softmax "
@@ -418,9 +434,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             add((p + "gate", sb * gw * a, "B·T·" + ("n_heads" if at.gate == "head" else
                                                     "n_heads·d_head") + " · act (sigmoid gate)",
                  "", L, stack, "tp", None, ()))
-        if not (kernel == "cpu_flash" and at.mechanism == "softmax"):
-            # (the CPU flash kernel writes its output in (B, T, H, d) order, so the output
-            # projection reads that very tensor: measured on BART, no copy is kept)
+        if not (kernel == "cpu_flash" and at.mechanism == "softmax" and not at.mla):
+            # (the CPU flash kernel writes its output in the query's (B, T, H, d) order, so the
+            # output projection reads that very tensor: measured on BART, no copy is kept;
+            # MLA's query is concatenated in (B, H, T, d) order and is copied: measured)
             add((p + "o_input", sb * Hh * dv * a, "B·T·n_heads·d_head · act (output "
                  "projection input)" if not at.mla else "B·T·n_heads·d_v · act (output "
                  "projection input)", "", L, stack, "tp", None, ()))
