@@ -190,7 +190,7 @@ def test_compare_values_and_differences(cli) -> None:
     table = cli("compare", "gpt2", "gpt2-medium").stdout
     assert "+230,383,360 (+185.1%)" in table
     md = cli("compare", "gpt2", "bert-base", "--format", "markdown").stdout
-    assert md.startswith("| metric | gpt2 | bert-base (Δ vs gpt2) |")
+    assert md.startswith("## compare\n\n| metric | gpt2 | bert-base (Δ vs gpt2) |")
 
 
 def test_compare_needs_two(cli) -> None:

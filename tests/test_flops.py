@@ -174,7 +174,7 @@ def test_cli_flops_pattern_scan(cli) -> None:
               "--seq-len", "1024").stdout
     assert "local window of 256" in out and "<- pays" in out
     md = cli("flops", "gpt2", "--format", "markdown").stdout
-    assert md.startswith("## gpt2: FLOPs per token")
+    assert md.startswith("## gpt2: forward FLOPs per token (T = 1024)")
 
 
 @pytest.mark.parametrize("args, message", [

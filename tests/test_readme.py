@@ -102,17 +102,34 @@ def test_preset_format_names_every_field_and_the_table_every_preset() -> None:
         assert f"| {name} |" in table, name
 
 
-def test_readme_json_keys_are_the_emitted_ones(cli) -> None:  # type: ignore[no-untyped-def]
-    # the generated example is the real output cut to one element per list: its keys are the
-    # command's keys, at every level
-    generated = re.search(r"<!-- generated: params-json -->\n```json\n(.*?)```", README, re.S)
-    assert generated
+def _keys(value: object, at: str = "") -> set[str]:
+    """Every key path in a JSON value, lists read through their first element."""
+    if isinstance(value, dict):
+        return {f"{at}.{k}" for k in value} | {p for k, v in value.items()
+                                              for p in _keys(v, f"{at}.{k}")}
+    if isinstance(value, list) and value and value[0] != "...":
+        return _keys(value[0], f"{at}[]")
+    return set()
+
+
+@pytest.mark.parametrize(("section", "args"), [
+    ("params-json", ["params", "gpt2"]),
+    ("memory-json", ["memory", "gpt2", "--mixed", "--batch-size", "8", "--gpu", "A100-80GB"]),
+    ("flops-json", ["flops", "gpt2", "--gpu", "A100-80GB", "--gpus", "8", "--tokens", "10B"]),
+])
+def test_readme_json_keys_are_the_emitted_ones(cli, section: str,  # type: ignore[no-untyped-def]
+                                               args: list[str]) -> None:
+    # the documented example is the real output cut to one element per list: its keys are
+    # the command's keys, at every level, in order
+    generated = re.search(rf"<!-- generated: {section} -->\n```json\n(.*?)```",
+                          README, re.S)
+    assert generated, section
     import json
 
     shown = json.loads(generated.group(1))
-    real = cli.json("params", "gpt2")
+    real = cli.json(*args)
     assert list(shown) == list(real)
-    assert list(shown["components"][0]) == list(real["components"][0])
+    assert _keys(shown) == _keys(real)
 
 
 @pytest.mark.slow

@@ -196,7 +196,7 @@ def params(model: str = ModelArg, format: Format = FormatOpt,
     `tcalc params gpt2 --n-heads 4` (same total) or `--no-tie-embeddings` (+ V·d_model).
     """
     from transformer_calc.params import count_params
-    from transformer_calc.render import render_params
+    from transformer_calc.render import params_doc, show
 
     spec = _load(model, overrides or {})
     ckpt = None
@@ -218,7 +218,7 @@ def params(model: str = ModelArg, format: Format = FormatOpt,
         g = read_gguf(folder)
         ckpt = Checkpoint((folder.name,), g.params, g.bytes, g.types,
                           {name: _numel(shape) for name, (shape, _) in g.tensors.items()})
-    _emit(render_params(count_params(spec), spec, format.value, ckpt))
+    show(params_doc(count_params(spec), spec, ckpt), format.value)
 
 
 def _is_hub_id(model: str) -> bool:
@@ -332,7 +332,7 @@ def flops(
     bounds from the roofline model.
     """
     from transformer_calc.flops import flops_report
-    from transformer_calc.render import render_flops
+    from transformer_calc.render import flops_doc, show
 
     pattern = _pattern(attention_pattern.value, window, block, summary, global_tokens, random)
     spec = _load(model, overrides or {})
@@ -340,7 +340,7 @@ def flops(
         spec, _seq_len(spec, seq_len), recompute=recompute.value, pattern=pattern, gpu=gpu,
         n_gpus=gpus, tokens=None if tokens is None else parse_count(tokens, "--tokens"), mfu=mfu,
         dtype=dtype, tokens_per_second=tokens_per_second, batch=batch_size)
-    _emit(render_flops(report, format.value))
+    show(flops_doc(report), format.value)
 
 
 def _training_params() -> list[inspect.Parameter]:
@@ -513,7 +513,7 @@ def memory(
         _memory_overview(settings, format)
         return
     from transformer_calc.memory import memory_report
-    from transformer_calc.render import render_memory
+    from transformer_calc.render import memory_doc, show
 
     pattern = _pattern(attention_pattern.value, window, block, summary, global_tokens, random)
     spec = _load(model, overrides or {})
@@ -534,7 +534,7 @@ def memory(
         fmt = recipe(read_gguf(Path(model).expanduser()))
         if fmt:
             settings = dataclasses.replace(settings, quant=fmt)
-    _emit(render_memory(memory_report(spec, settings, train["gpu"], pattern), format.value))
+    show(memory_doc(memory_report(spec, settings, train["gpu"], pattern)), format.value)
 
 
 Topic = Enum("Topic", {c: c for c in TOPICS}, type=str)  # type: ignore[misc]
@@ -556,11 +556,11 @@ def explain(
     what dominates activations), flops (per matmul, 6N).
     """
     from transformer_calc.explain import explain as derive
-    from transformer_calc.render import render_explain
+    from transformer_calc.render import explain_doc, show
 
     spec = _load(model, overrides or {})
     sections = derive(spec, topic.value, batch_size=batch_size, seq_len=seq_len)
-    _emit(render_explain(spec.name, topic.value, sections, format.value))
+    show(explain_doc(spec.name, topic.value, sections), format.value)
 
 
 def parse_ints(text: str, option: str) -> list[int]:
@@ -597,7 +597,7 @@ def sweep(
     import dataclasses
 
     from transformer_calc.memory import memory_report
-    from transformer_calc.render import render_sweep
+    from transformer_calc.render import show, sweep_doc
 
     train = train or {}
     spec = _load(model, overrides or {})
@@ -610,7 +610,7 @@ def sweep(
     base = _settings(train)
     cells = {(b, t): memory_report(spec, dataclasses.replace(base, batch_size=b, seq_len=t),
                                    train["gpu"]) for b in batches for t in seqs}
-    _emit(render_sweep(spec.name, train["gpu"], batches, seqs, cells, format.value))
+    show(sweep_doc(spec.name, train["gpu"], batches, seqs, cells), format.value)
 
 
 @_command(training=True)
@@ -629,7 +629,7 @@ def compare(
     from transformer_calc.flops import count_flops, training_flops_per_token
     from transformer_calc.memory import memory_report
     from transformer_calc.params import CATEGORIES, by_category, count_params
-    from transformer_calc.render import render_compare
+    from transformer_calc.render import compare_doc, show
 
     if len(models) < 2:
         raise TcalcError("compare: give at least two models")
@@ -659,7 +659,7 @@ def compare(
         rows.append(("largest batch that fits", "batch", [f.max_batch_size for f in fits]))
     rows.append((f"FLOPs/token forward (T={T})", "FLOPs", [f.total for f in flops]))
     rows.append(("FLOPs/token training", "FLOPs", [training_flops_per_token(f) for f in flops]))
-    _emit(render_compare([s.name for s in specs], rows, format.value))
+    show(compare_doc([s.name for s in specs], rows), format.value)
 
 
 def _memory_overview(settings: Any, format: Format) -> None:
@@ -668,62 +668,25 @@ def _memory_overview(settings: Any, format: Format) -> None:
 
     from transformer_calc.memory import memory_report, state_bytes_per_param
     from transformer_calc.presets import load_model, preset_names
-    from transformer_calc.render import (
-        bytes_per_param_rows,
-        dumps,
-        human_bytes,
-        md_table,
-        print_table,
-    )
+    from transformer_calc.render import memory_overview_doc, show
 
     # One context for every preset (their max_positions range from 512 to 131,072), or the
     # length of a learned position table that is shorter (BERT: 512)
     T = settings.seq_len or 2048
-    rows = state_bytes_per_param(settings)
     specs = [load_model(n) for n in preset_names()]
     reports = [memory_report(s, dataclasses.replace(settings, seq_len=min(
         T, s.max_context or T))) for s in specs]
-    if format is Format.json:
-        _emit(dumps({"schema": "tcalc.memory-overview/1",
-                     "bytes_per_param": [{"name": n, "bytes": b, "why": w} for n, b, w in rows],
-                     "models": [{"model": r.model, "params": r.params,
-                                 "total_bytes": r.components.total,
-                                 "components": [{"name": i.name, "bytes": i.total}
-                                                for i in r.components.items]}
-                                for r in reports]}))
-        return
-    names = [i.name for i in reports[0].components.items]
-    table = [(r.model, f"{r.params:,}", *(human_bytes(i.total) for i in r.components.items),
-              human_bytes(r.components.total)) for r in reports]
-    headers = ("model", "params", *names, "total")
-    if format is Format.markdown:
-        _emit(md_table(("component", "bytes/param", "why"), bytes_per_param_rows(rows)) + "\n\n"
-              + md_table(headers, table))
-        return
-    print_table("bytes per parameter", ("component", "bytes/param", "why"),
-                bytes_per_param_rows(rows), right=(1,))
-    print_table(f"every preset (batch {settings.batch_size}, seq {settings.seq_len})", headers,
-                table, right=tuple(range(1, len(headers))))
+    show(memory_overview_doc(settings, T, state_bytes_per_param(settings), reports),
+         format.value)
 
 
 @_command()
 def gpus(format: Format = FormatOpt) -> None:
     """List the GPU presets: memory, bandwidth and dense peak FLOP/s per dtype."""
     from transformer_calc.hardware import GPUS
-    from transformer_calc.render import dumps, md_table, print_table
+    from transformer_calc.render import gpus_doc, show
 
-    if format is Format.json:
-        _emit(dumps([{"name": g.name, "memory_bytes": g.memory_bytes, "bandwidth": g.bandwidth,
-                      "peak_flops": g.peak_flops, "source": g.source} for g in GPUS.values()]))
-        return
-    rows = [(g.name, f"{g.memory_bytes / 2**30:g} GiB", f"{g.bandwidth / 1e9:,.0f} GB/s",
-             ", ".join(f"{k} {v / 1e12:g}" for k, v in g.peak_flops.items()), g.source)
-            for g in GPUS.values()]
-    headers = ("gpu", "memory", "bandwidth", "peak TFLOP/s (dense)", "source")
-    if format is Format.markdown:
-        _emit(md_table(headers, rows))
-    else:
-        print_table(f"{len(rows)} GPU presets", headers, rows)
+    show(gpus_doc(list(GPUS.values())), format.value)
 
 
 @_command()
@@ -731,23 +694,14 @@ def presets(format: Format = FormatOpt) -> None:
     """List the shipped presets with their description and exact total."""
     from transformer_calc.params import count_params
     from transformer_calc.presets import load_model, preset_names
-    from transformer_calc.render import dumps, human, md_table, print_table
+    from transformer_calc.render import presets_doc, show
 
     rows = []
     for name in preset_names():
         spec = load_model(name)
         b = count_params(spec)
         rows.append((name, spec.description, b.total, b.active_total))
-    if format is Format.json:
-        _emit(dumps([{"name": n, "description": d, "total_params": t, "active_params": a}
-                     for n, d, t, a in rows]))
-        return
-    table = [(n, d, f"{t:,}", human(t)) for n, d, t, _ in rows]
-    headers = ("preset", "description", "params", "")
-    if format is Format.markdown:
-        _emit(md_table(headers, table))
-    else:
-        print_table(f"{len(rows)} presets", headers, table, right=(2, 3))
+    show(presets_doc(rows), format.value)
 
 
 @_command()
@@ -765,10 +719,10 @@ def check(
     import os
 
     from transformer_calc.check import check as run_check
-    from transformer_calc.render import github_annotations, render_check
+    from transformer_calc.render import check_doc, github_annotations, show
 
     results = run_check(paths or [])
-    _emit(render_check(results, format.value))
+    show(check_doc(results), format.value)
     if os.environ.get("GITHUB_ACTIONS") == "true":  # on stderr: stdout stays the result
         for line in github_annotations(results):
             typer.echo(line, err=True)

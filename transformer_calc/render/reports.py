@@ -1,47 +1,35 @@
-"""Render a Breakdown as a rich table, JSON or markdown. The only module that imports rich.
-
-Human units (124.4M) exist only here; JSON carries exact integers.
-"""
+"""Each command's result as a Doc: its JSON value and its blocks (tables, notes). The one
+place that decides what a command shows; json.py, markdown.py and terminal.py render it."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from transformer_calc.breakdown import Breakdown, Item
+from transformer_calc.render.doc import (
+    Cell,
+    Column,
+    Doc,
+    Mark,
+    Pair,
+    Section,
+    Table,
+    Text,
+    Wide,
+)
+from transformer_calc.render.units import error_pct, human, human_bytes, pct, sci
 from transformer_calc.spec import ARCH_FIELDS, ModelSpec
 
 PARAMS_SCHEMA = "tcalc.params/1"
 
 
-def human(n: float, unit: str = "") -> str:
-    """124439808 -> '124.4M'; 1557611200 -> '1.56B'."""
-    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if abs(n) >= div:
-            v = n / div
-            return f"{v:.3g}{suffix}{unit}" if v < 100 else f"{v:.1f}{suffix}{unit}"
-    return f"{n:g}{unit}"
-
-
-def human_bytes(n: float) -> str:
-    """Binary units, as memory is sold and reported: 16,106,127,360 -> '15.00 GiB'."""
-    for div, suffix in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(n) >= div:
-            return f"{n / div:.2f} {suffix}"
-    return f"{n:g} B"
-
-
-def pct(part: int, whole: int) -> str:
-    return f"{100 * part / whole:.2f}%" if whole else "-"
-
-
-def error_pct(estimate: int, exact: int) -> float:
-    return 100.0 * (estimate - exact) / exact if exact else 0.0
-
-
 def spec_dict(spec: ModelSpec) -> dict[str, Any]:
     return {f.name: getattr(spec, f.name) for f in ARCH_FIELDS}
+
+
+def _columns(headers: Sequence[str], numeric: Sequence[int] = ()) -> list[Column]:
+    return [Column(h, n in numeric) for n, h in enumerate(headers)]
 
 
 # -- params ------------------------------------------------------------------------------
@@ -101,26 +89,28 @@ def _short(item: Item) -> str:
     return item.name[len(item.stack) + 1:] if item.stack else item.name
 
 
-def params_rows(b: Breakdown, *, exprs: bool = False) -> list[tuple[str, ...]]:
-    """(component, formula, per layer, params, share[, active]) rows, subtotals included.
+Row = Sequence[Cell] | Section
 
-    Section headers are rows of the form ("[title]", "", ...). With ``exprs`` the formula
-    cell also shows the numbers substituted (markdown has the room).
-    """
+
+def params_rows(b: Breakdown) -> list[Row]:
+    """(component, formula, per layer, params, share[, active]) rows, subtotals included,
+    under a Section per part; the formula cell also has the numbers substituted (Wide), for
+    formats with the room."""
     moe = b.active_total != b.total
-    rows: list[tuple[str, ...]] = []
+    rows: list[Row] = []
     total = b.total
     current = None
     for n, item in enumerate(b.items):
         title = _section(item)
         if title != current:
             current = title
-            rows.append((f"[{title}]",) + ("",) * (4 + moe))
-        formula = item.formula
-        if exprs and item.expr and item.expr != item.formula and item.count:
-            formula = f"{item.formula} = {item.expr}"
-        row: tuple[str, ...] = (_short(item), formula, f"{item.count:,}" if item.per_layer else "",
-                                f"{item.total:,}", pct(item.total, total))
+            rows.append(Section(title))
+        formula: Cell = item.formula
+        if item.expr and item.expr != item.formula and item.count:
+            formula = Wide(item.formula, f"{item.formula} = {item.expr}")
+        row: tuple[Cell, ...] = (_short(item), formula,
+                                 f"{item.count:,}" if item.per_layer else "",
+                                 f"{item.total:,}", pct(item.total, total))
         if moe:
             row += (f"{item.active_total:,}",)
         rows.append(row)
@@ -161,20 +151,6 @@ def params_summary(b: Breakdown, spec: ModelSpec) -> list[str]:
     return lines
 
 
-def render_params(b: Breakdown, spec: ModelSpec, fmt: str,
-                  ckpt: Any = None) -> str | None:
-    extra = checkpoint_dict(ckpt, b.total) if ckpt is not None else None
-    if fmt == "json":
-        return dumps(params_dict(b, spec) | ({"checkpoint": extra} if extra else {}))
-    if fmt == "markdown":
-        return params_markdown(b, spec) + ("".join(f"- {line}\n" for line in
-                                                   checkpoint_lines(extra)) if extra else "")
-    print_table(f"{spec.name}: trainable parameters", params_headers(b), params_rows(b),
-                params_summary(b, spec) + (checkpoint_lines(extra) if extra else []),
-                right=(2, 3, 4, 5))
-    return None
-
-
 def checkpoint_dict(ckpt: Any, architecture: int) -> dict[str, Any]:
     """JSON "checkpoint" (issue 17): what the folder's safetensors headers hold, against the
     architecture's count."""
@@ -199,76 +175,18 @@ def checkpoint_lines(c: dict[str, Any]) -> list[str]:
     return lines
 
 
-def params_markdown(b: Breakdown, spec: ModelSpec) -> str:
-    lines = [f"## {spec.name}: trainable parameters", ""]
-    lines.append(md_table(params_headers(b),
-                          [(f"**{r[0][1:-1]}**", *r[1:]) if r[0].startswith("[") else r
-                           for r in params_rows(b, exprs=True)]))
-    lines.append("")
-    lines += [f"- {s}" for s in params_summary(b, spec)]
-    return "\n".join(lines) + "\n"
 
 
-# -- shared helpers ------------------------------------------------------------------------
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, ensure_ascii=False)
-
-
-def _console() -> Any:
-    """rich's Console, but a closed stdout raises BrokenPipeError (rich would exit 1 silently),
-    so that the CLI says why in one line (issue 16)."""
-    from rich.console import Console
-
-    class Quiet(Console):
-        def on_broken_pipe(self) -> None:
-            self.quiet = True
-            raise BrokenPipeError
-
-    return Quiet()
-
-
-def _plain(text: str) -> str:
-    """A cell or line from the user, made safe for a terminal (no control characters)."""
-    from transformer_calc.errors import printable
-
-    return printable(text, one_line=True)
-
-
-def _markup_safe(text: str) -> str:
-    """For places rich parses as markup (table titles): escaped, so '[/bold]' is text."""
-    from rich.markup import escape
-
-    return escape(_plain(text))
-
-
-def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    def esc(s: str) -> str:  # a cell stays one cell: no pipe, no newline
-        return _plain(s).replace("|", "\\|")
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
-
-
-def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
-                footer: Sequence[str] = (), right: tuple[int, ...] = ()) -> None:
-    from rich.table import Table
-
-    table = Table(title=_markup_safe(title), title_justify="left")
-    for n, h in enumerate(headers):
-        # numbers never fold across lines (issue 16): the text columns wrap instead
-        table.add_column(h, justify="right" if n in right else "left",
-                         overflow="fold", no_wrap=n in right, min_width=len(h) if n in right
-                         else None)
-    for r in rows:
-        if r[0].startswith("[") and r[0].endswith("]") and not any(r[1:]):
-            table.add_row(f"[bold]{r[0][1:-1]}[/bold]", *r[1:], end_section=False)
-        else:
-            table.add_row(*(_plain(c).replace("[", "\\[") for c in r))
-    console = _console()
-    console.print(table)
-    for line in footer:
-        console.print(_plain(line), markup=False, highlight=False)
+def params_doc(b: Breakdown, spec: ModelSpec, ckpt: Any = None) -> Doc:
+    extra = checkpoint_dict(ckpt, b.total) if ckpt is not None else None
+    data = params_dict(b, spec) | ({"checkpoint": extra} if extra else {})
+    return Doc(data, [
+        # too wide for a terminal: "per layer" goes first, then "share"
+        Table(f"{spec.name}: trainable parameters",
+              [Column(h, n > 1, drop={2: 2, 4: 1}.get(n, 0))
+               for n, h in enumerate(params_headers(b))], params_rows(b)),
+        Text(params_summary(b, spec) + (checkpoint_lines(extra) if extra else [])),
+    ])
 
 
 # -- check ---------------------------------------------------------------------------------
@@ -312,31 +230,29 @@ def github_annotations(results: list[Any]) -> list[str]:
     return out
 
 
-def render_check(results: list[Any], fmt: str) -> str:
-    if fmt == "json":
-        return dumps({
-            "schema": CHECK_SCHEMA,
-            "ok": sum(r.ok for r in results),
-            "failed": sum(not r.ok for r in results),
-            "files": [{"path": r.path, "ok": r.ok, "model": r.model, "total_params": r.total,
-                       "expected_params": r.expected, "message": r.message, "line": r.line,
-                       "key": r.key} for r in results],
-        })
-    if fmt == "markdown":
-        rows = [(r.path, "ok" if r.ok else "FAIL", f"{r.total:,}" if r.total is not None else "",
-                 r.message) for r in results]
-        return md_table(("file", "result", "params", "message"), rows) + "\n\n" + (
-            check_summary(results) + "\n")
-    return "\n".join(check_lines(results)) + "\n"
+
+def check_doc(results: list[Any]) -> Doc:
+    data = {
+        "schema": CHECK_SCHEMA,
+        "ok": sum(r.ok for r in results),
+        "failed": sum(not r.ok for r in results),
+        "files": [{"path": r.path, "ok": r.ok, "model": r.model, "total_params": r.total,
+                   "expected_params": r.expected, "message": r.message, "line": r.line,
+                   "key": r.key} for r in results],
+    }
+    rows = [(r.path, "ok" if r.ok else "FAIL", f"{r.total:,}" if r.total is not None else "",
+             r.message) for r in results]
+    # one grep-able line per file on a terminal and in CI logs; a table in markdown
+    return Doc(data, [
+        Text(check_lines(results), "lines", only="table"),
+        Table("", _columns(("file", "result", "params", "message")), rows, only="markdown"),
+        Text([check_summary(results)], "lines", only="markdown"),
+    ])
 
 
 # -- flops ---------------------------------------------------------------------------------
 
 FLOPS_SCHEMA = "tcalc.flops/1"
-
-
-def sci(x: float) -> str:
-    return f"{x:.3e}"
 
 
 def flops_dict(r: Any) -> dict[str, Any]:
@@ -399,15 +315,15 @@ def _phase_dict(p: Any) -> dict[str, Any]:
             "tokens_per_second": p.tokens_per_second}
 
 
-def flops_rows(r: Any) -> list[tuple[str, ...]]:
+def flops_rows(r: Any) -> list[Row]:
     b = r.forward
-    rows: list[tuple[str, ...]] = []
+    rows: list[Row] = []
     current = None
     for n, item in enumerate(b.items):
         title = _section(item).replace("layer (×", "layer, forward (×")
         if title != current:
             current = title
-            rows.append((f"[{title}]", "", "", "", ""))
+            rows.append(Section(title))
         rows.append((_short(item), item.formula, f"{item.count:,}" if item.per_layer else "",
                      f"{item.total:,}", pct(item.total, b.total)))
         nxt = b.items[n + 1] if n + 1 < len(b.items) else None
@@ -468,18 +384,14 @@ def flops_summary(r: Any) -> list[str]:
     return lines
 
 
-def render_flops(r: Any, fmt: str) -> str | None:
-    if fmt == "json":
-        return dumps(flops_dict(r))
+
+def flops_doc(r: Any) -> Doc:
     headers = ("component", "formula", "per layer", "FLOPs/token", "share")
-    if fmt == "markdown":
-        rows = [(f"**{x[0][1:-1]}**", *x[1:]) if x[0].startswith("[") else x
-                for x in flops_rows(r)]
-        return (f"## {r.forward.model}: FLOPs per token\n\n" + md_table(headers, rows) + "\n\n"
-                + "\n".join(f"- {s}" for s in flops_summary(r)) + "\n")
-    print_table(f"{r.forward.model}: forward FLOPs per token (T = {r.seq_len})", headers,
-                flops_rows(r), flops_summary(r), right=(2, 3, 4))
-    return None
+    return Doc(flops_dict(r), [
+        Table(f"{r.forward.model}: forward FLOPs per token (T = {r.seq_len})",
+              _columns(headers, (2, 3, 4)), flops_rows(r)),
+        Text(flops_summary(r)),
+    ])
 
 
 # -- memory --------------------------------------------------------------------------------
@@ -629,25 +541,16 @@ def activation_rows(r: Any) -> list[tuple[str, ...]]:
              pct(i.total, b.total)) for i in b.items]
 
 
-def render_memory(r: Any, fmt: str) -> str | None:
-    if fmt == "json":
-        return dumps(memory_dict(r))
+
+def memory_doc(r: Any) -> Doc:
     headers = ("component", "formula", "bytes", "", "share", "per GPU")
     aheaders = ("saved tensor", "formula", "per layer", "bytes", "share")
-    if fmt == "markdown":
-        text = f"## {r.model}: memory\n\n" + md_table(headers, memory_rows(r)) + "\n\n"
-        if not r.settings.inference:
-            text += "### activations\n\n" + md_table(aheaders, activation_rows(r)) + "\n\n"
-        return text + "\n".join(f"- {x}" for x in memory_lines(r)) + "\n"
-    print_table(f"{r.model}: memory", headers, memory_rows(r), right=(2, 3, 4, 5))
+    blocks: list[Table | Text] = [
+        Table(f"{r.model}: memory", _columns(headers, (2, 3, 4, 5)), memory_rows(r))]
     if not r.settings.inference:
-        print_table("activations saved for backward (one micro-batch)", aheaders,
-                    activation_rows(r), right=(2, 3, 4))
-
-    console = _console()
-    for line in memory_lines(r):
-        console.print(_plain(line), markup=False, highlight=False)
-    return None
+        blocks.append(Table("activations saved for backward (one micro-batch)",
+                            _columns(aheaders, (2, 3, 4)), activation_rows(r), heading=3))
+    return Doc(memory_dict(r), blocks + [Text(memory_lines(r))])
 
 
 def bytes_per_param_rows(rows: list[tuple[str, float, str]]) -> list[tuple[str, ...]]:
@@ -656,22 +559,61 @@ def bytes_per_param_rows(rows: list[tuple[str, float, str]]) -> list[tuple[str, 
         ("total", f"{sum(b for _, b, _ in rows):g}", "")]
 
 
+
+def memory_overview_doc(settings: Any, seq_len: int, rows: list[tuple[str, float, str]],
+                        reports: list[Any]) -> Doc:
+    """`tcalc memory` without MODEL: the bytes per parameter, then a row per preset, each at
+    ``seq_len`` or the length of its learned position table where that is shorter."""
+    data = {"schema": "tcalc.memory-overview/1",
+            "bytes_per_param": [{"name": n, "bytes": b, "why": w} for n, b, w in rows],
+            "models": [{"model": r.model, "params": r.params,
+                        "total_bytes": r.components.total,
+                        "components": [{"name": i.name, "bytes": i.total}
+                                       for i in r.components.items]}
+                       for r in reports]}
+    names = [i.name for i in reports[0].components.items]
+    table = [(r.model, f"{r.params:,}", *(human_bytes(i.total) for i in r.components.items),
+              human_bytes(r.components.total)) for r in reports]
+    return Doc(data, [
+        Table("bytes per parameter", _columns(("component", "bytes/param", "why"), (1,)),
+              bytes_per_param_rows(rows)),
+        # too wide for a terminal: the total stays, the components go first
+        Table(f"every preset (batch {settings.batch_size}, seq {seq_len} or the model's limit)",
+              [Column("model"), Column("params", True)]
+              + [Column(n, True, drop=len(names) - k) for k, n in enumerate(names)]
+              + [Column("total", True)], table),
+    ])
+
+
+def gpus_doc(gpus: Sequence[Any]) -> Doc:
+    data = [{"name": g.name, "memory_bytes": g.memory_bytes, "bandwidth": g.bandwidth,
+             "peak_flops": g.peak_flops, "source": g.source} for g in gpus]
+    rows = [(g.name, f"{g.memory_bytes / 2**30:g} GiB", f"{g.bandwidth / 1e9:,.0f} GB/s",
+             ", ".join(f"{k} {v / 1e12:g}" for k, v in g.peak_flops.items()), g.source)
+            for g in gpus]
+    headers = ("gpu", "memory", "bandwidth", "peak TFLOP/s (dense)", "source")
+    return Doc(data, [Table(f"{len(rows)} GPU presets", _columns(headers), rows)])
+
+
+def presets_doc(rows: list[tuple[str, str, int, int]]) -> Doc:
+    """rows: (name, description, total, active) per shipped preset."""
+    data = [{"name": n, "description": d, "total_params": t, "active_params": a}
+            for n, d, t, a in rows]
+    table = [(n, d, f"{t:,}", human(t)) for n, d, t, _ in rows]
+    return Doc(data, [Table(f"{len(rows)} presets",
+                            _columns(("preset", "description", "params", ""), (2, 3)), table)])
+
+
 # -- explain, compare, sweep ---------------------------------------------------------------
 
-def render_explain(model: str, topic: str, sections: list[Any], fmt: str) -> str:
-    if fmt == "json":
-        return dumps({"schema": "tcalc.explain/1", "model": model, "topic": topic,
-                      "sections": [{"title": s.title, "steps": [
-                          {"label": st.label, "formula": st.formula, "expr": st.expr,
-                           "value": st.value, "unit": st.unit, "text": st.text,
-                           "line": st.render()} for st in s.steps]} for s in sections]})
-    md = fmt == "markdown"
-    out = [f"{'# ' if md else ''}{model}: {topic}", ""]
-    for s in sections:
-        out.append(f"## {s.title}" if md else s.title)
-        out += [f"- {st.render()}" if md else f"  {st.render()}" for st in s.steps]
-        out.append("")
-    return "\n".join(out)
+def explain_doc(model: str, topic: str, sections: list[Any]) -> Doc:
+    data = {"schema": "tcalc.explain/1", "model": model, "topic": topic,
+            "sections": [{"title": s.title, "steps": [
+                {"label": st.label, "formula": st.formula, "expr": st.expr,
+                 "value": st.value, "unit": st.unit, "text": st.text,
+                 "line": st.render()} for st in s.steps]} for s in sections]}
+    return Doc(data, [Text([], "title", f"{model}: {topic}")] + [
+        Text([st.render() for st in s.steps], "steps", s.title) for s in sections])
 
 
 def compare_dict(models: list[str], rows: list[tuple[str, str, list[float]]]) -> dict[str, Any]:
@@ -702,62 +644,44 @@ def _fmt_diff(v: float, first: float, unit: str) -> str:
     return f"{int(d):+,}{rel}"
 
 
-def render_compare(models: list[str], rows: list[tuple[str, str, list[float]]],
-                   fmt: str) -> str | None:
-    if fmt == "json":
-        return dumps(compare_dict(models, rows))
+
+def compare_doc(models: list[str], rows: list[tuple[str, str, list[float]]]) -> Doc:
     headers = ("metric", models[0], *(f"{m} (Δ vs {models[0]})" for m in models[1:]))
-    table = [(m, _fmt_value(v[0], u), *(f"{_fmt_value(x, u)}  {_fmt_diff(x, v[0], u)}"
-                                        for x in v[1:])) for m, u, v in rows]
-    if fmt == "markdown":
-        return md_table(headers, table) + "\n"
-    print_table("compare", headers, table, right=tuple(range(1, len(headers))))
-    return None
+    table: list[Row] = [(m, _fmt_value(v[0], u), *(Pair(_fmt_value(x, u), _fmt_diff(x, v[0], u))
+                                                   for x in v[1:])) for m, u, v in rows]
+    return Doc(compare_dict(models, rows),
+               [Table("compare", _columns(headers, range(1, len(headers))), table)])
 
 
-def render_sweep(model: str, gpu: str | None, batches: list[int], seqs: list[int],
-                 cells: dict[tuple[int, int], Any], fmt: str) -> str | None:
+def sweep_doc(model: str, gpu: str | None, batches: list[int], seqs: list[int],
+              cells: dict[tuple[int, int], Any]) -> Doc:
     """cells[(B, T)] = MemoryReport; fit marks need a GPU."""
-    if fmt == "json":
-        return dumps({"schema": "tcalc.sweep/1", "model": model, "gpu": gpu, "cells": [
-            {"batch_size": b, "seq_len": t, "per_gpu_bytes": r.per_gpu.total,
-             "peak_bytes": r.peak,
-             "fits": None if r.fit is None else r.fit.fits,
-             "components": [{"name": i.name, "bytes": i.total} for i in r.per_gpu.items]}
-            for (b, t), r in cells.items()]})
+    data = {"schema": "tcalc.sweep/1", "model": model, "gpu": gpu, "cells": [
+        {"batch_size": b, "seq_len": t, "per_gpu_bytes": r.per_gpu.total,
+         "peak_bytes": r.peak,
+         "fits": None if r.fit is None else r.fit.fits,
+         "components": [{"name": i.name, "bytes": i.total} for i in r.per_gpu.items]}
+        for (b, t), r in cells.items()]}
 
-    def mark(r: Any, rich: bool) -> str:
+    def mark(r: Any) -> Cell:
         text = human_bytes(r.peak)
         if r.fit is None:
             return text
-        if not rich:
-            return f"{text} {'✓' if r.fit.fits else '✗'}"
-        return f"[green]{text} ✓[/green]" if r.fit.fits else f"[red]{text} ✗[/red]"
+        return Mark(f"{text} {'✓' if r.fit.fits else '✗'}", r.fit.fits)
 
     headers = ("batch \\ seq", *(str(t) for t in seqs))
     largest = cells[(batches[-1], seqs[-1])]
-    bars = bar_chart(largest)
     kind = "serving memory" if largest.settings.inference else "peak of a training step"
     title = (f"{model}: {kind} per GPU" + (f" on {gpu} (✓ fits, ✗ does not)" if gpu else ""))
-    if fmt == "markdown":
-        rows = [(str(b), *(mark(cells[(b, t)], False) for t in seqs)) for b in batches]
-        return (f"## {title}\n\n" + md_table(headers, rows) + "\n\n"
-                + f"where the memory goes at batch {batches[-1]}, seq {seqs[-1]}:\n\n```\n"
-                + "\n".join(bars) + "\n```\n")
-    from rich.table import Table
-
-    table = Table(title=_markup_safe(title), title_justify="left")
-    for n, h in enumerate(headers):
-        table.add_column(h, justify="left" if n == 0 else "right")
-    for b in batches:
-        table.add_row(str(b), *(mark(cells[(b, t)], True) for t in seqs))
-    console = _console()
-    console.print(table)
-    console.print(f"where the memory goes at batch {batches[-1]}, seq {seqs[-1]}:",
-                  markup=False)
-    for line in bars:
-        console.print(_plain(line), markup=False, highlight=False)
-    return None
+    rows = [(str(b), *(mark(cells[(b, t)]) for t in seqs)) for b in batches]
+    return Doc(data, [
+        # too wide for a terminal: the grid keeps its first and last context longest
+        Table(title, [Column(headers[0])] + [
+            Column(h, True, drop=0 if k in (0, len(seqs) - 1) else k)
+            for k, h in enumerate(headers[1:])], rows),
+        Text(bar_chart(largest), "chart",
+             f"where the memory goes at batch {batches[-1]}, seq {seqs[-1]}:"),
+    ])
 
 
 def bar_chart(report: Any, columns: int = 80) -> list[str]:

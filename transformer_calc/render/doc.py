@@ -1,0 +1,88 @@
+"""What a command shows, independent of the format: a Doc of blocks (tables and text) and the
+JSON value. Each command builds one Doc (reports.py); json.py, markdown.py and terminal.py
+each render every Doc, so a new format is one new module (structlog's processors: one event,
+several renderers)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A cell with a verdict: green or red on a terminal, the text alone elsewhere."""
+
+    text: str
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Wide:
+    """A cell with a longer form (a formula with its numbers) where the format has room."""
+
+    text: str
+    wide: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """Two values sharing a cell (a value and its difference): side by side where there is
+    room, one above the other where there is not."""
+
+    first: str
+    second: str
+
+
+Cell = Union[str, Mark, Wide, Pair]
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A row that heads the rows below it (bold, spanning nothing else)."""
+
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    header: str
+    numeric: bool = False  # right-aligned and never folded across lines
+    drop: int = 0  # where a table is too wide: 0 always shown, else the highest goes first
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    title: str  # "" for none
+    columns: Sequence[Column]
+    rows: Sequence[Sequence[Cell] | Section]
+    heading: int = 2  # its title's markdown heading level
+    only: str = ""  # the one format it is for ("" = every format)
+
+
+TextStyle = Literal["notes", "title", "steps", "lines", "chart"]
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """Lines of text. notes: a table's footer (bullets in markdown, wrapped on a terminal);
+    title: a document heading; steps: a titled list (a derivation); lines: verbatim (one per
+    file, for grep and CI logs); chart: pre-formatted (a code block in markdown)."""
+
+    lines: Sequence[str]
+    style: TextStyle = "notes"
+    title: str = ""
+    only: str = ""  # the one format it is for ("" = every format)
+
+
+Block = Union[Table, Text]
+
+
+@dataclass(frozen=True, slots=True)
+class Doc:
+    data: Any  # what --format json prints
+    blocks: Sequence[Block] = field(default_factory=tuple)
+
+    def blocks_for(self, fmt: str) -> list[Block]:
+        return [b for b in self.blocks if b.only in ("", fmt)]
