@@ -626,9 +626,7 @@ def compare(
 ) -> None:
     """Models side by side: parameters by part, memory and FLOPs, with the difference to the
     first."""
-    from transformer_calc.flops import count_flops, training_flops_per_token
-    from transformer_calc.memory import memory_report
-    from transformer_calc.params import CATEGORIES, by_category, count_params
+    from transformer_calc.compare import compare_models
     from transformer_calc.render import compare_doc, show
 
     if len(models) < 2:
@@ -636,29 +634,8 @@ def compare(
     specs = [_load(m, {}) for m in models]
     # default: 1,024 tokens, or the shortest learned position table among the models
     T = seq_len or min([1024] + [s.max_context for s in specs if s.max_context])
-    settings = _settings(train or {}, batch_size, T)
-    params = [count_params(s) for s in specs]
-    gpu = (train or {}).get("gpu")
-    mems = [memory_report(s, settings, gpu) for s in specs]
-    flops = [count_flops(s, T) for s in specs]
-    rows: list[tuple[str, str, list[float]]] = [
-        ("params: total", "params", [p.total for p in params]),
-        ("params: active per token", "params", [p.active_total for p in params]),
-    ]
-    cats = [by_category(p) for p in params]
-    rows += [(f"params: {c}", "params", [x[c] for x in cats]) for c in CATEGORIES
-             if c != "mixers" or any(x[c] for x in cats)]
-    # every component any model has (a hybrid's recurrent_state), 0 where a model has none
-    names = list(dict.fromkeys(i.name for m in mems for i in m.per_gpu.items))
-    rows += [(f"memory: {n}", "bytes", [sum(i.total for i in m.per_gpu.items if i.name == n)
-                                        for m in mems]) for n in names]
-    rows.append(("memory: total per GPU", "bytes", [m.per_gpu.total for m in mems]))
-    fits = [m.fit for m in mems if m.fit is not None]
-    if fits:  # --gpu: does each fit, and its largest batch
-        rows.append((f"fits on {fits[0].gpu}", "fits", [float(f.fits) for f in fits]))
-        rows.append(("largest batch that fits", "batch", [f.max_batch_size for f in fits]))
-    rows.append((f"FLOPs/token forward (T={T})", "FLOPs", [f.total for f in flops]))
-    rows.append(("FLOPs/token training", "FLOPs", [training_flops_per_token(f) for f in flops]))
+    rows = compare_models(specs, _settings(train or {}, batch_size, T),
+                          (train or {}).get("gpu"), T)
     show(compare_doc([s.name for s in specs], rows), format.value)
 
 

@@ -616,10 +616,11 @@ def explain_doc(model: str, topic: str, sections: list[Any]) -> Doc:
         Text([st.render() for st in s.steps], "steps", s.title) for s in sections])
 
 
-def compare_dict(models: list[str], rows: list[tuple[str, str, list[float]]]) -> dict[str, Any]:
+def compare_dict(models: list[str], rows: Sequence[Any]) -> dict[str, Any]:
+    """rows: compare.Metric (name, unit, values)."""
     return {"schema": "tcalc.compare/1", "models": models,
-            "rows": [{"metric": m, "unit": u, "values": v,
-                      "diff_vs_first": [x - v[0] for x in v]} for m, u, v in rows]}
+            "rows": [{"metric": r.name, "unit": r.unit, "values": r.values,
+                      "diff_vs_first": [x - r.values[0] for x in r.values]} for r in rows]}
 
 
 def _fmt_value(v: float, unit: str) -> str:
@@ -645,10 +646,12 @@ def _fmt_diff(v: float, first: float, unit: str) -> str:
 
 
 
-def compare_doc(models: list[str], rows: list[tuple[str, str, list[float]]]) -> Doc:
+def compare_doc(models: list[str], rows: Sequence[Any]) -> Doc:
     headers = ("metric", models[0], *(f"{m} (Δ vs {models[0]})" for m in models[1:]))
-    table: list[Row] = [(m, _fmt_value(v[0], u), *(Pair(_fmt_value(x, u), _fmt_diff(x, v[0], u))
-                                                   for x in v[1:])) for m, u, v in rows]
+    table: list[Row] = [
+        (r.name, _fmt_value(r.values[0], r.unit),
+         *(Pair(_fmt_value(x, r.unit), _fmt_diff(x, r.values[0], r.unit)) for x in r.values[1:]))
+        for r in rows]
     return Doc(compare_dict(models, rows),
                [Table("compare", _columns(headers, range(1, len(headers))), table)])
 
