@@ -52,13 +52,16 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # saved_tensors_hooks, each storage once, parameters excluded) on the small variant configs in
 # tests/data/hf/variants: activations_families_cpu.jsonl (14 architectures, B=1 T=64 and
 # B=2 T=128, written by `python tools/measure_activations_hf.py -B 1 -T 64 CONFIGS` and
-# `-B 2 -T 128`) and activations_new_families_cpu.jsonl (B=2 T=64; its tcalc_bytes column is
-# what tcalc printed on the day, not read here).
+# `-B 2 -T 128`), activations_new_families_cpu.jsonl (B=2 T=64; its tcalc_bytes column is
+# what tcalc printed on the day, not read here) and activations_loss_dtype_cpu.jsonl (BERT,
+# BART and T5 with a vocabulary that dominates the saved bytes, so that the loss's dtype
+# decides the total: B=1 T=64 and B=2 T=128, the same command).
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
 FAMILY_ROWS = [json.loads(line) for name in ("activations_families_cpu.jsonl",
-                                               "activations_new_families_cpu.jsonl")
+                                               "activations_new_families_cpu.jsonl",
+                                               "activations_loss_dtype_cpu.jsonl")
                for line in (DATA / name).read_text().splitlines()]
 MEASURED = [r for r in FAMILY_ROWS if "skipped" not in r]
 # What is not modelled yet, and what the measurement shows it misses
@@ -102,3 +105,19 @@ def test_the_known_gaps_are_still_gaps(config: str) -> None:
     errors = [abs(_estimate(r) - r["measured_bytes"]) / r["measured_bytes"]
               for r in MEASURED if r["config"] == config]
     assert max(errors) > 0.10, GAPS[config]
+
+
+def test_masked_lm_and_seq2seq_losses_keep_the_activation_dtype() -> None:
+    # issue 13: BertForMaskedLM, BART and T5 call nn.CrossEntropyLoss on the logits as they
+    # are; causal LMs' loss_function (ForCausalLMLoss) upcasts them to fp32 first. Autocast
+    # puts log_softmax on its fp32 list, so AMP keeps it in fp32 either way.
+    def log_softmax(config: str, **kw: object) -> int:
+        spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+        b = activation_breakdown(spec, 2, 128, device="cpu", **kw)  # type: ignore[arg-type]
+        return b.get("loss.log_softmax").total
+
+    for config, V in (("bert-big-vocab.json", 30522), ("t5-big-vocab.json", 32128),
+                      ("bart-big-vocab.json", 50265)):
+        assert log_softmax(config, act_bytes=2) == 2 * 128 * V * 2
+        assert log_softmax(config, act_bytes=2, amp=True) == 2 * 128 * V * 4
+    assert log_softmax("llama-head-dim.json", act_bytes=2) == 2 * 128 * 1000 * 4

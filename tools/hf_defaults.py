@@ -93,6 +93,20 @@ def norm_fp32_types() -> list[str]:
     return types_whose_code_has(*NORM_FP32)
 
 
+def loss_no_upcast_types() -> list[str]:
+    """The model types whose counted class takes its loss without self.loss_function (whose
+    ForCausalLMLoss and ForMaskedLMLoss upcast the logits to fp32): nn.CrossEntropyLoss or
+    nn.functional.cross_entropy on the logits as they are (BERT, BART, T5, XLM)."""
+    import inspect
+
+    import transformers
+
+    from transformer_calc.hf import HEAD_CLASS, MAPPERS
+
+    return [t for t in sorted(MAPPERS) if "self.loss_function(" not in inspect.getsource(
+        getattr(transformers, HEAD_CLASS[t]).forward)]
+
+
 def peft_moe_patterns() -> dict[str, str]:
     """Model types (of those tcalc reads) whose MoE layers peft converts for LoRA on
     transformers 5, and the pattern: peft.utils.transformers_weight_conversion's
@@ -166,6 +180,9 @@ def main() -> None:
           + "\n\n# RMSNorms that keep their normalised tensor in fp32 (the weight multiplies "
           + "before the cast back)\nNORM_FP32: frozenset[str] = frozenset(\n"
           + pprint.pformat(norm_fp32_types(), width=92, compact=True) + ")"
+          + "\n\n# Losses taken in the activation dtype (no fp32 upcast of the logits)\n"
+          + "LOSS_NO_UPCAST: frozenset[str] = frozenset(\n"
+          + pprint.pformat(loss_no_upcast_types(), width=92, compact=True) + ")"
           + "\n\n# LoRA on a mixture of experts: the model types peft converts (router and fused\n"
           + "# experts adapted), by pattern (peft.utils.transformers_weight_conversion)\n"
           + "PEFT_MOE: dict[str, str] = "

@@ -1362,6 +1362,14 @@ NORM_FP32: frozenset[str] = frozenset(
  'minimax_m3_vl_text', 'olmo2', 'olmo3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next',
  'vaultgemma'])
 
+# Losses taken in the activation dtype (no fp32 upcast of the logits)
+LOSS_NO_UPCAST: frozenset[str] = frozenset(
+['bart', 'bert', 'big_bird', 'bigbird_pegasus', 'blenderbot', 'blenderbot-small',
+ 'camembert', 'data2vec-text', 'deberta-v2', 'distilbert', 'ernie', 'flaubert', 'gte',
+ 'ibert', 'longt5', 'm2m_100', 'marian', 'mbart', 'megatron-bert', 'mra', 'mt5', 'mvp',
+ 'pegasus', 'plbart', 'roberta', 'roberta-prelayernorm', 'roformer', 't5', 'umt5', 'xlm',
+ 'xlm-roberta', 'xlm-roberta-xl', 'yoso'])
+
 # LoRA on a mixture of experts: the model types peft converts (router and fused
 # experts adapted), by pattern (peft.utils.transformers_weight_conversion)
 PEFT_MOE: dict[str, str] = {'afmoe': 'qwen2_moe',

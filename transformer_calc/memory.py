@@ -709,9 +709,15 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     if spec.lm_head or spec.mlm_head:
         add(("head.input", sb * spec.embed_dim * a, "B·T·d_embed · act (LM head input)", "", 1,
              "", "", None, ()))
-        # HF's loss upcasts the logits and keeps log_softmax in fp32, for every position
-        add(("loss.log_softmax", sb * V * 4, "B·T·vocab_size · 4 (fp32 log-softmax)", "", 1, "",
-             "", None, ()))
+        # transformers' loss_function upcasts the logits and keeps log_softmax in fp32, for
+        # every position; BERT's, BART's and T5's nn.CrossEntropyLoss keeps it in the
+        # activation dtype, except under autocast (log_softmax is on its fp32 list)
+        if spec.loss_fp32 or amp or a == 4:
+            add(("loss.log_softmax", sb * V * 4, "B·T·vocab_size · 4 (fp32 log-softmax)", "",
+                 1, "", "", None, ()))
+        else:
+            add(("loss.log_softmax", sb * V * a, "B·T·vocab_size · act (log-softmax, no "
+                 "upcast)", "", 1, "", "", None, ()))
         add(("loss.targets", sb * 8, "B·T · 8 (int64 labels)", "", 1, "", "", None, ()))
 
     if any(g.block.mixer is not None for g in plan_of(spec).groups):
@@ -1374,10 +1380,14 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     forward = list(common) + [activations]
     backward = list(common) + [activations]
     if btv:
-        forward.append(("logits", btv * a + (btv * 4 if a != 4 else 0),
-                        "B·T·vocab_size · act" + (" + its fp32 upcast for the loss" if a != 4
-                                                  else "") + " (freed once the loss is taken)"))
-        backward.append(("loss_gradients", 2 * btv * 4, "2 · B·T·vocab_size · 4 (the fp32 "
+        # the loss's dtype: fp32 where it upcasts the logits (activation_breakdown)
+        up = spec.loss_fp32 or s.mixed or a == 4
+        forward.append(("logits", btv * a + (btv * 4 if a != 4 and up else 0),
+                        "B·T·vocab_size · act" + (" + its fp32 upcast for the loss"
+                                                  if a != 4 and up else "")
+                        + " (freed once the loss is taken)"))
+        g, g_sym = (4, "4 (the fp32") if up else (a, "act (the")
+        backward.append(("loss_gradients", 2 * btv * g, f"2 · B·T·vocab_size · {g_sym} "
                          "gradients of log-softmax and of the logits)"))
     temp, why = _optimizer_temporary(s, c, params)
     optimizer = [weights, grads, states] + [r for r in common[2:] if r[0] == "cublas_workspace"]

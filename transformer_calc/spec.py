@@ -145,6 +145,10 @@ class ModelSpec:
                            "(before wo) and after each stack's final norm")
     norm_fp32: bool = _f(False, "the RMSNorm keeps its normalised tensor in fp32 (Gemma: "
                          "x̂ · (1 + w) computed in fp32, cast back after)")
+    loss_fp32: bool = _f(True, "the loss upcasts the logits to fp32 before its log-softmax "
+                         "(transformers' loss_function of causal and masked LMs); false: "
+                         "nn.CrossEntropyLoss in the activation dtype (BERT's, RoBERTa's, "
+                         "BART's and T5's own heads; under autocast it runs in fp32 anyway)")
     sandwich_norm: bool = _f(False, "norms before and after attention and FFN (Gemma 2/3: 4 "
                              "per layer)")
     qk_norm: str = _f("none", "norm on queries and keys: none, head (one norm over d_head, "
