@@ -93,6 +93,16 @@ def norm_fp32_types() -> list[str]:
     return types_whose_code_has(*NORM_FP32)
 
 
+# DeepSeek-V3-style routers: F.linear on fp32 casts of the input and the weight, so a 16-bit
+# model keeps an fp32 copy of each for backward
+ROUTER_FP32 = "F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))"
+
+
+def router_fp32_types() -> list[str]:
+    """The model types whose MoE router has ROUTER_FP32."""
+    return types_whose_code_has(ROUTER_FP32)
+
+
 def loss_no_upcast_types() -> list[str]:
     """The model types whose counted class takes its loss without self.loss_function (whose
     ForCausalLMLoss and ForMaskedLMLoss upcast the logits to fp32): nn.CrossEntropyLoss or
@@ -180,6 +190,9 @@ def main() -> None:
           + "\n\n# RMSNorms that keep their normalised tensor in fp32 (the weight multiplies "
           + "before the cast back)\nNORM_FP32: frozenset[str] = frozenset(\n"
           + pprint.pformat(norm_fp32_types(), width=92, compact=True) + ")"
+          + "\n\n# MoE routers that matmul fp32 copies of their input and weight\n"
+          + f"# (`{ROUTER_FP32}`)\nROUTER_FP32: frozenset[str] = frozenset(\n"
+          + pprint.pformat(router_fp32_types(), width=92, compact=True) + ")"
           + "\n\n# Losses taken in the activation dtype (no fp32 upcast of the logits)\n"
           + "LOSS_NO_UPCAST: frozenset[str] = frozenset(\n"
           + pprint.pformat(loss_no_upcast_types(), width=92, compact=True) + ")"

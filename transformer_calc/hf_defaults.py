@@ -1362,6 +1362,12 @@ NORM_FP32: frozenset[str] = frozenset(
  'minimax_m3_vl_text', 'olmo2', 'olmo3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next',
  'vaultgemma'])
 
+# MoE routers that matmul fp32 copies of their input and weight
+# (`F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))`)
+ROUTER_FP32: frozenset[str] = frozenset(
+['deepseek_v2', 'deepseek_v3', 'exaone_moe', 'glm4_moe', 'glm4_moe_lite', 'kolibri1',
+ 'nemotron_h', 'solar_open'])
+
 # Losses taken in the activation dtype (no fp32 upcast of the logits)
 LOSS_NO_UPCAST: frozenset[str] = frozenset(
 ['bart', 'bert', 'big_bird', 'bigbird_pegasus', 'blenderbot', 'blenderbot-small',

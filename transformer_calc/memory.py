@@ -495,6 +495,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             if f.moe:
                 add((p + "router", sb * f.experts * 4, "B·T·n_experts · 4 (router softmax)",
                      "", L, stack, "", None, ()))
+                if spec.router_fp32 and a != 4 and not amp:
+                    # DeepSeek-V3's router: F.linear(hidden_states.type(torch.float32),
+                    # self.weight.type(torch.float32)) keeps both fp32 copies (measured)
+                    add((p + "router_fp32_copies", sb * E * 4 + f.experts * E * 4,
+                         "B·T·d_model · 4 + n_experts·d_model · 4 (the router's fp32 input "
+                         "and weight)", "", L, stack, "", None, ()))
                 # transformers' expert loop: each expert indexes its tokens (a copy) and
                 # scales its output by the routing weight (the mul keeps that output)
                 k = f.top_k

@@ -145,6 +145,9 @@ class ModelSpec:
                            "(before wo) and after each stack's final norm")
     norm_fp32: bool = _f(False, "the RMSNorm keeps its normalised tensor in fp32 (Gemma: "
                          "x̂ · (1 + w) computed in fp32, cast back after)")
+    router_fp32: bool = _f(False, "the MoE router casts its input and weight to fp32 before "
+                           "its matmul (DeepSeek-V2/V3, GLM-4 MoE, Nemotron-H): a 16-bit "
+                           "model keeps fp32 copies of both for backward")
     loss_fp32: bool = _f(True, "the loss upcasts the logits to fp32 before its log-softmax "
                          "(transformers' loss_function of causal and masked LMs); false: "
                          "nn.CrossEntropyLoss in the activation dtype (BERT's, RoBERTa's, "
