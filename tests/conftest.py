@@ -15,13 +15,13 @@ DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
 
 OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-       ast.Div: operator.truediv, ast.Pow: operator.pow}
+       ast.Div: operator.truediv, ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv}
 
 
 def evaluate(expr: str) -> float:
     """The arithmetic a step shows, evaluated: '768 × (12 · 64) + 12 · 64' -> 590592."""
     text = (expr.replace("×", "*").replace("·", "*").replace("−", "-").replace(",", "")
-            .replace("²", "**2"))
+            .replace("²", "**2").replace("⌊", "(").replace("⌋", ")//1"))  # ⌊x⌋: rounded down
 
     def walk(node: ast.AST) -> float:
         if isinstance(node, ast.Expression):

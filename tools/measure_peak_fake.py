@@ -87,10 +87,8 @@ def _emulate_cuda_kernels() -> None:
         if AUTOCAST:  # scaled_dot_product_attention is on CUDA autocast's bf16 list
             q, k, v = (x.to(torch.bfloat16) if x.dtype == torch.float32 else x
                        for x in (q, k, v))
-        if attn_mask is not None:  # no fused kernel takes an arbitrary mask here
-            kernel = "math"
-        else:
-            kernel = h100_sdpa_kernel(q, k, dropout_p)
+        # no fused kernel takes an arbitrary mask here
+        kernel = "math" if attn_mask is not None else h100_sdpa_kernel(q, k, dropout_p)
         if kernel == "flash":
             return torch.ops.aten._scaled_dot_product_flash_attention(
                 q, k, v, dropout_p, is_causal, False, scale=scale)[0]

@@ -134,8 +134,9 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
         add(("embed.project_in", 2 * Ve * E, "2 · d_embed · d_model", "", 1, "", "", None, ()))
         add(("embed.project_out", 2 * E * Ve, "2 · d_model · d_embed", "", 1, "", "", None, ()))
     if spec.pooler:
-        add(("head.pooler", 2 * E * E, "2 · d_model²", "", 1, "",
-             "first token only; counted per token as an upper bound", None, ()))
+        # BertPooler: a dense layer on the first token of each sequence, per token 1/T of it
+        add(("head.pooler", 2 * E * E // seq_len, "⌊2 · d_model² / T⌋", "", 1, "",
+             "the first token of each sequence only (rounded down per token)", None, ()))
     if spec.mlm_head:
         add(("head.mlm.dense", 2 * E * E, "2 · d_model²", "", 1, "", "", None, ()))
         add(("head.mlm.decoder", 2 * E * V, "2 · d_model · vocab_size", "", 1, "", "", None, ()))

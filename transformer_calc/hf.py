@@ -1507,6 +1507,7 @@ class Encoder(NamedTuple):
     cls: str
     keys: tuple[tuple[str, str], ...] = ()  # (tcalc's standard key, this family's key)
     token_types: bool = True
+    type_vocab_sizes: bool = False  # TAPAS: a token-type table per type_vocab_sizes entry
     pooler: bool = False  # the *ForMaskedLM class keeps BERT's pooler (BigBird)
     qkv_bias: bool | str = True  # fixed, or the key that decides (BigBird use_bias)
     position_offset: int = 0  # extra rows in the position table (MRA, YOSO: 2)
@@ -1521,6 +1522,9 @@ class Encoder(NamedTuple):
     ffn_out_bias: bool | str = True
     deberta: bool = False  # relative tables (position_buckets, norm_rel_ebd, share_att_key)
     quant_linear: bool = False  # the layers are QuantLinear, not nn.Linear (I-BERT): no LoRA
+    head: str = "mlm"  # mlm: dense + norm + decoder + bias; bias: the decoder and its bias
+    layout: bool = False  # LayoutLM's 2-D position tables (max_2d_position_embeddings)
+    decoder: bool = False  # a causal LM (BertGenerationDecoder): is_decoder is its own setting
 
 
 def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
@@ -1532,7 +1536,8 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
     c.refuse("position_embedding_type", lambda v: v != "absolute",
              "only absolute position embeddings")
     c.refuse("add_cross_attention", bool, "decoder cross-attention is not modelled")
-    c.refuse("is_decoder", bool, "the model as a decoder is not modelled")
+    if not r.decoder:
+        c.refuse("is_decoder", bool, "the model as a decoder is not modelled")
     c.refuse("use_task_id", bool, "ERNIE's task-type embeddings are not modelled")
     if c.t("embedding_size") not in (None, t("hidden_size")):
         raise SpecError("embedding_size", f"equal to hidden_size={t('hidden_size')} (a "
@@ -1548,7 +1553,8 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
                 n_layers=t("num_hidden_layers"), n_heads=t("num_attention_heads"),
                 d_ff=t("intermediate_size"), max_positions=t("max_position_embeddings"),
                 position=extra.pop("position", r.position), position_offset=r.position_offset,
-                token_types=t("type_vocab_size", 0) if r.token_types else 0,
+                token_types=_token_types(c, r),
+                layout_positions=t("max_2d_position_embeddings") if r.layout else 0,
                 **_bias(qkv, qkv, qkv, o, c.flag(r.ffn_in_bias), c.flag(r.ffn_out_bias)),
                 ffn=r.ffn,
                 activation=c.activation(name.get("hidden_act", "hidden_act"),
@@ -1556,9 +1562,25 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
                                         or "gelu"),
                 norm="layernorm", norm_position=r.norm_position,
                 embedding_norm=r.embedding_norm, final_norm=r.final_norm,
-                lm_head=False, pooler=r.pooler, mlm_head=True,
+                lm_head=r.head == "bias", lm_head_bias=r.head == "bias", pooler=r.pooler,
+                mlm_head=r.head == "mlm",
                 layers_nn_linear=not r.quant_linear,
                 tie_embeddings=bool(t("tie_word_embeddings", True)))
+
+
+def _token_types(c: Config, r: Encoder) -> int:
+    """Rows of the token-type tables: one table (BERT), or TAPAS's seven, one per
+    type_vocab_sizes entry, each d_model wide and summed into the input (a single table of
+    their total rows, parameter for parameter)."""
+    if not r.token_types:
+        return 0
+    sizes = c.t("type_vocab_sizes") if r.type_vocab_sizes else None
+    if sizes is None:
+        return int(c.t("type_vocab_size", 0))
+    if not isinstance(sizes, (list, tuple)) or not all(isinstance(n, int) and n >= 0
+                                                       for n in sizes):
+        raise SpecError("type_vocab_sizes", "a list of integers >= 0", sizes, source=c.where)
+    return sum(sizes)
 
 
 def _deberta(c: Config, max_positions: int) -> dict[str, Any]:
@@ -1602,6 +1624,13 @@ ENCODERS: dict[str, Encoder] = {
     "roformer": Encoder("RoFormerForMaskedLM", position="rope",
                         untied="RoFormer's untied decoder keeps one bias, not modelled"),
     "deberta-v2": Encoder("DebertaV2ForMaskedLM", deberta=True),
+    "bert-generation": Encoder("BertGenerationDecoder", token_types=False, head="bias",
+                               decoder=True, untied="BertGeneration's untied decoder keeps "
+                               "a second bias, not modelled"),
+    "tapas": Encoder("TapasForMaskedLM", type_vocab_sizes=True),
+    "layoutlm": Encoder("LayoutLMForMaskedLM", pooler=True, layout=True),
+    "nomic_bert": Encoder("NomicBertForMaskedLM", ffn="gated", position="rope",
+                          qkv_bias=False, o_bias=False, ffn_in_bias=False, ffn_out_bias=False),
     "distilbert": Encoder("DistilBertForMaskedLM", keys=(
         ("hidden_size", "dim"), ("num_hidden_layers", "n_layers"),
         ("num_attention_heads", "n_heads"), ("intermediate_size", "hidden_dim"),

@@ -108,6 +108,10 @@ def count_params(spec: ModelSpec) -> Breakdown:
     if spec.token_types:
         add(("embed.token_types", spec.token_types * E, "token_types × d_model", "", 1, "", "",
              None, (spec.token_types, E)))
+    if spec.layout_positions:  # LayoutLMEmbeddings: x, y, h and w tables, summed in
+        n = spec.layout_positions
+        add(("embed.layout_positions", 4 * n * E, "4 · layout_positions × d_model", "", 1, "",
+             "x, y, height and width of each token's box", None, (4, n, E)))
     if spec.embedding_norm:
         for prefix in prefixes:
             add((f"{prefix}embed.norm", norm_n, norm_why, "", 1, "", "", None, ()))

@@ -245,6 +245,8 @@ class ModelSpec:
     tie_embeddings: bool = _f(True, "LM head shares the token embedding matrix")
     tie_encoder_decoder: bool = _f(True, "encoder and decoder share one token embedding")
     token_types: int = _f(0, "token-type (segment) vocabulary; 0 = none", minimum=0)
+    layout_positions: int = _f(0, "LayoutLM's 2-D position tables (x, y, height, width), "
+                               "rows in each; 0 = none", minimum=0)
     embed_proj_dim: int | None = _f(None, "token embedding width when it differs from d_model "
                                     "(OPT-350M: project_in/out)", minimum=1)
     lm_head: bool = _f(True, "a language-model head (d_model -> vocab)")
