@@ -124,3 +124,36 @@ def test_a_deepseek_router_keeps_fp32_copies_in_16_bit() -> None:
     assert rows["decoder.moe.ffn.router_fp32_copies"].repeat == 3  # the MoE layers
     fp32 = activation_breakdown(spec, 2, 64, act_bytes=4, device="cpu", attention="sdpa")
     assert not any(i.name.endswith("router_fp32_copies") for i in fp32.items)  # no-op casts
+
+
+def _names(config: str, **kw: object) -> dict[str, int]:
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    b = activation_breakdown(spec, 2, 64, act_bytes=2, device="cpu",  # type: ignore[arg-type]
+                             attention="eager", dropout=spec.dropout > 0, **kw)
+    return {i.name: i.count for i in b.items}
+
+
+def test_opt_drops_hidden_states_not_attention_probabilities() -> None:
+    # issue 13: OPT's dropout is 0.1 and its attention_dropout 0.0: residual masks, no mask on
+    # the probabilities (one dropout switch for everything had counted one: +112 %)
+    names = _names("opt-nobias-post.json")
+    assert "decoder.attn.residual_dropout_mask" in names
+    assert not any("attn.dropout_mask" in n for n in names)
+
+
+def test_mixtral_keeps_the_routed_tokens_and_the_expert_outputs() -> None:
+    # issue 13: transformers' expert loop indexes each expert's tokens (a copy) and scales
+    # its output (kept by the mul): top_k · B·T·d_model each (−31 % without them)
+    names = _names("mixtral-top1.json")
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "mixtral-top1.json")
+                                   .read_text()))
+    want = spec.top_k * 2 * 64 * spec.d_model * 2
+    assert names["decoder.ffn.routed_input"] == names["decoder.ffn.expert_output"] == want
+
+
+def test_t5_keeps_its_bucket_index_and_its_extra_dropouts() -> None:
+    # issue 13: T5's T×T int64 relative-position buckets, dropout inside the FFN and after
+    # each stack's final norm
+    names = _names("t5-gated-asym.json")
+    assert names["embed.relative_buckets"] == 64 * 64 * 8
+    assert "encoder.ffn.inner_dropout_mask" in names and "encoder.final_dropout_mask" in names
