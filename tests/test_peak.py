@@ -281,3 +281,30 @@ def test_the_emulation_agrees_with_the_h100() -> None:
             want = real[f"{phase}_peak_mib"] * MIB
             assert abs(fake - want) <= tolerance * want, (run["model"], run["recipe"],
                                                           run["attention"], phase)
+
+
+def test_the_megatron_recipe_holds_18_bytes_per_parameter_throughout(cli) -> None:
+    # issue 13: Megatron-LM / DeepSpeed run the model in 16-bit beside an fp32 master copy
+    # and a persistent fp32 gradient buffer; torch AMP keeps fp32 weights, autocast copies
+    # from forward to backward and gradients only after backward
+    spec = load_model("llama-3-8b")
+    base = dict(precision="bf16", mixed=True, batch_size=1, seq_len=1024,
+                optimizer_impl="fused")
+    mega = memory_report(spec, Settings(**base, recipe="megatron"))
+    amp = memory_report(spec, Settings(**base))
+    pure = memory_report(spec, Settings(precision="bf16", batch_size=1, seq_len=1024))
+    N = mega.params
+    forward = {i.name: i.total for i in mega.phases[0].items.items}
+    assert forward["weights"] == 6 * N and forward["gradients"] == 4 * N
+    assert forward["optimizer_states"] == 8 * N and "autocast_copies" not in forward
+    assert mega.activations.total == pure.activations.total  # no autocast: a 16-bit model
+    assert "autocast_copies" in {i.name for i in amp.phases[0].items.items}
+    assert "gradients" not in {i.name for i in amp.phases[0].items.items}
+    out = cli("memory", "llama-3-8b", "--mixed", "--recipe", "megatron", "--optimizer-impl",
+              "fused").stdout
+    assert "held throughout: 18 in forward, 18 in the step" in " ".join(out.split())
+    out = cli("memory", "llama-3-8b", "--mixed").stdout
+    assert "in the optimizer step (with its temporary), so 18 at no single moment" in \
+        " ".join(out.split())
+    r = cli("memory", "llama-3-8b", "--recipe", "megatron", code=2)
+    assert r.stderr == "Error: --recipe megatron: needs --mixed\n"

@@ -3,6 +3,7 @@ tuples and the CLI offers them. No imports, so the CLI can read it at start-up w
 loading the core."""
 
 PRECISIONS = ("fp32", "fp16", "bf16")
+RECIPES = ("amp", "megatron")  # how mixed precision runs: torch AMP, or Megatron-LM/DeepSpeed
 OPTIMIZERS = ("adamw", "adam", "adamw8bit", "sgd", "sgd-momentum", "adafactor", "lion")
 ATTENTIONS = ("eager", "sdpa", "flash")  # attention implementation (memory)
 DEVICES = ("cuda", "cpu")

@@ -24,6 +24,7 @@ from transformer_calc.choices import (
     OPTIMIZERS,
     PATTERNS,
     PRECISIONS,
+    RECIPES,
     RECOMPUTE,
     TOPICS,
 )
@@ -359,6 +360,7 @@ def _training_params() -> list[inspect.Parameter]:
     Device = _choice_enum("device", DEVICES)
     Offload = _choice_enum("offload", ("none", "optimizer", "all"))
     Activations = _choice_enum("activations", ("hf", "megatron"))
+    Recipe = _choice_enum("recipe", RECIPES)
     return [
         opt("precision", Optional[Precision], None, "--precision",
             help="Weights dtype: fp32 (default), or bf16/fp16 (pure, or the 16-bit dtype "
@@ -366,6 +368,11 @@ def _training_params() -> list[inspect.Parameter]:
         opt("mixed", bool, False, "--mixed", help="Mixed precision (AMP): fp32 master weights "
                                                  "+ 16-bit copies (bf16 unless --precision "
                                                  "fp16)."),
+        opt("recipe", Recipe, Recipe["amp"], "--recipe",
+            help="How --mixed runs: amp (torch autocast over fp32 weights, as the Hugging Face "
+                 "Trainer runs bf16=True) or megatron (Megatron-LM / DeepSpeed: the model in "
+                 "16-bit, fp32 master weights and gradients; 18 bytes per parameter held "
+                 "throughout)."),
         opt("optimizer", Optimizer, Optimizer["adamw"], "--optimizer", help="Optimizer."),
         opt("adamw8bit", bool, False, "--adamw8bit", help="Shorthand for --optimizer adamw8bit."),
         opt("optimizer_impl", OptimizerImpl, OptimizerImpl["foreach"], "--optimizer-impl",

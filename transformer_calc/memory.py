@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from transformer_calc.breakdown import Breakdown, Item
-from transformer_calc.choices import ATTENTIONS, DEVICES, OPTIMIZER_IMPLS, OPTIMIZERS, PRECISIONS
+from transformer_calc.choices import (
+    ATTENTIONS,
+    DEVICES,
+    OPTIMIZER_IMPLS,
+    OPTIMIZERS,
+    PRECISIONS,
+    RECIPES,
+)
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import DENSE, pattern_keys
 from transformer_calc.lora import Adapted, adapted_layers, lora_params
@@ -818,6 +825,10 @@ class Settings:
 
     precision: str = "fp32"  # fp32 | fp16 | bf16: the weights' dtype (pure), or with mixed
     mixed: bool = False  # AMP: fp32 master weights + 16-bit copies (precision picks which)
+    # how mixed precision is run (RECIPES): amp (torch autocast over fp32 weights, as the
+    # Hugging Face Trainer runs bf16=True) or megatron (Megatron-LM / DeepSpeed: the model in
+    # 16-bit, an fp32 master copy and fp32 gradients beside it)
+    recipe: str = "amp"
     optimizer: str = "adamw"
     batch_size: int = 1
     seq_len: int = 0  # 0: the model's max_positions (or 2048)
@@ -864,6 +875,14 @@ class Settings:
     gpu_util: float = 0.9
     prefill_chunk: int = 2048
 
+    @property
+    def sixteen_bit_model(self) -> bool:
+        """Mixed precision with the model itself in 16-bit and an fp32 master copy beside it:
+        the megatron recipe, and DeepSpeed / FSDP wherever they hold the parameters (ZeRO-3,
+        offload), which autocast does not run under."""
+        return self.mixed and (self.recipe == "megatron" or self.offload != "none"
+                               or self.zero == 3)
+
     def __post_init__(self) -> None:
         if not (self.gpus >= 1 and self.tp >= 1 and self.pp >= 1):
             raise TcalcError("--gpus, --tp and --pp: expected integers >= 1")
@@ -871,6 +890,8 @@ class Settings:
             (self.precision in PRECISIONS, f"--precision: expected one of {', '.join(PRECISIONS)}"),
             (not (self.mixed and self.precision == "fp32"),
              "--mixed: pick its 16-bit dtype with --precision fp16 or bf16"),
+            (self.recipe in RECIPES, f"--recipe: expected one of {', '.join(RECIPES)}"),
+            (self.recipe == "amp" or self.mixed, "--recipe megatron: needs --mixed"),
             (self.optimizer in OPTIMIZERS, f"--optimizer: expected one of {', '.join(OPTIMIZERS)}"),
             (self.batch_size >= 1, "--batch-size: expected an integer >= 1"),
             (self.seq_len >= 0, "--seq-len: expected an integer >= 1"),
@@ -1143,7 +1164,10 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
             comps.append(Item("optimizer_states", 4 * elems,
                               "4 · Σ (rows + columns) over matrices + Σ vector sizes",
                               f"4 · {elems:,}", note=OPTIMIZER_SOURCE["adafactor"]))
-        amp = s.mixed and adapters is None  # LoRA: a 16-bit base, autocast on the adapters
+        # autocast runs over fp32 weights; LoRA keeps a 16-bit base (autocast on the adapters)
+        # and the megatron recipe a 16-bit model (under ZeRO-3 / offload the activations are
+        # still autocast's: the Trainer's accelerate enables it beside FSDP; not measured)
+        amp = s.mixed and adapters is None and s.recipe != "megatron"
         acts = activation_breakdown(
             spec, s.batch_size, T, act_bytes=s.act_bytes, device=s.device,
             attention=s.attention, amp=amp,
@@ -1336,11 +1360,12 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     if "lora_weights" in c:
         weights = ("weights", c["weights"] + c["lora_weights"], "the frozen base and the "
                    "fp32 adapters")
-    elif s.mixed and (s.offload != "none" or s.zero == 3):
-        # DeepSpeed / FSDP mixed precision: 16-bit parameters and an fp32 master shard (in
-        # CPU memory under --offload), no autocast copies
+    elif s.sixteen_bit_model:
+        # Megatron-LM / DeepSpeed / FSDP mixed precision: 16-bit parameters and an fp32
+        # master copy (a shard under ZeRO, in CPU memory under --offload), no autocast copies:
+        # 2 + 4 + 4 (fp32 gradients) + 8 = 18 bytes per parameter, held throughout
         weights = ("weights", c["weights"] + c["master_weights"], "16-bit weights + the fp32 "
-                   "master shard" + (" (in CPU memory)" if s.offload != "none" else ""))
+                   "master copy" + (" (in CPU memory)" if s.offload != "none" else ""))
     elif s.mixed:
         weights = ("weights", c["master_weights"], "fp32 weights (torch AMP: the model's own "
                    "parameters, which the optimizer updates)")
@@ -1358,11 +1383,16 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     if s.mixed and "lora_weights" in c:
         common.append(("autocast_copies", c["lora_weights"] // 2, "16-bit copies of the "
                        "adapters (torch autocast; the base is 16-bit already)"))
-    elif s.mixed and not (s.offload != "none" or s.zero == 3):
+    elif s.mixed and not s.sixteen_bit_model:
         copies = math.ceil(2 * autocast_copy_params(spec, params) * share)
         common.append(("autocast_copies", copies, "16-bit copies of the matmul weights, kept "
                        "for backward (torch autocast; norms and embedding lookups stay fp32)"))
-    if s.grad_accum > 1:
+    if s.mixed and s.recipe == "megatron":
+        # Megatron-LM's DDP keeps one contiguous fp32 gradient buffer (main_grad), zeroed
+        # between steps, never freed: 2 + 4 + 4 + 8 = 18 bytes per parameter throughout
+        common.append(("gradients", c["gradients"], "fp32 main gradients: a persistent "
+                       "buffer (Megatron-LM's DDP zeroes it, never frees it)"))
+    elif s.grad_accum > 1:
         common.append(("gradients", c["gradients"], f"accumulated over {s.grad_accum} "
                        "micro-batches: live from the second one on"))
     if cuda:

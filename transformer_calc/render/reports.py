@@ -444,13 +444,37 @@ def memory_dict(r: Any) -> dict[str, Any]:
     return out
 
 
+def _held(r: Any, per: float) -> str:
+    """When the bytes per parameter are really held (issue 13): the phases' model states
+    divided by the parameters, per recipe."""
+    s = r.settings
+    if not r.phases or s.freeze or s.gpus > 1 or s.optimizer != "adamw":
+        return ""
+    states = ("weights", "gradients", "optimizer_states", "autocast_copies",
+              "optimizer_temporary")
+
+    def held(phase: Any) -> float:
+        return sum(i.total for i in phase.items.items if i.name in states) / r.params
+
+    fwd, opt = held(r.phases[0]), held(r.phases[2])
+    temp = " (with its temporary)" if any(i.name == "optimizer_temporary"
+                                          for i in r.phases[2].items.items) else ""
+    if s.mixed and s.recipe == "megatron":
+        return f"; held throughout: {fwd:.4g} in forward, {opt:.4g} in the step{temp}"
+    never = f", so {per:g} at no single moment" if per not in (fwd, opt) else ""
+    return f"; held: {fwd:.4g} in forward (no gradients yet), {opt:.4g} in the optimizer " \
+           f"step{temp}{never}"
+
+
 def memory_lines(r: Any) -> list[str]:
     s = r.settings
     lines = []
     if s.inference:
         lines.append(f"inference: {s.dtype} weights, batch {s.batch_size}, context {r.seq_len}")
     else:
-        mode = f"mixed {s.precision}" if s.mixed else f"pure {s.precision}"
+        recipe = ("Megatron-LM/DeepSpeed: the model in 16-bit, fp32 master weights"
+                  if s.sixteen_bit_model else "torch AMP autocast over fp32 weights")
+        mode = f"mixed {s.precision} ({recipe})" if s.mixed else f"pure {s.precision}"
         lines.append(f"training: {mode}, {s.optimizer}, batch {s.batch_size} × seq {r.seq_len}, "
                      f"attention {s.attention} on {s.device}, recompute {s.recompute}")
         share = f"{r.trainable_params:,} trainable of {r.params:,} parameters " \
@@ -467,7 +491,8 @@ def memory_lines(r: Any) -> list[str]:
             acc = " + ".join(f"{n} {b:g}" for n, b, _ in r.bytes_per_param)
             lines.append(f"bytes per parameter: {acc} = {per:g}" +
                          (" + Adafactor's factored statistics" if s.optimizer == "adafactor"
-                          else "") + " (Hugging Face performance docs)")
+                          else "") + " (Hugging Face performance docs)"
+                         + _held(r, per))
             if s.freeze:
                 lines.append(f"frozen: {', '.join(s.freeze)}: {share}; gradients and optimizer "
                              "states only for what trains")
