@@ -236,10 +236,11 @@ def test_autocast_keeps_the_residual_stream_in_fp32_and_a_cast_per_projection() 
 
 def test_the_picked_kernel_is_shown(cli) -> None:
     notes = cli.json("memory", "llama-3-8b", "--attention", "sdpa", "--seq-len", "512")["notes"]
-    assert any(n.startswith("sdpa on cuda runs math: ") for n in notes)  # fp32 GQA
+    assert any(n.startswith("sdpa on cuda runs math (as torch picks it): ")
+               for n in notes)  # fp32 GQA
     bf16 = cli.json("memory", "llama-3-8b", "--attention", "sdpa", "--seq-len", "512",
                     "--precision", "bf16")["notes"]
-    assert any(n.startswith("sdpa on cuda runs flash: ") for n in bf16)
+    assert any(n.startswith("sdpa on cuda runs flash (as torch picks it): ") for n in bf16)
     eager = cli.json("memory", "llama-3-8b", "--seq-len", "512")["notes"]
     assert not any(n.startswith("sdpa on") for n in eager)
 
@@ -308,3 +309,30 @@ def test_the_megatron_recipe_holds_18_bytes_per_parameter_throughout(cli) -> Non
         " ".join(out.split())
     r = cli("memory", "llama-3-8b", "--recipe", "megatron", code=2)
     assert r.stderr == "Error: --recipe megatron: needs --mixed\n"
+
+
+def test_the_sdpa_kernel_can_be_forced(cli) -> None:
+    # issue 13: the kernel is overridable, as torch.nn.attention.sdpa_kernel forces it
+    def memory(*args: str) -> dict:
+        return cli.json("memory", "gpt2", "--attention", "sdpa", "--seq-len", "512", *args)
+
+    auto = memory()  # fp32, MHA: the memory-efficient kernel
+    assert any(n.startswith("sdpa on cuda runs efficient (as torch picks it)")
+               for n in auto["notes"])
+    math = memory("--sdpa-kernel", "math")
+    assert any(n.startswith("sdpa on cuda runs math (forced by --sdpa-kernel)")
+               for n in math["notes"])
+    T2 = {c["name"]: c["bytes"] for c in math["activations"]["components"]}
+    assert T2["decoder.attn.softmax"] == 12 * 12 * 512 * 512 * 4  # the T² probabilities
+    assert math["activations"]["bytes"] > auto["activations"]["bytes"]
+    for args, message in (
+            (["--sdpa-kernel", "flash"], "--sdpa-kernel flash: takes fp16 or bf16 only"),
+            (["--sdpa-kernel", "cpu_flash"], "--sdpa-kernel cpu_flash: not a kernel torch "
+                                             "has on cuda"),
+    ):
+        assert cli("memory", "gpt2", "--attention", "sdpa", *args, code=2).stderr.startswith(
+            f"Error: {message}")
+    r = cli("memory", "llama-3-8b", "--attention", "sdpa", "--sdpa-kernel", "efficient", code=2)
+    assert "takes no grouped K/V heads (llama-3-8b: 8 for 32 query heads)" in r.stderr
+    r = cli("memory", "gpt2", "--sdpa-kernel", "math", code=2)
+    assert r.stderr == "Error: --sdpa-kernel: applies to --attention sdpa\n"

@@ -26,6 +26,7 @@ from transformer_calc.choices import (
     PRECISIONS,
     RECIPES,
     RECOMPUTE,
+    SDPA_KERNELS,
     TOPICS,
 )
 from transformer_calc.errors import TcalcError
@@ -361,6 +362,7 @@ def _training_params() -> list[inspect.Parameter]:
     Offload = _choice_enum("offload", ("none", "optimizer", "all"))
     Activations = _choice_enum("activations", ("hf", "megatron"))
     Recipe = _choice_enum("recipe", RECIPES)
+    SdpaKernel = _choice_enum("sdpa_kernel", SDPA_KERNELS)
     return [
         opt("precision", Optional[Precision], None, "--precision",
             help="Weights dtype: fp32 (default), or bf16/fp16 (pure, or the 16-bit dtype "
@@ -411,6 +413,10 @@ def _training_params() -> list[inspect.Parameter]:
             help="Activation recomputation."),
         opt("attention", Attention, Attention["eager"], "--attention",
             help="Attention implementation (eager, sdpa, flash)."),
+        opt("sdpa_kernel", SdpaKernel, SdpaKernel["auto"], "--sdpa-kernel",
+            help="With --attention sdpa: the kernel, as torch.nn.attention.sdpa_kernel would "
+                 "force it; auto: as torch 2.13 picks it for the device, dtype, dropout and "
+                 "heads (the report says which)."),
         opt("device", Device, Device["cuda"], "--device",
             help="cuda: 1-byte dropout masks, SDPA's kernel as torch picks it on a GPU; cpu: "
                  "masks in the activation dtype, SDPA's math kernel with dropout, its CPU "

@@ -20,6 +20,7 @@ from transformer_calc.choices import (
     OPTIMIZERS,
     PRECISIONS,
     RECIPES,
+    SDPA_KERNELS,
 )
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import DENSE, pattern_keys
@@ -169,7 +170,7 @@ KERNELS = {"eager": "transformers' eager attention (Python: matmul, softmax, mat
 
 
 def attention_kernel(spec: ModelSpec, attention: str, device: str, act_bytes: int,
-                     dropout: bool) -> str:
+                     dropout: bool, override: str = "auto") -> str:
     """Which kernel computes attention, as torch 2.13 picks it (issue 13): "sdpa" on CUDA is
     flash for 16-bit heads up to FLASH_MAX_HEAD; in fp32 the memory-efficient kernel, unless
     the heads are grouped: transformers then passes enable_gqa, which only flash and math
@@ -178,6 +179,18 @@ def attention_kernel(spec: ModelSpec, attention: str, device: str, act_bytes: in
     flash kernel, with dropout the math kernel."""
     if attention != "sdpa":
         return attention
+    if override != "auto":  # --sdpa-kernel: what torch.nn.attention.sdpa_kernel would force
+        if (override == "cpu_flash") != (device == "cpu") and override != "math":
+            raise TcalcError(f"--sdpa-kernel {override}: not a kernel torch has on {device}")
+        if override == "flash" and act_bytes == 4:
+            raise TcalcError("--sdpa-kernel flash: takes fp16 or bf16 only (torch's flash "
+                             "kernel)")
+        if override == "efficient" and spec.n_heads and not spec.mla \
+                and spec.kv_heads < spec.n_heads:
+            raise TcalcError(f"--sdpa-kernel efficient: torch 2.13's memory-efficient kernel "
+                             f"takes no grouped K/V heads ({spec.name}: {spec.kv_heads} for "
+                             f"{spec.n_heads} query heads); flash (16-bit) or math")
+        return override
     if device == "cpu":
         return "math" if dropout else "cpu_flash"
     if act_bytes != 4 and spec.head_dim <= FLASH_MAX_HEAD:
@@ -189,8 +202,8 @@ def attention_kernel(spec: ModelSpec, attention: str, device: str, act_bytes: in
 def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes: int,
                          device: str = "cuda", attention: str = "eager", dropout: bool = True,
                          recompute: str = "none", amp: bool = False,
-                         pattern=None  # type: ignore[no-untyped-def]
-                         ) -> Breakdown:
+                         pattern=None,  # type: ignore[no-untyped-def]
+                         sdpa_kernel: str = "auto") -> Breakdown:
     """Bytes autograd keeps for backward, one item per saved tensor, per layer.
 
     Follows Korthikanti et al. 2022, Sec. 4.1 (34·s·b·h + 5·a·s²·b per layer, 16-bit), with the
@@ -211,7 +224,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     pattern = pattern or DENSE
     # the attention probabilities' own dropout (OPT, BART: 0 while the rest is 0.1)
     attn_dropout = dropout and spec.attention_dropout != 0.0
-    kernel = attention_kernel(spec, attention, device, act_bytes, attn_dropout)
+    kernel = attention_kernel(spec, attention, device, act_bytes, attn_dropout, sdpa_kernel)
     a, B, T = act_bytes, batch, seq_len
     E, V = spec.d_model, spec.vocab_size
     mask = 1 if device == "cuda" else a  # dropout mask: bool on CUDA, dtype-sized on the CPU
@@ -245,7 +258,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     add = rows.append
     notes: list[str] = []
     if spec.n_heads and attention == "sdpa":  # the execution profile, shown (issue 13)
-        notes.append(f"sdpa on {device} runs {kernel}: {KERNELS[kernel]}")
+        how = "forced by --sdpa-kernel" if sdpa_kernel != "auto" else "as torch picks it"
+        notes.append(f"sdpa on {device} runs {kernel} ({how}): {KERNELS[kernel]}")
     if pattern.kind != "dense":
         # issue 18: the keys per query are the FLOPs' (flops.pattern_keys)
         notes.append(f"attention pattern {pattern.describe()}: {keys:,} keys per query of "
@@ -838,6 +852,7 @@ class Settings:
     activations: str = "hf"
     micro_batches: int = 0  # megatron: micro-batches per step (0: at least pp, as assumed)
     attention: str = "eager"
+    sdpa_kernel: str = "auto"  # SDPA_KERNELS: auto = as torch picks it (attention_kernel)
     device: str = "cuda"
     dropout: bool | None = None  # None: on when the model trains with dropout (spec.dropout)
     gpus: int = 1
@@ -891,6 +906,10 @@ class Settings:
             (not (self.mixed and self.precision == "fp32"),
              "--mixed: pick its 16-bit dtype with --precision fp16 or bf16"),
             (self.recipe in RECIPES, f"--recipe: expected one of {', '.join(RECIPES)}"),
+            (self.sdpa_kernel in SDPA_KERNELS,
+             f"--sdpa-kernel: expected one of {', '.join(SDPA_KERNELS)}"),
+            (self.sdpa_kernel == "auto" or self.attention == "sdpa",
+             "--sdpa-kernel: applies to --attention sdpa"),
             (self.recipe == "amp" or self.mixed, "--recipe megatron: needs --mixed"),
             (self.optimizer in OPTIMIZERS, f"--optimizer: expected one of {', '.join(OPTIMIZERS)}"),
             (self.batch_size >= 1, "--batch-size: expected an integer >= 1"),
@@ -1170,7 +1189,7 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         amp = s.mixed and adapters is None and s.recipe != "megatron"
         acts = activation_breakdown(
             spec, s.batch_size, T, act_bytes=s.act_bytes, device=s.device,
-            attention=s.attention, amp=amp,
+            attention=s.attention, amp=amp, sdpa_kernel=s.sdpa_kernel,
             dropout=s.dropout if s.dropout is not None else spec.dropout > 0,
             recompute=s.recompute, pattern=pattern)
         if adapters is not None:
