@@ -441,6 +441,12 @@ def memory_dict(r: Any) -> dict[str, Any]:
                       "headroom_bytes": f.headroom, "max_batch_size": f.max_batch_size,
                       "max_seq_len": f.max_seq_len, "budget_bytes": f.budget,
                       "prefill_activation_bytes": f.prefill}
+        if f.reserve[1]:
+            out["fit"]["reserve"] = {
+                "allocator_cache_bytes": list(f.reserve),
+                "source": "max_memory_reserved − max_memory_allocated, 2.0-12.1 % of the "
+                          "peak over 20 H100 training runs; the CUDA context is not included",
+                "in_peak": False}
     return out
 
 
@@ -528,6 +534,13 @@ def memory_lines(r: Any) -> list[str]:
                      f" at {r.seq_len:,}; longest {seq} at batch {s.batch_size}: "
                      f"{f.max_seq_len:,}" + (" (the model's limit)"
                                              if f.max_seq_len == f.seq_ceiling else ""))
+        if f.reserve[1]:
+            tight = "; the headroom is less than that: it may not fit" \
+                if 0 <= f.headroom < f.reserve[1] else ""
+            lines.append(f"not in the peak: the caching allocator's cache, "
+                         f"{human_bytes(f.reserve[0])} to {human_bytes(f.reserve[1])} (2.0-12.1 % "
+                         "of the peak, measured on an H100), and the CUDA context (not "
+                         f"measured){tight}")
     if not s.inference:
         b = r.activations
 
