@@ -119,3 +119,15 @@ def test_adapted_layers_scale_with_groups_not_layers() -> None:
     layers = adapted_layers(spec, count_params(spec), ("all-linear",))
     assert len(layers) == 7 and {a.repeat for a in layers} == {126}
 
+
+
+def test_rank_one_is_a_rank() -> None:
+    # mutation testing (seed 11): nothing used rank 1, the smallest PEFT accepts. LoRA's
+    # count is linear in r, so rank 1 is peft's rank-16 count of the same case over 16
+    s = next(s for s in REFERENCE["sets"] if s["rank"] == 16 and s["targets"] == "all-linear")
+    case = next(c for c in s["cases"] if "trainable" in c
+                and _config(c["case"])["model_type"] == "llama")
+    spec = spec_from_hf(_config(case["case"]))
+    assert lora_params(spec, count_params(spec), 1).total * 16 == case["trainable"]
+    with pytest.raises(TcalcError, match="--lora: expected a rank >= 1, got 0"):
+        lora_params(spec, count_params(spec), 0)

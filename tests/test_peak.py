@@ -361,3 +361,18 @@ def test_what_the_peak_leaves_out_is_a_named_reserve_shown_apart(cli) -> None:
                                                  "--batch-size", "8").stdout.split())
     assert "reserve" not in cli.json("memory", "gpt2", "--gpu", "A100-40GB",
                                      "--inference")["fit"]
+
+
+def test_zero3_and_offload_keep_16_bit_parameters_and_no_autocast_copies() -> None:
+    # mutation testing (seed 11): DeepSpeed / FSDP hold the parameters in 16-bit beside the
+    # fp32 master shard, under ZeRO-3 or offload, whatever --recipe says; ZeRO-2 is torch AMP
+    spec = load_model("gpt2")
+    base = dict(precision="bf16", mixed=True, seq_len=1024, gpus=8)
+    for kw in (dict(zero=3), dict(zero=2, offload="optimizer")):
+        r = memory_report(spec, Settings(**base, **kw))  # type: ignore[arg-type]
+        assert r.settings.sixteen_bit_model
+        forward = {i.name for i in r.phases[0].items.items}
+        assert "autocast_copies" not in forward
+    amp = memory_report(spec, Settings(**base, zero=2))
+    assert not amp.settings.sixteen_bit_model
+    assert "autocast_copies" in {i.name for i in amp.phases[0].items.items}
