@@ -93,6 +93,16 @@ def norm_fp32_types() -> list[str]:
     return types_whose_code_has(*NORM_FP32)
 
 
+# T5LayerNorm: the variance from an fp32 copy, then the input itself (16-bit in a 16-bit model)
+# multiplied by the fp32 rsqrt, so the mul keeps that input beside the copy
+NORM_KEEPS_INPUT = "variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)"
+
+
+def norm_keeps_input_types() -> list[str]:
+    """The model types whose RMSNorm has NORM_KEEPS_INPUT."""
+    return types_whose_code_has(NORM_KEEPS_INPUT)
+
+
 # DeepSeek-V3-style routers: F.linear on fp32 casts of the input and the weight, so a 16-bit
 # model keeps an fp32 copy of each for backward
 ROUTER_FP32 = "F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))"
@@ -190,6 +200,9 @@ def main() -> None:
           + "\n\n# RMSNorms that keep their normalised tensor in fp32 (the weight multiplies "
           + "before the cast back)\nNORM_FP32: frozenset[str] = frozenset(\n"
           + pprint.pformat(norm_fp32_types(), width=92, compact=True) + ")"
+          + "\n\n# RMSNorms that multiply their (16-bit) input itself by the fp32 rsqrt\n"
+          + f"# (`{NORM_KEEPS_INPUT}`)\nNORM_KEEPS_INPUT: frozenset[str] = frozenset(\n"
+          + pprint.pformat(norm_keeps_input_types(), width=92, compact=True) + ")"
           + "\n\n# MoE routers that matmul fp32 copies of their input and weight\n"
           + f"# (`{ROUTER_FP32}`)\nROUTER_FP32: frozenset[str] = frozenset(\n"
           + pprint.pformat(router_fp32_types(), width=92, compact=True) + ")"

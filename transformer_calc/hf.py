@@ -317,6 +317,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         LINEAR_NAMES,
         LOSS_NO_UPCAST,
         NORM_FP32,
+        NORM_KEEPS_INPUT,
         PEFT_MOE,
         ROUTER_FP32,
         SOFTMAX_FP32,
@@ -326,6 +327,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     values["norm_fp32"] = model_type in NORM_FP32
     values["loss_fp32"] = model_type not in LOSS_NO_UPCAST
     values["router_fp32"] = model_type in ROUTER_FP32
+    values["norm_keeps_input"] = model_type in NORM_KEEPS_INPUT
     # PEFT's conversion follows the model type, with or without experts in the config
     values["peft_moe"] = PEFT_MOE.get(model_type, values.get("peft_moe", "none"))
     values["peft_mamba"] = model_type in PEFT_MAMBA

@@ -1398,6 +1398,11 @@ NORM_FP32: frozenset[str] = frozenset(
  'minimax_m3_vl_text', 'olmo2', 'olmo3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next',
  'vaultgemma'])
 
+# RMSNorms that multiply their (16-bit) input itself by the fp32 rsqrt
+# (`variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)`)
+NORM_KEEPS_INPUT: frozenset[str] = frozenset(
+['longt5', 'mt5', 't5', 'umt5'])
+
 # MoE routers that matmul fp32 copies of their input and weight
 # (`F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))`)
 ROUTER_FP32: frozenset[str] = frozenset(

@@ -304,6 +304,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
              stack, "", None, ()))
         add((name + ".rstd", sb * vectors * 4, f"B·T{'·' + vsym[:-1] if vsym else ''} · 4 "
              "(fp32)", "", reps, stack, "", None, ()))
+        if spec.norm_keeps_input and a != 4 and not amp:
+            # T5LayerNorm: hidden_states * rsqrt(...) reads the 16-bit input itself (measured)
+            add((name + ".input", n * a, f"B·T·{vsym}{wsym} · act (the input, which the "
+                 "rsqrt's mul reads)", "", reps, stack, "", None, ()))
         if spec.norm == "rmsnorm":
             if spec.norm_fp32:  # GemmaRMSNorm: output · (1 + w) in fp32, cast back after
                 add((name + ".normalized", n * 4, f"B·T·{vsym}{wsym} · 4 (fp32: the weight's "

@@ -145,6 +145,8 @@ class ModelSpec:
                            "(before wo) and after each stack's final norm")
     norm_fp32: bool = _f(False, "the RMSNorm keeps its normalised tensor in fp32 (Gemma: "
                          "x̂ · (1 + w) computed in fp32, cast back after)")
+    norm_keeps_input: bool = _f(False, "the RMSNorm multiplies its input itself (not its fp32 "
+                                "copy) by the fp32 rsqrt, so a 16-bit model keeps both (T5)")
     router_fp32: bool = _f(False, "the MoE router casts its input and weight to fp32 before "
                            "its matmul (DeepSeek-V2/V3, GLM-4 MoE, Nemotron-H): a 16-bit "
                            "model keeps fp32 copies of both for backward")
