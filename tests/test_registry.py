@@ -22,7 +22,8 @@ CASES = json.loads((DATA / "registry_cases.json").read_text())
 assert CASES["transformers"] == "5.23.0"
 # the recurrent and hybrid types (issue 14), recorded apart with FLOPs by op (test_mixers.py),
 # and types added since the full run (`tools/check_registry.py --cases 4 --flops 8 --write
-# tests/data/registry_cases_more.json laguna bert-generation nomic_bert tapas layoutlm`)
+# tests/data/registry_cases_more.json laguna bert-generation nomic_bert tapas layoutlm hy_v3`,
+# --cases 6)
 for _name in ("registry_mixers_T8.json", "registry_mixers_T64.json",
               "registry_cases_more.json"):
     _more = json.loads((DATA / _name).read_text())

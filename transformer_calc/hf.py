@@ -1290,6 +1290,14 @@ GENERIC: dict[str, Layout] = {
     "minimax_m2": Layout("MiniMaxM2ForCausalLM", mlp_bias=False, qk_norm="width", moe=Moe()),
     "solar_open": Layout("SolarOpenForCausalLM", o_bias=False, mlp_bias=False,
                          moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace")),
+    # Hunyuan 3: QK-norm per head, a dense first layer then MoE with a shared expert
+    "hy_v3": Layout("HYV3ForCausalLM", qk_norm="head",
+                    needs=(("num_shared_experts", "HYV3MLP falls back to intermediate_size "
+                            "for a zero-width shared expert, which is not modelled"),),
+                    refuse=(("mlp_bias", "biases on the dense and shared MLPs but not on the "
+                             "experts are not modelled"),),
+                    moe=Moe(shared="num_shared_experts", layer_types="mlp_layer_types",
+                            dense_first=1)),
     "glm4_moe": Layout("Glm4MoeForCausalLM", o_bias=False, mlp_bias=False,
                        qk_norm="head", qk_norm_key="use_qk_norm",
                        moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace")),
@@ -1527,6 +1535,7 @@ class Encoder(NamedTuple):
     head: str = "mlm"  # mlm: dense + norm + decoder + bias; bias: the decoder and its bias
     layout: bool = False  # LayoutLM's 2-D position tables (max_2d_position_embeddings)
     decoder: bool = False  # a causal LM (BertGenerationDecoder): is_decoder is its own setting
+    head_dim: bool = False  # the heads' width is head_dim, not hidden_size / heads (NomicBERT)
 
 
 def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
@@ -1553,6 +1562,7 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
         extra = _deberta(c, t("max_position_embeddings"))
     return extra | dict(arch="encoder", vocab_size=t("vocab_size"), d_model=t("hidden_size"),
                 n_layers=t("num_hidden_layers"), n_heads=t("num_attention_heads"),
+                d_head=t("head_dim") if r.head_dim else None,
                 d_ff=t("intermediate_size"), max_positions=t("max_position_embeddings"),
                 position=extra.pop("position", r.position), position_offset=r.position_offset,
                 token_types=_token_types(c, r),
@@ -1631,7 +1641,7 @@ ENCODERS: dict[str, Encoder] = {
                                "a second bias, not modelled"),
     "tapas": Encoder("TapasForMaskedLM", type_vocab_sizes=True),
     "layoutlm": Encoder("LayoutLMForMaskedLM", pooler=True, layout=True),
-    "nomic_bert": Encoder("NomicBertForMaskedLM", ffn="gated", position="rope",
+    "nomic_bert": Encoder("NomicBertForMaskedLM", ffn="gated", position="rope", head_dim=True,
                           qkv_bias=False, o_bias=False, ffn_in_bias=False, ffn_out_bias=False),
     "distilbert": Encoder("DistilBertForMaskedLM", keys=(
         ("hidden_size", "dim"), ("num_hidden_layers", "n_layers"),
