@@ -121,8 +121,9 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
         cfg["max_position_embeddings"] = rng.choice([16, 32])
     if "mlp_only_layers" in fields:
         cfg["mlp_only_layers"] = rng.choice([[], [0]])
+    # (BigBird-Pegasus has a block_size too, for its sparse attention: no mixer)
     if fields & {"state_size", "ssm_state_size", "mamba_d_state", "linear_key_head_dim",
-                 "conv_L_cache", "block_size"}:
+                 "conv_L_cache", "block_size"} and "hidden_size" in cfg:
         mixer = draw_mixer(rng, fields, cfg)
         return {k: v for k, v in cfg.items() if k in fields or k.endswith("_token_id")} | mixer
     return {k: v for k, v in cfg.items() if k in fields or k.endswith("_token_id")}
