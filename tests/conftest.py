@@ -14,6 +14,18 @@ from transformer_calc.cli import app
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
 
+
+def load_tool(name: str) -> Any:
+    """A developer tool (tools/NAME.py) as a module, for the tests that check a generated file
+    equals what its tool writes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"tool_{name}", ROOT / "tools" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
        ast.Div: operator.truediv, ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv}
 

@@ -169,13 +169,8 @@ def test_t5_keeps_its_bucket_index_and_its_extra_dropouts() -> None:
 
 
 def test_the_per_architecture_table_is_generated_from_the_fixtures() -> None:
-    import importlib.util
+    from conftest import load_tool
 
-    path = DATA.parents[1] / "tools" / "activation_errors.py"
-    spec = importlib.util.spec_from_file_location("activation_errors", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     doc = (DATA.parents[1] / "docs" / "activations_by_architecture.md").read_text()
-    assert doc == module.render(), \
+    assert doc == load_tool("activation_errors").render(), \
         "run: python tools/activation_errors.py > docs/activations_by_architecture.md"

@@ -4,7 +4,6 @@ two commands of a fresh checkout print no warnings."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
@@ -74,11 +73,9 @@ def test_readme_example_runs_and_shows_what_it_says(command: str, shown: list[st
 
 
 def _readme_tool():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("readme_tool", ROOT / "tools" / "readme.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from conftest import load_tool
+
+    return load_tool("readme")
 
 
 def test_generated_sections_equal_what_the_code_generates() -> None:

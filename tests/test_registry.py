@@ -87,15 +87,11 @@ def test_every_model_type_round_trips_through_import(cli, tmp_path, model_type: 
 
 
 def test_model_types_doc_is_generated_from_the_registry() -> None:
-    import importlib.util
+    from conftest import load_tool
 
-    path = DATA.parents[1] / "tools" / "model_types_doc.py"
-    spec = importlib.util.spec_from_file_location("model_types_doc", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     doc = (DATA.parents[1] / "docs" / "model_types.md").read_text()
-    assert doc == module.render(), "run: python tools/model_types_doc.py > docs/model_types.md"
+    assert doc == load_tool("model_types_doc").render(), \
+        "run: python tools/model_types_doc.py > docs/model_types.md"
 
 
 # Where FlopCounterMode (eager attention and experts, T = 8) sees other work than the model's
