@@ -47,7 +47,9 @@ attn_layer_offset expert_layer_period expert_layer_offset linear_conv_kernel_dim
 linear_key_head_dim linear_value_head_dim linear_num_key_heads linear_num_value_heads
 conv_bias conv_L_cache block_multiple_of block_ffn_dim_multiplier block_auto_adjust_ff_dim
 full_attention_interval mamba_d_ssm mamba_rms_norm projectors_bias block_size mlp_layer_types
-gating type_vocab_sizes max_2d_position_embeddings""".split()
+gating type_vocab_sizes max_2d_position_embeddings hidden_dropout_prob
+attention_probs_dropout_prob resid_pdrop embd_pdrop attn_pdrop dropout_rate dropout
+attention_dropout hidden_dropout residual_dropout""".split()
 
 
 # transformers' eager_attention_forward of Llama-style models (issue 13): the softmax runs in

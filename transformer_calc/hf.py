@@ -307,10 +307,14 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
                                      else (("dropout", "attention_dropout"), 0.1)
                                      if model_type in SEQ2SEQ else (("dropout_rate",), 0.1)
                                      if model_type in T5S else (("attention_dropout",), 0.0))
-    probs = [cfg.get(k, default) for k in keys]
+    from transformer_calc.hf_defaults import DEFAULTS
+
+    # an absent key takes its config class's default (hf_defaults.py), else the family's
+    class_default = DEFAULTS.get(model_type, {})
+    probs = [cfg.get(k, class_default.get(k, default)) for k in keys]
     values["dropout"] = float(max(probs)) if probs else 0.0
-    attn = [cfg.get(k, ATTENTION_DROPOUT_DEFAULTS.get(model_type, default)) for k in keys
-            if "att" in k]
+    attn = [cfg.get(k, class_default.get(k, ATTENTION_DROPOUT_DEFAULTS.get(model_type, default)))
+            for k in keys if "att" in k]
     if attn and float(attn[0]) != values["dropout"]:
         values["attention_dropout"] = float(attn[0])
     from transformer_calc.hf_defaults import (
