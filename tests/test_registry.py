@@ -121,3 +121,12 @@ def test_forward_flops_equal_flop_counter(case: dict) -> None:
 def test_flops_cover_most_types() -> None:
     covered = {c["config"]["model_type"] for c in FLOPS_CASES}
     assert len(covered) >= 80, len(covered)
+
+
+def test_absent_dropout_keys_take_the_config_class_defaults() -> None:
+    # transformers 5.23: NomicBertConfig hidden_dropout_prob = attention_probs_dropout_prob =
+    # 0.0 (a BERT-style family default of 0.1 counted masks it never makes: +29 to +104 %);
+    # XLMConfig dropout = 0.1 and attention_dropout = 0.1
+    assert spec_from_hf({"model_type": "nomic_bert"}).dropout == 0.0
+    assert spec_from_hf({"model_type": "xlm"}).dropout == 0.1
+    assert spec_from_hf({"model_type": "nomic_bert", "hidden_dropout_prob": 0.2}).dropout == 0.2
