@@ -115,8 +115,15 @@ def test_mixture_active_parameters() -> None:
 
 def test_architectures_is_honoured() -> None:
     bart = json.loads((HF / "bart-base.json").read_text())
-    with pytest.raises(SpecError, match="decoder alone.*BartForCausalLM"):
-        spec_from_hf(bart | {"architectures": ["BartForCausalLM"]})
+    # 96,103,680: BartForCausalLM(bart-base's config), transformers 5.23 on the meta device
+    decoder = spec_from_hf(bart | {"architectures": ["BartForCausalLM"]})
+    assert count_params(decoder).total == 96_103_680
+    assert "counted as transformers' BartForCausalLM" in decoder.note
+    t5 = {"model_type": "t5", "architectures": ["T5ForCausalLM"]}
+    with pytest.raises(SpecError, match="transformers 5.23 has no T5ForCausalLM"):
+        spec_from_hf(t5)
+    with pytest.raises(SpecError, match=r"BartForConditionalGeneration.*BartForCausalLM"):
+        spec_from_hf(bart | {"architectures": ["BartForSequenceClassification"]})
     llama = json.loads((HF / "llama-3-8b.json").read_text())
     with pytest.raises(SpecError, match="LlamaForSequenceClassification"):
         spec_from_hf(llama | {"architectures": ["LlamaForSequenceClassification"]})
@@ -165,3 +172,36 @@ def test_shared_expert_gate_flops() -> None:
     without = spec.replace(shared_expert_gate=False)
     moe_layers = sum(g.count for g in plan_of(spec).groups if g.block.ffn.moe)
     assert count_flops(spec, 8).total - count_flops(without, 8).total == 2 * 64 * moe_layers
+
+
+def test_a_decoder_alone_counts_its_idle_cross_attention_and_nothing_else() -> None:
+    """BartForCausalLM builds each layer's encoder attention (is_decoder) but skips it without
+    encoder states: parameters, not FLOPs, activations, cache or LoRA activations."""
+    from transformer_calc.flops import count_flops
+    from transformer_calc.memory import (
+        Settings,
+        activation_breakdown,
+        kv_cache_elements,
+        memory_report,
+    )
+
+    bart = json.loads((HF / "bart-base.json").read_text())
+    decoder = spec_from_hf(bart | {"architectures": ["BartForCausalLM"]})
+    E, L = 768, 6
+    p = count_params(decoder)
+    cross = sum(r.count * r.repeat for r in p.items if ".cross." in r.name)
+    assert cross == L * (4 * (E * E + E) + 2 * E)  # q, k, v, o with biases, and the norm
+    assert not any(".cross." in r.name for r in count_flops(decoder, 128).items)
+    assert kv_cache_elements(decoder, 100) == L * 2 * E * 100  # self-attention's K and V only
+    acts = activation_breakdown(decoder, 1, 64, act_bytes=4)
+    assert not any(".cross." in r.name for r in acts.items)
+    # LoRA on every linear layer adapts the idle q/k/v/o too (trainable), keeps nothing for them
+    lora = memory_report(decoder, Settings(seq_len=64, lora_rank=8))
+    adapted = [r.name for r in lora.activations.items if "lora_a_output" in r.name]
+    assert adapted and not any(".cross." in n for n in adapted)
+    # 958,464: peft 0.21.2 LoraConfig(r=8, all-linear) over BartForCausalLM(bart-base),
+    # transformers 5.23 (tools/reference_lora.py --registry, the case above): 8 attention
+    # matrices per layer (self and cross) and the two FFN matrices
+    assert lora.trainable_params == 958_464 == 8 * L * (8 * 2 * E + 2 * (E + 3072))
+    with pytest.raises(SpecError, match="idle_cross_attention"):
+        decoder.replace(arch="encoder")

@@ -21,11 +21,15 @@ from transformer_calc.hf import HEAD_CLASS, TABLE_DRIVEN, spec_from_hf
 CASES = json.loads((DATA / "registry_cases.json").read_text())
 assert CASES["transformers"] == "5.23.0"
 # the recurrent and hybrid types (issue 14), recorded apart with FLOPs by op (test_mixers.py),
-# and types added since the full run (`tools/check_registry.py --cases 4 --flops 8 --write
-# tests/data/registry_cases_more.json laguna bert-generation nomic_bert tapas layoutlm hy_v3`,
-# --cases 6)
+# and types added since the full run (`tools/check_registry.py --cases 6 --flops 8 --write
+# tests/data/registry_cases_more.json laguna bert-generation nomic_bert tapas layoutlm hy_v3
+# whisper trocr`)
+# The seq2seq families' decoders alone, named in architectures (BartForCausalLM, ...):
+# `tools/check_registry.py --causal --cases 4 --flops 8 --write
+# tests/data/registry_causal_decoders.json bart marian mbart mvp plbart blenderbot
+# blenderbot-small pegasus bigbird_pegasus`
 for _name in ("registry_mixers_T8.json", "registry_mixers_T64.json",
-              "registry_cases_more.json"):
+              "registry_cases_more.json", "registry_causal_decoders.json"):
     _more = json.loads((DATA / _name).read_text())
     assert _more["transformers"] == "5.23.0"
     CASES["cases"] += _more["cases"]

@@ -17,6 +17,12 @@ a length that fills whole chunks (Gated DeltaNet's chunk is 64):
         mamba falcon_mamba mamba2 nemotron_h bamba granitemoehybrid jamba lfm2 falcon_h1 minimax
     python tools/check_registry.py --cases 4 --flops 64 \
         --write tests/data/registry_mixers_T64.json qwen3_next qwen3_5_text qwen3_5_moe_text
+
+The seq2seq families' decoders alone (``architectures: [BartForCausalLM]``, ...):
+
+    python tools/check_registry.py --causal --cases 4 --flops 8 \
+        --write tests/data/registry_causal_decoders.json bart marian mbart mvp plbart \
+        blenderbot blenderbot-small pegasus bigbird_pegasus
 """
 
 from __future__ import annotations
@@ -201,13 +207,20 @@ def draw_mixer(rng: random.Random, fields: set[str], cfg: dict) -> dict:
     return out
 
 
+def class_of(config: dict) -> str:
+    """The class counted: the one ``architectures`` names (a seq2seq family's *ForCausalLM,
+    --causal), else the model type's head class."""
+    return (config.get("architectures") or [HEAD_CLASS[config["model_type"]]])[0]
+
+
 def reference(config: dict) -> int:
     import torch
     import transformers
 
-    cfg = transformers.AutoConfig.for_model(**config)
+    kwargs = {k: v for k, v in config.items() if k != "architectures"}
+    cfg = transformers.AutoConfig.for_model(**kwargs)
     with torch.device("meta"):
-        model = getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg)
+        model = getattr(transformers, class_of(config))(cfg)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -218,12 +231,13 @@ def flops_per_token(config: dict, seq_len: int) -> int | None:
     import transformers
     from torch.utils.flop_counter import FlopCounterMode
 
-    cfg = transformers.AutoConfig.for_model(**config, attn_implementation="eager",
+    kwargs = {k: v for k, v in config.items() if k != "architectures"}
+    cfg = transformers.AutoConfig.for_model(**kwargs, attn_implementation="eager",
                                             experts_implementation="eager")
-    if getattr(cfg, "is_encoder_decoder", False):
+    if getattr(cfg, "is_encoder_decoder", False) and "architectures" not in config:
         return None
     torch.manual_seed(0)
-    model = getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg).train()
+    model = getattr(transformers, class_of(config))(cfg).train()
     ids = torch.randint(0, cfg.vocab_size, (1, seq_len))
     with FlopCounterMode(display=False) as counter:
         model(input_ids=ids, use_cache=False)
@@ -250,23 +264,29 @@ def main() -> None:
     ap.add_argument("--cases", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--write", type=Path)
+    ap.add_argument("--causal", action="store_true",
+                    help="count each seq2seq type's *ForCausalLM (its decoder alone), named "
+                         "in architectures")
     ap.add_argument("--flops", type=int, default=0, metavar="T",
                     help="also compare forward FLOPs per token at T tokens (recorded with "
                          "--write)")
     args = ap.parse_args()
     rng = random.Random(args.seed)  # noqa: S311 - reproducible test configs, not secrets
     rows, bad = [], 0
+    from transformer_calc.hf import SEQ2SEQ
+
     for model_type in args.types or sorted(HEAD_CLASS):
+        named = {"architectures": [SEQ2SEQ[model_type].decoder_cls]} if args.causal else {}
         cls = type(transformers.AutoConfig.for_model(model_type))
         fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
             else set(transformers.AutoConfig.for_model(model_type).to_dict())
         counted, attempts = 0, 0
-        config: dict = {"model_type": model_type}
+        config: dict = {"model_type": model_type, **named}
         # the default, then drawn configs until --cases are counted (a draw the class rejects
         # or tcalc refuses by name does not count; at most 4 × --cases draws)
         while counted <= args.cases and attempts <= 4 * args.cases:
             if attempts:
-                config = {"model_type": model_type, **draw(rng, fields)}
+                config = {"model_type": model_type, **named, **draw(rng, fields)}
             attempts += 1
             try:
                 want = reference(config)
@@ -282,7 +302,7 @@ def main() -> None:
             ref = None
             # drawn configs only, and small ones (a family whose keys the draw does not
             # shrink keeps its full size): the counter runs the model with real weights
-            if args.flops and len(config) > 1 and want < 50_000_000:
+            if args.flops and len(config) > 1 + len(named) and want < 50_000_000:
                 try:
                     ref = flops_per_token(config, args.flops)
                 except Exception as e:  # noqa: BLE001 - a forward the class cannot run
@@ -299,7 +319,7 @@ def main() -> None:
             bad += not ok
             print(f"{'ok  ' if ok else 'DIFF'} {model_type:18s} {want:>16,} {got - want:+,}"
                   + ("" if ok else f"  {json.dumps(config)}"))
-            row = {"config": config, "total": want, "class": HEAD_CLASS[model_type]}
+            row = {"config": config, "total": want, "class": class_of(config)}
             if ref is not None:
                 row[f"flops_per_token_T{args.flops}"] = ref
                 if spec_from_hf(config, "drawn").mixer != "none":

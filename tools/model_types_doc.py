@@ -18,7 +18,11 @@ def render() -> str:
             **{t: f"decoder record with a {r.ssm.kind} mixer (hf.GENERIC)"
                for t, r in GENERIC.items() if r.ssm is not None},
             **dict.fromkeys(ENCODERS, "encoder record (hf.ENCODERS)"),
-            **dict.fromkeys(SEQ2SEQ, "seq2seq record (hf.SEQ2SEQ)"),
+            **{t: ("decoder alone, seq2seq record (hf.SEQ2SEQ)" if r.decoder_only else
+                   "seq2seq record (hf.SEQ2SEQ)" + (f"; or `{r.decoder_cls}`, its decoder "
+                                                   "alone, when architectures names it"
+                                                   if r.decoder_cls else ""))
+               for t, r in SEQ2SEQ.items()},
             **dict.fromkeys(T5S, "T5 record (hf.T5S)")}
     lines = [
         "# Model types tcalc reads from a config.json",

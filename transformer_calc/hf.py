@@ -58,13 +58,15 @@ INT_KEYS = frozenset("""
     n_shared_experts first_k_dense_replace q_lora_rank kv_lora_rank qk_nope_head_dim
     qk_rope_head_dim v_head_dim sliding_window sliding_window_pattern experts_per_token
     num_nextn_predict_layers moe_layer_freq shared_expert_intermediate_size num_shared_experts
-    shared_intermediate_size n_group topk_group""".split())
+    shared_intermediate_size n_group topk_group max_target_positions
+    cross_attention_hidden_size""".split())
 BOOL_KEYS = frozenset("""
     tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
     parallel_attn multi_query bias alibi do_layer_norm_before _remove_final_layer_norm
     enable_bias share_encoder_decoder_embeddings add_cross_attention is_decoder qk_layernorm
     layer_norm_elementwise_affine use_sliding_window use_bias use_qkv_bias attention_out_bias
-    use_qk_norm use_parallel_residual""".split())
+    use_qk_norm use_parallel_residual layernorm_embedding use_learned_position_embeddings
+    """.split())
 FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct", "resid_pdrop", "embd_pdrop",
                         "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob",
                         "dropout", "attention_dropout", "dropout_rate", "hidden_dropout",
@@ -99,6 +101,8 @@ class Config:
         self.where = where
         self.table = table or {}  # the config class's defaults (hf_defaults.py), generic records
         self.notes: list[str] = []
+        # ``architectures`` names a seq2seq family's *ForCausalLM: count its decoder alone
+        self.decoder_alone = False
 
     def t(self, key: str, fallback: Any = None) -> Any:
         """The file's value, else the config class's default for this model_type, else
@@ -116,7 +120,7 @@ class Config:
         """A view that reads a family's own spelling of the standard keys (n_embd for
         hidden_size, ...); errors still name the file's key."""
         view = _Renamed(self.data, self.where, self.table)
-        view.names, view.notes = names, self.notes
+        view.names, view.notes, view.decoder_alone = names, self.notes, self.decoder_alone
         return view
 
     def spelled(self, key: str) -> str:
@@ -254,25 +258,30 @@ PEFT_MAMBA = frozenset({"falcon_h1", "mamba", "mamba2", "falcon_mamba", "nemotro
 # Classes whose trainable parameters equal the head class's (checked with transformers 5.23:
 # BartModel and BartForConditionalGeneration both 139,420,416 for bart-base; the head is tied).
 SAME_COUNT = {"bart": ("BartModel",), "t5": ("T5WithLMHeadModel",)}
-ENCODER_DECODER = ("t5", "bart", "marian")
+ENCODER_DECODER = ("t5", "mt5", "umt5", "longt5")  # no *ForCausalLM class in transformers
 
 
-def _check_architecture(data: dict[str, Any], model_type: str, where: str) -> None:
-    """Honour ``architectures``: count the class it names, or refuse naming it."""
+def _check_architecture(data: dict[str, Any], model_type: str, where: str) -> str:
+    """Honour ``architectures``: the class it names if tcalc counts it (its head class, or
+    a seq2seq family's *ForCausalLM: the decoder alone), else refuse naming it."""
+    head = HEAD_CLASS[model_type]
     names = data.get("architectures")
     if names is None:
-        return
+        return head
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise SpecError("architectures", "a list of class names", names, source=where)
-    cls, head = names[0], HEAD_CLASS[model_type]
+    cls = names[0]
     if cls == head or cls in SAME_COUNT.get(model_type, ()):
-        return
+        return head
+    record = SEQ2SEQ.get(model_type)
+    if record is not None and record.decoder_cls and cls == record.decoder_cls:
+        return cls
     if model_type in ENCODER_DECODER and cls.endswith("ForCausalLM"):
-        why = ("the decoder alone of an encoder-decoder family, with its cross-attention, "
-               "is not modelled")
+        why = f"transformers 5.23 has no {cls}"
     else:
         why = f"the class tcalc counts for model_type {model_type}"
-    raise SpecError("architectures", f"['{head}'] ({why})", names, source=where)
+    allowed = [head] + ([record.decoder_cls] if record and record.decoder_cls else [])
+    raise SpecError("architectures", f"{allowed} ({why})", names, source=where)
 
 
 def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "") -> ModelSpec:
@@ -290,9 +299,9 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     if not isinstance(model_type, str) or model_type not in MAPPERS:
         raise SpecError("model_type", _known_types(model_type), model_type,
                         source=where)
-    if not tower:
-        _check_architecture(data, model_type, where)
+    counted = HEAD_CLASS[model_type] if tower else _check_architecture(data, model_type, where)
     cfg = Config(data, where, _table(model_type) if model_type in TABLE_DRIVEN else None)
+    cfg.decoder_alone = counted != HEAD_CLASS[model_type]
     if tower:
         cfg.notes.append(tower)
     values = MAPPERS[model_type](cfg)
@@ -342,8 +351,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         # tell the stacks apart, so its transformers names are refused, not half-applied
         names = "none"
     values["module_names"] = names
-    values["note"] = "; ".join([f"counted as transformers' {HEAD_CLASS[model_type]}"]
-                               + cfg.notes)
+    values["note"] = "; ".join([f"counted as transformers' {counted}"] + cfg.notes)
     try:
         return ModelSpec(**values)
     except SpecError as e:
@@ -556,14 +564,24 @@ class Seq2Seq(NamedTuple):
     cls: str
     norm_position: str = "post"
     final_norm: bool = False  # a LayerNorm after each stack (mBART, Pegasus, Blenderbot)
-    embedding_norm: bool = True  # layernorm_embedding (BART, mBART, Blenderbot-small)
+    embedding_norm: bool | str = True  # layernorm_embedding (BART, mBART, Blenderbot-small)
     position: str = "learned"  # learned | sinusoidal (a buffer or frozen: not trainable)
     position_offset: int = 0  # BART's learned table keeps 2 extra rows
     separate_vocab: bool = False  # Marian: share_encoder_decoder_embeddings, decoder_vocab_size
     attn_bias: bool | str = True  # a key (BigBird-Pegasus use_bias), or fixed
+    decoder_cls: str = ""  # the family's *ForCausalLM: its decoder alone (``architectures``)
+    decoder_only: bool = False  # the type has no encoder in transformers' text classes
+    positions: str = "max_position_embeddings"  # the decoder's position-table key
+    k_bias: bool = True  # Whisper's k_proj has none (self- and cross-attention)
+    learned: str = ""  # a key that switches the learned table to a sinusoidal buffer (TrOCR)
+    # the *ForCausalLM declares no tied weights: its lm_head is its own whatever
+    # tie_word_embeddings says (BigBirdPegasusForCausalLM, transformers 5.23)
+    decoder_untied: bool = False
 
 
 def _seq2seq(c: Config, r: Seq2Seq) -> dict[str, Any]:
+    if r.decoder_only or c.decoder_alone:
+        return _seq2seq_decoder(c, r)
     for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
                  ("encoder_ffn_dim", "decoder_ffn_dim")):
         if c.t(a) != c.t(b):
@@ -589,27 +607,69 @@ def _seq2seq(c: Config, r: Seq2Seq) -> dict[str, Any]:
                 activation=c.activation("activation_function",
                                         c.table.get("activation_function") or "gelu"),
                 norm="layernorm", norm_position=r.norm_position, final_norm=r.final_norm,
-                embedding_norm=r.embedding_norm,
+                embedding_norm=c.flag(r.embedding_norm),
                 tie_embeddings=bool(c.t("tie_word_embeddings", True)),
                 tie_encoder_decoder=bool(shared))
 
 
+def _seq2seq_decoder(c: Config, r: Seq2Seq) -> dict[str, Any]:
+    """The decoder alone (BartForCausalLM, WhisperForCausalLM, TrOCRForCausalLM): its
+    layers keep the cross-attention transformers builds (``is_decoder``), idle without encoder
+    states; the LM head is tied to the decoder's embedding."""
+    width = c.t("d_model")
+    c.refuse("cross_attention_hidden_size", lambda v: v != width,
+             "cross-attention keys and values read d_model-wide encoder states")
+    if r.separate_vocab and c.t("decoder_vocab_size", c.t("vocab_size")) != c.t("vocab_size"):
+        raise SpecError("decoder_vocab_size", f"equal to vocab_size={c.t('vocab_size')}",
+                        c.t("decoder_vocab_size"), source=c.where)
+    c.refuse("use_prompt", bool, "MVP's prompt tables are not modelled")
+    ab = c.flag(r.attn_bias)
+    learned = r.position == "learned" and (not r.learned or c.flag(r.learned))
+    return dict(arch="decoder", **_bias(ab, ab and r.k_bias, ab, ab, True, True),
+                vocab_size=c.t("vocab_size"), d_model=width, n_layers=c.t("decoder_layers"),
+                n_heads=c.t("decoder_attention_heads"), d_ff=c.t("decoder_ffn_dim"),
+                max_positions=c.t(r.positions), position="learned" if learned else "sinusoidal",
+                position_offset=r.position_offset if learned else 0,
+                activation=c.activation("activation_function",
+                                        c.table.get("activation_function") or "gelu"),
+                norm="layernorm", norm_position=r.norm_position, final_norm=r.final_norm,
+                embedding_norm=c.flag(r.embedding_norm),
+                tie_embeddings=bool(c.t("tie_word_embeddings", True)) and not r.decoder_untied,
+                idle_cross_attention=True)
+
+
 SEQ2SEQ: dict[str, Seq2Seq] = {
-    "bart": Seq2Seq("BartForConditionalGeneration", position_offset=2),
+    "bart": Seq2Seq("BartForConditionalGeneration", position_offset=2,
+                    decoder_cls="BartForCausalLM"),
     # Marian: a frozen sinusoidal table, no embedding norm, its own vocabulary keys
     "marian": Seq2Seq("MarianMTModel", embedding_norm=False, position="sinusoidal",
-                      separate_vocab=True),
+                      separate_vocab=True, decoder_cls="MarianForCausalLM"),
     "mbart": Seq2Seq("MBartForConditionalGeneration", norm_position="pre", final_norm=True,
-                     position_offset=2),
-    "mvp": Seq2Seq("MvpForConditionalGeneration", position_offset=2),
-    "plbart": Seq2Seq("PLBartForConditionalGeneration", position_offset=2),
+                     position_offset=2, decoder_cls="MBartForCausalLM"),
+    "mvp": Seq2Seq("MvpForConditionalGeneration", position_offset=2,
+                   decoder_cls="MvpForCausalLM"),
+    "plbart": Seq2Seq("PLBartForConditionalGeneration", position_offset=2,
+                      decoder_cls="PLBartForCausalLM"),
     "blenderbot": Seq2Seq("BlenderbotForConditionalGeneration", norm_position="pre",
-                          final_norm=True, embedding_norm=False),
-    "blenderbot-small": Seq2Seq("BlenderbotSmallForConditionalGeneration"),
+                          final_norm=True, embedding_norm=False,
+                          decoder_cls="BlenderbotForCausalLM"),
+    "blenderbot-small": Seq2Seq("BlenderbotSmallForConditionalGeneration",
+                                decoder_cls="BlenderbotSmallForCausalLM"),
     "pegasus": Seq2Seq("PegasusForConditionalGeneration", norm_position="pre",
-                       final_norm=True, embedding_norm=False, position="sinusoidal"),
+                       final_norm=True, embedding_norm=False, position="sinusoidal",
+                       decoder_cls="PegasusForCausalLM"),
     "bigbird_pegasus": Seq2Seq("BigBirdPegasusForConditionalGeneration", norm_position="pre",
-                               final_norm=True, embedding_norm=False, attn_bias="use_bias"),
+                               final_norm=True, embedding_norm=False, attn_bias="use_bias",
+                               decoder_cls="BigBirdPegasusForCausalLM", decoder_untied=True),
+    # decoders alone: Whisper's text decoder (its k_proj has no bias; learned positions up to
+    # max_target_positions) and TrOCR's (BART-like, post-norm, a sinusoidal buffer when
+    # use_learned_position_embeddings is false)
+    "whisper": Seq2Seq("WhisperForCausalLM", norm_position="pre", final_norm=True,
+                       embedding_norm=False, decoder_only=True, positions="max_target_positions",
+                       k_bias=False),
+    "trocr": Seq2Seq("TrOCRForCausalLM", position_offset=2, decoder_only=True,
+                     embedding_norm="layernorm_embedding",
+                     learned="use_learned_position_embeddings"),
     "m2m_100": Seq2Seq("M2M100ForConditionalGeneration", norm_position="pre",
                        final_norm=True, embedding_norm=False, position="sinusoidal"),
 }

@@ -1322,6 +1322,8 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             continue
         rows.append(r)
     for ad in adapted:
+        if spec.idle_cross_attention and ".cross." in ad.name:
+            continue  # adapters on a cross-attention a decoder alone never runs
         if ad.experts > 1:
             # PEFT's ParamWrapper reparametrises the experts' 3-D weight as W + s·B·A
             # (torch parametrize, one baddbmm): the merged expert weights are a tensor the

@@ -148,6 +148,11 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      ()))
             if blk.cross is not None:
                 _attention(add, blk.cross, blk.norm, E, f"{g.name}.cross.", g.name, g.count)
+            if blk.idle_cross is not None:
+                _attention(add, blk.idle_cross, blk.norm, E, f"{g.name}.cross.", g.name,
+                           g.count)
+                add((f"{g.name}.cross.norm", norm_n, norm_why, "", g.count, g.name,
+                     "built, never run by a decoder alone (no encoder states)", None, ()))
             if blk.ffn is not None:
                 _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, g.count)
             for norm in blk.norms:
@@ -178,6 +183,10 @@ def count_params(spec: ModelSpec) -> Breakdown:
 
     if spec.note:
         notes.insert(0, spec.note)
+    if spec.idle_cross_attention:
+        notes.append("each layer's cross-attention (and its norm) is counted: the decoder "
+                     "alone builds it but, without encoder states, never runs it (no FLOPs, "
+                     "activations or cache)")
     if spec.d_head is None and not spec.mla and H:
         if spec.kv_heads == H:
             notes.append(f"d_head = d_model / n_heads = {E} / {H} = {dh}: the head count "

@@ -185,6 +185,10 @@ class Block(NamedTuple):
     parallel: bool  # attention and FFN read the same input (GPT-J, NeoX, Falcon, Phi)
     ffn_reads_attn_input: bool  # parallel with one shared norm: the FFN reads that norm's output
     mixer: Mixer | None = None
+    # an encoder-attention sublayer (and its norm) that is built but never run: a decoder
+    # alone of an encoder-decoder family (BartForCausalLM, WhisperForCausalLM) skips it
+    # without encoder states. Parameters only: FLOPs, activations and the cache walk ``cross``
+    idle_cross: Attention | None = None
 
 
 class Group(NamedTuple):
@@ -435,7 +439,9 @@ def _block(spec: ModelSpec, kinds: str, cross: bool) -> Block:
     return Block(attn=_attention(spec, kinds[0]),
                  cross=_attention(spec, "F", cross=True) if cross else None,
                  ffn=_ffn(spec, kinds[1]), norm=spec.norm, norms=norms, norm_note=note,
-                 parallel=spec.parallel_block, ffn_reads_attn_input=shared)
+                 parallel=spec.parallel_block, ffn_reads_attn_input=shared,
+                 idle_cross=_attention(spec, "F", cross=True)
+                 if spec.idle_cross_attention else None)
 
 
 def describe(plan: Plan) -> list[str]:

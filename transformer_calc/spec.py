@@ -224,6 +224,12 @@ class ModelSpec:
     ssm_norm: bool = _f(True, "mamba2: a gated RMSNorm over d_inner before out_proj")
     ssm_dt_norms: bool = _f(False, "mamba: RMSNorms on dt, B and C (Jamba)")
 
+    idle_cross_attention: bool = _f(
+        False, "each decoder layer also holds an encoder-attention sublayer and its norm, "
+        "which a decoder alone never runs (the *ForCausalLM class of an encoder-decoder "
+        "family: BART's, Whisper's and TrOCR's decoders): its parameters are counted; "
+        "without encoder states it costs no FLOPs, activations or cache")
+
     # -- multi-head latent attention (DeepSeek-V2/V3) ------------------------------------------
     kv_lora_rank: int = _f(0, "MLA: latent K/V width (0: not MLA)", minimum=0)
     q_lora_rank: int = _f(0, "MLA: latent query width (0: queries projected directly)",
@@ -415,6 +421,9 @@ class ModelSpec:
                 if getattr(self, key) < 1:
                     raise SpecError(key, "an integer >= 1 with kv_lora_rank (MLA)",
                                     getattr(self, key))
+        if self.idle_cross_attention and self.arch != "decoder":
+            raise SpecError("idle_cross_attention", "false unless arch is decoder (an "
+                            "encoder-decoder runs its cross-attention)", True)
         if self.mixer != "none":
             _check_mixer(self)
         if self.layer_attention or self.layer_ffn or self.mixer != "none" or not self.n_heads \
