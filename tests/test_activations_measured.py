@@ -56,14 +56,17 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # what tcalc printed on the day, not read here) and activations_loss_dtype_cpu.jsonl (BERT,
 # BART and T5 with a vocabulary that dominates the saved bytes, so that the loss's dtype
 # decides the total: B=1 T=64 and B=2 T=128, the same command) and activations_more_cpu.jsonl
-# (the model types added in session 7: B=2 T=64 and B=1 T=128).
+# (the model types added in session 7: B=2 T=64 and B=1 T=128) and
+# activations_added_s8_cpu.jsonl (session 8's: Whisper's, TrOCR's and BART's decoders
+# alone, DeepSeek-V3.2 and GLM-5's DSA, MPNet; the same two shapes).
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
 FAMILY_ROWS = [json.loads(line) for name in ("activations_families_cpu.jsonl",
                                                "activations_new_families_cpu.jsonl",
                                                "activations_loss_dtype_cpu.jsonl",
-                                               "activations_more_cpu.jsonl")
+                                               "activations_more_cpu.jsonl",
+                                               "activations_added_s8_cpu.jsonl")
                for line in (DATA / name).read_text().splitlines()]
 MEASURED = [r for r in FAMILY_ROWS if "skipped" not in r]
 # Every measured case is within ±10 % (the last gap, DeepSeek-V3 with SDPA in bf16 at −11.7 %,
@@ -78,7 +81,8 @@ def _estimate(row: dict) -> int:
 
 
 # classes transformers offers no SDPA path for (the measurement skipped it)
-EAGER_ONLY = {"gpt_oss-tied-nobias.json", "tapas-tiny.json"}
+EAGER_ONLY = {"gpt_oss-tied-nobias.json", "tapas-tiny.json", "trocr-tiny.json",
+              "mpnet-tiny.json"}
 
 
 def test_the_fixtures_cover_14_architectures_both_attentions_and_dtypes() -> None:

@@ -33,6 +33,8 @@ FLOPS_PER_TOKEN_T8 = {
     "gpt_oss-tied-nobias.json": 514_560,  # sinks, biased router, experts with biases
     "olmo2-gqa.json": 315_904,  # QK-norm over the width, post-norms
     "phi3-gqa-tied.json": 315_904,  # fused qkv and gate_up
+    "deepseek_v32-tiny.json": 235_712,  # DSA: the indexer's projections and scores
+    "glm_moe_dsa-tiny.json": 227_168,  # the same, 2 index heads
 }
 
 
@@ -49,6 +51,8 @@ KV_BYTES_FP32 = {
     "gpt_oss-tied-nobias.json": {4: 4_096, 32: 19_968},  # S F S F, window 8
     "deepseek_v3-all-dense.json": {4: 1_280, 32: 10_240},  # MLA: latent + RoPE key
     "llama4_text-chunked.json": {4: 4_096, 32: 13_568},  # 3 chunked (chunk 8) + 1 NoPE layer
+    # DSA: the latent, the RoPE key and the indexer's key (DynamicIndexedLayer.indexer_keys)
+    "deepseek_v32-tiny.json": {4: 1_920, 32: 15_360},
 }
 
 
@@ -205,3 +209,30 @@ def test_a_decoder_alone_counts_its_idle_cross_attention_and_nothing_else() -> N
     assert lora.trainable_params == 958_464 == 8 * L * (8 * 2 * E + 2 * (E + 3072))
     with pytest.raises(SpecError, match="idle_cross_attention"):
         decoder.replace(arch="encoder")
+
+
+def test_dsa_attends_to_the_indexers_top_k_and_scores_every_key() -> None:
+    """DeepSeek Sparse Attention: the indexer scores all T keys (index_heads · index_head_dim
+    each), the attention meets min(T, index_topk). FlopCounterMode over transformers 5.23's
+    eager DeepseekV32ForCausalLM (tools/reference_flops.py --seq-len 64) counts 312,320 FLOPs
+    per token: eager attention masks a dense 64 × 64, so it counts the 48 keys past the
+    indexer's top 16 that tcalc leaves out, 2 · n_heads · (d_q + d_v) · 48 per layer."""
+    spec = load_model(str(V / "deepseek_v32-tiny.json"))
+    H, dq, dv, L = 4, 16 + 8, 16, 3
+    assert count_flops(spec, 64).total == 312_320 - L * 2 * H * (dq + dv) * (64 - 16)
+    rows = {r.name: r for r in count_flops(spec, 64).items}
+    assert rows["decoder.dense.attn.index_scores"].count == 2 * 4 * 16 * 64  # all T keys
+    assert rows["decoder.dense.attn.scores"].count == 2 * H * dq * 16  # the top 16
+    # the indexer gets no gradient (torch.no_grad): no gradients or states for its
+    # 3 · (32·64 + 64·16 + 2·16 + 64·4) parameters; its fp32 scores and their ReLU
+    # (2 · B·T·index_heads·T · 4) are the forward's high point when they outgrow the logits
+    r = memory_report(spec, Settings(seq_len=128))
+    assert r.trainable_params == 145_840 - 3 * (32 * 64 + 64 * 16 + 2 * 16 + 64 * 4)
+    forward = r.phases[0]
+    assert forward.when == "in the last layer's DSA indexer"
+    assert forward.items.get("indexer_scores").total == 2 * 128 * 4 * 128 * 4
+    # LoRA (peft 0.21.2, r = 8, all-linear, tools/reference_lora.py on the same file): the
+    # indexer's wq_b, wk and weights_proj are adapted too
+    lora = memory_report(spec, Settings(seq_len=64, lora_rank=8))
+    assert lora.trainable_params == 43_488
+    assert not any(".index_" in i.name for i in lora.activations.items)

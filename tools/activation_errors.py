@@ -23,7 +23,8 @@ from transformer_calc.memory import activation_breakdown  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 FIXTURES = ("activations_families_cpu.jsonl", "activations_new_families_cpu.jsonl",
-            "activations_loss_dtype_cpu.jsonl", "activations_more_cpu.jsonl")
+            "activations_loss_dtype_cpu.jsonl", "activations_more_cpu.jsonl",
+            "activations_added_s8_cpu.jsonl")
 
 
 def rows() -> list[dict]:

@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transformer_calc import count_params  # noqa: E402
 from transformer_calc.errors import SpecError  # noqa: E402
-from transformer_calc.hf import HEAD_CLASS, spec_from_hf  # noqa: E402
+from transformer_calc.hf import HEAD_CLASS, counted_class, spec_from_hf  # noqa: E402
 
 BOOLS = ("relative_attention", "share_att_key", "position_biased_input",
          "tie_word_embeddings", "attention_bias", "mlp_bias", "use_bias", "use_qkv_bias",
@@ -120,6 +120,16 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
     for key in ("num_key_value_heads", "head_dim"):
         if key in cfg and rng.random() < 0.2:
             cfg[key] = None
+    if "index_n_heads" in fields:
+        # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): shrink the latent attention and
+        # its indexer too (the class defaults are full size); K/V heads = heads under MLA.
+        # index_topk >= the FLOPs' T: eager attention masks a dense T × T
+        rope = rng.choice([4, 8])
+        cfg |= {"num_key_value_heads": heads, "qk_rope_head_dim": rope,
+                "qk_nope_head_dim": rng.choice([8, 16]), "v_head_dim": rng.choice([8, 16]),
+                "kv_lora_rank": rng.choice([16, 32]), "q_lora_rank": rng.choice([16, 32]),
+                "index_n_heads": rng.choice([2, 4]), "index_head_dim": rng.choice([rope, 16]),
+                "index_topk": rng.choice([8, 64]), "head_dim": rope}
     if "position_buckets" in fields:
         cfg["position_buckets"] = rng.choice([-1, 8])
         cfg["pos_att_type"] = rng.choice(["p2c|c2p", "c2p", ""])
@@ -210,7 +220,7 @@ def draw_mixer(rng: random.Random, fields: set[str], cfg: dict) -> dict:
 def class_of(config: dict) -> str:
     """The class counted: the one ``architectures`` names (a seq2seq family's *ForCausalLM,
     --causal), else the model type's head class."""
-    return (config.get("architectures") or [HEAD_CLASS[config["model_type"]]])[0]
+    return counted_class(config)
 
 
 def reference(config: dict) -> int:

@@ -2,7 +2,7 @@
 + transformers), beside tcalc's activation estimate: issue 13's measurement, generalised from
 tools/measure_activations.py (GPT-2 only).
 
-Method (as measure_activations.py): the class tcalc counts (hf.HEAD_CLASS), built from the
+Method (as measure_activations.py): the class tcalc counts (hf.counted_class), built from the
 config with random weights on the CPU, cast to the dtype, train mode, a forward with labels;
 inside torch.autograd.graph.saved_tensors_hooks every tensor autograd packs is recorded by its
 storage, each storage once, parameters excluded. MoE experts run transformers' eager
@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure_activations import saved_bytes  # noqa: E402
 
-from transformer_calc.hf import HEAD_CLASS, spec_from_hf  # noqa: E402
+from transformer_calc.hf import counted_class, spec_from_hf  # noqa: E402
 from transformer_calc.memory import Settings, activation_breakdown, memory_report  # noqa: E402
 
 DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
@@ -57,7 +57,7 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
     cfg = transformers.AutoConfig.for_model(**config, **extra, attn_implementation=attention,
                                             experts_implementation="eager")
     torch.manual_seed(0)
-    model = getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg)
+    model = getattr(transformers, counted_class(config))(cfg)
     model = model.to(DTYPES[dtype][0]).train()
     if lora:  # peft's defaults but rank, targets and dropout (adapters stay fp32)
         import peft
@@ -81,7 +81,7 @@ def measure_mixers(config: dict, dtype: str, B: int, T: int) -> int:
     cfg = transformers.AutoConfig.for_model(**config, attn_implementation="eager",
                                             experts_implementation="eager")
     torch.manual_seed(0)
-    model = getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg)
+    model = getattr(transformers, counted_class(config))(cfg)
     model = model.to(DTYPES[dtype][0]).train()
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     depth = [0]

@@ -23,7 +23,7 @@ import torch
 # The "usual head class" per model_type: the one tcalc counts for a config.json. Imported from
 # the package (pure Python, no torch), so the references and tcalc can never disagree on it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from transformer_calc.hf import HEAD_CLASS  # noqa: E402
+from transformer_calc.hf import counted_class  # noqa: E402
 
 
 def trainable(model: torch.nn.Module) -> int:
@@ -34,7 +34,7 @@ def build_hf(config: dict, cls_name: str | None = None) -> torch.nn.Module:
     import transformers
 
     cfg = transformers.AutoConfig.for_model(**config)
-    cls = getattr(transformers, cls_name or HEAD_CLASS[config["model_type"]])
+    cls = getattr(transformers, cls_name or counted_class(config))
     with torch.device("meta"):
         return cls(cfg)
 

@@ -20,7 +20,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from transformer_calc.hf import HEAD_CLASS  # noqa: E402
+from transformer_calc.hf import counted_class  # noqa: E402
 
 
 def eager_model(config: dict) -> torch.nn.Module:
@@ -31,7 +31,7 @@ def eager_model(config: dict) -> torch.nn.Module:
     cfg = transformers.AutoConfig.for_model(**config, attn_implementation="eager",
                                             experts_implementation="eager")
     torch.manual_seed(0)
-    return getattr(transformers, HEAD_CLASS[config["model_type"]])(cfg)
+    return getattr(transformers, counted_class(config))(cfg)
 
 
 def forward_flops(config: dict, seq_len: int) -> int:

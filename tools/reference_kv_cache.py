@@ -41,7 +41,9 @@ def cache_parts(config: dict, seq_len: int, dtype: str = "float32") -> dict[str,
     for t in getattr(cache, "linear_cache", []):  # MiniMaxCache: the lightning layers' state
         add("recurrent", t)
     for layer in cache.layers:
-        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+        # DSA layers (DynamicIndexedLayer) also keep the indexer's keys
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None),
+                  getattr(layer, "indexer_keys", None)):
             add("kv", t)
         for name, part in (("conv_states", "conv"), ("recurrent_states", "recurrent")):
             states = getattr(layer, name, None)

@@ -1,7 +1,7 @@
 """Reference LoRA trainable-parameter counts from peft (developer tool, needs torch,
 transformers and peft): how the numbers pinned in tests/test_lora.py were obtained (issue 15).
 
-For each config: the class tcalc counts (hf.HEAD_CLASS) built on the meta device from the
+For each config: the class tcalc counts (hf.counted_class) built on the meta device from the
 config (no memory, no weights), wrapped by peft.get_peft_model with LoraConfig(r=R,
 target_modules=TARGETS) (peft's defaults otherwise: no bias, lora_dropout 0), and the
 trainable parameters counted as peft's print_trainable_parameters does. One JSON line per
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from transformer_calc.hf import HEAD_CLASS  # noqa: E402
+from transformer_calc.hf import counted_class  # noqa: E402
 
 
 def lora_count(config: dict, cls_name: str, rank: int, targets: str,
@@ -56,6 +56,8 @@ FIXTURE_SETS = (
     # (name, registry or glob of configs, rank, targets)
     ("registry", "tests/data/registry_cases.json", 8, "all-linear"),
     ("mixers", "tests/data/registry_mixers_T8.json", 8, "all-linear"),
+    ("registry_more", "tests/data/registry_cases_more.json", 8, "all-linear"),
+    ("causal_decoders", "tests/data/registry_causal_decoders.json", 8, "all-linear"),
     ("configs", "tests/data/hf/*.json", 16, "all-linear"),
     ("variants", "tests/data/hf/variants/*.json", 16, "all-linear"),
     ("q_v", "tests/data/hf/*.json", 8, "q_proj,v_proj"),
@@ -89,7 +91,7 @@ def fixture(out: Path) -> None:
             for path in names:
                 config = json.loads((root / path).read_text())
                 cases.append((str(Path(path).relative_to(root) if Path(path).is_absolute()
-                                  else path), config, HEAD_CLASS[config["model_type"]]))
+                                  else path), config, counted_class(config)))
         rows = []
         for where_case, config, cls_name in cases:
             try:
@@ -117,7 +119,7 @@ def main() -> None:
     cases: list[tuple[dict, str]] = []
     for path in args.configs:
         config = json.loads(path.read_text())
-        cases.append((config, HEAD_CLASS[config["model_type"]]))
+        cases.append((config, counted_class(config)))
     if args.registry:
         for case in json.loads(args.registry.read_text())["cases"]:
             cases.append((case["config"], case["class"]))

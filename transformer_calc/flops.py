@@ -163,7 +163,8 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
                      {"seq_len": T, "pattern": pattern.kind},
                      partial(symbols, spec, T=T, keys=k,
                              sliding_keys=min(T, spec.sliding_window or T),
-                             chunk_keys=min(T, spec.attention_chunk or T)))
+                             chunk_keys=min(T, spec.attention_chunk or T),
+                             index_keys=min(T, spec.index_topk or T)))
 
 
 def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str,  # type: ignore[no-untyped-def]
@@ -172,6 +173,11 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
     H, Hkv, dh, dv = a.heads, a.kv_heads, a.d_head, a.d_v
     if a.cross:
         keys, keys_sym, note = T, "T", "every target token meets all T source tokens"
+    elif a.index_topk:
+        # DeepSeek Sparse Attention: the indexer picks the keys a query meets (what a sparse
+        # kernel computes; eager attention masks a dense T × T instead)
+        keys, keys_sym = a.keys(T), "index_keys"
+        note = f"DSA: min(T, index_topk = {a.index_topk}) keys per query"
     elif a.window:
         # a sliding window (or a chunk) bounds the keys a query meets; the sparse pattern
         # (--attention-pattern) applies to the layers that see every key
@@ -201,6 +207,8 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
              note, None, ()))
         add((p + "o", 2 * H * dv * E, "2 · (n_heads · d_v) · d_model", "", L, group, "", None,
              ()))
+        if a.index_heads:
+            _indexer_flops(add, a, E, T, p, group, L)
         return
     if a.mechanism == "linformer" and a.sharing == "kv":  # the package's share_kv: V = K
         add((p + "qk", 2 * E * (H + Hkv) * dh, "2 · d_model · (n_heads + n_kv_heads) · d_head",
@@ -228,6 +236,23 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
              ()))
     add((p + "o", 2 * H * dh * E, "2 · (n_heads · d_head) · d_model", "", L, group, "", None,
          ()))
+
+
+def _indexer_flops(add, a: Attention, E: int, T: int, p: str, group: str,  # type: ignore[no-untyped-def]
+                   L: int) -> None:
+    """DSA's lightning indexer (transformers 5.23 DeepseekV32Indexer.forward): its three
+    projections, then per query a score against every one of the T keys in each index head
+    (q · k), and those scores summed over the heads with the per-head weights."""
+    Hi, di, rq = a.index_heads, a.index_dim, a.q_lora_rank
+    add((p + "index_q", 2 * rq * Hi * di, "2 · q_lora_rank · index_heads · index_head_dim", "",
+         L, group, "", None, ()))
+    add((p + "index_k", 2 * E * di, "2 · d_model · index_head_dim", "", L, group, "", None, ()))
+    add((p + "index_weights", 2 * E * Hi, "2 · d_model · index_heads", "", L, group, "", None,
+         ()))
+    add((p + "index_scores", 2 * Hi * di * T, "2 · index_heads · index_head_dim · T", "", L,
+         group, "every key is scored, whatever index_topk keeps", None, ()))
+    add((p + "index_sum", 2 * Hi * T, "2 · index_heads · T", "", L, group,
+         "the heads' scores weighted and summed", None, ()))
 
 
 def crossover(spec: ModelSpec) -> tuple[int, int]:

@@ -59,7 +59,7 @@ INT_KEYS = frozenset("""
     qk_rope_head_dim v_head_dim sliding_window sliding_window_pattern experts_per_token
     num_nextn_predict_layers moe_layer_freq shared_expert_intermediate_size num_shared_experts
     shared_intermediate_size n_group topk_group max_target_positions
-    cross_attention_hidden_size""".split())
+    cross_attention_hidden_size index_n_heads index_head_dim index_topk index_topk_freq""".split())
 BOOL_KEYS = frozenset("""
     tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
     parallel_attn multi_query bias alibi do_layer_norm_before _remove_final_layer_norm
@@ -282,6 +282,12 @@ def _check_architecture(data: dict[str, Any], model_type: str, where: str) -> st
         why = f"the class tcalc counts for model_type {model_type}"
     allowed = [head] + ([record.decoder_cls] if record and record.decoder_cls else [])
     raise SpecError("architectures", f"{allowed} ({why})", names, source=where)
+
+
+def counted_class(data: dict[str, Any]) -> str:
+    """The transformers class tcalc counts for a config.json of a known model_type: its head
+    class, or the *ForCausalLM its ``architectures`` names (the developer tools build it)."""
+    return _check_architecture(data, data["model_type"], "config.json")
 
 
 def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "") -> ModelSpec:
@@ -1049,6 +1055,7 @@ class Layout(NamedTuple):
     ffn_default_4x: bool = False  # intermediate_size absent or null: 4 · hidden_size
     kv_from: str = ""  # a key: true means one K/V head (multi_query), false n_heads
     mla: bool = False  # DeepSeek-style latent attention (kv_lora_rank, q_lora_rank, ...)
+    dsa: bool = False  # DeepSeek Sparse Attention's indexer (index_n_heads, index_head_dim, ...)
     parallel_norms: int = 1
     fused_qkv: bool = False
     arch: str = "decoder"  # encoder: the same layers read bidirectionally (EuroBERT)
@@ -1149,6 +1156,22 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
                 "v_head_dim": c.t("v_head_dim", E // H),
                 "n_kv_heads": None, "d_head": c.t("qk_nope_head_dim") + c.t("qk_rope_head_dim"),
                 "bias_v": False}
+    if r.dsa:
+        # GLM-MoE-DSA: a "shared" layer reuses the previous layer's top-k and has no indexer
+        c.refuse("indexer_types", lambda v: isinstance(v, list) and "shared" in v,
+                 "layers that reuse another layer's top-k (no indexer of their own) are not "
+                 "modelled")
+        c.refuse("index_topk_freq", lambda v: v != 1, "layers that reuse another layer's "
+                 "top-k are not modelled")
+        c.refuse("index_topk_pattern", lambda v: "S" in v or "shared" in v,
+                 "layers that reuse another layer's top-k are not modelled")
+        # DeepSeek-V3's multi-token-prediction layers, which transformers does not build:
+        # counted apart (ModelSpec.mtp_layers)
+        out |= {"index_heads": c.t("index_n_heads"), "index_head_dim": c.t("index_head_dim"),
+                "index_topk": c.t("index_topk"),
+                "mtp_layers": c.t("num_nextn_predict_layers", 0)}
+        c.notes.append("DSA's indexer runs under torch.no_grad in transformers 5.23: its "
+                       "parameters are counted, but training gives them no gradient")
     if r.moe is not None:
         out |= _generic_moe(c, r.moe, L)
         if r.linear_router:
@@ -1248,8 +1271,9 @@ def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
         ffn = ["E" if X > 1 and i % every == offset else "D" for i in range(L)]
     if m.layer_types:
         kinds = c.data.get(m.layer_types)
-        if kinds is None:
-            kinds = ["dense"] * min(m.dense_first, L) + ["sparse"] * (L - m.dense_first)
+        if kinds is None:  # the config class derives it from first_k_dense_replace
+            n = min(first if m.first_dense else m.dense_first, L)
+            kinds = ["dense"] * n + ["sparse"] * (L - n)
         if not isinstance(kinds, list) or len(kinds) != L or any(
                 k not in ("dense", "sparse") for k in kinds):
             raise SpecError(m.layer_types, f"a list of {L} of dense, sparse", kinds,
@@ -1414,6 +1438,17 @@ GENERIC: dict[str, Layout] = {
                           refuse=(("mlp_bias", "the shared experts' biases (kept even at zero "
                                    "width) are not modelled"),),
                           moe=Moe(shared="n_shared_experts",
+                                  first_dense="first_k_dense_replace")),
+    # DeepSeek-V3.2 and GLM-5: DeepSeek-V3's layers with DSA's lightning indexer in each
+    "deepseek_v32": Layout("DeepseekV32ForCausalLM", mlp_bias=False, mla=True, dsa=True,
+                           refuse=(("mlp_bias", "the shared experts' biases are not "
+                                    "modelled"),),
+                           moe=Moe(shared="n_shared_experts", layer_types="mlp_layer_types",
+                                   first_dense="first_k_dense_replace")),
+    "glm_moe_dsa": Layout("GlmMoeDsaForCausalLM", mlp_bias=False, mla=True, dsa=True,
+                          refuse=(("mlp_bias", "the shared experts' biases are not "
+                                   "modelled"),),
+                          moe=Moe(shared="n_shared_experts", layer_types="mlp_layer_types",
                                   first_dense="first_k_dense_replace")),
     "minicpm3": Layout("MiniCPM3ForCausalLM", mla=True),
     "youtu": Layout("YoutuForCausalLM", mlp_bias=False, mla=True),
@@ -1600,6 +1635,7 @@ class Encoder(NamedTuple):
     layout: bool = False  # LayoutLM's 2-D position tables (max_2d_position_embeddings)
     decoder: bool = False  # a causal LM (BertGenerationDecoder): is_decoder is its own setting
     head_dim: bool = False  # the heads' width is head_dim, not hidden_size / heads (NomicBERT)
+    relative_bias: bool = False  # an encoder-level relative-position bias table (MPNet)
 
 
 def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
@@ -1631,6 +1667,8 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
                 position=extra.pop("position", r.position), position_offset=r.position_offset,
                 token_types=_token_types(c, r),
                 layout_positions=t("max_2d_position_embeddings") if r.layout else 0,
+                relative_bias=r.relative_bias,
+                relative_buckets=t("relative_attention_num_buckets") if r.relative_bias else 32,
                 **_bias(qkv, qkv, qkv, o, c.flag(r.ffn_in_bias), c.flag(r.ffn_out_bias)),
                 ffn=r.ffn,
                 activation=c.activation(name.get("hidden_act", "hidden_act"),
@@ -1704,6 +1742,9 @@ ENCODERS: dict[str, Encoder] = {
                                decoder=True, untied="BertGeneration's untied decoder keeps "
                                "a second bias, not modelled"),
     "tapas": Encoder("TapasForMaskedLM", type_vocab_sizes=True),
+    # MPNet: BERT's layers, no token types, and a relative-position bias (buckets × heads)
+    # owned by the encoder and added in every layer, beside the learned position table
+    "mpnet": Encoder("MPNetForMaskedLM", token_types=False, relative_bias=True),
     "layoutlm": Encoder("LayoutLMForMaskedLM", pooler=True, layout=True),
     "nomic_bert": Encoder("NomicBertForMaskedLM", ffn="gated", position="rope", head_dim=True,
                           qkv_bias=False, o_bias=False, ffn_in_bias=False, ffn_out_bias=False),

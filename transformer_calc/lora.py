@@ -41,10 +41,12 @@ ROLE_ALIASES = {
     "up_proj": "up", "down_proj": "down", "query": "q", "key": "k", "value": "v",
     "c_attn": "qkv", "query_key_value": "qkv", "qkv_proj": "qkv", "gate_up_proj": "gate_up",
     "q_a_proj": "q_a", "q_b_proj": "q_b", "kv_a_proj_with_mqa": "kv_a", "kv_b_proj": "kv_b",
+    "wq_b": "index_q", "wk": "index_k", "weights_proj": "index_weights",
 }
 ROLES = ("q", "k", "v", "o", "qkv", "q_a", "q_b", "kv_a", "kv_b", "attn_gate", "gate", "up",
          "down", "gate_up", "router", "experts", "shared", "shared_gate", "in_proj", "x_proj",
-         "dt_proj", "out_proj", "qkv_proj", "output_gate", "project", "head")
+         "dt_proj", "out_proj", "qkv_proj", "output_gate", "project", "head", "index_q",
+         "index_k", "index_weights")
 # tcalc's FFN tensor names -> the role a user names
 _FFN_ROLE = {"gate": "gate", "in": "up", "out": "down"}
 

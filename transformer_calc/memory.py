@@ -25,7 +25,7 @@ from transformer_calc.choices import (
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import DENSE, pattern_keys
 from transformer_calc.lora import Adapted, adapted_layers, lora_params
-from transformer_calc.params import CATEGORIES, by_category, count_params, symbols
+from transformer_calc.params import CATEGORIES, by_category, category, count_params, symbols
 from transformer_calc.plan import FFN, Attention, Mixer, plan_of
 from transformer_calc.quant import FORMATS, weight_format_bytes
 from transformer_calc.spec import ModelSpec
@@ -191,6 +191,12 @@ def attention_kernel(spec: ModelSpec, attention: str, device: str, act_bytes: in
                              f"takes no grouped K/V heads ({spec.name}: {spec.kv_heads} for "
                              f"{spec.n_heads} query heads); flash (16-bit) or math")
         return override
+    if spec.index_heads:
+        # DSA: transformers folds the indexer's top-k into an explicit mask, which no flash
+        # kernel takes: the CPU runs the math kernel (measured: tools/measure_activations_hf.py,
+        # deepseek_v32-tiny, SDPA as eager within 0.1 %); CUDA the memory-efficient kernel,
+        # the one that takes a mask (torch 2.13's sdp_utils; not measured on a GPU)
+        return "math" if device == "cpu" else "efficient"
     if device == "cpu":
         return "math" if dropout else "cpu_flash"
     if act_bytes != 4 and spec.head_dim <= FLASH_MAX_HEAD:
@@ -706,9 +712,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     if dropout:
         add(("embed.dropout_mask", sb * E * mask, "B·T·d_model · mask", "", n_stacks, "", "",
              None, ()))
-    if spec.position == "relative" and spec.relative_scope == "first":
-        # T5: the relative-position bias is looked up once per stack through a T×T int64
-        # bucket index, which the embedding keeps
+    if (spec.position == "relative" or spec.relative_bias) and spec.relative_scope == "first":
+        # T5 (and MPNet): the relative-position bias is looked up once per stack through a
+        # T×T int64 bucket index, which the embedding keeps
         add(("embed.relative_buckets", T * T * 8, "T·T · 8 (int64 bucket indices, per stack)",
              "", n_stacks, "", "", None, ()))
     for st in plan_of(spec).stacks:
@@ -1178,6 +1184,11 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         trainable = (adapters.total if adapters is not None else
                      N - sum([n for c, n in by_category(p).items() if c in s.freeze])
                      if s.freeze else N)
+        if adapters is None and spec.index_heads:
+            # DSA's indexer runs under torch.no_grad (transformers 5.23): its parameters get
+            # no gradient, so neither a gradient nor optimizer states are ever made for them
+            trainable -= sum([r[1] * r[4] for r in p.rows if ".attn.index_" in r[0]
+                              and category(r[0]) not in s.freeze])
         if adapters is not None:
             comps.extend(_lora_states(spec, s, p, adapters.total))
         else:
@@ -1211,6 +1222,10 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         if s.activations == "megatron":
             acts = megatron_activations(spec, s, T)
         notes = acts.notes
+        if spec.index_heads and adapters is None:
+            index = sum([r[1] * r[4] for r in p.rows if ".attn.index_" in r[0]])
+            notes += (f"DSA's indexer ({index:,} parameters) runs under torch.no_grad in "
+                      "transformers 5.23: no gradients or optimizer states are made for it",)
         comps.append(("activations", acts.total, "Σ saved tensors (below)",
                       f"batch {s.batch_size} · seq {T}", 1, "", "", None, ()))
         korth = korthikanti_per_layer(spec, s.batch_size, T)
@@ -1322,8 +1337,10 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             continue
         rows.append(r)
     for ad in adapted:
-        if spec.idle_cross_attention and ".cross." in ad.name:
-            continue  # adapters on a cross-attention a decoder alone never runs
+        if spec.idle_cross_attention and ".cross." in ad.name or ".attn.index_" in ad.name:
+            # adapters on a cross-attention a decoder alone never runs, or inside DSA's
+            # indexer (torch.no_grad: autograd saves nothing there)
+            continue
         if ad.experts > 1:
             # PEFT's ParamWrapper reparametrises the experts' 3-D weight as W + s·B·A
             # (torch parametrize, one baddbmm): the merged expert weights are a tensor the
@@ -1460,6 +1477,21 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         g, g_sym = (4, "4 (the fp32") if up else (a, "act (the")
         backward.append(("loss_gradients", 2 * btv * g, f"2 · B·T·vocab_size · {g_sym} "
                          "gradients of log-softmax and of the logits)"))
+    index = max([g.block.attn.index_heads for g in plan_of(spec).groups
+                 if g.block.attn is not None] or [0])
+    when = "at the end of forward, while the loss is computed"
+    if index:
+        # DSA's indexer (transformers 5.23 DeepseekV32Indexer, under no_grad): the fp32
+        # scores of every query against every key in each index head, and their ReLU, live
+        # together for a moment in each layer; in the last, beside nearly every saved tensor
+        scores = 2 * s.batch_size * T * index * T * 4 // (s.tp * s.cp)
+        logits = next((r for r in forward if r[0] == "logits"), None)
+        if logits is None or scores > logits[1]:
+            if logits is not None:
+                forward.remove(logits)
+            forward.append(("indexer_scores", scores, "2 · B·T·index_heads·T · 4 (the last "
+                            "layer's fp32 indexer scores and their ReLU, freed at once)"))
+            when = "in the last layer's DSA indexer"
     temp, why = _optimizer_temporary(s, c, params)
     optimizer = [weights, grads, states] + [r for r in common[2:] if r[0] == "cublas_workspace"]
     if temp:
@@ -1469,7 +1501,7 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         return Phase(name, when, Breakdown(spec.name, "bytes", tuple(
             (n, b, f, "", 1, "", "", None, ()) for n, b, f in rows)))
 
-    return (phase("forward", "at the end of forward, while the loss is computed", forward),
+    return (phase("forward", when, forward),
             phase("backward", "at the start of backward", backward),
             phase("optimizer", "inside the optimizer step", optimizer))
 

@@ -55,7 +55,8 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "d_ff_shared": spec.shared_ff, "q_lora_rank": spec.q_lora_rank,
         "kv_lora_rank": spec.kv_lora_rank, "d_nope": spec.qk_nope_head_dim,
         "d_rope": spec.qk_rope_head_dim, "d_v": spec.v_head_dim,
-        "rel_embeddings": spec.rel_embeddings}
+        "rel_embeddings": spec.rel_embeddings, "index_heads": spec.index_heads,
+        "index_head_dim": spec.index_head_dim, "index_topk": spec.index_topk}
 
 
 _NO_POSITION_TABLE = {
@@ -119,8 +120,9 @@ def count_params(spec: ModelSpec) -> Breakdown:
     # -- layers: walked from the layer plan ------------------------------------------------
     for st in plan_of(spec).stacks:
         L = st.layers
-        if spec.position == "relative":
-            # T5: a (buckets × heads) bias table in the first layer only, shared by all layers.
+        if spec.position == "relative" or spec.relative_bias:
+            # T5: a (buckets × heads) bias table in the first layer only, shared by all layers
+            # (MPNet: the encoder's, beside its learned position table).
             nb = spec.relative_buckets
             first = spec.relative_scope == "first"
             add((f"{st.name}.attn.relative_bias", nb * H, "relative_buckets × n_heads", "",
@@ -379,6 +381,24 @@ def _latent_attention(add, a: Attention, norm: str, E: int, p: str, group: str, 
          (E, H * dv)))
     if a.bias_o:
         add((p + "o.bias", E, "d_model", "", L, group, "", None, ()))
+    if a.index_heads:
+        _indexer(add, a, E, p, group, L)
+
+
+def _indexer(add, a: Attention, E: int, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]
+    """DeepSeek Sparse Attention's lightning indexer (transformers 5.23 DeepseekV32Indexer):
+    queries from the query latent (wq_b), one key per token shared by its heads (wk, then a
+    LayerNorm with bias), and a weight per head from the block input (weights_proj)."""
+    Hi, di, rq = a.index_heads, a.index_dim, a.q_lora_rank
+    note = "runs under torch.no_grad in transformers: no gradient reaches it"
+    add((p + "index_q.weight", rq * Hi * di, "q_lora_rank × (index_heads · index_head_dim)",
+         "", L, group, note, None, (Hi * di, rq)))
+    add((p + "index_k.weight", E * di, "d_model × index_head_dim", "", L, group, "", None,
+         (di, E)))
+    add((p + "index_k.norm", 2 * di, "2 · index_head_dim (LayerNorm weight and bias)", "", L,
+         group, "", None, ()))
+    add((p + "index_weights.weight", E * Hi, "d_model × index_heads", "", L, group, "", None,
+         (Hi, E)))
 
 
 def _recurrent(add, m: Mixer, norm: str, E: int, p: str, group: str,  # type: ignore[no-untyped-def]

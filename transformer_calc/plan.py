@@ -59,6 +59,11 @@ class Attention(NamedTuple):
     features: int = 0  # Performer: random features m
     conv: int = 0  # Primer: depthwise convolution width after Q, K, V
     conv_bias: bool = False
+    # DeepSeek Sparse Attention (DeepSeek-V3.2): a lightning indexer of index_heads heads of
+    # index_dim scores every key; the attention then meets the index_topk best
+    index_heads: int = 0
+    index_dim: int = 0
+    index_topk: int = 0
 
     def gate_width(self, which: str) -> int:
         """Outputs of the gate (or its bias): one per head, or one per output channel."""
@@ -70,7 +75,9 @@ class Attention(NamedTuple):
 
     def keys(self, T: int) -> int:
         """Keys one query meets in a sequence of T (dense convention: causality not
-        subtracted; a sliding window or a chunk bounds it)."""
+        subtracted; a sliding window, a chunk or DSA's top-k bounds it)."""
+        if self.index_topk:
+            return min(T, self.index_topk)
         return min(T, self.window) if self.window else T
 
     def kv_per_token(self) -> int:
@@ -79,7 +86,8 @@ class Attention(NamedTuple):
         (DeepSeek-V2 paper, Sec. 2.1.2: (d_c + d_h^R) per token per layer), as serving engines
         (vLLM, SGLang) keep it; transformers' eager cache keeps the decompressed K and V."""
         if self.mla:
-            return self.kv_lora_rank + self.d_rope
+            # DSA adds the indexer's key (DeepseekV32Indexer: update_indexer caches k)
+            return self.kv_lora_rank + self.d_rope + self.index_dim
         return self.kv_heads * (self.d_head + self.d_v)
 
     def cached_tokens(self, T: int) -> int:
@@ -369,7 +377,8 @@ def _attention(spec: ModelSpec, letter: str, cross: bool = False) -> Attention:
                          spec.bias_k, spec.bias_v, spec.bias_o, spec.qk_norm,
                          spec.attention_sinks, kind, window, rope, False, spec.fused_qkv,
                          spec.q_lora_rank, spec.kv_lora_rank, dr, spec.attn_gate,
-                         spec.attn_gate_bias)
+                         spec.attn_gate_bias, index_heads=spec.index_heads,
+                         index_dim=spec.index_head_dim, index_topk=spec.index_topk)
     dh = spec.head_dim
     mech = spec.attention_mechanism
     features = spec.performer_features or (int(dh * math.log(dh)) if dh > 1 else 1)

@@ -98,6 +98,9 @@ class ModelSpec:
                                minimum=1)
     relative_scope: str = _f("first", "which layers own a relative bias table: first (T5) or "
                              "every", choices=RELATIVE_SCOPES)
+    relative_bias: bool = _f(False, "a learned relative-position bias (relative_buckets × "
+                             "n_heads, one table per stack) beside another position encoding "
+                             "(MPNet: with its learned table)")
     rel_embeddings: int = _f(0, "rows of a relative-position embedding table shared by the "
                              "layers, × d_model (DeBERTa: 2 · position_buckets)", minimum=0)
     rel_embeddings_norm: bool = _f(False, "a norm over that table (DeBERTa norm_rel_ebd)")
@@ -238,6 +241,13 @@ class ModelSpec:
     qk_rope_head_dim: int = _f(0, "MLA: per-head query/key width with RoPE (key part shared "
                                "by the heads)", minimum=0)
     v_head_dim: int = _f(0, "MLA: per-head value width", minimum=0)
+    index_heads: int = _f(0, "DeepSeek Sparse Attention (DSA; DeepSeek-V3.2, GLM-5): heads of "
+                          "the lightning indexer that picks the keys each query attends to "
+                          "(index_n_heads; 0: no indexer)", minimum=0)
+    index_head_dim: int = _f(0, "DSA: the indexer's query/key width per head (index_head_dim; "
+                             "its keys are cached beside the latent)", minimum=0)
+    index_topk: int = _f(0, "DSA: keys each query attends to, picked by the indexer "
+                         "(index_topk; DeepSeek-V3.2: 2048)", minimum=0)
     mtp_layers: int = _f(0, "multi-token-prediction modules (DeepSeek-V3): counted apart from "
                          "the total, as transformers does not build them", minimum=0)
 
@@ -421,6 +431,19 @@ class ModelSpec:
                 if getattr(self, key) < 1:
                     raise SpecError(key, "an integer >= 1 with kv_lora_rank (MLA)",
                                     getattr(self, key))
+        if self.index_heads:
+            # DeepseekV32Indexer: wq_b reads the query latent, RoPE on d_rope of its head
+            if not (self.mla and self.q_lora_rank):
+                raise SpecError("index_heads", "0 unless the attention is MLA with a query "
+                                "latent (kv_lora_rank and q_lora_rank >= 1): the indexer's "
+                                "queries read it", self.index_heads)
+            if self.index_head_dim < max(1, self.qk_rope_head_dim):
+                raise SpecError("index_head_dim", f"an integer >= qk_rope_head_dim="
+                                f"{self.qk_rope_head_dim} with index_heads (its keys are rotated "
+                                "over that width)", self.index_head_dim)
+            if self.index_topk < 1:
+                raise SpecError("index_topk", "an integer >= 1 with index_heads",
+                                self.index_topk)
         if self.idle_cross_attention and self.arch != "decoder":
             raise SpecError("idle_cross_attention", "false unless arch is decoder (an "
                             "encoder-decoder runs its cross-attention)", True)
