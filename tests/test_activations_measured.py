@@ -58,7 +58,7 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # decides the total: B=1 T=64 and B=2 T=128, the same command) and activations_more_cpu.jsonl
 # (the model types added in session 7: B=2 T=64 and B=1 T=128) and
 # activations_added_s8_cpu.jsonl (session 8's: Whisper's, TrOCR's and BART's decoders
-# alone, DeepSeek-V3.2 and GLM-5's DSA, MPNet; the same two shapes).
+# alone, DeepSeek-V3.2 and GLM-5's DSA, MPNet, GPT-NeoX-Japanese; the same two shapes).
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
@@ -77,12 +77,12 @@ def _estimate(row: dict) -> int:
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / row["config"]).read_text()))
     return activation_breakdown(spec, row["B"], row["T"], act_bytes=4 if row["dtype"] == "fp32"
                                 else 2, device="cpu", attention=row["attention"],
-                                dropout=spec.dropout > 0).total
+                                dropout=spec.trains_with_dropout).total
 
 
 # classes transformers offers no SDPA path for (the measurement skipped it)
 EAGER_ONLY = {"gpt_oss-tied-nobias.json", "tapas-tiny.json", "trocr-tiny.json",
-              "mpnet-tiny.json"}
+              "mpnet-tiny.json", "gpt_neox_japanese-tiny.json"}
 
 
 def test_the_fixtures_cover_14_architectures_both_attentions_and_dtypes() -> None:
@@ -135,7 +135,7 @@ def test_a_deepseek_router_keeps_fp32_copies_in_16_bit() -> None:
 def _names(config: str, **kw: object) -> dict[str, int]:
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
     b = activation_breakdown(spec, 2, 64, act_bytes=2, device="cpu",  # type: ignore[arg-type]
-                             attention="eager", dropout=spec.dropout > 0, **kw)
+                             attention="eager", dropout=spec.trains_with_dropout, **kw)
     return {i.name: i.count for i in b.items}
 
 
@@ -180,3 +180,15 @@ def test_the_per_architecture_table_is_generated_from_the_fixtures() -> None:
     doc = (DATA.parents[1] / "docs" / "activations_by_architecture.md").read_text()
     assert doc == load_tool("activation_errors").render(), \
         "run: python tools/activation_errors.py > docs/activations_by_architecture.md"
+
+
+def test_attention_dropout_alone_keeps_no_residual_masks() -> None:
+    """GPTNeoXJapaneseConfig: attention_dropout 0.1, hidden_dropout 0.0 (transformers 5.23):
+    the attention probabilities' mask and output are kept, no residual or embedding masks
+    (within 0.4 % of the measurement in activations_added_s8_cpu.jsonl)."""
+    spec = spec_from_hf({"model_type": "gpt_neox_japanese"})
+    assert (spec.dropout, spec.attention_dropout, spec.trains_with_dropout) == (0.0, 0.1, True)
+    names = [i.name for i in activation_breakdown(spec, 1, 64, act_bytes=2, device="cpu",
+                                                   dropout=True).items]
+    assert any(n.endswith("attn.dropout_mask") for n in names)
+    assert not any("residual_dropout" in n or n == "embed.dropout_mask" for n in names)

@@ -49,6 +49,8 @@ REFERENCE = {
     "variants/trocr-tiny.json": (181_120, "TrOCRForCausalLM"),
     "variants/bart-causal.json": (181_120, "BartForCausalLM"),
     "variants/mpnet-tiny.json": (152_872, "MPNetForMaskedLM"),
+    # the last layer's attention output alone has a bias (dense_bias): 64 parameters
+    "variants/gpt_neox_japanese-tiny.json": (163_264, "GPTNeoXJapaneseForCausalLM"),
     "variants/nomic_bert-tiny.json": (151_976, "NomicBertForMaskedLM"),
     "variants/tapas-tiny.json": (268_392, "TapasForMaskedLM"),
     "variants/layoutlm-tiny.json": (435_560, "LayoutLMForMaskedLM"),

@@ -38,7 +38,7 @@ def rows() -> list[dict]:
             spec = spec_from_hf(config)
             estimate = activation_breakdown(
                 spec, row["B"], row["T"], act_bytes=4 if row["dtype"] == "fp32" else 2,
-                device="cpu", attention=row["attention"], dropout=spec.dropout > 0).total
+                device="cpu", attention=row["attention"], dropout=spec.trains_with_dropout).total
             row["model_type"] = config["model_type"]
             row["error"] = (estimate - row["measured_bytes"]) / row["measured_bytes"]
             out.append(row)

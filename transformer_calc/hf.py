@@ -59,7 +59,8 @@ INT_KEYS = frozenset("""
     qk_rope_head_dim v_head_dim sliding_window sliding_window_pattern experts_per_token
     num_nextn_predict_layers moe_layer_freq shared_expert_intermediate_size num_shared_experts
     shared_intermediate_size n_group topk_group max_target_positions
-    cross_attention_hidden_size index_n_heads index_head_dim index_topk index_topk_freq""".split())
+    cross_attention_hidden_size index_n_heads index_head_dim index_topk index_topk_freq
+    intermediate_multiple_size""".split())
 BOOL_KEYS = frozenset("""
     tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
     parallel_attn multi_query bias alibi do_layer_norm_before _remove_final_layer_norm
@@ -327,7 +328,10 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     # an absent key takes its config class's default (hf_defaults.py), else the family's
     class_default = DEFAULTS.get(model_type, {})
     probs = [cfg.get(k, class_default.get(k, default)) for k in keys]
-    values["dropout"] = float(max(probs)) if probs else 0.0
+    # the residual and embedding dropout: the keys that are not the attention's, when the
+    # record has any (GPT-NeoX-Japanese: hidden_dropout 0.0 beside attention_dropout 0.1)
+    rest = [p for k, p in zip(keys, probs) if "att" not in k]
+    values["dropout"] = float(max(rest or probs)) if probs else 0.0
     attn = [cfg.get(k, class_default.get(k, ATTENTION_DROPOUT_DEFAULTS.get(model_type, default)))
             for k in keys if "att" in k]
     if attn and float(attn[0]) != values["dropout"]:
@@ -1056,6 +1060,7 @@ class Layout(NamedTuple):
     kv_from: str = ""  # a key: true means one K/V head (multi_query), false n_heads
     mla: bool = False  # DeepSeek-style latent attention (kv_lora_rank, q_lora_rank, ...)
     dsa: bool = False  # DeepSeek Sparse Attention's indexer (index_n_heads, index_head_dim, ...)
+    o_bias_last: bool = False  # a bias on the last layer's attention output (GPT-NeoX-Japanese)
     parallel_norms: int = 1
     fused_qkv: bool = False
     arch: str = "decoder"  # encoder: the same layers read bidirectionally (EuroBERT)
@@ -1142,7 +1147,8 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         fused_gate_up=r.fused_gate_up, attn_gate_named_gate_proj=r.gate_proj,
         attn_gate_in_q=r.gate_in_q,
         **_bias(qkv, qkv, qkv, o, mlp, mlp),
-        tie_embeddings=bool(c.t("tie_word_embeddings")) and not r.untied)
+        tie_embeddings=bool(c.t("tie_word_embeddings")) and not r.untied,
+        last_layer_o_bias=r.o_bias_last)
     if r.untied and c.t("tie_word_embeddings"):
         c.notes.append(f"config says tie_word_embeddings: true; {r.cls} ties nothing "
                        "(transformers 5.23), so its head is counted apart")
@@ -1451,6 +1457,13 @@ GENERIC: dict[str, Layout] = {
                           moe=Moe(shared="n_shared_experts", layer_types="mlp_layer_types",
                                   first_dense="first_k_dense_replace")),
     "minicpm3": Layout("MiniCPM3ForCausalLM", mla=True),
+    # GPT-NeoX-Japanese: sequential pre-norm LayerNorm blocks, bias-free fused QKV, dense and
+    # MLP (d_ff = intermediate_multiple_size · hidden_size); only the last layer's attention
+    # output has a bias; its residual dropout (hidden_dropout) apart from the attention's
+    "gpt_neox_japanese": Layout("GPTNeoXJapaneseForCausalLM", qkv_bias=False, o_bias=False,
+                                mlp_bias=False, ffn="plain", norm="layernorm", fused_qkv=True,
+                                ffn_ratio="intermediate_multiple_size", o_bias_last=True,
+                                dropout=("hidden_dropout", "attention_dropout")),
     "youtu": Layout("YoutuForCausalLM", mlp_bias=False, mla=True),
     "glm4_moe_lite": Layout("Glm4MoeLiteForCausalLM", mlp_bias=False, mla=True,
                             moe=Moe(shared="n_shared_experts", layer_types="mlp_layer_types",

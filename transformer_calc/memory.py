@@ -230,6 +230,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     pattern = pattern or DENSE
     # the attention probabilities' own dropout (OPT, BART: 0 while the rest is 0.1)
     attn_dropout = dropout and spec.attention_dropout != 0.0
+    # the residual and embedding dropouts, off where only the attention's is set
+    # (GPT-NeoX-Japanese: attention_dropout 0.1, hidden_dropout 0.0)
+    dropout = dropout and not (spec.dropout == 0 and (spec.attention_dropout or 0.0) > 0)
     kernel = attention_kernel(spec, attention, device, act_bytes, attn_dropout, sdpa_kernel)
     a, B, T = act_bytes, batch, seq_len
     E, V = spec.d_model, spec.vocab_size
@@ -1215,7 +1218,7 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         acts = activation_breakdown(
             spec, s.batch_size, T, act_bytes=s.act_bytes, device=s.device,
             attention=s.attention, amp=amp, sdpa_kernel=s.sdpa_kernel,
-            dropout=s.dropout if s.dropout is not None else spec.dropout > 0,
+            dropout=s.dropout if s.dropout is not None else spec.trains_with_dropout,
             recompute=s.recompute, pattern=pattern)
         if adapters is not None:
             acts = lora_activations(spec, acts, adapted_layers(spec, p, s.lora_targets), s, T)

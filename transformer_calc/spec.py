@@ -256,6 +256,8 @@ class ModelSpec:
     bias_k: bool = _f(True, "bias on the K projection")
     bias_v: bool = _f(True, "bias on the V projection")
     bias_o: bool = _f(True, "bias on the attention output projection")
+    last_layer_o_bias: bool = _f(False, "a bias on the last layer's attention output only "
+                           "(GPT-NeoX-Japanese's dense_bias; with bias_o false)")
     bias_ffn_in: bool = _f(True, "bias on the FFN input (and gate) projection")
     bias_ffn_out: bool = _f(True, "bias on the FFN output projection")
 
@@ -317,6 +319,11 @@ class ModelSpec:
     # Derived sizes: read these, never the raw Optional fields, in formulas. (Plain
     # properties: functools.cached_property's first read takes a lock on Python 3.11 and costs
     # more than a spec ever saves; make bench.)
+    @property
+    def trains_with_dropout(self) -> bool:
+        """Dropout anywhere in training: the residual streams' or the attention's own."""
+        return self.dropout > 0 or (self.attention_dropout or 0.0) > 0
+
     @property
     def kv_heads(self) -> int:
         return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
@@ -444,6 +451,9 @@ class ModelSpec:
             if self.index_topk < 1:
                 raise SpecError("index_topk", "an integer >= 1 with index_heads",
                                 self.index_topk)
+        if self.last_layer_o_bias and (self.bias_o or self.arch == "encoder-decoder"):
+            raise SpecError("last_layer_o_bias", "false with bias_o (every layer has one) or in an "
+                            "encoder-decoder", True)
         if self.idle_cross_attention and self.arch != "decoder":
             raise SpecError("idle_cross_attention", "false unless arch is decoder (an "
                             "encoder-decoder runs its cross-attention)", True)
