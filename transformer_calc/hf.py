@@ -330,7 +330,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     probs = [cfg.get(k, class_default.get(k, default)) for k in keys]
     # the residual and embedding dropout: the keys that are not the attention's, when the
     # record has any (GPT-NeoX-Japanese: hidden_dropout 0.0 beside attention_dropout 0.1)
-    rest = [p for k, p in zip(keys, probs) if "att" not in k]
+    rest = [p for k, p in zip(keys, probs, strict=True) if "att" not in k]
     values["dropout"] = float(max(rest or probs)) if probs else 0.0
     attn = [cfg.get(k, class_default.get(k, ATTENTION_DROPOUT_DEFAULTS.get(model_type, default)))
             for k in keys if "att" in k]
