@@ -51,6 +51,8 @@ REFERENCE = {
     "variants/mpnet-tiny.json": (152_872, "MPNetForMaskedLM"),
     # the last layer's attention output alone has a bias (dense_bias): 64 parameters
     "variants/gpt_neox_japanese-tiny.json": (163_264, "GPTNeoXJapaneseForCausalLM"),
+    # xIELU's alpha_p and alpha_n: 2 parameters per layer
+    "variants/apertus-tiny.json": (226_854, "ApertusForCausalLM"),
     "variants/nomic_bert-tiny.json": (151_976, "NomicBertForMaskedLM"),
     "variants/tapas-tiny.json": (268_392, "TapasForMaskedLM"),
     "variants/layoutlm-tiny.json": (435_560, "LayoutLMForMaskedLM"),

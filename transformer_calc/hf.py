@@ -42,6 +42,7 @@ ACTIVATIONS = {
     "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_tanh",
     "gelu_fast": "gelu_tanh", "silu": "silu", "swish": "silu", "tanh": "tanh",
     "sigmoid": "sigmoid", "linear": "identity", "quick_gelu": "gelu", "relu2": "relu2",
+    "xielu": "xielu",
 }
 
 
@@ -1457,6 +1458,9 @@ GENERIC: dict[str, Layout] = {
                           moe=Moe(shared="n_shared_experts", layer_types="mlp_layer_types",
                                   first_dense="first_k_dense_replace")),
     "minicpm3": Layout("MiniCPM3ForCausalLM", mla=True),
+    # Apertus: a plain up/down MLP through xIELU (two trainable scalars per layer), per-head
+    # QK-norm
+    "apertus": Layout("ApertusForCausalLM", mlp_bias=False, ffn="plain", qk_norm="head"),
     # GPT-NeoX-Japanese: sequential pre-norm LayerNorm blocks, bias-free fused QKV, dense and
     # MLP (d_ff = intermediate_multiple_size · hidden_size); only the last layer's attention
     # output has a bias; its residual dropout (hidden_dropout) apart from the attention's

@@ -152,8 +152,11 @@ def fused_qkv_correction(spec: ModelSpec) -> int:
 # the clamps read strided views of it), the clamped gate and its sigmoid, glu and up + 1: with
 # the gated product's 2, 4 more (measured: the listing of tools/measure_activations_hf.py's
 # gpt_oss variant, 6 · d_ff per routed token besides the down projection's input).
+# xIELU's Python path (transformers' XIELUActivation._xielu_python): torch.where over
+# α_p·x·x + β·x and (expm1(min(x, eps)) − x)·α_n + β·x keeps x, α_p·x, the expm1 result and
+# expm1 − x, and where's 1-byte condition (x > 0; its own row)
 ACT_SAVES = {"relu2": 1, "gelu_new": 4, "gelu": 1, "gelu_tanh": 1, "silu": 1, "swish": 1,
-             "swiglu_oss": 4, "relu": 0,
+             "swiglu_oss": 4, "relu": 0, "xielu": 4,
              "sigmoid": 0, "tanh": 0, "identity": 0}
 RESULT_SAVERS = {"relu", "sigmoid", "tanh", "identity"}
 
@@ -520,6 +523,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                     add((p + sub + "activation", k * saves * sb * width * a,
                          f"{saves} · B·T·{sym} · act{route} ({act}{', gated' if gated else ''})",
                          "", L, stack, "tp", None, ()))
+                if act == "xielu":
+                    add((p + sub + "activation_mask", k * sb * width, f"B·T·{sym} · 1{route} "
+                         "(xIELU's x > 0, bool)", "", L, stack, "tp", None, ()))
                 if dropout and spec.t5_dropouts:  # T5's FFN: dropout before wo
                     add((p + sub + "inner_dropout_mask", k * sb * width * mask,
                          f"B·T·{sym} · mask{route}", "", L, stack, "tp", None, ()))

@@ -532,6 +532,10 @@ def _mlp(f: FFN, F: int, ff: str, E: int) -> list[tuple[str, int, str, tuple[int
     parts.append(("out.weight", F * E, f"{ff} × d_model", (E, F)))
     if f.bias_out:
         parts.append(("out.bias", E, "d_model", ()))
+    if f.activation == "xielu":
+        # transformers' XIELUActivation: alpha_p and alpha_n, one trainable scalar each (its
+        # beta and eps are buffers)
+        parts.append(("activation.alphas", 2, "2 (xIELU's alpha_p and alpha_n)", ()))
     return parts
 
 

@@ -22,9 +22,10 @@ FFN_KINDS = ("plain", "gated", "param_attention")
 # gelu_new: GELU's tanh approximation written out in Python (HF NewGELUActivation, GPT-2):
 # the same function as gelu_tanh (one fused kernel) but autograd keeps 4 tensors, not 1.
 # swiglu_oss: gpt-oss's clamped SwiGLU, gate · sigmoid(α · gate) · (up + 1) (GptOssExperts)
+# xielu: xIELU (Huang & Schlag 2024, arXiv 2411.13010; Apertus), with two trainable scalars
 ACTIVATIONS = ("relu", "relu2", "gelu", "gelu_tanh", "gelu_new", "silu", "swiglu_oss", "swish",
                "sigmoid", "tanh",
-               "identity")
+               "identity", "xielu")
 RELATIVE_SCOPES = ("first", "every")
 QK_NORMS = ("none", "head", "width")
 ATTN_GATES = ("none", "head", "width")
