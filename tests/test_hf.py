@@ -53,6 +53,7 @@ REFERENCE = {
     "variants/gpt_neox_japanese-tiny.json": (163_264, "GPTNeoXJapaneseForCausalLM"),
     # xIELU's alpha_p and alpha_n: 2 parameters per layer
     "variants/apertus-tiny.json": (226_854, "ApertusForCausalLM"),
+    "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
     "variants/nomic_bert-tiny.json": (151_976, "NomicBertForMaskedLM"),
     "variants/tapas-tiny.json": (268_392, "TapasForMaskedLM"),
     "variants/layoutlm-tiny.json": (435_560, "LayoutLMForMaskedLM"),

@@ -1762,6 +1762,8 @@ ENCODERS: dict[str, Encoder] = {
     # MPNet: BERT's layers, no token types, and a relative-position bias (buckets × heads)
     # owned by the encoder and added in every layer, beside the learned position table
     "mpnet": Encoder("MPNetForMaskedLM", token_types=False, relative_bias=True),
+    # Jina Embeddings v3 (its XLM-RoBERTa backbone with RoPE instead of a position table)
+    "jina_embeddings_v3": Encoder("JinaEmbeddingsV3ForMaskedLM", position="rope"),
     "layoutlm": Encoder("LayoutLMForMaskedLM", pooler=True, layout=True),
     "nomic_bert": Encoder("NomicBertForMaskedLM", ffn="gated", position="rope", head_dim=True,
                           qkv_bias=False, o_bias=False, ffn_in_bias=False, ffn_out_bias=False),

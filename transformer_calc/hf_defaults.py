@@ -846,6 +846,17 @@ DEFAULTS: dict[str, dict[str, Any]] = {'afmoe': {'attention_bias': False,
            'num_key_value_heads': 8,
            'tie_word_embeddings': False,
            'vocab_size': 65536},
+ 'jina_embeddings_v3': {'attention_probs_dropout_prob': 0.1,
+                        'hidden_act': 'gelu',
+                        'hidden_dropout_prob': 0.1,
+                        'hidden_size': 1024,
+                        'intermediate_size': 4096,
+                        'max_position_embeddings': 8194,
+                        'num_attention_heads': 16,
+                        'num_hidden_layers': 24,
+                        'tie_word_embeddings': True,
+                        'type_vocab_size': 1,
+                        'vocab_size': 250002},
  'kolibri1': {'attention_dropout': 0.0,
               'head_dim': 128,
               'hidden_act': 'silu',
@@ -1704,10 +1715,10 @@ ROUTER_FP32: frozenset[str] = frozenset(
 LOSS_NO_UPCAST: frozenset[str] = frozenset(
 ['bart', 'bert', 'big_bird', 'bigbird_pegasus', 'blenderbot', 'blenderbot-small',
  'camembert', 'data2vec-text', 'deberta-v2', 'distilbert', 'ernie', 'flaubert', 'gte',
- 'ibert', 'layoutlm', 'longt5', 'm2m_100', 'marian', 'mbart', 'megatron-bert', 'mpnet',
- 'mra', 'mt5', 'mvp', 'nomic_bert', 'pegasus', 'plbart', 'roberta', 'roberta-prelayernorm',
- 'roformer', 't5', 'tapas', 'trocr', 'umt5', 'whisper', 'xlm', 'xlm-roberta',
- 'xlm-roberta-xl', 'yoso'])
+ 'ibert', 'jina_embeddings_v3', 'layoutlm', 'longt5', 'm2m_100', 'marian', 'mbart',
+ 'megatron-bert', 'mpnet', 'mra', 'mt5', 'mvp', 'nomic_bert', 'pegasus', 'plbart',
+ 'roberta', 'roberta-prelayernorm', 'roformer', 't5', 'tapas', 'trocr', 'umt5', 'whisper',
+ 'xlm', 'xlm-roberta', 'xlm-roberta-xl', 'yoso'])
 
 # LoRA on a mixture of experts: the model types peft converts (router and fused
 # experts adapted), by pattern (peft.utils.transformers_weight_conversion)
@@ -1803,6 +1814,7 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'iquestcoder': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'jais2': ('down_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'jamba': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
+    'jina_embeddings_v3': ('k_proj', 'o_proj', 'q_proj', 'v_proj'),
     'kolibri1': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'laguna': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'layoutlm': ('key', 'query', 'value'),
