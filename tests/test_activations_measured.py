@@ -59,7 +59,7 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # (the model types added in session 7: B=2 T=64 and B=1 T=128) and
 # activations_added_s8_cpu.jsonl (session 8's: Whisper's, TrOCR's and BART's decoders
 # alone, DeepSeek-V3.2 and GLM-5's DSA, MPNet, GPT-NeoX-Japanese, Apertus's xIELU, Jina
-# Embeddings v3; the same two shapes).
+# Embeddings v3, LFM3; the same two shapes).
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 

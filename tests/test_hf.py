@@ -54,6 +54,8 @@ REFERENCE = {
     # xIELU's alpha_p and alpha_n: 2 parameters per layer
     "variants/apertus-tiny.json": (226_854, "ApertusForCausalLM"),
     "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
+    # 4 convolution, 1 full and 1 sliding layer; sandwich norms, a gate per head
+    "variants/lfm3-tiny.json": (342_400, "Lfm3ForCausalLM"),
     "variants/nomic_bert-tiny.json": (151_976, "NomicBertForMaskedLM"),
     "variants/tapas-tiny.json": (268_392, "TapasForMaskedLM"),
     "variants/layoutlm-tiny.json": (435_560, "LayoutLMForMaskedLM"),

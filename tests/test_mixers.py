@@ -73,7 +73,7 @@ def test_flop_cases_cover_every_mixer_and_hybrid_type() -> None:
     types = {c["config"]["model_type"] for c, _ in FLOP_CASES}
     assert types >= {"mamba", "falcon_mamba", "mamba2", "nemotron_h", "bamba",
                      "granitemoehybrid", "jamba", "lfm2", "qwen3_next", "qwen3_5_text",
-                     "qwen3_5_moe_text", "falcon_h1", "minimax"}, types
+                     "qwen3_5_moe_text", "falcon_h1", "minimax", "lfm3"}, types
 
 
 # -- real configs -----------------------------------------------------------------------------

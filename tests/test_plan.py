@@ -53,6 +53,8 @@ KV_BYTES_FP32 = {
     "llama4_text-chunked.json": {4: 4_096, 32: 13_568},  # 3 chunked (chunk 8) + 1 NoPE layer
     # DSA: the latent, the RoPE key and the indexer's key (DynamicIndexedLayer.indexer_keys)
     "deepseek_v32-tiny.json": {4: 1_920, 32: 15_360},
+    # LFM3: 4 convolution layers (no K/V), a full and a sliding layer (window 32)
+    "lfm3-tiny.json": {16: 8_192, 48: 20_224},
 }
 
 

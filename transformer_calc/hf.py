@@ -68,7 +68,7 @@ BOOL_KEYS = frozenset("""
     enable_bias share_encoder_decoder_embeddings add_cross_attention is_decoder qk_layernorm
     layer_norm_elementwise_affine use_sliding_window use_bias use_qkv_bias attention_out_bias
     use_qk_norm use_parallel_residual layernorm_embedding use_learned_position_embeddings
-    """.split())
+    use_sandwich_norm use_attention_gate""".split())
 FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct", "resid_pdrop", "embd_pdrop",
                         "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob",
                         "dropout", "attention_dropout", "dropout_rate", "hidden_dropout",
@@ -185,7 +185,7 @@ def _table(model_type: str) -> dict[str, Any]:
 
 
 # Hybrid and recurrent model types (issue 14): refused with that reason, not just "unknown".
-RECURRENT = frozenset("""zamba zamba2 lfm3 olmo_hybrid kimi_linear bailing_hybrid
+RECURRENT = frozenset("""zamba zamba2 olmo_hybrid kimi_linear bailing_hybrid
     recurrent_gemma rwkv xlstm""".split())
 
 
@@ -919,12 +919,14 @@ class Ssm(NamedTuple):
     full_when: int = 0  # ... a layer i is full attention when (i + 1) % every == full_when
     inner: str = ""  # a key whose value, when the file has it, is d_inner (MambaConfig)
     out_bias: str = ""  # a key for out_proj's bias when it differs from in_proj's (Falcon-H1)
+    window: int = 0  # the class's sliding_window for sliding_attention layers (Lfm3Config: 256)
 
 
 # Per-layer type names in configs -> (mixer letter, FFN letter); the FFN letter "" means the
 # layer's FFN as the record's MoE rule says (dense or experts).
 _HYBRID_TYPES = {"linear_attention": ("M", ""), "mamba": ("M", ""), "conv": ("M", ""),
-                 "full_attention": ("F", ""), "attention": ("F", "")}
+                 "full_attention": ("F", ""), "attention": ("F", ""),
+                 "sliding_attention": ("S", "")}
 _NEMOTRON = {"M": ("M", "X"), "*": ("F", "X"), "-": ("X", "D"), "E": ("X", "E"),
              "linear_attention": ("M", "X"), "mamba": ("M", "X"), "full_attention": ("F", "X"),
              "attention": ("F", "X"), "mlp": ("X", "D"), "moe": ("X", "E")}
@@ -952,6 +954,9 @@ def _hybrid_layers(c: Config, s: Ssm, L: int) -> list[tuple[str, str]]:
                             raw if isinstance(raw, str) else kinds, source=c.where)
         return [_NEMOTRON[k] for k in kinds]
     types = c.data.get("layer_types")
+    if types is None and s.layers == "lfm3":  # Lfm3Config.__post_init__
+        return [("F" if i % 4 == 2 else "S" if i % 4 == 0 and i > 0 else "M", "")
+                for i in range(L)]
     if types is None and s.layers == "lfm2":  # Lfm2Config: full_attn_idxs, default all
         idx = c.data.get("full_attn_idxs")
         return [("F" if idx is None or i in idx else "M", "") for i in range(L)]
@@ -1062,6 +1067,10 @@ class Layout(NamedTuple):
     mla: bool = False  # DeepSeek-style latent attention (kv_lora_rank, q_lora_rank, ...)
     dsa: bool = False  # DeepSeek Sparse Attention's indexer (index_n_heads, index_head_dim, ...)
     o_bias_last: bool = False  # a bias on the last layer's attention output (GPT-NeoX-Japanese)
+    # config keys that switch the sandwich norms and the attention gate off (LFM3's
+    # use_sandwich_norm, use_attention_gate; "": as the record says)
+    sandwich_key: str = ""
+    gate_key: str = ""
     parallel_norms: int = 1
     fused_qkv: bool = False
     arch: str = "decoder"  # encoder: the same layers read bidirectionally (EuroBERT)
@@ -1138,13 +1147,16 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         activation=r.act[1:] if r.act.startswith("=") else
         c.activation(c.spelled(r.act), c.table.get(c.spelled(r.act)) or "silu"),
         norm=r.norm, norm_position="post" if r.norms == "post" else "pre",
-        sandwich_norm=r.norms == "sandwich",
+        sandwich_norm=r.norms == "sandwich" and (not r.sandwich_key
+                                                 or c.flag(r.sandwich_key)),
         parallel_block=r.norms == "parallel" or (r.norms == "parallel_key"
                                                  and c.flag("use_parallel_residual")),
         parallel_norms=r.parallel_norms, qk_norm=qk, attention_sinks=r.sinks,
         lm_head_bias=c.flag(r.lm_head_bias), embedding_norm=r.embedding_norm,
         final_norm=r.final_norm,
-        fused_qkv=r.fused_qkv, attn_gate=r.gate[0], attn_gate_bias=r.gate[1],
+        fused_qkv=r.fused_qkv,
+        attn_gate=r.gate[0] if not r.gate_key or c.flag(r.gate_key) else "none",
+        attn_gate_bias=r.gate[1] if not r.gate_key or c.flag(r.gate_key) else "none",
         fused_gate_up=r.fused_gate_up, attn_gate_named_gate_proj=r.gate_proj,
         attn_gate_in_q=r.gate_in_q,
         **_bias(qkv, qkv, qkv, o, mlp, mlp),
@@ -1219,7 +1231,9 @@ def _ssm_layers(c: Config, s: Ssm, kinds: list[tuple[str, str]],
         extra["layer_ffn"] = _runs(ffns)
     if set(ffns) == {"X"}:
         extra["d_ff"] = 0
-    if "F" not in mixers and "P" not in mixers:
+    if "S" in mixers:
+        extra["sliding_window"] = c.t("sliding_window", s.window)
+    if not set(mixers) & set("FSP"):
         extra |= {"n_heads": 0, "n_kv_heads": None, "d_head": None}
     return extra
 
@@ -1620,6 +1634,13 @@ GENERIC: dict[str, Layout] = {
                    qk_norm="head", ffn_adjust="lfm2",
                    ssm=Ssm("short_conv", layers="lfm2", conv="conv_L_cache",
                            conv_bias="conv_bias")),
+    # LFM3: LFM2's convolutions and attention, with sliding-window layers, sandwich norms and
+    # a sigmoid gate per head on the attention output (g_proj), all switched by the config
+    "lfm3": Layout("Lfm3ForCausalLM", mlp_bias=False,
+                   qk_norm="head", norms="sandwich", sandwich_key="use_sandwich_norm",
+                   gate=("head", "none"), gate_key="use_attention_gate",
+                   ssm=Ssm("short_conv", layers="lfm3", conv="conv_L_cache",
+                           conv_bias="conv_bias", window=256)),
     "cohere2_moe": Layout("Cohere2MoeForCausalLM", mlp_bias=False, norm="layernorm_nobias",
                           norms="parallel", moe=Moe(expert_ff="", shared="num_shared_experts")),
 }
