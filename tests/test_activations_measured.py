@@ -59,7 +59,7 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # (the model types added in session 7: B=2 T=64 and B=1 T=128) and
 # activations_added_s8_cpu.jsonl (session 8's: Whisper's, TrOCR's and BART's decoders
 # alone, DeepSeek-V3.2 and GLM-5's DSA, MPNet, GPT-NeoX-Japanese, Apertus's xIELU, Jina
-# Embeddings v3, LFM3; the same two shapes).
+# Embeddings v3, LFM3, and Gemma 2 with its two soft-cappings; the same two shapes).
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
@@ -83,7 +83,7 @@ def _estimate(row: dict) -> int:
 
 # classes transformers offers no SDPA path for (the measurement skipped it)
 EAGER_ONLY = {"gpt_oss-tied-nobias.json", "tapas-tiny.json", "trocr-tiny.json",
-              "mpnet-tiny.json", "gpt_neox_japanese-tiny.json"}
+              "mpnet-tiny.json", "gpt_neox_japanese-tiny.json", "gemma2-bias-untied.json"}
 
 
 def test_the_fixtures_cover_14_architectures_both_attentions_and_dtypes() -> None:
@@ -193,3 +193,17 @@ def test_attention_dropout_alone_keeps_no_residual_masks() -> None:
                                                    dropout=True).items]
     assert any(n.endswith("attn.dropout_mask") for n in names)
     assert not any("residual_dropout" in n or n == "embed.dropout_mask" for n in names)
+
+
+def test_gemma2_keeps_both_soft_cappings_tanh_outputs() -> None:
+    """Gemma2Config's attn_logit_softcapping 50 and final_logit_softcapping 30 (transformers
+    5.23): each tanh keeps its output, a scores-sized tensor per layer and a B·T·vocab one;
+    without them the estimate was −8.5 to −20.5 % (activations_added_s8_cpu.jsonl)."""
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "gemma2-bias-untied.json")
+                                   .read_text()))
+    assert (spec.attn_softcapping, spec.logit_softcapping) == (50.0, 30.0)
+    rows = {i.name: i for i in activation_breakdown(spec, 1, 64, act_bytes=2, device="cpu",
+                                                    dropout=False).items}
+    assert rows["head.softcap_tanh"].total == 64 * 100 * 2
+    tanh = [r for n, r in rows.items() if n.endswith("attn.softcap_tanh")]
+    assert tanh and all(r.count == 4 * 64 * 64 * 2 for r in tanh)

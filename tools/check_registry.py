@@ -121,6 +121,10 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
     for key in ("num_key_value_heads", "head_dim"):
         if key in cfg and rng.random() < 0.2:
             cfg[key] = None
+    if "n_group" in fields and "num_experts" in fields:
+        # Beam's group-limited routing needs the experts to split into n_group groups: one
+        # group (no rng draw, so the other types' draws stay as recorded)
+        cfg |= {"n_group": 1, "topk_group": 1}
     if "index_n_heads" in fields:
         # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): shrink the latent attention and
         # its indexer too (the class defaults are full size); K/V heads = heads under MLA.

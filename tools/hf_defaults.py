@@ -109,12 +109,13 @@ def norm_keeps_input_types() -> list[str]:
 
 # DeepSeek-V3-style routers: F.linear on fp32 casts of the input and the weight, so a 16-bit
 # model keeps an fp32 copy of each for backward
-ROUTER_FP32 = "F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))"
+ROUTER_FP32 = ("F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))",
+               "F.linear(hidden_states.float(), self.weight.float())")
 
 
 def router_fp32_types() -> list[str]:
     """The model types whose MoE router has ROUTER_FP32."""
-    return types_whose_code_has(ROUTER_FP32)
+    return types_whose_code_has(*ROUTER_FP32)
 
 
 def loss_no_upcast_types() -> list[str]:
@@ -208,7 +209,7 @@ def main() -> None:
           + f"# (`{NORM_KEEPS_INPUT}`)\nNORM_KEEPS_INPUT: frozenset[str] = frozenset(\n"
           + pprint.pformat(norm_keeps_input_types(), width=92, compact=True) + ")"
           + "\n\n# MoE routers that matmul fp32 copies of their input and weight\n"
-          + f"# (`{ROUTER_FP32}`)\nROUTER_FP32: frozenset[str] = frozenset(\n"
+          + f"# (`{ROUTER_FP32[0]}`, or .float())\nROUTER_FP32: frozenset[str] = frozenset(\n"
           + pprint.pformat(router_fp32_types(), width=92, compact=True) + ")"
           + "\n\n# Losses taken in the activation dtype (no fp32 upcast of the logits)\n"
           + "LOSS_NO_UPCAST: frozenset[str] = frozenset(\n"

@@ -821,6 +821,16 @@ def _no_parameter_notes(c: Config) -> None:
         c.notes.append(", ".join(caps) + " (tanh soft-capping: no parameters)")
 
 
+def _softcap(c: Config, default: float | None, key: str = "final_logit_softcapping") -> float:
+    """A soft-capping value (final_logit_softcapping, attn_logit_softcapping), as the config
+    class defaults it when absent; null or 0: none."""
+    cap = c.data.get(key, default)
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
+                            or cap < 0):
+        raise SpecError(key, "a number >= 0 or null", cap, source=c.where)
+    return float(cap or 0.0)
+
+
 def _gemma2(c: Config, v3: bool = False) -> dict[str, Any]:
     # Gemma2/3DecoderLayer: input, post_attention, pre_feedforward, post_feedforward norms
     _no_parameter_notes(c)
@@ -833,7 +843,11 @@ def _gemma2(c: Config, v3: bool = False) -> dict[str, Any]:
         sliding = [bool(every) and (i + 1) % every != 0 for i in range(L)]
     else:  # Gemma2Config: sliding, full, sliding, ...
         sliding = [i % 2 == 0 for i in range(L)]
-    return dict(arch="decoder", vocab_size=c.get("vocab_size", 262208 if v3 else 256000),
+    # Gemma2Config: final 30.0, attention 50.0; Gemma3TextConfig: final None, attention None
+    cap = _softcap(c, None if v3 else 30.0)
+    attn_cap = _softcap(c, None if v3 else 50.0, "attn_logit_softcapping")
+    return dict(arch="decoder", logit_softcapping=cap, attn_softcapping=attn_cap,
+                vocab_size=c.get("vocab_size", 262208 if v3 else 256000),
                 d_model=E, n_layers=L, n_heads=H, n_kv_heads=c.kv_heads(4, H),
                 d_head=None if d_head * H == E else d_head,
                 d_ff=c.get("intermediate_size", 9216),

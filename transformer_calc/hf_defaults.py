@@ -1721,10 +1721,11 @@ NORM_KEEPS_INPUT: frozenset[str] = frozenset(
 ['longt5', 'mt5', 't5', 'umt5'])
 
 # MoE routers that matmul fp32 copies of their input and weight
-# (`F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))`)
+# (`F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))`, or .float())
 ROUTER_FP32: frozenset[str] = frozenset(
-['deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'exaone_moe', 'glm4_moe', 'glm4_moe_lite',
- 'glm_moe_dsa', 'kolibri1', 'nemotron_h', 'solar_open'])
+['deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'ernie4_5_moe', 'exaone_moe', 'flint',
+ 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'hy_v3', 'kolibri1', 'nemotron_h',
+ 'solar_open'])
 
 # Losses taken in the activation dtype (no fp32 upcast of the logits)
 LOSS_NO_UPCAST: frozenset[str] = frozenset(

@@ -450,6 +450,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             else:
                 add((p + "v", sb * Hh * dv * c, kv, "", L, stack, "tp", None, ()))
             probs = B * Hh * T * kq
+            if spec.attn_softcapping and not cross:
+                # Gemma 2's eager attention: scores = cap · tanh(scores / cap); tanh keeps
+                # its output, a tensor of the scores' size
+                add((p + "softcap_tanh", probs * c, f"B·n_heads·T·{kq_sym} · {c_sym} (the "
+                     "attention soft-capping tanh's output)", "", L, stack, "tp", None, ()))
             if soft32:
                 add((p + "softmax", probs * 4, f"B·n_heads·T·{kq_sym} · 4 (fp32 softmax "
                      "output)", "", L, stack, "tp", None, ()))
@@ -465,12 +470,16 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 add((p + "dropout_output", probs * c,
                      f"B·n_heads·T·{kq_sym} · {c_sym} (A·V input)", "", L, stack, "tp", None, ()))
         if at.gate != "none":
-            # sigmoid(x W_g) ⊙ out: the product keeps the gate's output (the attention output
-            # is o_input's partner); the gate's input is this block's input, kept above
+            # sigmoid(x W_g) ⊙ out: the product keeps the gate's output and the attention
+            # output it scales, and the output projection reads the product (o_input); the
+            # gate's input is this block's input, kept above (measured on Beam and LFM3:
+            # tools/measure_activations_hf.py)
             gw = at.gate_width(at.gate)
             add((p + "gate", sb * gw * a, "B·T·" + ("n_heads" if at.gate == "head" else
                                                     "n_heads·d_head") + " · act (sigmoid gate)",
                  "", L, stack, "tp", None, ()))
+            add((p + "gated_output", sb * Hh * dv * a, "B·T·n_heads·d_head · act (the "
+                 "attention output the gate scales)", "", L, stack, "tp", None, ()))
         if not (kernel == "cpu_flash" and at.mechanism == "softmax" and not at.mla):
             # (the CPU flash kernel writes its output in the query's (B, T, H, d) order, so the
             # output projection reads that very tensor: measured on BART, no copy is kept;
@@ -755,6 +764,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     if spec.lm_head or spec.mlm_head:
         add(("head.input", sb * spec.embed_dim * a, "B·T·d_embed · act (LM head input)", "", 1,
              "", "", None, ()))
+        if spec.logit_softcapping:
+            # Gemma 2, Beam: logits = cap · tanh(logits / cap); tanh keeps its output
+            add(("head.softcap_tanh", sb * V * a, "B·T·vocab_size · act (the soft-capping "
+                 "tanh's output)", "", 1, "", "", None, ()))
         # transformers' loss_function upcasts the logits and keeps log_softmax in fp32, for
         # every position; BERT's, BART's and T5's nn.CrossEntropyLoss keeps it in the
         # activation dtype, except under autocast (log_softmax is on its fp32 list)

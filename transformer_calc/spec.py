@@ -154,6 +154,14 @@ class ModelSpec:
     router_fp32: bool = _f(False, "the MoE router casts its input and weight to fp32 before "
                            "its matmul (DeepSeek-V2/V3, GLM-4 MoE, Nemotron-H): a 16-bit "
                            "model keeps fp32 copies of both for backward")
+    logit_softcapping: float = _f(0.0, "final logits soft-capped as cap · tanh(logits / cap) "
+                                  "(Gemma 2, Beam: final_logit_softcapping; 0: none): no "
+                                  "parameters, one more B·T·vocab tensor kept in training",
+                                  arch=False)
+    attn_softcapping: float = _f(0.0, "attention scores soft-capped as cap · tanh(s / cap) "
+                                 "in eager attention (Gemma 2: attn_logit_softcapping 50; 0: "
+                                 "none): one more tensor of the scores' size kept",
+                                 arch=False)
     loss_fp32: bool = _f(True, "the loss upcasts the logits to fp32 before its log-softmax "
                          "(transformers' loss_function of causal and masked LMs); false: "
                          "nn.CrossEntropyLoss in the activation dtype (BERT's, RoBERTa's, "
