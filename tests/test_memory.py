@@ -333,3 +333,10 @@ def test_squared_relu_keeps_one_tensor_of_the_ffn_width() -> None:
         mlp = sum(b.get(f"decoder.dense.ffn.{n}").total
                   for n in ("input", "activation", "out_input"))
         assert mlp == row["saved_bytes"]
+
+
+def test_expert_parallel_error_names_the_data_parallel_gpus() -> None:
+    # 8 GPUs over tp 2: 4 data-parallel ranks, which --ep 3 does not divide (a mutation of
+    # the message's gpus // (tp · pp) survived until this test)
+    with pytest.raises(TcalcError, match=r"--ep 3: .*\(4 GPUs;"):
+        Settings(gpus=8, tp=2, ep=3)
