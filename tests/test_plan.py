@@ -238,3 +238,15 @@ def test_dsa_attends_to_the_indexers_top_k_and_scores_every_key() -> None:
     lora = memory_report(spec, Settings(seq_len=64, lora_rank=8))
     assert lora.trainable_params == 43_488
     assert not any(".index_" in i.name for i in lora.activations.items)
+
+
+def test_the_last_layers_output_bias_sits_in_the_last_layers_group() -> None:
+    """GPT-NeoX-Japanese: only the last layer's attention output has a bias (dense_bias);
+    with layers that differ, the plan names the group the last layer belongs to."""
+    spec = spec_from_hf(json.loads((V / "gpt_neox_japanese-tiny.json").read_text()))
+    assert count_params(spec).total == 163_264  # GPTNeoXJapaneseForCausalLM, transformers 5.23
+    mixed = spec.replace(sliding_window=4, layer_attention="1F 1S 1F")
+    bias = [i for i in count_params(mixed).items if i.name.endswith("attn.o.bias")]
+    assert [(i.name, i.count, i.repeat) for i in bias] == [("decoder.full.attn.o.bias", 64, 1)]
+    assert plan_of(mixed.replace(layer_attention="1F 2S")).stacks[0].last_o_bias == \
+        "decoder.sliding"

@@ -160,11 +160,10 @@ def count_params(spec: ModelSpec) -> Breakdown:
             for norm in blk.norms:
                 add((f"{g.name}.{norm}", norm_n, norm_why, "", g.count, g.name, blk.norm_note,
                      None, ()))
-        if spec.last_layer_o_bias:
+        if st.last_o_bias:
             # GPTNeoXJapaneseAttention(use_bias=layer_number == num_hidden_layers - 1)
-            last = st.groups[-1].name
-            add((f"{last}.attn.o.bias", E, "d_model", "", 1, last, "the last layer's only",
-                 None, ()))
+            add((f"{st.last_o_bias}.attn.o.bias", E, "d_model", "", 1, st.last_o_bias,
+                 "the last layer's only", None, ()))
         if st.final_norm:
             add((f"{st.name}.final_norm", norm_n, norm_why, "", 1, "", "", None, ()))
 

@@ -211,6 +211,9 @@ class Stack(NamedTuple):
     layers: int
     groups: tuple[Group, ...]
     final_norm: bool
+    # the group holding the last layer, when that layer alone has an attention output bias
+    # (GPT-NeoX-Japanese); "": none
+    last_o_bias: str = ""
 
 
 class Plan(NamedTuple):
@@ -347,7 +350,8 @@ def _build(spec: ModelSpec) -> Plan:
         kinds = "FD" if enc_dec else "".join(default_kinds(spec))
         return Plan(tuple(
             Stack(name, n, (Group(name, n, _block(spec, kinds, name == "decoder" and enc_dec),
-                                  kinds),), spec.final_norm)
+                                  kinds),), spec.final_norm,
+                  name if spec.last_layer_o_bias else "")
             for name, n in spec.stacks))
     stacks = []
     for name, n in spec.stacks:
@@ -358,7 +362,15 @@ def _build(spec: ModelSpec) -> Plan:
         for kinds, count in counts.items():
             groups.append(Group(_group_name(spec, name, kinds, vary_a, vary_f), count,
                                 _block(spec, kinds, False), kinds))
-        stacks.append(Stack(name, n, tuple(groups), spec.final_norm))
+        last = ""
+        if spec.last_layer_o_bias:  # the group of the last layer's kinds
+            a0, f0 = default_kinds(spec)
+            attn = parse_pattern(spec.layer_attention, "".join(ATTENTION_LAYER_KINDS), n,
+                                 "layer_attention")[-1] if spec.layer_attention else a0
+            ffn = parse_pattern(spec.layer_ffn, "".join(FFN_LAYER_KINDS), n,
+                                "layer_ffn")[-1] if spec.layer_ffn else f0
+            last = next(g.name for g in groups if g.kinds == attn + ffn)
+        stacks.append(Stack(name, n, tuple(groups), spec.final_norm, last))
     return Plan(tuple(stacks))
 
 
