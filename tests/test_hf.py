@@ -53,6 +53,8 @@ REFERENCE = {
     "variants/gpt_neox_japanese-tiny.json": (163_264, "GPTNeoXJapaneseForCausalLM"),
     # xIELU's alpha_p and alpha_n: 2 parameters per layer
     "variants/apertus-tiny.json": (226_854, "ApertusForCausalLM"),
+    # attn_sub_norm (64) and ffn_sub_norm (160) in each of 3 layers
+    "variants/bitnet-tiny.json": (258_144, "BitNetForCausalLM"),
     "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
     # 4 convolution, 1 full and 1 sliding layer; sandwich norms, a gate per head
     "variants/lfm3-tiny.json": (342_400, "Lfm3ForCausalLM"),

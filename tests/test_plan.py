@@ -250,3 +250,14 @@ def test_the_last_layers_output_bias_sits_in_the_last_layers_group() -> None:
     assert [(i.name, i.count, i.repeat) for i in bias] == [("decoder.full.attn.o.bias", 64, 1)]
     assert plan_of(mixed.replace(layer_attention="1F 2S")).stacks[0].last_o_bias == \
         "decoder.sliding"
+
+
+def test_sub_norms_sit_in_the_layer_and_refuse_experts() -> None:
+    """BitNet's attn_sub_norm (n_heads · d_head) and ffn_sub_norm (d_ff) are RMSNorms inside
+    the sublayers (BitNetAttention, BitNetMLP in transformers 5.23); a mixture of experts has
+    no place for them, so asking for both is one clear error."""
+    spec = spec_from_hf(json.loads((DATA / "hf/variants/bitnet-tiny.json").read_text()))
+    rows = {r[0]: r[1] * r[4] for r in count_params(spec).rows}
+    assert rows["decoder.attn.sub_norm"] == 3 * 64 and rows["decoder.ffn.sub_norm"] == 3 * 160
+    with pytest.raises(SpecError, match="sub_norms"):
+        load_model("llama-3-8b").replace(n_experts=4, top_k=1, sub_norms=True)

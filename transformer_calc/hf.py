@@ -1105,6 +1105,7 @@ class Layout(NamedTuple):
     linear_router: bool = False
     gate_proj: bool = False
     gate_in_q: bool = False  # the attention gate is the second half of q_proj (Qwen3-Next)
+    sub_norms: bool = False  # BitNet: norms before o_proj and before down_proj
 
 
 def _generic(c: Config, r: Layout) -> dict[str, Any]:
@@ -1175,7 +1176,7 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         attn_gate_in_q=r.gate_in_q,
         **_bias(qkv, qkv, qkv, o, mlp, mlp),
         tie_embeddings=bool(c.t("tie_word_embeddings")) and not r.untied,
-        last_layer_o_bias=r.o_bias_last)
+        last_layer_o_bias=r.o_bias_last, sub_norms=r.sub_norms)
     if r.untied and c.t("tie_word_embeddings"):
         c.notes.append(f"config says tie_word_embeddings: true; {r.cls} ties nothing "
                        "(transformers 5.23), so its head is counted apart")
@@ -1655,6 +1656,11 @@ GENERIC: dict[str, Layout] = {
                    gate=("head", "none"), gate_key="use_attention_gate",
                    ssm=Ssm("short_conv", layers="lfm3", conv="conv_L_cache",
                            conv_bias="conv_bias", window=256)),
+    # BitNet b1.58: Llama's layers with an RMSNorm over the attention output before o_proj
+    # and one over the FFN's inner width before down_proj (BitNetAttention, BitNetMLP: the
+    # ternary weights are a quantizer's business; the modelling code holds nn.Linear)
+    "bitnet": Layout("BitNetForCausalLM", mlp_bias=False, sub_norms=True,
+                     full_width="BitNetAttention's attn_sub_norm is hidden_size wide"),
     "cohere2_moe": Layout("Cohere2MoeForCausalLM", mlp_bias=False, norm="layernorm_nobias",
                           norms="parallel", moe=Moe(expert_ff="", shared="num_shared_experts")),
 }

@@ -480,7 +480,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  "", L, stack, "tp", None, ()))
             add((p + "gated_output", sb * Hh * dv * a, "B·T·n_heads·d_head · act (the "
                  "attention output the gate scales)", "", L, stack, "tp", None, ()))
-        if not (kernel == "cpu_flash" and at.mechanism == "softmax" and not at.mla):
+        if at.sub_norm:
+            # BitNet's attn_sub_norm over the attention output; o_proj reads its output
+            norm(p + "sub_norm", stack, L, Hh * dv, "n_heads·d_head")
+        if at.sub_norm or not (kernel == "cpu_flash" and at.mechanism == "softmax"
+                               and not at.mla):
             # (the CPU flash kernel writes its output in the query's (B, T, H, d) order, so the
             # output projection reads that very tensor: measured on BART, no copy is kept;
             # MLA's query is concatenated in (B, H, T, d) order and is copied: measured)
@@ -538,6 +542,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 if dropout and spec.t5_dropouts:  # T5's FFN: dropout before wo
                     add((p + sub + "inner_dropout_mask", k * sb * width * mask,
                          f"B·T·{sym} · mask{route}", "", L, stack, "tp", None, ()))
+                if f.sub_norm:  # BitNet's ffn_sub_norm: the down projection reads its output
+                    norm(p + sub + "sub_norm", stack, L, width, sym)
                 add((p + sub + "out_input", k * sb * width * a,
                      f"B·T·{sym} · act{route} (down projection input)", "", L, stack, "tp", None,
                      ()))

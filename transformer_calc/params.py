@@ -156,7 +156,7 @@ def count_params(spec: ModelSpec) -> Breakdown:
                 add((f"{g.name}.cross.norm", norm_n, norm_why, "", g.count, g.name,
                      "built, never run by a decoder alone (no encoder states)", None, ()))
             if blk.ffn is not None:
-                _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, g.count)
+                _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, g.count, blk.norm)
             for norm in blk.norms:
                 add((f"{g.name}.{norm}", norm_n, norm_why, "", g.count, g.name, blk.norm_note,
                      None, ()))
@@ -284,6 +284,10 @@ def _attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type
         add((p + "o.bias", E, "d_model", "", L, group, "", None, ()))
     if a.qk_norm != "none":
         _qk_norms(add, a, norm, p, group, L)
+    if a.sub_norm:
+        n, why = norm_of(norm, qw, "n_heads · d_head")
+        add((p + "sub_norm", n, why, "", L, group, "BitNet: over the output before o", None,
+             ()))
     if a.conv:
         # Primer (So et al. 2021), multi-dconv-head attention: a depthwise convolution over
         # the sequence per channel of Q, K and V (conv taps each)
@@ -481,7 +485,8 @@ def _recurrent(add, m: Mixer, norm: str, E: int, p: str, group: str,  # type: ig
         proj("out_proj", E, E, "d_model × d_model", m.conv_bias)
 
 
-def _ffn(add, f: FFN, E: int, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]
+def _ffn(add, f: FFN, E: int, p: str, group: str, L: int,  # type: ignore[no-untyped-def]
+         norm: str = "rmsnorm") -> None:
     if f.kind == "param_attention":
         # Vaswani et al. 2017, appendix: the FFN replaced by attention over n_p trainable
         # key-value pairs per head; only the query and output projections see the input.
@@ -498,6 +503,10 @@ def _ffn(add, f: FFN, E: int, p: str, group: str, L: int) -> None:  # type: igno
     if not f.moe:
         for name, n, formula, shape in _mlp(f, f.d_ff, f.ff_sym, E):
             add((p + name, n, formula, "", L, group, "", None, shape))
+        if f.sub_norm:
+            n, why = norm_of(norm, f.d_ff, f.ff_sym)
+            add((p + "sub_norm", n, why, "", L, group, "BitNet: over the inner width before out",
+                 None, ()))
         return
     X, k = f.experts, f.top_k
     add((p + "router.weight", E * X, "d_model × n_experts", "", L, group, "", None, (X, E)))

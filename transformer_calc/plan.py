@@ -64,6 +64,7 @@ class Attention(NamedTuple):
     index_heads: int = 0
     index_dim: int = 0
     index_topk: int = 0
+    sub_norm: bool = False  # BitNet: a norm over the output before o_proj (attn_sub_norm)
 
     def gate_width(self, which: str) -> int:
         """Outputs of the gate (or its bias): one per head, or one per output channel."""
@@ -116,6 +117,7 @@ class FFN(NamedTuple):
     router_bias: bool = False
     shared_gate: bool = False
     pattn: tuple[int, int, int, int] = (0, 0, 0, 0)  # h_p, n_p, d_pk, d_pv
+    sub_norm: bool = False  # BitNet: a norm over the inner width before down (ffn_sub_norm)
 
     @property
     def moe(self) -> bool:
@@ -400,7 +402,7 @@ def _attention(spec: ModelSpec, letter: str, cross: bool = False) -> Attention:
                      spec.attn_gate_bias, mech, spec.linformer_k if mech == "linformer" else 0,
                      spec.max_positions if mech == "linformer" else 0,
                      spec.linformer_sharing, features if mech == "performer" else 0,
-                     spec.qkv_conv, spec.qkv_conv_bias)
+                     spec.qkv_conv, spec.qkv_conv_bias, sub_norm=spec.sub_norms)
 
 
 def _ffn(spec: ModelSpec, letter: str) -> FFN:
@@ -409,7 +411,7 @@ def _ffn(spec: ModelSpec, letter: str) -> FFN:
         if spec.ffn == "param_attention" else (0, 0, 0, 0)
     if letter == "D":
         return FFN(spec.ffn, spec.d_ff, "d_ff", spec.activation, spec.bias_ffn_in,
-                   spec.bias_ffn_out, 0, 0, 0, 0, "", False, False, pattn)
+                   spec.bias_ffn_out, 0, 0, 0, 0, "", False, False, pattn, spec.sub_norms)
     ff_sym = "d_ff_expert" if spec.d_ff_expert is not None else "d_ff"
     return FFN(spec.ffn, spec.expert_ff, ff_sym, spec.activation, spec.bias_ffn_in,
                spec.bias_ffn_out, spec.n_experts, spec.top_k, spec.n_shared_experts,

@@ -168,6 +168,9 @@ class ModelSpec:
                          "BART's and T5's own heads; under autocast it runs in fp32 anyway)")
     sandwich_norm: bool = _f(False, "norms before and after attention and FFN (Gemma 2/3: 4 "
                              "per layer)")
+    sub_norms: bool = _f(False, "a norm over the attention output before its output projection "
+                         "and one over the FFN's inner width before its down projection "
+                         "(BitNet's attn_sub_norm, ffn_sub_norm)")
     qk_norm: str = _f("none", "norm on queries and keys: none, head (one norm over d_head, "
                       "shared by the heads: Qwen3, Gemma 3) or width (over n_heads · d_head: "
                       "OLMo-2, Cohere)", choices=QK_NORMS)
@@ -460,6 +463,10 @@ class ModelSpec:
             if self.index_topk < 1:
                 raise SpecError("index_topk", "an integer >= 1 with index_heads",
                                 self.index_topk)
+        if self.sub_norms and (self.n_experts or self.mla or self.ffn == "param_attention"):
+            raise SpecError("sub_norms", "false with experts, MLA or ffn: param_attention "
+                            "(BitNet's sub-norms sit in a dense FFN and a plain attention)",
+                            True)
         if self.last_layer_o_bias and (self.bias_o or self.arch == "encoder-decoder"):
             raise SpecError("last_layer_o_bias", "false with bias_o (every layer has one) or in an "
                             "encoder-decoder", True)
