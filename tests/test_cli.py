@@ -125,7 +125,8 @@ def test_model_may_be_a_yaml_path(cli, tmp_path) -> None:
     (["params", "gpt2", "--n-heads", "many"],
      "Error: Invalid value for '--n-heads': 'many' is not a valid int."),
     (["params", "gpt2", "--no-such-option"],
-     "Error: No such option: --no-such-option (Possible options: --norm-position)"),
+     "Error: No such option: --no-such-option (Possible options: --no-sub-norms, "
+     "--norm-position)"),
 ])
 def test_usage_errors_are_one_line_from_the_real_entry_point(args, message: str) -> None:
     import subprocess

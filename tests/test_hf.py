@@ -55,6 +55,20 @@ REFERENCE = {
     "variants/apertus-tiny.json": (226_854, "ApertusForCausalLM"),
     # attn_sub_norm (64) and ffn_sub_norm (160) in each of 3 layers
     "variants/bitnet-tiny.json": (258_144, "BitNetForCausalLM"),
+    # layer 0 has no attention norm (nn.Identity); the head's dense has no bias, the
+    # decoder's bias is its own (1,000): the same count for the encoder and the decoder
+    "variants/modernbert-tiny.json": (174_056, "ModernBertForMaskedLM"),
+    "variants/modernbert-decoder-tiny.json": (174_056, "ModernBertDecoderForCausalLM"),
+    # a source table of 1,000 rows and a target table of 900 (untied output projection of
+    # 900), sinusoidal position tables that transformers 5.23 trains: 2 · 130 · 64
+    "variants/fsmt-tiny.json": (346_752, "FSMTForConditionalGeneration"),
+    # embeddings of 32 (tables and norm) projected to 64 with a bias; the head back to 32,
+    # the decoder tied with its own bias
+    "variants/electra-tiny.json": (104_264, "ElectraForMaskedLM"),
+    # embeddings of 32 projected to 64; a head of 48 and an untied 48 × 1,000 decoder
+    "variants/rembert-tiny.json": (153_336, "RemBertForMaskedLM"),
+    # 4 layers sharing 2 sets of weights (num_hidden_groups 2), embeddings of 32
+    "variants/albert-tiny.json": (104_264, "AlbertForMaskedLM"),
     "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
     # 4 convolution, 1 full and 1 sliding layer; sandwich norms, a gate per head
     "variants/lfm3-tiny.json": (342_400, "Lfm3ForCausalLM"),

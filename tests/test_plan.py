@@ -261,3 +261,77 @@ def test_sub_norms_sit_in_the_layer_and_refuse_experts() -> None:
     assert rows["decoder.attn.sub_norm"] == 3 * 64 and rows["decoder.ffn.sub_norm"] == 3 * 160
     with pytest.raises(SpecError, match="sub_norms"):
         load_model("llama-3-8b").replace(n_experts=4, top_k=1, sub_norms=True)
+
+
+def test_modernberts_first_layer_has_no_attention_norm() -> None:
+    """ModernBertEncoderLayer / ModernBertDecoderLayer (transformers 5.23): attn_norm is
+    nn.Identity in layer 0. The norm is missing from the group holding layer 0, in the
+    parameters and in the saved activations, and under LoRA no other layer's norm is dropped
+    in its place (the first layer has none to drop)."""
+    data = json.loads((DATA / "hf/variants/modernbert-decoder-tiny.json").read_text())
+    spec = spec_from_hf(data)  # layers 0 and 2 global, layer 1 local
+    st = plan_of(spec).stacks[0]
+    assert st.bare_first == "decoder.full"
+    rows = {r[0]: r[4] for r in count_params(spec).rows}
+    assert rows["decoder.full.attn.norm"] == 1 and rows["decoder.sliding.attn.norm"] == 1
+    full = memory_report(spec, Settings(seq_len=64, device="cpu"))
+    lora = memory_report(spec, Settings(seq_len=64, device="cpu", lora_rank=8))
+    for report in (full, lora):
+        norms = {i.name: i.repeat for i in report.activations.items if ".attn.norm." in i.name}
+        assert norms["decoder.full.attn.norm.input"] == 1
+        assert norms["decoder.sliding.attn.norm.input"] == 1
+    every = spec.replace(first_attn_norm=True)
+    assert count_params(every).total - count_params(spec).total == 64  # norm_bias false
+
+
+def test_an_encoder_table_of_its_own_size_needs_separate_tables() -> None:
+    """FSMT's src_vocab_size and tgt_vocab_size: the encoder's table has its own rows; one
+    shared table cannot have two sizes, so asking for both is one clear error."""
+    spec = spec_from_hf(json.loads((DATA / "hf/variants/fsmt-tiny.json").read_text()))
+    rows = {r[0]: r[1] for r in count_params(spec).rows}
+    assert rows["encoder.embed.tokens"] == 1000 * 64 and rows["decoder.embed.tokens"] == 900 * 64
+    with pytest.raises(SpecError, match="encoder_vocab_size"):
+        spec.replace(tie_encoder_decoder=True)
+    with pytest.raises(SpecError, match="tie_word_embeddings"):
+        spec_from_hf({"model_type": "fsmt", "tie_word_embeddings": True, "src_vocab_size": 10})
+
+
+def test_factorised_embeddings_are_narrow_and_the_head_returns_to_its_width() -> None:
+    """ELECTRA (embedding_size 32, hidden 64) and RemBERT (input 32, output 48): the tables,
+    the embedding norm and the head's norm sit at their own widths, one biased projection
+    lifts the embeddings (no projection back: the head's dense does that), and FLOPs count
+    the projection, the head's dense and the decoder at those widths."""
+    electra = spec_from_hf(json.loads((DATA / "hf/variants/electra-tiny.json").read_text()))
+    rows = {r[0]: r[1] for r in count_params(electra).rows}
+    assert rows["embed.positions"] == 256 * 32 and rows["embed.norm"] == 2 * 32
+    assert rows["embed.project_in"] == 32 * 64 and rows["embed.project_in.bias"] == 64
+    assert "embed.project_out" not in rows and rows["head.mlm.dense.weight"] == 64 * 32
+    flops = {r[0]: r[1] for r in count_flops(electra, 8).rows}
+    assert flops["head.mlm.decoder"] == 2 * 32 * 1000 and "embed.project_out" not in flops
+    rembert = spec_from_hf(json.loads((DATA / "hf/variants/rembert-tiny.json").read_text()))
+    rows = {r[0]: r[1] for r in count_params(rembert).rows}
+    assert rows["head.mlm.decoder.weight"] == 48 * 1000 and rows["head.mlm.norm"] == 2 * 48
+    with pytest.raises(SpecError, match="mlm_width"):
+        rembert.replace(tie_embeddings=True)
+    with pytest.raises(SpecError, match="embed_factorized"):
+        load_model("gpt2").replace(embed_factorized=True)
+
+
+def test_shared_layers_count_their_weights_once_and_run_every_layer() -> None:
+    """AlbertTransformer (transformers 5.23): 4 layers, num_hidden_groups 2: two sets of
+    weights, each run by two layers. Parameters and LoRA's adapters count the sets; FLOPs and
+    activations count the layers run."""
+    spec = spec_from_hf(json.loads((DATA / "hf/variants/albert-tiny.json").read_text()))
+    assert (spec.n_layers, spec.layer_groups) == (4, 2)
+    rows = {r[0]: r[4] for r in count_params(spec).rows}
+    assert rows["encoder.attn.q.weight"] == 2
+    assert {r[0]: r[4] for r in count_flops(spec, 8).rows}["encoder.attn.qkv"] == 4
+    one = spec.replace(layer_groups=4)
+    assert count_params(one).total - count_params(spec).total == \
+        sum(r[1] * r[4] for r in count_params(spec).rows if r[5] == "encoder")
+    lora = memory_report(spec, Settings(seq_len=64, device="cpu", lora_rank=8, precision="bf16"))
+    kept = {i.name: i.repeat for i in lora.activations.items
+            if i.name.endswith("lora_a_output") and i.name.startswith("encoder.")}
+    assert kept and set(kept.values()) == {4}
+    with pytest.raises(SpecError, match="layer_groups"):
+        spec.replace(layer_groups=3)

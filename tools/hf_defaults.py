@@ -51,7 +51,8 @@ gating type_vocab_sizes max_2d_position_embeddings hidden_dropout_prob max_targe
 layernorm_embedding use_learned_position_embeddings cross_attention_hidden_size index_n_heads
 index_head_dim index_topk intermediate_multiple_size use_sandwich_norm use_attention_gate
 attention_probs_dropout_prob resid_pdrop embd_pdrop attn_pdrop dropout_rate dropout
-attention_dropout hidden_dropout residual_dropout""".split()
+attention_dropout hidden_dropout residual_dropout input_embedding_size
+output_embedding_size num_hidden_groups inner_group_num""".split()
 
 
 # transformers' eager_attention_forward of Llama-style models (issue 13): the softmax runs in

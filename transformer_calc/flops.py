@@ -130,16 +130,26 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
         if blk.ffn is not None:
             _ffn_flops(blk.ffn, E, add, f"{g.name}.ffn", g.name, g.count)
 
-    if Ve != E:
+    if Ve != E or spec.embed_factorized:
         add(("embed.project_in", 2 * Ve * E, "2 · d_embed · d_model", "", 1, "", "", None, ()))
-        add(("embed.project_out", 2 * E * Ve, "2 · d_model · d_embed", "", 1, "", "", None, ()))
+        if not spec.embed_factorized:  # OPT projects back before its head
+            add(("embed.project_out", 2 * E * Ve, "2 · d_model · d_embed", "", 1, "", "", None,
+                 ()))
     if spec.pooler:
         # BertPooler: a dense layer on the first token of each sequence, per token 1/T of it
         add(("head.pooler", 2 * E * E // seq_len, "⌊2 · d_model² / T⌋", "", 1, "",
              "the first token of each sequence only (rounded down per token)", None, ()))
     if spec.mlm_head:
-        add(("head.mlm.dense", 2 * E * E, "2 · d_model²", "", 1, "", "", None, ()))
-        add(("head.mlm.decoder", 2 * E * V, "2 · d_model · vocab_size", "", 1, "", "", None, ()))
+        W = spec.head_width
+        if W == E:
+            add(("head.mlm.dense", 2 * E * E, "2 · d_model²", "", 1, "", "", None, ()))
+            add(("head.mlm.decoder", 2 * E * V, "2 · d_model · vocab_size", "", 1, "", "", None,
+                 ()))
+        else:  # ALBERT, ELECTRA (d_embed), RemBERT (output_embedding_size)
+            add(("head.mlm.dense", 2 * E * W, "2 · d_model · mlm_width", "", 1, "", "", None,
+                 ()))
+            add(("head.mlm.decoder", 2 * W * V, "2 · mlm_width · vocab_size", "", 1, "", "",
+                 None, ()))
     if spec.lm_head:
         add(("head.lm", 2 * Ve * V, "2 · d_embed · vocab_size" if Ve != E
              else "2 · d_model · vocab_size", "", 1, "", "a matmul even when its weights are tied",

@@ -34,6 +34,9 @@ HEAD_CLASS = {
     "deepseek_v3": "DeepseekV3ForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
+    "modernbert": "ModernBertForMaskedLM",
+    "modernbert-decoder": "ModernBertDecoderForCausalLM",
+    "fsmt": "FSMTForConditionalGeneration",
     "gpt_oss": "GptOssForCausalLM",
 }
 
@@ -61,14 +64,16 @@ INT_KEYS = frozenset("""
     num_nextn_predict_layers moe_layer_freq shared_expert_intermediate_size num_shared_experts
     shared_intermediate_size n_group topk_group max_target_positions
     cross_attention_hidden_size index_n_heads index_head_dim index_topk index_topk_freq
-    intermediate_multiple_size""".split())
+    intermediate_multiple_size local_attention global_attn_every_n_layers src_vocab_size
+    tgt_vocab_size pad_token_id embedding_size input_embedding_size
+    output_embedding_size num_hidden_groups inner_group_num""".split())
 BOOL_KEYS = frozenset("""
     tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
     parallel_attn multi_query bias alibi do_layer_norm_before _remove_final_layer_norm
     enable_bias share_encoder_decoder_embeddings add_cross_attention is_decoder qk_layernorm
     layer_norm_elementwise_affine use_sliding_window use_bias use_qkv_bias attention_out_bias
     use_qk_norm use_parallel_residual layernorm_embedding use_learned_position_embeddings
-    use_sandwich_norm use_attention_gate""".split())
+    use_sandwich_norm use_attention_gate norm_bias classifier_bias decoder_bias""".split())
 FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct", "resid_pdrop", "embd_pdrop",
                         "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob",
                         "dropout", "attention_dropout", "dropout_rate", "hidden_dropout",
@@ -85,6 +90,9 @@ DROPOUT_KEYS = {
     "gpt_neox": (("hidden_dropout", "attention_dropout"), 0.0),
     "falcon": (("hidden_dropout", "attention_dropout"), 0.0),
     "phi": (("resid_pdrop", "embd_pdrop", "attention_dropout"), 0.0),
+    "modernbert": (("embedding_dropout", "mlp_dropout", "attention_dropout"), 0.0),
+    "fsmt": (("dropout", "attention_dropout"), 0.1),
+    "modernbert-decoder": (("embedding_dropout", "mlp_dropout", "attention_dropout"), 0.0),
 }
 
 # Config classes whose attention dropout defaults to 0.0 while the rest defaults to 0.1
@@ -92,7 +100,7 @@ DROPOUT_KEYS = {
 # attention_probs_dropout_prob=0.0): no mask on the attention probabilities (issue 13).
 ATTENTION_DROPOUT_DEFAULTS = dict.fromkeys(
     ("opt", "bart", "marian", "mbart", "pegasus", "blenderbot", "blenderbot-small", "mvp",
-     "bigbird_pegasus", "gte"), 0.0)
+     "bigbird_pegasus", "gte", "fsmt"), 0.0)
 
 
 class Config:
@@ -623,6 +631,36 @@ def _seq2seq(c: Config, r: Seq2Seq) -> dict[str, Any]:
                 tie_encoder_decoder=bool(shared))
 
 
+def _fsmt(c: Config) -> dict[str, Any]:
+    """FSMTForConditionalGeneration (transformers 5.23; fairseq's WMT19 models): BART-style
+    post-norm layers, a token table per stack (src_vocab_size, tgt_vocab_size) and an output
+    projection tied to the decoder's table when tie_word_embeddings is set. Its sinusoidal
+    position tables are nn.Parameters that transformers 5.23 leaves trainable (measured:
+    they receive gradients), max_position_embeddings + pad_token_id + 1 rows each."""
+    for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
+                 ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if c.get(a, 16 if "heads" in a else 4096) != c.get(b, 16 if "heads" in b else 4096):
+            raise SpecError(b, f"equal to {a} (tcalc models one head count and FFN size for "
+                            "both stacks)", c.get(b, None), source=c.where)
+    src, tgt = c.get("src_vocab_size", 42024), c.get("tgt_vocab_size", 42024)
+    tie = c.get("tie_word_embeddings", False)
+    if tie and src != tgt:
+        raise SpecError("tie_word_embeddings", "false when src_vocab_size and tgt_vocab_size "
+                        "differ (FSMTModel ties the encoder's table to the decoder's)", tie,
+                        source=c.where)
+    pad = c.get("pad_token_id", 1)
+    return dict(arch="encoder-decoder", vocab_size=tgt, encoder_vocab_size=src,
+                d_model=c.get("d_model", 1024), n_encoder_layers=c.get("encoder_layers", 12),
+                n_decoder_layers=c.get("decoder_layers", 12),
+                n_heads=c.get("encoder_attention_heads", 16),
+                d_ff=c.get("encoder_ffn_dim", 4096),
+                max_positions=c.get("max_position_embeddings", 1024), position="learned",
+                position_offset=pad + 1, activation=c.activation("activation_function", "relu"),
+                norm="layernorm", norm_position="post", final_norm=False, embedding_norm=False,
+                **_bias(True, True, True, True, True, True),
+                tie_embeddings=tie, tie_encoder_decoder=tie)
+
+
 def _seq2seq_decoder(c: Config, r: Seq2Seq) -> dict[str, Any]:
     """The decoder alone (BartForCausalLM, WhisperForCausalLM, TrOCRForCausalLM): its
     layers keep the cross-attention transformers builds (``is_decoder``), idle without encoder
@@ -859,6 +897,58 @@ def _gemma2(c: Config, v3: bool = False) -> dict[str, Any]:
                 **_bias(bias, bias, bias, bias, False, False),
                 tie_embeddings=c.get("tie_word_embeddings", True)) | _layer_attention(
                     c, L, sliding, 4096)
+
+
+def _modernbert(c: Config, decoder: bool = False) -> dict[str, Any]:
+    """ModernBertForMaskedLM / ModernBertDecoderForCausalLM (transformers 5.23): pre-norm
+    layers whose first has no attention norm (nn.Identity), GeGLU in one Wi matrix,
+    LayerNorms with or without bias (norm_bias), RoPE, every global_attn_every_n_layers-th
+    layer global and the rest local, and a prediction head (dense, activation, norm) before
+    the decoder, whose bias is its own (decoder_bias)."""
+    L = c.get("num_hidden_layers", 22)
+    E, H = c.get("hidden_size", 768), c.get("num_attention_heads", 12)
+    every = c.get("global_attn_every_n_layers", 3)
+    local = c.get("local_attention", 128)
+    if c.data.get("layer_types") is None and every < 1:
+        raise SpecError("global_attn_every_n_layers", "an integer >= 1", every, source=c.where)
+    # layer i is global when i % every == 0 (ModernBertConfig, ModernBertDecoderConfig)
+    sliding = [i % every != 0 for i in range(L)] if every else [False] * L
+    # the decoder's causal window is local_attention // 2 keys; the encoder's bidirectional
+    # one local_attention // 2 + 1 on each side (ModernBertAttention.sliding_window), so a
+    # query meets 2 · (local_attention // 2) + 1 keys
+    window = (local // 2 if decoder else 2 * (local // 2) + 1) if local else 0
+    layers = _layer_attention(_Window(c.data, c.where, {"sliding_window": window or None}), L,
+                              sliding, None)
+    bias = c.get("attention_bias", False)
+    mlp_bias = c.get("mlp_bias", False)
+    norm = "layernorm" if c.get("norm_bias", False) else "layernorm_nobias"
+    act = c.activation("hidden_activation", "gelu")
+    if c.activation("classifier_activation", "gelu") != "gelu":
+        c.notes.append("the prediction head's activation is counted in FLOPs as any other; "
+                       "its memory as gelu's")
+    return dict(arch="decoder" if decoder else "encoder", vocab_size=c.get("vocab_size", 50368),
+                d_model=E, n_layers=L, n_heads=H, d_ff=c.get("intermediate_size", 1152),
+                max_positions=c.get("max_position_embeddings", 8192), position="rope",
+                ffn="gated", activation=act, norm=norm, norm_position="pre",
+                embedding_norm=True, final_norm=True, first_attn_norm=False,
+                fused_qkv=not decoder, fused_gate_up=True,
+                **_bias(bias, bias, bias, bias, mlp_bias, mlp_bias),
+                lm_head=False, mlm_head=True,
+                mlm_dense_bias=c.get("classifier_bias", False),
+                mlm_bias="decoder" if c.get("decoder_bias", True) else "none",
+                tie_embeddings=c.get("tie_word_embeddings", True)) | layers
+
+
+class _Window(Config):
+    """A config whose sliding_window is the one a class derives (ModernBERT's from
+    local_attention), whatever the file says."""
+
+    def __init__(self, data: dict[str, Any], where: str, fixed: dict[str, Any]):
+        super().__init__(data, where)
+        self.fixed = fixed
+
+    def get(self, key: str, default: Any) -> Any:
+        return self.fixed[key] if key in self.fixed else super().get(key, default)
 
 
 def _gpt_oss(c: Config) -> dict[str, Any]:
@@ -1694,6 +1784,16 @@ class Encoder(NamedTuple):
     decoder: bool = False  # a causal LM (BertGenerationDecoder): is_decoder is its own setting
     head_dim: bool = False  # the heads' width is head_dim, not hidden_size / heads (NomicBERT)
     relative_bias: bool = False  # an encoder-level relative-position bias table (MPNet)
+    # ALBERT, ELECTRA, RemBERT: the key of the embeddings' own width (tables, norm), projected
+    # to hidden_size by a biased matrix; the key of the MLM head's width when it is not that
+    # one (RemBERT's output_embedding_size); the decoder's bias is its own (mlm_bias)
+    factorized: str = ""
+    head_width: str = ""
+    mlm_bias: str = "bert"
+    untied_head: bool = False  # the class ties no decoder (RemBertForMaskedLM)
+    always_project: bool = False  # the projection even when the widths agree (ALBERT, RemBERT)
+    # ALBERT: num_hidden_groups sets of inner_group_num layers, shared by the layers
+    shared: bool = False
 
 
 def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
@@ -1708,7 +1808,7 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
     if not r.decoder:
         c.refuse("is_decoder", bool, "the model as a decoder is not modelled")
     c.refuse("use_task_id", bool, "ERNIE's task-type embeddings are not modelled")
-    if c.t("embedding_size") not in (None, t("hidden_size")):
+    if not r.factorized and c.t("embedding_size") not in (None, t("hidden_size")):
         raise SpecError("embedding_size", f"equal to hidden_size={t('hidden_size')} (a "
                         "projected embedding is not modelled for this type)",
                         c.t("embedding_size"), source=c.where)
@@ -1718,8 +1818,35 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if r.deberta:
         extra = _deberta(c, t("max_position_embeddings"))
+    if r.factorized:
+        Ve = t(r.factorized)
+        if Ve is None:
+            raise SpecError(r.factorized, "to be present", None, source=c.where)
+        # ELECTRA projects only when the widths differ; ALBERT and RemBERT always
+        # (embedding_hidden_mapping_in)
+        project = r.always_project or Ve != t("hidden_size")
+        extra |= {"embed_proj_dim": Ve if project else None, "embed_factorized": project,
+                  "mlm_bias": r.mlm_bias}
+        if r.head_width:
+            extra["mlm_width"] = t(r.head_width)
+        if r.untied_head and t("tie_word_embeddings", True):
+            c.notes.append(f"{r.cls} ties no decoder (transformers 5.23): its head is "
+                           "counted apart whatever tie_word_embeddings says")
+    tied = bool(t("tie_word_embeddings", True)) and not r.untied_head
+    L = t("num_hidden_layers")
+    if r.shared:
+        # AlbertTransformer: layer i runs group int(i / (L / G)), each group inner_group_num
+        # AlbertLayers: L · inner layers run, G · inner sets of weights
+        G, inner = c.t("num_hidden_groups", 1), c.t("inner_group_num", 1)
+        if not 1 <= G <= L or L % G:
+            raise SpecError("num_hidden_groups", f"a divisor of num_hidden_layers={L} (each "
+                            "group then runs for as many layers)", G, source=c.where)
+        if inner < 1:
+            raise SpecError("inner_group_num", "an integer >= 1", inner, source=c.where)
+        extra["layer_groups"] = G * inner
+        L *= inner
     return extra | dict(arch="encoder", vocab_size=t("vocab_size"), d_model=t("hidden_size"),
-                n_layers=t("num_hidden_layers"), n_heads=t("num_attention_heads"),
+                n_layers=L, n_heads=t("num_attention_heads"),
                 d_head=t("head_dim") if r.head_dim else None,
                 d_ff=t("intermediate_size"), max_positions=t("max_position_embeddings"),
                 position=extra.pop("position", r.position), position_offset=r.position_offset,
@@ -1736,8 +1863,7 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
                 embedding_norm=r.embedding_norm, final_norm=r.final_norm,
                 lm_head=r.head == "bias", lm_head_bias=r.head == "bias", pooler=r.pooler,
                 mlm_head=r.head == "mlm",
-                layers_nn_linear=not r.quant_linear,
-                tie_embeddings=bool(t("tie_word_embeddings", True)))
+                layers_nn_linear=not r.quant_linear, tie_embeddings=tied)
 
 
 def _token_types(c: Config, r: Encoder) -> int:
@@ -1808,6 +1934,19 @@ ENCODERS: dict[str, Encoder] = {
     "layoutlm": Encoder("LayoutLMForMaskedLM", pooler=True, layout=True),
     "nomic_bert": Encoder("NomicBertForMaskedLM", ffn="gated", position="rope", head_dim=True,
                           qkv_bias=False, o_bias=False, ffn_in_bias=False, ffn_out_bias=False),
+    # ELECTRA's generator: embeddings of embedding_size projected to hidden_size
+    # (embeddings_project, when they differ), a head back to embedding_size
+    # (generator_predictions) and a decoder tied to the token table with a bias of its own
+    "electra": Encoder("ElectraForMaskedLM", factorized="embedding_size", mlm_bias="decoder"),
+    # ALBERT: factorised embeddings (embedding_hidden_mapping_in) and layers that share their
+    # weights (num_hidden_groups groups of inner_group_num layers); the head as ELECTRA's
+    "albert": Encoder("AlbertForMaskedLM", factorized="embedding_size", shared=True,
+                      always_project=True),
+    # RemBERT: input embeddings of input_embedding_size (embedding_hidden_mapping_in), a head
+    # of output_embedding_size and an untied decoder with its bias
+    "rembert": Encoder("RemBertForMaskedLM", factorized="input_embedding_size",
+                       head_width="output_embedding_size", mlm_bias="decoder",
+                       untied_head=True, always_project=True),
     "distilbert": Encoder("DistilBertForMaskedLM", keys=(
         ("hidden_size", "dim"), ("num_hidden_layers", "n_layers"),
         ("num_attention_heads", "n_heads"), ("intermediate_size", "hidden_dim"),
@@ -1835,6 +1974,9 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "gemma2": _gemma2,
     "gemma3_text": lambda c: _gemma2(c, v3=True),
     "gpt_oss": _gpt_oss,
+    "modernbert": _modernbert,
+    "modernbert-decoder": lambda c: _modernbert(c, decoder=True),
+    "fsmt": _fsmt,
 } | {model_type: partial(_generic, r=r) for model_type, r in GENERIC.items()} \
   | {model_type: partial(_encoder, r=r) for model_type, r in ENCODERS.items()} \
   | {model_type: partial(_seq2seq, r=r) for model_type, r in SEQ2SEQ.items()} \

@@ -110,7 +110,7 @@ def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
         name, repeat, stack, shape = row[0], row[4], row[5], row[8]
         if len(shape) < 2:
             continue  # a vector (norms, biases), or a tensor absent from this model
-        base = name[:-len(".weight")]
+        base = name.removesuffix(".weight")
         if not stack:  # outside the layers: OPT's projections, the heads' dense layers
             role = ("project" if name.startswith("embed.project_")
                     else "head" if name in ("head.mlm.dense.weight", "head.pooler.weight")

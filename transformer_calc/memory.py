@@ -733,7 +733,16 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     if spec.position == "learned":
         add(("embed.position_ids", T * 8, "T · 8 (int64, shared by the batch)", "", 1, "", "",
              None, ()))
-    if dropout:
+    if spec.embed_factorized:
+        # ALBERT, ELECTRA, RemBERT: the embeddings (and their dropout) are d_embed wide; the
+        # projection to d_model keeps its input
+        Ve = spec.embed_dim
+        if dropout:
+            add(("embed.dropout_mask", sb * Ve * mask, "B·T·d_embed · mask", "", 1, "", "",
+                 None, ()))
+        add(("embed.project_input", sb * Ve * a, "B·T·d_embed · act (the projection's "
+             "input)", "", 1, "", "", None, ()))
+    elif dropout:
         add(("embed.dropout_mask", sb * E * mask, "B·T·d_model · mask", "", n_stacks, "", "",
              None, ()))
     if (spec.position == "relative" or spec.relative_bias) and spec.relative_scope == "first":
@@ -745,7 +754,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         for g in st.groups:
             blk = g.block
             for name in blk.norms:
-                norm(f"{g.name}.{name}", g.name, g.count)
+                bare = name == "attn.norm" and g.name == st.bare_first  # ModernBERT
+                if g.count - bare:
+                    norm(f"{g.name}.{name}", g.name, g.count - bare)
             if blk.attn is not None:
                 attention_block(blk.attn, f"{g.name}.attn.", g.name, g.count)
             if blk.mixer is not None:
@@ -760,16 +771,46 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             if dropout and spec.t5_dropouts:  # T5Stack: dropout after the final norm
                 add((f"{st.name}.final_dropout_mask", sb * E * mask, "B·T·d_model · mask", "",
                      1, "", "", None, ()))
+    if attention == "sdpa" and flash and spec.sliding_window and any(
+            g.block.attn is not None and g.block.attn.kind == "sliding"
+            for g in plan_of(spec).groups):
+        # transformers builds an explicit (B, 1, T, T) mask for the sliding layers once T
+        # reaches the window (masking_utils: _ignore_causal_mask_sdpa, and its bidirectional
+        # twin with the half window); the kernel keeps it for backward, one tensor shared by
+        # every sliding layer (measured on ModernBERT and its decoder)
+        reach = ((spec.sliding_window - 1) // 2 if spec.arch == "encoder"
+                 else spec.sliding_window)
+        if reach <= T:
+            add(("attn.sliding_mask", B * T * T * a, "B·T·T · act (the sliding layers' "
+                 "explicit mask, one for all)", "", 1, "", "", None, ()))
     if spec.arch == "encoder-decoder" and spec.n_decoder_layers:
         # the encoder's output, which every cross-attention's K and V projections read (one
         # tensor for all decoder layers; measured on T5)
         add(("decoder.cross.encoder_output", sb * E * a, "B·T·d_model · act (cross K/V "
              "input, shared by the layers)", "", 1, "", "", None, ()))
     if spec.embedding_norm:
-        norm("embed.norm", "", 1)
+        if spec.embed_factorized:
+            norm("embed.norm", "", 1, spec.embed_dim, "d_embed")
+        else:
+            norm("embed.norm", "", 1)
     if spec.lm_head or spec.mlm_head:
-        add(("head.input", sb * spec.embed_dim * a, "B·T·d_embed · act (LM head input)", "", 1,
-             "", "", None, ()))
+        hw = E if spec.mlm_head else spec.embed_dim
+        add(("head.input", sb * hw * a, "B·T·d_model · act (the head's input)" if
+             spec.mlm_head else "B·T·d_embed · act (LM head input)", "", 1, "", "", None, ()))
+        if spec.mlm_head:
+            # the prediction head (BertPredictionHeadTransform, ModernBertPredictionHead):
+            # dense, activation, norm, then the decoder; head.input is the dense's input
+            # (measured with saved_tensors_hooks on ModernBERT and its decoder)
+            n_act = ACT_SAVES.get(spec.activation, 1)
+            W = spec.head_width
+            wsym = "d_model" if W == E else "mlm_width"
+            xw = sb * W * a
+            add(("head.mlm.activation", n_act * xw, f"{n_act} · B·T·{wsym} · act (the "
+                 "head's activation keeps its input)" if n_act > 1 else f"B·T·{wsym} · act "
+                 "(the head's activation keeps its input)", "", 1, "", "", None, ()))
+            norm("head.mlm.norm", "", 1, W, wsym)
+            add(("head.mlm.decoder_input", xw, f"B·T·{wsym} · act (the decoder's input)", "",
+                 1, "", "", None, ()))
         if spec.logit_softcapping:
             # Gemma 2, Beam: logits = cap · tanh(logits / cap); tanh keeps its output
             add(("head.softcap_tanh", sb * V * a, "B·T·vocab_size · act (the soft-capping "
@@ -1314,7 +1355,7 @@ def _lora_states(spec: ModelSpec, s: Settings, params: Breakdown,
 # reads that very tensor; and nothing below the first adapter needs a gradient, so the
 # embeddings and the first layer's input norm keep nothing.
 _WEIGHT_GRAD_ONLY = (".normalized",)
-_IDS = ("embed.token_ids", "embed.position_ids", "head.input")
+_IDS = ("embed.token_ids", "embed.position_ids", "head.input", "head.mlm.decoder_input")
 # a projection's input row -> the roles of the adapted layers that read it
 _PROJECTION_INPUTS = {
     "attn.input": ("q", "k", "v", "qkv", "q_a", "kv_a", "attn_gate"),
@@ -1350,6 +1391,9 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     shared_reads = {(ad.stack, _reads(ad)) for ad in adapted} if not (cast or drop) else set()
     firsts = {st.groups[0].name for st in plan_of(spec).stacks} \
         if spec.norm_position == "pre" else set()
+    # the first layer's attention norm keeps nothing under a frozen base: its rows, one
+    # layer fewer (none to drop where that layer has no norm: ModernBERT)
+    first_norms = firsts - {st.bare_first for st in plan_of(spec).stacks}
     rows = []
     for r in acts.rows:
         name, stack = r[0], r[5]
@@ -1359,7 +1403,7 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             continue
         if stack and rest in _PROJECTION_INPUTS and (stack, rest) not in shared_reads:
             continue
-        if stack in firsts and rest.startswith("attn.norm."):
+        if stack in first_norms and rest.startswith("attn.norm."):
             if r[4] > 1:
                 rows.append((*r[:4], r[4] - 1, *r[5:]))
             continue
@@ -1384,6 +1428,10 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             continue
         n = tokens * ad.fan_in
         rank = s.lora_rank * ad.rank_factor
+        if spec.layer_groups and ad.stack:
+            # ALBERT: an adapter of a shared layer runs (and keeps its tensors) in each of the
+            # n_layers / layer_groups layers that share it
+            ad = ad._replace(repeat=ad.repeat * spec.n_layers // spec.layer_groups)
         width = f"{B} · {T} · {ad.fan_in:,}"
         # the first layer's input needs no gradient: its attention adapters' dropout keeps no
         # mask there (measured)

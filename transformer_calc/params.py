@@ -56,6 +56,8 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "kv_lora_rank": spec.kv_lora_rank, "d_nope": spec.qk_nope_head_dim,
         "d_rope": spec.qk_rope_head_dim, "d_v": spec.v_head_dim,
         "rel_embeddings": spec.rel_embeddings, "index_heads": spec.index_heads,
+        "encoder_vocab_size": spec.encoder_vocab_size or spec.vocab_size,
+        "mlm_width": spec.head_width,
         "index_head_dim": spec.index_head_dim, "index_topk": spec.index_topk}
 
 
@@ -84,11 +86,23 @@ def count_params(spec: ModelSpec) -> Breakdown:
     table = token_table(spec)
     if enc_dec and not spec.tie_encoder_decoder:
         for stack, _ in stacks:
+            if stack == "encoder" and spec.encoder_vocab_size not in (None, V):
+                Vs = spec.encoder_vocab_size  # FSMT: the source language's vocabulary
+                add((f"{stack}.embed.tokens", Vs * Ve, table.replace("vocab_size",
+                                                                     "encoder_vocab_size"),
+                     "", 1, "", "", None, (Vs, Ve)))
+                continue
             add((f"{stack}.embed.tokens", V * Ve, table, "", 1, "", "", None, (V, Ve)))
     else:
         add(("embed.tokens", V * Ve, table, "", 1, "",
              "one table shared by encoder and decoder" if enc_dec else "", None, (V, Ve)))
-    if Ve != E:
+    # ALBERT, ELECTRA, RemBERT: every table and the embedding norm at d_embed, then one
+    # biased projection to d_model (embeddings_project, embedding_hidden_mapping_in)
+    Wp, wsym = (Ve, "d_embed") if spec.embed_factorized else (E, "d_model")
+    if spec.embed_factorized:  # ALBERT and RemBERT have it even when the widths agree
+        add(("embed.project_in", Ve * E, "d_embed × d_model", "", 1, "", "", None, (E, Ve)))
+        add(("embed.project_in.bias", E, "d_model", "", 1, "", "", None, ()))
+    elif Ve != E:
         # OPT-350M: embeddings narrower than the model, projected in and out (no bias).
         add(("embed.project_in", Ve * E, "d_embed × d_model", "", 1, "", "", None, (E, Ve)))
         add(("embed.project_out", E * Ve, "d_model × d_embed", "", 1, "", "", None, (Ve, E)))
@@ -101,21 +115,22 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      "(max_positions + offset) × d_model", "", 1, "",
                      f"{off} extra rows, as OPT/BART keep for padding", None, (P + off, E)))
             else:
-                add((f"{prefix}embed.positions", P * E, "max_positions × d_model", "", 1, "", "",
-                     None, (P, E)))
+                add((f"{prefix}embed.positions", P * Wp, f"max_positions × {wsym}", "", 1, "",
+                     "", None, (P, Wp)))
         else:
             add((f"{prefix}embed.positions", 0, "0", "", 1, "",
                  _NO_POSITION_TABLE[spec.position], None, ()))
     if spec.token_types:
-        add(("embed.token_types", spec.token_types * E, "token_types × d_model", "", 1, "", "",
-             None, (spec.token_types, E)))
+        add(("embed.token_types", spec.token_types * Wp, f"token_types × {wsym}", "", 1, "",
+             "", None, (spec.token_types, Wp)))
     if spec.layout_positions:  # LayoutLMEmbeddings: x, y, h and w tables, summed in
         n = spec.layout_positions
         add(("embed.layout_positions", 4 * n * E, "4 · layout_positions × d_model", "", 1, "",
              "x, y, height and width of each token's box", None, (4, n, E)))
     if spec.embedding_norm:
+        n_embed_norm, why_embed_norm = norm_of(spec.norm, Wp, wsym)
         for prefix in prefixes:
-            add((f"{prefix}embed.norm", norm_n, norm_why, "", 1, "", "", None, ()))
+            add((f"{prefix}embed.norm", n_embed_norm, why_embed_norm, "", 1, "", "", None, ()))
 
     # -- layers: walked from the layer plan ------------------------------------------------
     for st in plan_of(spec).stacks:
@@ -138,27 +153,31 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      "", None, ()))
         for g in st.groups:
             blk = g.block
+            # ALBERT: layer_groups sets of weights, each run by n_layers / layer_groups layers
+            n = spec.layer_groups or g.count
             if blk.attn is not None:
-                _attention(add, blk.attn, blk.norm, E, f"{g.name}.attn.", g.name, g.count)
+                _attention(add, blk.attn, blk.norm, E, f"{g.name}.attn.", g.name, n)
             if blk.mixer is not None:
-                _recurrent(add, blk.mixer, blk.norm, E, f"{g.name}.mixer.", g.name, g.count)
+                _recurrent(add, blk.mixer, blk.norm, E, f"{g.name}.mixer.", g.name, n)
             for which in ("pos_key", "pos_query")[:spec.rel_projections] \
                     if spec.rel_projections else ():
-                add((f"{g.name}.attn.{which}.weight", E * E, "d_model × d_model", "", g.count,
+                add((f"{g.name}.attn.{which}.weight", E * E, "d_model × d_model", "", n,
                      g.name, "DeBERTa: position projection (share_att_key false)", None, (E, E)))
-                add((f"{g.name}.attn.{which}.bias", E, "d_model", "", g.count, g.name, "", None,
+                add((f"{g.name}.attn.{which}.bias", E, "d_model", "", n, g.name, "", None,
                      ()))
             if blk.cross is not None:
-                _attention(add, blk.cross, blk.norm, E, f"{g.name}.cross.", g.name, g.count)
+                _attention(add, blk.cross, blk.norm, E, f"{g.name}.cross.", g.name, n)
             if blk.idle_cross is not None:
                 _attention(add, blk.idle_cross, blk.norm, E, f"{g.name}.cross.", g.name,
-                           g.count)
-                add((f"{g.name}.cross.norm", norm_n, norm_why, "", g.count, g.name,
+                           n)
+                add((f"{g.name}.cross.norm", norm_n, norm_why, "", n, g.name,
                      "built, never run by a decoder alone (no encoder states)", None, ()))
             if blk.ffn is not None:
-                _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, g.count, blk.norm)
+                _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, n, blk.norm)
             for norm in blk.norms:
-                add((f"{g.name}.{norm}", norm_n, norm_why, "", g.count, g.name, blk.norm_note,
+                bare = norm == "attn.norm" and g.name == st.bare_first
+                add((f"{g.name}.{norm}", norm_n, norm_why, "", n - bare, g.name,
+                     "none in the first layer (nn.Identity)" if bare else blk.norm_note,
                      None, ()))
         if st.last_o_bias:
             # GPTNeoXJapaneseAttention(use_bias=layer_number == num_hidden_layers - 1)
@@ -176,12 +195,22 @@ def count_params(spec: ModelSpec) -> Breakdown:
         add(("head.pooler.weight", E * E, "d_model × d_model", "", 1, "", "", None, (E, E)))
         add(("head.pooler.bias", E, "d_model", "", 1, "", "", None, ()))
     if spec.mlm_head:
-        add(("head.mlm.dense.weight", E * E, "d_model × d_model", "", 1, "", "", None, (E, E)))
-        add(("head.mlm.dense.bias", E, "d_model", "", 1, "", "", None, ()))
-        add(("head.mlm.norm", norm_n, norm_why, "", 1, "", "", None, ()))
-        _vocab_projection(add, spec, "head.mlm.decoder", notes)
-        add(("head.mlm.bias", V, "vocab_size", "", 1, "", "", None, ()))
-        if not spec.tie_embeddings:
+        W = spec.head_width
+        hsym = "d_model" if W == E else "mlm_width" if spec.mlm_width else "d_embed"
+        add(("head.mlm.dense.weight", E * W, f"d_model × {hsym}", "", 1, "", "", None, (W, E)))
+        if spec.mlm_dense_bias:
+            add(("head.mlm.dense.bias", W, hsym, "", 1, "", "", None, ()))
+        n_head_norm, why_head_norm = norm_of(spec.norm, W, hsym)
+        add(("head.mlm.norm", n_head_norm, why_head_norm, "", 1, "", "", None, ()))
+        if Ve != W and not spec.tie_embeddings:  # RemBERT: the decoder reads mlm_width
+            add(("head.mlm.decoder.weight", V * W, "vocab_size × mlm_width", "", 1, "", "",
+                 None, (V, W)))
+        else:
+            _vocab_projection(add, spec, "head.mlm.decoder", notes)
+        if spec.mlm_bias != "none":
+            add(("head.mlm.bias", V, "vocab_size", "", 1, "",
+                 "the decoder's own" if spec.mlm_bias == "decoder" else "", None, ()))
+        if not spec.tie_embeddings and spec.mlm_bias == "bert":
             # transformers 5.x ties decoder.bias to the head's bias together with the weight
             # (_tied_weights_keys); untied, the decoder Linear keeps a bias of its own.
             add(("head.mlm.decoder.bias", V, "vocab_size", "", 1, "",

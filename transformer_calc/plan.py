@@ -216,6 +216,9 @@ class Stack(NamedTuple):
     # the group holding the last layer, when that layer alone has an attention output bias
     # (GPT-NeoX-Japanese); "": none
     last_o_bias: str = ""
+    # the group holding the first layer, when that layer has no attention norm (ModernBERT's
+    # nn.Identity); "": every layer has one
+    bare_first: str = ""
 
 
 class Plan(NamedTuple):
@@ -353,7 +356,8 @@ def _build(spec: ModelSpec) -> Plan:
         return Plan(tuple(
             Stack(name, n, (Group(name, n, _block(spec, kinds, name == "decoder" and enc_dec),
                                   kinds),), spec.final_norm,
-                  name if spec.last_layer_o_bias else "")
+                  name if spec.last_layer_o_bias else "",
+                  name if not spec.first_attn_norm else "")
             for name, n in spec.stacks))
     stacks = []
     for name, n in spec.stacks:
@@ -372,7 +376,15 @@ def _build(spec: ModelSpec) -> Plan:
             ffn = parse_pattern(spec.layer_ffn, "".join(FFN_LAYER_KINDS), n,
                                 "layer_ffn")[-1] if spec.layer_ffn else f0
             last = next(g.name for g in groups if g.kinds == attn + ffn)
-        stacks.append(Stack(name, n, tuple(groups), spec.final_norm, last))
+        first = ""
+        if not spec.first_attn_norm:  # the group of the first layer's kinds
+            a0, f0 = default_kinds(spec)
+            attn = parse_pattern(spec.layer_attention, "".join(ATTENTION_LAYER_KINDS), n,
+                                 "layer_attention")[0] if spec.layer_attention else a0
+            ffn = parse_pattern(spec.layer_ffn, "".join(FFN_LAYER_KINDS), n,
+                                "layer_ffn")[0] if spec.layer_ffn else f0
+            first = next(g.name for g in groups if g.kinds == attn + ffn)
+        stacks.append(Stack(name, n, tuple(groups), spec.final_norm, last, first))
     return Plan(tuple(stacks))
 
 

@@ -168,6 +168,9 @@ class ModelSpec:
                          "BART's and T5's own heads; under autocast it runs in fp32 anyway)")
     sandwich_norm: bool = _f(False, "norms before and after attention and FFN (Gemma 2/3: 4 "
                              "per layer)")
+    first_attn_norm: bool = _f(True, "the first layer normalises its attention input; false: "
+                               "it reads the normed embeddings as they are (ModernBERT's "
+                               "attn_norm is nn.Identity in layer 0)")
     sub_norms: bool = _f(False, "a norm over the attention output before its output projection "
                          "and one over the FFN's inner width before its down projection "
                          "(BitNet's attn_sub_norm, ffn_sub_norm)")
@@ -239,6 +242,10 @@ class ModelSpec:
     ssm_norm: bool = _f(True, "mamba2: a gated RMSNorm over d_inner before out_proj")
     ssm_dt_norms: bool = _f(False, "mamba: RMSNorms on dt, B and C (Jamba)")
 
+    layer_groups: int = _f(0, "sets of layer weights when layers share them: each is run by "
+                           "n_layers / layer_groups consecutive layers (ALBERT: "
+                           "num_hidden_groups · inner_group_num; 0: every layer its own)",
+                           minimum=0)
     idle_cross_attention: bool = _f(
         False, "each decoder layer also holds an encoder-attention sublayer and its norm, "
         "which a decoder alone never runs (the *ForCausalLM class of an encoder-decoder "
@@ -276,16 +283,35 @@ class ModelSpec:
     # -- embeddings and heads -------------------------------------------------------------
     tie_embeddings: bool = _f(True, "LM head shares the token embedding matrix")
     tie_encoder_decoder: bool = _f(True, "encoder and decoder share one token embedding")
+    encoder_vocab_size: int | None = _f(None, "rows of the encoder's token table when they "
+                                        "differ from vocab_size, the decoder's and the "
+                                        "head's (FSMT: src_vocab_size; with "
+                                        "tie_encoder_decoder false)", minimum=1)
     token_types: int = _f(0, "token-type (segment) vocabulary; 0 = none", minimum=0)
     layout_positions: int = _f(0, "LayoutLM's 2-D position tables (x, y, height, width), "
                                "rows in each; 0 = none", minimum=0)
     embed_proj_dim: int | None = _f(None, "token embedding width when it differs from d_model "
                                     "(OPT-350M: project_in/out)", minimum=1)
+    embed_factorized: bool = _f(False, "every embedding table (tokens, positions, token types) "
+                                "and the embedding norm are embed_proj_dim wide, projected to "
+                                "d_model by one biased matrix, and the MLM head maps back to "
+                                "mlm_width (ALBERT, ELECTRA, RemBERT; the projection is there "
+                                "even when the widths agree); false: OPT's project_in/out of "
+                                "the token embedding alone")
+    mlm_width: int | None = _f(None, "width of the MLM head's dense output, its norm and the "
+                               "decoder's input (default: embed_proj_dim when embed_factorized, "
+                               "else d_model; RemBERT: output_embedding_size)", minimum=1)
     lm_head: bool = _f(True, "a language-model head (d_model -> vocab)")
     lm_head_bias: bool = _f(False, "bias on the LM head (Phi)")
     pooler: bool = _f(False, "BERT pooler: dense d_model -> d_model on the first token")
     mlm_head: bool = _f(False, "BERT/RoBERTa MLM head: dense + norm + decoder bias "
                         "(its decoder weight tied to the embedding)")
+    mlm_dense_bias: bool = _f(True, "a bias on the MLM head's dense layer (ModernBERT: "
+                              "classifier_bias, false by default)")
+    mlm_bias: str = _f("bert", "the MLM head's vocabulary bias: bert (one, tied with the "
+                       "decoder's; an untied decoder keeps a second), decoder (the decoder's "
+                       "own, one either way: ModernBERT's decoder_bias) or none",
+                       choices=("bert", "decoder", "none"))
 
     # -- mixture of experts ---------------------------------------------------------------
     n_experts: int = _f(0, "routed experts per layer; 0 = dense FFN", minimum=0)
@@ -349,6 +375,13 @@ class ModelSpec:
     @property
     def embed_dim(self) -> int:
         return self.embed_proj_dim if self.embed_proj_dim is not None else self.d_model
+
+    @property
+    def head_width(self) -> int:
+        """The MLM head's output width, which its decoder reads."""
+        if self.mlm_width is not None:
+            return self.mlm_width
+        return self.embed_dim if self.embed_factorized else self.d_model
 
     @property
     def expert_ff(self) -> int:
@@ -443,8 +476,31 @@ class ModelSpec:
             raise SpecError("parallel_norms", "1 or 2", self.parallel_norms)
         if self.lm_head_bias and not self.lm_head:
             raise SpecError("lm_head_bias", "false when lm_head is false", True)
-        if self.mlm_head and self.arch != "encoder":
-            raise SpecError("mlm_head", "false unless arch is encoder", True)
+        if self.embed_factorized and (self.embed_proj_dim is None
+                                      or self.arch == "encoder-decoder"):
+            raise SpecError("embed_factorized", "false unless embed_proj_dim is set and arch "
+                            "is encoder or decoder", True)
+        if self.mlm_width is not None and (not self.mlm_head or (
+                self.tie_embeddings and self.mlm_width != self.embed_dim)):
+            raise SpecError("mlm_width", "null unless mlm_head, and equal to the token "
+                            f"table's width ({self.embed_dim}) when tie_embeddings",
+                            self.mlm_width)
+        if self.layer_groups and (self.arch == "encoder-decoder" or self.layer_attention
+                                  or self.layer_ffn or self.mixer != "none"
+                                  or self.n_layers % self.layer_groups):
+            raise SpecError("layer_groups", f"0, or a divisor of n_layers={self.n_layers} in a "
+                            "decoder or encoder whose layers are all alike", self.layer_groups)
+        if self.encoder_vocab_size not in (None, self.vocab_size) and (
+                self.arch != "encoder-decoder" or self.tie_encoder_decoder):
+            raise SpecError("encoder_vocab_size", "null or equal to vocab_size unless arch is "
+                            "encoder-decoder with tie_encoder_decoder false (one shared "
+                            "table has one size)", self.encoder_vocab_size)
+        if self.mlm_head and self.arch == "encoder-decoder":
+            raise SpecError("mlm_head", "false in an encoder-decoder", True)
+        if not self.first_attn_norm and (self.norm_position != "pre" or self.parallel_block
+                                         or self.sandwich_norm):
+            raise SpecError("first_attn_norm", "true unless the layers are pre-norm (neither "
+                            "parallel nor sandwich)", False)
         if self.mla:
             for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 if getattr(self, key) < 1:
