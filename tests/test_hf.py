@@ -69,6 +69,14 @@ REFERENCE = {
     "variants/rembert-tiny.json": (153_336, "RemBertForMaskedLM"),
     # 4 layers sharing 2 sets of weights (num_hidden_groups 2), embeddings of 32
     "variants/albert-tiny.json": (104_264, "AlbertForMaskedLM"),
+    # a shape table (70 × 16) and a pronunciation table (50 × 24) beside the word table,
+    # concatenated and projected back: (64 + 16 + 24) × 64 + 64
+    "variants/roc_bert-tiny.json": (153_656, "RoCBertForMaskedLM"),
+    # 3 self-attention layers and 2 cross-attention layers (q/k norms, two gates), which a
+    # text-only forward skips; a token table of 1,008 rows, an untied head of 1,000
+    "variants/mllama-tiny.json": (282_884, "MllamaForCausalLM"),
+    # λ's four vectors of d_head (16) per layer
+    "variants/diffllama-tiny.json": (189_888, "DiffLlamaForCausalLM"),
     "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
     # 4 convolution, 1 full and 1 sliding layer; sandwich norms, a gate per head
     "variants/lfm3-tiny.json": (342_400, "Lfm3ForCausalLM"),

@@ -55,6 +55,8 @@ KV_BYTES_FP32 = {
     "deepseek_v32-tiny.json": {4: 1_920, 32: 15_360},
     # LFM3: 4 convolution layers (no K/V), a full and a sliding layer (window 32)
     "lfm3-tiny.json": {16: 8_192, 48: 20_224},
+    # Mllama: 3 self-attention layers; its 2 cross-attention layers, skipped, cache nothing
+    "mllama-tiny.json": {16: 12_288, 48: 36_864},
 }
 
 
@@ -335,3 +337,60 @@ def test_shared_layers_count_their_weights_once_and_run_every_layer() -> None:
     assert kept and set(kept.values()) == {4}
     with pytest.raises(SpecError, match="layer_groups"):
         spec.replace(layer_groups=3)
+
+
+def test_side_tables_are_read_as_rows_by_width() -> None:
+    """RoCBERT's tables: counted always, concatenated and projected only with side_concat;
+    anything but 'rows x width' items is one clear error."""
+    spec = spec_from_hf(json.loads((DATA / "hf/variants/roc_bert-tiny.json").read_text()))
+    assert spec.side_tables == ((70, 16), (50, 24)) and spec.side_concat
+    rows = {r[0]: r[1] for r in count_params(spec).rows}
+    assert rows["embed.side_0"] == 70 * 16 and rows["embed.project_side"] == 104 * 64
+    assert {r[0]: r[1] for r in count_flops(spec, 8).rows}["embed.project_side"] == 2 * 104 * 64
+    built = spec.replace(side_concat=False)
+    assert count_params(spec).total - count_params(built).total == 104 * 64 + 64
+    for bad in ("70 by 16", "0x16", "70x"):
+        with pytest.raises(SpecError, match="side_embeddings"):
+            spec.replace(side_embeddings=bad)
+    with pytest.raises(SpecError, match="side_concat"):
+        spec.replace(side_embeddings="")
+
+
+def test_mllamas_cross_attention_layers_are_counted_and_never_run() -> None:
+    """MllamaTextModel (transformers 5.23) skips the cross_attention_layers without image
+    states: their tensors are parameters (and LoRA's adapters), never FLOPs, activations or
+    cache. The published file names MllamaForConditionalGeneration: its language model is
+    counted, with a note that the vision tower is not."""
+    data = json.loads((V / "mllama-tiny.json").read_text())
+    spec = spec_from_hf(data)
+    assert (spec.n_layers, spec.idle_cross_layers, spec.extra_token_rows) == (3, 2, 8)
+    rows = {r[0]: r for r in count_params(spec).rows}
+    assert rows["decoder.idle.cross.q_norm"][4] == 2 and rows["decoder.idle.gates"][1] == 2
+    assert rows["embed.tokens"][1] == 1008 * 64
+    assert not any(".idle." in r[0] for r in count_flops(spec, 8).rows)
+    lora = memory_report(spec, Settings(seq_len=64, device="cpu", lora_rank=8))
+    assert not any(".idle." in i.name for i in lora.activations.items)
+    from transformer_calc.lora import adapted_layers
+
+    adapted = adapted_layers(spec, count_params(spec), ("all-linear",))
+    assert {a.name for a in adapted if a.stack == "decoder.idle"} >= {
+        "decoder.idle.cross.q", "decoder.idle.ffn.out"}
+    wrapped = spec_from_hf(data | {"architectures": ["MllamaForConditionalGeneration"]})
+    assert count_params(wrapped).total == 282_884 and "vision tower" in wrapped.note
+
+
+def test_differential_attention_runs_two_maps() -> None:
+    """DiffLlamaAttention (transformers 5.23): the scores and the values twice per layer (two
+    attention calls; FlopCounterMode agrees: registry_cases_more.json), λ's four d_head
+    vectors; transformers refuses odd K/V head counts and attention dropout, and so does
+    tcalc, by name."""
+    spec = spec_from_hf(json.loads((V / "diffllama-tiny.json").read_text()))
+    plain = spec.replace(differential=False)
+    flops = {r[0]: r[1] for r in count_flops(spec, 8).rows}
+    assert flops["decoder.attn.scores"] == 2 * {r[0]: r[1] for r in
+                                                count_flops(plain, 8).rows}["decoder.attn.scores"]
+    assert count_params(spec).total - count_params(plain).total == 2 * 4 * 16
+    with pytest.raises(SpecError, match="differential"):
+        spec.replace(n_kv_heads=1)
+    with pytest.raises(SpecError, match="attention_dropout"):
+        spec_from_hf({"model_type": "diffllama", "attention_dropout": 0.1})

@@ -24,7 +24,8 @@ assert CASES["transformers"] == "5.23.0"
 # and types added since the full run (`tools/check_registry.py --cases 6 --flops 8 --write
 # tests/data/registry_cases_more.json laguna bert-generation nomic_bert tapas layoutlm hy_v3
 # whisper trocr deepseek_v32 glm_moe_dsa mpnet gpt_neox_japanese apertus
-# jina_embeddings_v3 bitnet modernbert modernbert-decoder fsmt electra rembert albert`)
+# jina_embeddings_v3 bitnet modernbert modernbert-decoder fsmt electra rembert albert
+# roc_bert mllama diffllama`)
 # The seq2seq families' decoders alone, named in architectures (BartForCausalLM, ...):
 # `tools/check_registry.py --causal --cases 4 --flops 8 --write
 # tests/data/registry_causal_decoders.json bart marian mbart mvp plbart blenderbot

@@ -39,7 +39,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transformer_calc import count_params  # noqa: E402
 from transformer_calc.errors import SpecError  # noqa: E402
-from transformer_calc.hf import HEAD_CLASS, counted_class, spec_from_hf  # noqa: E402
+from transformer_calc.hf import (  # noqa: E402
+    HEAD_CLASS,
+    TABLE_DRIVEN,
+    counted_class,
+    spec_from_hf,
+)
 
 BOOLS = ("relative_attention", "share_att_key", "position_biased_input",
          "tie_word_embeddings", "attention_bias", "mlp_bias", "use_bias", "use_qkv_bias",
@@ -253,7 +258,7 @@ def flops_per_token(config: dict, seq_len: int) -> int | None:
         return None
     torch.manual_seed(0)
     model = getattr(transformers, class_of(config))(cfg).train()
-    ids = torch.randint(0, cfg.vocab_size, (1, seq_len))
+    ids = torch.randint(0, cfg.get_text_config().vocab_size, (1, seq_len))
     with FlopCounterMode(display=False) as counter:
         model(input_ids=ids, use_cache=False)
     LAST_OPS.clear()
@@ -293,6 +298,9 @@ def main() -> None:
     for model_type in args.types or sorted(HEAD_CLASS):
         named = {"architectures": [SEQ2SEQ[model_type].decoder_cls]} if args.causal else {}
         cls = type(transformers.AutoConfig.for_model(model_type))
+        nested = getattr(TABLE_DRIVEN.get(model_type), "text_config", False)
+        if nested:  # Mllama: the drawn keys go in text_config, as the class reads them
+            cls = cls.sub_configs["text_config"]
         fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
             else set(transformers.AutoConfig.for_model(model_type).to_dict())
         counted, attempts = 0, 0
@@ -300,7 +308,14 @@ def main() -> None:
         # the default, then drawn configs until --cases are counted (a draw the class rejects
         # or tcalc refuses by name does not count; at most 4 × --cases draws)
         while counted <= args.cases and attempts <= 4 * args.cases:
-            if attempts:
+            if attempts and nested:
+                inner = draw(rng, fields)
+                if "cross_attention_layers" in fields:  # some of the layers, by index
+                    n = inner["num_hidden_layers"]
+                    inner["cross_attention_layers"] = sorted(rng.sample(range(n),
+                                                                        rng.choice([1, n // 2])))
+                config = {"model_type": model_type, **named, "text_config": inner}
+            elif attempts:
                 config = {"model_type": model_type, **named, **draw(rng, fields)}
             attempts += 1
             try:

@@ -52,7 +52,8 @@ layernorm_embedding use_learned_position_embeddings cross_attention_hidden_size 
 index_head_dim index_topk intermediate_multiple_size use_sandwich_norm use_attention_gate
 attention_probs_dropout_prob resid_pdrop embd_pdrop attn_pdrop dropout_rate dropout
 attention_dropout hidden_dropout residual_dropout input_embedding_size
-output_embedding_size num_hidden_groups inner_group_num""".split()
+output_embedding_size num_hidden_groups inner_group_num shape_vocab_size shape_embed_dim
+pronunciation_vocab_size pronunciation_embed_dim concat_input""".split()
 
 
 # transformers' eager_attention_forward of Llama-style models (issue 13): the softmax runs in
@@ -184,6 +185,8 @@ def main() -> None:
     out: dict[str, dict] = {}
     for model_type in sorted(TABLE_DRIVEN):
         cls = type(transformers.AutoConfig.for_model(model_type))
+        if getattr(TABLE_DRIVEN[model_type], "text_config", False):
+            cls = cls.sub_configs["text_config"]  # Mllama: the language model's class
         fields = {f.name: f for f in dataclasses.fields(cls)}
         row = {}
         for key in KEYS:

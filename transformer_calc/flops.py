@@ -130,6 +130,10 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
         if blk.ffn is not None:
             _ffn_flops(blk.ffn, E, add, f"{g.name}.ffn", g.name, g.count)
 
+    if spec.side_concat:
+        cin = E + sum(w for _, w in spec.side_tables)
+        add(("embed.project_side", 2 * cin * E, "2 · (d_model + side widths) · d_model", "", 1,
+             "", "", None, ()))
     if Ve != E or spec.embed_factorized:
         add(("embed.project_in", 2 * Ve * E, "2 · d_embed · d_model", "", 1, "", "", None, ()))
         if not spec.embed_factorized:  # OPT projects back before its head
@@ -238,6 +242,14 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
              "", None, ()))
     if a.mechanism != "softmax" and not a.cross:
         _efficient_core(add, a, p, group, L)
+    elif a.differential:
+        # DiffLlamaAttention: two attention calls over the same Q and K, each with V of all
+        # n_heads · d_head (half the K/V heads, repeated): scores and values twice
+        sv = 4 * H * dh * keys
+        add((p + "scores", sv, f"2 · 2 · n_heads · d_head · {keys_sym}", "", L, group,
+             "two attention maps", None, ()))
+        add((p + "values", sv, f"2 · 2 · n_heads · d_head · {keys_sym}", "", L, group,
+             "two attention maps", None, ()))
     else:
         sv = 2 * H * dh * keys
         add((p + "scores", sv, f"2 · n_heads · d_head · {keys_sym}", "", L, group, note, None,

@@ -66,14 +66,16 @@ INT_KEYS = frozenset("""
     cross_attention_hidden_size index_n_heads index_head_dim index_topk index_topk_freq
     intermediate_multiple_size local_attention global_attn_every_n_layers src_vocab_size
     tgt_vocab_size pad_token_id embedding_size input_embedding_size
-    output_embedding_size num_hidden_groups inner_group_num""".split())
+    output_embedding_size num_hidden_groups inner_group_num shape_vocab_size shape_embed_dim
+    pronunciation_vocab_size pronunciation_embed_dim""".split())
 BOOL_KEYS = frozenset("""
     tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
     parallel_attn multi_query bias alibi do_layer_norm_before _remove_final_layer_norm
     enable_bias share_encoder_decoder_embeddings add_cross_attention is_decoder qk_layernorm
     layer_norm_elementwise_affine use_sliding_window use_bias use_qkv_bias attention_out_bias
     use_qk_norm use_parallel_residual layernorm_embedding use_learned_position_embeddings
-    use_sandwich_norm use_attention_gate norm_bias classifier_bias decoder_bias""".split())
+    use_sandwich_norm use_attention_gate norm_bias classifier_bias decoder_bias concat_input
+    enable_shape enable_pronunciation""".split())
 FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct", "resid_pdrop", "embd_pdrop",
                         "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob",
                         "dropout", "attention_dropout", "dropout_rate", "hidden_dropout",
@@ -315,6 +317,24 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     if not isinstance(model_type, str) or model_type not in MAPPERS:
         raise SpecError("model_type", _known_types(model_type), model_type,
                         source=where)
+    record = TABLE_DRIVEN.get(model_type)
+    if isinstance(record, Layout) and record.text_config:
+        # MllamaConfig: the class counted (MllamaForCausalLM) builds from its text_config;
+        # keys beside it (the vision tower's) are not read, as transformers does not
+        inner = data.get("text_config", {})
+        if not isinstance(inner, dict):
+            raise SpecError("text_config", "a mapping of the language model's keys", inner,
+                            source=where)
+        archs = data.get("architectures")
+        if isinstance(archs, list) and any(isinstance(a, str) and a.endswith(
+                "ForConditionalGeneration") for a in archs):
+            # the published file names the whole model (MllamaForConditionalGeneration)
+            tower = (f"the {model_type} wrapper's vision tower and projector are not counted: "
+                     f"its language model ({HEAD_CLASS[model_type]}) is")
+            archs = None
+        data = {**inner, "model_type": model_type,
+                **({"architectures": archs} if archs is not None else {})}
+        where = f"{where} (text_config)"
     counted = HEAD_CLASS[model_type] if tower else _check_architecture(data, model_type, where)
     cfg = Config(data, where, _table(model_type) if model_type in TABLE_DRIVEN else None)
     cfg.decoder_alone = counted != HEAD_CLASS[model_type]
@@ -658,7 +678,10 @@ def _fsmt(c: Config) -> dict[str, Any]:
                 position_offset=pad + 1, activation=c.activation("activation_function", "relu"),
                 norm="layernorm", norm_position="post", final_norm=False, embedding_norm=False,
                 **_bias(True, True, True, True, True, True),
-                tie_embeddings=tie, tie_encoder_decoder=tie)
+                tie_embeddings=tie, tie_encoder_decoder=tie,
+                # FSMTForConditionalGeneration.get_output_embeddings is the decoder's table:
+                # peft's all-linear does not see output_projection as the output layer
+                peft_head=True)
 
 
 def _seq2seq_decoder(c: Config, r: Seq2Seq) -> dict[str, Any]:
@@ -1196,6 +1219,12 @@ class Layout(NamedTuple):
     gate_proj: bool = False
     gate_in_q: bool = False  # the attention gate is the second half of q_proj (Qwen3-Next)
     sub_norms: bool = False  # BitNet: norms before o_proj and before down_proj
+    differential: bool = False  # DiffLlama's differential attention
+    # Mllama: the key listing the cross-attention layers a text-only forward skips (and the
+    # class default), and the token table's rows beyond vocab_size
+    idle_cross: tuple[str, tuple[int, ...]] = ("", ())
+    extra_rows: int = 0
+    text_config: bool = False  # the type's config keeps the model's keys in text_config (Mllama)
 
 
 def _generic(c: Config, r: Layout) -> dict[str, Any]:
@@ -1266,7 +1295,7 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         attn_gate_in_q=r.gate_in_q,
         **_bias(qkv, qkv, qkv, o, mlp, mlp),
         tie_embeddings=bool(c.t("tie_word_embeddings")) and not r.untied,
-        last_layer_o_bias=r.o_bias_last, sub_norms=r.sub_norms)
+        last_layer_o_bias=r.o_bias_last, sub_norms=r.sub_norms, differential=r.differential)
     if r.untied and c.t("tie_word_embeddings"):
         c.notes.append(f"config says tie_word_embeddings: true; {r.cls} ties nothing "
                        "(transformers 5.23), so its head is counted apart")
@@ -1296,6 +1325,20 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
                 "mtp_layers": c.t("num_nextn_predict_layers", 0)}
         c.notes.append("DSA's indexer runs under torch.no_grad in transformers 5.23: its "
                        "parameters are counted, but training gives them no gradient")
+    if r.idle_cross[0]:
+        key, default = r.idle_cross
+        listed = c.data.get(key)
+        if listed is None:
+            listed = list(default)
+        if not isinstance(listed, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in listed):
+            raise SpecError(key, "a list of layer indices", listed, source=c.where)
+        idle = len({i for i in listed if 0 <= i < L})  # MllamaTextModel: idx in the list
+        if idle == L:
+            raise SpecError(key, f"fewer than num_hidden_layers={L} layers (a text-only "
+                            "forward needs self-attention layers)", listed, source=c.where)
+        out |= {"n_layers": L - idle, "idle_cross_layers": idle,
+                "extra_token_rows": r.extra_rows}
     if r.moe is not None:
         out |= _generic_moe(c, r.moe, L)
         if r.linear_router:
@@ -1746,6 +1789,16 @@ GENERIC: dict[str, Layout] = {
                    gate=("head", "none"), gate_key="use_attention_gate",
                    ssm=Ssm("short_conv", layers="lfm3", conv="conv_L_cache",
                            conv_bias="conv_bias", window=256)),
+    # Llama 3.2 Vision's language model (MllamaForCausalLM): Llama's layers, and the
+    # cross-attention layers listed in cross_attention_layers, which a forward without image
+    # states skips; the token table holds 8 more rows than the head
+    "mllama": Layout("MllamaForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
+                     idle_cross=("cross_attention_layers", (3, 8, 13, 18, 23, 28, 33, 38)),
+                     extra_rows=8, text_config=True, untied=True),
+    # DiffLlama: Llama's layers with differential attention (DiffLlamaAttention)
+    "diffllama": Layout("DiffLlamaForCausalLM", mlp_bias=False, differential=True,
+                        refuse=(("attention_dropout", "DiffLlama refuses attention dropout: "
+                                 "its two maps have no defined shared mask"),)),
     # BitNet b1.58: Llama's layers with an RMSNorm over the attention output before o_proj
     # and one over the FFN's inner width before down_proj (BitNetAttention, BitNetMLP: the
     # ternary weights are a quantizer's business; the modelling code holds nn.Linear)
@@ -1792,6 +1845,9 @@ class Encoder(NamedTuple):
     mlm_bias: str = "bert"
     untied_head: bool = False  # the class ties no decoder (RemBertForMaskedLM)
     always_project: bool = False  # the projection even when the widths agree (ALBERT, RemBERT)
+    # RoCBERT: side tables (rows key, width key), concatenated and projected when the key says
+    side: tuple[tuple[str, str], ...] = ()
+    side_concat: str = ""
     # ALBERT: num_hidden_groups sets of inner_group_num layers, shared by the layers
     shared: bool = False
 
@@ -1832,6 +1888,14 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
         if r.untied_head and t("tie_word_embeddings", True):
             c.notes.append(f"{r.cls} ties no decoder (transformers 5.23): its head is "
                            "counted apart whatever tie_word_embeddings says")
+    if r.side:
+        sizes = [(t(rows), t(width)) for rows, width in r.side]
+        extra["side_embeddings"] = " ".join(f"{n}x{w}" for n, w in sizes)
+        extra["side_concat"] = bool(t(r.side_concat, True))
+        if extra["side_concat"]:
+            for key in ("enable_shape", "enable_pronunciation"):
+                c.refuse(key, lambda v: v is False, "a side table built but left out of the "
+                         "concatenation is not modelled")
     tied = bool(t("tie_word_embeddings", True)) and not r.untied_head
     L = t("num_hidden_layers")
     if r.shared:
@@ -1934,6 +1998,12 @@ ENCODERS: dict[str, Encoder] = {
     "layoutlm": Encoder("LayoutLMForMaskedLM", pooler=True, layout=True),
     "nomic_bert": Encoder("NomicBertForMaskedLM", ffn="gated", position="rope", head_dim=True,
                           qkv_bias=False, o_bias=False, ffn_in_bias=False, ffn_out_bias=False),
+    # RoCBERT: BERT with a shape and a pronunciation table, concatenated to the word
+    # embedding and projected back to hidden_size (map_inputs_layer) when concat_input
+    "roc_bert": Encoder("RoCBertForMaskedLM",
+                        side=(("shape_vocab_size", "shape_embed_dim"),
+                              ("pronunciation_vocab_size", "pronunciation_embed_dim")),
+                        side_concat="concat_input"),
     # ELECTRA's generator: embeddings of embedding_size projected to hidden_size
     # (embeddings_project, when they differ), a head back to embedding_size
     # (generator_predictions) and a decoder tied to the token table with a bias of its own

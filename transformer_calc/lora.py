@@ -177,6 +177,10 @@ def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
             # one adapter each, r · (parts · in + out)
             splits = spec.ssm_in_projs if role == "in_proj" else 1
             out.append(Adapted(base, role, shape[1] * splits, shape[0], 1, 1, repeat, stack))
+    if spec.peft_head and spec.lm_head and wanted is None:
+        # FSMT: get_output_embeddings returns the decoder's table, so all-linear adapts
+        # output_projection (d_model -> vocab_size) as any other layer (peft 0.21)
+        out.append(Adapted("head.lm", "head", spec.embed_dim, spec.vocab_size, 1, 1, 1, ""))
     for base, parts in fused.items():
         role, fan_in, _, repeat, stack, X = parts[0]
         rank_factor = len(parts) if role == "experts" else 1

@@ -399,6 +399,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  "input)", "", L, stack, "", None, ()))
             vw = Hh * dv
             kvw = qw
+        core_start = len(rows)  # the attention core's rows (DiffLlama runs it twice)
         if at.conv:
             # Primer: each depthwise convolution keeps its input (the projection's output)
             add((p + "qkv_conv_input", sb * (qw + 2 * kvw) * a, "B·T·(n_heads + 2·n_kv_heads)·"
@@ -469,6 +470,24 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                      L, stack, "tp", None, ()))
                 add((p + "dropout_output", probs * c,
                      f"B·n_heads·T·{kq_sym} · {c_sym} (A·V input)", "", L, stack, "tp", None, ()))
+        if at.differential:
+            # DiffLlamaAttention (transformers 5.23): two attention calls share Q and K, each
+            # over half the V heads repeated to all; the outputs are concatenated (kept by
+            # λ's mul), and a parameter-free RMSNorm keeps an fp32 copy and 1/rms per head
+            # pair; o_proj reads its scaled output (measured: tools/measure_activations_hf.py)
+            if flash:  # the kernel keeps Q and K once (the same tensors), a V copy and its
+                # output and log-sum-exp per call
+                add((p + "second_map", (sb * vw + sb * Hh * dv) * a + B * Hh * T * 4,
+                     "B·T·(n_kv_heads + n_heads)·d_head · act + B·n_heads·T · 4 (the second "
+                     "call's V, output and log-sum-exp)", "", L, stack, "tp", None, ()))
+            else:  # eager and the math kernel copy Q, K and V per call: the core twice
+                for r in rows[core_start:]:
+                    add((r[0] + "_second_map", *r[1:]))
+            add((p + "maps_concat", sb * 2 * Hh * dv * a, "B·T·2·n_heads·d_head · act (the two "
+                 "outputs concatenated)", "", L, stack, "tp", None, ()))
+            add((p + "head_pair_norm", sb * Hh * dv * 4 + sb * (Hh // 2) * 4,
+                 "B·T·n_heads·d_head · 4 + B·T·n_heads/2 · 4 (fp32 input, 1/rms)", "", L,
+                 stack, "tp", None, ()))
         if at.gate != "none":
             # sigmoid(x W_g) ⊙ out: the product keeps the gate's output and the attention
             # output it scales, and the output projection reads the product (o_input); the
@@ -483,8 +502,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         if at.sub_norm:
             # BitNet's attn_sub_norm over the attention output; o_proj reads its output
             norm(p + "sub_norm", stack, L, Hh * dv, "n_heads·d_head")
-        if at.sub_norm or not (kernel == "cpu_flash" and at.mechanism == "softmax"
-                               and not at.mla):
+        if at.sub_norm or at.differential or not (kernel == "cpu_flash"
+                                                  and at.mechanism == "softmax"
+                                                  and not at.mla):
             # (the CPU flash kernel writes its output in the query's (B, T, H, d) order, so the
             # output projection reads that very tensor: measured on BART, no copy is kept;
             # MLA's query is concatenated in (B, H, T, d) order and is copied: measured)
@@ -730,6 +750,15 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     # dropout masks; measured on T5)
     n_stacks = 2 if spec.arch == "encoder-decoder" else 1
     add(("embed.token_ids", sb * 8, "B·T · 8 (int64 indices)", "", n_stacks, "", "", None, ()))
+    if spec.side_concat:
+        # RoCBERT: each side table keeps its (zero-filled) indices; the projection keeps the
+        # concatenated vectors
+        n_side = len(spec.side_tables)
+        cin = E + sum(w for _, w in spec.side_tables)
+        add(("embed.side_ids", n_side * sb * 8, f"{n_side} · B·T · 8 (int64 indices)", "", 1,
+             "", "", None, ()))
+        add(("embed.side_concat", sb * cin * a, "B·T·(d_model + side widths) · act (the "
+             "projection's input)", "", 1, "", "", None, ()))
     if spec.position == "learned":
         add(("embed.position_ids", T * 8, "T · 8 (int64, shared by the batch)", "", 1, "", "",
              None, ()))
@@ -1355,7 +1384,8 @@ def _lora_states(spec: ModelSpec, s: Settings, params: Breakdown,
 # reads that very tensor; and nothing below the first adapter needs a gradient, so the
 # embeddings and the first layer's input norm keep nothing.
 _WEIGHT_GRAD_ONLY = (".normalized",)
-_IDS = ("embed.token_ids", "embed.position_ids", "head.input", "head.mlm.decoder_input")
+_IDS = ("embed.token_ids", "embed.position_ids", "head.input", "head.mlm.decoder_input",
+        "embed.side_ids")
 # a projection's input row -> the roles of the adapted layers that read it
 _PROJECTION_INPUTS = {
     "attn.input": ("q", "k", "v", "qkv", "q_a", "kv_a", "attn_gate"),
@@ -1409,7 +1439,8 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             continue
         rows.append(r)
     for ad in adapted:
-        if spec.idle_cross_attention and ".cross." in ad.name or ".attn.index_" in ad.name:
+        if spec.idle_cross_attention and ".cross." in ad.name or ".attn.index_" in ad.name \
+                or ad.stack.endswith(".idle"):
             # adapters on a cross-attention a decoder alone never runs, or inside DSA's
             # indexer (torch.no_grad: autograd saves nothing there)
             continue

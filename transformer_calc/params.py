@@ -57,7 +57,7 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "d_rope": spec.qk_rope_head_dim, "d_v": spec.v_head_dim,
         "rel_embeddings": spec.rel_embeddings, "index_heads": spec.index_heads,
         "encoder_vocab_size": spec.encoder_vocab_size or spec.vocab_size,
-        "mlm_width": spec.head_width,
+        "mlm_width": spec.head_width, "extra_token_rows": spec.extra_token_rows,
         "index_head_dim": spec.index_head_dim, "index_topk": spec.index_topk}
 
 
@@ -93,6 +93,11 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      "", 1, "", "", None, (Vs, Ve)))
                 continue
             add((f"{stack}.embed.tokens", V * Ve, table, "", 1, "", "", None, (V, Ve)))
+    elif spec.extra_token_rows:  # Mllama: 8 image-token rows the head does not predict
+        Vx = V + spec.extra_token_rows
+        add(("embed.tokens", Vx * Ve, table.replace("vocab_size", "(vocab_size + "
+                                                     "extra_token_rows)"), "", 1, "",
+             f"{spec.extra_token_rows} rows beyond the vocabulary", None, (Vx, Ve)))
     else:
         add(("embed.tokens", V * Ve, table, "", 1, "",
              "one table shared by encoder and decoder" if enc_dec else "", None, (V, Ve)))
@@ -106,6 +111,15 @@ def count_params(spec: ModelSpec) -> Breakdown:
         # OPT-350M: embeddings narrower than the model, projected in and out (no bias).
         add(("embed.project_in", Ve * E, "d_embed × d_model", "", 1, "", "", None, (E, Ve)))
         add(("embed.project_out", E * Ve, "d_model × d_embed", "", 1, "", "", None, (Ve, E)))
+    for i, (rows_n, width) in enumerate(spec.side_tables):
+        # RoCBERT: its shape and pronunciation tables beside the word table
+        add((f"embed.side_{i}", rows_n * width, "rows × width (a side table)", "", 1, "", "",
+             None, (rows_n, width)))
+    if spec.side_concat:
+        cin = E + sum(w for _, w in spec.side_tables)
+        add(("embed.project_side", cin * E, "(d_model + side widths) × d_model", "", 1, "",
+             "the word and side vectors, concatenated, back to d_model", None, (E, cin)))
+        add(("embed.project_side.bias", E, "d_model", "", 1, "", "", None, ()))
     prefixes = [f"{s}." for s, _ in stacks] if enc_dec else [""]
     for prefix in prefixes:
         if spec.position == "learned":
@@ -179,6 +193,17 @@ def count_params(spec: ModelSpec) -> Breakdown:
                 add((f"{g.name}.{norm}", norm_n, norm_why, "", n - bare, g.name,
                      "none in the first layer (nn.Identity)" if bare else blk.norm_note,
                      None, ()))
+        if st.idle is not None:
+            g, blk = st.idle, st.idle.block
+            note = "built, skipped by a text-only forward"
+            if blk.cross is not None:
+                _attention(add, blk.cross, blk.norm, E, f"{g.name}.cross.", g.name, g.count)
+            add((f"{g.name}.gates", 2 * 1, "2 (tanh gates on the attention and the FFN)", "",
+                 g.count, g.name, note, None, ()))
+            if blk.ffn is not None:
+                _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, g.count, blk.norm)
+            for norm in blk.norms:
+                add((f"{g.name}.{norm}", norm_n, norm_why, "", g.count, g.name, note, None, ()))
         if st.last_o_bias:
             # GPTNeoXJapaneseAttention(use_bias=layer_number == num_hidden_layers - 1)
             add((f"{st.last_o_bias}.attn.o.bias", E, "d_model", "", 1, st.last_o_bias,
@@ -218,6 +243,10 @@ def count_params(spec: ModelSpec) -> Breakdown:
 
     if spec.note:
         notes.insert(0, spec.note)
+    if spec.idle_cross_layers:
+        notes.append(f"{spec.idle_cross_layers} cross-attention layers are counted: built, "
+                     "they are skipped without image states (no FLOPs, activations or "
+                     "cache)")
     if spec.idle_cross_attention:
         notes.append("each layer's cross-attention (and its norm) is counted: the decoder "
                      "alone builds it but, without encoder states, never runs it (no FLOPs, "
@@ -330,6 +359,11 @@ def _attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type
         _linformer(add, a, p, group, L)
     if a.gate != "none" or a.gate_bias != "none":
         _gate(add, a, E, p, group, L)
+    if a.differential:
+        # DiffLlamaAttention: lambda_q1, lambda_k1, lambda_q2, lambda_k2 (d_head each); its
+        # groupnorm is an RMSNorm without parameters
+        add((p + "lambdas", 4 * dh, "4 · d_head (λ's q1, k1, q2, k2)", "", L, group,
+             "differential attention", None, ()))
     if a.sinks:
         # gpt-oss (GptOssAttention.sinks): one learned logit per head joins the softmax
         add((p + "sinks", H, "n_heads (one sink logit per head)", "", L, group, "", None, ()))

@@ -65,6 +65,7 @@ class Attention(NamedTuple):
     index_dim: int = 0
     index_topk: int = 0
     sub_norm: bool = False  # BitNet: a norm over the output before o_proj (attn_sub_norm)
+    differential: bool = False  # DiffLlama: two maps, λ from 4 · d_head parameters
 
     def gate_width(self, which: str) -> int:
         """Outputs of the gate (or its bias): one per head, or one per output channel."""
@@ -219,6 +220,9 @@ class Stack(NamedTuple):
     # the group holding the first layer, when that layer has no attention norm (ModernBERT's
     # nn.Identity); "": every layer has one
     bare_first: str = ""
+    # layers built but skipped by a text-only forward (Mllama's cross-attention layers): the
+    # parameters walk them, nothing else does
+    idle: Group | None = None
 
 
 class Plan(NamedTuple):
@@ -349,6 +353,21 @@ def plan_of(spec: ModelSpec) -> Plan:
 
 
 def _build(spec: ModelSpec) -> Plan:
+    plan = _build_running(spec)
+    if spec.idle_cross_layers:
+        # MllamaCrossAttentionDecoderLayer: input_layernorm, cross_attn (q_norm, k_norm),
+        # post_attention_layernorm, mlp; its two tanh gates are counted by the parameters
+        cross = _attention(spec, "F", cross=True)._replace(qk_norm="head")
+        block = Block(attn=None, cross=cross, ffn=_ffn(spec, "D"), norm=spec.norm,
+                      norms=("cross.norm", "ffn.norm"), norm_note="pre-norm",
+                      parallel=False, ffn_reads_attn_input=False)
+        last = plan.stacks[-1]._replace(idle=Group(f"{spec.stacks[-1][0]}.idle",
+                                                   spec.idle_cross_layers, block, "XD"))
+        plan = Plan(plan.stacks[:-1] + (last,))
+    return plan
+
+
+def _build_running(spec: ModelSpec) -> Plan:
     enc_dec = spec.arch == "encoder-decoder"
     if enc_dec or not (spec.layer_attention or spec.layer_ffn):
         # every layer of a stack alike (the common case): one group each, no pattern parsing
@@ -414,7 +433,8 @@ def _attention(spec: ModelSpec, letter: str, cross: bool = False) -> Attention:
                      spec.attn_gate_bias, mech, spec.linformer_k if mech == "linformer" else 0,
                      spec.max_positions if mech == "linformer" else 0,
                      spec.linformer_sharing, features if mech == "performer" else 0,
-                     spec.qkv_conv, spec.qkv_conv_bias, sub_norm=spec.sub_norms)
+                     spec.qkv_conv, spec.qkv_conv_bias, sub_norm=spec.sub_norms,
+                     differential=spec.differential)
 
 
 def _ffn(spec: ModelSpec, letter: str) -> FFN:

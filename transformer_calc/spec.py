@@ -8,6 +8,7 @@ the field's metadata. The YAML loader, the HF config mapping, the CLI's ``--fiel
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +131,9 @@ class ModelSpec:
     ssm_in_projs: int = _f(1, "separate input projection matrices of the mixer (Qwen3-Next: 2, "
                            "in_proj_qkvz and in_proj_ba; Qwen3.5: 4); same parameters, one "
                            "LoRA adapter each", minimum=1)
+    peft_head: bool = _f(False, "PEFT's all-linear adapts the LM head too: the model's "
+                         "get_output_embeddings does not return it, so PEFT does not know it "
+                         "as the output layer (FSMT's output_projection)")
     peft_mamba: bool = _f(False, "PEFT refuses LoRA on this model's out_proj and conv1d "
                           "(peft's guard for Mamba-based model types)")
     module_names: str = _f("", "transformers' names of the linear layers (of lora's aliases: "
@@ -178,6 +182,10 @@ class ModelSpec:
                       "shared by the heads: Qwen3, Gemma 3) or width (over n_heads · d_head: "
                       "OLMo-2, Cohere)", choices=QK_NORMS)
     attention_sinks: bool = _f(False, "a learned sink logit per head (gpt-oss)")
+    differential: bool = _f(False, "differential attention (Ye et al. 2024; DiffLlama): two "
+                            "attention maps over one Q and K, each over half the V heads, "
+                            "combined by λ from four learned d_head vectors per layer, then a "
+                            "parameter-free RMSNorm over head pairs")
     attn_gate: str = _f("none", "a sigmoid gate on the attention output, from the block input: "
                         "none, head (one per head: d_model -> n_heads) or width (d_model -> "
                         "n_heads · d_head; AFMoE, Beam)", choices=ATTN_GATES)
@@ -246,6 +254,10 @@ class ModelSpec:
                            "n_layers / layer_groups consecutive layers (ALBERT: "
                            "num_hidden_groups · inner_group_num; 0: every layer its own)",
                            minimum=0)
+    idle_cross_layers: int = _f(0, "decoder layers of cross-attention (QK-norm, two tanh gates) "
+                                "and an FFN that a text-only forward skips (Llama 3.2 Vision's "
+                                "MllamaForCausalLM): parameters only, no FLOPs, activations or "
+                                "cache; n_layers counts the layers that run", minimum=0)
     idle_cross_attention: bool = _f(
         False, "each decoder layer also holds an encoder-attention sublayer and its norm, "
         "which a decoder alone never runs (the *ForCausalLM class of an encoder-decoder "
@@ -290,6 +302,8 @@ class ModelSpec:
     token_types: int = _f(0, "token-type (segment) vocabulary; 0 = none", minimum=0)
     layout_positions: int = _f(0, "LayoutLM's 2-D position tables (x, y, height, width), "
                                "rows in each; 0 = none", minimum=0)
+    extra_token_rows: int = _f(0, "rows of the token table beyond vocab_size, which the head "
+                               "does not predict (Mllama: 8 image tokens)", minimum=0)
     embed_proj_dim: int | None = _f(None, "token embedding width when it differs from d_model "
                                     "(OPT-350M: project_in/out)", minimum=1)
     embed_factorized: bool = _f(False, "every embedding table (tokens, positions, token types) "
@@ -301,6 +315,12 @@ class ModelSpec:
     mlm_width: int | None = _f(None, "width of the MLM head's dense output, its norm and the "
                                "decoder's input (default: embed_proj_dim when embed_factorized, "
                                "else d_model; RemBERT: output_embedding_size)", minimum=1)
+    side_embeddings: str = _f("", "extra token tables beside the word embedding, as 'rows x "
+                              "width' items separated by spaces (RoCBERT: '24858x512 910x768', "
+                              "its shape and pronunciation tables)")
+    side_concat: bool = _f(False, "the side tables' vectors are concatenated to the word "
+                           "embedding and projected back to d_model by one biased matrix "
+                           "(RoCBERT's map_inputs_layer); false: built, not run")
     lm_head: bool = _f(True, "a language-model head (d_model -> vocab)")
     lm_head_bias: bool = _f(False, "bias on the LM head (Phi)")
     pooler: bool = _f(False, "BERT pooler: dense d_model -> d_model on the first token")
@@ -375,6 +395,14 @@ class ModelSpec:
     @property
     def embed_dim(self) -> int:
         return self.embed_proj_dim if self.embed_proj_dim is not None else self.d_model
+
+    @property
+    def side_tables(self) -> tuple[tuple[int, int], ...]:
+        """side_embeddings parsed: (rows, width) per table."""
+        if not self.side_embeddings.strip():
+            return ()
+        return tuple((int(r), int(w)) for r, w in (item.split("x") for item in
+                                                   self.side_embeddings.split()))
 
     @property
     def head_width(self) -> int:
@@ -490,6 +518,25 @@ class ModelSpec:
                                   or self.n_layers % self.layer_groups):
             raise SpecError("layer_groups", f"0, or a divisor of n_layers={self.n_layers} in a "
                             "decoder or encoder whose layers are all alike", self.layer_groups)
+        if self.differential and (self.mla or self.attention_mechanism != "softmax"
+                                  or self.kv_heads % 2 or self.arch == "encoder-decoder"):
+            raise SpecError("differential", "false unless the attention is softmax (not MLA) "
+                            "with an even number of K/V heads, outside an encoder-decoder",
+                            True)
+        if self.idle_cross_layers and (self.arch != "decoder" or self.mixer != "none"
+                                       or not self.n_heads or not self.d_ff):
+            raise SpecError("idle_cross_layers", "0 unless arch is decoder with attention and "
+                            "a dense FFN", self.idle_cross_layers)
+        if self.extra_token_rows and (self.tie_embeddings or self.arch == "encoder-decoder"):
+            raise SpecError("extra_token_rows", "0 with tie_embeddings or in an encoder-decoder "
+                            "(a tied head predicts every row)", self.extra_token_rows)
+        if self.side_embeddings.strip():
+            items = self.side_embeddings.split()
+            if not all(re.fullmatch(r"[1-9]\d{0,12}x[1-9]\d{0,12}", i) for i in items):
+                raise SpecError("side_embeddings", "'rows x width' items like '910x768 "
+                                "24858x512' (integers >= 1)", self.side_embeddings)
+        if self.side_concat and not self.side_embeddings.strip():
+            raise SpecError("side_concat", "false without side_embeddings", True)
         if self.encoder_vocab_size not in (None, self.vocab_size) and (
                 self.arch != "encoder-decoder" or self.tie_encoder_decoder):
             raise SpecError("encoder_vocab_size", "null or equal to vocab_size unless arch is "
