@@ -60,7 +60,8 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # activations_added_s8_cpu.jsonl (session 8's: Whisper's, TrOCR's and BART's decoders
 # alone, DeepSeek-V3.2 and GLM-5's DSA, MPNet, GPT-NeoX-Japanese, Apertus's xIELU, Jina
 # Embeddings v3, LFM3, and Gemma 2 with its two soft-cappings; the same two shapes; and
-# session 9's: BitNet, ModernBERT and its decoder, FSMT, ELECTRA, RemBERT, ALBERT).
+# session 9's: BitNet, ModernBERT and its decoder, FSMT, ELECTRA, RemBERT, ALBERT, RoCBERT,
+# Mllama, DiffLlama, Gemma 4 and its unified variant).
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 

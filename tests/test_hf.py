@@ -77,6 +77,14 @@ REFERENCE = {
     "variants/mllama-tiny.json": (282_884, "MllamaForCausalLM"),
     # λ's four vectors of d_head (16) per layer
     "variants/diffllama-tiny.json": (189_888, "DiffLlamaForCausalLM"),
+    # Gemma 4: full layers of head width 32 with one K/V head and no value projection
+    # (attention_k_eq_v), the last two layers reusing earlier keys (no K/V projections or
+    # norms) with a 2 · d_ff FFN, per-layer embeddings of 8
+    "variants/gemma4_text-tiny.json": (356_920, "Gemma4ForCausalLM"),
+    # Gemma 4 with experts beside the dense FFN (enable_moe_block: 4 experts of 24, top 2;
+    # the router's scales, three more norms per layer); full layer of global_head_dim 512
+    "variants/gemma4_text-moe.json": (624_660, "Gemma4ForCausalLM"),
+    "variants/gemma4_unified_text-tiny.json": (299_312, "Gemma4UnifiedForCausalLM"),
     "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
     # 4 convolution, 1 full and 1 sliding layer; sandwich norms, a gate per head
     "variants/lfm3-tiny.json": (342_400, "Lfm3ForCausalLM"),

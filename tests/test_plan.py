@@ -35,6 +35,11 @@ FLOPS_PER_TOKEN_T8 = {
     "phi3-gqa-tied.json": 315_904,  # fused qkv and gate_up
     "deepseek_v32-tiny.json": 235_712,  # DSA: the indexer's projections and scores
     "glm_moe_dsa-tiny.json": 227_168,  # the same, 2 index heads
+    # Gemma 4: full layers of their own width without V (k_eq_v), K/V-shared layers with a
+    # double-wide FFN, per-layer embeddings; and its experts beside the dense FFN
+    "gemma4_text-tiny.json": 631_808,
+    "gemma4_text-moe.json": 1_209_856,
+    "gemma4_unified_text-tiny.json": 613_376,
 }
 
 
@@ -57,6 +62,10 @@ KV_BYTES_FP32 = {
     "lfm3-tiny.json": {16: 8_192, 48: 20_224},
     # Mllama: 3 self-attention layers; its 2 cross-attention layers, skipped, cache nothing
     "mllama-tiny.json": {16: 12_288, 48: 36_864},
+    # Gemma 4: 4 caching layers (2 sliding, window 32; 2 full of head width 32, K and V
+    # cached apart though V comes from K's projection); the 2 K/V-shared layers cache nothing
+    "gemma4_text-tiny.json": {16: 16_384, 48: 40_448},
+    "gemma4_unified_text-tiny.json": {16: 16_384, 48: 40_448},
 }
 
 
@@ -394,3 +403,42 @@ def test_differential_attention_runs_two_maps() -> None:
         spec.replace(n_kv_heads=1)
     with pytest.raises(SpecError, match="attention_dropout"):
         spec_from_hf({"model_type": "diffllama", "attention_dropout": 0.1})
+
+
+def test_gemma4_layers_differ_by_kind_and_by_kv_sharing() -> None:
+    """Gemma4TextAttention / Gemma4TextMLP (transformers 5.23): full layers take
+    global_head_dim and, with attention_k_eq_v, num_global_key_value_heads and no v_proj;
+    the last num_kv_shared_layers layers have no k_proj, v_proj or k_norm, cache nothing and,
+    with use_double_wide_mlp, an FFN twice as wide: four groups of the plan."""
+    spec = spec_from_hf(json.loads((V / "gemma4_text-tiny.json").read_text()))
+    groups = {g.name: g for g in plan_of(spec).groups}
+    assert set(groups) == {"decoder.sliding", "decoder.full", "decoder.sliding.kv_shared",
+                           "decoder.full.kv_shared"}
+    full, shared = groups["decoder.full"].block, groups["decoder.full.kv_shared"].block
+    assert (full.attn.d_head, full.attn.kv_heads, full.attn.v_is_k) == (32, 1, True)
+    assert shared.attn.kv_shared and shared.attn.kv_per_token() == 0
+    assert shared.ffn.d_ff == 2 * full.ffn.d_ff
+    rows = {r[0] for r in count_params(spec).rows}
+    assert "decoder.full.attn.v.weight" not in rows and "decoder.full.attn.k.weight" in rows
+    assert not any(r.startswith("decoder.full.kv_shared.attn.k") for r in rows)
+    assert "decoder.sliding.kv_shared.attn.q_norm" in rows
+    with pytest.raises(SpecError, match="kv_shared_layers"):
+        spec.replace(kv_shared_layers=6)
+    with pytest.raises(SpecError, match="num_kv_shared_layers"):
+        spec_from_hf({"model_type": "gemma4_text", "num_hidden_layers": 6,
+                      "num_kv_shared_layers": 1})  # the last 5 sliding layers... one full
+
+
+def test_gemma4_per_layer_embeddings_and_experts_beside_the_dense_ffn() -> None:
+    """Gemma4TextModel's per-layer embeddings (a 1,000 × 3·8 table, a 64 -> 24 projection
+    and its norm; per layer a gate, a projection and a norm) and enable_moe_block (the dense
+    MLP stays, the experts run beside it with three norms and a scaled router)."""
+    spec = spec_from_hf(json.loads((V / "gemma4_text-moe.json").read_text()))
+    rows = {r[0]: r[1] * r[4] for r in count_params(spec).rows}
+    assert rows["embed.per_layer"] == 1000 * 3 * 8 and rows["embed.project_per_layer"] == 64 * 24
+    assert rows["decoder.full.ple.gate.weight"] == 64 * 8
+    assert rows["decoder.sliding.ffn.dense.gate.weight"] == 2 * 64 * 96
+    assert rows["decoder.sliding.ffn.router.per_expert_scale"] == 2 * 4
+    flops = {r[0]: r[1] for r in count_flops(spec, 8).rows}
+    assert flops["decoder.sliding.ffn.dense"] == 2 * 3 * 64 * 96
+    assert flops["embed.project_per_layer"] == 2 * 64 * 24

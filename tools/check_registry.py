@@ -120,6 +120,10 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
     if "rotary_dim" in fields:  # GPT-J, CodeGen: rotary dims within a head
         width = next(cfg[k] for k in ("n_embd", "hidden_size") if k in cfg)
         cfg["rotary_dim"] = min(8, width // heads)
+    if "vocab_size_per_layer_input" in fields:  # Gemma 4's per-layer embeddings: looked up
+        # by the token ids, so as many rows as the vocabulary
+        cfg["vocab_size_per_layer_input"] = cfg["vocab_size"]
+        cfg["hidden_size_per_layer_input"] = rng.choice([0, 8])
     if "type_vocab_size" in fields:
         cfg["type_vocab_size"] = rng.choice([1, 2])
     # an explicit null is the config class's to derive (K/V heads = heads, head_dim = d / h)

@@ -89,9 +89,11 @@ def softmax_fp32_types() -> list[str]:
 
 
 # RMSNorms whose weight multiplies in fp32 before the cast back, so the normalised tensor the
-# mul keeps is fp32 (Gemma's x̂ · (1 + w), OLMo-2's and gpt-oss's (w · x̂).to(dtype))
+# mul keeps is fp32 (Gemma's x̂ · (1 + w), OLMo-2's and gpt-oss's (w · x̂).to(dtype), Gemma 4's
+# x̂ · w.float())
 NORM_FP32 = ("return (self.weight * hidden_states).to(input_dtype)",
-             "output * (1.0 + self.weight.float())")
+             "output * (1.0 + self.weight.float())",
+             "normed_output = normed_output * self.weight.float()")
 
 
 def norm_fp32_types() -> list[str]:

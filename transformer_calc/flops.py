@@ -129,7 +129,14 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
             _mixer_flops(add, blk.mixer, E, f"{g.name}.mixer.", g.name, g.count)
         if blk.ffn is not None:
             _ffn_flops(blk.ffn, E, add, f"{g.name}.ffn", g.name, g.count)
+        if spec.per_layer_input:  # Gemma 4: the gate and the projection of the layer's own
+            P = spec.per_layer_input  # embedding
+            add((f"{g.name}.ple", 4 * E * P, "2 · 2 · d_model · per_layer_input", "", g.count,
+                 g.name, "", None, ()))
 
+    if spec.per_layer_input:  # Gemma 4: the embeddings projected to every layer's input
+        add(("embed.project_per_layer", 2 * E * spec.n_layers * spec.per_layer_input,
+             "2 · d_model · n_layers · per_layer_input", "", 1, "", "", None, ()))
     if spec.side_concat:
         cin = E + sum(w for _, w in spec.side_tables)
         add(("embed.project_side", 2 * cin * E, "2 · (d_model + side widths) · d_model", "", 1,
@@ -227,6 +234,12 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
     if a.mechanism == "linformer" and a.sharing == "kv":  # the package's share_kv: V = K
         add((p + "qk", 2 * E * (H + Hkv) * dh, "2 · d_model · (n_heads + n_kv_heads) · d_head",
              "", L, group, "values are the keys", None, ()))
+    elif a.kv_shared:  # Gemma 4: the keys and values of an earlier layer
+        add((p + "q", 2 * E * H * dh, "2 · d_model · n_heads · d_head", "", L, group,
+             "keys and values reused from an earlier layer", None, ()))
+    elif a.v_is_k:  # Gemma 4's attention_k_eq_v: no value projection
+        add((p + "qk", 2 * E * (H + Hkv) * dh, "2 · d_model · (n_heads + n_kv_heads) · d_head",
+             "", L, group, "values are the keys' projection", None, ()))
     else:
         add((p + "qkv", 2 * E * (H + 2 * Hkv) * dh,
              "2 · d_model · (n_heads + 2·n_kv_heads) · d_head", "", L, group,
@@ -427,6 +440,9 @@ def _ffn_flops(f: FFN, E: int, add, p: str, group: str, L: int) -> None:  # type
     add((p + ".router", 2 * E * X, "2 · d_model · n_experts", "", L, group, "", None, ()))
     add((p + ".experts", 2 * mats * E * f.d_ff * k, gated + f.ff_sym + " · top_k", "", L, group,
          "", None, ()))
+    if f.beside:  # Gemma 4: the dense FFN beside the experts
+        add((p + ".dense", 2 * mats * E * f.beside, gated + "d_ff", "", L, group,
+             "runs beside the experts", None, ()))
     if S:
         add((p + ".shared", 2 * mats * E * f.d_shared * S,
              gated + f.shared_sym + " · n_shared_experts", "", L, group, "", None, ()))

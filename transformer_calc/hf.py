@@ -37,6 +37,8 @@ HEAD_CLASS = {
     "modernbert": "ModernBertForMaskedLM",
     "modernbert-decoder": "ModernBertDecoderForCausalLM",
     "fsmt": "FSMTForConditionalGeneration",
+    "gemma4_text": "Gemma4ForCausalLM",
+    "gemma4_unified_text": "Gemma4UnifiedForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
 }
 
@@ -67,7 +69,9 @@ INT_KEYS = frozenset("""
     intermediate_multiple_size local_attention global_attn_every_n_layers src_vocab_size
     tgt_vocab_size pad_token_id embedding_size input_embedding_size
     output_embedding_size num_hidden_groups inner_group_num shape_vocab_size shape_embed_dim
-    pronunciation_vocab_size pronunciation_embed_dim""".split())
+    pronunciation_vocab_size pronunciation_embed_dim global_head_dim num_global_key_value_heads
+    num_kv_shared_layers hidden_size_per_layer_input vocab_size_per_layer_input top_k_experts
+    """.split())
 BOOL_KEYS = frozenset("""
     tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
     parallel_attn multi_query bias alibi do_layer_norm_before _remove_final_layer_norm
@@ -75,7 +79,8 @@ BOOL_KEYS = frozenset("""
     layer_norm_elementwise_affine use_sliding_window use_bias use_qkv_bias attention_out_bias
     use_qk_norm use_parallel_residual layernorm_embedding use_learned_position_embeddings
     use_sandwich_norm use_attention_gate norm_bias classifier_bias decoder_bias concat_input
-    enable_shape enable_pronunciation""".split())
+    enable_shape enable_pronunciation attention_k_eq_v use_double_wide_mlp enable_moe_block
+    """.split())
 FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct", "resid_pdrop", "embd_pdrop",
                         "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob",
                         "dropout", "attention_dropout", "dropout_rate", "hidden_dropout",
@@ -972,6 +977,72 @@ class _Window(Config):
 
     def get(self, key: str, default: Any) -> Any:
         return self.fixed[key] if key in self.fixed else super().get(key, default)
+
+
+def _gemma4(c: Config, unified: bool = False) -> dict[str, Any]:
+    """Gemma4ForCausalLM / Gemma4UnifiedForCausalLM (transformers 5.23): Gemma 3's sandwich
+    norms and QK-norm, a weightless norm on the values, full layers (every sixth, and the
+    last) of their own head width (global_head_dim) and, with attention_k_eq_v, their own
+    K/V heads and no value projection; the last num_kv_shared_layers layers reuse earlier
+    keys and values (and, with use_double_wide_mlp, have a 2 · d_ff FFN); Gemma4 alone adds
+    per-layer embeddings (hidden_size_per_layer_input) and experts beside the dense FFN
+    (enable_moe_block)."""
+    _no_parameter_notes(c)
+    L = c.get("num_hidden_layers", 30)
+    E, H = c.get("hidden_size", 2304), c.get("num_attention_heads", 8)
+    d_head = c.get("head_dim", 256)
+    c.refuse("use_bidirectional_attention", lambda v: v == "all",
+             "bidirectional text attention is not modelled")
+    c.refuse("per_layer_config", lambda v: True, "per-layer overrides beyond global_head_dim "
+             "and num_global_key_value_heads are not modelled")
+    types = c.data.get("layer_types")
+    if types is None:  # Gemma4TextConfig: every sixth layer full
+        types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(L)]
+    if isinstance(types, list) and types:
+        types = [*types[:-1], "full_attention"]  # the config forces the last layer full
+    k_eq_v = c.get("attention_k_eq_v", False)
+    shared = c.get("num_kv_shared_layers", 0)
+    bias = c.get("attention_bias", False)
+    if shared and isinstance(types, list) and len(types) == L and shared < L and \
+            set(types[:L - shared]) != set(types):
+        raise SpecError("num_kv_shared_layers", "a count leaving a layer of each kind before "
+                        "the shared ones (they reuse its keys)", shared, source=c.where)
+    out: dict[str, Any] = dict(
+        arch="decoder", logit_softcapping=_softcap(c, None),
+        vocab_size=c.get("vocab_size", 262144), d_model=E, n_layers=L, n_heads=H,
+        n_kv_heads=c.kv_heads(4, H), d_head=None if d_head * H == E else d_head,
+        d_ff=c.get("intermediate_size", 9216),
+        max_positions=c.get("max_position_embeddings", 262144 if unified else 131072),
+        position="rope", ffn="gated",
+        activation=c.activation("hidden_activation", "gelu_pytorch_tanh"),
+        norm="rmsnorm", norm_position="pre", sandwich_norm=True, qk_norm="head",
+        value_norm=True, **_bias(bias, bias, bias, bias, False, False),
+        tie_embeddings=c.get("tie_word_embeddings", True),
+        global_head_dim=c.get("global_head_dim", 512),
+        global_kv_heads=c.get("num_global_key_value_heads", None) if k_eq_v else None,
+        global_k_eq_v=bool(k_eq_v), kv_shared_layers=shared,
+        kv_shared_wide_ffn=bool(shared and c.get("use_double_wide_mlp", False)))
+    if out["global_head_dim"] == (d_head if out["d_head"] else E // H):
+        out["global_head_dim"] = None
+    if not unified:
+        P = c.get("hidden_size_per_layer_input", 256)
+        if P:
+            out |= {"per_layer_input": P,
+                    "per_layer_vocab": c.get("vocab_size_per_layer_input", 262144)}
+        if c.get("enable_moe_block", False):
+            X, k = c.get("num_experts", None), c.get("top_k_experts", None)
+            F = c.get("moe_intermediate_size", None)
+            for key, value in (("num_experts", X), ("top_k_experts", k),
+                               ("moe_intermediate_size", F)):
+                if not value:
+                    raise SpecError(key, "an integer >= 1 with enable_moe_block", value,
+                                    source=c.where)
+            # Gemma4TextRouter.proj is an nn.Linear: peft's all-linear adapts it (the
+            # experts' 3-D weights it leaves alone, peft 0.21)
+            out |= {"n_experts": X, "top_k": k, "d_ff_expert": F, "moe_beside_dense": True,
+                    "layer_ffn": f"{L}E", "peft_moe": "linear_router"}
+    c.data = {**c.data, "layer_types": types}
+    return out | _layer_attention(c, L, None, 1024 if unified else 512)
 
 
 def _gpt_oss(c: Config) -> dict[str, Any]:
@@ -2047,6 +2118,8 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "modernbert": _modernbert,
     "modernbert-decoder": lambda c: _modernbert(c, decoder=True),
     "fsmt": _fsmt,
+    "gemma4_text": _gemma4,
+    "gemma4_unified_text": lambda c: _gemma4(c, unified=True),
 } | {model_type: partial(_generic, r=r) for model_type, r in GENERIC.items()} \
   | {model_type: partial(_encoder, r=r) for model_type, r in ENCODERS.items()} \
   | {model_type: partial(_seq2seq, r=r) for model_type, r in SEQ2SEQ.items()} \

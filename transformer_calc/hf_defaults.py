@@ -1787,22 +1787,22 @@ SOFTMAX_FP32: frozenset[str] = frozenset(
 ['afmoe', 'apertus', 'arcee', 'aria_text', 'bamba', 'bitnet', 'bloom', 'cohere', 'cohere2',
  'cohere2_moe', 'cwm', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'diffllama',
  'ernie4_5', 'ernie4_5_moe', 'eurobert', 'exaone4', 'exaone_moe', 'falcon_h1', 'flex_olmo',
- 'gemma', 'gemma2', 'gemma3_text', 'glm', 'glm4', 'glm4_moe', 'glm4_moe_lite',
- 'glm_moe_dsa', 'gpt_bigcode', 'gpt_neox', 'granite', 'granite_swa', 'granitemoe',
- 'granitemoe_swa', 'granitemoehybrid', 'granitemoeshared', 'helium', 'hy_v3', 'hyperclovax',
- 'jais2', 'jamba', 'kolibri1', 'laguna', 'layoutlm', 'lfm2', 'lfm3', 'llama', 'mellum',
- 'minicpm3', 'minimax', 'minimax_m2', 'minimax_m3_vl_text', 'ministral3', 'mistral',
- 'mixtral', 'mllama', 'modernbert', 'modernbert-decoder', 'nanochat', 'nemotron_h', 'olmo',
- 'olmo2', 'olmo3', 'olmoe', 'opt', 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2',
- 'qwen2_moe', 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_moe', 'qwen3_next',
- 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2', 'vaultgemma', 'xglm',
- 'youtu'])
+ 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text', 'gemma4_unified_text', 'glm', 'glm4',
+ 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'gpt_bigcode', 'gpt_neox', 'granite',
+ 'granite_swa', 'granitemoe', 'granitemoe_swa', 'granitemoehybrid', 'granitemoeshared',
+ 'helium', 'hy_v3', 'hyperclovax', 'jais2', 'jamba', 'kolibri1', 'laguna', 'layoutlm',
+ 'lfm2', 'lfm3', 'llama', 'mellum', 'minicpm3', 'minimax', 'minimax_m2',
+ 'minimax_m3_vl_text', 'ministral3', 'mistral', 'mixtral', 'mllama', 'modernbert',
+ 'modernbert-decoder', 'nanochat', 'nemotron_h', 'olmo', 'olmo2', 'olmo3', 'olmoe', 'opt',
+ 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_5_moe_text',
+ 'qwen3_5_text', 'qwen3_moe', 'qwen3_next', 'seed_oss', 'smollm3', 'solar_open', 'stablelm',
+ 'starcoder2', 'vaultgemma', 'xglm', 'youtu'])
 
 # RMSNorms that keep their normalised tensor in fp32 (the weight multiplies before the cast back)
 NORM_FP32: frozenset[str] = frozenset(
-['afmoe', 'flex_olmo', 'flint', 'gemma', 'gemma2', 'gemma3_text', 'gpt_oss',
- 'minimax_m3_vl_text', 'olmo2', 'olmo3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next',
- 'vaultgemma'])
+['afmoe', 'flex_olmo', 'flint', 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text',
+ 'gemma4_unified_text', 'gpt_oss', 'minimax_m3_vl_text', 'olmo2', 'olmo3',
+ 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next', 'vaultgemma'])
 
 # RMSNorms that multiply their (16-bit) input itself by the fp32 rsqrt
 # (`variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)`)
@@ -1896,6 +1896,8 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'gemma': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'gemma2': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'gemma3_text': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
+    'gemma4_text': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
+    'gemma4_unified_text': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'glm': ('down_proj', 'gate_up_proj', 'k_proj', 'o_proj', 'q_proj', 'v_proj'),
     'glm4': ('down_proj', 'gate_up_proj', 'k_proj', 'o_proj', 'q_proj', 'v_proj'),
     'glm4_moe': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),

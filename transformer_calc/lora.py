@@ -46,7 +46,7 @@ ROLE_ALIASES = {
 ROLES = ("q", "k", "v", "o", "qkv", "q_a", "q_b", "kv_a", "kv_b", "attn_gate", "gate", "up",
          "down", "gate_up", "router", "experts", "shared", "shared_gate", "in_proj", "x_proj",
          "dt_proj", "out_proj", "qkv_proj", "output_gate", "project", "head", "index_q",
-         "index_k", "index_weights")
+         "index_k", "index_weights", "ple")
 # tcalc's FFN tensor names -> the role a user names
 _FFN_ROLE = {"gate": "gate", "in": "up", "out": "down"}
 
@@ -73,7 +73,11 @@ def _role(rest: str) -> str | None:
     if parts[0] in ("attn", "cross"):
         leaf = parts[1]
         return "attn_gate" if leaf == "gate" else leaf if leaf in ROLES else None
+    if parts[0] == "ple":  # Gemma 4's per-layer embedding gate and projection: nn.Linear
+        return "ple"
     if parts[0] == "ffn":
+        if parts[1] == "dense":  # Gemma 4: the dense MLP beside the experts
+            return _FFN_ROLE.get(parts[2])
         if parts[1] in ("experts", "shared"):
             return parts[1]
         if parts[1] == "pattn":

@@ -362,6 +362,14 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             add((p + "linear_context", B * Hh * dq * dq * a, "B·n_heads·d_head² · act "
                  "(φ(K)ᵀ·V)", "", L, stack, "tp", None, ()))
 
+    # transformers builds an explicit (B, 1, T, T) mask for sliding layers once T reaches
+    # the window (masking_utils._ignore_causal_mask_sdpa; its bidirectional twin with the half
+    # window): SDPA then keeps it, and K/V go in repeated to n_heads (no enable_gqa with a
+    # mask; measured on Gemma 4 and ModernBERT)
+    reach = ((spec.sliding_window - 1) // 2 if spec.arch == "encoder"
+             else spec.sliding_window)
+    sliding_mask = attention == "sdpa" and flash and bool(spec.sliding_window) and reach <= T
+
     def attention_block(at: Attention, p: str, stack: str, L: int) -> None:
         cross = at.cross
         Hh, dq, dv = at.heads, at.d_head, at.d_v
@@ -378,6 +386,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                     norm(p + part, stack, L, dq, "d_head", heads, hsym + "·")
                 else:
                     norm(p + part, stack, L, heads * dq, hsym + "·d_head")
+        if at.v_norm and not at.kv_shared:
+            # Gemma 4's v_norm: an RMSNorm without weight over each value head keeps its fp32
+            # input and 1/rms (no weight's mul)
+            Hv = at.kv_heads
+            add((p + "v_norm", sb * Hv * dq * 4 + sb * Hv * 4, "B·T·n_kv_heads·d_head · 4 + "
+                 "B·T·n_kv_heads · 4 (fp32 input, 1/rms)", "", L, stack, "", None, ()))
         if at.mla:
             # DeepSeek MLA (transformers DeepseekV3Attention), measured (the listing of the
             # deepseek_v3 variant): kv_a's output (the latent and the RoPE key, kept whole by
@@ -417,6 +431,13 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             vb = Hh * (dq - at.d_rope + dv)
             add((p + "qkv", sb * (qw + kvw + vb) * a, "B·T·n_heads·(2·(d_nope + d_rope) + "
                  "d_nope + d_v) · act", "", L, stack, "tp", None, ()))
+        elif flash and 1 < at.kv_heads < Hh and (
+                (sliding_mask and at.kind == "sliding") or dq > 256):
+            # transformers' use_gqa_in_sdpa: no enable_gqa with a mask or heads over 256 wide,
+            # so repeat_kv copies K and V to every head (with one K/V head it is a view)
+            add((p + "qkv", sb * 3 * qw * a, "3 · B·T·n_heads·d_head · act (K and V repeated "
+                 "to every head: a masked call takes no grouped heads)", "", L, stack, "tp",
+                 None, ()))
         elif flash:
             add((p + "qkv", sb * (qw + kvw + vw) * a,
                  "B·T·(n_heads + 2·n_kv_heads)·d_head · act", "", L, stack, "tp", None, ()))
@@ -543,6 +564,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             paths = [("", f.experts_per_token, f.d_ff, f.ff_sym, "experts per token")]
             if f.shared:
                 paths.append(("shared.", f.shared, f.d_shared, f.shared_sym, "shared experts"))
+            if f.beside:  # Gemma 4: the dense FFN beside the experts
+                paths.append(("dense.", 1, f.beside, "d_ff", "dense FFN"))
             for sub, k, width, sym, why in paths:
                 route = f" · {k} ({why})" if k > 1 else ""
                 if amp_gelu:
@@ -581,6 +604,18 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 k = f.top_k
                 add((p + "routed_input", k * x, "top_k · B·T·d_model · act (each expert's "
                      "copy of its tokens)", "", L, stack, "", None, ()))
+                if f.beside:
+                    # Gemma4TextDecoderLayer: norms after the dense FFN, before and after the
+                    # experts; Gemma4TextRouter norms the residual without a weight (fp32
+                    # input, 1/rms), scales it per channel (the mul keeps the normed input)
+                    # and projects it (its input kept)
+                    for name in ("dense.post_norm", "experts.pre_norm", "experts.post_norm"):
+                        norm(p + name, stack, L)
+                    add((p + "router_norm", sb * E * 4 + sb * 4, "B·T·d_model · 4 + B·T · 4 "
+                         "(fp32 input, 1/rms)", "", L, stack, "", None, ()))
+                    add((p + "router_input", 2 * x, "2 · B·T·d_model · act (the normed input "
+                         "the scale multiplies, and the projection's input)", "", L, stack, "",
+                         None, ()))
                 add((p + "expert_output", k * x, "top_k · B·T·d_model · act (scaled by the "
                      "routing weight)", "", L, stack, "", None, ()))
         if dropout:
@@ -795,28 +830,45 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             if blk.ffn is not None:
                 ffn_block(blk.ffn, f"{g.name}.ffn.", g.name, g.count,
                           shares_input=blk.ffn_reads_attn_input)
+            if spec.per_layer_input:
+                # Gemma4TextDecoderLayer's per-layer input: the gate keeps its input, the
+                # activation its input and output (the product's factor), the projection its
+                # input, then a norm over d_model (measured: tools/measure_activations_hf.py)
+                P, q = spec.per_layer_input, g.name + ".ple."
+                n_act = ACT_SAVES.get(spec.activation, 1) + 1
+                add((q + "gate_input", x, "B·T·d_model · act", "", g.count, g.name, "", None,
+                     ()))
+                add((q + "activation", n_act * sb * P * a, f"{n_act} · B·T·per_layer_input · "
+                     "act (the gate's activation and the product's factor)", "", g.count,
+                     g.name, "", None, ()))
+                add((q + "project_input", sb * P * a, "B·T·per_layer_input · act", "",
+                     g.count, g.name, "", None, ()))
+                norm(q + "norm", g.name, g.count)
         if st.final_norm:
             norm(f"{st.name}.final_norm", "", 1)
             if dropout and spec.t5_dropouts:  # T5Stack: dropout after the final norm
                 add((f"{st.name}.final_dropout_mask", sb * E * mask, "B·T·d_model · mask", "",
                      1, "", "", None, ()))
-    if attention == "sdpa" and flash and spec.sliding_window and any(
-            g.block.attn is not None and g.block.attn.kind == "sliding"
-            for g in plan_of(spec).groups):
-        # transformers builds an explicit (B, 1, T, T) mask for the sliding layers once T
-        # reaches the window (masking_utils: _ignore_causal_mask_sdpa, and its bidirectional
-        # twin with the half window); the kernel keeps it for backward, one tensor shared by
-        # every sliding layer (measured on ModernBERT and its decoder)
-        reach = ((spec.sliding_window - 1) // 2 if spec.arch == "encoder"
-                 else spec.sliding_window)
-        if reach <= T:
-            add(("attn.sliding_mask", B * T * T * a, "B·T·T · act (the sliding layers' "
-                 "explicit mask, one for all)", "", 1, "", "", None, ()))
+    if sliding_mask and any(g.block.attn is not None and g.block.attn.kind == "sliding"
+                            for g in plan_of(spec).groups):
+        # the sliding layers' explicit mask, one tensor for all of them
+        add(("attn.sliding_mask", B * T * T * a, "B·T·T · act (the sliding layers' "
+             "explicit mask, one for all)", "", 1, "", "", None, ()))
     if spec.arch == "encoder-decoder" and spec.n_decoder_layers:
         # the encoder's output, which every cross-attention's K and V projections read (one
         # tensor for all decoder layers; measured on T5)
         add(("decoder.cross.encoder_output", sb * E * a, "B·T·d_model · act (cross K/V "
              "input, shared by the layers)", "", 1, "", "", None, ()))
+    if spec.per_layer_input:
+        # Gemma4TextModel.project_per_layer_inputs: the projection keeps the scaled
+        # embeddings, a norm over each layer's vector, and every layer's mul keeps the
+        # combined per-layer inputs (one tensor of n_layers · per_layer_input per token)
+        P, Lp = spec.per_layer_input, spec.n_layers
+        add(("embed.project_per_layer_input", x, "B·T·d_model · act", "", 1, "", "", None,
+             ()))
+        norm("embed.per_layer_norm", "", 1, P, "per_layer_input", Lp, "n_layers·")
+        add(("embed.per_layer_inputs", sb * Lp * P * a, "B·T·n_layers·per_layer_input · act",
+             "", 1, "", "", None, ()))
     if spec.embedding_norm:
         if spec.embed_factorized:
             norm("embed.norm", "", 1, spec.embed_dim, "d_embed")

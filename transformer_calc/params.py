@@ -120,6 +120,17 @@ def count_params(spec: ModelSpec) -> Breakdown:
         add(("embed.project_side", cin * E, "(d_model + side widths) × d_model", "", 1, "",
              "the word and side vectors, concatenated, back to d_model", None, (E, cin)))
         add(("embed.project_side.bias", E, "d_model", "", 1, "", "", None, ()))
+    if spec.per_layer_input:
+        # Gemma 4's per-layer embeddings (Gemma4TextModel): a table of per_layer_vocab rows
+        # holding every layer's vector, a projection of the embeddings to all of them and a
+        # norm over one layer's vector
+        P, Vp, Lp = spec.per_layer_input, spec.per_layer_vocab, spec.n_layers
+        add(("embed.per_layer", Vp * Lp * P, "per_layer_vocab × (n_layers · per_layer_input)",
+             "", 1, "", "", None, (Vp, Lp * P)))
+        add(("embed.project_per_layer", E * Lp * P, "d_model × (n_layers · per_layer_input)",
+             "", 1, "", "", None, (Lp * P, E)))
+        n_ple, why_ple = norm_of(spec.norm, P, "per_layer_input")
+        add(("embed.per_layer_norm", n_ple, why_ple, "", 1, "", "", None, ()))
     prefixes = [f"{s}." for s, _ in stacks] if enc_dec else [""]
     for prefix in prefixes:
         if spec.position == "learned":
@@ -188,6 +199,15 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      "built, never run by a decoder alone (no encoder states)", None, ()))
             if blk.ffn is not None:
                 _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, n, blk.norm)
+            if spec.per_layer_input:
+                # Gemma4TextDecoderLayer: per_layer_input_gate, per_layer_projection,
+                # post_per_layer_input_norm
+                P = spec.per_layer_input
+                add((f"{g.name}.ple.gate.weight", E * P, "d_model × per_layer_input", "", n,
+                     g.name, "gates the layer's own embedding", None, (P, E)))
+                add((f"{g.name}.ple.project.weight", P * E, "per_layer_input × d_model", "", n,
+                     g.name, "", None, (E, P)))
+                add((f"{g.name}.ple.norm", norm_n, norm_why, "", n, g.name, "", None, ()))
             for norm in blk.norms:
                 bare = norm == "attn.norm" and g.name == st.bare_first
                 add((f"{g.name}.{norm}", norm_n, norm_why, "", n - bare, g.name,
@@ -326,12 +346,16 @@ def _attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type
          (qw, E)))
     if a.bias_q:
         add((p + "q.bias", qw, "n_heads · d_head", "", L, group, "", None, ()))
-    add((p + "k.weight", E * kvw, "d_model × (n_kv_heads · d_head)", "", L, group, kv_note,
-         None, (kvw, E)))
-    if a.bias_k:
-        add((p + "k.bias", kvw, "n_kv_heads · d_head", "", L, group, "", None, ()))
-    values_are_keys = a.mechanism == "linformer" and a.sharing == "kv"
-    if not values_are_keys:  # the linformer package's share_kv has no value projection
+    if not a.kv_shared:  # Gemma 4's KV-shared layers read an earlier layer's keys
+        add((p + "k.weight", E * kvw, "d_model × (n_kv_heads · d_head)", "", L, group,
+             kv_note, None, (kvw, E)))
+        if a.bias_k:
+            add((p + "k.bias", kvw, "n_kv_heads · d_head", "", L, group, "", None, ()))
+    # the linformer package's share_kv, and Gemma 4's attention_k_eq_v, have no value
+    # projection
+    values_are_keys = (a.mechanism == "linformer" and a.sharing == "kv") or a.v_is_k \
+        or a.kv_shared
+    if not values_are_keys:
         add((p + "v.weight", E * kvw, "d_model × (n_kv_heads · d_head)", "", L, group,
              kv_note, None, (kvw, E)))
         if a.bias_v:
@@ -341,7 +365,7 @@ def _attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type
     if a.bias_o:
         add((p + "o.bias", E, "d_model", "", L, group, "", None, ()))
     if a.qk_norm != "none":
-        _qk_norms(add, a, norm, p, group, L)
+        _qk_norms(add, a._replace(qk_norm="q_only") if a.kv_shared else a, norm, p, group, L)
     if a.sub_norm:
         n, why = norm_of(norm, qw, "n_heads · d_head")
         add((p + "sub_norm", n, why, "", L, group, "BitNet: over the output before o", None,
@@ -407,10 +431,11 @@ def _gate(add, a: Attention, E: int, p: str, group: str, L: int) -> None:  # typ
 
 
 def _qk_norms(add, a: Attention, norm: str, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]
-    if a.qk_norm == "head":
+    if a.qk_norm in ("head", "q_only"):
         # Qwen3, Gemma 3 (q_norm / k_norm over head_dim): one norm shared by every head
+        # (Gemma 4's KV-shared layers: q_norm only)
         n, why = norm_of(norm, a.d_head, "d_head")
-        for which in ("q_norm", "k_norm"):
+        for which in ("q_norm", "k_norm")[:1 if a.qk_norm == "q_only" else 2]:
             add((p + which, n, why, "", L, group, "over one head, shared by the heads", None,
                  ()))
     elif a.qk_norm == "width":
@@ -575,6 +600,19 @@ def _ffn(add, f: FFN, E: int, p: str, group: str, L: int,  # type: ignore[no-unt
     add((p + "router.weight", E * X, "d_model × n_experts", "", L, group, "", None, (X, E)))
     if f.router_bias:
         add((p + "router.bias", X, "n_experts", "", L, group, "", None, ()))
+    if f.beside:
+        # Gemma4TextDecoderLayer with enable_moe_block: the dense MLP beside the experts, a
+        # norm after it, one before and one after the experts; Gemma4TextRouter scales its
+        # normed input per channel (scale) and its weights per expert (per_expert_scale)
+        for name, n, formula, shape in _mlp(f._replace(bias_in=False, bias_out=False),
+                                            f.beside, "d_ff", E):
+            add((p + "dense." + name, n, formula, "", L, group, "runs beside the experts",
+                 None, shape))
+        add((p + "router.scale", E, "d_model", "", L, group, "", None, ()))
+        add((p + "router.per_expert_scale", X, "n_experts", "", L, group, "", None, ()))
+        n_norm, why = norm_of(norm, E)
+        for name in ("dense.post_norm", "experts.pre_norm", "experts.post_norm"):
+            add((p + name, n_norm, why, "", L, group, "", None, ()))
     note = f"top-{k} of {X} active per token"
     for name, n, formula, shape in _mlp(f, f.d_ff, f.ff_sym, E):
         add((p + "experts." + name, X * n, "n_experts · " + formula, "", L, group, note, k * n,

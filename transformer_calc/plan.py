@@ -66,6 +66,9 @@ class Attention(NamedTuple):
     index_topk: int = 0
     sub_norm: bool = False  # BitNet: a norm over the output before o_proj (attn_sub_norm)
     differential: bool = False  # DiffLlama: two maps, λ from 4 · d_head parameters
+    kv_shared: bool = False  # Gemma 4: K/V reused from an earlier layer (no K/V projections)
+    v_is_k: bool = False  # Gemma 4's attention_k_eq_v: no value projection
+    v_norm: bool = False  # Gemma 4: an RMSNorm without weight over each value head
 
     def gate_width(self, which: str) -> int:
         """Outputs of the gate (or its bias): one per head, or one per output channel."""
@@ -90,6 +93,8 @@ class Attention(NamedTuple):
         if self.mla:
             # DSA adds the indexer's key (DeepseekV32Indexer: update_indexer caches k)
             return self.kv_lora_rank + self.d_rope + self.index_dim
+        if self.kv_shared:  # Gemma 4: reads an earlier layer's keys, writes no cache
+            return 0
         return self.kv_heads * (self.d_head + self.d_v)
 
     def cached_tokens(self, T: int) -> int:
@@ -119,6 +124,7 @@ class FFN(NamedTuple):
     shared_gate: bool = False
     pattn: tuple[int, int, int, int] = (0, 0, 0, 0)  # h_p, n_p, d_pk, d_pv
     sub_norm: bool = False  # BitNet: a norm over the inner width before down (ffn_sub_norm)
+    beside: int = 0  # Gemma 4: a dense FFN of this width runs beside the experts
 
     @property
     def moe(self) -> bool:
@@ -272,12 +278,17 @@ def parse_pattern(text: str, letters: str, n_layers: int, key: str) -> tuple[str
 
 
 def _layer_kinds(spec: ModelSpec, n_layers: int) -> Counter[str]:
-    """How many layers of each (attention letter, FFN letter) pair the stack has."""
+    """How many layers of each (attention letter, FFN letter) pair the stack has; a third
+    letter "r" marks the last kv_shared_layers layers, which reuse earlier keys (Gemma 4)."""
     attn = parse_pattern(spec.layer_attention, "".join(ATTENTION_LAYER_KINDS), n_layers,
                          "layer_attention") if spec.layer_attention else None
     ffn = parse_pattern(spec.layer_ffn, "".join(FFN_LAYER_KINDS), n_layers,
                         "layer_ffn") if spec.layer_ffn else None
     a0, f0 = default_kinds(spec)
+    if spec.kv_shared_layers:
+        first = n_layers - spec.kv_shared_layers
+        return Counter((attn[i] if attn else a0) + (ffn[i] if ffn else f0)
+                       + ("r" if i >= first else "") for i in range(n_layers))
     return _pair_counts(attn, ffn, a0, f0, n_layers)
 
 
@@ -340,6 +351,8 @@ def _group_name(spec: ModelSpec, stack: str, kinds: str, vary_a: bool, vary_f: b
         tags = [a or f] if vary_a or vary_f else []
     else:
         tags = ([a] if vary_a else []) + ([f] if vary_f else [])
+    if kinds[2:] == "r":  # Gemma 4: reuses an earlier layer's keys and values
+        tags.append("kv_shared")
     return ".".join([stack, *tags])
 
 
@@ -369,7 +382,7 @@ def _build(spec: ModelSpec) -> Plan:
 
 def _build_running(spec: ModelSpec) -> Plan:
     enc_dec = spec.arch == "encoder-decoder"
-    if enc_dec or not (spec.layer_attention or spec.layer_ffn):
+    if enc_dec or not (spec.layer_attention or spec.layer_ffn or spec.kv_shared_layers):
         # every layer of a stack alike (the common case): one group each, no pattern parsing
         kinds = "FD" if enc_dec else "".join(default_kinds(spec))
         return Plan(tuple(
@@ -407,7 +420,8 @@ def _build_running(spec: ModelSpec) -> Plan:
     return Plan(tuple(stacks))
 
 
-def _attention(spec: ModelSpec, letter: str, cross: bool = False) -> Attention:
+def _attention(spec: ModelSpec, letter: str, cross: bool = False,
+               shared: bool = False) -> Attention:
     # positional, in Attention's field order (a plan is built per spec: make bench)
     kind, window = (("sliding", spec.sliding_window) if letter == "S" else
                     ("chunked", spec.attention_chunk) if letter == "C" else ("full", 0))
@@ -424,31 +438,41 @@ def _attention(spec: ModelSpec, letter: str, cross: bool = False) -> Attention:
                          spec.q_lora_rank, spec.kv_lora_rank, dr, spec.attn_gate,
                          spec.attn_gate_bias, index_heads=spec.index_heads,
                          index_dim=spec.index_head_dim, index_topk=spec.index_topk)
-    dh = spec.head_dim
+    dh, kv = spec.head_dim, spec.kv_heads
+    v_is_k = False
+    if letter in "FN" and (spec.global_head_dim or spec.global_kv_heads or spec.global_k_eq_v):
+        # Gemma 4: the full layers' own head width and K/V heads, values from the keys
+        dh = spec.global_head_dim or dh
+        kv = spec.global_kv_heads or kv
+        v_is_k = spec.global_k_eq_v
     mech = spec.attention_mechanism
     features = spec.performer_features or (int(dh * math.log(dh)) if dh > 1 else 1)
-    return Attention(spec.n_heads, spec.kv_heads, dh, dh, spec.bias_q, spec.bias_k,
+    return Attention(spec.n_heads, kv, dh, dh, spec.bias_q, spec.bias_k,
                      spec.bias_v, spec.bias_o, spec.qk_norm, spec.attention_sinks, kind,
                      window, rope, False, spec.fused_qkv, 0, 0, 0, spec.attn_gate,
                      spec.attn_gate_bias, mech, spec.linformer_k if mech == "linformer" else 0,
                      spec.max_positions if mech == "linformer" else 0,
                      spec.linformer_sharing, features if mech == "performer" else 0,
                      spec.qkv_conv, spec.qkv_conv_bias, sub_norm=spec.sub_norms,
-                     differential=spec.differential)
+                     differential=spec.differential, kv_shared=shared, v_is_k=v_is_k,
+                     v_norm=spec.value_norm)
 
 
-def _ffn(spec: ModelSpec, letter: str) -> FFN:
+def _ffn(spec: ModelSpec, letter: str, shared: bool = False) -> FFN:
     # positional, in FFN's field order (a plan is built per spec: make bench)
     pattn = (spec.pattn_heads, spec.pattn_n, spec.pattn_d_key, spec.pattn_d_value) \
         if spec.ffn == "param_attention" else (0, 0, 0, 0)
+    wide = 2 if shared and spec.kv_shared_wide_ffn else 1  # Gemma 4's use_double_wide_mlp
     if letter == "D":
-        return FFN(spec.ffn, spec.d_ff, "d_ff", spec.activation, spec.bias_ffn_in,
+        return FFN(spec.ffn, wide * spec.d_ff, "2 · d_ff" if wide > 1 else "d_ff",
+                   spec.activation, spec.bias_ffn_in,
                    spec.bias_ffn_out, 0, 0, 0, 0, "", False, False, pattn, spec.sub_norms)
     ff_sym = "d_ff_expert" if spec.d_ff_expert is not None else "d_ff"
     return FFN(spec.ffn, spec.expert_ff, ff_sym, spec.activation, spec.bias_ffn_in,
                spec.bias_ffn_out, spec.n_experts, spec.top_k, spec.n_shared_experts,
                spec.shared_ff, "d_ff_shared" if spec.d_ff_shared is not None else ff_sym,
-               spec.router_bias, spec.shared_expert_gate, pattn)
+               spec.router_bias, spec.shared_expert_gate, pattn,
+               beside=wide * spec.d_ff if spec.moe_beside_dense else 0)
 
 
 def _mixer(spec: ModelSpec) -> Mixer:
@@ -460,6 +484,7 @@ def _mixer(spec: ModelSpec) -> Mixer:
 
 def _block(spec: ModelSpec, kinds: str, cross: bool) -> Block:
     a, f = kinds[0], kinds[1]
+    kv_shared = kinds[2:] == "r"  # Gemma 4: reuses an earlier layer's keys and values
     if a == "P":
         # Falcon-H1: attention and the recurrent mixer read the same normed input, their
         # outputs summed; then the FFN
@@ -491,9 +516,10 @@ def _block(spec: ModelSpec, kinds: str, cross: bool) -> Block:
     note = f"{spec.norm_position}-norm" + (", shared by attention and FFN" if shared else "")
     if spec.sandwich_norm:
         note = "sandwich: a norm before and after each sublayer"
-    return Block(attn=_attention(spec, kinds[0]),
+    return Block(attn=_attention(spec, kinds[0], shared=kv_shared),
                  cross=_attention(spec, "F", cross=True) if cross else None,
-                 ffn=_ffn(spec, kinds[1]), norm=spec.norm, norms=norms, norm_note=note,
+                 ffn=_ffn(spec, kinds[1], kv_shared), norm=spec.norm, norms=norms,
+                 norm_note=note,
                  parallel=spec.parallel_block, ffn_reads_attn_input=shared,
                  idle_cross=_attention(spec, "F", cross=True)
                  if spec.idle_cross_attention else None)

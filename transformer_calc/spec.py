@@ -218,9 +218,36 @@ class ModelSpec:
                               "mixer in parallel (Falcon-H1), X none; runs like "
                               "'3S 1F', a trailing '*' repeats the pattern (default: M everywhere "
                               "with a mixer, else S if sliding_window, else F)")
+    global_head_dim: int | None = _f(None, "d_head of the full-attention layers when it differs "
+                                     "from the sliding ones' (Gemma 4: global_head_dim)",
+                                     minimum=1)
+    global_kv_heads: int | None = _f(None, "K/V heads of the full-attention layers when they "
+                                     "differ (Gemma 4: num_global_key_value_heads)", minimum=1)
+    global_k_eq_v: bool = _f(False, "the full-attention layers have no value projection: the "
+                             "values are the keys' projection, normed apart (Gemma 4: "
+                             "attention_k_eq_v)")
+    kv_shared_layers: int = _f(0, "the last layers reuse the keys and values of the last "
+                               "earlier layer of their kind: no K/V projections or norms, "
+                               "nothing cached (Gemma 4: num_kv_shared_layers)", minimum=0)
+    kv_shared_wide_ffn: bool = _f(False, "those layers' dense FFN is 2 · d_ff wide (Gemma 4: "
+                                  "use_double_wide_mlp)")
+    value_norm: bool = _f(False, "an RMSNorm without weight over each value head (Gemma 4's "
+                          "v_norm)")
     layer_ffn: str = _f("", "FFN per layer: D dense, E mixture of experts, X none; runs like "
                         "'3D 58E', a trailing '*' repeats (default: E everywhere if n_experts, "
                         "else D, or X when d_ff is 0)")
+
+    # -- Gemma 4's per-layer embeddings and experts beside the dense FFN --------------------
+    per_layer_input: int = _f(0, "width of each layer's own embedding (Gemma 4's per-layer "
+                              "embeddings: hidden_size_per_layer_input; 0: none): a table of "
+                              "per_layer_vocab × n_layers · width, a d_model -> n_layers · width "
+                              "projection and its norm, and per layer a gate, a projection back "
+                              "and a norm", minimum=0)
+    per_layer_vocab: int = _f(0, "rows of that table (vocab_size_per_layer_input)", minimum=0)
+    moe_beside_dense: bool = _f(False, "the experts run beside the dense FFN of d_ff and the "
+                                "two outputs are summed, each with its own norms; the router "
+                                "norms its input and scales it per channel and its weights "
+                                "per expert (Gemma 4's enable_moe_block)")
 
     # -- recurrent mixers (Mamba, Mamba-2, Gated DeltaNet, short convolutions) --------------
     mixer: str = _f("none", "the recurrent mixer of M layers (layer_attention): mamba (Gu & Dao "
@@ -523,6 +550,26 @@ class ModelSpec:
             raise SpecError("differential", "false unless the attention is softmax (not MLA) "
                             "with an even number of K/V heads, outside an encoder-decoder",
                             True)
+        if self.kv_shared_layers and (self.kv_shared_layers >= self.n_layers
+                                      or self.arch != "decoder" or self.mixer != "none"):
+            raise SpecError("kv_shared_layers", f"fewer than n_layers={self.n_layers} in a "
+                            "decoder of attention layers (an earlier layer computes the keys "
+                            "they reuse)", self.kv_shared_layers)
+        if self.kv_shared_wide_ffn and not self.kv_shared_layers:
+            raise SpecError("kv_shared_wide_ffn", "false without kv_shared_layers", True)
+        if self.per_layer_input and (self.per_layer_vocab < 1 or self.arch != "decoder"):
+            raise SpecError("per_layer_vocab", "an integer >= 1 with per_layer_input, in a "
+                            "decoder", self.per_layer_vocab)
+        if self.moe_beside_dense and not (self.n_experts and self.d_ff):
+            raise SpecError("moe_beside_dense", "false unless there are experts (n_experts) "
+                            "and a dense FFN (d_ff) to run beside", True)
+        for key in ("global_head_dim", "global_kv_heads", "global_k_eq_v"):
+            if getattr(self, key) not in (None, False) and (self.mla or self.arch == "encoder-"
+                                                             "decoder"):
+                raise SpecError(key, "unset with MLA or in an encoder-decoder", getattr(self, key))
+        if self.global_kv_heads and self.n_heads % self.global_kv_heads:
+            raise SpecError("global_kv_heads", f"a divisor of n_heads={self.n_heads}",
+                            self.global_kv_heads)
         if self.idle_cross_layers and (self.arch != "decoder" or self.mixer != "none"
                                        or not self.n_heads or not self.d_ff):
             raise SpecError("idle_cross_layers", "0 unless arch is decoder with attention and "
