@@ -85,6 +85,9 @@ REFERENCE = {
     # the router's scales, three more norms per layer); full layer of global_head_dim 512
     "variants/gemma4_text-moe.json": (624_660, "Gemma4ForCausalLM"),
     "variants/gemma4_unified_text-tiny.json": (299_312, "Gemma4UnifiedForCausalLM"),
+    # Beam: a gate per channel with a bias per head on the attention output, sandwich norms,
+    # 3 dense layers then 3 of 4 experts (top 2)
+    "variants/beam-tiny.json": (339_480, "BeamForCausalLM"),
     "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
     # 4 convolution, 1 full and 1 sliding layer; sandwich norms, a gate per head
     "variants/lfm3-tiny.json": (342_400, "Lfm3ForCausalLM"),

@@ -1296,6 +1296,13 @@ class Layout(NamedTuple):
     idle_cross: tuple[str, tuple[int, ...]] = ("", ())
     extra_rows: int = 0
     text_config: bool = False  # the type's config keeps the model's keys in text_config (Mllama)
+    # Beam: without layer_types, every sliding_every-th layer (and the last) is full, the rest
+    # sliding; full layers without RoPE (full_nope); final_logit_softcapping's class default
+    sliding_every: int = 0
+    full_nope: bool = False
+    softcap: float = 0.0
+    window_default: int = 0  # the class's sliding_window when the file has none
+    fp32_math: bool = False  # Beam: the FFN's act · up and the final soft-capping in fp32
 
 
 def _generic(c: Config, r: Layout) -> dict[str, Any]:
@@ -1414,7 +1421,26 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         out |= _generic_moe(c, r.moe, L)
         if r.linear_router:
             out["peft_moe"] = "linear_router"
-    if r.chunked:
+    if r.softcap:
+        out["logit_softcapping"] = _softcap(c, r.softcap)
+    if r.fp32_math:
+        out |= {"ffn_act_fp32": True, "softcap_fp32": True}
+    if r.sliding_every:
+        types = c.data.get("layer_types")
+        if types is None:  # BeamConfig: every sliding_every-th layer full, and the last
+            types = ["sliding_attention" if (i + 1) % r.sliding_every else "full_attention"
+                     for i in range(L)]
+            types[-1] = "full_attention"
+        layers = _layer_attention(_Window(c.data | {"layer_types": types}, c.where,
+                                          {"sliding_window": c.t("sliding_window",
+                                                                 r.window_default)}),
+                                  L, None, None)
+        if r.full_nope and "layer_attention" in layers:  # full layers run without RoPE
+            layers["layer_attention"] = layers["layer_attention"].replace("F", "N")
+        elif r.full_nope:
+            layers = {"layer_attention": f"{L}N"}
+        out |= layers
+    elif r.chunked:
         out |= _chunked_layers(c, L)
     elif r.ssm is not None:
         out |= _ssm_layers(c, r.ssm, kinds, out)
@@ -1870,6 +1896,16 @@ GENERIC: dict[str, Layout] = {
     "diffllama": Layout("DiffLlamaForCausalLM", mlp_bias=False, differential=True,
                         refuse=(("attention_dropout", "DiffLlama refuses attention dropout: "
                                  "its two maps have no defined shared mask"),)),
+    # Beam: sandwich norms, QK-norm, a sigmoid gate per channel with a bias per head on the
+    # attention output (gate_proj, gate_bias), sliding layers and full layers without RoPE
+    # (every sixth and the last), dense first layers then experts with group routing (no
+    # parameters), final logits soft-capped at 30
+    "beam": Layout("BeamForCausalLM", o_bias="attention_bias", mlp_bias=False,
+                   norms="sandwich", qk_norm="head", gate=("width", "head"), gate_proj=True,
+                   sliding_every=6, full_nope=True, softcap=30.0, window_default=512,
+                   fp32_math=True,
+                   moe=Moe(experts=("num_experts",), layer_types="mlp_layer_types",
+                           dense_first=3)),
     # BitNet b1.58: Llama's layers with an RMSNorm over the attention output before o_proj
     # and one over the FFN's inner width before down_proj (BitNetAttention, BitNetMLP: the
     # ternary weights are a quantizer's business; the modelling code holds nn.Linear)

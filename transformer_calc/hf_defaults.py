@@ -110,6 +110,22 @@ DEFAULTS: dict[str, dict[str, Any]] = {'afmoe': {'attention_bias': False,
           'max_position_embeddings': 1024,
           'tie_word_embeddings': True,
           'vocab_size': 50265},
+ 'beam': {'attention_bias': False,
+          'attention_dropout': 0.0,
+          'head_dim': 128,
+          'hidden_act': 'silu',
+          'hidden_size': 5120,
+          'intermediate_size': 20480,
+          'max_position_embeddings': 8192,
+          'mlp_layer_types': None,
+          'moe_intermediate_size': 2560,
+          'num_attention_heads': 48,
+          'num_experts': 256,
+          'num_experts_per_tok': 8,
+          'num_hidden_layers': 52,
+          'num_key_value_heads': 8,
+          'tie_word_embeddings': False,
+          'vocab_size': 151936},
  'bert-generation': {'attention_probs_dropout_prob': 0.1,
                      'hidden_act': 'gelu',
                      'hidden_dropout_prob': 0.1,
@@ -1784,8 +1800,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {'afmoe': {'attention_bias': False,
 # Eager attention computes the softmax in fp32 (transformers' modelling code has
 # `softmax(attn_weights, dim=-1, dtype=torch.float32)`)
 SOFTMAX_FP32: frozenset[str] = frozenset(
-['afmoe', 'apertus', 'arcee', 'aria_text', 'bamba', 'bitnet', 'bloom', 'cohere', 'cohere2',
- 'cohere2_moe', 'cwm', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'diffllama',
+['afmoe', 'apertus', 'arcee', 'aria_text', 'bamba', 'beam', 'bitnet', 'bloom', 'cohere',
+ 'cohere2', 'cohere2_moe', 'cwm', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'diffllama',
  'ernie4_5', 'ernie4_5_moe', 'eurobert', 'exaone4', 'exaone_moe', 'falcon_h1', 'flex_olmo',
  'gemma', 'gemma2', 'gemma3_text', 'gemma4_text', 'gemma4_unified_text', 'glm', 'glm4',
  'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'gpt_bigcode', 'gpt_neox', 'granite',
@@ -1800,7 +1816,7 @@ SOFTMAX_FP32: frozenset[str] = frozenset(
 
 # RMSNorms that keep their normalised tensor in fp32 (the weight multiplies before the cast back)
 NORM_FP32: frozenset[str] = frozenset(
-['afmoe', 'flex_olmo', 'flint', 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text',
+['afmoe', 'beam', 'flex_olmo', 'flint', 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text',
  'gemma4_unified_text', 'gpt_oss', 'minimax_m3_vl_text', 'olmo2', 'olmo3',
  'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next', 'vaultgemma'])
 
@@ -1812,8 +1828,8 @@ NORM_KEEPS_INPUT: frozenset[str] = frozenset(
 # MoE routers that matmul fp32 copies of their input and weight
 # (`F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))`, or .float())
 ROUTER_FP32: frozenset[str] = frozenset(
-['deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'ernie4_5_moe', 'exaone_moe', 'flint',
- 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'hy_v3', 'kolibri1', 'nemotron_h',
+['beam', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'ernie4_5_moe', 'exaone_moe',
+ 'flint', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'hy_v3', 'kolibri1', 'nemotron_h',
  'solar_open'])
 
 # Losses taken in the activation dtype (no fp32 upcast of the logits)
@@ -1828,6 +1844,7 @@ LOSS_NO_UPCAST: frozenset[str] = frozenset(
 # LoRA on a mixture of experts: the model types peft converts (router and fused
 # experts adapted), by pattern (peft.utils.transformers_weight_conversion)
 PEFT_MOE: dict[str, str] = {'afmoe': 'qwen2_moe',
+ 'beam': 'qwen2_moe',
  'cohere2_moe': 'qwen2_moe',
  'deepseek_v2': 'qwen2_moe',
  'deepseek_v3': 'qwen2_moe',
@@ -1856,6 +1873,7 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'aria_text': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'bamba': ('down_proj', 'gate_proj', 'up_proj'),
     'bart': ('k_proj', 'q_proj', 'v_proj'),
+    'beam': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'bert': ('key', 'query', 'value'),
     'bert-generation': ('key', 'query', 'value'),
     'big_bird': ('key', 'query', 'value'),

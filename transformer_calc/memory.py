@@ -575,6 +575,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                     add((p + sub + "activation", k * sb * width * (14 + extra),
                          f"B·T·{sym} · 14{route} (gelu_new under autocast: 3 fp32 tensors "
                          "and 0.5·x)", "", L, stack, "tp", None, ()))
+                elif saves and spec.ffn_act_fp32 and gated and a != 4:
+                    # Beam: act(gate.float()) · up.float(): the activation's input, its output
+                    # and up are fp32 copies
+                    add((p + sub + "activation", k * saves * sb * width * 4,
+                         f"{saves} · B·T·{sym} · 4{route} ({act}, gated, on fp32 copies)",
+                         "", L, stack, "tp", None, ()))
                 elif saves:
                     add((p + sub + "activation", k * saves * sb * width * a,
                          f"{saves} · B·T·{sym} · act{route} ({act}{', gated' if gated else ''})",
@@ -894,8 +900,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  1, "", "", None, ()))
         if spec.logit_softcapping:
             # Gemma 2, Beam: logits = cap · tanh(logits / cap); tanh keeps its output
-            add(("head.softcap_tanh", sb * V * a, "B·T·vocab_size · act (the soft-capping "
-                 "tanh's output)", "", 1, "", "", None, ()))
+            cb = 4 if spec.softcap_fp32 else a
+            add(("head.softcap_tanh", sb * V * cb, f"B·T·vocab_size · {'4' if cb == 4 else 'act'}"
+                 " (the soft-capping tanh's output" + (", fp32)" if cb == 4 else ")"), "", 1,
+                 "", "", None, ()))
         # transformers' loss_function upcasts the logits and keeps log_softmax in fp32, for
         # every position; BERT's, BART's and T5's nn.CrossEntropyLoss keeps it in the
         # activation dtype, except under autocast (log_softmax is on its fp32 list)

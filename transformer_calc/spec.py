@@ -162,6 +162,10 @@ class ModelSpec:
                                   "(Gemma 2, Beam: final_logit_softcapping; 0: none): no "
                                   "parameters, one more B·T·vocab tensor kept in training",
                                   arch=False)
+    softcap_fp32: bool = _f(False, "the final soft-capping runs on an fp32 copy of the logits "
+                            "(Beam): its tanh output is kept in fp32")
+    ffn_act_fp32: bool = _f(False, "the gated FFN computes act(gate) · up on fp32 copies (Beam): "
+                            "a 16-bit model keeps those tensors in fp32")
     attn_softcapping: float = _f(0.0, "attention scores soft-capped as cap · tanh(s / cap) "
                                  "in eager attention (Gemma 2: attn_logit_softcapping 50; 0: "
                                  "none): one more tensor of the scores' size kept",
