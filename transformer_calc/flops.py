@@ -129,8 +129,8 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
             _mixer_flops(add, blk.mixer, E, f"{g.name}.mixer.", g.name, g.count)
         if blk.ffn is not None:
             _ffn_flops(blk.ffn, E, add, f"{g.name}.ffn", g.name, g.count)
-        if spec.per_layer_input:  # Gemma 4: the gate and the projection of the layer's own
-            P = spec.per_layer_input  # embedding
+        if blk.ple:  # Gemma 4: the gate and the projection of the layer's own embedding
+            P = blk.ple
             add((f"{g.name}.ple", 4 * E * P, "2 · 2 · d_model · per_layer_input", "", g.count,
                  g.name, "", None, ()))
 

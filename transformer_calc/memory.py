@@ -836,11 +836,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             if blk.ffn is not None:
                 ffn_block(blk.ffn, f"{g.name}.ffn.", g.name, g.count,
                           shares_input=blk.ffn_reads_attn_input)
-            if spec.per_layer_input:
+            if blk.ple:
                 # Gemma4TextDecoderLayer's per-layer input: the gate keeps its input, the
                 # activation its input and output (the product's factor), the projection its
                 # input, then a norm over d_model (measured: tools/measure_activations_hf.py)
-                P, q = spec.per_layer_input, g.name + ".ple."
+                P, q = blk.ple, g.name + ".ple."
                 n_act = ACT_SAVES.get(spec.activation, 1) + 1
                 add((q + "gate_input", x, "B·T·d_model · act", "", g.count, g.name, "", None,
                      ()))

@@ -179,7 +179,7 @@ def count_params(spec: ModelSpec) -> Breakdown:
         for g in st.groups:
             blk = g.block
             # ALBERT: layer_groups sets of weights, each run by n_layers / layer_groups layers
-            n = spec.layer_groups or g.count
+            n = g.weights
             if blk.attn is not None:
                 _attention(add, blk.attn, blk.norm, E, f"{g.name}.attn.", g.name, n)
             if blk.mixer is not None:
@@ -199,10 +199,10 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      "built, never run by a decoder alone (no encoder states)", None, ()))
             if blk.ffn is not None:
                 _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, n, blk.norm)
-            if spec.per_layer_input:
+            if blk.ple:
                 # Gemma4TextDecoderLayer: per_layer_input_gate, per_layer_projection,
                 # post_per_layer_input_norm
-                P = spec.per_layer_input
+                P = blk.ple
                 add((f"{g.name}.ple.gate.weight", E * P, "d_model × per_layer_input", "", n,
                      g.name, "gates the layer's own embedding", None, (P, E)))
                 add((f"{g.name}.ple.project.weight", P * E, "per_layer_input × d_model", "", n,

@@ -206,6 +206,9 @@ class Block(NamedTuple):
     # alone of an encoder-decoder family (BartForCausalLM, WhisperForCausalLM) skips it
     # without encoder states. Parameters only: FLOPs, activations and the cache walk ``cross``
     idle_cross: Attention | None = None
+    # Gemma 4: the width of the layer's own embedding, gated, projected back and normed after
+    # the FFN (per_layer_input_gate, per_layer_projection, post_per_layer_input_norm); 0: none
+    ple: int = 0
 
 
 class Group(NamedTuple):
@@ -213,6 +216,14 @@ class Group(NamedTuple):
     count: int  # type: ignore[assignment]  # layers of this block; shadows tuple.count
     block: Block
     kinds: str  # the pattern letters of this group, e.g. "SE" (sliding, experts)
+    # sets of weights its layers hold, when they share them (ALBERT: layer_groups); 0: one per
+    # layer
+    weight_sets: int = 0
+
+    @property
+    def weights(self) -> int:
+        """Layers' worth of parameters the group holds."""
+        return self.weight_sets or self.count
 
 
 class Stack(NamedTuple):
@@ -387,7 +398,7 @@ def _build_running(spec: ModelSpec) -> Plan:
         kinds = "FD" if enc_dec else "".join(default_kinds(spec))
         return Plan(tuple(
             Stack(name, n, (Group(name, n, _block(spec, kinds, name == "decoder" and enc_dec),
-                                  kinds),), spec.final_norm,
+                                  kinds, spec.layer_groups),), spec.final_norm,
                   name if spec.last_layer_o_bias else "",
                   name if not spec.first_attn_norm else "")
             for name, n in spec.stacks))
@@ -483,6 +494,11 @@ def _mixer(spec: ModelSpec) -> Mixer:
 
 
 def _block(spec: ModelSpec, kinds: str, cross: bool) -> Block:
+    block = _block_parts(spec, kinds, cross)
+    return block._replace(ple=spec.per_layer_input) if spec.per_layer_input else block
+
+
+def _block_parts(spec: ModelSpec, kinds: str, cross: bool) -> Block:
     a, f = kinds[0], kinds[1]
     kv_shared = kinds[2:] == "r"  # Gemma 4: reuses an earlier layer's keys and values
     if a == "P":
