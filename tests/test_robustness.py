@@ -269,3 +269,49 @@ def test_real_process_never_prints_a_traceback(tmp_path) -> None:
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr == f"Error: {path}: invalid YAML: nested more than 32 levels deep\n"
+
+
+# The keys session 9's model types read (ModernBERT, FSMT, ALBERT/ELECTRA/RemBERT, RoCBERT,
+# Mllama, DiffLlama, Gemma 4, Beam), each given wrong types, zeros, negatives and lists: every
+# draw is counted or refused with one clean error (a Beam config of 0 layers once raised an
+# IndexError deriving its layer types).
+_NEW_TYPES = ("bitnet", "modernbert", "modernbert-decoder", "fsmt", "electra", "rembert",
+              "albert", "roc_bert", "mllama", "diffllama", "gemma4_text",
+              "gemma4_unified_text", "beam")
+_NEW_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+             "intermediate_size", "vocab_size", "local_attention", "global_attn_every_n_layers",
+             "src_vocab_size", "embedding_size", "input_embedding_size",
+             "output_embedding_size", "num_hidden_groups", "inner_group_num", "shape_embed_dim",
+             "cross_attention_layers", "num_kv_shared_layers", "global_head_dim",
+             "hidden_size_per_layer_input", "vocab_size_per_layer_input", "num_experts",
+             "top_k_experts", "moe_intermediate_size", "enable_moe_block", "layer_types",
+             "sliding_window", "attention_k_eq_v", "num_global_key_value_heads", "head_dim",
+             "mlp_layer_types", "tie_word_embeddings", "concat_input", "attention_dropout")
+_NEW_VALUES = (0, -1, 1, 3, "x", None, True, 1.5, [], [1, 2], {"a": 1}, 10**13,
+               ["full_attention"], ["sparse"])
+
+
+def test_this_sessions_types_fail_cleanly_on_any_value() -> None:
+    import random
+
+    from transformer_calc.errors import TcalcError
+    from transformer_calc.flops import count_flops
+    from transformer_calc.hf import spec_from_hf
+    from transformer_calc.memory import Settings, memory_report
+    from transformer_calc.params import count_params
+
+    rng = random.Random(9)  # noqa: S311 - a reproducible draw, not a secret
+    # every key alone at its edges, then random pairs and triples
+    draws = [(t, {k: v}) for t in _NEW_TYPES for k in _NEW_KEYS for v in (0, None, "x", -1)]
+    draws += [(rng.choice(_NEW_TYPES), {rng.choice(_NEW_KEYS): rng.choice(_NEW_VALUES)
+                                        for _ in range(rng.randint(2, 3))}) for _ in range(600)]
+    for model_type, keys in draws:
+        data = {"model_type": model_type, "text_config": keys} if model_type == "mllama" \
+            else {"model_type": model_type, **keys}
+        try:
+            spec = spec_from_hf(data)
+            assert count_params(spec).total > 0
+            assert count_flops(spec, 64).total > 0
+            assert memory_report(spec, Settings(seq_len=64)).per_gpu.total > 0
+        except TcalcError:
+            pass

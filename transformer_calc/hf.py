@@ -1425,7 +1425,7 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         out["logit_softcapping"] = _softcap(c, r.softcap)
     if r.fp32_math:
         out |= {"ffn_act_fp32": True, "softcap_fp32": True}
-    if r.sliding_every:
+    if r.sliding_every and L >= 1:  # (no layers: the spec names num_hidden_layers)
         types = c.data.get("layer_types")
         if types is None:  # BeamConfig: every sliding_every-th layer full, and the last
             types = ["sliding_attention" if (i + 1) % r.sliding_every else "full_attention"
@@ -1997,6 +1997,10 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
                            "counted apart whatever tie_word_embeddings says")
     if r.side:
         sizes = [(t(rows), t(width)) for rows, width in r.side]
+        for (rows, width), size in zip(r.side, sizes, strict=True):
+            for key, value in zip((rows, width), size, strict=True):
+                if not value:  # RoCBertEmbeddings builds both tables whatever else is set
+                    raise SpecError(key, "an integer >= 1", value, source=c.where)
         extra["side_embeddings"] = " ".join(f"{n}x{w}" for n, w in sizes)
         extra["side_concat"] = bool(t(r.side_concat, True))
         if extra["side_concat"]:
@@ -2009,6 +2013,8 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
         # AlbertTransformer: layer i runs group int(i / (L / G)), each group inner_group_num
         # AlbertLayers: L · inner layers run, G · inner sets of weights
         G, inner = c.t("num_hidden_groups", 1), c.t("inner_group_num", 1)
+        if not L:
+            raise SpecError("num_hidden_layers", "an integer >= 1", L, source=c.where)
         if not 1 <= G <= L or L % G:
             raise SpecError("num_hidden_groups", f"a divisor of num_hidden_layers={L} (each "
                             "group then runs for as many layers)", G, source=c.where)
