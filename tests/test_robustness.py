@@ -315,3 +315,36 @@ def test_this_sessions_types_fail_cleanly_on_any_value() -> None:
             assert memory_report(spec, Settings(seq_len=64)).per_gpu.total > 0
         except TcalcError:
             pass
+
+
+# Every type tcalc reads, with each shape key it may divide by or count layers with set to 0,
+# null, a string or a list: one clean error or a count, never a traceback (a fuzz found
+# ZeroDivisionError, IndexError and TypeError in 9 places of the records before
+# POSITIVE_KEYS and the required-key checks).
+_SHAPE_KEYS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+               "hidden_size", "intermediate_size", "decoder_sparse_step", "attn_layer_period",
+               "full_attention_interval", "qk_rope_head_dim", "qk_nope_head_dim",
+               "kv_lora_rank", "linear_num_value_heads", "mamba_n_heads", "n_head", "n_layer",
+               "num_layers", "num_heads", "num_experts", "num_experts_per_tok")
+
+
+def test_every_type_fails_cleanly_on_shape_keys_at_their_edges() -> None:
+    from transformer_calc.errors import TcalcError
+    from transformer_calc.flops import count_flops
+    from transformer_calc.hf import HEAD_CLASS, spec_from_hf
+    from transformer_calc.memory import Settings, memory_report
+    from transformer_calc.params import count_params
+
+    for model_type in sorted(HEAD_CLASS):
+        for key in _SHAPE_KEYS:
+            for value in (0, None, "x", []):
+                keys = {key: value}
+                data = {"model_type": model_type, "text_config": keys} \
+                    if model_type == "mllama" else {"model_type": model_type, **keys}
+                try:
+                    spec = spec_from_hf(data)
+                    count_params(spec)
+                    count_flops(spec, 16)
+                    memory_report(spec, Settings(seq_len=16))
+                except TcalcError:
+                    pass

@@ -67,10 +67,17 @@ INT_KEYS = frozenset("""
     shared_intermediate_size n_group topk_group max_target_positions
     cross_attention_hidden_size index_n_heads index_head_dim index_topk index_topk_freq
     intermediate_multiple_size local_attention global_attn_every_n_layers src_vocab_size
-    tgt_vocab_size pad_token_id embedding_size input_embedding_size
+    attn_layer_period attn_layer_offset expert_layer_period expert_layer_offset
+    full_attention_interval tgt_vocab_size pad_token_id embedding_size input_embedding_size
     output_embedding_size num_hidden_groups inner_group_num shape_vocab_size shape_embed_dim
     pronunciation_vocab_size pronunciation_embed_dim global_head_dim num_global_key_value_heads
     num_kv_shared_layers hidden_size_per_layer_input vocab_size_per_layer_input top_k_experts
+    """.split())
+# Sizes and periods a class divides by or counts layers with: 0 is no value tcalc can count
+# (transformers fails on it, or builds a model without layers)
+POSITIVE_KEYS = frozenset("""
+    num_hidden_layers num_attention_heads n_layer n_head num_layers num_heads decoder_sparse_step
+    attn_layer_period expert_layer_period global_attn_every_n_layers full_attention_interval
     """.split())
 BOOL_KEYS = frozenset("""
     tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
@@ -158,6 +165,8 @@ class Config:
         if key in INT_KEYS:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SpecError(key, "a non-negative integer", value, source=self.where)
+            if value == 0 and key in POSITIVE_KEYS:
+                raise SpecError(key, "an integer >= 1", value, source=self.where)
             if value > MAX_SIZE:
                 raise SpecError(key, f"an integer <= {MAX_SIZE:,} (2^40)", value,
                                 source=self.where)
@@ -400,6 +409,15 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         return ModelSpec(**values)
     except SpecError as e:
         raise e.at(where) from None
+
+
+def _present(c: Config, key: str) -> int:
+    """A key the record cannot count without (its class default included)."""
+    value = c.t(key)
+    if value is None:
+        raise SpecError(key, "an integer (the class has no default for it)", value,
+                        source=c.where)
+    return int(value)
 
 
 def _int(cfg: Config, keys: tuple[str, ...], default: Any = None) -> Any:
@@ -1174,7 +1192,7 @@ def _ssm(c: Config, s: Ssm, E: int) -> dict[str, Any]:
     """The spec's mixer fields from the family's keys (defaults: hf_defaults.py)."""
     def num(key: str, fallback: Any = None) -> Any:
         value = c.t(key, fallback) if key else fallback
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        if isinstance(value, bool) or not isinstance(value, int):  # null, or not a number
             raise SpecError(key, "an integer", value, source=c.where)
         return value
 
@@ -1381,11 +1399,12 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         out["token_types"] = c.t("n_langs")  # same shape as a segment table: n_langs × d
     if r.mla:
         out |= {"kv_lora_rank": c.t("kv_lora_rank"), "q_lora_rank": c.t("q_lora_rank") or 0,
-                "qk_nope_head_dim": c.t("qk_nope_head_dim"),
-                "qk_rope_head_dim": c.t("qk_rope_head_dim"),
+                "qk_nope_head_dim": _present(c, "qk_nope_head_dim"),
+                "qk_rope_head_dim": _present(c, "qk_rope_head_dim"),
                 # MiniCPM3Config: v_head_dim null means hidden_size / num_attention_heads
                 "v_head_dim": c.t("v_head_dim", E // H),
-                "n_kv_heads": None, "d_head": c.t("qk_nope_head_dim") + c.t("qk_rope_head_dim"),
+                "n_kv_heads": None,
+                "d_head": _present(c, "qk_nope_head_dim") + _present(c, "qk_rope_head_dim"),
                 "bias_v": False}
     if r.dsa:
         # GLM-MoE-DSA: a "shared" layer reuses the previous layer's top-k and has no indexer
