@@ -430,6 +430,10 @@ def test_gemma4_layers_differ_by_kind_and_by_kv_sharing() -> None:
     assert "decoder.full.attn.v.weight" not in rows and "decoder.full.attn.k.weight" in rows
     assert not any(r.startswith("decoder.full.kv_shared.attn.k") for r in rows)
     assert "decoder.sliding.kv_shared.attn.q_norm" in rows
+    saved = {i.name for i in activation_breakdown(spec, 1, 64, act_bytes=2, device="cpu",
+                                                  dropout=False).items}
+    assert "decoder.full.kv_shared.attn.q_norm.input_fp32" in saved
+    assert not any(n.startswith("decoder.full.kv_shared.attn.k_norm") for n in saved)
     with pytest.raises(SpecError, match="kv_shared_layers"):
         spec.replace(kv_shared_layers=6)
     with pytest.raises(SpecError, match="num_kv_shared_layers"):

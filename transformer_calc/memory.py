@@ -376,12 +376,15 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         qw, kvw = Hh * dq, at.kv_heads * dq
         vw = at.kv_heads * dv
         kq, kq_sym = (T, "T") if cross else (keys, "keys")
-        readers = 1 if at.fused_qkv else 2 if at.mla else 3
+        # readers of the normed input: Q, K, V (fused: one; MLA: two; Gemma 4's K/V-shared
+        # layers: Q alone, their keys are an earlier layer's; attention_k_eq_v: Q and K)
+        readers = 1 if at.fused_qkv or at.kv_shared else 2 if at.mla or at.v_is_k else 3
         matmul_input(p + "input", stack, L, readers + (at.gate != "none"), "Q/K/V matmul input")
         if at.qk_norm != "none" and not at.mla:
-            # QK-norm: an RMSNorm over each head's query and key (or over the whole width)
-            for part, heads, hsym in (("q_norm", Hh, "n_heads"), ("k_norm", at.kv_heads,
-                                                                  "n_kv_heads")):
+            # QK-norm: an RMSNorm over each head's query and key (or over the whole width);
+            # a K/V-shared layer norms its query only
+            parts = (("q_norm", Hh, "n_heads"), ("k_norm", at.kv_heads, "n_kv_heads"))
+            for part, heads, hsym in parts[:1 if at.kv_shared else 2]:
                 if at.qk_norm == "head":
                     norm(p + part, stack, L, dq, "d_head", heads, hsym + "·")
                 else:
