@@ -61,7 +61,8 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # alone, DeepSeek-V3.2 and GLM-5's DSA, MPNet, GPT-NeoX-Japanese, Apertus's xIELU, Jina
 # Embeddings v3, LFM3, and Gemma 2 with its two soft-cappings; the same two shapes; and
 # session 9's: BitNet, ModernBERT and its decoder, FSMT, ELECTRA, RemBERT, ALBERT, RoCBERT,
-# Mllama, DiffLlama, Gemma 4 and its unified variant).
+# Mllama, DiffLlama, Gemma 4 and its unified variant; session 10's: MiMo-V2-Flash, eager
+# only).
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
@@ -86,7 +87,8 @@ def _estimate(row: dict) -> int:
 # classes transformers offers no SDPA path for (the measurement skipped it)
 EAGER_ONLY = {"gpt_oss-tied-nobias.json", "tapas-tiny.json", "trocr-tiny.json",
               "mpnet-tiny.json", "gpt_neox_japanese-tiny.json", "gemma2-bias-untied.json",
-              "fsmt-tiny.json", "rembert-tiny.json"}
+              "fsmt-tiny.json", "rembert-tiny.json", "mimo_v2_flash-tiny.json",
+              "mimo_v2_flash-types.json"}
 
 
 def test_the_fixtures_cover_14_architectures_both_attentions_and_dtypes() -> None:
@@ -159,6 +161,51 @@ def test_mixtral_keeps_the_routed_tokens_and_the_expert_outputs() -> None:
                                    .read_text()))
     want = spec.top_k * 2 * 64 * spec.d_model * 2
     assert names["decoder.ffn.routed_input"] == names["decoder.ffn.expert_output"] == want
+
+
+def _error(config: str, dtype: str = "") -> float:
+    rows = [r for r in MEASURED if r["config"] == config and dtype in r["dtype"]]
+    assert rows
+    return max(abs(_estimate(r) - r["measured_bytes"]) / r["measured_bytes"] for r in rows)
+
+
+def test_the_expert_loop_keeps_what_index_add_adds_back() -> None:
+    # transformers 5.23's eager expert loop ends each expert with final.index_add_(0,
+    # token_idx, scaled_output): IndexAddBackward0 saves that source, a third top_k ·
+    # B·T·d_model beside the routed copy and the output the weight's mul keeps, and
+    # torch.where's (slot, token) int64 pairs (the saved_tensors_hooks listing of
+    # MiMoV2FlashForCausalLM, mimo_v2_flash-types.json: per expert (n,) int64 of 16·n bytes
+    # and three (n, 48) fp32 tensors). Without them these MoE families were −4.5 to −7.6 %.
+    names = _names("mixtral-top1.json")
+    assert names["decoder.ffn.expert_scatter"] == 1 * 2 * 64 * (256 * 2 + 16)  # top 1, bf16
+    for config in ("mixtral-top1.json", "hy_v3-tiny.json", "gpt_oss-tied-nobias.json",
+                   "deepseek_v3-no-q-lora-bias.json", "mimo_v2_flash-tiny.json"):
+        assert _error(config) <= 0.02, config
+
+
+def test_mla_in_16_bit_keeps_the_norms_fp32_copies_not_the_projections_outputs() -> None:
+    # DeepSeek-V3.2 in bf16 (measured listing: kv_a_layernorm keeps a (B, T, kv_lora_rank)
+    # fp32 copy, 1/rms and the normed latent; kv_a's own bf16 output is not kept; with SDPA's
+    # math kernel V's fp32 copy is d_v wide): +4.8 / +5.9 % before, within 2 % after
+    assert _error("deepseek_v32-tiny.json", "bf16") <= 0.02
+    assert _error("glm_moe_dsa-tiny.json", "bf16") <= 0.02
+
+
+def test_sinks_widen_the_softmax_and_the_row_max_keeps_its_indices() -> None:
+    # the saved_tensors_hooks listing of MiMoV2FlashForCausalLM (mimo_v2_flash-types.json,
+    # eager, fp32, B=2, T=64; torch 2.13.0, transformers 5.23.0): a sliding layer keeps its
+    # probabilities as (2, 4, 64, 65) fp32 = 133,120 bytes (the sink column), a full layer
+    # (2, 4, 64, 64) = 131,072; each keeps max's indices (2, 4, 64, 1) int64 = 4,096 bytes
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "mimo_v2_flash-types.json")
+                                   .read_text()))
+    assert spec.softmax_sink_column and spec.softmax_row_max
+    rows = {i.name: i.count for i in activation_breakdown(spec, 2, 64, act_bytes=4,
+                                                          device="cpu").items}
+    assert rows["decoder.sliding.moe.attn.softmax"] == 133_120
+    assert rows["decoder.full.dense.attn.softmax"] == 131_072
+    assert rows["decoder.full.dense.attn.row_max_indices"] == 4_096
+    plain = spec_from_hf({"model_type": "qwen3"})
+    assert not (plain.softmax_sink_column or plain.softmax_row_max)
 
 
 def test_t5_layernorm_keeps_its_16_bit_input_beside_the_fp32_copy() -> None:

@@ -88,6 +88,11 @@ REFERENCE = {
     # Beam: a gate per channel with a bias per head on the attention output, sandwich norms,
     # 3 dense layers then 3 of 4 experts (top 2)
     "variants/beam-tiny.json": (339_480, "BeamForCausalLM"),
+    # MiMo-V2-Flash: Q/K heads of 24, V heads of 16; sliding layers with twice the K/V heads
+    # and a sink per head; a dense first layer, then experts (tiny); layer_types and
+    # mlp_layer_types listed, biased Q/K/V, V as wide as K, tied (types)
+    "variants/mimo_v2_flash-tiny.json": (463_080, "MiMoV2FlashForCausalLM"),
+    "variants/mimo_v2_flash-types.json": (84_296, "MiMoV2FlashForCausalLM"),
     "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
     # 4 convolution, 1 full and 1 sliding layer; sandwich norms, a gate per head
     "variants/lfm3-tiny.json": (342_400, "Lfm3ForCausalLM"),

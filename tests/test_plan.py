@@ -46,6 +46,10 @@ FLOPS_PER_TOKEN_T8 = {
     "gemma4_text-moe.json": 1_209_856,
     "gemma4_unified_text-tiny.json": 613_376,
     "beam-tiny.json": 504_320,  # a width gate, NoPE full layers, dense then MoE layers
+    # MiMo-V2-Flash: V heads narrower than Q/K (16 against 24), the sliding layers with twice
+    # the K/V heads and sinks; dense then MoE (tiny), or listed layer and MLP types (types)
+    "mimo_v2_flash-tiny.json": 649_728,
+    "mimo_v2_flash-types.json": 131_712,
 }
 
 
@@ -74,6 +78,10 @@ KV_BYTES_FP32 = {
     "gemma4_unified_text-tiny.json": {16: 16_384, 48: 40_448},
     # Beam: 5 sliding layers (window 32) and 1 full layer without RoPE
     "beam-tiny.json": {16: 24_576, 48: 51_968},
+    # MiMo-V2-Flash: 5 sliding layers (window 8) of 4 K/V heads, 2 full layers of 2; K of 24
+    # and V of 16 per head (tiny); S F S F, window 9, one K/V head in full layers (types)
+    "mimo_v2_flash-tiny.json": {16: 32_640, 48: 53_120},
+    "mimo_v2_flash-types.json": {16: 6_144, 48: 12_288},
 }
 
 

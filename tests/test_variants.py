@@ -145,3 +145,35 @@ def test_untied_encoder_decoder_embeddings() -> None:
     assert count_params(ed.replace(tie_encoder_decoder=False)).total - count_params(ed).total \
         == V * E
     assert count_params(ed.replace(tie_embeddings=False)).total - count_params(ed).total == V * E
+
+
+def test_value_heads_of_their_own_width() -> None:
+    # MiMoV2FlashAttention (transformers 5.23): v_proj is d_model × (n_kv_heads · v_head_dim),
+    # o_proj (n_heads · v_head_dim) × d_model; Q and K keep head_dim
+    dv = 4
+    wide, narrow = per_layer(), per_layer(v_head_dim=dv)
+    assert wide - narrow == (E * E + E) - (E * H * dv + H * dv) + (E * E) - (H * dv * E)
+    spec = BASE.replace(v_head_dim=dv)
+    from transformer_calc.plan import plan_of
+
+    attn = plan_of(spec).groups[0].block.attn
+    assert attn is not None and (attn.d_head, attn.d_v) == (E // H, dv)
+    # rejected where the layout has no separate value projection of its own
+    for other in ({"fused_qkv": True}, {"differential": True, "n_kv_heads": 2},
+                  {"arch": "encoder-decoder", "n_layers": 0, "n_encoder_layers": 1,
+                   "n_decoder_layers": 1},
+                  {"qkv_conv": 3}):
+        with pytest.raises(SpecError, match="v_head_dim"):
+            BASE.replace(v_head_dim=dv, **other)
+
+
+def test_sinks_in_the_sliding_layers_only() -> None:
+    # MiMoV2FlashAttention: sinks = nn.Parameter(num_attention_heads) if is_swa else None
+    spec = BASE.replace(attention_sinks=True, sinks_sliding_only=True, sliding_window=8,
+                        layer_attention="1S 1F")
+    names = [i.name for i in count_params(spec).items if i.name.endswith("sinks")]
+    assert names == ["decoder.sliding.attn.sinks"]
+    assert total(attention_sinks=True, sliding_window=8, layer_attention="1S 1F") \
+        == count_params(spec).total + H
+    with pytest.raises(SpecError, match="sinks_sliding_only"):
+        BASE.replace(sinks_sliding_only=True, attention_sinks=True)

@@ -83,6 +83,12 @@ def types_whose_code_has(*patterns: str) -> list[str]:
     return out
 
 
+# Eager attention that appends the sink logits as one more softmax column (the probabilities
+# kept are T + 1 wide), and that subtracts each row's max first (max keeps its int64 indices)
+SINK_COLUMN = "torch.cat([attn_weights, sinks], dim=-1)"
+ROW_MAX = ".max(dim=-1, keepdim=True).values"
+
+
 def softmax_fp32_types() -> list[str]:
     """The model types whose eager attention has SOFTMAX_FP32."""
     return types_whose_code_has(SOFTMAX_FP32)
@@ -208,6 +214,12 @@ def main() -> None:
           + "\n\n# Eager attention computes the softmax in fp32 (transformers' modelling code has\n"
           + f"# `{SOFTMAX_FP32}`)\nSOFTMAX_FP32: frozenset[str] = frozenset(\n"
           + pprint.pformat(softmax_fp32_types(), width=92, compact=True) + ")"
+          + "\n\n# Eager attention appends the sink logits as a softmax column\n"
+          + f"# (`{SINK_COLUMN}`)\nSINK_COLUMN: frozenset[str] = frozenset(\n"
+          + pprint.pformat(types_whose_code_has(SINK_COLUMN), width=92, compact=True) + ")"
+          + "\n\n# Eager attention subtracts each row's max before the softmax\n"
+          + f"# (`{ROW_MAX}`)\nROW_MAX: frozenset[str] = frozenset(\n"
+          + pprint.pformat(types_whose_code_has(ROW_MAX), width=92, compact=True) + ")"
           + "\n\n# RMSNorms that keep their normalised tensor in fp32 (the weight multiplies "
           + "before the cast back)\nNORM_FP32: frozenset[str] = frozenset(\n"
           + pprint.pformat(norm_fp32_types(), width=92, compact=True) + ")"

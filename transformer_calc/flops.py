@@ -240,6 +240,10 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
     elif a.v_is_k:  # Gemma 4's attention_k_eq_v: no value projection
         add((p + "qk", 2 * E * (H + Hkv) * dh, "2 · d_model · (n_heads + n_kv_heads) · d_head",
              "", L, group, "values are the keys' projection", None, ()))
+    elif dv != dh:  # MiMo-V2-Flash: value heads of their own width
+        add((p + "qkv", 2 * E * ((H + Hkv) * dh + Hkv * dv),
+             "2 · d_model · ((n_heads + n_kv_heads) · d_head + n_kv_heads · d_v)", "", L, group,
+             "", None, ()))
     else:
         add((p + "qkv", 2 * E * (H + 2 * Hkv) * dh,
              "2 · d_model · (n_heads + 2·n_kv_heads) · d_head", "", L, group,
@@ -264,13 +268,13 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
         add((p + "values", sv, f"2 · 2 · n_heads · d_head · {keys_sym}", "", L, group,
              "two attention maps", None, ()))
     else:
-        sv = 2 * H * dh * keys
-        add((p + "scores", sv, f"2 · n_heads · d_head · {keys_sym}", "", L, group, note, None,
-             ()))
-        add((p + "values", sv, f"2 · n_heads · d_head · {keys_sym}", "", L, group, note, None,
-             ()))
-    add((p + "o", 2 * H * dh * E, "2 · (n_heads · d_head) · d_model", "", L, group, "", None,
-         ()))
+        vsym = "d_v" if dv != dh else "d_head"
+        add((p + "scores", 2 * H * dh * keys, f"2 · n_heads · d_head · {keys_sym}", "", L,
+             group, note, None, ()))
+        add((p + "values", 2 * H * dv * keys, f"2 · n_heads · {vsym} · {keys_sym}", "", L,
+             group, note, None, ()))
+    add((p + "o", 2 * H * dv * E, "2 · (n_heads · d_v) · d_model" if dv != dh else
+         "2 · (n_heads · d_head) · d_model", "", L, group, "", None, ()))
 
 
 def _indexer_flops(add, a: Attention, E: int, T: int, p: str, group: str,  # type: ignore[no-untyped-def]

@@ -40,6 +40,7 @@ HEAD_CLASS = {
     "gemma4_text": "Gemma4ForCausalLM",
     "gemma4_unified_text": "Gemma4UnifiedForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
+    "mimo_v2_flash": "MiMoV2FlashForCausalLM",
 }
 
 # transformers' ACT2FN names -> tcalc's activation (no parameters either way).
@@ -62,7 +63,8 @@ INT_KEYS = frozenset("""
     encoder_attention_heads decoder_attention_heads encoder_ffn_dim decoder_ffn_dim
     decoder_vocab_size moe_intermediate_size decoder_sparse_step num_experts n_routed_experts
     n_shared_experts first_k_dense_replace q_lora_rank kv_lora_rank qk_nope_head_dim
-    qk_rope_head_dim v_head_dim sliding_window sliding_window_pattern experts_per_token
+    qk_rope_head_dim v_head_dim sliding_window sliding_window_size sliding_window_pattern
+    experts_per_token
     num_nextn_predict_layers moe_layer_freq shared_expert_intermediate_size num_shared_experts
     shared_intermediate_size n_group topk_group max_target_positions
     cross_attention_hidden_size index_n_heads index_head_dim index_topk index_topk_freq
@@ -386,10 +388,14 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         NORM_KEEPS_INPUT,
         PEFT_MOE,
         ROUTER_FP32,
+        ROW_MAX,
+        SINK_COLUMN,
         SOFTMAX_FP32,
     )
 
     values["softmax_fp32"] = model_type in SOFTMAX_FP32
+    values["softmax_sink_column"] = model_type in SINK_COLUMN
+    values["softmax_row_max"] = model_type in ROW_MAX
     values["norm_fp32"] = model_type in NORM_FP32
     values["loss_fp32"] = model_type not in LOSS_NO_UPCAST
     values["router_fp32"] = model_type in ROUTER_FP32
@@ -1082,6 +1088,62 @@ def _gpt_oss(c: Config) -> dict[str, Any]:
                 **_bias(bias, bias, bias, bias, True, True),
                 tie_embeddings=c.get("tie_word_embeddings", False)) | _layer_attention(
                     c, L, [i % 2 == 0 for i in range(L)], 128)
+
+
+def _mimo_v2_flash(c: Config) -> dict[str, Any]:
+    """MiMoV2FlashForCausalLM (transformers 5.23; Xiaomi's MiMo-V2-Flash, 2025): Q and K heads
+    of head_dim, V heads of v_head_dim; the sliding layers have twice num_key_value_heads and
+    a sink logit per head, the full layers (the first and every sixth) neither; a dense first
+    layer, then DeepSeek-V3's sigmoid router (its e_score_correction_bias a buffer) over
+    experts without shared ones. attention_value_scale and the partial RoPE hold no
+    parameters."""
+    L = c.get("num_hidden_layers", 48)
+    E, H = c.get("hidden_size", 4096), c.get("num_attention_heads", 64)
+    kv = c.kv_heads(4, H)
+    d_head = c.get("head_dim", 192)
+    bias = c.get("attention_bias", False)
+    types = c.data.get("layer_types")
+    if types is None:  # MiMoV2FlashConfig.__post_init__
+        types = ["full_attention" if i == 0 or not (i + 1) % 6 else "sliding_attention"
+                 for i in range(L)]
+    # the config class adds one to sliding_window_size (the SGLang reference's window)
+    window = (c.get("sliding_window_size", 0) + 1 if c.data.get("sliding_window_size")
+              is not None else c.get("sliding_window", 129))
+    layers = _layer_attention(_Window(c.data | {"layer_types": types}, c.where,
+                                      {"sliding_window": window}), L, None, None)
+    sliding = "S" in layers.get("layer_attention", "")
+    if kv < 1 or (sliding and H % (2 * kv)):
+        raise SpecError("num_key_value_heads", f"an integer >= 1 dividing num_attention_heads="
+                        f"{H} / 2 (the sliding layers have twice as many)", kv, source=c.where)
+    if c.get("v_head_dim", 128) < 1:
+        raise SpecError("v_head_dim", "an integer >= 1", c.get("v_head_dim", 128),
+                        source=c.where)
+    out = dict(arch="decoder", vocab_size=c.get("vocab_size", 152576), d_model=E,
+               n_layers=L, n_heads=H, n_kv_heads=2 * kv if sliding else kv,
+               global_kv_heads=kv if sliding else None,
+               d_head=None if d_head * H == E else d_head,
+               v_head_dim=0 if c.get("v_head_dim", 128) == d_head else c.get("v_head_dim", 128),
+               d_ff=c.get("intermediate_size", 16384),
+               max_positions=c.get("max_position_embeddings", 131072), position="rope",
+               ffn="gated", activation=c.activation("hidden_act", "silu"), norm="rmsnorm",
+               norm_position="pre", attention_sinks=sliding, sinks_sliding_only=sliding,
+               **_bias(bias, bias, bias, False, False, False),
+               tie_embeddings=c.get("tie_word_embeddings", False)) | layers
+    kinds = c.data.get("mlp_layer_types")
+    if kinds is None:  # MiMoV2FlashConfig: one dense layer, then experts
+        kinds = ["dense"] + ["sparse"] * (L - 1)
+    if not isinstance(kinds, list) or len(kinds) != L or any(
+            k not in ("dense", "sparse") for k in kinds):
+        raise SpecError("mlp_layer_types", f"a list of {L} of dense, sparse", kinds,
+                        source=c.where)
+    ffn = ["E" if k == "sparse" else "D" for k in kinds]
+    if "E" in ffn:
+        out |= {"n_experts": c.first(("n_routed_experts", "num_local_experts"), 256),
+                "top_k": c.get("num_experts_per_tok", 8),
+                "d_ff_expert": c.get("moe_intermediate_size", 2048)}
+        if "D" in ffn:
+            out["layer_ffn"] = _runs(ffn)
+    return out
 
 
 class Moe(NamedTuple):
@@ -2176,6 +2238,7 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "gemma2": _gemma2,
     "gemma3_text": lambda c: _gemma2(c, v3=True),
     "gpt_oss": _gpt_oss,
+    "mimo_v2_flash": _mimo_v2_flash,
     "modernbert": _modernbert,
     "modernbert-decoder": lambda c: _modernbert(c, decoder=True),
     "fsmt": _fsmt,

@@ -1814,6 +1814,16 @@ SOFTMAX_FP32: frozenset[str] = frozenset(
  'qwen3_5_text', 'qwen3_moe', 'qwen3_next', 'seed_oss', 'smollm3', 'solar_open', 'stablelm',
  'starcoder2', 'vaultgemma', 'xglm', 'youtu'])
 
+# Eager attention appends the sink logits as a softmax column
+# (`torch.cat([attn_weights, sinks], dim=-1)`)
+SINK_COLUMN: frozenset[str] = frozenset(
+['flint', 'gpt_oss', 'mimo_v2_flash'])
+
+# Eager attention subtracts each row's max before the softmax
+# (`.max(dim=-1, keepdim=True).values`)
+ROW_MAX: frozenset[str] = frozenset(
+['gpt_oss', 'mimo_v2_flash'])
+
 # RMSNorms that keep their normalised tensor in fp32 (the weight multiplies before the cast back)
 NORM_FP32: frozenset[str] = frozenset(
 ['afmoe', 'beam', 'flex_olmo', 'flint', 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text',
@@ -1829,8 +1839,8 @@ NORM_KEEPS_INPUT: frozenset[str] = frozenset(
 # (`F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))`, or .float())
 ROUTER_FP32: frozenset[str] = frozenset(
 ['beam', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'ernie4_5_moe', 'exaone_moe',
- 'flint', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'hy_v3', 'kolibri1', 'nemotron_h',
- 'solar_open'])
+ 'flint', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'hy_v3', 'kolibri1', 'mimo_v2_flash',
+ 'nemotron_h', 'solar_open'])
 
 # Losses taken in the activation dtype (no fp32 upcast of the logits)
 LOSS_NO_UPCAST: frozenset[str] = frozenset(
@@ -1960,6 +1970,7 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'mbart': ('k_proj', 'q_proj', 'v_proj'),
     'megatron-bert': ('key', 'query', 'value'),
     'mellum': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
+    'mimo_v2_flash': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'minicpm3': ('down_proj', 'gate_proj', 'kv_a_proj_with_mqa', 'kv_b_proj', 'o_proj', 'q_a_proj', 'q_b_proj', 'up_proj'),
     'minimax': ('k_proj', 'o_proj', 'q_proj', 'qkv_proj', 'v_proj', 'w1', 'w2', 'w3'),
     'minimax_m2': ('k_proj', 'o_proj', 'q_proj', 'v_proj', 'w1', 'w2', 'w3'),

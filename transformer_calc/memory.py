@@ -375,6 +375,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         Hh, dq, dv = at.heads, at.d_head, at.d_v
         qw, kvw = Hh * dq, at.kv_heads * dq
         vw = at.kv_heads * dv
+        # the value heads' width in formulas: MLA's and MiMo-V2-Flash's own d_v
+        dvs = "d_v" if at.mla or dv != dq else "d_head"
         kq, kq_sym = (T, "T") if cross else (keys, "keys")
         # readers of the normed input: Q, K, V (fused: one; MLA: two; Gemma 4's K/V-shared
         # layers: Q alone, their keys are an earlier layer's; attention_k_eq_v: Q and K)
@@ -401,19 +403,25 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # the norm and the rotation), the latent's norm (an fp32 copy in a 16-bit model,
             # 1/rms, the normalised tensor) and kv_b's input; the same for q_a when the query
             # is low-rank
+            # In a 16-bit model the norm's pow keeps its fp32 copy instead, and kv_a's and
+            # q_a's outputs are not kept (measured on deepseek_v32-tiny, bf16)
             rq, rkv, dr = at.q_lora_rank, at.kv_lora_rank, at.d_rope
-            up = 4 if a != 4 else 0  # the norm's fp32 copy of its input in a 16-bit model
-            per_token = (rkv + dr) * a + rkv * up + 4 + 2 * rkv * a
-            formula = "B·T·((kv_lora_rank + d_rope + 2·kv_lora_rank) · act + 4)"
-            if up:
-                formula += " + B·T·kv_lora_rank · 4"
+            if a == 4:
+                per_token = (rkv + dr) * 4 + 4 + 2 * rkv * 4
+                formula = "B·T·((kv_lora_rank + d_rope + 2·kv_lora_rank) · 4 + 4)"
+                what = "kv_a's output, kept whole by its norm; 1/rms; the normed latent and " \
+                    "kv_b's input"
+            else:
+                per_token = rkv * 4 + 4 + 2 * rkv * a
+                formula = "B·T·(kv_lora_rank · 4 + 4 + 2·kv_lora_rank · act)"
+                what = "the norm's fp32 copy of the latent and 1/rms; the normed latent and " \
+                    "kv_b's input"
             if rq:
-                per_token += rq * a + rq * up + 4 + 2 * rq * a
-                formula += " + B·T·(3·q_lora_rank · act + 4)"
-                if up:
-                    formula += " + B·T·q_lora_rank · 4"
-            add((p + "latent", sb * per_token, formula + " (kv_a's output, its norm, kv_b's "
-                 "input)", "", L, stack, "", None, ()))
+                per_token += rq * 4 + 4 + 2 * rq * a
+                formula += " + B·T·(q_lora_rank · 4 + 4 + 2·q_lora_rank · act)"
+                what += "; the same for the query latent"
+            add((p + "latent", sb * per_token, f"{formula} ({what})", "", L, stack, "", None,
+                 ()))
             vw = Hh * dv
             kvw = qw
         core_start = len(rows)  # the attention core's rows (DiffLlama runs it twice)
@@ -443,13 +451,14 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  None, ()))
         elif flash:
             add((p + "qkv", sb * (qw + kvw + vw) * a,
-                 "B·T·(n_heads + 2·n_kv_heads)·d_head · act", "", L, stack, "tp", None, ()))
+                 "B·T·(n_heads + 2·n_kv_heads)·d_head · act" if dv == dq else
+                 "B·T·((n_heads + n_kv_heads)·d_head + n_kv_heads·d_v) · act", "", L, stack,
+                 "tp", None, ()))
         if at.mechanism != "softmax" and not cross:
             pass  # efficient_core above: no score tensor of T²
         elif flash:
-            add((p + "out", sb * Hh * dv * a, "B·T·n_heads·d_head · act (kernel output)" if
-                 not at.mla else "B·T·n_heads·d_v · act (kernel output)", "", L, stack, "tp",
-                 None, ()))
+            add((p + "out", sb * Hh * dv * a, f"B·T·n_heads·{dvs} · act (kernel output)", "",
+                 L, stack, "tp", None, ()))
             add((p + "logsumexp", B * Hh * T * 4, "B·n_heads·T · 4 (fp32)", "", L, stack, "tp",
                  None, ()))
         else:
@@ -468,13 +477,26 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # are repeated to n_heads first (HF repeat_kv)
             kv = "B·T·n_heads·d_head · " + c_sym + " (contiguous copy)"
             add((p + "k", sb * qw * c, kv, "", L, stack, "tp", None, ()))
-            if at.mla:  # V is a view of kv_b's output, which stays whole (measured)
+            if at.mla and not (upcast and a != 4):  # V is a view of kv_b's output, which
+                # stays whole (measured; a 16-bit model's math kernel copies V alone to fp32)
                 add((p + "v", sb * Hh * (dq - at.d_rope + dv) * c, "B·T·n_heads·(d_nope + d_v) "
                      "· " + c_sym + " (kv_b's output: V is a view)", "", L, stack, "tp", None,
                      ()))
             else:
-                add((p + "v", sb * Hh * dv * c, kv, "", L, stack, "tp", None, ()))
+                add((p + "v", sb * Hh * dv * c, kv.replace("d_head", dvs), "", L, stack, "tp",
+                     None, ()))
             probs = B * Hh * T * kq
+            if spec.softmax_row_max and not cross:
+                # gpt-oss, MiMo-V2-Flash: scores - scores.max(dim=-1).values; max keeps the
+                # int64 index of each row's maximum (measured: measure_activations_hf.py)
+                add((p + "row_max_indices", B * Hh * T * 8, "B·n_heads·T · 8 (int64: where "
+                     "each row's max is)", "", L, stack, "tp", None, ()))
+            if at.sinks and spec.softmax_sink_column and not cross:
+                # the sink logit joins the scores as one more column: the softmax keeps
+                # keys + 1 probabilities per row, the A·V matmul reads a view without it
+                probs = B * Hh * T * (kq + 1)
+                kq_sym += " + 1"
+                kq_sym = f"({kq_sym})"
             if spec.attn_softcapping and not cross:
                 # Gemma 2's eager attention: scores = cap · tanh(scores / cap); tanh keeps
                 # its output, a tensor of the scores' size
@@ -521,7 +543,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             add((p + "gate", sb * gw * a, "B·T·" + ("n_heads" if at.gate == "head" else
                                                     "n_heads·d_head") + " · act (sigmoid gate)",
                  "", L, stack, "tp", None, ()))
-            add((p + "gated_output", sb * Hh * dv * a, "B·T·n_heads·d_head · act (the "
+            add((p + "gated_output", sb * Hh * dv * a, f"B·T·n_heads·{dvs} · act (the "
                  "attention output the gate scales)", "", L, stack, "tp", None, ()))
         if at.sub_norm:
             # BitNet's attn_sub_norm over the attention output; o_proj reads its output
@@ -532,8 +554,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # (the CPU flash kernel writes its output in the query's (B, T, H, d) order, so the
             # output projection reads that very tensor: measured on BART, no copy is kept;
             # MLA's query is concatenated in (B, H, T, d) order and is copied: measured)
-            add((p + "o_input", sb * Hh * dv * a, "B·T·n_heads·d_head · act (output "
-                 "projection input)" if not at.mla else "B·T·n_heads·d_v · act (output "
+            add((p + "o_input", sb * Hh * dv * a, f"B·T·n_heads·{dvs} · act (output "
                  "projection input)", "", L, stack, "tp", None, ()))
         if dropout:
             add((p + "residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", "", L, stack,
@@ -627,6 +648,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                          None, ()))
                 add((p + "expert_output", k * x, "top_k · B·T·d_model · act (scaled by the "
                      "routing weight)", "", L, stack, "", None, ()))
+                # ... and index_add_ keeps the scaled output it adds back (IndexAddBackward0
+                # saves its source), beside each expert's (slot, token) int64 pairs from
+                # torch.where (measured: tools/measure_activations_hf.py)
+                add((p + "expert_scatter", k * x + k * sb * 16, "top_k · B·T·d_model · act + "
+                     "top_k · B·T · 16 (index_add_'s source; the int64 token pairs)", "", L,
+                     stack, "", None, ()))
         if dropout:
             add((p + "residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", "", L, stack,
                  "", None, ()))

@@ -355,13 +355,16 @@ def _attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type
     # projection
     values_are_keys = (a.mechanism == "linformer" and a.sharing == "kv") or a.v_is_k \
         or a.kv_shared
+    # MiMo-V2-Flash: value heads of their own width d_v (v_proj, and o_proj reading them)
+    dv, vsym = (a.d_v, "d_v") if a.d_v != dh else (dh, "d_head")
+    vw, ow = Hkv * dv, H * dv
     if not values_are_keys:
-        add((p + "v.weight", E * kvw, "d_model × (n_kv_heads · d_head)", "", L, group,
-             kv_note, None, (kvw, E)))
+        add((p + "v.weight", E * vw, f"d_model × (n_kv_heads · {vsym})", "", L, group,
+             kv_note, None, (vw, E)))
         if a.bias_v:
-            add((p + "v.bias", kvw, "n_kv_heads · d_head", "", L, group, "", None, ()))
-    add((p + "o.weight", qw * E, "(n_heads · d_head) × d_model", "", L, group, "", None,
-         (E, qw)))
+            add((p + "v.bias", vw, f"n_kv_heads · {vsym}", "", L, group, "", None, ()))
+    add((p + "o.weight", ow * E, f"(n_heads · {vsym}) × d_model", "", L, group, "", None,
+         (E, ow)))
     if a.bias_o:
         add((p + "o.bias", E, "d_model", "", L, group, "", None, ()))
     if a.qk_norm != "none":

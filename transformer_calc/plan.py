@@ -458,8 +458,10 @@ def _attention(spec: ModelSpec, letter: str, cross: bool = False,
         v_is_k = spec.global_k_eq_v
     mech = spec.attention_mechanism
     features = spec.performer_features or (int(dh * math.log(dh)) if dh > 1 else 1)
-    return Attention(spec.n_heads, kv, dh, dh, spec.bias_q, spec.bias_k,
-                     spec.bias_v, spec.bias_o, spec.qk_norm, spec.attention_sinks, kind,
+    # MiMo-V2-Flash: value heads narrower than the query/key heads; sinks in sliding layers
+    sinks = spec.attention_sinks and (letter == "S" or not spec.sinks_sliding_only)
+    return Attention(spec.n_heads, kv, dh, spec.v_head_dim or dh, spec.bias_q, spec.bias_k,
+                     spec.bias_v, spec.bias_o, spec.qk_norm, sinks, kind,
                      window, rope, False, spec.fused_qkv, 0, 0, 0, spec.attn_gate,
                      spec.attn_gate_bias, mech, spec.linformer_k if mech == "linformer" else 0,
                      spec.max_positions if mech == "linformer" else 0,

@@ -74,6 +74,12 @@ class ModelSpec:
     softmax_fp32: bool = _f(False, "eager attention computes the softmax in fp32 and casts it "
                             "back (transformers' Llama-style eager attention): a 16-bit model "
                             "keeps both copies", arch=False)
+    softmax_sink_column: bool = _f(False, "eager attention appends the sink logits as one more "
+                                   "softmax column, so the probabilities kept are keys + 1 wide "
+                                   "(gpt-oss, MiMo-V2-Flash, Flint)", arch=False)
+    softmax_row_max: bool = _f(False, "eager attention subtracts each row's max before the "
+                               "softmax, and max keeps its int64 indices (gpt-oss, "
+                               "MiMo-V2-Flash)", arch=False)
 
     # -- shape ----------------------------------------------------------------------------
     arch: str = _f("decoder", "stack layout", choices=ARCHES)
@@ -186,6 +192,8 @@ class ModelSpec:
                       "shared by the heads: Qwen3, Gemma 3) or width (over n_heads · d_head: "
                       "OLMo-2, Cohere)", choices=QK_NORMS)
     attention_sinks: bool = _f(False, "a learned sink logit per head (gpt-oss)")
+    sinks_sliding_only: bool = _f(False, "the sink logits sit in the sliding-window layers "
+                                  "only; the full layers have none (MiMo-V2-Flash)")
     differential: bool = _f(False, "differential attention (Ye et al. 2024; DiffLlama): two "
                             "attention maps over one Q and K, each over half the V heads, "
                             "combined by λ from four learned d_head vectors per layer, then a "
@@ -302,7 +310,9 @@ class ModelSpec:
     qk_nope_head_dim: int = _f(0, "MLA: per-head query/key width without RoPE", minimum=0)
     qk_rope_head_dim: int = _f(0, "MLA: per-head query/key width with RoPE (key part shared "
                                "by the heads)", minimum=0)
-    v_head_dim: int = _f(0, "MLA: per-head value width", minimum=0)
+    v_head_dim: int = _f(0, "per-head value width: MLA's; with other attention, the value "
+                         "heads' width when it differs from d_head (MiMo-V2-Flash: 128 against "
+                         "192; 0: d_head)", minimum=0)
     index_heads: int = _f(0, "DeepSeek Sparse Attention (DSA; DeepSeek-V3.2, GLM-5): heads of "
                           "the lightning indexer that picks the keys each query attends to "
                           "(index_n_heads; 0: no indexer)", minimum=0)
@@ -604,6 +614,16 @@ class ModelSpec:
                 if getattr(self, key) < 1:
                     raise SpecError(key, "an integer >= 1 with kv_lora_rank (MLA)",
                                     getattr(self, key))
+        elif self.v_head_dim and (self.attention_mechanism != "softmax" or self.differential
+                                  or self.global_k_eq_v or self.qkv_conv or self.fused_qkv
+                                  or self.arch == "encoder-decoder"):
+            raise SpecError("v_head_dim", "0 unless the attention is MLA, or softmax with "
+                            "separate Q, K and V projections (no differential attention, "
+                            "global_k_eq_v, qkv_conv or fused_qkv) outside an "
+                            "encoder-decoder", self.v_head_dim)
+        if self.sinks_sliding_only and not (self.attention_sinks and self.sliding_window):
+            raise SpecError("sinks_sliding_only", "false unless attention_sinks and "
+                            "sliding_window are set", True)
         if self.index_heads:
             # DeepseekV32Indexer: wq_b reads the query latent, RoPE on d_rope of its head
             if not (self.mla and self.q_lora_rank):
