@@ -62,7 +62,10 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # Embeddings v3, LFM3, and Gemma 2 with its two soft-cappings; the same two shapes; and
 # session 9's: BitNet, ModernBERT and its decoder, FSMT, ELECTRA, RemBERT, ALBERT, RoCBERT,
 # Mllama, DiffLlama, Gemma 4 and its unified variant; session 10's: MiMo-V2-Flash, eager
-# only).
+# only). Mixtures of experts were measured with transformers' eager expert loop
+# (experts_implementation="eager"); activations_moe_grouped_cpu.jsonl measures nine of them
+# again on its default grouped_mm path (`--experts grouped_mm`, B=2 T=64 and B=1 T=128; its
+# rows say "experts").
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
@@ -70,7 +73,8 @@ FAMILY_ROWS = [json.loads(line) for name in ("activations_families_cpu.jsonl",
                                                "activations_new_families_cpu.jsonl",
                                                "activations_loss_dtype_cpu.jsonl",
                                                "activations_more_cpu.jsonl",
-                                               "activations_added_s8_cpu.jsonl")
+                                               "activations_added_s8_cpu.jsonl",
+                                               "activations_moe_grouped_cpu.jsonl")
                for line in (DATA / name).read_text().splitlines()]
 MEASURED = [r for r in FAMILY_ROWS if "skipped" not in r]
 # Every measured case is within ±10 % (the last gap, DeepSeek-V3 with SDPA in bf16 at −11.7 %,
@@ -81,7 +85,8 @@ def _estimate(row: dict) -> int:
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / row["config"]).read_text()))
     return activation_breakdown(spec, row["B"], row["T"], act_bytes=4 if row["dtype"] == "fp32"
                                 else 2, device="cpu", attention=row["attention"],
-                                dropout=spec.trains_with_dropout).total
+                                dropout=spec.trains_with_dropout,
+                                experts=row.get("experts", "eager")).total  # (key: new rows)
 
 
 # classes transformers offers no SDPA path for (the measurement skipped it)
@@ -140,6 +145,7 @@ def test_a_deepseek_router_keeps_fp32_copies_in_16_bit() -> None:
 
 def _names(config: str, **kw: object) -> dict[str, int]:
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    kw.setdefault("experts", "eager")  # as the fixtures were measured
     b = activation_breakdown(spec, 2, 64, act_bytes=2, device="cpu",  # type: ignore[arg-type]
                              attention="eager", dropout=spec.trains_with_dropout, **kw)
     return {i.name: i.count for i in b.items}
@@ -177,10 +183,45 @@ def test_the_expert_loop_keeps_what_index_add_adds_back() -> None:
     # MiMoV2FlashForCausalLM, mimo_v2_flash-types.json: per expert (n,) int64 of 16·n bytes
     # and three (n, 48) fp32 tensors). Without them these MoE families were −4.5 to −7.6 %.
     names = _names("mixtral-top1.json")
-    assert names["decoder.ffn.expert_scatter"] == 1 * 2 * 64 * (256 * 2 + 16)  # top 1, bf16
+    assert names["decoder.ffn.expert_scatter"] == 1 * 2 * 64 * (256 * 2 + 20)  # top 1, bf16
     for config in ("mixtral-top1.json", "hy_v3-tiny.json", "gpt_oss-tied-nobias.json",
                    "deepseek_v3-no-q-lora-bias.json", "mimo_v2_flash-tiny.json"):
         assert _error(config) <= 0.02, config
+
+
+def test_grouped_mm_experts_keep_the_sort_order_not_a_scatter_source() -> None:
+    # transformers 5.23's default (get_correct_experts_implementation: grouped_mm) sorts the
+    # routed slots by expert and sums them back by reshape: no index_add_, so no third
+    # top_k · B·T·d_model; perm // top_k, perm and inv_perm (int64), the fp32 weights and the
+    # int32 offsets instead (the listing of MixtralForCausalLM, mixtral-top1.json, bf16,
+    # B=2, T=64: three (128,) int64, a (128, 1) fp32, a (4,) int32)
+    grouped = _names("mixtral-top1.json", experts="grouped_mm")
+    assert "decoder.ffn.expert_scatter" not in grouped
+    assert grouped["decoder.ffn.expert_order"] == 1 * 2 * 64 * 28 + 4 * 4
+    spec = spec_from_hf({"model_type": "mixtral"})
+    auto = activation_breakdown(spec, 1, 16, act_bytes=2, device="cpu")
+    assert any(i.name.endswith("expert_order") for i in auto.items)  # auto: grouped_mm
+    assert any("grouped_mm path (this class's default)" in n for n in auto.notes)
+    for config in ("mixtral-top1.json", "qwen3_moe-sparse-step.json", "hy_v3-tiny.json",
+                   "gpt_oss-tied-nobias.json", "deepseek_v3-no-q-lora-bias.json"):
+        rows = [r for r in MEASURED if r["config"] == config and "experts" in r]
+        assert len(rows) >= 4 and all(r["experts"] == "grouped_mm" for r in rows)
+        assert max(abs(_estimate(r) - r["measured_bytes"]) / r["measured_bytes"]
+                   for r in rows) <= 0.02, config
+
+
+def test_a_class_without_a_grouped_path_runs_its_own_loop() -> None:
+    # Llama4TextExperts has no @use_experts_implementation (transformers 5.23)
+    from transformer_calc.errors import TcalcError
+
+    spec = spec_from_hf({"model_type": "llama4_text"})
+    assert spec.n_experts and not spec.experts_grouped
+    b = activation_breakdown(spec, 1, 16, act_bytes=2, device="cpu")
+    assert not any(i.name.endswith("expert_order") for i in b.items)
+    with pytest.raises(TcalcError, match="--experts grouped_mm"):
+        activation_breakdown(spec, 1, 16, act_bytes=2, device="cpu", experts="grouped_mm")
+    with pytest.raises(TcalcError, match="--experts: expected one of auto, grouped_mm, eager"):
+        activation_breakdown(spec, 1, 16, act_bytes=2, device="cpu", experts="loop")
 
 
 def test_mla_in_16_bit_keeps_the_norms_fp32_copies_not_the_projections_outputs() -> None:

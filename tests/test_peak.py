@@ -376,3 +376,21 @@ def test_zero3_and_offload_keep_16_bit_parameters_and_no_autocast_copies() -> No
     amp = memory_report(spec, Settings(**base, zero=2))
     assert not amp.settings.sixteen_bit_model
     assert "autocast_copies" in {i.name for i in amp.phases[0].items.items}
+
+
+def test_the_experts_path_can_be_chosen(cli) -> None:
+    # transformers 5.23 runs a mixture of experts through grouped_mm by default; the eager
+    # loop keeps index_add_'s source on top (tests/test_activations_measured.py measures both)
+    def memory(*args: str) -> dict:
+        return cli.json("memory", "qwen3-30b-a3b", "--seq-len", "256", *args)
+
+    auto, eager = memory(), memory("--experts", "eager")
+    names = {c["name"] for c in auto["activations"]["components"]}
+    assert "decoder.ffn.expert_order" in names and "decoder.ffn.expert_scatter" not in names
+    assert any(n.startswith("experts run transformers' grouped_mm path (this class's default)")
+               for n in auto["notes"])
+    k, E = 8, 2048  # top-8 of 128 experts, d_model 2048 (Qwen3-30B-A3B's config)
+    grown = eager["activations"]["bytes"] - auto["activations"]["bytes"]
+    assert grown == 48 * (k * 256 * E * 4 + k * 256 * 20 - (k * 256 * 28 + 128 * 4))
+    r = cli("memory", "qwen3-30b-a3b", "--experts", "loop", code=2)
+    assert "--experts" in r.stderr

@@ -87,6 +87,8 @@ def types_whose_code_has(*patterns: str) -> list[str]:
 # kept are T + 1 wide), and that subtracts each row's max first (max keeps its int64 indices)
 SINK_COLUMN = "torch.cat([attn_weights, sinks], dim=-1)"
 ROW_MAX = ".max(dim=-1, keepdim=True).values"
+# Experts modules that take transformers' experts_implementation (grouped_mm by default)
+EXPERTS_GROUPED = "@use_experts_implementation"
 
 
 def softmax_fp32_types() -> list[str]:
@@ -217,6 +219,9 @@ def main() -> None:
           + "\n\n# Eager attention appends the sink logits as a softmax column\n"
           + f"# (`{SINK_COLUMN}`)\nSINK_COLUMN: frozenset[str] = frozenset(\n"
           + pprint.pformat(types_whose_code_has(SINK_COLUMN), width=92, compact=True) + ")"
+          + "\n\n# MoE experts that run grouped_mm by default (their module has\n"
+          + f"# `{EXPERTS_GROUPED}`)\nEXPERTS_GROUPED: frozenset[str] = frozenset(\n"
+          + pprint.pformat(types_whose_code_has(EXPERTS_GROUPED), width=92, compact=True) + ")"
           + "\n\n# Eager attention subtracts each row's max before the softmax\n"
           + f"# (`{ROW_MAX}`)\nROW_MAX: frozenset[str] = frozenset(\n"
           + pprint.pformat(types_whose_code_has(ROW_MAX), width=92, compact=True) + ")"

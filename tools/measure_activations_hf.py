@@ -6,7 +6,8 @@ Method (as measure_activations.py): the class tcalc counts (hf.counted_class), b
 config with random weights on the CPU, cast to the dtype, train mode, a forward with labels;
 inside torch.autograd.graph.saved_tensors_hooks every tensor autograd packs is recorded by its
 storage, each storage once, parameters excluded. MoE experts run transformers' eager
-implementation. One JSON line per case.
+implementation, or --experts grouped_mm (its default; the row then says so). One JSON line per
+case.
 
     python tools/measure_activations_hf.py tests/data/hf/variants/qwen3-sliding-bias.json
 
@@ -47,7 +48,7 @@ DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
 
 
 def measure(config: dict, attention: str, dtype: str, B: int, T: int,
-            lora: tuple[int, str, float] | None = None) -> int:
+            lora: tuple[int, str, float] | None = None, experts: str = "eager") -> int:
     import transformers
 
     # a seq2seq model shifts the labels right by its decoder start token: give it one
@@ -55,7 +56,7 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
     extra = {k: 0 for k in ("decoder_start_token_id", "pad_token_id")
              if seq2seq and k not in config}
     cfg = transformers.AutoConfig.for_model(**config, **extra, attn_implementation=attention,
-                                            experts_implementation="eager")
+                                            experts_implementation=experts)
     torch.manual_seed(0)
     model = getattr(transformers, counted_class(config))(cfg)
     model = model.to(DTYPES[dtype][0]).train()
@@ -128,6 +129,9 @@ def main() -> None:
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank (peft): a frozen base")
     ap.add_argument("--lora-targets", default="all-linear")
     ap.add_argument("--lora-dropout", type=float, default=0.0)
+    ap.add_argument("--experts", default="eager", choices=("eager", "grouped_mm"),
+                    help="transformers' experts_implementation (rows without an experts key "
+                         "were measured with eager)")
     args = ap.parse_args()
     if args.mixers:
         for path in args.configs:
@@ -150,7 +154,8 @@ def main() -> None:
             for dtype in DTYPES:
                 lora = (args.lora, args.lora_targets, args.lora_dropout) if args.lora else None
                 try:
-                    got = measure(config, attention, dtype, args.B, args.T, lora)
+                    got = measure(config, attention, dtype, args.B, args.T, lora,
+                                  args.experts)
                 except ValueError as e:  # e.g. a class without an SDPA path
                     print(json.dumps({"config": path.name, "attention": attention,
                                       "dtype": dtype, "skipped": str(e)[:100]}))
@@ -159,9 +164,10 @@ def main() -> None:
                     precision="fp32" if dtype == "fp32" else "bf16", batch_size=args.B,
                     seq_len=args.T, attention=attention, device="cpu",
                     lora_rank=args.lora, lora_targets=tuple(args.lora_targets.split(",")),
-                    lora_dropout=args.lora_dropout)).activations.total
+                    lora_dropout=args.lora_dropout, experts=args.experts)).activations.total
                 print(json.dumps({"config": path.name, "attention": attention, "dtype": dtype,
                                   "B": args.B, "T": args.T, "lora": list(lora or ()),
+                                  **({"experts": args.experts} if spec.n_experts else {}),
                                   "measured_bytes": got,
                                   "tcalc_bytes": est,
                                   "error_pct": round(100 * (est - got) / got, 1)}))

@@ -20,6 +20,7 @@ import typer
 from transformer_calc.choices import (
     ATTENTIONS,
     DEVICES,
+    EXPERTS_IMPLS,
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PATTERNS,
@@ -363,6 +364,7 @@ def _training_params() -> list[inspect.Parameter]:
     Activations = _choice_enum("activations", ("hf", "megatron"))
     Recipe = _choice_enum("recipe", RECIPES)
     SdpaKernel = _choice_enum("sdpa_kernel", SDPA_KERNELS)
+    Experts = _choice_enum("experts", EXPERTS_IMPLS)
     return [
         opt("precision", Optional[Precision], None, "--precision",
             help="Weights dtype: fp32 (default), or bf16/fp16 (pure, or the 16-bit dtype "
@@ -417,6 +419,10 @@ def _training_params() -> list[inspect.Parameter]:
             help="With --attention sdpa: the kernel, as torch.nn.attention.sdpa_kernel would "
                  "force it; auto: as torch 2.13 picks it for the device, dtype, dropout and "
                  "heads (the report says which)."),
+        opt("experts", Experts, Experts["auto"], "--experts",
+            help="How MoE experts run: grouped_mm (sorted slots, one grouped matmul per "
+                 "projection) or eager (a loop over the experts, which keeps more); auto: "
+                 "transformers 5.23's default for the model's class."),
         opt("device", Device, Device["cuda"], "--device",
             help="cuda: 1-byte dropout masks, SDPA's kernel as torch picks it on a GPU; cpu: "
                  "masks in the activation dtype, SDPA's math kernel with dropout, its CPU "

@@ -382,6 +382,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     if attn and float(attn[0]) != values["dropout"]:
         values["attention_dropout"] = float(attn[0])
     from transformer_calc.hf_defaults import (
+        EXPERTS_GROUPED,
         LINEAR_NAMES,
         LOSS_NO_UPCAST,
         NORM_FP32,
@@ -396,6 +397,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     values["softmax_fp32"] = model_type in SOFTMAX_FP32
     values["softmax_sink_column"] = model_type in SINK_COLUMN
     values["softmax_row_max"] = model_type in ROW_MAX
+    values["experts_grouped"] = model_type in EXPERTS_GROUPED
     values["norm_fp32"] = model_type in NORM_FP32
     values["loss_fp32"] = model_type not in LOSS_NO_UPCAST
     values["router_fp32"] = model_type in ROUTER_FP32

@@ -1819,6 +1819,17 @@ SOFTMAX_FP32: frozenset[str] = frozenset(
 SINK_COLUMN: frozenset[str] = frozenset(
 ['flint', 'gpt_oss', 'mimo_v2_flash'])
 
+# MoE experts that run grouped_mm by default (their module has
+# `@use_experts_implementation`)
+EXPERTS_GROUPED: frozenset[str] = frozenset(
+['afmoe', 'aria_text', 'beam', 'cohere2_moe', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32',
+ 'ernie4_5_moe', 'exaone_moe', 'flex_olmo', 'flint', 'gemma4_text', 'glm4_moe',
+ 'glm4_moe_lite', 'glm_moe_dsa', 'gpt_oss', 'granitemoe', 'granitemoe_swa',
+ 'granitemoehybrid', 'granitemoeshared', 'hy_v3', 'jamba', 'kolibri1', 'laguna', 'mellum',
+ 'mimo_v2_flash', 'minimax', 'minimax_m2', 'minimax_m3_vl_text', 'mixtral', 'nemotron_h',
+ 'olmoe', 'phimoe', 'qwen2_moe', 'qwen3_5_moe_text', 'qwen3_moe', 'qwen3_next',
+ 'solar_open'])
+
 # Eager attention subtracts each row's max before the softmax
 # (`.max(dim=-1, keepdim=True).values`)
 ROW_MAX: frozenset[str] = frozenset(

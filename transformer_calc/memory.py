@@ -16,6 +16,7 @@ from transformer_calc.breakdown import Breakdown, Item
 from transformer_calc.choices import (
     ATTENTIONS,
     DEVICES,
+    EXPERTS_IMPLS,
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PRECISIONS,
@@ -172,6 +173,27 @@ KERNELS = {"eager": "transformers' eager attention (Python: matmul, softmax, mat
                         "log-sum-exp"}
 
 
+EXPERTS_NOTE = {
+    "grouped_mm": "the routed slots sorted by expert, one grouped matmul per projection",
+    "eager": "a loop over the experts, each indexing its tokens and index_add_-ing its "
+             "scaled output back"}
+
+
+def experts_impl(spec: ModelSpec, experts: str) -> str:
+    """How transformers 5.23 runs a mixture of experts: --experts, or (auto) its default,
+    get_correct_experts_implementation's grouped_mm for experts modules that take
+    @use_experts_implementation (spec.experts_grouped), else the class's own loop."""
+    if experts not in EXPERTS_IMPLS:
+        raise TcalcError(f"--experts: expected one of {', '.join(EXPERTS_IMPLS)}")
+    if experts == "auto":
+        return "grouped_mm" if spec.experts_grouped else "eager"
+    if experts == "grouped_mm" and not spec.experts_grouped:
+        raise TcalcError("--experts grouped_mm: this model's experts have no grouped_mm path "
+                         "in transformers 5.23 (their class loops over the experts); use "
+                         "auto or eager")
+    return experts
+
+
 def attention_kernel(spec: ModelSpec, attention: str, device: str, act_bytes: int,
                      dropout: bool, override: str = "auto") -> str:
     """Which kernel computes attention, as torch 2.13 picks it (issue 13): "sdpa" on CUDA is
@@ -212,7 +234,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                          device: str = "cuda", attention: str = "eager", dropout: bool = True,
                          recompute: str = "none", amp: bool = False,
                          pattern=None,  # type: ignore[no-untyped-def]
-                         sdpa_kernel: str = "auto") -> Breakdown:
+                         sdpa_kernel: str = "auto", experts: str = "auto") -> Breakdown:
     """Bytes autograd keeps for backward, one item per saved tensor, per layer.
 
     Follows Korthikanti et al. 2022, Sec. 4.1 (34·s·b·h + 5·a·s²·b per layer, 16-bit), with the
@@ -230,6 +252,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         raise TcalcError(f"--device: expected one of {', '.join(DEVICES)}")
     if batch < 1 or seq_len < 1:
         raise TcalcError("--batch-size and --seq-len: expected integers >= 1")
+    experts = experts_impl(spec, experts)
     pattern = pattern or DENSE
     # the attention probabilities' own dropout (OPT, BART: 0 while the rest is 0.1)
     attn_dropout = dropout and spec.attention_dropout != 0.0
@@ -269,6 +292,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     rows: list[tuple] = []  # type: ignore[type-arg]
     add = rows.append
     notes: list[str] = []
+    if spec.n_experts:
+        notes.append(f"experts run transformers' {experts} path"
+                     + (" (this class's default)" if experts != "eager" or not
+                        spec.experts_grouped else "") + ": " + EXPERTS_NOTE[experts])
     if spec.n_heads and attention == "sdpa":  # the execution profile, shown (issue 13)
         how = "forced by --sdpa-kernel" if sdpa_kernel != "auto" else "as torch picks it"
         notes.append(f"sdpa on {device} runs {kernel} ({how}): {KERNELS[kernel]}")
@@ -648,12 +675,22 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                          None, ()))
                 add((p + "expert_output", k * x, "top_k · B·T·d_model · act (scaled by the "
                      "routing weight)", "", L, stack, "", None, ()))
-                # ... and index_add_ keeps the scaled output it adds back (IndexAddBackward0
-                # saves its source), beside each expert's (slot, token) int64 pairs from
-                # torch.where (measured: tools/measure_activations_hf.py)
-                add((p + "expert_scatter", k * x + k * sb * 16, "top_k · B·T·d_model · act + "
-                     "top_k · B·T · 16 (index_add_'s source; the int64 token pairs)", "", L,
-                     stack, "", None, ()))
+                if experts == "eager":
+                    # the per-expert loop: index_add_ keeps the scaled output it adds back
+                    # (IndexAddBackward0 saves its source); torch.where's (slot, token) int64
+                    # pairs and each slot's fp32 routing weight (measured:
+                    # tools/measure_activations_hf.py --experts eager)
+                    add((p + "expert_scatter", k * x + k * sb * 20, "top_k · B·T·d_model · "
+                         "act + top_k · B·T · 20 (index_add_'s source; int64 token pairs, "
+                         "fp32 weight)", "", L, stack, "", None, ()))
+                else:
+                    # transformers' grouped_mm_experts_forward: the slots sorted by expert
+                    # (perm // top_k and perm gather them, inv_perm restores the order: int64
+                    # each), each slot's fp32 routing weight, and the int32 offsets
+                    # (measured: tools/measure_activations_hf.py --experts grouped_mm)
+                    add((p + "expert_order", k * sb * 28 + f.experts * 4, "top_k · B·T · 28 "
+                         "+ n_experts · 4 (int64 sort order, its gather index and inverse; "
+                         "fp32 weight; int32 offsets)", "", L, stack, "", None, ()))
         if dropout:
             add((p + "residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", "", L, stack,
                  "", None, ()))
@@ -1051,6 +1088,7 @@ class Settings:
     micro_batches: int = 0  # megatron: micro-batches per step (0: at least pp, as assumed)
     attention: str = "eager"
     sdpa_kernel: str = "auto"  # SDPA_KERNELS: auto = as torch picks it (attention_kernel)
+    experts: str = "auto"  # EXPERTS_IMPLS: auto = transformers' default for the class
     device: str = "cuda"
     dropout: bool | None = None  # None: on when the model trains with dropout (spec.dropout)
     gpus: int = 1
@@ -1108,6 +1146,8 @@ class Settings:
              f"--sdpa-kernel: expected one of {', '.join(SDPA_KERNELS)}"),
             (self.sdpa_kernel == "auto" or self.attention == "sdpa",
              "--sdpa-kernel: applies to --attention sdpa"),
+            (self.experts in EXPERTS_IMPLS,
+             f"--experts: expected one of {', '.join(EXPERTS_IMPLS)}"),
             (self.recipe == "amp" or self.mixed, "--recipe megatron: needs --mixed"),
             (self.optimizer in OPTIMIZERS, f"--optimizer: expected one of {', '.join(OPTIMIZERS)}"),
             (self.batch_size >= 1, "--batch-size: expected an integer >= 1"),
@@ -1402,7 +1442,7 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         amp = s.mixed and adapters is None and s.recipe != "megatron"
         acts = activation_breakdown(
             spec, s.batch_size, T, act_bytes=s.act_bytes, device=s.device,
-            attention=s.attention, amp=amp, sdpa_kernel=s.sdpa_kernel,
+            attention=s.attention, amp=amp, sdpa_kernel=s.sdpa_kernel, experts=s.experts,
             dropout=s.dropout if s.dropout is not None else spec.trains_with_dropout,
             recompute=s.recompute, pattern=pattern)
         if adapters is not None:

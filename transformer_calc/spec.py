@@ -74,6 +74,9 @@ class ModelSpec:
     softmax_fp32: bool = _f(False, "eager attention computes the softmax in fp32 and casts it "
                             "back (transformers' Llama-style eager attention): a 16-bit model "
                             "keeps both copies", arch=False)
+    experts_grouped: bool = _f(True, "the MoE experts take transformers' grouped_mm path by "
+                               "default (their module has @use_experts_implementation; false: "
+                               "the class's own code, e.g. Llama 4's)", arch=False)
     softmax_sink_column: bool = _f(False, "eager attention appends the sink logits as one more "
                                    "softmax column, so the probabilities kept are keys + 1 wide "
                                    "(gpt-oss, MiMo-V2-Flash, Flint)", arch=False)
