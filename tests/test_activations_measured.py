@@ -218,10 +218,29 @@ def test_a_class_without_a_grouped_path_runs_its_own_loop() -> None:
     assert spec.n_experts and not spec.experts_grouped
     b = activation_breakdown(spec, 1, 16, act_bytes=2, device="cpu")
     assert not any(i.name.endswith("expert_order") for i in b.items)
+    assert any(n.startswith("experts run transformers' every_expert path") for n in b.notes)
+    assert activation_breakdown(spec, 1, 16, act_bytes=2, device="cpu", experts="eager").total \
+        == b.total  # its eager forward is that path
     with pytest.raises(TcalcError, match="--experts grouped_mm"):
         activation_breakdown(spec, 1, 16, act_bytes=2, device="cpu", experts="grouped_mm")
     with pytest.raises(TcalcError, match="--experts: expected one of auto, grouped_mm, eager"):
         activation_breakdown(spec, 1, 16, act_bytes=2, device="cpu", experts="loop")
+
+
+def test_llama4_runs_every_expert_norms_qk_without_weight_and_masks_its_chunks() -> None:
+    # Llama4TextMoe repeats the tokens once per expert and scales them by the router's scores
+    # (every expert runs every token: -29 to -37 % when counted as top-k routing);
+    # Llama4TextL2Norm keeps Q's and K's fp32 copies and 1/rms in the RoPE layers; under SDPA
+    # the chunked layers pass an explicit (B, 1, T, T) mask and K/V repeated to every head
+    # (measured: activations_added_s8_cpu.jsonl, llama4_text-chunked.json)
+    rows = [r for r in MEASURED if r["config"] == "llama4_text-chunked.json"]
+    assert len(rows) == 8
+    for r in rows:
+        error = abs(_estimate(r) - r["measured_bytes"]) / r["measured_bytes"]
+        assert error <= (0.01 if r["attention"] == "eager" else 0.04), r
+    names = _names("llama4_text-chunked.json")
+    assert names["decoder.chunked.moe.attn.q_l2norm"] == 2 * 64 * 4 * 17 * 4
+    assert "decoder.nope.moe.attn.q_l2norm" not in names  # NoPE layers skip it
 
 
 def test_mla_in_16_bit_keeps_the_norms_fp32_copies_not_the_projections_outputs() -> None:

@@ -1830,8 +1830,8 @@ GENERIC: dict[str, Layout] = {
     # EuroBertForMaskedLM: its lm_head carries a bias when mlp_bias is set
     "eurobert": Layout("EuroBertForMaskedLM", arch="encoder", lm_head_bias="mlp_bias"),
     "llama4_text": Layout("Llama4ForCausalLM", linear_router=True, mlp_bias=False,
-                          dense_ff="intermediate_size_mlp",
-                          chunked=True,
+                          dense_ff="intermediate_size_mlp", qk_norm="l2",
+                          qk_norm_key="use_qk_norm", chunked=True,
                           moe=Moe(experts=("num_local_experts",), expert_ff="intermediate_size",
                                   shared=1, step="interleave_moe_layer_step",
                                   layer_list="moe_layers")),

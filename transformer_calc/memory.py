@@ -175,6 +175,8 @@ KERNELS = {"eager": "transformers' eager attention (Python: matmul, softmax, mat
 
 EXPERTS_NOTE = {
     "grouped_mm": "the routed slots sorted by expert, one grouped matmul per projection",
+    "every_expert": "every token goes through every expert, scaled by the router's scores "
+                    "(zero outside its top-k), as batched matmuls",
     "eager": "a loop over the experts, each indexing its tokens and index_add_-ing its "
              "scaled output back"}
 
@@ -182,16 +184,18 @@ EXPERTS_NOTE = {
 def experts_impl(spec: ModelSpec, experts: str) -> str:
     """How transformers 5.23 runs a mixture of experts: --experts, or (auto) its default,
     get_correct_experts_implementation's grouped_mm for experts modules that take
-    @use_experts_implementation (spec.experts_grouped), else the class's own loop."""
+    @use_experts_implementation (spec.experts_grouped), else eager. Eager is the class's own
+    forward: a loop over the experts, or for the one class tcalc reads without a grouped
+    path, Llama4TextExperts, every expert run on every token ("every_expert")."""
     if experts not in EXPERTS_IMPLS:
         raise TcalcError(f"--experts: expected one of {', '.join(EXPERTS_IMPLS)}")
-    if experts == "auto":
-        return "grouped_mm" if spec.experts_grouped else "eager"
-    if experts == "grouped_mm" and not spec.experts_grouped:
-        raise TcalcError("--experts grouped_mm: this model's experts have no grouped_mm path "
-                         "in transformers 5.23 (their class loops over the experts); use "
-                         "auto or eager")
-    return experts
+    if not spec.experts_grouped:
+        if experts == "grouped_mm":
+            raise TcalcError("--experts grouped_mm: this model's experts have no grouped_mm "
+                             "path in transformers 5.23 (their class runs every expert on "
+                             "every token); use auto or eager")
+        return "every_expert"
+    return "grouped_mm" if experts == "auto" else experts
 
 
 def attention_kernel(spec: ModelSpec, attention: str, device: str, act_bytes: int,
@@ -294,8 +298,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     notes: list[str] = []
     if spec.n_experts:
         notes.append(f"experts run transformers' {experts} path"
-                     + (" (this class's default)" if experts != "eager" or not
-                        spec.experts_grouped else "") + ": " + EXPERTS_NOTE[experts])
+                     + (" (this class's default)" if experts != "eager" else "") + ": "
+                     + EXPERTS_NOTE[experts])
     if spec.n_heads and attention == "sdpa":  # the execution profile, shown (issue 13)
         how = "forced by --sdpa-kernel" if sdpa_kernel != "auto" else "as torch picks it"
         notes.append(f"sdpa on {device} runs {kernel} ({how}): {KERNELS[kernel]}")
@@ -396,6 +400,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     reach = ((spec.sliding_window - 1) // 2 if spec.arch == "encoder"
              else spec.sliding_window)
     sliding_mask = attention == "sdpa" and flash and bool(spec.sliding_window) and reach <= T
+    # ... and for chunked layers once T reaches the chunk (create_chunked_causal_mask; measured
+    # on Llama 4)
+    chunked_mask = attention == "sdpa" and flash and 0 < spec.attention_chunk <= T
 
     def attention_block(at: Attention, p: str, stack: str, L: int) -> None:
         cross = at.cross
@@ -409,7 +416,14 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         # layers: Q alone, their keys are an earlier layer's; attention_k_eq_v: Q and K)
         readers = 1 if at.fused_qkv or at.kv_shared else 2 if at.mla or at.v_is_k else 3
         matmul_input(p + "input", stack, L, readers + (at.gate != "none"), "Q/K/V matmul input")
-        if at.qk_norm != "none" and not at.mla:
+        if at.qk_norm == "l2":
+            # Llama4TextL2Norm on the rotated Q and K: x.float() · rsqrt(mean(x²) + eps), no
+            # weight: the mul keeps the fp32 input and 1/rms per head (measured)
+            for part, heads, hsym in (("q_l2norm", Hh, "n_heads"),
+                                      ("k_l2norm", at.kv_heads, "n_kv_heads")):
+                add((p + part, sb * heads * (dq + 1) * 4, f"B·T·{hsym}·(d_head + 1) · 4 (fp32 "
+                     "input, 1/rms)", "", L, stack, "", None, ()))
+        elif at.qk_norm != "none" and not at.mla:
             # QK-norm: an RMSNorm over each head's query and key (or over the whole width);
             # a K/V-shared layer norms its query only
             parts = (("q_norm", Hh, "n_heads"), ("k_norm", at.kv_heads, "n_kv_heads"))
@@ -470,7 +484,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             add((p + "qkv", sb * (qw + kvw + vb) * a, "B·T·n_heads·(2·(d_nope + d_rope) + "
                  "d_nope + d_v) · act", "", L, stack, "tp", None, ()))
         elif flash and 1 < at.kv_heads < Hh and (
-                (sliding_mask and at.kind == "sliding") or dq > 256):
+                (sliding_mask and at.kind == "sliding") or dq > 256
+                or (chunked_mask and at.kind == "chunked")):
             # transformers' use_gqa_in_sdpa: no enable_gqa with a mask or heads over 256 wide,
             # so repeat_kv copies K and V to every head (with one K/V head it is a view)
             add((p + "qkv", sb * 3 * qw * a, "3 · B·T·n_heads·d_head · act (K and V repeated "
@@ -612,7 +627,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 # activation also keeps the gate, a result-keeping one already holds act(gate)
                 saves += 1 if act in RESULT_SAVERS else 2
             # (name prefix, FFNs per token, their width, its symbol, why)
-            paths = [("", f.experts_per_token, f.d_ff, f.ff_sym, "experts per token")]
+            paths = [("", f.experts, f.d_ff, f.ff_sym, "every expert") if f.moe and
+                     experts == "every_expert" else
+                     ("", f.experts_per_token, f.d_ff, f.ff_sym, "experts per token")]
             if f.shared:
                 paths.append(("shared.", f.shared, f.d_shared, f.shared_sym, "shared experts"))
             if f.beside:  # Gemma 4: the dense FFN beside the experts
@@ -659,8 +676,16 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 # transformers' expert loop: each expert indexes its tokens (a copy) and
                 # scales its output by the routing weight (the mul keeps that output)
                 k = f.top_k
-                add((p + "routed_input", k * x, "top_k · B·T·d_model · act (each expert's "
-                     "copy of its tokens)", "", L, stack, "", None, ()))
+                if experts == "every_expert":
+                    # Llama4TextMoe: the tokens repeated once per expert and scaled by the
+                    # router's scores (the mul keeps the copy and the scores column), the
+                    # batched matmul keeps the scaled copy; topk keeps its indices (measured:
+                    # tools/measure_activations_hf.py, llama4_text-chunked.json)
+                    X = f.experts
+                    add((p + "routed_input", 2 * X * x + X * sb * a + k * sb * 8,
+                         "2 · n_experts · B·T·d_model · act + n_experts · B·T · act + top_k · "
+                         "B·T · 8 (the tokens repeated per expert, scaled; the scores; the "
+                         "top-k indices)", "", L, stack, "", None, ()))
                 if f.beside:
                     # Gemma4TextDecoderLayer: norms after the dense FFN, before and after the
                     # experts; Gemma4TextRouter norms the residual without a weight (fp32
@@ -673,8 +698,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                     add((p + "router_input", 2 * x, "2 · B·T·d_model · act (the normed input "
                          "the scale multiplies, and the projection's input)", "", L, stack, "",
                          None, ()))
-                add((p + "expert_output", k * x, "top_k · B·T·d_model · act (scaled by the "
-                     "routing weight)", "", L, stack, "", None, ()))
+                if experts != "every_expert":
+                    add((p + "routed_input", k * x, "top_k · B·T·d_model · act (each "
+                         "expert's copy of its tokens)", "", L, stack, "", None, ()))
+                    add((p + "expert_output", k * x, "top_k · B·T·d_model · act (scaled by "
+                         "the routing weight)", "", L, stack, "", None, ()))
                 if experts == "eager":
                     # the per-expert loop: index_add_ keeps the scaled output it adds back
                     # (IndexAddBackward0 saves its source); torch.where's (slot, token) int64
@@ -683,7 +711,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                     add((p + "expert_scatter", k * x + k * sb * 20, "top_k · B·T·d_model · "
                          "act + top_k · B·T · 20 (index_add_'s source; int64 token pairs, "
                          "fp32 weight)", "", L, stack, "", None, ()))
-                else:
+                elif experts == "grouped_mm":
                     # transformers' grouped_mm_experts_forward: the slots sorted by expert
                     # (perm // top_k and perm gather them, inv_perm restores the order: int64
                     # each), each slot's fp32 routing weight, and the int32 offsets
@@ -926,6 +954,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                             for g in plan_of(spec).groups):
         # the sliding layers' explicit mask, one tensor for all of them
         add(("attn.sliding_mask", B * T * T * a, "B·T·T · act (the sliding layers' "
+             "explicit mask, one for all)", "", 1, "", "", None, ()))
+    if chunked_mask and any(g.block.attn is not None and g.block.attn.kind == "chunked"
+                            for g in plan_of(spec).groups):
+        add(("attn.chunked_mask", B * T * T * a, "B·T·T · act (the chunked layers' "
              "explicit mask, one for all)", "", 1, "", "", None, ()))
     if spec.arch == "encoder-decoder" and spec.n_decoder_layers:
         # the encoder's output, which every cross-attention's K and V projections read (one

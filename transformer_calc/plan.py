@@ -460,8 +460,10 @@ def _attention(spec: ModelSpec, letter: str, cross: bool = False,
     features = spec.performer_features or (int(dh * math.log(dh)) if dh > 1 else 1)
     # MiMo-V2-Flash: value heads narrower than the query/key heads; sinks in sliding layers
     sinks = spec.attention_sinks and (letter == "S" or not spec.sinks_sliding_only)
+    # Llama 4's weightless L2 norm runs in its RoPE layers only (Llama4TextAttention)
+    qk_norm = "none" if spec.qk_norm == "l2" and not rope else spec.qk_norm
     return Attention(spec.n_heads, kv, dh, spec.v_head_dim or dh, spec.bias_q, spec.bias_k,
-                     spec.bias_v, spec.bias_o, spec.qk_norm, sinks, kind,
+                     spec.bias_v, spec.bias_o, qk_norm, sinks, kind,
                      window, rope, False, spec.fused_qkv, 0, 0, 0, spec.attn_gate,
                      spec.attn_gate_bias, mech, spec.linformer_k if mech == "linformer" else 0,
                      spec.max_positions if mech == "linformer" else 0,

@@ -28,7 +28,7 @@ ACTIVATIONS = ("relu", "relu2", "gelu", "gelu_tanh", "gelu_new", "silu", "swiglu
                "sigmoid", "tanh",
                "identity", "xielu")
 RELATIVE_SCOPES = ("first", "every")
-QK_NORMS = ("none", "head", "width")
+QK_NORMS = ("none", "head", "width", "l2")
 ATTN_GATES = ("none", "head", "width")
 # Recurrent mixers (issue 14): layers whose state does not grow with the context.
 MIXERS = ("none", "mamba", "mamba2", "gated_deltanet", "short_conv", "lightning")
@@ -192,8 +192,9 @@ class ModelSpec:
                          "and one over the FFN's inner width before its down projection "
                          "(BitNet's attn_sub_norm, ffn_sub_norm)")
     qk_norm: str = _f("none", "norm on queries and keys: none, head (one norm over d_head, "
-                      "shared by the heads: Qwen3, Gemma 3) or width (over n_heads · d_head: "
-                      "OLMo-2, Cohere)", choices=QK_NORMS)
+                      "shared by the heads: Qwen3, Gemma 3), width (over n_heads · d_head: "
+                      "OLMo-2, Cohere) or l2 (per head without a weight, in the RoPE layers: "
+                      "Llama 4)", choices=QK_NORMS)
     attention_sinks: bool = _f(False, "a learned sink logit per head (gpt-oss)")
     sinks_sliding_only: bool = _f(False, "the sink logits sit in the sliding-window layers "
                                   "only; the full layers have none (MiMo-V2-Flash)")
@@ -612,6 +613,9 @@ class ModelSpec:
                                          or self.sandwich_norm):
             raise SpecError("first_attn_norm", "true unless the layers are pre-norm (neither "
                             "parallel nor sandwich)", False)
+        if self.qk_norm == "l2" and (self.mla or self.arch == "encoder-decoder"):
+            raise SpecError("qk_norm", "none, head or width with MLA or in an encoder-decoder "
+                            "(l2 is Llama 4's, on plain attention)", "l2")
         if self.mla:
             for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 if getattr(self, key) < 1:
