@@ -237,3 +237,23 @@ def test_head_count_section_with_explicit_mha_kv_heads() -> None:
     spec = load_model("olmo-2-7b")
     text = "\n".join(s.title for s in explain(spec, "attention"))
     assert "why the head count leaves the parameters unchanged" in text
+
+
+def test_every_model_types_default_explains_every_topic() -> None:
+    # each record's default config through every topic: explain builds variants of the
+    # model (another head count, untied, other attention mechanisms), which a record's own
+    # fields may forbid (MiMo-V2-Flash's narrow V heads under linear attention raised)
+    from transformer_calc.errors import TcalcError
+    from transformer_calc.hf import HEAD_CLASS, spec_from_hf
+
+    explained = 0
+    for model_type in sorted(HEAD_CLASS):
+        try:
+            spec = spec_from_hf({"model_type": model_type})
+        except TcalcError:
+            continue  # a type whose class needs a key the default leaves out
+        for topic in ("params", "attention", "ffn", "embeddings", "memory", "flops"):
+            assert explain(spec, topic, seq_len=min(64, spec.max_context or 64)), (model_type,
+                                                                                  topic)
+        explained += 1
+    assert explained >= 150

@@ -18,6 +18,7 @@ from transformer_calc.params import (
     rule_of_thumb,
     token_table,
 )
+from transformer_calc.errors import SpecError
 from transformer_calc.spec import ModelSpec
 
 
@@ -162,8 +163,11 @@ def _heads_invariance(spec: ModelSpec, b: Breakdown) -> list[Section]:
     totals = []
     for h in others[:2]:
         # MHA: K/V heads follow the head count (even where the file writes n_kv_heads out)
-        total = count_params(spec.replace(n_heads=h) if held
-                             else spec.replace(n_heads=h, n_kv_heads=None)).total
+        try:
+            total = count_params(spec.replace(n_heads=h) if held
+                                 else spec.replace(n_heads=h, n_kv_heads=None)).total
+        except SpecError:  # a head count the model cannot take (DiffLlama: odd K/V heads)
+            continue
         totals.append(total)
         steps.append(Step(f"total with {h} head{'s' if h > 1 else ''}", "", "", total, "params",
                           ref=f"params-heads:{h}"))
@@ -219,7 +223,11 @@ def _rule(spec: ModelSpec, b: Breakdown) -> Section:
 
 def _tying(spec: ModelSpec, b: Breakdown) -> Section:
     V, Ve = spec.vocab_size, spec.embed_dim
-    other = count_params(spec.replace(tie_embeddings=not spec.tie_embeddings)).total
+    try:
+        other = count_params(spec.replace(tie_embeddings=not spec.tie_embeddings)).total
+    except SpecError as e:  # Mllama's extra token rows, RemBERT's wider MLM head: no tying
+        return Section("what tying the embeddings saves", (Step(
+            "tying", text=f"not possible for this model: {e}"),))
     tied, untied = (b.total, other) if spec.tie_embeddings else (other, b.total)
     return Section("what tying the embeddings saves", (
         Step("LM head when untied", token_table(spec), f"{V} × {Ve}", V * Ve, "params",
@@ -254,7 +262,9 @@ def _efficient(spec: ModelSpec, T: int) -> list[Section]:
 
     dense = core(base)
     window = min(512, T)
-    steps = [Step("dense softmax", "2 · 2 · n_heads · d_head · T", "", dense, "FLOPs",
+    formula = ("2 · n_heads · (d_head + d_v) · T" if spec.v_head_dim else
+               "2 · 2 · n_heads · d_head · T")  # scores over d_head, values of d_v (MiMo)
+    steps = [Step("dense softmax", formula, "", dense, "FLOPs",
                   ref="attn-core:dense",
                   text=f"scores and values per token per layer at T = {T:,}")]
     local = core(base, AttentionPattern("local", window=window))
@@ -266,8 +276,12 @@ def _efficient(spec: ModelSpec, T: int) -> list[Section]:
              dict(linformer_k=256, max_positions=max(T, spec.max_positions))),
             ("Performer (FAVOR+)", "performer", {}),
             ("linear attention (elu + 1)", "linear", {})):
-        variant = dataclasses.replace(base, attention_mechanism=mech,
-                                      **kw)  # type: ignore[arg-type]
+        try:
+            variant = dataclasses.replace(base, attention_mechanism=mech,
+                                          **kw)  # type: ignore[arg-type]
+        except SpecError as e:  # a layout the mechanism cannot take (MiMo's narrow V heads)
+            steps.append(Step(name, "", "", None, text=f"not defined for this model: {e}"))
+            continue
         c, t = crossover(variant)
         steps.append(Step(name, "", "", core(variant), "FLOPs", ref=f"attn-core:{mech}",
                           text=f"the same at every T; pays from T = {t:,}"))
