@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from transformer_calc.breakdown import Breakdown, Item
 from transformer_calc.choices import TOPICS
+from transformer_calc.errors import SpecError
 from transformer_calc.params import (
     RULE_OF_THUMB,
     by_category,
@@ -18,7 +19,6 @@ from transformer_calc.params import (
     rule_of_thumb,
     token_table,
 )
-from transformer_calc.errors import SpecError
 from transformer_calc.spec import ModelSpec
 
 
