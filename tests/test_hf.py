@@ -93,6 +93,31 @@ REFERENCE = {
     # mlp_layer_types listed, biased Q/K/V, V as wide as K, tied (types)
     "variants/mimo_v2_flash-tiny.json": (463_080, "MiMoV2FlashForCausalLM"),
     "variants/mimo_v2_flash-types.json": (84_296, "MiMoV2FlashForCausalLM"),
+    # session 10's activation sweep over types not yet measured (each total from
+    # tools/reference_counts.py, as above): CohereLayerNorm with QK-norm, Cohere 2 and its
+    # MoE, BioGPT, CTRL, GPT-Neo (local attention), GPT-J, CodeGen, InternLM3 (a
+    # LlamaForCausalLM), MPT, PhiMoE with num_experts_per_tok 1, OpenAI GPT, XLM, GPTBigCode
+    "variants/cohere-qknorm.json": (105_280, "CohereForCausalLM"),
+    "variants/cohere2-tiny.json": (53_760, "Cohere2ForCausalLM"),
+    "variants/cohere2_moe-tiny.json": (337_280, "Cohere2MoeForCausalLM"),
+    "variants/biogpt-tiny.json": (33_368, "BioGptForCausalLM"),
+    "variants/ctrl-tiny.json": (21_376, "CTRLLMHeadModel"),
+    "variants/gpt_neo-local.json": (12_640, "GPTNeoForCausalLM"),
+    "variants/gptj-tiny.json": (197_888, "GPTJForCausalLM"),
+    "variants/codegen-tiny.json": (74_560, "CodeGenForCausalLM"),
+    "variants/internlm3-tiny.json": (8_016, "LlamaForCausalLM"),
+    "variants/mpt-tiny.json": (52_544, "MptForCausalLM"),
+    "variants/phimoe-top1.json": (21_792, "PhimoeForCausalLM"),
+    "variants/openai-gpt-tiny.json": (39_808, "OpenAIGPTLMHeadModel"),
+    "variants/xlm-tiny.json": (124_800, "XLMWithLMHeadModel"),
+    "variants/gpt_bigcode-mha.json": (69_040, "GPTBigCodeForCausalLM"),
+    "variants/flint-tiny.json": (206_816, "FlintForCausalLM"),
+    "variants/nanochat-tiny.json": (16_640, "NanoChatForCausalLM"),
+    "variants/granite_swa-tiny.json": (341_152, "GraniteSWAForCausalLM"),
+    "variants/granitemoe_swa-tiny.json": (359_244, "GraniteMoeSWAForCausalLM"),
+    "variants/stablelm-parallel.json": (296_192, "StableLmForCausalLM"),
+    "variants/vaultgemma-tiny.json": (108_160, "VaultGemmaForCausalLM"),
+    "variants/persimmon-qknorm.json": (117_504, "PersimmonForCausalLM"),
     "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
     # 4 convolution, 1 full and 1 sliding layer; sandwich norms, a gate per head
     "variants/lfm3-tiny.json": (342_400, "Lfm3ForCausalLM"),

@@ -107,7 +107,6 @@ KNOWN_FLOPS_GAPS = {
                    "counts the routed top-k",
     "mra": "MRA's multi-resolution attention is not dense; tcalc counts dense scores",
     "big_bird": "the pooler runs once per sequence; tcalc counts it per token (upper bound)",
-    "phimoe": "PhiMoE's sparsemixer routes to 2 experts whatever num_experts_per_tok says",
 }
 # (recurrent mixers are checked op by op in test_mixers.py: flops_ops_T*)
 FLOPS_CASES = [c for c in CASES["cases"] if "flops_per_token_T8" in c

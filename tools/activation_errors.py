@@ -24,7 +24,8 @@ from transformer_calc.memory import activation_breakdown  # noqa: E402
 DATA = ROOT / "tests" / "data"
 FIXTURES = ("activations_families_cpu.jsonl", "activations_new_families_cpu.jsonl",
             "activations_loss_dtype_cpu.jsonl", "activations_more_cpu.jsonl",
-            "activations_added_s8_cpu.jsonl", "activations_moe_grouped_cpu.jsonl")
+            "activations_added_s8_cpu.jsonl", "activations_moe_grouped_cpu.jsonl",
+            "activations_sweep_s10_cpu.jsonl")
 
 
 def rows() -> list[dict]:

@@ -58,26 +58,26 @@ pronunciation_vocab_size pronunciation_embed_dim concat_input""".split()
 
 # transformers' eager_attention_forward of Llama-style models (issue 13): the softmax runs in
 # fp32 and is cast back, so a 16-bit model keeps the fp32 probabilities and a 16-bit copy
-SOFTMAX_FP32 = "softmax(attn_weights, dim=-1, dtype=torch.float32)"
+SOFTMAX_FP32 = ("softmax(attn_weights, dim=-1, dtype=torch.float32)",
+                # XLM, FlauBERT, LongT5: softmax(scores.float()).type_as(scores); MPT
+                "softmax(scores.float(), dim=-1)", "softmax(attention_scores.float(), dim=-1)")
 
 
 def types_whose_code_has(*patterns: str) -> list[str]:
-    """The model types tcalc reads whose transformers modelling file holds one of the
-    patterns (read from the installed transformers' source)."""
-    import importlib
+    """The model types tcalc reads whose counted class's modelling file holds one of the
+    patterns (read from the installed transformers' source). The file is the class's own:
+    InternLM3 and IQuestCoder are LlamaForCausalLM, GPT-SW3 is GPT2LMHeadModel, and
+    data2vec-text's file is modeling_data2vec_text (a lookup by model type missed all four)."""
+    import inspect
 
-    from transformers.models.auto.configuration_auto import model_type_to_module_name
+    import transformers
 
-    from transformer_calc.hf import MAPPERS
+    from transformer_calc.hf import HEAD_CLASS, MAPPERS
 
     out = []
     for model_type in sorted(MAPPERS):
-        module = model_type_to_module_name(model_type)
-        try:
-            mod = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
-        except ImportError:
-            continue
-        text = Path(mod.__file__).read_text()
+        text = Path(inspect.getsourcefile(getattr(transformers, HEAD_CLASS[model_type])) or
+                    "").read_text()
         if any(pattern in text for pattern in patterns):
             out.append(model_type)
     return out
@@ -87,13 +87,25 @@ def types_whose_code_has(*patterns: str) -> list[str]:
 # kept are T + 1 wide), and that subtracts each row's max first (max keeps its int64 indices)
 SINK_COLUMN = "torch.cat([attn_weights, sinks], dim=-1)"
 ROW_MAX = ".max(dim=-1, keepdim=True).values"
+# ... or that applies the sinks after it, as a sigmoid of the scores' logsumexp (GraniteSWA)
+SINK_LSE = "lse = torch.logsumexp(attn_weights, dim=-1)"
+# Eager attention that casts Q and K to fp32 before the scores (GPT-Neo, GPT-J, CodeGen;
+# Flint)
+ATTN_FP32 = ("query = query.to(torch.float32)",
+             "torch.matmul(query.float(), key_states.float().transpose(2, 3))")
+# RoPE that concatenates the rotated part with the rest (Q then contiguous in (B, H, T, d))
+ROPE_CONCAT = ("torch.cat([q_embed, q_pass]", "torch.cat([q_rot, q_pass]",
+               "torch.cat((query_rot, query_pass)", "torch.cat((query, query_pass)",
+               "torch.cat([(q_rot * cos)")
+# LayerNorms written out in fp32 that compute x − mean twice (CohereLayerNorm)
+NORM_MANUAL = "variance = (hidden_states - mean).pow(2).mean(-1, keepdim=True)"
 # Experts modules that take transformers' experts_implementation (grouped_mm by default)
 EXPERTS_GROUPED = "@use_experts_implementation"
 
 
 def softmax_fp32_types() -> list[str]:
     """The model types whose eager attention has SOFTMAX_FP32."""
-    return types_whose_code_has(SOFTMAX_FP32)
+    return types_whose_code_has(*SOFTMAX_FP32)
 
 
 # RMSNorms whose weight multiplies in fp32 before the cast back, so the normalised tensor the
@@ -214,14 +226,26 @@ def main() -> None:
           'do not edit.\n"""\n\nfrom typing import Any\n\nDEFAULTS: dict[str, dict[str, Any]] = '
           + pprint.pformat(out, width=96, sort_dicts=True)
           + "\n\n# Eager attention computes the softmax in fp32 (transformers' modelling code has\n"
-          + f"# `{SOFTMAX_FP32}`)\nSOFTMAX_FP32: frozenset[str] = frozenset(\n"
+          + f"# `{SOFTMAX_FP32[0]}`, or .float())\nSOFTMAX_FP32: frozenset[str] = frozenset(\n"
           + pprint.pformat(softmax_fp32_types(), width=92, compact=True) + ")"
           + "\n\n# Eager attention appends the sink logits as a softmax column\n"
           + f"# (`{SINK_COLUMN}`)\nSINK_COLUMN: frozenset[str] = frozenset(\n"
           + pprint.pformat(types_whose_code_has(SINK_COLUMN), width=92, compact=True) + ")"
+          + "\n\n# Eager attention on fp32 copies of Q and K\n"
+          + f"# (`{ATTN_FP32[0]}`, or .float())\nATTN_FP32: frozenset[str] = frozenset(\n"
+          + pprint.pformat(types_whose_code_has(*ATTN_FP32), width=92, compact=True) + ")"
+          + "\n\n# RoPE concatenating the rotated part with the rest\n"
+          + f"# (`{ROPE_CONCAT[0]}...`)\nROPE_CONCAT: frozenset[str] = frozenset(\n"
+          + pprint.pformat(types_whose_code_has(*ROPE_CONCAT), width=92, compact=True) + ")"
+          + "\n\n# LayerNorms written out in fp32, x − mean computed twice\n"
+          + f"# (`{NORM_MANUAL}`)\nNORM_MANUAL: frozenset[str] = frozenset(\n"
+          + pprint.pformat(types_whose_code_has(NORM_MANUAL), width=92, compact=True) + ")"
           + "\n\n# MoE experts that run grouped_mm by default (their module has\n"
           + f"# `{EXPERTS_GROUPED}`)\nEXPERTS_GROUPED: frozenset[str] = frozenset(\n"
           + pprint.pformat(types_whose_code_has(EXPERTS_GROUPED), width=92, compact=True) + ")"
+          + "\n\n# Eager attention scales its output by sigmoid(logsumexp(scores) - sink)\n"
+          + f"# (`{SINK_LSE}`)\nSINK_LSE: frozenset[str] = frozenset(\n"
+          + pprint.pformat(types_whose_code_has(SINK_LSE), width=92, compact=True) + ")"
           + "\n\n# Eager attention subtracts each row's max before the softmax\n"
           + f"# (`{ROW_MAX}`)\nROW_MAX: frozenset[str] = frozenset(\n"
           + pprint.pformat(types_whose_code_has(ROW_MAX), width=92, compact=True) + ")"

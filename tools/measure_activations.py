@@ -36,9 +36,12 @@ def build(attn: str, dtype: torch.dtype, device: str = "cpu") -> torch.nn.Module
 
 @contextlib.contextmanager
 def recorded(model: torch.nn.Module) -> Iterator[dict[int, int]]:
-    """Within it, every storage autograd saves for backward (once, parameters out), by
-    torch.autograd.graph.saved_tensors_hooks: storage pointer -> bytes."""
+    """Within it, every storage autograd saves for backward (once; parameters and buffers
+    out: a saved view of a buffer, like GPT-Neo's causal-mask table, is the model's memory,
+    allocated with it, not an activation), by torch.autograd.graph.saved_tensors_hooks:
+    storage pointer -> bytes."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    params |= {b.untyped_storage().data_ptr() for b in model.buffers()}
     storages: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:

@@ -109,6 +109,13 @@ DROPOUT_KEYS = {
     "modernbert": (("embedding_dropout", "mlp_dropout", "attention_dropout"), 0.0),
     "fsmt": (("dropout", "attention_dropout"), 0.1),
     "modernbert-decoder": (("embedding_dropout", "mlp_dropout", "attention_dropout"), 0.0),
+    # the config classes' own dropout keys (0.1 by default), which the generic records had
+    # read as attention_dropout (absent: 0.0) and so counted no masks (found by measuring)
+    "biogpt": (("hidden_dropout_prob", "attention_probs_dropout_prob"), 0.1),
+    "ctrl": (("resid_pdrop", "embd_pdrop", "attention_dropout"), 0.1),  # none on the scores
+    "gpt-sw3": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
+    "gpt_bigcode": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
+    "openai-gpt": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
 }
 
 # Config classes whose attention dropout defaults to 0.0 while the rest defaults to 0.1
@@ -116,7 +123,7 @@ DROPOUT_KEYS = {
 # attention_probs_dropout_prob=0.0): no mask on the attention probabilities (issue 13).
 ATTENTION_DROPOUT_DEFAULTS = dict.fromkeys(
     ("opt", "bart", "marian", "mbart", "pegasus", "blenderbot", "blenderbot-small", "mvp",
-     "bigbird_pegasus", "gte", "fsmt"), 0.0)
+     "bigbird_pegasus", "gte", "fsmt", "ctrl"), 0.0)
 
 
 class Config:
@@ -382,22 +389,30 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     if attn and float(attn[0]) != values["dropout"]:
         values["attention_dropout"] = float(attn[0])
     from transformer_calc.hf_defaults import (
+        ATTN_FP32,
         EXPERTS_GROUPED,
         LINEAR_NAMES,
         LOSS_NO_UPCAST,
         NORM_FP32,
         NORM_KEEPS_INPUT,
+        NORM_MANUAL,
         PEFT_MOE,
+        ROPE_CONCAT,
         ROUTER_FP32,
         ROW_MAX,
         SINK_COLUMN,
+        SINK_LSE,
         SOFTMAX_FP32,
     )
 
     values["softmax_fp32"] = model_type in SOFTMAX_FP32
     values["softmax_sink_column"] = model_type in SINK_COLUMN
     values["softmax_row_max"] = model_type in ROW_MAX
+    values["softmax_sink_lse"] = model_type in SINK_LSE
     values["experts_grouped"] = model_type in EXPERTS_GROUPED
+    values["norm_manual"] = model_type in NORM_MANUAL
+    values["rope_concat"] = model_type in ROPE_CONCAT
+    values["attn_fp32"] = model_type in ATTN_FP32
     values["norm_fp32"] = model_type in NORM_FP32
     values["loss_fp32"] = model_type not in LOSS_NO_UPCAST
     values["router_fp32"] = model_type in ROUTER_FP32
@@ -1168,6 +1183,7 @@ class Moe(NamedTuple):
     mlp_only_default: tuple[int, ...] = ()  # the class's value for a null mlp_only (Flint)
     layer_list: str = ""  # key: the MoE layers' indices, when the file lists them (Llama 4)
     period: tuple[str, str] = ("", "")  # keys: experts where i % period == offset (Jamba)
+    routes: int = 0  # experts per token the class always routes to, whatever top_k says
 
 
 class Ssm(NamedTuple):
@@ -1326,6 +1342,9 @@ class Layout(NamedTuple):
     mlp_bias: bool | str = "mlp_bias"
     ffn: str = "gated"  # gated (gate, up, down) | plain (up, down)
     act: str = "hidden_act"  # the key naming the activation, or "=name" for a fixed one
+    # the class's own table of activation names where it is not ACT2FN's (OpenAI GPT's
+    # ACT_FNS maps "gelu" to gelu_new): (the file's name, tcalc's)
+    act_names: tuple[tuple[str, str], ...] = ()
     norm: str = "rmsnorm"
     norms: str = "pre"  # pre | post (after each sublayer) | sandwich | parallel | parallel_key
     # (parallel_key: parallel when use_parallel_residual is set, StableLM)
@@ -1383,6 +1402,7 @@ class Layout(NamedTuple):
     sliding_every: int = 0
     full_nope: bool = False
     softcap: float = 0.0
+    attn_softcap: float = 0.0  # attn_logit_softcapping's class default (VaultGemma: 50)
     window_default: int = 0  # the class's sliding_window when the file has none
     fp32_math: bool = False  # Beam: the FFN's act · up and the final soft-capping in fp32
 
@@ -1439,7 +1459,8 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         d_ff=F, max_positions=c.t("max_position_embeddings", 0), position=r.position,
         position_offset=r.position_offset, ffn=r.ffn,
         activation=r.act[1:] if r.act.startswith("=") else
-        c.activation(c.spelled(r.act), c.table.get(c.spelled(r.act)) or "silu"),
+        dict(r.act_names).get(str(c.get(c.spelled(r.act), c.table.get(c.spelled(r.act)))))
+        or c.activation(c.spelled(r.act), c.table.get(c.spelled(r.act)) or "silu"),
         norm=r.norm, norm_position="post" if r.norms == "post" else "pre",
         sandwich_norm=r.norms == "sandwich" and (not r.sandwich_key
                                                  or c.flag(r.sandwich_key)),
@@ -1506,6 +1527,8 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
             out["peft_moe"] = "linear_router"
     if r.softcap:
         out["logit_softcapping"] = _softcap(c, r.softcap)
+    if r.attn_softcap:
+        out["attn_softcapping"] = _softcap(c, r.attn_softcap, "attn_logit_softcapping")
     if r.fp32_math:
         out |= {"ffn_act_fp32": True, "softcap_fp32": True}
     if r.sliding_every and L >= 1:  # (no layers: the spec names num_hidden_layers)
@@ -1632,8 +1655,13 @@ def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
         return {}
     Fe = c.t(m.expert_ff) if m.expert_ff else c.t("intermediate_size")
     S = c.t(m.shared, 0) if isinstance(m.shared, str) else m.shared
+    k = _top_k(c, m)
+    if m.routes and k != min(m.routes, X):
+        c.notes.append(f"num_experts_per_tok {k} is not read: the class routes every token to "
+                       f"{min(m.routes, X)} experts")
+        k = min(m.routes, X)
     out: dict[str, Any] = {
-        "n_experts": X, "top_k": _top_k(c, m),
+        "n_experts": X, "top_k": k,
         "d_ff_expert": Fe, "router_bias": m.router_bias}
     if m.shared_ff and c.t(m.shared_ff) is not None and not (m.shared_absent_at_zero
                                                               and c.t(m.shared_ff) == 0):
@@ -1705,16 +1733,23 @@ GENERIC: dict[str, Layout] = {
     "flex_olmo": Layout("FlexOlmoForCausalLM", mlp_bias=False, norms="post", qk_norm="width",
                         moe=Moe(expert_ff="")),
     "olmo": Layout("OlmoForCausalLM", mlp_bias=False, norm="layernorm_noaffine"),
+    # NanoChatModel: its weightless norm also runs on the embeddings, a weightless RMS norm
+    # per head on Q and K (NanoChatRMSNorm), the logits soft-capped (final_logit_softcapping)
     "nanochat": Layout("NanoChatForCausalLM", mlp_bias=False, ffn="plain",
-                       norm="rmsnorm_noaffine"),
+                       norm="rmsnorm_noaffine", embedding_norm=True, qk_norm="l2",
+                       softcap=15.0),
     "arcee": Layout("ArceeForCausalLM", ffn="plain"),
-    "vaultgemma": Layout("VaultGemmaForCausalLM", mlp_bias=False, act="hidden_activation"),
+    # VaultGemma: Gemma 2's soft-capping of the attention scores and the logits
+    "vaultgemma": Layout("VaultGemmaForCausalLM", mlp_bias=False, act="hidden_activation",
+                         softcap=30.0, attn_softcap=50.0),
     "exaone4": Layout("Exaone4ForCausalLM", mlp_bias=False, norms="post", qk_norm="head"),
     "stablelm": Layout("StableLmForCausalLM", qkv_bias="use_qkv_bias", o_bias=False,
                        mlp_bias=False, norm="layernorm", norms="parallel_key",
                        refuse=(("qk_layernorm", "per-head LayerNorms are not modelled"),)),
+    # PhimoeSparseMoeBlock: sparsemixer picks the best expert, then the best of the rest:
+    # two per token whatever num_experts_per_tok says
     "phimoe": Layout("PhimoeForCausalLM", linear_router=True, mlp_bias=False, norm="layernorm",
-                     moe=Moe(expert_ff="")),
+                     moe=Moe(expert_ff="", routes=2)),
     "granite_swa": Layout("GraniteSWAForCausalLM", sinks=True),
     "granitemoe_swa": Layout("GraniteMoeSWAForCausalLM", fused_gate_up=True, mlp_bias=False,
                              sinks=True,
@@ -1763,7 +1798,8 @@ GENERIC: dict[str, Layout] = {
                           kv_from="multi_query", keys=_GPT_KEYS),
     "openai-gpt": Layout("OpenAIGPTLMHeadModel", qkv_bias=True, o_bias=True, mlp_bias=True,
                          ffn="plain", norm="layernorm", norms="post", position="learned",
-                         act="afn", final_norm=False, fused_qkv=True, ffn_default_4x=True,
+                         act="afn", act_names=(("gelu", "gelu_new"),), final_norm=False,
+                         fused_qkv=True, ffn_default_4x=True,
                          keys=_GPT_KEYS),
     "gptj": Layout("GPTJForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=True,
                    ffn="plain", norm="layernorm", norms="parallel", lm_head_bias=True,

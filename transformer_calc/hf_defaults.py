@@ -1798,26 +1798,43 @@ DEFAULTS: dict[str, dict[str, Any]] = {'afmoe': {'attention_bias': False,
            'vocab_size': 128256}}
 
 # Eager attention computes the softmax in fp32 (transformers' modelling code has
-# `softmax(attn_weights, dim=-1, dtype=torch.float32)`)
+# `softmax(attn_weights, dim=-1, dtype=torch.float32)`, or .float())
 SOFTMAX_FP32: frozenset[str] = frozenset(
 ['afmoe', 'apertus', 'arcee', 'aria_text', 'bamba', 'beam', 'bitnet', 'bloom', 'cohere',
  'cohere2', 'cohere2_moe', 'cwm', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'diffllama',
- 'ernie4_5', 'ernie4_5_moe', 'eurobert', 'exaone4', 'exaone_moe', 'falcon_h1', 'flex_olmo',
- 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text', 'gemma4_unified_text', 'glm', 'glm4',
- 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'gpt_bigcode', 'gpt_neox', 'granite',
+ 'ernie4_5', 'ernie4_5_moe', 'eurobert', 'exaone4', 'exaone_moe', 'falcon_h1', 'flaubert',
+ 'flex_olmo', 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text', 'gemma4_unified_text', 'glm',
+ 'glm4', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'gpt_bigcode', 'gpt_neox', 'granite',
  'granite_swa', 'granitemoe', 'granitemoe_swa', 'granitemoehybrid', 'granitemoeshared',
- 'helium', 'hy_v3', 'hyperclovax', 'jais2', 'jamba', 'kolibri1', 'laguna', 'layoutlm',
- 'lfm2', 'lfm3', 'llama', 'mellum', 'minicpm3', 'minimax', 'minimax_m2',
- 'minimax_m3_vl_text', 'ministral3', 'mistral', 'mixtral', 'mllama', 'modernbert',
- 'modernbert-decoder', 'nanochat', 'nemotron_h', 'olmo', 'olmo2', 'olmo3', 'olmoe', 'opt',
- 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_5_moe_text',
- 'qwen3_5_text', 'qwen3_moe', 'qwen3_next', 'seed_oss', 'smollm3', 'solar_open', 'stablelm',
- 'starcoder2', 'vaultgemma', 'xglm', 'youtu'])
+ 'helium', 'hy_v3', 'hyperclovax', 'internlm3', 'iquestcoder', 'jais2', 'jamba', 'kolibri1',
+ 'laguna', 'layoutlm', 'lfm2', 'lfm3', 'llama', 'longt5', 'mellum', 'minicpm3', 'minimax',
+ 'minimax_m2', 'minimax_m3_vl_text', 'ministral3', 'mistral', 'mixtral', 'mllama',
+ 'modernbert', 'modernbert-decoder', 'mpt', 'nanochat', 'nemotron_h', 'olmo', 'olmo2',
+ 'olmo3', 'olmoe', 'opt', 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2', 'qwen2_moe',
+ 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_moe', 'qwen3_next', 'seed_oss',
+ 'smollm3', 'solar_open', 'stablelm', 'starcoder2', 'vaultgemma', 'xglm', 'xlm', 'youtu'])
 
 # Eager attention appends the sink logits as a softmax column
 # (`torch.cat([attn_weights, sinks], dim=-1)`)
 SINK_COLUMN: frozenset[str] = frozenset(
 ['flint', 'gpt_oss', 'mimo_v2_flash'])
+
+# Eager attention on fp32 copies of Q and K
+# (`query = query.to(torch.float32)`, or .float())
+ATTN_FP32: frozenset[str] = frozenset(
+['codegen', 'flint', 'gpt_neo', 'gptj'])
+
+# RoPE concatenating the rotated part with the rest
+# (`torch.cat([q_embed, q_pass]...`)
+ROPE_CONCAT: frozenset[str] = frozenset(
+['bamba', 'codegen', 'deepseek_v32', 'glm', 'glm4', 'glm4_moe', 'glm_moe_dsa', 'gpt_neox',
+ 'gpt_neox_japanese', 'gptj', 'laguna', 'mimo_v2_flash', 'minimax_m2', 'minimax_m3_vl_text',
+ 'persimmon', 'phi', 'phi3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next', 'stablelm'])
+
+# LayerNorms written out in fp32, x − mean computed twice
+# (`variance = (hidden_states - mean).pow(2).mean(-1, keepdim=True)`)
+NORM_MANUAL: frozenset[str] = frozenset(
+['cohere', 'cohere2', 'cohere2_moe'])
 
 # MoE experts that run grouped_mm by default (their module has
 # `@use_experts_implementation`)
@@ -1829,6 +1846,11 @@ EXPERTS_GROUPED: frozenset[str] = frozenset(
  'mimo_v2_flash', 'minimax', 'minimax_m2', 'minimax_m3_vl_text', 'mixtral', 'nemotron_h',
  'olmoe', 'phimoe', 'qwen2_moe', 'qwen3_5_moe_text', 'qwen3_moe', 'qwen3_next',
  'solar_open'])
+
+# Eager attention scales its output by sigmoid(logsumexp(scores) - sink)
+# (`lse = torch.logsumexp(attn_weights, dim=-1)`)
+SINK_LSE: frozenset[str] = frozenset(
+['granite_swa', 'granitemoe_swa'])
 
 # Eager attention subtracts each row's max before the softmax
 # (`.max(dim=-1, keepdim=True).values`)

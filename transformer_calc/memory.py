@@ -284,7 +284,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     # copy the A·V matmul reads (with dropout, the dropout's output instead)
     # Under torch autocast (amp: fp32 weights, act_bytes 2) softmax is on autocast's fp32 list,
     # so every eager attention keeps fp32 probabilities and a 16-bit copy.
-    soft32 = kernel == "eager" and (spec.softmax_fp32 or amp) and a != 4
+    # GPT-Neo, GPT-J, CodeGen: eager attention casts Q and K to fp32 (copies kept by the
+    # score matmul) and softmaxes there, casting the probabilities back (measured)
+    qk32 = kernel == "eager" and spec.attn_fp32 and a != 4
+    soft32 = kernel == "eager" and (spec.softmax_fp32 or amp or qk32) and a != 4
     # torch autocast (issue 13): the residual stream and every norm stay fp32 (embeddings and
     # layer_norm run in fp32, a 16-bit sublayer output added to it is promoted); each linear
     # casts its input to 16-bit and keeps that cast, one per projection reading the same
@@ -334,6 +337,16 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
              vectors: int = 1, vsym: str = "") -> None:
         """A norm over ``vectors`` vectors of ``width`` per token (QK-norm: one per head)."""
         rsym = "4 (fp32 under autocast)" if amp else "act"
+        if spec.norm_manual and not rms:
+            # CohereLayerNorm: in fp32 by hand, (x − mean) computed twice (for the variance
+            # and the normalisation), 1/std, and the normalised tensor the weight multiplies
+            # (measured on cohere: tools/measure_activations_hf.py)
+            add((name + ".fp32_terms", 3 * sb * width * vectors * 4, f"3 · B·T·{vsym}{wsym} · 4 "
+                 "(x − mean twice, the normalised tensor; fp32)", "", reps, stack, "", None,
+                 ()))
+            add((name + ".rstd", sb * vectors * 4, f"B·T{'·' + vsym[:-1] if vsym else ''} · 4 "
+                 "(fp32)", "", reps, stack, "", None, ()))
+            return
         if not rms:
             add((name + ".input", sb * width * vectors * r, f"B·T·{vsym}{wsym} · {rsym}", "",
                  reps, stack, "", None, ()))
@@ -415,6 +428,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         # readers of the normed input: Q, K, V (fused: one; MLA: two; Gemma 4's K/V-shared
         # layers: Q alone, their keys are an earlier layer's; attention_k_eq_v: Q and K)
         readers = 1 if at.fused_qkv or at.kv_shared else 2 if at.mla or at.v_is_k else 3
+        fused_kept = False  # the fused QKV output already counted (kept by Q/K norms)
         matmul_input(p + "input", stack, L, readers + (at.gate != "none"), "Q/K/V matmul input")
         if at.qk_norm == "l2":
             # Llama4TextL2Norm on the rotated Q and K: x.float() · rsqrt(mean(x²) + eps), no
@@ -423,12 +437,24 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                                       ("k_l2norm", at.kv_heads, "n_kv_heads")):
                 add((p + part, sb * heads * (dq + 1) * 4, f"B·T·{hsym}·(d_head + 1) · 4 (fp32 "
                      "input, 1/rms)", "", L, stack, "", None, ()))
+        elif at.qk_norm != "none" and not at.mla and at.fused_qkv and not rms \
+                and not spec.norm_manual and not cross:
+            # Persimmon: LayerNorms on Q and K, views of the fused projection's output, which
+            # they keep alive whole (its V a view too); the statistics per head (measured)
+            fused_kept = True
+            add((p + "qkv_output", sb * (qw + kvw + vw) * a, "B·T·(n_heads + 2·n_kv_heads)·"
+                 "d_head · act (fused output, kept by the Q/K norms reading views of it)", "", L,
+                 stack, "tp", None, ()))
+            for part, heads in (("q_norm", Hh), ("k_norm", at.kv_heads)):
+                add((p + part + stats[0], stats[1] * heads, stats[2] + " per head", "", L,
+                     stack, "", None, ()))
         elif at.qk_norm != "none" and not at.mla:
             # QK-norm: an RMSNorm over each head's query and key (or over the whole width);
             # a K/V-shared layer norms its query only
             parts = (("q_norm", Hh, "n_heads"), ("k_norm", at.kv_heads, "n_kv_heads"))
             for part, heads, hsym in parts[:1 if at.kv_shared else 2]:
-                if at.qk_norm == "head":
+                if at.qk_norm == "head" or spec.norm_manual:
+                    # (Cohere's (heads, d_head) weight still norms each head apart)
                     norm(p + part, stack, L, dq, "d_head", heads, hsym + "·")
                 else:
                     norm(p + part, stack, L, heads * dq, hsym + "·d_head")
@@ -477,8 +503,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # projection's output, which stays alive whole (GPT-NeoX, Falcon, Phi-3: measured)
             add((p + "qk_rotated", sb * (qw + kvw) * a, "B·T·(n_heads + n_kv_heads)·d_head · "
                  "act", "", L, stack, "tp", None, ()))
-            add((p + "qkv_output", sb * (qw + kvw + vw) * a, "B·T·(n_heads + 2·n_kv_heads)·"
-                 "d_head · act (fused output: V is a view)", "", L, stack, "tp", None, ()))
+            if not fused_kept:
+                add((p + "qkv_output", sb * (qw + kvw + vw) * a, "B·T·(n_heads + 2·n_kv_heads)·"
+                     "d_head · act (fused output: V is a view)", "", L, stack, "tp", None, ()))
         elif flash and at.mla:  # V is a view of kv_b's output, kept whole (measured)
             vb = Hh * (dq - at.d_rope + dv)
             add((p + "qkv", sb * (qw + kvw + vb) * a, "B·T·n_heads·(2·(d_nope + d_rope) + "
@@ -504,7 +531,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             add((p + "logsumexp", B * Hh * T * 4, "B·n_heads·T · 4 (fp32)", "", L, stack, "tp",
                  None, ()))
         else:
-            if attention == "eager" and at.fused_qkv and not cross and B == 1:
+            if attention == "eager" and at.fused_qkv and not cross and B == 1 and fused_kept:
+                pass  # Q is a view of the fused output, counted with the Q/K norms above
+            elif attention == "eager" and at.fused_qkv and not cross and B == 1:
                 # HF eager: Q is a (B, H, T, d_head) view of the fused (B, T, 3·E) projection
                 # output; matmul folds B and H into one batch dimension without a copy only
                 # when B = 1, and then the whole fused output stays alive. For B > 1 Q is
@@ -513,12 +542,14 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                      "B·T·(n_heads + 2·n_kv_heads)·d_head · act (fused output, Q is a view)", "",
                      L, stack, "tp", None, ()))
             else:
-                add((p + "q", sb * qw * c, "B·T·n_heads·d_head · " + c_sym, "", L, stack, "tp",
+                add((p + "q", sb * qw * (4 if qk32 else c), "B·T·n_heads·d_head · "
+                     + ("4 (fp32 copy)" if qk32 else c_sym), "", L, stack, "tp",
                      None, ()))
             # K (transposed) and V are made contiguous for the batched matmuls; GQA/MQA heads
             # are repeated to n_heads first (HF repeat_kv)
             kv = "B·T·n_heads·d_head · " + c_sym + " (contiguous copy)"
-            add((p + "k", sb * qw * c, kv, "", L, stack, "tp", None, ()))
+            add((p + "k", sb * qw * (4 if qk32 else c), kv.replace(c_sym, "4 (fp32 copy)")
+                 if qk32 else kv, "", L, stack, "tp", None, ()))
             if at.mla and not (upcast and a != 4):  # V is a view of kv_b's output, which
                 # stays whole (measured; a 16-bit model's math kernel copies V alone to fp32)
                 add((p + "v", sb * Hh * (dq - at.d_rope + dv) * c, "B·T·n_heads·(d_nope + d_v) "
@@ -539,6 +570,14 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 probs = B * Hh * T * (kq + 1)
                 kq_sym += " + 1"
                 kq_sym = f"({kq_sym})"
+            if at.sinks and spec.softmax_sink_lse and not cross:
+                # GraniteSWA's sink as a post-attention scale, sigmoid(logsumexp(scores) −
+                # sink): logsumexp keeps the scores and its result, the fp32 sigmoid its
+                # output, and the scaled product the attention output (measured)
+                add((p + "sink_scale", probs * c + B * Hh * T * (a + 4) + sb * Hh * dv * a,
+                     f"B·n_heads·T·{kq_sym} · {c_sym} + B·n_heads·T · (act + 4) + "
+                     "B·T·n_heads·d_head · act (the scores logsumexp keeps, its result, the "
+                     "fp32 sigmoid, the output it scales)", "", L, stack, "tp", None, ()))
             if spec.attn_softcapping and not cross:
                 # Gemma 2's eager attention: scores = cap · tanh(scores / cap); tanh keeps
                 # its output, a tensor of the scores' size
@@ -590,9 +629,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         if at.sub_norm:
             # BitNet's attn_sub_norm over the attention output; o_proj reads its output
             norm(p + "sub_norm", stack, L, Hh * dv, "n_heads·d_head")
+        # (a rotation that concatenates the rotated part with the rest makes Q contiguous
+        # in (B, H, T, d) order: the output is copied back, as with MLA; measured on StableLM)
         if at.sub_norm or at.differential or not (kernel == "cpu_flash"
                                                   and at.mechanism == "softmax"
-                                                  and not at.mla):
+                                                  and not at.mla
+                                                  and not (spec.rope_concat and at.rope)):
             # (the CPU flash kernel writes its output in the query's (B, T, H, d) order, so the
             # output projection reads that very tensor: measured on BART, no copy is kept;
             # MLA's query is concatenated in (B, H, T, d) order and is copied: measured)

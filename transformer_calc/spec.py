@@ -77,9 +77,21 @@ class ModelSpec:
     experts_grouped: bool = _f(True, "the MoE experts take transformers' grouped_mm path by "
                                "default (their module has @use_experts_implementation; false: "
                                "the class's own code, e.g. Llama 4's)", arch=False)
+    attn_fp32: bool = _f(False, "eager attention casts Q and K to fp32 and computes the scores "
+                         "and softmax there, casting the probabilities back (GPT-Neo, GPT-J, "
+                         "CodeGen)", arch=False)
+    rope_concat: bool = _f(False, "RoPE concatenates the rotated part of each head with the rest "
+                           "(partial rotary: StableLM, GPT-NeoX, Phi, GLM), so Q leaves it "
+                           "contiguous in (B, H, T, d) order", arch=False)
+    norm_manual: bool = _f(False, "the LayerNorm is written out in fp32 (CohereLayerNorm): it "
+                           "keeps x − mean twice, the normalised tensor and 1/std, and a "
+                           "(heads, d_head) QK-norm norms each head apart", arch=False)
     softmax_sink_column: bool = _f(False, "eager attention appends the sink logits as one more "
                                    "softmax column, so the probabilities kept are keys + 1 wide "
                                    "(gpt-oss, MiMo-V2-Flash, Flint)", arch=False)
+    softmax_sink_lse: bool = _f(False, "eager attention applies the sinks after the softmax as "
+                                "sigmoid(logsumexp(scores) − sink), keeping the scores once more "
+                                "(GraniteSWA)", arch=False)
     softmax_row_max: bool = _f(False, "eager attention subtracts each row's max before the "
                                "softmax, and max keeps its int64 indices (gpt-oss, "
                                "MiMo-V2-Flash)", arch=False)
@@ -193,8 +205,8 @@ class ModelSpec:
                          "(BitNet's attn_sub_norm, ffn_sub_norm)")
     qk_norm: str = _f("none", "norm on queries and keys: none, head (one norm over d_head, "
                       "shared by the heads: Qwen3, Gemma 3), width (over n_heads · d_head: "
-                      "OLMo-2, Cohere) or l2 (per head without a weight, in the RoPE layers: "
-                      "Llama 4)", choices=QK_NORMS)
+                      "OLMo-2, Cohere) or l2 (an RMS norm per head without a weight, in the RoPE "
+                      "layers: Llama 4, nanochat)", choices=QK_NORMS)
     attention_sinks: bool = _f(False, "a learned sink logit per head (gpt-oss)")
     sinks_sliding_only: bool = _f(False, "the sink logits sit in the sliding-window layers "
                                   "only; the full layers have none (MiMo-V2-Flash)")
