@@ -200,6 +200,12 @@ def linear_names() -> dict[str, tuple[str, ...]]:
     return out
 
 
+def frozen(name: str, comment: str, types: list[str]) -> str:
+    """One generated set of model types, with the comment that says what it marks."""
+    return (f"\n\n{comment}\n{name}: frozenset[str] = frozenset(\n"
+            + pprint.pformat(types, width=92, compact=True) + ")")
+
+
 def main() -> None:
     import peft
     import transformers
@@ -225,42 +231,31 @@ def main() -> None:
           f"peft {peft.__version__}; "
           'do not edit.\n"""\n\nfrom typing import Any\n\nDEFAULTS: dict[str, dict[str, Any]] = '
           + pprint.pformat(out, width=96, sort_dicts=True)
-          + "\n\n# Eager attention computes the softmax in fp32 (transformers' modelling code has\n"
-          + f"# `{SOFTMAX_FP32[0]}`, or .float())\nSOFTMAX_FP32: frozenset[str] = frozenset(\n"
-          + pprint.pformat(softmax_fp32_types(), width=92, compact=True) + ")"
-          + "\n\n# Eager attention appends the sink logits as a softmax column\n"
-          + f"# (`{SINK_COLUMN}`)\nSINK_COLUMN: frozenset[str] = frozenset(\n"
-          + pprint.pformat(types_whose_code_has(SINK_COLUMN), width=92, compact=True) + ")"
-          + "\n\n# Eager attention on fp32 copies of Q and K\n"
-          + f"# (`{ATTN_FP32[0]}`, or .float())\nATTN_FP32: frozenset[str] = frozenset(\n"
-          + pprint.pformat(types_whose_code_has(*ATTN_FP32), width=92, compact=True) + ")"
-          + "\n\n# RoPE concatenating the rotated part with the rest\n"
-          + f"# (`{ROPE_CONCAT[0]}...`)\nROPE_CONCAT: frozenset[str] = frozenset(\n"
-          + pprint.pformat(types_whose_code_has(*ROPE_CONCAT), width=92, compact=True) + ")"
-          + "\n\n# LayerNorms written out in fp32, x − mean computed twice\n"
-          + f"# (`{NORM_MANUAL}`)\nNORM_MANUAL: frozenset[str] = frozenset(\n"
-          + pprint.pformat(types_whose_code_has(NORM_MANUAL), width=92, compact=True) + ")"
-          + "\n\n# MoE experts that run grouped_mm by default (their module has\n"
-          + f"# `{EXPERTS_GROUPED}`)\nEXPERTS_GROUPED: frozenset[str] = frozenset(\n"
-          + pprint.pformat(types_whose_code_has(EXPERTS_GROUPED), width=92, compact=True) + ")"
-          + "\n\n# Eager attention scales its output by sigmoid(logsumexp(scores) - sink)\n"
-          + f"# (`{SINK_LSE}`)\nSINK_LSE: frozenset[str] = frozenset(\n"
-          + pprint.pformat(types_whose_code_has(SINK_LSE), width=92, compact=True) + ")"
-          + "\n\n# Eager attention subtracts each row's max before the softmax\n"
-          + f"# (`{ROW_MAX}`)\nROW_MAX: frozenset[str] = frozenset(\n"
-          + pprint.pformat(types_whose_code_has(ROW_MAX), width=92, compact=True) + ")"
-          + "\n\n# RMSNorms that keep their normalised tensor in fp32 (the weight multiplies "
-          + "before the cast back)\nNORM_FP32: frozenset[str] = frozenset(\n"
-          + pprint.pformat(norm_fp32_types(), width=92, compact=True) + ")"
-          + "\n\n# RMSNorms that multiply their (16-bit) input itself by the fp32 rsqrt\n"
-          + f"# (`{NORM_KEEPS_INPUT}`)\nNORM_KEEPS_INPUT: frozenset[str] = frozenset(\n"
-          + pprint.pformat(norm_keeps_input_types(), width=92, compact=True) + ")"
-          + "\n\n# MoE routers that matmul fp32 copies of their input and weight\n"
-          + f"# (`{ROUTER_FP32[0]}`, or .float())\nROUTER_FP32: frozenset[str] = frozenset(\n"
-          + pprint.pformat(router_fp32_types(), width=92, compact=True) + ")"
-          + "\n\n# Losses taken in the activation dtype (no fp32 upcast of the logits)\n"
-          + "LOSS_NO_UPCAST: frozenset[str] = frozenset(\n"
-          + pprint.pformat(loss_no_upcast_types(), width=92, compact=True) + ")"
+          + "".join(frozen(name, comment, types) for name, comment, types in (
+              ("SOFTMAX_FP32", "# Eager attention computes the softmax in fp32 (transformers' "
+               f"modelling code has\n# `{SOFTMAX_FP32[0]}`, or .float())", softmax_fp32_types()),
+              ("SINK_COLUMN", "# Eager attention appends the sink logits as a softmax column\n"
+               f"# (`{SINK_COLUMN}`)", types_whose_code_has(SINK_COLUMN)),
+              ("ATTN_FP32", "# Eager attention on fp32 copies of Q and K\n"
+               f"# (`{ATTN_FP32[0]}`, or .float())", types_whose_code_has(*ATTN_FP32)),
+              ("ROPE_CONCAT", "# RoPE concatenating the rotated part with the rest\n"
+               f"# (`{ROPE_CONCAT[0]}...`)", types_whose_code_has(*ROPE_CONCAT)),
+              ("NORM_MANUAL", "# LayerNorms written out in fp32, x − mean computed twice\n"
+               f"# (`{NORM_MANUAL}`)", types_whose_code_has(NORM_MANUAL)),
+              ("EXPERTS_GROUPED", "# MoE experts that run grouped_mm by default (their module "
+               f"has\n# `{EXPERTS_GROUPED}`)", types_whose_code_has(EXPERTS_GROUPED)),
+              ("SINK_LSE", "# Eager attention scales its output by sigmoid(logsumexp(scores) "
+               f"- sink)\n# (`{SINK_LSE}`)", types_whose_code_has(SINK_LSE)),
+              ("ROW_MAX", "# Eager attention subtracts each row's max before the softmax\n"
+               f"# (`{ROW_MAX}`)", types_whose_code_has(ROW_MAX)),
+              ("NORM_FP32", "# RMSNorms that keep their normalised tensor in fp32 (the weight "
+               "multiplies before the cast back)", norm_fp32_types()),
+              ("NORM_KEEPS_INPUT", "# RMSNorms that multiply their (16-bit) input itself by the "
+               f"fp32 rsqrt\n# (`{NORM_KEEPS_INPUT}`)", norm_keeps_input_types()),
+              ("ROUTER_FP32", "# MoE routers that matmul fp32 copies of their input and weight"
+               f"\n# (`{ROUTER_FP32[0]}`, or .float())", router_fp32_types()),
+              ("LOSS_NO_UPCAST", "# Losses taken in the activation dtype (no fp32 upcast of the "
+               "logits)", loss_no_upcast_types())))
           + "\n\n# LoRA on a mixture of experts: the model types peft converts (router and fused\n"
           + "# experts adapted), by pattern (peft.utils.transformers_weight_conversion)\n"
           + "PEFT_MOE: dict[str, str] = "
