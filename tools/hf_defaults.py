@@ -113,7 +113,8 @@ def softmax_fp32_types() -> list[str]:
 # x̂ · w.float())
 NORM_FP32 = ("return (self.weight * hidden_states).to(input_dtype)",
              "output * (1.0 + self.weight.float())",
-             "normed_output = normed_output * self.weight.float()")
+             "normed_output = normed_output * self.weight.float()",
+             "return (self.weight.to(torch.float32) * hidden_states).to(input_dtype)")
 
 
 def norm_fp32_types() -> list[str]:

@@ -1857,8 +1857,9 @@ GENERIC: dict[str, Layout] = {
                                 expert_ff="", shared="moe_num_shared_experts")),
     "kolibri1": Layout("Kolibri1ForCausalLM", mlp_bias=False, norms="sandwich",
                        qk_norm="head", moe=Moe(shared_ff="shared_expert_intermediate_size")),
+    # MiniMax-M3: gpt-oss's clamped SwiGLU in every MLP (swiglu_alpha, swiglu_limit)
     "minimax_m3_vl_text": Layout("MiniMaxM3VLForCausalLM", fused_gate_up=True, mlp_bias=False,
-                                 qk_norm="head",
+                                 qk_norm="head", act="=swiglu_oss",
                                  dense_ff="dense_intermediate_size",
                                  moe=Moe(expert_ff="intermediate_size",
                                          shared_ff="shared_intermediate_size",
