@@ -477,3 +477,18 @@ def test_beams_full_layers_have_no_rope_and_its_math_runs_in_fp32() -> None:
                                                     dropout=False).items}
     assert rows["head.softcap_tanh"].total == 64 * 1000 * 4
     assert rows["decoder.sliding.dense.ffn.activation"].count == 3 * 64 * 96 * 4
+
+
+def test_mimo_v2_flash_layers_differ_by_kind() -> None:
+    # MiMoV2FlashConfig's defaults (transformers 5.23): full attention at layer 0 and every
+    # sixth layer with 4 K/V heads, the others sliding with 8 and a sink per head; one dense
+    # layer, then experts; V heads of 128 against Q/K heads of 192
+    spec = spec_from_hf({"model_type": "mimo_v2_flash"})
+    groups = {g.name: g for g in plan_of(spec).groups}
+    assert {n: g.count for n, g in groups.items()} == {
+        "decoder.full.dense": 1, "decoder.sliding.moe": 39, "decoder.full.moe": 8}
+    full, sliding = groups["decoder.full.moe"].block.attn, groups["decoder.sliding.moe"].block.attn
+    assert full is not None and sliding is not None
+    assert (full.kv_heads, full.sinks, sliding.kv_heads, sliding.sinks) == (4, False, 8, True)
+    assert (sliding.d_head, sliding.d_v) == (192, 128)
+    assert "model.mtp" in spec.note  # the checkpoint's MTP modules transformers skips

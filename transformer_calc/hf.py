@@ -1146,6 +1146,9 @@ def _mimo_v2_flash(c: Config) -> dict[str, Any]:
                norm_position="pre", attention_sinks=sliding, sinks_sliding_only=sliding,
                **_bias(bias, bias, bias, False, False, False),
                tie_embeddings=c.get("tie_word_embeddings", False)) | layers
+    # _keys_to_ignore_on_load_unexpected = [r"^model\.mtp\."]: the checkpoint's MTP modules
+    c.notes.append("the checkpoint's multi-token-prediction modules (model.mtp.*) are not "
+                   "built by transformers 5.23, so not counted")
     kinds = c.data.get("mlp_layer_types")
     if kinds is None:  # MiMoV2FlashConfig: one dense layer, then experts
         kinds = ["dense"] + ["sparse"] * (L - 1)
