@@ -854,8 +854,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             row("chunk_states", B * (c + 1) * Di * N * f + B * c * Di * N * f,
                 "(2·chunks + 1) · B·ssm_inner·ssm_state · 4")
             row("y_off", sp * Di * f, "B·T·ssm_inner · 4")
-            row("gated_norm", sb * Di * f * (5 if up else 4) + sb * G * f,
-                "4 · B·T·ssm_inner · 4 (y, silu(z), the group-normed y), fp32")
+            if m.norm:
+                row("gated_norm", sb * Di * f * (5 if up else 4) + sb * G * f,
+                    "4 · B·T·ssm_inner · 4 (y, silu(z), the group-normed y), fp32")
+            else:  # Falcon-H1 without mamba_rms_norm: y · silu(z), no norm (measured)
+                row("gate", sb * Di * (f + a), "B·T·ssm_inner · (4 + act) (the fp32 y and "
+                    "silu(z))")
             row("out_proj_input", sb * Di * a, "B·T·ssm_inner · act")
             return
         # gated_deltanet: Qwen3NextGatedDeltaNet and torch_chunk_gated_delta_rule; q and k
