@@ -282,6 +282,26 @@ def test_the_sweeps_fixes_hold_tightly() -> None:
         assert _error(config) <= bound, config
 
 
+def test_deberta_keeps_the_projected_relative_table_and_a_mask_per_layer() -> None:
+    # the saved_tensors_hooks listing of DebertaV2ForMaskedLM (deberta-v2-relative.json, eager,
+    # fp32, B=2, T=32; torch 2.13.0, transformers 5.23.0): every layer keeps a (1024, 32) fp32
+    # tensor (the relative table after pos_dropout, which the shared key/query projection
+    # reads: 131,072 bytes) and a (2, 1, 32, 32) bool mask (2,048 bytes). Its totals are not
+    # pinned: repeated measurements differ (753,932 or 622,860 bytes at this shape: storages
+    # freed during the forward have their addresses reused, which the count by address
+    # misses); tcalc gives 753,920, the larger within 12 bytes.
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "deberta-v2-relative.json")
+                                   .read_text()))
+    rows = {i.name: i for i in activation_breakdown(spec, 2, 32, act_bytes=4,
+                                                    device="cpu").items}
+    assert rows["encoder.attn.relative_positions"].count == 131_072 + 2_048
+    assert rows["encoder.attn.relative_positions"].repeat == 2
+    no_rel = spec_from_hf(json.loads((DATA / "hf" / "variants" / "deberta-v2-relative.json")
+                                     .read_text()) | {"relative_attention": False})
+    assert not any("relative_positions" in i.name for i in
+                   activation_breakdown(no_rel, 2, 32, act_bytes=4, device="cpu").items)
+
+
 def test_mla_in_16_bit_keeps_the_norms_fp32_copies_not_the_projections_outputs() -> None:
     # DeepSeek-V3.2 in bf16 (measured listing: kv_a_layernorm keeps a (B, T, kv_lora_rank)
     # fp32 copy, 1/rms and the normed latent; kv_a's own bf16 output is not kept; with SDPA's

@@ -491,6 +491,15 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  ()))
             vw = Hh * dv
             kvw = qw
+        if spec.rel_embeddings and not cross and at.mechanism == "softmax":
+            # DeBERTa-v2/v3 (DisentangledSelfAttention): each layer projects the relative
+            # position table after its dropout (the projection keeps that R × d_model input)
+            # and masks the scores with a (B, 1, T, T) bool mask of its own (measured on a
+            # drawn deberta-v2 config: tools/sweep_activations.py)
+            R = spec.rel_embeddings
+            add((p + "relative_positions", R * E * a + B * T * T, "rel_embeddings·d_model · "
+                 "act + B·T·T · 1 (the projected table; the bool mask)", "", L, stack, "",
+                 None, ()))
         core_start = len(rows)  # the attention core's rows (DiffLlama runs it twice)
         if at.conv:
             # Primer: each depthwise convolution keeps its input (the projection's output)
