@@ -68,7 +68,7 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # were measured with transformers' eager expert loop
 # (experts_implementation="eager"); activations_moe_grouped_cpu.jsonl measures nine of them
 # again on its default grouped_mm path (`--experts grouped_mm`, B=2 T=64 and B=1 T=128; its
-# rows say "experts"). activations_sweep_s10_cpu.jsonl: 23 variants of the types a sweep of every
+# rows say "experts"). activations_sweep_s10_cpu.jsonl: 24 variants of the types a sweep of every
 # unmeasured type's drawn registry config found off by more than 10 % (Cohere's hand-written
 # LayerNorm, BioGPT's, CTRL's, GPT's and GPTBigCode's dropout keys, GPT-Neo's, GPT-J's,
 # CodeGen's and Flint's fp32 Q/K, InternLM3's and MPT's fp32 softmax, PhiMoE's two experts,
@@ -78,7 +78,8 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # back, and Persimmon's Q/K LayerNorms on views of the fused output; MiniMax-M3's clamped
 # SwiGLU, gpt-oss's; Nemotron-H's RMSNorm multiplying its weight in fp32: the whole model,
 # its mixer-only rows being in activations_mixers_cpu.jsonl; Falcon-H1 without
-# mamba_rms_norm, whose mixer gates y by silu(z) without a norm), re-measured on
+# mamba_rms_norm, whose mixer gates y by silu(z) without a norm; OLMo's LayerNorm on an fp32
+# copy), re-measured on
 # variant configs after the fix: B=2 T=64, B=1 T=128.
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
@@ -276,6 +277,7 @@ def test_the_sweeps_fixes_hold_tightly() -> None:
                           ("minimax_m3_vl_text-tiny.json", 0.03),
                           ("nemotron_h-tiny.json", 0.03),
                           ("falcon_h1-nonorm.json", 0.01),
+                          ("olmo-tiny.json", 0.02),
                           ("nanochat-tiny.json", 0.02), ("gptj-tiny.json", 0.02),
                           ("internlm3-tiny.json", 0.03), ("codegen-tiny.json", 0.04),
                           ("openai-gpt-tiny.json", 0.04), ("phimoe-top1.json", 0.04)):

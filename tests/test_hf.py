@@ -121,6 +121,7 @@ REFERENCE = {
     "variants/minimax_m3_vl_text-tiny.json": (18_208, "MiniMaxM3VLForCausalLM"),
     "variants/falcon_h1-nonorm.json": (22_080, "FalconH1ForCausalLM"),
     "variants/deberta-v2-relative.json": (72_816, "DebertaV2ForMaskedLM"),
+    "variants/olmo-tiny.json": (17_104, "OlmoForCausalLM"),
     "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
     # 4 convolution, 1 full and 1 sliding layer; sandwich norms, a gate per head
     "variants/lfm3-tiny.json": (342_400, "Lfm3ForCausalLM"),

@@ -114,7 +114,9 @@ def softmax_fp32_types() -> list[str]:
 NORM_FP32 = ("return (self.weight * hidden_states).to(input_dtype)",
              "output * (1.0 + self.weight.float())",
              "normed_output = normed_output * self.weight.float()",
-             "return (self.weight.to(torch.float32) * hidden_states).to(input_dtype)")
+             "return (self.weight.to(torch.float32) * hidden_states).to(input_dtype)",
+             # OLMo: a LayerNorm on an fp32 copy (input and statistics kept in fp32)
+             "F.layer_norm(hidden_states.to(dtype=torch.float32)")
 
 
 def norm_fp32_types() -> list[str]:

@@ -1860,8 +1860,8 @@ ROW_MAX: frozenset[str] = frozenset(
 # RMSNorms that keep their normalised tensor in fp32 (the weight multiplies before the cast back)
 NORM_FP32: frozenset[str] = frozenset(
 ['afmoe', 'beam', 'flex_olmo', 'flint', 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text',
- 'gemma4_unified_text', 'gpt_oss', 'helium', 'minimax_m3_vl_text', 'nemotron_h', 'olmo2',
- 'olmo3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next', 'vaultgemma'])
+ 'gemma4_unified_text', 'gpt_oss', 'helium', 'minimax_m3_vl_text', 'nemotron_h', 'olmo',
+ 'olmo2', 'olmo3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next', 'vaultgemma'])
 
 # RMSNorms that multiply their (16-bit) input itself by the fp32 rsqrt
 # (`variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)`)

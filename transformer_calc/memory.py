@@ -347,6 +347,13 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             add((name + ".rstd", sb * vectors * 4, f"B·T{'·' + vsym[:-1] if vsym else ''} · 4 "
                  "(fp32)", "", reps, stack, "", None, ()))
             return
+        if not rms and spec.norm_fp32 and a != 4:
+            # OlmoLayerNorm: F.layer_norm on an fp32 copy, its statistics in fp32 (measured)
+            add((name + ".input_fp32", sb * width * vectors * 4, f"B·T·{vsym}{wsym} · 4 (the "
+                 "fp32 copy)", "", reps, stack, "", None, ()))
+            add((name + ".stats", 2 * sb * vectors * 4, "2 · B·T · 4 (mean, rstd; fp32)", "",
+                 reps, stack, "", None, ()))
+            return
         if not rms:
             add((name + ".input", sb * width * vectors * r, f"B·T·{vsym}{wsym} · {rsym}", "",
                  reps, stack, "", None, ()))
