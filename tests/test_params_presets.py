@@ -151,3 +151,26 @@ def test_headline_preset_equals_transformers(name: str) -> None:
     assert spec.expected_params == total
     assert cls in spec.expected_params_source
     assert count_params(spec).total == total
+
+
+def test_spec_init_fills_defaults_validates_and_rejects_unknown_names() -> None:
+    # ModelSpec's __init__ is written by hand at run time (start-up: spec.py); it must do
+    # what the dataclass's generated one did
+    import dataclasses
+
+    import pytest
+
+    from transformer_calc.errors import SpecError
+    from transformer_calc.spec import ModelSpec
+
+    given = dict(vocab_size=100, d_model=64, n_layers=2, n_heads=4, d_ff=256)
+    spec = ModelSpec(**given)
+    assert all(getattr(spec, f.name) == given.get(f.name, f.default)
+               for f in dataclasses.fields(ModelSpec))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n_head'"):
+        ModelSpec(n_head=4)  # type: ignore[call-arg]
+    with pytest.raises(SpecError, match="n_layers"):
+        ModelSpec(**(given | {"n_layers": -1}))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.n_heads = 8  # type: ignore[misc]
+    assert dataclasses.replace(spec, d_model=128).d_model == 128

@@ -9,7 +9,6 @@ and most of them are only ever asked for their total. So the builders append pla
 the numbers written into each formula) are made only when someone reads ``items``.
 """
 
-from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping

@@ -41,9 +41,10 @@ APP_OPTIONS: dict[str, Any] = dict(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-# name -> a function that builds the command (its typer signature, ~70 options for some):
-# built only for the command being run, or for all when the full app is asked for.
-COMMANDS: dict[str, Callable[[], Callable[..., Any]]] = {}
+# name -> a function that builds the command (its typer signature, ~130 options for some;
+# given a set of field names, only those architecture overrides): built only for the command
+# being run, or for all when the full app is asked for.
+COMMANDS: dict[str, Callable[..., Callable[..., Any]]] = {}
 
 EXIT_USAGE = 2
 
@@ -109,10 +110,14 @@ def _command(*, overrides: bool = False, training: bool = False
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.cache
-        def build() -> Callable[..., Any]:
+        def build(named: frozenset[str] | None = None) -> Callable[..., Any]:
+            """The command; with ``named``, only those architecture overrides (the ones a
+            command line names: _app_for), else all of them."""
             sig = inspect.signature(fn)
             params = [p for p in sig.parameters.values() if p.name not in ("overrides", "train")]
-            extra = [_override_param(f) for f in ARCH_FIELDS] if overrides else []
+            fields = [f for f in ARCH_FIELDS if named is None or f.name in named] \
+                if overrides else []
+            extra = [_override_param(f) for f in fields]
             group = _training_params() if training else []
 
             @functools.wraps(fn)
@@ -120,7 +125,7 @@ def _command(*, overrides: bool = False, training: bool = False
                 if overrides:
                     kwargs["overrides"] = {
                         f.name: getattr(v, "value", v)  # Enum choice -> its string
-                        for f in ARCH_FIELDS for v in [kwargs.pop(f.name)]}
+                        for f in fields for v in [kwargs.pop(f.name)]}
                 if training:
                     kwargs["train"] = {p.name: getattr(v, "value", v)
                                        for p in group for v in [kwargs.pop(p.name)]}
@@ -225,6 +230,8 @@ def params(model: str = ModelArg, format: Format = FormatOpt,
 
 
 def _is_hub_id(model: str) -> bool:
+    if "/" not in model:  # every Hub id and URL has one (and the hub module costs start-up)
+        return False
     from transformer_calc.hub import parse
     from transformer_calc.presets import preset_dir
 
@@ -806,7 +813,7 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-def _new_app(names: list[str]) -> typer.Typer:
+def _new_app(names: list[str], named: frozenset[str] | None = None) -> typer.Typer:
     app = typer.Typer(**APP_OPTIONS)
 
     @app.callback()
@@ -816,7 +823,7 @@ def _new_app(names: list[str]) -> typer.Typer:
         pass
 
     for name in names:
-        app.command(name=name)(COMMANDS[name]())
+        app.command(name=name)(COMMANDS[name](named))
     return app
 
 
@@ -832,13 +839,31 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _app_for(argv: list[str]) -> typer.Typer:
-    """The app to run: only the invoked command when argv names one. Turning a command's
-    options into typer/click parameters is most of tcalc's start-up (make bench), so the
-    other commands are not built; --help and unknown words get the full app."""
+def _app_for(argv: list[str], named: bool = True) -> typer.Typer:
+    """The app to run: only the invoked command when argv names one, and of its ~130
+    architecture overrides only those argv names (``named``). Turning options into
+    typer/click parameters is most of tcalc's start-up (make bench), so the rest are not
+    built; --help and unknown words get the full app. (An option argv misspells is not
+    found in the narrowed command: main runs the whole command again for click's message.)"""
     if not argv or argv[0] not in COMMANDS:
         return _full_app()
-    return _new_app([argv[0]])
+    if not named or "--help" in argv:
+        return _new_app([argv[0]])
+    flags = {word.split("=", 1)[0] for word in argv[1:] if word.startswith("--")}
+    return _new_app([argv[0]], frozenset(
+        f.name for f in ARCH_FIELDS
+        if f"--{f.name.replace('_', '-')}" in flags or f"--no-{f.name.replace('_', '-')}" in flags))
+
+
+def _run(argv: list[str]) -> Any:
+    try:
+        return _app_for(argv)(standalone_mode=False)
+    except typer.TyperException as e:
+        if type(e).__name__ != "NoSuchOption" or not argv or argv[0] not in COMMANDS:
+            raise
+    # nothing ran (click stops while parsing): the whole command, for click's own message
+    # and its "Did you mean" among every option
+    return _app_for(argv, named=False)(standalone_mode=False)
 
 
 # What a terminal that cannot show a character gets instead (a non-UTF-8 locale, issue 16)
@@ -875,7 +900,7 @@ def main() -> None:
     """
     _fit_the_terminal()
     try:
-        code = _app_for(sys.argv[1:])(standalone_mode=False)
+        code = _run(sys.argv[1:])
     except SystemExit as e:
         # click turns a broken pipe on stdout into a silent exit 1, its stdout replaced by a
         # PacifyFlushWrapper: say why, in one line

@@ -16,7 +16,6 @@ The parts are NamedTuples: a plan is built per spec, often thousands of times a 
 sweep, and a tuple is 3-4x cheaper to make than a frozen dataclass (make bench).
 """
 
-from __future__ import annotations
 
 import math
 import re

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformer_calc.errors import SpecError
 
@@ -51,9 +51,17 @@ def _f(default: Any, help: str, *, choices: tuple[str, ...] = (), minimum: int |
     return field(default=default, metadata=meta)
 
 
-# repr, eq and hash are written by hand: the generated ones for ~90 fields cost ~3 ms of
-# every CLI start-up to compile (make bench), and a spec is compared or printed rarely.
-@dataclass(frozen=True, repr=False, eq=False)
+# repr, eq, hash and (at run time) __init__ are written by hand: the generated ones for ~150
+# fields are compiled at every import, ~8 ms of each CLI start-up (make bench), and a spec is
+# compared or printed rarely. The type checker still sees the generated __init__'s signature.
+if TYPE_CHECKING:
+    from dataclasses import dataclass as spec_dataclass
+else:
+    def spec_dataclass(**options: Any) -> Any:
+        return dataclass(**options, init=False)
+
+
+@spec_dataclass(frozen=True, repr=False, eq=False)
 class ModelSpec:
     """A transformer architecture. Sizes are exact integers; names follow the papers."""
 
@@ -745,3 +753,21 @@ def _checker(f: dataclasses.Field[Any]) -> Any:
 
 
 _CHECKS = tuple((f.name, _checker(f)) for f in dataclasses.fields(ModelSpec))
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelSpec)}
+
+
+def _init(self: ModelSpec, **values: Any) -> None:
+    """ModelSpec(field=value, ...): every field has a default; a name that is not a field is
+    a TypeError, as the generated __init__ would raise."""
+    unknown = values.keys() - _DEFAULTS.keys()
+    if unknown:
+        raise TypeError(f"ModelSpec.__init__() got an unexpected keyword argument "
+                        f"'{min(unknown)}'")
+    d = self.__dict__  # frozen: set once, here, as the generated __init__ does
+    d.update(_DEFAULTS)
+    d.update(values)
+    self.__post_init__()
+
+
+if not TYPE_CHECKING:
+    ModelSpec.__init__ = _init
