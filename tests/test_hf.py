@@ -10,6 +10,8 @@ key takes the config class's default). The tests need no torch.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import DATA
 
@@ -121,6 +123,7 @@ REFERENCE = {
     "variants/minimax_m3_vl_text-tiny.json": (18_208, "MiniMaxM3VLForCausalLM"),
     "variants/falcon_h1-nonorm.json": (22_080, "FalconH1ForCausalLM"),
     "variants/deberta-v2-relative.json": (72_816, "DebertaV2ForMaskedLM"),
+    "variants/deberta-v2-c2p-p2c.json": (24_688, "DebertaV2ForMaskedLM"),
     "variants/olmo-tiny.json": (17_104, "OlmoForCausalLM"),
     "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
     # 4 convolution, 1 full and 1 sliding layer; sandwich norms, a gate per head
@@ -366,3 +369,21 @@ def test_issue3_preset_equals_transformers(preset: str) -> None:
     spec = load_model(preset)
     assert count_params(spec).total == REFERENCE[PRESET_CONFIG[preset]][0]
     assert spec.expected_params == REFERENCE[PRESET_CONFIG[preset]][0]
+
+
+@pytest.mark.parametrize("value, terms", [(["p2c", "c2p"], "c2p|p2c"), ("c2p", "c2p"),
+                                          ("p2c|c2p", "c2p|p2c"), ([], "none"), (None, "none")])
+def test_deberta_reads_its_disentangled_terms(value: object, terms: str) -> None:
+    data = json.loads((HF / "variants" / "deberta-v2-c2p-p2c.json").read_text())
+    assert spec_from_hf(data | {"pos_att_type": value}).rel_terms == terms
+
+
+@pytest.mark.parametrize("value", [5, [1, 2], {"c2p": 1}])
+def test_deberta_refuses_pos_att_type_that_is_no_list_of_names(cli, tmp_path,
+                                                               value: object) -> None:
+    path = tmp_path / "config.json"
+    data = json.loads((HF / "variants" / "deberta-v2-c2p-p2c.json").read_text())
+    path.write_text(json.dumps(data | {"pos_att_type": value}))
+    assert cli("params", str(path), code=2).stderr == (
+        f"Error: {path}: key 'pos_att_type': expected a list of 'c2p' / 'p2c', or them joined "
+        f"by '|', got {value}\n")

@@ -25,7 +25,7 @@ DATA = ROOT / "tests" / "data"
 FIXTURES = ("activations_families_cpu.jsonl", "activations_new_families_cpu.jsonl",
             "activations_loss_dtype_cpu.jsonl", "activations_more_cpu.jsonl",
             "activations_added_s8_cpu.jsonl", "activations_moe_grouped_cpu.jsonl",
-            "activations_sweep_s10_cpu.jsonl")
+            "activations_sweep_s10_cpu.jsonl", "activations_alive_s11_cpu.jsonl")
 
 
 def rows() -> list[dict]:
@@ -57,7 +57,8 @@ def render() -> str:
         "",
         "What tcalc's activation estimate (`tcalc memory --device cpu`) gives against the bytes "
         "PyTorch keeps for backward, measured by `tools/measure_activations_hf.py` (torch "
-        "2.13.0+cpu, transformers 5.23.0, `saved_tensors_hooks`, each storage once, "
+        "2.13.0+cpu, transformers 5.23.0, `saved_tensors_hooks`, each storage once if still held "
+        "after the forward, "
         "parameters excluded) on the small configs in tests/data/hf/variants: eager and SDPA, "
         "fp32 and bf16, two batch sizes and lengths each; mixtures of experts with "
         "transformers' eager expert loop, and again with its default grouped_mm path (the "

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import platform
 import sys
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 
@@ -36,29 +38,44 @@ def build(attn: str, dtype: torch.dtype, device: str = "cpu") -> torch.nn.Module
 
 @contextlib.contextmanager
 def recorded(model: torch.nn.Module) -> Iterator[dict[int, int]]:
-    """Within it, every storage autograd saves for backward (once; parameters and buffers
-    out: a saved view of a buffer, like GPT-Neo's causal-mask table, is the model's memory,
-    allocated with it, not an activation), by torch.autograd.graph.saved_tensors_hooks:
-    storage pointer -> bytes."""
+    """Every storage autograd saves for backward within it and still holds at its end (once;
+    parameters and buffers out: a saved view of a buffer, like GPT-Neo's causal-mask table,
+    is the model's memory, allocated with it, not an activation), by
+    torch.autograd.graph.saved_tensors_hooks: storage pointer -> bytes, filled at the exit."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     params |= {b.untyped_storage().data_ptr() for b in model.buffers()}
     storages: dict[int, int] = {}
+    packed: list[tuple[weakref.ref[torch.Tensor], int, int]] = []
 
     def pack(t: torch.Tensor) -> torch.Tensor:
+        # a detached alias, held by the saved variable alone (no cycle through grad_fn):
+        # it dies with the autograd node that saved it
+        alias = t.detach()
         s = t.untyped_storage()
         if s.data_ptr() not in params:
-            storages[s.data_ptr()] = s.nbytes()
-        return t
+            packed.append((weakref.ref(alias), s.data_ptr(), s.nbytes()))
+        return alias
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         yield storages
+    # what backward would find: the storages still saved when the forward is over. A storage
+    # saved by an op whose node the forward dropped (not on the loss's graph) is freed, and its
+    # address may be reused by a later one: counting addresses ever saved miscounted both
+    # (DeBERTa-v2's totals differed between runs).
+    gc.collect()
+    storages.update({ptr: n for ref, ptr, n in packed if ref() is not None})
 
 
 def saved_bytes(model: torch.nn.Module, B: int, T: int, device: str = "cpu") -> dict[str, int]:
     torch.manual_seed(0)
     ids = torch.randint(0, model.config.vocab_size, (B, T), device=device)
     # use_cache=False: no generation cache in training (a hybrid's first layer may have no
-    # attention, and transformers then cannot size its cache); saves nothing else
+    # attention, and transformers then cannot size its cache). Not nothing: with the config's
+    # default use_cache=True transformers 5.23 builds a DynamicCache even in training, and
+    # attention then saves K and V as the cache's concatenated copies. The GPT-2 grid
+    # (activations_gpt2_cpu.json), measured before this flag, is that default forward:
+    # 206,246,412 bytes at B=1 T=128 eager fp32 with the cache, 196,809,228 without
+    # (re-measured in session 11).
     with recorded(model) as storages:
         loss = model(input_ids=ids, labels=ids, use_cache=False).loss
     total = sum(storages.values())

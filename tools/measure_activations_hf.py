@@ -5,7 +5,9 @@ tools/measure_activations.py (GPT-2 only).
 Method (as measure_activations.py): the class tcalc counts (hf.counted_class), built from the
 config with random weights on the CPU, cast to the dtype, train mode, a forward with labels;
 inside torch.autograd.graph.saved_tensors_hooks every tensor autograd packs is recorded by its
-storage, each storage once, parameters excluded. MoE experts run transformers' eager
+storage, each storage once, parameters excluded, and counted if autograd still holds it when the
+forward is over (what backward reads; a storage freed mid-forward no longer counts, nor does a
+later one at its address go uncounted). MoE experts run transformers' eager
 implementation, or --experts grouped_mm (its default; the row then says so). One JSON line per
 case.
 
@@ -30,9 +32,11 @@ one the CPU runs). tests/data/activations_mixers_cpu.jsonl was written by
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import warnings
+import weakref
 from pathlib import Path
 
 import torch
@@ -90,21 +94,26 @@ def measure_mixers(config: dict, dtype: str, B: int, T: int) -> int:
         if type(m).__name__.endswith(MIXER_CLASSES):
             m.register_forward_pre_hook(lambda *_: depth.__setitem__(0, depth[0] + 1))
             m.register_forward_hook(lambda *_: depth.__setitem__(0, depth[0] - 1))
-    seen: set[int] = set()
-    inside = 0
+    # as measure_activations.recorded: detached aliases, counted if still saved at the end
+    packed: list[tuple[weakref.ref[torch.Tensor], int, int, bool]] = []
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        nonlocal inside
+        alias = t.detach()
         s = t.untyped_storage()
-        if s.data_ptr() not in params and s.data_ptr() not in seen:
-            seen.add(s.data_ptr())
-            inside += s.nbytes() if depth[0] else 0
-        return t
+        if s.data_ptr() not in params:
+            packed.append((weakref.ref(alias), s.data_ptr(), s.nbytes(), depth[0] > 0))
+        return alias
 
     ids = torch.randint(0, cfg.vocab_size, (B, T))
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(input_ids=ids, labels=ids, use_cache=False)
-    return inside
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+    gc.collect()
+    first: dict[int, tuple[int, bool]] = {}  # storage -> (bytes, first saved inside a mixer)
+    for ref, ptr, nbytes, inside in packed:
+        if ref() is not None:
+            first.setdefault(ptr, (nbytes, inside))
+    del loss
+    return sum(n for n, inside in first.values() if inside)
 
 
 def mixer_rows(spec, B: int, T: int, dtype: str) -> int:  # type: ignore[no-untyped-def]

@@ -2194,9 +2194,13 @@ def _deberta(c: Config, max_positions: int) -> dict[str, Any]:
         out["rel_embeddings"] = 2 * (buckets if buckets > 0 else span)
         norm = c.t("norm_rel_ebd", "none")
         out["rel_embeddings_norm"] = isinstance(norm, str) and "layer_norm" in norm
+        raw = c.t("pos_att_type", [])
+        kinds = raw.split("|") if isinstance(raw, str) else raw
+        if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
+            raise SpecError("pos_att_type", "a list of 'c2p' / 'p2c', or them joined by '|'",
+                            raw, source=c.where)
+        out["rel_terms"] = "|".join(k for k in ("c2p", "p2c") if k in kinds) or "none"
         if not c.t("share_att_key", False):
-            kinds = c.t("pos_att_type", [])
-            kinds = kinds.split("|") if isinstance(kinds, str) else list(kinds or [])
             out["rel_projections"] = ("c2p" in kinds) + ("p2c" in kinds)
     return out
 

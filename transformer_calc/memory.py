@@ -424,6 +424,34 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     # on Llama 4)
     chunked_mask = attention == "sdpa" and flash and 0 < spec.attention_chunk <= T
 
+    def relative_rows(p: str, stack: str, L: int, at: Attention) -> None:
+        """DeBERTa-v2/v3 (DisentangledSelfAttention, transformers 5.23), per layer: the
+        scores' (B, 1, T, T) bool mask and, per disentangled term in use, what its
+        score keeps. The table (2·att_span rows: rel_embeddings) after the layer's dropout
+        is the input of the position projections; each term multiplies Q (c2p) or K (p2c)
+        by the projected table repeated over the batch, and gathers the B·H·T·2·att_span
+        product by a T·T int64 index. With no term the projections' outputs are unused and
+        freed. (Measured, the autograd graph's saved tensors: deberta-v2-relative.json,
+        deberta-v2-c2p-p2c.json.)"""
+        add((p + "relative_mask", B * T * T, "B·T·T · 1 (bool)", "", L, stack, "", None, ()))
+        terms = len(spec.rel_terms.split("|")) if spec.rel_terms != "none" else 0
+        if not terms:
+            return
+        R, Hh, dq = spec.rel_embeddings, at.heads, at.d_head
+        add((p + "relative_table", R * E * a, "rel_embeddings·d_model · act (the positions "
+             "projections' input)", "", L, stack, "", None, ()))
+        if dropout:
+            add((p + "relative_table_dropout_mask", R * E * mask, "rel_embeddings·d_model · "
+                 "mask", "", L, stack, "", None, ()))
+        add((p + "relative_terms", terms * (B * Hh * R * dq * a + B * Hh * T * R * a
+                                            + T * T * 8),
+             f"{terms} · (B·n_heads·rel_embeddings·d_head · act + B·n_heads·T·rel_embeddings "
+             "· act + T·T · 8) (per term: the projected table repeated over the batch, the "
+             "scores it gathers from, the int64 index)", "", L, stack, "tp", None, ()))
+        if "p2c" in spec.rel_terms:
+            add((p + "relative_p2c_key", sb * Hh * dq * a, "B·T·n_heads·d_head · act (K, "
+                 "which p2c multiplies)", "", L, stack, "tp", None, ()))
+
     def attention_block(at: Attention, p: str, stack: str, L: int) -> None:
         cross = at.cross
         Hh, dq, dv = at.heads, at.d_head, at.d_v
@@ -499,14 +527,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             vw = Hh * dv
             kvw = qw
         if spec.rel_embeddings and not cross and at.mechanism == "softmax":
-            # DeBERTa-v2/v3 (DisentangledSelfAttention): each layer projects the relative
-            # position table after its dropout (the projection keeps that R × d_model input)
-            # and masks the scores with a (B, 1, T, T) bool mask of its own (measured on a
-            # drawn deberta-v2 config: tools/sweep_activations.py)
-            R = spec.rel_embeddings
-            add((p + "relative_positions", R * E * a + B * T * T, "rel_embeddings·d_model · "
-                 "act + B·T·T · 1 (the projected table; the bool mask)", "", L, stack, "",
-                 None, ()))
+            relative_rows(p, stack, L, at)
         core_start = len(rows)  # the attention core's rows (DiffLlama runs it twice)
         if at.conv:
             # Primer: each depthwise convolution keeps its input (the projection's output)
@@ -1036,6 +1057,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         norm("embed.per_layer_norm", "", 1, P, "per_layer_input", Lp, "n_layers·")
         add(("embed.per_layer_inputs", sb * Lp * P * a, "B·T·n_layers·per_layer_input · act",
              "", 1, "", "", None, ()))
+    if spec.rel_embeddings_norm and spec.rel_terms != "none":
+        # DebertaV2Encoder.get_rel_embedding: a LayerNorm over the table (a parameter: its
+        # input is not an activation), once per forward; unused and freed with no term
+        add(("embed.relative_table_norm.stats", 2 * spec.rel_embeddings * stat,
+             "2 · rel_embeddings · stat (mean, rstd)", "", 1, "", "", None, ()))
     if spec.embedding_norm:
         if spec.embed_factorized:
             norm("embed.norm", "", 1, spec.embed_dim, "d_embed")

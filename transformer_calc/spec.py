@@ -137,6 +137,9 @@ class ModelSpec:
     rel_embeddings_norm: bool = _f(False, "a norm over that table (DeBERTa norm_rel_ebd)")
     rel_projections: int = _f(0, "position key/query projections per layer, d_model × d_model "
                               "+ bias each (DeBERTa without share_att_key: up to 2)", minimum=0)
+    rel_terms: str = _f("none", "DeBERTa's disentangled scores in use (pos_att_type): c2p "
+                        "(content to position), p2c, both or none",
+                        choices=("none", "c2p", "p2c", "c2p|p2c"))
 
     # -- block ----------------------------------------------------------------------------
     ffn: str = _f("plain", "FFN kind: plain (2 matrices), gated (3: SwiGLU, GeGLU) or "
