@@ -243,10 +243,11 @@ class Stack(NamedTuple):
 
 class Plan(NamedTuple):
     stacks: tuple[Stack, ...]
+    groups: tuple[Group, ...]  # every stack's, in order (read by every walk: kept, not rebuilt)
 
-    @property
-    def groups(self) -> tuple[Group, ...]:
-        return tuple(g for s in self.stacks for g in s.groups)
+    @classmethod
+    def of(cls, stacks: tuple[Stack, ...]) -> "Plan":
+        return cls(stacks, tuple(g for s in stacks for g in s.groups))
 
 
 # -- per-layer patterns ----------------------------------------------------------------------
@@ -386,7 +387,7 @@ def _build(spec: ModelSpec) -> Plan:
                       parallel=False, ffn_reads_attn_input=False)
         last = plan.stacks[-1]._replace(idle=Group(f"{spec.stacks[-1][0]}.idle",
                                                    spec.idle_cross_layers, block, "XD"))
-        plan = Plan(plan.stacks[:-1] + (last,))
+        plan = Plan.of(plan.stacks[:-1] + (last,))
     return plan
 
 
@@ -395,7 +396,7 @@ def _build_running(spec: ModelSpec) -> Plan:
     if enc_dec or not (spec.layer_attention or spec.layer_ffn or spec.kv_shared_layers):
         # every layer of a stack alike (the common case): one group each, no pattern parsing
         kinds = "FD" if enc_dec else "".join(default_kinds(spec))
-        return Plan(tuple(
+        return Plan.of(tuple(
             Stack(name, n, (Group(name, n, _block(spec, kinds, name == "decoder" and enc_dec),
                                   kinds, spec.layer_groups),), spec.final_norm,
                   name if spec.last_layer_o_bias else "",
@@ -427,7 +428,7 @@ def _build_running(spec: ModelSpec) -> Plan:
                                 "layer_ffn")[0] if spec.layer_ffn else f0
             first = next(g.name for g in groups if g.kinds == attn + ffn)
         stacks.append(Stack(name, n, tuple(groups), spec.final_norm, last, first))
-    return Plan(tuple(stacks))
+    return Plan.of(tuple(stacks))
 
 
 def _attention(spec: ModelSpec, letter: str, cross: bool = False,
