@@ -124,6 +124,8 @@ REFERENCE = {
     "variants/falcon_h1-nonorm.json": (22_080, "FalconH1ForCausalLM"),
     "variants/deberta-v2-relative.json": (72_816, "DebertaV2ForMaskedLM"),
     "variants/deberta-v2-c2p-p2c.json": (24_688, "DebertaV2ForMaskedLM"),
+    "variants/umt5-tiny.json": (12_128, "UMT5ForConditionalGeneration"),
+    "variants/mt5-tiny.json": (22_640, "MT5ForConditionalGeneration"),
     "variants/olmo-tiny.json": (17_104, "OlmoForCausalLM"),
     "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
     # 4 convolution, 1 full and 1 sliding layer; sandwich norms, a gate per head

@@ -528,6 +528,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             kvw = qw
         if spec.rel_embeddings and not cross and at.mechanism == "softmax":
             relative_rows(p, stack, L, at)
+        if spec.relative_scope == "every" and not cross and (spec.position == "relative"
+                                                             or spec.relative_bias):
+            # UMT5: every self-attention owns its bias table, looked up through its own
+            # T×T int64 bucket index, which the embedding keeps (measured)
+            add((p + "relative_buckets", T * T * 8, "T·T · 8 (int64 bucket indices)", "", L,
+                 stack, "", None, ()))
         core_start = len(rows)  # the attention core's rows (DiffLlama runs it twice)
         if at.conv:
             # Primer: each depthwise convolution keeps its input (the projection's output)
@@ -736,6 +742,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                     add((p + sub + "activation_mask", k * sb * width, f"B·T·{sym} · 1{route} "
                          "(xIELU's x > 0, bool)", "", L, stack, "tp", None, ()))
                 if dropout and spec.t5_dropouts:  # T5's FFN: dropout before wo
+                    if not gated and act in RESULT_SAVERS:
+                        # ReLU keeps its result, which is no longer wo's input: the
+                        # dropout's output is (measured on UMT5: T5DenseActDense)
+                        add((p + sub + "activation", k * sb * width * a,
+                             f"B·T·{sym} · act{route} ({act}: its result)", "", L, stack,
+                             "tp", None, ()))
                     add((p + sub + "inner_dropout_mask", k * sb * width * mask,
                          f"B·T·{sym} · mask{route}", "", L, stack, "tp", None, ()))
                 if f.sub_norm:  # BitNet's ffn_sub_norm: the down projection reads its output
