@@ -91,7 +91,10 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # activations_alive_s11_cpu.jsonl holds it and a variant with both disentangled terms (B=2
 # T=64 and B=1 T=128, eager, fp32 and bf16), each equal to a walk of the autograd graph from
 # the loss (its nodes' saved tensors) to the byte at B=2 T=64; and UMT5 and mT5 (a sweep of
-# the unmeasured types found them −5 to −13.5 %), B=2 T=64 and B=1 T=128, eager and SDPA.
+# the unmeasured types found them −5 to −13.5 %), B=2 T=64 and B=1 T=128, eager and SDPA;
+# XGLM (−8.8 %: its clamped scores; eager only), GTE (−7.5 %: its FFN's dropout) and I-BERT
+# (−6.9 %: its LayerNorms written out; eager only), MiniCPM3 (−7.2 %: SDPA's math kernel), the
+# same shapes.
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
@@ -124,7 +127,8 @@ EAGER_ONLY = {"gpt_oss-tied-nobias.json", "tapas-tiny.json", "trocr-tiny.json",
               "mimo_v2_flash-types.json", "codegen-tiny.json", "gpt_neo-local.json",
               "gptj-tiny.json", "mpt-tiny.json", "openai-gpt-tiny.json", "xlm-tiny.json",
               "flint-tiny.json", "granite_swa-tiny.json", "granitemoe_swa-tiny.json",
-              "vaultgemma-tiny.json", "deberta-v2-relative.json", "deberta-v2-c2p-p2c.json"}
+              "vaultgemma-tiny.json", "deberta-v2-relative.json", "deberta-v2-c2p-p2c.json",
+              "xglm-tiny.json", "ibert-tiny.json"}
 
 
 def test_the_fixtures_cover_14_architectures_both_attentions_and_dtypes() -> None:
@@ -340,6 +344,64 @@ def test_umt5_keeps_a_bucket_index_per_self_attention_and_relu_its_result() -> N
     no_dropout = {i.name for i in activation_breakdown(spec, 2, 32, act_bytes=4, device="cpu",
                                                        dropout=False).items}
     assert "encoder.ffn.activation" not in no_dropout  # ReLU's result is then wo's input
+
+
+def test_xglm_keeps_its_clamped_scores_and_a_bf16_softmax() -> None:
+    # the autograd graph's saved tensors (XGLMForCausalLM, xglm-tiny.json, eager, B=2, T=32;
+    # torch 2.13.0, transformers 5.23.0): each layer's MaximumBackward0 keeps the masked
+    # scores (2, 2, 32, 32), 16,384 bytes in fp32, 8,192 in bf16; its softmax upcasts fp16
+    # scores only, so in bf16 SoftmaxBackward0 keeps a bf16 (4, 32, 32) result. tcalc was
+    # -8.8 % in fp32 (and right in bf16 only by two errors cancelling)
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "xglm-tiny.json").read_text()))
+    assert spec.scores_clamped and not spec.softmax_fp32
+    for a in (4, 2):
+        rows = {i.name: i for i in activation_breakdown(spec, 2, 32, act_bytes=a,
+                                                        device="cpu").items}
+        assert rows["decoder.attn.scores_clamp_input"].count == 2 * 2 * 32 * 32 * a
+        assert rows["decoder.attn.softmax"].count == 2 * 2 * 32 * 32 * a
+    assert not spec_from_hf(json.loads((DATA / "hf" / "variants" / "llama-head-dim.json")
+                                       .read_text())).scores_clamped
+
+
+def test_gte_drops_out_its_ffn_and_ibert_writes_its_layernorms_out() -> None:
+    # the autograd graph's saved tensors (torch 2.13.0, transformers 5.23.0, eager, fp32,
+    # B=2, T=32): GteMLP drops out the gated product before down_proj (MulBackward0's
+    # (2, 32, 24) mask per layer, 6,144 bytes: -6.4 to -7.5 % without it); I-BERT's
+    # IntLayerNorm outside quant mode keeps x − mean and the normalised tensor (2, 32, 16)
+    # and sqrt(eps + var) (2, 32, 1), 8,448 bytes per norm, where nn.LayerNorm keeps 4,608
+    # (-6.9 % before); its MLM head's norm is an nn.LayerNorm
+    def rows(name: str, a: int = 4) -> dict:  # type: ignore[type-arg]
+        spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / name).read_text()))
+        return {i.name: i for i in activation_breakdown(spec, 2, 32, act_bytes=a,
+                                                        device="cpu").items}
+
+    assert rows("gte-tiny.json")["encoder.ffn.inner_dropout_mask"].count == 2 * 32 * 24 * 4
+    ibert = rows("ibert-tiny.json")
+    assert ibert["encoder.attn.norm.terms"].count + ibert["encoder.attn.norm.std"].count \
+        == 8_448
+    assert "head.mlm.norm.stats" in ibert and "head.mlm.norm.terms" not in ibert
+
+
+def test_mla_with_a_narrower_value_runs_sdpas_math_kernel_on_the_cpu() -> None:
+    # MiniCPM3ForCausalLM (minicpm3-tiny.json: d_nope + d_rope = 96, d_v = 8), SDPA on the CPU,
+    # B=2, T=32 (torch 2.13.0, transformers 5.23.0): its autograd graph holds
+    # SafeSoftmaxBackward0, the math kernel's (the CPU flash kernel takes one head width),
+    # with fp32 Q, K and probabilities in bf16 (-7.2 % while read as flash); and with two
+    # sequences the A·V matmul copies V alone, (4, 32, 8), not kv_b's whole output
+    from transformer_calc.memory import attention_kernel
+
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "minicpm3-tiny.json")
+                                   .read_text()))
+    assert attention_kernel(spec, "sdpa", "cpu", 2, False) == "math"
+    ds = spec_from_hf(json.loads((DATA / "hf" / "variants" / "deepseek_v3-no-q-lora-bias.json")
+                                 .read_text()))  # d_nope + d_rope = d_v = 12
+    assert attention_kernel(ds, "sdpa", "cpu", 2, False) == "cpu_flash"
+    rows = {i.name: i for i in activation_breakdown(spec, 2, 32, act_bytes=4, device="cpu",
+                                                    attention="eager").items}
+    assert rows["decoder.attn.v"].count == 2 * 32 * 2 * 8 * 4
+    one = {i.name: i for i in activation_breakdown(spec, 1, 32, act_bytes=4, device="cpu",
+                                                   attention="eager").items}
+    assert one["decoder.attn.v"].count == 32 * 2 * (64 + 8) * 4  # kv_b's output, whole
 
 
 def test_mla_in_16_bit_keeps_the_norms_fp32_copies_not_the_projections_outputs() -> None:

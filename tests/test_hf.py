@@ -126,6 +126,10 @@ REFERENCE = {
     "variants/deberta-v2-c2p-p2c.json": (24_688, "DebertaV2ForMaskedLM"),
     "variants/umt5-tiny.json": (12_128, "UMT5ForConditionalGeneration"),
     "variants/mt5-tiny.json": (22_640, "MT5ForConditionalGeneration"),
+    "variants/xglm-tiny.json": (24_120, "XGLMForCausalLM"),
+    "variants/gte-tiny.json": (8_977, "GteForMaskedLM"),
+    "variants/ibert-tiny.json": (20_752, "IBertForMaskedLM"),
+    "variants/minicpm3-tiny.json": (618_624, "MiniCPM3ForCausalLM"),
     "variants/olmo-tiny.json": (17_104, "OlmoForCausalLM"),
     "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
     # 4 convolution, 1 full and 1 sliding layer; sandwich norms, a gate per head

@@ -101,11 +101,20 @@ ROPE_CONCAT = ("torch.cat([q_embed, q_pass]", "torch.cat([q_rot, q_pass]",
 NORM_MANUAL = "variance = (hidden_states - mean).pow(2).mean(-1, keepdim=True)"
 # Experts modules that take transformers' experts_implementation (grouped_mm by default)
 EXPERTS_GROUPED = "@use_experts_implementation"
+# Eager attention that clamps the masked scores from below (XGLM: torch.max(scores,
+# finfo.min)): max keeps its input, one more B·H·T² tensor
+SCORES_CLAMPED = "torch.full((), torch.finfo(attn_weights.dtype).min"
+
+
+# ... unless the upcast is for fp16 scores alone (XGLM): bf16, what training uses, stays bf16
+# (measured). tcalc's activation bytes do not tell fp16 from bf16; it follows bf16.
+FP16_ONLY_UPCAST = "if attn_weights.dtype == torch.float16:"
 
 
 def softmax_fp32_types() -> list[str]:
-    """The model types whose eager attention has SOFTMAX_FP32."""
-    return types_whose_code_has(*SOFTMAX_FP32)
+    """The model types whose eager attention has SOFTMAX_FP32 (for bf16 too)."""
+    fp16_only = set(types_whose_code_has(FP16_ONLY_UPCAST))
+    return [t for t in types_whose_code_has(*SOFTMAX_FP32) if t not in fp16_only]
 
 
 # RMSNorms whose weight multiplies in fp32 before the cast back, so the normalised tensor the
@@ -251,6 +260,9 @@ def main() -> None:
                f"- sink)\n# (`{SINK_LSE}`)", types_whose_code_has(SINK_LSE)),
               ("ROW_MAX", "# Eager attention subtracts each row's max before the softmax\n"
                f"# (`{ROW_MAX}`)", types_whose_code_has(ROW_MAX)),
+              ("SCORES_CLAMPED", "# Eager attention clamps the masked scores from below "
+               f"(torch.max keeps its input)\n# (`{SCORES_CLAMPED}`)",
+               types_whose_code_has(SCORES_CLAMPED)),
               ("NORM_FP32", "# RMSNorms that keep their normalised tensor in fp32 (the weight "
                "multiplies before the cast back)", norm_fp32_types()),
               ("NORM_KEEPS_INPUT", "# RMSNorms that multiply their (16-bit) input itself by the "

@@ -400,6 +400,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         ROPE_CONCAT,
         ROUTER_FP32,
         ROW_MAX,
+        SCORES_CLAMPED,
         SINK_COLUMN,
         SINK_LSE,
         SOFTMAX_FP32,
@@ -408,6 +409,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     values["softmax_fp32"] = model_type in SOFTMAX_FP32
     values["softmax_sink_column"] = model_type in SINK_COLUMN
     values["softmax_row_max"] = model_type in ROW_MAX
+    values["scores_clamped"] = model_type in SCORES_CLAMPED
     values["softmax_sink_lse"] = model_type in SINK_LSE
     values["experts_grouped"] = model_type in EXPERTS_GROUPED
     values["norm_manual"] = model_type in NORM_MANUAL
@@ -2080,6 +2082,7 @@ class Encoder(NamedTuple):
     side_concat: str = ""
     # ALBERT: num_hidden_groups sets of inner_group_num layers, shared by the layers
     shared: bool = False
+    ffn_dropout: bool = False  # a dropout on the FFN's inner width, before down_proj (GTE)
 
 
 def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
@@ -2163,7 +2166,8 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
                 embedding_norm=r.embedding_norm, final_norm=r.final_norm,
                 lm_head=r.head == "bias", lm_head_bias=r.head == "bias", pooler=r.pooler,
                 mlm_head=r.head == "mlm",
-                layers_nn_linear=not r.quant_linear, tie_embeddings=tied)
+                layers_nn_linear=not r.quant_linear, tie_embeddings=tied,
+                ffn_dropout=r.ffn_dropout, norm_int=r.quant_linear)
 
 
 def _token_types(c: Config, r: Encoder) -> int:
@@ -2222,7 +2226,8 @@ ENCODERS: dict[str, Encoder] = {
     "megatron-bert": Encoder("MegatronBertForMaskedLM", norm_position="pre", final_norm=True,
                              embedding_norm=False),
     "gte": Encoder("GteForMaskedLM", ffn="gated", position="rope", ffn_in_bias=False,
-                   untied="GTE's untied decoder keeps one bias, not modelled"),
+                   untied="GTE's untied decoder keeps one bias, not modelled",
+                   ffn_dropout=True),
     "roformer": Encoder("RoFormerForMaskedLM", position="rope",
                         untied="RoFormer's untied decoder keeps one bias, not modelled"),
     "deberta-v2": Encoder("DebertaV2ForMaskedLM", deberta=True),

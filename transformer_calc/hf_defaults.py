@@ -1812,7 +1812,7 @@ SOFTMAX_FP32: frozenset[str] = frozenset(
  'modernbert', 'modernbert-decoder', 'mpt', 'nanochat', 'nemotron_h', 'olmo', 'olmo2',
  'olmo3', 'olmoe', 'opt', 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2', 'qwen2_moe',
  'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_moe', 'qwen3_next', 'seed_oss',
- 'smollm3', 'solar_open', 'stablelm', 'starcoder2', 'vaultgemma', 'xglm', 'xlm', 'youtu'])
+ 'smollm3', 'solar_open', 'stablelm', 'starcoder2', 'vaultgemma', 'xlm', 'youtu'])
 
 # Eager attention appends the sink logits as a softmax column
 # (`torch.cat([attn_weights, sinks], dim=-1)`)
@@ -1856,6 +1856,11 @@ SINK_LSE: frozenset[str] = frozenset(
 # (`.max(dim=-1, keepdim=True).values`)
 ROW_MAX: frozenset[str] = frozenset(
 ['gpt_oss', 'mimo_v2_flash'])
+
+# Eager attention clamps the masked scores from below (torch.max keeps its input)
+# (`torch.full((), torch.finfo(attn_weights.dtype).min`)
+SCORES_CLAMPED: frozenset[str] = frozenset(
+['xglm'])
 
 # RMSNorms that keep their normalised tensor in fp32 (the weight multiplies before the cast back)
 NORM_FP32: frozenset[str] = frozenset(

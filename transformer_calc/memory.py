@@ -227,7 +227,12 @@ def attention_kernel(spec: ModelSpec, attention: str, device: str, act_bytes: in
         # the one that takes a mask (torch 2.13's sdp_utils; not measured on a GPU)
         return "math" if device == "cpu" else "efficient"
     if device == "cpu":
-        return "math" if dropout else "cpu_flash"
+        # the CPU flash kernel takes one head width for Q, K and V (torch 2.13's
+        # sdp_utils_cpp check_head_dim_size_cpp): MLA with d_v ≠ d_nope + d_rope runs the math
+        # kernel (measured: MiniCPM3, SafeSoftmaxBackward0 in its graph)
+        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim if spec.mla else spec.head_dim
+        widths_differ = spec.n_heads and (spec.v_head_dim or qk) != qk
+        return "math" if dropout or widths_differ else "cpu_flash"
     if act_bytes != 4 and spec.head_dim <= FLASH_MAX_HEAD:
         return "flash"
     grouped = spec.n_heads and not spec.mla and spec.kv_heads < spec.n_heads
@@ -346,6 +351,15 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  ()))
             add((name + ".rstd", sb * vectors * 4, f"B·T{'·' + vsym[:-1] if vsym else ''} · 4 "
                  "(fp32)", "", reps, stack, "", None, ()))
+            return
+        if spec.norm_int and not name.startswith("head."):
+            # IntLayerNorm (I-BERT, quant_mode off): y = x − mean, kept by its square and by
+            # the division, y / sqrt(eps + var) (the std kept too), and the normalised tensor
+            # the weight multiplies (measured: the autograd graph of IBertForMaskedLM)
+            add((name + ".terms", 2 * sb * width * vectors * a, f"2 · B·T·{vsym}{wsym} · act "
+                 "(x − mean; the normalised tensor)", "", reps, stack, "", None, ()))
+            add((name + ".std", sb * vectors * a, "B·T · act (the std the division keeps)", "",
+                 reps, stack, "", None, ()))
             return
         if not rms and spec.norm_fp32 and a != 4:
             # OlmoLayerNorm: F.layer_norm on an fp32 copy, its statistics in fp32 (measured)
@@ -493,6 +507,13 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                     norm(p + part, stack, L, dq, "d_head", heads, hsym + "·")
                 else:
                     norm(p + part, stack, L, heads * dq, hsym + "·d_head")
+            if spec.attn_gate_in_q and a == 4 and not amp and not cross:
+                # Qwen3-Next: the query is a view of q_proj's output, which holds the gate too;
+                # in fp32 the norm's .to(float32) is that view, so its pow keeps the whole
+                # output (in 16-bit it keeps an fp32 copy of the query alone; measured)
+                add((p + "q_proj_gate_half", sb * at.gate_width(at.gate) * 4, "B·T·n_heads·d_v "
+                     "· 4 (the gate half of q_proj's output, kept with the query's view)", "",
+                     L, stack, "tp", None, ()))
         if at.v_norm and not at.kv_shared:
             # Gemma 4's v_norm: an RMSNorm without weight over each value head keeps its fp32
             # input and 1/rms (no weight's mul)
@@ -593,8 +614,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             kv = "B·T·n_heads·d_head · " + c_sym + " (contiguous copy)"
             add((p + "k", sb * qw * (4 if qk32 else c), kv.replace(c_sym, "4 (fp32 copy)")
                  if qk32 else kv, "", L, stack, "tp", None, ()))
-            if at.mla and not (upcast and a != 4):  # V is a view of kv_b's output, which
-                # stays whole (measured; a 16-bit model's math kernel copies V alone to fp32)
+            if at.mla and B == 1 and not (upcast and a != 4):
+                # V is a view of kv_b's output, which stays whole: with one sequence the A·V
+                # matmul takes the view as it is; with more, folding (B, heads) copies V alone
+                # (measured on DeepSeek-V3 and MiniCPM3; a 16-bit model's math kernel copies V
+                # alone to fp32)
                 add((p + "v", sb * Hh * (dq - at.d_rope + dv) * c, "B·T·n_heads·(d_nope + d_v) "
                      "· " + c_sym + " (kv_b's output: V is a view)", "", L, stack, "tp", None,
                      ()))
@@ -602,6 +626,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 add((p + "v", sb * Hh * dv * c, kv.replace("d_head", dvs), "", L, stack, "tp",
                      None, ()))
             probs = B * Hh * T * kq
+            if spec.scores_clamped and attention == "eager":
+                # XGLM: torch.max(scores + mask, finfo.min) keeps its input (measured)
+                add((p + "scores_clamp_input", probs * a, f"B·n_heads·T·{kq_sym} · act (the "
+                     "masked scores, which the clamp's max keeps)", "", L, stack, "tp", None,
+                     ()))
             if spec.softmax_row_max and not cross:
                 # gpt-oss, MiMo-V2-Flash: scores - scores.max(dim=-1).values; max keeps the
                 # int64 index of each row's maximum (measured: measure_activations_hf.py)
@@ -741,7 +770,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 if act == "xielu":
                     add((p + sub + "activation_mask", k * sb * width, f"B·T·{sym} · 1{route} "
                          "(xIELU's x > 0, bool)", "", L, stack, "tp", None, ()))
-                if dropout and spec.t5_dropouts:  # T5's FFN: dropout before wo
+                if dropout and (spec.t5_dropouts or spec.ffn_dropout):
+                    # T5's FFN, GTE's: a dropout before the down projection
                     if not gated and act in RESULT_SAVERS:
                         # ReLU keeps its result, which is no longer wo's input: the
                         # dropout's output is (measured on UMT5: T5DenseActDense)

@@ -88,6 +88,9 @@ class ModelSpec:
     attn_fp32: bool = _f(False, "eager attention casts Q and K to fp32 and computes the scores "
                          "and softmax there, casting the probabilities back (GPT-Neo, GPT-J, "
                          "CodeGen)", arch=False)
+    scores_clamped: bool = _f(False, "eager attention clamps its masked scores from below "
+                              "(XGLM: torch.max(scores, finfo.min)), which keeps them",
+                              arch=False)
     rope_concat: bool = _f(False, "RoPE concatenates the rotated part of each head with the rest "
                            "(partial rotary: StableLM, GPT-NeoX, Phi, GLM), so Q leaves it "
                            "contiguous in (B, H, T, d) order", arch=False)
@@ -183,6 +186,11 @@ class ModelSpec:
                              "adapter)")
     t5_dropouts: bool = _f(False, "T5's dropouts beyond the residual ones: inside the FFN "
                            "(before wo) and after each stack's final norm")
+    norm_int: bool = _f(False, "I-BERT's IntLayerNorm outside quant mode: LayerNorm written out "
+                        "in the activation dtype, keeping x − mean, the normalised tensor and "
+                        "the std (the MLM head's norm is nn.LayerNorm)", arch=False)
+    ffn_dropout: bool = _f(False, "a dropout inside the FFN, on its inner width before the "
+                           "down projection (GTE; T5's is one of t5_dropouts)")
     norm_fp32: bool = _f(False, "the RMSNorm keeps its normalised tensor in fp32 (Gemma: "
                          "x̂ · (1 + w) computed in fp32, cast back after)")
     norm_keeps_input: bool = _f(False, "the RMSNorm multiplies its input itself (not its fp32 "
