@@ -93,8 +93,8 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # the loss (its nodes' saved tensors) to the byte at B=2 T=64; and UMT5 and mT5 (a sweep of
 # the unmeasured types found them −5 to −13.5 %), B=2 T=64 and B=1 T=128, eager and SDPA;
 # XGLM (−8.8 %: its clamped scores; eager only), GTE (−7.5 %: its FFN's dropout) and I-BERT
-# (−6.9 %: its LayerNorms written out; eager only), MiniCPM3 (−7.2 %: SDPA's math kernel), the
-# same shapes.
+# (−6.9 %: its LayerNorms written out; eager only), MiniCPM3 (−7.2 %: SDPA's math kernel) and
+# Qwen3.5-MoE's gated attention (−7.4 %: q_proj's output in fp32), the same shapes.
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
@@ -402,6 +402,22 @@ def test_mla_with_a_narrower_value_runs_sdpas_math_kernel_on_the_cpu() -> None:
     one = {i.name: i for i in activation_breakdown(spec, 1, 32, act_bytes=4, device="cpu",
                                                    attention="eager").items}
     assert one["decoder.attn.v"].count == 32 * 2 * (64 + 8) * 4  # kv_b's output, whole
+
+
+def test_gated_attention_in_fp32_keeps_q_projs_whole_output() -> None:
+    # Qwen3_5MoeForCausalLM (qwen3_5_moe_text-attn.json, eager, fp32, B=2, T=32; torch 2.13.0,
+    # transformers 5.23.0): q_norm's pow keeps a (2, 32, 8, 8) view whose storage is q_proj's
+    # whole (query, gate) output, 32,768 bytes, not the query's 16,384; in bf16 its
+    # .to(float32) copies the query alone (-7.4 % before, within 4 % after)
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "qwen3_5_moe_text-attn.json")
+                                   .read_text()))
+    fp32 = {i.name: i for i in activation_breakdown(spec, 2, 32, act_bytes=4, device="cpu",
+                                                    attention="eager").items}
+    assert fp32["decoder.attn.q_proj_gate_half"].count == 2 * 32 * 8 * 8 * 4
+    assert fp32["decoder.attn.q_norm.input_fp32"].count == 2 * 32 * 8 * 8 * 4
+    bf16 = {i.name for i in activation_breakdown(spec, 2, 32, act_bytes=2, device="cpu",
+                                                 attention="eager").items}
+    assert "decoder.attn.q_proj_gate_half" not in bf16
 
 
 def test_mla_in_16_bit_keeps_the_norms_fp32_copies_not_the_projections_outputs() -> None:

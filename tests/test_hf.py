@@ -130,6 +130,7 @@ REFERENCE = {
     "variants/gte-tiny.json": (8_977, "GteForMaskedLM"),
     "variants/ibert-tiny.json": (20_752, "IBertForMaskedLM"),
     "variants/minicpm3-tiny.json": (618_624, "MiniCPM3ForCausalLM"),
+    "variants/qwen3_5_moe_text-attn.json": (134_576, "Qwen3_5MoeForCausalLM"),
     "variants/olmo-tiny.json": (17_104, "OlmoForCausalLM"),
     "variants/jina_embeddings_v3-tiny.json": (136_424, "JinaEmbeddingsV3ForMaskedLM"),
     # 4 convolution, 1 full and 1 sliding layer; sandwich norms, a gate per head
