@@ -340,3 +340,17 @@ def test_expert_parallel_error_names_the_data_parallel_gpus() -> None:
     # the message's gpus // (tp · pp) survived until this test)
     with pytest.raises(TcalcError, match=r"--ep 3: .*\(4 GPUs;"):
         Settings(gpus=8, tp=2, ep=3)
+
+
+def test_expert_parallel_needs_experts_it_divides() -> None:
+    # --ep 2 on a dense model, or on 6 experts over ep 4 (a mutation of ep > 1 into ep > 2
+    # survived until this test: seed 13)
+    from transformer_calc.presets import load_model
+
+    gpt2 = load_model("gpt2")
+    with pytest.raises(TcalcError, match=r"--ep 2: expected a divisor of gpt2's 0 experts"):
+        memory_report(gpt2, Settings(gpus=2, ep=2))
+    moe = gpt2.replace(n_experts=6, top_k=2)
+    with pytest.raises(TcalcError, match=r"--ep 4: expected a divisor of gpt2's 6 experts"):
+        memory_report(moe, Settings(gpus=4, ep=4))
+    assert memory_report(moe, Settings(gpus=2, ep=2)).per_gpu.total > 0
