@@ -343,8 +343,7 @@ def test_expert_parallel_error_names_the_data_parallel_gpus() -> None:
 
 
 def test_expert_parallel_needs_experts_it_divides() -> None:
-    # --ep 2 on a dense model, or on 6 experts over ep 4 (a mutation of ep > 1 into ep > 2
-    # survived until this test: seed 13)
+    # --ep 2 on a dense model, or 6 experts over ep 4, is one error line
     from transformer_calc.presets import load_model
 
     gpt2 = load_model("gpt2")
@@ -354,3 +353,15 @@ def test_expert_parallel_needs_experts_it_divides() -> None:
     with pytest.raises(TcalcError, match=r"--ep 4: expected a divisor of gpt2's 6 experts"):
         memory_report(moe, Settings(gpus=4, ep=4))
     assert memory_report(moe, Settings(gpus=2, ep=2)).per_gpu.total > 0
+
+
+def test_context_parallel_needs_a_length_of_whole_chunk_pairs() -> None:
+    # --cp 2 splits the sequence into 2 · cp = 4 chunks (Megatron-LM's load-balanced split):
+    # 1,022 tokens are refused, 1,024 taken (a mutation of cp > 1 into cp > 2 survived until
+    # this test: seed 13)
+    from transformer_calc.presets import load_model
+
+    gpt2 = load_model("gpt2")
+    with pytest.raises(TcalcError, match=r"--cp 2: the sequence length must be a multiple"):
+        memory_report(gpt2, Settings(gpus=2, cp=2, seq_len=1022))
+    assert memory_report(gpt2, Settings(gpus=2, cp=2, seq_len=1024)).per_gpu.total > 0
