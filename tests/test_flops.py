@@ -209,3 +209,29 @@ def test_prefill_is_batch_times_context_times_the_forward() -> None:
     assert r.roofline is not None
     assert r.roofline.prefill.flops == 4 * 2048 * per_token
     assert r.roofline.decode.flops == 4 * per_token
+
+
+# torch.utils.flop_counter.FlopCounterMode (torch 2.13.0, transformers 5.23.0,
+# DebertaV2ForMaskedLM), forward FLOPs at T=8 over 8, by tools/reference_flops.py --seq-len 8
+# on tests/data/hf/variants/deberta-v2-c2p-p2c.json with these keys changed; the relative
+# table is projected once per sequence, twice under share_att_key whatever the terms
+DEBERTA_TERMS = [
+    ({}, 79_872),
+    ({"pos_att_type": ["p2c"], "share_att_key": False}, 59_392),
+    ({"pos_att_type": "c2p", "share_att_key": True}, 75_776),
+    ({"pos_att_type": [], "share_att_key": True}, 71_680),
+    ({"pos_att_type": ["c2p", "p2c"], "share_att_key": False, "position_buckets": -1,
+      "max_relative_positions": 24}, 100_352),
+]
+
+
+@pytest.mark.parametrize("changes, reference", DEBERTA_TERMS)
+def test_debertas_disentangled_terms_equal_flop_counter(changes: dict, reference: int) -> None:
+    import json
+    from pathlib import Path
+
+    from transformer_calc.hf import spec_from_hf
+
+    path = Path(__file__).parent / "data" / "hf" / "variants" / "deberta-v2-c2p-p2c.json"
+    spec = spec_from_hf(json.loads(path.read_text()) | changes)
+    assert count_flops(spec, 8).total == reference

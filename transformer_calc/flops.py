@@ -125,6 +125,8 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
             if a is not None:
                 _attention_flops(add, a, E, T, k, keys_note, f"{g.name}.{blk_name}.", g.name,
                                  g.count)
+        if blk.attn is not None and spec.rel_embeddings and blk.attn.mechanism == "softmax":
+            _relative_flops(add, spec, blk.attn, E, T, f"{g.name}.attn.", g.name, g.count)
         if blk.mixer is not None:
             _mixer_flops(add, blk.mixer, E, f"{g.name}.mixer.", g.name, g.count)
         if blk.ffn is not None:
@@ -177,15 +179,33 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
                      "per token (plus the router)")
     if spec.attention_mechanism != "softmax":
         notes.append(crossover_note(spec))
-    if spec.rel_embeddings:
-        notes.append("DeBERTa's disentangled terms (content-to-position and position-to-content "
-                     "scores over the relative table) are not counted")
+
     return Breakdown(spec.name, "flops", tuple(rows), tuple(notes),
                      {"seq_len": T, "pattern": pattern.kind},
                      partial(symbols, spec, T=T, keys=k,
                              sliding_keys=min(T, spec.sliding_window or T),
                              chunk_keys=min(T, spec.attention_chunk or T),
                              index_keys=min(T, spec.index_topk or T)))
+
+
+def _relative_flops(add, spec: ModelSpec, a: Attention, E: int, T: int,  # type: ignore[no-untyped-def]
+                    p: str, group: str, L: int) -> None:
+    """DeBERTa's disentangled terms (DisentangledSelfAttention.disentangled_attention_bias):
+    the relative table (2·att_span = rel_embeddings rows) projected once per sequence, by the
+    attention's own query and key projections under share_att_key (both, whatever the terms)
+    or by one position projection per term; then per term a product of the queries (c2p) or
+    keys (p2c) with the projected table. (FlopCounterMode, deberta-v2-c2p-p2c.json.)"""
+    terms = len(spec.rel_terms.split("|")) if spec.rel_terms != "none" else 0
+    R, H, dh = spec.rel_embeddings, a.heads, a.d_head
+    projections = 2 if spec.rel_shared_key else terms
+    if projections:
+        add((p + "relative_projections", projections * 2 * R * E * E // T,
+             f"⌊{projections} · 2 · rel_embeddings · d_model² / T⌋", "", L, group,
+             "the table is projected once per sequence (rounded down per token)", None, ()))
+    if terms:
+        add((p + "relative_terms", terms * 2 * H * R * dh,
+             f"{terms} · 2 · n_heads · rel_embeddings · d_head", "", L, group,
+             "c2p: Q × the projected keys; p2c: K × the projected queries", None, ()))
 
 
 def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str,  # type: ignore[no-untyped-def]

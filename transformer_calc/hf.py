@@ -2204,7 +2204,8 @@ def _deberta(c: Config, max_positions: int) -> dict[str, Any]:
             raise SpecError("pos_att_type", "a list of 'c2p' / 'p2c', or them joined by '|'",
                             raw, source=c.where)
         out["rel_terms"] = "|".join(k for k in ("c2p", "p2c") if k in kinds) or "none"
-        if not c.t("share_att_key", False):
+        out["rel_shared_key"] = bool(c.t("share_att_key", False))
+        if not out["rel_shared_key"]:
             out["rel_projections"] = ("c2p" in kinds) + ("p2c" in kinds)
     return out
 

@@ -140,6 +140,9 @@ class ModelSpec:
     rel_embeddings_norm: bool = _f(False, "a norm over that table (DeBERTa norm_rel_ebd)")
     rel_projections: int = _f(0, "position key/query projections per layer, d_model × d_model "
                               "+ bias each (DeBERTa without share_att_key: up to 2)", minimum=0)
+    rel_shared_key: bool = _f(False, "DeBERTa's share_att_key: the relative table is projected "
+                              "by the attention's own key and query projections (both, "
+                              "whatever the terms) rather than position projections")
     rel_terms: str = _f("none", "DeBERTa's disentangled scores in use (pos_att_type): c2p "
                         "(content to position), p2c, both or none",
                         choices=("none", "c2p", "p2c", "c2p|p2c"))
