@@ -195,7 +195,7 @@ def _relative_flops(add, spec: ModelSpec, a: Attention, E: int, T: int,  # type:
     attention's own query and key projections under share_att_key (both, whatever the terms)
     or by one position projection per term; then per term a product of the queries (c2p) or
     keys (p2c) with the projected table. (FlopCounterMode, deberta-v2-c2p-p2c.json.)"""
-    terms = len(spec.rel_terms.split("|")) if spec.rel_terms != "none" else 0
+    terms = spec.rel_term_count
     R, H, dh = spec.rel_embeddings, a.heads, a.d_head
     projections = 2 if spec.rel_shared_key else terms
     if projections:

@@ -448,7 +448,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         freed. (Measured, the autograd graph's saved tensors: deberta-v2-relative.json,
         deberta-v2-c2p-p2c.json.)"""
         add((p + "relative_mask", B * T * T, "B·T·T · 1 (bool)", "", L, stack, "", None, ()))
-        terms = len(spec.rel_terms.split("|")) if spec.rel_terms != "none" else 0
+        terms = spec.rel_term_count
         if not terms:
             return
         R, Hh, dq = spec.rel_embeddings, at.heads, at.d_head

@@ -462,6 +462,11 @@ class ModelSpec:
         return self.dropout > 0 or (self.attention_dropout or 0.0) > 0
 
     @property
+    def rel_term_count(self) -> int:
+        """DeBERTa's disentangled terms in use (rel_terms): 0, 1 or 2."""
+        return 0 if self.rel_terms == "none" else self.rel_terms.count("|") + 1
+
+    @property
     def kv_heads(self) -> int:
         return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
 
