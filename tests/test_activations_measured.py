@@ -325,6 +325,12 @@ def test_deberta_keeps_a_mask_per_layer_and_what_each_disentangled_term_gathers(
         8_192, 4_096, 4_096, 2 * (8_192 + 65_536 + 32_768), 16_384]
     assert both["encoder.attn.relative_terms"].repeat == 2
     assert both["embed.relative_table_norm.stats"].count == 256
+    # in bf16 on the CPU the statistics are bf16: NativeLayerNormBackward0's (32, 1) result1
+    # and result2, 64 bytes each (the same graph walk, bf16)
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "deberta-v2-c2p-p2c.json")
+                                   .read_text()))
+    bf16 = activation_breakdown(spec, 2, 64, act_bytes=2, device="cpu")
+    assert bf16.get("embed.relative_table_norm.stats").count == 128
 
 
 def test_umt5_keeps_a_bucket_index_per_self_attention_and_relu_its_result() -> None:
