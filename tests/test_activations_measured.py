@@ -95,6 +95,10 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # XGLM (−8.8 %: its clamped scores; eager only), GTE (−7.5 %: its FFN's dropout) and I-BERT
 # (−6.9 %: its LayerNorms written out; eager only), MiniCPM3 (−7.2 %: SDPA's math kernel) and
 # Qwen3.5-MoE's gated attention (−7.4 %: q_proj's output in fp32), the same shapes.
+# activations_s12_cpu.jsonl (session 12, the same versions and tool): LongT5's local attention
+# (its estimate had been −88 %: dense T×T scores where it computes blocks) and its
+# transient-global attention (refused before), two variants each, B=2 T=64 and B=1 T=128,
+# and B=2 T=30 (a sequence padded to whole blocks); eager only.
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
@@ -105,7 +109,8 @@ FAMILY_ROWS = [json.loads(line) for name in ("activations_families_cpu.jsonl",
                                                "activations_added_s8_cpu.jsonl",
                                                "activations_moe_grouped_cpu.jsonl",
                                                "activations_sweep_s10_cpu.jsonl",
-                                               "activations_alive_s11_cpu.jsonl")
+                                               "activations_alive_s11_cpu.jsonl",
+                                               "activations_s12_cpu.jsonl")
                for line in (DATA / name).read_text().splitlines()]
 MEASURED = [r for r in FAMILY_ROWS if "skipped" not in r]
 # Every measured case is within ±10 % (the last gap, DeepSeek-V3 with SDPA in bf16 at −11.7 %,
@@ -128,7 +133,8 @@ EAGER_ONLY = {"gpt_oss-tied-nobias.json", "tapas-tiny.json", "trocr-tiny.json",
               "gptj-tiny.json", "mpt-tiny.json", "openai-gpt-tiny.json", "xlm-tiny.json",
               "flint-tiny.json", "granite_swa-tiny.json", "granitemoe_swa-tiny.json",
               "vaultgemma-tiny.json", "deberta-v2-relative.json", "deberta-v2-c2p-p2c.json",
-              "xglm-tiny.json", "ibert-tiny.json"}
+              "xglm-tiny.json", "ibert-tiny.json", "longt5-local.json",
+              "longt5-local-default.json", "longt5-tglobal.json", "longt5-tglobal-default.json"}
 
 
 def test_the_fixtures_cover_14_architectures_both_attentions_and_dtypes() -> None:
@@ -564,3 +570,26 @@ def test_changed_variants_match_what_pytorch_saves(name: str, changes: dict, att
                                device="cpu", attention=attention,
                                dropout=spec.trains_with_dropout).total
     assert abs(est - measured) / measured <= 0.002, (est, measured)
+
+
+@pytest.mark.parametrize("row", [r for r in MEASURED if r["config"].startswith("longt5")],
+                         ids=lambda r: f"{r['config'][:-5]}-{r['dtype']}-B{r['B']}-T{r['T']}")
+def test_longt5_local_attention_within_a_kilobyte(row: dict) -> None:
+    # LongT5LocalAttention computes blocks of local_radius + 1 queries against three blocks
+    # of keys, the sequence padded to whole blocks (at T=64 the default block of 128 keeps
+    # (B, 1, H, 128, 384) probabilities); each case within 1,100 bytes of the measurement
+    # (a few scalars and the loss's total weight: the rest is itemised)
+    assert abs(_estimate(row) - row["measured_bytes"]) <= 1_100
+
+
+def test_longt5s_local_attention_is_eager_whatever_the_implementation() -> None:
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "longt5-local.json").read_text()))
+    rows = {}
+    for attention in ("eager", "sdpa"):
+        b = activation_breakdown(spec, 2, 30, act_bytes=2, device="cuda", attention=attention)
+        rows[attention] = {i.name: i.count for i in b.items if i.name.startswith("encoder.attn")}
+        assert any("local attention" in n for n in b.notes) == (attention == "sdpa")
+    assert rows["eager"] == rows["sdpa"]
+    # B=2, T=30 padded to 32, 4 heads of 16, blocks of 8: fp32 probabilities of 3 blocks
+    assert rows["sdpa"]["encoder.attn.softmax"] == 2 * 4 * 32 * 24 * 4
+    assert rows["sdpa"]["encoder.attn.kv_blocks"] == 2 * 3 * 2 * 32 * 4 * 16 * 2

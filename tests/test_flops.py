@@ -235,3 +235,40 @@ def test_debertas_disentangled_terms_equal_flop_counter(changes: dict, reference
     path = Path(__file__).parent / "data" / "hf" / "variants" / "deberta-v2-c2p-p2c.json"
     spec = spec_from_hf(json.loads(path.read_text()) | changes)
     assert count_flops(spec, 8).total == reference
+
+
+# torch.utils.flop_counter.FlopCounterMode (torch 2.13.0, transformers 5.23.0,
+# LongT5ForConditionalGeneration, eager, T source and T target tokens), forward FLOPs per
+# token by tools/reference_flops.py --seq-len T: LongT5's local attention computes each block
+# of local_radius + 1 queries against three blocks of keys, the sequence padded to whole
+# blocks (longt5-local.json: blocks of 8; longt5-local-default.json: of 128, so that a short
+# sequence costs more per token than a long one); transient-global attention adds T //
+# global_block_size keys per query (tglobal: 4 tokens per global block; tglobal-default: 16),
+# the one-hot sums that make them and their K and V
+LONGT5 = [
+    ("longt5-local.json", 8, 331_776), ("longt5-local.json", 64, 389_120),
+    ("longt5-local-default.json", 8, 1_636_928), ("longt5-local-default.json", 64, 275_008),
+    ("longt5-local.json", 30, 355_123), ("longt5-local-default.json", 30, 489_126),
+    ("longt5-tglobal.json", 8, 341_504), ("longt5-tglobal.json", 64, 409_600),
+    ("longt5-tglobal-default.json", 8, 1_636_928), ("longt5-tglobal-default.json", 64, 278_080),
+    ("longt5-tglobal.json", 30, 368_384), ("longt5-tglobal-default.json", 30, 490_619),
+]
+
+
+@pytest.mark.parametrize("config, T, reference", LONGT5)
+def test_longt5s_encoder_attention_equals_flop_counter(config: str, T: int,
+                                                       reference: int) -> None:
+    import json
+    from pathlib import Path
+
+    from transformer_calc.hf import spec_from_hf
+
+    path = Path(__file__).parent / "data" / "hf" / "variants" / config
+    spec = spec_from_hf(json.loads(path.read_text()))
+    flops = count_flops(spec, T)
+    if T % 8 == 0:  # whole blocks: exact
+        assert flops.total == reference
+    else:  # a padded block: the per-sequence rows each rounded down per token, per layer
+        floored = 3 if spec.encoder_global_block else 2  # scores, values (, global K/V)
+        assert 0 <= reference - flops.total < floored * spec.n_encoder_layers
+    assert flops.get("encoder.attn.scores").note.startswith("local: blocks of")

@@ -125,6 +125,13 @@ REFERENCE = {
     "variants/deberta-v2-relative.json": (72_816, "DebertaV2ForMaskedLM"),
     "variants/deberta-v2-c2p-p2c.json": (24_688, "DebertaV2ForMaskedLM"),
     "variants/umt5-tiny.json": (12_128, "UMT5ForConditionalGeneration"),
+    # LongT5's local attention (blocks of 8; of 128 by default) adds no tensors; its
+    # transient-global attention adds a bias table for the global tokens in the first layer
+    # and a norm over them in every encoder layer
+    "variants/longt5-local.json": (156_672, "LongT5ForConditionalGeneration"),
+    "variants/longt5-local-default.json": (31_424, "LongT5ForConditionalGeneration"),
+    "variants/longt5-tglobal.json": (156_928, "LongT5ForConditionalGeneration"),
+    "variants/longt5-tglobal-default.json": (31_552, "LongT5ForConditionalGeneration"),
     "variants/mt5-tiny.json": (22_640, "MT5ForConditionalGeneration"),
     "variants/xglm-tiny.json": (24_120, "XGLMForCausalLM"),
     "variants/gte-tiny.json": (8_977, "GteForMaskedLM"),

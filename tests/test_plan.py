@@ -492,3 +492,56 @@ def test_mimo_v2_flash_layers_differ_by_kind() -> None:
     assert (full.kv_heads, full.sinks, sliding.kv_heads, sliding.sinks) == (4, False, 8, True)
     assert (sliding.d_head, sliding.d_v) == (192, 128)
     assert "model.mtp" in spec.note  # the checkpoint's MTP modules transformers skips
+
+
+def test_longt5s_encoder_attends_locally_its_decoder_densely() -> None:
+    config = json.loads((V / "longt5-local.json").read_text())  # local_radius 7
+    spec = spec_from_hf(config)
+    assert spec.encoder_local_block == 8
+    encoder, decoder = (g.block.attn for g in plan_of(spec).groups)
+    assert encoder is not None and decoder is not None
+    assert (encoder.kind, encoder.window, decoder.kind) == ("local", 8, "full")
+    # the sequence padded to whole blocks; three blocks of keys per query, whatever T
+    assert [encoder.queries(T) for T in (1, 8, 9, 30)] == [8, 8, 16, 32]
+    assert encoder.keys(30) == encoder.keys(4096) == 24
+    assert decoder.queries(30) == 30 and decoder.keys(30) == 30
+    # the parameters are T5's (registry_cases.json pins LongT5's totals from transformers)
+    dense = spec.replace(encoder_local_block=0)
+    assert count_params(spec).total == count_params(dense).total
+    # no cache for the encoder: the decoder's self and cross attention only, as dense
+    assert kv_cache_elements(spec, 100) == kv_cache_elements(dense, 100)
+    # the default radius, 127: blocks of 128
+    assert spec_from_hf(config | {"local_radius": None}).encoder_local_block == 128
+    assert spec_from_hf({k: v for k, v in config.items()
+                         if k != "local_radius"}).encoder_local_block == 128
+
+
+def test_longt5s_attention_keys_are_checked() -> None:
+    config = json.loads((V / "longt5-local.json").read_text())
+    with pytest.raises(SpecError, match="local_radius.*non-negative integer"):
+        spec_from_hf(config | {"local_radius": -1})
+    with pytest.raises(SpecError, match="encoder_attention_type.*local or transient-global"):
+        spec_from_hf(config | {"encoder_attention_type": "global"})
+    with pytest.raises(SpecError, match="global_block_size.*>= 1"):
+        spec_from_hf(config | {"encoder_attention_type": "transient-global",
+                               "global_block_size": 0})
+    with pytest.raises(SpecError, match="encoder_local_block.*encoder-decoder"):
+        load_model("gpt2").replace(encoder_local_block=8)
+    with pytest.raises(SpecError, match="encoder_global_block.*encoder_local_block"):
+        spec_from_hf(config).replace(encoder_local_block=0, encoder_global_block=16)
+
+
+def test_longt5s_transient_global_attention_adds_a_summary_per_block() -> None:
+    spec = spec_from_hf(json.loads((V / "longt5-tglobal.json").read_text()))
+    assert (spec.encoder_local_block, spec.encoder_global_block) == (8, 4)
+    encoder = plan_of(spec).groups[0].block.attn
+    assert encoder is not None and encoder.global_block == 4
+    # one global token per whole block of 4 tokens, met by every query beside its 3 blocks
+    assert [encoder.keys(T) for T in (3, 4, 30, 64)] == [24, 25, 31, 40]
+    rows = {i.name: i for i in count_params(spec).items}
+    assert rows["encoder.attn.global_relative_bias"].total == 32 * 4  # first layer only
+    assert rows["encoder.attn.global_input_norm"].total == 2 * 64  # every encoder layer
+    assert "decoder.attn.global_input_norm" not in rows
+    # the default: 16 tokens per global block
+    config = json.loads((V / "longt5-tglobal-default.json").read_text())
+    assert spec_from_hf(config).encoder_global_block == 16

@@ -25,7 +25,8 @@ DATA = ROOT / "tests" / "data"
 FIXTURES = ("activations_families_cpu.jsonl", "activations_new_families_cpu.jsonl",
             "activations_loss_dtype_cpu.jsonl", "activations_more_cpu.jsonl",
             "activations_added_s8_cpu.jsonl", "activations_moe_grouped_cpu.jsonl",
-            "activations_sweep_s10_cpu.jsonl", "activations_alive_s11_cpu.jsonl")
+            "activations_sweep_s10_cpu.jsonl", "activations_alive_s11_cpu.jsonl",
+            "activations_s12_cpu.jsonl")
 
 
 def rows() -> list[dict]:

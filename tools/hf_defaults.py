@@ -111,9 +111,16 @@ SCORES_CLAMPED = "torch.full((), torch.finfo(attn_weights.dtype).min"
 FP16_ONLY_UPCAST = "if attn_weights.dtype == torch.float16:"
 
 
+# LongT5's `softmax(scores.float())` is its local and transient-global attention's, which
+# tcalc models apart (memory.activation_breakdown's local_core); its dense attention (the
+# decoder's eager_attention_forward) softmaxes in the scores' dtype (measured: the autograd
+# graph of LongT5ForConditionalGeneration in bf16)
+LOCAL_ATTENTION_ONLY = ("longt5",)
+
+
 def softmax_fp32_types() -> list[str]:
     """The model types whose eager attention has SOFTMAX_FP32 (for bf16 too)."""
-    fp16_only = set(types_whose_code_has(FP16_ONLY_UPCAST))
+    fp16_only = set(types_whose_code_has(FP16_ONLY_UPCAST)) | set(LOCAL_ATTENTION_ONLY)
     return [t for t in types_whose_code_has(*SOFTMAX_FP32) if t not in fp16_only]
 
 

@@ -37,8 +37,11 @@ def eager_model(config: dict) -> torch.nn.Module:
 def forward_flops(config: dict, seq_len: int) -> int:
     model = eager_model(config).train()
     ids = torch.randint(0, model.config.vocab_size, (1, seq_len))
+    # an encoder-decoder: T source and T target tokens (tcalc's convention: per token = one
+    # of each)
+    extra = {"decoder_input_ids": ids} if model.config.is_encoder_decoder else {}
     with FlopCounterMode(display=False) as counter:
-        model(input_ids=ids, use_cache=False)
+        model(input_ids=ids, use_cache=False, **extra)
     return counter.get_total_flops()
 
 

@@ -22,7 +22,7 @@ from transformer_calc.breakdown import Breakdown
 from transformer_calc.choices import PATTERNS, RECOMPUTE
 from transformer_calc.errors import TcalcError
 from transformer_calc.params import count_params, symbols
-from transformer_calc.plan import FFN, Attention, Mixer, plan_of
+from transformer_calc.plan import FFN, Attention, Mixer, padded_length, plan_of
 from transformer_calc.spec import ModelSpec
 
 # Hoffmann et al. 2022 (Chinchilla): compute-optimal training uses ~20 tokens per parameter.
@@ -185,6 +185,9 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
                      partial(symbols, spec, T=T, keys=k,
                              sliding_keys=min(T, spec.sliding_window or T),
                              chunk_keys=min(T, spec.attention_chunk or T),
+                             local_block=spec.encoder_local_block,
+                             global_tokens=T // (spec.encoder_global_block or T + 1),
+                             T_blocks=padded_length(T, spec.encoder_local_block),
                              index_keys=min(T, spec.index_topk or T)))
 
 
@@ -219,6 +222,16 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
         # kernel computes; eager attention masks a dense T × T instead)
         keys, keys_sym = a.keys(T), "index_keys"
         note = f"DSA: min(T, index_topk = {a.index_topk}) keys per query"
+    elif a.kind == "local":
+        # LongT5's local attention (LongT5LocalAttention): the sequence padded to whole blocks,
+        # each block's queries against its own and its two neighbours' keys (zeros past the
+        # ends included): 3·block keys for each query of the padded length (per token,
+        # rounded down)
+        keys = a.keys(T)
+        keys_sym = ("(3·local_block + global_tokens)" if a.global_block else "3·local_block") \
+            + " · T_blocks / T"
+        note = f"local: blocks of {a.window}, the sequence padded to {a.queries(T)}" + (
+            f", and {a.globals(T)} global tokens" if a.global_block else "")
     elif a.window:
         # a sliding window (or a chunk) bounds the keys a query meets; the sparse pattern
         # (--attention-pattern) applies to the layers that see every key
@@ -287,6 +300,22 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
              "two attention maps", None, ()))
         add((p + "values", sv, f"2 · 2 · n_heads · d_head · {keys_sym}", "", L, group,
              "two attention maps", None, ()))
+    elif a.kind == "local":
+        Tq = a.queries(T)
+        add((p + "scores", 2 * H * dh * keys * Tq // T, f"⌊2 · n_heads · d_head · {keys_sym}⌋",
+             "", L, group, note, None, ()))
+        add((p + "values", 2 * H * dv * keys * Tq // T, f"⌊2 · n_heads · d_head · {keys_sym}⌋",
+             "", L, group, note, None, ()))
+        if a.global_block:
+            # LongT5TransientGlobalAttention: every token summed into its global block (an
+            # einsum with the one-hot block ids), then K and V of those global_tokens, once
+            # per sequence (rounded down per token)
+            G = a.globals(T)
+            add((p + "global_aggregates", 2 * G * E, "2 · global_tokens · d_model", "", L,
+                 group, "the one-hot sum of each global block", None, ()))
+            add((p + "global_kv", 2 * 2 * G * E * Hkv * dh // T, "⌊2 · 2 · global_tokens · "
+                 "d_model · n_kv_heads · d_head / T⌋", "", L, group, "K and V of the global "
+                 "tokens, once per sequence", None, ()))
     else:
         vsym = "d_v" if dv != dh else "d_head"
         add((p + "scores", 2 * H * dh * keys, f"2 · n_heads · d_head · {keys_sym}", "", L,

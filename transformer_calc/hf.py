@@ -74,12 +74,14 @@ INT_KEYS = frozenset("""
     output_embedding_size num_hidden_groups inner_group_num shape_vocab_size shape_embed_dim
     pronunciation_vocab_size pronunciation_embed_dim global_head_dim num_global_key_value_heads
     num_kv_shared_layers hidden_size_per_layer_input vocab_size_per_layer_input top_k_experts
+    local_radius global_block_size
     """.split())
 # Sizes and periods a class divides by or counts layers with: 0 is no value tcalc can count
 # (transformers fails on it, or builds a model without layers)
 POSITIVE_KEYS = frozenset("""
     num_hidden_layers num_attention_heads n_layer n_head num_layers num_heads decoder_sparse_step
     attn_layer_period expert_layer_period global_attn_every_n_layers full_attention_interval
+    global_block_size
     """.split())
 BOOL_KEYS = frozenset("""
     tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
@@ -600,6 +602,7 @@ class T5Like(NamedTuple):
     cls: str
     relative_scope: str = "first"  # UMT5: a bias table in every layer
     tied_head: bool = True  # transformers 5 ties T5's lm_head whatever the config says
+    local: bool = False  # LongT5: the encoder's attention is local or transient-global
 
 
 def _t5(c: Config, r: T5Like = T5Like("T5ForConditionalGeneration")) -> dict[str, Any]:
@@ -614,8 +617,17 @@ def _t5(c: Config, r: T5Like = T5Like("T5ForConditionalGeneration")) -> dict[str
     if act not in ACTIVATIONS:
         raise SpecError("feed_forward_proj", "an activation, or gated-<activation>", proj,
                         source=c.where)
-    c.refuse("encoder_attention_type", lambda v: v != "local",
-             "LongT5's transient-global attention tables are not modelled")
+    local: dict[str, Any] = {}
+    if r.local:
+        kind = c.t("encoder_attention_type", "local")
+        if kind not in ("local", "transient-global"):
+            raise SpecError("encoder_attention_type", "local or transient-global", kind,
+                            source=c.where)
+        # LongT5LocalAttention: block_len = local_radius + 1 (int keys: checked by c.t);
+        # LongT5TransientGlobalAttention adds a summary of every global_block_size tokens
+        local = {"encoder_local_block": c.t("local_radius", 127) + 1}
+        if kind == "transient-global":
+            local["encoder_global_block"] = c.t("global_block_size", 16)
     V, E = c.t("vocab_size", 32128), c.t("d_model", 512)
     tie = True
     if r.tied_head:
@@ -633,13 +645,13 @@ def _t5(c: Config, r: T5Like = T5Like("T5ForConditionalGeneration")) -> dict[str
                 activation=ACTIVATIONS[act],
                 norm="rmsnorm", norm_position="pre", final_norm=True, t5_dropouts=True,
                 **_bias(False, False, False, False, False, False),
-                tie_embeddings=tie, tie_encoder_decoder=True)
+                tie_embeddings=tie, tie_encoder_decoder=True, **local)
 
 
 T5S: dict[str, T5Like] = {
     "mt5": T5Like("MT5ForConditionalGeneration"),
     "umt5": T5Like("UMT5ForConditionalGeneration", relative_scope="every"),
-    "longt5": T5Like("LongT5ForConditionalGeneration"),
+    "longt5": T5Like("LongT5ForConditionalGeneration", local=True),
 }
 
 

@@ -1807,7 +1807,7 @@ SOFTMAX_FP32: frozenset[str] = frozenset(
  'glm4', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'gpt_bigcode', 'gpt_neox', 'granite',
  'granite_swa', 'granitemoe', 'granitemoe_swa', 'granitemoehybrid', 'granitemoeshared',
  'helium', 'hy_v3', 'hyperclovax', 'internlm3', 'iquestcoder', 'jais2', 'jamba', 'kolibri1',
- 'laguna', 'layoutlm', 'lfm2', 'lfm3', 'llama', 'longt5', 'mellum', 'minicpm3', 'minimax',
+ 'laguna', 'layoutlm', 'lfm2', 'lfm3', 'llama', 'mellum', 'minicpm3', 'minimax',
  'minimax_m2', 'minimax_m3_vl_text', 'ministral3', 'mistral', 'mixtral', 'mllama',
  'modernbert', 'modernbert-decoder', 'mpt', 'nanochat', 'nemotron_h', 'olmo', 'olmo2',
  'olmo3', 'olmoe', 'opt', 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2', 'qwen2_moe',

@@ -27,7 +27,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import DENSE, pattern_keys
 from transformer_calc.lora import Adapted, adapted_layers, lora_params
 from transformer_calc.params import CATEGORIES, by_category, category, count_params, symbols
-from transformer_calc.plan import FFN, Attention, Mixer, plan_of
+from transformer_calc.plan import FFN, Attention, Mixer, padded_length, plan_of
 from transformer_calc.quant import FORMATS, weight_format_bytes
 from transformer_calc.spec import ModelSpec
 
@@ -311,6 +311,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     if spec.n_heads and attention == "sdpa":  # the execution profile, shown (issue 13)
         how = "forced by --sdpa-kernel" if sdpa_kernel != "auto" else "as torch picks it"
         notes.append(f"sdpa on {device} runs {kernel} ({how}): {KERNELS[kernel]}")
+        if spec.encoder_local_block:
+            notes.append("the encoder's local attention (LongT5) runs its own einsums, as "
+                         "eager attention does, whatever --attention says")
     if pattern.kind != "dense":
         # issue 18: the keys per query are the FLOPs' (flops.pattern_keys)
         notes.append(f"attention pattern {pattern.describe()}: {keys:,} keys per query of "
@@ -339,58 +342,62 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     rms = spec.norm.startswith("rmsnorm")
 
     def norm(name: str, stack: str, reps: int, width: int = E, wsym: str = "d_model",
-             vectors: int = 1, vsym: str = "") -> None:
-        """A norm over ``vectors`` vectors of ``width`` per token (QK-norm: one per head)."""
+             vectors: int = 1, vsym: str = "", tokens: int = 0, tsym: str = "B·T") -> None:
+        """A norm over ``vectors`` vectors of ``width`` per token (QK-norm: one per head), of
+        B·T tokens or ``tokens`` (LongT5's global tokens)."""
+        sb_ = tokens or sb
+        stats_ = stats if not tokens else (stats[0], stats[1] // sb * tokens,
+                                           stats[2].replace("B·T", tsym))
         rsym = "4 (fp32 under autocast)" if amp else "act"
         if spec.norm_manual and not rms:
             # CohereLayerNorm: in fp32 by hand, (x − mean) computed twice (for the variance
             # and the normalisation), 1/std, and the normalised tensor the weight multiplies
             # (measured on cohere: tools/measure_activations_hf.py)
-            add((name + ".fp32_terms", 3 * sb * width * vectors * 4, f"3 · B·T·{vsym}{wsym} · 4 "
-                 "(x − mean twice, the normalised tensor; fp32)", "", reps, stack, "", None,
-                 ()))
-            add((name + ".rstd", sb * vectors * 4, f"B·T{'·' + vsym[:-1] if vsym else ''} · 4 "
+            add((name + ".fp32_terms", 3 * sb_ * width * vectors * 4, f"3 · {tsym}·{vsym}"
+                 f"{wsym} · 4 (x − mean twice, the normalised tensor; fp32)", "", reps, stack,
+                 "", None, ()))
+            add((name + ".rstd", sb_ * vectors * 4, f"{tsym}{'·' + vsym[:-1] if vsym else ''} · 4 "
                  "(fp32)", "", reps, stack, "", None, ()))
             return
         if spec.norm_int and not name.startswith("head."):
             # IntLayerNorm (I-BERT, quant_mode off): y = x − mean, kept by its square and by
             # the division, y / sqrt(eps + var) (the std kept too), and the normalised tensor
             # the weight multiplies (measured: the autograd graph of IBertForMaskedLM)
-            add((name + ".terms", 2 * sb * width * vectors * a, f"2 · B·T·{vsym}{wsym} · act "
+            add((name + ".terms", 2 * sb_ * width * vectors * a, f"2 · {tsym}·{vsym}{wsym} · act "
                  "(x − mean; the normalised tensor)", "", reps, stack, "", None, ()))
-            add((name + ".std", sb * vectors * a, "B·T · act (the std the division keeps)", "",
+            add((name + ".std", sb_ * vectors * a, f"{tsym} · act (the std the division keeps)", "",
                  reps, stack, "", None, ()))
             return
         if not rms and spec.norm_fp32 and a != 4:
             # OlmoLayerNorm: F.layer_norm on an fp32 copy, its statistics in fp32 (measured)
-            add((name + ".input_fp32", sb * width * vectors * 4, f"B·T·{vsym}{wsym} · 4 (the "
+            add((name + ".input_fp32", sb_ * width * vectors * 4, f"{tsym}·{vsym}{wsym} · 4 (the "
                  "fp32 copy)", "", reps, stack, "", None, ()))
-            add((name + ".stats", 2 * sb * vectors * 4, "2 · B·T · 4 (mean, rstd; fp32)", "",
+            add((name + ".stats", 2 * sb_ * vectors * 4, f"2 · {tsym} · 4 (mean, rstd; fp32)", "",
                  reps, stack, "", None, ()))
             return
         if not rms:
-            add((name + ".input", sb * width * vectors * r, f"B·T·{vsym}{wsym} · {rsym}", "",
+            add((name + ".input", sb_ * width * vectors * r, f"{tsym}·{vsym}{wsym} · {rsym}", "",
                  reps, stack, "", None, ()))
-            add((name + stats[0], stats[1] * vectors, stats[2], "", reps, stack, "", None, ()))
+            add((name + stats_[0], stats_[1] * vectors, stats_[2], "", reps, stack, "", None, ()))
             return
         # transformers' RMSNorm (LlamaRMSNorm): x.to(float32) is kept by pow and mul (a copy
         # in a 16-bit model, the input itself in fp32), rsqrt(mean(x²) + eps) by mul, and the
         # normalised tensor, cast back to the input dtype, by the weight's mul (affine only)
-        n = sb * width * vectors
-        add((name + ".input_fp32", n * 4, f"B·T·{vsym}{wsym} · 4 (the fp32 upcast)", "", reps,
+        n = sb_ * width * vectors
+        add((name + ".input_fp32", n * 4, f"{tsym}·{vsym}{wsym} · 4 (the fp32 upcast)", "", reps,
              stack, "", None, ()))
-        add((name + ".rstd", sb * vectors * 4, f"B·T{'·' + vsym[:-1] if vsym else ''} · 4 "
+        add((name + ".rstd", sb_ * vectors * 4, f"{tsym}{'·' + vsym[:-1] if vsym else ''} · 4 "
              "(fp32)", "", reps, stack, "", None, ()))
         if spec.norm_keeps_input and a != 4 and not amp:
             # T5LayerNorm: hidden_states * rsqrt(...) reads the 16-bit input itself (measured)
-            add((name + ".input", n * a, f"B·T·{vsym}{wsym} · act (the input, which the "
+            add((name + ".input", n * a, f"{tsym}·{vsym}{wsym} · act (the input, which the "
                  "rsqrt's mul reads)", "", reps, stack, "", None, ()))
         if spec.norm == "rmsnorm":
             if spec.norm_fp32:  # GemmaRMSNorm: output · (1 + w) in fp32, cast back after
-                add((name + ".normalized", n * 4, f"B·T·{vsym}{wsym} · 4 (fp32: the weight's "
+                add((name + ".normalized", n * 4, f"{tsym}·{vsym}{wsym} · 4 (fp32: the weight's "
                      "mul keeps it)", "", reps, stack, "", None, ()))
             else:
-                add((name + ".normalized", n * r, f"B·T·{vsym}{wsym} · {rsym} (the weight's "
+                add((name + ".normalized", n * r, f"{tsym}·{vsym}{wsym} · {rsym} (the weight's "
                      "mul keeps it)", "", reps, stack, "", None, ()))
 
     def efficient_core(at: Attention, p: str, stack: str, L: int) -> None:
@@ -465,6 +472,47 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         if "p2c" in spec.rel_terms:
             add((p + "relative_p2c_key", sb * Hh * dq * a, "B·T·n_heads·d_head · act (K, "
                  "which p2c multiplies)", "", L, stack, "tp", None, ()))
+
+    def local_core(at: Attention, p: str, stack: str, L: int) -> None:
+        """LongT5's local attention (LongT5LocalAttention, transformers 5.23), whatever the
+        attention implementation (its own einsums): Q, K and V split into blocks of the
+        sequence padded to whole blocks; K and V of three blocks concatenated per block, which
+        the score and value products keep; the probabilities of each block's queries over
+        those 3·block keys (softmax in fp32 whatever the dtype, cast back), their dropout.
+        Transient-global attention (LongT5TransientGlobalAttention) sums each global block
+        of tokens (an einsum with the one-hot block ids, which it keeps), norms the sums and
+        appends their K and V to every block's keys. (Measured, the autograd graph's saved
+        tensors: longt5-local.json, longt5-tglobal.json.)"""
+        Hh, dq, b = at.heads, at.d_head, at.window
+        Tq, keys_l, G = at.queries(T), at.keys(T), at.globals(T)
+        ksym = "(3·local_block + global_tokens)" if at.global_block else "3·local_block"
+        if at.global_block:
+            add((p + "global_one_hot", B * G * T * a, "B·global_tokens·T · act (the one-hot "
+                 "block ids the sum keeps)", "", L, stack, "", None, ()))
+            norm(p + "global_input_norm", stack, L, tokens=B * G, tsym="B·global_tokens")
+            add((p + "global_kv_input", B * G * E * a, "B·global_tokens·d_model · act (K/V "
+                 "matmul input)", "", L, stack, "", None, ()))
+        add((p + "q", B * Tq * Hh * dq * a, "B·T_blocks·n_heads·d_head · act (the padded "
+             "queries)", "", L, stack, "tp", None, ()))
+        add((p + "kv_blocks", 2 * B * (Tq // b) * keys_l * Hh * dq * a, "2 · B·(T_blocks / "
+             f"local_block)·{ksym}·n_heads·d_head · act (K and V per block)", "", L, stack,
+             "tp", None, ()))
+        probs = B * Hh * Tq * keys_l
+        sym = f"B·n_heads·T_blocks·{ksym}"
+        if a != 4:  # softmax(scores.float()).type_as(scores)
+            add((p + "softmax", probs * 4, f"{sym} · 4 (fp32 softmax output)", "", L, stack,
+                 "tp", None, ()))
+            if not attn_dropout:
+                add((p + "softmax_cast", probs * a, f"{sym} · act (cast back: the A·V input)",
+                     "", L, stack, "tp", None, ()))
+        else:
+            add((p + "softmax", probs * a, f"{sym} · act (softmax output)", "", L, stack, "tp",
+                 None, ()))
+        if attn_dropout:
+            add((p + "dropout_mask", probs * mask, f"{sym} · mask", "", L, stack, "tp", None,
+                 ()))
+            add((p + "dropout_output", probs * a, f"{sym} · act (A·V input)", "", L, stack,
+                 "tp", None, ()))
 
     def attention_block(at: Attention, p: str, stack: str, L: int) -> None:
         cross = at.cross
@@ -560,7 +608,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # Primer: each depthwise convolution keeps its input (the projection's output)
             add((p + "qkv_conv_input", sb * (qw + 2 * kvw) * a, "B·T·(n_heads + 2·n_kv_heads)·"
                  "d_head · act (the convolutions' inputs)", "", L, stack, "tp", None, ()))
-        if at.mechanism != "softmax" and not cross:
+        if at.kind == "local":
+            local_core(at, p, stack, L)
+        elif at.mechanism != "softmax" and not cross:
             efficient_core(at, p, stack, L)
         elif flash and at.fused_qkv and not cross and spec.position == "rope":
             # the kernel keeps the rotated Q and K (new tensors) and V, a view of the fused
@@ -587,8 +637,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  "B·T·(n_heads + 2·n_kv_heads)·d_head · act" if dv == dq else
                  "B·T·((n_heads + n_kv_heads)·d_head + n_kv_heads·d_v) · act", "", L, stack,
                  "tp", None, ()))
-        if at.mechanism != "softmax" and not cross:
-            pass  # efficient_core above: no score tensor of T²
+        if at.kind == "local" or (at.mechanism != "softmax" and not cross):
+            pass  # local_core or efficient_core above
         elif flash:
             add((p + "out", sb * Hh * dv * a, f"B·T·n_heads·{dvs} · act (kernel output)", "",
                  L, stack, "tp", None, ()))
@@ -703,7 +753,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             norm(p + "sub_norm", stack, L, Hh * dv, "n_heads·d_head")
         # (a rotation that concatenates the rotated part with the rest makes Q contiguous
         # in (B, H, T, d) order: the output is copied back, as with MLA; measured on StableLM)
-        if at.sub_norm or at.differential or not (kernel == "cpu_flash"
+        if at.sub_norm or at.differential or at.kind == "local" or not (kernel == "cpu_flash"
                                                   and at.mechanism == "softmax"
                                                   and not at.mla
                                                   and not (spec.rope_concat and at.rope)):
@@ -1041,8 +1091,22 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     if (spec.position == "relative" or spec.relative_bias) and spec.relative_scope == "first":
         # T5 (and MPNet): the relative-position bias is looked up once per stack through a
         # T×T int64 bucket index, which the embedding keeps
-        add(("embed.relative_buckets", T * T * 8, "T·T · 8 (int64 bucket indices, per stack)",
-             "", n_stacks, "", "", None, ()))
+        if spec.encoder_local_block:
+            # LongT5: the encoder's local attention looks its bias up for one block's
+            # queries against three blocks' keys (LongT5LocalAttention.compute_bias)
+            b = spec.encoder_local_block
+            add(("embed.relative_buckets", T * T * 8, "T·T · 8 (int64 bucket indices, the "
+                 "decoder's)", "", 1, "", "", None, ()))
+            add(("embed.relative_buckets_local", b * 3 * b * 8, "local_block·3·local_block · "
+                 "8 (int64 bucket indices, the encoder's)", "", 1, "", "", None, ()))
+            if spec.encoder_global_block:  # the global tokens' (compute_side_bias)
+                G = T // spec.encoder_global_block
+                add(("embed.relative_buckets_global", B * T * G * 8, "B·T·global_tokens · 8 "
+                     "(int64 bucket indices, the encoder's global tokens)", "", 1, "", "",
+                     None, ()))
+        else:
+            add(("embed.relative_buckets", T * T * 8, "T·T · 8 (int64 bucket indices, per "
+                 "stack)", "", n_stacks, "", "", None, ()))
     for st in plan_of(spec).stacks:
         for g in st.groups:
             blk = g.block
@@ -1175,7 +1239,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         raise TcalcError("--recompute: expected one of none, selective, full")
     return Breakdown(spec.name, "bytes", tuple(rows), tuple(notes), {},
                      functools.partial(symbols, spec, B=B, T=T, act=a, mask=mask, stat=stat,
-                             keys=keys))
+                                       keys=keys, local_block=spec.encoder_local_block,
+                                       global_tokens=T // (spec.encoder_global_block or T + 1),
+                                       T_blocks=padded_length(T, spec.encoder_local_block)))
 
 
 def megatron_activations(spec: ModelSpec, s: Settings, T: int) -> Breakdown:

@@ -168,6 +168,12 @@ def count_params(spec: ModelSpec) -> Breakdown:
             add((f"{st.name}.attn.relative_bias", nb * H, "relative_buckets × n_heads", "",
                  1 if first else L, "" if first else st.name,
                  "first layer only, shared by every layer (T5)" if first else "", None, (nb, H)))
+            if spec.encoder_global_block and st.name == "encoder":
+                # LongT5TransientGlobalAttention: the global tokens' own bias table, in the
+                # first layer (global_relative_attention_bias)
+                add((f"{st.name}.attn.global_relative_bias", nb * H, "relative_buckets × "
+                     "n_heads", "", 1, "", "first layer only: the global tokens' (LongT5)",
+                     None, (nb, H)))
         if spec.rel_embeddings:
             # DeBERTa-v2/v3 (DebertaV2Encoder.rel_embeddings): one table for every layer
             R = spec.rel_embeddings
@@ -391,6 +397,11 @@ def _attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type
         # groupnorm is an RMSNorm without parameters
         add((p + "lambdas", 4 * dh, "4 · d_head (λ's q1, k1, q2, k2)", "", L, group,
              "differential attention", None, ()))
+    if a.global_block:
+        # LongT5TransientGlobalAttention.global_input_layer_norm: over the global tokens
+        n, why = norm_of(norm, E, "d_model")
+        add((p + "global_input_norm", n, why, "", L, group, "over the global tokens (LongT5)",
+             None, ()))
     if a.sinks:
         # gpt-oss (GptOssAttention.sinks): one learned logit per head joins the softmax
         add((p + "sinks", H, "n_heads (one sink logit per head)", "", L, group, "", None, ()))

@@ -41,8 +41,8 @@ class Attention(NamedTuple):
     bias_o: bool
     qk_norm: str = "none"  # none | head | width
     sinks: bool = False
-    kind: str = "full"  # full | sliding | chunked
-    window: int = 0  # keys a sliding layer sees, or the chunk size; 0: all of them
+    kind: str = "full"  # full | sliding | chunked | local
+    window: int = 0  # keys a sliding layer sees, the chunk size or LongT5's block; 0: all
     rope: bool = True
     cross: bool = False
     fused_qkv: bool = False
@@ -68,6 +68,9 @@ class Attention(NamedTuple):
     kv_shared: bool = False  # Gemma 4: K/V reused from an earlier layer (no K/V projections)
     v_is_k: bool = False  # Gemma 4's attention_k_eq_v: no value projection
     v_norm: bool = False  # Gemma 4: an RMSNorm without weight over each value head
+    # LongT5's transient-global attention: tokens per global block (each query also meets
+    # T // global_block summaries); 0: none
+    global_block: int = 0
 
     def gate_width(self, which: str) -> int:
         """Outputs of the gate (or its bias): one per head, or one per output channel."""
@@ -79,10 +82,22 @@ class Attention(NamedTuple):
 
     def keys(self, T: int) -> int:
         """Keys one query meets in a sequence of T (dense convention: causality not
-        subtracted; a sliding window, a chunk or DSA's top-k bounds it)."""
+        subtracted; a sliding window, a chunk or DSA's top-k bounds it; LongT5's local
+        attention computes three blocks of keys per query, padding included)."""
         if self.index_topk:
             return min(T, self.index_topk)
+        if self.kind == "local":
+            return 3 * self.window + self.globals(T)
         return min(T, self.window) if self.window else T
+
+    def globals(self, T: int) -> int:
+        """LongT5's global tokens: one per whole global block of the sequence."""
+        return T // self.global_block if self.global_block else 0
+
+    def queries(self, T: int) -> int:
+        """Query rows the attention computes for T tokens: T, or LongT5's local attention's
+        sequence padded to whole blocks (_split_into_blocks pads Q, K and V with zeros)."""
+        return padded_length(T, self.window) if self.kind == "local" else T
 
     def kv_per_token(self) -> int:
         """Cached values per token of context for one layer. MHA/GQA: K and V of each K/V head
@@ -102,7 +117,12 @@ class Attention(NamedTuple):
         transformers' DynamicSlidingWindowLayer does; a chunked layer the same with its chunk
         (transformers 5.23's cache for Llama 4; measured: tools/reference_kv_cache.py); every
         other layer all T."""
-        return min(T, self.window - 1) if self.window else T
+        return min(T, self.window - 1) if self.window and self.kind != "local" else T
+
+
+def padded_length(T: int, block: int) -> int:
+    """T rounded up to whole blocks (LongT5's _pad_to_multiple); T itself without blocks."""
+    return -(-T // block) * block if block else T
 
 
 class FFN(NamedTuple):
@@ -396,10 +416,13 @@ def _build_running(spec: ModelSpec) -> Plan:
     if enc_dec or not (spec.layer_attention or spec.layer_ffn or spec.kv_shared_layers):
         # every layer of a stack alike (the common case): one group each, no pattern parsing
         kinds = "FD" if enc_dec else "".join(default_kinds(spec))
+        # LongT5: block-local self-attention in the encoder ("L"), dense in the decoder
+        local = "LD" if spec.encoder_local_block else kinds
         return Plan.of(tuple(
-            Stack(name, n, (Group(name, n, _block(spec, kinds, name == "decoder" and enc_dec),
-                                  kinds, spec.layer_groups),), spec.final_norm,
-                  name if spec.last_layer_o_bias else "",
+            Stack(name, n, (Group(name, n, _block(spec, local if name == "encoder" else kinds,
+                                                  name == "decoder" and enc_dec),
+                                  local if name == "encoder" else kinds, spec.layer_groups),),
+                  spec.final_norm, name if spec.last_layer_o_bias else "",
                   name if not spec.first_attn_norm else "")
             for name, n in spec.stacks))
     stacks = []
@@ -435,7 +458,8 @@ def _attention(spec: ModelSpec, letter: str, cross: bool = False,
                shared: bool = False) -> Attention:
     # positional, in Attention's field order (a plan is built per spec: make bench)
     kind, window = (("sliding", spec.sliding_window) if letter == "S" else
-                    ("chunked", spec.attention_chunk) if letter == "C" else ("full", 0))
+                    ("chunked", spec.attention_chunk) if letter == "C" else
+                    ("local", spec.encoder_local_block) if letter == "L" else ("full", 0))
     rope = spec.position == "rope" and letter != "N"
     if cross:
         return Attention(spec.n_heads, spec.kv_heads, spec.head_dim, spec.head_dim,
@@ -470,7 +494,8 @@ def _attention(spec: ModelSpec, letter: str, cross: bool = False,
                      spec.linformer_sharing, features if mech == "performer" else 0,
                      spec.qkv_conv, spec.qkv_conv_bias, sub_norm=spec.sub_norms,
                      differential=spec.differential, kv_shared=shared, v_is_k=v_is_k,
-                     v_norm=spec.value_norm)
+                     v_norm=spec.value_norm,
+                     global_block=spec.encoder_global_block if letter == "L" else 0)
 
 
 def _ffn(spec: ModelSpec, letter: str, shared: bool = False) -> FFN:

@@ -263,6 +263,14 @@ class ModelSpec:
     # -- layers that differ -----------------------------------------------------------------
     sliding_window: int = _f(0, "keys a sliding-window layer attends to (0: none)", minimum=0)
     attention_chunk: int = _f(0, "chunk size of chunked-attention layers (Llama 4)", minimum=0)
+    encoder_local_block: int = _f(0, "LongT5's local attention: the encoder's self-attention "
+                                  "runs on blocks of this many tokens (local_radius + 1), the "
+                                  "sequence padded to whole blocks, each block's queries "
+                                  "meeting the keys of three blocks (0: dense)", minimum=0)
+    encoder_global_block: int = _f(0, "LongT5's transient-global attention: every query also "
+                                   "meets one summary per this many tokens (global_block_size: "
+                                   "their sum, normed, through K and V); 0: local only",
+                                   minimum=0)
     layer_attention: str = _f("", "mixer per layer: F full attention, S sliding, C chunked, N "
                               "full without RoPE, M the recurrent mixer, P attention and the "
                               "mixer in parallel (Falcon-H1), X none; runs like "
@@ -690,6 +698,13 @@ class ModelSpec:
         if self.last_layer_o_bias and (self.bias_o or self.arch == "encoder-decoder"):
             raise SpecError("last_layer_o_bias", "false with bias_o (every layer has one) or in an "
                             "encoder-decoder", True)
+        if self.encoder_local_block and self.arch != "encoder-decoder":
+            raise SpecError("encoder_local_block", "0 unless arch is encoder-decoder (LongT5's "
+                            "local attention is its encoder's)", self.encoder_local_block)
+        if self.encoder_global_block and not self.encoder_local_block:
+            raise SpecError("encoder_global_block", "0 unless encoder_local_block is set "
+                            "(transient-global attention is local attention with global "
+                            "tokens)", self.encoder_global_block)
         if self.idle_cross_attention and self.arch != "decoder":
             raise SpecError("idle_cross_attention", "false unless arch is decoder (an "
                             "encoder-decoder runs its cross-attention)", True)
