@@ -132,6 +132,7 @@ REFERENCE = {
     "variants/longt5-local-default.json": (31_424, "LongT5ForConditionalGeneration"),
     "variants/longt5-tglobal.json": (156_928, "LongT5ForConditionalGeneration"),
     "variants/longt5-tglobal-default.json": (31_552, "LongT5ForConditionalGeneration"),
+    "variants/longt5-local-nodropout.json": (94_912, "LongT5ForConditionalGeneration"),
     "variants/mt5-tiny.json": (22_640, "MT5ForConditionalGeneration"),
     "variants/xglm-tiny.json": (24_120, "XGLMForCausalLM"),
     "variants/gte-tiny.json": (8_977, "GteForMaskedLM"),

@@ -760,8 +760,16 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # (the CPU flash kernel writes its output in the query's (B, T, H, d) order, so the
             # output projection reads that very tensor: measured on BART, no copy is kept;
             # MLA's query is concatenated in (B, H, T, d) order and is copied: measured)
-            add((p + "o_input", sb * Hh * dv * a, f"B·T·n_heads·{dvs} · act (output "
-                 "projection input)", "", L, stack, "tp", None, ()))
+            if at.kind == "local" and B == 1:
+                # LongT5: the output sliced from the padded blocks is a view when B = 1, so
+                # the projection keeps the whole padded tensor (measured); with B > 1 the
+                # slice is copied
+                add((p + "o_input", B * at.queries(T) * Hh * dv * a, f"B·T_blocks·n_heads·"
+                     f"{dvs} · act (output projection input: a view of the padded blocks)",
+                     "", L, stack, "tp", None, ()))
+            else:
+                add((p + "o_input", sb * Hh * dv * a, f"B·T·n_heads·{dvs} · act (output "
+                     "projection input)", "", L, stack, "tp", None, ()))
         if dropout:
             add((p + "residual_dropout_mask", sb * E * mask, "B·T·d_model · mask", "", L, stack,
                  "", None, ()))

@@ -117,7 +117,7 @@ class Attention(NamedTuple):
         transformers' DynamicSlidingWindowLayer does; a chunked layer the same with its chunk
         (transformers 5.23's cache for Llama 4; measured: tools/reference_kv_cache.py); every
         other layer all T."""
-        return min(T, self.window - 1) if self.window and self.kind != "local" else T
+        return min(T, self.window - 1) if self.window else T
 
 
 def padded_length(T: int, block: int) -> int:
