@@ -133,6 +133,10 @@ REFERENCE = {
     "variants/longt5-tglobal.json": (156_928, "LongT5ForConditionalGeneration"),
     "variants/longt5-tglobal-default.json": (31_552, "LongT5ForConditionalGeneration"),
     "variants/longt5-local-nodropout.json": (94_912, "LongT5ForConditionalGeneration"),
+    # OLMo Hybrid: three Gated DeltaNet layers and one full (RoPE), and a NoPE variant with
+    # grouped K/V heads, its own layer_types and linear head sizes
+    "variants/olmo_hybrid-tiny.json": (184_864, "OlmoHybridForCausalLM"),
+    "variants/olmo_hybrid-nope.json": (110_160, "OlmoHybridForCausalLM"),
     "variants/mt5-tiny.json": (22_640, "MT5ForConditionalGeneration"),
     "variants/xglm-tiny.json": (24_120, "XGLMForCausalLM"),
     "variants/gte-tiny.json": (8_977, "GteForMaskedLM"),

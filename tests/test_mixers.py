@@ -150,11 +150,13 @@ CACHE_FP32 = {  # name: (kv at 16, kv at 48, conv, recurrent)
     "qwen3_5_text": (2048, 6144, 768, 512),
     "falcon_h1": (8192, 24576, 2048, 2048),
     "minimax": (8192, 24576, 0, 4096),
+    "olmo_hybrid": (8192, 24576, 9216, 13824),
 }
 # --dtype bfloat16 --seq-len 16: the recurrent state stays fp32, the rest halves
 CACHE_BF16_RECURRENT = {"bamba": 512, "jamba": 4096, "mamba": 6144, "mamba2": 3072,
                         "nemotron_h": 512, "qwen3_next": 512, "qwen3_5_text": 512,
-                        "falcon_h1": 2048, "minimax": 2048}  # MiniMax's state is bf16 too
+                        "falcon_h1": 2048, "minimax": 2048,  # MiniMax's state is bf16 too
+                        "olmo_hybrid": 13824}
 
 
 def _tiny(name: str):  # type: ignore[no-untyped-def]

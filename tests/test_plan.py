@@ -545,3 +545,41 @@ def test_longt5s_transient_global_attention_adds_a_summary_per_block() -> None:
     # the default: 16 tokens per global block
     config = json.loads((V / "longt5-tglobal-default.json").read_text())
     assert spec_from_hf(config).encoder_global_block == 16
+
+
+def test_olmo_hybrid_derives_its_linear_sizes_and_layer_kinds() -> None:
+    # OlmoHybridConfig.__post_init__: key and value heads = num_attention_heads, d_k =
+    # int(0.75 · hidden_size / key heads), d_v = 2 · d_k; every 4th layer full attention
+    # (the last when none is); totals from transformers on the meta device
+    # (tools/reference_counts.py): 184,864 and, with 2 layers, 95,968
+    spec = spec_from_hf(json.loads((V / "olmo_hybrid-tiny.json").read_text()))
+    assert (spec.ssm_groups, spec.ssm_heads, spec.ssm_state, spec.ssm_inner) == (4, 4, 12, 96)
+    kinds = {g.name: g.count for g in plan_of(spec).groups}
+    assert kinds == {"decoder.linear": 3, "decoder.full": 1}
+    assert count_params(spec).total == 184_864
+    two = spec_from_hf(json.loads((V / "olmo_hybrid-tiny.json").read_text())
+                       | {"num_hidden_layers": 2})
+    assert {g.name: g.count for g in plan_of(two).groups} == {"decoder.linear": 1,
+                                                             "decoder.full": 1}
+    assert count_params(two).total == 95_968
+    # the mixer layers are pre-norm, the attention layers post-norm (OLMo 3's)
+    notes = {g.name: g.block.norm_note for g in plan_of(spec).groups}
+    assert notes == {"decoder.linear": "pre-norm", "decoder.full": "post-norm"}
+    # rope_theta null: no rotary embedding (the released checkpoints')
+    nope = spec_from_hf(json.loads((V / "olmo_hybrid-nope.json").read_text()))
+    assert (spec.position, nope.position) == ("rope", "none")
+    with pytest.raises(SpecError, match="layer_types.*one linear_attention and one full"):
+        spec_from_hf({"model_type": "olmo_hybrid", "num_hidden_layers": 2,
+                      "layer_types": ["linear_attention"] * 2})
+
+
+def test_olmo_hybrid_lora_targets_by_transformers_names_are_refused() -> None:
+    from transformer_calc.lora import lora_params
+
+    spec = spec_from_hf(json.loads((V / "olmo_hybrid-tiny.json").read_text()))
+    params = count_params(spec)
+    # all-linear: every projection of both kinds of layer (the fixture pins it against peft)
+    assert lora_params(spec, params, 8).total > 0
+    assert lora_params(spec, params, 8, ("q", "v")).total == 8 * (64 + 64) * 2
+    with pytest.raises(Exception, match="q_proj of its own"):
+        lora_params(spec, params, 8, ("q_proj", "v_proj"))

@@ -220,7 +220,7 @@ def _table(model_type: str) -> dict[str, Any]:
 
 
 # Hybrid and recurrent model types (issue 14): refused with that reason, not just "unknown".
-RECURRENT = frozenset("""zamba zamba2 olmo_hybrid kimi_linear bailing_hybrid
+RECURRENT = frozenset("""zamba zamba2 kimi_linear bailing_hybrid
     recurrent_gemma rwkv xlstm""".split())
 
 
@@ -1732,6 +1732,16 @@ GENERIC: dict[str, Layout] = {
     "glm4": Layout("Glm4ForCausalLM", fused_gate_up=True, o_bias=False, norms="sandwich"),
     "hyperclovax": Layout("HyperCLOVAXForCausalLM", norms="sandwich"),
     "olmo3": Layout("Olmo3ForCausalLM", mlp_bias=False, norms="post", qk_norm="width"),
+    # OLMo Hybrid: OLMo 3's attention layers (QK-norm over the width, norms after attention
+    # and FFN) every 4th layer; the others Gated DeltaNet (Qwen3-Next's kernel) with separate
+    # q, k, v, a, b and g projections and pre-norms. Derived defaults: _olmo_hybrid
+    "olmo_hybrid": Layout("OlmoHybridForCausalLM", mlp_bias=False, norms="post",
+                          qk_norm="width",
+                          ssm=Ssm("gated_deltanet", layers="layer_types", expand="",
+                                  state="linear_key_head_dim", heads="linear_num_value_heads",
+                                  head_dim="linear_value_head_dim",
+                                  groups="linear_num_key_heads", conv="linear_conv_kernel_dim",
+                                  conv_bias=False, bias=False, chunk=64, in_projs=6)),
     "cohere": Layout("CohereForCausalLM", o_bias="attention_bias", mlp_bias=False,
                      norm="layernorm_nobias", norms="parallel", qk_norm="width",
                      qk_norm_key="use_qk_norm"),
@@ -2285,6 +2295,42 @@ TABLE_DRIVEN: dict[str, Layout | Encoder | Seq2Seq | T5Like] = {
     **GENERIC, **ENCODERS, **SEQ2SEQ, **T5S}
 
 
+def _olmo_hybrid(c: Config) -> dict[str, Any]:
+    """OlmoHybridForCausalLM (transformers 5.23): the generic record, with the sizes
+    OlmoHybridConfig.__post_init__ derives when the file leaves them out, and without RoPE
+    when rope_parameters says rope_theta: null (OlmoHybridModel then builds no rotary
+    embedding: the released checkpoints' NoPE)."""
+    data = dict(c.data)
+    E, H, L = c.t("hidden_size"), c.t("num_attention_heads"), c.t("num_hidden_layers")
+    types = data.get("layer_types")
+    if types is None and isinstance(L, int) and L > 0:
+        # every 4th layer full attention, and the last when none is
+        types = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(L)]
+        if "full_attention" not in types:
+            types[-1] = "full_attention"
+        data["layer_types"] = types
+    if isinstance(types, list) and not {"full_attention", "linear_attention"} <= set(types):
+        raise SpecError("layer_types", "at least one linear_attention and one full_attention "
+                        "layer (OlmoHybridConfig.validate_architecture)", types,
+                        source=c.where)
+    for key in ("linear_num_key_heads", "linear_num_value_heads"):
+        if data.get(key) is None:
+            data[key] = H
+    if data.get("linear_key_head_dim") is None and isinstance(E, int) \
+            and isinstance(data["linear_num_key_heads"], int) and data["linear_num_key_heads"]:
+        data["linear_key_head_dim"] = int(0.75 * E / data["linear_num_key_heads"])
+    if data.get("linear_value_head_dim") is None \
+            and isinstance(data.get("linear_key_head_dim"), int):
+        data["linear_value_head_dim"] = 2 * data["linear_key_head_dim"]
+    view = Config(data, c.where, c.table)
+    view.notes, view.decoder_alone = c.notes, c.decoder_alone
+    out = _generic(view, GENERIC["olmo_hybrid"])
+    rope = c.data.get("rope_parameters")
+    if isinstance(rope, dict) and "rope_theta" in rope and rope["rope_theta"] is None:
+        out["position"] = "none"
+    return out | {"peft_names_shared": True}
+
+
 MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "gpt-sw3": _gpt2,  # GPTSw3 is GPT2LMHeadModel with its own tokenizer
@@ -2311,5 +2357,6 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
 } | {model_type: partial(_generic, r=r) for model_type, r in GENERIC.items()} \
   | {model_type: partial(_encoder, r=r) for model_type, r in ENCODERS.items()} \
   | {model_type: partial(_seq2seq, r=r) for model_type, r in SEQ2SEQ.items()} \
-  | {model_type: partial(_t5, r=r) for model_type, r in T5S.items()}
+  | {model_type: partial(_t5, r=r) for model_type, r in T5S.items()} \
+  | {"olmo_hybrid": _olmo_hybrid}
 HEAD_CLASS.update({model_type: r.cls for model_type, r in TABLE_DRIVEN.items()})

@@ -1375,6 +1375,22 @@ DEFAULTS: dict[str, dict[str, Any]] = {'afmoe': {'attention_bias': False,
            'num_key_value_heads': None,
            'tie_word_embeddings': False,
            'vocab_size': 50304},
+ 'olmo_hybrid': {'attention_bias': False,
+                 'attention_dropout': 0.0,
+                 'hidden_act': 'silu',
+                 'hidden_size': 3840,
+                 'intermediate_size': 11008,
+                 'linear_conv_kernel_dim': 4,
+                 'linear_key_head_dim': None,
+                 'linear_num_key_heads': None,
+                 'linear_num_value_heads': None,
+                 'linear_value_head_dim': None,
+                 'max_position_embeddings': 65536,
+                 'num_attention_heads': 30,
+                 'num_hidden_layers': 32,
+                 'num_key_value_heads': None,
+                 'tie_word_embeddings': False,
+                 'vocab_size': 100352},
  'olmoe': {'attention_bias': False,
            'attention_dropout': 0.0,
            'hidden_act': 'silu',
@@ -1810,9 +1826,10 @@ SOFTMAX_FP32: frozenset[str] = frozenset(
  'laguna', 'layoutlm', 'lfm2', 'lfm3', 'llama', 'mellum', 'minicpm3', 'minimax',
  'minimax_m2', 'minimax_m3_vl_text', 'ministral3', 'mistral', 'mixtral', 'mllama',
  'modernbert', 'modernbert-decoder', 'mpt', 'nanochat', 'nemotron_h', 'olmo', 'olmo2',
- 'olmo3', 'olmoe', 'opt', 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2', 'qwen2_moe',
- 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_moe', 'qwen3_next', 'seed_oss',
- 'smollm3', 'solar_open', 'stablelm', 'starcoder2', 'vaultgemma', 'xlm', 'youtu'])
+ 'olmo3', 'olmo_hybrid', 'olmoe', 'opt', 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2',
+ 'qwen2_moe', 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_moe', 'qwen3_next',
+ 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2', 'vaultgemma', 'xlm',
+ 'youtu'])
 
 # Eager attention appends the sink logits as a softmax column
 # (`torch.cat([attn_weights, sinks], dim=-1)`)
@@ -1866,7 +1883,8 @@ SCORES_CLAMPED: frozenset[str] = frozenset(
 NORM_FP32: frozenset[str] = frozenset(
 ['afmoe', 'beam', 'flex_olmo', 'flint', 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text',
  'gemma4_unified_text', 'gpt_oss', 'helium', 'minimax_m3_vl_text', 'nemotron_h', 'olmo',
- 'olmo2', 'olmo3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next', 'vaultgemma'])
+ 'olmo2', 'olmo3', 'olmo_hybrid', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next',
+ 'vaultgemma'])
 
 # RMSNorms that multiply their (16-bit) input itself by the fp32 rsqrt
 # (`variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)`)
@@ -2030,6 +2048,7 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'olmo': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'olmo2': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'olmo3': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
+    'olmo_hybrid': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'olmoe': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'openai-gpt': ('c_attn',),
     'opt': ('k_proj', 'q_proj', 'v_proj'),

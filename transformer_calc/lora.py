@@ -225,6 +225,10 @@ def _resolve(spec: ModelSpec, targets: tuple[str, ...]) -> set[str] | None:
     for t in targets:
         if t == ALL_LINEAR:
             raise TcalcError("--lora-targets: all-linear stands alone, not in a list")
+        if spec.peft_names_shared and t in aliases and t not in ROLES:
+            raise TcalcError(f"--lora-targets {t}: {spec.name}'s recurrent mixer has a "
+                             f"{t} of its own, which PEFT adapts with the attention's; name "
+                             "tcalc's roles (q, k, v, o, in_proj, out_proj, ...) or all-linear")
         role = aliases.get(t, t)  # tcalc's own names hold for every model
         if role not in ROLES:
             raise TcalcError(f"--lora-targets: unknown module '{t}' for {spec.name} (known: "

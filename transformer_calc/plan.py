@@ -548,7 +548,8 @@ def _block_parts(spec: ModelSpec, kinds: str, cross: bool) -> Block:
         return Block(attn=_attention(spec, a) if a not in "MX" else None, cross=None,
                      ffn=_ffn(spec, f) if f != "X" else None, norm=spec.norm, norms=norms,
                      norm_note="sandwich: a norm before and after each sublayer"
-                     if spec.sandwich_norm else f"{spec.norm_position}-norm",
+                     if spec.sandwich_norm else "pre-norm" if a == "M"
+                     else f"{spec.norm_position}-norm",
                      parallel=False, ffn_reads_attn_input=False,
                      mixer=_mixer(spec) if a == "M" else None)
     if spec.parallel_block:

@@ -167,13 +167,17 @@ class ModelSpec:
     attn_gate_in_q: bool = _f(False, "the attention output gate is computed by q_proj (its "
                               "output doubled: Qwen3-Next, Qwen3.5), not a module of its own")
     ssm_in_projs: int = _f(1, "separate input projection matrices of the mixer (Qwen3-Next: 2, "
-                           "in_proj_qkvz and in_proj_ba; Qwen3.5: 4); same parameters, one "
-                           "LoRA adapter each", minimum=1)
+                           "in_proj_qkvz and in_proj_ba; Qwen3.5: 4; OLMo Hybrid: 6); same "
+                           "parameters, one LoRA adapter each", minimum=1)
     peft_head: bool = _f(False, "PEFT's all-linear adapts the LM head too: the model's "
                          "get_output_embeddings does not return it, so PEFT does not know it "
                          "as the output layer (FSMT's output_projection)")
     peft_mamba: bool = _f(False, "PEFT refuses LoRA on this model's out_proj and conv1d "
                           "(peft's guard for Mamba-based model types)")
+    peft_names_shared: bool = _f(False, "the mixer's projections carry the attention's module "
+                                 "names (OLMo Hybrid's linear attention: q_proj, k_proj, "
+                                 "v_proj, o_proj), so PEFT adapts both by one name: "
+                                 "--lora-targets takes all-linear or tcalc's own names")
     module_names: str = _f("", "transformers' names of the linear layers (of lora's aliases: "
                            "q_proj, query, c_attn, ...) that --lora-targets accepts for this "
                            "model, comma-separated; empty: the Llama family's; none: none")
