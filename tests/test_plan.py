@@ -551,7 +551,7 @@ def test_olmo_hybrid_derives_its_linear_sizes_and_layer_kinds() -> None:
     # OlmoHybridConfig.__post_init__: key and value heads = num_attention_heads, d_k =
     # int(0.75 · hidden_size / key heads), d_v = 2 · d_k; every 4th layer full attention
     # (the last when none is); totals from transformers on the meta device
-    # (tools/reference_counts.py): 184,864 and, with 2 layers, 95,968
+    # (tools/reference_counts.py): 184,864 and, with 2 layers, 95,968 (6 layers: below)
     spec = spec_from_hf(json.loads((V / "olmo_hybrid-tiny.json").read_text()))
     assert (spec.ssm_groups, spec.ssm_heads, spec.ssm_state, spec.ssm_inner) == (4, 4, 12, 96)
     kinds = {g.name: g.count for g in plan_of(spec).groups}
@@ -562,6 +562,11 @@ def test_olmo_hybrid_derives_its_linear_sizes_and_layer_kinds() -> None:
     assert {g.name: g.count for g in plan_of(two).groups} == {"decoder.linear": 1,
                                                              "decoder.full": 1}
     assert count_params(two).total == 95_968
+    six = spec_from_hf(json.loads((V / "olmo_hybrid-tiny.json").read_text())
+                       | {"num_hidden_layers": 6})  # layer 3 alone is full: 273,760
+    assert {g.name: g.count for g in plan_of(six).groups} == {"decoder.linear": 5,
+                                                             "decoder.full": 1}
+    assert count_params(six).total == 273_760
     # the mixer layers are pre-norm, the attention layers post-norm (OLMo 3's)
     notes = {g.name: g.block.norm_note for g in plan_of(spec).groups}
     assert notes == {"decoder.linear": "pre-norm", "decoder.full": "post-norm"}
