@@ -131,3 +131,17 @@ def test_rank_one_is_a_rank() -> None:
     assert lora_params(spec, count_params(spec), 1).total * 16 == case["trainable"]
     with pytest.raises(TcalcError, match="--lora: expected a rank >= 1, got 0"):
         lora_params(spec, count_params(spec), 0)
+
+
+def test_deepseek_v3_without_shared_experts_still_has_their_empty_mlp() -> None:
+    # DeepseekV3MoE builds shared_experts = DeepseekV3MLP(moe_intermediate_size ·
+    # n_shared_experts), 0 wide with n_shared_experts 0: no parameters, but three nn.Linear
+    # PEFT adapts (r · in each for gate and up, r · out for down). peft 0.21.2 +
+    # transformers 5.23, `tools/reference_lora.py -r 8` on deepseek_v3-no-q-lora-bias.json
+    # with n_shared_experts 0: 74,560 trainable (all-linear); base total 185,296
+    config = json.loads((DATA / "hf" / "variants" / "deepseek_v3-no-q-lora-bias.json")
+                        .read_text()) | {"n_shared_experts": 0}
+    spec = spec_from_hf(config)
+    params = count_params(spec)
+    assert params.total == 259_856 - 74_560
+    assert lora_params(spec, params, 8).total == 74_560

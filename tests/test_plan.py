@@ -37,6 +37,7 @@ FLOPS_PER_TOKEN_T8 = {
     "gemma3_text-layer-types.json": 389_632,  # sandwich norms, layer_types
     "gpt_oss-tied-nobias.json": 514_560,  # sinks, biased router, experts with biases
     "olmo2-gqa.json": 315_904,  # QK-norm over the width, post-norms
+    "axk1-tiny.json": 205_824,  # DeepSeek-V3's MLA and MoE; a norm after each MoE block
     "phi3-gqa-tied.json": 315_904,  # fused qkv and gate_up
     "deepseek_v32-tiny.json": 235_712,  # DSA: the indexer's projections and scores
     "glm_moe_dsa-tiny.json": 227_168,  # the same, 2 index heads
@@ -588,3 +589,38 @@ def test_olmo_hybrid_lora_targets_by_transformers_names_are_refused() -> None:
     assert lora_params(spec, params, 8, ("q", "v")).total == 8 * (64 + 64) * 2
     with pytest.raises(Exception, match="q_proj of its own"):
         lora_params(spec, params, 8, ("q_proj", "v_proj"))
+
+
+def test_axk1_norms_each_moe_blocks_output() -> None:
+    # AXK1MoE.post_mlp_layernorm (transformers 5.23): an RMSNorm over each MoE block's
+    # output, shared experts included; the dense layers have none. Totals from transformers
+    # on the meta device: 181,688 (tools/reference_counts.py), 518,983,052,288 by default
+    # (tests/data/registry_cases_more.json)
+    config = json.loads((V / "axk1-tiny.json").read_text())
+    spec = spec_from_hf(config)
+    assert spec.moe_post_norm and spec.layer_ffn == "1D 2E"
+    blocks = {g.name: g.block for g in plan_of(spec).groups}
+    assert "ffn.post_norm" in blocks["decoder.moe"].norms
+    assert "ffn.post_norm" not in blocks["decoder.dense"].norms
+    rows = {i.name: i for i in count_params(spec).items}
+    assert rows["decoder.moe.ffn.post_norm"].total == 2 * 64
+    assert count_params(spec).total == 181_688
+    acts = {i.name for i in activation_breakdown(spec, 2, 64, act_bytes=2,
+                                                 device="cpu").items}
+    assert "decoder.moe.ffn.post_norm.rstd" in acts
+    # mlp_layer_types, or first_k_dense_replace (default 1) and moe_layer_freq
+    alt = spec_from_hf(config | {"mlp_layer_types": ["sparse", "dense", "sparse"]})
+    assert alt.layer_ffn == "1E 1D 1E"
+    assert spec_from_hf(config | {"first_k_dense_replace": None}).layer_ffn == "1D 2E"
+    dense = spec_from_hf(config | {"mlp_layer_types": ["dense"] * 3})
+    assert not dense.n_experts and not dense.moe_post_norm
+    with pytest.raises(SpecError, match="q_lora_rank.*query latent"):
+        spec_from_hf(config | {"q_lora_rank": None})
+    with pytest.raises(SpecError, match="mlp_layer_types.*dense, sparse"):
+        spec_from_hf(config | {"mlp_layer_types": ["moe"] * 3})
+    with pytest.raises(SpecError, match="moe_post_norm.*without experts"):
+        load_model("gpt2").replace(moe_post_norm=True)
+    # AXK1Config's own defaults where DeepseekV3Config's differ (its source, 5.23)
+    default = spec_from_hf({"model_type": "axk1"})
+    assert (default.max_positions, default.n_heads, default.n_experts,
+            default.vocab_size) == (32768, 64, 192, 163840)

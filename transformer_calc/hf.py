@@ -32,6 +32,7 @@ HEAD_CLASS = {
     "qwen3": "Qwen3ForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
+    "axk1": "AXK1ForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
     "modernbert": "ModernBertForMaskedLM",
@@ -926,9 +927,54 @@ def _deepseek_v3(c: Config) -> dict[str, Any]:
                 "top_k": c.get("num_experts_per_tok", 8),
                 "d_ff_expert": c.get("moe_intermediate_size", 2048),
                 "n_shared_experts": shared}
+        if not shared:
+            # DeepseekV3MoE builds its shared MLP whatever the count: moe_intermediate_size ·
+            # n_shared_experts = 0 wide, no parameters, yet three linear layers PEFT adapts
+            out |= {"n_shared_experts": 1, "d_ff_shared": 0}
         if k:
             out["layer_ffn"] = f"{k}D {L - k}E"
     return out
+
+
+# AXK1Config's defaults (transformers 5.23), where DeepseekV3Config's differ
+_AXK1_DEFAULTS = {"vocab_size": 163840, "num_attention_heads": 64, "n_routed_experts": 192,
+                  "max_position_embeddings": 32768}
+
+
+def _axk1(c: Config) -> dict[str, Any]:
+    """AXK1ForCausalLM (SK Telecom's A.X K1): DeepSeek-V3 (MLA, always with a query latent;
+    the sigmoid router; shared experts) with a norm over each MoE block's output
+    (post_mlp_layernorm), and the dense/sparse layers as mlp_layer_types lists them (derived
+    from first_k_dense_replace, default 1, and moe_layer_freq, default 1, when absent). It
+    builds no multi-token-prediction layers."""
+    data = _AXK1_DEFAULTS | {k: v for k, v in c.data.items() if v is not None or k not in
+                             _AXK1_DEFAULTS}
+    q_rank = data.get("q_lora_rank", 1536)
+    if isinstance(q_rank, bool) or not isinstance(q_rank, int) or q_rank < 1:
+        raise SpecError("q_lora_rank", "an integer >= 1 (A.X K1's attention always has a query "
+                        "latent)", q_rank, source=c.where)
+    view = Config(data | {"num_nextn_predict_layers": 0, "first_k_dense_replace": 0},
+                  c.where, c.table)
+    view.notes, view.decoder_alone = c.notes, c.decoder_alone
+    out = _deepseek_v3(view)
+    L = out["n_layers"]
+    types = c.data.get("mlp_layer_types")
+    if types is None:
+        k, every = c.get("first_k_dense_replace", 1), c.get("moe_layer_freq", 1)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise SpecError("moe_layer_freq", "an integer >= 1", every, source=c.where)
+        types = ["sparse" if i >= k and i % every == 0 else "dense" for i in range(L)]
+    if not isinstance(types, list) or len(types) != L \
+            or any(t not in ("dense", "sparse") for t in types):
+        raise SpecError("mlp_layer_types", f"a list of {L} of dense, sparse", types,
+                        source=c.where)
+    if "sparse" not in types:  # every layer dense: no experts at all
+        for key in ("n_experts", "top_k", "d_ff_expert", "n_shared_experts"):
+            out.pop(key, None)
+        out.pop("layer_ffn", None)
+        return out
+    out["layer_ffn"] = _runs(["E" if t == "sparse" else "D" for t in types])
+    return out | {"moe_post_norm": True}
 
 
 def _no_parameter_notes(c: Config) -> None:
@@ -2345,6 +2391,7 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "qwen3": _qwen3,
     "qwen3_moe": _qwen3_moe,
     "deepseek_v3": _deepseek_v3,
+    "axk1": _axk1,
     "gemma2": _gemma2,
     "gemma3_text": lambda c: _gemma2(c, v3=True),
     "gpt_oss": _gpt_oss,

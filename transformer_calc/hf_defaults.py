@@ -1816,20 +1816,20 @@ DEFAULTS: dict[str, dict[str, Any]] = {'afmoe': {'attention_bias': False,
 # Eager attention computes the softmax in fp32 (transformers' modelling code has
 # `softmax(attn_weights, dim=-1, dtype=torch.float32)`, or .float())
 SOFTMAX_FP32: frozenset[str] = frozenset(
-['afmoe', 'apertus', 'arcee', 'aria_text', 'bamba', 'beam', 'bitnet', 'bloom', 'cohere',
- 'cohere2', 'cohere2_moe', 'cwm', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'diffllama',
- 'ernie4_5', 'ernie4_5_moe', 'eurobert', 'exaone4', 'exaone_moe', 'falcon_h1', 'flaubert',
- 'flex_olmo', 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text', 'gemma4_unified_text', 'glm',
- 'glm4', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'gpt_bigcode', 'gpt_neox', 'granite',
- 'granite_swa', 'granitemoe', 'granitemoe_swa', 'granitemoehybrid', 'granitemoeshared',
- 'helium', 'hy_v3', 'hyperclovax', 'internlm3', 'iquestcoder', 'jais2', 'jamba', 'kolibri1',
- 'laguna', 'layoutlm', 'lfm2', 'lfm3', 'llama', 'mellum', 'minicpm3', 'minimax',
- 'minimax_m2', 'minimax_m3_vl_text', 'ministral3', 'mistral', 'mixtral', 'mllama',
- 'modernbert', 'modernbert-decoder', 'mpt', 'nanochat', 'nemotron_h', 'olmo', 'olmo2',
- 'olmo3', 'olmo_hybrid', 'olmoe', 'opt', 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2',
- 'qwen2_moe', 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_moe', 'qwen3_next',
- 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2', 'vaultgemma', 'xlm',
- 'youtu'])
+['afmoe', 'apertus', 'arcee', 'aria_text', 'axk1', 'bamba', 'beam', 'bitnet', 'bloom',
+ 'cohere', 'cohere2', 'cohere2_moe', 'cwm', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32',
+ 'diffllama', 'ernie4_5', 'ernie4_5_moe', 'eurobert', 'exaone4', 'exaone_moe', 'falcon_h1',
+ 'flaubert', 'flex_olmo', 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text',
+ 'gemma4_unified_text', 'glm', 'glm4', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa',
+ 'gpt_bigcode', 'gpt_neox', 'granite', 'granite_swa', 'granitemoe', 'granitemoe_swa',
+ 'granitemoehybrid', 'granitemoeshared', 'helium', 'hy_v3', 'hyperclovax', 'internlm3',
+ 'iquestcoder', 'jais2', 'jamba', 'kolibri1', 'laguna', 'layoutlm', 'lfm2', 'lfm3', 'llama',
+ 'mellum', 'minicpm3', 'minimax', 'minimax_m2', 'minimax_m3_vl_text', 'ministral3',
+ 'mistral', 'mixtral', 'mllama', 'modernbert', 'modernbert-decoder', 'mpt', 'nanochat',
+ 'nemotron_h', 'olmo', 'olmo2', 'olmo3', 'olmo_hybrid', 'olmoe', 'opt', 'persimmon', 'phi',
+ 'phi3', 'phimoe', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text',
+ 'qwen3_moe', 'qwen3_next', 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2',
+ 'vaultgemma', 'xlm', 'youtu'])
 
 # Eager attention appends the sink logits as a softmax column
 # (`torch.cat([attn_weights, sinks], dim=-1)`)
@@ -1856,9 +1856,9 @@ NORM_MANUAL: frozenset[str] = frozenset(
 # MoE experts that run grouped_mm by default (their module has
 # `@use_experts_implementation`)
 EXPERTS_GROUPED: frozenset[str] = frozenset(
-['afmoe', 'aria_text', 'beam', 'cohere2_moe', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32',
- 'ernie4_5_moe', 'exaone_moe', 'flex_olmo', 'flint', 'gemma4_text', 'glm4_moe',
- 'glm4_moe_lite', 'glm_moe_dsa', 'gpt_oss', 'granitemoe', 'granitemoe_swa',
+['afmoe', 'aria_text', 'axk1', 'beam', 'cohere2_moe', 'deepseek_v2', 'deepseek_v3',
+ 'deepseek_v32', 'ernie4_5_moe', 'exaone_moe', 'flex_olmo', 'flint', 'gemma4_text',
+ 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'gpt_oss', 'granitemoe', 'granitemoe_swa',
  'granitemoehybrid', 'granitemoeshared', 'hy_v3', 'jamba', 'kolibri1', 'laguna', 'mellum',
  'mimo_v2_flash', 'minimax', 'minimax_m2', 'minimax_m3_vl_text', 'mixtral', 'nemotron_h',
  'olmoe', 'phimoe', 'qwen2_moe', 'qwen3_5_moe_text', 'qwen3_moe', 'qwen3_next',
@@ -1894,7 +1894,7 @@ NORM_KEEPS_INPUT: frozenset[str] = frozenset(
 # MoE routers that matmul fp32 copies of their input and weight
 # (`F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))`, or .float())
 ROUTER_FP32: frozenset[str] = frozenset(
-['beam', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'ernie4_5_moe', 'exaone_moe',
+['axk1', 'beam', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'ernie4_5_moe', 'exaone_moe',
  'flint', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'hy_v3', 'kolibri1', 'mimo_v2_flash',
  'nemotron_h', 'solar_open'])
 
@@ -1937,6 +1937,7 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'apertus': ('down_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'arcee': ('down_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'aria_text': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
+    'axk1': ('down_proj', 'gate_proj', 'kv_a_proj_with_mqa', 'kv_b_proj', 'o_proj', 'q_a_proj', 'q_b_proj', 'up_proj'),
     'bamba': ('down_proj', 'gate_proj', 'up_proj'),
     'bart': ('k_proj', 'q_proj', 'v_proj'),
     'beam': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),

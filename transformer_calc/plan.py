@@ -558,6 +558,8 @@ def _block_parts(spec: ModelSpec, kinds: str, cross: bool) -> Block:
         norms = ("attn.norm", "cross.norm", "ffn.norm") if cross else ("attn.norm", "ffn.norm")
     if spec.sandwich_norm:
         norms += ("attn.post_norm", "ffn.post_norm")
+    elif spec.moe_post_norm and kinds[1] == "E":  # A.X K1: over the MoE block's output
+        norms += ("ffn.post_norm",)
     shared = spec.parallel_block and spec.parallel_norms == 1
     note = f"{spec.norm_position}-norm" + (", shared by attention and FFN" if shared else "")
     if spec.sandwich_norm:

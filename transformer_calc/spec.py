@@ -434,6 +434,8 @@ class ModelSpec:
                                  "0: an empty shared expert, as Qwen2-MoE allows)", minimum=0)
     router_bias: bool = _f(False, "a bias on the router (gpt-oss)")
     shared_expert_gate: bool = _f(False, "a d_model -> 1 gate on the shared experts (Qwen2-MoE)")
+    moe_post_norm: bool = _f(False, "a norm over the output of each MoE block, shared experts "
+                             "included (A.X K1's post_mlp_layernorm; dense layers have none)")
     peft_moe: str = _f("none", "how PEFT adapts this MoE with LoRA (peft 0.21's transformers-5 "
                        "conversion): mixtral or qwen2_moe (router + fused experts), none "
                        "(experts and router untouched), or linear_router (the router is an "
@@ -709,6 +711,8 @@ class ModelSpec:
             raise SpecError("encoder_global_block", "0 unless encoder_local_block is set "
                             "(transient-global attention is local attention with global "
                             "tokens)", self.encoder_global_block)
+        if self.moe_post_norm and not self.n_experts:
+            raise SpecError("moe_post_norm", "false without experts (n_experts >= 1)", True)
         if self.idle_cross_attention and self.arch != "decoder":
             raise SpecError("idle_cross_attention", "false unless arch is decoder (an "
                             "encoder-decoder runs its cross-attention)", True)
