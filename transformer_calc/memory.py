@@ -1007,21 +1007,61 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         dk, dv = N, Di // H
         row("in_proj_output", sb * C * a, "B·T·conv channels · act (q, k, v)")
         row("conv_output", Tk * C * a, "B·(T + ssm_conv − 1)·conv channels · act")
-        row("beta_g", sb * H * (a + 2 * f), "B·T·ssm_heads · (act + 8)")
-        row("qk_l2norm", 2 * sb * H * (dk + 1) * f, "2 · B·T·ssm_heads·(d_k + 1) · 4")
-        row("beta_values", sp * H * (dv + 1) * f, "B·T·ssm_heads·(d_v + 1) · 4")
-        row("key_copies", 6 * sp * H * dk * f, "6 · B·T·ssm_heads·d_k · 4")
-        row("chunk_scores", 4 * sp * H * Q * f, "4 · B·T·ssm_heads·ssm_chunk · 4 (decay, "
-            "k·kᵀ, q·kᵀ, the solve's matrix)", "quadratic within a chunk")
-        row("solved", sp * H * (dv + dk) * f + 3 * sp * H * f, "B·T·ssm_heads·(d_v + d_k) · 4")
-        row("loop", B * c * H * (dk * dv * 2 + Q * (dv * 2 + dk)) * f,
-            "chunks · B·ssm_heads·(2·d_k·d_v + ssm_chunk·(2·d_v + d_k)) · 4 (per chunk)")
-        row("gated_norm", sb * Di * f * 4 + sb * H * f, "4 · B·T·ssm_inner · 4 (fp32)")
-        if not up and (B > 1 or c > 1):
-            # an fp32 model: q and k enter the rule as views of the convolution's output, and
-            # the matmuls copy them (kᵀ twice, q before its decay, k once per chunk); a 16-bit
-            # model's .float() copies serve instead. Batch 1 in one chunk folds without copies.
-            row("fp32_copies", 4 * sp * H * dk * f, "4 · B·T·ssm_heads·d_k · 4 (fp32 model)")
+        row("beta_g", sb * H * (a + 2 * f) + 2 * H * f, "B·T·ssm_heads · (act + 8) + "
+            "2 · ssm_heads · 4 (sigmoid(b); softplus(a + dt_bias) twice; exp(A_log) twice)")
+        # torch_chunk_gated_delta_rule (transformers 5.23), line by line (each tensor located
+        # where autograd first keeps it: tools/measure_activations_hf.py with the rule's
+        # frames; Qwen3.5, every shape tried equal to the byte): the fp32 q and k l2norm keeps
+        # with their 1/norm; the padded β, v and k; per chunk the decay matrix, k·kᵀ, q·kᵀ,
+        # the solve's matrix and the intra-chunk scores; exp(cumulative decay) twice; k·β,
+        # the padded q, the solved k and v; the loop's states and corrections
+        # The layout q and k reach the rule in decides what it keeps and copies. A 16-bit
+        # model's .float() makes contiguous fp32 copies. In an fp32 model .to(float32) is a
+        # no-op: with fewer key than value heads q and k are repeat_interleave's outputs
+        # ((B, T, heads, d_k) order); with as many they are views of the convolution's output
+        # (channel-major, T innermost), which the l2norm then keeps whole. Unpadded, that
+        # order survives into the chunked tensors: the score matmuls copy their operands
+        # when more than one (sequence, head, chunk) block must be folded, and in the first
+        # order the loop's chunk slices of q and k too (measured: Qwen3.5, Qwen3-Next, OLMo
+        # Hybrid; every shape tried equal to the byte)
+        G = m.groups
+        views = not up and G == H
+        if views:
+            row("qk_l2norm", sb * C * f + 2 * sb * H * f, "B·T·conv channels · 4 + 2 · "
+                "B·T·ssm_heads · 4 (the convolution's output, of which q and k are views; "
+                "their 1/norm)")
+        else:
+            row("qk_l2norm", 2 * sb * H * (dk + 1) * f, "2 · B·T·ssm_heads·(d_k + 1) · 4 (q, "
+                "k and their 1/norm)")
+        row("padded_inputs", sp * H * (1 + dv + dk) * f, "B·T_chunks·ssm_heads·(1 + d_v + d_k) "
+            "· 4 (β, v, k padded to whole chunks)")
+        row("chunk_scores", 5 * sp * H * Q * f + Q * Q, "5 · B·T_chunks·ssm_heads·ssm_chunk · 4 "
+            "+ ssm_chunk² (decay, k·kᵀ, q·kᵀ, the solve's matrix, the intra-chunk scores; the "
+            "bool mask)", "quadratic within a chunk")
+        row("chunk_terms", sp * H * (2 + 3 * dk + dv) * f, "B·T_chunks·ssm_heads·(2 + 3·d_k + "
+            "d_v) · 4 (exp of the cumulative decay twice; k·β, q, the solved k and v)")
+        # an fp32 model whose length fills whole chunks (padding makes new contiguous
+        # tensors): the score matmuls copy k·β, kᵀ (twice) and q
+        copying = not up and Tp == T and (c > 1 or (B > 1 and not views))
+        if copying:
+            row("operand_copies", 4 * sp * H * dk * f, "4 · B·T·ssm_heads·d_k · 4 (fp32 "
+                "model, whole chunks)")
+        if c > 1:
+            # the loop reads the decayed q and k (views: kept whole; with several sequences
+            # in an fp32 model, copies of the c − 1 chunks that need them), and the chunks'
+            # decay
+            qk = 2 * (c - 1) * B * H * Q * dk if copying and B > 1 and not views \
+                else 2 * sp * H * dk
+            row("loop_inputs", (qk + sp * H + B * H * c) * f, "2 · B·T_chunks·ssm_heads·d_k "
+                "· 4 (the decayed q and k; with B > 1 in fp32 the c − 1 chunks read) + "
+                "exp(last − cumulative decay), the chunks' decay")
+        row("loop", B * H * (c * dk * dv + Tp * dv) * f, "B·ssm_heads·(chunks·d_k·d_v + "
+            "T_chunks·d_v) · 4 (the state entering each chunk, its correction v_new)")
+        # the gated RMSNorm (Qwen3NextRMSNormGated): its fp32 input (in a 16-bit model a copy),
+        # the normalised tensor, the weighted one, silu(z) and z in fp32; an fp32 model keeps
+        # the rule's output copied back besides (measured, Qwen3-Next and Qwen3.5)
+        row("gated_norm", sb * Di * f * (4 if up else 5) + sb * H * f,
+            "4 · B·T·ssm_inner · 4 (fp32; 5 · in an fp32 model) + rstd")
         row("out_proj_input", sb * Di * a, "B·T·ssm_inner · act")
 
     def cuda_kernels(m: Mixer, row) -> None:  # type: ignore[no-untyped-def]
