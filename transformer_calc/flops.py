@@ -22,7 +22,7 @@ from transformer_calc.breakdown import Breakdown
 from transformer_calc.choices import PATTERNS, RECOMPUTE
 from transformer_calc.errors import TcalcError
 from transformer_calc.params import count_params, symbols
-from transformer_calc.plan import FFN, Attention, Mixer, padded_length, plan_of
+from transformer_calc.plan import FFN, Attention, Mixer, local_symbols, plan_of
 from transformer_calc.spec import ModelSpec
 
 # Hoffmann et al. 2022 (Chinchilla): compute-optimal training uses ~20 tokens per parameter.
@@ -185,10 +185,8 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
                      partial(symbols, spec, T=T, keys=k,
                              sliding_keys=min(T, spec.sliding_window or T),
                              chunk_keys=min(T, spec.attention_chunk or T),
-                             local_block=spec.encoder_local_block,
-                             global_tokens=T // (spec.encoder_global_block or T + 1),
-                             T_blocks=padded_length(T, spec.encoder_local_block),
-                             index_keys=min(T, spec.index_topk or T)))
+                             index_keys=min(T, spec.index_topk or T),
+                             **local_symbols(spec, T)))
 
 
 def _relative_flops(add, spec: ModelSpec, a: Attention, E: int, T: int,  # type: ignore[no-untyped-def]

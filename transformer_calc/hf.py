@@ -152,6 +152,13 @@ class Config:
             value = self.table.get(key)
         return fallback if value is None else value
 
+    def with_data(self, data: dict[str, Any]) -> Config:
+        """The same config reading ``data`` (a record's derived defaults filled in); notes and
+        errors stay the file's."""
+        view = Config(data, self.where, self.table)
+        view.notes, view.decoder_alone = self.notes, self.decoder_alone
+        return view
+
     def renamed(self, names: dict[str, str]) -> Config:
         """A view that reads a family's own spelling of the standard keys (n_embd for
         hidden_size, ...); errors still name the file's key."""
@@ -953,10 +960,8 @@ def _axk1(c: Config) -> dict[str, Any]:
     if isinstance(q_rank, bool) or not isinstance(q_rank, int) or q_rank < 1:
         raise SpecError("q_lora_rank", "an integer >= 1 (A.X K1's attention always has a query "
                         "latent)", q_rank, source=c.where)
-    view = Config(data | {"num_nextn_predict_layers": 0, "first_k_dense_replace": 0},
-                  c.where, c.table)
-    view.notes, view.decoder_alone = c.notes, c.decoder_alone
-    out = _deepseek_v3(view)
+    out = _deepseek_v3(c.with_data(data | {"num_nextn_predict_layers": 0,
+                                           "first_k_dense_replace": 0}))
     L = out["n_layers"]
     types = c.data.get("mlp_layer_types")
     if types is None:
@@ -2368,9 +2373,7 @@ def _olmo_hybrid(c: Config) -> dict[str, Any]:
     if data.get("linear_value_head_dim") is None \
             and isinstance(data.get("linear_key_head_dim"), int):
         data["linear_value_head_dim"] = 2 * data["linear_key_head_dim"]
-    view = Config(data, c.where, c.table)
-    view.notes, view.decoder_alone = c.notes, c.decoder_alone
-    out = _generic(view, GENERIC["olmo_hybrid"])
+    out = _generic(c.with_data(data), GENERIC["olmo_hybrid"])
     rope = c.data.get("rope_parameters")
     if isinstance(rope, dict) and "rope_theta" in rope and rope["rope_theta"] is None:
         out["position"] = "none"

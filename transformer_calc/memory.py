@@ -27,7 +27,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import DENSE, pattern_keys
 from transformer_calc.lora import Adapted, adapted_layers, lora_params
 from transformer_calc.params import CATEGORIES, by_category, category, count_params, symbols
-from transformer_calc.plan import FFN, Attention, Mixer, padded_length, plan_of
+from transformer_calc.plan import FFN, Attention, Mixer, local_symbols, plan_of
 from transformer_calc.quant import FORMATS, weight_format_bytes
 from transformer_calc.spec import ModelSpec
 
@@ -1287,9 +1287,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         raise TcalcError("--recompute: expected one of none, selective, full")
     return Breakdown(spec.name, "bytes", tuple(rows), tuple(notes), {},
                      functools.partial(symbols, spec, B=B, T=T, act=a, mask=mask, stat=stat,
-                                       keys=keys, local_block=spec.encoder_local_block,
-                                       global_tokens=T // (spec.encoder_global_block or T + 1),
-                                       T_blocks=padded_length(T, spec.encoder_local_block)))
+                                       keys=keys, **local_symbols(spec, T)))
 
 
 def megatron_activations(spec: ModelSpec, s: Settings, T: int) -> Breakdown:

@@ -125,6 +125,13 @@ def padded_length(T: int, block: int) -> int:
     return -(-T // block) * block if block else T
 
 
+def local_symbols(spec: ModelSpec, T: int) -> dict[str, int]:
+    """The values of LongT5's local-attention symbols in FLOPs and memory formulas."""
+    b, g = spec.encoder_local_block, spec.encoder_global_block
+    return {"local_block": b, "T_blocks": padded_length(T, b),
+            "global_tokens": T // g if g else 0}
+
+
 class FFN(NamedTuple):
     """The position-wise sublayer: dense, a mixture of experts, or attention over parameters."""
 
