@@ -272,3 +272,13 @@ def test_longt5s_encoder_attention_equals_flop_counter(config: str, T: int,
         floored = 3 if spec.encoder_global_block else 2  # scores, values (, global K/V)
         assert 0 <= reference - flops.total < floored * spec.n_encoder_layers
     assert flops.get("encoder.attn.scores").note.startswith("local: blocks of")
+
+
+def test_a_windowed_pattern_built_without_a_window_is_refused() -> None:
+    # the Python API's defaults (the CLI passes --window itself): no window unless given
+    from transformer_calc.errors import TcalcError
+    from transformer_calc.flops import AttentionPattern
+
+    with pytest.raises(TcalcError, match="--window: the local pattern needs --window >= 1"):
+        AttentionPattern("local")
+    assert AttentionPattern("local", window=4).pairs(8) == 8 * 4

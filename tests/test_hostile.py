@@ -387,6 +387,8 @@ def test_a_sequence_longer_than_the_position_table_is_refused(cli) -> None:
 def test_parallel_degrees_must_split_heads_and_layers(cli) -> None:
     r = cli("memory", "gpt2", "--gpus", "8", "--tp", "8", code=2)
     assert r.stderr == "Error: --tp 8: expected a divisor of gpt2's 12 attention heads\n"
+    r = cli("memory", "gpt2-xl", "--gpus", "2", "--tp", "2", code=2)  # 25 heads: even two
+    assert r.stderr == "Error: --tp 2: expected a divisor of gpt2-xl's 25 attention heads\n"
     r = cli("memory", "gpt2", "--gpus", "5", "--pp", "5", code=2)
     assert r.stderr == ("Error: --pp 5: expected a divisor of gpt2's 12 layers (an uneven "
                         "split is not modelled)\n")

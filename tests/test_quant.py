@@ -87,6 +87,11 @@ def test_gptq_one_matrix_by_hand() -> None:
     parts = {k: b for k, b, _ in _linear("gptq", 11008, 4096, 4096 * 11008, 128)}
     assert parts == {"qweight": 22_544_384, "qzeros": 176_128, "scales": 704_512,
                      "g_idx": 16_384}
+    # 8 bits (AutoGPTQ's QuantLinear with bits=8: qweight (in·8/32) × out int32, qzeros
+    # groups × (out·8/32) int32): a byte per weight and per zero point
+    parts = {k: b for k, b, _ in _linear("gptq-int8", 11008, 4096, 4096 * 11008, 128)}
+    assert parts == {"qweight": 45_088_768, "qzeros": 352_256, "scales": 704_512,
+                     "g_idx": 16_384}
 
 
 def test_every_format_runs_and_shrinks_a_bf16_model() -> None:
