@@ -102,7 +102,9 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # And OLMo Hybrid (its Gated DeltaNet layers are Qwen3-Next's kernel), two variants, B=2 T=64
 # and B=1 T=128, eager and SDPA: −0.3 to 0.0 % (−5.6 to +2.3 % until the Gated DeltaNet
 # rule was written out line by line); and
-# A.X K1 (DeepSeek-V3 with a norm after each MoE block), the same shapes: −0.4 % in each.
+# A.X K1 (DeepSeek-V3 with a norm after each MoE block), the same shapes: −0.4 % in each; and
+# YOSO's expectation attention (it had been +43 to +77 %, counted as a softmax with dropout),
+# eager only: +0.2 %.
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
@@ -139,7 +141,7 @@ EAGER_ONLY = {"gpt_oss-tied-nobias.json", "tapas-tiny.json", "trocr-tiny.json",
               "vaultgemma-tiny.json", "deberta-v2-relative.json", "deberta-v2-c2p-p2c.json",
               "xglm-tiny.json", "ibert-tiny.json", "longt5-local.json",
               "longt5-local-default.json", "longt5-tglobal.json", "longt5-tglobal-default.json",
-              "longt5-local-nodropout.json"}
+              "longt5-local-nodropout.json", "yoso-tiny.json"}
 
 
 def test_the_fixtures_cover_14_architectures_both_attentions_and_dtypes() -> None:
@@ -613,3 +615,26 @@ def test_longt5s_global_tokens_norm_counts_global_tokens_whatever_the_norm() -> 
     assert rows["encoder.attn.global_input_norm.input"] == 2 * G * 64 * 2
     assert rows["encoder.attn.global_input_norm.stats"] == 2 * 2 * G * 4  # mean, rstd: fp32
     assert rows["encoder.attn.norm.stats"] == 2 * 2 * 30 * 4
+
+
+def test_yoso_keeps_its_expectation_matrix_not_a_softmax() -> None:
+    # YosoCumulation (transformers 5.23) keeps the normalised Q and K, V, the B·H·T·T
+    # expectation and an int32 mask; YOSO's attention applies no dropout. Measured
+    # (activations_s12_cpu.jsonl): within 0.2 % beyond the labels alias and a position-id
+    # slice of a buffer the measurement leaves out
+    config = json.loads((DATA / "hf" / "variants" / "yoso-tiny.json").read_text())
+    spec = spec_from_hf(config)
+    assert spec.yoso_expectation
+    rows = {i.name: i.count for i in activation_breakdown(spec, 2, 64, act_bytes=4,
+                                                          device="cpu").items}
+    assert rows["encoder.attn.expectation"] == 2 * 4 * 64 * 64 * 4
+    assert "encoder.attn.softmax" not in rows and "encoder.attn.dropout_mask" not in rows
+    for r in (r for r in MEASURED if r["config"] == "yoso-tiny.json"):
+        # beyond the labels (the input ids themselves: B·T·8) and the position ids (a slice
+        # of a buffer: T·8), within a few scalars' bytes
+        extra = r["B"] * r["T"] * 8 + r["T"] * 8
+        assert abs(_estimate(r) - r["measured_bytes"] - extra) <= 8, r
+    from transformer_calc.errors import SpecError
+
+    with pytest.raises(SpecError, match="use_expectation.*LSH"):
+        spec_from_hf(config | {"use_expectation": False})

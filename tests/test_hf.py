@@ -139,6 +139,7 @@ REFERENCE = {
     "variants/olmo_hybrid-nope.json": (110_160, "OlmoHybridForCausalLM"),
     # A.X K1: DeepSeek-V3 with a norm over each MoE block's output (1 dense, 2 MoE layers)
     "variants/axk1-tiny.json": (181_688, "AXK1ForCausalLM"),
+    "variants/yoso-tiny.json": (148_496, "YosoForMaskedLM"),
     "variants/mt5-tiny.json": (22_640, "MT5ForConditionalGeneration"),
     "variants/xglm-tiny.json": (24_120, "XGLMForCausalLM"),
     "variants/gte-tiny.json": (8_977, "GteForMaskedLM"),

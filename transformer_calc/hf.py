@@ -2170,6 +2170,10 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
     if not r.decoder:
         c.refuse("is_decoder", bool, "the model as a decoder is not modelled")
     c.refuse("use_task_id", bool, "ERNIE's task-type embeddings are not modelled")
+    yoso = r.cls == "YosoForMaskedLM"
+    if yoso:
+        c.refuse("use_expectation", lambda v: not v, "YOSO's LSH cumulation runs CUDA kernels, "
+                 "not modelled; its expectation attention is")
     if not r.factorized and c.t("embedding_size") not in (None, t("hidden_size")):
         raise SpecError("embedding_size", f"equal to hidden_size={t('hidden_size')} (a "
                         "projected embedding is not modelled for this type)",
@@ -2240,7 +2244,7 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
                 lm_head=r.head == "bias", lm_head_bias=r.head == "bias", pooler=r.pooler,
                 mlm_head=r.head == "mlm",
                 layers_nn_linear=not r.quant_linear, tie_embeddings=tied,
-                ffn_dropout=r.ffn_dropout, norm_int=r.quant_linear)
+                ffn_dropout=r.ffn_dropout, norm_int=r.quant_linear, yoso_expectation=yoso)
 
 
 def _token_types(c: Config, r: Encoder) -> int:

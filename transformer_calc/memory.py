@@ -514,6 +514,25 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             add((p + "dropout_output", probs * a, f"{sym} · act (A·V input)", "", L, stack,
                  "tp", None, ()))
 
+    def yoso_core(at: Attention, p: str, stack: str, L: int) -> None:
+        """YOSO's expectation attention (YosoSelfAttention and YosoCumulation, transformers
+        5.23): Q, K and V reshaped to (B·heads, T, d_head), copies; Q and K l2-normalised
+        (each normalisation keeps its input, the norm and the clamped norm), then the
+        cumulation keeps the normalised Q and K, V, the expectation matrix and the int32 mask;
+        its output is normalised too. No softmax and no dropout on the scores. (Measured:
+        yoso-tiny.json, saved_tensors_hooks.)"""
+        Hh, dq = at.heads, at.d_head
+        add((p + "qkv", 3 * sb * Hh * dq * a, "3 · B·T·n_heads·d_head · act (Q, K, V copies)",
+             "", L, stack, "tp", None, ()))
+        add((p + "qk_normalised", 2 * sb * Hh * dq * a, "2 · B·T·n_heads·d_head · act", "", L,
+             stack, "tp", None, ()))
+        add((p + "expectation", B * Hh * T * T * a, "B·n_heads·T·T · act ((1 − acos(q̂·k̂ᵀ)/π)"
+             "^hash_code_len)", "", L, stack, "tp", None, ()))
+        add((p + "output", sb * Hh * dq * a + 3 * 2 * B * Hh * T * a + B * Hh * T * 4,
+             "B·T·n_heads·d_head · act + 3 · 2 · B·n_heads·T · act + B·n_heads·T · 4 (the "
+             "output the last normalisation reads; three normalisations' norms; the int32 "
+             "mask)", "", L, stack, "tp", None, ()))
+
     def attention_block(at: Attention, p: str, stack: str, L: int) -> None:
         cross = at.cross
         Hh, dq, dv = at.heads, at.d_head, at.d_v
@@ -610,6 +629,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  "d_head · act (the convolutions' inputs)", "", L, stack, "tp", None, ()))
         if at.kind == "local":
             local_core(at, p, stack, L)
+        elif spec.yoso_expectation and not cross:
+            yoso_core(at, p, stack, L)
         elif at.mechanism != "softmax" and not cross:
             efficient_core(at, p, stack, L)
         elif flash and at.fused_qkv and not cross and spec.position == "rope":
@@ -637,8 +658,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  "B·T·(n_heads + 2·n_kv_heads)·d_head · act" if dv == dq else
                  "B·T·((n_heads + n_kv_heads)·d_head + n_kv_heads·d_v) · act", "", L, stack,
                  "tp", None, ()))
-        if at.kind == "local" or (at.mechanism != "softmax" and not cross):
-            pass  # local_core or efficient_core above
+        if at.kind == "local" or (at.mechanism != "softmax" and not cross) \
+                or spec.yoso_expectation:
+            pass  # local_core, yoso_core or efficient_core above
         elif flash:
             add((p + "out", sb * Hh * dv * a, f"B·T·n_heads·{dvs} · act (kernel output)", "",
                  L, stack, "tp", None, ()))

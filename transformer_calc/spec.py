@@ -91,6 +91,9 @@ class ModelSpec:
     scores_clamped: bool = _f(False, "eager attention clamps its masked scores from below "
                               "(XGLM: torch.max(scores, finfo.min)), which keeps them",
                               arch=False)
+    yoso_expectation: bool = _f(False, "YOSO's expectation attention (YosoCumulation): "
+                                "(1 − acos(q̂·k̂ᵀ)/π)^hash_code_len over l2-normalised q and k, "
+                                "no softmax, no attention dropout", arch=False)
     rope_concat: bool = _f(False, "RoPE concatenates the rotated part of each head with the rest "
                            "(partial rotary: StableLM, GPT-NeoX, Phi, GLM), so Q leaves it "
                            "contiguous in (B, H, T, d) order", arch=False)
