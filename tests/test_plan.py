@@ -574,6 +574,8 @@ def test_olmo_hybrid_derives_its_linear_sizes_and_layer_kinds() -> None:
     # rope_theta null: no rotary embedding (the released checkpoints')
     nope = spec_from_hf(json.loads((V / "olmo_hybrid-nope.json").read_text()))
     assert (spec.position, nope.position) == ("rope", "none")
+    with pytest.raises(SpecError, match="linear_num_key_heads.*integer >= 1"):
+        spec_from_hf({"model_type": "olmo_hybrid", "linear_num_key_heads": 0})
     with pytest.raises(SpecError, match="layer_types.*one linear_attention and one full"):
         spec_from_hf({"model_type": "olmo_hybrid", "num_hidden_layers": 2,
                       "layer_types": ["linear_attention"] * 2})

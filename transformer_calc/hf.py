@@ -75,14 +75,16 @@ INT_KEYS = frozenset("""
     output_embedding_size num_hidden_groups inner_group_num shape_vocab_size shape_embed_dim
     pronunciation_vocab_size pronunciation_embed_dim global_head_dim num_global_key_value_heads
     num_kv_shared_layers hidden_size_per_layer_input vocab_size_per_layer_input top_k_experts
-    local_radius global_block_size
+    local_radius global_block_size linear_num_key_heads linear_num_value_heads
+    linear_key_head_dim linear_value_head_dim
     """.split())
 # Sizes and periods a class divides by or counts layers with: 0 is no value tcalc can count
 # (transformers fails on it, or builds a model without layers)
 POSITIVE_KEYS = frozenset("""
     num_hidden_layers num_attention_heads n_layer n_head num_layers num_heads decoder_sparse_step
     attn_layer_period expert_layer_period global_attn_every_n_layers full_attention_interval
-    global_block_size
+    global_block_size linear_num_key_heads linear_num_value_heads linear_key_head_dim
+    linear_value_head_dim
     """.split())
 BOOL_KEYS = frozenset("""
     tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
@@ -2368,6 +2370,9 @@ def _olmo_hybrid(c: Config) -> dict[str, Any]:
         raise SpecError("layer_types", "at least one linear_attention and one full_attention "
                         "layer (OlmoHybridConfig.validate_architecture)", types,
                         source=c.where)
+    for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                "linear_value_head_dim"):
+        c.t(key)  # type-checks a value the file gives (a positive integer)
     for key in ("linear_num_key_heads", "linear_num_value_heads"):
         if data.get(key) is None:
             data[key] = H
