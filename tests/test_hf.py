@@ -16,6 +16,7 @@ import pytest
 from conftest import DATA
 
 from transformer_calc import count_params, load_model
+from transformer_calc.errors import SpecError
 from transformer_calc.hf import HEAD_CLASS, spec_from_hf
 
 HF = DATA / "hf"
@@ -139,6 +140,13 @@ REFERENCE = {
     "variants/olmo_hybrid-nope.json": (110_160, "OlmoHybridForCausalLM"),
     # A.X K1: DeepSeek-V3 with a norm over each MoE block's output (1 dense, 2 MoE layers)
     "variants/axk1-tiny.json": (181_688, "AXK1ForCausalLM"),
+    # session 13's types (the activation measurements' tiny variants)
+    "variants/dots1-tiny.json": (196_128, "Dots1ForCausalLM"),
+    "variants/hunyuan_v1_dense-tiny.json": (74_432, "HunYuanDenseV1ForCausalLM"),
+    "variants/hunyuan_v1_moe-tiny.json": (152_960, "HunYuanMoEV1ForCausalLM"),
+    "variants/lfm2_moe-tiny.json": (171_872, "Lfm2MoeForCausalLM"),
+    "variants/ministral-tiny.json": (108_992, "MinistralForCausalLM"),
+    "variants/nemotron-tiny.json": (74_368, "NemotronForCausalLM"),
     "variants/yoso-tiny.json": (148_496, "YosoForMaskedLM"),
     "variants/mt5-tiny.json": (22_640, "MT5ForConditionalGeneration"),
     "variants/xglm-tiny.json": (24_120, "XGLMForCausalLM"),
@@ -409,3 +417,32 @@ def test_deberta_refuses_pos_att_type_that_is_no_list_of_names(cli, tmp_path,
     assert cli("params", str(path), code=2).stderr == (
         f"Error: {path}: key 'pos_att_type': expected a list of 'c2p' / 'p2c', or them joined "
         f"by '|', got {value}\n")
+
+
+def test_lfm2_reads_tie_embedding_over_tie_word_embeddings() -> None:
+    """Lfm2Config and Lfm2MoeConfig pop ``tie_embedding`` (the key LFM2's published configs
+    use) over tie_word_embeddings. transformers 5.23, meta device (tools/reference_counts.py
+    on {"model_type": "lfm2", "tie_embedding": false}):
+    2,873,269,760 untied; the default, tied: 2,705,497,600."""
+    assert count_params(spec_from_hf({"model_type": "lfm2", "tie_embedding": False})).total \
+        == 2_873_269_760
+    assert count_params(spec_from_hf({"model_type": "lfm2"})).total == 2_705_497_600
+    assert count_params(spec_from_hf({"model_type": "lfm2", "tie_word_embeddings": False,
+                                      "tie_embedding": True})).total == 2_705_497_600
+
+
+def test_hunyuan_moe_top_k_per_layer_and_expert_count() -> None:
+    """HunYuanMoEV1Gate reads moe_topk per layer when it is a list; tcalc's MoE layers route
+    alike, so a list of one value is that value and a mixed list is refused by name;
+    num_experts must be one integer (HunYuanMoEV1Config rejects a list)."""
+    base = {"model_type": "hunyuan_v1_moe", "head_dim": 16, "num_experts": 8,
+            "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+            "intermediate_size": 32, "vocab_size": 100}
+    # transformers 5.23 (meta): 157,568 trainable parameters, whatever the top-k
+    spec = spec_from_hf(base | {"moe_topk": [3, 3]})
+    assert (spec.top_k, count_params(spec).total) == (3, 157_568)
+    assert spec_from_hf(base | {"num_experts_per_tok": 2}).top_k == 2
+    with pytest.raises(SpecError, match="key 'moe_topk'"):
+        spec_from_hf(base | {"moe_topk": [2, 3]})
+    with pytest.raises(SpecError, match="key 'num_experts'"):
+        spec_from_hf(base | {"num_experts": [8, 8]})

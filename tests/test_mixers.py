@@ -73,7 +73,7 @@ def test_flop_cases_cover_every_mixer_and_hybrid_type() -> None:
     types = {c["config"]["model_type"] for c, _ in FLOP_CASES}
     assert types >= {"mamba", "falcon_mamba", "mamba2", "nemotron_h", "bamba",
                      "granitemoehybrid", "jamba", "lfm2", "qwen3_next", "qwen3_5_text",
-                     "qwen3_5_moe_text", "falcon_h1", "minimax", "lfm3"}, types
+                     "qwen3_5_moe_text", "falcon_h1", "minimax", "lfm3", "lfm2_moe"}, types
 
 
 # -- real configs -----------------------------------------------------------------------------
@@ -151,6 +151,7 @@ CACHE_FP32 = {  # name: (kv at 16, kv at 48, conv, recurrent)
     "falcon_h1": (8192, 24576, 2048, 2048),
     "minimax": (8192, 24576, 0, 4096),
     "olmo_hybrid": (8192, 24576, 9216, 13824),
+    "lfm2_moe": (4096, 12288, 1536, 0),
 }
 # --dtype bfloat16 --seq-len 16: the recurrent state stays fp32, the rest halves
 CACHE_BF16_RECURRENT = {"bamba": 512, "jamba": 4096, "mamba": 6144, "mamba2": 3072,

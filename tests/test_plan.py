@@ -83,6 +83,11 @@ KV_BYTES_FP32 = {
     # and V of 16 per head (tiny); S F S F, window 9, one K/V head in full layers (types)
     "mimo_v2_flash-tiny.json": {16: 32_640, 48: 53_120},
     "mimo_v2_flash-types.json": {16: 6_144, 48: 12_288},
+    # Ministral: 2 sliding layers (window 16) and a full one, 2 K/V heads of 16
+    # (--seq-len 16 48)
+    "ministral-tiny.json": {16: 11_776, 48: 19_968},
+    # dots.llm1: 3 full layers (max_window_layers 62 > the layers: none slides)
+    "dots1-tiny.json": {16: 12_288, 48: 36_864},
 }
 
 
@@ -626,3 +631,23 @@ def test_axk1_norms_each_moe_blocks_output() -> None:
     default = spec_from_hf({"model_type": "axk1"})
     assert (default.max_positions, default.n_heads, default.n_experts,
             default.vocab_size) == (32768, 64, 192, 163840)
+
+
+def test_dots1_and_ministral_derive_their_sliding_layers() -> None:
+    """Dots1Config slides from max_window_layers on when sliding_window is set; MinistralConfig
+    slides every layer without layer_types. The cache after a prefill, fp32, from
+    `tools/reference_kv_cache.py --seq-len 16 48` on these configs (transformers 5.23.0):
+    dots1 with max_window_layers 1, window 8: 7,680 and 15,872 bytes; Ministral's tiny
+    variant without layer_types (window 16): 11,520 at both lengths."""
+    dots = json.loads((V / "dots1-tiny.json").read_text()) | {"max_window_layers": 1,
+                                                              "sliding_window": 8}
+    ministral = json.loads((V / "ministral-tiny.json").read_text())
+    del ministral["layer_types"]
+    for config, pattern, window, cache in ((dots, "1F 2S", 8, (7_680, 15_872)),
+                                           (ministral, "3S", 16, (11_520, 11_520))):
+        spec = spec_from_hf(config)
+        assert (spec.layer_attention, spec.sliding_window) == (pattern, window)
+        assert tuple(4 * kv_cache_elements(spec, T) for T in (16, 48)) == cache
+    # an explicit null window: no sliding layer in either (the classes' own rule)
+    for config in (dots, ministral):
+        assert spec_from_hf(config | {"sliding_window": None}).layer_attention == ""

@@ -15,7 +15,7 @@ a length that fills whole chunks (Gated DeltaNet's chunk is 64):
 
     python tools/check_registry.py --cases 4 --flops 8 --write tests/data/registry_mixers_T8.json \
         mamba falcon_mamba mamba2 nemotron_h bamba granitemoehybrid jamba lfm2 falcon_h1 minimax \
-        lfm3
+        lfm3 lfm2_moe
     python tools/check_registry.py --cases 4 --flops 64 \
         --write tests/data/registry_mixers_T64.json qwen3_next qwen3_5_text qwen3_5_moe_text \
         olmo_hybrid

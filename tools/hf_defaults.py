@@ -96,7 +96,7 @@ ATTN_FP32 = ("query = query.to(torch.float32)",
 # RoPE that concatenates the rotated part with the rest (Q then contiguous in (B, H, T, d))
 ROPE_CONCAT = ("torch.cat([q_embed, q_pass]", "torch.cat([q_rot, q_pass]",
                "torch.cat((query_rot, query_pass)", "torch.cat((query, query_pass)",
-               "torch.cat([(q_rot * cos)")
+               "torch.cat([(q_rot * cos)", "torch.cat((q_embed, q_pass)")
 # LayerNorms written out in fp32 that compute x − mean twice (CohereLayerNorm)
 NORM_MANUAL = "variance = (hidden_states - mean).pow(2).mean(-1, keepdim=True)"
 # Experts modules that take transformers' experts_implementation (grouped_mm by default)

@@ -1857,6 +1857,26 @@ GENERIC: dict[str, Layout] = {
                          moe=Moe(shared="num_shared_experts",
                                  first_dense="first_k_dense_replace")),
     "jais2": Layout("Jais2ForCausalLM", ffn="plain", norm="layernorm"),
+    # dots.llm1 (Dots1ForCausalLM): Qwen3's attention (QK-norm per head, biases on all four
+    # projections by attention_bias) and DeepSeek-V3's MoE without latent attention: dense
+    # layers before first_k_dense_replace, then routed experts and one shared MLP of
+    # n_shared_experts · moe_intermediate_size. Checks and sliding layers: _dots1
+    "dots1": Layout("Dots1ForCausalLM", mlp_bias=False, qk_norm="head",
+                    moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace")),
+    # Hunyuan (HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM): Llama with an RMSNorm over
+    # each query and key head (query_layernorm, key_layernorm); the MoE class routes every layer
+    # to num_experts experts of intermediate_size beside a shared MLP of the same size. Head
+    # size and per-layer lists: _hunyuan
+    "hunyuan_v1_dense": Layout("HunYuanDenseV1ForCausalLM", mlp_bias=False, qk_norm="head"),
+    "hunyuan_v1_moe": Layout("HunYuanMoEV1ForCausalLM", mlp_bias=False, qk_norm="head",
+                             moe=Moe(top_k=("num_experts_per_tok", "moe_topk"), expert_ff="",
+                                     shared=1)),
+    # Nemotron (NemotronForCausalLM: Nemotron-4, Minitron): a plain MLP (up, down; squared ReLU
+    # by default) and LayerNorm1P, a LayerNorm with weight and bias applied as weight + 1
+    "nemotron": Layout("NemotronForCausalLM", ffn="plain", norm="layernorm"),
+    # Ministral (MinistralForCausalLM): Mistral's layers, sliding per layer_types (which
+    # MinistralConfig fills with sliding layers whenever sliding_window is set): _ministral
+    "ministral": Layout("MinistralForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False),
     "persimmon": Layout("PersimmonForCausalLM", qkv_bias=True, o_bias=True, mlp_bias=True,
                         ffn="plain", norm="layernorm", qk_norm="head",
                         qk_norm_key="qk_layernorm", fused_qkv=True),
@@ -2075,6 +2095,14 @@ GENERIC: dict[str, Layout] = {
                               head_dim="head_dim", chunk="block_size", every=2, full_when=1),
                       moe=Moe(experts=("num_local_experts",), expert_ff="")),
     # LFM2: short gated convolutions and attention with QK-norm; the FFN size is adjusted
+    # LFM2-MoE (Lfm2MoeForCausalLM): LFM2's convolutions and attention, its first
+    # num_dense_layers with a dense FFN of intermediate_size as it stands (no 2/3 rounding),
+    # the rest routed experts (the router's expert_bias is a buffer). layer_types: _lfm2
+    "lfm2_moe": Layout("Lfm2MoeForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
+                       qk_norm="head",
+                       ssm=Ssm("short_conv", layers="lfm2", conv="conv_L_cache",
+                               conv_bias="conv_bias"),
+                       moe=Moe(first_dense="num_dense_layers")),
     "lfm2": Layout("Lfm2ForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
                    qk_norm="head", ffn_adjust="lfm2",
                    ssm=Ssm("short_conv", layers="lfm2", conv="conv_L_cache",
@@ -2352,6 +2380,100 @@ TABLE_DRIVEN: dict[str, Layout | Encoder | Seq2Seq | T5Like] = {
     **GENERIC, **ENCODERS, **SEQ2SEQ, **T5S}
 
 
+def _needs(c: Config, key: str, why: str) -> None:
+    """A key the class reads without a default: null (or absent, with a null class default)
+    is refused, as the class cannot be built from it."""
+    if c.t(key) is None:
+        raise SpecError(key, f"to be set ({why})", c.data.get(key), source=c.where)
+
+
+def _dots1(c: Config) -> dict[str, Any]:
+    """Dots1ForCausalLM: the generic record, with the keys Dots1Config leaves null checked
+    (n_routed_experts, num_experts_per_tok and n_shared_experts are read by every MoE layer),
+    the shared MLP kept at width 0 (Dots1MoE builds it whatever the count, as DeepSeek-V3
+    does), and the sliding layers Dots1Config derives: from max_window_layers on, when
+    sliding_window is set."""
+    L, first = c.t("num_hidden_layers"), c.t("first_k_dense_replace", 0)
+    if isinstance(L, int) and isinstance(first, int) and first < L:
+        for key in ("n_routed_experts", "num_experts_per_tok", "n_shared_experts"):
+            _needs(c, key, "Dots1Config leaves it null; every MoE layer reads it")
+    data = dict(c.data)
+    # Dots1Config's sliding_window 4096 and max_window_layers 62 (an explicit null: none)
+    window, start = data.get("sliding_window", 4096), data.get("max_window_layers", 62)
+    if data.get("layer_types") is None and isinstance(L, int) and window is not None:
+        if isinstance(start, bool) or not isinstance(start, int):
+            raise SpecError("max_window_layers", "an integer (the first sliding layer)", start,
+                            source=c.where)
+        if start < L:
+            data |= {"sliding_window": window,
+                     "layer_types": ["sliding_attention" if i >= start else "full_attention"
+                                     for i in range(L)]}
+    out = _generic(c.with_data(data), GENERIC["dots1"])
+    if out.get("n_experts") and not out.get("n_shared_experts"):
+        # Dots1MLP(intermediate_size=moe_intermediate_size · 0): no parameters, yet three
+        # linear layers PEFT adapts
+        out |= {"n_shared_experts": 1, "d_ff_shared": 0}
+    return out
+
+
+def _hunyuan(c: Config, moe: bool) -> dict[str, Any]:
+    """HunYuanDenseV1ForCausalLM / HunYuanMoEV1ForCausalLM: the generic record; head_dim must
+    be given (the attention reads it with no fallback: null fails in transformers 5.23), and
+    the MoE class's num_experts must be one integer (its experts read it whole), moe_topk one
+    integer or a list of one value per layer, all alike (tcalc's MoE layers route alike)."""
+    _needs(c, "head_dim", "the attention reads it; transformers 5.23 derives none")
+    data = dict(c.data)
+    if moe:
+        X = data.get("num_experts")
+        if X is not None and (isinstance(X, bool) or not isinstance(X, int) or X < 1):
+            raise SpecError("num_experts", "an integer >= 1 (HunYuanMoEV1Experts reads one "
+                            "count for every layer)", X, source=c.where)
+        k = data.get("moe_topk")
+        if isinstance(k, list):
+            L = c.t("num_hidden_layers")
+            if len(k) != L or len(set(map(str, k))) != 1:
+                raise SpecError("moe_topk", f"one integer, or a list of {L} equal integers "
+                                "(layers that route to different numbers of experts are not "
+                                "modelled)", k, source=c.where)
+            data["moe_topk"] = k[0]
+    return _generic(c.with_data(data),
+                    GENERIC["hunyuan_v1_moe" if moe else "hunyuan_v1_dense"])
+
+
+def _nemotron(c: Config) -> dict[str, Any]:
+    """NemotronForCausalLM: the generic record; NemotronConfig leaves num_key_value_heads null
+    and the attention divides by it (transformers 5.23 cannot build a null)."""
+    _needs(c, "num_key_value_heads", "NemotronAttention divides the heads by it; "
+           "NemotronConfig derives none")
+    return _generic(c, GENERIC["nemotron"])
+
+
+def _ministral(c: Config) -> dict[str, Any]:
+    """MinistralForCausalLM: the generic record; head_dim must be given (as Hunyuan's), and
+    without layer_types every layer slides when sliding_window is set (MinistralConfig)."""
+    _needs(c, "head_dim", "the attention reads it; transformers 5.23 derives none")
+    data = dict(c.data)
+    L = c.t("num_hidden_layers")
+    window = data.get("sliding_window", 4096)  # MinistralConfig's (an explicit null: none)
+    if data.get("layer_types") is None and isinstance(L, int) and window is not None:
+        data |= {"sliding_window": window, "layer_types": ["sliding_attention"] * L}
+    elif "sliding_window" not in data:
+        data["sliding_window"] = window
+    return _generic(c.with_data(data), GENERIC["ministral"])
+
+
+def _lfm2(c: Config, moe: bool) -> dict[str, Any]:
+    """Lfm2ForCausalLM / Lfm2MoeForCausalLM: the generic record, with the files' tie_embedding
+    (their config classes take it over tie_word_embeddings: __post_init__ pops it); the MoE
+    class has no full_attn_idxs rule, so its layer_types must be given."""
+    data = dict(c.data)
+    if "tie_embedding" in data:
+        data["tie_word_embeddings"] = data.pop("tie_embedding")
+    if moe:
+        _needs(c, "layer_types", "Lfm2MoeDecoderLayer reads it; Lfm2MoeConfig derives none")
+    return _generic(c.with_data(data), GENERIC["lfm2_moe" if moe else "lfm2"])
+
+
 def _olmo_hybrid(c: Config) -> dict[str, Any]:
     """OlmoHybridForCausalLM (transformers 5.23): the generic record, with the sizes
     OlmoHybridConfig.__post_init__ derives when the file leaves them out, and without RoPE
@@ -2417,5 +2539,9 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
   | {model_type: partial(_encoder, r=r) for model_type, r in ENCODERS.items()} \
   | {model_type: partial(_seq2seq, r=r) for model_type, r in SEQ2SEQ.items()} \
   | {model_type: partial(_t5, r=r) for model_type, r in T5S.items()} \
-  | {"olmo_hybrid": _olmo_hybrid}
+  | {"olmo_hybrid": _olmo_hybrid, "dots1": _dots1,
+     "hunyuan_v1_dense": partial(_hunyuan, moe=False),
+     "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
+     "ministral": _ministral, "lfm2": partial(_lfm2, moe=False),
+     "lfm2_moe": partial(_lfm2, moe=True)}
 HEAD_CLASS.update({model_type: r.cls for model_type, r in TABLE_DRIVEN.items()})

@@ -666,6 +666,13 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  L, stack, "tp", None, ()))
             add((p + "logsumexp", B * Hh * T * 4, "B·n_heads·T · 4 (fp32)", "", L, stack, "tp",
                  None, ()))
+            if (sliding_mask and at.kind == "sliding") or (chunked_mask and at.kind == "chunked"):
+                # the layer's explicit (B, 1, T, T) mask: transformers passes a bool mask, which
+                # scaled_dot_product_attention converts to the query's dtype on every call
+                # (convert_boolean_attn_mask), so each such layer keeps its own copy (measured:
+                # Ministral, Gemma 3 and 4, Llama 4, tools/measure_activations_hf.py)
+                add((p + "mask", B * T * T * a, "B·T·T · act (the layer's explicit mask, "
+                     "converted from bool)", "", L, stack, "", None, ()))
         else:
             if attention == "eager" and at.fused_qkv and not cross and B == 1 and fused_kept:
                 pass  # Q is a view of the fused output, counted with the Q/K norms above
@@ -684,9 +691,22 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # K (transposed) and V are made contiguous for the batched matmuls; GQA/MQA heads
             # are repeated to n_heads first (HF repeat_kv)
             kv = "B·T·n_heads·d_head · " + c_sym + " (contiguous copy)"
-            add((p + "k", sb * qw * (4 if qk32 else c), kv.replace(c_sym, "4 (fp32 copy)")
-                 if qk32 else kv, "", L, stack, "tp", None, ()))
-            if at.mla and B == 1 and not (upcast and a != 4):
+            if kernel == "eager" and B == 1 and at.kv_heads == 1 < Hh and not qk32 \
+                    and not at.mla and not at.fused_qkv and not cross:
+                # MQA with one sequence: repeat_kv's expand of the one K/V head folds into
+                # the matmuls' (B·heads) batch as a stride-0 view, so K and V are kept as the
+                # one head they are (measured on Llama, Qwen3 and Hunyuan variants, eager)
+                one = "B·T·d_head · act (one K/V head: repeat_kv's expand is a view)"
+                add((p + "k", sb * dq * a, one, "", L, stack, "tp", None, ()))
+                add((p + "v", sb * dv * a, one.replace("d_head", dvs), "", L, stack, "tp",
+                     None, ()))
+                kv = ""
+            if kv:
+                add((p + "k", sb * qw * (4 if qk32 else c), kv.replace(c_sym, "4 (fp32 copy)")
+                     if qk32 else kv, "", L, stack, "tp", None, ()))
+            if not kv:
+                pass  # one K/V head, kept above
+            elif at.mla and B == 1 and not (upcast and a != 4):
                 # V is a view of kv_b's output, which stays whole: with one sequence the A·V
                 # matmul takes the view as it is; with more, folding (B, heads) copies V alone
                 # (measured on DeepSeek-V3 and MiniCPM3; a 16-bit model's math kernel copies V
@@ -1212,15 +1232,6 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             if dropout and spec.t5_dropouts:  # T5Stack: dropout after the final norm
                 add((f"{st.name}.final_dropout_mask", sb * E * mask, "B·T·d_model · mask", "",
                      1, "", "", None, ()))
-    if sliding_mask and any(g.block.attn is not None and g.block.attn.kind == "sliding"
-                            for g in plan_of(spec).groups):
-        # the sliding layers' explicit mask, one tensor for all of them
-        add(("attn.sliding_mask", B * T * T * a, "B·T·T · act (the sliding layers' "
-             "explicit mask, one for all)", "", 1, "", "", None, ()))
-    if chunked_mask and any(g.block.attn is not None and g.block.attn.kind == "chunked"
-                            for g in plan_of(spec).groups):
-        add(("attn.chunked_mask", B * T * T * a, "B·T·T · act (the chunked layers' "
-             "explicit mask, one for all)", "", 1, "", "", None, ()))
     if spec.arch == "encoder-decoder" and spec.n_decoder_layers:
         # the encoder's output, which every cross-attention's K and V projections read (one
         # tensor for all decoder layers; measured on T5)
