@@ -106,8 +106,9 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # YOSO's expectation attention (it had been +43 to +77 %, counted as a softmax with dropout),
 # eager only: +0.2 %.
 # activations_s13_cpu.jsonl (session 13, the same versions and tool): the types added then,
-# one tiny variant each (dots.llm1, Hunyuan dense and MoE, Nemotron, Ministral, LFM2-MoE),
-# B=2 T=64 and B=1 T=128, eager and SDPA, fp32 and bf16.
+# one tiny variant each (dots.llm1, Hunyuan dense and MoE, Nemotron, Ministral, LFM2-MoE,
+# LongCat-Flash without zero-computation experts), B=2 T=64 and B=1 T=128, eager and SDPA,
+# fp32 and bf16.
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
@@ -277,6 +278,22 @@ def test_a_class_without_a_grouped_path_runs_its_own_loop() -> None:
         activation_breakdown(spec, 1, 16, act_bytes=2, device="cpu", experts="grouped_mm")
     with pytest.raises(TcalcError, match="--experts: expected one of auto, grouped_mm, eager"):
         activation_breakdown(spec, 1, 16, act_bytes=2, device="cpu", experts="loop")
+
+
+def test_a_class_without_a_grouped_path_may_loop_over_the_experts_hit() -> None:
+    # LongcatFlashExperts has no @use_experts_implementation either, but its forward loops
+    # over the experts hit (transformers 5.23): eager's rows, not Llama 4's every-expert path
+    from transformer_calc.errors import TcalcError
+
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "longcat_flash-tiny.json")
+                                   .read_text()))
+    assert spec.n_experts and not spec.experts_grouped and not spec.experts_every_token
+    b = activation_breakdown(spec, 1, 16, act_bytes=2, device="cpu")
+    assert any(n.startswith("experts run transformers' eager path") for n in b.notes)
+    assert b.total == activation_breakdown(spec, 1, 16, act_bytes=2, device="cpu",
+                                           experts="eager").total
+    with pytest.raises(TcalcError, match="its own loop over the experts"):
+        activation_breakdown(spec, 1, 16, act_bytes=2, device="cpu", experts="grouped_mm")
 
 
 def test_llama4_runs_every_expert_norms_qk_without_weight_and_masks_its_chunks() -> None:
@@ -657,14 +674,17 @@ def test_yoso_keeps_its_expectation_matrix_not_a_softmax() -> None:
                                              ("ministral-tiny.json", "-4.4 %"),
                                              ("dots1-tiny.json", ""),
                                              ("hunyuan_v1_moe-tiny.json", ""),
-                                             ("lfm2_moe-tiny.json", "")])
+                                             ("lfm2_moe-tiny.json", ""),
+                                             ("longcat_flash-tiny.json", "+37.1 %")])
 def test_session_13_types_within_one_and_a_half_percent(config: str, was: str) -> None:
     """activations_s13_cpu.jsonl (tools/measure_activations_hf.py, torch 2.13.0+cpu,
     transformers 5.23.0), eight cases each. Three rules found on them: with one K/V head and
     one sequence eager attention keeps K and V as views of that head (Hunyuan's MQA variant
     was +4.5 %; Llama's and Qwen3's alike); Nemotron's partial RoPE concatenates the rotated
     half (torch.cat((q_embed, q_pass))), so SDPA's output is copied for o_proj (−8.0 %);
-    every sliding layer keeps its own converted mask under SDPA (Ministral, −4.4 %)."""
+    every sliding layer keeps its own converted mask under SDPA (Ministral, −4.4 %);
+    LongCat-Flash's experts, without a grouped path, loop over the experts hit (they had been
+    taken for Llama 4's every-expert path: +37.1 %)."""
     rows = [r for r in MEASURED if r["config"] == config]
     assert len(rows) == 8
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))

@@ -147,6 +147,8 @@ REFERENCE = {
     "variants/lfm2_moe-tiny.json": (171_872, "Lfm2MoeForCausalLM"),
     "variants/ministral-tiny.json": (108_992, "MinistralForCausalLM"),
     "variants/nemotron-tiny.json": (74_368, "NemotronForCausalLM"),
+    # LongCat-Flash: 2 decoder layers (4 MLA sublayers, 4 dense MLPs, 2 shortcut MoEs)
+    "variants/longcat_flash-tiny.json": (236_256, "LongcatFlashForCausalLM"),
     "variants/yoso-tiny.json": (148_496, "YosoForMaskedLM"),
     "variants/mt5-tiny.json": (22_640, "MT5ForConditionalGeneration"),
     "variants/xglm-tiny.json": (24_120, "XGLMForCausalLM"),
@@ -446,3 +448,38 @@ def test_hunyuan_moe_top_k_per_layer_and_expert_count() -> None:
         spec_from_hf(base | {"moe_topk": [2, 3]})
     with pytest.raises(SpecError, match="key 'num_experts'"):
         spec_from_hf(base | {"num_experts": [8, 8]})
+
+
+def test_longcat_flash_layers_zero_experts_and_spellings() -> None:
+    """LongcatFlashForCausalLM (transformers 5.23, meta device, tools/reference_counts.py /
+    check_registry.py): each of num_layers decoder layers is two MLA sublayers with a dense
+    MLP each and one shortcut MoE; the router scores n_routed_experts + zero_expert_num
+    experts and LongcatFlashExperts builds gate/up weights for the zero-computation ones too.
+    The default config: 741,053,585,408 parameters, of which 28 · 256 · 2 · 2048 · 6144
+    belong to the zero experts' gate/up, which no checkpoint holds."""
+    spec = spec_from_hf({"model_type": "longcat_flash"})
+    assert (spec.n_layers, spec.layer_ffn, spec.zero_experts) == (56, "1E 1D *", 256)
+    p = count_params(spec)
+    assert p.total == 741_053_585_408
+    unused = 28 * 256 * 2 * 2048 * 6144
+    assert p.sum_prefix("decoder.moe.ffn.experts.zero_gate_up") == unused
+    assert p.get("decoder.moe.ffn.router.weight").count == 6144 * (512 + 256)
+    assert any(f"{unused:,} parameters no checkpoint holds" in n for n in p.notes)
+    # the zero experts hold no active parameters; top-12 real experts bound the active count
+    assert p.active_total < p.total - unused
+    # the standard names (LongcatFlashConfig.attribute_map) and num_hidden_layers = 2 · L
+    small = {"model_type": "longcat_flash", "hidden_size": 64, "num_attention_heads": 4,
+             "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 16,
+             "qk_rope_head_dim": 8, "v_head_dim": 16, "zero_expert_num": 2, "vocab_size": 128}
+    aliased = spec_from_hf(small | {"num_hidden_layers": 5, "intermediate_size": 96,
+                                    "num_experts_per_tok": 2, "num_local_experts": 4,
+                                    "moe_intermediate_size": 32})
+    own = spec_from_hf(small | {"num_layers": 2, "ffn_hidden_size": 96, "moe_topk": 2,
+                                "n_routed_experts": 4, "expert_ffn_hidden_size": 32})
+    # transformers 5.23 (meta) builds 203,232 parameters from either spelling
+    assert count_params(aliased).total == count_params(own).total == 203_232
+    for bad, key in (({"n_routed_experts": 0}, "n_routed_experts"),
+                     ({"qk_head_dim": 20}, "qk_head_dim"), ({"num_layers": 0}, "num_layers"),
+                     ({"q_lora_rank": None}, "q_lora_rank")):
+        with pytest.raises(SpecError, match=f"key '{key}'"):
+            spec_from_hf(small | {"num_layers": 2} | bad)

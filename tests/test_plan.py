@@ -88,6 +88,8 @@ KV_BYTES_FP32 = {
     "ministral-tiny.json": {16: 11_776, 48: 19_968},
     # dots.llm1: 3 full layers (max_window_layers 62 > the layers: none slides)
     "dots1-tiny.json": {16: 12_288, 48: 36_864},
+    # LongCat-Flash: 2 decoder layers of two MLA sublayers each: 4 latents (16) + RoPE keys (8)
+    "longcat_flash-tiny.json": {16: 6_144, 48: 18_432},
 }
 
 
@@ -651,3 +653,31 @@ def test_dots1_and_ministral_derive_their_sliding_layers() -> None:
     # an explicit null window: no sliding layer in either (the classes' own rule)
     for config in (dots, ministral):
         assert spec_from_hf(config | {"sliding_window": None}).layer_attention == ""
+
+
+def test_zero_experts_widen_the_router_and_bound_the_active_count() -> None:
+    """LongCat-Flash's zero-computation experts (zero_experts): the router scores
+    n_experts + zero_experts, transformers builds their gate/up weights (no active share), and
+    the experts' FLOPs of top_k real experts are an upper bound (checked against transformers
+    in tests/data/registry_cases_more.json; FlopCounterMode there without zero experts)."""
+    spec = load_model(str(V / "longcat_flash-tiny.json"))
+    assert (spec.zero_experts, spec.moe_shortcut, spec.moe_beside_dense) == (0, True, True)
+    E, X, F, Z = 64, 8, 32, 3
+    with_zero = spec.replace(zero_experts=Z)
+    p0, pz = count_params(spec), count_params(with_zero)
+    moe_layers = 2  # of the plan's four: the shortcut MoE sits in every other
+    assert pz.total - p0.total == moe_layers * (E * Z + Z * 2 * F * E)
+    assert pz.active_total - p0.active_total == moe_layers * E * Z  # the router alone
+    f0, fz = count_flops(spec, 8), count_flops(with_zero, 8)
+    assert fz.total - f0.total == moe_layers * 2 * E * Z
+    assert "upper bound" in fz.get("decoder.moe.ffn.experts").note
+    rows = {i.name: i for i in activation_breakdown(with_zero, 1, 8, act_bytes=2,
+                                                    device="cpu").items}
+    assert rows["decoder.moe.ffn.router"].count == 8 * (X + Z) * 4
+    # the shortcut MoE has none of Gemma 4's router scale, per-expert scale or extra norms
+    assert not [i for i in pz.items if "scale" in i.name or "pre_norm" in i.name]
+    with pytest.raises(SpecError, match="zero_experts"):
+        with_zero.replace(n_experts=0, top_k=0, moe_beside_dense=False, moe_shortcut=False,
+                     d_ff_expert=None, layer_ffn="")
+    with pytest.raises(SpecError, match="moe_shortcut"):
+        spec.replace(moe_beside_dense=False)

@@ -145,6 +145,21 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
                 "kv_lora_rank": rng.choice([16, 32]), "q_lora_rank": rng.choice([16, 32]),
                 "index_n_heads": rng.choice([2, 4]), "index_head_dim": rng.choice([rope, 16]),
                 "index_topk": rng.choice([8, 64]), "head_dim": rope}
+    if "zero_expert_num" in fields:
+        # LongCat-Flash: its own spellings and full-size defaults (MLA, experts), shrunk; no
+        # zero-computation experts half the time (a token routed to one computes nothing, so
+        # the FLOPs then depend on the random routing)
+        # (the standard names were renamed or dropped above: num_layers is its own)
+        cfg |= {"ffn_hidden_size": rng.choice([24, 40, 64]),
+                "expert_ffn_hidden_size": rng.choice([16, 24]),
+                # top-2 or 3: LongcatFlashExperts' eager loop fails with one (its squeeze(0))
+                "moe_topk": cfg.pop("num_experts_per_tok", 1) + 1,
+                "zero_expert_num": rng.choice([0, 0, 2]), "q_lora_rank": rng.choice([16, 32]),
+                "kv_lora_rank": rng.choice([16, 32]), "qk_nope_head_dim": rng.choice([8, 16]),
+                "qk_rope_head_dim": rng.choice([4, 8]), "v_head_dim": rng.choice([8, 16]),
+                "router_bias": rng.random() < 0.5}
+        cfg["head_dim"] = cfg["qk_rope_head_dim"]  # the rotary embedding's width
+        cfg["num_key_value_heads"] = cfg["num_attention_heads"]  # MLA: K/V heads = heads
     if "position_buckets" in fields:
         cfg["position_buckets"] = rng.choice([-1, 8])
         cfg["pos_att_type"] = rng.choice(["p2c|c2p", "c2p", ""])
@@ -337,7 +352,9 @@ def main() -> None:
             ref = None
             # drawn configs only, and small ones (a family whose keys the draw does not
             # shrink keeps its full size): the counter runs the model with real weights
-            if args.flops and len(config) > 1 + len(named) and want < 50_000_000:
+            # (not with zero-computation experts: the FLOPs then follow the random routing)
+            if args.flops and len(config) > 1 + len(named) and want < 50_000_000 \
+                    and not config.get("zero_expert_num"):
                 try:
                     ref = flops_per_token(config, args.flops)
                 except Exception as e:  # noqa: BLE001 - a forward the class cannot run

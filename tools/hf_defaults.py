@@ -53,7 +53,8 @@ index_head_dim index_topk intermediate_multiple_size use_sandwich_norm use_atten
 attention_probs_dropout_prob resid_pdrop embd_pdrop attn_pdrop dropout_rate dropout
 attention_dropout hidden_dropout residual_dropout input_embedding_size
 output_embedding_size num_hidden_groups inner_group_num shape_vocab_size shape_embed_dim
-pronunciation_vocab_size pronunciation_embed_dim concat_input""".split()
+pronunciation_vocab_size pronunciation_embed_dim concat_input ffn_hidden_size
+expert_ffn_hidden_size zero_expert_num router_bias qk_head_dim""".split()
 
 
 # transformers' eager_attention_forward of Llama-style models (issue 13): the softmax runs in
@@ -101,6 +102,9 @@ ROPE_CONCAT = ("torch.cat([q_embed, q_pass]", "torch.cat([q_rot, q_pass]",
 NORM_MANUAL = "variance = (hidden_states - mean).pow(2).mean(-1, keepdim=True)"
 # Experts modules that take transformers' experts_implementation (grouped_mm by default)
 EXPERTS_GROUPED = "@use_experts_implementation"
+# Experts modules without that path that run every expert on every token (Llama4TextMoe);
+# the others without it loop over the experts hit, as the eager path does
+EXPERTS_EVERY = "routed_in = hidden_states.repeat(router_scores.shape[1], 1)"
 # Eager attention that clamps the masked scores from below (XGLM: torch.max(scores,
 # finfo.min)): max keeps its input, one more B·H·T² tensor
 SCORES_CLAMPED = "torch.full((), torch.finfo(attn_weights.dtype).min"
@@ -153,7 +157,8 @@ def norm_keeps_input_types() -> list[str]:
 # DeepSeek-V3-style routers: F.linear on fp32 casts of the input and the weight, so a 16-bit
 # model keeps an fp32 copy of each for backward
 ROUTER_FP32 = ("F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))",
-               "F.linear(hidden_states.float(), self.weight.float())")
+               "F.linear(hidden_states.float(), self.weight.float())",
+               "F.linear(hidden_states.type(torch.float32), self.classifier.weight.type(")
 
 
 def router_fp32_types() -> list[str]:
@@ -263,6 +268,8 @@ def main() -> None:
                f"# (`{NORM_MANUAL}`)", types_whose_code_has(NORM_MANUAL)),
               ("EXPERTS_GROUPED", "# MoE experts that run grouped_mm by default (their module "
                f"has\n# `{EXPERTS_GROUPED}`)", types_whose_code_has(EXPERTS_GROUPED)),
+              ("EXPERTS_EVERY", "# MoE experts run on every token, scaled by the router\n"
+               f"# (`{EXPERTS_EVERY}`)", types_whose_code_has(EXPERTS_EVERY)),
               ("SINK_LSE", "# Eager attention scales its output by sigmoid(logsumexp(scores) "
                f"- sink)\n# (`{SINK_LSE}`)", types_whose_code_has(SINK_LSE)),
               ("ROW_MAX", "# Eager attention subtracts each row's max before the softmax\n"

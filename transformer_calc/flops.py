@@ -488,10 +488,15 @@ def _ffn_flops(f: FFN, E: int, add, p: str, group: str, L: int) -> None:  # type
         add((p, 2 * mats * E * f.d_ff, gated + f.ff_sym, "", L, group, "", None, ()))
         return
     X, k, S = f.experts, f.top_k, f.shared
-    add((p + ".router", 2 * E * X, "2 · d_model · n_experts", "", L, group, "", None, ()))
+    if f.zero:  # LongCat-Flash: the router scores the zero-computation experts too
+        add((p + ".router", 2 * E * (X + f.zero), "2 · d_model · (n_experts + zero_experts)",
+             "", L, group, "", None, ()))
+    else:
+        add((p + ".router", 2 * E * X, "2 · d_model · n_experts", "", L, group, "", None, ()))
     add((p + ".experts", 2 * mats * E * f.d_ff * k, gated + f.ff_sym + " · top_k", "", L, group,
-         "", None, ()))
-    if f.beside:  # Gemma 4: the dense FFN beside the experts
+         "an upper bound: a token routed to a zero-computation expert computes nothing"
+         if f.zero else "", None, ()))
+    if f.beside:  # Gemma 4, LongCat-Flash: the dense FFN beside the experts
         add((p + ".dense", 2 * mats * E * f.beside, gated + "d_ff", "", L, group,
              "runs beside the experts", None, ()))
     if S:

@@ -33,6 +33,7 @@ HEAD_CLASS = {
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
     "axk1": "AXK1ForCausalLM",
+    "longcat_flash": "LongcatFlashForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
     "modernbert": "ModernBertForMaskedLM",
@@ -76,7 +77,8 @@ INT_KEYS = frozenset("""
     pronunciation_vocab_size pronunciation_embed_dim global_head_dim num_global_key_value_heads
     num_kv_shared_layers hidden_size_per_layer_input vocab_size_per_layer_input top_k_experts
     local_radius global_block_size linear_num_key_heads linear_num_value_heads
-    linear_key_head_dim linear_value_head_dim
+    linear_key_head_dim linear_value_head_dim expert_ffn_hidden_size zero_expert_num moe_topk
+    qk_head_dim
     """.split())
 # Sizes and periods a class divides by or counts layers with: 0 is no value tcalc can count
 # (transformers fails on it, or builds a model without layers)
@@ -92,6 +94,7 @@ BOOL_KEYS = frozenset("""
     enable_bias share_encoder_decoder_embeddings add_cross_attention is_decoder qk_layernorm
     layer_norm_elementwise_affine use_sliding_window use_bias use_qkv_bias attention_out_bias
     use_qk_norm use_parallel_residual layernorm_embedding use_learned_position_embeddings
+    router_bias
     use_sandwich_norm use_attention_gate norm_bias classifier_bias decoder_bias concat_input
     enable_shape enable_pronunciation attention_k_eq_v use_double_wide_mlp enable_moe_block
     """.split())
@@ -402,6 +405,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         values["attention_dropout"] = float(attn[0])
     from transformer_calc.hf_defaults import (
         ATTN_FP32,
+        EXPERTS_EVERY,
         EXPERTS_GROUPED,
         LINEAR_NAMES,
         LOSS_NO_UPCAST,
@@ -424,6 +428,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     values["scores_clamped"] = model_type in SCORES_CLAMPED
     values["softmax_sink_lse"] = model_type in SINK_LSE
     values["experts_grouped"] = model_type in EXPERTS_GROUPED
+    values["experts_every_token"] = model_type in EXPERTS_EVERY
     values["norm_manual"] = model_type in NORM_MANUAL
     values["rope_concat"] = model_type in ROPE_CONCAT
     values["attn_fp32"] = model_type in ATTN_FP32
@@ -982,6 +987,75 @@ def _axk1(c: Config) -> dict[str, Any]:
         return out
     out["layer_ffn"] = _runs(["E" if t == "sparse" else "D" for t in types])
     return out | {"moe_post_norm": True}
+
+
+# LongcatFlashConfig's defaults (transformers 5.23); router_bias is not one of its fields
+# (LongcatFlashTopkRouter reads getattr(config, "router_bias", False))
+_LONGCAT_DEFAULTS = {"vocab_size": 131072, "hidden_size": 6144, "num_layers": 28,
+                     "num_attention_heads": 64, "max_position_embeddings": 131072,
+                     "tie_word_embeddings": False, "attention_bias": False,
+                     "ffn_hidden_size": 12288, "q_lora_rank": 1536, "kv_lora_rank": 512,
+                     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                     "moe_topk": 12, "n_routed_experts": 512, "zero_expert_num": 256,
+                     "expert_ffn_hidden_size": 2048, "router_bias": False}
+
+
+def _longcat_flash(c: Config) -> dict[str, Any]:
+    """LongcatFlashForCausalLM (Meituan's LongCat-Flash, transformers 5.23): num_layers decoder
+    layers, each two MLA sublayers (DeepSeek-V3's latent attention, the query latent always on)
+    each followed by a dense MLP of ffn_hidden_size, and a shortcut MoE that reads the first
+    MLP's normed input and adds its output after the second. In the plan: 2 · num_layers
+    layers alternating an "E" layer (MLA, the dense MLP and the experts beside it:
+    moe_beside_dense, moe_shortcut) and a "D" layer. The router (an nn.Linear, with
+    router_bias) chooses top moe_topk of n_routed_experts + zero_expert_num experts; a
+    zero-computation expert returns its input (no FLOPs, so the active count is an upper
+    bound), yet LongcatFlashExperts builds gate/up weights for it."""
+    for key in ("q_lora_rank", "kv_lora_rank", "zero_expert_num"):
+        if key in c.data and c.data[key] is None:
+            raise SpecError(key, "an integer (LongcatFlashMLA and its experts read it)", None,
+                            source=c.where)
+    data = {k: x for k, x in c.data.items() if x is not None}
+    # LongcatFlashConfig.attribute_map: the standard names set these keys
+    for key, alias in (("n_routed_experts", "num_local_experts"),
+                       ("moe_topk", "num_experts_per_tok"),
+                       ("ffn_hidden_size", "intermediate_size"),
+                       ("expert_ffn_hidden_size", "moe_intermediate_size")):
+        if alias in data and key not in data:
+            data[key] = data.pop(alias)
+    if "num_hidden_layers" in data and "num_layers" not in data:
+        # num_hidden_layers is a property: 2 · num_layers, its setter halving (rounding down)
+        data["num_layers"] = c.get("num_hidden_layers", 0) // 2
+    v = c.with_data(_LONGCAT_DEFAULTS | data)
+    if v.get("num_layers", 0) < 1:
+        raise SpecError("num_layers", "an integer >= 1 (decoder layers, two attention "
+                        "sublayers each)", v.data["num_layers"], source=c.where)
+    X = v.get("n_routed_experts", 0)
+    if X < 1:
+        raise SpecError("n_routed_experts", "an integer >= 1 (routed experts; an MoE of "
+                        "zero-computation experts alone is not modelled)", X, source=c.where)
+    nope, rope = v.get("qk_nope_head_dim", 0), v.get("qk_rope_head_dim", 0)
+    qk = v.get("qk_head_dim", nope + rope)
+    if qk != nope + rope:
+        raise SpecError("qk_head_dim", f"qk_nope_head_dim + qk_rope_head_dim = {nope + rope} "
+                        "(the attention splits each query head so)", qk, source=c.where)
+    bias = bool(v.get("attention_bias", False))
+    c.notes.append("MLA's LoRA scales (√(d_model / rank)) and the router's scaling factor "
+                   "have no parameters")
+    return dict(arch="decoder", vocab_size=v.get("vocab_size", 0),
+                d_model=v.get("hidden_size", 0), n_layers=2 * v.get("num_layers", 0),
+                n_heads=v.get("num_attention_heads", 0), d_head=nope + rope,
+                d_ff=v.get("ffn_hidden_size", 0),
+                max_positions=v.get("max_position_embeddings", 0), position="rope",
+                ffn="gated", activation=v.activation("hidden_act", "silu"), norm="rmsnorm",
+                norm_position="pre", kv_lora_rank=v.get("kv_lora_rank", 0),
+                q_lora_rank=v.get("q_lora_rank", 0), qk_nope_head_dim=nope,
+                qk_rope_head_dim=rope, v_head_dim=v.get("v_head_dim", 0),
+                **_bias(bias, bias, False, bias, False, False),
+                tie_embeddings=bool(v.get("tie_word_embeddings", False)), n_experts=X,
+                top_k=v.get("moe_topk", 0), d_ff_expert=v.get("expert_ffn_hidden_size", 0),
+                zero_experts=v.get("zero_expert_num", 0),
+                router_bias=bool(v.get("router_bias", False)),
+                moe_beside_dense=True, moe_shortcut=True, layer_ffn="1E 1D *")
 
 
 def _no_parameter_notes(c: Config) -> None:
@@ -2539,7 +2613,7 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
   | {model_type: partial(_encoder, r=r) for model_type, r in ENCODERS.items()} \
   | {model_type: partial(_seq2seq, r=r) for model_type, r in SEQ2SEQ.items()} \
   | {model_type: partial(_t5, r=r) for model_type, r in T5S.items()} \
-  | {"olmo_hybrid": _olmo_hybrid, "dots1": _dots1,
+  | {"olmo_hybrid": _olmo_hybrid, "dots1": _dots1, "longcat_flash": _longcat_flash,
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
      "ministral": _ministral, "lfm2": partial(_lfm2, moe=False),

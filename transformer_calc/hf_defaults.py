@@ -1904,13 +1904,13 @@ SOFTMAX_FP32: frozenset[str] = frozenset(
  'gpt_bigcode', 'gpt_neox', 'granite', 'granite_swa', 'granitemoe', 'granitemoe_swa',
  'granitemoehybrid', 'granitemoeshared', 'helium', 'hunyuan_v1_dense', 'hunyuan_v1_moe',
  'hy_v3', 'hyperclovax', 'internlm3', 'iquestcoder', 'jais2', 'jamba', 'kolibri1', 'laguna',
- 'layoutlm', 'lfm2', 'lfm2_moe', 'lfm3', 'llama', 'mellum', 'minicpm3', 'minimax',
- 'minimax_m2', 'minimax_m3_vl_text', 'ministral', 'ministral3', 'mistral', 'mixtral',
- 'mllama', 'modernbert', 'modernbert-decoder', 'mpt', 'nanochat', 'nemotron', 'nemotron_h',
- 'olmo', 'olmo2', 'olmo3', 'olmo_hybrid', 'olmoe', 'opt', 'persimmon', 'phi', 'phi3',
- 'phimoe', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_moe',
- 'qwen3_next', 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2', 'vaultgemma',
- 'xlm', 'youtu'])
+ 'layoutlm', 'lfm2', 'lfm2_moe', 'lfm3', 'llama', 'longcat_flash', 'mellum', 'minicpm3',
+ 'minimax', 'minimax_m2', 'minimax_m3_vl_text', 'ministral', 'ministral3', 'mistral',
+ 'mixtral', 'mllama', 'modernbert', 'modernbert-decoder', 'mpt', 'nanochat', 'nemotron',
+ 'nemotron_h', 'olmo', 'olmo2', 'olmo3', 'olmo_hybrid', 'olmoe', 'opt', 'persimmon', 'phi',
+ 'phi3', 'phimoe', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text',
+ 'qwen3_moe', 'qwen3_next', 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2',
+ 'vaultgemma', 'xlm', 'youtu'])
 
 # Eager attention appends the sink logits as a softmax column
 # (`torch.cat([attn_weights, sinks], dim=-1)`)
@@ -1946,6 +1946,11 @@ EXPERTS_GROUPED: frozenset[str] = frozenset(
  'minimax_m3_vl_text', 'mixtral', 'nemotron_h', 'olmoe', 'phimoe', 'qwen2_moe',
  'qwen3_5_moe_text', 'qwen3_moe', 'qwen3_next', 'solar_open'])
 
+# MoE experts run on every token, scaled by the router
+# (`routed_in = hidden_states.repeat(router_scores.shape[1], 1)`)
+EXPERTS_EVERY: frozenset[str] = frozenset(
+['llama4_text'])
+
 # Eager attention scales its output by sigmoid(logsumexp(scores) - sink)
 # (`lse = torch.logsumexp(attn_weights, dim=-1)`)
 SINK_LSE: frozenset[str] = frozenset(
@@ -1978,7 +1983,7 @@ NORM_KEEPS_INPUT: frozenset[str] = frozenset(
 ROUTER_FP32: frozenset[str] = frozenset(
 ['axk1', 'beam', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'dots1', 'ernie4_5_moe',
  'exaone_moe', 'flint', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'hy_v3', 'kolibri1',
- 'mimo_v2_flash', 'nemotron_h', 'solar_open'])
+ 'longcat_flash', 'mimo_v2_flash', 'nemotron_h', 'solar_open'])
 
 # Losses taken in the activation dtype (no fp32 upcast of the logits)
 LOSS_NO_UPCAST: frozenset[str] = frozenset(
@@ -2005,6 +2010,7 @@ PEFT_MOE: dict[str, str] = {'afmoe': 'qwen2_moe',
  'glm4_moe_lite': 'qwen2_moe',
  'glm_moe_dsa': 'qwen2_moe',
  'hunyuan_v1_moe': 'qwen2_moe',
+ 'longcat_flash': 'qwen2_moe',
  'mellum': 'qwen2_moe',
  'minimax': 'mixtral',
  'minimax_m2': 'mixtral',
@@ -2103,6 +2109,7 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'lfm3': ('k_proj', 'o_proj', 'q_proj', 'v_proj', 'w1', 'w2', 'w3'),
     'llama': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'llama4_text': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
+    'longcat_flash': ('down_proj', 'gate_proj', 'kv_a_proj_with_mqa', 'kv_b_proj', 'o_proj', 'q_a_proj', 'q_b_proj', 'up_proj'),
     'longt5': (),
     'm2m_100': ('k_proj', 'q_proj', 'v_proj'),
     'mamba': (),

@@ -188,6 +188,10 @@ def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
     for base, parts in fused.items():
         role, fan_in, _, repeat, stack, X = parts[0]
         rank_factor = len(parts) if role == "experts" else 1
+        if role == "experts":
+            # LongCat-Flash: gate_up_proj holds the zero-computation experts' rows too, and
+            # PEFT's wrapper takes its experts from that tensor (peft 0.21)
+            X += spec.zero_experts
         out.append(Adapted(base, role, fan_in, sum(p[2] for p in parts), X, rank_factor,
                            repeat, stack))
     if spec.peft_mamba and any(a.role == "out_proj" for a in out):

@@ -185,16 +185,17 @@ def experts_impl(spec: ModelSpec, experts: str) -> str:
     """How transformers 5.23 runs a mixture of experts: --experts, or (auto) its default,
     get_correct_experts_implementation's grouped_mm for experts modules that take
     @use_experts_implementation (spec.experts_grouped), else eager. Eager is the class's own
-    forward: a loop over the experts, or for the one class tcalc reads without a grouped
-    path, Llama4TextExperts, every expert run on every token ("every_expert")."""
+    forward: a loop over the experts hit, or for Llama4TextMoe every expert run on every token
+    ("every_expert", spec.experts_every_token)."""
     if experts not in EXPERTS_IMPLS:
         raise TcalcError(f"--experts: expected one of {', '.join(EXPERTS_IMPLS)}")
     if not spec.experts_grouped:
         if experts == "grouped_mm":
             raise TcalcError("--experts grouped_mm: this model's experts have no grouped_mm "
-                             "path in transformers 5.23 (their class runs every expert on "
-                             "every token); use auto or eager")
-        return "every_expert"
+                             "path in transformers 5.23 (their class runs "
+                             + ("every expert on every token" if spec.experts_every_token
+                                else "its own loop over the experts") + "); use auto or eager")
+        return "every_expert" if spec.experts_every_token else "eager"
     return "grouped_mm" if experts == "auto" else experts
 
 
@@ -889,13 +890,16 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                      f"B·T·{sym} · act{route} (down projection input)", "", L, stack, "tp", None,
                      ()))
             if f.moe:
-                add((p + "router", sb * f.experts * 4, "B·T·n_experts · 4 (router softmax)",
+                # the router's outputs: LongCat-Flash's include its zero-computation experts
+                Xr, xsym = (f.experts + f.zero, "(n_experts + zero_experts)") if f.zero \
+                    else (f.experts, "n_experts")
+                add((p + "router", sb * Xr * 4, f"B·T·{xsym} · 4 (router softmax)",
                      "", L, stack, "", None, ()))
                 if spec.router_fp32 and a != 4 and not amp:
                     # DeepSeek-V3's router: F.linear(hidden_states.type(torch.float32),
                     # self.weight.type(torch.float32)) keeps both fp32 copies (measured)
-                    add((p + "router_fp32_copies", sb * E * 4 + f.experts * E * 4,
-                         "B·T·d_model · 4 + n_experts·d_model · 4 (the router's fp32 input "
+                    add((p + "router_fp32_copies", sb * E * 4 + Xr * E * 4,
+                         f"B·T·d_model · 4 + {xsym}·d_model · 4 (the router's fp32 input "
                          "and weight)", "", L, stack, "", None, ()))
                 # transformers' expert loop: each expert indexes its tokens (a copy) and
                 # scales its output by the routing weight (the mul keeps that output)
@@ -910,7 +914,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                          "2 · n_experts · B·T·d_model · act + n_experts · B·T · act + top_k · "
                          "B·T · 8 (the tokens repeated per expert, scaled; the scores; the "
                          "top-k indices)", "", L, stack, "", None, ()))
-                if f.beside:
+                if f.beside and not f.shortcut:
                     # Gemma4TextDecoderLayer: norms after the dense FFN, before and after the
                     # experts; Gemma4TextRouter norms the residual without a weight (fp32
                     # input, 1/rms), scales it per channel (the mul keeps the normed input)

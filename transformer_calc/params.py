@@ -289,6 +289,13 @@ def count_params(spec: ModelSpec) -> Breakdown:
         notes.append(f"mixture of experts: {spec.n_experts} experts, top-{spec.top_k} per token"
                      + (f", {spec.n_shared_experts} shared" if spec.n_shared_experts else "")
                      + "; 'active' counts what one token uses.")
+    if spec.zero_experts:
+        unused = sum([r[1] * r[4] for r in rows if r[0].endswith(".experts.zero_gate_up")])
+        notes.append(f"{spec.zero_experts} zero-computation experts: a token routed to one "
+                     "computes nothing, so the active count (top-k real experts) is an upper "
+                     f"bound; transformers 5.23 builds gate/up weights for them, {unused:,} "
+                     "parameters no checkpoint holds (counted, as transformers instantiates "
+                     "them)")
     plan = plan_of(spec)
     if len(plan.stacks[-1].groups) > 1 or len(plan.stacks[0].groups) > 1:
         notes += describe(plan)
@@ -610,18 +617,23 @@ def _ffn(add, f: FFN, E: int, p: str, group: str, L: int,  # type: ignore[no-unt
             add((p + "sub_norm", n, why, "", L, group, "BitNet: over the inner width before out",
                  None, ()))
         return
-    X, k = f.experts, f.top_k
-    add((p + "router.weight", E * X, "d_model × n_experts", "", L, group, "", None, (X, E)))
+    X, k, Z = f.experts, f.top_k, f.zero
+    # LongCat-Flash's router also scores its zero-computation experts
+    Xr, xsym = (X + Z, "(n_experts + zero_experts)") if Z else (X, "n_experts")
+    add((p + "router.weight", E * Xr, "d_model × " + xsym, "", L, group, "", None, (Xr, E)))
     if f.router_bias:
-        add((p + "router.bias", X, "n_experts", "", L, group, "", None, ()))
+        add((p + "router.bias", Xr, xsym, "", L, group, "", None, ()))
     if f.beside:
-        # Gemma4TextDecoderLayer with enable_moe_block: the dense MLP beside the experts, a
-        # norm after it, one before and one after the experts; Gemma4TextRouter scales its
-        # normed input per channel (scale) and its weights per expert (per_expert_scale)
+        # the dense MLP beside the experts (Gemma4TextDecoderLayer with enable_moe_block;
+        # LongcatFlashDecoderLayer's mlps[0] beside its shortcut MoE)
         for name, n, formula, shape in _mlp(f._replace(bias_in=False, bias_out=False),
                                             f.beside, "d_ff", E):
             add((p + "dense." + name, n, formula, "", L, group, "runs beside the experts",
                  None, shape))
+    if f.beside and not f.shortcut:
+        # Gemma 4: a norm after the dense MLP, one before and one after the experts;
+        # Gemma4TextRouter scales its normed input per channel (scale) and its weights per
+        # expert (per_expert_scale)
         add((p + "router.scale", E, "d_model", "", L, group, "", None, ()))
         add((p + "router.per_expert_scale", X, "n_experts", "", L, group, "", None, ()))
         n_norm, why = norm_of(norm, E)
@@ -631,6 +643,13 @@ def _ffn(add, f: FFN, E: int, p: str, group: str, L: int,  # type: ignore[no-unt
     for name, n, formula, shape in _mlp(f, f.d_ff, f.ff_sym, E):
         add((p + "experts." + name, X * n, "n_experts · " + formula, "", L, group, note, k * n,
              (X, *shape) if shape else (X, n)))
+    if Z:
+        # LongcatFlashExperts (transformers 5.23) sizes gate_up_proj for every expert the
+        # router knows, the zero-computation ones included; down_proj for the real ones
+        F = f.d_ff
+        add((p + "experts.zero_gate_up", Z * 2 * E * F, f"zero_experts · 2 · d_model × "
+             f"{f.ff_sym}", "", L, group, "built for the zero-computation experts, never used",
+             0, (Z, 2 * F, E)))
     if f.shared:
         S = f.shared
         for name, n, formula, shape in _mlp(f, f.d_shared, f.shared_sym, E):

@@ -151,6 +151,8 @@ class FFN(NamedTuple):
     pattn: tuple[int, int, int, int] = (0, 0, 0, 0)  # h_p, n_p, d_pk, d_pv
     sub_norm: bool = False  # BitNet: a norm over the inner width before down (ffn_sub_norm)
     beside: int = 0  # Gemma 4: a dense FFN of this width runs beside the experts
+    shortcut: bool = False  # LongCat-Flash: ... on the same normed input, nothing of their own
+    zero: int = 0  # LongCat-Flash: zero-computation experts the router also chooses among
 
     @property
     def moe(self) -> bool:
@@ -519,7 +521,8 @@ def _ffn(spec: ModelSpec, letter: str, shared: bool = False) -> FFN:
                spec.bias_ffn_out, spec.n_experts, spec.top_k, spec.n_shared_experts,
                spec.shared_ff, "d_ff_shared" if spec.d_ff_shared is not None else ff_sym,
                spec.router_bias, spec.shared_expert_gate, pattn,
-               beside=wide * spec.d_ff if spec.moe_beside_dense else 0)
+               beside=wide * spec.d_ff if spec.moe_beside_dense else 0,
+               shortcut=spec.moe_shortcut, zero=spec.zero_experts)
 
 
 def _mixer(spec: ModelSpec) -> Mixer:

@@ -85,6 +85,10 @@ class ModelSpec:
     experts_grouped: bool = _f(True, "the MoE experts take transformers' grouped_mm path by "
                                "default (their module has @use_experts_implementation; false: "
                                "the class's own code, e.g. Llama 4's)", arch=False)
+    experts_every_token: bool = _f(False, "with experts_grouped false: the class runs every "
+                                   "expert on every token, scaled by the router's scores "
+                                   "(Llama4TextMoe); false: it loops over the experts hit, as "
+                                   "the eager path does (LongCat-Flash)", arch=False)
     attn_fp32: bool = _f(False, "eager attention casts Q and K to fp32 and computes the scores "
                          "and softmax there, casting the probabilities back (GPT-Neo, GPT-J, "
                          "CodeGen)", arch=False)
@@ -313,6 +317,9 @@ class ModelSpec:
                                 "two outputs are summed, each with its own norms; the router "
                                 "norms its input and scales it per channel and its weights "
                                 "per expert (Gemma 4's enable_moe_block)")
+    moe_shortcut: bool = _f(False, "with moe_beside_dense: the experts read the dense FFN's own "
+                            "normed input and add their output to the residual stream, with no "
+                            "norm or scale of their own (LongCat-Flash's shortcut MoE)")
 
     # -- recurrent mixers (Mamba, Mamba-2, Gated DeltaNet, short convolutions) --------------
     mixer: str = _f("none", "the recurrent mixer of M layers (layer_attention): mamba (Gu & Dao "
@@ -436,6 +443,11 @@ class ModelSpec:
     d_ff_shared: int | None = _f(None, "inner size of one shared expert (default d_ff_expert; "
                                  "0: an empty shared expert, as Qwen2-MoE allows)", minimum=0)
     router_bias: bool = _f(False, "a bias on the router (gpt-oss)")
+    zero_experts: int = _f(0, "zero-computation (identity) experts the router also chooses "
+                           "among (LongCat-Flash's zero_expert_num): the router has n_experts + "
+                           "zero_experts outputs and transformers builds their gate/up weights, "
+                           "never used; a token routed to one computes nothing, so the active "
+                           "count and FLOPs of top_k experts are an upper bound", minimum=0)
     shared_expert_gate: bool = _f(False, "a d_model -> 1 gate on the shared experts (Qwen2-MoE)")
     moe_post_norm: bool = _f(False, "a norm over the output of each MoE block, shared experts "
                              "included (A.X K1's post_mlp_layernorm; dense layers have none)")
@@ -637,6 +649,12 @@ class ModelSpec:
         if self.moe_beside_dense and not (self.n_experts and self.d_ff):
             raise SpecError("moe_beside_dense", "false unless there are experts (n_experts) "
                             "and a dense FFN (d_ff) to run beside", True)
+        if self.moe_shortcut and not self.moe_beside_dense:
+            raise SpecError("moe_shortcut", "false unless moe_beside_dense (the shortcut is how "
+                            "the experts run beside the dense FFN)", True)
+        if self.zero_experts and not self.n_experts:
+            raise SpecError("zero_experts", "0 without routed experts (n_experts)",
+                            self.zero_experts)
         for key in ("global_head_dim", "global_kv_heads", "global_k_eq_v"):
             if getattr(self, key) not in (None, False) and (self.mla or self.arch == "encoder-"
                                                              "decoder"):
