@@ -149,6 +149,8 @@ REFERENCE = {
     "variants/nemotron-tiny.json": (74_368, "NemotronForCausalLM"),
     # LongCat-Flash: 2 decoder layers (4 MLA sublayers, 4 dense MLPs, 2 shortcut MoEs)
     "variants/longcat_flash-tiny.json": (236_256, "LongcatFlashForCausalLM"),
+    # DBRX: sub-configs, fused Wqkv clamped (clip_qkv), 4 experts top-2 with router jitter
+    "variants/dbrx-tiny.json": (90_944, "DbrxForCausalLM"),
     "variants/yoso-tiny.json": (148_496, "YosoForMaskedLM"),
     "variants/mt5-tiny.json": (22_640, "MT5ForConditionalGeneration"),
     "variants/xglm-tiny.json": (24_120, "XGLMForCausalLM"),
@@ -483,3 +485,43 @@ def test_longcat_flash_layers_zero_experts_and_spellings() -> None:
                      ({"q_lora_rank": None}, "q_lora_rank")):
         with pytest.raises(SpecError, match=f"key '{key}'"):
             spec_from_hf(small | {"num_layers": 2} | bad)
+
+
+def test_dbrx_reads_its_sub_configs_and_refuses_what_transformers_cannot_build() -> None:
+    """DbrxConfig keeps the attention's keys in attn_config and the FFN's in ffn_config
+    (transformers 5.23, meta device: the tiny variant 90,944 parameters; check_registry.py's
+    drawn cases in tests/data/registry_cases_more.json). DbrxAttention reads
+    attn_config.rope_theta, which DbrxAttentionConfig has no default for, and DbrxConfig
+    refuses tied embeddings: both refused by name. Without clip_qkv the model builds but
+    cannot run a forward: counted, with a note."""
+    cfg = json.loads((HF / "variants" / "dbrx-tiny.json").read_text())
+    spec = spec_from_hf(cfg)
+    assert (spec.n_kv_heads, spec.d_ff_expert, spec.n_experts, spec.top_k) == (2, 32, 4, 2)
+    assert (spec.fused_qkv, spec.norm, spec.qkv_clamp, spec.router_jitter) == \
+        (True, "layernorm_nobias", True, True)
+    with pytest.raises(SpecError, match="key 'rope_theta'"):
+        spec_from_hf({"model_type": "dbrx"})
+    with pytest.raises(SpecError, match="key 'tie_word_embeddings'"):
+        spec_from_hf(cfg | {"tie_word_embeddings": True})
+    with pytest.raises(SpecError, match="key 'ffn_act_fn'"):
+        spec_from_hf(cfg | {"ffn_config": cfg["ffn_config"] | {"ffn_act_fn": {"name": "x"}}})
+    loose = spec_from_hf(cfg | {"attn_config": cfg["attn_config"] | {"clip_qkv": None},
+                                "ffn_config": cfg["ffn_config"] | {"moe_jitter_eps": None}})
+    assert not loose.qkv_clamp and not loose.router_jitter
+    assert "cannot run a forward" in loose.note
+    assert count_params(loose).total == 90_944
+
+
+def test_dbrx_with_its_published_sizes() -> None:
+    """DBRX's model card sizes (d_model 6144, 40 layers, 48 heads and 8 K/V heads, 16 experts
+    of 10752, top-4, vocabulary 100352; clip_qkv 8): 131,596,523,520 parameters from
+    transformers 5.23 on the meta device (tools/reference_counts.py on this config; not the
+    Hub file, which cannot be reached from here), "132B total, 36B active" as the card says."""
+    spec = spec_from_hf({"model_type": "dbrx", "d_model": 6144, "n_heads": 48, "n_layers": 40,
+                         "max_seq_len": 32768, "vocab_size": 100352,
+                         "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
+                         "ffn_config": {"ffn_hidden_size": 10752, "moe_num_experts": 16,
+                                        "moe_top_k": 4, "moe_jitter_eps": 0.01}})
+    p = count_params(spec)
+    assert p.total == 131_596_523_520
+    assert round(p.active_total / 1e9) == 36

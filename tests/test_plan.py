@@ -90,6 +90,8 @@ KV_BYTES_FP32 = {
     "dots1-tiny.json": {16: 12_288, 48: 36_864},
     # LongCat-Flash: 2 decoder layers of two MLA sublayers each: 4 latents (16) + RoPE keys (8)
     "longcat_flash-tiny.json": {16: 6_144, 48: 18_432},
+    # DBRX: 2 layers of 2 K/V heads of 16 (the fused Wqkv's K and V)
+    "dbrx-tiny.json": {16: 8_192, 48: 24_576},
 }
 
 

@@ -26,7 +26,7 @@ assert CASES["transformers"] == "5.23.0"
 # whisper trocr deepseek_v32 glm_moe_dsa mpnet gpt_neox_japanese apertus
 # jina_embeddings_v3 bitnet modernbert modernbert-decoder fsmt electra rembert albert
 # roc_bert mllama diffllama gemma4_text gemma4_unified_text beam mimo_v2_flash axk1 dots1
-# hunyuan_v1_dense hunyuan_v1_moe nemotron ministral longcat_flash`)
+# hunyuan_v1_dense hunyuan_v1_moe nemotron ministral longcat_flash dbrx`)
 # The seq2seq families' decoders alone, named in architectures (BartForCausalLM, ...):
 # `tools/check_registry.py --causal --cases 4 --flops 8 --write
 # tests/data/registry_causal_decoders.json bart marian mbart mvp plbart blenderbot
@@ -58,7 +58,7 @@ def test_every_mapped_type_has_its_default_and_drawn_cases() -> None:
     unbuildable = {"deepseek_v2": "num_experts_per_tok", "dots1": "n_routed_experts",
                    "hunyuan_v1_dense": "head_dim", "hunyuan_v1_moe": "head_dim",
                    "ministral": "head_dim", "nemotron": "num_key_value_heads",
-                   "lfm2_moe": "layer_types"}
+                   "lfm2_moe": "layer_types", "dbrx": "rope_theta"}
     assert defaults == set(HEAD_CLASS) - set(unbuildable)
     for model_type, key in unbuildable.items():
         with pytest.raises(SpecError, match=f"key '{key}'"):

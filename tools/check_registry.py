@@ -145,6 +145,15 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
                 "kv_lora_rank": rng.choice([16, 32]), "q_lora_rank": rng.choice([16, 32]),
                 "index_n_heads": rng.choice([2, 4]), "index_head_dim": rng.choice([rope, 16]),
                 "index_topk": rng.choice([8, 64]), "head_dim": rope}
+    if "attn_config" in fields and "ffn_config" in fields:
+        # DBRX: attention and FFN keys in sub-configs; rope_theta has no default there, and
+        # without clip_qkv the attention cannot run (torch.clamp with neither bound)
+        cfg |= {"attn_config": {"rope_theta": 10000.0, "kv_n_heads": kv,
+                                "clip_qkv": rng.choice([4.0, 8.0])},
+                "ffn_config": {"ffn_hidden_size": rng.choice([16, 24]),
+                               "moe_num_experts": rng.choice([4, 8]),
+                               "moe_top_k": rng.choice([1, 2]),
+                               "moe_jitter_eps": rng.choice([None, 0.01])}}
     if "zero_expert_num" in fields:
         # LongCat-Flash: its own spellings and full-size defaults (MLA, experts), shrunk; no
         # zero-computation experts half the time (a token routed to one computes nothing, so

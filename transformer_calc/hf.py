@@ -34,6 +34,7 @@ HEAD_CLASS = {
     "deepseek_v3": "DeepseekV3ForCausalLM",
     "axk1": "AXK1ForCausalLM",
     "longcat_flash": "LongcatFlashForCausalLM",
+    "dbrx": "DbrxForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
     "modernbert": "ModernBertForMaskedLM",
@@ -104,6 +105,7 @@ FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct", "resid_pdrop", "e
                         "activation_dropout"})
 # Where each model type keeps its dropout probability (training), and its class default.
 DROPOUT_KEYS = {
+    "dbrx": (("resid_pdrop", "emb_pdrop", "attn_pdrop"), 0.0),
     "gpt2": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
     "bert": (("hidden_dropout_prob", "attention_probs_dropout_prob"), 0.1),
     "roberta": (("hidden_dropout_prob", "attention_probs_dropout_prob"), 0.1),
@@ -1056,6 +1058,65 @@ def _longcat_flash(c: Config) -> dict[str, Any]:
                 zero_experts=v.get("zero_expert_num", 0),
                 router_bias=bool(v.get("router_bias", False)),
                 moe_beside_dense=True, moe_shortcut=True, layer_ffn="1E 1D *")
+
+
+# DbrxConfig's, DbrxAttentionConfig's and DbrxFFNConfig's defaults (transformers 5.23)
+_DBRX_DEFAULTS = {"d_model": 2048, "n_heads": 16, "n_layers": 24, "max_seq_len": 2048,
+                  "vocab_size": 32000, "tie_word_embeddings": False}
+_DBRX_ATTN = {"kv_n_heads": 1, "clip_qkv": None, "attn_pdrop": 0.0}
+_DBRX_FFN = {"ffn_hidden_size": 3584, "moe_num_experts": 4, "moe_top_k": 1,
+             "moe_jitter_eps": None, "ffn_act_fn": None}
+
+
+def _dbrx(c: Config) -> dict[str, Any]:
+    """DbrxForCausalLM (Databricks' DBRX): every layer a LayerNorm without bias, a fused Wqkv
+    (GQA with attn_config.kv_n_heads), its output clamped to ±clip_qkv when set, and an MoE of
+    moe_num_experts gated experts (w1, v1, w2: one (experts · ffn_hidden_size, d_model) matrix
+    each) under a linear router, top moe_top_k. The attention and FFN keys sit in
+    attn_config and ffn_config; the router's jitter (moe_jitter_eps) multiplies its input in
+    training."""
+    sub = {}
+    for key, defaults in (("attn_config", _DBRX_ATTN), ("ffn_config", _DBRX_FFN)):
+        given = c.data.get(key) or {}
+        if not isinstance(given, dict):
+            raise SpecError(key, "a mapping of DBRX's keys", given, source=c.where)
+        sub[key] = Config(defaults | {k: v for k, v in given.items() if v is not None
+                                      or k not in defaults}, f"{c.where} ({key})", {})
+    a, f = sub["attn_config"], sub["ffn_config"]
+    if a.data.get("rope_theta") is None:
+        raise SpecError("rope_theta", "to be set in attn_config (DbrxAttention reads it there; "
+                        "DbrxAttentionConfig has no default, so transformers 5.23 cannot build "
+                        "the model without it)", None, source=a.where)
+    v = c.with_data(_DBRX_DEFAULTS | {k: x for k, x in c.data.items() if x is not None})
+    if v.get("tie_word_embeddings", False):
+        raise SpecError("tie_word_embeddings", "false (DbrxConfig refuses tied embeddings)",
+                        True, source=c.where)
+    act = f.data.get("ffn_act_fn") or {"name": "silu"}
+    if not isinstance(act, dict) or not isinstance(act.get("name", "silu"), str):
+        raise SpecError("ffn_act_fn", 'a mapping like {"name": "silu"}', act, source=f.where)
+    H, F = v.get("n_heads", 0), f.get("ffn_hidden_size", 0)
+    clip = a.data.get("clip_qkv")
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, int | float)):
+        raise SpecError("clip_qkv", "a number or null", clip, source=a.where)
+    if clip is None:
+        c.notes.append("clip_qkv is null: transformers 5.23's DbrxAttention then cannot run a "
+                       "forward (torch.clamp with neither bound); counted as built")
+    # the dropouts, read by spec_from_hf's DROPOUT_KEYS from the top level
+    c.data = {**c.data, "attn_pdrop": a.data.get("attn_pdrop", 0.0)}
+    return dict(arch="decoder", vocab_size=v.get("vocab_size", 0),
+                d_model=v.get("d_model", 0), n_layers=v.get("n_layers", 0), n_heads=H,
+                n_kv_heads=a.get("kv_n_heads", 1), d_ff=F,
+                max_positions=v.get("max_seq_len", 0), position="rope", ffn="gated",
+                activation=Config({"ffn_act_fn": act.get("name", "silu")}, f.where, {})
+                .activation("ffn_act_fn", "silu"),
+                norm="layernorm_nobias", norm_position="pre", fused_qkv=True,
+                **_bias(False, False, False, False, False, False), tie_embeddings=False,
+                n_experts=f.get("moe_num_experts", 0), top_k=f.get("moe_top_k", 0),
+                d_ff_expert=F, qkv_clamp=clip is not None,
+                router_jitter=f.data.get("moe_jitter_eps") is not None,
+                # DbrxRouter.layer is an nn.Linear: all-linear adapts it (the experts are
+                # plain 2-D parameters, which it does not)
+                peft_moe="linear_router")
 
 
 def _no_parameter_notes(c: Config) -> None:
@@ -2614,6 +2675,7 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
   | {model_type: partial(_seq2seq, r=r) for model_type, r in SEQ2SEQ.items()} \
   | {model_type: partial(_t5, r=r) for model_type, r in T5S.items()} \
   | {"olmo_hybrid": _olmo_hybrid, "dots1": _dots1, "longcat_flash": _longcat_flash,
+     "dbrx": _dbrx,
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
      "ministral": _ministral, "lfm2": partial(_lfm2, moe=False),

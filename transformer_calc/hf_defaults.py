@@ -1897,20 +1897,20 @@ DEFAULTS: dict[str, dict[str, Any]] = {'afmoe': {'attention_bias': False,
 # `softmax(attn_weights, dim=-1, dtype=torch.float32)`, or .float())
 SOFTMAX_FP32: frozenset[str] = frozenset(
 ['afmoe', 'apertus', 'arcee', 'aria_text', 'axk1', 'bamba', 'beam', 'bitnet', 'bloom',
- 'cohere', 'cohere2', 'cohere2_moe', 'cwm', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32',
- 'diffllama', 'dots1', 'ernie4_5', 'ernie4_5_moe', 'eurobert', 'exaone4', 'exaone_moe',
- 'falcon_h1', 'flaubert', 'flex_olmo', 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text',
- 'gemma4_unified_text', 'glm', 'glm4', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa',
- 'gpt_bigcode', 'gpt_neox', 'granite', 'granite_swa', 'granitemoe', 'granitemoe_swa',
- 'granitemoehybrid', 'granitemoeshared', 'helium', 'hunyuan_v1_dense', 'hunyuan_v1_moe',
- 'hy_v3', 'hyperclovax', 'internlm3', 'iquestcoder', 'jais2', 'jamba', 'kolibri1', 'laguna',
- 'layoutlm', 'lfm2', 'lfm2_moe', 'lfm3', 'llama', 'longcat_flash', 'mellum', 'minicpm3',
- 'minimax', 'minimax_m2', 'minimax_m3_vl_text', 'ministral', 'ministral3', 'mistral',
- 'mixtral', 'mllama', 'modernbert', 'modernbert-decoder', 'mpt', 'nanochat', 'nemotron',
- 'nemotron_h', 'olmo', 'olmo2', 'olmo3', 'olmo_hybrid', 'olmoe', 'opt', 'persimmon', 'phi',
- 'phi3', 'phimoe', 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text',
- 'qwen3_moe', 'qwen3_next', 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2',
- 'vaultgemma', 'xlm', 'youtu'])
+ 'cohere', 'cohere2', 'cohere2_moe', 'cwm', 'dbrx', 'deepseek_v2', 'deepseek_v3',
+ 'deepseek_v32', 'diffllama', 'dots1', 'ernie4_5', 'ernie4_5_moe', 'eurobert', 'exaone4',
+ 'exaone_moe', 'falcon_h1', 'flaubert', 'flex_olmo', 'gemma', 'gemma2', 'gemma3_text',
+ 'gemma4_text', 'gemma4_unified_text', 'glm', 'glm4', 'glm4_moe', 'glm4_moe_lite',
+ 'glm_moe_dsa', 'gpt_bigcode', 'gpt_neox', 'granite', 'granite_swa', 'granitemoe',
+ 'granitemoe_swa', 'granitemoehybrid', 'granitemoeshared', 'helium', 'hunyuan_v1_dense',
+ 'hunyuan_v1_moe', 'hy_v3', 'hyperclovax', 'internlm3', 'iquestcoder', 'jais2', 'jamba',
+ 'kolibri1', 'laguna', 'layoutlm', 'lfm2', 'lfm2_moe', 'lfm3', 'llama', 'longcat_flash',
+ 'mellum', 'minicpm3', 'minimax', 'minimax_m2', 'minimax_m3_vl_text', 'ministral',
+ 'ministral3', 'mistral', 'mixtral', 'mllama', 'modernbert', 'modernbert-decoder', 'mpt',
+ 'nanochat', 'nemotron', 'nemotron_h', 'olmo', 'olmo2', 'olmo3', 'olmo_hybrid', 'olmoe',
+ 'opt', 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2', 'qwen2_moe', 'qwen3',
+ 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_moe', 'qwen3_next', 'seed_oss', 'smollm3',
+ 'solar_open', 'stablelm', 'starcoder2', 'vaultgemma', 'xlm', 'youtu'])
 
 # Eager attention appends the sink logits as a softmax column
 # (`torch.cat([attn_weights, sinks], dim=-1)`)

@@ -547,6 +547,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         readers = 1 if at.fused_qkv or at.kv_shared else 2 if at.mla or at.v_is_k else 3
         fused_kept = False  # the fused QKV output already counted (kept by Q/K norms)
         matmul_input(p + "input", stack, L, readers + (at.gate != "none"), "Q/K/V matmul input")
+        if spec.qkv_clamp and at.fused_qkv and not cross:
+            # DBRX: qkv_states.clamp(±clip_qkv) keeps the fused projection's output, its
+            # input (Q, K and V are views of the clamp's result; measured)
+            add((p + "qkv_clamp_input", sb * (qw + kvw + vw) * a, "B·T·(n_heads + "
+                 "2·n_kv_heads)·d_head · act (the clamp's input: clip_qkv)", "", L, stack,
+                 "tp", None, ()))
         if at.qk_norm == "l2":
             # Llama4TextL2Norm on the rotated Q and K: x.float() · rsqrt(mean(x²) + eps), no
             # weight: the mul keeps the fp32 input and 1/rms per head (measured)
@@ -677,7 +683,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         else:
             if attention == "eager" and at.fused_qkv and not cross and B == 1 and fused_kept:
                 pass  # Q is a view of the fused output, counted with the Q/K norms above
-            elif attention == "eager" and at.fused_qkv and not cross and B == 1:
+            elif attention == "eager" and at.fused_qkv and not cross and B == 1 \
+                    and not (spec.qkv_clamp and at.rope):
                 # HF eager: Q is a (B, H, T, d_head) view of the fused (B, T, 3·E) projection
                 # output; matmul folds B and H into one batch dimension without a copy only
                 # when B = 1, and then the whole fused output stays alive. For B > 1 Q is
@@ -889,6 +896,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 add((p + sub + "out_input", k * sb * width * a,
                      f"B·T·{sym} · act{route} (down projection input)", "", L, stack, "tp", None,
                      ()))
+            if f.moe and spec.router_jitter:
+                # DBRX's router jitter: hidden_states *= uniform noise, in place, in training;
+                # the multiply keeps the noise (measured)
+                add((p + "router_jitter", x, "B·T·d_model · act (the noise the in-place "
+                     "multiply keeps: moe_jitter_eps)", "", L, stack, "", None, ()))
             if f.moe:
                 # the router's outputs: LongCat-Flash's include its zero-computation experts
                 Xr, xsym = (f.experts + f.zero, "(n_experts + zero_experts)") if f.zero \

@@ -89,6 +89,11 @@ class ModelSpec:
                                    "expert on every token, scaled by the router's scores "
                                    "(Llama4TextMoe); false: it loops over the experts hit, as "
                                    "the eager path does (LongCat-Flash)", arch=False)
+    qkv_clamp: bool = _f(False, "the fused QKV output is clamped (DBRX's clip_qkv): the clamp "
+                         "keeps its input for backward", arch=False)
+    router_jitter: bool = _f(False, "the router multiplies its input by uniform noise in "
+                             "training (DBRX's moe_jitter_eps), in place: the multiply keeps "
+                             "the noise", arch=False)
     attn_fp32: bool = _f(False, "eager attention casts Q and K to fp32 and computes the scores "
                          "and softmax there, casting the probabilities back (GPT-Neo, GPT-J, "
                          "CodeGen)", arch=False)
