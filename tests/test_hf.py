@@ -480,6 +480,13 @@ def test_longcat_flash_layers_zero_experts_and_spellings() -> None:
                                 "n_routed_experts": 4, "expert_ffn_hidden_size": 32})
     # transformers 5.23 (meta) builds 203,232 parameters from either spelling
     assert count_params(aliased).total == count_params(own).total == 203_232
+    # router_bias, not one of LongcatFlashConfig's fields, is read with getattr: 187,048 with
+    # it and attention biases, no zero experts (transformers 5.23, meta)
+    biased = spec_from_hf(small | {"num_layers": 2, "ffn_hidden_size": 96, "moe_topk": 2,
+                                   "n_routed_experts": 4, "expert_ffn_hidden_size": 32,
+                                   "zero_expert_num": 0, "router_bias": True,
+                                   "attention_bias": True})
+    assert count_params(biased).total == 187_048
     for bad, key in (({"n_routed_experts": 0}, "n_routed_experts"),
                      ({"qk_head_dim": 20}, "qk_head_dim"), ({"num_layers": 0}, "num_layers"),
                      ({"q_lora_rank": None}, "q_lora_rank")):
@@ -510,6 +517,13 @@ def test_dbrx_reads_its_sub_configs_and_refuses_what_transformers_cannot_build()
     assert not loose.qkv_clamp and not loose.router_jitter
     assert "cannot run a forward" in loose.note
     assert count_params(loose).total == 90_944
+    # the sub-configs' defaults (DbrxAttentionConfig: kv_n_heads 1; DbrxFFNConfig: 4 experts,
+    # top-1): transformers 5.23 builds 86,848 parameters from this config
+    bare = spec_from_hf({k: v for k, v in cfg.items() if k not in ("attn_config", "ffn_config")}
+                        | {"attn_config": {"rope_theta": 10000.0},
+                           "ffn_config": {"ffn_hidden_size": 32}})
+    assert (bare.n_kv_heads, bare.n_experts, bare.top_k) == (1, 4, 1)
+    assert count_params(bare).total == 86_848
 
 
 def test_dbrx_with_its_published_sizes() -> None:

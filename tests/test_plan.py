@@ -655,6 +655,12 @@ def test_dots1_and_ministral_derive_their_sliding_layers() -> None:
     # an explicit null window: no sliding layer in either (the classes' own rule)
     for config in (dots, ministral):
         assert spec_from_hf(config | {"sliding_window": None}).layer_attention == ""
+    # the classes' defaults (transformers 5.23: Dots1Config(num_hidden_layers=63).layer_types
+    # slides from layer 62 with window 4096; MinistralConfig().sliding_window is 4096)
+    del dots["max_window_layers"], dots["sliding_window"], ministral["sliding_window"]
+    deep = spec_from_hf(dots | {"num_hidden_layers": 63})
+    assert (deep.layer_attention, deep.sliding_window) == ("62F 1S", 4096)
+    assert spec_from_hf(ministral).sliding_window == 4096
 
 
 def test_zero_experts_widen_the_router_and_bound_the_active_count() -> None:

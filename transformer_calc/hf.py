@@ -2524,9 +2524,8 @@ def _needs(c: Config, key: str, why: str) -> None:
 
 def _dots1(c: Config) -> dict[str, Any]:
     """Dots1ForCausalLM: the generic record, with the keys Dots1Config leaves null checked
-    (n_routed_experts, num_experts_per_tok and n_shared_experts are read by every MoE layer),
-    the shared MLP kept at width 0 (Dots1MoE builds it whatever the count, as DeepSeek-V3
-    does), and the sliding layers Dots1Config derives: from max_window_layers on, when
+    (n_routed_experts, num_experts_per_tok and n_shared_experts are read by every MoE layer)
+    and the sliding layers Dots1Config derives: from max_window_layers on, when
     sliding_window is set."""
     L, first = c.t("num_hidden_layers"), c.t("first_k_dense_replace", 0)
     if isinstance(L, int) and isinstance(first, int) and first < L:
@@ -2543,12 +2542,9 @@ def _dots1(c: Config) -> dict[str, Any]:
             data |= {"sliding_window": window,
                      "layer_types": ["sliding_attention" if i >= start else "full_attention"
                                      for i in range(L)]}
-    out = _generic(c.with_data(data), GENERIC["dots1"])
-    if out.get("n_experts") and not out.get("n_shared_experts"):
-        # Dots1MLP(intermediate_size=moe_intermediate_size · 0): no parameters, yet three
-        # linear layers PEFT adapts
-        out |= {"n_shared_experts": 1, "d_ff_shared": 0}
-    return out
+    # (with n_shared_experts 0 Dots1MoE still builds its shared MLP, 0 wide: no parameters,
+    # and PEFT's conversion leaves it unadapted, so no count depends on it)
+    return _generic(c.with_data(data), GENERIC["dots1"])
 
 
 def _hunyuan(c: Config, moe: bool) -> dict[str, Any]:
