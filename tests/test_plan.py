@@ -270,6 +270,11 @@ def test_dsa_attends_to_the_indexers_top_k_and_scores_every_key() -> None:
     forward = r.phases[0]
     assert forward.when == "in the last layer's DSA indexer"
     assert forward.items.get("indexer_scores").total == 2 * 128 * 4 * 128 * 4
+    # sharded, each rank scores its index heads (tensor parallelism) for its share of the
+    # queries (context parallelism): a quarter with tp = cp = 2 (a mutation sample, // -> *,
+    # survived without this)
+    tp = memory_report(spec, Settings(seq_len=128, tp=2, cp=2, gpus=4)).phases[0]
+    assert tp.items.get("indexer_scores").total == 2 * 128 * 4 * 128 * 4 // 4
     # LoRA (peft 0.21.2, r = 8, all-linear, tools/reference_lora.py on the same file): the
     # indexer's wq_b, wk and weights_proj are adapted too
     lora = memory_report(spec, Settings(seq_len=64, lora_rank=8))

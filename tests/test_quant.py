@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from transformer_calc import ModelSpec
 from transformer_calc.errors import TcalcError
 from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
@@ -162,3 +163,21 @@ def test_quantization_config_sets_the_served_format(cli, tmp_path, qc: dict, fmt
     # an explicit --dtype still wins
     bf16 = cli.json("memory", str(path), "--inference", "--seq-len", "1024", "--dtype", "fp16")
     assert bf16["settings"]["quant"] == ""
+
+
+def test_q4_k_m_gives_more_bits_to_the_layers_llama_cpp_picks() -> None:
+    """llama.cpp's use_more_bits (llama-quant.cpp): Q4_K_M stores attn_v and ffn_down in Q6_K
+    for layers i < n/8, i >= 7n/8 and (i - n/8) % 3 == 2. With 22 layers that is 0, 1, 4, 7,
+    10, 13, 16, 19, 20, 21: ten of each, beside the Q6_K output head (210 bytes per 256
+    weights). (A mutation sample, i - n/8 -> i + n/8, survived the 32-layer sizes, whose two
+    readings pick as many layers.)"""
+    spec = ModelSpec(name="l22", vocab_size=1024, d_model=256, n_layers=22, n_heads=4,
+                     d_ff=512, max_positions=512, position="rope", ffn="gated",
+                     activation="silu", norm="rmsnorm", tie_embeddings=False, bias_q=False,
+                     bias_k=False, bias_v=False, bias_o=False, bias_ffn_in=False,
+                     bias_ffn_out=False)
+    rows = {i.name: i.total for i in weight_format_bytes(spec, count_params(spec),
+                                                         "gguf-q4_k_m").items}
+    picked = [0, 1, 4, 7, 10, 13, 16, 19, 20, 21]
+    v, down, head = 256 * 256, 512 * 256, 1024 * 256
+    assert rows["gguf.q6_k"] == (len(picked) * (v + down) + head) // 256 * 210
