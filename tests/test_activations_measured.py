@@ -697,3 +697,21 @@ def test_session_13_types_within_one_and_a_half_percent(config: str, was: str) -
                                    dropout=spec.trains_with_dropout,
                                    experts=r.get("experts", "eager")).total
         assert abs(est / r["measured_bytes"] - 1) < 0.015, (r, was)
+
+
+def test_a_fused_rotated_query_with_grouped_heads_keeps_no_fused_output() -> None:
+    """Phi-3's fused qkv_proj with RoPE and 2 K/V heads of 4, eager, one sequence: the query is
+    rotated into a tensor of its own and repeat_kv copies V, so the fused output is freed
+    (walked: BmmBackward0 keeps a (4, 64, 16) query, no (1, 64, 128) projection output).
+    Counted as GPT-2's un-rotated view it was +3.8 % (activations_families_cpu.jsonl)."""
+    rows = [r for r in MEASURED if r["config"] == "phi3-gqa-tied.json" and "lora" not in r]
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "phi3-gqa-tied.json")
+                                   .read_text()))
+    assert len(rows) >= 8 and spec.fused_qkv and spec.n_kv_heads < spec.n_heads
+    for r in rows:
+        est = activation_breakdown(spec, r["B"], r["T"], act_bytes=2 if r["dtype"] == "bf16"
+                                   else 4, device="cpu", attention=r["attention"],
+                                   dropout=spec.trains_with_dropout)
+        assert abs(est.total / r["measured_bytes"] - 1) < 0.01, r
+        if r["attention"] == "eager" and r["B"] == 1:
+            assert not any(i.name.endswith("qkv_output") for i in est.items)

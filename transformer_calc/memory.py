@@ -684,11 +684,13 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             if attention == "eager" and at.fused_qkv and not cross and B == 1 and fused_kept:
                 pass  # Q is a view of the fused output, counted with the Q/K norms above
             elif attention == "eager" and at.fused_qkv and not cross and B == 1 \
-                    and not (spec.qkv_clamp and at.rope):
+                    and not (at.rope and at.kv_heads < Hh):
                 # HF eager: Q is a (B, H, T, d_head) view of the fused (B, T, 3·E) projection
                 # output; matmul folds B and H into one batch dimension without a copy only
                 # when B = 1, and then the whole fused output stays alive. For B > 1 Q is
                 # copied and the fused output is freed (measured: tools/measure_activations).
+                # With RoPE and grouped K/V heads nothing keeps it: Q is rotated into a tensor
+                # of its own and repeat_kv copies V (measured: Phi-3, +3.8 % before; DBRX)
                 add((p + "qkv_output", sb * (qw + 2 * kvw) * a,
                      "B·T·(n_heads + 2·n_kv_heads)·d_head · act (fused output, Q is a view)", "",
                      L, stack, "tp", None, ()))
