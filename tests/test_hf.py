@@ -151,6 +151,8 @@ REFERENCE = {
     "variants/longcat_flash-tiny.json": (236_256, "LongcatFlashForCausalLM"),
     # DBRX: sub-configs, fused Wqkv clamped (clip_qkv), 4 experts top-2 with router jitter
     "variants/dbrx-tiny.json": (90_944, "DbrxForCausalLM"),
+    # Kimi Linear: three KDA layers and one MLA layer, the first dense
+    "variants/kimi_linear-tiny.json": (206_924, "KimiLinearForCausalLM"),
     "variants/yoso-tiny.json": (148_496, "YosoForMaskedLM"),
     "variants/mt5-tiny.json": (22_640, "MT5ForConditionalGeneration"),
     "variants/xglm-tiny.json": (24_120, "XGLMForCausalLM"),
@@ -539,3 +541,45 @@ def test_dbrx_with_its_published_sizes() -> None:
     p = count_params(spec)
     assert p.total == 131_596_523_520
     assert round(p.active_total / 1e9) == 36
+
+
+def test_kimi_linear_reads_its_layer_lists_and_never_ties() -> None:
+    """KimiLinearConfig (transformers 5.23): the checkpoint's linear_attn_config sub-dict
+    (head_dim, num_heads, short_conv_kernel_size, 1-indexed full_attn_layers and kda_layers)
+    overrides the flat keys; without lists every 4th layer from the 5th is MLA; the first
+    first_k_dense_replace layers (default 1) are dense. Totals from transformers on the meta
+    device: 259,616 (5 layers, defaults' rules), 205,678 (the sub-dict, 2 dense layers, 2
+    shared experts, a query latent, attention biases), 110,212 (layer_types, mlp_layer_types,
+    no shared expert). KimiLinearForCausalLM ties nothing (_tied_weights_keys is empty)."""
+    base = {"model_type": "kimi_linear", "hidden_size": 64, "num_attention_heads": 4,
+            "intermediate_size": 96, "moe_intermediate_size": 32, "num_local_experts": 4,
+            "num_experts_per_tok": 2, "kv_lora_rank": 16, "qk_rope_head_dim": 8,
+            "qk_nope_head_dim": 16, "v_head_dim": 16, "vocab_size": 128, "pad_token_id": 0}
+    plain = spec_from_hf(base | {"num_hidden_layers": 5, "linear_head_dim": 16,
+                                 "linear_num_heads": 4})
+    assert (plain.layer_attention, plain.layer_ffn, plain.position) == ("4M 1F", "1D 4E",
+                                                                        "none")
+    assert count_params(plain).total == 259_616
+    listed = spec_from_hf(base | {"num_hidden_layers": 5, "q_lora_rank": 24,
+                                  "attention_bias": True, "n_shared_experts": 2,
+                                  "first_k_dense_replace": 2,
+                                  "linear_attn_config": {"head_dim": 8, "num_heads": 2,
+                                                         "short_conv_kernel_size": 3,
+                                                         "full_attn_layers": [2, 5],
+                                                         "kda_layers": [1, 3, 4]}})
+    assert (listed.layer_attention, listed.ssm_heads, listed.ssm_state, listed.ssm_conv) == \
+        ("1M 1F 2M 1F", 2, 8, 3)
+    assert count_params(listed).total == 205_678
+    typed = spec_from_hf(base | {"num_hidden_layers": 3, "n_shared_experts": 0,
+                                 "layer_types": ["linear_attention", "full_attention",
+                                                 "linear_attention"],
+                                 "mlp_layer_types": ["sparse", "dense", "sparse"],
+                                 "linear_head_dim": 8, "linear_num_heads": 2})
+    assert count_params(typed).total == 110_212
+    tied = spec_from_hf(base | {"num_hidden_layers": 5, "linear_head_dim": 16,
+                                "linear_num_heads": 4, "tie_word_embeddings": True})
+    assert not tied.tie_embeddings and "ties nothing" in tied.note
+    assert count_params(tied).total == 259_616
+    with pytest.raises(SpecError, match="key 'full_attn_layers'"):
+        spec_from_hf(base | {"num_hidden_layers": 5, "linear_attn_config": {
+            "full_attn_layers": [0], "kda_layers": [1]}})

@@ -18,7 +18,7 @@ a length that fills whole chunks (Gated DeltaNet's chunk is 64):
         lfm3 lfm2_moe
     python tools/check_registry.py --cases 4 --flops 64 \
         --write tests/data/registry_mixers_T64.json qwen3_next qwen3_5_text qwen3_5_moe_text \
-        olmo_hybrid
+        olmo_hybrid kimi_linear
 
 The seq2seq families' decoders alone (``architectures: [BartForCausalLM]``, ...):
 
@@ -177,8 +177,14 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
     if "mlp_only_layers" in fields:
         cfg["mlp_only_layers"] = rng.choice([[], [0]])
     # (BigBird-Pegasus has a block_size too, for its sparse attention: no mixer)
+    if "linear_head_dim" in fields:
+        # Kimi Linear: its MLA layers shrunk (the class defaults are full size; K/V heads =
+        # heads), no position encoding at all
+        cfg |= {"num_key_value_heads": heads, "kv_lora_rank": rng.choice([16, 32]),
+                "qk_rope_head_dim": rng.choice([4, 8]), "qk_nope_head_dim": rng.choice([8, 16]),
+                "v_head_dim": rng.choice([8, 16]), "q_lora_rank": rng.choice([None, 16])}
     if fields & {"state_size", "ssm_state_size", "mamba_d_state", "linear_key_head_dim",
-                 "conv_L_cache", "block_size"} and "hidden_size" in cfg:
+                 "conv_L_cache", "block_size", "linear_head_dim"} and "hidden_size" in cfg:
         mixer = draw_mixer(rng, fields, cfg)
         return {k: v for k, v in cfg.items() if k in fields or k.endswith("_token_id")} | mixer
     return {k: v for k, v in cfg.items() if k in fields or k.endswith("_token_id")}
@@ -242,6 +248,11 @@ def draw_mixer(rng: random.Random, fields: set[str], cfg: dict) -> dict:
     if "linear_key_head_dim" in fields:  # Qwen3-Next, Qwen3.5: Gated DeltaNet
         out |= {"linear_key_head_dim": state, "linear_value_head_dim": rng.choice([4, 8]),
                 "linear_num_key_heads": groups, "linear_num_value_heads": heads,
+                "linear_conv_kernel_dim": conv,
+                "layer_types": ["full_attention" if k == "A" else "linear_attention"
+                                for k in kinds]}
+    if "linear_head_dim" in fields:  # Kimi Linear: KDA layers and MLA layers
+        out |= {"linear_head_dim": state, "linear_num_heads": heads,
                 "linear_conv_kernel_dim": conv,
                 "layer_types": ["full_attention" if k == "A" else "linear_attention"
                                 for k in kinds]}

@@ -25,7 +25,7 @@ one the CPU runs). tests/data/activations_mixers_cpu.jsonl was written by
 
     python tools/measure_activations_hf.py --mixers tests/data/hf/variants/{mamba,mamba2,\
         qwen3_5_text,lfm2,minimax}-mixer.json \
-        tests/data/hf/variants/{nemotron_h,jamba,bamba,falcon_h1}-tiny.json \
+        tests/data/hf/variants/{nemotron_h,jamba,bamba,falcon_h1,kimi_linear}-tiny.json \
         > tests/data/activations_mixers_cpu.jsonl
 """
 
@@ -76,7 +76,7 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
 
 # class-name endings of the recurrent mixer modules (transformers 5.23)
 MIXER_CLASSES = ("MambaMixer", "Mamba2Mixer", "BambaMixer", "H1Mixer", "MambaLayer",
-                 "GatedDeltaNet", "ShortConv", "LightningAttention")
+                 "GatedDeltaNet", "ShortConv", "LightningAttention", "DeltaAttention")
 
 
 def measure_mixers(config: dict, dtype: str, B: int, T: int) -> int:

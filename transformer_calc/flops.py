@@ -455,12 +455,22 @@ def _mixer_flops(add, m: Mixer, E: int, p: str, group: str, L: int) -> None:  # 
             "C · the state entering the chunk")
         row("ssd.passing", round(2 * Di * N / Q), "2 · ssm_inner · ssm_state / ssm_chunk",
             "the state carried from chunk to chunk")
-    else:  # gated_deltanet
+    else:  # gated_deltanet, kda
         dk, dv = N, Di // H
-        row("in_proj", 2 * E * (2 * G * N + 2 * Di + 2 * H),
-            "2 · d_model · (2 · ssm_groups · ssm_state + 2 · ssm_inner + 2 · ssm_heads)")
-        row("conv", 2 * C * K, "2 · (2 · ssm_groups · ssm_state + ssm_inner) · ssm_conv",
-            conv_note)
+        if m.kind == "kda":
+            # KimiLinearDeltaAttention: q, k, v; the forget gate's and the output gate's
+            # rank-d_head bottlenecks; β per head. Its scan is Gated DeltaNet's chunked WY form
+            # with a decay per channel (Kimi Linear report, Sec. 2)
+            row("in_proj", 2 * E * 3 * Di, "2 · d_model · 3 · ssm_inner")
+            row("gates", 2 * (2 * E * dv + 2 * dv * Di + E * H),
+                "2 · (2 · d_model · d_head + 2 · d_head · ssm_inner + d_model · ssm_heads)",
+                "f_a, f_b, g_a, g_b and b_proj")
+            row("conv", 2 * C * K, "2 · 3 · ssm_inner · ssm_conv", conv_note)
+        else:
+            row("in_proj", 2 * E * (2 * G * N + 2 * Di + 2 * H),
+                "2 · d_model · (2 · ssm_groups · ssm_state + 2 · ssm_inner + 2 · ssm_heads)")
+            row("conv", 2 * C * K, "2 · (2 · ssm_groups · ssm_state + ssm_inner) · ssm_conv",
+                conv_note)
         row("scan.intra", 2 * Q * H * (2 * dk + dv),
             "2 · ssm_chunk · ssm_heads · (2 · ssm_state + ssm_inner / ssm_heads)",
             "k·kᵀ, q·kᵀ and the scores × values within a chunk, per value head")

@@ -35,6 +35,7 @@ HEAD_CLASS = {
     "axk1": "AXK1ForCausalLM",
     "longcat_flash": "LongcatFlashForCausalLM",
     "dbrx": "DbrxForCausalLM",
+    "kimi_linear": "KimiLinearForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
     "modernbert": "ModernBertForMaskedLM",
@@ -1117,6 +1118,99 @@ def _dbrx(c: Config) -> dict[str, Any]:
                 # DbrxRouter.layer is an nn.Linear: all-linear adapts it (the experts are
                 # plain 2-D parameters, which it does not)
                 peft_moe="linear_router")
+
+
+# KimiLinearConfig's defaults (transformers 5.23); first_k_dense_replace is no field of it
+# (__post_init__ reads it from the extra keys, default 1)
+_KIMI_DEFAULTS = {"vocab_size": 163840, "hidden_size": 2304, "intermediate_size": 9216,
+                  "moe_intermediate_size": 1024, "num_hidden_layers": 27,
+                  "num_attention_heads": 32, "n_shared_experts": 1, "kv_lora_rank": 512,
+                  "q_lora_rank": None, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                  "qk_nope_head_dim": 128, "num_experts_per_tok": 8,
+                  "max_position_embeddings": 1048576, "tie_word_embeddings": False,
+                  "attention_bias": False, "num_local_experts": 256, "linear_head_dim": 128,
+                  "linear_num_heads": 32, "linear_conv_kernel_dim": 4,
+                  "first_k_dense_replace": 1}
+
+
+def _kimi_linear(c: Config) -> dict[str, Any]:
+    """KimiLinearForCausalLM (Moonshot's Kimi Linear, transformers 5.23): Kimi Delta
+    Attention layers (mixer kda: q, k, v of linear_num_heads heads of linear_head_dim, each
+    convolved; per-channel decay through f_a/f_b; β; an output gate through g_a/g_b into a
+    gated norm) and MLA layers without any position encoding, as layer_types says (or the
+    checkpoint's linear_attn_config lists, 1-indexed, or every 4th layer from the 5th); dense
+    MLPs in the first first_k_dense_replace layers (or mlp_layer_types), then DeepSeek-V3's
+    MoE (a sigmoid router, n_shared_experts · moe_intermediate_size wide shared MLP)."""
+    data = {k: x for k, x in c.data.items() if x is not None or k == "q_lora_rank"}
+    linear = data.get("linear_attn_config") or {}
+    if not isinstance(linear, dict):
+        raise SpecError("linear_attn_config", "a mapping", linear, source=c.where)
+    # KimiLinearConfig.__post_init__: the checkpoint's sub-dict overrides the flat keys
+    for key, sub in (("linear_head_dim", "head_dim"), ("linear_num_heads", "num_heads"),
+                     ("linear_conv_kernel_dim", "short_conv_kernel_size")):
+        if linear.get(sub) is not None:
+            data[key] = linear[sub]
+    v = c.with_data(_KIMI_DEFAULTS | data)
+    L = v.get("num_hidden_layers", 0)
+    types = v.data.get("layer_types")
+    if types is None and "full_attn_layers" in linear and "kda_layers" in linear:
+        types = [None] * L
+        for key, kind in (("full_attn_layers", "full_attention"),
+                          ("kda_layers", "linear_attention")):
+            listed = linear[key]
+            if not isinstance(listed, list) or any(type(i) is not int or not 1 <= i <= L
+                                                   for i in listed):
+                raise SpecError(key, f"a list of layer numbers from 1 to {L}", listed,
+                                source=c.where)
+            for i in listed:
+                types[i - 1] = kind
+        types = [t or "linear_attention" for t in types]  # an unlisted layer builds KDA
+    if types is None:
+        types = ["full_attention" if i and i % 4 == 0 else "linear_attention"
+                 for i in range(L)]
+    if not isinstance(types, list) or len(types) != L or any(
+            t not in ("full_attention", "linear_attention") for t in types):
+        raise SpecError("layer_types", f"a list of {L} of full_attention, linear_attention",
+                        types, source=c.where)
+    mlp = v.data.get("mlp_layer_types")
+    if mlp is None:
+        k = v.get("first_k_dense_replace", 1)
+        mlp = ["dense" if i < k else "sparse" for i in range(L)]
+    if not isinstance(mlp, list) or len(mlp) != L or any(t not in ("dense", "sparse")
+                                                         for t in mlp):
+        raise SpecError("mlp_layer_types", f"a list of {L} of dense, sparse", mlp,
+                        source=c.where)
+    E, H = v.get("hidden_size", 0), v.get("num_attention_heads", 0)
+    heads, dh = v.get("linear_num_heads", 0), v.get("linear_head_dim", 0)
+    nope, rope = v.get("qk_nope_head_dim", 0), v.get("qk_rope_head_dim", 0)
+    bias = bool(v.get("attention_bias", False))
+    if v.get("tie_word_embeddings", False):
+        c.notes.append("config says tie_word_embeddings: true; KimiLinearForCausalLM ties "
+                       "nothing (transformers 5.23), so its head is counted apart")
+    out: dict[str, Any] = dict(
+        arch="decoder", vocab_size=v.get("vocab_size", 0), d_model=E, n_layers=L, n_heads=H,
+        d_head=nope + rope, d_ff=v.get("intermediate_size", 0),
+        max_positions=v.get("max_position_embeddings", 0), position="none", ffn="gated",
+        activation=v.activation("hidden_act", "silu"), norm="rmsnorm", norm_position="pre",
+        kv_lora_rank=v.get("kv_lora_rank", 0), q_lora_rank=v.data.get("q_lora_rank") or 0,
+        qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=v.get("v_head_dim", 0),
+        **_bias(bias, bias, False, bias, False, False),
+        # KimiLinearForCausalLM._tied_weights_keys is empty: the head is its own whatever the
+        # config says
+        tie_embeddings=False,
+        mixer="kda", ssm_inner=heads * dh, ssm_state=dh, ssm_heads=heads, ssm_groups=heads,
+        ssm_conv=v.get("linear_conv_kernel_dim", 0), ssm_chunk=64, ssm_conv_bias=False,
+        ssm_bias=False, ssm_norm=True, ssm_in_projs=3, peft_names_shared=True,
+        layer_attention=_runs(["F" if t == "full_attention" else "M" for t in types]))
+    if "sparse" in mlp:
+        S = v.get("n_shared_experts", 1)
+        out |= {"n_experts": v.get("num_local_experts", 0),
+                "top_k": v.get("num_experts_per_tok", 0),
+                "d_ff_expert": v.get("moe_intermediate_size", 0),
+                "n_shared_experts": S or 1, "d_ff_shared": v.get("moe_intermediate_size", 0)
+                if S else 0,
+                "layer_ffn": _runs(["E" if t == "sparse" else "D" for t in mlp])}
+    return out
 
 
 def _no_parameter_notes(c: Config) -> None:
@@ -2671,7 +2765,7 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
   | {model_type: partial(_seq2seq, r=r) for model_type, r in SEQ2SEQ.items()} \
   | {model_type: partial(_t5, r=r) for model_type, r in T5S.items()} \
   | {"olmo_hybrid": _olmo_hybrid, "dots1": _dots1, "longcat_flash": _longcat_flash,
-     "dbrx": _dbrx,
+     "dbrx": _dbrx, "kimi_linear": _kimi_linear,
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
      "ministral": _ministral, "lfm2": partial(_lfm2, moe=False),

@@ -1904,13 +1904,14 @@ SOFTMAX_FP32: frozenset[str] = frozenset(
  'glm_moe_dsa', 'gpt_bigcode', 'gpt_neox', 'granite', 'granite_swa', 'granitemoe',
  'granitemoe_swa', 'granitemoehybrid', 'granitemoeshared', 'helium', 'hunyuan_v1_dense',
  'hunyuan_v1_moe', 'hy_v3', 'hyperclovax', 'internlm3', 'iquestcoder', 'jais2', 'jamba',
- 'kolibri1', 'laguna', 'layoutlm', 'lfm2', 'lfm2_moe', 'lfm3', 'llama', 'longcat_flash',
- 'mellum', 'minicpm3', 'minimax', 'minimax_m2', 'minimax_m3_vl_text', 'ministral',
- 'ministral3', 'mistral', 'mixtral', 'mllama', 'modernbert', 'modernbert-decoder', 'mpt',
- 'nanochat', 'nemotron', 'nemotron_h', 'olmo', 'olmo2', 'olmo3', 'olmo_hybrid', 'olmoe',
- 'opt', 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2', 'qwen2_moe', 'qwen3',
- 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_moe', 'qwen3_next', 'seed_oss', 'smollm3',
- 'solar_open', 'stablelm', 'starcoder2', 'vaultgemma', 'xlm', 'youtu'])
+ 'kimi_linear', 'kolibri1', 'laguna', 'layoutlm', 'lfm2', 'lfm2_moe', 'lfm3', 'llama',
+ 'longcat_flash', 'mellum', 'minicpm3', 'minimax', 'minimax_m2', 'minimax_m3_vl_text',
+ 'ministral', 'ministral3', 'mistral', 'mixtral', 'mllama', 'modernbert',
+ 'modernbert-decoder', 'mpt', 'nanochat', 'nemotron', 'nemotron_h', 'olmo', 'olmo2',
+ 'olmo3', 'olmo_hybrid', 'olmoe', 'opt', 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2',
+ 'qwen2_moe', 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_moe', 'qwen3_next',
+ 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2', 'vaultgemma', 'xlm',
+ 'youtu'])
 
 # Eager attention appends the sink logits as a softmax column
 # (`torch.cat([attn_weights, sinks], dim=-1)`)
@@ -1941,8 +1942,8 @@ EXPERTS_GROUPED: frozenset[str] = frozenset(
 ['afmoe', 'aria_text', 'axk1', 'beam', 'cohere2_moe', 'deepseek_v2', 'deepseek_v3',
  'deepseek_v32', 'dots1', 'ernie4_5_moe', 'exaone_moe', 'flex_olmo', 'flint', 'gemma4_text',
  'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'gpt_oss', 'granitemoe', 'granitemoe_swa',
- 'granitemoehybrid', 'granitemoeshared', 'hunyuan_v1_moe', 'hy_v3', 'jamba', 'kolibri1',
- 'laguna', 'lfm2_moe', 'mellum', 'mimo_v2_flash', 'minimax', 'minimax_m2',
+ 'granitemoehybrid', 'granitemoeshared', 'hunyuan_v1_moe', 'hy_v3', 'jamba', 'kimi_linear',
+ 'kolibri1', 'laguna', 'lfm2_moe', 'mellum', 'mimo_v2_flash', 'minimax', 'minimax_m2',
  'minimax_m3_vl_text', 'mixtral', 'nemotron_h', 'olmoe', 'phimoe', 'qwen2_moe',
  'qwen3_5_moe_text', 'qwen3_moe', 'qwen3_next', 'solar_open'])
 
@@ -1982,8 +1983,8 @@ NORM_KEEPS_INPUT: frozenset[str] = frozenset(
 # (`F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))`, or .float())
 ROUTER_FP32: frozenset[str] = frozenset(
 ['axk1', 'beam', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'dots1', 'ernie4_5_moe',
- 'exaone_moe', 'flint', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'hy_v3', 'kolibri1',
- 'longcat_flash', 'mimo_v2_flash', 'nemotron_h', 'solar_open'])
+ 'exaone_moe', 'flint', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'hy_v3', 'kimi_linear',
+ 'kolibri1', 'longcat_flash', 'mimo_v2_flash', 'nemotron_h', 'solar_open'])
 
 # Losses taken in the activation dtype (no fp32 upcast of the logits)
 LOSS_NO_UPCAST: frozenset[str] = frozenset(
@@ -2102,6 +2103,7 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'jais2': ('down_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'jamba': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'jina_embeddings_v3': ('k_proj', 'o_proj', 'q_proj', 'v_proj'),
+    'kimi_linear': ('down_proj', 'gate_proj', 'k_proj', 'kv_a_proj_with_mqa', 'kv_b_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'kolibri1': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'laguna': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'layoutlm': ('key', 'query', 'value'),

@@ -181,6 +181,12 @@ EXPERTS_NOTE = {
              "scaled output back"}
 
 
+# chunk_kimi_delta_attention's per-channel fp32 operands kept per padded token (see
+# mixer_block), and KimiLinearRMSNormGated's per-channel fp32 tensors
+RULE_KDA = 9
+GATED_NORM_KDA = 4
+
+
 def experts_impl(spec: ModelSpec, experts: str) -> str:
     """How transformers 5.23 runs a mixture of experts: --experts, or (auto) its default,
     get_correct_experts_implementation's grouped_mm for experts modules that take
@@ -309,6 +315,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         notes.append(f"experts run transformers' {experts} path"
                      + (" (this class's default)" if experts != "eager" else "") + ": "
                      + EXPERTS_NOTE[experts])
+    if spec.mixer == "kda" and device == "cuda":
+        notes.append("Kimi Delta Attention counted on transformers' torch path "
+                     "(chunk_kimi_delta_attention), which CUDA runs too without fla's kernels; "
+                     "fla's chunk_kda keeps far less and is not modelled")
     if spec.n_heads and attention == "sdpa":  # the execution profile, shown (issue 13)
         how = "forced by --sdpa-kernel" if sdpa_kernel != "auto" else "as torch picks it"
         notes.append(f"sdpa on {device} runs {kernel} ({how}): {KERNELS[kernel]}")
@@ -979,7 +989,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         # (in parallel with attention, Falcon-H1 scales the mixer's input by its muP
         # multiplier first: a tensor of its own here too)
         row("input", x, "B·T·d_model · act (in_proj input)")
-        if device == "cuda":
+        if device == "cuda" and m.kind != "kda":
             cuda_kernels(m, row)
             return
         if m.kind == "short_conv":
@@ -1060,6 +1070,45 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             else:  # Falcon-H1 without mamba_rms_norm: y · silu(z), no norm (measured)
                 row("gate", sb * Di * (f + a), "B·T·ssm_inner · (4 + act) (the fp32 y and "
                     "silu(z))")
+            row("out_proj_input", sb * Di * a, "B·T·ssm_inner · act")
+            return
+        if m.kind == "kda":
+            # KimiLinearDeltaAttention and chunk_kimi_delta_attention (transformers 5.23's
+            # torch path), walked with autograd's saved tensors (tools/measure_activations_hf.py
+            # --mixers, within 1.5 % in six measured cases; not to the byte). Its decay is per
+            # channel, so the intra-chunk scores are formed elementwise: three
+            # (chunk × chunk × d_head) fp32 tensors per head and chunk, and the solve runs row
+            # by row (each row's product keeps its i × i and i clones)
+            dh = Di // H
+            row("in_proj_output", sb * C * a, "B·T·3·ssm_inner · act (q, k, v: the "
+                "convolution's input)")
+            row("conv_output", Tk * C * a, "B·(T + ssm_conv − 1)·3·ssm_inner · act")
+            row("gate_inputs", 2 * sb * dh * a, "2 · B·T·d_head · act (f_b's and g_b's "
+                "inputs)")
+            row("forget_gate", 3 * sb * Di * f + sb * Di, "B·T·ssm_inner · (3 · 4 + 1) (the "
+                "softplus's exp, log input and output in fp32; its bool mask)")
+            row("rule_operands", RULE_KDA * sp * Di * f + 2 * sb * H * f,
+                f"{RULE_KDA} · B·T_chunks·ssm_inner · 4 + 2 · B·T·ssm_heads · 4 (the fp32 "
+                "q, k and v, their l2-norms and scalings, k·β, v·β, the solved values, the "
+                "chunks' decay; 1/norm)")
+            row("chunk_products", 3 * sp * H * Q * dh * f, "3 · B·T_chunks·ssm_heads·"
+                "ssm_chunk·d_head · 4 (k·β ⊙ k and q ⊙ k per channel, and their decay)",
+                "quadratic within a chunk")
+            row("chunk_scores", 2 * sp * H * Q * f + 3 * Q * Q, "2 · B·T_chunks·ssm_heads·"
+                "ssm_chunk · 4 + 3 · ssm_chunk² (the solved and the intra-chunk scores; "
+                "bool masks)")
+            row("solve", B * H * c * (Q - 1) * Q * (Q + 1) // 3 * f, "B·ssm_heads·chunks·"
+                "(ssm_chunk − 1)·ssm_chunk·(ssm_chunk + 1) / 3 · 4 (the row-by-row solve's "
+                "clones: Σ i² + i)")
+            row("loop", B * H * c * dh * dh * f, "B·ssm_heads·chunks·d_head² · 4 (the state "
+                "entering each chunk)")
+            loop_terms = 2 if c == 1 else 4
+            row("loop_operands", loop_terms * sp * Di * f, f"{loop_terms} · B·T_chunks·"
+                "ssm_inner · 4 (each chunk's decayed q and k; with several chunks their "
+                "products with the state entering it too: read off the walk, not line by line)")
+            row("gated_norm", GATED_NORM_KDA * sb * Di * f + sb * H * f,
+                f"{GATED_NORM_KDA} · B·T·ssm_inner · 4 + rstd (fp32 input, normalised, "
+                "weighted, sigmoid(gate))")
             row("out_proj_input", sb * Di * a, "B·T·ssm_inner · act")
             return
         # gated_deltanet: Qwen3NextGatedDeltaNet and torch_chunk_gated_delta_rule; q and k

@@ -579,6 +579,27 @@ def _recurrent(add, m: Mixer, norm: str, E: int, p: str, group: str,  # type: ig
         n, why = norm_of("rmsnorm", Di // H, "ssm_inner / ssm_heads")
         vector("gated_norm", n, why, "gated RMSNorm over one value head, shared by the heads")
         proj("out_proj", Di, E, "ssm_inner × d_model", False)
+    elif m.kind == "kda":
+        # KimiLinearDeltaAttention (transformers 5.23): q, k, v of ssm_heads heads of
+        # ssm_state, each convolved; the per-channel forget gate through a rank-d_head
+        # bottleneck (f_a, f_b) with dt_bias and one A_log per head; β per head (b_proj); the
+        # output gate through another bottleneck (g_a, g_b) into a gated RMSNorm over one head
+        Dh = Di // H
+        proj("in_proj", E, 3 * Di, "d_model × (3 · ssm_inner)", False, "q, k and v")
+        conv("(3 · ssm_inner)", "3 · ssm_inner")
+        proj("f_a_proj", E, Dh, "d_model × (ssm_inner / ssm_heads)", False,
+             "the forget gate's low-rank input")
+        proj("f_b_proj", Dh, Di, "(ssm_inner / ssm_heads) × ssm_inner", False,
+             "a decay per channel")
+        vector("dt_bias", Di, "ssm_inner")
+        vector("A_log", H, "ssm_heads", "one decay rate per head")
+        proj("b_proj", E, H, "d_model × ssm_heads", False, "β, one per head")
+        proj("g_a_proj", E, Dh, "d_model × (ssm_inner / ssm_heads)", False,
+             "the output gate's low-rank input")
+        proj("g_b_proj", Dh, Di, "(ssm_inner / ssm_heads) × ssm_inner", False)
+        n, why = norm_of("rmsnorm", Dh, "ssm_inner / ssm_heads")
+        vector("gated_norm", n, why, "gated RMSNorm over one head, shared by the heads")
+        proj("out_proj", Di, E, "ssm_inner × d_model", False)
     elif m.kind == "lightning":  # MiniMaxLightningAttention: linear attention, gated output
         proj("qkv_proj", E, 3 * Di, "d_model × (3 · ssm_inner)", False, "Q, K, V of the heads")
         proj("output_gate", E, Di, "d_model × ssm_inner", False, "sigmoid gate on the output")

@@ -175,7 +175,7 @@ class Mixer(NamedTuple):
     Mamba-2 paper's terms (Dao & Gu 2024): x has ``inner`` channels in ``heads`` heads; B and C
     (Gated DeltaNet: the keys and queries) have ``groups`` heads of ``state`` each."""
 
-    kind: str  # mamba | mamba2 | gated_deltanet | short_conv | lightning
+    kind: str  # mamba | mamba2 | gated_deltanet | short_conv | lightning | kda
     inner: int  # d_inner (short_conv: d_model)
     state: int  # N (gated_deltanet: key head size)
     heads: int  # mamba2 heads; gated_deltanet value heads (mamba: 0)
@@ -197,7 +197,7 @@ class Mixer(NamedTuple):
         """Channels the causal convolution runs over (and keeps K of in its cache)."""
         if self.kind == "mamba2":  # x, B, C (Mamba2Mixer.conv_dim)
             return self.inner + 2 * self.groups * self.state
-        if self.kind == "gated_deltanet":  # q, k, v (Qwen3NextGatedDeltaNet.conv_dim)
+        if self.kind in ("gated_deltanet", "kda"):  # q, k, v (Qwen3NextGatedDeltaNet.conv_dim)
             return 2 * self.groups * self.state + self.inner
         if self.kind == "lightning":  # no convolution
             return 0
@@ -213,7 +213,7 @@ class Mixer(NamedTuple):
             return conv, self.inner * self.state
         if self.kind == "mamba2":
             return conv, self.heads * self.head_dim * self.state
-        if self.kind == "gated_deltanet":
+        if self.kind in ("gated_deltanet", "kda"):
             return conv, self.heads * self.state * self.head_dim
         if self.kind == "lightning":  # the K^T·V state of every head: head size × head size
             return 0, self.heads * self.head_dim * self.head_dim
@@ -377,7 +377,7 @@ def check_patterns(spec: ModelSpec) -> None:
 _ATTN_TAGS = {"F": "full", "S": "sliding", "C": "chunked", "N": "nope", "P": "parallel",
               "X": ""}
 _FFN_TAGS = {"D": "dense", "E": "moe", "X": ""}
-_MIXER_TAGS = {"mamba": "mamba", "mamba2": "mamba", "gated_deltanet": "linear",
+_MIXER_TAGS = {"mamba": "mamba", "mamba2": "mamba", "gated_deltanet": "linear", "kda": "linear",
                "short_conv": "conv", "lightning": "linear", "none": "recurrent"}
 
 

@@ -31,7 +31,7 @@ RELATIVE_SCOPES = ("first", "every")
 QK_NORMS = ("none", "head", "width", "l2")
 ATTN_GATES = ("none", "head", "width")
 # Recurrent mixers (issue 14): layers whose state does not grow with the context.
-MIXERS = ("none", "mamba", "mamba2", "gated_deltanet", "short_conv", "lightning")
+MIXERS = ("none", "mamba", "mamba2", "gated_deltanet", "short_conv", "lightning", "kda")
 # Layer-pattern letters (see plan.parse_pattern): the mixer per layer, the FFN per layer. M is
 # the spec's recurrent mixer; X is no sublayer at all (a Mamba layer has no FFN, a Nemotron-H
 # MLP layer no mixer).
@@ -329,7 +329,8 @@ class ModelSpec:
     # -- recurrent mixers (Mamba, Mamba-2, Gated DeltaNet, short convolutions) --------------
     mixer: str = _f("none", "the recurrent mixer of M layers (layer_attention): mamba (Gu & Dao "
                     "2023), mamba2 (Dao & Gu 2024), gated_deltanet (Yang et al. 2025; Qwen3-Next)"
-                    ", short_conv (LFM2) or lightning (MiniMax's linear attention)",
+                    ", short_conv (LFM2), lightning (MiniMax's linear attention) or kda (Kimi "
+                    "Delta Attention: Gated DeltaNet with a decay per channel, Kimi Linear)",
                     choices=MIXERS)
     ssm_inner: int = _f(0, "mixer width d_inner (mamba, mamba2: expand · d_model; "
                         "gated_deltanet: value heads · value head size)", minimum=0)
@@ -758,14 +759,21 @@ def _check_mixer(spec: ModelSpec) -> None:
              "gated_deltanet": ("ssm_inner", "ssm_state", "ssm_heads", "ssm_groups",
                                 "ssm_conv"),
              "short_conv": ("ssm_conv",),
-             "lightning": ("ssm_inner", "ssm_heads")}[spec.mixer]
+             "lightning": ("ssm_inner", "ssm_heads"),
+             "kda": ("ssm_inner", "ssm_state", "ssm_heads", "ssm_conv")}[spec.mixer]
     for key in needs:
         if getattr(spec, key) < 1:
             raise SpecError(key, f"an integer >= 1 with mixer: {spec.mixer}", getattr(spec, key))
-    if spec.mixer in ("mamba2", "gated_deltanet", "lightning") and spec.ssm_inner % spec.ssm_heads:
+    if spec.mixer in ("mamba2", "gated_deltanet", "lightning", "kda") \
+            and spec.ssm_inner % spec.ssm_heads:
         raise SpecError("ssm_heads", f"a divisor of ssm_inner={spec.ssm_inner}", spec.ssm_heads)
     if spec.mixer == "mamba2" and spec.ssm_heads % spec.ssm_groups:
         raise SpecError("ssm_groups", f"a divisor of ssm_heads={spec.ssm_heads}",
+                        spec.ssm_groups)
+    if spec.mixer == "kda" and (spec.ssm_groups != spec.ssm_heads
+                                or spec.ssm_inner != spec.ssm_heads * spec.ssm_state):
+        raise SpecError("ssm_groups", f"ssm_heads={spec.ssm_heads}, and ssm_inner ssm_heads · "
+                        "ssm_state (KDA's keys and values share its heads and size)",
                         spec.ssm_groups)
     if spec.mixer == "gated_deltanet" and spec.ssm_heads % spec.ssm_groups:
         raise SpecError("ssm_groups", f"a divisor of ssm_heads={spec.ssm_heads} (value heads "
