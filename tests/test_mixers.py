@@ -394,3 +394,20 @@ def test_olmo_hybrid_whole_model_activations_within_half_a_percent() -> None:
                                    else 2, device="cpu", attention=r["attention"],
                                    dropout=spec.trains_with_dropout).total
         assert abs(est - r["measured_bytes"]) <= 0.005 * r["measured_bytes"], r
+
+
+def test_kda_is_counted_on_the_torch_path_on_cuda_too_and_needs_one_head_size() -> None:
+    """Kimi Delta Attention: transformers runs chunk_kimi_delta_attention on CUDA too unless
+    fla's kernels are installed; tcalc counts that path there (fla's chunk_kda not modelled,
+    said in a note). Its keys and values share the heads and the head size."""
+    from transformer_calc.memory import activation_breakdown
+
+    spec = _tiny("kimi_linear")
+    cpu = activation_breakdown(spec, 1, 64, act_bytes=2, device="cpu", dropout=False)
+    cuda = activation_breakdown(spec, 1, 64, act_bytes=2, device="cuda", dropout=False)
+    mixer = [i for i in cuda.items if ".mixer." in i.name]
+    assert any(i.name.endswith("mixer.chunk_products") for i in mixer)
+    assert sum(i.total for i in mixer) == sum(i.total for i in cpu.items if ".mixer." in i.name)
+    assert any("fla's chunk_kda keeps far less" in n for n in cuda.notes)
+    with pytest.raises(SpecError, match="ssm_groups"):
+        spec.replace(ssm_groups=2)
