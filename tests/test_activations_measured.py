@@ -691,13 +691,8 @@ def test_session_13_types_within_one_and_a_half_percent(config: str, was: str) -
     bf16 until the three were counted)."""
     rows = [r for r in MEASURED if r["config"] == config]
     assert len(rows) == 8
-    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
     for r in rows:
-        est = activation_breakdown(spec, r["B"], r["T"], act_bytes=2 if r["dtype"] == "bf16"
-                                   else 4, device="cpu", attention=r["attention"],
-                                   dropout=spec.trains_with_dropout,
-                                   experts=r.get("experts", "eager")).total
-        assert abs(est / r["measured_bytes"] - 1) < 0.015, (r, was)
+        assert abs(_estimate(r) / r["measured_bytes"] - 1) < 0.015, (r, was)
 
 
 def test_a_fused_rotated_query_with_grouped_heads_keeps_no_fused_output() -> None:
@@ -710,9 +705,8 @@ def test_a_fused_rotated_query_with_grouped_heads_keeps_no_fused_output() -> Non
                                    .read_text()))
     assert len(rows) >= 8 and spec.fused_qkv and spec.n_kv_heads < spec.n_heads
     for r in rows:
-        est = activation_breakdown(spec, r["B"], r["T"], act_bytes=2 if r["dtype"] == "bf16"
-                                   else 4, device="cpu", attention=r["attention"],
-                                   dropout=spec.trains_with_dropout)
-        assert abs(est.total / r["measured_bytes"] - 1) < 0.01, r
-        if r["attention"] == "eager" and r["B"] == 1:
-            assert not any(i.name.endswith("qkv_output") for i in est.items)
+        assert abs(_estimate(r) / r["measured_bytes"] - 1) < 0.01, r
+    one = activation_breakdown(spec, 1, 64, act_bytes=4, device="cpu", attention="eager",
+                               dropout=spec.trains_with_dropout)
+    assert not any(i.name.endswith("qkv_output") for i in one.items)
+    assert any(i.name == "decoder.attn.q" for i in one.items)

@@ -111,6 +111,7 @@ def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
     converted = moe in ("mixtral", "qwen2_moe")
     out: list[Adapted] = []
     fused: dict[str, list] = {}  # type: ignore[type-arg]  # name -> parts of one matrix
+    zero: dict[str, int] = {}  # fused gate/up experts -> zero-computation experts beside them
     for row in params.rows:
         name, repeat, stack, shape = row[0], row[4], row[5], row[8]
         if len(shape) < 2:
@@ -142,7 +143,11 @@ def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
             if not converted:
                 continue
             X, fan_out, fan_in = shape
-            if part == "out":
+            if part == "zero_gate_up":
+                # LongCat-Flash: gate_up_proj holds the zero-computation experts' rows too, and
+                # PEFT's wrapper takes its experts from that tensor (peft 0.21)
+                zero[parent + ".gate_up"] = X
+            elif part == "out":
                 if take("experts", "down"):
                     out.append(Adapted(base, "experts", fan_in, fan_out, X, 1, repeat, stack))
             elif take("experts", "gate", "up"):
@@ -189,10 +194,7 @@ def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
     for base, parts in fused.items():
         role, fan_in, _, repeat, stack, X = parts[0]
         rank_factor = len(parts) if role == "experts" else 1
-        if role == "experts":
-            # LongCat-Flash: gate_up_proj holds the zero-computation experts' rows too, and
-            # PEFT's wrapper takes its experts from that tensor (peft 0.21)
-            X += spec.zero_experts
+        X += zero.get(base, 0)
         out.append(Adapted(base, role, fan_in, sum(p[2] for p in parts), X, rank_factor,
                            repeat, stack))
     if spec.peft_mamba and any(a.role == "out_proj" for a in out):

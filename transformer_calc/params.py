@@ -290,7 +290,8 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      + (f", {spec.n_shared_experts} shared" if spec.n_shared_experts else "")
                      + "; 'active' counts what one token uses.")
     if spec.zero_experts:
-        unused = sum([r[1] * r[4] for r in rows if r[0].endswith(".experts.zero_gate_up")])
+        unused = sum([r[1] * r[4] for r in rows
+                      if r[0].endswith(".experts.zero_gate_up.weight")])
         notes.append(f"{spec.zero_experts} zero-computation experts: a token routed to one "
                      "computes nothing, so the active count (top-k real experts) is an upper "
                      f"bound; transformers 5.23 builds gate/up weights for them, {unused:,} "
@@ -668,7 +669,7 @@ def _ffn(add, f: FFN, E: int, p: str, group: str, L: int,  # type: ignore[no-unt
         # LongcatFlashExperts (transformers 5.23) sizes gate_up_proj for every expert the
         # router knows, the zero-computation ones included; down_proj for the real ones
         F = f.d_ff
-        add((p + "experts.zero_gate_up", Z * 2 * E * F, f"zero_experts · 2 · d_model × "
+        add((p + "experts.zero_gate_up.weight", Z * 2 * E * F, f"zero_experts · 2 · d_model × "
              f"{f.ff_sym}", "", L, group, "built for the zero-computation experts, never used",
              0, (Z, 2 * F, E)))
     if f.shared:
