@@ -108,7 +108,8 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # activations_s13_cpu.jsonl (session 13, the same versions and tool): the types added then,
 # one tiny variant each (dots.llm1, Hunyuan dense and MoE, Nemotron, Ministral, LFM2-MoE,
 # LongCat-Flash without zero-computation experts, DBRX, Kimi Linear), B=2 T=64 and B=1 T=128,
-# eager and SDPA, fp32 and bf16.
+# eager and SDPA, fp32 and bf16; Kimi Linear with two KDA heads of 32 too, B=3 T=100 and
+# B=1 T=192.
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
@@ -677,7 +678,8 @@ def test_yoso_keeps_its_expectation_matrix_not_a_softmax() -> None:
                                              ("lfm2_moe-tiny.json", ""),
                                              ("longcat_flash-tiny.json", "+37.1 %"),
                                              ("dbrx-tiny.json", "-37.5 %"),
-                                             ("kimi_linear-tiny.json", "-83.0 %")])
+                                             ("kimi_linear-tiny.json", "-83.0 %"),
+                                             ("kimi_linear-wide-heads.json", "")])
 def test_session_13_types_within_one_and_a_half_percent(config: str, was: str) -> None:
     """activations_s13_cpu.jsonl (tools/measure_activations_hf.py, torch 2.13.0+cpu,
     transformers 5.23.0), eight cases each. Three rules found on them: with one K/V head and

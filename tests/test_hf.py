@@ -153,6 +153,8 @@ REFERENCE = {
     "variants/dbrx-tiny.json": (90_944, "DbrxForCausalLM"),
     # Kimi Linear: three KDA layers and one MLA layer, the first dense
     "variants/kimi_linear-tiny.json": (206_924, "KimiLinearForCausalLM"),
+    # and two KDA heads of 32 with a 3-tap convolution (a second shape for its activations)
+    "variants/kimi_linear-wide-heads.json": (218_294, "KimiLinearForCausalLM"),
     "variants/yoso-tiny.json": (148_496, "YosoForMaskedLM"),
     "variants/mt5-tiny.json": (22_640, "MT5ForConditionalGeneration"),
     "variants/xglm-tiny.json": (24_120, "XGLMForCausalLM"),

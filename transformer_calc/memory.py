@@ -711,21 +711,21 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # K (transposed) and V are made contiguous for the batched matmuls; GQA/MQA heads
             # are repeated to n_heads first (HF repeat_kv)
             kv = "B·T·n_heads·d_head · " + c_sym + " (contiguous copy)"
-            if kernel == "eager" and B == 1 and at.kv_heads == 1 < Hh and not qk32 \
-                    and not at.mla and not at.fused_qkv and not cross:
-                # MQA with one sequence: repeat_kv's expand of the one K/V head folds into
-                # the matmuls' (B·heads) batch as a stride-0 view, so K and V are kept as the
-                # one head they are (measured on Llama, Qwen3 and Hunyuan variants, eager)
+            # MQA with one sequence: repeat_kv's expand of the one K/V head folds into the
+            # matmuls' (B·heads) batch as a stride-0 view, so K and V are kept as the one head
+            # they are (measured on Llama, Qwen3 and Hunyuan variants, eager)
+            one_head = kernel == "eager" and B == 1 and at.kv_heads == 1 < Hh and not qk32 \
+                and not at.mla and not at.fused_qkv and not cross
+            if one_head:
                 one = "B·T·d_head · act (one K/V head: repeat_kv's expand is a view)"
                 add((p + "k", sb * dq * a, one, "", L, stack, "tp", None, ()))
                 add((p + "v", sb * dv * a, one.replace("d_head", dvs), "", L, stack, "tp",
                      None, ()))
-                kv = ""
-            if kv:
+            else:
                 add((p + "k", sb * qw * (4 if qk32 else c), kv.replace(c_sym, "4 (fp32 copy)")
                      if qk32 else kv, "", L, stack, "tp", None, ()))
-            if not kv:
-                pass  # one K/V head, kept above
+            if one_head:
+                pass  # V counted with K above
             elif at.mla and B == 1 and not (upcast and a != 4):
                 # V is a view of kv_b's output, which stays whole: with one sequence the A·V
                 # matmul takes the view as it is; with more, folding (B, heads) copies V alone
@@ -1075,7 +1075,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         if m.kind == "kda":
             # KimiLinearDeltaAttention and chunk_kimi_delta_attention (transformers 5.23's
             # torch path), walked with autograd's saved tensors (tools/measure_activations_hf.py
-            # --mixers, within 1.5 % in six measured cases; not to the byte). Its decay is per
+            # --mixers: within 0.3 % in six cases, the whole model within 0.4 % in 16 of two
+            # shapes; not to the byte). Its decay is per
             # channel, so the intra-chunk scores are formed elementwise: three
             # (chunk × chunk × d_head) fp32 tensors per head and chunk, and the solve runs row
             # by row (each row's product keeps its i × i and i clones)
