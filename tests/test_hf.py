@@ -585,3 +585,13 @@ def test_kimi_linear_reads_its_layer_lists_and_never_ties() -> None:
     with pytest.raises(SpecError, match="key 'full_attn_layers'"):
         spec_from_hf(base | {"num_hidden_layers": 5, "linear_attn_config": {
             "full_attn_layers": [0], "kda_layers": [1]}})
+
+
+def test_the_configs_own_note_comes_first() -> None:
+    """The notes of a config's parameter breakdown open with what the file was read as (the
+    class counted), before the model's own notes (a mutation sample, seed 16, moving it to
+    second place survived)."""
+    p = count_params(spec_from_hf({"model_type": "qwen2", "tie_word_embeddings": True},
+                                  "q.json"))
+    assert p.notes[0].startswith("counted as transformers' Qwen2ForCausalLM")
+    assert p.notes[1] == "head.lm.weight is the token embedding matrix (tied), counted once."

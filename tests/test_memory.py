@@ -365,3 +365,28 @@ def test_context_parallel_needs_a_length_of_whole_chunk_pairs() -> None:
     with pytest.raises(TcalcError, match=r"--cp 2: the sequence length must be a multiple"):
         memory_report(gpt2, Settings(gpus=2, cp=2, seq_len=1022))
     assert memory_report(gpt2, Settings(gpus=2, cp=2, seq_len=1024)).per_gpu.total > 0
+
+
+def test_a_loss_without_upcast_holds_the_logits_in_their_own_dtype() -> None:
+    """The forward's high point holds the logits: in the activation dtype alone when the model
+    takes its loss without an fp32 upcast (BERT: LOSS_NO_UPCAST, read from transformers'
+    source) and the run is pure bf16; with the upcast, an fp32 copy beside them. (A mutation
+    sample, seed 16, added a byte to the first and survived.)"""
+    from transformer_calc.hf import spec_from_hf
+
+    spec = spec_from_hf({"model_type": "bert"})
+    assert not spec.loss_fp32
+    B, T, V = 2, 128, spec.vocab_size
+    pure = memory_report(spec, Settings(precision="bf16", batch_size=B, seq_len=T))
+    logits = [i for p in pure.phases for i in p.items.items if i.name == "logits"]
+    assert logits and all(i.total == B * T * V * 2 for i in logits)
+    up = memory_report(spec.replace(loss_fp32=True), Settings(precision="bf16", batch_size=B,
+                                                                seq_len=T))
+    logits = [i for p in up.phases for i in p.items.items if i.name == "logits"]
+    assert logits and all(i.total == B * T * V * (2 + 4) for i in logits)
+
+
+def test_inference_trains_nothing() -> None:
+    # (a mutation sample, seed 16: the inference path's trainable count 0 -> 1 survived)
+    rep = memory_report(load_model("gpt2"), Settings(inference=True, seq_len=128))
+    assert rep.trainable_params == 0
