@@ -110,6 +110,9 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # LongCat-Flash without zero-computation experts, DBRX, Kimi Linear), B=2 T=64 and B=1 T=128,
 # eager and SDPA, fp32 and bf16; Kimi Linear with two KDA heads of 32 too, B=3 T=100 and
 # B=1 T=192.
+# activations_s14_cpu.jsonl (session 14, the same versions and tool): T5Gemma's two variants,
+# B=2 T=64 and B=1 T=128, fp32 and bf16, eager (T5GemmaForConditionalGeneration has no SDPA
+# path: those lines say "skipped").
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
@@ -122,7 +125,8 @@ FAMILY_ROWS = [json.loads(line) for name in ("activations_families_cpu.jsonl",
                                                "activations_sweep_s10_cpu.jsonl",
                                                "activations_alive_s11_cpu.jsonl",
                                                "activations_s12_cpu.jsonl",
-                                               "activations_s13_cpu.jsonl")
+                                               "activations_s13_cpu.jsonl",
+                                               "activations_s14_cpu.jsonl")
                for line in (DATA / name).read_text().splitlines()]
 MEASURED = [r for r in FAMILY_ROWS if "skipped" not in r]
 # Every measured case is within ±10 % (the last gap, DeepSeek-V3 with SDPA in bf16 at −11.7 %,
@@ -147,7 +151,8 @@ EAGER_ONLY = {"gpt_oss-tied-nobias.json", "tapas-tiny.json", "trocr-tiny.json",
               "vaultgemma-tiny.json", "deberta-v2-relative.json", "deberta-v2-c2p-p2c.json",
               "xglm-tiny.json", "ibert-tiny.json", "longt5-local.json",
               "longt5-local-default.json", "longt5-tglobal.json", "longt5-tglobal-default.json",
-              "longt5-local-nodropout.json", "yoso-tiny.json"}
+              "longt5-local-nodropout.json", "yoso-tiny.json", "t5gemma-tiny.json",
+              "t5gemma-untied.json"}
 
 
 def test_the_fixtures_cover_14_architectures_both_attentions_and_dtypes() -> None:
@@ -712,3 +717,19 @@ def test_a_fused_rotated_query_with_grouped_heads_keeps_no_fused_output() -> Non
                                dropout=spec.trains_with_dropout)
     assert not any(i.name.endswith("qkv_output") for i in one.items)
     assert any(i.name == "decoder.attn.q" for i in one.items)
+
+
+@pytest.mark.parametrize("config", ["t5gemma-tiny.json", "t5gemma-untied.json"])
+def test_t5gemma_within_half_a_percent(config: str) -> None:
+    """activations_s14_cpu.jsonl (tools/measure_activations_hf.py, torch 2.13.0+cpu,
+    transformers 5.23.0), four eager cases each. T5Gemma's cross-attention soft-caps its scores
+    as the self-attention does (T5GemmaCrossAttention passes attn_logit_softcapping): its tanh
+    keeps a B·H·T·T output, which tcalc had counted for self-attention only (-4.7 % in fp32).
+    With a window of 8 at T = 64 and 128 the eager layers still keep all T² scores."""
+    rows = [r for r in MEASURED if r["config"] == config]
+    assert len(rows) == 4 and {r["attention"] for r in rows} == {"eager"}
+    for r in rows:
+        assert abs(_estimate(r) / r["measured_bytes"] - 1) < 0.005, r
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    acts = activation_breakdown(spec, 2, 64, act_bytes=4, device="cpu", attention="eager")
+    assert acts.get("decoder.full.cross.softcap_tanh").count == 2 * spec.n_heads * 64 * 64 * 4

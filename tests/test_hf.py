@@ -18,6 +18,7 @@ from conftest import DATA
 from transformer_calc import count_params, load_model
 from transformer_calc.errors import SpecError
 from transformer_calc.hf import HEAD_CLASS, spec_from_hf
+from transformer_calc.plan import plan_of
 
 HF = DATA / "hf"
 
@@ -151,6 +152,10 @@ REFERENCE = {
     "variants/longcat_flash-tiny.json": (236_256, "LongcatFlashForCausalLM"),
     # DBRX: sub-configs, fused Wqkv clamped (clip_qkv), 4 experts top-2 with router jitter
     "variants/dbrx-tiny.json": (90_944, "DbrxForCausalLM"),
+    # T5Gemma: encoder 3 and decoder 2 layers, a table each, the head tied to the decoder's
+    "variants/t5gemma-tiny.json": (196_224, "T5GemmaForConditionalGeneration"),
+    # ... vocabularies 120 and 128, an untied head, biases, F S S F in both stacks
+    "variants/t5gemma-untied.json": (262_144, "T5GemmaForConditionalGeneration"),
     # Kimi Linear: three KDA layers and one MLA layer, the first dense
     "variants/kimi_linear-tiny.json": (206_924, "KimiLinearForCausalLM"),
     # and two KDA heads of 32 with a 3-tap convolution (a second shape for its activations)
@@ -595,3 +600,41 @@ def test_the_configs_own_note_comes_first() -> None:
                                   "q.json"))
     assert p.notes[0].startswith("counted as transformers' Qwen2ForCausalLM")
     assert p.notes[1] == "head.lm.weight is the token embedding matrix (tied), counted once."
+
+
+def test_t5gemma_reads_both_stacks_and_refuses_an_unbalanced_pair() -> None:
+    """T5GemmaConfig keeps each stack's keys in its encoder and decoder mappings (transformers
+    5.23: the default builds 5,596,853,760 parameters on the meta device, tools/
+    reference_counts.py; the variants in REFERENCE). tcalc's spec has one width: a wider
+    encoder (t5gemma-9b-2b) is refused by the key that differs. The encoder's sliding layers
+    are bidirectional: masking_utils' create_bidirectional_sliding_window_mask lets a query meet
+    17 keys at sliding_window 8 (|q − k| <= 8; the decoder's causal one 8), counted there by
+    building both masks at T = 40 in transformers 5.23."""
+    spec = spec_from_hf({"model_type": "t5gemma"})
+    assert count_params(spec).total == 5_596_853_760
+    assert (spec.arch, spec.tie_encoder_decoder, spec.sandwich_norm) == \
+        ("encoder-decoder", False, True)
+    assert spec.layer_attention == "1S 1F *" and spec.attn_softcapping == 50.0
+    groups = {g.name: g for g in plan_of(spec).groups}
+    enc, dec = groups["encoder.sliding"].block.attn, groups["decoder.sliding"].block.attn
+    small = spec.replace(sliding_window=8)
+    e8 = {g.name: g for g in plan_of(small).groups}["encoder.sliding"].block.attn
+    d8 = {g.name: g for g in plan_of(small).groups}["decoder.sliding"].block.attn
+    assert (e8.keys(40), d8.keys(40)) == (17, 8)
+    assert (enc.window, dec.window) == (2 * 4096 + 1, 4096)
+    assert "cross.post_norm" in groups["decoder.full"].block.norms
+    with pytest.raises(SpecError, match="key 'hidden_size'"):
+        spec_from_hf({"model_type": "t5gemma", "encoder": {"hidden_size": 3584}})
+    with pytest.raises(SpecError, match="key 'layer_types'"):
+        spec_from_hf({"model_type": "t5gemma", "encoder": {"num_hidden_layers": 2, "layer_types":
+                      ["full_attention", "sliding_attention"]}, "decoder": {
+                      "num_hidden_layers": 2, "layer_types": ["sliding_attention",
+                                                              "full_attention"]}})
+    with pytest.raises(SpecError, match="key 'encoder'"):
+        spec_from_hf({"model_type": "t5gemma", "encoder": [2304]})
+    # different depths, one repeating unit: 3 encoder layers S F S, 2 decoder layers S F
+    mixed = spec_from_hf({"model_type": "t5gemma", "encoder": {"num_hidden_layers": 3},
+                          "decoder": {"num_hidden_layers": 2}})
+    assert (mixed.n_encoder_layers, mixed.n_decoder_layers) == (3, 2)
+    assert {g.name: g.count for g in plan_of(mixed).groups} == {
+        "encoder.sliding": 2, "encoder.full": 1, "decoder.sliding": 1, "decoder.full": 1}

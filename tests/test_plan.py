@@ -51,6 +51,10 @@ FLOPS_PER_TOKEN_T8 = {
     # the K/V heads and sinks; dense then MoE (tiny), or listed layer and MLP types (types)
     "mimo_v2_flash-tiny.json": 649_728,
     "mimo_v2_flash-types.json": 131_712,
+    # T5Gemma (an encoder-decoder: T source and T target tokens, FLOPs per token of each):
+    # sandwich norms, the cross-attention's too; sliding and full layers in both stacks
+    "t5gemma-tiny.json": 387_072,
+    "t5gemma-untied.json": 501_760,  # an untied head, one K/V head of 24, biases, F S S F
 }
 
 
@@ -92,6 +96,10 @@ KV_BYTES_FP32 = {
     "longcat_flash-tiny.json": {16: 6_144, 48: 18_432},
     # DBRX: 2 layers of 2 K/V heads of 16 (the fused Wqkv's K and V)
     "dbrx-tiny.json": {16: 8_192, 48: 24_576},
+    # T5Gemma: the decoder's self-attention (1 sliding layer of window 8, 1 full) and its
+    # cross-attention over the T source tokens (EncoderDecoderCache); the encoder caches nothing
+    "t5gemma-tiny.json": {16: 14_080, 48: 38_656},
+    "t5gemma-untied.json": {16: 21_120, 48: 57_984},  # 4 decoder layers: F S S F
 }
 
 

@@ -100,6 +100,18 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
                 "num_decoder_layers": rng.choice([1, 2, 3]),
                 "feed_forward_proj": rng.choice(["relu", "gated-gelu"])}
         cfg["decoder_start_token_id"] = 0
+    if {"encoder", "decoder", "dropout_rate"} <= fields:
+        # T5Gemma: each stack's keys in its own mapping; one width, attention and FFN for
+        # both (tcalc refuses the unbalanced ones), the layer counts, vocabularies and
+        # sliding window drawn
+        module = {k: cfg[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                      "num_key_value_heads", "head_dim") if k in cfg}
+        module |= {"sliding_window": rng.choice([4, 8]), "max_position_embeddings": 64,
+                   "attention_bias": rng.random() < 0.5}
+        cfg |= {"encoder": module | {"num_hidden_layers": cfg["num_hidden_layers"],
+                                     "vocab_size": cfg["vocab_size"]},
+                "decoder": module | {"num_hidden_layers": rng.choice([1, 2, 3]),
+                                     "vocab_size": rng.choice([97, 128])}}
     # families that spell the shape keys their own way (GPT-2 lineage, XLM, MPT, XGLM, ...)
     for std, aliases in (("hidden_size", ("n_embd", "emb_dim", "d_model")),
                          ("num_hidden_layers", ("n_layer", "n_layers", "num_layers")),

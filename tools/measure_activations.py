@@ -66,9 +66,16 @@ def recorded(model: torch.nn.Module) -> Iterator[dict[int, int]]:
     storages.update({ptr: n for ref, ptr, n in packed if ref() is not None})
 
 
+def input_vocab(cfg: object) -> int:
+    """Token ids every table takes: T5Gemma's encoder and decoder keep vocabularies of their
+    own (its encoder and decoder sub-configs), the rest one."""
+    return min(getattr(getattr(cfg, k, None), "vocab_size", None) or cfg.vocab_size  # type: ignore[attr-defined]
+               for k in ("encoder", "decoder"))
+
+
 def saved_bytes(model: torch.nn.Module, B: int, T: int, device: str = "cpu") -> dict[str, int]:
     torch.manual_seed(0)
-    ids = torch.randint(0, model.config.vocab_size, (B, T), device=device)
+    ids = torch.randint(0, input_vocab(model.config), (B, T), device=device)
     # use_cache=False: no generation cache in training (a hybrid's first layer may have no
     # attention, and transformers then cannot size its cache). Not nothing: with the config's
     # default use_cache=True transformers 5.23 builds a DynamicCache even in training, and
@@ -86,7 +93,7 @@ def saved_bytes(model: torch.nn.Module, B: int, T: int, device: str = "cpu") -> 
 def list_saved(model: torch.nn.Module, B: int, T: int) -> None:
     """Each saved tensor, attributed to the autograd node that saved it."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    ids = torch.randint(0, model.config.vocab_size, (B, T))
+    ids = torch.randint(0, input_vocab(model.config), (B, T))
     loss = model(input_ids=ids, labels=ids).loss
     seen: dict[int, tuple[str, tuple[int, ...], str, int]] = {}
     stack, visited = [loss.grad_fn], set()

@@ -22,6 +22,9 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transformer_calc.hf import counted_class  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure_activations import input_vocab  # noqa: E402
+
 
 def eager_model(config: dict) -> torch.nn.Module:
     """The class tcalc counts, with random weights on the CPU, eager attention and experts."""
@@ -36,7 +39,7 @@ def eager_model(config: dict) -> torch.nn.Module:
 
 def forward_flops(config: dict, seq_len: int) -> int:
     model = eager_model(config).train()
-    ids = torch.randint(0, model.config.vocab_size, (1, seq_len))
+    ids = torch.randint(0, input_vocab(model.config), (1, seq_len))
     # an encoder-decoder: T source and T target tokens (tcalc's convention: per token = one
     # of each)
     extra = {"decoder_input_ids": ids} if model.config.is_encoder_decoder else {}

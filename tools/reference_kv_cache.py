@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure_activations import input_vocab  # noqa: E402
 from reference_flops import eager_model  # noqa: E402
 
 
@@ -27,10 +28,15 @@ def cache_parts(config: dict, seq_len: int, dtype: str = "float32") -> dict[str,
     """Bytes by part: "kv" (attention keys and values), "conv" and "recurrent" (the states
     of recurrent layers), and the dtypes seen."""
     model = eager_model(config).to(getattr(torch, dtype)).eval()
-    ids = torch.randint(0, model.config.vocab_size, (1, seq_len))
+    ids = torch.randint(0, input_vocab(model.config), (1, seq_len))
+    # an encoder-decoder: T source and T target tokens; its cache holds the decoder's self-
+    # and cross-attention keys and values (EncoderDecoderCache)
+    extra = {"decoder_input_ids": ids} if model.config.is_encoder_decoder else {}
     with torch.no_grad():
-        out = model(input_ids=ids, use_cache=True)
+        out = model(input_ids=ids, use_cache=True, **extra)
     cache = getattr(out, "past_key_values", None) or out.cache_params  # Mamba: cache_params
+    layers = [*cache.self_attention_cache.layers, *cache.cross_attention_cache.layers] \
+        if hasattr(cache, "cross_attention_cache") else cache.layers
     parts: dict = {"kv": 0, "conv": 0, "recurrent": 0, "dtypes": set()}
 
     def add(part: str, t: object) -> None:
@@ -40,7 +46,7 @@ def cache_parts(config: dict, seq_len: int, dtype: str = "float32") -> dict[str,
 
     for t in getattr(cache, "linear_cache", []):  # MiniMaxCache: the lightning layers' state
         add("recurrent", t)
-    for layer in cache.layers:
+    for layer in layers:
         # DSA layers (DynamicIndexedLayer) also keep the indexer's keys
         for t in (getattr(layer, "keys", None), getattr(layer, "values", None),
                   getattr(layer, "indexer_keys", None)):

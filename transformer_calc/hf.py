@@ -45,6 +45,7 @@ HEAD_CLASS = {
     "gemma4_unified_text": "Gemma4UnifiedForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
     "mimo_v2_flash": "MiMoV2FlashForCausalLM",
+    "t5gemma": "T5GemmaForConditionalGeneration",
 }
 
 # transformers' ACT2FN names -> tcalc's activation (no parameters either way).
@@ -119,6 +120,7 @@ DROPOUT_KEYS = {
     "phi": (("resid_pdrop", "embd_pdrop", "attention_dropout"), 0.0),
     "modernbert": (("embedding_dropout", "mlp_dropout", "attention_dropout"), 0.0),
     "fsmt": (("dropout", "attention_dropout"), 0.1),
+    "t5gemma": (("dropout_rate", "attention_dropout"), 0.0),
     "modernbert-decoder": (("embedding_dropout", "mlp_dropout", "attention_dropout"), 0.0),
     # the config classes' own dropout keys (0.1 by default), which the generic records had
     # read as attention_dropout (absent: 0.0) and so counted no masks (found by measuring)
@@ -1262,6 +1264,89 @@ def _gemma2(c: Config, v3: bool = False) -> dict[str, Any]:
                 **_bias(bias, bias, bias, bias, False, False),
                 tie_embeddings=c.get("tie_word_embeddings", True)) | _layer_attention(
                     c, L, sliding, 4096)
+
+
+# T5GemmaModuleConfig's defaults (transformers 5.23): each stack's keys, in the file's
+# "encoder" and "decoder" mappings
+_T5GEMMA_MODULE = {"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
+                   "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+                   "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+                   "max_position_embeddings": 8192, "attention_bias": False,
+                   "sliding_window": 4096, "layer_types": None,
+                   "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0}
+# the keys both stacks must agree on: tcalc's spec has one width, one attention and one FFN
+_T5GEMMA_SHARED = ("hidden_size", "intermediate_size", "num_attention_heads",
+                   "num_key_value_heads", "head_dim", "hidden_activation", "attention_bias",
+                   "sliding_window", "attn_logit_softcapping")
+
+
+def _t5gemma(c: Config) -> dict[str, Any]:
+    """T5GemmaForConditionalGeneration (transformers 5.23): an encoder and a decoder of Gemma 2
+    layers (sandwich RMSNorms, the decoder's cross-attention normed before and after too),
+    sliding and full layers by layer_types (default: sliding, full, ...), the encoder's
+    sliding window bidirectional; a token table per stack and the LM head tied to the
+    decoder's (tie_word_embeddings). Each stack's keys sit in the file's encoder and decoder
+    mappings; the unbalanced checkpoints (t5gemma-9b-2b: a wider encoder) are refused, since
+    tcalc's spec has one width."""
+    stacks = {}
+    for key in ("encoder", "decoder"):
+        given = c.data.get(key) or {}
+        if not isinstance(given, dict):
+            raise SpecError(key, "a mapping of T5GemmaModuleConfig's keys", given,
+                            source=c.where)
+        stacks[key] = Config(_T5GEMMA_MODULE | {k: v for k, v in given.items()
+                                                if v is not None or k == "layer_types"},
+                             f"{c.where} ({key})", {})
+    enc, dec = stacks["encoder"], stacks["decoder"]
+    for key in _T5GEMMA_SHARED:
+        if enc.data.get(key) != dec.data.get(key):
+            raise SpecError(key, f"equal to the encoder's {enc.data.get(key)!r} (tcalc models "
+                            "one width, attention and FFN for both stacks)", dec.data.get(key),
+                            source=dec.where)
+    patterns = []
+    for s in (enc, dec):
+        L = s.get("num_hidden_layers", 26)
+        # T5GemmaModuleConfig.__post_init__: layer i slides when (i + 1) % 2 is true
+        letters = _layer_attention(s, L, [(i + 1) % 2 == 1 for i in range(L)], 4096)
+        patterns.append((L, letters.get("layer_attention", f"{L}F")))
+    (Le, pe), (Ld, pd) = patterns
+    from transformer_calc.plan import parse_pattern
+
+    e_letters = parse_pattern(pe, "FS", Le, "layer_types")
+    d_letters = parse_pattern(pd, "FS", Ld, "layer_types")
+    pattern = ""
+    for k in range(1, max(Le, Ld) + 1):  # the shortest unit repeating into both stacks
+        unit = list((e_letters if Le >= Ld else d_letters)[:k])
+        if all(tuple((unit * (n // k + 1))[:n]) == got
+               for n, got in ((Le, e_letters), (Ld, d_letters))):
+            pattern = _runs(unit) + " *"
+            break
+    if not pattern:
+        raise SpecError("layer_types", "the encoder's pattern of sliding and full layers, or "
+                        "one repeating unit for both stacks (tcalc reads one pattern)",
+                        dec.data.get("layer_types"), source=dec.where)
+    _no_parameter_notes(dec)
+    c.notes.extend(n for n in dec.notes if n not in c.notes)
+    E, H = dec.get("hidden_size", 2304), dec.get("num_attention_heads", 8)
+    d_head = dec.get("head_dim", 256)
+    bias = dec.get("attention_bias", False)
+    Ve, Vd = enc.get("vocab_size", 256000), dec.get("vocab_size", 256000)
+    sliding = "S" in e_letters + d_letters
+    return dict(arch="encoder-decoder", vocab_size=Vd, encoder_vocab_size=Ve,
+                tie_encoder_decoder=False, tie_embeddings=c.get("tie_word_embeddings", True),
+                d_model=E, n_layers=0, n_encoder_layers=Le, n_decoder_layers=Ld, n_heads=H,
+                n_kv_heads=dec.kv_heads(4, H), d_head=None if d_head * H == E else d_head,
+                d_ff=dec.get("intermediate_size", 9216),
+                max_positions=max(enc.get("max_position_embeddings", 8192),
+                                  dec.get("max_position_embeddings", 8192)),
+                position="rope", ffn="gated", ffn_dropout=True,
+                activation=dec.activation("hidden_activation", "gelu_pytorch_tanh"),
+                norm="rmsnorm", norm_position="pre", sandwich_norm=True, norm_fp32=True,
+                logit_softcapping=_softcap(dec, 30.0),
+                attn_softcapping=_softcap(dec, 50.0, "attn_logit_softcapping"),
+                **_bias(bias, bias, bias, bias, False, False),
+                **({"layer_attention": pattern,
+                    "sliding_window": dec.get("sliding_window", 4096)} if sliding else {}))
 
 
 def _modernbert(c: Config, decoder: bool = False) -> dict[str, Any]:
@@ -2768,6 +2853,6 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
      "dbrx": _dbrx, "kimi_linear": _kimi_linear,
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
-     "ministral": _ministral, "lfm2": partial(_lfm2, moe=False),
+     "ministral": _ministral, "lfm2": partial(_lfm2, moe=False), "t5gemma": _t5gemma,
      "lfm2_moe": partial(_lfm2, moe=True)}
 HEAD_CLASS.update({model_type: r.cls for model_type, r in TABLE_DRIVEN.items()})

@@ -1910,8 +1910,8 @@ SOFTMAX_FP32: frozenset[str] = frozenset(
  'modernbert-decoder', 'mpt', 'nanochat', 'nemotron', 'nemotron_h', 'olmo', 'olmo2',
  'olmo3', 'olmo_hybrid', 'olmoe', 'opt', 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2',
  'qwen2_moe', 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_moe', 'qwen3_next',
- 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2', 'vaultgemma', 'xlm',
- 'youtu'])
+ 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2', 't5gemma', 'vaultgemma',
+ 'xlm', 'youtu'])
 
 # Eager attention appends the sink logits as a softmax column
 # (`torch.cat([attn_weights, sinks], dim=-1)`)
@@ -1972,7 +1972,7 @@ NORM_FP32: frozenset[str] = frozenset(
 ['afmoe', 'beam', 'flex_olmo', 'flint', 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text',
  'gemma4_unified_text', 'gpt_oss', 'helium', 'minimax_m3_vl_text', 'nemotron_h', 'olmo',
  'olmo2', 'olmo3', 'olmo_hybrid', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next',
- 'vaultgemma'])
+ 't5gemma', 'vaultgemma'])
 
 # RMSNorms that multiply their (16-bit) input itself by the fp32 rsqrt
 # (`variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)`)
@@ -2170,6 +2170,7 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'stablelm': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'starcoder2': ('k_proj', 'o_proj', 'q_proj', 'v_proj'),
     't5': (),
+    't5gemma': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'tapas': ('key', 'query', 'value'),
     'trocr': ('k_proj', 'q_proj', 'v_proj'),
     'umt5': (),

@@ -762,9 +762,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                      f"B·n_heads·T·{kq_sym} · {c_sym} + B·n_heads·T · (act + 4) + "
                      "B·T·n_heads·d_head · act (the scores logsumexp keeps, its result, the "
                      "fp32 sigmoid, the output it scales)", "", L, stack, "tp", None, ()))
-            if spec.attn_softcapping and not cross:
+            if spec.attn_softcapping:
                 # Gemma 2's eager attention: scores = cap · tanh(scores / cap); tanh keeps
-                # its output, a tensor of the scores' size
+                # its output, a tensor of the scores' size (T5Gemma's cross-attention too:
+                # measured)
                 add((p + "softcap_tanh", probs * c, f"B·n_heads·T·{kq_sym} · {c_sym} (the "
                      "attention soft-capping tanh's output)", "", L, stack, "tp", None, ()))
             if soft32:

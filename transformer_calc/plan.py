@@ -350,11 +350,20 @@ def check_patterns(spec: ModelSpec) -> None:
     """Validate the per-layer patterns (or the default kinds) against the rest of the spec
     (called by ModelSpec when a pattern, a mixer, or a zero n_heads or d_ff is set)."""
     if spec.arch == "encoder-decoder":
-        if spec.layer_attention or spec.layer_ffn:
-            key = "layer_attention" if spec.layer_attention else "layer_ffn"
-            raise SpecError(key, "empty for arch encoder-decoder (per-layer patterns are for "
-                            "decoder-only and encoder-only models)", getattr(spec, key))
+        if spec.layer_ffn:
+            raise SpecError("layer_ffn", "empty for arch encoder-decoder (per-layer FFN "
+                            "patterns are for decoder-only and encoder-only models)",
+                            spec.layer_ffn)
         kinds = "FD"
+        if spec.layer_attention:
+            # T5Gemma: sliding and full layers in both stacks, one pattern for the two
+            for _, n in spec.stacks:
+                letters = parse_pattern(spec.layer_attention, "".join(ATTENTION_LAYER_KINDS),
+                                        n, "layer_attention")
+                if set(letters) - set("FS"):
+                    raise SpecError("layer_attention", "F and S layers only for arch "
+                                    "encoder-decoder", spec.layer_attention)
+                kinds += "S" if "S" in letters else ""
     else:
         kinds = "".join(_layer_kinds(spec, spec.n_layers))
     needs = (("S", "sliding_window", "S (sliding) layers need sliding_window >= 1"),
@@ -422,7 +431,8 @@ def _build(spec: ModelSpec) -> Plan:
 
 def _build_running(spec: ModelSpec) -> Plan:
     enc_dec = spec.arch == "encoder-decoder"
-    if enc_dec or not (spec.layer_attention or spec.layer_ffn or spec.kv_shared_layers):
+    if (enc_dec and not spec.layer_attention) or not (
+            spec.layer_attention or spec.layer_ffn or spec.kv_shared_layers):
         # every layer of a stack alike (the common case): one group each, no pattern parsing
         kinds = "FD" if enc_dec else "".join(default_kinds(spec))
         # LongT5: block-local self-attention in the encoder ("L"), dense in the decoder
@@ -442,7 +452,8 @@ def _build_running(spec: ModelSpec) -> Plan:
         groups = []
         for kinds, count in counts.items():
             groups.append(Group(_group_name(spec, name, kinds, vary_a, vary_f), count,
-                                _block(spec, kinds, False), kinds))
+                                _block(spec, kinds, enc_dec and name == "decoder",
+                                       enc_dec and name == "encoder"), kinds))
         last = ""
         if spec.last_layer_o_bias:  # the group of the last layer's kinds
             a0, f0 = default_kinds(spec)
@@ -464,9 +475,13 @@ def _build_running(spec: ModelSpec) -> Plan:
 
 
 def _attention(spec: ModelSpec, letter: str, cross: bool = False,
-               shared: bool = False) -> Attention:
+               shared: bool = False, bidirectional: bool = False) -> Attention:
     # positional, in Attention's field order (a plan is built per spec: make bench)
-    kind, window = (("sliding", spec.sliding_window) if letter == "S" else
+    # an encoder-decoder's encoder slides both ways: a query meets the keys within
+    # sliding_window on either side, 2 · sliding_window + 1 (transformers' bidirectional
+    # sliding mask, |q − k| <= sliding_window: masking_utils, T5Gemma)
+    kind, window = (("sliding", 2 * spec.sliding_window + 1 if bidirectional
+                     else spec.sliding_window) if letter == "S" else
                     ("chunked", spec.attention_chunk) if letter == "C" else
                     ("local", spec.encoder_local_block) if letter == "L" else ("full", 0))
     rope = spec.position == "rope" and letter != "N"
@@ -532,12 +547,12 @@ def _mixer(spec: ModelSpec) -> Mixer:
                  spec.ssm_norm, spec.ssm_dt_norms, spec.ssm_chunk)
 
 
-def _block(spec: ModelSpec, kinds: str, cross: bool) -> Block:
-    block = _block_parts(spec, kinds, cross)
+def _block(spec: ModelSpec, kinds: str, cross: bool, bidirectional: bool = False) -> Block:
+    block = _block_parts(spec, kinds, cross, bidirectional)
     return block._replace(ple=spec.per_layer_input) if spec.per_layer_input else block
 
 
-def _block_parts(spec: ModelSpec, kinds: str, cross: bool) -> Block:
+def _block_parts(spec: ModelSpec, kinds: str, cross: bool, bidirectional: bool) -> Block:
     a, f = kinds[0], kinds[1]
     kv_shared = kinds[2:] == "r"  # Gemma 4: reuses an earlier layer's keys and values
     if a == "P":
@@ -566,15 +581,16 @@ def _block_parts(spec: ModelSpec, kinds: str, cross: bool) -> Block:
         norms = ("attn.norm", "ffn.norm")[:spec.parallel_norms]
     else:
         norms = ("attn.norm", "cross.norm", "ffn.norm") if cross else ("attn.norm", "ffn.norm")
-    if spec.sandwich_norm:
-        norms += ("attn.post_norm", "ffn.post_norm")
+    if spec.sandwich_norm:  # (T5Gemma's decoder: after the cross-attention too)
+        norms += ("attn.post_norm", "cross.post_norm", "ffn.post_norm") if cross else \
+            ("attn.post_norm", "ffn.post_norm")
     elif spec.moe_post_norm and kinds[1] == "E":  # A.X K1: over the MoE block's output
         norms += ("ffn.post_norm",)
     shared = spec.parallel_block and spec.parallel_norms == 1
     note = f"{spec.norm_position}-norm" + (", shared by attention and FFN" if shared else "")
     if spec.sandwich_norm:
         note = "sandwich: a norm before and after each sublayer"
-    return Block(attn=_attention(spec, kinds[0], shared=kv_shared),
+    return Block(attn=_attention(spec, kinds[0], shared=kv_shared, bidirectional=bidirectional),
                  cross=_attention(spec, "F", cross=True) if cross else None,
                  ffn=_ffn(spec, kinds[1], kv_shared), norm=spec.norm, norms=norms,
                  norm_note=note,

@@ -277,7 +277,9 @@ class ModelSpec:
     qkv_conv_bias: bool = _f(False, "a bias on those convolutions")
 
     # -- layers that differ -----------------------------------------------------------------
-    sliding_window: int = _f(0, "keys a sliding-window layer attends to (0: none)", minimum=0)
+    sliding_window: int = _f(0, "keys a sliding-window layer attends to (0: none); in an "
+                             "encoder-decoder's encoder the window is both ways, 2 · "
+                             "sliding_window + 1 keys (T5Gemma)", minimum=0)
     attention_chunk: int = _f(0, "chunk size of chunked-attention layers (Llama 4)", minimum=0)
     encoder_local_block: int = _f(0, "LongT5's local attention: the encoder's self-attention "
                                   "runs on blocks of this many tokens (local_radius + 1), the "
@@ -291,7 +293,8 @@ class ModelSpec:
                               "full without RoPE, M the recurrent mixer, P attention and the "
                               "mixer in parallel (Falcon-H1), X none; runs like "
                               "'3S 1F', a trailing '*' repeats the pattern (default: M everywhere "
-                              "with a mixer, else S if sliding_window, else F)")
+                              "with a mixer, else S if sliding_window, else F); an "
+                              "encoder-decoder: F and S, one pattern for both stacks")
     global_head_dim: int | None = _f(None, "d_head of the full-attention layers when it differs "
                                      "from the sliding ones' (Gemma 4: global_head_dim)",
                                      minimum=1)
