@@ -733,3 +733,30 @@ def test_t5gemma_within_half_a_percent(config: str) -> None:
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
     acts = activation_breakdown(spec, 2, 64, act_bytes=4, device="cpu", attention="eager")
     assert acts.get("decoder.full.cross.softcap_tanh").count == 2 * spec.n_heads * 64 * 64 * 4
+
+
+def test_classes_without_an_sdpa_path_say_so() -> None:
+    """transformers 5.23 refuses attn_implementation="sdpa" for a class whose _supports_sdpa
+    is false (hf_defaults.NO_SDPA, generated from it): every variant the measurement skipped
+    for that reason is of such a type, and every one it measured with SDPA is not. tcalc still
+    estimates an SDPA kernel there (code of one's own may run one) and says that transformers
+    runs eager attention."""
+    from transformer_calc.hf_defaults import NO_SDPA
+
+    skipped = {r["config"] for r in FAMILY_ROWS if "skipped" in r
+               and "does not support an attention implementation" in r["skipped"]}
+    sdpa = {r["config"] for r in MEASURED if r["attention"] == "sdpa"}
+    assert len(skipped) >= 20 and len(sdpa) >= 50
+    for configs, expected in ((skipped, False), (sdpa, True)):
+        for config in configs:
+            spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+            model_type = json.loads((DATA / "hf" / "variants" / config).read_text())["model_type"]
+            assert spec.sdpa_path is expected and (model_type not in NO_SDPA) is expected, config
+    gemma2 = spec_from_hf(json.loads((DATA / "hf" / "gemma-2-9b.json").read_text()))
+    llama = spec_from_hf(json.loads((DATA / "hf" / "llama-3-8b.json").read_text()))
+    for spec, attention, said in ((gemma2, "sdpa", True), (gemma2, "eager", False),
+                                  (llama, "sdpa", False)):
+        notes = activation_breakdown(spec, 1, 64, act_bytes=2, attention=attention).notes
+        assert any("no SDPA path" in n for n in notes) is said, (spec.name, attention)
+    assert load_model("gemma-2-9b").sdpa_path is False
+    assert load_model("gpt-oss-20b").sdpa_path is load_model("gpt-oss-120b").sdpa_path is False

@@ -166,6 +166,17 @@ def router_fp32_types() -> list[str]:
     return types_whose_code_has(*ROUTER_FP32)
 
 
+def no_sdpa_types() -> list[str]:
+    """The model types whose counted class has no SDPA path (``_supports_sdpa`` false):
+    transformers refuses attn_implementation="sdpa" for them (Gemma 2, gpt-oss, ...)."""
+    import transformers
+
+    from transformer_calc.hf import HEAD_CLASS, MAPPERS
+
+    return [t for t in sorted(MAPPERS)
+            if not getattr(getattr(transformers, HEAD_CLASS[t]), "_supports_sdpa", False)]
+
+
 def loss_no_upcast_types() -> list[str]:
     """The model types whose counted class takes its loss without self.loss_function (whose
     ForCausalLMLoss and ForMaskedLMLoss upcast the logits to fp32): nn.CrossEntropyLoss or
@@ -284,7 +295,9 @@ def main() -> None:
               ("ROUTER_FP32", "# MoE routers that matmul fp32 copies of their input and weight"
                f"\n# (`{ROUTER_FP32[0]}`, or .float())", router_fp32_types()),
               ("LOSS_NO_UPCAST", "# Losses taken in the activation dtype (no fp32 upcast of the "
-               "logits)", loss_no_upcast_types())))
+               "logits)", loss_no_upcast_types()),
+              ("NO_SDPA", "# Classes without an SDPA path (`_supports_sdpa` false): transformers "
+               "runs them eager", no_sdpa_types())))
           + "\n\n# LoRA on a mixture of experts: the model types peft converts (router and fused\n"
           + "# experts adapted), by pattern (peft.utils.transformers_weight_conversion)\n"
           + "PEFT_MOE: dict[str, str] = "

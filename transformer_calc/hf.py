@@ -414,6 +414,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         EXPERTS_GROUPED,
         LINEAR_NAMES,
         LOSS_NO_UPCAST,
+        NO_SDPA,
         NORM_FP32,
         NORM_KEEPS_INPUT,
         NORM_MANUAL,
@@ -428,6 +429,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     )
 
     values["softmax_fp32"] = model_type in SOFTMAX_FP32
+    values["sdpa_path"] = model_type not in NO_SDPA
     values["softmax_sink_column"] = model_type in SINK_COLUMN
     values["softmax_row_max"] = model_type in ROW_MAX
     values["scores_clamped"] = model_type in SCORES_CLAMPED

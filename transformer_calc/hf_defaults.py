@@ -1995,6 +1995,14 @@ LOSS_NO_UPCAST: frozenset[str] = frozenset(
  'rembert', 'roberta', 'roberta-prelayernorm', 'roc_bert', 'roformer', 't5', 'tapas',
  'trocr', 'umt5', 'whisper', 'xlm', 'xlm-roberta', 'xlm-roberta-xl', 'yoso'])
 
+# Classes without an SDPA path (`_supports_sdpa` false): transformers runs them eager
+NO_SDPA: frozenset[str] = frozenset(
+['big_bird', 'bigbird_pegasus', 'bloom', 'codegen', 'deberta-v2', 'falcon_mamba',
+ 'flaubert', 'flint', 'fsmt', 'gemma2', 'gpt_neo', 'gpt_neox_japanese', 'gpt_oss', 'gptj',
+ 'granite_swa', 'granitemoe_swa', 'ibert', 'longt5', 'mamba', 'mamba2', 'megatron-bert',
+ 'mimo_v2_flash', 'mpnet', 'mpt', 'mra', 'mvp', 'openai-gpt', 'rembert', 'roformer',
+ 't5gemma', 'tapas', 'trocr', 'vaultgemma', 'xglm', 'xlm', 'yoso'])
+
 # LoRA on a mixture of experts: the model types peft converts (router and fused
 # experts adapted), by pattern (peft.utils.transformers_weight_conversion)
 PEFT_MOE: dict[str, str] = {'afmoe': 'qwen2_moe',

@@ -322,6 +322,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     if spec.n_heads and attention == "sdpa":  # the execution profile, shown (issue 13)
         how = "forced by --sdpa-kernel" if sdpa_kernel != "auto" else "as torch picks it"
         notes.append(f"sdpa on {device} runs {kernel} ({how}): {KERNELS[kernel]}")
+        if not spec.sdpa_path:
+            # (the class's _supports_sdpa is false: attn_implementation="sdpa" raises)
+            notes.append("transformers 5.23 has no SDPA path for this class (it runs eager "
+                         "attention only): this is what an SDPA kernel would keep, in code of "
+                         "your own; transformers itself keeps what --attention eager shows")
         if spec.encoder_local_block:
             notes.append("the encoder's local attention (LongT5) runs its own einsums, as "
                          "eager attention does, whatever --attention says")

@@ -82,6 +82,9 @@ class ModelSpec:
     softmax_fp32: bool = _f(False, "eager attention computes the softmax in fp32 and casts it "
                             "back (transformers' Llama-style eager attention): a 16-bit model "
                             "keeps both copies", arch=False)
+    sdpa_path: bool = _f(True, "transformers has an SDPA path for the class (false: "
+                         "_supports_sdpa is false, it runs eager attention only; --attention "
+                         "sdpa then says so beside what an SDPA kernel would keep)", arch=False)
     experts_grouped: bool = _f(True, "the MoE experts take transformers' grouped_mm path by "
                                "default (their module has @use_experts_implementation; false: "
                                "the class's own code, e.g. Llama 4's)", arch=False)
