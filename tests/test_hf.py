@@ -632,6 +632,9 @@ def test_t5gemma_reads_both_stacks_and_refuses_an_unbalanced_pair() -> None:
                                                               "full_attention"]}})
     with pytest.raises(SpecError, match="key 'encoder'"):
         spec_from_hf({"model_type": "t5gemma", "encoder": [2304]})
+    # a bad value is named in its own stack's mapping, not as a mismatch with the other's
+    with pytest.raises(SpecError, match=r"\(encoder\).*key 'hidden_size': expected a non-neg"):
+        spec_from_hf({"model_type": "t5gemma", "encoder": {"hidden_size": "abc"}})
     # different depths, one repeating unit: 3 encoder layers S F S, 2 decoder layers S F
     mixed = spec_from_hf({"model_type": "t5gemma", "encoder": {"num_hidden_layers": 3},
                           "decoder": {"num_hidden_layers": 2}})

@@ -447,3 +447,32 @@ def test_one_default_context_for_every_command(cli) -> None:
     assert cli.json("flops", "gpt2")["seq_len"] == 1024
     explain = cli("explain", "gpt2", "--topic", "flops").stdout
     assert "T = 1,024" in explain or "1024" in explain
+
+
+@pytest.mark.parametrize(("name", "text", "key"), [
+    # transformers' per-layer lists (Gemma 2's sliding/full layers) are read layer by layer,
+    # and so is a per-layer pattern: 10^9 layers took minutes and gigabytes before the cap
+    ("gemma2.json", json.dumps({"model_type": "gemma2", "num_hidden_layers": 10**9}),
+     "num_hidden_layers"),
+    ("t5gemma.json", json.dumps({"model_type": "t5gemma",
+                                 "encoder": {"num_hidden_layers": 10**9}}), "num_hidden_layers"),
+    ("deep.yaml", "name: deep\nvocab_size: 1000\nd_model: 64\nn_layers: 1000000000\n"
+     "n_heads: 4\nd_ff: 256\nmax_positions: 128\nposition: rope\nsliding_window: 16\n"
+     "layer_attention: 1S 1F *\n", "n_layers"),
+])
+def test_an_absurd_layer_count_is_refused_not_walked(cli, tmp_path: Path, name: str, text: str,
+                                                      key: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    r = cli("params", str(path), code=2)
+    assert r.stderr.count("\n") == 1 and f"key '{key}'" in r.stderr
+    assert "100,000" in r.stderr
+
+
+def test_the_deepest_allowed_stacks_are_read_at_once(cli, tmp_path: Path) -> None:
+    """100,000 layers in each of T5Gemma's stacks, one short of it in the decoder: one pattern
+    for both is found in linear time (it was a quadratic search)."""
+    path = tmp_path / "t5gemma.json"
+    path.write_text(json.dumps({"model_type": "t5gemma", "encoder": {"num_hidden_layers": 100_000},
+                                "decoder": {"num_hidden_layers": 99_999}}))
+    assert "50000 × sliding, 49999 × full" in cli("params", str(path)).stdout.replace("\n", " ")

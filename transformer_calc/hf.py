@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from transformer_calc.errors import PresetError, SpecError, value_error_text
-from transformer_calc.spec import MAX_SIZE, ModelSpec
+from transformer_calc.spec import MAX_LAYERS, MAX_SIZE, ModelSpec
 
 # model_type -> the class whose parameters tcalc counts (what reference_counts.py builds).
 HEAD_CLASS = {
@@ -101,6 +101,9 @@ BOOL_KEYS = frozenset("""
     use_sandwich_norm use_attention_gate norm_bias classifier_bias decoder_bias concat_input
     enable_shape enable_pronunciation attention_k_eq_v use_double_wide_mlp enable_moe_block
     """.split())
+# the keys that count a stack's layers (each mapper may build a per-layer list from them)
+LAYER_KEYS = frozenset({"num_hidden_layers", "n_layer", "n_layers", "num_layers",
+                        "num_decoder_layers", "encoder_layers", "decoder_layers"})
 FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct", "resid_pdrop", "embd_pdrop",
                         "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob",
                         "dropout", "attention_dropout", "dropout_rate", "hidden_dropout",
@@ -198,6 +201,9 @@ class Config:
                 raise SpecError(key, "an integer >= 1", value, source=self.where)
             if value > MAX_SIZE:
                 raise SpecError(key, f"an integer <= {MAX_SIZE:,} (2^40)", value,
+                                source=self.where)
+            if value > MAX_LAYERS and key in LAYER_KEYS:  # read layer by layer (layer_types)
+                raise SpecError(key, f"an integer <= {MAX_LAYERS:,} (layers)", value,
                                 source=self.where)
         elif key in BOOL_KEYS and not isinstance(value, bool):
             raise SpecError(key, "true or false", value, source=self.where)
@@ -1301,6 +1307,7 @@ def _t5gemma(c: Config) -> dict[str, Any]:
                              f"{c.where} ({key})", {})
     enc, dec = stacks["encoder"], stacks["decoder"]
     for key in _T5GEMMA_SHARED:
+        enc.get(key, None), dec.get(key, None)  # each type-checked first, in its own mapping
         if enc.data.get(key) != dec.data.get(key):
             raise SpecError(key, f"equal to the encoder's {enc.data.get(key)!r} (tcalc models "
                             "one width, attention and FFN for both stacks)", dec.data.get(key),
@@ -1316,17 +1323,20 @@ def _t5gemma(c: Config) -> dict[str, Any]:
 
     e_letters = parse_pattern(pe, "FS", Le, "layer_types")
     d_letters = parse_pattern(pd, "FS", Ld, "layer_types")
-    pattern = ""
-    for k in range(1, max(Le, Ld) + 1):  # the shortest unit repeating into both stacks
-        unit = list((e_letters if Le >= Ld else d_letters)[:k])
-        if all(tuple((unit * (n // k + 1))[:n]) == got
-               for n, got in ((Le, e_letters), (Ld, d_letters))):
-            pattern = _runs(unit) + " *"
-            break
-    if not pattern:
+    longer, shorter = (e_letters, d_letters) if Le >= Ld else (d_letters, e_letters)
+    # one pattern gives both stacks when the shorter begins the longer; the unit is the
+    # longer's shortest period (Knuth-Morris-Pratt's failure function: linear in the layers)
+    if longer[:len(shorter)] != shorter:
         raise SpecError("layer_types", "the encoder's pattern of sliding and full layers, or "
                         "one repeating unit for both stacks (tcalc reads one pattern)",
                         dec.data.get("layer_types"), source=dec.where)
+    fail = [0] * len(longer)
+    for i in range(1, len(longer)):
+        k = fail[i - 1]
+        while k and longer[i] != longer[k]:
+            k = fail[k - 1]
+        fail[i] = k + (longer[i] == longer[k])
+    pattern = _runs(list(longer[:len(longer) - fail[-1]])) + " *"
     _no_parameter_notes(dec)
     c.notes.extend(n for n in dec.notes if n not in c.notes)
     E, H = dec.get("hidden_size", 2304), dec.get("num_attention_heads", 8)

@@ -42,12 +42,18 @@ FFN_LAYER_KINDS = {"D": "dense", "E": "experts", "X": "none"}
 # Upper bound on every integer field. Real models stay far below (d_model ~1e4, vocab ~1e6);
 # the bound keeps totals printable and arithmetic O(1) whatever a file says.
 MAX_SIZE = 2**40
+# Layers of a stack: far beyond any model (the deepest have a few hundred), low enough that
+# reading a per-layer list (a pattern, transformers' layer_types) stays instant; a config
+# asking for 10^9 layers is refused, not read layer by layer for minutes.
+MAX_LAYERS = 100_000
 
 
 def _f(default: Any, help: str, *, choices: tuple[str, ...] = (), minimum: int | None = None,
-       arch: bool = True) -> Any:
-    """A spec field; ``arch`` fields are architecture (overridable from the CLI)."""
-    meta = {"help": help, "choices": choices, "minimum": minimum, "arch": arch}
+       maximum: int = 0, arch: bool = True) -> Any:
+    """A spec field; ``arch`` fields are architecture (overridable from the CLI); an integer is
+    at most ``maximum`` (0: MAX_SIZE)."""
+    meta = {"help": help, "choices": choices, "minimum": minimum, "maximum": maximum,
+            "arch": arch}
     return field(default=default, metadata=meta)
 
 
@@ -126,9 +132,12 @@ class ModelSpec:
     arch: str = _f("decoder", "stack layout", choices=ARCHES)
     vocab_size: int = _f(0, "token vocabulary size V", minimum=1)
     d_model: int = _f(0, "hidden size (d_model, E)", minimum=1)
-    n_layers: int = _f(0, "layers of a decoder-only or encoder-only model (L)", minimum=0)
-    n_encoder_layers: int = _f(0, "encoder layers (encoder-decoder models)", minimum=0)
-    n_decoder_layers: int = _f(0, "decoder layers (encoder-decoder models)", minimum=0)
+    n_layers: int = _f(0, "layers of a decoder-only or encoder-only model (L)", minimum=0,
+                       maximum=MAX_LAYERS)
+    n_encoder_layers: int = _f(0, "encoder layers (encoder-decoder models)", minimum=0,
+                               maximum=MAX_LAYERS)
+    n_decoder_layers: int = _f(0, "decoder layers (encoder-decoder models)", minimum=0,
+                               maximum=MAX_LAYERS)
     n_heads: int = _f(0, "attention (query) heads h (0: no attention layers, e.g. Mamba)",
                       minimum=0)
     n_kv_heads: int | None = _f(None, "key/value heads: = n_heads (MHA), 1 (MQA), or a divisor "
@@ -808,6 +817,7 @@ def _checker(f: dataclasses.Field[Any]) -> Any:
     """A validator for one field, built once (specs are built in loops: make bench)."""
     name, typ, can_be_none = f.name, field_type(f), optional(f)
     minimum, choices = f.metadata["minimum"], f.metadata["choices"]
+    maximum = f.metadata["maximum"] or MAX_SIZE
 
     def check(value: Any) -> None:
         if value is None and can_be_none:
@@ -821,8 +831,9 @@ def _checker(f: dataclasses.Field[Any]) -> Any:
                 raise SpecError(name, "an integer", value)
             if minimum is not None and value < minimum:
                 raise SpecError(name, f"an integer >= {minimum}", value)
-            if value > MAX_SIZE:
-                raise SpecError(name, f"an integer <= {MAX_SIZE:,} (2^40)", value)
+            if value > maximum:
+                raise SpecError(name, f"an integer <= {maximum:,}" + (
+                    " (2^40)" if maximum == MAX_SIZE else ""), value)
         elif typ is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise SpecError(name, "a number", value)
