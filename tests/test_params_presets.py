@@ -174,3 +174,49 @@ def test_spec_init_fills_defaults_validates_and_rejects_unknown_names() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.n_heads = 8  # type: ignore[misc]
     assert dataclasses.replace(spec, d_model=128).d_model == 128
+
+
+def _imported_presets() -> list[str]:
+    """The presets written by `tcalc import tests/data/hf/X.json` (their header says so)."""
+    from conftest import ROOT
+
+    out = []
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        if "Generated with `tcalc import tests/data/hf/" in path.read_text():
+            out.append(path.stem)
+    return out
+
+
+@pytest.mark.parametrize("name", _imported_presets())
+def test_a_preset_gives_the_numbers_of_the_config_it_was_imported_from(name: str) -> None:
+    """A preset is its config.json annotated: every count, FLOPs, KV cache and activation
+    figure must be the file's. Comparing them found seven presets that had lost a flag the
+    import sets (bart-base's attention dropout 0.0 where the file says 0.1: −41.8 % of
+    activations in fp32; Gemma 2 9B without its soft-capping, −10.1 %; Phi-2's attention
+    dropout, +9.6 %; DeepSeek-V3's fp32 router copies, −2.2 %; gpt-oss's sink column and row
+    max; the partial-RoPE concatenation of Phi-2, Phi-4 and Pythia)."""
+    import json
+    import re
+
+    from conftest import ROOT
+
+    from transformer_calc.flops import count_flops
+    from transformer_calc.hf import spec_from_hf
+    from transformer_calc.memory import Settings, kv_cache_elements, memory_report
+
+    text = (ROOT / "configs" / f"{name}.yaml").read_text()
+    src = re.search(r"tests/data/hf/([\w.\-]+\.json)", text)
+    assert src is not None
+    preset = load_model(name)
+    config = spec_from_hf(json.loads((ROOT / "tests" / "data" / "hf" / src.group(1))
+                                     .read_text()), src.group(1))
+    assert count_params(preset).total == count_params(config).total
+    assert count_flops(preset, 512).total == count_flops(config, 512).total
+    assert kv_cache_elements(preset, 4096) == kv_cache_elements(config, 4096)
+    for device in ("cpu", "cuda"):
+        for attention in ("eager", "sdpa"):
+            for precision in ("fp32", "bf16"):
+                s = Settings(precision=precision, batch_size=2, seq_len=256, device=device,
+                             attention=attention)
+                assert memory_report(preset, s).activations.total == \
+                    memory_report(config, s).activations.total, (device, attention, precision)
