@@ -112,9 +112,10 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # B=1 T=192.
 # activations_s14_cpu.jsonl (session 14, the same versions and tool): T5Gemma's two variants,
 # B=2 T=64 and B=1 T=128, fp32 and bf16, eager (T5GemmaForConditionalGeneration has no SDPA
-# path: those lines say "skipped").
+# path: those lines say "skipped"); Gemma 3n's two, the same shapes, eager and SDPA.
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
+from transformer_calc.plan import plan_of  # noqa: E402
 
 FAMILY_ROWS = [json.loads(line) for name in ("activations_families_cpu.jsonl",
                                                "activations_new_families_cpu.jsonl",
@@ -760,3 +761,32 @@ def test_classes_without_an_sdpa_path_say_so() -> None:
         assert any("no SDPA path" in n for n in notes) is said, (spec.name, attention)
     assert load_model("gemma-2-9b").sdpa_path is False
     assert load_model("gpt-oss-20b").sdpa_path is load_model("gpt-oss-120b").sdpa_path is False
+
+
+@pytest.mark.parametrize(("config", "was"), [("gemma3n_text-tiny.json", "-40.0 %"),
+                                             ("gemma3n_text-untied.json", "-33.9 %")])
+def test_gemma3n_within_one_and_a_half_percent(config: str, was: str) -> None:
+    """activations_s14_cpu.jsonl (tools/measure_activations_hf.py, torch 2.13.0+cpu,
+    transformers 5.23.0), eight cases each: AltUp's streams, router and coefficients,
+    LAuReL, the sparsified FFN gate of the first layers, the model's stream projections and
+    their magnitudes, and Gemma3nRMSNorm keeping its mean square (torch.pow) had been left
+    out (`was`, the worst case with the layer rules Gemma 4's alone)."""
+    rows = [r for r in MEASURED if r["config"] == config]
+    assert len(rows) == 8
+    for r in rows:
+        assert abs(_estimate(r) / r["measured_bytes"] - 1) < 0.015, (r, was)
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    fp32 = activation_breakdown(spec, 2, 64, act_bytes=4, device="cpu", attention="eager")
+    bf16 = activation_breakdown(spec, 2, 64, act_bytes=2, device="cpu", attention="eager")
+    N, E = spec.altup_inputs, spec.d_model
+    group = plan_of(spec).groups[0].name
+    # the layer's input streams; in fp32 the input norm keeps the other predictions alive too
+    assert fp32.get(f"{group}.altup.streams").count == N * 128 * E * 4
+    assert fp32.get(f"{group}.altup.predictions").count == (N - 1) * 128 * E * 4
+    assert not any(i.name.endswith("altup.predictions") for i in bf16.items)
+    assert bf16.get(f"{group}.altup.innovation").count == N * 128 * E * 2
+    # Gemma3nRMSNorm's torch.pow(mean_squared, -0.5) keeps the mean square; 16-bit, the
+    # weight's fp32 copy too (walked: PowBackward0 (2, 64, 1), MulBackward0 (d_model,) fp32)
+    assert fp32.get(f"{group}.attn.norm.mean_square").count == 128 * 4
+    assert bf16.get(f"{group}.attn.norm.weight_fp32").count == E * 4
+    assert not any(i.name.endswith("weight_fp32") for i in fp32.items)

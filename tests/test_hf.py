@@ -156,6 +156,10 @@ REFERENCE = {
     "variants/t5gemma-tiny.json": (196_224, "T5GemmaForConditionalGeneration"),
     # ... vocabularies 120 and 128, an untied head, biases, F S S F in both stacks
     "variants/t5gemma-untied.json": (262_144, "T5GemmaForConditionalGeneration"),
+    # Gemma 3n: AltUp (3 streams), LAuReL (rank 4), per-layer embeddings, 2 K/V-shared layers
+    "variants/gemma3n_text-tiny.json": (223_808, "Gemma3nForCausalLM"),
+    # ... 2 streams, rank 8, an untied head, biases, a per-layer list of FFN widths
+    "variants/gemma3n_text-untied.json": (99_940, "Gemma3nForCausalLM"),
     # Kimi Linear: three KDA layers and one MLA layer, the first dense
     "variants/kimi_linear-tiny.json": (206_924, "KimiLinearForCausalLM"),
     # and two KDA heads of 32 with a 3-tap convolution (a second shape for its activations)
@@ -641,3 +645,37 @@ def test_t5gemma_reads_both_stacks_and_refuses_an_unbalanced_pair() -> None:
     assert (mixed.n_encoder_layers, mixed.n_decoder_layers) == (3, 2)
     assert {g.name: g.count for g in plan_of(mixed).groups} == {
         "encoder.sliding": 2, "encoder.full": 1, "decoder.sliding": 1, "decoder.full": 1}
+
+
+def test_gemma3n_reads_altup_laurel_and_its_per_layer_lists() -> None:
+    """Gemma3nTextConfig (transformers 5.23): the default builds 6,835,235,568 parameters on
+    the meta device (Gemma3nForCausalLM, tools/reference_counts.py): 35 layers, every fifth
+    full, the last 15 reusing earlier keys and values, 4 AltUp streams, LAuReL of rank 64, and
+    activation_sparsity_pattern 0.95 in the first 10 layers. intermediate_size may be a list
+    (one width per layer): tcalc models one, so a list of different widths is refused."""
+    spec = spec_from_hf({"model_type": "gemma3n_text"})
+    assert count_params(spec).total == 6_835_235_568
+    assert (spec.altup_inputs, spec.laurel_rank, spec.sparse_ffn_layers,
+            spec.kv_shared_layers) == (4, 64, 10, 15)
+    assert {g.name: g.count for g in plan_of(spec).groups} == {
+        "decoder.sliding.sparse": 8, "decoder.full.sparse": 2, "decoder.sliding": 8,
+        "decoder.full": 2, "decoder.sliding.kv_shared": 12, "decoder.full.kv_shared": 3}
+    p = count_params(spec)
+    # the model's AltUp projections, 3 each way, and the per-layer AltUp and LAuReL weights
+    assert p.get("embed.project_altup").total == 3 * 2048 * 2048
+    assert p.get("head.altup_unembed").total == 3 * 2048 * 2048
+    assert p.get("decoder.full.altup.predict.weight").count == 4 ** 3
+    assert p.get("decoder.full.laurel.left.weight").count == 2048 * 64
+    base = json.loads((HF / "variants" / "gemma3n_text-tiny.json").read_text())
+    assert spec_from_hf(base | {"intermediate_size": [96] * 6}).d_ff == 96
+    for bad, key in (({"intermediate_size": [96, 64] * 3}, "intermediate_size"),
+                     ({"activation_sparsity_pattern": [0.0, 0.95] + [0.0] * 4},
+                      "activation_sparsity_pattern"),
+                     ({"activation_sparsity_pattern": [0.95] * 2}, "activation_sparsity_pattern"),
+                     ({"altup_num_inputs": 1}, "altup_num_inputs"),
+                     ({"num_kv_shared_layers": 5}, "num_kv_shared_layers")):
+        with pytest.raises(SpecError, match=f"key '{key}'"):
+            spec_from_hf(base | bad)
+    # a wrapper's text_config is read as the language model (the towers not counted)
+    wrapped = spec_from_hf({"model_type": "gemma3n", "text_config": base})
+    assert count_params(wrapped).total == 223_808 and "not counted" in wrapped.note

@@ -135,3 +135,36 @@ def test_cli_lora(cli) -> None:
             (("--freeze", "wings"), "--freeze: expected parts among")):
         result = cli("memory", "llama-3.1-8b", *args, code=2)
         assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+# Measured as above (tools/measure_activations_hf.py --lora 8, B=2 T=64, the same versions):
+# Gemma 3n's two variants with all-linear, q_proj,v_proj, and the seven projections of
+# Unsloth's default (q, k, v, o, gate, up, down), and Gemma 4's tiny variant with all-linear:
+# activations_lora_s14_cpu.jsonl.
+LORA_S14 = [json.loads(line) for line in
+            (DATA / "activations_lora_s14_cpu.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("row", LORA_S14, ids=lambda r: "{config}-{attention}-{dtype}-{lora}"
+                         .format(**r))
+def test_lora_over_altup_and_per_layer_inputs_within_2_5_percent(row: dict) -> None:
+    """Under a frozen base Gemma 3n keeps what its adapters need: with all-linear its
+    routers' adapters (the router runs twice a layer; correction_coefs' adapter never runs,
+    Gemma3nTextAltUp.correct calling F.linear on the clamped weight) and the embeddings'
+    projections to the streams make the first layer's input need a gradient; with q and v
+    alone the first layer's prediction keeps nothing. Gemma 4's per-layer inputs are kept by
+    every layer's multiply, and its projection's norm keeps its input when adapted (both had
+    been dropped with the embeddings)."""
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / row["config"]).read_text()))
+    rank, targets, dropout = row["lora"]
+    r = memory_report(spec, Settings(
+        precision="fp32" if row["dtype"] == "fp32" else "bf16", batch_size=row["B"],
+        seq_len=row["T"], attention=row["attention"], device="cpu", lora_rank=rank,
+        lora_targets=tuple(targets.split(",")), lora_dropout=dropout))
+    assert abs(r.activations.total / row["measured_bytes"] - 1) < 0.025
+
+
+def test_lora_s14_fixture_covers_the_three_target_sets() -> None:
+    kinds = {(r["config"], r["lora"][1]) for r in LORA_S14}
+    assert len(LORA_S14) == 28 and len(kinds) == 7
+    assert ("gemma3n_text-tiny.json", "q_proj,v_proj") in kinds

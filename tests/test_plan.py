@@ -55,6 +55,11 @@ FLOPS_PER_TOKEN_T8 = {
     # sandwich norms, the cross-attention's too; sliding and full layers in both stacks
     "t5gemma-tiny.json": 387_072,
     "t5gemma-untied.json": 501_760,  # an untied head, one K/V head of 24, biases, F S S F
+    # Gemma 3n: AltUp (3 streams: projections in and out, router, coefficients, the streams'
+    # mix), LAuReL (rank 4), per-layer embeddings, 2 K/V-shared layers; and 2 streams, rank 8,
+    # an untied head, biases, one K/V head of 24 (untied)
+    "gemma3n_text-tiny.json": 450_224,
+    "gemma3n_text-untied.json": 188_256,
 }
 
 
@@ -100,6 +105,10 @@ KV_BYTES_FP32 = {
     # cross-attention over the T source tokens (EncoderDecoderCache); the encoder caches nothing
     "t5gemma-tiny.json": {16: 14_080, 48: 38_656},
     "t5gemma-untied.json": {16: 21_120, 48: 57_984},  # 4 decoder layers: F S S F
+    # Gemma 3n: 4 caching layers (S F S F, window 8), the last 2 reuse their keys (tiny); 4
+    # layers of one K/V head of 24, 3 sliding (untied)
+    "gemma3n_text-tiny.json": {16: 11_776, 48: 28_160},
+    "gemma3n_text-untied.json": {16: 7_104, 48: 13_248},
 }
 
 

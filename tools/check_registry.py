@@ -100,6 +100,20 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
                 "num_decoder_layers": rng.choice([1, 2, 3]),
                 "feed_forward_proj": rng.choice(["relu", "gated-gelu"])}
         cfg["decoder_start_token_id"] = 0
+    if "altup_num_inputs" in fields:
+        # Gemma 3n: its AltUp streams, LAuReL rank, sparsified first layers and K/V-shared
+        # last layers drawn small (the class defaults share 15 layers' keys and values, more
+        # than a drawn config has); sliding and full layers alternate, so that a shared layer
+        # finds an earlier one of its kind
+        L = cfg["num_hidden_layers"]
+        cfg |= {"altup_num_inputs": rng.choice([2, 3, 4]), "laurel_rank": rng.choice([2, 4]),
+                "num_kv_shared_layers": rng.choice([0, 1, 2]) if L > 2 else 0,
+                # (at least the FLOPs' T = 8: eager attention masks a dense T × T)
+                "sliding_window": rng.choice([8, 16]),
+                "layer_types": ["sliding_attention", "full_attention"] * (L // 2)
+                + ["sliding_attention"] * (L % 2),
+                "activation_sparsity_pattern": [0.95] * (s := rng.choice([0, 1, 2]))
+                + [0.0] * (L - s)}
     if {"encoder", "decoder", "dropout_rate"} <= fields:
         # T5Gemma: each stack's keys in its own mapping; one width, attention and FFN for
         # both (tcalc refuses the unbalanced ones), the layer counts, vocabularies and

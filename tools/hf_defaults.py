@@ -154,6 +154,11 @@ def norm_keeps_input_types() -> list[str]:
     return types_whose_code_has(NORM_KEEPS_INPUT)
 
 
+# Gemma3nRMSNorm: 1/rms as torch.pow(mean_squared, -0.5), which keeps the mean square beside
+# its result, and the weight multiplied as an fp32 copy (kept in a 16-bit model)
+NORM_MEAN_SQUARE = "torch.pow(mean_squared, -0.5)"
+
+
 # DeepSeek-V3-style routers: F.linear on fp32 casts of the input and the weight, so a 16-bit
 # model keeps an fp32 copy of each for backward
 ROUTER_FP32 = ("F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))",
@@ -292,6 +297,9 @@ def main() -> None:
                "multiplies before the cast back)", norm_fp32_types()),
               ("NORM_KEEPS_INPUT", "# RMSNorms that multiply their (16-bit) input itself by the "
                f"fp32 rsqrt\n# (`{NORM_KEEPS_INPUT}`)", norm_keeps_input_types()),
+              ("NORM_MEAN_SQUARE", "# RMSNorms that keep the mean square beside 1/rms (and, "
+               f"16-bit, an fp32 copy of the weight)\n# (`{NORM_MEAN_SQUARE}`)",
+               types_whose_code_has(NORM_MEAN_SQUARE)),
               ("ROUTER_FP32", "# MoE routers that matmul fp32 copies of their input and weight"
                f"\n# (`{ROUTER_FP32[0]}`, or .float())", router_fp32_types()),
               ("LOSS_NO_UPCAST", "# Losses taken in the activation dtype (no fp32 upcast of the "

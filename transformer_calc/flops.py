@@ -135,10 +135,27 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
             P = blk.ple
             add((f"{g.name}.ple", 4 * E * P, "2 · 2 · d_model · per_layer_input", "", g.count,
                  g.name, "", None, ()))
+        if blk.altup:
+            # Gemma3nTextAltUp: the router over the first stream in predict and in correct,
+            # the prediction coefficients (N -> N²), the per-token (d_model, N) × (N, N) mix of
+            # the streams, the correction coefficients (N -> N)
+            N = blk.altup
+            add((f"{g.name}.altup", 4 * E * N + 2 * N ** 3 + 2 * E * N * N + 2 * N * N,
+                 "2 · 2 · d_model · altup_inputs + 2 · altup_inputs³ + 2 · d_model · "
+                 "altup_inputs² + 2 · altup_inputs²", "", g.count, g.name, "", None, ()))
+        if blk.laurel:  # Gemma 3n: LAuReL's d_model -> rank -> d_model
+            add((f"{g.name}.laurel", 4 * E * blk.laurel, "2 · 2 · d_model · laurel_rank", "",
+                 g.count, g.name, "", None, ()))
 
     if spec.per_layer_input:  # Gemma 4: the embeddings projected to every layer's input
         add(("embed.project_per_layer", 2 * E * spec.n_layers * spec.per_layer_input,
              "2 · d_model · n_layers · per_layer_input", "", 1, "", "", None, ()))
+    if spec.altup_inputs:  # Gemma 3n: the embeddings to each further stream and back
+        n = spec.altup_inputs - 1
+        add(("embed.project_altup", 2 * n * E * E, "2 · (altup_inputs − 1) · d_model²", "", 1,
+             "", "", None, ()))
+        add(("head.altup_unembed", 2 * n * E * E, "2 · (altup_inputs − 1) · d_model²", "", 1,
+             "", "", None, ()))
     if spec.side_concat:
         cin = E + sum(w for _, w in spec.side_tables)
         add(("embed.project_side", 2 * cin * E, "2 · (d_model + side widths) · d_model", "", 1,

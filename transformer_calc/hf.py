@@ -46,6 +46,7 @@ HEAD_CLASS = {
     "gpt_oss": "GptOssForCausalLM",
     "mimo_v2_flash": "MiMoV2FlashForCausalLM",
     "t5gemma": "T5GemmaForConditionalGeneration",
+    "gemma3n_text": "Gemma3nForCausalLM",
 }
 
 # transformers' ACT2FN names -> tcalc's activation (no parameters either way).
@@ -78,7 +79,8 @@ INT_KEYS = frozenset("""
     full_attention_interval tgt_vocab_size pad_token_id embedding_size input_embedding_size
     output_embedding_size num_hidden_groups inner_group_num shape_vocab_size shape_embed_dim
     pronunciation_vocab_size pronunciation_embed_dim global_head_dim num_global_key_value_heads
-    num_kv_shared_layers hidden_size_per_layer_input vocab_size_per_layer_input top_k_experts
+    num_kv_shared_layers altup_num_inputs laurel_rank hidden_size_per_layer_input
+    vocab_size_per_layer_input top_k_experts
     local_radius global_block_size linear_num_key_heads linear_num_value_heads
     linear_key_head_dim linear_value_head_dim expert_ffn_hidden_size zero_expert_num moe_topk
     qk_head_dim
@@ -424,6 +426,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         NORM_FP32,
         NORM_KEEPS_INPUT,
         NORM_MANUAL,
+        NORM_MEAN_SQUARE,
         PEFT_MOE,
         ROPE_CONCAT,
         ROUTER_FP32,
@@ -449,6 +452,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     values["loss_fp32"] = model_type not in LOSS_NO_UPCAST
     values["router_fp32"] = model_type in ROUTER_FP32
     values["norm_keeps_input"] = model_type in NORM_KEEPS_INPUT
+    values["norm_mean_square"] = model_type in NORM_MEAN_SQUARE
     # PEFT's conversion follows the model type, with or without experts in the config
     values["peft_moe"] = PEFT_MOE.get(model_type, values.get("peft_moe", "none"))
     values["peft_mamba"] = model_type in PEFT_MAMBA
@@ -1477,6 +1481,72 @@ def _gemma4(c: Config, unified: bool = False) -> dict[str, Any]:
                     "layer_ffn": f"{L}E", "peft_moe": "linear_router"}
     c.data = {**c.data, "layer_types": types}
     return out | _layer_attention(c, L, None, 1024 if unified else 512)
+
+
+def _gemma3n(c: Config) -> dict[str, Any]:
+    """Gemma3nForCausalLM (transformers 5.23; Gemma 3n's language model): Gemma 3's sandwich
+    norms, QK-norm and a weightless value norm, every fifth layer full, the last
+    num_kv_shared_layers reusing earlier keys and values; per-layer embeddings as Gemma 4's;
+    AltUp (altup_num_inputs streams: the embeddings projected to the others and back, a router
+    and coefficients per layer), LAuReL (a rank-laurel_rank path beside the attention) and,
+    in the first layers of activation_sparsity_pattern, a sparsified FFN gate."""
+    _no_parameter_notes(c)
+    L = c.get("num_hidden_layers", 35)
+    E, H = c.get("hidden_size", 2048), c.get("num_attention_heads", 8)
+    d_head = c.get("head_dim", 256)
+    F = c.data.get("intermediate_size", 16384)
+    if isinstance(F, list):
+        if len(F) != L or len(set(F)) != 1:
+            raise SpecError("intermediate_size", f"one width, or a list of {L} equal widths "
+                            "(tcalc models one FFN size)", F, source=c.where)
+        F = F[0]
+    F = c.with_data({"intermediate_size": F}).get("intermediate_size", 16384)
+    sparsity = c.data.get("activation_sparsity_pattern")
+    if sparsity is None:  # Gemma3nTextConfig: 0.95 in the first 10 layers (when there are more)
+        sparse = 10 if L > 10 else 0
+    else:
+        ok = isinstance(sparsity, list) and len(sparsity) == L and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1
+            for v in sparsity)
+        sparse = next((i for i, v in enumerate(sparsity) if not v), L) if ok else 0
+        if not ok or any(sparsity[sparse:]):
+            raise SpecError("activation_sparsity_pattern", f"a list of {L} numbers in [0, 1): "
+                            "the sparse layers first, then zeros", sparsity, source=c.where)
+    types = c.data.get("layer_types")
+    if types is None:  # Gemma3nTextConfig: every fifth layer full
+        types = ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention"
+                 for i in range(L)]
+    shared = c.get("num_kv_shared_layers", 15)
+    if shared and isinstance(types, list) and len(types) == L and shared < L and \
+            set(types[:L - shared]) != set(types):
+        raise SpecError("num_kv_shared_layers", "a count leaving a layer of each kind before "
+                        "the shared ones (they reuse its keys)", shared, source=c.where)
+    altup = c.get("altup_num_inputs", 4)
+    if altup < 2:
+        raise SpecError("altup_num_inputs", "an integer >= 2 (Gemma3nTextModel projects the "
+                        "embeddings to altup_num_inputs - 1 further streams)", altup,
+                        source=c.where)
+    bias = c.get("attention_bias", False)
+    P = c.get("hidden_size_per_layer_input", 256)
+    if not P:
+        raise SpecError("hidden_size_per_layer_input", "an integer >= 1 (Gemma3nTextDecoderLayer "
+                        "builds its per-layer gate, projection and norm whatever the width; "
+                        "tcalc reads 0 as none)", P, source=c.where)
+    c.data = {**c.data, "layer_types": types}
+    return dict(arch="decoder", logit_softcapping=_softcap(c, 30.0),
+                vocab_size=c.get("vocab_size", 262400), d_model=E, n_layers=L, n_heads=H,
+                n_kv_heads=c.kv_heads(2, H), d_head=None if d_head * H == E else d_head,
+                d_ff=F, max_positions=c.get("max_position_embeddings", 32768),
+                position="rope", ffn="gated",
+                activation=c.activation("hidden_activation", "gelu_pytorch_tanh"),
+                norm="rmsnorm", norm_position="pre", sandwich_norm=True, qk_norm="head",
+                value_norm=True, **_bias(bias, bias, bias, bias, False, False),
+                tie_embeddings=c.get("tie_word_embeddings", True), kv_shared_layers=shared,
+                altup_inputs=altup, laurel_rank=c.get("laurel_rank", 64),
+                sparse_ffn_layers=sparse,
+                per_layer_input=P,
+                per_layer_vocab=c.get("vocab_size_per_layer_input", 262144)
+                ) | _layer_attention(c, L, None, 512)
 
 
 def _gpt_oss(c: Config) -> dict[str, Any]:
@@ -2866,5 +2936,6 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
      "ministral": _ministral, "lfm2": partial(_lfm2, moe=False), "t5gemma": _t5gemma,
+     "gemma3n_text": _gemma3n,
      "lfm2_moe": partial(_lfm2, moe=True)}
 HEAD_CLASS.update({model_type: r.cls for model_type, r in TABLE_DRIVEN.items()})

@@ -1900,18 +1900,18 @@ SOFTMAX_FP32: frozenset[str] = frozenset(
  'cohere', 'cohere2', 'cohere2_moe', 'cwm', 'dbrx', 'deepseek_v2', 'deepseek_v3',
  'deepseek_v32', 'diffllama', 'dots1', 'ernie4_5', 'ernie4_5_moe', 'eurobert', 'exaone4',
  'exaone_moe', 'falcon_h1', 'flaubert', 'flex_olmo', 'gemma', 'gemma2', 'gemma3_text',
- 'gemma4_text', 'gemma4_unified_text', 'glm', 'glm4', 'glm4_moe', 'glm4_moe_lite',
- 'glm_moe_dsa', 'gpt_bigcode', 'gpt_neox', 'granite', 'granite_swa', 'granitemoe',
- 'granitemoe_swa', 'granitemoehybrid', 'granitemoeshared', 'helium', 'hunyuan_v1_dense',
- 'hunyuan_v1_moe', 'hy_v3', 'hyperclovax', 'internlm3', 'iquestcoder', 'jais2', 'jamba',
- 'kimi_linear', 'kolibri1', 'laguna', 'layoutlm', 'lfm2', 'lfm2_moe', 'lfm3', 'llama',
- 'longcat_flash', 'mellum', 'minicpm3', 'minimax', 'minimax_m2', 'minimax_m3_vl_text',
- 'ministral', 'ministral3', 'mistral', 'mixtral', 'mllama', 'modernbert',
- 'modernbert-decoder', 'mpt', 'nanochat', 'nemotron', 'nemotron_h', 'olmo', 'olmo2',
- 'olmo3', 'olmo_hybrid', 'olmoe', 'opt', 'persimmon', 'phi', 'phi3', 'phimoe', 'qwen2',
- 'qwen2_moe', 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_moe', 'qwen3_next',
- 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2', 't5gemma', 'vaultgemma',
- 'xlm', 'youtu'])
+ 'gemma3n_text', 'gemma4_text', 'gemma4_unified_text', 'glm', 'glm4', 'glm4_moe',
+ 'glm4_moe_lite', 'glm_moe_dsa', 'gpt_bigcode', 'gpt_neox', 'granite', 'granite_swa',
+ 'granitemoe', 'granitemoe_swa', 'granitemoehybrid', 'granitemoeshared', 'helium',
+ 'hunyuan_v1_dense', 'hunyuan_v1_moe', 'hy_v3', 'hyperclovax', 'internlm3', 'iquestcoder',
+ 'jais2', 'jamba', 'kimi_linear', 'kolibri1', 'laguna', 'layoutlm', 'lfm2', 'lfm2_moe',
+ 'lfm3', 'llama', 'longcat_flash', 'mellum', 'minicpm3', 'minimax', 'minimax_m2',
+ 'minimax_m3_vl_text', 'ministral', 'ministral3', 'mistral', 'mixtral', 'mllama',
+ 'modernbert', 'modernbert-decoder', 'mpt', 'nanochat', 'nemotron', 'nemotron_h', 'olmo',
+ 'olmo2', 'olmo3', 'olmo_hybrid', 'olmoe', 'opt', 'persimmon', 'phi', 'phi3', 'phimoe',
+ 'qwen2', 'qwen2_moe', 'qwen3', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_moe',
+ 'qwen3_next', 'seed_oss', 'smollm3', 'solar_open', 'stablelm', 'starcoder2', 't5gemma',
+ 'vaultgemma', 'xlm', 'youtu'])
 
 # Eager attention appends the sink logits as a softmax column
 # (`torch.cat([attn_weights, sinks], dim=-1)`)
@@ -1969,15 +1969,20 @@ SCORES_CLAMPED: frozenset[str] = frozenset(
 
 # RMSNorms that keep their normalised tensor in fp32 (the weight multiplies before the cast back)
 NORM_FP32: frozenset[str] = frozenset(
-['afmoe', 'beam', 'flex_olmo', 'flint', 'gemma', 'gemma2', 'gemma3_text', 'gemma4_text',
- 'gemma4_unified_text', 'gpt_oss', 'helium', 'minimax_m3_vl_text', 'nemotron_h', 'olmo',
- 'olmo2', 'olmo3', 'olmo_hybrid', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next',
- 't5gemma', 'vaultgemma'])
+['afmoe', 'beam', 'flex_olmo', 'flint', 'gemma', 'gemma2', 'gemma3_text', 'gemma3n_text',
+ 'gemma4_text', 'gemma4_unified_text', 'gpt_oss', 'helium', 'minimax_m3_vl_text',
+ 'nemotron_h', 'olmo', 'olmo2', 'olmo3', 'olmo_hybrid', 'qwen3_5_moe_text', 'qwen3_5_text',
+ 'qwen3_next', 't5gemma', 'vaultgemma'])
 
 # RMSNorms that multiply their (16-bit) input itself by the fp32 rsqrt
 # (`variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)`)
 NORM_KEEPS_INPUT: frozenset[str] = frozenset(
 ['longt5', 'mt5', 't5', 'umt5'])
+
+# RMSNorms that keep the mean square beside 1/rms (and, 16-bit, an fp32 copy of the weight)
+# (`torch.pow(mean_squared, -0.5)`)
+NORM_MEAN_SQUARE: frozenset[str] = frozenset(
+['gemma3n_text', 'gemma4_text', 'gemma4_unified_text'])
 
 # MoE routers that matmul fp32 copies of their input and weight
 # (`F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))`, or .float())
@@ -2080,6 +2085,7 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'gemma': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'gemma2': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'gemma3_text': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
+    'gemma3n_text': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'gemma4_text': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'gemma4_unified_text': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'glm': ('down_proj', 'gate_up_proj', 'k_proj', 'o_proj', 'q_proj', 'v_proj'),

@@ -47,7 +47,7 @@ ROLES = ("q", "k", "v", "o", "qkv", "q_a", "q_b", "kv_a", "kv_b", "attn_gate", "
          "down", "gate_up", "router", "experts", "shared", "shared_gate", "in_proj", "x_proj",
          "dt_proj", "out_proj", "qkv_proj", "output_gate", "project", "head", "index_q",
          "index_k", "index_weights", "ple", "f_a_proj", "f_b_proj", "b_proj", "g_a_proj",
-         "g_b_proj")
+         "g_b_proj", "altup", "laurel")
 # tcalc's FFN tensor names -> the role a user names
 _FFN_ROLE = {"gate": "gate", "in": "up", "out": "down"}
 
@@ -74,8 +74,10 @@ def _role(rest: str) -> str | None:
     if parts[0] in ("attn", "cross"):
         leaf = parts[1]
         return "attn_gate" if leaf == "gate" else leaf if leaf in ROLES else None
-    if parts[0] == "ple":  # Gemma 4's per-layer embedding gate and projection: nn.Linear
-        return "ple"
+    if parts[0] in ("ple", "altup", "laurel"):
+        # Gemma 4's per-layer embedding gate and projection; Gemma 3n's AltUp router and
+        # coefficients, LAuReL's two projections: nn.Linear each
+        return parts[0]
     if parts[0] == "ffn":
         if parts[1] == "dense":  # Gemma 4: the dense MLP beside the experts
             return _FFN_ROLE.get(parts[2])
@@ -119,7 +121,8 @@ def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
         base = name.removesuffix(".weight")
         if not stack:  # outside the layers: OPT's projections, the heads' dense layers
             role = ("project" if name.startswith("embed.project_")
-                    else "head" if name in ("head.mlm.dense.weight", "head.pooler.weight")
+                    else "head" if name in ("head.mlm.dense.weight", "head.pooler.weight",
+                                            "head.altup_unembed")
                     else None)
             if role and take(role):
                 out.append(Adapted(base, role, shape[1], shape[0], 1, 1, repeat, stack))

@@ -404,6 +404,16 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
              stack, "", None, ()))
         add((name + ".rstd", sb_ * vectors * 4, f"{tsym}{'·' + vsym[:-1] if vsym else ''} · 4 "
              "(fp32)", "", reps, stack, "", None, ()))
+        if spec.norm_mean_square:
+            # Gemma3nRMSNorm, Gemma4RMSNorm: torch.pow(mean_squared, -0.5) keeps the mean
+            # square as well as its result; in a 16-bit model the weight's mul keeps the
+            # weight's fp32 copy too (measured: tools/measure_activations_hf.py)
+            add((name + ".mean_square", sb_ * vectors * 4, f"{tsym}"
+                 f"{'·' + vsym[:-1] if vsym else ''} · 4 (the mean square torch.pow keeps)", "",
+                 reps, stack, "", None, ()))
+            if spec.norm == "rmsnorm" and a != 4 and not amp:
+                add((name + ".weight_fp32", width * 4, f"{wsym} · 4 (the weight's fp32 copy)",
+                     "", reps, stack, "", None, ()))
         if spec.norm_keeps_input and a != 4 and not amp:
             # T5LayerNorm: hidden_states * rsqrt(...) reads the 16-bit input itself (measured)
             add((name + ".input", n * a, f"{tsym}·{vsym}{wsym} · act (the input, which the "
@@ -415,6 +425,56 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             else:
                 add((name + ".normalized", n * r, f"{tsym}·{vsym}{wsym} · {rsym} (the weight's "
                      "mul keeps it)", "", reps, stack, "", None, ()))
+
+    def altup_rows(N: int, p: str, stack: str, L: int) -> None:
+        """Gemma3nTextAltUp around one layer (transformers 5.23; measured on gemma3n_text
+        variants, tools/measure_activations_hf.py). Predict: the layer's N input streams, kept
+        by the per-token (d_model, N) × (N, N) matmul with the coefficients the router picks
+        (its norm over the first stream, its scaled input, its tanh output in fp32, cast back
+        for the coefficient projection); in fp32 the input norm then reads the first
+        prediction as a view, which keeps all N alive. Correct: the router again over the
+        layer's output, the innovation repeated over the N streams times the correction's
+        coefficients (an F.linear on the clamped weight, which keeps its input), and the
+        first stream's clone, which the output scale multiplies."""
+        n_ = sb * E
+        up = r != 4  # 16-bit: the norms' .float() are copies, the tanh outputs are cast back
+
+        def row(name: str, n: int, formula: str) -> None:
+            if n:
+                add((p + name, n, formula, "", L, stack, "", None, ()))
+
+        norm_rest = ("2 · B·T · 4" + (" + d_model · 4" if up else "") + " (1/rms, the mean "
+                     "square" + (", the weight's fp32 copy)" if up else ")"))
+        row("streams", N * n_ * r, "altup_inputs · B·T·d_model · res (the layer's input "
+            "streams)")
+        row("predict_norm", up * n_ * 4 + 2 * sb * 4 + up * E * 4,
+            ("B·T·d_model · 4 (the first stream's fp32 copy) + " if up else "") + norm_rest)
+        row("predict_norm.normalized", n_ * 4, "B·T·d_model · 4 (what the weight's mul keeps)")
+        row("predict_router_input", n_ * r, "B·T·d_model · res (the scaled input the router "
+            "reads)")
+        row("predict_modalities", sb * N * 4, "B·T·altup_inputs · 4 (the router's tanh "
+            "output, fp32)")
+        row("predict_modality_cast", up * sb * N * r, "B·T·altup_inputs · res (cast back: the "
+            "prediction coefficients' input)")
+        row("prediction_coefs", sb * N * N * r, "B·T·altup_inputs² · res (each token's "
+            "matrix)")
+        row("predictions", (not up) * (N - 1) * n_ * 4, "(altup_inputs − 1) · B·T·d_model · 4 "
+            "(the input norm reads the first prediction as a view of all)")
+        row("correct_norm", n_ * 4 + 2 * sb * 4 + up * E * 4, "B·T·d_model · 4 (the layer's "
+            "output" + (", an fp32 copy" if up else "") + ") + " + norm_rest)
+        row("correct_norm.normalized", n_ * 4, "B·T·d_model · 4 (what the weight's mul keeps)")
+        row("correct_router_input", n_ * r, "B·T·d_model · res (the scaled input the router "
+            "reads)")
+        row("correct_modalities", sb * N * 4, "B·T·altup_inputs · 4 (the router's tanh "
+            "output, fp32)")
+        row("correct_coef_input", up * sb * N * r, "B·T·altup_inputs · res (cast back: what "
+            "F.linear with the clamped weight keeps for its gradient)")
+        row("correction_coefs", (N * sb + N * N) * r, "(altup_inputs · B·T + altup_inputs²) · "
+            "res (the coefficients the innovation is multiplied by; the clamped weight)")
+        row("innovation", N * n_ * r, "altup_inputs · B·T·d_model · res (the innovation "
+            "repeated over the streams)")
+        row("scaled_output", n_ * r, "B·T·d_model · res (the first stream's clone the output "
+            "scale multiplies)")
 
     def efficient_core(at: Attention, p: str, stack: str, L: int) -> None:
         """Issue 18: what Linformer, Performer and linear attention keep beside Q, K and V;
@@ -609,6 +669,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             Hv = at.kv_heads
             add((p + "v_norm", sb * Hv * dq * 4 + sb * Hv * 4, "B·T·n_kv_heads·d_head · 4 + "
                  "B·T·n_kv_heads · 4 (fp32 input, 1/rms)", "", L, stack, "", None, ()))
+            if spec.norm_mean_square:
+                add((p + "v_norm.mean_square", sb * Hv * 4, "B·T·n_kv_heads · 4 (the mean "
+                     "square torch.pow keeps)", "", L, stack, "", None, ()))
         if at.mla:
             # DeepSeek MLA (transformers DeepseekV3Attention), measured (the listing of the
             # deepseek_v3 variant): kv_a's output (the latent and the RoPE key, kept whole by
@@ -914,6 +977,13 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 add((p + sub + "out_input", k * sb * width * a,
                      f"B·T·{sym} · act{route} (down projection input)", "", L, stack, "tp", None,
                      ()))
+            if f.sparse:
+                # Gemma3nTextMLP._gaussian_topk: relu(gate − (mean + z · std)) before the
+                # activation; std keeps the gate's output and its result (the activation then
+                # keeps the relu's output; measured on gemma3n_text variants)
+                add((p + "sparse_gate", sb * f.d_ff * a + sb * a, f"B·T·{f.ff_sym} · act + B·T "
+                     "· act (the gate's output, which the std keeps, and the std)", "", L,
+                     stack, "tp", None, ()))
             if f.moe and spec.router_jitter:
                 # DBRX's router jitter: hidden_states *= uniform noise, in place, in training;
                 # the multiply keeps the noise (measured)
@@ -1301,6 +1371,14 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 add((q + "project_input", sb * P * a, "B·T·per_layer_input · act", "",
                      g.count, g.name, "", None, ()))
                 norm(q + "norm", g.name, g.count)
+            if blk.altup:
+                altup_rows(blk.altup, g.name + ".altup.", g.name, g.count)
+            if blk.laurel:
+                # Gemma3nTextLaurelBlock: linear_left reads the attention's input (counted
+                # there), linear_right keeps its rank-wide input, then a norm
+                add((g.name + ".laurel.right_input", sb * blk.laurel * a, "B·T·laurel_rank · "
+                     "act", "", g.count, g.name, "", None, ()))
+                norm(g.name + ".laurel.norm", g.name, g.count)
         if st.final_norm:
             norm(f"{st.name}.final_norm", "", 1)
             if dropout and spec.t5_dropouts:  # T5Stack: dropout after the final norm
@@ -1321,6 +1399,22 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         norm("embed.per_layer_norm", "", 1, P, "per_layer_input", Lp, "n_layers·")
         add(("embed.per_layer_inputs", sb * Lp * P * a, "B·T·n_layers·per_layer_input · act",
              "", 1, "", "", None, ()))
+    if spec.altup_inputs:
+        # Gemma3nTextModel: each further stream is the embeddings projected, its root mean
+        # square matched to the embeddings' (x · target / new: the projection's output and the
+        # product kept, and each magnitude and its clamped mean); before the head the same for
+        # each stream projected back, whose input is a view of the last layer's streams
+        # (measured: tools/measure_activations_hf.py, gemma3n_text variants)
+        n1, st_ = spec.altup_inputs - 1, sb * E * r
+        match = n1 * (2 * st_ + 2 * sb * r) + 2 * sb * r
+        add(("altup.input_streams", match + (0 if spec.per_layer_input else st_),
+             "(altup_inputs − 1) · (2 · B·T·d_model + 2 · B·T) · res + 2 · B·T · res (each "
+             "projection's output and rescaled product, their magnitudes; the target's)", "", 1,
+             "", "", None, ()))
+        add(("altup.output_streams", spec.altup_inputs * st_ + match, "altup_inputs · "
+             "B·T·d_model · res + (altup_inputs − 1) · (2 · B·T·d_model + 2 · B·T) · res + 2 · "
+             "B·T · res (the last layer's streams, then as at the input)", "", 1, "", "", None,
+             ()))
     if spec.rel_embeddings_norm and spec.rel_terms != "none":
         # DebertaV2Encoder.get_rel_embedding: a LayerNorm over the table (a parameter: its
         # input is not an activation), once per forward; unused and freed with no term
@@ -1897,15 +1991,28 @@ def _lora_states(spec: ModelSpec, s: Settings, params: Breakdown,
 # (the embedding's), the LM head's input, and each projection's input unless an adapter
 # reads that very tensor; and nothing below the first adapter needs a gradient, so the
 # embeddings and the first layer's input norm keep nothing.
-_WEIGHT_GRAD_ONLY = (".normalized",)
+# rows kept only for a weight's gradient (a norm's weight, Gemma 3n's AltUp output scale):
+# a frozen base keeps none
+_WEIGHT_GRAD_ONLY = (".normalized", ".scaled_output", ".correct_coef_input")
 _IDS = ("embed.token_ids", "embed.position_ids", "head.input", "head.mlm.decoder_input",
         "embed.side_ids")
 # a projection's input row -> the roles of the adapted layers that read it
 _PROJECTION_INPUTS = {
-    "attn.input": ("q", "k", "v", "qkv", "q_a", "kv_a", "attn_gate"),
+    "attn.input": ("q", "k", "v", "qkv", "q_a", "kv_a", "attn_gate", "laurel"),
     "attn.o_input": ("o",), "cross.input": ("q",), "cross.o_input": ("o",),
     "ffn.input": ("gate", "up", "gate_up", "shared", "router", "shared_gate"),
-    "ffn.out_input": ("down",), "ffn.shared.out_input": ("shared",)}
+    "ffn.out_input": ("down",), "ffn.shared.out_input": ("shared",),
+    # Gemma 4's per-layer input; Gemma 3n's AltUp router and coefficients, LAuReL's right
+    "ple.gate_input": ("ple",), "ple.project_input": ("ple",),
+    "altup.predict_router_input": ("altup",), "altup.correct_router_input": ("altup",),
+    "altup.predict_modality_cast": ("altup",),
+    "laurel.right_input": ("laurel",)}
+
+
+# Gemma 3n's AltUp rows of a layer's prediction (memory.activation_breakdown's altup_rows)
+_ALTUP_PREDICT = frozenset(f"altup.{n}" for n in (
+    "streams", "predict_norm", "predict_router_input", "predict_modalities",
+    "predict_modality_cast", "prediction_coefs", "predictions"))
 
 
 def _reads(a: Adapted) -> str:
@@ -1916,6 +2023,10 @@ def _reads(a: Adapted) -> str:
         return "ffn.shared.out_input" if rest.endswith(".out") else "ffn.input"
     if rest.startswith("ffn."):
         return "ffn.out_input" if rest.endswith(".out") else "ffn.input"
+    if rest.startswith(("ple.", "altup.", "laurel.")):
+        return {"ple.gate": "ple.gate_input", "ple.project": "ple.project_input",
+                "altup.router": "altup.predict_router_input", "laurel.left": "attn.input",
+                "laurel.right": "laurel.right_input"}.get(rest, "altup.predict_modality_cast")
     sub = rest.split(".", 1)[0]  # attn | cross
     return f"{sub}.o_input" if rest.endswith(".o") else f"{sub}.input"
 
@@ -1933,26 +2044,56 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     kept = 2 if s.mixed else ADAPTER_BYTES
     mask = 1 if s.device == "cuda" else ADAPTER_BYTES  # dropout on the fp32 input
     shared_reads = {(ad.stack, _reads(ad)) for ad in adapted} if not (cast or drop) else set()
+    # (Gemma 3n's router runs twice a layer: its adapter reads the correct side's input too)
+    shared_reads |= {(st, "altup.correct_router_input") for st, rd in shared_reads
+                     if rd == "altup.predict_router_input"}
+    # AltUp (Gemma 3n): with adapters on its routers or on the embeddings' projections to the
+    # streams, the first layer's input already needs a gradient; without, the first layer's
+    # prediction keeps nothing, nor does the model's projection to the streams (measured on
+    # gemma3n_text variants: all-linear, and q_proj,v_proj)
+    altup_grad = bool(spec.altup_inputs) and any(
+        ad.role == "altup" or ad.name == "embed.project_altup" for ad in adapted)
     firsts = {st.groups[0].name for st in plan_of(spec).stacks} \
-        if spec.norm_position == "pre" else set()
+        if spec.norm_position == "pre" and not altup_grad else set()
+    first_predict = firsts if spec.altup_inputs else set()
     # the first layer's attention norm keeps nothing under a frozen base: its rows, one
     # layer fewer (none to drop where that layer has no norm: ModernBERT)
     first_norms = firsts - {st.bare_first for st in plan_of(spec).stacks}
+    # the frozen embeddings keep nothing, except along Gemma 4's and 3n's per-layer inputs:
+    # every layer's multiply keeps them, and an adapted projection to them makes its norm
+    # keep its input and its adapter read the embeddings (measured: gemma3n_text variants)
+    embed_kept: tuple[str, ...] = ()
+    if spec.per_layer_input:
+        embed_kept = ("embed.per_layer_inputs",)
+        if any(ad.name == "embed.project_per_layer" for ad in adapted):
+            embed_kept += ("embed.per_layer_norm.",) + (
+                () if cast or drop else ("embed.project_per_layer_input",))
     rows = []
     for r in acts.rows:
         name, stack = r[0], r[5]
         rest = name[len(stack) + 1:] if stack else name
-        if name.endswith(_WEIGHT_GRAD_ONLY) or name in _IDS or name.startswith("embed.") \
+        if name.endswith(_WEIGHT_GRAD_ONLY) or name in _IDS or (
+                name.startswith("embed.") and not name.startswith(embed_kept)) \
                 or name.endswith(("embed.token_ids", "embed.position_ids")):
             continue
         if stack and rest in _PROJECTION_INPUTS and (stack, rest) not in shared_reads:
             continue
-        if stack in first_norms and rest.startswith("attn.norm."):
+        if (stack in first_norms and rest.startswith("attn.norm.")) or (
+                stack in first_predict and rest in _ALTUP_PREDICT):
             if r[4] > 1:
                 rows.append((*r[:4], r[4] - 1, *r[5:]))
             continue
+        if name == "altup.input_streams" and spec.altup_inputs and not altup_grad:
+            continue
         rows.append(r)
     for ad in adapted:
+        if ad.name.endswith(".altup.correct"):
+            # Gemma3nTextAltUp.correct multiplies by the clamped weight with F.linear, so
+            # peft's adapter on correction_coefs never runs in training (measured)
+            continue
+        if ad.name.endswith(".altup.router"):
+            # the router runs twice a layer (predict, correct), and its adapter with it
+            ad = ad._replace(repeat=2 * ad.repeat)
         if spec.idle_cross_attention and ".cross." in ad.name or ".attn.index_" in ad.name \
                 or ad.stack.endswith(".idle"):
             # adapters on a cross-attention a decoder alone never runs, or inside DSA's

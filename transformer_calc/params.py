@@ -58,7 +58,8 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "rel_embeddings": spec.rel_embeddings, "index_heads": spec.index_heads,
         "encoder_vocab_size": spec.encoder_vocab_size or spec.vocab_size,
         "mlm_width": spec.head_width, "extra_token_rows": spec.extra_token_rows,
-        "index_head_dim": spec.index_head_dim, "index_topk": spec.index_topk}
+        "index_head_dim": spec.index_head_dim, "index_topk": spec.index_topk,
+        "altup_inputs": spec.altup_inputs, "laurel_rank": spec.laurel_rank}
 
 
 _NO_POSITION_TABLE = {
@@ -131,6 +132,10 @@ def count_params(spec: ModelSpec) -> Breakdown:
              "", 1, "", "", None, (Lp * P, E)))
         n_ple, why_ple = norm_of(spec.norm, P, "per_layer_input")
         add(("embed.per_layer_norm", n_ple, why_ple, "", 1, "", "", None, ()))
+    if spec.altup_inputs:
+        # Gemma3nTextModel.altup_projections: the embeddings to each further stream
+        add(("embed.project_altup", E * E, "d_model × d_model", "",
+             spec.altup_inputs - 1, "", "one per AltUp stream after the first", None, (E, E)))
     prefixes = [f"{s}." for s, _ in stacks] if enc_dec else [""]
     for prefix in prefixes:
         if spec.position == "learned":
@@ -214,6 +219,29 @@ def count_params(spec: ModelSpec) -> Breakdown:
                 add((f"{g.name}.ple.project.weight", P * E, "per_layer_input × d_model", "", n,
                      g.name, "", None, (E, P)))
                 add((f"{g.name}.ple.norm", norm_n, norm_why, "", n, g.name, "", None, ()))
+            if blk.altup:
+                # Gemma3nTextAltUp: modality_router, prediction_coefs, correction_coefs
+                # (nn.Linear each, no bias), correct_output_scale and router_norm
+                N = blk.altup
+                add((f"{g.name}.altup.router.weight", N * E, "altup_inputs × d_model", "", n,
+                     g.name, "AltUp's router over the first stream", None, (N, E)))
+                add((f"{g.name}.altup.predict.weight", N ** 3, "altup_inputs² × altup_inputs",
+                     "", n, g.name, "a stream-mixing matrix per token, from the router",
+                     None, (N * N, N)))
+                add((f"{g.name}.altup.correct.weight", N * N, "altup_inputs × altup_inputs",
+                     "", n, g.name, "", None, (N, N)))
+                add((f"{g.name}.altup.output_scale", E, "d_model", "", n, g.name, "", None,
+                     ()))
+                add((f"{g.name}.altup.router_norm", norm_n, norm_why, "", n, g.name, "", None,
+                     ()))
+            if blk.laurel:
+                # Gemma3nTextLaurelBlock: linear_left, linear_right, post_laurel_norm
+                r = blk.laurel
+                add((f"{g.name}.laurel.left.weight", E * r, "d_model × laurel_rank", "", n,
+                     g.name, "LAuReL: a low-rank path beside the attention", None, (r, E)))
+                add((f"{g.name}.laurel.right.weight", r * E, "laurel_rank × d_model", "", n,
+                     g.name, "", None, (E, r)))
+                add((f"{g.name}.laurel.norm", norm_n, norm_why, "", n, g.name, "", None, ()))
             for norm in blk.norms:
                 bare = norm == "attn.norm" and g.name == st.bare_first
                 add((f"{g.name}.{norm}", norm_n, norm_why, "", n - bare, g.name,
@@ -242,6 +270,11 @@ def count_params(spec: ModelSpec) -> Breakdown:
         _vocab_projection(add, spec, "head.lm", notes)
         if spec.lm_head_bias:
             add(("head.lm.bias", V, "vocab_size", "", 1, "", "", None, ()))
+    if spec.altup_inputs:
+        # Gemma3nTextModel.altup_unembed_projections: each further stream back, before the
+        # streams are averaged and normed
+        add(("head.altup_unembed", E * E, "d_model × d_model", "", spec.altup_inputs - 1, "",
+             "one per AltUp stream after the first", None, (E, E)))
     if spec.pooler:
         add(("head.pooler.weight", E * E, "d_model × d_model", "", 1, "", "", None, (E, E)))
         add(("head.pooler.bias", E, "d_model", "", 1, "", "", None, ()))

@@ -153,6 +153,7 @@ class FFN(NamedTuple):
     beside: int = 0  # Gemma 4: a dense FFN of this width runs beside the experts
     shortcut: bool = False  # LongCat-Flash: ... on the same normed input, nothing of their own
     zero: int = 0  # LongCat-Flash: zero-computation experts the router also chooses among
+    sparse: bool = False  # Gemma 3n: the gate keeps its values above mean + z · std only
 
     @property
     def moe(self) -> bool:
@@ -237,6 +238,8 @@ class Block(NamedTuple):
     # Gemma 4: the width of the layer's own embedding, gated, projected back and normed after
     # the FFN (per_layer_input_gate, per_layer_projection, post_per_layer_input_norm); 0: none
     ple: int = 0
+    altup: int = 0  # Gemma 3n: AltUp's streams around the layer (predict, correct); 0: none
+    laurel: int = 0  # Gemma 3n: LAuReL's rank beside the attention; 0: none
 
 
 class Group(NamedTuple):
@@ -325,10 +328,13 @@ def _layer_kinds(spec: ModelSpec, n_layers: int) -> Counter[str]:
     ffn = parse_pattern(spec.layer_ffn, "".join(FFN_LAYER_KINDS), n_layers,
                         "layer_ffn") if spec.layer_ffn else None
     a0, f0 = default_kinds(spec)
-    if spec.kv_shared_layers:
-        first = n_layers - spec.kv_shared_layers
+    if spec.kv_shared_layers or spec.sparse_ffn_layers:
+        # "s": the first sparse_ffn_layers layers' FFN gate is sparsified (Gemma 3n)
+        first, sparse = n_layers - spec.kv_shared_layers, spec.sparse_ffn_layers
         return Counter((attn[i] if attn else a0) + (ffn[i] if ffn else f0)
-                       + ("r" if i >= first else "") for i in range(n_layers))
+                       + ("r" if spec.kv_shared_layers and i >= first else "")
+                       + ("s" if i < sparse else "")
+                       for i in range(n_layers))
     return _pair_counts(attn, ffn, a0, f0, n_layers)
 
 
@@ -400,8 +406,10 @@ def _group_name(spec: ModelSpec, stack: str, kinds: str, vary_a: bool, vary_f: b
         tags = [a or f] if vary_a or vary_f else []
     else:
         tags = ([a] if vary_a else []) + ([f] if vary_f else [])
-    if kinds[2:] == "r":  # Gemma 4: reuses an earlier layer's keys and values
+    if "r" in kinds[2:]:  # Gemma 4: reuses an earlier layer's keys and values
         tags.append("kv_shared")
+    if "s" in kinds[2:]:  # Gemma 3n: a sparsified FFN gate
+        tags.append("sparse")
     return ".".join([stack, *tags])
 
 
@@ -432,7 +440,8 @@ def _build(spec: ModelSpec) -> Plan:
 def _build_running(spec: ModelSpec) -> Plan:
     enc_dec = spec.arch == "encoder-decoder"
     if (enc_dec and not spec.layer_attention) or not (
-            spec.layer_attention or spec.layer_ffn or spec.kv_shared_layers):
+            spec.layer_attention or spec.layer_ffn or spec.kv_shared_layers
+            or spec.sparse_ffn_layers):
         # every layer of a stack alike (the common case): one group each, no pattern parsing
         kinds = "FD" if enc_dec else "".join(default_kinds(spec))
         # LongT5: block-local self-attention in the encoder ("L"), dense in the decoder
@@ -549,12 +558,16 @@ def _mixer(spec: ModelSpec) -> Mixer:
 
 def _block(spec: ModelSpec, kinds: str, cross: bool, bidirectional: bool = False) -> Block:
     block = _block_parts(spec, kinds, cross, bidirectional)
+    if spec.altup_inputs or spec.laurel_rank:  # Gemma 3n
+        block = block._replace(altup=spec.altup_inputs, laurel=spec.laurel_rank)
+    if "s" in kinds[2:] and block.ffn is not None:
+        block = block._replace(ffn=block.ffn._replace(sparse=True))
     return block._replace(ple=spec.per_layer_input) if spec.per_layer_input else block
 
 
 def _block_parts(spec: ModelSpec, kinds: str, cross: bool, bidirectional: bool) -> Block:
     a, f = kinds[0], kinds[1]
-    kv_shared = kinds[2:] == "r"  # Gemma 4: reuses an earlier layer's keys and values
+    kv_shared = "r" in kinds[2:]  # Gemma 4: reuses an earlier layer's keys and values
     if a == "P":
         # Falcon-H1: attention and the recurrent mixer read the same normed input, their
         # outputs summed; then the FFN

@@ -224,6 +224,9 @@ class ModelSpec:
                            "down projection (GTE; T5's is one of t5_dropouts)")
     norm_fp32: bool = _f(False, "the RMSNorm keeps its normalised tensor in fp32 (Gemma: "
                          "x̂ · (1 + w) computed in fp32, cast back after)")
+    norm_mean_square: bool = _f(False, "the RMSNorm's 1/rms is torch.pow(mean_squared, -0.5), "
+                                "which keeps the mean square too, and a 16-bit model keeps the "
+                                "weight's fp32 copy (Gemma 3n, Gemma 4)", arch=False)
     norm_keeps_input: bool = _f(False, "the RMSNorm multiplies its input itself (not its fp32 "
                                 "copy) by the fp32 rsqrt, so a 16-bit model keeps both (T5)")
     router_fp32: bool = _f(False, "the MoE router casts its input and weight to fp32 before "
@@ -333,6 +336,19 @@ class ModelSpec:
                               "projection and its norm, and per layer a gate, a projection back "
                               "and a norm", minimum=0)
     per_layer_vocab: int = _f(0, "rows of that table (vocab_size_per_layer_input)", minimum=0)
+    # -- Gemma 3n ----------------------------------------------------------------------------
+    altup_inputs: int = _f(0, "AltUp's streams (Gemma 3n: altup_num_inputs; 0: none): the "
+                           "embeddings projected to n - 1 more streams and back before the "
+                           "head (d_model × d_model each way); each layer predicts every "
+                           "stream from a router over the first, runs its sublayers on the "
+                           "first and corrects the rest", minimum=0)
+    laurel_rank: int = _f(0, "LAuReL's rank (Gemma 3n: laurel_rank; 0: none): beside the "
+                          "attention, the normed input through d_model -> rank -> d_model and a "
+                          "norm, added to the residual", minimum=0)
+    sparse_ffn_layers: int = _f(0, "the first layers whose FFN gate keeps only its values above "
+                                "mean + z · std (Gemma 3n's activation_sparsity_pattern, 0.95 "
+                                "in its first 10 layers): no parameters or matmuls, tensors "
+                                "kept", minimum=0)
     moe_beside_dense: bool = _f(False, "the experts run beside the dense FFN of d_ff and the "
                                 "two outputs are summed, each with its own norms; the router "
                                 "norms its input and scales it per channel and its weights "
@@ -664,6 +680,17 @@ class ModelSpec:
                             "they reuse)", self.kv_shared_layers)
         if self.kv_shared_wide_ffn and not self.kv_shared_layers:
             raise SpecError("kv_shared_wide_ffn", "false without kv_shared_layers", True)
+        if (self.altup_inputs or self.laurel_rank or self.sparse_ffn_layers) \
+                and self.arch != "decoder":
+            raise SpecError("altup_inputs" if self.altup_inputs else "laurel_rank"
+                            if self.laurel_rank else "sparse_ffn_layers",
+                            "0 unless arch is decoder (Gemma 3n's)", self.altup_inputs
+                            or self.laurel_rank or self.sparse_ffn_layers)
+        if self.altup_inputs == 1:
+            raise SpecError("altup_inputs", "0 or an integer >= 2 (streams)", 1)
+        if self.sparse_ffn_layers > self.n_layers:
+            raise SpecError("sparse_ffn_layers", f"at most n_layers={self.n_layers}",
+                            self.sparse_ffn_layers)
         if self.per_layer_input and (self.per_layer_vocab < 1 or self.arch != "decoder"):
             raise SpecError("per_layer_vocab", "an integer >= 1 with per_layer_input, in a "
                             "decoder", self.per_layer_vocab)
