@@ -679,3 +679,24 @@ def test_gemma3n_reads_altup_laurel_and_its_per_layer_lists() -> None:
     # a wrapper's text_config is read as the language model (the towers not counted)
     wrapped = spec_from_hf({"model_type": "gemma3n", "text_config": base})
     assert count_params(wrapped).total == 223_808 and "not counted" in wrapped.note
+
+
+def test_gemma3n_e2b_with_its_published_sizes() -> None:
+    """Gemma 3n E2B's language model (google/gemma-3n-E2B's text_config: 30 layers of 2048,
+    FFN 8192 listed per layer, the last 10 K/V-shared, the first 10 sparsified; sizes as
+    ai-edge-torch's Gemma 3n E2B config has them, the Hub file being out of reach here): its
+    Gemma3nForCausalLM builds 4,435,182,688 parameters in transformers 5.23 (meta device),
+    2,013,265,920 of them the per-layer embedding table that "E2B" (2B effective) leaves out.
+    Read through the multimodal wrapper, the towers not counted."""
+    E2B = [8192] * 30
+    spec = spec_from_hf({"model_type": "gemma3n", "text_config": {
+        "model_type": "gemma3n_text", "hidden_size": 2048, "intermediate_size": E2B,
+        "num_hidden_layers": 30, "num_attention_heads": 8, "num_key_value_heads": 2,
+        "head_dim": 256, "vocab_size": 262400, "vocab_size_per_layer_input": 262144,
+        "hidden_size_per_layer_input": 256, "num_kv_shared_layers": 10,
+        "activation_sparsity_pattern": [0.95] * 10 + [0.0] * 20, "laurel_rank": 64,
+        "altup_num_inputs": 4, "sliding_window": 512}})
+    p = count_params(spec)
+    assert p.total == 4_435_182_688
+    assert p.get("embed.per_layer").total == 262144 * 30 * 256 == 2_013_265_920
+    assert (spec.kv_shared_layers, spec.sparse_ffn_layers, spec.d_ff) == (10, 10, 8192)
