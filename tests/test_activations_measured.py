@@ -112,7 +112,8 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # B=1 T=192.
 # activations_s14_cpu.jsonl (session 14, the same versions and tool): T5Gemma's two variants,
 # B=2 T=64 and B=1 T=128, fp32 and bf16, eager (T5GemmaForConditionalGeneration has no SDPA
-# path: those lines say "skipped"); Gemma 3n's two, the same shapes, eager and SDPA.
+# path: those lines say "skipped"); Gemma 3n's two, the same shapes, eager and SDPA;
+# DeepSeek-V4's two (eager only), the same shapes, and B=2 T=64 with --experts grouped_mm.
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 from transformer_calc.plan import plan_of  # noqa: E402
@@ -153,7 +154,7 @@ EAGER_ONLY = {"gpt_oss-tied-nobias.json", "tapas-tiny.json", "trocr-tiny.json",
               "xglm-tiny.json", "ibert-tiny.json", "longt5-local.json",
               "longt5-local-default.json", "longt5-tglobal.json", "longt5-tglobal-default.json",
               "longt5-local-nodropout.json", "yoso-tiny.json", "t5gemma-tiny.json",
-              "t5gemma-untied.json"}
+              "t5gemma-untied.json", "deepseek_v4-tiny.json", "deepseek_v4-types.json"}
 
 
 def test_the_fixtures_cover_14_architectures_both_attentions_and_dtypes() -> None:
@@ -790,3 +791,26 @@ def test_gemma3n_within_one_and_a_half_percent(config: str, was: str) -> None:
     assert fp32.get(f"{group}.attn.norm.mean_square").count == 128 * 4
     assert bf16.get(f"{group}.attn.norm.weight_fp32").count == E * 4
     assert not any(i.name.endswith("weight_fp32") for i in fp32.items)
+
+
+@pytest.mark.parametrize("config", ["deepseek_v4-tiny.json", "deepseek_v4-types.json"])
+def test_deepseek_v4_within_one_and_a_half_percent(config: str) -> None:
+    """activations_s14_cpu.jsonl (tools/measure_activations_hf.py, torch 2.13.0+cpu,
+    transformers 5.23.0), six eager cases each (two with transformers' default grouped_mm
+    experts): the hyper-connections (the streams, their weightless norm, every Sinkhorn
+    division's input), the K=V head repeated to every head over the window and the compressed
+    entries (with one sequence a view of the one head), the sink column and row max, the
+    grouped output, the compressors' windows and softmax, and the experts' clamps."""
+    rows = [r for r in MEASURED if r["config"] == config]
+    assert len(rows) == 6 and {r.get("experts", "eager") for r in rows} == {"eager",
+                                                                             "grouped_mm"}
+    for r in rows:
+        assert abs(_estimate(r) / r["measured_bytes"] - 1) < 0.015, r
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    acts = activation_breakdown(spec, 2, 64, act_bytes=4, device="cpu", attention="eager")
+    N, E, iters = spec.hc_streams, spec.d_model, spec.hc_sinkhorn_iters
+    g = plan_of(spec).groups[0].name
+    # 2 · 20 − 1 divisions, each keeping its (B·T, N, N) input and its sum, and the softmax
+    assert acts.get(f"{g}.attn_hc.sinkhorn").count == \
+        2 * iters * 128 * N * N * 4 + (2 * iters - 1) * 128 * N * 4
+    assert acts.get(f"{g}.attn_hc.streams").count == N * 128 * E * 4

@@ -160,6 +160,10 @@ REFERENCE = {
     "variants/gemma3n_text-tiny.json": (223_808, "Gemma3nForCausalLM"),
     # ... 2 streams, rank 8, an untied head, biases, a per-layer list of FFN widths
     "variants/gemma3n_text-untied.json": (99_940, "Gemma3nForCausalLM"),
+    # DeepSeek-V4: H H H Q layers, 2 hyper-connection streams, 4 experts of 24
+    "variants/deepseek_v4-tiny.json": (150_579, "DeepseekV4ForCausalLM"),
+    # ... S Q H layers, 3 streams, one output group, tied embeddings, a hash-routed layer
+    "variants/deepseek_v4-types.json": (72_894, "DeepseekV4ForCausalLM"),
     # Kimi Linear: three KDA layers and one MLA layer, the first dense
     "variants/kimi_linear-tiny.json": (206_924, "KimiLinearForCausalLM"),
     # and two KDA heads of 32 with a 3-tap convolution (a second shape for its activations)
@@ -700,3 +704,34 @@ def test_gemma3n_e2b_with_its_published_sizes() -> None:
     assert p.total == 4_435_182_688
     assert p.get("embed.per_layer").total == 262144 * 30 * 256 == 2_013_265_920
     assert (spec.kv_shared_layers, spec.sparse_ffn_layers, spec.d_ff) == (10, 10, 8192)
+
+
+def test_deepseek_v4_reads_its_layer_kinds_and_compression() -> None:
+    """DeepseekV4Config (transformers 5.23): the default builds 284,325,869,015 parameters on
+    the meta device (DeepseekV4ForCausalLM, tools/reference_counts.py): 43 layers, the first
+    two heavily compressed (H) then compressed sparse (Q) and H alternating, 4 hyper-connection
+    streams, 256 experts of 2048 top-6 and one shared. The checkpoints' legacy compress_ratios
+    (0, 4, 128 per layer) name the same kinds."""
+    spec = spec_from_hf({"model_type": "deepseek_v4"})
+    assert count_params(spec).total == 284_325_869_015
+    assert {g.name: g.count for g in plan_of(spec).groups} == {"decoder.hca": 23,
+                                                                "decoder.csa": 20}
+    assert (spec.hc_streams, spec.compress_csa, spec.compress_hca, spec.o_groups) == \
+        (4, 4, 128, 8)
+    base = json.loads((HF / "variants" / "deepseek_v4-types.json").read_text())
+    legacy = {k: v for k, v in base.items() if k != "layer_types"} | {
+        "compress_ratios": [0, 4, 128], "compress_rates": {"compressed_sparse_attention": 4,
+                                                           "heavily_compressed_attention": 128}}
+    assert spec_from_hf(legacy).layer_attention == "1S 1Q 1H"
+    for bad, key in (({"layer_types": ["full_attention"] * 3}, "layer_types"),
+                     ({"compress_rates": {"compressed_sparse_attention": 0}}, "compress_rates"),
+                     ({"compress_rates": [4, 128]}, "compress_rates"),
+                     ({"mlp_bias": True}, "mlp_bias"),
+                     ({"layer_types": None, "compress_ratios": [0, 3, 128]},
+                      "compress_ratios")):
+        with pytest.raises(SpecError, match=f"key '{key}'"):
+            spec_from_hf(base | bad)
+    noted = spec_from_hf(base | {"n_shared_experts": 2})
+    assert "builds one shared expert" in noted.note
+    assert count_params(noted).total == 72_894
+    assert "multi-token-prediction" in spec.note

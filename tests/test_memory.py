@@ -390,3 +390,27 @@ def test_inference_trains_nothing() -> None:
     # (a mutation sample, seed 16: the inference path's trainable count 0 -> 1 survived)
     rep = memory_report(load_model("gpt2"), Settings(inference=True, seq_len=128))
     assert rep.trainable_params == 0
+
+
+def test_deepseek_v4_indexer_gets_no_gradient_and_lora_is_refused() -> None:
+    """DeepSeek-V4's Q layers pick compressed entries by the indexer's top-k indices only, so
+    its parameters never receive a gradient (measured: after loss.backward() on
+    deepseek_v4-tiny.json in transformers 5.23, exactly the indexer's 6 tensors, 2,504
+    parameters, have .grad None): no gradients or optimizer states are counted for them.
+    peft 0.21's LoRA with all-linear fails in the grouped output projection's forward
+    (measured: a shape mismatch in DeepseekV4GroupedLinear), so LoRA is refused."""
+    import json
+    from pathlib import Path
+
+    from transformer_calc.hf import spec_from_hf
+
+    spec = spec_from_hf(json.loads((Path(__file__).parent / "data" / "hf" / "variants"
+                                    / "deepseek_v4-tiny.json").read_text()))
+    p = count_params(spec)
+    indexer = sum(i.total for i in p.items if ".attn.indexer." in i.name)
+    assert indexer == 2_504
+    r = memory_report(spec, Settings(precision="fp32", seq_len=64))
+    assert r.trainable_params == p.total - indexer
+    assert any("indexer (2,504 parameters)" in n for n in r.notes)
+    with pytest.raises(TcalcError, match=r"--lora: LoRA fine-tuning of .* \(DeepSeek-V4\)"):
+        memory_report(spec, Settings(precision="bf16", seq_len=64, lora_rank=8))

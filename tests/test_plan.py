@@ -60,6 +60,12 @@ FLOPS_PER_TOKEN_T8 = {
     # an untied head, biases, one K/V head of 24 (untied)
     "gemma3n_text-tiny.json": 450_224,
     "gemma3n_text-untied.json": 188_256,
+    # DeepSeek-V4: hyper-connections (2 streams), a K=V head with a low-rank query and a
+    # grouped low-rank output, 3 HCA layers (entries of 8) and a CSA layer (entries of 4 and
+    # its indexer's projections and scores), MoE layers the first hash-routed; and a sliding
+    # layer, CSA of 2, HCA of 4, 3 streams, one output group (types)
+    "deepseek_v4-tiny.json": 221_760,
+    "deepseek_v4-types.json": 113_664,
 }
 
 
@@ -109,6 +115,12 @@ KV_BYTES_FP32 = {
     # layers of one K/V head of 24, 3 sliding (untied)
     "gemma3n_text-tiny.json": {16: 11_776, 48: 28_160},
     "gemma3n_text-untied.json": {16: 7_104, 48: 13_248},
+    # DeepSeek-V4: each layer's window of one K=V head (window 16); its compressed entries,
+    # the tokens waiting for a whole window (kv and gate) and, in the CSA layer, the
+    # indexer's and the last window's overlap (--seq-len 16 19 48); a sliding-only layer keeps
+    # the head twice, as keys and as values (types)
+    "deepseek_v4-tiny.json": {16: 5_376, 19: 7_680, 48: 6_912},
+    "deepseek_v4-types.json": {16: 6_144, 19: 7_360, 48: 8_960},
 }
 
 

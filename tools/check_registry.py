@@ -114,6 +114,20 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
                 + ["sliding_attention"] * (L % 2),
                 "activation_sparsity_pattern": [0.95] * (s := rng.choice([0, 1, 2]))
                 + [0.0] * (L - s)}
+    if "hc_mult" in fields:
+        # DeepSeek-V4: its low-rank query and output, indexer, compression rates and
+        # hyper-connection streams drawn small (the class defaults are full size); a head of
+        # 16 (its RoPE is an eighth of the head); windows of at least the FLOPs' T = 8
+        L = cfg["num_hidden_layers"]
+        kinds = ("sliding_attention", "compressed_sparse_attention",
+                 "heavily_compressed_attention")
+        cfg |= {"head_dim": 16, "q_lora_rank": rng.choice([8, 16]),
+                "o_groups": rng.choice([1, 2]), "o_lora_rank": rng.choice([4, 8]),
+                "index_n_heads": rng.choice([1, 2]), "index_head_dim": 8, "index_topk": 64,
+                "compress_rates": {"compressed_sparse_attention": rng.choice([2, 4]),
+                                   "heavily_compressed_attention": rng.choice([4, 8])},
+                "hc_mult": rng.choice([2, 3]), "sliding_window": rng.choice([8, 16]),
+                "layer_types": [rng.choice(kinds) for _ in range(L)]}
     if {"encoder", "decoder", "dropout_rate"} <= fields:
         # T5Gemma: each stack's keys in its own mapping; one width, attention and FFN for
         # both (tcalc refuses the unbalanced ones), the layer counts, vocabularies and

@@ -39,8 +39,12 @@ def cache_parts(config: dict, seq_len: int, dtype: str = "float32") -> dict[str,
         if hasattr(cache, "cross_attention_cache") else cache.layers
     parts: dict = {"kv": 0, "conv": 0, "recurrent": 0, "dtypes": set()}
 
+    seen: set[int] = set()
+
     def add(part: str, t: object) -> None:
-        if isinstance(t, torch.Tensor):
+        # each tensor once: DeepSeek-V4's layers hold one K=V tensor as both keys and values
+        if isinstance(t, torch.Tensor) and id(t) not in seen:
+            seen.add(id(t))
             parts[part] += t.numel() * t.element_size()
             parts["dtypes"].add(f"{part}:{str(t.dtype).removeprefix('torch.')}")
 
@@ -51,6 +55,11 @@ def cache_parts(config: dict, seq_len: int, dtype: str = "float32") -> dict[str,
         for t in (getattr(layer, "keys", None), getattr(layer, "values", None),
                   getattr(layer, "indexer_keys", None)):
             add("kv", t)
+        # DeepSeek-V4's compressor (and CSA's indexer) state: pending windows, compressed
+        # entries, the last window's overlap
+        for name in ("buffer_kv", "buffer_gate", "compressed_kv", "overlap_kv", "overlap_gate"):
+            for t in (getattr(layer, name, None) or {}).values():
+                add("kv", t)
         for name, part in (("conv_states", "conv"), ("recurrent_states", "recurrent")):
             states = getattr(layer, name, None)
             for t in (states.values() if isinstance(states, dict) else [states]):

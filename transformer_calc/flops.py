@@ -143,6 +143,13 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
             add((f"{g.name}.altup", 4 * E * N + 2 * N ** 3 + 2 * E * N * N + 2 * N * N,
                  "2 · 2 · d_model · altup_inputs + 2 · altup_inputs³ + 2 · d_model · "
                  "altup_inputs² + 2 · altup_inputs²", "", g.count, g.name, "", None, ()))
+        if blk.hc:
+            # DeepseekV4HyperConnection, twice a layer: the flattened streams to (2 + N)·N
+            # weights, and the streams mixed by the N × N matrix
+            N = blk.hc
+            add((f"{g.name}.hc", 2 * (2 * N * E * (2 + N) * N + 2 * N * N * E),
+                 "2 · (2 · hc_streams · d_model · (2 + hc_streams) · hc_streams + 2 · "
+                 "hc_streams² · d_model)", "", g.count, g.name, "", None, ()))
         if blk.laurel:  # Gemma 3n: LAuReL's d_model -> rank -> d_model
             add((f"{g.name}.laurel", 4 * E * blk.laurel, "2 · 2 · d_model · laurel_rank", "",
                  g.count, g.name, "", None, ()))
@@ -150,6 +157,10 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
     if spec.per_layer_input:  # Gemma 4: the embeddings projected to every layer's input
         add(("embed.project_per_layer", 2 * E * spec.n_layers * spec.per_layer_input,
              "2 · d_model · n_layers · per_layer_input", "", 1, "", "", None, ()))
+    if spec.hc_streams:  # DeepSeek-V4: the hyper head's collapse of the streams
+        N = spec.hc_streams
+        add(("head.hc", 2 * N * E * N, "2 · hc_streams · d_model · hc_streams", "", 1, "", "",
+             None, ()))
     if spec.altup_inputs:  # Gemma 3n: the embeddings to each further stream and back
         n = spec.altup_inputs - 1
         add(("embed.project_altup", 2 * n * E * E, "2 · (altup_inputs − 1) · d_model²", "", 1,
@@ -226,6 +237,44 @@ def _relative_flops(add, spec: ModelSpec, a: Attention, E: int, T: int,  # type:
              "c2p: Q × the projected keys; p2c: K × the projected queries", None, ()))
 
 
+def _v4_attention_flops(add, a: Attention, E: int, T: int, p: str,  # type: ignore[no-untyped-def]
+                        group: str, L: int) -> None:
+    """DeepseekV4Attention: the low-rank query, the K=V head, scores and values over the
+    window's keys and the compressed entries a query meets (the indexer's top-k in a Q layer;
+    eager attention masks them from all T + T / compress instead), the grouped output; the
+    compressor's two projections over every token and, in a Q layer, the indexer's: its
+    compressor, its query from the latent, its per-head weights, and its scores against every
+    compressed entry (T // compress_csa)."""
+    H, dh, rq, g, ro = a.heads, a.d_head, a.q_lora_rank, a.o_groups, a.o_rank
+    keys = a.keys(T)
+    add((p + "q_a", 2 * E * rq, "2 · d_model · q_lora_rank", "", L, group, "", None, ()))
+    add((p + "q_b", 2 * rq * H * dh, "2 · q_lora_rank · n_heads · d_head", "", L, group, "",
+         None, ()))
+    add((p + "kv", 2 * E * dh, "2 · d_model · d_head", "", L, group, "one head, K and V",
+         None, ()))
+    note = f"min(T, {a.window}) window keys + {a.entries(T)} compressed entries per query"
+    add((p + "scores", 2 * H * dh * keys, "2 · n_heads · d_head · keys", "", L, group, note,
+         None, ()))
+    add((p + "values", 2 * H * dh * keys, "2 · n_heads · d_head · keys", "", L, group, "",
+         None, ()))
+    add((p + "o_a", 2 * H * dh * ro, "2 · n_heads · d_head · o_lora_rank", "", L, group,
+         "each group of heads to o_lora_rank", None, ()))
+    add((p + "o_b", 2 * g * ro * E, "2 · o_groups · o_lora_rank · d_model", "", L, group, "",
+         None, ()))
+    if not a.compress:
+        return
+    w, wsym = (2 * dh, "2 · d_head") if a.csa_heads else (dh, "d_head")
+    add((p + "compressor", 4 * E * w, f"2 · 2 · d_model · {wsym} (its kv and gate)", "", L,
+         group, "", None, ()))
+    if a.csa_heads:
+        Hi, ic, C = a.csa_heads, a.csa_dim, T // a.compress
+        add((p + "indexer", 8 * E * ic + 2 * rq * Hi * ic + 2 * E * Hi,
+             "2 · 2 · d_model · 2 · csa_index_dim + 2 · q_lora_rank · csa_index_heads · "
+             "csa_index_dim + 2 · d_model · csa_index_heads", "", L, group, "", None, ()))
+        add((p + "indexer_scores", 2 * Hi * ic * C, "2 · csa_index_heads · csa_index_dim · "
+             "entries", "", L, group, f"against all {C} compressed entries", None, ()))
+
+
 def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str,  # type: ignore[no-untyped-def]
                      p: str, group: str, L: int) -> None:
     """One attention sublayer: projections, the score and value products, the output."""
@@ -255,6 +304,9 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
         note = f"{a.kind}: min(T, {a.window}) keys per query"
     else:
         keys, keys_sym, note = k, "keys", keys_note
+    if a.o_groups:
+        _v4_attention_flops(add, a, E, T, p, group, L)
+        return
     if a.mla:
         # DeepSeek-V2/V3 MLA: low-rank query and latent K/V projections, then per-head
         # scores over d_nope + d_rope and values of width d_v

@@ -47,6 +47,7 @@ HEAD_CLASS = {
     "mimo_v2_flash": "MiMoV2FlashForCausalLM",
     "t5gemma": "T5GemmaForConditionalGeneration",
     "gemma3n_text": "Gemma3nForCausalLM",
+    "deepseek_v4": "DeepseekV4ForCausalLM",
 }
 
 # transformers' ACT2FN names -> tcalc's activation (no parameters either way).
@@ -74,6 +75,7 @@ INT_KEYS = frozenset("""
     num_nextn_predict_layers moe_layer_freq shared_expert_intermediate_size num_shared_experts
     shared_intermediate_size n_group topk_group max_target_positions
     cross_attention_hidden_size index_n_heads index_head_dim index_topk index_topk_freq
+    hc_mult o_groups o_lora_rank
     intermediate_multiple_size local_attention global_attn_every_n_layers src_vocab_size
     attn_layer_period attn_layer_offset expert_layer_period expert_layer_offset
     full_attention_interval tgt_vocab_size pad_token_id embedding_size input_embedding_size
@@ -1549,6 +1551,75 @@ def _gemma3n(c: Config) -> dict[str, Any]:
                 ) | _layer_attention(c, L, None, 512)
 
 
+_V4_KINDS = {"sliding_attention": "S", "compressed_sparse_attention": "Q",
+             "heavily_compressed_attention": "H"}
+
+
+def _deepseek_v4(c: Config) -> dict[str, Any]:
+    """DeepseekV4ForCausalLM (transformers 5.23): every layer attends a sliding window of one
+    K=V head with a low-rank query, a grouped low-rank output and sinks; its Q layers
+    (compressed_sparse_attention) add overlapping compressed entries an indexer picks from,
+    its H layers (heavily_compressed_attention) non-overlapping ones, all attended; the
+    residual is hc_mult streams (manifold-constrained hyper-connections around each
+    sublayer, a hyper head before the final norm); every layer's FFN a mixture of experts
+    with one shared expert (the first hash-routed: same weights). The multi-token-prediction
+    layers (num_nextn_predict_layers) are not built by transformers."""
+    L = c.get("num_hidden_layers", 43)
+    E, H = c.get("hidden_size", 4096), c.get("num_attention_heads", 64)
+    rates = c.data.get("compress_rates") or {}
+    if not isinstance(rates, dict):
+        raise SpecError("compress_rates", "a mapping of layer type to tokens per entry", rates,
+                        source=c.where)
+    csa = rates.get("compressed_sparse_attention", c.get("compress_rate_csa", 4))
+    hca = rates.get("heavily_compressed_attention", c.get("compress_rate_hca", 128))
+    for key, v in (("compress_rates", csa), ("compress_rates", hca)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise SpecError(key, "integers >= 1 (tokens per compressed entry)", rates,
+                            source=c.where)
+    types = c.data.get("layer_types")
+    ratios = c.data.get("compress_ratios")
+    if types is None and isinstance(ratios, list):  # the checkpoints' legacy per-layer rates
+        by_rate = {0: "sliding_attention", 4: "compressed_sparse_attention",
+                   128: "heavily_compressed_attention"}
+        if any(r not in by_rate for r in ratios):
+            raise SpecError("compress_ratios", "a list of 0, 4 and 128", ratios,
+                            source=c.where)
+        types = [by_rate[r] for r in ratios]
+    if types is None:  # DeepseekV4Config: two H layers, then Q and H alternating
+        types = ["heavily_compressed_attention"] * min(L, 2) + [
+            "compressed_sparse_attention" if i % 2 else "heavily_compressed_attention"
+            for i in range(max(L - 2, 0))]
+    if not isinstance(types, list) or len(types) < L or any(t not in _V4_KINDS
+                                                              for t in types):
+        raise SpecError("layer_types", f"a list of {L} of " + ", ".join(_V4_KINDS), types,
+                        source=c.where)
+    c.refuse("mlp_bias", bool, "biases on the shared expert are not modelled")
+    F = c.get("moe_intermediate_size", 2048)
+    shared = c.get("n_shared_experts", 1)
+    if shared != 1:
+        c.notes.append(f"n_shared_experts is {shared}: DeepseekV4SparseMoeBlock builds one "
+                       "shared expert whatever it says, as counted")
+    c.notes.append("its multi-token-prediction layers (num_nextn_predict_layers) are not "
+                   "built by transformers 5.23: not counted")
+    letters = [_V4_KINDS[t] for t in types[:L]]
+    return dict(arch="decoder", vocab_size=c.get("vocab_size", 129280), d_model=E, n_layers=L,
+                n_heads=H, n_kv_heads=1, d_head=c.get("head_dim", 512), d_ff=0,
+                max_positions=c.get("max_position_embeddings", 1048576), position="rope",
+                ffn="gated", activation="silu", norm="rmsnorm", norm_position="pre",
+                tie_embeddings=c.get("tie_word_embeddings", False),
+                **_bias(False, False, False, False, False, False),
+                q_lora_rank=c.get("q_lora_rank", 1024), attention_sinks=True,
+                sliding_window=c.get("sliding_window", 128),
+                layer_attention=_runs(letters), n_experts=c.get("n_routed_experts", 256),
+                top_k=c.get("num_experts_per_tok", 6), d_ff_expert=F, n_shared_experts=1,
+                hc_streams=c.get("hc_mult", 4), compress_csa=csa, compress_hca=hca,
+                csa_index_heads=c.get("index_n_heads", 64),
+                csa_index_dim=c.get("index_head_dim", 128),
+                csa_index_topk=c.get("index_topk", 512), o_groups=c.get("o_groups", 8),
+                o_lora_rank=c.get("o_lora_rank", 1024), swiglu_clamp=True,
+                hc_sinkhorn_iters=c.get("hc_sinkhorn_iters", 20))
+
+
 def _gpt_oss(c: Config) -> dict[str, Any]:
     # GptOssAttention (sinks, biased projections), GptOssMLP: a biased router and experts
     # with biases (gate_up_proj_bias, down_proj_bias)
@@ -2936,6 +3007,6 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
      "ministral": _ministral, "lfm2": partial(_lfm2, moe=False), "t5gemma": _t5gemma,
-     "gemma3n_text": _gemma3n,
+     "gemma3n_text": _gemma3n, "deepseek_v4": _deepseek_v4,
      "lfm2_moe": partial(_lfm2, moe=True)}
 HEAD_CLASS.update({model_type: r.cls for model_type, r in TABLE_DRIVEN.items()})

@@ -1916,7 +1916,7 @@ SOFTMAX_FP32: frozenset[str] = frozenset(
 # Eager attention appends the sink logits as a softmax column
 # (`torch.cat([attn_weights, sinks], dim=-1)`)
 SINK_COLUMN: frozenset[str] = frozenset(
-['flint', 'gpt_oss', 'mimo_v2_flash'])
+['deepseek_v4', 'flint', 'gpt_oss', 'mimo_v2_flash'])
 
 # Eager attention on fp32 copies of Q and K
 # (`query = query.to(torch.float32)`, or .float())
@@ -1940,12 +1940,12 @@ NORM_MANUAL: frozenset[str] = frozenset(
 # `@use_experts_implementation`)
 EXPERTS_GROUPED: frozenset[str] = frozenset(
 ['afmoe', 'aria_text', 'axk1', 'beam', 'cohere2_moe', 'deepseek_v2', 'deepseek_v3',
- 'deepseek_v32', 'dots1', 'ernie4_5_moe', 'exaone_moe', 'flex_olmo', 'flint', 'gemma4_text',
- 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'gpt_oss', 'granitemoe', 'granitemoe_swa',
- 'granitemoehybrid', 'granitemoeshared', 'hunyuan_v1_moe', 'hy_v3', 'jamba', 'kimi_linear',
- 'kolibri1', 'laguna', 'lfm2_moe', 'mellum', 'mimo_v2_flash', 'minimax', 'minimax_m2',
- 'minimax_m3_vl_text', 'mixtral', 'nemotron_h', 'olmoe', 'phimoe', 'qwen2_moe',
- 'qwen3_5_moe_text', 'qwen3_moe', 'qwen3_next', 'solar_open'])
+ 'deepseek_v32', 'deepseek_v4', 'dots1', 'ernie4_5_moe', 'exaone_moe', 'flex_olmo', 'flint',
+ 'gemma4_text', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'gpt_oss', 'granitemoe',
+ 'granitemoe_swa', 'granitemoehybrid', 'granitemoeshared', 'hunyuan_v1_moe', 'hy_v3',
+ 'jamba', 'kimi_linear', 'kolibri1', 'laguna', 'lfm2_moe', 'mellum', 'mimo_v2_flash',
+ 'minimax', 'minimax_m2', 'minimax_m3_vl_text', 'mixtral', 'nemotron_h', 'olmoe', 'phimoe',
+ 'qwen2_moe', 'qwen3_5_moe_text', 'qwen3_moe', 'qwen3_next', 'solar_open'])
 
 # MoE experts run on every token, scaled by the router
 # (`routed_in = hidden_states.repeat(router_scores.shape[1], 1)`)
@@ -1960,7 +1960,7 @@ SINK_LSE: frozenset[str] = frozenset(
 # Eager attention subtracts each row's max before the softmax
 # (`.max(dim=-1, keepdim=True).values`)
 ROW_MAX: frozenset[str] = frozenset(
-['gpt_oss', 'mimo_v2_flash'])
+['deepseek_v4', 'gpt_oss', 'mimo_v2_flash'])
 
 # Eager attention clamps the masked scores from below (torch.max keeps its input)
 # (`torch.full((), torch.finfo(attn_weights.dtype).min`)
@@ -1969,10 +1969,10 @@ SCORES_CLAMPED: frozenset[str] = frozenset(
 
 # RMSNorms that keep their normalised tensor in fp32 (the weight multiplies before the cast back)
 NORM_FP32: frozenset[str] = frozenset(
-['afmoe', 'beam', 'flex_olmo', 'flint', 'gemma', 'gemma2', 'gemma3_text', 'gemma3n_text',
- 'gemma4_text', 'gemma4_unified_text', 'gpt_oss', 'helium', 'minimax_m3_vl_text',
- 'nemotron_h', 'olmo', 'olmo2', 'olmo3', 'olmo_hybrid', 'qwen3_5_moe_text', 'qwen3_5_text',
- 'qwen3_next', 't5gemma', 'vaultgemma'])
+['afmoe', 'beam', 'deepseek_v4', 'flex_olmo', 'flint', 'gemma', 'gemma2', 'gemma3_text',
+ 'gemma3n_text', 'gemma4_text', 'gemma4_unified_text', 'gpt_oss', 'helium',
+ 'minimax_m3_vl_text', 'nemotron_h', 'olmo', 'olmo2', 'olmo3', 'olmo_hybrid',
+ 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next', 't5gemma', 'vaultgemma'])
 
 # RMSNorms that multiply their (16-bit) input itself by the fp32 rsqrt
 # (`variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)`)
@@ -2002,11 +2002,11 @@ LOSS_NO_UPCAST: frozenset[str] = frozenset(
 
 # Classes without an SDPA path (`_supports_sdpa` false): transformers runs them eager
 NO_SDPA: frozenset[str] = frozenset(
-['big_bird', 'bigbird_pegasus', 'bloom', 'codegen', 'deberta-v2', 'falcon_mamba',
- 'flaubert', 'flint', 'fsmt', 'gemma2', 'gpt_neo', 'gpt_neox_japanese', 'gpt_oss', 'gptj',
- 'granite_swa', 'granitemoe_swa', 'ibert', 'longt5', 'mamba', 'mamba2', 'megatron-bert',
- 'mimo_v2_flash', 'mpnet', 'mpt', 'mra', 'mvp', 'openai-gpt', 'rembert', 'roformer',
- 't5gemma', 'tapas', 'trocr', 'vaultgemma', 'xglm', 'xlm', 'yoso'])
+['big_bird', 'bigbird_pegasus', 'bloom', 'codegen', 'deberta-v2', 'deepseek_v4',
+ 'falcon_mamba', 'flaubert', 'flint', 'fsmt', 'gemma2', 'gpt_neo', 'gpt_neox_japanese',
+ 'gpt_oss', 'gptj', 'granite_swa', 'granitemoe_swa', 'ibert', 'longt5', 'mamba', 'mamba2',
+ 'megatron-bert', 'mimo_v2_flash', 'mpnet', 'mpt', 'mra', 'mvp', 'openai-gpt', 'rembert',
+ 'roformer', 't5gemma', 'tapas', 'trocr', 'vaultgemma', 'xglm', 'xlm', 'yoso'])
 
 # LoRA on a mixture of experts: the model types peft converts (router and fused
 # experts adapted), by pattern (peft.utils.transformers_weight_conversion)
@@ -2066,6 +2066,7 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'deepseek_v2': ('down_proj', 'gate_proj', 'kv_a_proj_with_mqa', 'kv_b_proj', 'o_proj', 'q_a_proj', 'q_b_proj', 'up_proj'),
     'deepseek_v3': ('down_proj', 'gate_proj', 'kv_a_proj_with_mqa', 'kv_b_proj', 'o_proj', 'q_a_proj', 'q_b_proj', 'up_proj'),
     'deepseek_v32': ('down_proj', 'gate_proj', 'kv_a_proj_with_mqa', 'kv_b_proj', 'o_proj', 'q_a_proj', 'q_b_proj', 'up_proj', 'weights_proj', 'wk', 'wq_b'),
+    'deepseek_v4': ('down_proj', 'gate_proj', 'q_a_proj', 'q_b_proj', 'up_proj', 'weights_proj'),
     'diffllama': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'distilbert': (),
     'electra': ('key', 'query', 'value'),

@@ -47,7 +47,7 @@ ROLES = ("q", "k", "v", "o", "qkv", "q_a", "q_b", "kv_a", "kv_b", "attn_gate", "
          "down", "gate_up", "router", "experts", "shared", "shared_gate", "in_proj", "x_proj",
          "dt_proj", "out_proj", "qkv_proj", "output_gate", "project", "head", "index_q",
          "index_k", "index_weights", "ple", "f_a_proj", "f_b_proj", "b_proj", "g_a_proj",
-         "g_b_proj", "altup", "laurel")
+         "g_b_proj", "altup", "laurel", "kv", "o_a", "o_b", "compressor", "indexer")
 # tcalc's FFN tensor names -> the role a user names
 _FFN_ROLE = {"gate": "gate", "in": "up", "out": "down"}
 

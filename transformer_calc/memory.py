@@ -57,7 +57,9 @@ def kv_cache_elements(spec: ModelSpec, context: int, block: int = 0) -> int:
     def paged(tokens: int) -> int:
         return -(-tokens // block) * block if block > 1 else tokens
 
-    return sum(n * a.kv_per_token() * paged(context if a.cross else a.cached_tokens(context))
+    # (DeepSeek-V4's compressed layers keep more than tokens of K and V: Attention.v4_cache)
+    return sum(n * (a.v4_cache(context) if a.o_groups else a.kv_per_token()
+                    * paged(context if a.cross else a.cached_tokens(context)))
                for n, a in _caching_attention(spec))
 
 
@@ -426,6 +428,43 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 add((name + ".normalized", n * r, f"{tsym}·{vsym}{wsym} · {rsym} (the weight's "
                      "mul keeps it)", "", reps, stack, "", None, ()))
 
+    def hc_rows(N: int, p: str, stack: str, L: int, head: bool = False) -> None:
+        """A manifold-constrained hyper-connection (DeepseekV4HyperConnection; measured on
+        deepseek_v4 variants, tools/measure_activations_hf.py): the N streams (and, 16-bit,
+        their fp32 copy) through a weightless norm (1/rms kept), the projection's input and,
+        16-bit, its weight's fp32 copy; the projection's output the scales read, the pre and
+        post sigmoids, the mix's softmax and every Sinkhorn division's input and sum
+        (2 · iterations − 1 of them), the pre weights the collapse multiplies; then the
+        layer's mix: post (cast), the final mix (cast) and the sublayer's output. The hyper
+        head before the final norm (head): one projection of N weights, a sigmoid, no mix."""
+        up = a != 4
+        n_ = N * sb * E
+        K = N if head else (2 + N) * N  # the projection's outputs
+        iters = 2 * spec.hc_sinkhorn_iters - 1
+
+        def row(name: str, n: int, formula: str) -> None:
+            if n:
+                add((p + name, n, formula, "", L, stack, "", None, ()))
+
+        row("streams", n_ * (a + 4 * up), "hc_streams · B·T·d_model · " + (
+            "(act + 4) (the streams, their fp32 copy)" if up else "4 (the streams)"))
+        row("norm", sb * 4 + n_ * 4, "B·T · 4 + hc_streams · B·T·d_model · 4 (1/rms; the "
+            "normed streams the projection reads)")
+        row("weight_fp32", up * K * N * E * 4 + (4 if head and up else 0),
+            f"{K} · hc_streams · d_model · 4 (the projection's fp32 copy)")
+        row("weights", sb * K * 4 + (sb * N * 4 if head else 2 * sb * N * 4 + sb * N * 4),
+            f"B·T · {K} · 4 + " + ("2 · B·T·hc_streams · 4 (its output, the sigmoid)" if head
+                                   else "3 · B·T·hc_streams · 4 (its output, the two "
+                                   "sigmoids, pre)"))
+        if head:
+            row("pre", sb * N * 4, "B·T·hc_streams · 4 (the collapse's weights)")
+            return
+        row("sinkhorn", (iters + 1) * sb * N * N * 4 + iters * sb * N * 4,
+            f"{iters + 1} · B·T·hc_streams² · 4 + {iters} · B·T·hc_streams · 4 (the softmax "
+            "and each division's input and sum)")
+        row("mix", sb * N * a + sb * N * N * a + x, "B·T·hc_streams · act + B·T·hc_streams² · "
+            "act + B·T·d_model · act (post and the final mix, cast; the sublayer's output)")
+
     def altup_rows(N: int, p: str, stack: str, L: int) -> None:
         """Gemma3nTextAltUp around one layer (transformers 5.23; measured on gemma3n_text
         variants, tools/measure_activations_hf.py). Predict: the layer's N input streams, kept
@@ -609,7 +648,67 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
              "output the last normalisation reads; three normalisations' norms; the int32 "
              "mask)", "", L, stack, "tp", None, ()))
 
+    def v4_attention(at: Attention, p: str, stack: str, L: int) -> None:
+        """DeepseekV4Attention, eager (transformers 5.23 has no other path for it; measured
+        on deepseek_v4 variants, tools/measure_activations_hf.py): the normed input (read by
+        q_a, kv and the compressor), q_a's norm and q_b's input, q_b's weightless per-head
+        norm (an fp32 copy and 1/rms cast back in a 16-bit model), the K=V head's norm, the
+        rotated query; K and V each repeated to every head over the window's keys and every
+        compressed entry, the probabilities with the sink column (eager masks all of them)
+        and each row's max index; the grouped output's two inputs; the compressor's kv (its
+        projection's output; CSA's overlapping windows, a copy twice as long) and its softmax
+        weights, and the norm over the entries. CSA's indexer leads to no gradient (its top-k
+        indices only mask): autograd frees what it saved."""
+        Hh, dh, rq, g, ro, m = at.heads, at.d_head, at.q_lora_rank, at.o_groups, at.o_rank, \
+            at.compress
+        up = a != 4
+        keys = T + (T // m if m else 0)  # eager: the whole window, every entry
+
+        def row(name: str, n: int, formula: str) -> None:
+            if n:
+                add((p + name, n, formula, "", L, stack, "tp", None, ()))
+
+        matmul_input(p + "input", stack, L, 2 + bool(m), "q_a, kv and compressor input")
+        norm(p + "q_a_norm", stack, L, rq, "q_lora_rank")
+        row("q_b_input", sb * rq * a, "B·T·q_lora_rank · act")
+        row("q_b_norm", (sb * Hh * dh + sb * Hh) * (a + 4 * up), "B·T·n_heads·(d_head + 1) · "
+            + ("(act + 4) (the input and its fp32 copy, 1/rms in fp32 and cast back)" if up
+               else "act (the input, 1/rms)"))
+        norm(p + "kv_norm", stack, L, dh, "d_head")
+        row("q", sb * Hh * dh * a, "B·T·n_heads·d_head · act (the rotated query)")
+        if B == 1:
+            # one sequence: repeat_kv's expand folds into the matmuls' batch as a stride-0
+            # view, so K and V are the one K=V tensor itself (as Llama's one K/V head)
+            row("kv", keys * dh * a, "B·(T + entries)·d_head · act (K and V: views of the one "
+                "head)")
+        else:
+            row("kv", 2 * B * Hh * keys * dh * a, "2 · B·n_heads·(T + entries)·d_head · act "
+                "(K and V: the one head repeated to every head)")
+        row("probs", B * Hh * T * (keys + 1) * a, "B·n_heads·T·(T + entries + 1) · act (the "
+            "probabilities and the sink column)")
+        row("row_max_indices", B * Hh * T * 8, "B·n_heads·T · 8 (int64: each row's max)")
+        row("o_a_input", sb * Hh * dh * a, "B·T·n_heads·d_head · act")
+        row("o_b_input", sb * g * ro * a, "B·T·o_groups·o_lora_rank · act")
+        if m:
+            n_win = T // m
+            w = 2 * dh if at.csa_heads else dh
+            # HCA's kv is a view of its projection's output; CSA's two series are copied
+            # into windows twice as long
+            kv_n = B * n_win * 2 * m * dh if at.csa_heads else B * T * dh
+            row("compressor_kv", kv_n * a, ("B·entries·2·compress_csa·d_head" if at.csa_heads
+                                           else "B·T·d_head") + " · act (the windows' kv)")
+            row("compressor_weights", B * n_win * (m * w // dh) * dh * (a + 4 * up),
+                "B·entries·" + ("2·compress_csa" if at.csa_heads else "compress_hca")
+                + "·d_head · " + ("(4 + act) (the fp32 softmax and its cast)" if up
+                                  else "4 (softmax)"))
+            if n_win:
+                norm(p + "compressor_norm", stack, L, dh, "d_head", tokens=B * n_win,
+                     tsym="B·entries")
+
     def attention_block(at: Attention, p: str, stack: str, L: int) -> None:
+        if at.o_groups:
+            v4_attention(at, p, stack, L)
+            return
         cross = at.cross
         Hh, dq, dv = at.heads, at.d_head, at.d_v
         qw, kvw = Hh * dq, at.kv_heads * dq
@@ -974,6 +1073,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                          f"B·T·{sym} · mask{route}", "", L, stack, "tp", None, ()))
                 if f.sub_norm:  # BitNet's ffn_sub_norm: the down projection reads its output
                     norm(p + sub + "sub_norm", stack, L, width, sym)
+                if spec.swiglu_clamp and gated:
+                    # DeepSeek-V4: gate.clamp(max=limit), up.clamp(±limit) keep their inputs,
+                    # the projections' outputs (one gate_up output for the experts)
+                    add((p + sub + "clamp_inputs", k * 2 * sb * width * a,
+                         f"2 · B·T·{sym} · act{route} (the clamps' inputs)", "", L, stack,
+                         "tp", None, ()))
                 add((p + sub + "out_input", k * sb * width * a,
                      f"B·T·{sym} · act{route} (down projection input)", "", L, stack, "tp", None,
                      ()))
@@ -1373,6 +1478,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 norm(q + "norm", g.name, g.count)
             if blk.altup:
                 altup_rows(blk.altup, g.name + ".altup.", g.name, g.count)
+            if blk.hc:
+                for sub in ("attn_hc", "ffn_hc"):
+                    hc_rows(blk.hc, f"{g.name}.{sub}.", g.name, g.count)
             if blk.laurel:
                 # Gemma3nTextLaurelBlock: linear_left reads the attention's input (counted
                 # there), linear_right keeps its rank-wide input, then a norm
@@ -1399,6 +1507,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         norm("embed.per_layer_norm", "", 1, P, "per_layer_input", Lp, "n_layers·")
         add(("embed.per_layer_inputs", sb * Lp * P * a, "B·T·n_layers·per_layer_input · act",
              "", 1, "", "", None, ()))
+    if spec.hc_streams:  # DeepseekV4HyperHead before the final norm
+        hc_rows(spec.hc_streams, "head.hc.", "", 1, head=True)
     if spec.altup_inputs:
         # Gemma3nTextModel: each further stream is the embeddings projected, its root mean
         # square matched to the embeddings' (x · target / new: the projection's output and the
@@ -1886,14 +1996,24 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         korth = 0
     else:
         rows, formulas = _states(s.mixed, s.precision, s.optimizer)
+        if s.lora_rank and spec.o_groups:
+            # peft 0.21 wraps DeepseekV4GroupedLinear (an nn.Linear whose forward is a
+            # grouped bmm) as a plain linear layer: with all-linear the forward fails (a shape
+            # mismatch, measured); and peft matches kv_proj and gate_proj in the compressors
+            # and the indexer too, which tcalc's roles do not follow
+            raise TcalcError(f"--lora: LoRA fine-tuning of {spec.name} (DeepSeek-V4) is not "
+                             "modelled: peft 0.21's all-linear fails in its grouped output "
+                             "projection, and named targets match its compressors' layers too")
         adapters = lora_params(spec, p, s.lora_rank, s.lora_targets) if s.lora_rank else None
         trainable = (adapters.total if adapters is not None else
                      N - sum([n for c, n in by_category(p).items() if c in s.freeze])
                      if s.freeze else N)
-        if adapters is None and spec.index_heads:
-            # DSA's indexer runs under torch.no_grad (transformers 5.23): its parameters get
-            # no gradient, so neither a gradient nor optimizer states are ever made for them
-            trainable -= sum([r[1] * r[4] for r in p.rows if ".attn.index_" in r[0]
+        if adapters is None and (spec.index_heads or spec.csa_index_heads):
+            # DSA's indexer runs under torch.no_grad (transformers 5.23), DeepSeek-V4's feeds
+            # only top-k indices: their parameters get no gradient, so neither a gradient nor
+            # optimizer states are ever made for them (DeepSeek-V4: measured, .grad None)
+            trainable -= sum([r[1] * r[4] for r in p.rows if (".attn.index_" in r[0]
+                                                             or ".attn.indexer." in r[0])
                               and category(r[0]) not in s.freeze])
         if adapters is not None:
             comps.extend(_lora_states(spec, s, p, adapters.total))
@@ -1932,6 +2052,10 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
             index = sum([r[1] * r[4] for r in p.rows if ".attn.index_" in r[0]])
             notes += (f"DSA's indexer ({index:,} parameters) runs under torch.no_grad in "
                       "transformers 5.23: no gradients or optimizer states are made for it",)
+        if spec.csa_index_heads and adapters is None:
+            index = sum([r[1] * r[4] for r in p.rows if ".attn.indexer." in r[0]])
+            notes += (f"the Q layers' indexer ({index:,} parameters) only picks indices: it "
+                      "gets no gradient, so no gradients or optimizer states are made for it",)
         comps.append(("activations", acts.total, "Σ saved tensors (below)",
                       f"batch {s.batch_size} · seq {T}", 1, "", "", None, ()))
         korth = korthikanti_per_layer(spec, s.batch_size, T)

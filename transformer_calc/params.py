@@ -59,7 +59,11 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "encoder_vocab_size": spec.encoder_vocab_size or spec.vocab_size,
         "mlm_width": spec.head_width, "extra_token_rows": spec.extra_token_rows,
         "index_head_dim": spec.index_head_dim, "index_topk": spec.index_topk,
-        "altup_inputs": spec.altup_inputs, "laurel_rank": spec.laurel_rank}
+        "altup_inputs": spec.altup_inputs, "laurel_rank": spec.laurel_rank,
+        "hc_streams": spec.hc_streams, "compress_csa": spec.compress_csa,
+        "compress_hca": spec.compress_hca, "csa_index_heads": spec.csa_index_heads,
+        "csa_index_dim": spec.csa_index_dim, "csa_index_topk": spec.csa_index_topk,
+        "o_groups": spec.o_groups, "o_lora_rank": spec.o_lora_rank}
 
 
 _NO_POSITION_TABLE = {
@@ -234,6 +238,17 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      ()))
                 add((f"{g.name}.altup.router_norm", norm_n, norm_why, "", n, g.name, "", None,
                      ()))
+            if blk.hc:
+                # DeepseekV4HyperConnection before attention and before the FFN: fn projects
+                # the flattened streams to (2 + N)·N weights (pre, post, the N × N mix), a
+                # bias for each, and three scales
+                N = blk.hc
+                for sub in ("attn_hc", "ffn_hc"):
+                    add((f"{g.name}.{sub}.fn", (2 + N) * N * N * E, "(2 + hc_streams) · "
+                         "hc_streams × (hc_streams · d_model)", "", n, g.name, "", None,
+                         ((2 + N) * N, N * E)))
+                    add((f"{g.name}.{sub}.base", (2 + N) * N + 3, "(2 + hc_streams) · "
+                         "hc_streams + 3 (biases and scales)", "", n, g.name, "", None, ()))
             if blk.laurel:
                 # Gemma3nTextLaurelBlock: linear_left, linear_right, post_laurel_norm
                 r = blk.laurel
@@ -270,6 +285,13 @@ def count_params(spec: ModelSpec) -> Breakdown:
         _vocab_projection(add, spec, "head.lm", notes)
         if spec.lm_head_bias:
             add(("head.lm.bias", V, "vocab_size", "", 1, "", "", None, ()))
+    if spec.hc_streams:
+        # DeepseekV4HyperHead: the final collapse of the streams (hc_fn, hc_base, hc_scale)
+        N = spec.hc_streams
+        add(("head.hc.fn", N * N * E, "hc_streams × (hc_streams · d_model)", "", 1, "", "",
+             None, (N, N * E)))
+        add(("head.hc.base", N + 1, "hc_streams + 1 (biases and a scale)", "", 1, "", "",
+             None, ()))
     if spec.altup_inputs:
         # Gemma3nTextModel.altup_unembed_projections: each further stream back, before the
         # streams are averaged and normed
@@ -378,11 +400,67 @@ def _vocab_projection(add, spec: ModelSpec, name: str, notes: list[str]) -> None
         add((f"{name}.weight", V * Ve, token_table(spec), "", 1, "", "", None, (V, Ve)))
 
 
+def _v4_attention(add, a: Attention, norm: str, E: int, p: str,  # type: ignore[no-untyped-def]
+                  group: str, L: int) -> None:
+    """DeepseekV4Attention (transformers 5.23): a low-rank query (q_a_proj, q_a_norm,
+    q_b_proj; its per-head norm has no weight), one head kv_proj reads as both K and V
+    (kv_norm), the grouped low-rank output (o_a_proj: each group of heads to o_lora_rank;
+    o_b_proj), a sink per head; the Q and H layers' compressor (kv_proj and gate_proj, a
+    position bias per slot of its window and kv_norm; CSA's twice as wide, for its
+    overlapping windows) and CSA's indexer (its own compressor at index_head_dim, q_b_proj
+    from the query latent, weights_proj)."""
+    H, dh, rq, g, ro = a.heads, a.d_head, a.q_lora_rank, a.o_groups, a.o_rank
+    qw = H * dh
+    n_rq, why_rq = norm_of(norm, rq, "q_lora_rank")
+    n_dh, why_dh = norm_of(norm, dh, "d_head")
+    add((p + "q_a.weight", E * rq, "d_model × q_lora_rank", "", L, group, "", None, (rq, E)))
+    add((p + "q_a.norm", n_rq, why_rq, "", L, group, "", None, ()))
+    add((p + "q_b.weight", rq * qw, "q_lora_rank × (n_heads · d_head)", "", L, group, "",
+         None, (qw, rq)))
+    add((p + "kv.weight", E * dh, "d_model × d_head", "", L, group,
+         "one head, read as both K and V", None, (dh, E)))
+    add((p + "kv.norm", n_dh, why_dh, "", L, group, "", None, ()))
+    add((p + "o_a.weight", g * ro * (qw // g), "o_groups · o_lora_rank × (n_heads · d_head / "
+         "o_groups)", "", L, group, "each group of heads to o_lora_rank", None,
+         (g * ro, qw // g)))
+    add((p + "o_b.weight", g * ro * E, "(o_groups · o_lora_rank) × d_model", "", L, group, "",
+         None, (E, g * ro)))
+    add((p + "sinks", H, "n_heads", "", L, group, "", None, ()))
+    if not a.compress:
+        return
+    w, wsym = (2 * dh, "2 · d_head") if a.csa_heads else (dh, "d_head")
+    m = a.compress
+    msym = "compress_csa" if a.csa_heads else "compress_hca"
+    for part in ("kv", "gate"):
+        add((p + f"compressor.{part}.weight", E * w, f"d_model × {wsym}", "", L, group,
+             "CSA: two overlapping series" if a.csa_heads and part == "kv" else "", None,
+             (w, E)))
+    add((p + "compressor.position_bias", m * w, f"{msym} × {wsym}", "", L, group, "", None,
+         ()))
+    add((p + "compressor.norm", n_dh, why_dh, "", L, group, "", None, ()))
+    if a.csa_heads:
+        Hi, ic = a.csa_heads, a.csa_dim
+        n_ic, why_ic = norm_of(norm, ic, "csa_index_dim")
+        for part in ("kv", "gate"):
+            add((p + f"indexer.{part}.weight", E * 2 * ic, "d_model × 2 · csa_index_dim", "",
+                 L, group, "", None, (2 * ic, E)))
+        add((p + "indexer.position_bias", m * 2 * ic, "compress_csa × 2 · csa_index_dim", "",
+             L, group, "", None, ()))
+        add((p + "indexer.norm", n_ic, why_ic, "", L, group, "", None, ()))
+        add((p + "indexer.q_b.weight", rq * Hi * ic, "q_lora_rank × (csa_index_heads · "
+             "csa_index_dim)", "", L, group, "", None, (Hi * ic, rq)))
+        add((p + "indexer.weights.weight", E * Hi, "d_model × csa_index_heads", "", L, group,
+             "", None, (Hi, E)))
+
+
 def _attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type: ignore[no-untyped-def]
                L: int) -> None:
     """The tensors of one attention sublayer (self or cross); ``p`` is its name prefix."""
     if a.mla:
         _latent_attention(add, a, norm, E, p, group, L)
+        return
+    if a.o_groups:
+        _v4_attention(add, a, norm, E, p, group, L)
         return
     H, Hkv, dh = a.heads, a.kv_heads, a.d_head
     qw, kvw = H * dh, Hkv * dh

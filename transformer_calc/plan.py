@@ -71,6 +71,14 @@ class Attention(NamedTuple):
     # LongT5's transient-global attention: tokens per global block (each query also meets
     # T // global_block summaries); 0: none
     global_block: int = 0
+    # DeepSeek-V4: source tokens per compressed key/value entry beside the sliding window (0:
+    # none); CSA's overlapping windows and indexer (heads, width, entries picked per query)
+    compress: int = 0
+    csa_heads: int = 0
+    csa_dim: int = 0
+    csa_topk: int = 0
+    o_groups: int = 0  # DeepSeek-V4: grouped low-rank output projection (o_a, o_b)
+    o_rank: int = 0
 
     def gate_width(self, which: str) -> int:
         """Outputs of the gate (or its bias): one per head, or one per output channel."""
@@ -86,9 +94,17 @@ class Attention(NamedTuple):
         attention computes three blocks of keys per query, padding included)."""
         if self.index_topk:
             return min(T, self.index_topk)
+        if self.compress:  # DeepSeek-V4: the window, then the compressed entries it meets
+            return min(T, self.window) + self.entries(T)
         if self.kind == "local":
             return 3 * self.window + self.globals(T)
         return min(T, self.window) if self.window else T
+
+    def entries(self, T: int) -> int:
+        """DeepSeek-V4: compressed entries a query meets after T tokens: one per whole
+        window of ``compress`` tokens (HCA all of them, CSA the indexer's top-k)."""
+        n = T // self.compress if self.compress else 0
+        return min(n, self.csa_topk) if self.csa_heads else n
 
     def globals(self, T: int) -> int:
         """LongT5's global tokens: one per whole global block of the sequence."""
@@ -110,6 +126,25 @@ class Attention(NamedTuple):
         if self.kv_shared:  # Gemma 4: reads an earlier layer's keys, writes no cache
             return 0
         return self.kv_heads * (self.d_head + self.d_v)
+
+    def v4_cache(self, T: int) -> int:
+        """DeepSeek-V4: values a layer's cache holds after T tokens, as transformers' V4
+        cache layers keep them (DeepseekV4HCACache, DeepseekV4CSACache): the window's one
+        K=V head (its sliding-only layers' DynamicSlidingWindowLayer stores it as keys and
+        again as values); the compressed entries so far; the tokens since the last whole
+        window, whose compressor inputs (kv and gate) wait in a buffer; in a Q layer, the
+        same for the indexer at its own width, and the last window's first halves (kv and
+        gate) that the next window overlaps."""
+        dh, m = self.d_head, self.compress
+        out = min(T, self.window - 1) * dh
+        if not m:  # a plain sliding layer's cache keeps the one head twice, as K and as V
+            return 2 * out
+        n, rest = divmod(T, m)
+        if self.csa_heads:
+            ic = self.csa_dim
+            return out + n * (dh + ic) + 2 * rest * (2 * dh + 2 * ic) + (
+                2 * m * (dh + ic) if n else 0)
+        return out + n * dh + 2 * rest * dh
 
     def cached_tokens(self, T: int) -> int:
         """Tokens of context a layer keeps in its cache after T tokens. A sliding layer of
@@ -239,6 +274,7 @@ class Block(NamedTuple):
     # the FFN (per_layer_input_gate, per_layer_projection, post_per_layer_input_norm); 0: none
     ple: int = 0
     altup: int = 0  # Gemma 3n: AltUp's streams around the layer (predict, correct); 0: none
+    hc: int = 0  # DeepSeek-V4: hyper-connection streams around each sublayer; 0: none
     laurel: int = 0  # Gemma 3n: LAuReL's rank beside the attention; 0: none
 
 
@@ -373,6 +409,11 @@ def check_patterns(spec: ModelSpec) -> None:
     else:
         kinds = "".join(_layer_kinds(spec, spec.n_layers))
     needs = (("S", "sliding_window", "S (sliding) layers need sliding_window >= 1"),
+             ("Q", "compress_csa", "Q (compressed sparse) layers need compress_csa >= 1"),
+             ("H", "compress_hca", "H (heavily compressed) layers need compress_hca >= 1"),
+             ("Q", "sliding_window", "Q layers attend a sliding window: sliding_window >= 1"),
+             ("H", "sliding_window", "H layers attend a sliding window: sliding_window >= 1"),
+             ("Q", "csa_index_heads", "Q layers' indexer needs csa_index_heads >= 1"),
              ("C", "attention_chunk", "C (chunked) layers need attention_chunk >= 1"),
              ("E", "n_experts", "E (expert) layers need n_experts >= 1"),
              ("M", "mixer", "M (recurrent mixer) layers need a mixer"),
@@ -390,7 +431,7 @@ def check_patterns(spec: ModelSpec) -> None:
 # -- building the plan -----------------------------------------------------------------------
 
 _ATTN_TAGS = {"F": "full", "S": "sliding", "C": "chunked", "N": "nope", "P": "parallel",
-              "X": ""}
+              "Q": "csa", "H": "hca", "X": ""}
 _FFN_TAGS = {"D": "dense", "E": "moe", "X": ""}
 _MIXER_TAGS = {"mamba": "mamba", "mamba2": "mamba", "gated_deltanet": "linear", "kda": "linear",
                "short_conv": "conv", "lightning": "linear", "none": "recurrent"}
@@ -490,7 +531,7 @@ def _attention(spec: ModelSpec, letter: str, cross: bool = False,
     # sliding_window on either side, 2 · sliding_window + 1 (transformers' bidirectional
     # sliding mask, |q − k| <= sliding_window: masking_utils, T5Gemma)
     kind, window = (("sliding", 2 * spec.sliding_window + 1 if bidirectional
-                     else spec.sliding_window) if letter == "S" else
+                     else spec.sliding_window) if letter in "SQH" else
                     ("chunked", spec.attention_chunk) if letter == "C" else
                     ("local", spec.encoder_local_block) if letter == "L" else ("full", 0))
     rope = spec.position == "rope" and letter != "N"
@@ -519,6 +560,18 @@ def _attention(spec: ModelSpec, letter: str, cross: bool = False,
     sinks = spec.attention_sinks and (letter == "S" or not spec.sinks_sliding_only)
     # Llama 4's weightless L2 norm runs in its RoPE layers only (Llama4TextAttention)
     qk_norm = "none" if spec.qk_norm == "l2" and not rope else spec.qk_norm
+    if spec.o_groups:
+        # DeepSeek-V4: one head read as both K and V (kv_proj), a low-rank query, a grouped
+        # low-rank output, sinks everywhere; Q and H layers add compressed entries
+        csa = letter == "Q"
+        return Attention(spec.n_heads, 1, dh, dh, False, False, False, False, "none", True,
+                         kind, window, rope, False, False, spec.q_lora_rank, v_is_k=True,
+                         compress=spec.compress_csa if csa else spec.compress_hca
+                         if letter == "H" else 0,
+                         csa_heads=spec.csa_index_heads if csa else 0,
+                         csa_dim=spec.csa_index_dim if csa else 0,
+                         csa_topk=spec.csa_index_topk if csa else 0,
+                         o_groups=spec.o_groups, o_rank=spec.o_lora_rank)
     return Attention(spec.n_heads, kv, dh, spec.v_head_dim or dh, spec.bias_q, spec.bias_k,
                      spec.bias_v, spec.bias_o, qk_norm, sinks, kind,
                      window, rope, False, spec.fused_qkv, 0, 0, 0, spec.attn_gate,
@@ -560,6 +613,8 @@ def _block(spec: ModelSpec, kinds: str, cross: bool, bidirectional: bool = False
     block = _block_parts(spec, kinds, cross, bidirectional)
     if spec.altup_inputs or spec.laurel_rank:  # Gemma 3n
         block = block._replace(altup=spec.altup_inputs, laurel=spec.laurel_rank)
+    if spec.hc_streams:  # DeepSeek-V4
+        block = block._replace(hc=spec.hc_streams)
     if "s" in kinds[2:] and block.ffn is not None:
         block = block._replace(ffn=block.ffn._replace(sparse=True))
     return block._replace(ple=spec.per_layer_input) if spec.per_layer_input else block

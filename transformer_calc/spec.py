@@ -37,7 +37,9 @@ MIXERS = ("none", "mamba", "mamba2", "gated_deltanet", "short_conv", "lightning"
 # MLP layer no mixer).
 ATTENTION_LAYER_KINDS = {"F": "full", "S": "sliding", "C": "chunked", "N": "full, no RoPE",
                          "M": "recurrent mixer", "P": "full attention and the recurrent mixer in "
-                         "parallel", "X": "none"}
+                         "parallel", "Q": "sliding beside compressed sparse entries "
+                         "(DeepSeek-V4's CSA)", "H": "sliding beside heavily compressed entries "
+                         "(DeepSeek-V4's HCA)", "X": "none"}
 FFN_LAYER_KINDS = {"D": "dense", "E": "experts", "X": "none"}
 # Upper bound on every integer field. Real models stay far below (d_model ~1e4, vocab ~1e6);
 # the bound keeps totals printable and arithmetic O(1) whatever a file says.
@@ -417,6 +419,36 @@ class ModelSpec:
                              "its keys are cached beside the latent)", minimum=0)
     index_topk: int = _f(0, "DSA: keys each query attends to, picked by the indexer "
                          "(index_topk; DeepSeek-V3.2: 2048)", minimum=0)
+    # -- DeepSeek-V4 -------------------------------------------------------------------------
+    hc_streams: int = _f(0, "manifold-constrained hyper-connections (DeepSeek-V4's mHC: "
+                         "hc_mult; 0: a plain residual): the residual is this many streams, "
+                         "collapsed before and expanded after each sublayer by weights a "
+                         "projection of all streams gives (Sinkhorn-normalised mixing)",
+                         minimum=0)
+    compress_csa: int = _f(0, "DeepSeek-V4's Q layers (compressed sparse attention): source "
+                           "tokens per compressed key/value entry (compress_rates' "
+                           "compressed_sparse_attention; windows overlap by half), beside the "
+                           "sliding window; an indexer picks csa_index_topk entries per query",
+                           minimum=0)
+    compress_hca: int = _f(0, "DeepSeek-V4's H layers (heavily compressed attention): source "
+                           "tokens per compressed entry, non-overlapping, all entries attended",
+                           minimum=0)
+    csa_index_heads: int = _f(0, "DeepSeek-V4: heads of the Q layers' indexer (index_n_heads)",
+                              minimum=0)
+    csa_index_dim: int = _f(0, "DeepSeek-V4: the indexer's width per head (index_head_dim)",
+                            minimum=0)
+    csa_index_topk: int = _f(0, "DeepSeek-V4: compressed entries each query meets in a Q layer "
+                             "(index_topk)", minimum=0)
+    hc_sinkhorn_iters: int = _f(20, "Sinkhorn-Knopp iterations that make each hyper-connection's "
+                                "stream mix doubly stochastic (hc_sinkhorn_iters): no "
+                                "parameters, tensors kept", minimum=1)
+    swiglu_clamp: bool = _f(False, "the gated FFN clamps its gate and up outputs before the "
+                            "activation (DeepSeek-V4's swiglu_limit): the clamps keep their "
+                            "inputs")
+    o_groups: int = _f(0, "grouped low-rank output projection (DeepSeek-V4): the heads split "
+                       "into this many groups, each projected to o_lora_rank, then mixed to "
+                       "d_model (0: one o_proj)", minimum=0)
+    o_lora_rank: int = _f(0, "that projection's width per group", minimum=0)
     mtp_layers: int = _f(0, "multi-token-prediction modules (DeepSeek-V3): counted apart from "
                          "the total, as transformers does not build them", minimum=0)
 
