@@ -814,3 +814,27 @@ def test_deepseek_v4_within_one_and_a_half_percent(config: str) -> None:
     assert acts.get(f"{g}.attn_hc.sinkhorn").count == \
         2 * iters * 128 * N * N * 4 + (2 * iters - 1) * 128 * N * 4
     assert acts.get(f"{g}.attn_hc.streams").count == N * 128 * E * 4
+
+
+def test_the_walked_rows_of_gemma3n_and_deepseek_v4() -> None:
+    """Rows too small for the totals' tolerance, pinned to what the autograd graph keeps
+    (walked on the variants in transformers 5.23, B=2 T=64 fp32; the tensors named):
+    Gemma 3n's correction keeps its (N, B, T, 1) coefficients and the clamped (N, N) weight
+    (MulBackward0, MmBackward0) and a sparsified gate its output and its (B, T, 1) std
+    (StdBackward0); DeepSeek-V4's probabilities carry the sink column ((2, 4, 64, 73): 64
+    keys, 8 entries and the sink) and a Q layer copies its two series into windows twice as
+    long ((2, 16, 8, 16), kept by the weighted sum)."""
+    g3 = spec_from_hf(json.loads((DATA / "hf" / "variants" / "gemma3n_text-tiny.json")
+                                 .read_text()))
+    acts = activation_breakdown(g3, 2, 64, act_bytes=4, device="cpu", attention="eager")
+    N, F = g3.altup_inputs, g3.d_ff
+    assert acts.get("decoder.sliding.sparse.altup.correction_coefs").count == \
+        (N * 128 + N * N) * 4
+    assert acts.get("decoder.sliding.sparse.ffn.sparse_gate").count == 128 * F * 4 + 128 * 4
+    v4 = spec_from_hf(json.loads((DATA / "hf" / "variants" / "deepseek_v4-tiny.json")
+                                 .read_text()))
+    acts = activation_breakdown(v4, 2, 64, act_bytes=4, device="cpu", attention="eager")
+    assert acts.get("decoder.hca.attn.probs").count == 2 * 4 * 64 * 73 * 4
+    assert acts.get("decoder.csa.attn.probs").count == 2 * 4 * 64 * 81 * 4
+    assert acts.get("decoder.csa.attn.compressor_kv").count == 2 * 16 * 8 * 16 * 4
+    assert acts.get("decoder.hca.attn.compressor_kv").count == 2 * 64 * 16 * 4

@@ -735,3 +735,12 @@ def test_deepseek_v4_reads_its_layer_kinds_and_compression() -> None:
     assert "builds one shared expert" in noted.note
     assert count_params(noted).total == 72_894
     assert "multi-token-prediction" in spec.note
+
+
+def test_gemma3n_sparsifies_the_first_ten_layers_only_past_ten() -> None:
+    """Gemma3nTextConfig's activation_sparsity_pattern default: 0.95 in the first 10 layers
+    when there are more than 10, else none (transformers 5.23: Gemma3nTextConfig(
+    num_hidden_layers=10) gives ten zeros, 11 layers ten 0.95 and a zero)."""
+    base = {"model_type": "gemma3n_text", "num_kv_shared_layers": 2}
+    assert spec_from_hf(base | {"num_hidden_layers": 10}).sparse_ffn_layers == 0
+    assert spec_from_hf(base | {"num_hidden_layers": 11}).sparse_ffn_layers == 10

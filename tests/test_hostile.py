@@ -467,6 +467,9 @@ def test_an_absurd_layer_count_is_refused_not_walked(cli, tmp_path: Path, name: 
     r = cli("params", str(path), code=2)
     assert r.stderr.count("\n") == 1 and f"key '{key}'" in r.stderr
     assert "100,000" in r.stderr
+    edge = tmp_path / "edge.json"  # one past the cap
+    edge.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 100_001}))
+    assert "key 'num_hidden_layers'" in cli("params", str(edge), code=2).stderr
 
 
 def test_the_deepest_allowed_stacks_are_read_at_once(cli, tmp_path: Path) -> None:

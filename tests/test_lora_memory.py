@@ -168,3 +168,22 @@ def test_lora_s14_fixture_covers_the_three_target_sets() -> None:
     kinds = {(r["config"], r["lora"][1]) for r in LORA_S14}
     assert len(LORA_S14) == 28 and len(kinds) == 7
     assert ("gemma3n_text-tiny.json", "q_proj,v_proj") in kinds
+
+
+def test_lora_over_gemma3n_keeps_and_drops_what_the_graph_does() -> None:
+    """Walked under peft's all-linear (rank 8) on gemma3n_text-tiny, bf16, B=2 T=64:
+    correction_coefs' adapter never runs (Gemma3nTextAltUp.correct calls F.linear on the
+    clamped weight), so no adapter rows for it; the correction's cast coefficients are kept
+    for the frozen weight's gradient only, so not at all; every layer's multiply keeps the
+    per-layer inputs (the (B, T, n_layers · 8) tensor, in layer 0's listing)."""
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "gemma3n_text-tiny.json")
+                                   .read_text()))
+    s = Settings(precision="bf16", batch_size=2, seq_len=64, attention="eager", device="cpu")
+    full = memory_report(spec, s).activations
+    lora = memory_report(spec, Settings(**{**s.__dict__, "lora_rank": 8})).activations
+    names = {i.name for i in lora.items}
+    assert any(n.endswith("altup.correct_coef_input") for n in (i.name for i in full.items))
+    assert not any(n.endswith("altup.correct_coef_input") for n in names)
+    assert not any(".altup.correct." in n for n in names)
+    assert any(n.endswith("altup.router.lora_a_output") for n in names)
+    assert "embed.per_layer_inputs" in names

@@ -119,8 +119,9 @@ KV_BYTES_FP32 = {
     # the tokens waiting for a whole window (kv and gate) and, in the CSA layer, the
     # indexer's and the last window's overlap (--seq-len 16 19 48); a sliding-only layer keeps
     # the head twice, as keys and as values (types)
-    "deepseek_v4-tiny.json": {16: 5_376, 19: 7_680, 48: 6_912},
-    "deepseek_v4-types.json": {16: 6_144, 19: 7_360, 48: 8_960},
+    # (and --seq-len 3: no whole window of the CSA layer yet in tiny, so no overlap kept)
+    "deepseek_v4-tiny.json": {3: 3_072, 16: 5_376, 19: 7_680, 48: 6_912},
+    "deepseek_v4-types.json": {3: 2_880, 16: 6_144, 19: 7_360, 48: 8_960},
 }
 
 
@@ -723,3 +724,17 @@ def test_zero_experts_widen_the_router_and_bound_the_active_count() -> None:
                      d_ff_expert=None, layer_ffn="")
     with pytest.raises(SpecError, match="moe_shortcut"):
         spec.replace(moe_beside_dense=False)
+
+
+def test_deepseek_v4_queries_meet_the_window_and_the_indexers_pick() -> None:
+    """DeepSeek-V4's attention meets the window's keys and the compressed entries: every entry
+    of an H layer (T // compress_hca), the indexer's top index_topk of a Q layer's
+    (T // compress_csa), as DeepseekV4CSACompressor's block bias leaves them (eager attention
+    masks the rest of a dense product, which FlopCounterMode counts: the FLOPs pinned above
+    are at T = 8, within every window and top-k). The default at T = 131,072: 128 + 1,024 keys
+    in an H layer, 128 + 512 (not 32,768) in a Q layer."""
+    spec = spec_from_hf({"model_type": "deepseek_v4"})
+    attn = {g.name: g.block.attn for g in plan_of(spec).groups}
+    assert attn["decoder.hca"].keys(131_072) == 128 + 131_072 // 128
+    assert attn["decoder.csa"].keys(131_072) == 128 + 512
+    assert attn["decoder.csa"].entries(8) == 2
