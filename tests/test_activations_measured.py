@@ -838,3 +838,32 @@ def test_the_walked_rows_of_gemma3n_and_deepseek_v4() -> None:
     assert acts.get("decoder.csa.attn.probs").count == 2 * 4 * 64 * 81 * 4
     assert acts.get("decoder.csa.attn.compressor_kv").count == 2 * 16 * 8 * 16 * 4
     assert acts.get("decoder.hca.attn.compressor_kv").count == 2 * 64 * 16 * 4
+
+
+def test_diffllama_sdpa_keeps_a_second_value_copy_output_and_logsumexp() -> None:
+    """DiffLlama under SDPA (the CPU's flash kernel, fp32, B=2 T=64, no dropout): the second
+    call keeps its own V copy ((2, 2, 64, 16)), its output ((2, 4, 64, 16)) and its fp32
+    log-sum-exp ((2, 4, 64)), walked in transformers 5.23's autograd graph
+    (ScaledDotProductFlashAttentionForCpuBackward0's saved tensors, twice a layer)."""
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "diffllama-tiny.json")
+                                   .read_text()))
+    acts = activation_breakdown(spec, 2, 64, act_bytes=4, device="cpu", attention="sdpa",
+                                dropout=False)
+    assert acts.get("decoder.attn.second_map").count == (2 * 2 * 64 * 16 + 2 * 4 * 64 * 16) * 4 \
+        + 2 * 4 * 64 * 4
+
+
+def test_deepseek_v4_under_autocast_casts_the_input_per_projection() -> None:
+    """Under torch autocast every linear casts its input to 16-bit and keeps the cast (the
+    rule measured on an H100 for Llama-style attention, docs/peak_cuda_h100.md); DeepSeek-V4's
+    normed input is read by q_a_proj and kv_proj, and in a compressed layer by the
+    compressor's kv_proj and gate_proj (the indexer's casts lead to no gradient and are
+    freed): 2 casts in a sliding layer, 4 in a compressed one (from the modelling code, not
+    measured under autocast)."""
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "deepseek_v4-types.json")
+                                   .read_text()))
+    acts = activation_breakdown(spec, 2, 64, act_bytes=2, device="cuda", attention="eager",
+                                amp=True)
+    x = 2 * 64 * spec.d_model * 2
+    assert acts.get("decoder.sliding.attn.input").count == 2 * x
+    assert acts.get("decoder.hca.attn.input").count == 4 * x

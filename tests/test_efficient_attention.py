@@ -148,3 +148,16 @@ def test_attention_activations_equal_what_the_implementations_save(case: str, kw
     ours = sum(i.total for i in b.items if ".attn." in i.name and ".attn.norm" not in i.name)
     want = REF["saved_bytes_B2_T1024_fp32"][case]
     assert abs(ours - want) <= 0.001 * want
+
+
+def test_linear_attention_keeps_its_feature_maps_and_context() -> None:
+    """Linear attention's rows follow its operations (Katharopoulos et al. 2020: φ(Q), φ(K)
+    each B·H·T·d_head, and the context φ(K)ᵀ·V of one d_head × d_head matrix per head)."""
+    from transformer_calc.memory import activation_breakdown
+
+    s = spec(max_positions=16384, attention_mechanism="linear")
+    acts = activation_breakdown(s, 2, 512, act_bytes=2, device="cuda", attention="eager")
+    H, dh = s.n_heads, s.head_dim
+    rows = {i.name.rsplit(".", 1)[-1]: i.count for i in acts.items if ".attn." in i.name}
+    assert rows["linear_features"] == 2 * 2 * H * 512 * dh * 2
+    assert rows["linear_context"] == 2 * H * dh * dh * 2

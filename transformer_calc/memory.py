@@ -668,7 +668,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             if n:
                 add((p + name, n, formula, "", L, stack, "tp", None, ()))
 
-        matmul_input(p + "input", stack, L, 2 + bool(m), "q_a, kv and compressor input")
+        # (readers under autocast: q_a and kv, and the compressor's kv and gate; the indexer's
+        # casts lead to no gradient and are freed)
+        matmul_input(p + "input", stack, L, 2 + 2 * bool(m), "q_a, kv and compressor input")
         norm(p + "q_a_norm", stack, L, rq, "q_lora_rank")
         row("q_b_input", sb * rq * a, "B·T·q_lora_rank · act")
         row("q_b_norm", (sb * Hh * dh + sb * Hh) * (a + 4 * up), "B·T·n_heads·(d_head + 1) · "
