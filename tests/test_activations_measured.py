@@ -867,3 +867,11 @@ def test_deepseek_v4_under_autocast_casts_the_input_per_projection() -> None:
     x = 2 * 64 * spec.d_model * 2
     assert acts.get("decoder.sliding.attn.input").count == 2 * x
     assert acts.get("decoder.hca.attn.input").count == 4 * x
+
+
+def test_the_readme_counts_the_classes_without_sdpa() -> None:
+    from transformer_calc.hf_defaults import NO_SDPA
+
+    readme = (DATA.parent.parent / "README.md").read_text()
+    assert f"for the {len(NO_SDPA)} classes\ntransformers 5.23 runs with eager attention only" \
+        in readme
