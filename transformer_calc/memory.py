@@ -484,15 +484,21 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
 
         norm_rest = ("2 · B·T · 4" + (" + d_model · 4" if up else "") + " (1/rms, the mean "
                      "square" + (", the weight's fp32 copy)" if up else ")"))
+
+        def router(side: str) -> None:
+            """What each call of the router keeps (in predict and in correct)."""
+            row(side + "_norm.normalized", n_ * 4, "B·T·d_model · 4 (what the weight's mul "
+                "keeps)")
+            row(side + "_router_input", n_ * r, "B·T·d_model · res (the scaled input the "
+                "router reads)")
+            row(side + "_modalities", sb * N * 4, "B·T·altup_inputs · 4 (the router's tanh "
+                "output, fp32)")
+
         row("streams", N * n_ * r, "altup_inputs · B·T·d_model · res (the layer's input "
             "streams)")
         row("predict_norm", up * n_ * 4 + 2 * sb * 4 + up * E * 4,
             ("B·T·d_model · 4 (the first stream's fp32 copy) + " if up else "") + norm_rest)
-        row("predict_norm.normalized", n_ * 4, "B·T·d_model · 4 (what the weight's mul keeps)")
-        row("predict_router_input", n_ * r, "B·T·d_model · res (the scaled input the router "
-            "reads)")
-        row("predict_modalities", sb * N * 4, "B·T·altup_inputs · 4 (the router's tanh "
-            "output, fp32)")
+        router("predict")
         row("predict_modality_cast", up * sb * N * r, "B·T·altup_inputs · res (cast back: the "
             "prediction coefficients' input)")
         row("prediction_coefs", sb * N * N * r, "B·T·altup_inputs² · res (each token's "
@@ -501,11 +507,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             "(the input norm reads the first prediction as a view of all)")
         row("correct_norm", n_ * 4 + 2 * sb * 4 + up * E * 4, "B·T·d_model · 4 (the layer's "
             "output" + (", an fp32 copy" if up else "") + ") + " + norm_rest)
-        row("correct_norm.normalized", n_ * 4, "B·T·d_model · 4 (what the weight's mul keeps)")
-        row("correct_router_input", n_ * r, "B·T·d_model · res (the scaled input the router "
-            "reads)")
-        row("correct_modalities", sb * N * 4, "B·T·altup_inputs · 4 (the router's tanh "
-            "output, fp32)")
+        router("correct")
         row("correct_coef_input", up * sb * N * r, "B·T·altup_inputs · res (cast back: what "
             "F.linear with the clamped weight keeps for its gradient)")
         row("correction_coefs", (N * sb + N * N) * r, "(altup_inputs · B·T + altup_inputs²) · "

@@ -217,12 +217,9 @@ def count_params(spec: ModelSpec) -> Breakdown:
             if blk.ple:
                 # Gemma4TextDecoderLayer: per_layer_input_gate, per_layer_projection,
                 # post_per_layer_input_norm
-                P = blk.ple
-                add((f"{g.name}.ple.gate.weight", E * P, "d_model × per_layer_input", "", n,
-                     g.name, "gates the layer's own embedding", None, (P, E)))
-                add((f"{g.name}.ple.project.weight", P * E, "per_layer_input × d_model", "", n,
-                     g.name, "", None, (E, P)))
-                add((f"{g.name}.ple.norm", norm_n, norm_why, "", n, g.name, "", None, ()))
+                _down_up(add, f"{g.name}.ple.", ("gate", "project"), E, blk.ple,
+                         "per_layer_input", "gates the layer's own embedding", g.name, n,
+                         (norm_n, norm_why))
             if blk.altup:
                 # Gemma3nTextAltUp: modality_router, prediction_coefs, correction_coefs
                 # (nn.Linear each, no bias), correct_output_scale and router_norm
@@ -251,12 +248,9 @@ def count_params(spec: ModelSpec) -> Breakdown:
                          "hc_streams + 3 (biases and scales)", "", n, g.name, "", None, ()))
             if blk.laurel:
                 # Gemma3nTextLaurelBlock: linear_left, linear_right, post_laurel_norm
-                r = blk.laurel
-                add((f"{g.name}.laurel.left.weight", E * r, "d_model × laurel_rank", "", n,
-                     g.name, "LAuReL: a low-rank path beside the attention", None, (r, E)))
-                add((f"{g.name}.laurel.right.weight", r * E, "laurel_rank × d_model", "", n,
-                     g.name, "", None, (E, r)))
-                add((f"{g.name}.laurel.norm", norm_n, norm_why, "", n, g.name, "", None, ()))
+                _down_up(add, f"{g.name}.laurel.", ("left", "right"), E, blk.laurel,
+                         "laurel_rank", "LAuReL: a low-rank path beside the attention", g.name,
+                         n, (norm_n, norm_why))
             for norm in blk.norms:
                 bare = norm == "attn.norm" and g.name == st.bare_first
                 add((f"{g.name}.{norm}", norm_n, norm_why, "", n - bare, g.name,
@@ -398,6 +392,16 @@ def _vocab_projection(add, spec: ModelSpec, name: str, notes: list[str]) -> None
         notes.append(f"{name}.weight is the token embedding matrix (tied), counted once.")
     else:
         add((f"{name}.weight", V * Ve, token_table(spec), "", 1, "", "", None, (V, Ve)))
+
+
+def _down_up(add, p: str, names: tuple[str, str], E: int, w: int,  # type: ignore[no-untyped-def]
+             wsym: str, note: str, group: str, n: int, norm: tuple[int, str]) -> None:
+    """Two bias-free linear layers through a narrower width, d_model -> w -> d_model, and a
+    norm over d_model after them (Gemma 4's per-layer input, Gemma 3n's LAuReL)."""
+    add((p + names[0] + ".weight", E * w, f"d_model × {wsym}", "", n, group, note, None,
+         (w, E)))
+    add((p + names[1] + ".weight", w * E, f"{wsym} × d_model", "", n, group, "", None, (E, w)))
+    add((p + "norm", norm[0], norm[1], "", n, group, "", None, ()))
 
 
 def _v4_attention(add, a: Attention, norm: str, E: int, p: str,  # type: ignore[no-untyped-def]
