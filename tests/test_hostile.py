@@ -3,6 +3,7 @@ surprises refused, every numeric option checked at its edges, never a traceback 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -479,3 +480,45 @@ def test_the_deepest_allowed_stacks_are_read_at_once(cli, tmp_path: Path) -> Non
     path.write_text(json.dumps({"model_type": "t5gemma", "encoder": {"num_hidden_layers": 100_000},
                                 "decoder": {"num_hidden_layers": 99_999}}))
     assert "50000 × sliding, 49999 × full" in cli("params", str(path)).stdout.replace("\n", " ")
+
+
+# config.json values that once raised a TypeError where a SpecError belongs (found by feeding
+# every mapped type's list-valued keys lists of lists, dicts and strings)
+@pytest.mark.parametrize(("config", "key"), [
+    ({"model_type": "gemma2", "layer_types": [["a"]] * 26}, "layer_types"),
+    ({"model_type": "nemotron_h", "layers_block_type": [["a"]] * 4}, "layers_block_type"),
+    ({"model_type": "lfm2", "full_attn_idxs": "x"}, "full_attn_idxs"),
+    ({"model_type": "bamba", "attn_layer_indices": "x"}, "attn_layer_indices"),
+    ({"model_type": "olmo_hybrid", "layer_types": [["a"]] * 16}, "layer_types"),
+    ({"model_type": "lfm2_moe", "layer_types": [["a"]] * 24}, "layer_types"),
+    ({"model_type": "deepseek_v4", "compress_ratios": [["a"]] * 43}, "compress_ratios"),
+    ({"model_type": "deepseek_v4", "layer_types": [["a"]] * 43}, "layer_types"),
+])
+def test_an_unhashable_layer_list_is_one_error_line(cli, tmp_path: Path, config: dict,
+                                                     key: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = cli("params", str(path), code=2)
+    assert r.stderr.count("\n") == 1 and f"key '{key}'" in r.stderr
+
+
+def test_every_type_refuses_nested_lists_in_its_list_keys_by_name() -> None:
+    """Each mapped type's own drawn config (tests/data/registry_*.json) with each list-valued
+    key replaced by a list of lists: a SpecError naming a key, never a TypeError."""
+    from transformer_calc.errors import SpecError
+    from transformer_calc.hf import HEAD_CLASS, spec_from_hf
+
+    cases, seen = [], set()
+    for name in ("registry_cases.json", "registry_cases_more.json", "registry_mixers_T8.json",
+                 "registry_mixers_T64.json"):
+        cases += json.loads((ROOT / "tests" / "data" / name).read_text())["cases"]
+    for case in cases:
+        config = case["config"]
+        if config["model_type"] in seen:
+            continue
+        seen.add(config["model_type"])
+        for key in ("layer_types", "mlp_layer_types", "layers_block_type", "compress_ratios",
+                    "full_attn_idxs", "attn_layer_indices", "activation_sparsity_pattern"):
+            with contextlib.suppress(SpecError):
+                spec_from_hf(config | {key: [["a"]] * 8})
+    assert seen == set(HEAD_CLASS)

@@ -878,7 +878,7 @@ def _layer_attention(c: Config, n_layers: int, sliding: list[bool] | None,
     types = c.data.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != n_layers or any(
-                t not in _LAYER_TYPES for t in types):
+                not isinstance(t, str) or t not in _LAYER_TYPES for t in types):
             raise SpecError("layer_types", f"a list of {n_layers} of "
                             + ", ".join(_LAYER_TYPES), types, source=c.where)
         letters = [_LAYER_TYPES[t] for t in types]
@@ -1581,7 +1581,8 @@ def _deepseek_v4(c: Config) -> dict[str, Any]:
     if types is None and isinstance(ratios, list):  # the checkpoints' legacy per-layer rates
         by_rate = {0: "sliding_attention", 4: "compressed_sparse_attention",
                    128: "heavily_compressed_attention"}
-        if any(r not in by_rate for r in ratios):
+        if any(isinstance(r, bool) or not isinstance(r, int) or r not in by_rate
+               for r in ratios):
             raise SpecError("compress_ratios", "a list of 0, 4 and 128", ratios,
                             source=c.where)
         types = [by_rate[r] for r in ratios]
@@ -1589,8 +1590,8 @@ def _deepseek_v4(c: Config) -> dict[str, Any]:
         types = ["heavily_compressed_attention"] * min(L, 2) + [
             "compressed_sparse_attention" if i % 2 else "heavily_compressed_attention"
             for i in range(max(L - 2, 0))]
-    if not isinstance(types, list) or len(types) < L or any(t not in _V4_KINDS
-                                                              for t in types):
+    if not isinstance(types, list) or len(types) < L or any(
+            not isinstance(t, str) or t not in _V4_KINDS for t in types):
         raise SpecError("layer_types", f"a list of {L} of " + ", ".join(_V4_KINDS), types,
                         source=c.where)
     c.refuse("mlp_bias", bool, "biases on the shared expert are not modelled")
@@ -1757,6 +1758,15 @@ class Ssm(NamedTuple):
 
 # Per-layer type names in configs -> (mixer letter, FFN letter); the FFN letter "" means the
 # layer's FFN as the record's MoE rule says (dense or experts).
+def _indices(c: Config, key: str) -> list[int] | None:
+    """A list of layer indices (attn_layer_indices, full_attn_idxs), or None when absent."""
+    idx = c.data.get(key)
+    if idx is not None and (not isinstance(idx, list) or any(
+            isinstance(i, bool) or not isinstance(i, int) for i in idx)):
+        raise SpecError(key, "a list of layer indices", idx, source=c.where)
+    return idx
+
+
 _HYBRID_TYPES = {"linear_attention": ("M", ""), "mamba": ("M", ""), "conv": ("M", ""),
                  "full_attention": ("F", ""), "attention": ("F", ""),
                  "sliding_attention": ("S", "")}
@@ -1775,14 +1785,15 @@ def _hybrid_layers(c: Config, s: Ssm, L: int) -> list[tuple[str, str]]:
         period, offset = c.t("attn_layer_period", 8), c.t("attn_layer_offset", 4)
         return [("F" if i % period == offset else "M", "") for i in range(L)]
     if s.layers == "bamba":  # BambaConfig.layers_block_type
-        idx = c.data.get("attn_layer_indices") or []
+        idx = _indices(c, "attn_layer_indices") or []
         return [("F" if i in idx else "M", "") for i in range(L)]
     if s.layers == "nemotron":
         raw = c.data.get("hybrid_override_pattern")
         kinds = list(raw) if isinstance(raw, str) else c.data.get("layers_block_type") \
             or c.data.get("layer_types") or ["linear_attention", "moe", "full_attention", "mlp"]
         key = "hybrid_override_pattern" if isinstance(raw, str) else "layers_block_type"
-        if not isinstance(kinds, list) or any(k not in _NEMOTRON for k in kinds):
+        if not isinstance(kinds, list) or any(not isinstance(k, str) or k not in _NEMOTRON
+                                              for k in kinds):
             raise SpecError(key, "M, *, - and E (or mamba, attention, mlp, moe) per layer",
                             raw if isinstance(raw, str) else kinds, source=c.where)
         return [_NEMOTRON[k] for k in kinds]
@@ -1791,14 +1802,15 @@ def _hybrid_layers(c: Config, s: Ssm, L: int) -> list[tuple[str, str]]:
         return [("F" if i % 4 == 2 else "S" if i % 4 == 0 and i > 0 else "M", "")
                 for i in range(L)]
     if types is None and s.layers == "lfm2":  # Lfm2Config: full_attn_idxs, default all
-        idx = c.data.get("full_attn_idxs")
-        return [("F" if idx is None or i in idx else "M", "") for i in range(L)]
+        full = _indices(c, "full_attn_idxs")
+        return [("F" if full is None or i in full else "M", "") for i in range(L)]
     if types is None:
         every = c.t("full_attention_interval", s.every)
         if s.layers == "layer_types_all":  # GraniteMoeHybridConfig: every layer mamba
             return [("M", "")] * L
         return [("F" if (i + 1) % every == s.full_when else "M", "") for i in range(L)]
-    if not isinstance(types, list) or len(types) != L or any(t not in _HYBRID_TYPES
+    if not isinstance(types, list) or len(types) != L or any(not isinstance(t, str)
+                                                             or t not in _HYBRID_TYPES
                                                              for t in types):
         raise SpecError("layer_types", f"a list of {L} of "
                         + ", ".join(sorted(_HYBRID_TYPES)), types, source=c.where)
@@ -2951,6 +2963,10 @@ def _olmo_hybrid(c: Config) -> dict[str, Any]:
         if "full_attention" not in types:
             types[-1] = "full_attention"
         data["layer_types"] = types
+    if types is not None and (not isinstance(types, list) or any(
+            not isinstance(t, str) for t in types)):
+        raise SpecError("layer_types", "a list of full_attention and linear_attention",
+                        types, source=c.where)
     if isinstance(types, list) and not {"full_attention", "linear_attention"} <= set(types):
         raise SpecError("layer_types", "at least one linear_attention and one full_attention "
                         "layer (OlmoHybridConfig.validate_architecture)", types,
