@@ -522,3 +522,23 @@ def test_every_type_refuses_nested_lists_in_its_list_keys_by_name() -> None:
             with contextlib.suppress(SpecError):
                 spec_from_hf(config | {key: [["a"]] * 8})
     assert seen == set(HEAD_CLASS)
+
+
+# scalar values that once raised a TypeError or ZeroDivisionError (found by feeding every
+# type's drawn config 0, -1, 2^40, 1.5, "x", null, true and 10^6 in each scalar key): a
+# family's own spelling of a standard key is now checked as that key, named as in the file
+@pytest.mark.parametrize(("config", "key"), [
+    ({"model_type": "flaubert", "emb_dim": "x"}, "emb_dim"),
+    ({"model_type": "xlm", "n_heads": "x"}, "n_heads"),
+    ({"model_type": "mpt", "n_heads": "x"}, "n_heads"),
+    ({"model_type": "xglm", "attention_heads": "x"}, "attention_heads"),
+    ({"model_type": "nemotron_h", "moe_shared_expert_intermediate_size": "x"},
+     "moe_shared_expert_intermediate_size"),
+    ({"model_type": "lfm2", "block_multiple_of": 0}, "block_multiple_of"),
+])
+def test_a_familys_spelling_is_checked_as_its_standard_key(cli, tmp_path: Path, config: dict,
+                                                          key: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = cli("params", str(path), code=2)
+    assert r.stderr.count("\n") == 1 and f"key '{key}'" in r.stderr

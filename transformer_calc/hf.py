@@ -75,7 +75,7 @@ INT_KEYS = frozenset("""
     num_nextn_predict_layers moe_layer_freq shared_expert_intermediate_size num_shared_experts
     shared_intermediate_size n_group topk_group max_target_positions
     cross_attention_hidden_size index_n_heads index_head_dim index_topk index_topk_freq
-    hc_mult o_groups o_lora_rank
+    hc_mult o_groups o_lora_rank block_multiple_of moe_shared_expert_intermediate_size
     intermediate_multiple_size local_attention global_attn_every_n_layers src_vocab_size
     attn_layer_period attn_layer_offset expert_layer_period expert_layer_offset
     full_attention_interval tgt_vocab_size pad_token_id embedding_size input_embedding_size
@@ -93,7 +93,7 @@ POSITIVE_KEYS = frozenset("""
     num_hidden_layers num_attention_heads n_layer n_head num_layers num_heads decoder_sparse_step
     attn_layer_period expert_layer_period global_attn_every_n_layers full_attention_interval
     global_block_size linear_num_key_heads linear_num_value_heads linear_key_head_dim
-    linear_value_head_dim
+    linear_value_head_dim block_multiple_of
     """.split())
 BOOL_KEYS = frozenset("""
     tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
@@ -197,23 +197,24 @@ class Config:
         self._check_type(key, value)
         return value
 
-    def _check_type(self, key: str, value: Any) -> None:
+    def _check_type(self, key: str, value: Any, shown: str = "") -> None:
+        name = shown or key
         if key in INT_KEYS:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise SpecError(key, "a non-negative integer", value, source=self.where)
+                raise SpecError(name, "a non-negative integer", value, source=self.where)
             if value == 0 and key in POSITIVE_KEYS:
-                raise SpecError(key, "an integer >= 1", value, source=self.where)
+                raise SpecError(name, "an integer >= 1", value, source=self.where)
             if value > MAX_SIZE:
-                raise SpecError(key, f"an integer <= {MAX_SIZE:,} (2^40)", value,
+                raise SpecError(name, f"an integer <= {MAX_SIZE:,} (2^40)", value,
                                 source=self.where)
             if value > MAX_LAYERS and key in LAYER_KEYS:  # read layer by layer (layer_types)
-                raise SpecError(key, f"an integer <= {MAX_LAYERS:,} (layers)", value,
+                raise SpecError(name, f"an integer <= {MAX_LAYERS:,} (layers)", value,
                                 source=self.where)
         elif key in BOOL_KEYS and not isinstance(value, bool):
-            raise SpecError(key, "true or false", value, source=self.where)
+            raise SpecError(name, "true or false", value, source=self.where)
         elif key in FLOAT_KEYS and (isinstance(value, bool)
                                     or not isinstance(value, (int, float))):
-            raise SpecError(key, "a number", value, source=self.where)
+            raise SpecError(name, "a number", value, source=self.where)
 
     def kv_heads(self, absent: int | None, n_heads: int) -> int:
         """num_key_value_heads: a class default when absent; null means n_heads (MHA)."""
@@ -848,7 +849,12 @@ class _Renamed(Config):
         return self.names.get(key, key)
 
     def t(self, key: str, fallback: Any = None) -> Any:
-        return super().t(self.spelled(key), fallback)
+        spelled = self.spelled(key)
+        if spelled != key and self.data.get(spelled) is not None:
+            # the family's spelling is checked as the standard key it stands for (emb_dim as
+            # hidden_size), the error naming the file's own key
+            self._check_type(key, self.data[spelled], shown=spelled)
+        return super().t(spelled, fallback)
 
     def flag(self, spec: bool | str) -> bool:
         return spec if isinstance(spec, bool) else bool(self.t(spec, False))
