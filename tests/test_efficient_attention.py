@@ -161,3 +161,17 @@ def test_linear_attention_keeps_its_feature_maps_and_context() -> None:
     rows = {i.name.rsplit(".", 1)[-1]: i.count for i in acts.items if ".attn." in i.name}
     assert rows["linear_features"] == 2 * 2 * H * 512 * dh * 2
     assert rows["linear_context"] == 2 * H * dh * dh * 2
+
+
+def test_primer_convolutions_keep_their_inputs() -> None:
+    """A depthwise torch.nn.Conv1d keeps its input for backward (torch 2.13.0: Conv1d(512,
+    512, 3, groups=512) on a (2, 512, 64) input, ConvolutionBackward0._saved_input of that
+    shape): Primer's three convolutions over Q, K and V keep B·T·(n_heads + 2·n_kv_heads)·
+    d_head values."""
+    from transformer_calc.memory import activation_breakdown
+
+    primer = spec_from_mapping({**LINFORMER_LM, "attention_mechanism": "softmax",
+                                "qkv_conv": 3})
+    acts = activation_breakdown(primer, 2, 64, act_bytes=2, device="cuda", attention="eager")
+    row = next(i for i in acts.items if i.name.endswith("attn.qkv_conv_input"))
+    assert row.count == 2 * 64 * (primer.n_heads + 2 * primer.kv_heads) * primer.head_dim * 2
