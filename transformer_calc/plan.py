@@ -456,10 +456,10 @@ def _group_name(spec: ModelSpec, stack: str, kinds: str, vary_a: bool, vary_f: b
 
 def plan_of(spec: ModelSpec) -> Plan:
     """The spec's layer plan, built once per spec (specs are immutable)."""
-    d = spec.__dict__
-    p = d.get("_plan")
+    p = spec._plan
     if p is None:
-        p = d["_plan"] = _build(spec)
+        p = _build(spec)
+        object.__setattr__(spec, "_plan", p)
     return p  # type: ignore[no-any-return]
 
 
