@@ -114,6 +114,10 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # B=2 T=64 and B=1 T=128, fp32 and bf16, eager (T5GemmaForConditionalGeneration has no SDPA
 # path: those lines say "skipped"); Gemma 3n's two, the same shapes, eager and SDPA;
 # DeepSeek-V4's two (eager only), the same shapes, and B=2 T=64 with --experts grouped_mm.
+# activations_s15_cpu.jsonl (session 15, the same versions and tool): DeBERTa v1
+# (DebertaForMaskedLM, eager only) with both disentangled terms, c2p alone over a table
+# shorter than the sequence (max_relative_positions 24, absolute positions, token types,
+# untied), p2c alone; B=2 T=64 and B=1 T=40, fp32 and bf16, and B=3 T=100 for the first.
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 from transformer_calc.plan import plan_of  # noqa: E402
@@ -128,7 +132,8 @@ FAMILY_ROWS = [json.loads(line) for name in ("activations_families_cpu.jsonl",
                                                "activations_alive_s11_cpu.jsonl",
                                                "activations_s12_cpu.jsonl",
                                                "activations_s13_cpu.jsonl",
-                                               "activations_s14_cpu.jsonl")
+                                               "activations_s14_cpu.jsonl",
+                                               "activations_s15_cpu.jsonl")
                for line in (DATA / name).read_text().splitlines()]
 MEASURED = [r for r in FAMILY_ROWS if "skipped" not in r]
 # Every measured case is within ±10 % (the last gap, DeepSeek-V3 with SDPA in bf16 at −11.7 %,
@@ -154,7 +159,8 @@ EAGER_ONLY = {"gpt_oss-tied-nobias.json", "tapas-tiny.json", "trocr-tiny.json",
               "xglm-tiny.json", "ibert-tiny.json", "longt5-local.json",
               "longt5-local-default.json", "longt5-tglobal.json", "longt5-tglobal-default.json",
               "longt5-local-nodropout.json", "yoso-tiny.json", "t5gemma-tiny.json",
-              "t5gemma-untied.json", "deepseek_v4-tiny.json", "deepseek_v4-types.json"}
+              "t5gemma-untied.json", "deepseek_v4-tiny.json", "deepseek_v4-types.json",
+              "deberta-relative.json", "deberta-c2p-absolute.json", "deberta-p2c.json"}
 
 
 def test_the_fixtures_cover_14_architectures_both_attentions_and_dtypes() -> None:
@@ -363,8 +369,8 @@ def test_deberta_keeps_a_mask_per_layer_and_what_each_disentangled_term_gathers(
                    for n in plain)
     both = rows("deberta-v2-c2p-p2c.json")
     assert [both[f"encoder.attn.relative_{n}"].count for n in (
-        "mask", "table", "table_dropout_mask", "terms", "p2c_key")] == [
-        8_192, 4_096, 4_096, 2 * (8_192 + 65_536 + 32_768), 16_384]
+        "mask", "table", "table_dropout_mask", "tables", "terms", "p2c_key")] == [
+        8_192, 4_096, 4_096, 2 * 8_192, 2 * (65_536 + 32_768), 16_384]
     assert both["encoder.attn.relative_terms"].repeat == 2
     assert both["embed.relative_table_norm.stats"].count == 256
     # in bf16 on the CPU the statistics are bf16: NativeLayerNormBackward0's (32, 1) result1
@@ -373,6 +379,54 @@ def test_deberta_keeps_a_mask_per_layer_and_what_each_disentangled_term_gathers(
                                    .read_text()))
     bf16 = activation_breakdown(spec, 2, 64, act_bytes=2, device="cpu")
     assert bf16.get("embed.relative_table_norm.stats").count == 128
+
+
+def test_deberta_v1_slices_its_table_copies_q_and_k_per_term_and_norms_by_hand() -> None:
+    # the saved tensors alive after the forward, attributed to the module saving them
+    # (torch 2.13.0, transformers 5.23.0, DebertaForMaskedLM, eager, deberta-relative.json:
+    # a 96-row table, both terms; tools/measure_activations_hf.py gives the totals of
+    # activations_s15_cpu.jsonl): at T=40 each term projects 2 · 40 = 80 rows, (8, 8, 80) fp32
+    # (20,480 bytes) and gathers from (2, 4, 40, 80) (102,400), the int64 index (40, 40)
+    # (12,800); the table after its dropout keeps all 96 rows (12,288). B=2: the c2p matmul
+    # copies the query (8, 40, 8) and p2c the key, 10,240 each; B=1: neither (the scores'
+    # query and the fused output's key are read as they are). DebertaLayerNorm keeps
+    # x − mean twice in fp32, 1/std, and the normalised tensor cast back (bf16: 5,120 bytes
+    # of 2·40·32); the MLM head's nn.LayerNorm its input and two statistics
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "deberta-relative.json")
+                                   .read_text()))
+
+    def rows(B: int, a: int) -> dict:  # type: ignore[type-arg]
+        return {i.name: i.count for i in activation_breakdown(spec, B, 40, act_bytes=a,
+                                                              device="cpu").items}
+
+    two = rows(2, 4)
+    assert two["encoder.attn.relative_tables"] == 2 * 20_480
+    assert two["encoder.attn.relative_terms"] == 2 * (102_400 + 12_800)
+    assert two["encoder.attn.relative_table"] == 12_288
+    assert two["encoder.attn.relative_c2p_query"] == two["encoder.attn.relative_p2c_key"] \
+        == 10_240
+    one = rows(1, 4)
+    assert "encoder.attn.relative_c2p_query" not in one
+    assert "encoder.attn.relative_p2c_key" not in one
+    bf16 = rows(2, 2)
+    assert bf16["encoder.attn.norm.fp32_terms"] == 2 * 2 * 40 * 32 * 4
+    assert bf16["encoder.attn.norm.normalized"] == 5_120
+    assert bf16["head.mlm.norm.input"] == 5_120 and bf16["head.mlm.norm.stats"] == 320
+    # past max_relative_positions the slice stops growing: 2 · 24 rows at T=64
+    c2p = spec_from_hf(json.loads((DATA / "hf" / "variants" / "deberta-c2p-absolute.json")
+                                  .read_text()))
+    assert c2p.rel_rows(64) == 48 and c2p.rel_rows(10) == 20
+
+
+def test_deberta_v1_within_a_fifth_of_a_percent() -> None:
+    # activations_s15_cpu.jsonl: every DeBERTa v1 case (the rest is the labels tensor the
+    # tool shares with the inputs, the embeddings' (B, T, 1) mask and 0-d scales)
+    rows = [r for r in MEASURED if r["config"].startswith("deberta-") and "-v2" not in
+            r["config"]]
+    assert len(rows) == 14
+    for row in rows:
+        error = (_estimate(row) - row["measured_bytes"]) / row["measured_bytes"]
+        assert abs(error) <= 0.002, (row["config"], row["B"], row["dtype"], f"{error:+.2%}")
 
 
 def test_umt5_keeps_a_bucket_index_per_self_attention_and_relu_its_result() -> None:

@@ -36,7 +36,7 @@ HF_FILES = {"deepseek-v3-hf": "deepseek-v3.json", "gpt-oss-20b-hf": "gpt-oss-20b
             "gemma-3-1b-hf": "gemma-3-1b.json", "olmo-2-7b-hf": "olmo-2-7b.json",
             "qwen3-moe-sparse-hf": "variants/qwen3_moe-sparse-step.json",
             "deepseek-no-q-lora-hf": "variants/deepseek_v3-no-q-lora-bias.json",
-            "deberta-v3-hf": "deberta-v3-base.json"}
+            "deberta-v3-hf": "deberta-v3-base.json", "deberta-hf": "deberta-large.json"}
 MODELS = PRESETS + list(VARIANTS) + list(HF_FILES)
 
 

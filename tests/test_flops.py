@@ -238,6 +238,31 @@ def test_debertas_disentangled_terms_equal_flop_counter(changes: dict, reference
 
 
 # torch.utils.flop_counter.FlopCounterMode (torch 2.13.0, transformers 5.23.0,
+# DebertaForMaskedLM), forward FLOPs per token by tools/reference_flops.py --seq-len T: DeBERTa
+# v1 projects only the 2 · min(T, max_relative_positions) rows of its table the sequence meets
+# (deberta-relative.json: 96 rows, both terms; deberta-c2p-absolute.json: 48 rows, c2p;
+# deberta-p2c.json: 128 rows, p2c)
+DEBERTA_V1 = [
+    ("deberta-relative.json", 8, 59_392), ("deberta-relative.json", 40, 83_968),
+    ("deberta-relative.json", 64, 90_112), ("deberta-c2p-absolute.json", 8, 49_152),
+    ("deberta-c2p-absolute.json", 64, 62_464), ("deberta-p2c.json", 8, 49_152),
+    ("deberta-p2c.json", 64, 77_824),
+]
+
+
+@pytest.mark.parametrize("name, T, reference", DEBERTA_V1)
+def test_deberta_v1_projects_the_rows_its_sequence_meets(name: str, T: int,
+                                                          reference: int) -> None:
+    import json
+    from pathlib import Path
+
+    from transformer_calc.hf import spec_from_hf
+
+    path = Path(__file__).parent / "data" / "hf" / "variants" / name
+    assert count_flops(spec_from_hf(json.loads(path.read_text())), T).total == reference
+
+
+# torch.utils.flop_counter.FlopCounterMode (torch 2.13.0, transformers 5.23.0,
 # LongT5ForConditionalGeneration, eager, T source and T target tokens), forward FLOPs per
 # token by tools/reference_flops.py --seq-len T: LongT5's local attention computes each block
 # of local_radius + 1 queries against three blocks of keys, the sequence padded to whole

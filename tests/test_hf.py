@@ -126,6 +126,12 @@ REFERENCE = {
     "variants/falcon_h1-nonorm.json": (22_080, "FalconH1ForCausalLM"),
     "variants/deberta-v2-relative.json": (72_816, "DebertaV2ForMaskedLM"),
     "variants/deberta-v2-c2p-p2c.json": (24_688, "DebertaV2ForMaskedLM"),
+    # DeBERTa v1: in_proj (no bias) with q_bias and v_bias, pos_proj without a bias, pos_q_proj
+    # with one (tools/reference_counts.py, transformers 5.23.0, DebertaForMaskedLM)
+    "variants/deberta-relative.json": (26_544, "DebertaForMaskedLM"),
+    "variants/deberta-c2p-absolute.json": (30_256, "DebertaForMaskedLM"),
+    "variants/deberta-p2c.json": (25_520, "DebertaForMaskedLM"),
+    "variants/defaults-deberta.json": (124_685_913, "DebertaForMaskedLM"),
     "variants/umt5-tiny.json": (12_128, "UMT5ForConditionalGeneration"),
     # LongT5's local attention (blocks of 8; of 128 by default) adds no tensors; its
     # transient-global attention adds a bias table for the global tokens in the first layer
@@ -217,6 +223,7 @@ REFERENCE = {
     "variants/t5-gated-asym.json": (2_159_488, "T5ForConditionalGeneration"),
     # issue 12: the 2024-26 families (real configs named in tests/data/hf/SOURCES.md)
     "deberta-v3-base.json": (184_551_780, "DebertaV2ForMaskedLM"),
+    "deberta-large.json": (406_264_921, "DebertaForMaskedLM"),
     "deepseek-v3.json": (671_026_404_352, "DeepseekV3ForCausalLM"),
     "deepseek-v3.2.json": (671_877_929_216, "DeepseekV32ForCausalLM"),
     "gemma-2-9b.json": (9_241_705_984, "Gemma2ForCausalLM"),
@@ -438,6 +445,28 @@ def test_deberta_refuses_pos_att_type_that_is_no_list_of_names(cli, tmp_path,
     assert cli("params", str(path), code=2).stderr == (
         f"Error: {path}: key 'pos_att_type': expected a list of 'c2p' / 'p2c', or them joined "
         f"by '|', got {value}\n")
+
+
+def test_deberta_v1_refuses_talking_heads(cli, tmp_path) -> None:
+    # DisentangledSelfAttention builds head_logits_proj and head_weights_proj (n_heads² each)
+    # and mixes the scores across heads with them: not modelled, refused by name
+    path = tmp_path / "config.json"
+    data = json.loads((HF / "variants" / "deberta-relative.json").read_text())
+    path.write_text(json.dumps(data | {"talking_head": True}))
+    assert cli("params", str(path), code=2).stderr == (
+        f"Error: {path}: key 'talking_head': expected a value tcalc can count (DeBERTa's "
+        "talking-head projections are not modelled), got True\n")
+
+
+def test_deberta_v1_names_its_position_projections_by_term() -> None:
+    # pos_proj (c2p, no bias) and pos_q_proj (p2c, a bias): p2c alone is the query's
+    spec = spec_from_hf(json.loads((HF / "variants" / "deberta-p2c.json").read_text()))
+    names = {i.name for i in count_params(spec).items if ".pos_" in i.name}
+    assert names == {"encoder.attn.pos_query.weight", "encoder.attn.pos_query.bias"}
+    spec = spec_from_hf(json.loads((HF / "variants" / "deberta-relative.json").read_text()))
+    names = {i.name for i in count_params(spec).items if ".pos_" in i.name}
+    assert names == {"encoder.attn.pos_key.weight", "encoder.attn.pos_query.weight",
+                     "encoder.attn.pos_query.bias"}
 
 
 def test_lfm2_reads_tie_embedding_over_tie_word_embeddings() -> None:

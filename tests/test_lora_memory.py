@@ -170,6 +170,39 @@ def test_lora_s14_fixture_covers_the_three_target_sets() -> None:
     assert ("gemma3n_text-tiny.json", "q_proj,v_proj") in kinds
 
 
+# Measured as above (tools/measure_activations_hf.py --lora 8, B=2, the same versions),
+# activations_lora_s15_cpu.jsonl: DeBERTa v1's three variants with all-linear (T=64) and its
+# position projections alone (pos_proj,pos_q_proj, T=40); the MLPs alone
+# (gate_proj,up_proj,down_proj) on Llama, Gemma 2 and Qwen3, and o_proj,down_proj on Llama and
+# Gemma 2 (T=64). Before the first layer's frozen attention was seen to keep nothing, the
+# MLP-only cases were +10 to +21 % and DeBERTa's position-only +14 %.
+LORA_S15 = [json.loads(line) for line in
+            (DATA / "activations_lora_s15_cpu.jsonl").read_text().splitlines()]
+LORA_S15_MEASURED = [r for r in LORA_S15 if "skipped" not in r]
+
+
+@pytest.mark.parametrize("row", LORA_S15_MEASURED,
+                         ids=lambda r: "{config}-{attention}-{dtype}-{lora}".format(**r))
+def test_lora_first_layer_and_position_projections_within_2_percent(row: dict) -> None:
+    """A first layer reads frozen embeddings: with no adapter in its attention, the attention
+    runs without a gradient and keeps nothing (nor, with none on o_proj, the norm after it);
+    DeBERTa's position projections read the relative table, whose dropout (over a frozen
+    parameter) keeps no mask, and with them alone Q, K and V need no gradient."""
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / row["config"]).read_text()))
+    rank, targets, dropout = row["lora"]
+    r = memory_report(spec, Settings(
+        precision="fp32" if row["dtype"] == "fp32" else "bf16", batch_size=row["B"],
+        seq_len=row["T"], attention=row["attention"], device="cpu", lora_rank=rank,
+        lora_targets=tuple(targets.split(",")), lora_dropout=dropout))
+    assert abs(r.activations.total / row["measured_bytes"] - 1) < 0.02
+
+
+def test_lora_s15_fixture_covers_its_target_sets() -> None:
+    kinds = {(r["config"], r["lora"][1]) for r in LORA_S15_MEASURED}
+    assert len(LORA_S15_MEASURED) == 24 and len(kinds) == 9
+    assert ("llama-biases.json", "gate_proj,up_proj,down_proj") in kinds
+
+
 def test_lora_over_gemma3n_keeps_and_drops_what_the_graph_does() -> None:
     """Walked under peft's all-linear (rank 8) on gemma3n_text-tiny, bf16, B=2 T=64:
     correction_coefs' adapter never runs (Gemma3nTextAltUp.correct calls F.linear on the

@@ -27,7 +27,7 @@ assert CASES["transformers"] == "5.23.0"
 # jina_embeddings_v3 bitnet modernbert modernbert-decoder fsmt electra rembert albert
 # roc_bert mllama diffllama gemma4_text gemma4_unified_text beam mimo_v2_flash axk1 dots1
 # hunyuan_v1_dense hunyuan_v1_moe nemotron ministral longcat_flash dbrx t5gemma
-# gemma3n_text deepseek_v4`)
+# gemma3n_text deepseek_v4 deberta`)
 # The seq2seq families' decoders alone, named in architectures (BartForCausalLM, ...):
 # `tools/check_registry.py --causal --cases 4 --flops 8 --write
 # tests/data/registry_causal_decoders.json bart marian mbart mvp plbart blenderbot

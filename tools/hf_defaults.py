@@ -223,9 +223,13 @@ def linear_names() -> dict[str, tuple[str, ...]]:
     known = set(ROLE_ALIASES) | {"w1", "w2", "w3"}
     moe = peft_moe_patterns()
     out = {}
+    # DeBERTa's defaults build no position projections: build them too
+    relative = {"relative_attention": True, "pos_att_type": ["c2p", "p2c"],
+                "share_att_key": False}
     for model_type in sorted(MAPPERS):
         try:
-            cfg = transformers.AutoConfig.for_model(model_type)
+            cfg = transformers.AutoConfig.for_model(
+                model_type, **(relative if model_type.startswith("deberta") else {}))
             with torch.device("meta"):
                 model = getattr(transformers, HEAD_CLASS[model_type])(cfg)
         except Exception:  # noqa: BLE001, S112 - a type whose default does not build

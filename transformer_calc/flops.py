@@ -225,15 +225,17 @@ def _relative_flops(add, spec: ModelSpec, a: Attention, E: int, T: int,  # type:
     or by one position projection per term; then per term a product of the queries (c2p) or
     keys (p2c) with the projected table. (FlopCounterMode, deberta-v2-c2p-p2c.json.)"""
     terms = spec.rel_term_count
-    R, H, dh = spec.rel_embeddings, a.heads, a.d_head
+    # (DeBERTa v1: the 2 · min(T, max_relative_positions) rows the sequence meets)
+    R, H, dh = spec.rel_rows(T), a.heads, a.d_head
+    rsym = "rel_rows" if spec.rel_span == "sequence" else "rel_embeddings"
     projections = 2 if spec.rel_shared_key else terms
     if projections:
         add((p + "relative_projections", projections * 2 * R * E * E // T,
-             f"⌊{projections} · 2 · rel_embeddings · d_model² / T⌋", "", L, group,
+             f"⌊{projections} · 2 · {rsym} · d_model² / T⌋", "", L, group,
              "the table is projected once per sequence (rounded down per token)", None, ()))
     if terms:
         add((p + "relative_terms", terms * 2 * H * R * dh,
-             f"{terms} · 2 · n_heads · rel_embeddings · d_head", "", L, group,
+             f"{terms} · 2 · n_heads · {rsym} · d_head", "", L, group,
              "c2p: Q × the projected keys; p2c: K × the projected queries", None, ()))
 
 

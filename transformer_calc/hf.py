@@ -2650,7 +2650,9 @@ class Encoder(NamedTuple):
     o_bias: bool | str = True
     ffn_in_bias: bool | str = True
     ffn_out_bias: bool | str = True
-    deberta: bool = False  # relative tables (position_buckets, norm_rel_ebd, share_att_key)
+    # DeBERTa's relative tables: "v2" (position_buckets, norm_rel_ebd, share_att_key) or "v1"
+    # (one fused Q/K/V projection with q_bias and v_bias, a table sliced to the sequence)
+    deberta: str = ""
     quant_linear: bool = False  # the layers are QuantLinear, not nn.Linear (I-BERT): no LoRA
     head: str = "mlm"  # mlm: dense + norm + decoder + bias; bias: the decoder and its bias
     layout: bool = False  # LayoutLM's 2-D position tables (max_2d_position_embeddings)
@@ -2698,7 +2700,7 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
     qkv, o = c.flag(r.qkv_bias), c.flag(r.o_bias)
     extra: dict[str, Any] = {}
     if r.deberta:
-        extra = _deberta(c, t("max_position_embeddings"))
+        extra = _deberta(c, t("max_position_embeddings"), r.deberta)
     if r.factorized:
         Ve = t(r.factorized)
         if Ve is None:
@@ -2749,7 +2751,9 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
                 layout_positions=t("max_2d_position_embeddings") if r.layout else 0,
                 relative_bias=r.relative_bias,
                 relative_buckets=t("relative_attention_num_buckets") if r.relative_bias else 32,
-                **_bias(qkv, qkv, qkv, o, c.flag(r.ffn_in_bias), c.flag(r.ffn_out_bias)),
+                # (DeBERTa v1: the fused projection's q_bias and v_bias, no key bias)
+                **_bias(qkv, qkv and r.deberta != "v1", qkv, o, c.flag(r.ffn_in_bias),
+                        c.flag(r.ffn_out_bias)),
                 ffn=r.ffn,
                 activation=c.activation(name.get("hidden_act", "hidden_act"),
                                         c.table.get(name.get("hidden_act", "hidden_act"))
@@ -2777,10 +2781,17 @@ def _token_types(c: Config, r: Encoder) -> int:
     return sum(sizes)
 
 
-def _deberta(c: Config, max_positions: int) -> dict[str, Any]:
-    """DebertaV2Embeddings / DebertaV2Encoder / DisentangledSelfAttention (transformers 5.23)."""
+def _deberta(c: Config, max_positions: int, version: str) -> dict[str, Any]:
+    """DebertaV2Embeddings / DebertaV2Encoder / DisentangledSelfAttention (transformers 5.23);
+    v1 (modeling_deberta): in_proj, one bias-free d_model × 3·d_model matrix, with q_bias and
+    v_bias beside it; pos_proj (c2p) without a bias, pos_q_proj (p2c) with one; each layer
+    slices 2 · min(T, max_relative_positions) rows of the table (compute_attention_span)."""
     c.refuse("conv_kernel_size", lambda v: v > 0, "DeBERTa's convolution layer is not modelled")
     out: dict[str, Any] = {}
+    if version == "v1":
+        c.refuse("talking_head", bool, "DeBERTa's talking-head projections are not modelled")
+        out |= {"fused_qkv": True, "rel_key_bias": False, "rel_span": "sequence",
+                "norm_manual_cast": True}
     if not c.t("position_biased_input", True):
         out["position"] = "none"  # no absolute table; the relative table below
     if c.t("relative_attention", False):
@@ -2823,7 +2834,8 @@ ENCODERS: dict[str, Encoder] = {
                    ffn_dropout=True),
     "roformer": Encoder("RoFormerForMaskedLM", position="rope",
                         untied="RoFormer's untied decoder keeps one bias, not modelled"),
-    "deberta-v2": Encoder("DebertaV2ForMaskedLM", deberta=True),
+    "deberta-v2": Encoder("DebertaV2ForMaskedLM", deberta="v2"),
+    "deberta": Encoder("DebertaForMaskedLM", deberta="v1"),
     "bert-generation": Encoder("BertGenerationDecoder", token_types=False, head="bias",
                                decoder=True, untied="BertGeneration's untied decoder keeps "
                                "a second bias, not modelled"),

@@ -311,6 +311,21 @@ DEFAULTS: dict[str, dict[str, Any]] = {'afmoe': {'attention_bias': False,
                    'tie_word_embeddings': True,
                    'type_vocab_size': 2,
                    'vocab_size': 30522},
+ 'deberta': {'attention_probs_dropout_prob': 0.1,
+             'hidden_act': 'gelu',
+             'hidden_dropout_prob': 0.1,
+             'hidden_size': 768,
+             'intermediate_size': 3072,
+             'max_position_embeddings': 512,
+             'max_relative_positions': -1,
+             'num_attention_heads': 12,
+             'num_hidden_layers': 12,
+             'pos_att_type': None,
+             'position_biased_input': True,
+             'relative_attention': False,
+             'tie_word_embeddings': True,
+             'type_vocab_size': 0,
+             'vocab_size': 50265},
  'deberta-v2': {'attention_probs_dropout_prob': 0.1,
                 'hidden_act': 'gelu',
                 'hidden_dropout_prob': 0.1,
@@ -1934,7 +1949,7 @@ ROPE_CONCAT: frozenset[str] = frozenset(
 # LayerNorms written out in fp32, x − mean computed twice
 # (`variance = (hidden_states - mean).pow(2).mean(-1, keepdim=True)`)
 NORM_MANUAL: frozenset[str] = frozenset(
-['cohere', 'cohere2', 'cohere2_moe'])
+['cohere', 'cohere2', 'cohere2_moe', 'deberta'])
 
 # MoE experts that run grouped_mm by default (their module has
 # `@use_experts_implementation`)
@@ -1994,15 +2009,15 @@ ROUTER_FP32: frozenset[str] = frozenset(
 # Losses taken in the activation dtype (no fp32 upcast of the logits)
 LOSS_NO_UPCAST: frozenset[str] = frozenset(
 ['albert', 'bart', 'bert', 'big_bird', 'bigbird_pegasus', 'blenderbot', 'blenderbot-small',
- 'camembert', 'data2vec-text', 'deberta-v2', 'distilbert', 'electra', 'ernie', 'flaubert',
- 'fsmt', 'gte', 'ibert', 'jina_embeddings_v3', 'layoutlm', 'longt5', 'm2m_100', 'marian',
- 'mbart', 'megatron-bert', 'mpnet', 'mra', 'mt5', 'mvp', 'nomic_bert', 'pegasus', 'plbart',
- 'rembert', 'roberta', 'roberta-prelayernorm', 'roc_bert', 'roformer', 't5', 'tapas',
- 'trocr', 'umt5', 'whisper', 'xlm', 'xlm-roberta', 'xlm-roberta-xl', 'yoso'])
+ 'camembert', 'data2vec-text', 'deberta', 'deberta-v2', 'distilbert', 'electra', 'ernie',
+ 'flaubert', 'fsmt', 'gte', 'ibert', 'jina_embeddings_v3', 'layoutlm', 'longt5', 'm2m_100',
+ 'marian', 'mbart', 'megatron-bert', 'mpnet', 'mra', 'mt5', 'mvp', 'nomic_bert', 'pegasus',
+ 'plbart', 'rembert', 'roberta', 'roberta-prelayernorm', 'roc_bert', 'roformer', 't5',
+ 'tapas', 'trocr', 'umt5', 'whisper', 'xlm', 'xlm-roberta', 'xlm-roberta-xl', 'yoso'])
 
 # Classes without an SDPA path (`_supports_sdpa` false): transformers runs them eager
 NO_SDPA: frozenset[str] = frozenset(
-['big_bird', 'bigbird_pegasus', 'bloom', 'codegen', 'deberta-v2', 'deepseek_v4',
+['big_bird', 'bigbird_pegasus', 'bloom', 'codegen', 'deberta', 'deberta-v2', 'deepseek_v4',
  'falcon_mamba', 'flaubert', 'flint', 'fsmt', 'gemma2', 'gpt_neo', 'gpt_neox_japanese',
  'gpt_oss', 'gptj', 'granite_swa', 'granitemoe_swa', 'ibert', 'longt5', 'mamba', 'mamba2',
  'megatron-bert', 'mimo_v2_flash', 'mpnet', 'mpt', 'mra', 'mvp', 'openai-gpt', 'rembert',
@@ -2062,7 +2077,8 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'ctrl': (),
     'cwm': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'data2vec-text': ('key', 'query', 'value'),
-    'deberta-v2': (),
+    'deberta': ('pos_proj', 'pos_q_proj'),
+    'deberta-v2': ('pos_key_proj', 'pos_query_proj'),
     'deepseek_v2': ('down_proj', 'gate_proj', 'kv_a_proj_with_mqa', 'kv_b_proj', 'o_proj', 'q_a_proj', 'q_b_proj', 'up_proj'),
     'deepseek_v3': ('down_proj', 'gate_proj', 'kv_a_proj_with_mqa', 'kv_b_proj', 'o_proj', 'q_a_proj', 'q_b_proj', 'up_proj'),
     'deepseek_v32': ('down_proj', 'gate_proj', 'kv_a_proj_with_mqa', 'kv_b_proj', 'o_proj', 'q_a_proj', 'q_b_proj', 'up_proj', 'weights_proj', 'wk', 'wq_b'),

@@ -42,12 +42,16 @@ ROLE_ALIASES = {
     "c_attn": "qkv", "query_key_value": "qkv", "qkv_proj": "qkv", "gate_up_proj": "gate_up",
     "q_a_proj": "q_a", "q_b_proj": "q_b", "kv_a_proj_with_mqa": "kv_a", "kv_b_proj": "kv_b",
     "wq_b": "index_q", "wk": "index_k", "weights_proj": "index_weights",
+    # DeBERTa's position projections of the relative table (v1: pos_proj, pos_q_proj)
+    "pos_proj": "pos_key", "pos_key_proj": "pos_key", "pos_q_proj": "pos_query",
+    "pos_query_proj": "pos_query",
 }
 ROLES = ("q", "k", "v", "o", "qkv", "q_a", "q_b", "kv_a", "kv_b", "attn_gate", "gate", "up",
          "down", "gate_up", "router", "experts", "shared", "shared_gate", "in_proj", "x_proj",
          "dt_proj", "out_proj", "qkv_proj", "output_gate", "project", "head", "index_q",
          "index_k", "index_weights", "ple", "f_a_proj", "f_b_proj", "b_proj", "g_a_proj",
-         "g_b_proj", "altup", "laurel", "kv", "o_a", "o_b", "compressor", "indexer")
+         "g_b_proj", "altup", "laurel", "kv", "o_a", "o_b", "compressor", "indexer", "pos_key",
+         "pos_query")
 # tcalc's FFN tensor names -> the role a user names
 _FFN_ROLE = {"gate": "gate", "in": "up", "out": "down"}
 

@@ -367,13 +367,23 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         stats_ = stats if not tokens else (stats[0], stats[1] // sb * tokens,
                                            stats[2].replace("B·T", tsym))
         rsym = "4 (fp32 under autocast)" if amp else "act"
-        if spec.norm_manual and not rms:
+        if spec.norm_manual and not rms and not name.startswith("head."):
+            # (DeBERTa v1's MLM head norms with nn.LayerNorm, its layers by hand)
             # CohereLayerNorm: in fp32 by hand, (x − mean) computed twice (for the variance
             # and the normalisation), 1/std, and the normalised tensor the weight multiplies
-            # (measured on cohere: tools/measure_activations_hf.py)
-            add((name + ".fp32_terms", 3 * sb_ * width * vectors * 4, f"3 · {tsym}·{vsym}"
-                 f"{wsym} · 4 (x − mean twice, the normalised tensor; fp32)", "", reps, stack,
-                 "", None, ()))
+            # (measured on cohere: tools/measure_activations_hf.py); DebertaLayerNorm casts
+            # that tensor back to the input's dtype before the weight's mul (measured on the
+            # deberta variants, bf16)
+            if spec.norm_manual_cast:
+                add((name + ".fp32_terms", 2 * sb_ * width * vectors * 4, f"2 · {tsym}·{vsym}"
+                     f"{wsym} · 4 (x − mean twice; fp32)", "", reps, stack, "", None, ()))
+                add((name + ".normalized", sb_ * width * vectors * r, f"{tsym}·{vsym}{wsym} · "
+                     f"{rsym} (cast back: the weight's mul keeps it)", "", reps, stack, "",
+                     None, ()))
+            else:
+                add((name + ".fp32_terms", 3 * sb_ * width * vectors * 4, f"3 · {tsym}·{vsym}"
+                     f"{wsym} · 4 (x − mean twice, the normalised tensor; fp32)", "", reps,
+                     stack, "", None, ()))
             add((name + ".rstd", sb_ * vectors * 4, f"{tsym}{'·' + vsym[:-1] if vsym else ''} · 4 "
                  "(fp32)", "", reps, stack, "", None, ()))
             return
@@ -581,14 +591,27 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         if dropout:
             add((p + "relative_table_dropout_mask", R * E * mask, "rel_embeddings·d_model · "
                  "mask", "", L, stack, "", None, ()))
-        add((p + "relative_terms", terms * (B * Hh * R * dq * a + B * Hh * T * R * a
-                                            + T * T * 8),
-             f"{terms} · (B·n_heads·rel_embeddings·d_head · act + B·n_heads·T·rel_embeddings "
-             "· act + T·T · 8) (per term: the projected table repeated over the batch, the "
-             "scores it gathers from, the int64 index)", "", L, stack, "tp", None, ()))
-        if "p2c" in spec.rel_terms:
+        # DeBERTa v1 (rel_span sequence) projects only the 2·att_span rows the sequence
+        # meets, a slice of the dropped-out table (whose storage the projections keep whole)
+        Rs, rsym = (spec.rel_rows(T), "rel_rows") if spec.rel_span == "sequence" else \
+            (R, "rel_embeddings")
+        add((p + "relative_tables", terms * B * Hh * Rs * dq * a,
+             f"{terms} · B·n_heads·{rsym}·d_head · act (per term: the projected table "
+             "repeated over the batch, which Q or K multiplies)", "", L, stack, "tp", None, ()))
+        add((p + "relative_terms", terms * (B * Hh * T * Rs * a + T * T * 8),
+             f"{terms} · (B·n_heads·T·{rsym} · act + T·T · 8) (per term: the scores it "
+             "gathers from, the int64 index)", "", L, stack, "tp", None, ()))
+        # v1's heads are 4-D (transpose_for_scores without .contiguous()): with B > 1 each
+        # term's matmul folds (B, heads) by copying what it multiplies, Q for c2p, K for p2c;
+        # with one sequence it reads the scores' Q and the fused output's K as they are
+        # (measured: B = 1 and 2). v2's K is a tensor of its own that only p2c keeps.
+        v1 = spec.rel_span == "sequence"
+        if "p2c" in spec.rel_terms and not (v1 and B == 1):
             add((p + "relative_p2c_key", sb * Hh * dq * a, "B·T·n_heads·d_head · act (K, "
                  "which p2c multiplies)", "", L, stack, "tp", None, ()))
+        if "c2p" in spec.rel_terms and v1 and B > 1:
+            add((p + "relative_c2p_query", sb * Hh * dq * a, "B·T·n_heads·d_head · act (the "
+                 "query's copy c2p multiplies)", "", L, stack, "tp", None, ()))
 
     def local_core(at: Attention, p: str, stack: str, L: int) -> None:
         """LongT5's local attention (LongT5LocalAttention, transformers 5.23), whatever the
@@ -2137,6 +2160,13 @@ _PROJECTION_INPUTS = {
     "laurel.right_input": ("laurel",)}
 
 
+# the adapted layers that make a layer's attention core need a gradient (its Q, K, V, their
+# latents, gates and indexers; DeBERTa's position projections)
+_ATTN_CORE_ROLES = frozenset(("q", "k", "v", "qkv", "q_a", "q_b", "kv_a", "kv_b", "kv",
+                              "attn_gate", "pos_key", "pos_query", "index_q", "index_k",
+                              "index_weights", "compressor", "indexer"))
+_QKV_GRAD_ONLY = frozenset(f"attn.{n}" for n in ("q", "k", "dropout_output", "softmax_cast",
+                                                   "relative_tables"))
 # Gemma 3n's AltUp rows of a layer's prediction (memory.activation_breakdown's altup_rows)
 _ALTUP_PREDICT = frozenset(f"altup.{n}" for n in (
     "streams", "predict_norm", "predict_router_input", "predict_modalities",
@@ -2156,6 +2186,8 @@ def _reads(a: Adapted) -> str:
                 "altup.router": "altup.predict_router_input", "laurel.left": "attn.input",
                 "laurel.right": "laurel.right_input"}.get(rest, "altup.predict_modality_cast")
     sub = rest.split(".", 1)[0]  # attn | cross
+    if rest.endswith((".pos_key", ".pos_query")):  # DeBERTa: the relative table
+        return f"{sub}.relative_table"
     return f"{sub}.o_input" if rest.endswith(".o") else f"{sub}.input"
 
 
@@ -2196,6 +2228,35 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
         if any(ad.name == "embed.project_per_layer" for ad in adapted):
             embed_kept += ("embed.per_layer_norm.",) + (
                 () if cast or drop else ("embed.project_per_layer_input",))
+    # The first layer's input needs no gradient either (frozen embeddings): with no adapter
+    # inside its attention it computes the attention without one, so keeps nothing of its
+    # core (the Q/K/V copies, probabilities, masks) nor, with none on its output projection
+    # either, of the norm its output reaches next (measured: llama-biases.json, gate, up and
+    # down adapted: the layer's attention and post-attention norm keep nothing)
+    first_groups = {st.groups[0].name for st in plan_of(spec).stacks
+                    if st.groups[0].block.cross is None} if not altup_grad else set()
+    free_core = first_groups - {ad.stack for ad in adapted if ad.role in _ATTN_CORE_ROLES}
+    free_norm = free_core - {ad.stack for ad in adapted if ad.role in ("o", "o_a", "o_b")}
+    # DeBERTa with its position projections adapted but not Q, K, V: the scores need a
+    # gradient, Q, K, V do not, so what is kept only for theirs is not (measured,
+    # deberta-relative.json: the scores' Q and K copies, the A·V matmul's probabilities, the
+    # projected tables Q and K multiply)
+    free_qkv = (first_groups - free_core) - {
+        ad.stack for ad in adapted if ad.role in _ATTN_CORE_ROLES - {"pos_key", "pos_query"}}
+    next_norm = ("ffn.norm." if spec.norm_position == "pre" else "attn.norm.",
+                 "attn.post_norm.")
+    # a relative table is a frozen parameter: its dropout keeps no mask, and only an adapter
+    # on a position projection keeps the table (its input)
+    table_read = {ad.stack for ad in adapted if _reads(ad) == "attn.relative_table"}
+    # an output projection's adapter reading the attention's output as it is (no cast, no
+    # dropout): o_input, or where o_proj reads the kernel's output itself (the CPU's flash
+    # kernel), that output
+    o_reads: set[tuple[str, str]] = set()
+    if not (cast or drop):
+        for st in {ad.stack for ad in adapted if ad.role == "o"} & free_core:
+            has_copy = any(r[5] == st and r[0] == f"{st}.attn.o_input" for r in acts.rows)
+            o_reads.add((st, "attn.o_input" if has_copy else "attn.out"))
+    o_reads |= shared_reads
     rows = []
     for r in acts.rows:
         name, stack = r[0], r[5]
@@ -2206,8 +2267,16 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             continue
         if stack and rest in _PROJECTION_INPUTS and (stack, rest) not in shared_reads:
             continue
+        if rest == "attn.relative_table_dropout_mask" or (
+                rest == "attn.relative_table" and stack not in table_read):
+            continue
         if (stack in first_norms and rest.startswith("attn.norm.")) or (
-                stack in first_predict and rest in _ALTUP_PREDICT):
+                stack in first_predict and rest in _ALTUP_PREDICT) or (
+                stack in free_core and rest.startswith("attn.")
+                and (stack, rest) not in o_reads
+                and not rest.startswith(("attn.norm.", "attn.post_norm."))) or (
+                stack in free_norm and rest.startswith(next_norm)) or (
+                stack in free_qkv and rest in _QKV_GRAD_ONLY):
             if r[4] > 1:
                 rows.append((*r[:4], r[4] - 1, *r[5:]))
             continue
@@ -2240,26 +2309,31 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                          f"{ad.experts} · {ad.fan_in:,} · {ad.fan_out:,} · {base}", ad.repeat,
                          ad.stack, "", None, ()))
             continue
-        n = tokens * ad.fan_in
+        # DeBERTa's position projections read the relative table (its rows the sequence
+        # meets), once for the whole batch, not B·T tokens
+        rows_in = spec.rel_rows(T) if ad.role in ("pos_key", "pos_query") else tokens
+        n = rows_in * ad.fan_in
         rank = s.lora_rank * ad.rank_factor
         if spec.layer_groups and ad.stack:
             # ALBERT: an adapter of a shared layer runs (and keeps its tensors) in each of the
             # n_layers / layer_groups layers that share it
             ad = ad._replace(repeat=ad.repeat * spec.n_layers // spec.layer_groups)
-        width = f"{B} · {T} · {ad.fan_in:,}"
+        read, how_many = ("B·T", f"{B} · {T}") if rows_in == tokens and ad.role not in (
+            "pos_key", "pos_query") else ("rel_rows", f"{rows_in:,}")
+        width = f"{how_many} · {ad.fan_in:,}"
         # the first layer's input needs no gradient: its attention adapters' dropout keeps no
         # mask there (measured)
         first = ad.stack in firsts and _reads(ad) == "attn.input"
         if drop and ad.repeat - first:
-            rows.append((ad.name + ".lora_dropout_mask", n * mask, "B·T·in · mask",
+            rows.append((ad.name + ".lora_dropout_mask", n * mask, f"{read}·in · mask",
                          f"{width} · {mask}", ad.repeat - first, ad.stack, "", None, ()))
         if cast or drop:
-            rows.append((ad.name + ".lora_input", n * kept, f"B·T·in · {kept} (" + (
+            rows.append((ad.name + ".lora_input", n * kept, f"{read}·in · {kept} (" + (
                 "autocast's 16-bit copy" if s.mixed else "the adapter's fp32 copy" if cast
                 else "the dropout's output") + ")", f"{width} · {kept}",
                 ad.repeat, ad.stack, "", None, ()))
-        rows.append((ad.name + ".lora_a_output", tokens * rank * kept,
-                     f"B·T·r · {kept} (lora_B's input)", f"{B} · {T} · {rank} · {kept}",
+        rows.append((ad.name + ".lora_a_output", rows_in * rank * kept,
+                     f"{read}·r · {kept} (lora_B's input)", f"{how_many} · {rank} · {kept}",
                      ad.repeat, ad.stack, "", None, ()))
     notes = acts.notes + (
         "LoRA: the frozen base keeps only what its inputs' gradients need; each adapter "

@@ -199,12 +199,12 @@ def count_params(spec: ModelSpec) -> Breakdown:
                 _attention(add, blk.attn, blk.norm, E, f"{g.name}.attn.", g.name, n)
             if blk.mixer is not None:
                 _recurrent(add, blk.mixer, blk.norm, E, f"{g.name}.mixer.", g.name, n)
-            for which in ("pos_key", "pos_query")[:spec.rel_projections] \
-                    if spec.rel_projections else ():
+            for which in _position_projections(spec) if spec.rel_projections else ():
                 add((f"{g.name}.attn.{which}.weight", E * E, "d_model × d_model", "", n,
                      g.name, "DeBERTa: position projection (share_att_key false)", None, (E, E)))
-                add((f"{g.name}.attn.{which}.bias", E, "d_model", "", n, g.name, "", None,
-                     ()))
+                if which == "pos_query" or spec.rel_key_bias:
+                    add((f"{g.name}.attn.{which}.bias", E, "d_model", "", n, g.name, "", None,
+                         ()))
             if blk.cross is not None:
                 _attention(add, blk.cross, blk.norm, E, f"{g.name}.cross.", g.name, n)
             if blk.idle_cross is not None:
@@ -359,6 +359,14 @@ def count_params(spec: ModelSpec) -> Breakdown:
         extra |= _mtp(spec, rows, norm_n, notes)
     return Breakdown(spec.name, "params", tuple(rows), tuple(notes), extra,
                      partial(symbols, spec))
+
+
+def _position_projections(spec: ModelSpec) -> tuple[str, ...]:
+    """DeBERTa's position projections: the key's for c2p, the query's for p2c
+    (DisentangledSelfAttention: pos_key_proj / pos_proj, pos_query_proj / pos_q_proj)."""
+    terms = tuple(w for w, term in (("pos_key", "c2p"), ("pos_query", "p2c"))
+                  if term in spec.rel_terms)
+    return (terms or ("pos_key", "pos_query"))[:spec.rel_projections]
 
 
 def _mtp(spec: ModelSpec, rows: list[tuple], norm_n: int,  # type: ignore[type-arg]

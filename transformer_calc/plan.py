@@ -161,10 +161,11 @@ def padded_length(T: int, block: int) -> int:
 
 
 def local_symbols(spec: ModelSpec, T: int) -> dict[str, int]:
-    """The values of LongT5's local-attention symbols in FLOPs and memory formulas."""
+    """The values of the symbols in FLOPs and memory formulas that depend on T: LongT5's
+    local attention's, the rows of DeBERTa v1's relative table a sequence meets."""
     b, g = spec.encoder_local_block, spec.encoder_global_block
     return {"local_block": b, "T_blocks": padded_length(T, b),
-            "global_tokens": T // g if g else 0}
+            "global_tokens": T // g if g else 0, "rel_rows": spec.rel_rows(T)}
 
 
 class FFN(NamedTuple):

@@ -133,6 +133,9 @@ class ModelSpec:
     norm_manual: bool = _f(False, "the LayerNorm is written out in fp32 (CohereLayerNorm): it "
                            "keeps x − mean twice, the normalised tensor and 1/std, and a "
                            "(heads, d_head) QK-norm norms each head apart", arch=False)
+    norm_manual_cast: bool = _f(False, "that hand-written LayerNorm casts the normalised "
+                                "tensor back to the input's dtype before its weight "
+                                "(DebertaLayerNorm)", arch=False)
     softmax_sink_column: bool = _f(False, "eager attention appends the sink logits as one more "
                                    "softmax column, so the probabilities kept are keys + 1 wide "
                                    "(gpt-oss, MiMo-V2-Flash, Flint)", arch=False)
@@ -185,6 +188,11 @@ class ModelSpec:
     rel_terms: str = _f("none", "DeBERTa's disentangled scores in use (pos_att_type): c2p "
                         "(content to position), p2c, both or none",
                         choices=("none", "c2p", "p2c", "c2p|p2c"))
+    rel_key_bias: bool = _f(True, "the c2p position projection has a bias (DeBERTa v1's "
+                            "pos_proj: none)")
+    rel_span: str = _f("table", "rows of the relative table a layer projects: table (all of "
+                       "them, DeBERTa-v2) or sequence (2 · min(T, rel_embeddings / 2), "
+                       "DeBERTa v1's compute_attention_span)", choices=("table", "sequence"))
 
     # -- block ----------------------------------------------------------------------------
     ffn: str = _f("plain", "FFN kind: plain (2 matrices), gated (3: SwiGLU, GeGLU) or "
@@ -588,6 +596,12 @@ class ModelSpec:
     def rel_term_count(self) -> int:
         """DeBERTa's disentangled terms in use (rel_terms): 0, 1 or 2."""
         return 0 if self.rel_terms == "none" else self.rel_terms.count("|") + 1
+
+    def rel_rows(self, seq_len: int) -> int:
+        """Rows of DeBERTa's relative table a layer projects for a sequence: all of them, or
+        (v1, rel_span sequence) 2 · att_span, att_span = min(T, max_relative_positions)."""
+        R = self.rel_embeddings
+        return min(R, 2 * seq_len) if self.rel_span == "sequence" else R
 
     @property
     def kv_heads(self) -> int:
