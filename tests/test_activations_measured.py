@@ -412,6 +412,11 @@ def test_deberta_v1_slices_its_table_copies_q_and_k_per_term_and_norms_by_hand()
     assert bf16["encoder.attn.norm.fp32_terms"] == 2 * 2 * 40 * 32 * 4
     assert bf16["encoder.attn.norm.normalized"] == 5_120
     assert bf16["head.mlm.norm.input"] == 5_120 and bf16["head.mlm.norm.stats"] == 320
+    # under torch autocast the residual stream is fp32, so the normalised tensor is cast back
+    # to fp32 (DebertaLayerNorm's input_type; from the modelling code, not measured there)
+    amp = {i.name: i.count for i in activation_breakdown(spec, 2, 40, act_bytes=2,
+                                                         device="cuda", amp=True).items}
+    assert amp["encoder.attn.norm.normalized"] == 2 * 40 * 32 * 4
     # past max_relative_positions the slice stops growing: 2 · 24 rows at T=64
     c2p = spec_from_hf(json.loads((DATA / "hf" / "variants" / "deberta-c2p-absolute.json")
                                   .read_text()))
@@ -892,6 +897,10 @@ def test_the_walked_rows_of_gemma3n_and_deepseek_v4() -> None:
     assert acts.get("decoder.csa.attn.probs").count == 2 * 4 * 64 * 81 * 4
     assert acts.get("decoder.csa.attn.compressor_kv").count == 2 * 16 * 8 * 16 * 4
     assert acts.get("decoder.hca.attn.compressor_kv").count == 2 * 64 * 16 * 4
+    # in bf16 the hyper head keeps fp32 copies of its projection, (2, 128), and of its
+    # scale, (1,): 1,024 + 4 bytes (walked, deepseek_v4-tiny.json, B=2 T=64)
+    bf16 = activation_breakdown(v4, 2, 64, act_bytes=2, device="cpu", attention="eager")
+    assert bf16.get("head.hc.weight_fp32").count == 2 * 2 * 64 * 4 + 4
 
 
 def test_diffllama_sdpa_keeps_a_second_value_copy_output_and_logsumexp() -> None:

@@ -142,6 +142,28 @@ def test_sliding_layers_stop_growing_at_their_window() -> None:
     assert r.components.get("kv_cache").total == 2 * (8192 * 12 + 127 * 12) * per_layer
 
 
+def test_a_spec_keeps_its_plan_and_copies_and_pickles_through_its_fields() -> None:
+    """A spec's fields live in slots, beside one for its plan (built once, on first use); a
+    copy or an unpickled spec starts without a plan and builds the same one."""
+    import copy
+    import pickle
+
+    spec = load_model("deepseek-v3")
+    plan = plan_of(spec)
+    assert plan_of(spec) is plan
+    for twin in (pickle.loads(pickle.dumps(spec)),  # noqa: S301 - our own bytes
+                 copy.copy(spec), spec.replace()):
+        assert twin == spec and twin._plan is None
+        assert plan_of(twin) == plan and count_params(twin).total == count_params(spec).total
+    import dataclasses
+
+    for name in ("n_layers", "not_a_field", "_plan"):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(spec, name, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del spec.n_layers
+
+
 def test_groups_are_distinct_blocks_not_layers() -> None:
     ds = load_model(str(HF / "deepseek-v3.json"))
     groups = plan_of(ds).groups

@@ -17,6 +17,8 @@ case.
 --lora-dropout), beside tcalc's estimate with the same settings;
 tests/data/activations_lora_cpu.jsonl holds B=2 T=128 --lora 8 on 11 variants, B=1 T=64
 --lora 16 --lora-dropout 0.05 on 3, B=2 T=128 --lora 8 --lora-targets q_proj,v_proj on 2.
+--tcalc-targets names the same layers in tcalc's roles where peft's module names are not
+among tcalc's aliases (BERT's intermediate.dense is tcalc's up); the row records it.
 
 --mixers (issue 14): only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
 Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's
@@ -138,6 +140,9 @@ def main() -> None:
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank (peft): a frozen base")
     ap.add_argument("--lora-targets", default="all-linear")
     ap.add_argument("--lora-dropout", type=float, default=0.0)
+    ap.add_argument("--tcalc-targets", default="",
+                    help="tcalc's names for the same layers, where --lora-targets are module "
+                         "names tcalc does not alias (BERT's intermediate.dense: up)")
     ap.add_argument("--experts", default="eager", choices=("eager", "grouped_mm"),
                     help="transformers' experts_implementation (rows without an experts key "
                          "were measured with eager)")
@@ -172,10 +177,13 @@ def main() -> None:
                 est = memory_report(spec, Settings(
                     precision="fp32" if dtype == "fp32" else "bf16", batch_size=args.B,
                     seq_len=args.T, attention=attention, device="cpu",
-                    lora_rank=args.lora, lora_targets=tuple(args.lora_targets.split(",")),
+                    lora_rank=args.lora, lora_targets=tuple(
+                        (args.tcalc_targets or args.lora_targets).split(",")),
                     lora_dropout=args.lora_dropout, experts=args.experts)).activations.total
                 print(json.dumps({"config": path.name, "attention": attention, "dtype": dtype,
                                   "B": args.B, "T": args.T, "lora": list(lora or ()),
+                                  **({"tcalc_targets": args.tcalc_targets}
+                                     if args.tcalc_targets else {}),
                                   **({"experts": args.experts} if spec.n_experts else {}),
                                   "measured_bytes": got,
                                   "tcalc_bytes": est,

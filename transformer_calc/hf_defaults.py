@@ -2078,7 +2078,7 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'cwm': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'data2vec-text': ('key', 'query', 'value'),
     'deberta': ('pos_proj', 'pos_q_proj'),
-    'deberta-v2': ('pos_key_proj', 'pos_query_proj'),
+    'deberta-v2': ('key_proj', 'pos_key_proj', 'pos_query_proj', 'query_proj', 'value_proj'),
     'deepseek_v2': ('down_proj', 'gate_proj', 'kv_a_proj_with_mqa', 'kv_b_proj', 'o_proj', 'q_a_proj', 'q_b_proj', 'up_proj'),
     'deepseek_v3': ('down_proj', 'gate_proj', 'kv_a_proj_with_mqa', 'kv_b_proj', 'o_proj', 'q_a_proj', 'q_b_proj', 'up_proj'),
     'deepseek_v32': ('down_proj', 'gate_proj', 'kv_a_proj_with_mqa', 'kv_b_proj', 'o_proj', 'q_a_proj', 'q_b_proj', 'up_proj', 'weights_proj', 'wk', 'wq_b'),

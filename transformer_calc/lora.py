@@ -45,6 +45,8 @@ ROLE_ALIASES = {
     # DeBERTa's position projections of the relative table (v1: pos_proj, pos_q_proj)
     "pos_proj": "pos_key", "pos_key_proj": "pos_key", "pos_q_proj": "pos_query",
     "pos_query_proj": "pos_query",
+    # DeBERTa-v2/v3's own projections (the usual LoRA recipe: query_proj, value_proj)
+    "query_proj": "q", "key_proj": "k", "value_proj": "v",
 }
 ROLES = ("q", "k", "v", "o", "qkv", "q_a", "q_b", "kv_a", "kv_b", "attn_gate", "gate", "up",
          "down", "gate_up", "router", "experts", "shared", "shared_gate", "in_proj", "x_proj",

@@ -461,7 +461,9 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         row("norm", sb * 4 + n_ * 4, "B·T · 4 + hc_streams · B·T·d_model · 4 (1/rms; the "
             "normed streams the projection reads)")
         row("weight_fp32", up * K * N * E * 4 + (4 if head and up else 0),
-            f"{K} · hc_streams · d_model · 4 (the projection's fp32 copy)")
+            f"{K} · hc_streams · d_model · 4 " + ("+ 4 (the projection's and the scale's fp32 "
+                                                  "copies)" if head else
+                                                  "(the projection's fp32 copy)"))
         row("weights", sb * K * 4 + (sb * N * 4 if head else 2 * sb * N * 4 + sb * N * 4),
             f"B·T · {K} · 4 + " + ("2 · B·T·hc_streams · 4 (its output, the sigmoid)" if head
                                    else "3 · B·T·hc_streams · 4 (its output, the two "
@@ -2233,21 +2235,35 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # core (the Q/K/V copies, probabilities, masks) nor, with none on its output projection
     # either, of the norm its output reaches next (measured: llama-biases.json, gate, up and
     # down adapted: the layer's attention and post-attention norm keep nothing)
-    first_groups = {st.groups[0].name for st in plan_of(spec).stacks
-                    if st.groups[0].block.cross is None} if not altup_grad else set()
+    first_blocks = {st.groups[0].name: st.groups[0].block for st in plan_of(spec).stacks} \
+        if not altup_grad else {}
+    first_groups = set(first_blocks)
     free_core = first_groups - {ad.stack for ad in adapted if ad.role in _ATTN_CORE_ROLES}
     free_norm = free_core - {ad.stack for ad in adapted if ad.role in ("o", "o_a", "o_b")}
+    # the norm the attention's output reaches next: a post-norm's own, or the pre-norm of
+    # the next sublayer (a decoder's cross-attention: its keys and values come from the
+    # encoder, so that sublayer is kept whole)
+    next_norm = {g: ("attn.norm." if spec.norm_position != "pre" else "cross.norm."
+                     if blk.cross is not None else "ffn.norm.", "attn.post_norm.")
+                 for g, blk in first_blocks.items()}
     # DeBERTa with its position projections adapted but not Q, K, V: the scores need a
     # gradient, Q, K, V do not, so what is kept only for theirs is not (measured,
     # deberta-relative.json: the scores' Q and K copies, the A·V matmul's probabilities, the
     # projected tables Q and K multiply)
     free_qkv = (first_groups - free_core) - {
         ad.stack for ad in adapted if ad.role in _ATTN_CORE_ROLES - {"pos_key", "pos_query"}}
-    next_norm = ("ffn.norm." if spec.norm_position == "pre" else "attn.norm.",
-                 "attn.post_norm.")
+    # ... and a decoder's first cross-attention then has a query without one: its scores
+    # keep Q (for the encoder's keys' gradient), not K (measured, bart-asymmetric.json with
+    # fc1,fc2 adapted); the encoder's output is kept only by adapters on the cross K or V
+    # (their frozen projections need no input)
+    free_cross = {g for g in free_core if first_blocks[g].cross is not None}
+    cross_kv = any(".cross." in ad.name and ad.role in ("k", "v", "qkv") for ad in adapted)
     # a relative table is a frozen parameter: its dropout keeps no mask, and only an adapter
     # on a position projection keeps the table (its input)
-    table_read = {ad.stack for ad in adapted if _reads(ad) == "attn.relative_table"}
+    # (under share_att_key the attention's own query and key projections project the
+    # table: their adapters read it too)
+    table_read = {ad.stack for ad in adapted if _reads(ad) == "attn.relative_table" or (
+        spec.rel_shared_key and ad.role in ("q", "k", "qkv") and ".attn." in ad.name)}
     # an output projection's adapter reading the attention's output as it is (no cast, no
     # dropout): o_input, or where o_proj reads the kernel's output itself (the CPU's flash
     # kernel), that output
@@ -2267,16 +2283,22 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             continue
         if stack and rest in _PROJECTION_INPUTS and (stack, rest) not in shared_reads:
             continue
+        # (the copies of Q and K DeBERTa's terms multiply are kept for the projected table's
+        # gradient: with the table's projections frozen, they are not; measured, in_proj
+        # adapted alone)
         if rest == "attn.relative_table_dropout_mask" or (
-                rest == "attn.relative_table" and stack not in table_read):
+                rest in ("attn.relative_table", "attn.relative_c2p_query",
+                         "attn.relative_p2c_key") and stack not in table_read) or (
+                name == "decoder.cross.encoder_output" and not cross_kv):
             continue
         if (stack in first_norms and rest.startswith("attn.norm.")) or (
                 stack in first_predict and rest in _ALTUP_PREDICT) or (
                 stack in free_core and rest.startswith("attn.")
                 and (stack, rest) not in o_reads
                 and not rest.startswith(("attn.norm.", "attn.post_norm."))) or (
-                stack in free_norm and rest.startswith(next_norm)) or (
-                stack in free_qkv and rest in _QKV_GRAD_ONLY):
+                stack in free_norm and rest.startswith(next_norm[stack])) or (
+                stack in free_qkv and rest in _QKV_GRAD_ONLY) or (
+                stack in free_cross and rest == "cross.k"):
             if r[4] > 1:
                 rows.append((*r[:4], r[4] - 1, *r[5:]))
             continue

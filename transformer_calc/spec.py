@@ -78,8 +78,14 @@ else:
             body = {k: v for k, v in cls.__dict__.items()
                     if k not in names and k not in ("__dict__", "__weakref__")}
             body["__slots__"] = (*names, "_plan")
+            # frozen: the generated __setattr__ names the class it was made for, not this one
+            body["__setattr__"] = _frozen
+            body["__delattr__"] = _frozen
             return type(cls)(cls.__name__, cls.__bases__, body)
         return slotted
+
+    def _frozen(self: Any, name: str, *value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field '{name}'")
 
 
 @spec_dataclass(frozen=True, repr=False, eq=False)
