@@ -177,7 +177,8 @@ def test_lora_s14_fixture_covers_the_three_target_sets() -> None:
 # alone on Llama, Gemma 2 and Qwen3 (gate_proj,up_proj,down_proj), on T5 (wi_0,wi_1,wo),
 # BART (fc1,fc2) and BERT (intermediate.dense), and o_proj,down_proj on Llama and Gemma 2
 # (T=64); Gemma 3n's LAuReL alone (linear_left,linear_right: tcalc's laurel, T=64) and
-# DeBERTa v1's position projections again at B=3 (T=40: the same table rows as at B=2).
+# DeBERTa v1's position projections again at B=3 (T=40: the same table rows as at B=2);
+# Mixtral's experts alone (w1,w2,w3: PEFT's parametrised experts; had been +20 to +37 %).
 # Before the first layer's frozen attention was seen to keep nothing, Llama's
 # MLP-only cases were +10 to +21 %, DeBERTa's position-only +14 %, BART's MLP-only +1.6 to
 # +3.8 %, DeBERTa v1's in_proj alone +1.8 to +2.9 %.
@@ -192,7 +193,8 @@ def _lora_total(row: dict) -> int:
     r = memory_report(spec, Settings(
         precision="fp32" if row["dtype"] == "fp32" else "bf16", batch_size=row["B"],
         seq_len=row["T"], attention=row["attention"], device="cpu", lora_rank=rank,
-        lora_targets=tuple(row.get("tcalc_targets", targets).split(",")), lora_dropout=dropout))
+        lora_targets=tuple(row.get("tcalc_targets", targets).split(",")), lora_dropout=dropout,
+        experts=row.get("experts", "eager")))
     return r.activations.total
 
 
@@ -220,7 +222,7 @@ def test_lora_exact_where_the_graph_was_walked() -> None:
 
 def test_lora_s15_fixture_covers_its_target_sets() -> None:
     kinds = {(r["config"], r["lora"][1]) for r in LORA_S15_MEASURED}
-    assert len(LORA_S15_MEASURED) == 52 and len(kinds) == 18
+    assert len(LORA_S15_MEASURED) == 56 and len(kinds) == 19
     assert ("llama-biases.json", "gate_proj,up_proj,down_proj") in kinds
 
 
@@ -254,6 +256,29 @@ def test_lora_first_layer_rows_where_the_graph_was_walked() -> None:
     assert bart["decoder.cross.norm.input"].repeat == 1
     gemma = _lora_rows("gemma3n_text-tiny.json", ("laurel",))
     assert gemma["decoder.sliding.sparse.attn.input"].repeat == 1
+
+
+def test_lora_over_experts_alone_keeps_what_the_graph_does() -> None:
+    """Mixtral with w1,w2,w3 (PEFT's parametrised experts), bf16, B=2, T=64, eager experts,
+    walked layer by layer: the first layer's experts keep their tokens' copy, the down
+    matmul's merged weight and input, and in both layers the bf16 casts of A and B the merge
+    multiplies ((4, 1024, 16) and (4, 16, 256) for gate_up at rank 2 · 8); not the gate_up
+    merged weight there (its input needs no gradient) nor the router's probabilities; the
+    normed FFN input is kept by neither layer (the experts read their copy)."""
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "mixtral-top1.json")
+                                   .read_text()))
+    r = memory_report(spec, Settings(precision="bf16", batch_size=2, seq_len=64, device="cpu",
+                                     lora_rank=8, lora_targets=("w1", "w2", "w3"),
+                                     experts="eager"))
+    items = {i.name: i for i in r.activations.items}
+    assert items["decoder.ffn.experts.gate_up.lora_merged_weight"].repeat == 1
+    assert items["decoder.ffn.experts.out.lora_merged_weight"].repeat == 2
+    assert items["decoder.ffn.experts.gate_up.lora_weight_casts"].count == 4 * 16 * (
+        256 + 1024) * 2
+    assert items["decoder.ffn.experts.gate_up.lora_weight_casts"].repeat == 2
+    assert items["decoder.ffn.router"].repeat == items["decoder.ffn.expert_output"].repeat == 1
+    assert items["decoder.ffn.out_input"].repeat == 2
+    assert "decoder.ffn.input" not in items
 
 
 def test_deberta_v2_query_and_value_proj_name_q_and_v() -> None:

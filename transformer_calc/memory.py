@@ -2167,6 +2167,8 @@ _PROJECTION_INPUTS = {
 _ATTN_CORE_ROLES = frozenset(("q", "k", "v", "qkv", "q_a", "q_b", "kv_a", "kv_b", "kv",
                               "attn_gate", "pos_key", "pos_query", "index_q", "index_k",
                               "index_weights", "compressor", "indexer"))
+# what a router keeps (its probabilities, the routing weights' products), for its gradient
+_ROUTER_ROWS = ("ffn.router", "ffn.expert_output")
 _QKV_GRAD_ONLY = frozenset(f"attn.{n}" for n in ("q", "k", "dropout_output", "softmax_cast",
                                                    "relative_tables"))
 # Gemma 3n's AltUp rows of a layer's prediction (memory.activation_breakdown's altup_rows)
@@ -2181,6 +2183,8 @@ def _reads(a: Adapted) -> str:
     rest = rest.split(".", 1)[1] if rest.startswith(("encoder.", "decoder.")) else rest
     if rest.startswith("ffn.shared."):
         return "ffn.shared.out_input" if rest.endswith(".out") else "ffn.input"
+    if rest.startswith("ffn.experts.") and not rest.endswith(".out"):
+        return "ffn.routed_input"  # the experts' first matmul reads its tokens' copy
     if rest.startswith("ffn."):
         return "ffn.out_input" if rest.endswith(".out") else "ffn.input"
     if rest.startswith(("ple.", "altup.", "laurel.")):
@@ -2206,6 +2210,9 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     kept = 2 if s.mixed else ADAPTER_BYTES
     mask = 1 if s.device == "cuda" else ADAPTER_BYTES  # dropout on the fp32 input
     shared_reads = {(ad.stack, _reads(ad)) for ad in adapted} if not (cast or drop) else set()
+    # PEFT's parametrised experts multiply their inputs as they are by the merged weight (no
+    # cast, no dropout), which keeps them for its gradient
+    shared_reads |= {(ad.stack, _reads(ad)) for ad in adapted if ad.experts > 1}
     # (Gemma 3n's router runs twice a layer: its adapter reads the correct side's input too)
     shared_reads |= {(st, "altup.correct_router_input") for st, rd in shared_reads
                      if rd == "altup.predict_router_input"}
@@ -2257,6 +2264,12 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # fc1,fc2 adapted); the encoder's output is kept only by adapters on the cross K or V
     # (their frozen projections need no input)
     free_cross = {g for g in free_core if first_blocks[g].cross is not None}
+    # ... and with nothing adapted in its attention, the first layer's FFN input has no
+    # gradient either: an unadapted router keeps nothing (its probabilities, the weights'
+    # products), and the experts' first matmul (gate/up) keeps no merged weight, which only
+    # its input's gradient needs (measured: mixtral-top1.json with w1,w2,w3 adapted)
+    router_adapted = {ad.stack for ad in adapted if ad.role == "router"}
+    free_router = free_norm - router_adapted
     cross_kv = any(".cross." in ad.name and ad.role in ("k", "v", "qkv") for ad in adapted)
     # a relative table is a frozen parameter: its dropout keeps no mask, and only an adapter
     # on a position projection keeps the table (its input)
@@ -2298,7 +2311,8 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                 and not rest.startswith(("attn.norm.", "attn.post_norm."))) or (
                 stack in free_norm and rest.startswith(next_norm[stack])) or (
                 stack in free_qkv and rest in _QKV_GRAD_ONLY) or (
-                stack in free_cross and rest == "cross.k"):
+                stack in free_cross and rest == "cross.k") or (
+                stack in free_router and rest.startswith(_ROUTER_ROWS)):
             if r[4] > 1:
                 rows.append((*r[:4], r[4] - 1, *r[5:]))
             continue
@@ -2326,10 +2340,21 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             # training (routed_input)
             base = 4 if s.precision == "fp32" else 2
             size = ad.experts * ad.fan_in * ad.fan_out
-            rows.append((ad.name + ".lora_merged_weight", size * base,
-                         "n_experts · in · out · base bytes (W + s·B·A, kept)",
-                         f"{ad.experts} · {ad.fan_in:,} · {ad.fan_out:,} · {base}", ad.repeat,
-                         ad.stack, "", None, ()))
+            merged = ad.repeat - (ad.stack in free_norm and not ad.name.endswith(".out"))
+            if merged:
+                rows.append((ad.name + ".lora_merged_weight", size * base,
+                             "n_experts · in · out · base bytes (W + s·B·A, kept)",
+                             f"{ad.experts} · {ad.fan_in:,} · {ad.fan_out:,} · {base}", merged,
+                             ad.stack, "", None, ()))
+            if base != ADAPTER_BYTES:
+                # over a 16-bit base the merge casts the fp32 A and B to the base's dtype, and
+                # the batched product keeps both casts (measured: mixtral-top1.json, bf16)
+                rank = s.lora_rank * ad.rank_factor
+                rows.append((ad.name + ".lora_weight_casts",
+                             ad.experts * rank * (ad.fan_in + ad.fan_out) * base,
+                             "n_experts · r · (in + out) · base bytes (A and B, cast)",
+                             f"{ad.experts} · {rank} · ({ad.fan_in:,} + {ad.fan_out:,}) · "
+                             f"{base}", ad.repeat, ad.stack, "", None, ()))
             continue
         # DeBERTa's position projections read the relative table (its rows the sequence
         # meets), once for the whole batch, not B·T tokens
