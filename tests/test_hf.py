@@ -361,9 +361,14 @@ def test_unsupported_model_type(cli, tmp_path) -> None:
     r = cli("params", str(path), code=2)
     assert r.stderr == (f"Error: {path}: key 'model_type': expected a model_type tcalc can "
                         "count (its recurrent mixer or hybrid layout is not modelled yet: "
-                        "Mamba, Mamba-2, Gated DeltaNet, lightning attention and LFM2's "
-                        "convolutions are; Zamba's shared blocks, RWKV, xLSTM, Kimi's delta "
-                        "attention are not), got 'zamba2'\n")
+                        "Mamba, Mamba-2, Gated DeltaNet, Kimi's delta attention, lightning "
+                        "attention and LFM2's convolutions are; Zamba's shared blocks, "
+                        "Bailing's hybrid, RecurrentGemma, RWKV and xLSTM are not), got "
+                        "'zamba2'\n")
+    # (every type that message names as refused is refused, none of them mapped)
+    from transformer_calc.hf import MAPPERS, RECURRENT
+
+    assert not RECURRENT & set(MAPPERS)
     path.write_text('{"model_type": "qwen4"}')
     r = cli("params", str(path), code=2)
     assert r.stderr == (f"Error: {path}: key 'model_type': expected one of the "

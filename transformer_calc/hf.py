@@ -249,8 +249,7 @@ def _table(model_type: str) -> dict[str, Any]:
 
 
 # Hybrid and recurrent model types (issue 14): refused with that reason, not just "unknown".
-RECURRENT = frozenset("""zamba zamba2 kimi_linear bailing_hybrid
-    recurrent_gemma rwkv xlstm""".split())
+RECURRENT = frozenset("""zamba zamba2 bailing_hybrid recurrent_gemma rwkv xlstm""".split())
 
 
 def _known_types(found: object) -> str:
@@ -259,9 +258,9 @@ def _known_types(found: object) -> str:
 
     if isinstance(found, str) and found in RECURRENT:
         return ("a model_type tcalc can count (its recurrent mixer or hybrid layout is not "
-                "modelled yet: Mamba, Mamba-2, Gated DeltaNet, lightning attention and LFM2's "
-                "convolutions are; Zamba's shared blocks, RWKV, xLSTM, Kimi's delta attention "
-                "are not)")
+                "modelled yet: Mamba, Mamba-2, Gated DeltaNet, Kimi's delta attention, "
+                "lightning attention and LFM2's convolutions are; Zamba's shared blocks, "
+                "Bailing's hybrid, RecurrentGemma, RWKV and xLSTM are not)")
     close = difflib.get_close_matches(found, sorted(MAPPERS), n=3, cutoff=0.6) \
         if isinstance(found, str) else []
     return (f"one of the {len(MAPPERS)} model types in docs/model_types.md"
