@@ -374,16 +374,17 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # (measured on cohere: tools/measure_activations_hf.py); DebertaLayerNorm casts
             # that tensor back to the input's dtype before the weight's mul (measured on the
             # deberta variants, bf16)
+            # (the normalised tensor is kept for the weight's gradient alone: a frozen base,
+            # under LoRA, keeps it not)
+            add((name + ".fp32_terms", 2 * sb_ * width * vectors * 4, f"2 · {tsym}·{vsym}"
+                 f"{wsym} · 4 (x − mean twice; fp32)", "", reps, stack, "", None, ()))
             if spec.norm_manual_cast:
-                add((name + ".fp32_terms", 2 * sb_ * width * vectors * 4, f"2 · {tsym}·{vsym}"
-                     f"{wsym} · 4 (x − mean twice; fp32)", "", reps, stack, "", None, ()))
                 add((name + ".normalized", sb_ * width * vectors * r, f"{tsym}·{vsym}{wsym} · "
                      f"{rsym} (cast back: the weight's mul keeps it)", "", reps, stack, "",
                      None, ()))
             else:
-                add((name + ".fp32_terms", 3 * sb_ * width * vectors * 4, f"3 · {tsym}·{vsym}"
-                     f"{wsym} · 4 (x − mean twice, the normalised tensor; fp32)", "", reps,
-                     stack, "", None, ()))
+                add((name + ".normalized", sb_ * width * vectors * 4, f"{tsym}·{vsym}{wsym} · "
+                     "4 (fp32: the weight's mul keeps it)", "", reps, stack, "", None, ()))
             add((name + ".rstd", sb_ * vectors * 4, f"{tsym}{'·' + vsym[:-1] if vsym else ''} · 4 "
                  "(fp32)", "", reps, stack, "", None, ()))
             return
@@ -808,23 +809,29 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # is low-rank
             # In a 16-bit model the norm's pow keeps its fp32 copy instead, and kv_a's and
             # q_a's outputs are not kept (measured on deepseek_v32-tiny, bf16)
+            # (the normalised latents are kept for the norms' weights' gradients alone, kv_b's
+            # and q_b's inputs for theirs: a frozen base, under LoRA, keeps neither unless an
+            # adapter reads them)
             rq, rkv, dr = at.q_lora_rank, at.kv_lora_rank, at.d_rope
             if a == 4:
-                per_token = (rkv + dr) * 4 + 4 + 2 * rkv * 4
-                formula = "B·T·((kv_lora_rank + d_rope + 2·kv_lora_rank) · 4 + 4)"
-                what = "kv_a's output, kept whole by its norm; 1/rms; the normed latent and " \
-                    "kv_b's input"
+                add((p + "kv_latent_norm", sb * ((rkv + dr) * 4 + 4), "B·T·((kv_lora_rank + "
+                     "d_rope) · 4 + 4) (kv_a's output, kept whole by its norm; 1/rms)", "", L,
+                     stack, "", None, ()))
             else:
-                per_token = rkv * 4 + 4 + 2 * rkv * a
-                formula = "B·T·(kv_lora_rank · 4 + 4 + 2·kv_lora_rank · act)"
-                what = "the norm's fp32 copy of the latent and 1/rms; the normed latent and " \
-                    "kv_b's input"
+                add((p + "kv_latent_norm", sb * (rkv * 4 + 4), "B·T·(kv_lora_rank · 4 + 4) "
+                     "(the norm's fp32 copy of the latent; 1/rms)", "", L, stack, "", None, ()))
+            add((p + "kv_latent.normalized", sb * rkv * a, "B·T·kv_lora_rank · act (the "
+                 "normed latent the norm's weight multiplies)", "", L, stack, "", None, ()))
+            add((p + "kv_b_input", sb * rkv * a, "B·T·kv_lora_rank · act (kv_b's input)", "", L,
+                 stack, "", None, ()))
             if rq:
-                per_token += rq * 4 + 4 + 2 * rq * a
-                formula += " + B·T·(q_lora_rank · 4 + 4 + 2·q_lora_rank · act)"
-                what += "; the same for the query latent"
-            add((p + "latent", sb * per_token, f"{formula} ({what})", "", L, stack, "", None,
-                 ()))
+                add((p + "q_latent_norm", sb * (rq * 4 + 4), "B·T·(q_lora_rank · 4 + 4) (q_a's "
+                     "output or its fp32 copy, kept by its norm; 1/rms)", "", L, stack, "", None,
+                     ()))
+                add((p + "q_latent.normalized", sb * rq * a, "B·T·q_lora_rank · act (the "
+                     "normed latent the norm's weight multiplies)", "", L, stack, "", None, ()))
+                add((p + "q_b_input", sb * rq * a, "B·T·q_lora_rank · act (q_b's input)", "",
+                     L, stack, "", None, ()))
             vw = Hh * dv
             kvw = qw
         if spec.rel_embeddings and not cross and at.mechanism == "softmax":
@@ -2153,6 +2160,7 @@ _IDS = ("embed.token_ids", "embed.position_ids", "head.input", "head.mlm.decoder
 _PROJECTION_INPUTS = {
     "attn.input": ("q", "k", "v", "qkv", "q_a", "kv_a", "attn_gate", "laurel"),
     "attn.o_input": ("o",), "cross.input": ("q",), "cross.o_input": ("o",),
+    "attn.kv_b_input": ("kv_b",), "attn.q_b_input": ("q_b",),
     "ffn.input": ("gate", "up", "gate_up", "shared", "router", "shared_gate"),
     "ffn.out_input": ("down",), "ffn.shared.out_input": ("shared",),
     # Gemma 4's per-layer input; Gemma 3n's AltUp router and coefficients, LAuReL's right
@@ -2194,6 +2202,8 @@ def _reads(a: Adapted) -> str:
     sub = rest.split(".", 1)[0]  # attn | cross
     if rest.endswith((".pos_key", ".pos_query")):  # DeBERTa: the relative table
         return f"{sub}.relative_table"
+    if rest.endswith((".kv_b", ".q_b")):  # MLA: the normed latents
+        return f"{sub}.{rest.rsplit('.', 1)[1]}_input"
     return f"{sub}.o_input" if rest.endswith(".o") else f"{sub}.input"
 
 
