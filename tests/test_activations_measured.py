@@ -117,7 +117,9 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # activations_s15_cpu.jsonl (session 15, the same versions and tool): DeBERTa v1
 # (DebertaForMaskedLM, eager only) with both disentangled terms, c2p alone over a table
 # shorter than the sequence (max_relative_positions 24, absolute positions, token types,
-# untied), p2c alone; B=2 T=64 and B=1 T=40, fp32 and bf16, and B=3 T=100 for the first.
+# untied), p2c alone; B=2 T=64 and B=1 T=40, fp32 and bf16, and B=3 T=100 for the first;
+# Falcon's new layout with ALiBi and with RoPE, B=2 T=64 and B=1 T=128, eager and SDPA (under
+# SDPA they had been −20.2 % and −4.8 %: the explicit masks and the broadcast K/V).
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 from transformer_calc.plan import plan_of  # noqa: E402
@@ -421,6 +423,29 @@ def test_deberta_v1_slices_its_table_copies_q_and_k_per_term_and_norms_by_hand()
     c2p = spec_from_hf(json.loads((DATA / "hf" / "variants" / "deberta-c2p-absolute.json")
                                   .read_text()))
     assert c2p.rel_rows(64) == 48 and c2p.rel_rows(10) == 20
+
+
+def test_falcon_under_sdpa_keeps_its_explicit_masks_and_broadcast_heads() -> None:
+    # walked (transformers 5.23, FalconForCausalLM, SDPA, fp32, B=2, T=64): FalconModel
+    # always builds the causal mask (allow_is_causal_skip=False), so each layer's call keeps
+    # its (2, 1, 64, 64) fp32 copy (16,384 bytes); with ALiBi the mask is the (2, 8, 64, 64)
+    # bias, one tensor for every layer (131,072); _split_heads broadcasts K and V to the 8
+    # heads, so the kernel keeps Q, K and V of 8 heads (3 · 32,768 each layer)
+    def rows(name: str) -> dict:  # type: ignore[type-arg]
+        spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / name).read_text()))
+        return {i.name: i for i in activation_breakdown(
+            spec, 2, 64, act_bytes=4, device="cpu", attention="sdpa",
+            dropout=spec.trains_with_dropout).items}
+
+    rope = rows("falcon-new-rope.json")
+    assert rope["decoder.attn.mask"].count == 2 * 64 * 64 * 4
+    assert rope["decoder.attn.qkv"].count == 3 * 2 * 64 * 8 * 32 * 4
+    alibi = rows("falcon-alibi-new-1ln.json")
+    assert "decoder.attn.mask" not in alibi
+    assert alibi["attn.alibi_mask"].count == 2 * 8 * 64 * 64 * 4
+    assert alibi["attn.alibi_mask"].repeat == 1
+    old = rows("falcon-sequential-bias.json")
+    assert old["decoder.attn.mask"].count == 2 * 64 * 64 * 4
 
 
 def test_deberta_v1_within_a_fifth_of_a_percent() -> None:

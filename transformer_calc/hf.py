@@ -607,7 +607,11 @@ def _falcon(c: Config) -> dict[str, Any]:
                 # sequential blocks: input_layernorm + post_attention_layernorm.
                 parallel_block=bool(parallel or new), parallel_norms=norms if parallel or new
                 else 1, **_bias(bias, bias, bias, bias, bias, bias),
-                tie_embeddings=c.get("tie_word_embeddings", True))
+                tie_embeddings=c.get("tie_word_embeddings", True),
+                # FalconModel: create_causal_mask(allow_is_causal_skip=False), ALiBi added onto
+                # it; FalconAttention._split_heads broadcasts K and V to every head (new
+                # layout) before the attention (measured, falcon variants under SDPA)
+                explicit_mask=True, kv_broadcast=bool(new))
 
 
 def _opt(c: Config) -> dict[str, Any]:

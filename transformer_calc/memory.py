@@ -574,6 +574,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     # ... and for chunked layers once T reaches the chunk (create_chunked_causal_mask; measured
     # on Llama 4)
     chunked_mask = attention == "sdpa" and flash and 0 < spec.attention_chunk <= T
+    # ... and in every layer where the model always builds one (Falcon); with ALiBi the mask
+    # is the float (B, heads, T, T) bias itself, one tensor every layer's call keeps
+    layer_mask = attention == "sdpa" and flash and spec.explicit_mask \
+        and spec.position != "alibi"
 
     def relative_rows(p: str, stack: str, L: int, at: Attention) -> None:
         """DeBERTa-v2/v3 (DisentangledSelfAttention, transformers 5.23), per layer: the
@@ -853,6 +857,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             yoso_core(at, p, stack, L)
         elif at.mechanism != "softmax" and not cross:
             efficient_core(at, p, stack, L)
+        elif flash and spec.kv_broadcast and not cross:
+            # Falcon's new layout: K and V broadcast to every head (copies), Q and K rotated
+            # (with RoPE) after; the kernel keeps the three (measured)
+            add((p + "qkv", sb * 3 * qw * a, "3 · B·T·n_heads·d_head · act (K and V broadcast "
+                 "to every head)", "", L, stack, "tp", None, ()))
         elif flash and at.fused_qkv and not cross and spec.position == "rope":
             # the kernel keeps the rotated Q and K (new tensors) and V, a view of the fused
             # projection's output, which stays alive whole (GPT-NeoX, Falcon, Phi-3: measured)
@@ -886,7 +895,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  L, stack, "tp", None, ()))
             add((p + "logsumexp", B * Hh * T * 4, "B·n_heads·T · 4 (fp32)", "", L, stack, "tp",
                  None, ()))
-            if (sliding_mask and at.kind == "sliding") or (chunked_mask and at.kind == "chunked"):
+            if (sliding_mask and at.kind == "sliding") or (chunked_mask and at.kind == "chunked") \
+                    or (layer_mask and not cross):
                 # the layer's explicit (B, 1, T, T) mask: transformers passes a bool mask, which
                 # scaled_dot_product_attention converts to the query's dtype on every call
                 # (convert_boolean_attn_mask), so each such layer keeps its own copy (measured:
@@ -1571,6 +1581,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             norm("embed.norm", "", 1, spec.embed_dim, "d_embed")
         else:
             norm("embed.norm", "", 1)
+    if attention == "sdpa" and flash and spec.explicit_mask and spec.position == "alibi":
+        # Falcon with ALiBi: the bias, masked, is the float mask every layer's SDPA call keeps
+        # (one tensor; measured, falcon-alibi-new-1ln.json)
+        add(("attn.alibi_mask", B * spec.n_heads * T * T * a, "B·n_heads·T·T · act (ALiBi's "
+             "bias as the attention mask, shared by the layers)", "", 1, "", "tp", None, ()))
     if spec.lm_head or spec.mlm_head:
         hw = E if spec.mlm_head else spec.embed_dim
         add(("head.input", sb * hw * a, "B·T·d_model · act (the head's input)" if
@@ -2252,8 +2267,22 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # core (the Q/K/V copies, probabilities, masks) nor, with none on its output projection
     # either, of the norm its output reaches next (measured: llama-biases.json, gate, up and
     # down adapted: the layer's attention and post-attention norm keep nothing)
+    # (an adapter on a projection before the layers, OPT's project_in, gives their input a
+    # gradient: then none of this holds)
+    embed_grad = altup_grad or any(ad.name.startswith("embed.") for ad in adapted)
     first_blocks = {st.groups[0].name: st.groups[0].block for st in plan_of(spec).stacks} \
-        if not altup_grad else {}
+        if not embed_grad else {}
+    # A stack with no adapter in any of its layers (I-BERT, whose QuantLinear layers PEFT
+    # does not adapt; an encoder when only the decoder is adapted) runs without a gradient
+    # throughout: its layers and final norm keep nothing (measured: ibert-tiny.json,
+    # all-linear adapts the head's dense layer alone)
+    in_layers = {ad.stack for ad in adapted if ad.stack}
+    frozen: set[str] = set()
+    if not embed_grad:
+        for st in plan_of(spec).stacks:
+            names = {g.name for g in st.groups}
+            if not names & in_layers:
+                frozen |= names | {f"{st.name}.final_norm", f"{st.name}.final_dropout"}
     first_groups = set(first_blocks)
     free_core = first_groups - {ad.stack for ad in adapted if ad.role in _ATTN_CORE_ROLES}
     free_norm = free_core - {ad.stack for ad in adapted if ad.role in ("o", "o_a", "o_b")}
@@ -2292,19 +2321,22 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # kernel), that output
     o_reads: set[tuple[str, str]] = set()
     if not (cast or drop):
-        for st in {ad.stack for ad in adapted if ad.role == "o"} & free_core:
-            has_copy = any(r[5] == st and r[0] == f"{st}.attn.o_input" for r in acts.rows)
-            o_reads.add((st, "attn.o_input" if has_copy else "attn.out"))
+        for grp in {ad.stack for ad in adapted if ad.role == "o"} & free_core:
+            has_copy = any(r[5] == grp and r[0] == f"{grp}.attn.o_input" for r in acts.rows)
+            o_reads.add((grp, "attn.o_input" if has_copy else "attn.out"))
     o_reads |= shared_reads
     rows = []
     for r in acts.rows:
         name, stack = r[0], r[5]
         rest = name[len(stack) + 1:] if stack else name
-        if name.endswith(_WEIGHT_GRAD_ONLY) or name in _IDS or (
+        if name.endswith(_WEIGHT_GRAD_ONLY) or (
+                name in _IDS and ("", name) not in shared_reads) or (
                 name.startswith("embed.") and not name.startswith(embed_kept)) \
                 or name.endswith(("embed.token_ids", "embed.position_ids")):
             continue
         if stack and rest in _PROJECTION_INPUTS and (stack, rest) not in shared_reads:
+            continue
+        if stack in frozen or (not stack and name.startswith(tuple(frozen))):
             continue
         # (the copies of Q and K DeBERTa's terms multiply are kept for the projected table's
         # gradient: with the table's projections frozen, they are not; measured, in_proj

@@ -139,6 +139,12 @@ class ModelSpec:
     norm_manual: bool = _f(False, "the LayerNorm is written out in fp32 (CohereLayerNorm): it "
                            "keeps x − mean twice, the normalised tensor and 1/std, and a "
                            "(heads, d_head) QK-norm norms each head apart", arch=False)
+    explicit_mask: bool = _f(False, "the model always hands SDPA an explicit causal mask "
+                             "(Falcon: allow_is_causal_skip off): each layer keeps its copy, or "
+                             "with ALiBi the one (B, heads, T, T) bias mask", arch=False)
+    kv_broadcast: bool = _f(False, "K and V are broadcast to every query head before "
+                            "attention, as copies (Falcon's new decoder architecture)",
+                            arch=False)
     norm_manual_cast: bool = _f(False, "that hand-written LayerNorm casts the normalised "
                                 "tensor back to the input's dtype before its weight "
                                 "(DebertaLayerNorm)", arch=False)
