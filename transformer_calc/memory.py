@@ -2346,7 +2346,7 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                          "attn.relative_p2c_key") and stack not in table_read) or (
                 name == "decoder.cross.encoder_output" and not cross_kv):
             continue
-        if (stack in first_norms and rest.startswith("attn.norm.")) or (
+        if (stack in first_norms and rest.startswith(("attn.norm.", "mixer.norm."))) or (
                 stack in first_predict and rest in _ALTUP_PREDICT) or (
                 stack in free_core and rest.startswith("attn.")
                 and (stack, rest) not in o_reads
