@@ -119,7 +119,8 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # shorter than the sequence (max_relative_positions 24, absolute positions, token types,
 # untied), p2c alone; B=2 T=64 and B=1 T=40, fp32 and bf16, and B=3 T=100 for the first;
 # Falcon's new layout with ALiBi and with RoPE, B=2 T=64 and B=1 T=128, eager and SDPA (under
-# SDPA they had been −20.2 % and −4.8 %: the explicit masks and the broadcast K/V).
+# SDPA they had been −20.2 % and −4.8 %: the explicit masks and the broadcast K/V); OPT with
+# a narrower embedding (project_in/out), the same shapes.
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 from transformer_calc.plan import plan_of  # noqa: E402

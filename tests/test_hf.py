@@ -208,6 +208,7 @@ REFERENCE = {
     "variants/defaults-t5.json": (60_506_624, "T5ForConditionalGeneration"),
     "variants/falcon-alibi-new-1ln.json": (892_416, "FalconForCausalLM"),
     "variants/falcon-new-rope.json": (892_416, "FalconForCausalLM"),
+    "variants/opt-projected.json": (83_456, "OPTForCausalLM"),
     "variants/falcon-sequential-bias.json": (1_836_032, "FalconForCausalLM"),
     "variants/gemma-gqa.json": (1_371_392, "GemmaForCausalLM"),
     "variants/gpt2-n-inner.json": (1_611_352, "GPT2LMHeadModel"),

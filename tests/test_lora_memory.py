@@ -235,7 +235,8 @@ def test_lora_survey_covers_14_variants() -> None:
 
 
 # And every other variant (90 of them, 308 cases, the same tool and settings):
-# activations_lora_survey2_s15_cpu.jsonl, measured after the fixes above. All within ±10 %
+# activations_lora_survey2_s15_cpu.jsonl, measured after the fixes above, and OPT with a
+# narrower embedding with project_in and the MLPs adapted. All within ±10 %
 # but Jamba in bf16 (+9.2 and +10.7 %: its Mamba mixers' projection inputs, which a frozen
 # base need not keep, are still counted; said in the README).
 LORA_SURVEY2 = [r for r in (json.loads(line) for line in (
@@ -319,6 +320,29 @@ def test_lora_over_experts_alone_keeps_what_the_graph_does() -> None:
     assert items["decoder.ffn.router"].repeat == items["decoder.ffn.expert_output"].repeat == 1
     assert items["decoder.ffn.out_input"].repeat == 2
     assert "decoder.ffn.input" not in items
+
+
+def test_lora_frozen_stacks_keep_nothing_and_embedding_adapters_undo_that() -> None:
+    """I-BERT (ibert-tiny.json, all-linear, fp32, B=2, T=64; walked): PEFT adapts only the
+    head's dense layer, so the layers keep nothing; the head adapter keeps its input as it is
+    (8,192 bytes: the total within 4 bytes of the 96,260 measured). The same rule covers a
+    stack's final norm (a pre-norm stack with nothing adapted: its output has no gradient;
+    from the rule, not measured). OPT with a narrower embedding (opt-projected.json): PEFT
+    adapts project_in, so the layers' input has a gradient and the first layer keeps its
+    attention (activations_lora_survey2_s15_cpu.jsonl measures it)."""
+    ibert = _lora_rows("ibert-tiny.json", ("all-linear",))
+    assert not any(n.startswith("encoder.") for n in ibert)
+    assert ibert["head.input"].count == 2 * 64 * 16 * 4
+    spec = load_model("bert-base").replace(norm_position="pre", final_norm=True)
+    r = memory_report(spec, Settings(precision="fp32", batch_size=2, seq_len=64, device="cpu",
+                                     lora_rank=8, lora_targets=("head",)))
+    assert not any(i.name.startswith("encoder.") for i in r.activations.items)
+    opt = _lora_rows("opt-projected.json", ("all-linear",))
+    assert opt["decoder.attn.softmax"].repeat == 2
+    # with project_in and the MLPs alone (the survey's last rows: -1.2 % in fp32)
+    # the first layer's attention is still kept: its input has a gradient
+    opt = _lora_rows("opt-projected.json", ("project", "up", "down"))
+    assert opt["decoder.attn.softmax"].repeat == 2
 
 
 def test_deberta_v2_query_and_value_proj_name_q_and_v() -> None:
