@@ -2292,12 +2292,6 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     next_norm = {g: ("attn.norm." if spec.norm_position != "pre" else "cross.norm."
                      if blk.cross is not None else "ffn.norm.", "attn.post_norm.")
                  for g, blk in first_blocks.items()}
-    # DeBERTa with its position projections adapted but not Q, K, V: the scores need a
-    # gradient, Q, K, V do not, so what is kept only for theirs is not (measured,
-    # deberta-relative.json: the scores' Q and K copies, the A·V matmul's probabilities, the
-    # projected tables Q and K multiply)
-    free_qkv = (first_groups - free_core) - {
-        ad.stack for ad in adapted if ad.role in _ATTN_CORE_ROLES - {"pos_key", "pos_query"}}
     # ... and a decoder's first cross-attention then has a query without one: its scores
     # keep Q (for the encoder's keys' gradient), not K (measured, bart-asymmetric.json with
     # fc1,fc2 adapted); the encoder's output is kept only by adapters on the cross K or V
@@ -2310,6 +2304,12 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     router_adapted = {ad.stack for ad in adapted if ad.role == "router"}
     free_router = free_norm - router_adapted
     cross_kv = any(".cross." in ad.name and ad.role in ("k", "v", "qkv") for ad in adapted)
+    # DeBERTa with its position projections adapted but not Q, K, V: the scores need a
+    # gradient, Q, K, V do not, so what is kept only for theirs is not (measured,
+    # deberta-relative.json: the scores' Q and K copies, the A·V matmul's probabilities, the
+    # projected tables Q and K multiply)
+    free_qkv = (first_groups - free_core) - {
+        ad.stack for ad in adapted if ad.role in _ATTN_CORE_ROLES - {"pos_key", "pos_query"}}
     # a relative table is a frozen parameter: its dropout keeps no mask, and only an adapter
     # on a position projection keeps the table (its input)
     # (under share_att_key the attention's own query and key projections project the
