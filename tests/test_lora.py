@@ -43,7 +43,11 @@ def _cases() -> list:
 
 # Where tcalc refuses what peft counts, and why (a refusal, never a wrong number)
 REFUSED = {"bigbird_pegasus": "query in the encoder, q_proj in the decoder: tcalc's roles do "
-                              "not tell the stacks apart"}
+                              "not tell the stacks apart",
+           # (PEFT adapts the attention's and the mixer's module of a name alike; tcalc asks
+           # for its own role names there: q, in_proj, ...)
+           "kimi_linear": "its delta-attention mixer has q_proj, gate_proj of its own",
+           "olmo_hybrid": "its delta-attention mixer has q_proj, gate_proj of its own"}
 
 
 @pytest.mark.parametrize(("rank", "targets", "case"), _cases())
@@ -85,7 +89,7 @@ def test_gpt2_fused_conv1d() -> None:
     assert lora_params(spec, count_params(spec), 8).total == 1_179_648
     with pytest.raises(TcalcError, match="one matrix; target qkv"):
         lora_params(spec, count_params(spec), 8, ("q",))
-    with pytest.raises(TcalcError, match="unknown module 'q_proj' for gpt2"):  # peft: not found
+    with pytest.raises(TcalcError, match="gpt2 has no module named q_proj"):  # peft: not found
         lora_params(spec, count_params(spec), 8, ("q_proj",))
     assert lora_params(spec, count_params(spec), 8, ("c_attn",)).total == 12 * 8 * (768 + 2304)
 
@@ -145,3 +149,32 @@ def test_deepseek_v3_without_shared_experts_still_has_their_empty_mlp() -> None:
     params = count_params(spec)
     assert params.total == 259_856 - 74_560
     assert lora_params(spec, params, 8).total == 74_560
+
+
+def test_a_name_the_model_lacks_adapts_nothing_beside_one_it_has() -> None:
+    """PEFT adapts every module a target names and refuses only a list matching nothing
+    (peft 0.21.2: "Target modules ... not found"). Phi-3 has gate_up_proj, not gate_proj or
+    up_proj: gate_proj,up_proj,down_proj adapt its down_proj alone, r · (d_ff + d_model) per
+    layer (the fixture's variants_mlp set has peft's counts); tcalc says which names found
+    nothing. tcalc's own role names must each find a layer."""
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "phi3-gqa-tied.json")
+                                   .read_text()))
+    got = lora_params(spec, count_params(spec), 8, ("gate_proj", "up_proj", "down_proj"))
+    assert got.total == spec.n_layers * 8 * (spec.d_ff + spec.d_model)
+    assert got.notes and got.notes[0].startswith("gate_proj, up_proj: no such module")
+    with pytest.raises(TcalcError, match="has no module named gate_proj"):
+        lora_params(spec, count_params(spec), 8, ("gate_proj",))
+    with pytest.raises(TcalcError, match="no linear layer 'experts'"):
+        lora_params(spec, count_params(spec), 8, ("down", "experts"))
+
+
+def test_shared_experts_answer_to_the_mlp_names_where_peft_does_not_convert() -> None:
+    """Qwen2-MoE is not among the types PEFT 0.21 converts (its own name is the pattern's),
+    so gate_proj,up_proj,down_proj adapt the dense first layer's MLP and every shared expert,
+    never the routed experts: 9,984 trainable in qwen2_moe-tiny.json (peft 0.21.2, the
+    fixture's variants_mlp set): 3 · 8 · (64 + 128) + 2 layers · 3 · 8 · (64 + 48)."""
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "qwen2_moe-tiny.json")
+                                   .read_text()))
+    got = lora_params(spec, count_params(spec), 8, ("gate_proj", "up_proj", "down_proj"))
+    assert got.total == 3 * 8 * (64 + 128) + 2 * 3 * 8 * (64 + 48) == 9_984
+    assert not any(".experts." in i.name for i in got.items)

@@ -13,6 +13,7 @@ generic mapper reads are written.
 from __future__ import annotations
 
 import dataclasses
+import json
 import pprint
 import sys
 from pathlib import Path
@@ -212,7 +213,8 @@ def peft_moe_patterns() -> dict[str, str]:
 def linear_names() -> dict[str, tuple[str, ...]]:
     """Per model type: which of the transformers module names --lora-targets accepts
     (lora.ROLE_ALIASES, and Mixtral's w1/w2/w3) name an nn.Linear or Conv1D of the class
-    tcalc counts, built on the meta device from the type's default config."""
+    tcalc counts, built on the meta device from the type's default config and the small configs
+    of it in the registries and tests/data/hf/variants."""
     import torch
     import transformers
     from transformers.pytorch_utils import Conv1D
@@ -226,16 +228,33 @@ def linear_names() -> dict[str, tuple[str, ...]]:
     # DeBERTa's defaults build no position projections: build them too
     relative = {"relative_attention": True, "pos_att_type": ["c2p", "p2c"],
                 "share_att_key": False}
+    # and the registries' small configs of the type, whose layers differ (DeepSeek's q_proj
+    # without a q_lora_rank, Bamba's attention layers): the names of any of them (one that a
+    # config lacks adapts nothing there, as in PEFT)
+    root = Path(__file__).resolve().parents[1]
+    small: dict[str, list[dict]] = {}
+    for name in ("registry_cases.json", "registry_cases_more.json", "registry_mixers_T8.json"):
+        for case in json.loads((root / "tests/data" / name).read_text())["cases"]:
+            small.setdefault(case["config"]["model_type"], []).append(case["config"])
+    for path in sorted((root / "tests/data/hf/variants").glob("*.json")):
+        config = json.loads(path.read_text())
+        small.setdefault(config.get("model_type", ""), []).append(config)
     for model_type in sorted(MAPPERS):
-        try:
-            cfg = transformers.AutoConfig.for_model(
-                model_type, **(relative if model_type.startswith("deberta") else {}))
-            with torch.device("meta"):
-                model = getattr(transformers, HEAD_CLASS[model_type])(cfg)
-        except Exception:  # noqa: BLE001, S112 - a type whose default does not build
+        names: set[str] = set()
+        built = False
+        for config in [{"model_type": model_type}, *small.get(model_type, [])]:
+            try:
+                cfg = transformers.AutoConfig.for_model(
+                    **config, **(relative if model_type.startswith("deberta") else {}))
+                with torch.device("meta"):
+                    model = getattr(transformers, HEAD_CLASS[model_type])(cfg)
+            except Exception:  # noqa: BLE001, S112 - a config that does not build
+                continue
+            built = True
+            names |= {n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                      if isinstance(m, (torch.nn.Linear, Conv1D))}
+        if not built:
             continue
-        names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules()
-                 if isinstance(m, (torch.nn.Linear, Conv1D))}
         # PEFT's MoE conversion: the transformers-4 expert names stand for the fused experts
         names |= {"mixtral": {"w1", "w2", "w3"}, "qwen2_moe": {"gate_proj", "up_proj",
                                                                "down_proj"}

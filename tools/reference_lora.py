@@ -13,7 +13,8 @@ case, with the targeted modules' (in, out) shapes when --modules is given.
 --fixture writes what tests/test_lora.py checks: every case of the registries (default and
 small configs of every model type tcalc reads; all-linear, r = 8), every config.json in
 tests/data/hf and its variants (all-linear, r = 16), the real configs with q_proj,v_proj and
-a few with gate_proj,up_proj,down_proj (r = 8). A case peft refuses keeps peft's error.
+a few with gate_proj,up_proj,down_proj, and the registries' small configs and the variants
+with both target lists (r = 8). A case peft refuses keeps peft's error.
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ FIXTURE_SETS = (
     ("registry_q_v", "tests/data/registry_cases.json", 8, "q_proj,v_proj"),
     ("mlp", "tests/data/hf/{llama-3.1-8b,mixtral-8x7b,qwen3-30b-a3b,deepseek-v3}.json", 8,
      "gate_proj,up_proj,down_proj"),
+    # every small config and variant with the MLP's names and with q_proj,v_proj (PEFT adapts
+    # what each name matches and refuses only a list matching nothing; shared experts carry
+    # the MLP's names)
+    ("registry_mlp", "tests/data/registry_cases.json", 8, "gate_proj,up_proj,down_proj"),
+    ("registry_more_mlp", "tests/data/registry_cases_more.json", 8,
+     "gate_proj,up_proj,down_proj"),
+    ("variants_mlp", "tests/data/hf/variants/*.json", 8, "gate_proj,up_proj,down_proj"),
+    ("registry_more_q_v", "tests/data/registry_cases_more.json", 8, "q_proj,v_proj"),
+    ("variants_q_v", "tests/data/hf/variants/*.json", 8, "q_proj,v_proj"),
 )
 
 

@@ -104,7 +104,7 @@ def _role(rest: str) -> str | None:
 def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
                    ) -> tuple[Adapted, ...]:
     """The layers LoRA adapts for ``targets`` (("all-linear",) or module names), per layer."""
-    wanted = _resolve(spec, targets)
+    wanted, own, _ = _resolve(spec, targets)
     hits: set[str] = set()
 
     def take(*roles: str) -> bool:
@@ -170,7 +170,9 @@ def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
             S, rows_out, cols_in = shape
             fan_in, fan_out = (S * cols_in, rows_out) if part == "out" else (cols_in,
                                                                              S * rows_out)
-            if not take("shared"):
+            # (its modules carry the MLP's names: gate_proj, up_proj, down_proj adapt them)
+            if not take("shared", "gate_up" if part != "out" and spec.fused_gate_up
+                        else _FFN_ROLE.get(part, "shared")):
                 continue
             if part != "out" and spec.fused_gate_up:
                 fused.setdefault(parent + ".gate_up", []).append(
@@ -191,7 +193,9 @@ def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
             if take(whole):
                 fused.setdefault(f"{parent}.{whole}", []).append(
                     (whole, shape[1], shape[0], repeat, stack, 1))
-        elif take(role):
+        elif take(role, *(("gate",) if role in ("compressor", "indexer")
+                          and rest.endswith(".gate.weight") and "gate" not in own else ())):
+            # (DeepSeek-V4's compressors name their gate gate_proj: that name adapts them)
             # Qwen3-Next/Qwen3.5 split the mixer's input projection into several nn.Linear:
             # one adapter each, r · (parts · in + out)
             splits = spec.ssm_in_projs if role == "in_proj" else 1
@@ -210,9 +214,13 @@ def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
         raise TcalcError(f"--lora-targets: PEFT refuses LoRA on out_proj for Mamba-based "
                          f"models such as {spec.name} (peft 0.21), and all-linear includes it; "
                          "name the targets, e.g. --lora-targets in_proj")
-    if wanted is not None and wanted - hits:
+    # PEFT adapts every module a target names and refuses only a list that names none; a
+    # transformers name this model has that reaches no layer tcalc sees is the same, and
+    # tcalc's own role names must each find theirs
+    missing = ((wanted - hits) & own if hits else wanted) if wanted is not None else set()
+    if missing:
         raise TcalcError(f"--lora-targets: {spec.name} has no linear layer "
-                         f"'{', '.join(sorted(wanted - hits))}' (its layers: "
+                         f"'{', '.join(sorted(missing))}' (its layers: "
                          f"{', '.join(_available(spec, params))})")
     if converted and wanted is not None and len(wanted & {"gate", "up"}) == 1:
         # peft: "Cannot convert PEFT target(s) ... without also targeting ... because they
@@ -227,17 +235,21 @@ def _available(spec: ModelSpec, params: Breakdown) -> list[str]:
                   if not spec.peft_mamba else {"in_proj"})
 
 
-def _resolve(spec: ModelSpec, targets: tuple[str, ...]) -> set[str] | None:
-    """None for all-linear, else the set of roles: tcalc's own names, or the transformers
-    names this model has (spec.module_names, generated per model type by
-    tools/hf_defaults.py; Mixtral's experts are w1, w3, w2 to PEFT)."""
+def _resolve(spec: ModelSpec, targets: tuple[str, ...]
+             ) -> tuple[set[str] | None, set[str], tuple[str, ...]]:
+    """The roles the targets name (None for all-linear), those named by tcalc's own names,
+    and the transformers names this model does not have. tcalc's own names hold for every
+    model; a transformers name counts where this model has it (spec.module_names, generated
+    per model type by tools/hf_defaults.py; Mixtral's experts are w1, w3, w2 to PEFT), and
+    one it lacks matches nothing, which PEFT allows beside a name that matches (Phi-3's
+    gate_up_proj: gate_proj,up_proj,down_proj adapt its down_proj alone)."""
     if not targets or targets == (ALL_LINEAR,):
-        return None
-    aliases = dict(ROLE_ALIASES, w1="gate", w3="up", w2="down")
+        return None, set(), ()
+    every = dict(ROLE_ALIASES, w1="gate", w3="up", w2="down")
     names = (spec.module_names or "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,"
              "qkv_proj,gate_up_proj,q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj").split(",")
-    aliases = {k: v for k, v in aliases.items() if k in names}
-    roles = set()
+    aliases = {k: v for k, v in every.items() if k in names}
+    roles, own, absent = set(), set(), []
     for t in targets:
         if t == ALL_LINEAR:
             raise TcalcError("--lora-targets: all-linear stands alone, not in a list")
@@ -245,13 +257,23 @@ def _resolve(spec: ModelSpec, targets: tuple[str, ...]) -> set[str] | None:
             raise TcalcError(f"--lora-targets {t}: {spec.name}'s recurrent mixer has a "
                              f"{t} of its own, which PEFT adapts with the attention's; name "
                              "tcalc's roles (q, k, v, o, in_proj, out_proj, ...) or all-linear")
-        role = aliases.get(t, t)  # tcalc's own names hold for every model
-        if role not in ROLES:
+        if t in ROLES:
+            roles.add(t)
+            own.add(t)
+        elif t in aliases:
+            roles.add(aliases[t])
+        elif t in every and spec.module_names != "none":
+            absent.append(t)  # a module this model does not have
+        else:
             raise TcalcError(f"--lora-targets: unknown module '{t}' for {spec.name} (known: "
                              f"{', '.join(ROLES)}; transformers' names "
                              f"{', '.join(sorted(aliases)) or 'none'}; or all-linear)")
-        roles.add(role)
-    return roles
+    if not roles:
+        raise TcalcError(f"--lora-targets: {spec.name} has no module named "
+                         f"{', '.join(targets)} (transformers' names "
+                         f"{', '.join(sorted(aliases)) or 'none'}; or tcalc's roles: "
+                         f"{', '.join(ROLES)}); PEFT refuses a list that matches nothing")
+    return roles, own, tuple(absent)
 
 
 def lora_params(spec: ModelSpec, params: Breakdown, rank: int,
@@ -261,6 +283,7 @@ def lora_params(spec: ModelSpec, params: Breakdown, rank: int,
     if rank < 1:
         raise TcalcError(f"--lora: expected a rank >= 1, got {rank}")
     rows = []
+    absent = _resolve(spec, targets)[2]
     for a in adapted_layers(spec, params, targets):
         r = rank * a.rank_factor * a.experts
         formula = (f"r · (in + out) = {rank} · ({a.fan_in} + {a.fan_out})" if r == rank else
@@ -268,4 +291,6 @@ def lora_params(spec: ModelSpec, params: Breakdown, rank: int,
                    f"{a.rank_factor * a.experts} · ({a.fan_in} + {a.fan_out})")
         rows.append((a.name + ".lora", r * (a.fan_in + a.fan_out), formula, formula, a.repeat,
                      a.stack, "", None, ()))
-    return Breakdown(spec.name, "params", tuple(rows))
+    notes = (f"{', '.join(absent)}: no such module in {spec.name}, so it adapts nothing "
+             "(PEFT takes the list as long as one name matches)",) if absent else ()
+    return Breakdown(spec.name, "params", tuple(rows), notes)
