@@ -260,6 +260,9 @@ REFERENCE = {
     "variants/phi3-gqa-tied.json": (154_432, "Phi3ForCausalLM"),
     "variants/qwen3-sliding-bias.json": (205_120, "Qwen3ForCausalLM"),
     "variants/qwen3_moe-sparse-step.json": (186_048, "Qwen3MoeForCausalLM"),
+    # a dense first layer, then experts beside a gated shared expert (session 16's LoRA and
+    # activation measurements)
+    "variants/qwen2_moe-tiny.json": (143_296, "Qwen2MoeForCausalLM"),
     # recurrent and hybrid models (issue 14); tools/reference_counts.py, as above
     "qwen3-next-80b-a3b.json": (79_674_391_296, "Qwen3NextForCausalLM"),
     "mamba-130m.json": (129_135_360, "MambaForCausalLM"),

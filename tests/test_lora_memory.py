@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from transformer_calc.hf import spec_from_hf
+from transformer_calc.lora import lora_params
 from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
 from transformer_calc.presets import load_model
@@ -221,14 +222,12 @@ def test_lora_survey_covers_14_variants() -> None:
 
 # And every other variant (90 of them, 308 cases, the same tool and settings):
 # activations_lora_survey2_s15_cpu.jsonl, measured after the fixes above, and OPT with a
-# narrower embedding with project_in and the MLPs adapted. All within ±10 %
-# but Jamba in bf16 (+9.2 and +10.7 %: its Mamba mixers' projection inputs, which a frozen
-# base need not keep, are still counted; said in the README).
+# narrower embedding with project_in and the MLPs adapted. All within ±10 % (Jamba in bf16
+# had been +9.2 and +10.7 %: its Mamba mixers' projection inputs, which a frozen base need
+# not keep, were counted until session 16: +3.5 and +4.1 %).
 LORA_SURVEY2 = _measured("activations_lora_survey2_s15_cpu.jsonl")
-# the first survey within 5 %, the second within 10 % (Jamba in bf16 within 11 %)
-SURVEY_BOUNDS = [(r, 0.05) for r in LORA_SURVEY] + [
-    (r, 0.11 if r["config"] == "jamba-tiny.json" and r["dtype"] == "bf16" else 0.10)
-    for r in LORA_SURVEY2]
+# the first survey within 5 %, the second within 10 %
+SURVEY_BOUNDS = [(r, 0.05) for r in LORA_SURVEY] + [(r, 0.10) for r in LORA_SURVEY2]
 
 
 @pytest.mark.parametrize("row, bound", SURVEY_BOUNDS,
@@ -371,3 +370,148 @@ def test_lora_over_gemma3n_keeps_and_drops_what_the_graph_does() -> None:
     assert not any(".altup.correct." in n for n in names)
     assert any(n.endswith("altup.router.lora_a_output") for n in names)
     assert "embed.per_layer_inputs" in names
+
+
+# Session 16 (the same tool, B=2 T=64, r=8; every row records the adapters' parameters as peft
+# and tcalc count them): activations_lora_s16_cpu.jsonl. Target sets no fixture had measured
+# on models whose layers differ: the MLP's names on MoE models with dense layers (PEFT's
+# conversion gives them to the experts, so the layers below the first MoE layer hold no
+# adapter: Qwen3-MoE had been +44 to +49 %, DeepSeek +3 to +8 %) and on Qwen2-MoE and A.X K1
+# (not converted: the names adapt the shared experts too, which tcalc's count had missed:
+# −8 to −19 %); q_proj,v_proj and in_proj on the hybrids (Falcon-H1 had been +37 to +49 %:
+# its first layer's Mamba-2 beside the adapted attention keeps nothing; Jamba +12 to +15 %:
+# the Mamba projections' inputs and the experts' copies of their tokens, kept for frozen
+# weights only); Mixtral's router alone (+22 to +28 %: the first layer's experts compute
+# without a gradient, and PEFT's conversion wraps the router's weight rather than adding an
+# adapter layer). Written by tools/measure_activations_hf.py -B 2 -T 64 --lora 8 with
+# --lora-targets gate_proj,up_proj,down_proj on qwen3_moe-sparse-step, deepseek_v32-tiny,
+# glm_moe_dsa-tiny, axk1-tiny, deepseek_v3-no-q-lora-bias, qwen2_moe-tiny; all-linear on
+# qwen2_moe-tiny; gate (--tcalc-targets router) on mixtral-top1; q_proj,v_proj on jamba-,
+# nemotron_h-, falcon_h1-, qwen3_5_text-, qwen3_next-, lfm2-, minimax- and bamba-tiny; in_proj
+# on jamba-, nemotron_h-, falcon_h1- and bamba-tiny (torch 2.13.0+cpu, transformers 5.23.0,
+# peft 0.21.2).
+LORA_S16 = _measured("activations_lora_s16_cpu.jsonl")
+
+
+@pytest.mark.parametrize("row", LORA_S16,
+                         ids=lambda r: "{config}-{attention}-{dtype}-{lora}".format(**r))
+def test_lora_below_the_first_adapter_and_hybrids_within_their_bounds(row: dict) -> None:
+    """Within 1 % where the MLP's names or all-linear adapt MoE models (the rules of the
+    layers below the first adapter), 7 % on the hybrids (Jamba's Mamba rows in bf16 are
+    high in full training too: up to +8.6 %, docs/activations_by_architecture.md); and the
+    same layers adapted as peft's (its parameter count)."""
+    bound = 0.01 if row["lora"][1] in ("gate_proj,up_proj,down_proj", "all-linear",
+                                       "gate") else 0.07
+    assert abs(_lora_total(row) / row["measured_bytes"] - 1) < bound
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / row["config"]).read_text()))
+    adapters = lora_params(spec, count_params(spec), row["lora"][0],
+                           tuple(row.get("tcalc_targets", row["lora"][1]).split(",")))
+    assert adapters.total == row["trainable"][0]
+
+
+def test_lora_s16_fixture_covers_its_target_sets() -> None:
+    kinds = {(r["config"], r["lora"][1]) for r in LORA_S16}
+    assert len(LORA_S16) == 80 and len(kinds) == 20
+    assert {t for _, t in kinds} == {"gate_proj,up_proj,down_proj", "all-linear",
+                                     "q_proj,v_proj", "in_proj", "gate"}
+
+
+def _lora_row_sizes(config: str, targets: tuple[str, ...], precision: str = "fp32"
+                    ) -> dict[str, tuple[int, int]]:
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    r = memory_report(spec, Settings(precision=precision, batch_size=2, seq_len=64,
+                                     device="cpu", lora_rank=8, lora_targets=targets,
+                                     experts="eager"))
+    return {i.name: (i.count, i.repeat) for i in r.activations.items}
+
+
+def test_lora_layers_below_the_first_adapter_keep_nothing() -> None:
+    """Walked (fp32, B=2, T=64, the graph per layer): qwen3_moe-sparse-step.json has layers
+    dense, MoE, dense, dense; gate_proj,up_proj,down_proj adapt the experts alone (PEFT's
+    conversion). Layer 0 keeps nothing; layer 1 (the first adapted) keeps its experts' tensors
+    only, not its attention, norms or router; layers 2 and 3 everything."""
+    rows = _lora_row_sizes("qwen3_moe-sparse-step.json", ("gate_proj", "up_proj", "down_proj"))
+    dense = {n: rep for n, (_, rep) in rows.items() if n.startswith("decoder.dense.")}
+    assert dense and set(dense.values()) == {2}
+    assert not any(n.startswith(("decoder.moe.attn.", "decoder.moe.ffn.norm.",
+                                 "decoder.moe.ffn.router")) for n in rows)
+    assert rows["decoder.moe.ffn.routed_input"] == (2 * 2 * 64 * 64 * 4, 1)
+    # ModernBERT's layer 0 has no attention norm: one below the first adapter leaves the rest
+    from transformer_calc.plan import layers_before, plan_of
+
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "qwen3_moe-sparse-step.json")
+                                   .read_text()))
+    stack = plan_of(spec).stacks[0]
+    assert layers_before(spec, stack, {"decoder.moe"}) == ("decoder.moe", {"decoder.dense": 1})
+    assert layers_before(spec, stack, {"decoder.dense"}) == ("decoder.dense", {})
+    assert layers_before(spec, stack, set()) == ("", {"decoder.dense": 3, "decoder.moe": 1})
+
+
+def test_lora_frozen_mixers_and_projections_keep_what_the_graph_does() -> None:
+    """Walked (fp32, B=2, T=64). Falcon-H1 (falcon_h1-tiny.json, 2 layers, attention and
+    Mamba-2 side by side) with q_proj,v_proj: the first layer's mixer keeps nothing, the
+    second's everything but in_proj's and out_proj's inputs. Jamba (jamba-tiny.json) with
+    q_proj,v_proj: no Mamba layer keeps in_proj's, x_proj's (a copy of its own) or out_proj's
+    input, no MoE layer its experts' copies of their tokens; with in_proj adapted its input
+    is what the adapter reads, kept."""
+    falcon = _lora_row_sizes("falcon_h1-tiny.json", ("q_proj", "v_proj"))
+    mixer = {n: rep for n, (_, rep) in falcon.items() if ".mixer." in n}
+    assert mixer and set(mixer.values()) == {1}
+    assert "decoder.mixer.input" not in falcon and "decoder.mixer.out_proj_input" not in falcon
+    jamba = _lora_row_sizes("jamba-tiny.json", ("q_proj", "v_proj"))
+    for row in ("mixer.input", "mixer.x", "mixer.out_proj_input"):
+        assert f"decoder.mamba.dense.{row}" not in jamba
+    assert "decoder.mamba.dense.mixer.x_fp32" in jamba  # the scan's own x
+    assert "decoder.full.moe.ffn.routed_input" not in jamba
+    assert jamba["decoder.full.moe.ffn.expert_output"][1] == 2
+    adapted = _lora_row_sizes("jamba-tiny.json", ("in_proj",))
+    assert adapted["decoder.mamba.dense.mixer.input"] == (2 * 64 * 128 * 4, 2)
+    assert "decoder.mamba.dense.mixer.out_proj_input" not in adapted
+
+
+def test_lora_frozen_router_and_shared_experts_keep_what_the_graph_does() -> None:
+    """Walked (bf16, B=2, T=64, eager experts): deepseek_v3-no-q-lora-bias.json (a dense
+    layer, then three MoE layers) with the routed experts adapted. The router's fp32 copy of
+    its weight is kept, of its input not (that serves the frozen weight's gradient); the
+    first MoE layer keeps neither its router nor its unadapted shared experts."""
+    rows = _lora_row_sizes("deepseek_v3-no-q-lora-bias.json",
+                           ("gate_proj", "up_proj", "down_proj"), "bf16")
+    assert "decoder.moe.ffn.router_fp32_input" not in rows
+    assert rows["decoder.moe.ffn.router_fp32_weight"] == (8 * 64 * 4, 2)
+    assert rows["decoder.moe.ffn.shared.activation"][1] == 2
+    assert not any(n.startswith("decoder.dense.") for n in rows)
+
+
+def test_lora_over_a_converted_router_keeps_its_merged_weight_not_an_adapter_input() -> None:
+    """Walked (bf16, B=2, T=64, eager experts): mixtral-top1.json with the router alone
+    adapted (PEFT's conversion wraps the router's weight: W + s·B·A, an F.linear of the
+    input as it is). Layer 0's input has no gradient: its experts keep only the outputs the
+    routing weights scale, not their activations, and its router no merged weight; layer 1
+    keeps the (256, 4) bf16 merged weight and the router's bf16 input, no fp32 copy and no
+    lora_A output."""
+    rows = _lora_row_sizes("mixtral-top1.json", ("router",), "bf16")
+    assert rows["decoder.ffn.activation"][1] == 1
+    assert rows["decoder.ffn.expert_output"][1] == 2
+    assert rows["decoder.ffn.router.lora_merged_weight"] == (256 * 4 * 2, 1)
+    assert rows["decoder.ffn.input"] == (2 * 64 * 256 * 2, 2)
+    assert not any(n.startswith("decoder.ffn.router.lora_") and "merged" not in n
+                   for n in rows)
+    # HunYuan's router is an nn.Linear (gate.wg): an adapter as any other
+    hunyuan = _lora_row_sizes("hunyuan_v1_moe-tiny.json", ("all-linear",), "bf16")
+    assert "decoder.ffn.router.lora_a_output" in hunyuan
+    assert "decoder.ffn.router.lora_merged_weight" not in hunyuan
+
+
+def test_lora_over_mixers_drops_what_only_their_frozen_weights_need() -> None:
+    """Walked (all-linear, fp32, B=2, T=64): MiniMax's lightning mixer keeps its output norm's
+    fp32 input, not the normalised tensor its weight multiplies (minimax-mixer.json); Bamba's
+    gated RMSNorm likewise (bamba-tiny.json); an adapted mixer gives its layer's output a
+    gradient, so the first layer's FFN norm is kept (lfm2-mixer.json, all within 1.2 %)."""
+    minimax = _lora_row_sizes("minimax-mixer.json", ("all-linear",))
+    assert "decoder.mixer.out_norm" in minimax
+    assert "decoder.mixer.out_norm.normalized" not in minimax
+    bamba = _lora_row_sizes("bamba-tiny.json", ("all-linear",))
+    assert "decoder.mamba.mixer.gated_norm.normalized" not in bamba
+    lfm2 = _lora_row_sizes("lfm2-mixer.json", ("all-linear",))  # one layer, the first
+    assert lfm2["decoder.ffn.norm.input_fp32"] == (2 * 64 * 64 * 4, 1)
+    assert "decoder.mixer.norm.input_fp32" not in lfm2  # its input has no gradient

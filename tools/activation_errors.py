@@ -27,7 +27,8 @@ FIXTURES = ("activations_families_cpu.jsonl", "activations_new_families_cpu.json
             "activations_added_s8_cpu.jsonl", "activations_moe_grouped_cpu.jsonl",
             "activations_sweep_s10_cpu.jsonl", "activations_alive_s11_cpu.jsonl",
             "activations_s12_cpu.jsonl", "activations_s13_cpu.jsonl",
-            "activations_s14_cpu.jsonl", "activations_s15_cpu.jsonl")
+            "activations_s14_cpu.jsonl", "activations_s15_cpu.jsonl",
+            "activations_s16_cpu.jsonl")
 
 
 def rows() -> list[dict]:

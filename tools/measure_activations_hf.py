@@ -54,7 +54,9 @@ DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
 
 
 def measure(config: dict, attention: str, dtype: str, B: int, T: int,
-            lora: tuple[int, str, float] | None = None, experts: str = "eager") -> int:
+            lora: tuple[int, str, float] | None = None, experts: str = "eager"
+            ) -> tuple[int, int]:
+    """Saved bytes, and the parameters that train (all of them; under LoRA, peft's)."""
     import transformers
 
     # a seq2seq model shifts the labels right by its decoder start token: give it one
@@ -73,7 +75,8 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
         model = peft.get_peft_model(model, peft.LoraConfig(
             r=rank, lora_dropout=dropout,
             target_modules=targets if targets == "all-linear" else targets.split(",")))
-    return saved_bytes(model, B, T)["saved_bytes"]
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return saved_bytes(model, B, T)["saved_bytes"], trainable
 
 
 # class-name endings of the recurrent mixer modules (transformers 5.23)
@@ -168,23 +171,28 @@ def main() -> None:
             for dtype in DTYPES:
                 lora = (args.lora, args.lora_targets, args.lora_dropout) if args.lora else None
                 try:
-                    got = measure(config, attention, dtype, args.B, args.T, lora,
-                                  args.experts)
+                    got, trainable = measure(config, attention, dtype, args.B, args.T, lora,
+                                             args.experts)
                 except ValueError as e:  # e.g. a class without an SDPA path
                     print(json.dumps({"config": path.name, "attention": attention,
                                       "dtype": dtype, "skipped": str(e)[:100]}))
                     continue
-                est = memory_report(spec, Settings(
+                report = memory_report(spec, Settings(
                     precision="fp32" if dtype == "fp32" else "bf16", batch_size=args.B,
                     seq_len=args.T, attention=attention, device="cpu",
                     lora_rank=args.lora, lora_targets=tuple(
                         (args.tcalc_targets or args.lora_targets).split(",")),
-                    lora_dropout=args.lora_dropout, experts=args.experts)).activations.total
+                    lora_dropout=args.lora_dropout, experts=args.experts))
+                est = report.activations.total
                 print(json.dumps({"config": path.name, "attention": attention, "dtype": dtype,
                                   "B": args.B, "T": args.T, "lora": list(lora or ()),
                                   **({"tcalc_targets": args.tcalc_targets}
                                      if args.tcalc_targets else {}),
                                   **({"experts": args.experts} if spec.n_experts else {}),
+                                  # the adapters' parameters, peft's and tcalc's: the same
+                                  # layers adapted on both sides
+                                  **({"trainable": [trainable, report.trainable_params]}
+                                     if lora else {}),
                                   "measured_bytes": got,
                                   "tcalc_bytes": est,
                                   "error_pct": round(100 * (est - got) / got, 1)}))

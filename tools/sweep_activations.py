@@ -74,7 +74,7 @@ def main() -> None:
         for attention in ("eager", "sdpa"):
             for dtype, (_, act_bytes) in DTYPES.items():
                 try:
-                    got = measure(config, attention, dtype, 2, args.T)
+                    got, _ = measure(config, attention, dtype, 2, args.T)
                 except Exception as e:  # a drawn config transformers cannot run, no SDPA
                     print(json.dumps({"model_type": model_type, "attention": attention,
                                       "dtype": dtype, "skipped": str(e)[:100]}))

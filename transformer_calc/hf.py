@@ -318,6 +318,10 @@ def _weight_format(q: Any, where: str) -> dict[str, Any]:
 # The model types on which PEFT refuses LoRA for modules named out_proj or conv1d
 # (peft 0.21.2, tuners/tuners_utils.py, _check_lora_target_modules_mamba)
 PEFT_MAMBA = frozenset({"falcon_h1", "mamba", "mamba2", "falcon_mamba", "nemotron_h"})
+# MoE types PEFT converts whose router is an nn.Linear of its own (peft 0.21: a LoRA Linear
+# there, a ParamWrapper on the router's weight in the others; probed on the registries'
+# configs with all-linear)
+PEFT_ROUTER_LINEAR = frozenset({"hunyuan_v1_moe", "longcat_flash"})
 
 
 # Classes whose trainable parameters equal the head class's (checked with transformers 5.23:
@@ -458,6 +462,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     # PEFT's conversion follows the model type, with or without experts in the config
     values["peft_moe"] = PEFT_MOE.get(model_type, values.get("peft_moe", "none"))
     values["peft_mamba"] = model_type in PEFT_MAMBA
+    values["peft_router_linear"] = model_type in PEFT_ROUTER_LINEAR
     values.update(_weight_format(data.get("quantization_config"), where))
     names = ",".join(LINEAR_NAMES.get(model_type, ())) or "none"
     if {"q_proj", "query"} <= set(names.split(",")):

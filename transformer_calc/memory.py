@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -27,7 +28,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import DENSE, pattern_keys
 from transformer_calc.lora import Adapted, adapted_layers, lora_params
 from transformer_calc.params import CATEGORIES, by_category, category, count_params, symbols
-from transformer_calc.plan import FFN, Attention, Mixer, local_symbols, plan_of
+from transformer_calc.plan import FFN, Attention, Mixer, layers_before, local_symbols, plan_of
 from transformer_calc.quant import FORMATS, weight_format_bytes
 from transformer_calc.spec import ModelSpec
 
@@ -1135,6 +1136,13 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 add((p + "sparse_gate", sb * f.d_ff * a + sb * a, f"B·T·{f.ff_sym} · act + B·T "
                      "· act (the gate's output, which the std keeps, and the std)", "", L,
                      stack, "tp", None, ()))
+            if f.shared_gate:
+                # Qwen2-MoE, Qwen3-Next, Qwen3.5-MoE: sigmoid(shared_expert_gate(x)) · the
+                # shared experts' output; the product keeps both (measured: qwen3_5_moe_text-
+                # attn.json, its full training -4.0 to -1.5 % without them)
+                add((p + "shared_gate_product", sb * (E + 1) * a, "B·T·(d_model + 1) · act "
+                     "(the shared experts' output and the sigmoid gate)", "", L, stack, "",
+                     None, ()))
             if f.moe and spec.router_jitter:
                 # DBRX's router jitter: hidden_states *= uniform noise, in place, in training;
                 # the multiply keeps the noise (measured)
@@ -1149,9 +1157,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 if spec.router_fp32 and a != 4 and not amp:
                     # DeepSeek-V3's router: F.linear(hidden_states.type(torch.float32),
                     # self.weight.type(torch.float32)) keeps both fp32 copies (measured)
-                    add((p + "router_fp32_copies", sb * E * 4 + Xr * E * 4,
-                         f"B·T·d_model · 4 + {xsym}·d_model · 4 (the router's fp32 input "
-                         "and weight)", "", L, stack, "", None, ()))
+                    # (the input's copy serves the weight's gradient alone: a frozen router,
+                    # under LoRA, keeps the weight's only; measured)
+                    add((p + "router_fp32_input", sb * E * 4, "B·T·d_model · 4 (the "
+                         "router's fp32 input)", "", L, stack, "", None, ()))
+                    add((p + "router_fp32_weight", Xr * E * 4, f"{xsym}·d_model · 4 (the "
+                         "router's fp32 weight)", "", L, stack, "", None, ()))
                 # transformers' expert loop: each expert indexes its tokens (a copy) and
                 # scales its output by the routing weight (the mul keeps that output)
                 k = f.top_k
@@ -1241,9 +1252,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 "quadratic within a block")
             row("block_states", (c - 1) * B * H * dh * dh * a,
                 "(blocks − 1) · B·ssm_heads·d_head² · act (the state entering each block)")
-            row("out_norm", sb * Di * (f + a) + sb * f,
-                "B·T·ssm_inner · (4 + act) + rstd (RMSNorm over the heads' output: its fp32 "
-                "input and the normalised tensor)")
+            row("out_norm", sb * Di * f + sb * f,
+                "B·T·ssm_inner · 4 + rstd (RMSNorm over the heads' output: its fp32 input)")
+            # (kept for the norm's weight alone: a frozen base, under LoRA, keeps it not;
+            # measured: minimax-mixer.json, all-linear)
+            row("out_norm.normalized", sb * Di * a, "B·T·ssm_inner · act (the normalised "
+                "tensor the weight multiplies)")
             row("gate", 2 * sb * Di * a, "2 · B·T·ssm_inner · act (sigmoid gate and normed output)")
             row("out_proj_input", sb * Di * a, "B·T·ssm_inner · act")
             return
@@ -1292,8 +1306,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                 "(2·chunks + 1) · B·ssm_inner·ssm_state · 4")
             row("y_off", sp * Di * f, "B·T·ssm_inner · 4")
             if m.norm:
-                row("gated_norm", sb * Di * f * (5 if up else 4) + sb * G * f,
-                    "4 · B·T·ssm_inner · 4 (y, silu(z), the group-normed y), fp32")
+                row("gated_norm", sb * Di * f * (4 if up else 3) + sb * G * f,
+                    "3 · B·T·ssm_inner · 4 (y, silu(z), their product), fp32")
+                # (kept for the norm's weight alone: a frozen base, under LoRA, keeps it
+                # not; measured: bamba-tiny.json, in_proj adapted)
+                row("gated_norm.normalized", sb * Di * f, "B·T·ssm_inner · 4 (the "
+                    "group-normed y the weight multiplies, fp32)")
             else:  # Falcon-H1 without mamba_rms_norm: y · silu(z), no norm (measured)
                 row("gate", sb * Di * (f + a), "B·T·ssm_inner · (4 + act) (the fp32 y and "
                     "silu(z))")
@@ -2177,12 +2195,26 @@ _PROJECTION_INPUTS = {
     "attn.o_input": ("o",), "cross.input": ("q",), "cross.o_input": ("o",),
     "attn.kv_b_input": ("kv_b",), "attn.q_b_input": ("q_b",),
     "ffn.input": ("gate", "up", "gate_up", "shared", "router", "shared_gate"),
+    "ffn.router_fp32_input": ("router",),
     "ffn.out_input": ("down",), "ffn.shared.out_input": ("shared",),
+    # each expert's copy of its tokens, the first expert matmul's input (measured:
+    # jamba-tiny.json with q_proj,v_proj adapted keeps none)
+    "ffn.routed_input": ("experts",),
     # Gemma 4's per-layer input; Gemma 3n's AltUp router and coefficients, LAuReL's right
     "ple.gate_input": ("ple",), "ple.project_input": ("ple",),
     "altup.predict_router_input": ("altup",), "altup.correct_router_input": ("altup",),
     "altup.predict_modality_cast": ("altup",),
     "laurel.right_input": ("laurel",)}
+
+
+# Mamba's and Mamba-2's in_proj and out_proj inputs (and Mamba's x_proj's, a copy of its
+# own), kept by nothing else (measured: jamba-tiny.json, falcon_h1-tiny.json; not so LFM2's
+# short convolution or MiniMax's lightning mixer, whose rows these are not)
+_MIXER_PROJECTION_INPUTS = {"mamba": frozenset(("mixer.input", "mixer.x",
+                                                "mixer.out_proj_input")),
+                            "mamba2": frozenset(("mixer.input", "mixer.out_proj_input")),
+                            "short_conv": frozenset(("mixer.input", "mixer.out_proj_input")),
+                            "lightning": frozenset(("mixer.input", "mixer.out_proj_input"))}
 
 
 # the adapted layers that make a layer's attention core need a gradient (its Q, K, V, their
@@ -2192,6 +2224,10 @@ _ATTN_CORE_ROLES = frozenset(("q", "k", "v", "qkv", "q_a", "q_b", "kv_a", "kv_b"
                               "index_weights", "compressor", "indexer"))
 # what a router keeps (its probabilities, the routing weights' products), for its gradient
 _ROUTER_ROWS = ("ffn.router", "ffn.expert_output")
+# the adapted layers inside an FFN, and the rows of what its matmuls keep between them
+_FFN_MATRIX_ROLES = frozenset(("gate", "up", "down", "gate_up", "experts", "shared"))
+_FFN_INSIDE = frozenset(("ffn.activation", "ffn.activation_mask", "ffn.out_input",
+                         "ffn.inner_dropout_mask"))
 _QKV_GRAD_ONLY = frozenset(f"attn.{n}" for n in ("q", "k", "dropout_output", "softmax_cast",
                                                    "relative_tables"))
 # Gemma 3n's AltUp rows of a layer's prediction (memory.activation_breakdown's altup_rows)
@@ -2214,7 +2250,10 @@ def _reads(a: Adapted) -> str:
         return {"ple.gate": "ple.gate_input", "ple.project": "ple.project_input",
                 "altup.router": "altup.predict_router_input", "laurel.left": "attn.input",
                 "laurel.right": "laurel.right_input"}.get(rest, "altup.predict_modality_cast")
-    sub = rest.split(".", 1)[0]  # attn | cross
+    sub = rest.split(".", 1)[0]  # attn | cross | mixer
+    if sub == "mixer":  # Mamba's x_proj reads the convolved x, dt_proj a view of its output
+        return {"mixer.out_proj": "mixer.out_proj_input", "mixer.x_proj": "mixer.x",
+                "mixer.dt_proj": "mixer.x_proj_output"}.get(rest, "mixer.input")
     if rest.endswith((".pos_key", ".pos_query")):  # DeBERTa: the relative table
         return f"{sub}.relative_table"
     if rest.endswith((".kv_b", ".q_b")):  # MLA: the normed latents
@@ -2238,6 +2277,14 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # PEFT's parametrised experts multiply their inputs as they are by the merged weight (no
     # cast, no dropout), which keeps them for its gradient
     shared_reads |= {(ad.stack, _reads(ad)) for ad in adapted if ad.experts > 1}
+    # ... as does a router PEFT's conversion adapts (Mixtral's, Qwen2-MoE's pattern): its
+    # weight parametrised as W + s·B·A, an F.linear of the input as it is
+    # (DeepSeek's router multiplies fp32 copies of its input and merged weight: in 16-bit
+    # those copies are what is kept, the weight's as in full training)
+    wrapped_router = spec.peft_moe in ("mixtral", "qwen2_moe") and not spec.peft_router_linear
+    router_fp32 = spec.router_fp32 and a != 4
+    shared_reads |= {(ad.stack, "ffn.router_fp32_input" if router_fp32 else _reads(ad))
+                     for ad in adapted if ad.role == "router" and wrapped_router}
     # (Gemma 3n's router runs twice a layer: its adapter reads the correct side's input too)
     shared_reads |= {(st, "altup.correct_router_input") for st, rd in shared_reads
                      if rd == "altup.predict_router_input"}
@@ -2247,12 +2294,32 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # gemma3n_text variants: all-linear, and q_proj,v_proj)
     altup_grad = bool(spec.altup_inputs) and any(
         ad.role == "altup" or ad.name == "embed.project_altup" for ad in adapted)
-    firsts = {st.groups[0].name for st in plan_of(spec).stacks} \
+    embed_grad = altup_grad or any(ad.name.startswith("embed.") for ad in adapted)
+    # The layers below the first adapter (a stack's first layers when they hold none of the
+    # targeted modules: dense layers before experts that alone are adapted, Mamba layers
+    # before the first attention layer) run without a gradient: they keep nothing, and the
+    # first adapted layer is the one the first-layer rules below speak of (measured:
+    # qwen3_moe-sparse-step.json, gate_proj,up_proj,down_proj adapting the experts alone).
+    # (A decoder with cross-attention gets a gradient from an adapted encoder: not there.)
+    in_layers = {ad.stack for ad in adapted if ad.stack}
+    first_of: dict[str, str] = {}  # stack -> the group of its first adapted layer
+    below: Counter[str] = Counter()  # layers of each group below it
+    for st in plan_of(spec).stacks:
+        if embed_grad or any(g.block.cross is not None for g in st.groups):
+            first_of[st.name] = st.groups[0].name
+            continue
+        first_of[st.name], before = layers_before(spec, st, in_layers)
+        if st.bare_first and before[st.bare_first]:
+            # ModernBERT: layer 0, one of these, has no attention norm to drop
+            below[st.bare_first + ".attn.norm"] = -1
+        below.update(before)
+    firsts = {g for g in first_of.values() if g} \
         if spec.norm_position == "pre" and not altup_grad else set()
     first_predict = firsts if spec.altup_inputs else set()
     # the first layer's attention norm keeps nothing under a frozen base: its rows, one
     # layer fewer (none to drop where that layer has no norm: ModernBERT)
-    first_norms = firsts - {st.bare_first for st in plan_of(spec).stacks}
+    first_norms = firsts - {st.bare_first for st in plan_of(spec).stacks
+                            if not below[st.bare_first]}
     # the frozen embeddings keep nothing, except along Gemma 4's and 3n's per-layer inputs:
     # every layer's multiply keeps them, and an adapted projection to them makes its norm
     # keep its input and its adapter read the embeddings (measured: gemma3n_text variants)
@@ -2269,14 +2336,12 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # down adapted: the layer's attention and post-attention norm keep nothing)
     # (an adapter on a projection before the layers, OPT's project_in, gives their input a
     # gradient: then none of this holds)
-    embed_grad = altup_grad or any(ad.name.startswith("embed.") for ad in adapted)
-    first_blocks = {st.groups[0].name: st.groups[0].block for st in plan_of(spec).stacks} \
-        if not embed_grad else {}
+    first_blocks = {g.name: g.block for st in plan_of(spec).stacks for g in st.groups
+                    if g.name == first_of[st.name]} if not embed_grad else {}
     # A stack with no adapter in any of its layers (I-BERT, whose QuantLinear layers PEFT
     # does not adapt; an encoder when only the decoder is adapted) runs without a gradient
     # throughout: its layers and final norm keep nothing (measured: ibert-tiny.json,
     # all-linear adapts the head's dense layer alone)
-    in_layers = {ad.stack for ad in adapted if ad.stack}
     frozen: set[str] = set()
     if not embed_grad:
         for st in plan_of(spec).stacks:
@@ -2285,7 +2350,10 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                 frozen |= names | {f"{st.name}.final_norm", f"{st.name}.final_dropout"}
     first_groups = set(first_blocks)
     free_core = first_groups - {ad.stack for ad in adapted if ad.role in _ATTN_CORE_ROLES}
-    free_norm = free_core - {ad.stack for ad in adapted if ad.role in ("o", "o_a", "o_b")}
+    # (an adapted recurrent mixer, or LAuReL beside the attention, gives the sublayer's output
+    # a gradient as an adapted o_proj does)
+    free_norm = free_core - {ad.stack for ad in adapted if ad.role in ("o", "o_a", "o_b")
+                             or ".mixer." in ad.name or ad.role == "laurel"}
     # the norm the attention's output reaches next: a post-norm's own, or the pre-norm of
     # the next sublayer (a decoder's cross-attention: its keys and values come from the
     # encoder, so that sublayer is kept whole)
@@ -2302,7 +2370,20 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # products), and the experts' first matmul (gate/up) keeps no merged weight, which only
     # its input's gradient needs (measured: mixtral-top1.json with w1,w2,w3 adapted)
     router_adapted = {ad.stack for ad in adapted if ad.role == "router"}
+    # ... and a recurrent mixer with no adapter of its own reads an input without one:
+    # it keeps nothing there (measured: falcon_h1-tiny.json with q_proj,v_proj adapted, its
+    # first layer's Mamba-2 beside the attention keeps nothing)
+    free_mixer = {g for g in first_groups if first_blocks[g].mixer is not None} - {
+        ad.stack for ad in adapted if ".mixer." in ad.name}
     free_router = free_norm - router_adapted
+    # ... nor do shared experts without an adapter of their own (measured: deepseek_v3-no-q-
+    # lora-bias.json, gate_proj,up_proj,down_proj adapting the routed experts alone)
+    free_shared = free_norm - {ad.stack for ad in adapted if ".ffn.shared." in ad.name}
+    # ... and where the router alone is adapted there, the experts compute without a
+    # gradient: only what the routing weights' gradient reads is kept (the outputs they
+    # scale), not the activations inside (measured: mixtral-top1.json, gate adapted: +22 to
+    # +28 % before)
+    free_ffn = free_norm - {ad.stack for ad in adapted if ad.role in _FFN_MATRIX_ROLES}
     cross_kv = any(".cross." in ad.name and ad.role in ("k", "v", "qkv") for ad in adapted)
     # DeBERTa with its position projections adapted but not Q, K, V: the scores need a
     # gradient, Q, K, V do not, so what is kept only for theirs is not (measured,
@@ -2325,6 +2406,9 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             has_copy = any(r[5] == grp and r[0] == f"{grp}.attn.o_input" for r in acts.rows)
             o_reads.add((grp, "attn.o_input" if has_copy else "attn.out"))
     o_reads |= shared_reads
+    mixer_inputs = {g.name: _MIXER_PROJECTION_INPUTS[g.block.mixer.kind]
+                    for g in plan_of(spec).groups if g.block.mixer is not None
+                    and g.block.mixer.kind in _MIXER_PROJECTION_INPUTS}
     rows = []
     for r in acts.rows:
         name, stack = r[0], r[5]
@@ -2334,10 +2418,19 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                 name.startswith("embed.") and not name.startswith(embed_kept)) \
                 or name.endswith(("embed.token_ids", "embed.position_ids")):
             continue
-        if stack and rest in _PROJECTION_INPUTS and (stack, rest) not in shared_reads:
+        if stack and (rest in _PROJECTION_INPUTS or rest in mixer_inputs.get(stack, ())) \
+                and (stack, rest) not in shared_reads:
             continue
         if stack in frozen or (not stack and name.startswith(tuple(frozen))):
             continue
+        if stack in below:
+            # the layers below the first adapter keep nothing (ModernBERT's bare layer 0
+            # had no attention norm rows to begin with)
+            reps = r[4] - below[stack] - (below[stack + ".attn.norm"]
+                                          if rest.startswith("attn.norm.") else 0)
+            if reps < 1:
+                continue
+            r = (*r[:4], reps, *r[5:])
         # (the copies of Q and K DeBERTa's terms multiply are kept for the projected table's
         # gradient: with the table's projections frozen, they are not; measured, in_proj
         # adapted alone)
@@ -2354,7 +2447,10 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                 stack in free_norm and rest.startswith(next_norm[stack])) or (
                 stack in free_qkv and rest in _QKV_GRAD_ONLY) or (
                 stack in free_cross and rest == "cross.k") or (
-                stack in free_router and rest.startswith(_ROUTER_ROWS)):
+                stack in free_router and rest.startswith(_ROUTER_ROWS)) or (
+                stack in free_shared and rest.startswith("ffn.shared.")) or (
+                stack in free_ffn and rest in _FFN_INSIDE) or (
+                stack in free_mixer and rest.startswith("mixer.")):
             if r[4] > 1:
                 rows.append((*r[:4], r[4] - 1, *r[5:]))
             continue
@@ -2373,6 +2469,19 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                 or ad.stack.endswith(".idle"):
             # adapters on a cross-attention a decoder alone never runs, or inside DSA's
             # indexer (torch.no_grad: autograd saves nothing there)
+            continue
+        if ad.role == "router" and wrapped_router:
+            # the router's ParamWrapper: the merged W + s·B·A, in the base's dtype, is what
+            # its F.linear keeps for the input's gradient; none where the input needs none
+            # (the first adapted layer's); no lora_A output, no cast kept (measured:
+            # mixtral-top1.json, gate adapted, fp32 and bf16)
+            base = 4 if s.precision == "fp32" else 2
+            merged = ad.repeat - (ad.stack in free_norm)
+            if merged and not router_fp32:
+                rows.append((ad.name + ".lora_merged_weight", ad.fan_in * ad.fan_out * base,
+                             "in · out · base bytes (W + s·B·A, kept)",
+                             f"{ad.fan_in:,} · {ad.fan_out:,} · {base}", merged, ad.stack, "",
+                             None, ()))
             continue
         if ad.experts > 1:
             # PEFT's ParamWrapper reparametrises the experts' 3-D weight as W + s·B·A

@@ -360,19 +360,32 @@ def parse_pattern(text: str, letters: str, n_layers: int, key: str) -> tuple[str
 def _layer_kinds(spec: ModelSpec, n_layers: int) -> Counter[str]:
     """How many layers of each (attention letter, FFN letter) pair the stack has; a third
     letter "r" marks the last kv_shared_layers layers, which reuse earlier keys (Gemma 4)."""
+    if spec.kv_shared_layers or spec.sparse_ffn_layers:
+        return Counter(layer_kinds_in_order(spec, n_layers))
+    return _pair_counts(*_patterns(spec, n_layers), *default_kinds(spec), n_layers)
+
+
+def _patterns(spec: ModelSpec, n_layers: int
+              ) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
     attn = parse_pattern(spec.layer_attention, "".join(ATTENTION_LAYER_KINDS), n_layers,
                          "layer_attention") if spec.layer_attention else None
     ffn = parse_pattern(spec.layer_ffn, "".join(FFN_LAYER_KINDS), n_layers,
                         "layer_ffn") if spec.layer_ffn else None
+    return attn, ffn
+
+
+def layer_kinds_in_order(spec: ModelSpec, n_layers: int) -> tuple[str, ...]:
+    """The kinds of each layer of a stack of ``n_layers``, first to last, as ``Group.kinds``
+    spells them (the plan keeps counts only: read where the order matters, LoRA's layers
+    before the first adapter). "s": the first sparse_ffn_layers layers' FFN gate is
+    sparsified (Gemma 3n)."""
+    attn, ffn = _patterns(spec, n_layers)
     a0, f0 = default_kinds(spec)
-    if spec.kv_shared_layers or spec.sparse_ffn_layers:
-        # "s": the first sparse_ffn_layers layers' FFN gate is sparsified (Gemma 3n)
-        first, sparse = n_layers - spec.kv_shared_layers, spec.sparse_ffn_layers
-        return Counter((attn[i] if attn else a0) + (ffn[i] if ffn else f0)
-                       + ("r" if spec.kv_shared_layers and i >= first else "")
-                       + ("s" if i < sparse else "")
-                       for i in range(n_layers))
-    return _pair_counts(attn, ffn, a0, f0, n_layers)
+    first, sparse = n_layers - spec.kv_shared_layers, spec.sparse_ffn_layers
+    return tuple((attn[i] if attn else a0) + (ffn[i] if ffn else f0)
+                 + ("r" if spec.kv_shared_layers and i >= first else "")
+                 + ("s" if i < sparse else "")
+                 for i in range(n_layers))
 
 
 def default_kinds(spec: ModelSpec) -> tuple[str, str]:
@@ -666,6 +679,24 @@ def _block_parts(spec: ModelSpec, kinds: str, cross: bool, bidirectional: bool) 
                  parallel=spec.parallel_block, ffn_reads_attn_input=shared,
                  idle_cross=_attention(spec, "F", cross=True)
                  if spec.idle_cross_attention else None)
+
+
+def layers_before(spec: ModelSpec, stack: Stack, wanted: set[str] | frozenset[str]
+                  ) -> tuple[str, Counter[str]]:
+    """The group of the stack's first layer whose group is in ``wanted`` ("" if none), and
+    how many layers of each group come before it. Walks the layers (a stack of one group
+    needs no walk): only LoRA's activations ask, for the layers below the first adapter."""
+    if len(stack.groups) == 1:
+        g = stack.groups[0].name
+        return (g, Counter()) if g in wanted else ("", Counter())
+    by_kinds = {g.kinds: g.name for g in stack.groups}
+    before: Counter[str] = Counter()
+    for kinds in layer_kinds_in_order(spec, stack.layers):
+        name = by_kinds[kinds]
+        if name in wanted:
+            return name, before
+        before[name] += 1
+    return "", before
 
 
 def describe(plan: Plan) -> list[str]:

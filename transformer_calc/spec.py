@@ -558,6 +558,10 @@ class ModelSpec:
                        "(experts and router untouched), or linear_router (the router is an "
                        "nn.Linear: Llama 4, PhiMoE)",
                        choices=("none", "mixtral", "qwen2_moe", "linear_router"))
+    peft_router_linear: bool = _f(False, "the router of a converted MoE is an nn.Linear module "
+                                  "PEFT adapts as any linear layer (HunYuan's gate.wg, "
+                                  "LongCat-Flash's router.classifier), not a parametrised "
+                                  "weight")
 
     # -- attention over parameters (Vaswani et al. 2017, appendix) -----------------------
     pattn_heads: int = _f(0, "h_p: heads of the attention-over-parameters sublayer", minimum=0)
