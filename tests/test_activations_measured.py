@@ -969,3 +969,14 @@ def test_the_readme_counts_the_classes_without_sdpa() -> None:
     readme = (DATA.parent.parent / "README.md").read_text()
     assert f"for the {len(NO_SDPA)} classes\ntransformers 5.23 runs with eager attention only" \
         in readme
+
+
+def test_a_gated_shared_expert_keeps_the_gate_and_its_output() -> None:
+    # walked (qwen2_moe-tiny.json, fp32, B=2, T=64): sigmoid(shared_expert_gate(x)) ·
+    # shared_expert(x) keeps the (128, 1) sigmoid and the (128, 64) output, per MoE layer
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "qwen2_moe-tiny.json")
+                                   .read_text()))
+    rows = {i.name: i for i in activation_breakdown(spec, 2, 64, act_bytes=4, device="cpu",
+                                                    attention="eager").items}
+    assert rows["decoder.moe.ffn.shared_gate_product"].count == 2 * 64 * (64 + 1) * 4
+    assert rows["decoder.moe.ffn.shared_gate_product"].repeat == 2

@@ -178,3 +178,15 @@ def test_shared_experts_answer_to_the_mlp_names_where_peft_does_not_convert() ->
     got = lora_params(spec, count_params(spec), 8, ("gate_proj", "up_proj", "down_proj"))
     assert got.total == 3 * 8 * (64 + 128) + 2 * 3 * 8 * (64 + 48) == 9_984
     assert not any(".experts." in i.name for i in got.items)
+
+
+def test_a_name_the_model_has_that_reaches_no_layer_here_adapts_nothing() -> None:
+    """The deepseek_v3 type has q_proj where q_lora_rank is null, q_a_proj and q_b_proj where
+    it is set (its published config): q_proj,kv_b_proj there adapt kv_b_proj alone, as in
+    PEFT (r · (kv_lora_rank + n_heads · (d_nope + d_v)) per layer), and no note says q_proj
+    is unknown to the type."""
+    spec = spec_from_hf(json.loads((DATA / "hf" / "deepseek-v3.json").read_text()))
+    assert "q_proj" in spec.module_names.split(",")
+    got = lora_params(spec, count_params(spec), 8, ("q_proj", "kv_b_proj"))
+    assert got.total == spec.total_layers * 8 * (512 + 128 * (128 + 128))
+    assert not got.notes

@@ -515,3 +515,26 @@ def test_lora_over_mixers_drops_what_only_their_frozen_weights_need() -> None:
     lfm2 = _lora_row_sizes("lfm2-mixer.json", ("all-linear",))  # one layer, the first
     assert lfm2["decoder.ffn.norm.input_fp32"] == (2 * 64 * 64 * 4, 1)
     assert "decoder.mixer.norm.input_fp32" not in lfm2  # its input has no gradient
+
+
+def test_lora_mixer_projection_inputs_follow_their_readers() -> None:
+    """Walked: over a bf16 base each adapter keeps its own fp32 copy, so LFM2's short
+    convolution and MiniMax's lightning mixer keep neither in_proj's nor out_proj's input
+    (lfm2-mixer.json, minimax-mixer.json, all-linear); in fp32 Jamba's out_proj adapter reads
+    out_proj's input as it is, kept (jamba-tiny.json: PEFT adapts out_proj on Jamba)."""
+    for config in ("lfm2-mixer.json", "minimax-mixer.json"):
+        rows = _lora_row_sizes(config, ("all-linear",), "bf16")
+        assert "decoder.mixer.input" not in rows
+        assert "decoder.mixer.out_proj_input" not in rows
+    jamba = _lora_row_sizes("jamba-tiny.json", ("all-linear",))
+    assert jamba["decoder.mamba.dense.mixer.out_proj_input"] == (2 * 64 * 128 * 4, 2)
+    assert jamba["decoder.mamba.dense.mixer.input"] == (2 * 64 * 128 * 4, 2)
+
+
+def test_lora_adapted_router_in_fp32_keeps_its_fp32_input() -> None:
+    """Walked (bf16, all-linear): DeepSeek's router multiplies fp32 copies of its input and
+    of the merged weight; with the router adapted both are kept in all three MoE layers (the
+    first's input has a gradient: its attention is adapted), (128, 64) and (64, 8) fp32."""
+    rows = _lora_row_sizes("deepseek_v3-no-q-lora-bias.json", ("all-linear",), "bf16")
+    assert rows["decoder.moe.ffn.router_fp32_input"] == (2 * 64 * 64 * 4, 3)
+    assert rows["decoder.moe.ffn.router_fp32_weight"] == (8 * 64 * 4, 3)

@@ -2308,18 +2308,16 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
         if embed_grad or any(g.block.cross is not None for g in st.groups):
             first_of[st.name] = st.groups[0].name
             continue
+        # (ModernBERT's bare first layer: its layers all hold the same modules, so the first
+        # adapted layer is layer 0 or none is)
         first_of[st.name], before = layers_before(spec, st, in_layers)
-        if st.bare_first and before[st.bare_first]:
-            # ModernBERT: layer 0, one of these, has no attention norm to drop
-            below[st.bare_first + ".attn.norm"] = -1
         below.update(before)
     firsts = {g for g in first_of.values() if g} \
         if spec.norm_position == "pre" and not altup_grad else set()
     first_predict = firsts if spec.altup_inputs else set()
     # the first layer's attention norm keeps nothing under a frozen base: its rows, one
     # layer fewer (none to drop where that layer has no norm: ModernBERT)
-    first_norms = firsts - {st.bare_first for st in plan_of(spec).stacks
-                            if not below[st.bare_first]}
+    first_norms = firsts - {st.bare_first for st in plan_of(spec).stacks}
     # the frozen embeddings keep nothing, except along Gemma 4's and 3n's per-layer inputs:
     # every layer's multiply keeps them, and an adapted projection to them makes its norm
     # keep its input and its adapter read the embeddings (measured: gemma3n_text variants)
@@ -2423,11 +2421,8 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             continue
         if stack in frozen or (not stack and name.startswith(tuple(frozen))):
             continue
-        if stack in below:
-            # the layers below the first adapter keep nothing (ModernBERT's bare layer 0
-            # had no attention norm rows to begin with)
-            reps = r[4] - below[stack] - (below[stack + ".attn.norm"]
-                                          if rest.startswith("attn.norm.") else 0)
+        if stack in below:  # the layers below the first adapter keep nothing
+            reps = r[4] - below[stack]
             if reps < 1:
                 continue
             r = (*r[:4], reps, *r[5:])
