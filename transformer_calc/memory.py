@@ -28,7 +28,15 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import DENSE, pattern_keys
 from transformer_calc.lora import Adapted, adapted_layers, lora_params
 from transformer_calc.params import CATEGORIES, by_category, category, count_params, symbols
-from transformer_calc.plan import FFN, Attention, Mixer, layers_before, local_symbols, plan_of
+from transformer_calc.plan import (
+    FFN,
+    Attention,
+    Mixer,
+    group_of_layer,
+    layers_before,
+    local_symbols,
+    plan_of,
+)
 from transformer_calc.quant import FORMATS, weight_format_bytes
 from transformer_calc.spec import ModelSpec
 
@@ -2382,6 +2390,18 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # scale), not the activations inside (measured: mixtral-top1.json, gate adapted: +22 to
     # +28 % before)
     free_ffn = free_norm - {ad.stack for ad in adapted if ad.role in _FFN_MATRIX_ROLES}
+    # ... and the dense FFN beside adapted experts, without an adapter of its own
+    free_dense = free_norm - {ad.stack for ad in adapted if ".ffn.dense." in ad.name}
+    if spec.moe_shortcut:
+        # LongCat-Flash: the experts' output joins the residual after the layer's second
+        # attention and FFN (the next layer of the plan), which, with nothing adapted
+        # before the experts, run without a gradient too (measured: longcat_flash-tiny.json,
+        # gate_proj,up_proj,down_proj adapting the experts alone: +38 % before)
+        for st in plan_of(spec).stacks:
+            if first_of[st.name] in free_norm:
+                nxt = group_of_layer(spec, st, sum(below[g.name] for g in st.groups) + 1)
+                if nxt and nxt not in in_layers:
+                    below[nxt] += 1
     cross_kv = any(".cross." in ad.name and ad.role in ("k", "v", "qkv") for ad in adapted)
     # DeBERTa with its position projections adapted but not Q, K, V: the scores need a
     # gradient, Q, K, V do not, so what is kept only for theirs is not (measured,
@@ -2445,6 +2465,7 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                 stack in free_router and rest.startswith(_ROUTER_ROWS)) or (
                 stack in free_shared and rest.startswith("ffn.shared.")) or (
                 stack in free_ffn and rest in _FFN_INSIDE) or (
+                stack in free_dense and rest.startswith("ffn.dense.")) or (
                 stack in free_mixer and rest.startswith("mixer.")):
             if r[4] > 1:
                 rows.append((*r[:4], r[4] - 1, *r[5:]))

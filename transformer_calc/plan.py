@@ -699,6 +699,16 @@ def layers_before(spec: ModelSpec, stack: Stack, wanted: set[str] | frozenset[st
     return "", before
 
 
+def group_of_layer(spec: ModelSpec, stack: Stack, i: int) -> str:
+    """The group holding layer i of the stack ("" past its last layer)."""
+    if not 0 <= i < stack.layers:
+        return ""
+    if len(stack.groups) == 1:
+        return stack.groups[0].name
+    by_kinds = {g.kinds: g.name for g in stack.groups}
+    return by_kinds[layer_kinds_in_order(spec, stack.layers)[i]]
+
+
 def describe(plan: Plan) -> list[str]:
     """One line per stack with groups that differ: '61 layers: 3 × dense, 58 × moe'."""
     out = []
