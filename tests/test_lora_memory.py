@@ -556,3 +556,15 @@ def test_lora_longcat_layer_halves_before_the_experts_output_keep_nothing() -> N
     assert dense and set(dense.values()) == {1}
     assert rows["decoder.moe.ffn.dense.activation"][1] == 1
     assert rows["decoder.moe.ffn.activation"][1] == 2
+
+
+def test_lora_first_adapted_attention_keeps_only_the_copies_a_gradient_reads() -> None:
+    """Walked (llama-head-dim.json, eager, fp32, B=2, T=64, 2 layers): with k_proj,v_proj
+    adapted the first layer's score matmul keeps Q (for K's gradient), not K, the second
+    layer both; with q_proj,v_proj the other way round (the first layer's Q needs a gradient,
+    its K does not: K is kept, Q is not). Both keep V and the probabilities."""
+    qv = _lora_row_sizes("llama-head-dim.json", ("q_proj", "v_proj"))
+    assert (qv["decoder.attn.q"][1], qv["decoder.attn.k"][1]) == (1, 2)
+    kv = _lora_row_sizes("llama-head-dim.json", ("k_proj", "v_proj"))
+    assert (kv["decoder.attn.q"][1], kv["decoder.attn.k"][1]) == (2, 1)
+    assert kv["decoder.attn.v"][1] == kv["decoder.attn.softmax"][1] == 2

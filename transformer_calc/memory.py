@@ -2371,6 +2371,14 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # fc1,fc2 adapted); the encoder's output is kept only by adapters on the cross K or V
     # (their frozen projections need no input)
     free_cross = {g for g in free_core if first_blocks[g].cross is not None}
+    # ... and where its attention has Q adapted but not K (q_proj,v_proj, PEFT's default for
+    # Llama-like models), the scores' matmul keeps K for Q's gradient but not Q for K's, and
+    # the other way round (measured: falcon_h1-tiny.json and jamba-tiny.json, q_proj,v_proj,
+    # eager: the first adapted layer keeps no Q copy)
+    free_q_copy = first_groups - {
+        ad.stack for ad in adapted if ad.role in ("k", "qkv", "kv_a", "kv_b", "kv")}
+    free_k_copy = first_groups - {
+        ad.stack for ad in adapted if ad.role in ("q", "qkv", "q_a", "q_b")}
     # ... and with nothing adapted in its attention, the first layer's FFN input has no
     # gradient either: an unadapted router keeps nothing (its probabilities, the weights'
     # products), and the experts' first matmul (gate/up) keeps no merged weight, which only
@@ -2462,6 +2470,8 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                 stack in free_norm and rest.startswith(next_norm[stack])) or (
                 stack in free_qkv and rest in _QKV_GRAD_ONLY) or (
                 stack in free_cross and rest == "cross.k") or (
+                stack in free_q_copy and rest == "attn.q") or (
+                stack in free_k_copy and rest == "attn.k") or (
                 stack in free_router and rest.startswith(_ROUTER_ROWS)) or (
                 stack in free_shared and rest.startswith("ffn.shared.")) or (
                 stack in free_ffn and rest in _FFN_INSIDE) or (
