@@ -406,10 +406,14 @@ def test_lora_below_the_first_adapter_and_hybrids_within_their_bounds(row: dict)
     if row["config"] == "longcat_flash-tiny.json":
         bound = 0.03  # (its MLA's rows: +2.2 % in fp32, as with all-linear)
     assert abs(_lora_total(row) / row["measured_bytes"] - 1) < bound
+    assert _adapter_params(row) == row["trainable"][0]
+
+
+def _adapter_params(row: dict) -> int:
+    """tcalc's adapter parameters for a measured row (its "trainable" holds peft's first)."""
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / row["config"]).read_text()))
-    adapters = lora_params(spec, count_params(spec), row["lora"][0],
-                           tuple(row.get("tcalc_targets", row["lora"][1]).split(",")))
-    assert adapters.total == row["trainable"][0]
+    return lora_params(spec, count_params(spec), row["lora"][0],
+                       tuple(row.get("tcalc_targets", row["lora"][1]).split(","))).total
 
 
 def test_lora_s16_fixture_covers_its_target_sets() -> None:
@@ -568,3 +572,40 @@ def test_lora_first_adapted_attention_keeps_only_the_copies_a_gradient_reads() -
     kv = _lora_row_sizes("llama-head-dim.json", ("k_proj", "v_proj"))
     assert (kv["decoder.attn.q"][1], kv["decoder.attn.k"][1]) == (2, 1)
     assert kv["decoder.attn.v"][1] == kv["decoder.attn.softmax"][1] == 2
+
+
+# PEFT's default target for Llama-like models, q_proj,v_proj, over every variant in
+# tests/data/hf/variants that has the names (the defaults-* full-size configs left out; the
+# same tool, B=2 T=64, rank 8): activations_lora_survey_qv_s16_cpu.jsonl, 289 cases over 81
+# configs, each with peft's and tcalc's adapter parameters. It found a parallel block's FFN
+# (Phi, Cohere: +9 to +38 %; it reads the layer's normed input, not the attention's output),
+# ReLU's result taken for down's input alone (OPT, CTRL: −8 to −16 %), xIELU's α-only tensor
+# (Apertus +8 to +12 %), Llama 4's repeated tokens lumped with the experts' input (−6 to
+# −9 %), DiffLlama's λ-only concatenation and second-map Q copy (+5 to +9 %). Its tcalc
+# columns are this commit's (not read here).
+LORA_SURVEY_QV = _measured("activations_lora_survey_qv_s16_cpu.jsonl")
+
+
+@pytest.mark.parametrize("row", LORA_SURVEY_QV,
+                         ids=lambda r: "{config}-{attention}-{dtype}".format(**r))
+def test_lora_q_v_survey_within_5_percent(row: dict) -> None:
+    assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.05
+    assert _adapter_params(row) == row["trainable"][0]
+
+
+def test_lora_q_v_survey_covers_81_configs() -> None:
+    assert len(LORA_SURVEY_QV) == 289
+    assert len({r["config"] for r in LORA_SURVEY_QV}) == 81
+
+
+def test_lora_diffllama_first_layer_copies_and_lambda_product() -> None:
+    """Walked (diffllama-tiny.json, eager, fp32, B=2, T=64, q_proj,v_proj): the first layer's
+    two maps keep K and no Q copy, the second layer's both; neither layer keeps the
+    concatenated maps (λ's multiply keeps them for λ, a frozen parameter). With k_proj,v_proj
+    (walked too) the first layer keeps Q, not K."""
+    rows = _lora_row_sizes("diffllama-tiny.json", ("q_proj", "v_proj"))
+    assert rows["decoder.attn.q_second_map"][1] == rows["decoder.attn.q"][1] == 1
+    assert rows["decoder.attn.k_second_map"][1] == rows["decoder.attn.k"][1] == 2
+    assert "decoder.attn.maps_concat" not in rows
+    kv = _lora_row_sizes("diffllama-tiny.json", ("k_proj", "v_proj"))
+    assert kv["decoder.attn.k_second_map"][1] == 1 and kv["decoder.attn.q_second_map"][1] == 2

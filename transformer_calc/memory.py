@@ -1110,12 +1110,18 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                          f"{saves} · B·T·{sym} · 4{route} ({act}, gated, on fp32 copies)",
                          "", L, stack, "tp", None, ()))
                 elif saves:
-                    add((p + sub + "activation", k * saves * sb * width * a,
-                         f"{saves} · B·T·{sym} · act{route} ({act}{', gated' if gated else ''})",
+                    n = saves - (act == "xielu")  # (xIELU's fourth: its own row, below)
+                    add((p + sub + "activation", k * n * sb * width * a,
+                         f"{n} · B·T·{sym} · act{route} ({act}{', gated' if gated else ''})",
                          "", L, stack, "tp", None, ()))
                 if act == "xielu":
                     add((p + sub + "activation_mask", k * sb * width, f"B·T·{sym} · 1{route} "
                          "(xIELU's x > 0, bool)", "", L, stack, "tp", None, ()))
+                    # of its four, expm1 − x is kept for α_n's gradient alone: a frozen base,
+                    # under LoRA, keeps three (measured: apertus-tiny.json, q_proj,v_proj)
+                    add((p + sub + "activation.alpha_input", k * sb * width * a,
+                         f"B·T·{sym} · act{route} (expm1 − x, for α_n's gradient)", "", L,
+                         stack, "tp", None, ()))
                 if dropout and (spec.t5_dropouts or spec.ffn_dropout):
                     # T5's FFN, GTE's: a dropout before the down projection
                     if not gated and act in RESULT_SAVERS:
@@ -1179,11 +1185,17 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                     # router's scores (the mul keeps the copy and the scores column), the
                     # batched matmul keeps the scaled copy; topk keeps its indices (measured:
                     # tools/measure_activations_hf.py, llama4_text-chunked.json)
+                    # (the scaled copy is the experts' matmul input, kept for their weights
+                    # alone: a frozen base, under LoRA, keeps the rest; measured:
+                    # llama4_text-chunked.json, q_proj,v_proj)
                     X = f.experts
-                    add((p + "routed_input", 2 * X * x + X * sb * a + k * sb * 8,
-                         "2 · n_experts · B·T·d_model · act + n_experts · B·T · act + top_k · "
-                         "B·T · 8 (the tokens repeated per expert, scaled; the scores; the "
-                         "top-k indices)", "", L, stack, "", None, ()))
+                    add((p + "routed_input", X * x, "n_experts · B·T·d_model · act (the "
+                         "tokens repeated per expert, scaled: the experts' input)", "", L,
+                         stack, "", None, ()))
+                    add((p + "routing_products", X * x + X * sb * a + k * sb * 8,
+                         "n_experts · B·T·d_model · act + n_experts · B·T · act + top_k · "
+                         "B·T · 8 (the tokens repeated per expert; the scores; the top-k "
+                         "indices)", "", L, stack, "", None, ()))
                 if f.beside and not f.shortcut:
                     # Gemma4TextDecoderLayer: norms after the dense FFN, before and after the
                     # experts; Gemma4TextRouter norms the residual without a weight (fp32
@@ -2194,7 +2206,9 @@ def _lora_states(spec: ModelSpec, s: Settings, params: Breakdown,
 # embeddings and the first layer's input norm keep nothing.
 # rows kept only for a weight's gradient (a norm's weight, Gemma 3n's AltUp output scale):
 # a frozen base keeps none
-_WEIGHT_GRAD_ONLY = (".normalized", ".scaled_output", ".correct_coef_input")
+# (DiffLlama's concatenated maps are kept by λ's multiply, for λ's gradient)
+_WEIGHT_GRAD_ONLY = (".normalized", ".scaled_output", ".correct_coef_input", ".alpha_input",
+                     ".maps_concat")
 _IDS = ("embed.token_ids", "embed.position_ids", "head.input", "head.mlm.decoder_input",
         "embed.side_ids")
 # a projection's input row -> the roles of the adapted layers that read it
@@ -2389,17 +2403,22 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # first layer's Mamba-2 beside the attention keeps nothing)
     free_mixer = {g for g in first_groups if first_blocks[g].mixer is not None} - {
         ad.stack for ad in adapted if ".mixer." in ad.name}
-    free_router = free_norm - router_adapted
+    # (a parallel block's FFN reads the layer's normed input, not the attention's output:
+    # in the first adapted layer its input has no gradient whatever the attention holds;
+    # measured: phi-gqa-tied.json and cohere2-tiny.json with q_proj,v_proj, +9 to +38 %
+    # before)
+    ffn_free = free_norm | {g for g in first_groups if first_blocks[g].parallel}
+    free_router = ffn_free - router_adapted
     # ... nor do shared experts without an adapter of their own (measured: deepseek_v3-no-q-
     # lora-bias.json, gate_proj,up_proj,down_proj adapting the routed experts alone)
-    free_shared = free_norm - {ad.stack for ad in adapted if ".ffn.shared." in ad.name}
+    free_shared = ffn_free - {ad.stack for ad in adapted if ".ffn.shared." in ad.name}
     # ... and where the router alone is adapted there, the experts compute without a
     # gradient: only what the routing weights' gradient reads is kept (the outputs they
     # scale), not the activations inside (measured: mixtral-top1.json, gate adapted: +22 to
     # +28 % before)
-    free_ffn = free_norm - {ad.stack for ad in adapted if ad.role in _FFN_MATRIX_ROLES}
+    free_ffn = ffn_free - {ad.stack for ad in adapted if ad.role in _FFN_MATRIX_ROLES}
     # ... and the dense FFN beside adapted experts, without an adapter of its own
-    free_dense = free_norm - {ad.stack for ad in adapted if ".ffn.dense." in ad.name}
+    free_dense = ffn_free - {ad.stack for ad in adapted if ".ffn.dense." in ad.name}
     if spec.moe_shortcut:
         # LongCat-Flash: the experts' output joins the residual after the layer's second
         # attention and FFN (the next layer of the plan), which, with nothing adapted
@@ -2432,6 +2451,13 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             has_copy = any(r[5] == grp and r[0] == f"{grp}.attn.o_input" for r in acts.rows)
             o_reads.add((grp, "attn.o_input" if has_copy else "attn.out"))
     o_reads |= shared_reads
+    # an ungated FFN whose activation keeps its result (ReLU): down's input is that result,
+    # which the activation's backward reads (measured: opt-nobias-post.json, q_proj,v_proj;
+    # −15 % before); with an FFN dropout between them the result has a row of its own
+    result_in = {g.name for g in plan_of(spec).groups if g.block.ffn is not None
+                 and g.block.ffn.kind == "plain" and g.block.ffn.activation in RESULT_SAVERS
+                 and not any(r[5] == g.name and r[0].endswith(".ffn.activation")
+                             for r in acts.rows)}
     mixer_inputs = {g.name: _MIXER_PROJECTION_INPUTS[g.block.mixer.kind]
                     for g in plan_of(spec).groups if g.block.mixer is not None
                     and g.block.mixer.kind in _MIXER_PROJECTION_INPUTS}
@@ -2445,7 +2471,8 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                 or name.endswith(("embed.token_ids", "embed.position_ids")):
             continue
         if stack and (rest in _PROJECTION_INPUTS or rest in mixer_inputs.get(stack, ())) \
-                and (stack, rest) not in shared_reads:
+                and (stack, rest) not in shared_reads \
+                and not (rest == "ffn.out_input" and stack in result_in):
             continue
         if stack in frozen or (not stack and name.startswith(tuple(frozen))):
             continue
@@ -2470,8 +2497,8 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                 stack in free_norm and rest.startswith(next_norm[stack])) or (
                 stack in free_qkv and rest in _QKV_GRAD_ONLY) or (
                 stack in free_cross and rest == "cross.k") or (
-                stack in free_q_copy and rest == "attn.q") or (
-                stack in free_k_copy and rest == "attn.k") or (
+                stack in free_q_copy and rest in ("attn.q", "attn.q_second_map")) or (
+                stack in free_k_copy and rest in ("attn.k", "attn.k_second_map")) or (
                 stack in free_router and rest.startswith(_ROUTER_ROWS)) or (
                 stack in free_shared and rest.startswith("ffn.shared.")) or (
                 stack in free_ffn and rest in _FFN_INSIDE) or (
@@ -2502,7 +2529,7 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             # (the first adapted layer's); no lora_A output, no cast kept (measured:
             # mixtral-top1.json, gate adapted, fp32 and bf16)
             base = 4 if s.precision == "fp32" else 2
-            merged = ad.repeat - (ad.stack in free_norm)
+            merged = ad.repeat - (ad.stack in ffn_free)
             if merged and not router_fp32:
                 rows.append((ad.name + ".lora_merged_weight", ad.fan_in * ad.fan_out * base,
                              "in · out · base bytes (W + s·B·A, kept)",
@@ -2517,7 +2544,7 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             # training (routed_input)
             base = 4 if s.precision == "fp32" else 2
             size = ad.experts * ad.fan_in * ad.fan_out
-            merged = ad.repeat - (ad.stack in free_norm and not ad.name.endswith(".out"))
+            merged = ad.repeat - (ad.stack in ffn_free and not ad.name.endswith(".out"))
             if merged:
                 rows.append((ad.name + ".lora_merged_weight", size * base,
                              "n_experts · in · out · base bytes (W + s·B·A, kept)",
