@@ -389,8 +389,9 @@ def test_lora_over_gemma3n_keeps_and_drops_what_the_graph_does() -> None:
 # (+38 % before: its experts' output joins after the layer's second half); all-linear on
 # qwen2_moe-tiny; gate (--tcalc-targets router) on mixtral-top1; q_proj,v_proj on jamba-,
 # nemotron_h-, falcon_h1-, qwen3_5_text-, qwen3_next-, lfm2-, minimax- and bamba-tiny; in_proj
-# on jamba-, nemotron_h-, falcon_h1- and bamba-tiny (torch 2.13.0+cpu, transformers 5.23.0,
-# peft 0.21.2).
+# on jamba-, nemotron_h-, falcon_h1- and bamba-tiny; shared_expert_gate (--tcalc-targets
+# shared_gate) on qwen3_next- and qwen2_moe-tiny (torch 2.13.0+cpu, transformers 5.23.0,
+# peft 0.21.2). Its tcalc columns are this commit's (not read here).
 LORA_S16 = _measured("activations_lora_s16_cpu.jsonl")
 
 
@@ -418,9 +419,9 @@ def _adapter_params(row: dict) -> int:
 
 def test_lora_s16_fixture_covers_its_target_sets() -> None:
     kinds = {(r["config"], r["lora"][1]) for r in LORA_S16}
-    assert len(LORA_S16) == 84 and len(kinds) == 21
+    assert len(LORA_S16) == 92 and len(kinds) == 23
     assert {t for _, t in kinds} == {"gate_proj,up_proj,down_proj", "all-linear",
-                                     "q_proj,v_proj", "in_proj", "gate"}
+                                     "q_proj,v_proj", "in_proj", "gate", "shared_expert_gate"}
 
 
 def _lora_row_sizes(config: str, targets: tuple[str, ...], precision: str = "fp32"
@@ -609,3 +610,40 @@ def test_lora_diffllama_first_layer_copies_and_lambda_product() -> None:
     assert "decoder.attn.maps_concat" not in rows
     kv = _lora_row_sizes("diffllama-tiny.json", ("k_proj", "v_proj"))
     assert kv["decoder.attn.k_second_map"][1] == 1 and kv["decoder.attn.q_second_map"][1] == 2
+
+
+# And the MLP's names, gate_proj,up_proj,down_proj, over every variant that has one of them
+# (the same tool and settings): activations_lora_survey_mlp_s16_cpu.jsonl, 226 cases over 61
+# configs. It found a parallel block's FFN adapters reading the shared normed input, counted
+# as dropped (StableLM, Cohere: −6 to −16 %); an adapter on down alone (Phi-3's and
+# MiniMax-M3's shared experts' fused gate_up_proj is missed by the names), whose activation
+# then needs no gradient in the first adapted layer (+6 to +49 %); shared experts' adapters
+# leaving the routed experts, their scatter and the shared gate's product without one
+# (Qwen3.5-MoE +11 %, Qwen3-Next +6 %). Its tcalc columns are this commit's (not read here).
+LORA_SURVEY_MLP = _measured("activations_lora_survey_mlp_s16_cpu.jsonl")
+
+
+@pytest.mark.parametrize("row", LORA_SURVEY_MLP,
+                         ids=lambda r: "{config}-{attention}-{dtype}".format(**r))
+def test_lora_mlp_names_survey_within_5_percent(row: dict) -> None:
+    assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.05
+    assert _adapter_params(row) == row["trainable"][0]
+
+
+def test_lora_mlp_names_survey_covers_61_configs() -> None:
+    assert len(LORA_SURVEY_MLP) == 226
+    assert len({r["config"] for r in LORA_SURVEY_MLP}) == 61
+
+
+def test_lora_first_adapted_ffn_keeps_what_its_adapters_gradients_read() -> None:
+    """Walked (B=2, T=64). qwen2_moe-tiny.json (fp32) with the shared experts' gate alone
+    adapted: the first MoE layer keeps the gate's product (the sigmoid and the shared
+    experts' output), not the shared experts' insides; the second both. opt-nobias-post.json
+    (bf16, ReLU) with fc2 alone: the first layer's adapter keeps its fp32 copy and ReLU's
+    result is not kept (its input has no gradient); the second layer keeps it."""
+    qwen = _lora_row_sizes("qwen2_moe-tiny.json", ("shared_gate",))
+    assert qwen["decoder.moe.ffn.shared_gate_product"] == (2 * 64 * 65 * 4, 2)
+    assert qwen["decoder.moe.ffn.shared.activation"][1] == 1
+    opt = _lora_row_sizes("opt-nobias-post.json", ("down",), "bf16")
+    assert opt["decoder.ffn.out_input"] == (2 * 64 * 512 * 2, 1)
+    assert opt["decoder.ffn.out.lora_input"][1] == 2

@@ -2248,8 +2248,7 @@ _ATTN_CORE_ROLES = frozenset(("q", "k", "v", "qkv", "q_a", "q_b", "kv_a", "kv_b"
 _ROUTER_ROWS = ("ffn.router", "ffn.expert_output")
 # the adapted layers inside an FFN, and the rows of what its matmuls keep between them
 _FFN_MATRIX_ROLES = frozenset(("gate", "up", "down", "gate_up", "experts", "shared"))
-_FFN_INSIDE = frozenset(("ffn.activation", "ffn.activation_mask", "ffn.out_input",
-                         "ffn.inner_dropout_mask"))
+_FFN_INSIDE = frozenset(("ffn.activation", "ffn.activation_mask", "ffn.inner_dropout_mask"))
 _QKV_GRAD_ONLY = frozenset(f"attn.{n}" for n in ("q", "k", "dropout_output", "softmax_cast",
                                                    "relative_tables"))
 # Gemma 3n's AltUp rows of a layer's prediction (memory.activation_breakdown's altup_rows)
@@ -2411,12 +2410,29 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     free_router = ffn_free - router_adapted
     # ... nor do shared experts without an adapter of their own (measured: deepseek_v3-no-q-
     # lora-bias.json, gate_proj,up_proj,down_proj adapting the routed experts alone)
-    free_shared = ffn_free - {ad.stack for ad in adapted if ".ffn.shared." in ad.name}
+    # (one on their down alone reads the activation's output, which needs no gradient then:
+    # measured, minimax_m3_vl_text-tiny.json, whose fused gate_up_proj the MLP's names miss)
+    free_shared = ffn_free - {ad.stack for ad in adapted if ".ffn.shared." in ad.name
+                              and _reads(ad) != "ffn.shared.out_input"}
+    # (with no adapter on the shared experts nor on their gate, the gate's product keeps
+    # nothing there either: measured, qwen3_next-tiny.json with the MLP's names)
+    free_shared_gate = ffn_free - {ad.stack for ad in adapted if ".ffn.shared" in ad.name}
     # ... and where the router alone is adapted there, the experts compute without a
     # gradient: only what the routing weights' gradient reads is kept (the outputs they
     # scale), not the activations inside (measured: mixtral-top1.json, gate adapted: +22 to
     # +28 % before)
-    free_ffn = ffn_free - {ad.stack for ad in adapted if ad.role in _FFN_MATRIX_ROLES}
+    # (an adapter on down alone reads the activation's output, which then needs no gradient:
+    # measured, phi3-gqa-tied.json with gate_proj,up_proj,down_proj, which adapt its down_proj
+    # alone)
+    # (and shared experts' adapters leave the routed experts without a gradient: measured,
+    # qwen3_5_moe_text-attn.json, the MLP's names adapting the shared expert alone; their
+    # outputs' scatter and sort order are kept only where the experts or the router are
+    # adapted)
+    free_ffn = ffn_free - {ad.stack for ad in adapted
+                           if ad.role in _FFN_MATRIX_ROLES and ad.role != "shared"
+                           and not _reads(ad).endswith("out_input")}
+    free_scatter = free_ffn - router_adapted - {
+        ad.stack for ad in adapted if ad.role in ("experts", "gate", "up", "gate_up", "down")}
     # ... and the dense FFN beside adapted experts, without an adapter of its own
     free_dense = ffn_free - {ad.stack for ad in adapted if ".ffn.dense." in ad.name}
     if spec.moe_shortcut:
@@ -2450,6 +2466,9 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
         for grp in {ad.stack for ad in adapted if ad.role == "o"} & free_core:
             has_copy = any(r[5] == grp and r[0] == f"{grp}.attn.o_input" for r in acts.rows)
             o_reads.add((grp, "attn.o_input" if has_copy else "attn.out"))
+    # (a parallel block with one norm: its FFN reads the attention's normed input, that row)
+    shared_reads |= {(g.name, "attn.input") for g in plan_of(spec).groups
+                     if g.block.ffn_reads_attn_input and (g.name, "ffn.input") in shared_reads}
     o_reads |= shared_reads
     # an ungated FFN whose activation keeps its result (ReLU): down's input is that result,
     # which the activation's backward reads (measured: opt-nobias-post.json, q_proj,v_proj;
@@ -2500,9 +2519,13 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                 stack in free_q_copy and rest in ("attn.q", "attn.q_second_map")) or (
                 stack in free_k_copy and rest in ("attn.k", "attn.k_second_map")) or (
                 stack in free_router and rest.startswith(_ROUTER_ROWS)) or (
-                stack in free_shared and rest.startswith("ffn.shared.")) or (
-                stack in free_ffn and rest in _FFN_INSIDE) or (
+                stack in free_shared and rest.startswith("ffn.shared.")
+                and (stack, rest) not in shared_reads) or (
+                stack in free_shared_gate and rest == "ffn.shared_gate_product") or (
+                stack in free_ffn and (rest in _FFN_INSIDE or (
+                    rest == "ffn.out_input" and (stack, rest) not in shared_reads))) or (
                 stack in free_dense and rest.startswith("ffn.dense.")) or (
+                stack in free_scatter and rest in ("ffn.expert_scatter", "ffn.expert_order")) or (
                 stack in free_mixer and rest.startswith("mixer.")):
             if r[4] > 1:
                 rows.append((*r[:4], r[4] - 1, *r[5:]))
