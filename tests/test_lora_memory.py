@@ -587,18 +587,6 @@ def test_lora_first_adapted_attention_keeps_only_the_copies_a_gradient_reads() -
 LORA_SURVEY_QV = _measured("activations_lora_survey_qv_s16_cpu.jsonl")
 
 
-@pytest.mark.parametrize("row", LORA_SURVEY_QV,
-                         ids=lambda r: "{config}-{attention}-{dtype}".format(**r))
-def test_lora_q_v_survey_within_5_percent(row: dict) -> None:
-    assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.05
-    assert _adapter_params(row) == row["trainable"][0]
-
-
-def test_lora_q_v_survey_covers_81_configs() -> None:
-    assert len(LORA_SURVEY_QV) == 289
-    assert len({r["config"] for r in LORA_SURVEY_QV}) == 81
-
-
 def test_lora_diffllama_first_layer_copies_and_lambda_product() -> None:
     """Walked (diffllama-tiny.json, eager, fp32, B=2, T=64, q_proj,v_proj): the first layer's
     two maps keep K and no Q copy, the second layer's both; neither layer keeps the
@@ -623,16 +611,21 @@ def test_lora_diffllama_first_layer_copies_and_lambda_product() -> None:
 LORA_SURVEY_MLP = _measured("activations_lora_survey_mlp_s16_cpu.jsonl")
 
 
-@pytest.mark.parametrize("row", LORA_SURVEY_MLP,
-                         ids=lambda r: "{config}-{attention}-{dtype}".format(**r))
-def test_lora_mlp_names_survey_within_5_percent(row: dict) -> None:
+@pytest.mark.parametrize("row", LORA_SURVEY_QV + LORA_SURVEY_MLP,
+                         ids=lambda r: "{config}-{attention}-{dtype}-{lora}".format(**r))
+def test_lora_target_list_surveys_within_5_percent(row: dict) -> None:
+    """Both surveys (q_proj,v_proj; gate_proj,up_proj,down_proj): within 5 %, with the
+    adapters peft counted."""
     assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.05
     assert _adapter_params(row) == row["trainable"][0]
 
 
-def test_lora_mlp_names_survey_covers_61_configs() -> None:
-    assert len(LORA_SURVEY_MLP) == 226
-    assert len({r["config"] for r in LORA_SURVEY_MLP}) == 61
+@pytest.mark.parametrize(("survey", "cases", "configs"),
+                         [(LORA_SURVEY_QV, 289, 81), (LORA_SURVEY_MLP, 226, 61)])
+def test_lora_target_list_surveys_cover_every_variant_with_the_names(
+        survey: list, cases: int, configs: int) -> None:  # type: ignore[type-arg]
+    assert len(survey) == cases
+    assert len({r["config"] for r in survey}) == configs
 
 
 def test_lora_first_adapted_ffn_keeps_what_its_adapters_gradients_read() -> None:
