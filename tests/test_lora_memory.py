@@ -609,19 +609,23 @@ def test_lora_diffllama_first_layer_copies_and_lambda_product() -> None:
 # leaving the routed experts, their scatter and the shared gate's product without one
 # (Qwen3.5-MoE +11 %, Qwen3-Next +6 %). Its tcalc columns are this commit's (not read here).
 LORA_SURVEY_MLP = _measured("activations_lora_survey_mlp_s16_cpu.jsonl")
+# And the attention's four, q_proj,k_proj,v_proj,o_proj, the same way, after the fixes above:
+# activations_lora_survey_attn_s16_cpu.jsonl, 310 cases over 85 configs (found nothing new).
+LORA_SURVEY_ATTN = _measured("activations_lora_survey_attn_s16_cpu.jsonl")
 
 
-@pytest.mark.parametrize("row", LORA_SURVEY_QV + LORA_SURVEY_MLP,
+@pytest.mark.parametrize("row", LORA_SURVEY_QV + LORA_SURVEY_MLP + LORA_SURVEY_ATTN,
                          ids=lambda r: "{config}-{attention}-{dtype}-{lora}".format(**r))
 def test_lora_target_list_surveys_within_5_percent(row: dict) -> None:
-    """Both surveys (q_proj,v_proj; gate_proj,up_proj,down_proj): within 5 %, with the
-    adapters peft counted."""
+    """The three surveys (q_proj,v_proj; gate_proj,up_proj,down_proj; q_proj,k_proj,v_proj,
+    o_proj): within 5 %, with the adapters peft counted."""
     assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.05
     assert _adapter_params(row) == row["trainable"][0]
 
 
 @pytest.mark.parametrize(("survey", "cases", "configs"),
-                         [(LORA_SURVEY_QV, 289, 81), (LORA_SURVEY_MLP, 226, 61)])
+                         [(LORA_SURVEY_QV, 289, 81), (LORA_SURVEY_MLP, 226, 61),
+                          (LORA_SURVEY_ATTN, 310, 85)])
 def test_lora_target_list_surveys_cover_every_variant_with_the_names(
         survey: list, cases: int, configs: int) -> None:  # type: ignore[type-arg]
     assert len(survey) == cases
