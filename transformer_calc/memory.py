@@ -2392,48 +2392,42 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
         ad.stack for ad in adapted if ad.role in ("k", "qkv", "kv_a", "kv_b", "kv")}
     free_k_copy = first_groups - {
         ad.stack for ad in adapted if ad.role in ("q", "qkv", "q_a", "q_b")}
-    # ... and with nothing adapted in its attention, the first layer's FFN input has no
-    # gradient either: an unadapted router keeps nothing (its probabilities, the weights'
-    # products), and the experts' first matmul (gate/up) keeps no merged weight, which only
-    # its input's gradient needs (measured: mixtral-top1.json with w1,w2,w3 adapted)
-    router_adapted = {ad.stack for ad in adapted if ad.role == "router"}
     # ... and a recurrent mixer with no adapter of its own reads an input without one:
     # it keeps nothing there (measured: falcon_h1-tiny.json with q_proj,v_proj adapted, its
     # first layer's Mamba-2 beside the attention keeps nothing)
     free_mixer = {g for g in first_groups if first_blocks[g].mixer is not None} - {
         ad.stack for ad in adapted if ".mixer." in ad.name}
-    # (a parallel block's FFN reads the layer's normed input, not the attention's output:
-    # in the first adapted layer its input has no gradient whatever the attention holds;
-    # measured: phi-gqa-tied.json and cohere2-tiny.json with q_proj,v_proj, +9 to +38 %
-    # before)
+    # ... and with nothing adapted in its attention, the first layer's FFN input has no
+    # gradient either; nor, whatever the attention holds, has a parallel block's, which reads
+    # the layer's normed input (measured: phi-gqa-tied.json and cohere2-tiny.json with
+    # q_proj,v_proj, +9 to +38 % before). There:
     ffn_free = free_norm | {g for g in first_groups if first_blocks[g].parallel}
+    # - an unadapted router keeps nothing (its probabilities, the weights' products), and
+    #   the experts' first matmul (gate/up) keeps no merged weight, which only its input's
+    #   gradient needs (measured: mixtral-top1.json with w1,w2,w3 adapted);
+    router_adapted = {ad.stack for ad in adapted if ad.role == "router"}
     free_router = ffn_free - router_adapted
-    # ... nor do shared experts without an adapter of their own (measured: deepseek_v3-no-q-
-    # lora-bias.json, gate_proj,up_proj,down_proj adapting the routed experts alone)
-    # (one on their down alone reads the activation's output, which needs no gradient then:
-    # measured, minimax_m3_vl_text-tiny.json, whose fused gate_up_proj the MLP's names miss)
+    # - shared experts without an adapter of their own keep nothing (measured:
+    #   deepseek_v3-no-q-lora-bias.json, gate_proj,up_proj,down_proj adapting the routed
+    #   experts alone), nor with one on their down alone, which reads the activation's
+    #   output, needing no gradient then (measured: minimax_m3_vl_text-tiny.json, whose fused
+    #   gate_up_proj the MLP's names miss);
     free_shared = ffn_free - {ad.stack for ad in adapted if ".ffn.shared." in ad.name
                               and _reads(ad) != "ffn.shared.out_input"}
-    # (with no adapter on the shared experts nor on their gate, the gate's product keeps
-    # nothing there either: measured, qwen3_next-tiny.json with the MLP's names)
+    # - with no adapter on the shared experts nor on their gate, the gate's product keeps
+    #   nothing (measured: qwen3_next-tiny.json with the MLP's names);
     free_shared_gate = ffn_free - {ad.stack for ad in adapted if ".ffn.shared" in ad.name}
-    # ... and where the router alone is adapted there, the experts compute without a
-    # gradient: only what the routing weights' gradient reads is kept (the outputs they
-    # scale), not the activations inside (measured: mixtral-top1.json, gate adapted: +22 to
-    # +28 % before)
-    # (an adapter on down alone reads the activation's output, which then needs no gradient:
-    # measured, phi3-gqa-tied.json with gate_proj,up_proj,down_proj, which adapt its down_proj
-    # alone)
-    # (and shared experts' adapters leave the routed experts without a gradient: measured,
-    # qwen3_5_moe_text-attn.json, the MLP's names adapting the shared expert alone; their
-    # outputs' scatter and sort order are kept only where the experts or the router are
-    # adapted)
+    # - the routed experts' insides keep nothing where nothing but the router, the shared
+    #   experts or down is adapted (measured: mixtral-top1.json, gate adapted, +22 to +28 %
+    #   before; phi3-gqa-tied.json, whose down_proj alone the MLP's names adapt;
+    #   qwen3_5_moe_text-attn.json, the shared expert alone), and their outputs' scatter and
+    #   sort order only where the experts or the router are adapted;
     free_ffn = ffn_free - {ad.stack for ad in adapted
                            if ad.role in _FFN_MATRIX_ROLES and ad.role != "shared"
                            and not _reads(ad).endswith("out_input")}
     free_scatter = free_ffn - router_adapted - {
         ad.stack for ad in adapted if ad.role in ("experts", "gate", "up", "gate_up", "down")}
-    # ... and the dense FFN beside adapted experts, without an adapter of its own
+    # - the dense FFN beside adapted experts, without an adapter of its own, keeps nothing.
     free_dense = ffn_free - {ad.stack for ad in adapted if ".ffn.dense." in ad.name}
     if spec.moe_shortcut:
         # LongCat-Flash: the experts' output joins the residual after the layer's second
