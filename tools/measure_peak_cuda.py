@@ -22,6 +22,24 @@ llama-3.2-1b (B=2, T=2048) and llama-3.1-8b (its config.json's shape keys, B=1, 
 tests/data/peak_lora_cuda_h100.json was written by
 
     python tools/measure_peak_cuda.py --lora 16 --out peak_lora_cuda_h100.json
+
+--checkpointing: gradient checkpointing as the Hugging Face Trainer runs it
+(model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False}),
+which also turns use_cache off), on the base model before peft wraps it; with --lora, the
+recipes above, with --lora-targets the adapted modules (q_proj,v_proj or all-linear);
+without, full training in fp32, amp_bf16 and bf16, SDPA only.
+tests/data/peak_checkpointing_cuda_h100.json was written by
+
+    python tools/measure_peak_cuda.py --checkpointing --out full.json
+    python tools/measure_peak_cuda.py --checkpointing --lora 16 --out lora_all.json
+    python tools/measure_peak_cuda.py --checkpointing --lora 16 --lora-targets q_proj,v_proj \
+        --out lora_qv.json
+
+(their "runs" concatenated, each row saying its own settings); and the base grid with
+use_cache=False (transformers' default in training is the config's use_cache, True, whose
+DynamicCache concatenates copies of K and V) into peak_no_cache_cuda_h100.json:
+
+    python tools/measure_peak_cuda.py --no-use-cache --out peak_no_cache_cuda_h100.json
 """
 
 from __future__ import annotations
@@ -59,19 +77,23 @@ ATTENTIONS = ("sdpa", "eager")
 
 
 def measure(config: dict, batch: int, seq: int, recipe: str, attention: str,
-            lora: int = 0) -> dict:
+            lora: int = 0, checkpointing: bool = False,
+            targets: str = "all-linear", use_cache: bool | None = None) -> dict:
     import transformers
 
     torch.manual_seed(0)
     cfg = transformers.AutoConfig.for_model(**config)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention)
-    model = model.cuda()
+    with torch.device("cuda"):  # initialised on the GPU: an 8B model in seconds
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention)
     if recipe in ("bf16", "lora_bf16", "lora_amp_bf16"):
         model = model.to(torch.bfloat16)
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora:
         import peft
 
-        model = peft.get_peft_model(model, peft.LoraConfig(r=lora, target_modules="all-linear"))
+        model = peft.get_peft_model(model, peft.LoraConfig(
+            r=lora, target_modules=targets if targets == "all-linear" else targets.split(",")))
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -79,13 +101,16 @@ def measure(config: dict, batch: int, seq: int, recipe: str, attention: str,
     torch.cuda.synchronize()
     out: dict = {"params": params, "batch": batch, "seq_len": seq, "recipe": recipe,
                  "attention": attention, "dropout": getattr(cfg, "resid_pdrop", None),
+                 "checkpointing": checkpointing, "lora_rank": lora,
+                 "use_cache": use_cache,
+                 "lora_targets": targets if lora else None,
                  "after_setup_mib": torch.cuda.memory_allocated() / MIB, "steps": []}
     for _ in range(2):
         step = {}
         torch.cuda.reset_peak_memory_stats()
         with torch.autocast("cuda", dtype=torch.bfloat16,
                             enabled=recipe in ("amp_bf16", "lora_amp_bf16")):
-            loss = model(input_ids=ids, labels=ids).loss
+            loss = model(input_ids=ids, labels=ids, use_cache=use_cache).loss
         torch.cuda.synchronize()
         step["forward_peak_mib"] = torch.cuda.max_memory_allocated() / MIB
         step["after_forward_mib"] = torch.cuda.memory_allocated() / MIB
@@ -115,16 +140,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank: fine-tuning runs instead")
+    ap.add_argument("--lora-targets", default="all-linear")
+    ap.add_argument("--checkpointing", action="store_true",
+                    help="gradient checkpointing (non-reentrant, as the HF Trainer runs it)")
+    ap.add_argument("--no-use-cache", action="store_true",
+                    help="use_cache=False in the forward (default: the model's own choice)")
     args = ap.parse_args()
     import transformers
 
     rows = []
     models, recipes = (LORA_MODELS, LORA_RECIPES) if args.lora else (MODELS, RECIPES)
+    attentions = ("sdpa",) if args.checkpointing else ATTENTIONS
     for name, (config, batch, seq) in models.items():
         for recipe in recipes:
-            for attention in ATTENTIONS:
+            for attention in attentions:
                 try:
-                    row = measure(config, batch, seq, recipe, attention, args.lora)
+                    row = measure(config, batch, seq, recipe, attention, args.lora,
+                                  args.checkpointing, args.lora_targets,
+                                  False if args.no_use_cache else None)
                 except torch.cuda.OutOfMemoryError as e:
                     row = {"error": f"out of memory: {str(e)[:120]}"}
                     torch.cuda.empty_cache()

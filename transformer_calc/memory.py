@@ -1663,31 +1663,69 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         notes.append("recurrent mixers: on the CPU, what transformers' torch path saves "
                      "(measured); on CUDA, what the fused kernels (mamba_ssm, causal-conv1d, "
                      "fla) save, read from their source and not yet measured on a GPU")
-    if recompute == "full":
-        # Only each layer's input is kept; one layer's activations exist again in backward.
-        kept = [r for r in rows if not r[5]]  # outside the layers
-        for st in plan_of(spec).stacks:
-            for g in st.groups:
-                kept.append((f"{g.name}.checkpoint_input", x, "B·T·d_model · act", "", g.count,
-                             g.name, "kept per layer (full recomputation)", None, ()))
-            # backward rebuilds one layer at a time: the largest of the stack's blocks
-            per_layer = max(sum([r[1] for r in rows if r[5] == g.name]) for g in st.groups)
-            kept.append((f"{st.name}.recomputed_layer", per_layer, "one layer's activations", "",
-                         1, "", "rebuilt during backward, one layer at a time", None, ()))
-        rows = kept
-        notes.append("full recomputation: each layer's input is kept; one layer is rebuilt at "
-                     "a time in backward")
-    elif recompute == "selective":
-        # Korthikanti et al. 2022, Sec. 5: recompute the attention core (the B·H·T² tensors)
-        core = (".attn.softmax", ".attn.dropout_mask", ".attn.dropout_output",
-                ".cross.softmax", ".cross.dropout_mask", ".cross.dropout_output")
-        rows = [r for r in rows if not r[0].endswith(core)]
-        notes.append("selective recomputation: the attention probabilities are recomputed")
-    elif recompute != "none":
+    out = Breakdown(spec.name, "bytes", tuple(rows), tuple(notes), {},
+                    functools.partial(symbols, spec, B=B, T=T, act=a, mask=mask, stat=stat,
+                                      keys=keys, **local_symbols(spec, T)))
+    if recompute == "none":
+        return out
+    return apply_recompute(spec, out, recompute, sb * E * r, "B·T·d_model · act" if r == a
+                           else "B·T·d_model · 4 (the fp32 residual stream)")
+
+
+# the attention core Korthikanti et al. 2022 (Sec. 5) recompute selectively: the B·H·T² tensors
+_SELECTIVE = (".attn.softmax", ".attn.dropout_mask", ".attn.dropout_output",
+              ".cross.softmax", ".cross.dropout_mask", ".cross.dropout_output")
+
+
+def apply_recompute(spec: ModelSpec, acts: Breakdown, recompute: str, layer_input: int,
+                    layer_input_formula: str = "B·T·d_model · act") -> Breakdown:
+    """What stays saved under activation recomputation, from the saved set without it (full
+    training or LoRA's alike, so the two compose).
+
+    full: torch.utils.checkpoint around each layer (non-reentrant, as the Hugging Face
+    Trainer runs it): a layer's saved tensors are dropped and its inputs kept, but only in
+    layers where autograd saves anything at all (a frozen layer below the first adapter
+    records no graph, so nothing keeps its input); backward rebuilds one layer at a time, so
+    one layer's saved set (the largest; rows cover a group's top layers, so its last layer
+    holds them all) is the ``recomputed_layer`` row, live in backward only (training_phases).
+    ``layer_input``: one B·T·d_model hidden state in the residual stream's dtype.
+    selective: the attention core's T² tensors (Korthikanti et al. 2022, Sec. 5)."""
+    if recompute == "selective":
+        return Breakdown(acts.model, "bytes", tuple(r for r in acts.rows
+                                                    if not r[0].endswith(_SELECTIVE)),
+                         acts.notes + ("selective recomputation: the attention probabilities "
+                                       "are recomputed",), {}, acts.symbols)
+    if recompute != "full":
         raise TcalcError("--recompute: expected one of none, selective, full")
-    return Breakdown(spec.name, "bytes", tuple(rows), tuple(notes), {},
-                     functools.partial(symbols, spec, B=B, T=T, act=a, mask=mask, stat=stat,
-                                       keys=keys, **local_symbols(spec, T)))
+    kept = [r for r in acts.rows if not r[5]]  # outside the layers
+    for st in plan_of(spec).stacks:
+        per_layer = largest = 0
+        for g in st.groups:
+            mine = [r for r in acts.rows if r[5] == g.name]
+            saving = max([r[4] for r in mine] or [0])  # the layers that save anything
+            if saving:
+                kept.append((f"{g.name}.checkpoint_input", layer_input, layer_input_formula,
+                             "", saving, g.name,
+                             "kept per layer (full recomputation)", None, ()))
+            if sum([r[1] for r in mine]) > per_layer:
+                per_layer = sum([r[1] for r in mine])
+                largest = max([r[1] for r in mine])
+        if per_layer:
+            kept.append((f"{st.name}.recomputed_layer", per_layer, "one layer's activations",
+                         "", 1, "", RECOMPUTED, None, ()))
+            # an op's backward holds its output's gradient and makes its input's beside the
+            # saved tensors: twice the largest of them (the eager softmax's T² gradients;
+            # measured on an H100, Llama-3.2-1B's shape in fp32: docs/peak_cuda_h100.md)
+            kept.append((f"{st.name}.rebuild_gradients", 2 * largest, "2 · the largest "
+                         "tensor the rebuilt layer saves (its gradient, and its input's)",
+                         f"2 · {largest:,}", 1, "", RECOMPUTED, None, ()))
+    return Breakdown(acts.model, "bytes", tuple(kept), acts.notes + (
+        "full recomputation: each layer's input is kept; one layer is rebuilt at a time in "
+        "backward",), {}, acts.symbols)
+
+
+# the note of the one layer full recomputation rebuilds: live in backward only
+RECOMPUTED = "rebuilt during backward, one layer at a time"
 
 
 def megatron_activations(spec: ModelSpec, s: Settings, T: int) -> Breakdown:
@@ -2131,9 +2169,13 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
             spec, s.batch_size, T, act_bytes=s.act_bytes, device=s.device,
             attention=s.attention, amp=amp, sdpa_kernel=s.sdpa_kernel, experts=s.experts,
             dropout=s.dropout if s.dropout is not None else spec.trains_with_dropout,
-            recompute=s.recompute, pattern=pattern)
+            recompute="none" if adapters is not None else s.recompute, pattern=pattern)
         if adapters is not None:
+            # recomputation drops what the adapters keep too: applied after them
             acts = lora_activations(spec, acts, adapted_layers(spec, p, s.lora_targets), s, T)
+            if s.recompute != "none":
+                acts = apply_recompute(spec, acts, s.recompute,
+                                       s.batch_size * T * spec.d_model * s.act_bytes)
         if s.activations == "megatron":
             acts = megatron_activations(spec, s, T)
         notes = acts.notes
@@ -2610,19 +2652,27 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     return Breakdown(acts.model, "bytes", tuple(rows), notes, {}, acts.symbols)
 
 
-def autocast_copy_params(spec: ModelSpec, params: Breakdown) -> int:
+def autocast_copy_params(spec: ModelSpec, params: Breakdown, layers: str = "all") -> int:
     """Parameters torch autocast casts to 16-bit for a matmul (and keeps for backward): every
     linear and convolution weight and bias, the LM head (the token embedding itself when
-    tied); not the norms, nor tables only looked up (embeddings, relative-position tables)."""
-    total = 0
+    tied); not the norms, nor tables only looked up (embeddings, relative-position tables).
+    ``layers``: "all", or "largest" / "none" with those outside the layers: what backward
+    holds under full recomputation while it rebuilds a layer / before (autocast's cache dies
+    with the forward's autocast region; each rebuilt layer casts its weights anew)."""
+    outside = 0
+    layer: dict[str, int] = {}
     for name, count, *_rest in params.rows:
-        repeat = _rest[2]
+        repeat, stack = _rest[2], _rest[3]
         looked_up = name.startswith("embed.") or ".embed." in name or "relative" in name
         if "norm" in name or (looked_up and not (name == "embed.tokens" and spec.tie_embeddings
                                                  and spec.lm_head)):
             continue
-        total += count * repeat
-    return total
+        if stack:
+            layer[stack] = layer.get(stack, 0) + count * (1 if layers == "largest" else repeat)
+        else:
+            outside += count * repeat
+    return outside + (sum(layer.values()) if layers == "all" else
+                      max(layer.values(), default=0) if layers == "largest" else 0)
 
 
 def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
@@ -2661,9 +2711,12 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     if cuda:  # the caching allocator's 512-byte blocks, per saved tensor
         acts_bytes += sum([(-r[1] % BLOCK) * r[4] for r in acts.rows]) // (
             s.tp * s.cp)
-    activations = ("activations", acts_bytes, "every tensor saved for backward" +
+    # full recomputation: the layer backward rebuilds is live in backward alone
+    rebuilt = sum([r[1] * r[4] for r in acts.rows if r[6] == RECOMPUTED]) // (s.tp * s.cp)
+    activations = ("activations", acts_bytes - rebuilt, "every tensor saved for backward" +
                    (", in 512-byte blocks" if cuda else ""))
     common = [weights, states]
+    rebuild_copies = start_copies = None
     if s.mixed and "lora_weights" in c:
         common.append(("autocast_copies", c["lora_weights"] // 2, "16-bit copies of the "
                        "adapters (torch autocast; the base is 16-bit already)"))
@@ -2671,6 +2724,15 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         copies = math.ceil(2 * autocast_copy_params(spec, params) * share)
         common.append(("autocast_copies", copies, "16-bit copies of the matmul weights, kept "
                        "for backward (torch autocast; norms and embedding lookups stay fp32)"))
+        if rebuilt:
+            # autocast's cache dies with forward; backward holds the copies outside the layers
+            # and those of the layer it rebuilds
+            start_copies = ("autocast_copies", math.ceil(2 * autocast_copy_params(
+                spec, params, "none") * share), "16-bit copies of the matmul weights outside "
+                "the layers (the layers' died with forward's autocast cache)")
+            rebuild_copies = ("autocast_copies", math.ceil(2 * autocast_copy_params(
+                spec, params, "largest") * share), "16-bit copies of the matmul weights "
+                "outside the layers and of the layer being rebuilt")
     if s.mixed and s.recipe == "megatron":
         # Megatron-LM's DDP keeps one contiguous fp32 gradient buffer (main_grad), zeroed
         # between steps, never freed: 2 + 4 + 4 + 8 = 18 bytes per parameter throughout
@@ -2698,7 +2760,24 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     btv = s.batch_size * T * spec.vocab_size // (s.tp * s.cp) \
         if spec.lm_head or spec.mlm_head else 0
     forward = list(common) + [activations]
-    backward = list(common) + [activations]
+    backward = [start_copies if start_copies and r[0] == "autocast_copies" else r
+                for r in common] + [activations]
+    rebuild: list[tuple[str, int, str]] = []
+    if rebuilt:
+        # Full recomputation: backward peaks at its start (the loss's gradients beside what
+        # is kept) or while it rebuilds the first layer (every other layer's gradients made,
+        # the kept inputs of the layers above freed): the larger of the two
+        inputs = sum([r[1] for r in acts.rows if r[0].endswith(".checkpoint_input")])
+        below = sum([r[1] * r[4] for r in acts.rows if not r[5] and r[0].startswith("embed.")])
+        rebuild = [rebuild_copies if rebuild_copies and r[0] == "autocast_copies" else r
+                   for r in common] + [
+            ("activations", (inputs + below) // (s.tp * s.cp),
+             "the first layer's kept input and what the embeddings keep"),
+            ("recomputed_layer", rebuilt, "one layer's saved tensors, rebuilt, and the "
+             "gradients its largest op holds")]
+        if not any(r[0] == "gradients" for r in common):
+            rebuild.append(("gradients", c["gradients"], "every layer's but the first, and "
+                            "the head's (as in the totals)"))
     if btv:
         # the loss's dtype: fp32 where it upcasts the logits (activation_breakdown)
         up = spec.loss_fp32 or s.mixed or a == 4
@@ -2733,8 +2812,11 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         return Phase(name, when, Breakdown(spec.name, "bytes", tuple(
             (n, b, f, "", 1, "", "", None, ()) for n, b, f in rows)))
 
+    back_when = "at the start of backward"
+    if sum([r[1] for r in rebuild]) > sum([r[1] for r in backward]):
+        backward, back_when = rebuild, "while backward rebuilds the first layer"
     return (phase("forward", when, forward),
-            phase("backward", "at the start of backward", backward),
+            phase("backward", back_when, backward),
             phase("optimizer", "inside the optimizer step", optimizer))
 
 
