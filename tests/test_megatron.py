@@ -6,7 +6,9 @@ Megatron-LM, main as of 2026-11): parameters on the most loaded shard =
 18 bytes per parameter (bf16 weights 2, fp32 gradients 4, fp32 master 4, Adam 8), or
 6 + 12 / dp with the distributed optimizer. Transcribed below for dense GQA models and MoE
 without expert parallelism (the formula has no EP or CP); tcalc runs the same setting as
---mixed (bf16 AMP, 18 bytes per parameter), ZeRO 0 or 1 (the distributed optimizer).
+--mixed --recipe megatron (a bf16 model beside fp32 master weights and gradients, 18 bytes per
+parameter), ZeRO 0 or 1 (the distributed optimizer). Under torch AMP (the default recipe) the
+fp32 weights are the model itself, which ZeRO-1 leaves whole: the test beside this one.
 """
 
 from __future__ import annotations
@@ -48,14 +50,35 @@ CASES = [("llama-3.1-8b", 1, 1, 8, False), ("llama-3.1-8b", 2, 1, 4, True),
 def test_model_states_match_megatron(model: str, tp: int, pp: int, dp: int,
                                      distributed: bool) -> None:
     spec = load_model(model)
-    r = memory_report(spec, Settings(precision="bf16", mixed=True, gpus=tp * pp * dp, tp=tp,
-                                     pp=pp, zero=1 if distributed else 0, seq_len=1024))
+    r = memory_report(spec, Settings(precision="bf16", mixed=True, recipe="megatron",
+                                     gpus=tp * pp * dp, tp=tp, pp=pp,
+                                     zero=1 if distributed else 0, seq_len=1024))
     states = sum(i.total for i in r.per_gpu.items
                  if i.name in ("weights", "master_weights", "gradients", "optimizer_states"))
     want = megatron_states(spec, tp, pp, dp, distributed)
     # the one difference: Megatron divides the final norm over the stages with the layers,
     # tcalc keeps it on the last stage (d_model parameters)
     assert abs(states - want) <= 18 * spec.d_model + 1e-9 * want
+
+
+def test_torch_amp_keeps_its_fp32_weights_whole_under_zero_1_and_2() -> None:
+    # torch AMP (the Trainer's bf16=True): the fp32 parameters are the model; ZeRO-1
+    # (ZeroRedundancyOptimizer) shards only the optimizer states, ZeRO-2 the gradients too,
+    # ZeRO-3 the weights (torch.distributed.optim.ZeroRedundancyOptimizer, FSDP2)
+    spec = load_model("llama-3.1-8b")
+    base = dict(precision="bf16", mixed=True, gpus=8, seq_len=1024)
+    N = memory_report(spec, Settings(precision="bf16", mixed=True, seq_len=1024)).params
+    for zero, grads in ((1, 4 * N), (2, 4 * N / 8)):
+        r = memory_report(spec, Settings(**base, zero=zero))
+        per = {i.name: i.total for i in r.per_gpu.items}
+        assert per["master_weights"] == 4 * N  # whole
+        assert per["optimizer_states"] == pytest.approx(8 * N / 8, abs=8)
+        assert per["gradients"] == pytest.approx(grads, abs=8)
+        assert any("stay whole on every rank" in n for n in r.notes)
+    mega = memory_report(spec, Settings(**base, zero=1, recipe="megatron"))
+    assert {i.name: i.total for i in mega.per_gpu.items}["master_weights"] == pytest.approx(
+        4 * N / 8, abs=8)
+    assert any("Megatron-LM's distributed optimizer" in n for n in mega.notes)
 
 
 def test_expert_parallel_splits_the_experts_and_their_states() -> None:
@@ -96,7 +119,8 @@ def test_zero3_gathers_a_layer_and_a_prefetch_bucket() -> None:
 def test_offload_moves_states_to_cpu_memory(cli) -> None:
     spec = load_model("llama-3-8b")
     base = dict(precision="bf16", mixed=True, gpus=8, seq_len=1024)
-    on_gpu = memory_report(spec, Settings(**base, zero=2)).per_gpu
+    # DeepSpeed's offload runs a 16-bit model beside an fp32 master copy: the megatron recipe
+    on_gpu = memory_report(spec, Settings(**base, zero=2, recipe="megatron")).per_gpu
     off = memory_report(spec, Settings(**base, zero=2, offload="optimizer"))
     moved = ("master_weights", "gradients", "optimizer_states")
     assert off.host.total == sum(on_gpu.get(n).total for n in moved)

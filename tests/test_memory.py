@@ -158,7 +158,11 @@ def test_zero_stages_and_parallelism() -> None:
 
     z0, z1, z2, z3 = (per_gpu(gpus=8, zero=z) for z in range(4))
     assert z0["optimizer_states"] == single.get("optimizer_states").total
-    assert z1["optimizer_states"] == -(-8 * N // 8) and z1["master_weights"] == 4 * N // 8
+    # torch AMP: the fp32 weights are the model, whole until ZeRO-3 (ZeroRedundancyOptimizer,
+    # FSDP2); a 16-bit model's fp32 master copy (Megatron-LM, DeepSpeed) from ZeRO-1 on
+    assert z1["optimizer_states"] == -(-8 * N // 8) and z1["master_weights"] == 4 * N
+    mega = memory_report(GPT2, Settings(**base, gpus=8, zero=1, recipe="megatron")).per_gpu
+    assert mega.get("master_weights").total == 4 * N // 8
     assert z1["gradients"] == 4 * N and z2["gradients"] == 4 * N // 8
     assert z2["weights"] == 2 * N and z3["weights"] == 2 * N // 8
     assert z3["activations"] == single.get("activations").total  # data parallel: per GPU
@@ -275,6 +279,25 @@ def test_inference_batch_is_per_gpu_and_tp_pp_split_the_cache() -> None:
     assert tp.per_gpu.get("kv_cache").total == kv // 8
     pp = memory_report(spec, Settings(inference=True, seq_len=4096, batch_size=4, gpus=4, pp=4))
     assert pp.per_gpu.get("kv_cache").total == kv // 4
+
+
+@pytest.mark.parametrize(("model", "tp"), [("llama-3.1-70b", 8), ("llama-3.1-70b", 16),
+                                           ("qwen3-235b-a22b", 8), ("deepseek-v3", 8),
+                                           ("llama-3-8b", 4), ("qwen2-0.5b", 14)])
+def test_kv_heads_under_tensor_parallelism_as_vllm_splits_them(model: str, tp: int) -> None:
+    # vLLM's ModelConfig.get_num_kv_heads (vllm/config/model.py): K/V heads per GPU are
+    # max(1, total_num_kv_heads // tensor_parallel_size), replicated once tp exceeds them; an
+    # MLA model caches its latent whole on every rank ("becomes MQA": one head). Values from
+    # the configs' own keys (num_key_value_heads, head_dim, kv_lora_rank, qk_rope_head_dim).
+    spec = load_model(model)
+    T, B = 4096, 2
+    r = memory_report(spec, Settings(inference=True, seq_len=T, batch_size=B, gpus=tp, tp=tp))
+    L = spec.n_layers
+    if spec.mla:
+        per_token = spec.kv_lora_rank + spec.qk_rope_head_dim
+    else:
+        per_token = 2 * max(1, spec.kv_heads // tp) * spec.head_dim
+    assert r.per_gpu.get("kv_cache").total == B * T * L * per_token * 2  # bf16
 
 
 def test_largest_saved_tensors_are_per_gpu_beside_per_gpu_totals(cli) -> None:

@@ -58,16 +58,18 @@ def kv_elements_per_token(spec: ModelSpec) -> int:
     return sum(n * a.kv_per_token() for n, a in _caching_attention(spec))
 
 
-def kv_cache_elements(spec: ModelSpec, context: int, block: int = 0) -> int:
+def kv_cache_elements(spec: ModelSpec, context: int, block: int = 0, tp: int = 1) -> int:
     """Cached elements for one sequence of ``context`` tokens: a sliding-window (or chunked)
     layer keeps at most its window, every other attention layer all of the context. ``block``:
     a paged cache's block of tokens (vLLM's block_size, 16 by default there): each layer's
-    tokens are allocated in whole blocks."""
+    tokens are allocated in whole blocks. ``tp``: on one tensor-parallel rank
+    (Attention.kv_per_token: K/V heads split, then replicated; MLA's latent whole)."""
     def paged(tokens: int) -> int:
         return -(-tokens // block) * block if block > 1 else tokens
 
-    # (DeepSeek-V4's compressed layers keep more than tokens of K and V: Attention.v4_cache)
-    return sum(n * (a.v4_cache(context) if a.o_groups else a.kv_per_token()
+    # (DeepSeek-V4's compressed layers keep more than tokens of K and V: Attention.v4_cache;
+    # its one K=V head, like MLA's latent, is whole on every rank)
+    return sum(n * (a.v4_cache(context) if a.o_groups else a.kv_per_token(tp)
                     * paged(context if a.cross else a.cached_tokens(context)))
                for n, a in _caching_attention(spec))
 
@@ -2193,6 +2195,8 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     components = Breakdown(spec.name, "bytes", tuple(comps), notes, {},
                            functools.partial(dict, params=N))
     per_gpu = _shard(spec, s, components, acts, p)
+    if not s.inference and zero_note(s):
+        notes += (zero_note(s),)
     host = Breakdown(spec.name, "bytes", ())
     if not s.inference and (s.zero == 3 or s.offload != "none"):
         per_gpu, host = _deepspeed(spec, s, per_gpu, p)
@@ -2879,8 +2883,12 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown,
     params = params or count_params(spec)
     dense, expert = _params_on_busiest_gpu(spec, s, params)
     group = s.dp * s.cp  # the data-parallel group ZeRO and the distributed optimizer use
-    zero_stage = {"optimizer_states": 1, "master_weights": 1, "gradients": 2, "weights": 3,
-                  "lora_weights": 3}
+    zero_stage = dict(_ZERO_STAGE)
+    if s.mixed and not s.sixteen_bit_model:
+        # torch AMP: the fp32 weights are the model's own parameters (the 16-bit copies are
+        # autocast's): ZeRO-1 (ZeroRedundancyOptimizer) shards the optimizer states, ZeRO-2
+        # (FSDP2 without reshard after forward) the gradients too; only ZeRO-3 the weights
+        zero_stage["master_weights"] = 3
     n_all = params.total
     out = []
     for item in total.items:
@@ -2895,10 +2903,20 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown,
             out.append(Item("activations", per, "tp-split part / tp + the rest"
                             + (" / tp (sequence parallel)" if s.sequence_parallel else "")
                             + (" / cp" if s.cp > 1 else "")))
-        elif item.name in ("kv_cache", "recurrent_state"):
+        elif item.name == "kv_cache":
             # --batch-size is per GPU (as in training): each data-parallel replica caches its
-            # own batch; tensor parallelism splits the heads' cache, pipeline parallelism the
-            # layers' (issue 16: it used to be divided by every GPU)
+            # own batch; pipeline parallelism splits the layers; tensor parallelism the K/V
+            # heads, each rank holding at least one (replicated past n_kv_heads) and MLA's
+            # latent whole (kv_cache_elements)
+            T = s.seq_len or spec.default_seq_len
+            whole = kv_cache_elements(spec, T, s.kv_block)
+            rank = kv_cache_elements(spec, T, s.kv_block, s.tp)
+            out.append(Item(item.name, math.ceil(item.total * rank / whole / s.pp) if whole
+                            else 0, "kv_cache on one rank: its K/V heads (at least one; an "
+                            "MLA latent whole)" + (" / pp" if s.pp > 1 else "")
+                            if s.tp > 1 else "kv_cache / pp" if s.pp > 1 else "kv_cache"))
+        elif item.name == "recurrent_state":
+            # tensor parallelism splits the mixers' heads, pipeline parallelism the layers
             mp = s.tp * s.pp
             out.append(Item(item.name, math.ceil(item.total / mp),
                             f"{item.name} / (tp · pp)" if mp > 1 else item.name))
@@ -2911,6 +2929,34 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown,
             how = "busiest shard" + (f" / ZeRO over {zd}" if sharded else "")
             out.append(Item(item.name, b, f"{item.name} on the {how}"))
     return Breakdown(total.model, "bytes", tuple(out))
+
+
+# the ZeRO stage from which each model state is sharded (Rajbhandari et al. 2020: stage 1
+# the optimizer states and the fp32 master weights of a 16-bit model, stage 2 the gradients,
+# stage 3 the parameters)
+_ZERO_STAGE = {"optimizer_states": 1, "master_weights": 1, "gradients": 2, "weights": 3,
+               "lora_weights": 3}
+
+
+def zero_note(s: Settings) -> str:
+    """Which framework's sharding a ZeRO stage follows, said in the output."""
+    if s.zero == 0 or s.dp * s.cp == 1:
+        return ""
+    over = f"over {s.dp * s.cp} data-parallel ranks"
+    if s.zero == 3:
+        return (f"ZeRO-3 {over} (FSDP full sharding / DeepSpeed stage 3): weights, gradients "
+                "and optimizer states sharded; each layer's weights gathered while it runs")
+    what = "optimizer states" + (" and gradients" if s.zero == 2 else "")
+    if s.mixed and not s.sixteen_bit_model:
+        return (f"ZeRO-{s.zero} {over} under torch AMP (fp32 weights under autocast, with "
+                f"{'ZeroRedundancyOptimizer' if s.zero == 1 else 'FSDP2 SHARD_GRAD_OP'}): "
+                f"{what} sharded; the fp32 weights are the model's parameters and stay whole "
+                "on every rank (DeepSpeed's and Megatron-LM's bf16 keep a 16-bit model: "
+                "--recipe megatron)")
+    if s.mixed:
+        return (f"ZeRO-{s.zero} {over} (Megatron-LM's distributed optimizer / DeepSpeed bf16): "
+                f"{what} and the fp32 master weights sharded; the 16-bit weights whole")
+    return f"ZeRO-{s.zero} {over}: {what} sharded; the weights whole on every rank"
 
 
 _OFFLOADED = {"optimizer": ("master_weights", "gradients", "optimizer_states"),

@@ -115,17 +115,21 @@ class Attention(NamedTuple):
         sequence padded to whole blocks (_split_into_blocks pads Q, K and V with zeros)."""
         return padded_length(T, self.window) if self.kind == "local" else T
 
-    def kv_per_token(self) -> int:
-        """Cached values per token of context for one layer. MHA/GQA: K and V of each K/V head
-        (Shazeer 2019; Ainslie et al. 2023). MLA: the compressed latent and the shared RoPE key
-        (DeepSeek-V2 paper, Sec. 2.1.2: (d_c + d_h^R) per token per layer), as serving engines
-        (vLLM, SGLang) keep it; transformers' eager cache keeps the decompressed K and V."""
+    def kv_per_token(self, tp: int = 1) -> int:
+        """Cached values per token of context for one layer, on one of ``tp`` tensor-parallel
+        ranks. MHA/GQA: K and V of each K/V head (Shazeer 2019; Ainslie et al. 2023); under
+        tensor parallelism each rank caches its share of the K/V heads, and once tp exceeds
+        them one whole head, replicated (vLLM: max(1, n_kv_heads // tp); Megatron-LM alike).
+        MLA: the compressed latent and the shared RoPE key (DeepSeek-V2 paper, Sec. 2.1.2:
+        (d_c + d_h^R) per token per layer), as serving engines (vLLM, SGLang) keep it, whole
+        on every rank (the latent has no heads to split); transformers' eager cache keeps the
+        decompressed K and V."""
         if self.mla:
             # DSA adds the indexer's key (DeepseekV32Indexer: update_indexer caches k)
             return self.kv_lora_rank + self.d_rope + self.index_dim
         if self.kv_shared:  # Gemma 4: reads an earlier layer's keys, writes no cache
             return 0
-        return self.kv_heads * (self.d_head + self.d_v)
+        return max(self.kv_heads // tp, 1) * (self.d_head + self.d_v)
 
     def v4_cache(self, T: int) -> int:
         """DeepSeek-V4: values a layer's cache holds after T tokens, as transformers' V4
