@@ -644,3 +644,47 @@ def test_lora_first_adapted_ffn_keeps_what_its_adapters_gradients_read() -> None
     opt = _lora_row_sizes("opt-nobias-post.json", ("down",), "bf16")
     assert opt["decoder.ffn.out_input"] == (2 * 64 * 512 * 2, 1)
     assert opt["decoder.ffn.out.lora_input"][1] == 2
+
+
+# QLoRA on an H100: `python tools/measure_peak_cuda.py --lora 16 --quant bnb-nf4` (and with
+# --checkpointing --models llama-3.1-8b): bitsandbytes 0.50.2 NF4 base (BitsAndBytesConfig's
+# defaults: no double quantisation, bf16 compute), peft 0.21.0 all-linear, torch 2.11.0+cu130,
+# transformers 5.17.0, max_memory_allocated per phase of the second step.
+QLORA = json.loads((DATA / "peak_qlora_cuda_h100.json").read_text())
+
+
+@pytest.mark.parametrize("run", QLORA["runs"], ids=lambda r: "{model}-{recipe}-{c}".format(
+    c="checkpointing" if r["checkpointing"] else "stored", **r))
+def test_qlora_peak_within_3_percent_of_h100(run: dict) -> None:
+    config, B, T = LORA_MODELS[run["model"]]
+    r = memory_report(spec_from_hf(config), Settings(
+        precision="bf16", mixed=run["recipe"] == "lora_amp_bf16", batch_size=B, seq_len=T,
+        attention=run["attention"], device="cuda", lora_rank=16, quant="bnb-nf4",
+        double_quant=False, recompute="full" if run["checkpointing"] else "none"))
+    assert r.trainable_params == run["params"]
+    measured = run["steps"][1]
+    for phase in r.phases:
+        got, want = phase.items.total, measured[f"{phase.name}_peak_mib"] * (1 << 20)
+        assert abs(got - want) <= 0.03 * want, (phase.name, got, want)
+
+
+def test_bitsandbytes_layers_keep_their_input_where_the_library_saves_it() -> None:
+    # bitsandbytes/autograd/_functions.py: MatMul8bitLt keeps its input A whenever it needs a
+    # gradient (ctx.tensors = (CAt, subA, A)); MatMul4Bit did so before 0.44 (ctx.tensors =
+    # (A, B)) and keeps only the quantised weight since ((None, B): the H100 runs above). The
+    # first adapted layer's Q/K/V input needs no gradient (frozen embeddings), its o_proj's,
+    # FFN's and down's inputs do (the adapters' outputs reach them).
+    config, _, T = LORA_MODELS["llama-3.1-8b"]
+    spec = spec_from_hf(config)
+    E, F, L = 4096, 14336, 32
+
+    def acts(**kw) -> int:  # type: ignore[no-untyped-def]
+        return memory_report(spec, Settings(precision="bf16", batch_size=1, seq_len=T,
+                                            attention="sdpa", device="cuda", lora_rank=16,
+                                            **kw)).activations.total
+
+    inputs = T * 2 * (L * (E + E + F) + (L - 1) * E)  # bf16 inputs of o, gate/up, down, q/k/v
+    now = acts(quant="bnb-nf4")
+    assert acts(quant="bnb-nf4", bnb_legacy=True) - now == inputs
+    assert acts(quant="bnb-int8") - now == inputs
+    assert acts(quant="bnb-nf4", double_quant=False) == now  # the scales are weights

@@ -35,7 +35,15 @@ tests/data/peak_checkpointing_cuda_h100.json was written by
     python tools/measure_peak_cuda.py --checkpointing --lora 16 --lora-targets q_proj,v_proj \
         --out lora_qv.json
 
-(their "runs" concatenated, each row saying its own settings); and the base grid with
+(their "runs" concatenated, each row saying its own settings); --quant bnb-nf4 with --lora
+loads the base in bitsandbytes NF4 (QLoRA without prepare_model_for_kbit_training, so norms,
+embeddings and the head stay bf16): tests/data/peak_qlora_cuda_h100.json was written by
+
+    python tools/measure_peak_cuda.py --lora 16 --quant bnb-nf4 --out a.json
+    python tools/measure_peak_cuda.py --lora 16 --quant bnb-nf4 --checkpointing \
+        --models llama-3.1-8b --out b.json
+
+and the base grid with
 use_cache=False (transformers' default in training is the config's use_cache, True, whose
 DynamicCache concatenates copies of K and V) into peak_no_cache_cuda_h100.json:
 
@@ -76,16 +84,47 @@ LORA_RECIPES = ("lora_bf16", "lora_amp_bf16")
 ATTENTIONS = ("sdpa", "eager")
 
 
+def _quantised(cfg, attention: str):  # type: ignore[no-untyped-def]
+    """The model with its linear layers in bitsandbytes NF4 (bf16 compute), as
+    from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True)) loads a
+    checkpoint: random bf16 weights saved once, then loaded quantised (lm_head stays bf16)."""
+    import tempfile
+
+    import transformers
+
+    key = cfg.to_json_string()
+    if key not in _SAVED:  # one checkpoint per shape, reused by every recipe
+        with torch.device("cuda"):
+            model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        _SAVED[key] = tempfile.mkdtemp()
+        model.save_pretrained(_SAVED[key])
+        del model
+        torch.cuda.empty_cache()
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        _SAVED[key], attn_implementation=attention, dtype=torch.bfloat16, device_map="cuda",
+        quantization_config=transformers.BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=torch.bfloat16))
+
+
+_SAVED: dict[str, str] = {}
+
+
 def measure(config: dict, batch: int, seq: int, recipe: str, attention: str,
             lora: int = 0, checkpointing: bool = False,
-            targets: str = "all-linear", use_cache: bool | None = None) -> dict:
+            targets: str = "all-linear", use_cache: bool | None = None,
+            quant: str = "") -> dict:
     import transformers
 
     torch.manual_seed(0)
     cfg = transformers.AutoConfig.for_model(**config)
-    with torch.device("cuda"):  # initialised on the GPU: an 8B model in seconds
-        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention)
-    if recipe in ("bf16", "lora_bf16", "lora_amp_bf16"):
+    if quant:
+        model = _quantised(cfg, attention)
+    else:
+        with torch.device("cuda"):  # initialised on the GPU: an 8B model in seconds
+            model = transformers.AutoModelForCausalLM.from_config(
+                cfg, attn_implementation=attention)
+    if recipe in ("bf16", "lora_bf16", "lora_amp_bf16") and not quant:
         model = model.to(torch.bfloat16)
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -102,7 +141,8 @@ def measure(config: dict, batch: int, seq: int, recipe: str, attention: str,
     out: dict = {"params": params, "batch": batch, "seq_len": seq, "recipe": recipe,
                  "attention": attention, "dropout": getattr(cfg, "resid_pdrop", None),
                  "checkpointing": checkpointing, "lora_rank": lora,
-                 "use_cache": use_cache,
+                 "use_cache": use_cache, "quant": quant or None,
+                 "bitsandbytes": __import__("bitsandbytes").__version__ if quant else None,
                  "lora_targets": targets if lora else None,
                  "after_setup_mib": torch.cuda.memory_allocated() / MIB, "steps": []}
     for _ in range(2):
@@ -143,6 +183,9 @@ def main() -> None:
     ap.add_argument("--lora-targets", default="all-linear")
     ap.add_argument("--checkpointing", action="store_true",
                     help="gradient checkpointing (non-reentrant, as the HF Trainer runs it)")
+    ap.add_argument("--models", default="", help="a comma-separated subset of the models")
+    ap.add_argument("--quant", default="", choices=("", "bnb-nf4"),
+                    help="with --lora: QLoRA, the base loaded in bitsandbytes NF4")
     ap.add_argument("--no-use-cache", action="store_true",
                     help="use_cache=False in the forward (default: the model's own choice)")
     args = ap.parse_args()
@@ -150,14 +193,16 @@ def main() -> None:
 
     rows = []
     models, recipes = (LORA_MODELS, LORA_RECIPES) if args.lora else (MODELS, RECIPES)
-    attentions = ("sdpa",) if args.checkpointing else ATTENTIONS
+    if args.models:
+        models = {k: v for k, v in models.items() if k in args.models.split(",")}
+    attentions = ("sdpa",) if args.checkpointing or args.quant else ATTENTIONS
     for name, (config, batch, seq) in models.items():
         for recipe in recipes:
             for attention in attentions:
                 try:
                     row = measure(config, batch, seq, recipe, attention, args.lora,
                                   args.checkpointing, args.lora_targets,
-                                  False if args.no_use_cache else None)
+                                  False if args.no_use_cache else None, args.quant)
                 except torch.cuda.OutOfMemoryError as e:
                     row = {"error": f"out of memory: {str(e)[:120]}"}
                     torch.cuda.empty_cache()

@@ -406,6 +406,12 @@ def _training_params() -> list[inspect.Parameter]:
                  "awq, bnb-nf4, bnb-fp4, bnb-int8, fp8 (128x128 blocks), fp8-channel, "
                  "fp8-tensor, mxfp4, nvfp4, gguf-q4_k_m, gguf-q8_0, ... Serving "
                  "(--inference), or a frozen base under --lora."),
+        opt("double_quant", bool, True, "--double-quant/--no-double-quant",
+            help="bitsandbytes 4-bit: double-quantised block scales (QLoRA's recipe; off: "
+                 "fp32 scales, BitsAndBytesConfig's default)."),
+        opt("bnb_legacy", bool, False, "--bnb-legacy",
+            help="bitsandbytes before 0.44, whose 4-bit matmul keeps each layer's input "
+                 "for backward (the QLoRA paper's runs)."),
         opt("qlora", bool, False, "--qlora",
             help="QLoRA: --lora over a base in bnb-nf4 (double-quantised), computed in "
                  "bf16 unless --precision says otherwise."),

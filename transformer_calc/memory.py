@@ -1784,6 +1784,8 @@ def korthikanti_per_layer(spec: ModelSpec, batch: int, seq_len: int) -> int:
 
 FREEZABLE = CATEGORIES  # the parts --freeze names
 OFFLOADS = ("none", "optimizer", "all")
+_BNB_4BIT = ("bnb-nf4", "bnb-fp4")
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -1836,6 +1838,12 @@ class Settings:
     freeze: tuple[str, ...] = ()
     # Weights stored in a real quantised format (quant.FORMATS), served or as a frozen base
     quant: str = ""
+    # bitsandbytes 4-bit: QLoRA's double quantisation of the block absmax (on), or fp32 absmax
+    # (BitsAndBytesConfig's default); and bitsandbytes before 0.44, whose MatMul4Bit kept its
+    # input for backward whenever it needed a gradient (ctx.tensors = (A, B); since 0.44
+    # (None, B): bitsandbytes/autograd/_functions.py)
+    double_quant: bool = True
+    bnb_legacy: bool = False
     # Serving (issue 15): a paged KV cache's block of tokens (0: exact); the share of the GPU
     # the runtime may take (vLLM's gpu_memory_utilization, 0.9 by default); the prefill chunk
     # whose activations must fit beside the cache (vLLM's max_num_batched_tokens)
@@ -1894,6 +1902,12 @@ class Settings:
              f"--freeze: expected parts among {', '.join(FREEZABLE)}"),
             (not self.quant or self.quant in FORMATS,
              f"--quant: expected one of {', '.join(FORMATS)}"),
+            (self.double_quant or self.quant in _BNB_4BIT,
+             "--no-double-quant: applies to a bitsandbytes 4-bit base (--quant bnb-nf4 or "
+             "bnb-fp4, --qlora)"),
+            (not self.bnb_legacy or (self.quant in _BNB_4BIT and self.lora_rank),
+             "--bnb-legacy: applies to LoRA over a bitsandbytes 4-bit base (--qlora, or "
+             "--lora with --quant bnb-nf4 / bnb-fp4)"),
             (not self.quant or self.inference or self.lora_rank,
              "--quant: a quantised base trains only adapters; add --lora RANK (QLoRA: "
              "--lora RANK --quant bnb-nf4)"),
@@ -2069,7 +2083,7 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     trainable = 0
     if s.inference:
         if s.quant:
-            stored = weight_format_bytes(spec, p, s.quant, s.group_size)
+            stored = weight_format_bytes(spec, p, s.quant, s.group_size, s.double_quant)
             comps.append(Item("weights", stored.total, f"{s.quant} as stored: " + " + ".join(
                 i.name for i in stored.items), " + ".join(f"{i.total:,}" for i in stored.items)))
         else:
@@ -2226,7 +2240,7 @@ def _lora_states(spec: ModelSpec, s: Settings, params: Breakdown,
     base = 4 if s.precision == "fp32" else 2
     per = OPTIMIZER_BYTES[s.optimizer]
     if s.quant:
-        stored = weight_format_bytes(spec, params, s.quant, s.group_size)
+        stored = weight_format_bytes(spec, params, s.quant, s.group_size, s.double_quant)
         weights = ("weights", stored.total, f"frozen base in {s.quant} as stored (computed in "
                    f"{s.precision})", " + ".join(f"{i.total:,}" for i in stored.items), 1, "",
                    "", None, ())
@@ -2273,6 +2287,13 @@ _PROJECTION_INPUTS = {
     "altup.predict_router_input": ("altup",), "altup.correct_router_input": ("altup",),
     "altup.predict_modality_cast": ("altup",),
     "laurel.right_input": ("laurel",)}
+
+
+# the projection inputs a quantised base's own linear layers read (bitsandbytes quantises
+# nn.Linear; experts' 3-D weights and routers kept in 16-bit read the rest)
+_QUANTISED_INPUTS = frozenset(("attn.input", "attn.o_input", "cross.input", "cross.o_input",
+                               "attn.kv_b_input", "attn.q_b_input", "ffn.input",
+                               "ffn.out_input", "ffn.shared.out_input"))
 
 
 # Mamba's and Mamba-2's in_proj and out_proj inputs (and Mamba's x_proj's, a copy of its
@@ -2335,7 +2356,14 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     adapters' dtype, or the dropout's output and mask), and lora_A's output (B·T·r)."""
     B, a = s.batch_size, s.act_bytes
     tokens = B * T
-    cast = a != ADAPTER_BYTES  # a 16-bit base: PEFT casts each adapter's input to fp32
+    # a 16-bit base: PEFT casts each adapter's input to fp32; its bitsandbytes layers
+    # (peft/tuners/lora/bnb.py: requires_conversion = not torch.is_autocast_enabled()) only
+    # outside autocast, so under --mixed their adapters read the input as it is (measured:
+    # QLoRA on an H100, tests/data/peak_qlora_cuda_h100.json)
+    cast = a != ADAPTER_BYTES and not (s.mixed and s.quant.startswith("bnb-"))
+    # a bitsandbytes base keeps the input of each of its layers whose input needs a gradient:
+    # MatMul8bitLt always, MatMul4Bit before 0.44 (ctx.tensors = (A, B))
+    base_keeps_input = s.quant == "bnb-int8" or (s.quant in _BNB_4BIT and s.bnb_legacy)
     drop = s.lora_dropout > 0
     # what the adapters keep is fp32, or 16-bit where autocast computes them (--mixed)
     kept = 2 if s.mixed else ADAPTER_BYTES
@@ -2531,7 +2559,8 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
             continue
         if stack and (rest in _PROJECTION_INPUTS or rest in mixer_inputs.get(stack, ())) \
                 and (stack, rest) not in shared_reads \
-                and not (rest == "ffn.out_input" and stack in result_in):
+                and not (rest == "ffn.out_input" and stack in result_in) \
+                and not (base_keeps_input and rest in _QUANTISED_INPUTS):
             continue
         if stack in frozen or (not stack and name.startswith(tuple(frozen))):
             continue
@@ -2566,7 +2595,10 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                     rest == "ffn.out_input" and (stack, rest) not in shared_reads))) or (
                 stack in free_dense and rest.startswith("ffn.dense.")) or (
                 stack in free_scatter and rest in ("ffn.expert_scatter", "ffn.expert_order")) or (
-                stack in free_mixer and rest.startswith("mixer.")):
+                stack in free_mixer and rest.startswith("mixer.")) or (
+                # (a quantised base keeps no input its layers read without a gradient)
+                base_keeps_input and stack in first_groups and rest == "attn.input"
+                and (stack, rest) not in shared_reads):
             if r[4] > 1:
                 rows.append((*r[:4], r[4] - 1, *r[5:]))
             continue

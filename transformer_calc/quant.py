@@ -9,9 +9,11 @@ convolutions stay in the unquantised dtype (bf16), each format's default:
   int32 (ceil(in / g) · out · bits / 8), scales fp16 (ceil(in / g) · out · 2), g_idx int32
   (in · 4), group g = --group-size (128). gptq-int8: bits 8.
 - awq (AutoAWQ WQLinear_GEMM): as gptq without g_idx.
-- bnb-nf4, bnb-fp4 (bitsandbytes Linear4bit, QLoRA's double quantisation): 4-bit data
-  (ceil(n / 2) bytes), absmax per block of 64 quantised to uint8 (ceil(n / 64)), its own fp32
-  absmax per 256 of those and an fp32 offset, and the 16-value code (64 bytes) per tensor.
+- bnb-nf4, bnb-fp4 (bitsandbytes Linear4bit): 4-bit data (ceil(n / 2) bytes) and an absmax
+  per block of 64: with QLoRA's double quantisation (bnb_4bit_use_double_quant, tcalc's
+  default) quantised to uint8 (ceil(n / 64)), its own fp32 absmax per 256 of those and an fp32
+  offset; without (BitsAndBytesConfig's default), fp32 (4 · ceil(n / 64)); and the 16-value
+  code (64 bytes) per tensor.
 - bnb-int8 (LLM.int8, Linear8bitLt): int8 weights and one fp32 scale per output row.
 - fp8 (e4m3, 1 byte per weight) with DeepSeek-V3's 128 × 128 blocks of fp32 scales
   (weight_scale_inv); fp8-channel one bf16 scale per output channel (compressed-tensors
@@ -95,7 +97,7 @@ def tensors(params: Breakdown) -> list[Tensor]:
 
 
 def weight_format_bytes(spec: ModelSpec, params: Breakdown, fmt: str,
-                        group_size: int = 128) -> Breakdown:
+                        group_size: int = 128, double_quant: bool = True) -> Breakdown:
     """Bytes of every tensor of the model stored in ``fmt``: one item per kind of tensor
     (quantised data, scales, zeros, indices; what stays 16-bit)."""
     if fmt not in FORMATS:
@@ -121,13 +123,14 @@ def weight_format_bytes(spec: ModelSpec, params: Breakdown, fmt: str,
         X = t.shape[0] if t.kind == "experts" else 1
         out, inp = t.shape[-2], t.shape[-1]
         per = X * t.repeat
-        for item, b, formula in _linear(fmt, out, inp, out * inp, group_size):
+        for item, b, formula in _linear(fmt, out, inp, out * inp, group_size, double_quant):
             add(item, b * per, formula)
     return Breakdown(spec.name, "bytes", tuple((name, b, formula, "", 1, "", "", None, ())
                                               for name, (b, formula) in sums.items()))
 
 
-def _linear(fmt: str, out: int, inp: int, n: int, g: int) -> list[tuple[str, int, str]]:
+def _linear(fmt: str, out: int, inp: int, n: int, g: int,
+            double_quant: bool = True) -> list[tuple[str, int, str]]:
     """(item, bytes, formula) of one quantised matrix of ``out`` rows and ``inp`` columns."""
     groups = math.ceil(inp / g) * out
     if fmt in ("gptq", "gptq-int8", "awq"):
@@ -141,6 +144,10 @@ def _linear(fmt: str, out: int, inp: int, n: int, g: int) -> list[tuple[str, int
         return parts
     if fmt in ("bnb-nf4", "bnb-fp4"):
         blocks = math.ceil(n / 64)
+        if not double_quant:
+            return [("data", math.ceil(n / 2), "n / 2 (4-bit pairs)"),
+                    ("absmax", 4 * blocks, "4 · n / 64 (fp32)"),
+                    ("quant_map", 64, "16 · 4 per tensor (the 4-bit code)")]
         return [("data", math.ceil(n / 2), "n / 2 (4-bit pairs)"),
                 ("absmax", blocks, "n / 64 (uint8: double-quantised)"),
                 ("nested_absmax", 4 * math.ceil(blocks / 256) + 4,
