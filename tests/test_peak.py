@@ -445,3 +445,39 @@ def test_lora_with_checkpointing_keeps_one_layer_of_adapter_tensors() -> None:
     assert not any(".lora_" in n for n in names)  # inside the rebuilt layer only
     assert r.activations.get("decoder.checkpoint_input").repeat == 32
     assert r.peak_phase.name == "backward"
+
+
+# -- use_cache in training (issue 34) ---------------------------------------------------------
+# tests/data/peak_no_cache_cuda_h100.json: tools/measure_peak_cuda.py --no-use-cache, the base
+# grid with use_cache=False (the base grid above ran transformers' default, the cache on).
+NO_CACHE = json.loads((DATA / "peak_no_cache_cuda_h100.json").read_text())["runs"]
+
+
+@pytest.mark.parametrize("run", NO_CACHE,
+                         ids=lambda r: f"{r['model']}-{r['recipe']}-{r['attention']}")
+def test_without_the_cache_within_3_percent_of_the_h100(run: dict) -> None:
+    r = memory_report(_spec(run["model"]), Settings(
+        **RECIPES[run["recipe"]], attention=run["attention"], device="cuda",
+        batch_size=run["batch"], seq_len=run["seq_len"], use_cache=False))
+    measured = run["steps"][1]
+    for phase in r.phases:
+        want = measured[f"{phase.name}_peak_mib"] * MIB
+        assert abs(phase.items.total - want) <= 0.03 * want, phase.name
+
+
+def test_the_cache_copies_k_and_v_where_attention_read_views() -> None:
+    # GPT-2, SDPA, fp32, B=8, T=1024 on the H100: backward 15,046 MiB with the cache,
+    # 14,471 without: 575 MiB, twelve layers' K and V (2 · 8 · 1024 · 768 · 4 bytes each);
+    # Llama's rotated K and V are new tensors either way: equal backward peaks (50,013 MiB)
+    def peak(name: str, use_cache: bool) -> int:
+        run = next(r for r in RUNS if r["model"] == name and r["recipe"] == "fp32"
+                   and r["attention"] == "sdpa")
+        return memory_report(_spec(name), Settings(
+            precision="fp32", attention="sdpa", device="cuda", batch_size=run["batch"],
+            seq_len=run["seq_len"], use_cache=use_cache)).phases[1].items.total
+
+    assert peak("gpt2", True) - peak("gpt2", False) == 12 * 2 * 8 * 1024 * 768 * 4
+    assert peak("llama-3.2-1b", True) == peak("llama-3.2-1b", False)
+    # and gradient checkpointing turns it off, as transformers does
+    assert not Settings(recompute="full").cache_in_training
+    assert Settings().cache_in_training and not Settings(use_cache=False).cache_in_training

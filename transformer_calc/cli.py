@@ -406,6 +406,10 @@ def _training_params() -> list[inspect.Parameter]:
                  "awq, bnb-nf4, bnb-fp4, bnb-int8, fp8 (128x128 blocks), fp8-channel, "
                  "fp8-tensor, mxfp4, nvfp4, gguf-q4_k_m, gguf-q8_0, ... Serving "
                  "(--inference), or a frozen base under --lora."),
+        opt("use_cache", Optional[bool], None, "--use-cache/--no-use-cache",
+            help="Training: transformers' generation cache in the forward (default: as "
+                 "transformers does, on unless --recompute full), whose concatenation copies "
+                 "K and V."),
         opt("double_quant", bool, True, "--double-quant/--no-double-quant",
             help="bitsandbytes 4-bit: double-quantised block scales (QLoRA's recipe; off: "
                  "fp32 scales, BitsAndBytesConfig's default)."),

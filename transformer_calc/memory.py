@@ -263,7 +263,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                          device: str = "cuda", attention: str = "eager", dropout: bool = True,
                          recompute: str = "none", amp: bool = False,
                          pattern=None,  # type: ignore[no-untyped-def]
-                         sdpa_kernel: str = "auto", experts: str = "auto") -> Breakdown:
+                         sdpa_kernel: str = "auto", experts: str = "auto",
+                         use_cache: bool = False) -> Breakdown:
     """Bytes autograd keeps for backward, one item per saved tensor, per layer.
 
     Follows Korthikanti et al. 2022, Sec. 4.1 (34·s·b·h + 5·a·s²·b per layer, 16-bit), with the
@@ -274,6 +275,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     HF's attention keeping K and V (and Q, or the fused QKV output) as separate copies, and what
     the activation function keeps (ACT_SAVES). Symbols: B batch, T sequence, act activation
     bytes, mask dropout-mask bytes, stat norm-statistic bytes, keys per query.
+
+    ``use_cache``: the forward builds transformers' DynamicCache (its default in training
+    without checkpointing), whose torch.cat makes K and V new tensors: where attention would
+    otherwise read views of a fused QKV output, the copies are what it keeps.
     """
     if attention not in ATTENTIONS:
         raise TcalcError(f"--attention: expected one of {', '.join(ATTENTIONS)}")
@@ -878,7 +883,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # projection's output, which stays alive whole (GPT-NeoX, Falcon, Phi-3: measured)
             add((p + "qk_rotated", sb * (qw + kvw) * a, "B·T·(n_heads + n_kv_heads)·d_head · "
                  "act", "", L, stack, "tp", None, ()))
-            if not fused_kept:
+            if use_cache and not fused_kept:
+                # the cache's copy of V is kept instead of the view, and the fused output dies
+                add((p + "v_cache_copy", sb * vw * a, "B·T·n_kv_heads·d_head · act (V as the "
+                     "cache concatenated it)", "", L, stack, "tp", None, ()))
+            elif not fused_kept:
                 add((p + "qkv_output", sb * (qw + kvw + vw) * a, "B·T·(n_heads + 2·n_kv_heads)·"
                      "d_head · act (fused output: V is a view)", "", L, stack, "tp", None, ()))
         elif flash and at.mla:  # V is a view of kv_b's output, kept whole (measured)
@@ -898,6 +907,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                  "B·T·(n_heads + 2·n_kv_heads)·d_head · act" if dv == dq else
                  "B·T·((n_heads + n_kv_heads)·d_head + n_kv_heads·d_v) · act", "", L, stack,
                  "tp", None, ()))
+            if use_cache and at.fused_qkv and not cross:
+                # Q stays a view of the fused output, kept whole; K and V are the cache's
+                # copies (measured on an H100, GPT-2 B8 T1024: +576 MiB with the cache)
+                add((p + "kv_cache_copies", sb * (kvw + vw) * a, "B·T·2·n_kv_heads·d_head · "
+                     "act (K and V as the cache concatenated them)", "", L, stack, "tp", None,
+                     ()))
         if at.kind == "local" or (at.mechanism != "softmax" and not cross) \
                 or spec.yoso_expectation:
             pass  # local_core, yoso_core or efficient_core above
@@ -940,7 +955,18 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             # they are (measured on Llama, Qwen3 and Hunyuan variants, eager)
             one_head = kernel == "eager" and B == 1 and at.kv_heads == 1 < Hh and not qk32 \
                 and not at.mla and not at.fused_qkv and not cross
-            if one_head:
+            # ... and with one sequence and no cache, GPT-2's K and V are views of the fused
+            # output kept for Q (the matmuls fold B = 1 without copying); the cache's
+            # torch.cat makes them copies (GPT-2's CPU grid was measured with the cache).
+            # (Rotated models keep their copies either way: measured on NeoX and CodeGen; so
+            # do Falcon's broadcast K and V and DeBERTa v1's encoder, which chunks its heads'
+            # Q, K and V)
+            kv_views = any(r[0] == p + "qkv_output" for r in rows[core_start:]) \
+                and not use_cache and not qk32 and not at.rope and spec.arch == "decoder" \
+                and not spec.kv_broadcast
+            if kv_views:
+                pass
+            elif one_head:
                 one = "B·T·d_head · act (one K/V head: repeat_kv's expand is a view)"
                 add((p + "k", sb * dq * a, one, "", L, stack, "tp", None, ()))
                 add((p + "v", sb * dv * a, one.replace("d_head", dvs), "", L, stack, "tp",
@@ -948,8 +974,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             else:
                 add((p + "k", sb * qw * (4 if qk32 else c), kv.replace(c_sym, "4 (fp32 copy)")
                      if qk32 else kv, "", L, stack, "tp", None, ()))
-            if one_head:
-                pass  # V counted with K above
+            if one_head or kv_views:
+                pass  # V counted with K above, or a view of the fused output
             elif at.mla and B == 1 and not (upcast and a != 4):
                 # V is a view of kv_b's output, which stays whole: with one sequence the A·V
                 # matmul takes the view as it is; with more, folding (B, heads) copies V alone
@@ -1040,12 +1066,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             norm(p + "sub_norm", stack, L, Hh * dv, "n_heads·d_head")
         # (a rotation that concatenates the rotated part with the rest makes Q contiguous
         # in (B, H, T, d) order: the output is copied back, as with MLA; measured on StableLM)
-        if at.sub_norm or at.differential or at.kind == "local" or not (kernel == "cpu_flash"
-                                                  and at.mechanism == "softmax"
-                                                  and not at.mla
-                                                  and not (spec.rope_concat and at.rope)):
-            # (the CPU flash kernel writes its output in the query's (B, T, H, d) order, so the
-            # output projection reads that very tensor: measured on BART, no copy is kept;
+        if at.sub_norm or at.differential or at.kind == "local" or not (
+                kernel in ("cpu_flash", "flash", "efficient") and at.mechanism == "softmax"
+                and not at.mla and not (spec.rope_concat and at.rope)):
+            # (the flash and memory-efficient kernels, CPU and CUDA alike, write their output
+            # in (B, T, H, d) memory, so the output projection reads that very tensor: measured
+            # on BART (CPU), GPT-2 and Llama-3.2-1B's shape on an H100 (256-288 MiB less);
             # MLA's query is concatenated in (B, H, T, d) order and is copied: measured)
             if at.kind == "local" and B == 1:
                 # LongT5: the output sliced from the padded blocks is a view when B = 1, so
@@ -1844,6 +1870,9 @@ class Settings:
     # (None, B): bitsandbytes/autograd/_functions.py)
     double_quant: bool = True
     bnb_legacy: bool = False
+    # transformers' generation cache in training (None: its default, on unless gradient
+    # checkpointing turns it off): DynamicCache's torch.cat copies K and V
+    use_cache: bool | None = None
     # Serving (issue 15): a paged KV cache's block of tokens (0: exact); the share of the GPU
     # the runtime may take (vLLM's gpu_memory_utilization, 0.9 by default); the prefill chunk
     # whose activations must fit beside the cache (vLLM's max_num_batched_tokens)
@@ -1930,6 +1959,13 @@ class Settings:
         for ok, message in checks:
             if not ok:
                 raise TcalcError(message)
+
+    @property
+    def cache_in_training(self) -> bool:
+        """Whether the training forward builds transformers' DynamicCache: the config's
+        use_cache (True), which gradient checkpointing turns off (modeling_utils warns
+        "use_cache=True is incompatible with gradient checkpointing")."""
+        return self.recompute != "full" if self.use_cache is None else self.use_cache
 
     @property
     def dp(self) -> int:
@@ -2185,7 +2221,8 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
             spec, s.batch_size, T, act_bytes=s.act_bytes, device=s.device,
             attention=s.attention, amp=amp, sdpa_kernel=s.sdpa_kernel, experts=s.experts,
             dropout=s.dropout if s.dropout is not None else spec.trains_with_dropout,
-            recompute="none" if adapters is not None else s.recompute, pattern=pattern)
+            recompute="none" if adapters is not None else s.recompute, pattern=pattern,
+            use_cache=s.cache_in_training)
         if adapters is not None:
             # recomputation drops what the adapters keep too: applied after them
             acts = lora_activations(spec, acts, adapted_layers(spec, p, s.lora_targets), s, T)
