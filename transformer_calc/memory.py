@@ -1515,6 +1515,15 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     # dropout masks; measured on T5)
     n_stacks = 2 if spec.arch == "encoder-decoder" else 1
     add(("embed.token_ids", sb * 8, "B·T · 8 (int64 indices)", "", n_stacks, "", "", None, ()))
+    if spec.position == "rope" and not spec.mla and spec.n_heads and n_stacks == 1:
+        # the model's rotary embedding computes cos and sin once, (1, T, rotary dims) in the
+        # residual stream's dtype, for position ids (1, T); every layer's q·cos and
+        # rotate_half(q)·sin keep that one pair (measured: all 92 Llama-family fixture rows
+        # were short by exactly it). (T5Gemma's two stacks are left as they were: its B = 1
+        # rows are over by 0.4 % already, for a reason not found)
+        dr = int(spec.head_dim * spec.rotary_fraction) // 2 * 2
+        add(("rope.cos_sin", 2 * T * dr * r, "2 · T·rotary_dims · act (cos and sin, one pair "
+             "for the model)", f"2 · {T} · {dr} · {r}", 1, "", "", None, ()))
     if spec.side_concat:
         # RoCBERT: each side table keeps its (zero-filled) indices; the projection keeps the
         # concatenated vectors
