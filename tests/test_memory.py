@@ -156,27 +156,38 @@ def test_zero_stages_and_parallelism() -> None:
         r = memory_report(GPT2, Settings(**base, **kw)).per_gpu
         return {i.name: i.total for i in r.items}
 
-    z0, z1, z2, z3 = (per_gpu(gpus=8, zero=z) for z in range(4))
+    # Megatron-LM / DeepSpeed (a 16-bit model beside fp32 master weights): ZeRO-1 shards the
+    # states and master weights, ZeRO-2 the gradients too, ZeRO-3 the 16-bit weights
+    z0, z1, z2, z3 = (per_gpu(gpus=8, zero=z, recipe="megatron") for z in range(4))
+    one = memory_report(GPT2, Settings(**base, recipe="megatron")).per_gpu
     assert z0["optimizer_states"] == single.get("optimizer_states").total
-    # torch AMP: the fp32 weights are the model, whole until ZeRO-3 (ZeroRedundancyOptimizer,
-    # FSDP2); a 16-bit model's fp32 master copy (Megatron-LM, DeepSpeed) from ZeRO-1 on
-    assert z1["optimizer_states"] == -(-8 * N // 8) and z1["master_weights"] == 4 * N
-    mega = memory_report(GPT2, Settings(**base, gpus=8, zero=1, recipe="megatron")).per_gpu
-    assert mega.get("master_weights").total == 4 * N // 8
+    assert z1["optimizer_states"] == -(-8 * N // 8) and z1["master_weights"] == 4 * N // 8
     assert z1["gradients"] == 4 * N and z2["gradients"] == 4 * N // 8
     assert z2["weights"] == 2 * N and z3["weights"] == 2 * N // 8
-    assert z3["activations"] == single.get("activations").total  # data parallel: per GPU
-    tp = per_gpu(gpus=4, tp=4)
+    assert z3["activations"] == one.get("activations").total  # data parallel: per GPU
+    # torch (AMP: the fp32 weights are the model): ZeroRedundancyOptimizer hands out whole
+    # parameters, so the busiest rank holds the token embedding's states (38,597,376
+    # parameters, more than an eighth of GPT-2), and the weights stay whole; FSDP2 shards the
+    # weights at rest for ZeRO-2 and 3, gathering them in bf16 for forward and backward
+    t1, t2, t3 = (per_gpu(gpus=8, zero=z) for z in (1, 2, 3))
+    assert t1["optimizer_states"] == 8 * 38_597_376 and t1["master_weights"] == 4 * N
+    assert t2["master_weights"] == t3["master_weights"] == 4 * N // 8
+    assert t2["gathered_parameters"] > 2 * N > t3["gathered_parameters"]
+    # tensor and pipeline parallelism as Megatron-LM splits them (vocabulary-parallel)
+    tp = per_gpu(gpus=4, tp=4, recipe="megatron")
     assert tp["weights"] == 2 * N // 4
-    assert tp["activations"] < single.get("activations").total
-    sp = per_gpu(gpus=4, tp=4, sequence_parallel=True)
-    assert sp["activations"] == pytest.approx(single.get("activations").total / 4, rel=1e-6)
-    pp = per_gpu(gpus=4, pp=4)
+    assert tp["activations"] < one.get("activations").total
+    sp = per_gpu(gpus=4, tp=4, sequence_parallel=True, recipe="megatron")
+    assert sp["activations"] == pytest.approx(one.get("activations").total / 4, rel=1e-6)
+    # a layers-only plan (transformers' tp_plan, torchtitan) keeps the embeddings whole
+    layers = per_gpu(gpus=4, tp=4, recipe="megatron", tp_plan="layers")
+    assert layers["weights"] == 2 * (85_054_464 // 4 + 38_597_376 + 786_432 + 2 * 768)
+    pp = per_gpu(gpus=4, pp=4, recipe="megatron")
     # the most loaded stage (Megatron-LM's theoretical_memory_usage.py): 3 of the 12 layers
     # (85,054,464 / 4 parameters) and the first stage's token and position tables
     # (38,597,376 + 786,432), heavier than the last stage's final norm and tied-head copy
     assert pp["weights"] == 2 * (85_054_464 // 4 + 38_597_376 + 786_432)
-    assert pp["activations"] == single.get("activations").total
+    assert pp["activations"] == one.get("activations").total
 
 
 def test_fit_and_largest_batch() -> None:

@@ -364,16 +364,23 @@ def test_what_the_peak_leaves_out_is_a_named_reserve_shown_apart(cli) -> None:
 
 
 def test_zero3_and_offload_keep_16_bit_parameters_and_no_autocast_copies() -> None:
-    # mutation testing (seed 11): DeepSpeed / FSDP hold the parameters in 16-bit beside the
-    # fp32 master shard, under ZeRO-3 or offload, whatever --recipe says; ZeRO-2 is torch AMP
+    # mutation testing (seed 11): DeepSpeed holds the parameters in 16-bit beside the fp32
+    # master shard (its ZeRO-3, or offload); FSDP2 gathers its fp32 shards in bf16
+    # (MixedPrecisionPolicy), so autocast has nothing to cast; DDP + ZeroRedundancyOptimizer
+    # runs autocast over the fp32 model
     spec = load_model("gpt2")
     base = dict(precision="bf16", mixed=True, seq_len=1024, gpus=8)
-    for kw in (dict(zero=3), dict(zero=2, offload="optimizer")):
+    for kw in (dict(zero=3, recipe="megatron"), dict(zero=2, offload="optimizer")):
         r = memory_report(spec, Settings(**base, **kw))  # type: ignore[arg-type]
         assert r.settings.sixteen_bit_model
         forward = {i.name for i in r.phases[0].items.items}
         assert "autocast_copies" not in forward
-    amp = memory_report(spec, Settings(**base, zero=2))
+    for zero in (2, 3):
+        r = memory_report(spec, Settings(**base, zero=zero))
+        assert not r.settings.sixteen_bit_model
+        forward = {i.name for i in r.phases[0].items.items}
+        assert "autocast_copies" not in forward and "gathered_parameters" in forward
+    amp = memory_report(spec, Settings(**base, zero=1))
     assert not amp.settings.sixteen_bit_model
     assert "autocast_copies" in {i.name for i in amp.phases[0].items.items}
 

@@ -264,7 +264,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
                          recompute: str = "none", amp: bool = False,
                          pattern=None,  # type: ignore[no-untyped-def]
                          sdpa_kernel: str = "auto", experts: str = "auto",
-                         use_cache: bool = False) -> Breakdown:
+                         use_cache: bool = False, amp16: bool = False) -> Breakdown:
     """Bytes autograd keeps for backward, one item per saved tensor, per layer.
 
     Follows Korthikanti et al. 2022, Sec. 4.1 (34·s·b·h + 5·a·s²·b per layer, 16-bit), with the
@@ -275,6 +275,10 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     HF's attention keeping K and V (and Q, or the fused QKV output) as separate copies, and what
     the activation function keeps (ACT_SAVES). Symbols: B batch, T sequence, act activation
     bytes, mask dropout-mask bytes, stat norm-statistic bytes, keys per query.
+
+    ``amp16``: torch autocast over a 16-bit model (LoRA's base under the Trainer's
+    bf16=True): the residual stream stays 16-bit, but what autocast's fp32 list computes
+    (layer_norm, softmax, pow, the loss) comes out in fp32, and the matmuls cast it back.
 
     ``use_cache``: the forward builds transformers' DynamicCache (its default in training
     without checkpointing), whose torch.cat makes K and V new tensors: where attention would
@@ -317,7 +321,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     # GPT-Neo, GPT-J, CodeGen: eager attention casts Q and K to fp32 (copies kept by the
     # score matmul) and softmaxes there, casting the probabilities back (measured)
     qk32 = kernel == "eager" and spec.attn_fp32 and a != 4
-    soft32 = kernel == "eager" and (spec.softmax_fp32 or amp or qk32) and a != 4
+    soft32 = kernel == "eager" and (spec.softmax_fp32 or amp or amp16 or qk32) and a != 4
     # torch autocast (issue 13): the residual stream and every norm stay fp32 (embeddings and
     # layer_norm run in fp32, a 16-bit sublayer output added to it is promoted); each linear
     # casts its input to 16-bit and keeps that cast, one per projection reading the same
@@ -363,7 +367,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     def matmul_input(name: str, stack: str, reps: int, readers: int, what: str) -> None:
         """The normed input of a sublayer, kept by the projections reading it: one tensor,
         or under autocast one 16-bit cast per projection."""
-        if amp and readers > 1:
+        if (amp or (amp16 and not rms)) and readers > 1:
             add((name, readers * x, f"{readers} · B·T·d_model · act ({what}: a 16-bit cast "
                  "per projection)", "", reps, stack, "", None, ()))
         else:
@@ -1091,7 +1095,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         readers = (2 if f.kind == "gated" else 1) + f.moe
         if not shares_input:
             matmul_input(p + "input", stack, L, readers, "FFN input")
-        elif amp:  # a parallel block: the FFN's projections cast the shared input again
+        elif amp or (amp16 and not rms):  # a parallel block: the FFN's projections cast
+            # the shared input again
             add((p + "input_casts", readers * x, f"{readers} · B·T·d_model · act (16-bit casts)",
                  "", L, stack, "", None, ()))
         if f.kind == "param_attention":
@@ -1106,7 +1111,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             act = f.activation
             gated = f.kind == "gated"
             saves = ACT_SAVES[act]
-            amp_gelu = amp and act == "gelu_new"
+            amp_gelu = (amp or amp16) and act == "gelu_new"
             if gated:
                 # act(gate) · up: the product keeps act(gate) and up, beside what the
                 # activation keeps (the gate, for an input-keeping one; a result-keeping one
@@ -1688,7 +1693,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         # transformers' loss_function upcasts the logits and keeps log_softmax in fp32, for
         # every position; BERT's, BART's and T5's nn.CrossEntropyLoss keeps it in the
         # activation dtype, except under autocast (log_softmax is on its fp32 list)
-        if spec.loss_fp32 or amp or a == 4:
+        if spec.loss_fp32 or amp or amp16 or a == 4:
             add(("loss.log_softmax", sb * V * 4, "B·T·vocab_size · 4 (fp32 log-softmax)", "",
                  1, "", "", None, ()))
         else:
@@ -1736,7 +1741,8 @@ def apply_recompute(spec: ModelSpec, acts: Breakdown, recompute: str, layer_inpu
         raise TcalcError("--recompute: expected one of none, selective, full")
     kept = [r for r in acts.rows if not r[5]]  # outside the layers
     for st in plan_of(spec).stacks:
-        per_layer = largest = 0
+        per_layer: tuple[int, int] = (0, 0)
+        largest: tuple | None = None  # type: ignore[type-arg]
         for g in st.groups:
             mine = [r for r in acts.rows if r[5] == g.name]
             saving = max([r[4] for r in mine] or [0])  # the layers that save anything
@@ -1744,25 +1750,42 @@ def apply_recompute(spec: ModelSpec, acts: Breakdown, recompute: str, layer_inpu
                 kept.append((f"{g.name}.checkpoint_input", layer_input, layer_input_formula,
                              "", saving, g.name,
                              "kept per layer (full recomputation)", None, ()))
-            if sum([r[1] for r in mine]) > per_layer:
-                per_layer = sum([r[1] for r in mine])
-                largest = max([r[1] for r in mine])
-        if per_layer:
-            kept.append((f"{st.name}.recomputed_layer", per_layer, "one layer's activations",
-                         "", 1, "", RECOMPUTED, None, ()))
+            if sum([r[1] for r in mine]) > sum(per_layer):
+                # (what tensor parallelism splits, and the rest)
+                per_layer = (sum([r[1] for r in mine if r[6] == "tp"]),
+                             sum([r[1] for r in mine if r[6] != "tp"]))
+                largest = max(mine, key=_one_tensor)
+        for part, note in zip(per_layer, (RECOMPUTED_TP, RECOMPUTED), strict=True):
+            if part:
+                kept.append((f"{st.name}.recomputed_layer" + ("_split" if note ==
+                             RECOMPUTED_TP else ""), part, "one layer's activations" + (
+                             " that tensor parallelism splits" if note == RECOMPUTED_TP
+                             else ""), f"{part:,}", 1, "", note, None, ()))
+        if largest:
             # an op's backward holds its output's gradient and makes its input's beside the
             # saved tensors: twice the largest of them (the eager softmax's T² gradients;
             # measured on an H100, Llama-3.2-1B's shape in fp32: docs/peak_cuda_h100.md)
-            kept.append((f"{st.name}.rebuild_gradients", 2 * largest, "2 · the largest "
+            one = _one_tensor(largest)
+            kept.append((f"{st.name}.rebuild_gradients", 2 * one, "2 · the largest "
                          "tensor the rebuilt layer saves (its gradient, and its input's)",
-                         f"2 · {largest:,}", 1, "", RECOMPUTED, None, ()))
+                         f"2 · {one:,}", 1, "",
+                         RECOMPUTED_TP if largest[6] == "tp" else RECOMPUTED, None, ()))
     return Breakdown(acts.model, "bytes", tuple(kept), acts.notes + (
         "full recomputation: each layer's input is kept; one layer is rebuilt at a time in "
         "backward",), {}, acts.symbols)
 
 
-# the note of the one layer full recomputation rebuilds: live in backward only
+def _one_tensor(row: tuple) -> int:  # type: ignore[type-arg]
+    """The bytes of one tensor of a row: a row of n same-sized tensors says so by its
+    formula's leading "n · " (GELU's "4 · B·T·d_ff · act")."""
+    head = row[2].split(" · ", 1)[0]
+    return row[1] // int(head) if head.isdigit() and int(head) > 0 else row[1]
+
+
+# the notes of the one layer full recomputation rebuilds: live in backward only (the part
+# tensor parallelism splits, and the rest)
 RECOMPUTED = "rebuilt during backward, one layer at a time"
+RECOMPUTED_TP = "rebuilt during backward, one layer at a time (split by tensor parallelism)"
 
 
 def megatron_activations(spec: ModelSpec, s: Settings, T: int) -> Breakdown:
@@ -1882,6 +1905,11 @@ class Settings:
     # transformers' generation cache in training (None: its default, on unless gradient
     # checkpointing turns it off): DynamicCache's torch.cat copies K and V
     use_cache: bool | None = None
+    # tensor parallelism's plan: layers (the attention and MLP sharded, embeddings, head and
+    # loss whole on every rank: transformers' tp_plan, torchtitan's layer plan, DTensor) or
+    # vocab (Megatron-LM's vocabulary-parallel embedding, head and cross-entropy too);
+    # "" follows the recipe (megatron: vocab)
+    tp_plan: str = ""
     # Serving (issue 15): a paged KV cache's block of tokens (0: exact); the share of the GPU
     # the runtime may take (vLLM's gpu_memory_utilization, 0.9 by default); the prefill chunk
     # whose activations must fit beside the cache (vLLM's max_num_batched_tokens)
@@ -1894,8 +1922,25 @@ class Settings:
         """Mixed precision with the model itself in 16-bit and an fp32 master copy beside it:
         the megatron recipe, and DeepSpeed / FSDP wherever they hold the parameters (ZeRO-3,
         offload), which autocast does not run under."""
-        return self.mixed and (self.recipe == "megatron" or self.offload != "none"
-                               or self.zero == 3)
+        return self.mixed and (self.recipe == "megatron" or self.offload != "none")
+
+    @property
+    def torch_parallel(self) -> bool:
+        """Data parallelism as torch runs it (the recipe amp, no DeepSpeed offload): DDP with
+        gradient_as_bucket_view, ZeroRedundancyOptimizer for ZeRO-1, FSDP2 for ZeRO-2
+        (reshard_after_forward=False) and ZeRO-3; else Megatron-LM's / DeepSpeed's."""
+        return self.recipe == "amp" and self.offload == "none"
+
+    @property
+    def fsdp2_mixed(self) -> bool:
+        """FSDP2 (ZeRO-2/3 as torch runs it) under --mixed: MixedPrecisionPolicy gathers the
+        parameters in bf16 and casts the inputs, so the model computes in 16-bit."""
+        return self.mixed and self.torch_parallel and self.zero >= 2 and self.dp * self.cp > 1
+
+    @property
+    def vocab_parallel(self) -> bool:
+        """Tensor parallelism shards the embeddings, head and loss over the vocabulary."""
+        return (self.tp_plan or ("vocab" if self.recipe == "megatron" else "layers")) == "vocab"
 
     def __post_init__(self) -> None:
         if not (self.gpus >= 1 and self.tp >= 1 and self.pp >= 1):
@@ -1953,6 +1998,7 @@ class Settings:
             (self.offload == "none" or self.zero >= (3 if self.offload == "all" else 1),
              "--offload: optimizer needs --zero 1 or more (ZeRO-Offload), all needs --zero 3 "
              "(ZeRO-Infinity)"),
+            (self.tp_plan in ("", "layers", "vocab"), "--tp-plan: expected layers or vocab"),
             (self.activations in ("hf", "megatron"),
              "--activations: expected hf or megatron"),
             (not (self.activations == "megatron" and self.lora_rank),
@@ -2119,6 +2165,7 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     """``params``: count_params(spec), when the caller has it already."""
     p = params or count_params(spec)
     N = p.total
+    adapters: Breakdown | None = None
     T = s.seq_len or spec.default_seq_len
     spec.check_context(T)
     _check_parallel(spec, s)
@@ -2225,13 +2272,17 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         # autocast runs over fp32 weights; LoRA keeps a 16-bit base (autocast on the adapters)
         # and the megatron recipe a 16-bit model (under ZeRO-3 / offload the activations are
         # still autocast's: the Trainer's accelerate enables it beside FSDP; not measured)
-        amp = s.mixed and adapters is None and s.recipe != "megatron"
+        # (FSDP2 under --mixed gathers bf16 parameters, MixedPrecisionPolicy casting the
+        # inputs too: autocast then runs over a 16-bit model, as it does over LoRA's base)
+        fsdp2_mixed = s.fsdp2_mixed
+        amp = s.mixed and adapters is None and s.recipe != "megatron" and not fsdp2_mixed
         acts = activation_breakdown(
             spec, s.batch_size, T, act_bytes=s.act_bytes, device=s.device,
             attention=s.attention, amp=amp, sdpa_kernel=s.sdpa_kernel, experts=s.experts,
             dropout=s.dropout if s.dropout is not None else spec.trains_with_dropout,
             recompute="none" if adapters is not None else s.recompute, pattern=pattern,
-            use_cache=s.cache_in_training)
+            use_cache=s.cache_in_training,
+            amp16=s.mixed and (adapters is not None or fsdp2_mixed) and s.precision != "fp32")
         if adapters is not None:
             # recomputation drops what the adapters keep too: applied after them
             acts = lora_activations(spec, acts, adapted_layers(spec, p, s.lora_targets), s, T)
@@ -2254,11 +2305,22 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         korth = korthikanti_per_layer(spec, s.batch_size, T)
     components = Breakdown(spec.name, "bytes", tuple(comps), notes, {},
                            functools.partial(dict, params=N))
-    per_gpu = _shard(spec, s, components, acts, p)
+    trainable_tensors = None
+    if not s.inference and s.zero == 1 and s.torch_parallel and s.dp * s.cp > 1:
+        trainable_tensors = _trainable_tensors(s, p, adapters)
+    per_gpu = _shard(spec, s, components, acts, p, trainable_tensors)
     if not s.inference and zero_note(s):
         notes += (zero_note(s),)
+    if s.tp > 1 and not s.inference:
+        notes += ("tensor parallel over {}: {}".format(s.tp, "Megatron-LM's plan, the "
+                  "embeddings, head and cross-entropy sharded over the vocabulary too"
+                  if s.vocab_parallel else "the attention and MLP sharded, embeddings, head "
+                  "and loss whole on every rank (transformers' tp_plan, torchtitan's layer "
+                  "plan; --tp-plan vocab for Megatron-LM's)"),)
     host = Breakdown(spec.name, "bytes", ())
-    if not s.inference and (s.zero == 3 or s.offload != "none"):
+    if not s.inference and s.zero >= 2 and s.torch_parallel and s.dp * s.cp > 1:
+        per_gpu = _fsdp2_gathered(spec, s, per_gpu, p)
+    elif not s.inference and (s.zero == 3 or s.offload != "none"):
         per_gpu, host = _deepspeed(spec, s, per_gpu, p)
     phases: Callable[[], tuple[Phase, ...]] = tuple if s.inference else functools.partial(
         training_phases, spec, s, T, per_gpu, acts, p)
@@ -2406,7 +2468,9 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # (peft/tuners/lora/bnb.py: requires_conversion = not torch.is_autocast_enabled()) only
     # outside autocast, so under --mixed their adapters read the input as it is (measured:
     # QLoRA on an H100, tests/data/peak_qlora_cuda_h100.json)
-    cast = a != ADAPTER_BYTES and not (s.mixed and s.quant.startswith("bnb-"))
+    # (FSDP2 under --mixed gathers the adapters in bf16 too: the cast is to bf16, a no-op)
+    cast = a != ADAPTER_BYTES and not (s.mixed and s.quant.startswith("bnb-")) \
+        and not s.fsdp2_mixed
     # a bitsandbytes base keeps the input of each of its layers whose input needs a gradient:
     # MatMul8bitLt always, MatMul4Bit before 0.44 (ctx.tensors = (A, B))
     base_keeps_input = s.quant == "bnb-int8" or (s.quant in _BNB_4BIT and s.bnb_legacy)
@@ -2723,14 +2787,17 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
         # the first layer's input needs no gradient: its attention adapters' dropout keeps no
         # mask there (measured)
         first = ad.stack in firsts and _reads(ad) == "attn.input"
+        # (a row-parallel layer's input is split by tensor parallelism, and its adapter's
+        # copy with it)
+        split = "tp" if _reads(ad).endswith(("o_input", "out_input")) else ""
         if drop and ad.repeat - first:
             rows.append((ad.name + ".lora_dropout_mask", n * mask, f"{read}·in · mask",
-                         f"{width} · {mask}", ad.repeat - first, ad.stack, "", None, ()))
+                         f"{width} · {mask}", ad.repeat - first, ad.stack, split, None, ()))
         if cast or drop:
             rows.append((ad.name + ".lora_input", n * kept, f"{read}·in · {kept} (" + (
                 "autocast's 16-bit copy" if s.mixed else "the adapter's fp32 copy" if cast
                 else "the dropout's output") + ")", f"{width} · {kept}",
-                ad.repeat, ad.stack, "", None, ()))
+                ad.repeat, ad.stack, split, None, ()))
         rows.append((ad.name + ".lora_a_output", rows_in * rank * kept,
                      f"{read}·r · {kept} (lora_B's input)", f"{how_many} · {rank} · {kept}",
                      ad.repeat, ad.stack, "", None, ()))
@@ -2780,6 +2847,10 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     # the share of the parameters on the most loaded GPU (before ZeRO), as _shard takes it
     share = sum(_params_on_busiest_gpu(spec, s, params)) / params.total if s.gpus > 1 else 1
     cuda = s.device == "cuda"
+    data_parallel = s.dp * s.cp > 1 and s.torch_parallel
+    # FSDP2 gathers the weights in their compute dtype (bf16 under MixedPrecisionPolicy):
+    # autocast finds nothing to cast
+    fsdp2 = data_parallel and s.zero >= 2
     if "lora_weights" in c:
         weights = ("weights", c["weights"] + c["lora_weights"], "the frozen base and the "
                    "fp32 adapters")
@@ -2801,7 +2872,9 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         acts_bytes += sum([(-r[1] % BLOCK) * r[4] for r in acts.rows]) // (
             s.tp * s.cp)
     # full recomputation: the layer backward rebuilds is live in backward alone
-    rebuilt = sum([r[1] * r[4] for r in acts.rows if r[6] == RECOMPUTED]) // (s.tp * s.cp)
+    rebuilt = (sum([r[1] * r[4] for r in acts.rows if r[6] == RECOMPUTED_TP]) // s.tp
+               + sum([r[1] * r[4] for r in acts.rows if r[6] == RECOMPUTED])
+               // (s.tp if s.sequence_parallel else 1)) // s.cp
     activations = ("activations", acts_bytes - rebuilt, "every tensor saved for backward" +
                    (", in 512-byte blocks" if cuda else ""))
     common = [weights, states]
@@ -2809,7 +2882,7 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     if s.mixed and "lora_weights" in c:
         common.append(("autocast_copies", c["lora_weights"] // 2, "16-bit copies of the "
                        "adapters (torch autocast; the base is 16-bit already)"))
-    elif s.mixed and not s.sixteen_bit_model:
+    elif s.mixed and not s.sixteen_bit_model and not fsdp2:
         copies = math.ceil(2 * autocast_copy_params(spec, params) * share)
         common.append(("autocast_copies", copies, "16-bit copies of the matmul weights, kept "
                        "for backward (torch autocast; norms and embedding lookups stay fp32)"))
@@ -2827,6 +2900,12 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         # between steps, never freed: 2 + 4 + 4 + 8 = 18 bytes per parameter throughout
         common.append(("gradients", c["gradients"], "fp32 main gradients: a persistent "
                        "buffer (Megatron-LM's DDP zeroes it, never frees it)"))
+    elif data_parallel and s.zero <= 1:
+        # DDP (gradient_as_bucket_view=True) allocates its gradient buckets once; the
+        # gradients are views into them, which zero_grad(set_to_none=True) drops, not the
+        # buckets: live throughout
+        common.append(("gradients", c["gradients"], "DDP's gradient buckets: allocated "
+                       "once, live throughout"))
     elif s.grad_accum > 1:
         common.append(("gradients", c["gradients"], f"accumulated over {s.grad_accum} "
                        "micro-batches: live from the second one on"))
@@ -2834,8 +2913,9 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         common.append(("cublas_workspace", CUBLAS_WORKSPACE, "cuBLAS + cuBLASLt workspaces, "
                        "32 MiB each (Hopper)"))
     if "gathered_parameters" in c:
-        common.append(("gathered_parameters", c["gathered_parameters"], "ZeRO-3: the layer "
-                       "in use and the prefetched ones, gathered"))
+        common.append(("gathered_parameters", c["gathered_parameters"], (
+            "FSDP2: gathered for forward and backward" if fsdp2 else
+            "ZeRO-3: the layer in use and the prefetched ones, gathered")))
     if s.quant:
         # a quantised base is dequantised one layer at a time for its matmul (bitsandbytes'
         # MatMul4Bit, forward and backward): one 16-bit copy of the largest matrix is live
@@ -2846,7 +2926,7 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         common.append(("dequantised_weight", largest * s.act_bytes, "the largest quantised "
                        "matrix, dequantised for its matmul"))
     a = s.act_bytes
-    btv = s.batch_size * T * spec.vocab_size // (s.tp * s.cp) \
+    btv = s.batch_size * T * spec.vocab_size // ((s.tp if s.vocab_parallel else 1) * s.cp) \
         if spec.lm_head or spec.mlm_head else 0
     forward = list(common) + [activations]
     backward = [start_copies if start_copies and r[0] == "autocast_copies" else r
@@ -2865,8 +2945,16 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
             ("recomputed_layer", rebuilt, "one layer's saved tensors, rebuilt, and the "
              "gradients its largest op holds")]
         if not any(r[0] == "gradients" for r in common):
-            rebuild.append(("gradients", c["gradients"], "every layer's but the first, and "
-                            "the head's (as in the totals)"))
+            # made so far: not the rebuilt layer's own, nor the embedding tables', whose
+            # gradients backward reaches last (a table tied to the head has its gradient
+            # from the head already)
+            late = max([sum([r[1] for r in params.rows if r[5] == g.name])
+                        for g in plan_of(spec).groups] or [0]) + sum([
+                r[1] * r[4] for r in params.rows if not r[5] and r[0].startswith("embed.")
+                and not (r[0] == "embed.tokens" and spec.tie_embeddings and spec.lm_head)])
+            made = max(c["gradients"] - c["gradients"] * late // params.total, 0)
+            rebuild.append(("gradients", made, "every layer's above the one rebuilt, and the "
+                            "head's"))
     if btv:
         # the loss's dtype: fp32 where it upcasts the logits (activation_breakdown)
         up = spec.loss_fp32 or s.mixed or a == 4
@@ -2948,7 +3036,8 @@ def _check_parallel(spec: ModelSpec, s: Settings) -> None:
 
 
 def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown,
-           params: Breakdown | None = None) -> Breakdown:
+           params: Breakdown | None = None,
+           trainable_tensors: list[int] | None = None) -> Breakdown:
     """Per-GPU bytes, with Megatron-LM's semantics (Korthikanti et al. 2022; Megatron-LM's
     megatron/training/theoretical_memory_usage.py for the most loaded shard).
 
@@ -2972,8 +3061,12 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown,
     if s.mixed and not s.sixteen_bit_model:
         # torch AMP: the fp32 weights are the model's own parameters (the 16-bit copies are
         # autocast's): ZeRO-1 (ZeroRedundancyOptimizer) shards the optimizer states, ZeRO-2
-        # (FSDP2 without reshard after forward) the gradients too; only ZeRO-3 the weights
+        # the gradients too; only fully sharded data parallel the weights
         zero_stage["master_weights"] = 3
+    if s.torch_parallel:
+        # FSDP2 holds every parameter sharded at rest with reshard_after_forward=False too
+        # (gathered for forward and backward: _fsdp2_gathered)
+        zero_stage.update(weights=2, master_weights=2, lora_weights=2)
     n_all = params.total
     out = []
     for item in total.items:
@@ -2981,7 +3074,7 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown,
             out.append(Item("activations", item.total, "Megatron-LM's first pipeline stage, "
                             "per GPU (its formula)"))
         elif item.name == "activations":
-            split = sum([r[1] * r[4] for r in acts.rows if r[6] == "tp"])  # note "tp"
+            split = sum([r[1] * r[4] for r in acts.rows if r[6] in ("tp", RECOMPUTED_TP)])
             rest = acts.total - split
             per = split // s.tp + (rest // s.tp if s.sequence_parallel else rest)
             per //= s.cp
@@ -3005,6 +3098,14 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown,
             mp = s.tp * s.pp
             out.append(Item(item.name, math.ceil(item.total / mp),
                             f"{item.name} / (tp · pp)" if mp > 1 else item.name))
+        elif item.name == "optimizer_states" and trainable_tensors and s.zero == 1:
+            # ZeroRedundancyOptimizer hands each rank whole parameters, largest first to the
+            # least loaded rank (torch/distributed/optim/zero_redundancy_optimizer.py,
+            # _partition_parameters): the busiest rank's share of the states
+            share = _busiest_partition(trainable_tensors, group) / sum(trainable_tensors)
+            out.append(Item(item.name, math.ceil(item.total * share * (dense + expert) / n_all),
+                            "optimizer_states of the busiest rank's whole parameters "
+                            f"(ZeroRedundancyOptimizer over {group})"))
         else:
             sharded = s.zero >= zero_stage.get(item.name, 4)
             zd = group if sharded else 1
@@ -3014,6 +3115,59 @@ def _shard(spec: ModelSpec, s: Settings, total: Breakdown, acts: Breakdown,
             how = "busiest shard" + (f" / ZeRO over {zd}" if sharded else "")
             out.append(Item(item.name, b, f"{item.name} on the {how}"))
     return Breakdown(total.model, "bytes", tuple(out))
+
+
+def _trainable_tensors(s: Settings, params: Breakdown, adapters: Breakdown | None
+                       ) -> list[int]:
+    """The elements of every trainable tensor, one entry per tensor (the adapters' A and B
+    under LoRA; the unfrozen parameters otherwise)."""
+    if adapters is not None:
+        rows = adapters.rows
+    else:
+        rows = tuple(r for r in params.rows if category(r[0]) not in s.freeze)
+    return [r[1] for r in rows for _ in range(r[4])]
+
+
+def _busiest_partition(sizes: list[int], ranks: int) -> int:
+    """The largest rank total when tensors go, largest first, each to the least loaded
+    rank (ZeroRedundancyOptimizer's greedy partition)."""
+    import heapq
+
+    loads = [0] * ranks
+    for n in sorted(sizes, reverse=True):
+        heapq.heapreplace(loads, loads[0] + n)
+    return max(loads)
+
+
+def _fsdp2_gathered(spec: ModelSpec, s: Settings, per_gpu: Breakdown, params: Breakdown
+                    ) -> Breakdown:
+    """FSDP2 (torch.distributed.fsdp.fully_shard on every layer and the root) gathers
+    parameters in their compute dtype (MixedPrecisionPolicy's bf16 under --mixed) for forward
+    and backward: with reshard_after_forward=False (ZeRO-2) every layer stays gathered from
+    its forward to its backward; fully sharded (ZeRO-3) the root's own (embeddings, head,
+    final norm: the root is never resharded between forward and backward) and two layers,
+    the one running and the one prefetched."""
+    wbytes = 2 if s.mixed or s.precision != "fp32" else 4
+    dense, expert = _params_on_busiest_gpu(spec, s, params)
+    per_layer: dict[str, int] = {}
+    outside = 0
+    for r in params.rows:
+        if r[5]:
+            per_layer[r[5]] = per_layer.get(r[5], 0) + r[1]
+        else:
+            outside += r[1] * r[4]
+    layer = max(per_layer.values(), default=0) / (s.tp * (s.ep if s.ep > 1 else 1))
+    if s.zero == 2:
+        # (and the all-gather buffer of the layer in flight)
+        n = dense + expert + layer
+        formula = "(every parameter + the largest layer's all-gather buffer), gathered · " \
+                  "compute bytes"
+    else:
+        n = outside / (s.tp if s.vocab_parallel else 1) + 2 * layer
+        formula = "(the root's parameters + 2 · the largest layer), gathered · compute bytes"
+    return Breakdown(per_gpu.model, "bytes", per_gpu.items + (Item(
+        "gathered_parameters", math.ceil(n * wbytes), formula, f"{math.ceil(n):,} · {wbytes}",
+        note="FSDP2: gathered for forward and backward"),))
 
 
 # the ZeRO stage from which each model state is sharded (Rajbhandari et al. 2020: stage 1
@@ -3068,7 +3222,8 @@ def _deepspeed(spec: ModelSpec, s: Settings, per_gpu: Breakdown, params: Breakdo
             else:
                 outside = max(outside, r[1])  # gathered one module at a time
         largest = max([*per_layer.values(), outside]) // (s.tp * (s.ep if s.ep > 1 else 1))
-        live = min(s.zero3_max_live, largest + s.zero3_prefetch)
+        live = min(s.zero3_max_live, largest + s.zero3_prefetch,
+                   math.ceil(sum(_params_on_busiest_gpu(spec, s, params))))
         wbytes = 2 if s.mixed or s.precision != "fp32" else 4
         gpu.append(Item("gathered_parameters", live * wbytes,
                         "min(max_live, the largest layer + prefetch bucket) · weight bytes",
@@ -3099,7 +3254,9 @@ def _params_on_busiest_gpu(spec: ModelSpec, s: Settings, params: Breakdown
         # Megatron keeps the tied word embeddings on the last stage too, for the output layer
         last += spec.vocab_size * spec.embed_dim
     outside = max(first, last) if s.pp > 1 else first + last
-    return (layer_dense / s.pp + outside) / s.tp, layer_expert / (s.pp * s.tp * s.ep)
+    # (a layers-only plan keeps the embeddings and head whole on every rank)
+    return (layer_dense / s.pp / s.tp + outside / (s.tp if s.vocab_parallel else 1),
+            layer_expert / (s.pp * s.tp * s.ep))
 
 
 def prefill_activation_bytes(spec: ModelSpec, s: Settings) -> int:
