@@ -1,6 +1,7 @@
-"""The README cannot drift (issue 19): every console example in it runs, and the lines it shows
-are in the output; its generated sections equal what tools/readme.py writes from the code; the
-two commands of a fresh checkout print no warnings."""
+"""The README and docs/ cannot drift: every console example in README.md and docs/*.md runs,
+and the lines it shows are in the output; the generated sections of every file equal what
+tools/readme.py writes from the code; the two commands of a fresh checkout print no
+warnings."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from typer.testing import CliRunner
 from transformer_calc.cli import app
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+# README.md first, then every docs/*.md by name: each file's text, by its path in the repository
+PAGES = {"README.md": README} | {
+    f"docs/{p.name}": p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md"))}
 
 # Examples that exit non-zero on purpose: the error example (usage/input error, 2) and the
 # check example with a failing file (1). Every other example must exit 0.
@@ -25,23 +29,33 @@ EXIT_CODES = {"tcalc params tests/data/bad/unknown_key.yaml": 2,
               "tcalc check configs/ tests/data/bad/expected_mismatch.yaml": 1}
 
 
-def examples() -> list[tuple[str, list[str]]]:
-    """(command, the output lines the README shows for it) for every `$ tcalc` line of every
-    console block."""
+def examples(text: str | None = None) -> list[tuple[str, list[str]]]:
+    """(command, the output lines the page shows for it) for every `$ tcalc` line of every
+    console block of one page's text, or of every page (README.md and docs/*.md)."""
+    texts = [text] if text is not None else list(PAGES.values())
     out: list[tuple[str, list[str]]] = []
-    for block in re.findall(r"```console\n(.*?)```", README, re.S):
-        for line in block.splitlines():
-            if line.startswith("$ "):
-                out.append((line[2:], []))
-            elif out and line.strip():
-                out[-1][1].append(line.rstrip())
+    for page in texts:
+        for block in re.findall(r"```console\n(.*?)```", page, re.S):
+            for line in block.splitlines():
+                if line.startswith("$ "):
+                    out.append((line[2:], []))
+                elif out and line.strip():
+                    out[-1][1].append(line.rstrip())
     return [(cmd, shown) for cmd, shown in out if cmd.startswith("tcalc ")]
 
 
+def _subcommand(command: str) -> str:
+    return shlex.split(command, comments=True)[1]
+
+
 def test_the_readme_has_examples_to_run() -> None:
+    from transformer_calc.cli import COMMANDS
+
     commands = [cmd for cmd, _ in examples()]
     assert len(commands) >= 25
-    assert len({shlex.split(c, comments=True)[1] for c in commands}) >= 8  # subcommands
+    assert len({_subcommand(c) for c in commands}) >= 8  # subcommands
+    # the README's own tour shows every command `tcalc --help` lists
+    assert set(COMMANDS) <= {_subcommand(c) for c, _ in examples(README)}
 
 
 @pytest.fixture
@@ -55,8 +69,13 @@ def readme_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize(("command", "shown"), examples(), ids=[c for c, _ in examples()])
-def test_readme_example_runs_and_shows_what_it_says(command: str, shown: list[str],
+def _all_examples() -> list[tuple[str, str, list[str]]]:
+    return [(page, cmd, shown) for page, text in PAGES.items() for cmd, shown in examples(text)]
+
+
+@pytest.mark.parametrize(("page", "command", "shown"), _all_examples(),
+                         ids=[f"{p}: {c}" for p, c, _ in _all_examples()])
+def test_readme_example_runs_and_shows_what_it_says(page: str, command: str, shown: list[str],
                                                     readme_dir: Path) -> None:
     args = shlex.split(command, comments=True)[1:]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "100", "GITHUB_ACTIONS": ""})
@@ -68,7 +87,7 @@ def test_readme_example_runs_and_shows_what_it_says(command: str, shown: list[st
     for want in shown:
         if want == "...":
             continue
-        assert want in lines[at:], f"README shows {want!r} for `{command}`; not in the output"
+        assert want in lines[at:], f"{page} shows {want!r} for `{command}`; not in the output"
         at = lines.index(want, at) + 1
 
 
@@ -80,7 +99,14 @@ def _readme_tool():  # type: ignore[no-untyped-def]
 
 def test_generated_sections_equal_what_the_code_generates() -> None:
     tool = _readme_tool()
-    assert tool.render(README) == README, "run: python tools/readme.py"
+    # every section the tool writes is in exactly one page, README.md or docs/*.md ...
+    where = {name: [page for page, text in PAGES.items() for n in tool.sections_in(text)
+                    if n == name] for name in tool.SECTIONS}
+    assert all(len(pages) == 1 for pages in where.values()), where
+    assert [p.relative_to(ROOT).as_posix() for p in tool.files()] == list(PAGES)
+    # ... and every page equals what the tool writes
+    for page, text in PAGES.items():
+        assert tool.render(text, page) == text, f"{page}: run: python tools/readme.py"
 
 
 def test_preset_format_names_every_field_and_the_table_every_preset() -> None:
@@ -118,9 +144,10 @@ def test_readme_json_keys_are_the_emitted_ones(cli, section: str,  # type: ignor
                                                args: list[str]) -> None:
     # the documented example is the real output cut to one element per list: its keys are
     # the command's keys, at every level, in order
-    generated = re.search(rf"<!-- generated: {section} -->\n```json\n(.*?)```",
-                          README, re.S)
-    assert generated, section
+    found = [m for text in PAGES.values()
+             for m in re.finditer(rf"<!-- generated: {section} -->\n```json\n(.*?)```", text, re.S)]
+    assert len(found) == 1, section
+    generated = found[0]
     import json
 
     shown = json.loads(generated.group(1))

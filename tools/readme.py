@@ -1,12 +1,13 @@
-"""Regenerate the README's generated sections from the code (issue 19): the preset table from
-the shipped presets, the preset format from ModelSpec's field declarations, and the JSON
-examples from what the commands emit. tests/test_readme.py asserts the README equals this
+"""Regenerate the generated sections of README.md and docs/*.md from the code: the preset table
+from the shipped presets, the preset format from ModelSpec's field declarations, and the JSON
+examples from what the commands emit. tests/test_readme.py asserts every file equals this
 output, so a changed preset, field or JSON key fails the suite until this is re-run.
 
-    python tools/readme.py           # rewrite README.md in place
-    python tools/readme.py --check   # exit 1 if README.md is out of date
+    python tools/readme.py           # rewrite README.md and docs/*.md in place
+    python tools/readme.py --check   # exit 1 if any of them is out of date
 
-A section is the text between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->``.
+A section is the text between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->``; it may
+live in README.md or in any docs/*.md file, and each named in SECTIONS must be in exactly one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
 
 def _class_counted(source: str) -> str:
@@ -126,20 +128,61 @@ SECTIONS: dict[str, Callable[[], str]] = {
 }
 
 
-def render(text: str) -> str:
-    for name, make in SECTIONS.items():
+MARKER = re.compile(r"^<!-- generated: ([\w.-]+) -->$", re.M)  # a line of its own
+
+
+def files() -> list[Path]:
+    """The files that may hold generated sections: README.md, then docs/*.md by name."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def sections_in(text: str) -> list[str]:
+    """The names of the generated sections a text holds, in order."""
+    return MARKER.findall(text)
+
+
+def render(text: str, where: str = "README.md") -> str:
+    """The text with each generated section it holds rewritten from the code."""
+    for name in sections_in(text):
+        if name not in SECTIONS:
+            raise SystemExit(f"{where}: unknown generated section '{name}'")
         pattern = re.compile(rf"(<!-- generated: {re.escape(name)} -->\n).*?(<!-- end: "
                              rf"{re.escape(name)} -->)", re.S)
-        if not pattern.search(text):
-            raise SystemExit(f"README.md: no section '{name}' (<!-- generated: {name} -->)")
-        body = make()
-        text = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)
+        match = pattern.search(text)
+        if match is None:
+            raise SystemExit(f"{where}: section '{name}' has no <!-- end: {name} -->")
+        text = (text[:match.start()] + match.group(1) + SECTIONS[name]() + "\n" + match.group(2)
+                + text[match.end():])
     return text
 
 
+def locations() -> dict[str, list[Path]]:
+    """Where each section of SECTIONS is: every file holding it."""
+    found: dict[str, list[Path]] = {name: [] for name in SECTIONS}
+    for path in files():
+        for name in sections_in(path.read_text(encoding="utf-8")):
+            found.setdefault(name, []).append(path)
+    return found
+
+
+def render_all() -> dict[Path, tuple[str, str]]:
+    """Each file's current text and the text this tool writes; every section in one file."""
+    for name, paths in locations().items():
+        if len(paths) != 1:
+            where = ", ".join(str(p.relative_to(ROOT)) for p in paths) or "no file"
+            raise SystemExit(f"section '{name}' must be in exactly one file (found: {where})")
+    out: dict[Path, tuple[str, str]] = {}
+    for path in files():
+        current = path.read_text(encoding="utf-8")
+        out[path] = (current, render(current, str(path.relative_to(ROOT))))
+    return out
+
+
 if __name__ == "__main__":
-    current = README.read_text(encoding="utf-8")
-    new = render(current)
+    results = render_all()
+    stale = [p for p, (current, new) in results.items() if new != current]
     if "--check" in sys.argv[1:]:
-        sys.exit(0 if new == current else "README.md is out of date: python tools/readme.py")
-    README.write_text(new, encoding="utf-8")
+        sys.exit(0 if not stale else "out of date: " + ", ".join(
+            str(p.relative_to(ROOT)) for p in stale) + ": python tools/readme.py")
+    for path in stale:
+        path.write_text(results[path][1], encoding="utf-8")
