@@ -154,6 +154,20 @@ def test_numbers_never_fold_at_80_columns() -> None:
     assert not re.search(r"\d,\d{1,2} │", out), out
 
 
+@pytest.mark.parametrize("columns", ["0", "-3", "abc", ""])
+def test_any_columns_value_prints_the_answer(columns: str) -> None:
+    # COLUMNS that is no positive width is ignored as unset (it printed nothing at 0)
+    import os
+    import subprocess
+    import sys
+
+    env = os.environ | {"COLUMNS": columns, "NO_COLOR": "1"}
+    r = subprocess.run([sys.executable, "-m", "transformer_calc", "params", "gpt2"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and r.stderr == ""
+    assert "total trainable parameters: 124,439,808 (124.4M)" in r.stdout
+
+
 def test_version() -> None:
     # issue 16: --version, the installed distribution's version (pyproject.toml)
     import re

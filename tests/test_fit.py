@@ -87,3 +87,38 @@ def test_cli_reports_the_fit_questions(cli) -> None:
     assert fit["prefill_activation_bytes"] > 0
     r = cli("memory", "gpt2", "--kv-block", "16", code=2)
     assert "applies to --inference" in r.stderr
+
+
+@pytest.mark.parametrize(("name", "preset"), [
+    ("h100", "H100-80GB"), ("H100 SXM", "H100-80GB"), ("h100-pcie", "H100-PCIe-80GB"),
+    ("H100_NVL", "H100-NVL-94GB"), ("a100", "A100-80GB"), ("4090", "RTX-4090"),
+    ("rtx 5090", "RTX-5090"), ("mi300x", "MI300X"), ("l40s", "L40S"), ("b200", "B200-180GB")])
+def test_gpus_answer_to_the_names_people_use(name: str, preset: str) -> None:
+    from transformer_calc.hardware import get_gpu
+
+    assert get_gpu(name).name == preset
+
+
+def test_any_capacity_is_a_gpu(cli) -> None:
+    from transformer_calc.hardware import GiB, get_gpu
+
+    assert get_gpu("48GB").memory_bytes == 48 * GiB == get_gpu("48 GiB").memory_bytes
+    assert get_gpu("1.5TB").memory_bytes == int(1.5 * 1024 * GiB)
+    fit = cli.json("memory", "gpt2", "--mixed", "--gpu", "24GB")["fit"]
+    assert fit["capacity_bytes"] == 24 * GiB
+    # the H100's own nominal 80 GiB, whatever it is called
+    assert cli.json("memory", "gpt2", "--mixed", "--gpu", "80GB")["fit"]["capacity_bytes"] == \
+        cli.json("memory", "gpt2", "--mixed", "--gpu", "h100")["fit"]["capacity_bytes"]
+    r = cli("memory", "gpt2", "--gpu", "", code=2)
+    assert r.stderr.startswith("Error: --gpu: expected a GPU")
+    r = cli("memory", "gpt2", "--gpu", "h10", code=2)
+    assert "did you mean H100-80GB" in r.stderr
+
+
+def test_every_gpu_names_its_datasheet() -> None:
+    from transformer_calc.hardware import GPUS
+
+    assert len(GPUS) >= 22
+    assert all(g.source and g.memory_bytes and g.bandwidth and g.peak_flops
+               for g in GPUS.values())
+    assert {"MI300X", "B200-180GB", "L40S", "RTX-5090", "H100-PCIe-80GB"} <= set(GPUS)

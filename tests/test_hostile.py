@@ -354,7 +354,7 @@ def test_a_full_disk_is_one_error_line(fmt: str) -> None:
     assert r.stderr == "Error: cannot write the output: No space left on device\n"
 
 
-def test_a_closed_stdout_is_one_error_line() -> None:
+def test_a_closed_stdout_ends_quietly_as_sigpipe_does() -> None:
     import sys
 
     proc = subprocess.Popen([sys.executable, "-m", "transformer_calc", "sweep", "gpt2",
@@ -363,8 +363,10 @@ def test_a_closed_stdout_is_one_error_line() -> None:
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # the reader goes away before tcalc writes
     err = proc.stderr.read()
-    assert proc.wait(timeout=60) == 1
-    assert err == "Error: output closed (broken pipe)\n"
+    # `tcalc ... | head`: no message, and the shell's convention for a process SIGPIPE ended
+    # (128 + 13), not 0: the output is not whole
+    assert proc.wait(timeout=60) == 141
+    assert err == ""
 
 
 # -- shapes the options must respect ---------------------------------------------------------

@@ -486,7 +486,9 @@ def _settings(train: dict[str, Any], batch_size: int = 1, seq_len: int | None = 
     if seq_len is not None and seq_len < 1:
         raise TcalcError(f"--seq-len: expected an integer >= 1, got {seq_len}")
     t = dict(train)
-    t.pop("gpu")
+    if t.pop("gpu") is not None and not train["gpu"].strip():
+        raise TcalcError("--gpu: expected a GPU (tcalc gpus lists them) or a capacity such as "
+                         "48GB, got nothing")
     if not t.get("inference", True):  # serving options without --inference: an error, not ignored
         for key, default in (("dtype", "bf16"), ("kv_dtype", ""), ("group_size", 128),
                              ("kv_block", 0), ("gpu_util", 0.9), ("prefill_chunk", 2048)):
@@ -938,12 +940,15 @@ def _output_failed(e: OSError) -> None:
     import errno
     import os
 
-    why = ("output closed (broken pipe)" if isinstance(e, BrokenPipeError)
-           or e.errno == errno.EPIPE else f"cannot write the output: {e.strerror or e}")
+    closed = isinstance(e, BrokenPipeError) or e.errno == errno.EPIPE
     # nothing more can go to stdout, not even Python's flush at exit (a stdout without a file
     # descriptor raises ValueError; a closed stderr leaves nothing to say)
     with contextlib.suppress(OSError, ValueError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if closed:
+        # the reader went away (`| head`): end quietly, as a process SIGPIPE ends does in a
+        # shell (128 + SIGPIPE's 13)
+        sys.exit(128 + 13)
     with contextlib.suppress(OSError):
-        sys.stderr.write(error_line(why) + "\n")
+        sys.stderr.write(error_line(f"cannot write the output: {e.strerror or e}") + "\n")
     sys.exit(1)

@@ -25,6 +25,8 @@ def _markup_safe(text: str) -> str:
 def _console() -> Any:
     """rich's Console, but a closed stdout raises BrokenPipeError (rich would exit 1 silently),
     so that the CLI says why in one line (issue 16)."""
+    import os
+
     from rich.console import Console
 
     class Quiet(Console):
@@ -32,6 +34,12 @@ def _console() -> Any:
             self.quiet = True
             raise BrokenPipeError
 
+    # COLUMNS that is not a positive number (COLUMNS=0, COLUMNS=abc) is ignored, as if unset:
+    # rich would lay everything out in no width and print nothing
+    columns = os.environ.get("COLUMNS", "")
+    if columns and not (columns.isdigit() and int(columns) > 0):
+        return Quiet(width=80 if not sys.stdout.isatty() else None,
+                     _environ={k: v for k, v in os.environ.items() if k != "COLUMNS"})
     return Quiet()
 
 
