@@ -122,3 +122,40 @@ def test_every_gpu_names_its_datasheet() -> None:
     assert all(g.source and g.memory_bytes and g.bandwidth and g.peak_flops
                for g in GPUS.values())
     assert {"MI300X", "B200-180GB", "L40S", "RTX-5090", "H100-PCIe-80GB"} <= set(GPUS)
+
+
+def test_the_verdict_comes_first_in_every_format(cli) -> None:
+    # the answer first: the peak, whether it fits, by how much (the table's first lines, the
+    # markdown's first paragraph, the JSON's verdict)
+    args = ("memory", "llama-3.1-8b", "--qlora", "--lora", "16", "--seq-len", "4096",
+            "--batch-size", "2", "--attention", "sdpa", "--recompute", "full",
+            "--gpu", "RTX-4090")
+    first = cli(*args).stdout.splitlines()[0]
+    assert first.startswith("llama-3.1-8b: peak ") and "fits RTX-4090" in " ".join(
+        cli(*args).stdout.split()[:20])
+    md = cli(*args, "--format", "markdown").stdout.lstrip().splitlines()[0]
+    assert md.startswith("- llama-3.1-8b: peak ")
+    data = cli.json(*args)
+    assert data["verdict"][0].startswith("llama-3.1-8b: peak ") and data["fit"]["fits"]
+
+
+def test_what_would_fit_is_computed(cli) -> None:
+    # each change is a report of its own: its bytes are what tcalc gives for those flags
+    args = ["memory", "llama-3.1-8b", "--mixed", "--seq-len", "4096"]
+    data = cli.json(*args, "--gpu", "H100-80GB")
+    assert not data["fit"]["fits"] and data["verdict"][0].count("does NOT fit") == 1
+    changes = data["fit"]["changes"]
+    assert changes and changes[0]["fits"]
+    again = cli.json(*args, *changes[0]["flags"].split())
+    assert again["peak_bytes"] == changes[0]["bytes"] <= data["fit"]["budget_bytes"]
+    # serving: a smaller format or more GPUs
+    serve = cli.json("memory", "llama-3.1-70b", "--inference", "--seq-len", "32768",
+                     "--gpu", "h100")["fit"]["changes"]
+    assert any(c["flags"] == "--dtype int4" and c["fits"] for c in serve)
+
+
+def test_require_fit_gates_a_budget(cli) -> None:
+    assert cli("memory", "gpt2", "--gpu", "80GB", "--require-fit").exit_code == 0
+    assert cli("memory", "gpt2", "--gpu", "1GB", "--require-fit", code=1).stdout
+    r = cli("memory", "gpt2", "--require-fit", code=2)
+    assert r.stderr == "Error: --require-fit: give the GPU (or a size) to fit with --gpu\n"

@@ -248,7 +248,9 @@ def test_cli_memory_without_model(cli) -> None:
 
 def test_cli_memory_markdown(cli) -> None:
     md = cli("memory", "gpt2", "--format", "markdown").stdout
-    assert md.startswith("## gpt2: memory") and "### activations" in md
+    # the verdict first, then the breakdown
+    assert md.startswith("- gpt2: peak ") and "\n## gpt2: memory" in md
+    assert "### activations" in md
 
 
 def test_group_quantisation_down_to_one_weight_per_scale() -> None:

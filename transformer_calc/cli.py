@@ -535,6 +535,9 @@ def memory(
     global_tokens: int = GlobalOpt,
     random: int = RandomOpt,
     format: Format = FormatOpt,
+    require_fit: bool = typer.Option(
+        False, "--require-fit",
+        help="Exit 1 when the run does not fit --gpu (a memory budget for CI); 0 when it fits."),
     overrides: dict[str, Any] | None = None,
     train: dict[str, Any] | None = None,
 ) -> None:
@@ -547,6 +550,8 @@ def memory(
     """
     train = train or {}
     settings = _settings(train, batch_size, seq_len)
+    if require_fit and not train.get("gpu"):
+        raise TcalcError("--require-fit: give the GPU (or a size) to fit with --gpu")
     if model is None:
         _memory_overview(settings, format)
         return
@@ -572,7 +577,10 @@ def memory(
         fmt = recipe(read_gguf(Path(model).expanduser()))
         if fmt:
             settings = dataclasses.replace(settings, quant=fmt)
-    show(memory_doc(memory_report(spec, settings, train["gpu"], pattern)), format.value)
+    report = memory_report(spec, settings, train["gpu"], pattern)
+    show(memory_doc(report), format.value)
+    if require_fit and report.fit is not None and not report.fit.fits:
+        raise typer.Exit(1)
 
 
 Topic = Enum("Topic", {c: c for c in TOPICS}, type=str)  # type: ignore[misc]

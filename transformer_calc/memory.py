@@ -2093,6 +2093,15 @@ class Phase(NamedTuple):
 ALLOCATOR_CACHE = (0.020, 0.121)
 
 
+class Change(NamedTuple):
+    """A change of settings and what it would use: the command-line flags that say it, the
+    peak (serving: what the budget holds), and whether that fits."""
+
+    flags: str
+    used: int
+    fits: bool
+
+
 @dataclass(frozen=True)
 class Fit:
     gpu: str
@@ -2106,6 +2115,9 @@ class Fit:
     seq_ceiling: int = 0  # the model's own limit, where the length search stops
     # training: the allocator's cache beside the peak (ALLOCATOR_CACHE), low and high
     reserve: tuple[int, int] = (0, 0)
+    # when it does not fit: what a change of settings would use, the fitting ones first
+    changes: tuple[Change, ...] = ()
+
 
 
 @dataclass(frozen=True, init=False)
@@ -3297,9 +3309,69 @@ def _fit(spec: ModelSpec, s: Settings, report: MemoryReport, gpu_name: str,
     longest_allowed = spec.max_context or spec.max_positions or 1 << 24
     reserve = (0, 0) if s.inference or s.device != "cuda" else (
         round(used * ALLOCATOR_CACHE[0]), round(used * ALLOCATOR_CACHE[1]))
+    changes = () if used <= budget else _changes(spec, s, budget, pattern)
     return Fit(gpu.name, cap, used <= budget, budget - used, largest(batch_fits, 1 << 30),
                largest(length_fits, longest_allowed), budget, prefill, longest_allowed,
-               reserve)
+               reserve, changes)
+
+
+def _candidates(spec: ModelSpec, s: Settings) -> list[tuple[str, dict]]:  # type: ignore[type-arg]
+    """Changes a user would try first, each as (flags, Settings fields), in the order of
+    what they cost: the same run kept, then less precision or fewer trainable parameters,
+    then more GPUs."""
+    out: list[tuple[str, dict]] = []  # type: ignore[type-arg]
+    if s.inference:
+        out += [("--batch-size 1", dict(batch_size=1))] if s.batch_size > 1 else []
+        out += [("--kv-dtype fp8", dict(kv_dtype="fp8"))] if s.kv_dtype != "fp8" else []
+        if not s.quant:
+            out += [(f"--dtype {d}", dict(dtype=d)) for d in ("int8", "int4")
+                    if s.dtype not in ("int4", d)]
+        out += [(f"--tp {n} --gpus {n * s.gpus // s.tp}", dict(tp=n, gpus=n * s.gpus // s.tp))
+                for n in (2, 4, 8) if n > s.tp]
+        return out
+    out += [("--recompute full", dict(recompute="full"))] if s.recompute != "full" else []
+    out += [("--attention sdpa", dict(attention="sdpa"))] if s.attention == "eager" else []
+    out += [("--batch-size 1", dict(batch_size=1))] if s.batch_size > 1 else []
+    if s.optimizer in ("adamw", "adam"):
+        out.append(("--optimizer adamw8bit", dict(optimizer="adamw8bit")))
+    if s.precision == "fp32" and not s.mixed and not s.lora_rank:
+        out.append(("--mixed --precision bf16", dict(mixed=True, precision="bf16")))
+    if not s.lora_rank and not s.freeze:
+        out.append(("--lora 16 --precision bf16", dict(lora_rank=16, precision="bf16")))
+    elif s.lora_rank and not s.quant:
+        out.append(("--qlora", dict(quant="bnb-nf4", precision="bf16")))
+    if s.zero < 3 and not s.lora_rank and s.offload == "none":
+        out.append((f"--zero 3 --gpus {8 * s.gpus}", dict(zero=3, gpus=8 * s.gpus)))
+    return out
+
+
+def _changes(spec: ModelSpec, s: Settings, budget: int, pattern  # type: ignore[no-untyped-def]
+             ) -> tuple[Change, ...]:
+    """What each candidate change would use, computed (not guessed): those that fit, in
+    order, at most three; else the one that comes closest, and all the cheap ones at once."""
+    import dataclasses
+
+    def used(**change: object) -> int | None:
+        try:
+            return memory_report(spec, dataclasses.replace(s, **change), None, pattern).peak
+        except TcalcError:
+            return None
+
+    tried = [(flags, used(**change)) for flags, change in _candidates(spec, s)]
+    done = [Change(f, u, u <= budget) for f, u in tried if u is not None]
+    fitting = [c for c in done if c.fits][:3]
+    if fitting or not done:
+        return tuple(fitting)
+    together = {k: v for flags, change in _candidates(spec, s)
+                if not flags.startswith(("--zero", "--tp", "--lora", "--qlora"))
+                for k, v in change.items()}
+    both = used(**together) if together else None
+    closest = min(done, key=lambda c: c.used)
+    if both is not None and both < closest.used:
+        flags = " ".join(f for f, _ in _candidates(spec, s)
+                         if not f.startswith(("--zero", "--tp", "--lora", "--qlora")))
+        return (Change(flags, both, both <= budget), closest)
+    return (closest,)
 
 
 def largest(fits: Callable[[int], bool], ceiling: int) -> int:

@@ -407,6 +407,7 @@ def memory_dict(r: Any) -> dict[str, Any]:
         "params": r.params,
         "trainable_params": r.trainable_params,
         "mode": "inference" if s.inference else "training",
+        "verdict": verdict_lines(r),
         "settings": {k: getattr(s, k) for k in s.__dataclass_fields__},
         "seq_len": r.seq_len,
         "total_bytes": r.components.total,
@@ -440,7 +441,9 @@ def memory_dict(r: Any) -> dict[str, Any]:
         out["fit"] = {"gpu": f.gpu, "capacity_bytes": f.capacity, "fits": f.fits,
                       "headroom_bytes": f.headroom, "max_batch_size": f.max_batch_size,
                       "max_seq_len": f.max_seq_len, "budget_bytes": f.budget,
-                      "prefill_activation_bytes": f.prefill}
+                      "prefill_activation_bytes": f.prefill,
+                      "changes": [{"flags": c.flags, "bytes": c.used, "fits": c.fits}
+                                  for c in f.changes]}
         if f.reserve[1]:
             out["fit"]["reserve"] = {
                 "allocator_cache_bytes": list(f.reserve),
@@ -470,6 +473,37 @@ def _held(r: Any, per: float) -> str:
     never = f", so {per:g} at no single moment" if per not in (fwd, opt) else ""
     return f"; held: {fwd:.4g} in forward (no gradients yet), {opt:.4g} in the optimizer " \
            f"step{temp}{never}"
+
+
+def _largest_term(r: Any) -> Any:
+    """The largest item of what the verdict is about: the peak phase, or the serving total."""
+    items = r.peak_phase.items.items if r.phases else r.per_gpu.items
+    return max(items, key=lambda i: i.total)
+
+
+def verdict_lines(r: Any) -> list[str]:
+    """The answer first: the peak per GPU and its phase, whether it fits and by how much, and
+    when it does not, its largest term and the changes that would make it fit (computed)."""
+    s = r.settings
+    per = " per GPU" if s.gpus > 1 else ""
+    head = (f"{r.model}: {human_bytes(r.peak)}{per} to serve" if s.inference else
+            f"{r.model}: peak {human_bytes(r.peak)}{per} {r.peak_phase.when}")
+    if r.fit is None:
+        return [head + "; --gpu NAME (or a size, --gpu 80GB) says whether it fits"]
+    f = r.fit
+    budget = f" of a {human_bytes(f.budget)} serving budget" if s.inference else ""
+    if f.fits:
+        return [head + f": fits {f.gpu} ({human_bytes(f.capacity)}{budget}), headroom "
+                f"{human_bytes(f.headroom)}"]
+    big = _largest_term(r)
+    out = [head + f": does NOT fit {f.gpu} ({human_bytes(f.capacity)}{budget}), "
+           f"{human_bytes(-f.headroom)} over; the largest term: {big.name} "
+           f"{human_bytes(big.total)}"]
+    if f.changes:
+        out.append("would fit: " if any(c.fits for c in f.changes) else "closest: " + "")
+        out[-1] += "; ".join(f"{c.flags}: {human_bytes(c.used)}"
+                             + (", fits" if c.fits else ", still over") for c in f.changes)
+    return out
 
 
 def memory_lines(r: Any) -> list[str]:
@@ -528,12 +562,18 @@ def memory_lines(r: Any) -> list[str]:
                          f"vLLM's gpu_memory_utilization) less {human_bytes(f.prefill)} for a "
                          f"{s.prefill_chunk}-token prefill chunk's activations (an estimate)")
         seq = "context" if s.inference else "sequence"
+        why0 = (" (even batch 1 is over: " + ("the weights alone take "
+                f"{human_bytes(r.per_gpu.get('weights').total)})" if s.inference else
+                "the model states and one sequence's activations)")) \
+            if f.max_batch_size == 0 else ""
         lines.append(f"{f.gpu} ({human_bytes(f.capacity)}): {verdict}"
                      f"{' (by the peak)' if r.phases else ''}, headroom "
                      f"{human_bytes(f.headroom)}; largest batch that fits: {f.max_batch_size}"
-                     f" at {r.seq_len:,}; longest {seq} at batch {s.batch_size}: "
+                     f" at {r.seq_len:,}{why0}; longest {seq} at batch {s.batch_size}: "
                      f"{f.max_seq_len:,}" + (" (the model's limit)"
-                                             if f.max_seq_len == f.seq_ceiling else ""))
+                                             if f.max_seq_len == f.seq_ceiling else
+                                             " (not even one token fits)"
+                                             if f.max_seq_len == 0 else ""))
         if f.reserve[1]:
             tight = "; the headroom is less than that: it may not fit" \
                 if 0 <= f.headroom < f.reserve[1] else ""
@@ -588,7 +628,7 @@ def memory_doc(r: Any) -> Doc:
     if not r.settings.inference:
         blocks.append(Table("activations saved for backward (one micro-batch)",
                             _columns(aheaders, (2, 3, 4)), activation_rows(r), heading=3))
-    return Doc(memory_dict(r), blocks + [Text(memory_lines(r))])
+    return Doc(memory_dict(r), [Text(verdict_lines(r))] + blocks + [Text(memory_lines(r))])
 
 
 def bytes_per_param_rows(rows: list[tuple[str, float, str]]) -> list[tuple[str, ...]]:
