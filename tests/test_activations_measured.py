@@ -56,20 +56,20 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # what tcalc printed on the day, not read here) and activations_loss_dtype_cpu.jsonl (BERT,
 # BART and T5 with a vocabulary that dominates the saved bytes, so that the loss's dtype
 # decides the total: B=1 T=64 and B=2 T=128, the same command) and activations_more_cpu.jsonl
-# (the model types added in session 7: B=2 T=64 and B=1 T=128) and
-# activations_added_s8_cpu.jsonl (session 8's: Whisper's, TrOCR's and BART's decoders
-# alone, DeepSeek-V3.2 and GLM-5's DSA, MPNet, GPT-NeoX-Japanese, Apertus's xIELU, Jina
-# Embeddings v3, LFM3, and Gemma 2 with its two soft-cappings; the same two shapes; and
-# session 9's: BitNet, ModernBERT and its decoder, FSMT, ELECTRA, RemBERT, ALBERT, RoCBERT,
-# Mllama, DiffLlama, Gemma 4 and its unified variant; session 10's: MiMo-V2-Flash, eager
-# only; phi3-gqa-tied.json's two SDPA rows at B=2 T=64 in activations_new_families_cpu.jsonl
-# re-measured in session 10 with the same versions: 2,728,452 and 1,544,708 bytes, where the
-# file had 2,531,922 and 1,446,482, out of line with its other shapes). Mixtures of experts
-# were measured with transformers' eager expert loop
-# (experts_implementation="eager"); activations_moe_grouped_cpu.jsonl measures nine of them
-# again on its default grouped_mm path (`--experts grouped_mm`, B=2 T=64 and B=1 T=128; its
-# rows say "experts"). activations_sweep_s10_cpu.jsonl: 24 variants of the types a sweep of every
-# unmeasured type's drawn registry config found off by more than 10 % (Cohere's hand-written
+# (HY-V3, Nomic BERT, TAPAS, LayoutLM, BERT-Generation: B=2 T=64 and B=1 T=128) and
+# activations_decoders_encoders_cpu.jsonl (Whisper's, TrOCR's and BART's decoders alone,
+# DeepSeek-V3.2 and GLM-5's DSA, MPNet, GPT-NeoX-Japanese, Apertus's xIELU, Jina Embeddings
+# v3, LFM3, and Gemma 2 with its two soft-cappings; BitNet, ModernBERT and its decoder, FSMT,
+# ELECTRA, RemBERT, ALBERT, RoCBERT, Mllama, DiffLlama, Gemma 4 and its unified variant,
+# Beam; the same two shapes; MiMo-V2-Flash, eager only;
+# phi3-gqa-tied.json's two SDPA rows at B=2 T=64 in activations_new_families_cpu.jsonl
+# re-measured with the same versions: 2,728,452 and 1,544,708 bytes, where the file had
+# 2,531,922 and 1,446,482, out of line with its other shapes). Mixtures of experts were
+# measured with transformers' eager expert loop (experts_implementation="eager");
+# activations_moe_grouped_cpu.jsonl measures nine of them again on its default grouped_mm
+# path (`--experts grouped_mm`, B=2 T=64 and B=1 T=128; its rows say "experts").
+# activations_sweep_fixes_cpu.jsonl: 24 variants of the types a sweep of every unmeasured
+# type's drawn registry config found off by more than 10 % (Cohere's hand-written
 # LayerNorm, BioGPT's, CTRL's, GPT's and GPTBigCode's dropout keys, GPT-Neo's, GPT-J's,
 # CodeGen's and Flint's fp32 Q/K, InternLM3's and MPT's fp32 softmax, PhiMoE's two experts,
 # OpenAI GPT's gelu_new; nanochat's weightless norms on the embeddings and on Q and K, and
@@ -79,24 +79,24 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # SwiGLU, gpt-oss's; Nemotron-H's RMSNorm multiplying its weight in fp32: the whole model,
 # its mixer-only rows being in activations_mixers_cpu.jsonl; Falcon-H1 without
 # mamba_rms_norm, whose mixer gates y by silu(z) without a norm; OLMo's LayerNorm on an fp32
-# copy), re-measured on
-# variant configs after the fix: B=2 T=64, B=1 T=128.
-# Session 11: the measurement counts what autograd still holds when the forward is over (each
-# saved tensor's detached alias, by weak reference); it had counted every storage ever saved,
-# by address, so that storages freed mid-forward (saved by ops off the loss's graph) counted,
-# and later ones at a reused address did not. Every row above was re-measured that way with
-# the same versions (tools/measure_activations_hf.py): 415 of 786 unchanged, the rest within
-# 1.1 % (a few bytes of scalars in most; mixer-only rows within 3.2 %). DeBERTa-v2, whose
-# totals had differed between runs (753,932 or 622,860 bytes for one shape), keeps 1,384,972:
-# activations_alive_s11_cpu.jsonl holds it and a variant with both disentangled terms (B=2
-# T=64 and B=1 T=128, eager, fp32 and bf16), each equal to a walk of the autograd graph from
-# the loss (its nodes' saved tensors) to the byte at B=2 T=64; and UMT5 and mT5 (a sweep of
+# copy), measured on variant configs after the fix: B=2 T=64, B=1 T=128.
+# The measurement counts what autograd still holds when the forward is over (each saved
+# tensor's detached alias, by weak reference); counting every storage ever saved, by address,
+# would count storages freed mid-forward (saved by ops off the loss's graph) and miss later
+# ones at a reused address. Every row above was measured that way with the same versions
+# (tools/measure_activations_hf.py): against the by-address count, 415 of 786 unchanged, the
+# rest within 1.1 % (a few bytes of scalars in most; mixer-only rows within 3.2 %).
+# DeBERTa-v2, whose by-address totals differed between runs (753,932 or 622,860 bytes for one
+# shape), keeps 1,384,972: activations_deberta_v2_sweep_cpu.jsonl holds it and a variant with
+# both disentangled terms (B=2 T=64 and B=1 T=128, eager, fp32 and bf16), each equal to a
+# walk of the autograd graph from the loss (its nodes' saved tensors) to the byte at B=2
+# T=64; and UMT5 and mT5 (a sweep of
 # the unmeasured types found them −5 to −13.5 %), B=2 T=64 and B=1 T=128, eager and SDPA;
 # XGLM (−8.8 %: its clamped scores; eager only), GTE (−7.5 %: its FFN's dropout) and I-BERT
 # (−6.9 %: its LayerNorms written out; eager only), MiniCPM3 (−7.2 %: SDPA's math kernel) and
 # Qwen3.5-MoE's gated attention (−7.4 %: q_proj's output in fp32), the same shapes.
-# activations_s12_cpu.jsonl (session 12, the same versions and tool): LongT5's local attention
-# (its estimate had been −88 %: dense T×T scores where it computes blocks) and its
+# activations_longt5_olmo_hybrid_cpu.jsonl (the same versions and tool): LongT5's local
+# attention (its estimate had been −88 %: dense T×T scores where it computes blocks) and its
 # transient-global attention (refused before), two variants each and one without dropout,
 # B=2 T=64 and B=1 T=128, and B=2 T=30 (a sequence padded to whole blocks); eager only.
 # And OLMo Hybrid (its Gated DeltaNet layers are Qwen3-Next's kernel), two variants, B=2 T=64
@@ -105,25 +105,25 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # A.X K1 (DeepSeek-V3 with a norm after each MoE block), the same shapes: −0.4 % in each; and
 # YOSO's expectation attention (it had been +43 to +77 %, counted as a softmax with dropout),
 # eager only: +0.2 %.
-# activations_s13_cpu.jsonl (session 13, the same versions and tool): the types added then,
-# one tiny variant each (dots.llm1, Hunyuan dense and MoE, Nemotron, Ministral, LFM2-MoE,
-# LongCat-Flash without zero-computation experts, DBRX, Kimi Linear), B=2 T=64 and B=1 T=128,
+# activations_moe_dense_kimi_linear_cpu.jsonl (the same versions and tool): one tiny variant
+# each of dots.llm1, Hunyuan dense and MoE, Nemotron, Ministral, LFM2-MoE, LongCat-Flash
+# without zero-computation experts, DBRX and Kimi Linear, B=2 T=64 and B=1 T=128,
 # eager and SDPA, fp32 and bf16; Kimi Linear with two KDA heads of 32 too, B=3 T=100 and
 # B=1 T=192.
-# activations_s14_cpu.jsonl (session 14, the same versions and tool): T5Gemma's two variants,
-# B=2 T=64 and B=1 T=128, fp32 and bf16, eager (T5GemmaForConditionalGeneration has no SDPA
-# path: those lines say "skipped"); Gemma 3n's two, the same shapes, eager and SDPA;
+# activations_t5gemma_gemma3n_dsv4_cpu.jsonl (the same versions and tool): T5Gemma's two
+# variants, B=2 T=64 and B=1 T=128, fp32 and bf16, eager (T5GemmaForConditionalGeneration
+# has no SDPA path: those lines say "skipped"); Gemma 3n's two, the same shapes, eager and SDPA;
 # DeepSeek-V4's two (eager only), the same shapes, and B=2 T=64 with --experts grouped_mm.
-# activations_s15_cpu.jsonl (session 15, the same versions and tool): DeBERTa v1
+# activations_deberta_falcon_opt_cpu.jsonl (the same versions and tool): DeBERTa v1
 # (DebertaForMaskedLM, eager only) with both disentangled terms, c2p alone over a table
 # shorter than the sequence (max_relative_positions 24, absolute positions, token types,
 # untied), p2c alone; B=2 T=64 and B=1 T=40, fp32 and bf16, and B=3 T=100 for the first;
 # Falcon's new layout with ALiBi and with RoPE, B=2 T=64 and B=1 T=128, eager and SDPA (under
 # SDPA they had been −20.2 % and −4.8 %: the explicit masks and the broadcast K/V); OPT with
 # a narrower embedding (project_in/out), the same shapes.
-# activations_s16_cpu.jsonl (session 16, the same versions and tool): Qwen2-MoE (a dense first
-# layer, experts beside a gated shared expert) and Qwen3-Next, B=2 T=64, eager and SDPA, fp32
-# and bf16 (Qwen2-MoE had been −2.9 to −3.5 %: the shared experts' gate product, kept).
+# activations_qwen2_moe_qwen3_next_cpu.jsonl (the same versions and tool): Qwen2-MoE (a dense
+# first layer, experts beside a gated shared expert) and Qwen3-Next, B=2 T=64, eager and SDPA,
+# fp32 and bf16 (Qwen2-MoE had been −2.9 to −3.5 %: the shared experts' gate product, kept).
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 from transformer_calc.plan import plan_of  # noqa: E402
@@ -132,15 +132,15 @@ FAMILY_ROWS = [json.loads(line) for name in ("activations_families_cpu.jsonl",
                                                "activations_new_families_cpu.jsonl",
                                                "activations_loss_dtype_cpu.jsonl",
                                                "activations_more_cpu.jsonl",
-                                               "activations_added_s8_cpu.jsonl",
+                                               "activations_decoders_encoders_cpu.jsonl",
                                                "activations_moe_grouped_cpu.jsonl",
-                                               "activations_sweep_s10_cpu.jsonl",
-                                               "activations_alive_s11_cpu.jsonl",
-                                               "activations_s12_cpu.jsonl",
-                                               "activations_s13_cpu.jsonl",
-                                               "activations_s14_cpu.jsonl",
-                                               "activations_s15_cpu.jsonl",
-                                               "activations_s16_cpu.jsonl")
+                                               "activations_sweep_fixes_cpu.jsonl",
+                                               "activations_deberta_v2_sweep_cpu.jsonl",
+                                               "activations_longt5_olmo_hybrid_cpu.jsonl",
+                                               "activations_moe_dense_kimi_linear_cpu.jsonl",
+                                               "activations_t5gemma_gemma3n_dsv4_cpu.jsonl",
+                                               "activations_deberta_falcon_opt_cpu.jsonl",
+                                               "activations_qwen2_moe_qwen3_next_cpu.jsonl")
                for line in (DATA / name).read_text().splitlines()]
 MEASURED = [r for r in FAMILY_ROWS if "skipped" not in r]
 # Every measured case is within ±10 % (the last gap, DeepSeek-V3 with SDPA in bf16 at −11.7 %,
@@ -323,7 +323,7 @@ def test_llama4_runs_every_expert_norms_qk_without_weight_and_masks_its_chunks()
     # (every expert runs every token: -29 to -37 % when counted as top-k routing);
     # Llama4TextL2Norm keeps Q's and K's fp32 copies and 1/rms in the RoPE layers; under SDPA
     # the chunked layers pass an explicit (B, 1, T, T) mask and K/V repeated to every head
-    # (measured: activations_added_s8_cpu.jsonl, llama4_text-chunked.json)
+    # (measured: activations_decoders_encoders_cpu.jsonl, llama4_text-chunked.json)
     rows = [r for r in MEASURED if r["config"] == "llama4_text-chunked.json"]
     assert len(rows) == 8
     for r in rows:
@@ -335,7 +335,7 @@ def test_llama4_runs_every_expert_norms_qk_without_weight_and_masks_its_chunks()
 
 
 def test_the_sweeps_fixes_hold_tightly() -> None:
-    # each of these was off by 8 to 58 % before its fix (activations_sweep_s10_cpu.jsonl):
+    # each of these was off by 8 to 58 % before its fix (activations_sweep_fixes_cpu.jsonl):
     # within 1 % for the exact ones, 4 % for the rest
     for config, bound in (("biogpt-tiny.json", 0.01), ("ctrl-tiny.json", 0.01),
                           ("gpt_neo-local.json", 0.01), ("xlm-tiny.json", 0.01),
@@ -393,13 +393,13 @@ def test_deberta_v1_slices_its_table_copies_q_and_k_per_term_and_norms_by_hand()
     # the saved tensors alive after the forward, attributed to the module saving them
     # (torch 2.13.0, transformers 5.23.0, DebertaForMaskedLM, eager, deberta-relative.json:
     # a 96-row table, both terms; tools/measure_activations_hf.py gives the totals of
-    # activations_s15_cpu.jsonl): at T=40 each term projects 2 · 40 = 80 rows, (8, 8, 80) fp32
-    # (20,480 bytes) and gathers from (2, 4, 40, 80) (102,400), the int64 index (40, 40)
-    # (12,800); the table after its dropout keeps all 96 rows (12,288). B=2: the c2p matmul
-    # copies the query (8, 40, 8) and p2c the key, 10,240 each; B=1: neither (the scores'
-    # query and the fused output's key are read as they are). DebertaLayerNorm keeps
-    # x − mean twice in fp32, 1/std, and the normalised tensor cast back (bf16: 5,120 bytes
-    # of 2·40·32); the MLM head's nn.LayerNorm its input and two statistics
+    # activations_deberta_falcon_opt_cpu.jsonl): at T=40 each term projects 2 · 40 = 80 rows,
+    # (8, 8, 80) fp32 (20,480 bytes) and gathers from (2, 4, 40, 80) (102,400), the int64
+    # index (40, 40) (12,800); the table after its dropout keeps all 96 rows (12,288). B=2:
+    # the c2p matmul copies the query (8, 40, 8) and p2c the key, 10,240 each; B=1: neither
+    # (the scores' query and the fused output's key are read as they are). DebertaLayerNorm
+    # keeps x − mean twice in fp32, 1/std, and the normalised tensor cast back (bf16: 5,120
+    # bytes of 2·40·32); the MLM head's nn.LayerNorm its input and two statistics
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "deberta-relative.json")
                                    .read_text()))
 
@@ -455,8 +455,8 @@ def test_falcon_under_sdpa_keeps_its_explicit_masks_and_broadcast_heads() -> Non
 
 
 def test_deberta_v1_within_a_fifth_of_a_percent() -> None:
-    # activations_s15_cpu.jsonl: every DeBERTa v1 case (the rest is the labels tensor the
-    # tool shares with the inputs, the embeddings' (B, T, 1) mask and 0-d scales)
+    # activations_deberta_falcon_opt_cpu.jsonl: every DeBERTa v1 case (the rest is the labels
+    # tensor the tool shares with the inputs, the embeddings' (B, T, 1) mask and 0-d scales)
     rows = [r for r in MEASURED if r["config"].startswith("deberta-") and "-v2" not in
             r["config"]]
     assert len(rows) == 14
@@ -611,7 +611,7 @@ def test_the_per_architecture_table_is_generated_from_the_fixtures() -> None:
 def test_attention_dropout_alone_keeps_no_residual_masks() -> None:
     """GPTNeoXJapaneseConfig: attention_dropout 0.1, hidden_dropout 0.0 (transformers 5.23):
     the attention probabilities' mask and output are kept, no residual or embedding masks
-    (within 0.4 % of the measurement in activations_added_s8_cpu.jsonl)."""
+    (within 0.4 % of the measurement in activations_decoders_encoders_cpu.jsonl)."""
     spec = spec_from_hf({"model_type": "gpt_neox_japanese"})
     assert (spec.dropout, spec.attention_dropout, spec.trains_with_dropout) == (0.0, 0.1, True)
     names = [i.name for i in activation_breakdown(spec, 1, 64, act_bytes=2, device="cpu",
@@ -623,7 +623,7 @@ def test_attention_dropout_alone_keeps_no_residual_masks() -> None:
 def test_gemma2_keeps_both_soft_cappings_tanh_outputs() -> None:
     """Gemma2Config's attn_logit_softcapping 50 and final_logit_softcapping 30 (transformers
     5.23): each tanh keeps its output, a scores-sized tensor per layer and a B·T·vocab one;
-    without them the estimate was −8.5 to −20.5 % (activations_added_s8_cpu.jsonl)."""
+    without them the estimate was −8.5 to −20.5 % (activations_decoders_encoders_cpu.jsonl)."""
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "gemma2-bias-untied.json")
                                    .read_text()))
     assert (spec.attn_softcapping, spec.logit_softcapping) == (50.0, 30.0)
@@ -637,7 +637,7 @@ def test_gemma2_keeps_both_soft_cappings_tanh_outputs() -> None:
 @pytest.mark.parametrize("config", ["modernbert-tiny.json", "modernbert-decoder-tiny.json",
                                     "bert-untied.json", "roberta-untied.json"])
 def test_prediction_head_and_sliding_mask_close_the_gap(config: str) -> None:
-    """Measured (activations_added_s8_cpu.jsonl, activations_families_cpu.jsonl): the MLM
+    """Measured (activations_decoders_encoders_cpu.jsonl, activations_families_cpu.jsonl): the MLM
     prediction head keeps its dense output (the activation's input), the norm's input and
     statistics and the decoder's input; under SDPA the sliding layers' explicit (B, 1, T, T)
     mask is kept once. Without them ModernBERT was −9.1 to −2.5 %, BERT and RoBERTa −6.2 to
@@ -747,8 +747,8 @@ def test_longt5s_global_tokens_norm_counts_global_tokens_whatever_the_norm() -> 
 def test_yoso_keeps_its_expectation_matrix_not_a_softmax() -> None:
     # YosoCumulation (transformers 5.23) keeps the normalised Q and K, V, the B·H·T·T
     # expectation and an int32 mask; YOSO's attention applies no dropout. Measured
-    # (activations_s12_cpu.jsonl): within 0.2 % beyond the labels alias and a position-id
-    # slice of a buffer the measurement leaves out
+    # (activations_longt5_olmo_hybrid_cpu.jsonl): within 0.2 % beyond the labels alias and a
+    # position-id slice of a buffer the measurement leaves out
     config = json.loads((DATA / "hf" / "variants" / "yoso-tiny.json").read_text())
     spec = spec_from_hf(config)
     assert spec.yoso_expectation
@@ -777,17 +777,16 @@ def test_yoso_keeps_its_expectation_matrix_not_a_softmax() -> None:
                                              ("dbrx-tiny.json", "-37.5 %"),
                                              ("kimi_linear-tiny.json", "-83.0 %"),
                                              ("kimi_linear-wide-heads.json", "")])
-def test_session_13_types_within_one_and_a_half_percent(config: str, was: str) -> None:
-    """activations_s13_cpu.jsonl (tools/measure_activations_hf.py, torch 2.13.0+cpu,
-    transformers 5.23.0), eight cases each. Three rules found on them: with one K/V head and
-    one sequence eager attention keeps K and V as views of that head (Hunyuan's MQA variant
-    was +4.5 %; Llama's and Qwen3's alike); Nemotron's partial RoPE concatenates the rotated
-    half (torch.cat((q_embed, q_pass))), so SDPA's output is copied for o_proj (−8.0 %);
-    every sliding layer keeps its own converted mask under SDPA (Ministral, −4.4 %);
-    LongCat-Flash's experts, without a grouped path, loop over the experts hit (they had been
-    taken for Llama 4's every-expert path: +37.1 %); DBRX's clamp keeps the fused QKV
-    projection's output, its router jitter the noise, and it softmaxes in fp32 (−37.5 % in
-    bf16 until the three were counted)."""
+def test_moe_dense_kimi_types_within_one_and_a_half_percent(config: str, was: str) -> None:
+    """activations_moe_dense_kimi_linear_cpu.jsonl (tools/measure_activations_hf.py, torch
+    2.13.0+cpu, transformers 5.23.0), eight cases each. Three rules found on them: with one K/V head
+    and one sequence eager attention keeps K and V as views of that head (Hunyuan's MQA variant was
+    +4.5 %; Llama's and Qwen3's alike); Nemotron's partial RoPE concatenates the rotated half
+    (torch.cat((q_embed, q_pass))), so SDPA's output is copied for o_proj (−8.0 %); every sliding
+    layer keeps its own converted mask under SDPA (Ministral, −4.4 %); LongCat-Flash's experts,
+    without a grouped path, loop over the experts hit (they had been taken for Llama 4's
+    every-expert path: +37.1 %); DBRX's clamp keeps the fused QKV projection's output, its router
+    jitter the noise, and it softmaxes in fp32 (−37.5 % in bf16 until the three were counted)."""
     rows = [r for r in MEASURED if r["config"] == config]
     assert len(rows) == 8
     for r in rows:
@@ -813,10 +812,10 @@ def test_a_fused_rotated_query_with_grouped_heads_keeps_no_fused_output() -> Non
 
 @pytest.mark.parametrize("config", ["t5gemma-tiny.json", "t5gemma-untied.json"])
 def test_t5gemma_within_half_a_percent(config: str) -> None:
-    """activations_s14_cpu.jsonl (tools/measure_activations_hf.py, torch 2.13.0+cpu,
-    transformers 5.23.0), four eager cases each. T5Gemma's cross-attention soft-caps its scores
-    as the self-attention does (T5GemmaCrossAttention passes attn_logit_softcapping): its tanh
-    keeps a B·H·T·T output, which tcalc had counted for self-attention only (-4.7 % in fp32).
+    """activations_t5gemma_gemma3n_dsv4_cpu.jsonl (tools/measure_activations_hf.py, torch
+    2.13.0+cpu, transformers 5.23.0), four eager cases each. T5Gemma's cross-attention soft-caps its
+    scores as the self-attention does (T5GemmaCrossAttention passes attn_logit_softcapping): its
+    tanh keeps a B·H·T·T output, which tcalc had counted for self-attention only (-4.7 % in fp32).
     With a window of 8 at T = 64 and 128 the eager layers still keep all T² scores."""
     rows = [r for r in MEASURED if r["config"] == config]
     assert len(rows) == 4 and {r["attention"] for r in rows} == {"eager"}
@@ -857,11 +856,11 @@ def test_classes_without_an_sdpa_path_say_so() -> None:
 @pytest.mark.parametrize(("config", "was"), [("gemma3n_text-tiny.json", "-40.0 %"),
                                              ("gemma3n_text-untied.json", "-33.9 %")])
 def test_gemma3n_within_one_and_a_half_percent(config: str, was: str) -> None:
-    """activations_s14_cpu.jsonl (tools/measure_activations_hf.py, torch 2.13.0+cpu,
-    transformers 5.23.0), eight cases each: AltUp's streams, router and coefficients,
-    LAuReL, the sparsified FFN gate of the first layers, the model's stream projections and
-    their magnitudes, and Gemma3nRMSNorm keeping its mean square (torch.pow) had been left
-    out (`was`, the worst case with the layer rules Gemma 4's alone)."""
+    """activations_t5gemma_gemma3n_dsv4_cpu.jsonl (tools/measure_activations_hf.py, torch
+    2.13.0+cpu, transformers 5.23.0), eight cases each: AltUp's streams, router and coefficients,
+    LAuReL, the sparsified FFN gate of the first layers, the model's stream projections and their
+    magnitudes, and Gemma3nRMSNorm keeping its mean square (torch.pow) had been left out (`was`, the
+    worst case with the layer rules Gemma 4's alone)."""
     rows = [r for r in MEASURED if r["config"] == config]
     assert len(rows) == 8
     for r in rows:
@@ -885,12 +884,12 @@ def test_gemma3n_within_one_and_a_half_percent(config: str, was: str) -> None:
 
 @pytest.mark.parametrize("config", ["deepseek_v4-tiny.json", "deepseek_v4-types.json"])
 def test_deepseek_v4_within_one_and_a_half_percent(config: str) -> None:
-    """activations_s14_cpu.jsonl (tools/measure_activations_hf.py, torch 2.13.0+cpu,
-    transformers 5.23.0), six eager cases each (two with transformers' default grouped_mm
-    experts): the hyper-connections (the streams, their weightless norm, every Sinkhorn
+    """activations_t5gemma_gemma3n_dsv4_cpu.jsonl (tools/measure_activations_hf.py, torch
+    2.13.0+cpu, transformers 5.23.0), six eager cases each (two with transformers' default
+    grouped_mm experts): the hyper-connections (the streams, their weightless norm, every Sinkhorn
     division's input), the K=V head repeated to every head over the window and the compressed
-    entries (with one sequence a view of the one head), the sink column and row max, the
-    grouped output, the compressors' windows and softmax, and the experts' clamps."""
+    entries (with one sequence a view of the one head), the sink column and row max, the grouped
+    output, the compressors' windows and softmax, and the experts' clamps."""
     rows = [r for r in MEASURED if r["config"] == config]
     assert len(rows) == 6 and {r.get("experts", "eager") for r in rows} == {"eager",
                                                                              "grouped_mm"}

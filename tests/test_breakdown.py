@@ -96,7 +96,7 @@ def test_memory_components_show_their_arithmetic() -> None:
 
 def test_total_and_items_agree_and_items_are_made_once() -> None:
     b = count_params(load_model("llama-3-8b"))
-    # 8,030,261,248: LlamaForCausalLM(config.json of Llama-3-8B), transformers 5.23.0 (session 1)
+    # 8,030,261,248: LlamaForCausalLM(config.json of Llama-3-8B), transformers 5.23.0
     assert b.total == sum(i.total for i in b.items) == 8_030_261_248
     assert b.items is b.items  # materialised once
     assert all(type(i) is Item for i in b.items)

@@ -97,7 +97,7 @@ REFERENCE = {
     # mlp_layer_types listed, biased Q/K/V, V as wide as K, tied (types)
     "variants/mimo_v2_flash-tiny.json": (463_080, "MiMoV2FlashForCausalLM"),
     "variants/mimo_v2_flash-types.json": (84_296, "MiMoV2FlashForCausalLM"),
-    # session 10's activation sweep over types not yet measured (each total from
+    # the activation sweep over types not otherwise measured (each total from
     # tools/reference_counts.py, as above): CohereLayerNorm with QK-norm, Cohere 2 and its
     # MoE, BioGPT, CTRL, GPT-Neo (local attention), GPT-J, CodeGen, InternLM3 (a
     # LlamaForCausalLM), MPT, PhiMoE with num_experts_per_tok 1, OpenAI GPT, XLM, GPTBigCode
@@ -147,7 +147,8 @@ REFERENCE = {
     "variants/olmo_hybrid-nope.json": (110_160, "OlmoHybridForCausalLM"),
     # A.X K1: DeepSeek-V3 with a norm over each MoE block's output (1 dense, 2 MoE layers)
     "variants/axk1-tiny.json": (181_688, "AXK1ForCausalLM"),
-    # session 13's types (the activation measurements' tiny variants)
+    # the activation measurements' tiny variants of dots.llm1, Hunyuan, LFM2-MoE, Ministral,
+    # Nemotron, LongCat-Flash, DBRX and Kimi Linear
     "variants/dots1-tiny.json": (196_128, "Dots1ForCausalLM"),
     "variants/hunyuan_v1_dense-tiny.json": (74_432, "HunYuanDenseV1ForCausalLM"),
     "variants/hunyuan_v1_moe-tiny.json": (152_960, "HunYuanMoEV1ForCausalLM"),
@@ -260,8 +261,8 @@ REFERENCE = {
     "variants/phi3-gqa-tied.json": (154_432, "Phi3ForCausalLM"),
     "variants/qwen3-sliding-bias.json": (205_120, "Qwen3ForCausalLM"),
     "variants/qwen3_moe-sparse-step.json": (186_048, "Qwen3MoeForCausalLM"),
-    # a dense first layer, then experts beside a gated shared expert (session 16's LoRA and
-    # activation measurements)
+    # a dense first layer, then experts beside a gated shared expert (the LoRA and activation
+    # measurements' variant)
     "variants/qwen2_moe-tiny.json": (143_296, "Qwen2MoeForCausalLM"),
     # recurrent and hybrid models (issue 14); tools/reference_counts.py, as above
     "qwen3-next-80b-a3b.json": (79_674_391_296, "Qwen3NextForCausalLM"),

@@ -148,12 +148,12 @@ def test_cli_lora(cli) -> None:
 # Measured as above (tools/measure_activations_hf.py --lora 8, B=2 T=64, the same versions):
 # Gemma 3n's two variants with all-linear, q_proj,v_proj, and the seven projections of
 # Unsloth's default (q, k, v, o, gate, up, down), and Gemma 4's tiny variant with all-linear:
-# activations_lora_s14_cpu.jsonl.
-LORA_S14 = [json.loads(line) for line in
-            (DATA / "activations_lora_s14_cpu.jsonl").read_text().splitlines()]
+# activations_lora_gemma3n_gemma4_cpu.jsonl.
+LORA_GEMMA3N = [json.loads(line) for line in
+                (DATA / "activations_lora_gemma3n_gemma4_cpu.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("row", LORA_S14, ids=lambda r: "{config}-{attention}-{dtype}-{lora}"
+@pytest.mark.parametrize("row", LORA_GEMMA3N, ids=lambda r: "{config}-{attention}-{dtype}-{lora}"
                          .format(**r))
 def test_lora_over_altup_and_per_layer_inputs_within_2_5_percent(row: dict) -> None:
     """Under a frozen base Gemma 3n keeps what its adapters need: with all-linear its
@@ -166,19 +166,20 @@ def test_lora_over_altup_and_per_layer_inputs_within_2_5_percent(row: dict) -> N
     assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.025
 
 
-def test_lora_s14_fixture_covers_the_three_target_sets() -> None:
-    kinds = {(r["config"], r["lora"][1]) for r in LORA_S14}
-    assert len(LORA_S14) == 28 and len(kinds) == 7
+def test_lora_gemma3n_fixture_covers_the_three_target_sets() -> None:
+    kinds = {(r["config"], r["lora"][1]) for r in LORA_GEMMA3N}
+    assert len(LORA_GEMMA3N) == 28 and len(kinds) == 7
     assert ("gemma3n_text-tiny.json", "q_proj,v_proj") in kinds
 
 
 # Measured as above (tools/measure_activations_hf.py --lora 8, B=2, the same versions),
-# activations_lora_s15_cpu.jsonl: DeBERTa v1's three variants with all-linear (T=64), its
-# position projections alone (pos_proj,pos_q_proj, T=40), its fused in_proj alone (tcalc's
-# qkv: --tcalc-targets); DeBERTa-v2's with all-linear and query_proj,value_proj; the MLPs
-# alone on Llama, Gemma 2 and Qwen3 (gate_proj,up_proj,down_proj), on T5 (wi_0,wi_1,wo),
-# BART (fc1,fc2) and BERT (intermediate.dense), and o_proj,down_proj on Llama and Gemma 2
-# (T=64); Gemma 3n's LAuReL alone (linear_left,linear_right: tcalc's laurel, T=64) and
+# activations_lora_deberta_mlp_targets_cpu.jsonl: DeBERTa v1's three variants with
+# all-linear (T=64), its position projections alone (pos_proj,pos_q_proj, T=40), its fused
+# in_proj alone (tcalc's qkv: --tcalc-targets); DeBERTa-v2's with all-linear and
+# query_proj,value_proj; the MLPs alone on Llama, Gemma 2 and Qwen3
+# (gate_proj,up_proj,down_proj), on T5 (wi_0,wi_1,wo), BART (fc1,fc2) and BERT
+# (intermediate.dense), and o_proj,down_proj on Llama and Gemma 2 (T=64); Gemma 3n's LAuReL
+# alone (linear_left,linear_right: tcalc's laurel, T=64) and
 # DeBERTa v1's position projections again at B=3 (T=40: the same table rows as at B=2);
 # Mixtral's experts alone (w1,w2,w3: PEFT's parametrised experts; had been +20 to +37 %).
 # Before the first layer's frozen attention was seen to keep nothing, Llama's
@@ -190,10 +191,10 @@ def _measured(name: str) -> list[dict]:  # type: ignore[type-arg]
             if "skipped" not in r]
 
 
-LORA_S15_MEASURED = _measured("activations_lora_s15_cpu.jsonl")
+LORA_TARGETS_MEASURED = _measured("activations_lora_deberta_mlp_targets_cpu.jsonl")
 
 
-@pytest.mark.parametrize("row", LORA_S15_MEASURED,
+@pytest.mark.parametrize("row", LORA_TARGETS_MEASURED,
                          ids=lambda r: "{config}-{attention}-{dtype}-{lora}".format(**r))
 def test_lora_first_layer_and_position_projections_within_2_percent(row: dict) -> None:
     """A first layer reads frozen embeddings: with no adapter in its attention, the attention
@@ -206,11 +207,11 @@ def test_lora_first_layer_and_position_projections_within_2_percent(row: dict) -
 
 
 # A survey (the same tool, --lora 8 all-linear, B=2 T=64) of 14 variants no LoRA fixture
-# had measured: activations_lora_survey_s15_cpu.jsonl. It found Cohere's hand-written
+# had measured: activations_lora_survey_all_linear_cpu.jsonl. It found Cohere's hand-written
 # LayerNorms (+10 to +19 %: their normalised tensor, kept for the weight's gradient only, was
 # counted) and MiniCPM3's MLA latents (+34 to +37 %: the normed latents and kv_b's and q_b's
 # inputs, lumped in one row no LoRA rule could reach), now split and within 0.4 %.
-LORA_SURVEY = _measured("activations_lora_survey_s15_cpu.jsonl")
+LORA_SURVEY = _measured("activations_lora_survey_all_linear_cpu.jsonl")
 
 
 def test_lora_survey_covers_14_variants() -> None:
@@ -222,11 +223,11 @@ def test_lora_survey_covers_14_variants() -> None:
 
 
 # And every other variant (90 of them, 308 cases, the same tool and settings):
-# activations_lora_survey2_s15_cpu.jsonl, measured after the fixes above, and OPT with a
-# narrower embedding with project_in and the MLPs adapted. All within ±10 % (Jamba in bf16
+# activations_lora_survey_all_linear_rest_cpu.jsonl, measured after the fixes above, and OPT
+# with a narrower embedding with project_in and the MLPs adapted. All within ±10 % (Jamba in bf16
 # had been +9.2 and +10.7 %: its Mamba mixers' projection inputs, which a frozen base need
-# not keep, were counted until session 16: +3.5 and +4.1 %).
-LORA_SURVEY2 = _measured("activations_lora_survey2_s15_cpu.jsonl")
+# not keep, were counted; without them +3.5 and +4.1 %).
+LORA_SURVEY2 = _measured("activations_lora_survey_all_linear_rest_cpu.jsonl")
 # the first survey within 5 %, the second within 10 %
 SURVEY_BOUNDS = [(r, 0.05) for r in LORA_SURVEY] + [(r, 0.10) for r in LORA_SURVEY2]
 
@@ -241,16 +242,16 @@ def test_lora_surveys_within_their_bounds(row: dict, bound: float) -> None:
 def test_lora_exact_where_the_graph_was_walked() -> None:
     # the cases whose every saved tensor was attributed (tools/measure_activations_hf.py's
     # totals; the rest is 0-d scales and the labels the tool shares with the inputs)
-    exact = [r for r in LORA_S15_MEASURED if r["lora"][1] in (
+    exact = [r for r in LORA_TARGETS_MEASURED if r["lora"][1] in (
         "in_proj", "wi_0,wi_1,wo", "fc1,fc2", "intermediate.dense")]
     assert len(exact) == 16
     for row in exact:
         assert 0 <= row["measured_bytes"] - _lora_total(row) <= 16, row
 
 
-def test_lora_s15_fixture_covers_its_target_sets() -> None:
-    kinds = {(r["config"], r["lora"][1]) for r in LORA_S15_MEASURED}
-    assert len(LORA_S15_MEASURED) == 56 and len(kinds) == 19
+def test_lora_deberta_mlp_fixture_covers_its_target_sets() -> None:
+    kinds = {(r["config"], r["lora"][1]) for r in LORA_TARGETS_MEASURED}
+    assert len(LORA_TARGETS_MEASURED) == 56 and len(kinds) == 19
     assert ("llama-biases.json", "gate_proj,up_proj,down_proj") in kinds
 
 
@@ -316,7 +317,7 @@ def test_lora_frozen_stacks_keep_nothing_and_embedding_adapters_undo_that() -> N
     stack's final norm (a pre-norm stack with nothing adapted: its output has no gradient;
     from the rule, not measured). OPT with a narrower embedding (opt-projected.json): PEFT
     adapts project_in, so the layers' input has a gradient and the first layer keeps its
-    attention (activations_lora_survey2_s15_cpu.jsonl measures it)."""
+    attention (activations_lora_survey_all_linear_rest_cpu.jsonl measures it)."""
     ibert = _lora_rows("ibert-tiny.json", ("all-linear",))
     assert not any(n.startswith("encoder.") for n in ibert)
     assert ibert["head.input"].count == 2 * 64 * 16 * 4
@@ -345,8 +346,8 @@ def test_deberta_v2_query_and_value_proj_name_q_and_v() -> None:
 def test_lora_position_adapters_read_the_rows_of_the_table_the_sequence_meets() -> None:
     # walked (deberta-relative.json, pos_proj and pos_q_proj adapted, fp32, B=2, T=40):
     # each lora_B reads an (80, 8) fp32 tensor, 2 · 40 rows of the 96-row table, once for the
-    # whole batch (at B=3 too: activations_lora_s15_cpu.jsonl's total, exact); each lora_A the
-    # table after its dropout, (96, 32) as stored
+    # whole batch (at B=3 too: activations_lora_deberta_mlp_targets_cpu.jsonl's total, exact);
+    # each lora_A the table after its dropout, (96, 32) as stored
     items = _lora_rows("deberta-relative.json", ("pos_key", "pos_query"), B=3, T=40)
     assert items["encoder.attn.pos_key.lora_a_output"].count == 80 * 8 * 4
     assert items["encoder.attn.pos_query.lora_a_output"].count == 80 * 8 * 4
@@ -374,11 +375,11 @@ def test_lora_over_gemma3n_keeps_and_drops_what_the_graph_does() -> None:
     assert "embed.per_layer_inputs" in names
 
 
-# Session 16 (the same tool, B=2 T=64, r=8; every row records the adapters' parameters as peft
-# and tcalc count them): activations_lora_s16_cpu.jsonl. Target sets no fixture had measured
-# on models whose layers differ: the MLP's names on MoE models with dense layers (PEFT's
-# conversion gives them to the experts, so the layers below the first MoE layer hold no
-# adapter: Qwen3-MoE had been +44 to +49 %, DeepSeek +3 to +8 %) and on Qwen2-MoE and A.X K1
+# The same tool, B=2 T=64, r=8 (every row records the adapters' parameters as peft and tcalc
+# count them): activations_lora_moe_hybrid_targets_cpu.jsonl. Target sets no other fixture
+# measures, on models whose layers differ: the MLP's names on MoE models with dense layers
+# (PEFT's conversion gives them to the experts, so the layers below the first MoE layer hold
+# no adapter: Qwen3-MoE had been +44 to +49 %, DeepSeek +3 to +8 %) and on Qwen2-MoE and A.X K1
 # (not converted: the names adapt the shared experts too, which tcalc's count had missed:
 # −8 to −19 %); q_proj,v_proj and in_proj on the hybrids (Falcon-H1 had been +37 to +49 %:
 # its first layer's Mamba-2 beside the adapted attention keeps nothing; Jamba +12 to +15 %:
@@ -393,11 +394,12 @@ def test_lora_over_gemma3n_keeps_and_drops_what_the_graph_does() -> None:
 # nemotron_h-, falcon_h1-, qwen3_5_text-, qwen3_next-, lfm2-, minimax- and bamba-tiny; in_proj
 # on jamba-, nemotron_h-, falcon_h1- and bamba-tiny; shared_expert_gate (--tcalc-targets
 # shared_gate) on qwen3_next- and qwen2_moe-tiny (torch 2.13.0+cpu, transformers 5.23.0,
-# peft 0.21.2). Its tcalc columns are this commit's (not read here).
-LORA_S16 = _measured("activations_lora_s16_cpu.jsonl")
+# peft 0.21.2). Its tcalc columns are what tcalc printed when it was measured (not read
+# here).
+LORA_MOE_HYBRID = _measured("activations_lora_moe_hybrid_targets_cpu.jsonl")
 
 
-@pytest.mark.parametrize("row", LORA_S16,
+@pytest.mark.parametrize("row", LORA_MOE_HYBRID,
                          ids=lambda r: "{config}-{attention}-{dtype}-{lora}".format(**r))
 def test_lora_below_the_first_adapter_and_hybrids_within_their_bounds(row: dict) -> None:
     """Within 1 % where the MLP's names or all-linear adapt MoE models (the rules of the
@@ -419,9 +421,9 @@ def _adapter_params(row: dict) -> int:
                        tuple(row.get("tcalc_targets", row["lora"][1]).split(","))).total
 
 
-def test_lora_s16_fixture_covers_its_target_sets() -> None:
-    kinds = {(r["config"], r["lora"][1]) for r in LORA_S16}
-    assert len(LORA_S16) == 92 and len(kinds) == 23
+def test_lora_moe_hybrid_fixture_covers_its_target_sets() -> None:
+    kinds = {(r["config"], r["lora"][1]) for r in LORA_MOE_HYBRID}
+    assert len(LORA_MOE_HYBRID) == 92 and len(kinds) == 23
     assert {t for _, t in kinds} == {"gate_proj,up_proj,down_proj", "all-linear",
                                      "q_proj,v_proj", "in_proj", "gate", "shared_expert_gate"}
 
@@ -580,14 +582,14 @@ def test_lora_first_adapted_attention_keeps_only_the_copies_a_gradient_reads() -
 
 # PEFT's default target for Llama-like models, q_proj,v_proj, over every variant in
 # tests/data/hf/variants that has the names (the defaults-* full-size configs left out; the
-# same tool, B=2 T=64, rank 8): activations_lora_survey_qv_s16_cpu.jsonl, 289 cases over 81
+# same tool, B=2 T=64, rank 8): activations_lora_survey_qv_cpu.jsonl, 289 cases over 81
 # configs, each with peft's and tcalc's adapter parameters. It found a parallel block's FFN
 # (Phi, Cohere: +9 to +38 %; it reads the layer's normed input, not the attention's output),
 # ReLU's result taken for down's input alone (OPT, CTRL: −8 to −16 %), xIELU's α-only tensor
 # (Apertus +8 to +12 %), Llama 4's repeated tokens lumped with the experts' input (−6 to
 # −9 %), DiffLlama's λ-only concatenation and second-map Q copy (+5 to +9 %). Its tcalc
-# columns are this commit's (not read here).
-LORA_SURVEY_QV = _measured("activations_lora_survey_qv_s16_cpu.jsonl")
+# columns are what tcalc printed when it was measured (not read here).
+LORA_SURVEY_QV = _measured("activations_lora_survey_qv_cpu.jsonl")
 
 
 def test_lora_diffllama_first_layer_copies_and_lambda_product() -> None:
@@ -604,17 +606,18 @@ def test_lora_diffllama_first_layer_copies_and_lambda_product() -> None:
 
 
 # And the MLP's names, gate_proj,up_proj,down_proj, over every variant that has one of them
-# (the same tool and settings): activations_lora_survey_mlp_s16_cpu.jsonl, 226 cases over 61
+# (the same tool and settings): activations_lora_survey_mlp_cpu.jsonl, 226 cases over 61
 # configs. It found a parallel block's FFN adapters reading the shared normed input, counted
 # as dropped (StableLM, Cohere: −6 to −16 %); an adapter on down alone (Phi-3's and
 # MiniMax-M3's shared experts' fused gate_up_proj is missed by the names), whose activation
 # then needs no gradient in the first adapted layer (+6 to +49 %); shared experts' adapters
 # leaving the routed experts, their scatter and the shared gate's product without one
-# (Qwen3.5-MoE +11 %, Qwen3-Next +6 %). Its tcalc columns are this commit's (not read here).
-LORA_SURVEY_MLP = _measured("activations_lora_survey_mlp_s16_cpu.jsonl")
+# (Qwen3.5-MoE +11 %, Qwen3-Next +6 %). Its tcalc columns are what tcalc printed when it was
+# measured (not read here).
+LORA_SURVEY_MLP = _measured("activations_lora_survey_mlp_cpu.jsonl")
 # And the attention's four, q_proj,k_proj,v_proj,o_proj, the same way, after the fixes above:
-# activations_lora_survey_attn_s16_cpu.jsonl, 310 cases over 85 configs (found nothing new).
-LORA_SURVEY_ATTN = _measured("activations_lora_survey_attn_s16_cpu.jsonl")
+# activations_lora_survey_attn_cpu.jsonl, 310 cases over 85 configs (found nothing new).
+LORA_SURVEY_ATTN = _measured("activations_lora_survey_attn_cpu.jsonl")
 
 
 @pytest.mark.parametrize("row", LORA_SURVEY_QV + LORA_SURVEY_MLP + LORA_SURVEY_ATTN,

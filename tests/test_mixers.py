@@ -266,12 +266,12 @@ BOUND = {"mamba2": 1.0, "short_conv": 1.0, "mamba": 9.0, "gated_deltanet": 0.0,
          "lightning": 6.5, "kda": 0.5}
 # (recorded: Mamba-2 and its hybrids -0.1 to +0.4 %, LFM2 0.0 %, Mamba -0.2 to +5.7 %, Jamba
 # -1.3 to +8.6 %, Gated DeltaNet -4.3 to +6.2 %, MiniMax's lightning attention +1.0 to +6.1 %;
-# re-measured in session 11 counting what autograd still holds after the forward: MiniMax's
-# and Qwen3.5's storages freed inside the mixer no longer count, -1.4 to -3.2 %; session 12:
-# Gated DeltaNet written out line by line from torch_chunk_gated_delta_rule, equal to the
-# byte in every case, Qwen3.5's and, measured the same way, Qwen3-Next's and OLMo Hybrid's:
-# fp32 and bf16, B 1 and 2, T 64, 128 and 200; session 13: Kimi Delta Attention's torch
-# path, its rows read off the walk rather than written line by line, -0.3 to -0.0 %)
+# measured counting what autograd still holds after the forward, so that MiniMax's and Qwen3.5's
+# storages freed inside the mixer do not count (-1.4 to -3.2 % against counting them); Gated
+# DeltaNet written out line by line from torch_chunk_gated_delta_rule, equal to the byte in every
+# case, Qwen3.5's and, measured the same way, Qwen3-Next's and OLMo Hybrid's: fp32 and bf16, B 1 and
+# 2, T 64, 128 and 200; Kimi Delta Attention's torch path, its rows read off the walk rather than
+# written line by line, -0.3 to -0.0 %)
 
 
 @pytest.mark.parametrize("case", MEASURED, ids=[
@@ -377,14 +377,15 @@ def test_the_cuda_kernels_rows_of_each_mixer_follow_their_source() -> None:
 
 
 def test_olmo_hybrid_whole_model_activations_within_half_a_percent() -> None:
-    # tests/data/activations_s12_cpu.jsonl (tools/measure_activations_hf.py, torch 2.13.0 +
-    # transformers 5.23.0, the whole OLMo Hybrid model, eager and SDPA, fp32 and bf16, B=2 T=64
-    # and B=1 T=128): in an fp32 model with as many key as value heads, two sequences in one
-    # chunk fold without copies; the mixer rows are exact, the rest of the model within 0.3 %
+    # tests/data/activations_longt5_olmo_hybrid_cpu.jsonl (tools/measure_activations_hf.py,
+    # torch 2.13.0 + transformers 5.23.0, the whole OLMo Hybrid model, eager and SDPA, fp32 and
+    # bf16, B=2 T=64 and B=1 T=128): in an fp32 model with as many key as value heads, two
+    # sequences in one chunk fold without copies; the mixer rows are exact, the rest of the
+    # model within 0.3 %
     from transformer_calc.memory import activation_breakdown
 
     rows = [json.loads(line) for line in
-            (DATA / "activations_s12_cpu.jsonl").read_text().splitlines()]
+            (DATA / "activations_longt5_olmo_hybrid_cpu.jsonl").read_text().splitlines()]
     cases = [r for r in rows if r["config"].startswith("olmo_hybrid")]
     assert len(cases) == 16
     for r in cases:

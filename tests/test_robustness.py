@@ -271,7 +271,7 @@ def test_real_process_never_prints_a_traceback(tmp_path) -> None:
     assert r.stderr == f"Error: {path}: invalid YAML: nested more than 32 levels deep\n"
 
 
-# The keys session 9's model types read (ModernBERT, FSMT, ALBERT/ELECTRA/RemBERT, RoCBERT,
+# The keys these model types read (BitNet, ModernBERT, FSMT, ALBERT/ELECTRA/RemBERT, RoCBERT,
 # Mllama, DiffLlama, Gemma 4, Beam), each given wrong types, zeros, negatives and lists: every
 # draw is counted or refused with one clean error (a Beam config of 0 layers once raised an
 # IndexError deriving its layer types).
@@ -291,7 +291,7 @@ _NEW_VALUES = (0, -1, 1, 3, "x", None, True, 1.5, [], [1, 2], {"a": 1}, 10**13,
                ["full_attention"], ["sparse"])
 
 
-def test_this_sessions_types_fail_cleanly_on_any_value() -> None:
+def test_encoder_and_decoder_types_fail_cleanly_on_any_value() -> None:
     import random
 
     from transformer_calc.errors import TcalcError

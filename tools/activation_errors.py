@@ -24,11 +24,13 @@ from transformer_calc.memory import activation_breakdown  # noqa: E402
 DATA = ROOT / "tests" / "data"
 FIXTURES = ("activations_families_cpu.jsonl", "activations_new_families_cpu.jsonl",
             "activations_loss_dtype_cpu.jsonl", "activations_more_cpu.jsonl",
-            "activations_added_s8_cpu.jsonl", "activations_moe_grouped_cpu.jsonl",
-            "activations_sweep_s10_cpu.jsonl", "activations_alive_s11_cpu.jsonl",
-            "activations_s12_cpu.jsonl", "activations_s13_cpu.jsonl",
-            "activations_s14_cpu.jsonl", "activations_s15_cpu.jsonl",
-            "activations_s16_cpu.jsonl")
+            "activations_decoders_encoders_cpu.jsonl", "activations_moe_grouped_cpu.jsonl",
+            "activations_sweep_fixes_cpu.jsonl", "activations_deberta_v2_sweep_cpu.jsonl",
+            "activations_longt5_olmo_hybrid_cpu.jsonl",
+            "activations_moe_dense_kimi_linear_cpu.jsonl",
+            "activations_t5gemma_gemma3n_dsv4_cpu.jsonl",
+            "activations_deberta_falcon_opt_cpu.jsonl",
+            "activations_qwen2_moe_qwen3_next_cpu.jsonl")
 
 
 def rows() -> list[dict]:

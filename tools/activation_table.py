@@ -42,8 +42,8 @@ def main() -> None:
     print(f"\nLargest error: {worst:.4f} %. The few bytes left are float64 scalars autograd "
           "keeps for constant multiplications and the loss's padded label copy.\n")
     print("Not measured here: CUDA (1-byte dropout masks, fp32 LayerNorm statistics, the "
-          "flash / memory-efficient SDPA kernels). No GPU was available to this session; "
-          "`tools/measure_activations.py --device cuda` measures the same on one.")
+          "flash / memory-efficient SDPA kernels). "
+          "`tools/measure_activations.py --device cuda` measures the same on a GPU.")
 
 
 if __name__ == "__main__":

@@ -80,9 +80,9 @@ def saved_bytes(model: torch.nn.Module, B: int, T: int, device: str = "cpu") -> 
     # attention, and transformers then cannot size its cache). Not nothing: with the config's
     # default use_cache=True transformers 5.23 builds a DynamicCache even in training, and
     # attention then saves K and V as the cache's concatenated copies. The GPT-2 grid
-    # (activations_gpt2_cpu.json), measured before this flag, is that default forward:
+    # (activations_gpt2_cpu.json), measured without this flag, is that default forward:
     # 206,246,412 bytes at B=1 T=128 eager fp32 with the cache, 196,809,228 without
-    # (re-measured in session 11).
+    # (measured counting what autograd still holds after the forward).
     with recorded(model) as storages:
         loss = model(input_ids=ids, labels=ids, use_cache=False).loss
     total = sum(storages.values())

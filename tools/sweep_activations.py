@@ -1,6 +1,7 @@
 """Find model types whose activation estimate is off: one small drawn config of every type
 the activation fixtures do not cover, measured once (developer tool, needs torch +
-transformers). Session 10 ran it and found 26 types off by more than 10 %.
+transformers). Over the registry fixtures' drawn configs it found 26 types off by more than
+10 %.
 
 The configs come from the registry fixtures (tests/data/registry_cases*.json, drawn by
 tools/check_registry.py; the smallest that is not a type's default); each is measured as
