@@ -1,0 +1,19 @@
+"""The op-graph engine: a model's forward as PyTorch ops over symbolic tensors, each op's
+saved-for-backward rule written once (derivatives.yaml), requires_grad propagated from
+trainable or frozen parameters, views sharing their base's storage. Pure Python; it runs in
+shadow beside tcalc's rules (nothing in tcalc's output reads it yet).
+
+    from transformer_calc.graph import Run, evaluate, family_of
+    r = evaluate(family_of(spec), Run(batch=2, seq_len=128, attention="sdpa"))
+    r.activation_bytes, r.params, r.forward_flops
+"""
+
+from __future__ import annotations
+
+from transformer_calc.graph.evaluate import Result, evaluate, family_of, symbols
+from transformer_calc.graph.lora import Lora
+from transformer_calc.graph.modules import Run
+from transformer_calc.graph.tensor import BF16, DTYPES, F16, F32
+
+__all__ = ["BF16", "DTYPES", "F16", "F32", "Lora", "Result", "Run", "evaluate", "family_of",
+           "symbols"]

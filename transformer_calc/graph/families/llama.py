@@ -1,0 +1,157 @@
+"""Llama and Qwen2 as transformers 5.23 runs them: models/llama/modeling_llama.py
+(LlamaForCausalLM, LlamaModel, LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding,
+apply_rotary_pos_emb, repeat_kv, eager_attention_forward, LlamaMLP) with
+integrations/sdpa_attention.py (use_gqa_in_sdpa), and models/qwen2/modeling_qwen2.py, the
+same graph with biases on q, k and v only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformer_calc.graph import ops
+from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
+from transformer_calc.graph.sdpa import scaled_dot_product_attention
+from transformer_calc.graph.symbols import Dim
+from transformer_calc.graph.tensor import F32, I64, Tensor
+
+
+@dataclass(frozen=True)
+class Llama:
+    """The config keys that shape the graph. Symbols: V vocab, E hidden, H heads, Hkv K/V
+    heads, dh head_dim, F intermediate, L layers."""
+
+    V: int
+    E: int
+    H: int
+    Hkv: int
+    dh: int
+    F: int
+    L: int
+    tied: bool = False
+    bias_q: bool = False
+    bias_k: bool = False
+    bias_v: bool = False
+    bias_o: bool = False
+    bias_mlp_in: bool = False
+    bias_mlp_out: bool = False
+    attention_dropout: float = 0.0
+
+    def sizes(self) -> dict[str, int]:
+        return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
+                "F": self.F, "L": self.L}
+
+
+def forward(m: Builder, cfg: Llama) -> Tensor:
+    """LlamaForCausalLM.forward(input_ids=ids, labels=ids): the loss."""
+    B, T, E, V = m["B"], m["T"], m["E"], m["V"]
+    tr = m.trace
+    ids = tr.input((B, T), I64, "input_ids")
+    with m.module("model"):
+        h = m.embedding("embed_tokens", ids, V, E)
+        cos, sin = _rotary(m, h)
+        for i in range(cfg.L):
+            with m.module(f"layers.{i}"):
+                h = _layer(m, cfg, h, cos, sin)
+        h = rms_norm(m, "norm", h)
+    with m.module("lm_head"):
+        w = m.tied("model.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
+        logits = ops.linear(h, w)
+    return causal_lm_loss(logits, ids, V)
+
+
+def _rotary(m: Builder, like: Tensor) -> tuple[Tensor, Tensor]:
+    """LlamaRotaryEmbedding.forward, under no_grad, once for the model: cos and sin of
+    (1, T, dh), cast to the activation dtype (a view of the fp32 product when that is
+    fp32)."""
+    one, T, dh = Dim.const(1), m["T"], m["dh"]
+    with m.trace.no_grad(), m.module("rotary_emb"):
+        pair = []
+        for _ in ("cos", "sin"):
+            emb = m.trace.tensor((one, T, dh), F32, False)
+            pair.append(ops.to(ops.mul(emb, 1.0), like.dtype))  # · attention_scaling
+        return pair[0], pair[1]
+
+
+def rms_norm(m: Builder, name: str, h: Tensor) -> Tensor:
+    """LlamaRMSNorm.forward: hidden_states.to(float32); variance = pow(2).mean(-1,
+    keepdim=True); hidden_states * rsqrt(variance + eps); weight * hidden.to(input_dtype)."""
+    with m.module(name):
+        w = m.param("weight", h.shape[-1])
+        x = ops.to(h, F32)
+        variance = ops.mean(ops.pow(x, 2.0))
+        x = ops.mul(x, ops.rsqrt(ops.add(variance, 1e-6)))
+        return ops.mul(w, ops.to(x, h.dtype))
+
+
+def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """LlamaDecoderLayer.forward: pre-norm attention and MLP around the residual."""
+    with m.module("self_attn"):
+        a = _attention(m, cfg, rms_norm(m, "input_layernorm", h), cos, sin)
+    h = ops.add(h, a)
+    x = rms_norm(m, "post_attention_layernorm", h)
+    with m.module("mlp"):
+        F, E = m["F"], m["E"]
+        gate = ops.silu(m.linear("gate_proj", x, F, cfg.bias_mlp_in))
+        x = m.linear("down_proj", ops.mul(gate, m.linear("up_proj", x, F, cfg.bias_mlp_in)),
+                     E, cfg.bias_mlp_out)
+    return ops.add(h, x)
+
+
+def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """LlamaAttention.forward: projections viewed as heads, RoPE, (cache), attention, o."""
+    B, T, H, Hkv, dh = m["B"], m["T"], m["H"], m["Hkv"], m["dh"]
+
+    def heads(name: str, n: Dim, bias: bool) -> Tensor:
+        return ops.transpose(ops.view(m.linear(name, x, n * dh, bias), (B, T, n, dh)), 1, 2)
+
+    q, k, v = heads("q_proj", H, cfg.bias_q), heads("k_proj", Hkv, cfg.bias_k), \
+        heads("v_proj", Hkv, cfg.bias_v)
+    cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
+    q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+    if m.run.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
+        k, v = (ops.cat([t], -2) for t in (k, v))
+    groups = cfg.H // cfg.Hkv
+    if m.run.attention == "eager":
+        out = _eager(m, cfg, q, repeat_kv(k, groups), repeat_kv(v, groups))
+    else:
+        # sdpa_attention_forward: no mask, so use_gqa_in_sdpa when d <= 256; else repeat_kv
+        gqa = groups > 1 and cfg.dh <= 256
+        if groups > 1 and not gqa:
+            k, v = repeat_kv(k, groups), repeat_kv(v, groups)
+        out = scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa,
+                                           dropout_p=cfg.attention_dropout,
+                                           scale=cfg.dh ** -0.5)
+        out = ops.contiguous(ops.transpose(ops.reshape(out, (B, H, T, dh)), 1, 2))
+    out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
+    return m.linear("o_proj", out, m["E"], cfg.bias_o)
+
+
+def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """apply_rotary_pos_emb: (x * cos) + (rotate_half(x) * sin); rotate_half:
+    cat((-x2, x1), dim=-1) of the two halves (views)."""
+    half = x.shape[-1].halved()
+    x1, x2 = ops.narrow(x, -1, 0, half), ops.narrow(x, -1, half.value, half)
+    rotated = ops.cat([ops.neg(x2), x1], -1)
+    return ops.add(ops.mul(x, cos), ops.mul(rotated, sin))
+
+
+def repeat_kv(x: Tensor, groups: int) -> Tensor:
+    """repeat_kv: x[:, :, None].expand(B, Hkv, groups, T, dh).reshape(B, H, T, dh), a view
+    where computeStride finds one (one K/V head and B = 1), else a copy."""
+    if groups == 1:
+        return x
+    B, Hkv, T, dh = x.shape
+    g = Dim.const(groups)
+    x = ops.expand(ops.unsqueeze(x, 2), (B, Hkv, g, T, dh))
+    return ops.reshape(x, (B, Hkv * g, T, dh))
+
+
+def _eager(m: Builder, cfg: Llama, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """eager_attention_forward (modeling_llama.py): scores · scaling plus the mask,
+    softmax in fp32 cast back to the query's dtype, dropout, the product with V,
+    transposed and made contiguous."""
+    w = ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), cfg.dh ** -0.5)
+    w = ops.add(w, causal_mask(m, w))
+    w = ops.to(ops.softmax(w, F32), q.dtype)
+    w = m.dropout(w, cfg.attention_dropout)
+    return ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))

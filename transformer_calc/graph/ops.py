@@ -1,0 +1,457 @@
+"""The op vocabulary: per op its output (shape, dtype, layout), its FLOPs (matmuls,
+2·m·n·k as torch.utils.flop_counter counts them) and what it saves for backward, as
+PyTorch's tools/autograd/derivatives.yaml states it: a tensor kept for another input's
+gradient is kept only when that input requires one. Views share their base's storage.
+
+Each function takes and returns `Tensor`s of one `Trace` (the tensors carry it)."""
+
+from __future__ import annotations
+
+from transformer_calc.graph import autocast
+from transformer_calc.graph.symbols import Dim
+from transformer_calc.graph.tensor import (
+    BOOL,
+    F32,
+    DType,
+    Tensor,
+    compute_stride,
+    contiguous_strides,
+    iterator_strides,
+    preserve_strides,
+    promote,
+)
+
+Scalar = float
+
+
+def _alias(t: Tensor, shape: tuple[Dim, ...], stride: tuple[int, ...], op: str,
+           offset: int = 0) -> Tensor:
+    """A view: the same storage, another shape and strides."""
+    out = Tensor(shape, stride, t.dtype, t.storage, t.requires_grad and t.trace.grad_enabled,
+                 t.trace, t.offset + offset)
+    t.trace.record(op, out)
+    return out
+
+
+def _new(like: Tensor, shape: tuple[Dim, ...], dtype: DType, requires_grad: bool,
+         stride: tuple[int, ...] | None = None) -> Tensor:
+    return like.trace.tensor(shape, dtype, requires_grad, stride=stride)
+
+
+def _rg(*ts: Tensor | Scalar | None) -> bool:
+    return any(isinstance(t, Tensor) and t.requires_grad for t in ts)
+
+
+def _check_numel(t: Tensor, shape: tuple[Dim, ...]) -> tuple[int, ...]:
+    sizes = tuple(d.value for d in shape)
+    if _numel(sizes) != _numel(t.sizes):
+        raise ValueError(f"cannot view {t.sizes} as {sizes}")
+    return sizes
+
+
+def _numel(sizes: tuple[int, ...]) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n
+
+
+# -- views -------------------------------------------------------------------------------------
+def view(t: Tensor, shape: tuple[Dim, ...]) -> Tensor:
+    """Tensor.view: only where ATen's computeStride finds strides (else torch raises)."""
+    stride = compute_stride(t.sizes, t.stride, _check_numel(t, shape))
+    if stride is None:
+        raise ValueError(f"view of {t.sizes} strides {t.stride} as {shape} needs a copy")
+    return _alias(t, shape, stride, "view")
+
+
+def reshape(t: Tensor, shape: tuple[Dim, ...]) -> Tensor:
+    """Tensor.reshape: a view where computeStride allows, else a contiguous copy (clone,
+    which saves nothing) viewed."""
+    stride = compute_stride(t.sizes, t.stride, _check_numel(t, shape))
+    if stride is not None:
+        return _alias(t, shape, stride, "reshape")
+    return view(clone(t), shape)
+
+
+def transpose(t: Tensor, d0: int, d1: int) -> Tensor:
+    shape, stride = list(t.shape), list(t.stride)
+    shape[d0], shape[d1] = shape[d1], shape[d0]
+    stride[d0], stride[d1] = stride[d1], stride[d0]
+    return _alias(t, tuple(shape), tuple(stride), "transpose")
+
+
+def unsqueeze(t: Tensor, dim: int) -> Tensor:
+    dim = dim if dim >= 0 else dim + t.ndim + 1
+    # aten/src/ATen/InferSize / inferUnsqueezeGeometry
+    st = t.stride[dim] * t.sizes[dim] if dim < t.ndim else 1
+    return _alias(t, t.shape[:dim] + (Dim.const(1),) + t.shape[dim:],
+                  t.stride[:dim] + (st,) + t.stride[dim:], "unsqueeze")
+
+
+def expand(t: Tensor, shape: tuple[Dim, ...]) -> Tensor:
+    """Tensor.expand: new or size-1 dimensions broadcast with stride 0."""
+    pad = len(shape) - t.ndim
+    stride = [0] * pad
+    for i, (s, st) in enumerate(zip(t.sizes, t.stride, strict=True)):
+        stride.append(st if s == shape[pad + i].value else 0)
+    return _alias(t, shape, tuple(stride), "expand")
+
+
+def narrow(t: Tensor, dim: int, start: int, length: Dim) -> Tensor:
+    """Slicing t[..., start:start+length] along dim (split, chunk, rotate_half's halves)."""
+    dim = dim % t.ndim
+    shape = t.shape[:dim] + (length,) + t.shape[dim + 1:]
+    return _alias(t, shape, t.stride, "slice", start * t.stride[dim])
+
+
+def split(t: Tensor, size: Dim, dim: int) -> list[Tensor]:
+    """Tensor.split(size, dim) into equal parts."""
+    n = t.shape[dim].value // size.value
+    return [narrow(t, dim, i * size.value, size) for i in range(n)]
+
+
+def contiguous(t: Tensor) -> Tensor:
+    return t if t.is_contiguous() else clone(t)
+
+
+def clone(t: Tensor) -> Tensor:
+    """A contiguous copy (CloneBackward0 keeps nothing)."""
+    out = _new(t, t.shape, t.dtype, t.requires_grad)
+    t.trace.record("clone", out)
+    return out
+
+
+def to(t: Tensor, dtype: DType) -> Tensor:
+    """Tensor.to(dtype): the tensor itself when the dtype is already dtype, else a copy with
+    preserved strides (_to_copy; ToCopyBackward0 keeps nothing)."""
+    if t.dtype == dtype:
+        return t
+    out = _new(t, t.shape, dtype, t.requires_grad and dtype.floating,
+               preserve_strides(t.sizes, t.stride))
+    t.trace.record("to", out)
+    return out
+
+
+# -- elementwise --------------------------------------------------------------------------------
+def _broadcast(*ts: Tensor) -> tuple[Dim, ...]:
+    n = max(t.ndim for t in ts)
+    shape = []
+    for i in range(n):
+        dims = [t.shape[i - n + t.ndim] for t in ts if i - n + t.ndim >= 0]
+        big = [d for d in dims if d.value != 1]
+        if len({d.value for d in big}) > 1:
+            raise ValueError(f"shapes {[t.sizes for t in ts]} do not broadcast")
+        shape.append(big[0] if big else dims[0])
+    return tuple(shape)
+
+
+def _pointwise(op: str, inputs: list[Tensor], dtype: DType | None = None) -> Tensor:
+    """An elementwise result: broadcast shape, TensorIterator's strides, promoted dtype."""
+    shape = _broadcast(*inputs)
+    sizes = tuple(d.value for d in shape)
+    stride = iterator_strides(sizes, [(t.sizes, t.stride, t.dtype.itemsize) for t in inputs])
+    if dtype is None:
+        dtype = inputs[0].dtype
+        for t in inputs[1:]:
+            dtype = promote(dtype, t.dtype)
+    return _new(inputs[0], shape, dtype, _rg(*inputs), stride)
+
+
+def add(a: Tensor, b: Tensor | Scalar) -> Tensor:
+    # derivatives.yaml add.Tensor: self: handle_r_to_c(self, grad); other: grad * alpha
+    out = _pointwise("add", [a, b] if isinstance(b, Tensor) else [a])
+    a.trace.record("add", out)
+    return out
+
+
+def sub(a: Tensor, b: Tensor | Scalar) -> Tensor:
+    out = _pointwise("sub", [a, b] if isinstance(b, Tensor) else [a])
+    a.trace.record("sub", out)
+    return out
+
+
+def neg(a: Tensor) -> Tensor:
+    out = _pointwise("neg", [a])
+    a.trace.record("neg", out)
+    return out
+
+
+def mul(a: Tensor, b: Tensor | Scalar) -> Tensor:
+    """derivatives.yaml mul.Tensor: self: mul_tensor_backward(grad, other, ...), other:
+    mul_tensor_backward(grad, self, ...): each operand kept for the other's gradient;
+    mul.Scalar (a Python number): nothing."""
+    if not isinstance(b, Tensor):
+        out = _pointwise("mul", [a])
+        a.trace.record("mul", out)
+        return out
+    out = _pointwise("mul", [a, b])
+    a.trace.record("mul", out, [("other", b, a.requires_grad), ("self", a, b.requires_grad)])
+    return out
+
+
+def pow(a: Tensor, exponent: Scalar) -> Tensor:
+    """derivatives.yaml pow.Tensor_Scalar: self: pow_backward(grad, self, exponent)."""
+    (a,) = autocast.cast_inputs("pow", a)
+    out = _pointwise("pow", [a])
+    a.trace.record("pow", out, [("self", a, True)])
+    return out
+
+
+def _unary_saving(op: str, a: Tensor, role: str) -> Tensor:
+    out = _pointwise(op, [a])
+    a.trace.record(op, out, [(role, a if role == "self" else out, True)])
+    return out
+
+
+def rsqrt(a: Tensor) -> Tensor:
+    """derivatives.yaml rsqrt: self: -0.5 * grad * result.pow(3)."""
+    (a,) = autocast.cast_inputs("rsqrt", a)
+    return _unary_saving("rsqrt", a, "result")
+
+
+def tanh(a: Tensor) -> Tensor:
+    """derivatives.yaml tanh: self: tanh_backward(grad, result)."""
+    return _unary_saving("tanh", a, "result")
+
+
+def relu(a: Tensor) -> Tensor:
+    """derivatives.yaml relu: self: threshold_backward(grad, result, 0)."""
+    return _unary_saving("relu", a, "result")
+
+
+def sigmoid(a: Tensor) -> Tensor:
+    """derivatives.yaml sigmoid: self: sigmoid_backward(grad, result)."""
+    return _unary_saving("sigmoid", a, "result")
+
+
+def silu(a: Tensor) -> Tensor:
+    """derivatives.yaml silu: self: silu_backward(grad, self)."""
+    return _unary_saving("silu", a, "self")
+
+
+def gelu(a: Tensor) -> Tensor:
+    """derivatives.yaml gelu: self: gelu_backward(grad, self, approximate)."""
+    return _unary_saving("gelu", a, "self")
+
+
+def mean(a: Tensor, dim: int = -1) -> Tensor:
+    """mean(dim, keepdim=True): sum_backward(...) / numel keeps sizes only."""
+    dim = dim % a.ndim
+    shape = a.shape[:dim] + (Dim.const(1),) + a.shape[dim + 1:]
+    out = _new(a, shape, a.dtype, a.requires_grad)
+    a.trace.record("mean", out)
+    return out
+
+
+def cat(ts: list[Tensor], dim: int) -> Tensor:
+    """cat: cat_tensors_backward keeps sizes only; a contiguous result in the widest dtype
+    (autocast's promote list)."""
+    dim = dim % ts[0].ndim
+    width = ts[0].shape[dim]
+    for t in ts[1:]:
+        width = width + t.shape[dim]
+    dtype = ts[0].dtype
+    for t in ts[1:]:
+        dtype = promote(dtype, t.dtype)
+    shape = ts[0].shape[:dim] + (width,) + ts[0].shape[dim + 1:]
+    out = _new(ts[0], shape, dtype, _rg(*ts))
+    ts[0].trace.record("cat", out)
+    return out
+
+
+def pad(t: Tensor, extra: int, dim: int = -1) -> Tensor:
+    """constant_pad_nd: a new contiguous tensor, the dimension grown by extra."""
+    dim = dim % t.ndim
+    shape = t.shape[:dim] + (t.shape[dim] + extra,) + t.shape[dim + 1:]
+    out = _new(t, shape, t.dtype, t.requires_grad)
+    t.trace.record("pad", out)
+    return out
+
+
+# -- softmax, dropout ---------------------------------------------------------------------------
+def _softmax_like(op: str, a: Tensor, dtype: DType | None) -> Tensor:
+    a = autocast.softmax_input(op, a, dtype)
+    out = _new(a, a.shape, a.dtype, a.requires_grad)
+    a.trace.record(op, out, [("result", out, True)])
+    return out
+
+
+def softmax(a: Tensor, dtype: DType | None = None) -> Tensor:
+    """derivatives.yaml _softmax: self: _softmax_backward_data(grad, result, dim, ...); with
+    dtype, the input is converted first (at::softmax: input.toType(dtype))."""
+    return _softmax_like("softmax", a, dtype)
+
+
+def safe_softmax(a: Tensor) -> Tensor:
+    """derivatives.yaml _safe_softmax: the same backward as _softmax (result)."""
+    return _softmax_like("_safe_softmax", a, None)
+
+
+def log_softmax(a: Tensor, dtype: DType | None = None) -> Tensor:
+    """derivatives.yaml _log_softmax: self: _log_softmax_backward_data(grad, result, ...)."""
+    return _softmax_like("log_softmax", a, dtype)
+
+
+def dropout(a: Tensor, p: float) -> Tensor:
+    """at::dropout in training. p = 0: the input itself. CUDA: native_dropout, whose
+    backward keeps result1, the bool mask. CPU (aten/src/ATen/native/Dropout.cpp
+    _dropout_impl): noise = empty_like(input).bernoulli_(1 - p).div_(1 - p); input * noise,
+    a MulBackward0 keeping the noise (the input's dtype and layout)."""
+    if p == 0:
+        return a
+    if a.trace.device == "cuda":
+        out = _new(a, a.shape, a.dtype, a.requires_grad, preserve_strides(a.sizes, a.stride))
+        mask = _new(a, a.shape, BOOL, False, out.stride)
+        a.trace.record("native_dropout", out, [("result1", mask, True)])
+        return out
+    with a.trace.no_grad():
+        noise = _new(a, a.shape, a.dtype, False, preserve_strides(a.sizes, a.stride))
+    return mul(a, noise)
+
+
+# -- matmuls ------------------------------------------------------------------------------------
+def mm(a: Tensor, b: Tensor, op: str = "mm", bias: Tensor | None = None) -> Tensor:
+    """derivatives.yaml mm: self: mm_mat1_backward(grad, mat2, ...) keeps mat2 when self
+    needs a gradient... and self for mat2's: each operand for the other's. addmm the same
+    (bias: grad alone). FLOPs 2·m·k·n (flop_counter's mm_flop / addmm_flop)."""
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    out = _new(a, (m, n), a.dtype, _rg(a, b, bias))
+    a.trace.record(op, out, [("mat2", b, a.requires_grad), ("self", a, b.requires_grad)],
+                   flops=2 * m * k * n)
+    return out
+
+
+def bmm(a: Tensor, b: Tensor) -> Tensor:
+    """derivatives.yaml bmm: self: grad.bmm(mat2.transpose(1, 2)), mat2:
+    self.transpose(1, 2).bmm(grad). FLOPs 2·b·m·k·n (flop_counter's bmm_flop)."""
+    nb, m, k, n = a.shape[0], a.shape[1], a.shape[2], b.shape[2]
+    out = _new(a, (nb, m, n), a.dtype, _rg(a, b))
+    a.trace.record("bmm", out, [("mat2", b, a.requires_grad), ("self", a, b.requires_grad)],
+                   flops=2 * nb * m * k * n)
+    return out
+
+
+def _foldable(t: Tensor) -> bool:
+    """matmul's should_fold: t.view(-1, t.size(-1)) is free when the leading dims are
+    contiguous with each other (aten/src/ATen/native/LinearAlgebra.cpp)."""
+    return all(t.stride[i] == t.stride[i + 1] * t.sizes[i + 1] for i in range(t.ndim - 2))
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """at::matmul (_matmul_impl): 2-D @ 2-D is mm; N-D @ 2-D folds the batch into rows when
+    should_fold allows; otherwise both sides are expanded to the common batch and reshaped
+    to 3-D (a copy where computeStride finds no view) for bmm."""
+    a, b = autocast.cast_inputs("matmul", a, b)
+    with autocast.disabled(a.trace):
+        return _matmul(a, b)
+
+
+def _matmul(a: Tensor, b: Tensor) -> Tensor:
+    if a.ndim == 2 and b.ndim == 2:
+        return mm(a, b)
+    if a.ndim >= 3 and b.ndim == 2 and _foldable(a):
+        out = mm(reshape(a, (_rows(a), a.shape[-1])), b)
+        return _alias(out, a.shape[:-1] + (b.shape[1],), contiguous_strides(
+            a.sizes[:-1] + (b.sizes[1],)), "_unsafe_view")
+    batch = _broadcast_batch(a, b)
+    nb = Dim.const(1)
+    for d in batch:
+        nb = nb * d
+    a3 = reshape(expand(a, batch + a.shape[-2:]), (nb,) + a.shape[-2:])
+    b2 = b.shape[-2:] if b.ndim >= 2 else (b.shape[0], Dim.const(1))
+    b3 = reshape(expand(b, batch + b2), (nb,) + b2)
+    out = bmm(a3, b3)
+    shape = batch + (a.shape[-2], b.shape[-1])
+    return _alias(out, shape, contiguous_strides(tuple(d.value for d in shape)),
+                  "_unsafe_view")
+
+
+def _rows(t: Tensor) -> Dim:
+    """The leading dimensions folded into matrix rows."""
+    rows = Dim.const(1)
+    for d in t.shape[:-1]:
+        rows = rows * d
+    return rows
+
+
+def _broadcast_batch(a: Tensor, b: Tensor) -> tuple[Dim, ...]:
+    ba, bb = a.shape[:-2], b.shape[:-2]
+    n = max(len(ba), len(bb))
+    out = []
+    for i in range(n):
+        dims = [s[i - n + len(s)] for s in (ba, bb) if i - n + len(s) >= 0]
+        big = [d for d in dims if d.value != 1]
+        out.append(big[0] if big else dims[0])
+    return tuple(out)
+
+
+def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+    """at::linear (aten/src/ATen/native/Linear.cpp): 2-D input with a bias is addmm; a
+    contiguous input with a bias is flattened to 2-D for addmm (_flatten_nd_linear);
+    otherwise matmul(x, w.t()) and an in-place bias add."""
+    x, w, b = autocast.cast_linear(x, w, b)
+    with autocast.disabled(x.trace):
+        wt = transpose(w, 0, 1)
+        if b is not None and (x.ndim == 2 or x.is_contiguous()):
+            if x.ndim == 2:
+                return mm(x, wt, "addmm", b)
+            out = mm(reshape(x, (_rows(x), x.shape[-1])), wt, "addmm", b)
+            return view(out, x.shape[:-1] + (w.shape[0],))
+        out = _matmul(x, wt)
+        if b is not None:
+            out.requires_grad = out.requires_grad or b.requires_grad
+            x.trace.record("add_", out)
+        return out
+
+
+def conv1d_gpt2(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    """transformers' pytorch_utils.Conv1D.forward: addmm(bias, x.view(-1, nx), weight)
+    viewed back (the weight stored (in, out), not transposed)."""
+    x, w, bias = autocast.cast_linear(x, w, b)
+    with autocast.disabled(x.trace):
+        out = mm(view(x, (_rows(x), x.shape[-1])), w, "addmm", bias)
+        return view(out, x.shape[:-1] + (w.shape[1],))
+
+
+# -- embedding, norms, loss ---------------------------------------------------------------------
+def embedding(w: Tensor, ids: Tensor) -> Tensor:
+    """derivatives.yaml embedding: weight: embedding_backward(grad, indices, ...): the ids
+    are kept only for the weight's gradient."""
+    out = _new(w, ids.shape + (w.shape[1],), w.dtype, w.requires_grad)
+    w.trace.record("embedding", out, [("indices", ids, w.requires_grad)])
+    return out
+
+
+def layer_norm(x: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
+    """derivatives.yaml native_layer_norm: native_layer_norm_backward(grad, input, ...,
+    result1, result2, weight, bias, ...): input, mean and rstd whenever the node exists.
+    mean and rstd are (..., 1): fp32 on CUDA (acc type), the input's dtype on the CPU."""
+    (x,) = autocast.cast_inputs("layer_norm", x)
+    out = _new(x, x.shape, x.dtype, _rg(x, w, b))
+    stats_dtype = F32 if x.trace.device == "cuda" else x.dtype
+    stats = x.shape[:-1] + (Dim.const(1),)
+    mean_ = _new(x, stats, stats_dtype, False)
+    rstd = _new(x, stats, stats_dtype, False)
+    x.trace.record("native_layer_norm", out, [("input", x, True), ("result1", mean_, True),
+                                              ("result2", rstd, True)])
+    return out
+
+
+def nll_loss(logp: Tensor, target: Tensor) -> Tensor:
+    """derivatives.yaml nll_loss_forward: self: nll_loss_backward(grad, self, target,
+    weight, reduction, ignore_index, total_weight): the log-probabilities, the targets and
+    the 0-d total_weight (in the input's dtype)."""
+    (logp,) = autocast.cast_inputs("nll_loss", logp)
+    out = _new(logp, (), logp.dtype, logp.requires_grad)
+    total_weight = _new(logp, (), logp.dtype, False)
+    logp.trace.record("nll_loss", out, [("self", logp, True), ("target", target, True),
+                                         ("total_weight", total_weight, True)])
+    return out
+
+
+def cross_entropy(logits: Tensor, target: Tensor) -> Tensor:
+    """F.cross_entropy (cross_entropy_loss): log_softmax over the classes, then nll_loss."""
+    (logits,) = autocast.cast_inputs("cross_entropy", logits)
+    with autocast.disabled(logits.trace):
+        return nll_loss(log_softmax(logits), target)

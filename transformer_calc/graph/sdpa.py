@@ -1,0 +1,95 @@
+"""torch.nn.functional.scaled_dot_product_attention as its kernels run it.
+
+Kernel choice (aten/src/ATen/native/transformers/sdp_utils_cpp.cpp on the CPU,
+cuda/sdp_utils.cpp on CUDA): the CPU's flash kernel unless there is dropout; on CUDA flash
+for 16-bit inputs without a mask, else memory-efficient, else math (a simplification of
+the CUDA checks: head dim a multiple of 8 and at most 256, GQA in flash only).
+
+The fused kernels keep query, key, value, the output and the log-sum-exp for backward
+(derivatives.yaml _scaled_dot_product_flash_attention_for_cpu, _scaled_dot_product_flash_
+attention, _scaled_dot_product_efficient_attention); the output is allocated as
+(B, T, H, d) and returned transposed to (B, H, T, d). The math kernel
+(attention.cpp _scaled_dot_product_attention_math) is expanded into its ops."""
+
+from __future__ import annotations
+
+from transformer_calc.graph import autocast, ops
+from transformer_calc.graph.symbols import Dim
+from transformer_calc.graph.tensor import BF16, F16, F32, Tensor
+
+
+def kernel(q: Tensor, k: Tensor, dropout_p: float, has_mask: bool, enable_gqa: bool) -> str:
+    d = q.sizes[-1]
+    if q.trace.device == "cpu":
+        return "cpu_flash" if dropout_p == 0 else "math"
+    aligned = d % 8 == 0 and d <= 256
+    gqa = enable_gqa and q.sizes[-3] != k.sizes[-3]
+    if aligned and q.dtype in (BF16, F16) and not has_mask:
+        return "flash"
+    if aligned and not gqa:
+        return "efficient"
+    return "math"
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool,
+                                 dropout_p: float = 0.0, scale: float | None = None,
+                                 enable_gqa: bool = False, mask: Tensor | None = None
+                                 ) -> Tensor:
+    q, k, v = autocast.cast_inputs("scaled_dot_product_attention", q, k, v)
+    with autocast.disabled(q.trace):
+        name = kernel(q, k, dropout_p, mask is not None, enable_gqa)
+        if name == "math":
+            return _math(q, k, v, is_causal=is_causal, dropout_p=dropout_p, scale=scale,
+                         enable_gqa=enable_gqa, mask=mask)
+        return _fused(name, q, k, v, mask)
+
+
+def _fused(name: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """A fused kernel: out (B, H, T, dv) in (B, T, H, dv) memory, logsumexp in fp32 ((B, H,
+    T): (B, T, H) memory on the CPU; the efficient kernel pads T to a multiple of 32).
+    FLOPs: flop_counter's sdpa_flop_count, the two products 2·B·H·T·S·d + 2·B·H·T·S·dv."""
+    tr = q.trace
+    B, H, T, d = q.shape
+    S, dv = k.shape[-2], v.shape[-1]
+    out = tr.tensor((B, H, T, dv), q.dtype, ops._rg(q, k, v),
+                    stride=(T.value * H.value * dv.value, dv.value, H.value * dv.value, 1))
+    if name == "cpu_flash":
+        lse = tr.tensor((B, H, T), F32, False, stride=(T.value * H.value, 1, H.value))
+    elif name == "efficient":
+        padded = Dim.const(-(-T.value // 32) * 32)  # ceil(T / 32) · 32
+        lse = tr.tensor((B, H, padded), F32, False)
+    else:
+        lse = tr.tensor((B, H, T), F32, False)
+    flops = 2 * B * H * T * S * d + 2 * B * H * T * S * dv
+    saves = [("query", q, True), ("key", k, True), ("value", v, True), ("output", out, True),
+             ("logsumexp", lse, True), ("attn_mask", mask, True)]
+    tr.record(f"sdpa_{name}", out, saves, flops=flops)
+    return out
+
+
+def _math(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, dropout_p: float,
+          scale: float | None, enable_gqa: bool, mask: Tensor | None) -> Tensor:
+    """_scaled_dot_product_attention_math: 16-bit q, k, v upcast to fp32 (accuracy), q and
+    Kᵀ each scaled by sqrt(scale), the causal mask added in place, _safe_softmax, dropout,
+    the product with V, cast back to the input dtype."""
+    origin = q.dtype
+    q, k, v = (ops.to(t, F32) if t.dtype in (BF16, F16) else t for t in (q, k, v))
+    sf = (scale if scale is not None else q.sizes[-1] ** -0.5) ** 0.5
+    q = ops.mul(q, sf)
+    if enable_gqa and k.sizes[-3] != q.sizes[-3]:
+        # pre_process_group_query_attention_input: repeat_interleave, a new tensor each
+        rep = q.sizes[-3] // k.sizes[-3]
+        k, v = (_repeat_heads(t, rep) for t in (k, v))
+    attn = ops.matmul(q, ops.mul(ops.transpose(k, -2, -1), sf))
+    if mask is not None or is_causal:
+        q.trace.record("add_", attn)  # the mask, added in place
+    attn = ops.safe_softmax(attn)
+    attn = ops.dropout(attn, dropout_p)
+    return ops.to(ops.matmul(attn, v), origin)
+
+
+def _repeat_heads(t: Tensor, rep: int) -> Tensor:
+    B, Hkv, S, d = t.shape
+    out = t.trace.tensor((B, Hkv * rep, S, d), t.dtype, t.requires_grad)
+    t.trace.record("repeat_interleave", out)
+    return out

@@ -1,0 +1,116 @@
+"""The trace a family's forward runs against: it creates tensors, records each op (shape,
+FLOPs, what it saves for backward) and keeps the saved storages once each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from transformer_calc.graph.symbols import Dim, Poly
+from transformer_calc.graph.tensor import DType, Storage, Tensor, contiguous_strides, numel_of
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One op as the forward ran it: where, what, the output, the matmul FLOPs, and the
+    storages it saved for backward (as roles: 'mm.self', 'softmax.result')."""
+
+    scope: str
+    op: str
+    shape: tuple[Dim, ...]
+    dtype: DType
+    flops: int
+    saves: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A storage autograd holds at the end of the forward: first saver and its bytes."""
+
+    storage: Storage
+    scope: str
+    role: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.storage.nbytes
+
+
+@dataclass
+class Trace:
+    """device: 'cpu' or 'cuda'; autocast: the 16-bit dtype of torch.autocast, or None."""
+
+    device: str = "cpu"
+    autocast: DType | None = None
+    ops: list[OpRecord] = field(default_factory=list)
+    saved: dict[int, Saved] = field(default_factory=dict)
+    params: dict[str, Tensor] = field(default_factory=dict)
+    weight_casts: dict[tuple[int, DType], Tensor] = field(default_factory=dict)
+    flops: int = 0
+    flops_poly: Poly = field(default_factory=lambda: Poly(()))
+    grad_enabled: bool = True
+    autocast_paused: int = 0  # inside an op autocast already handled (its inner ops run as is)
+    _scope: list[str] = field(default_factory=list)
+
+    # -- creation --------------------------------------------------------------------------
+    def tensor(self, shape: tuple[Dim, ...], dtype: DType, requires_grad: bool,
+               kind: str = "activation", name: str = "",
+               stride: tuple[int, ...] | None = None) -> Tensor:
+        sizes = tuple(d.value for d in shape)
+        storage = Storage(numel_of(shape), dtype, kind, name or self.scope)
+        return Tensor(shape, stride or contiguous_strides(sizes), dtype, storage,
+                      requires_grad and self.grad_enabled, self)
+
+    def param(self, name: str, shape: tuple[Dim, ...], dtype: DType, trainable: bool) -> Tensor:
+        """A parameter, created once per name (a tied weight is the same name)."""
+        if name not in self.params:
+            self.params[name] = self.tensor(shape, dtype, trainable, "param", name)
+        return self.params[name]
+
+    def input(self, shape: tuple[Dim, ...], dtype: DType, name: str) -> Tensor:
+        return self.tensor(shape, dtype, False, "input", name)
+
+    # -- scopes (module paths) and no_grad --------------------------------------------------
+    @property
+    def scope(self) -> str:
+        return ".".join(self._scope)
+
+    @contextmanager
+    def module(self, name: str) -> Iterator[None]:
+        self._scope.append(name)
+        try:
+            yield
+        finally:
+            self._scope.pop()
+
+    @contextmanager
+    def no_grad(self) -> Iterator[None]:
+        before, self.grad_enabled = self.grad_enabled, False
+        try:
+            yield
+        finally:
+            self.grad_enabled = before
+
+    # -- recording ---------------------------------------------------------------------------
+    def record(self, op: str, out: Tensor, saves: Iterable[tuple[str, Tensor | None, bool]] = (),
+               flops: Dim | None = None) -> None:
+        """Record op's output; when it requires grad, keep each (role, tensor, condition)
+        whose condition holds (derivatives.yaml: a tensor is saved for another input's
+        gradient only when that input requires one)."""
+        kept: list[str] = []
+        if out.requires_grad:
+            for role, t, needed in saves:
+                if t is None or not needed:
+                    continue
+                kept.append(role)
+                if t.storage.kind in ("param", "buffer"):
+                    continue  # the model's own memory, not an activation
+                key = id(t.storage)
+                if key not in self.saved:
+                    self.saved[key] = Saved(t.storage, self.scope, f"{op}.{role}")
+        if flops is not None:
+            self.flops += flops.value
+            self.flops_poly = self.flops_poly + flops.poly
+        self.ops.append(OpRecord(self.scope, op, out.shape, out.dtype,
+                                 flops.value if flops else 0, tuple(kept)))
