@@ -11,7 +11,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from transformer_calc.breakdown import Breakdown, Item
 from transformer_calc.choices import (
@@ -3351,7 +3351,7 @@ def _changes(spec: ModelSpec, s: Settings, budget: int, pattern  # type: ignore[
     order, at most three; else the one that comes closest, and all the cheap ones at once."""
     import dataclasses
 
-    def used(**change: object) -> int | None:
+    def used(**change: Any) -> int | None:
         try:
             return memory_report(spec, dataclasses.replace(s, **change), None, pattern).peak
         except TcalcError:
