@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+import typer.core
 
 from transformer_calc.choices import (
     ATTENTIONS,
@@ -843,7 +844,7 @@ def _new_app(names: list[str], named: frozenset[str] | None = None) -> typer.Typ
         pass
 
     for name in names:
-        app.command(name=name)(COMMANDS[name](named))
+        app.command(name=name, cls=_GroupedHelp)(COMMANDS[name](named))
     return app
 
 
@@ -873,6 +874,24 @@ def _app_for(argv: list[str], named: bool = True) -> typer.Typer:
     return _new_app([argv[0]], frozenset(
         f.name for f in ARCH_FIELDS
         if f"--{f.name.replace('_', '-')}" in flags or f"--no-{f.name.replace('_', '-')}" in flags))
+
+
+class _GroupedHelp(typer.core.TyperCommand):
+    """--help with the options under their panels (typer draws panels only in rich mode,
+    which tcalc leaves off for start-up): what the command takes first, then the run's
+    settings, the architecture overrides last."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record:
+                panel = getattr(param, "rich_help_panel", None) or "Options"
+                groups.setdefault(panel, []).append(record)
+        last = [k for k in groups if k.startswith("Architecture")]
+        for name in [k for k in groups if k not in last] + last:
+            with formatter.section(name):
+                formatter.write_dl(groups[name])
 
 
 def _run(argv: list[str]) -> Any:
