@@ -191,3 +191,10 @@ def test_shell_completion_is_typers_own() -> None:
     out = subprocess.run([sys.executable, "-m", "transformer_calc", "--show-completion", "bash"],
                          capture_output=True, text=True, check=True).stdout
     assert "_tcalc_completion()" in out or "complete" in out
+
+
+def test_help_groups_the_run_before_the_overrides(cli) -> None:
+    out = cli("memory", "--help").stdout
+    run, arch = out.index("Training / serving:"), out.index("Architecture overrides (what if?):")
+    assert out.index("--batch-size") < run < out.index("--precision") < arch
+    assert out.index("--d-model") > arch and out.index("--gpu ") < arch
