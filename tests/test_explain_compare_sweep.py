@@ -173,7 +173,8 @@ def test_explain_bad_topic(cli) -> None:
 
 
 def test_compare_values_and_differences(cli) -> None:
-    data = cli.json("compare", "gpt2", "gpt2-medium", "llama-3-8b", "--mixed")
+    data = cli.json("compare", "gpt2", "gpt2-medium", "llama-3-8b", "--mixed",
+                    "--attention", "eager")
     assert data["schema"] == "tcalc.compare/1"
     assert data["models"] == ["gpt2", "gpt2-medium", "llama-3-8b"]
     rows = {r["metric"]: r for r in data["rows"]}
@@ -198,7 +199,8 @@ def test_compare_needs_two(cli) -> None:
 
 
 def test_sweep_grid_and_fit_marks(cli) -> None:
-    data = cli.json("sweep", "llama-3-8b", "--mixed", "--gpu", "H100-80GB", "--gpus", "8",
+    data = cli.json("sweep", "llama-3-8b", "--mixed", "--attention", "eager",
+                    "--gpu", "H100-80GB", "--gpus", "8",
                     "--zero", "3", "--batch-size", "1,4,16", "--seq-len", "512,1024,2048")
     assert data["schema"] == "tcalc.sweep/1" and len(data["cells"]) == 9
     cell = {(c["batch_size"], c["seq_len"]): c for c in data["cells"]}

@@ -130,13 +130,14 @@ def test_the_verdict_comes_first_in_every_format(cli) -> None:
     args = ("memory", "llama-3.1-8b", "--qlora", "--lora", "16", "--seq-len", "4096",
             "--batch-size", "2", "--attention", "sdpa", "--recompute", "full",
             "--gpu", "RTX-4090")
+    head = "llama-3.1-8b (LoRA r16 over bnb-nf4, pure bf16, sdpa, batch 2 × 4,096): peak "
     first = cli(*args).stdout.splitlines()[0]
-    assert first.startswith("llama-3.1-8b: peak ") and "fits RTX-4090" in " ".join(
-        cli(*args).stdout.split()[:20])
+    assert first.startswith(head[:60]) and "fits RTX-4090" in " ".join(
+        cli(*args).stdout.split()[:30])
     md = cli(*args, "--format", "markdown").stdout.lstrip().splitlines()[0]
-    assert md.startswith("- llama-3.1-8b: peak ")
+    assert md.startswith("- " + head)
     data = cli.json(*args)
-    assert data["verdict"][0].startswith("llama-3.1-8b: peak ") and data["fit"]["fits"]
+    assert data["verdict"][0].startswith(head) and data["fit"]["fits"]
 
 
 def test_what_would_fit_is_computed(cli) -> None:

@@ -249,7 +249,8 @@ def test_cli_memory_without_model(cli) -> None:
 def test_cli_memory_markdown(cli) -> None:
     md = cli("memory", "gpt2", "--format", "markdown").stdout
     # the verdict first, then the breakdown
-    assert md.startswith("- gpt2: peak ") and "\n## gpt2: memory" in md
+    assert md.startswith("- gpt2 (training, bf16 AMP, sdpa, batch 1 × 1,024): peak ")
+    assert "\n## gpt2: memory" in md
     assert "### activations" in md
 
 
@@ -314,9 +315,10 @@ def test_kv_heads_under_tensor_parallelism_as_vllm_splits_them(model: str, tp: i
 
 
 def test_largest_saved_tensors_are_per_gpu_beside_per_gpu_totals(cli) -> None:
-    one = cli("memory", "llama-3-8b", "--mixed", "--seq-len", "4096").stdout
+    one = cli("memory", "llama-3-8b", "--mixed", "--seq-len", "4096", "--attention",
+              "eager").stdout
     tp = cli("memory", "llama-3-8b", "--mixed", "--seq-len", "4096", "--gpus", "8",
-             "--tp", "8").stdout
+             "--tp", "8", "--attention", "eager").stdout
     line1 = next(x for x in one.splitlines() if x.startswith("largest saved tensors: "))
     line8 = next(x for x in tp.splitlines() if x.startswith("largest saved tensors per GPU: "))
     # the attention probabilities (tensor-parallel) are an eighth per GPU with --tp 8

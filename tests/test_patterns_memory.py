@@ -58,8 +58,9 @@ def test_flash_keeps_no_scores_so_a_pattern_saves_no_memory() -> None:
 
 
 def test_cli_memory_takes_the_pattern(cli) -> None:
-    dense = cli.json("memory", "gpt2", "--seq-len", "512")
-    local = cli.json("memory", "gpt2", "--seq-len", "512", "--attention-pattern", "local",
+    dense = cli.json("memory", "gpt2", "--seq-len", "512", "--attention", "eager")
+    local = cli.json("memory", "gpt2", "--seq-len", "512", "--attention", "eager",
+                     "--attention-pattern", "local",
                      "--window", "64")
     assert local["activations"]["bytes"] < dense["activations"]["bytes"]
     r = cli("memory", "gpt2", "--window", "64", code=2)

@@ -235,13 +235,14 @@ def test_autocast_keeps_the_residual_stream_in_fp32_and_a_cast_per_projection() 
 
 
 def test_the_picked_kernel_is_shown(cli) -> None:
-    notes = cli.json("memory", "llama-3-8b", "--attention", "sdpa", "--seq-len", "512")["notes"]
+    notes = cli.json("memory", "llama-3-8b", "--attention", "sdpa", "--seq-len", "512",
+                     "--precision", "fp32")["notes"]
     assert any(n.startswith("sdpa on cuda runs math (as torch picks it): ")
                for n in notes)  # fp32 GQA
     bf16 = cli.json("memory", "llama-3-8b", "--attention", "sdpa", "--seq-len", "512",
                     "--precision", "bf16")["notes"]
     assert any(n.startswith("sdpa on cuda runs flash (as torch picks it): ") for n in bf16)
-    eager = cli.json("memory", "llama-3-8b", "--seq-len", "512")["notes"]
+    eager = cli.json("memory", "llama-3-8b", "--seq-len", "512", "--attention", "eager")["notes"]
     assert not any(n.startswith("sdpa on") for n in eager)
 
 
@@ -307,14 +308,15 @@ def test_the_megatron_recipe_holds_18_bytes_per_parameter_throughout(cli) -> Non
     out = cli("memory", "llama-3-8b", "--mixed").stdout
     assert "in the optimizer step (with its temporary), so 18 at no single moment" in \
         " ".join(out.split())
-    r = cli("memory", "llama-3-8b", "--recipe", "megatron", code=2)
+    r = cli("memory", "llama-3-8b", "--precision", "fp32", "--recipe", "megatron", code=2)
     assert r.stderr == "Error: --recipe megatron: needs --mixed\n"
 
 
 def test_the_sdpa_kernel_can_be_forced(cli) -> None:
     # issue 13: the kernel is overridable, as torch.nn.attention.sdpa_kernel forces it
     def memory(*args: str) -> dict:
-        return cli.json("memory", "gpt2", "--attention", "sdpa", "--seq-len", "512", *args)
+        return cli.json("memory", "gpt2", "--attention", "sdpa", "--seq-len", "512",
+                        "--precision", "fp32", *args)
 
     auto = memory()  # fp32, MHA: the memory-efficient kernel
     assert any(n.startswith("sdpa on cuda runs efficient (as torch picks it)")
@@ -330,9 +332,11 @@ def test_the_sdpa_kernel_can_be_forced(cli) -> None:
             (["--sdpa-kernel", "cpu_flash"], "--sdpa-kernel cpu_flash: not a kernel torch "
                                              "has on cuda"),
     ):
-        assert cli("memory", "gpt2", "--attention", "sdpa", *args, code=2).stderr.startswith(
+        assert cli("memory", "gpt2", "--attention", "sdpa", "--precision", "fp32", *args,
+                   code=2).stderr.startswith(
             f"Error: {message}")
-    r = cli("memory", "llama-3-8b", "--attention", "sdpa", "--sdpa-kernel", "efficient", code=2)
+    r = cli("memory", "llama-3-8b", "--attention", "sdpa", "--precision", "fp32",
+            "--sdpa-kernel", "efficient", code=2)
     assert "takes no grouped K/V heads (llama-3-8b: 8 for 32 query heads)" in r.stderr
     r = cli("memory", "gpt2", "--sdpa-kernel", "math", code=2)
     assert r.stderr == "Error: --sdpa-kernel: applies to --attention sdpa\n"
@@ -389,7 +393,8 @@ def test_the_experts_path_can_be_chosen(cli) -> None:
     # transformers 5.23 runs a mixture of experts through grouped_mm by default; the eager
     # loop keeps index_add_'s source on top (tests/test_activations_measured.py measures both)
     def memory(*args: str) -> dict:
-        return cli.json("memory", "qwen3-30b-a3b", "--seq-len", "256", *args)
+        return cli.json("memory", "qwen3-30b-a3b", "--seq-len", "256", "--precision", "fp32",
+                        "--attention", "eager", *args)
 
     auto, eager = memory(), memory("--experts", "eager")
     names = {c["name"] for c in auto["activations"]["components"]}

@@ -23,10 +23,12 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 PAGES = {"README.md": README} | {
     f"docs/{p.name}": p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md"))}
 
-# Examples that exit non-zero on purpose: the error example (usage/input error, 2) and the
-# check example with a failing file (1). Every other example must exit 0.
+# Examples that exit non-zero on purpose: the error example (usage/input error, 2), the
+# check example with a failing file (1) and the budget that is not met (1). Every other
+# example must exit 0.
 EXIT_CODES = {"tcalc params tests/data/bad/unknown_key.yaml": 2,
-              "tcalc check configs/ tests/data/bad/expected_mismatch.yaml": 1}
+              "tcalc check configs/ tests/data/bad/expected_mismatch.yaml": 1,
+              "tcalc memory llama-3.1-8b --gpu H100 --require-fit": 1}
 
 
 def examples(text: str | None = None) -> list[tuple[str, list[str]]]:

@@ -2175,6 +2175,10 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
                   pattern=None, params: Breakdown | None = None  # type: ignore[no-untyped-def]
                   ) -> MemoryReport:
     """``params``: count_params(spec), when the caller has it already."""
+    if s.attention == "auto":  # what transformers runs for the class
+        import dataclasses
+
+        s = dataclasses.replace(s, attention="sdpa" if spec.sdpa_path else "eager")
     p = params or count_params(spec)
     N = p.total
     adapters: Breakdown | None = None

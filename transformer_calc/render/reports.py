@@ -486,8 +486,14 @@ def verdict_lines(r: Any) -> list[str]:
     when it does not, its largest term and the changes that would make it fit (computed)."""
     s = r.settings
     per = " per GPU" if s.gpus > 1 else ""
-    head = (f"{r.model}: {human_bytes(r.peak)}{per} to serve" if s.inference else
-            f"{r.model}: peak {human_bytes(r.peak)}{per} {r.peak_phase.when}")
+    run = (f"{s.precision} AMP" if s.mixed and not s.sixteen_bit_model else
+           f"{s.precision} Megatron/DeepSpeed" if s.mixed else f"pure {s.precision}")
+    what = (f"LoRA r{s.lora_rank}" + (f" over {s.quant}" if s.quant else "")
+            if s.lora_rank else "training")
+    head = (f"{r.model} ({s.quant or s.dtype}, batch {s.batch_size} × {r.seq_len:,}): "
+            f"{human_bytes(r.peak)}{per} to serve" if s.inference else
+            f"{r.model} ({what}, {run}, {s.attention}, batch {s.batch_size} × {r.seq_len:,}): "
+            f"peak {human_bytes(r.peak)}{per} {r.peak_phase.when}")
     if r.fit is None:
         return [head + "; --gpu NAME (or a size, --gpu 80GB) says whether it fits"]
     f = r.fit
