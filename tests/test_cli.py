@@ -198,3 +198,22 @@ def test_help_groups_the_run_before_the_overrides(cli) -> None:
     run, arch = out.index("Training / serving:"), out.index("Architecture overrides (what if?):")
     assert out.index("--batch-size") < run < out.index("--precision") < arch
     assert out.index("--d-model") > arch and out.index("--gpu ") < arch
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+def test_memory_tables_are_whole_at_80_and_readable_at_60(columns: int) -> None:
+    # a value is never cut: a column that does not fit is left out, and said to be
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = os.environ | {"COLUMNS": str(columns), "NO_COLOR": "1"}
+    out = subprocess.run([sys.executable, "-m", "transformer_calc", "memory", "llama-3.1-8b",
+                          "--zero", "1", "--gpus", "8"], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    lines = out.splitlines()
+    assert all(len(line) <= columns for line in lines)
+    assert not re.search(r"\d \S*$|\d\.\d+ G(?!iB)|\d\.\d+ M(?!iB)", "\n".join(
+        line for line in lines if line.startswith("│")))
+    assert "29.92 GiB" in out and f"left out at {columns} columns: bytes" in out

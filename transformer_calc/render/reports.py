@@ -629,11 +629,17 @@ def activation_rows(r: Any) -> list[tuple[str, ...]]:
 def memory_doc(r: Any) -> Doc:
     headers = ("component", "formula", "bytes", "", "share", "per GPU")
     aheaders = ("saved tensor", "formula", "per layer", "bytes", "share")
-    blocks: list[Table | Text] = [
-        Table(f"{r.model}: memory", _columns(headers, (2, 3, 4, 5)), memory_rows(r))]
+    # too wide for a terminal: the exact bytes go first (the human size stays beside them),
+    # then the share; per GPU, the number compared with a GPU, stays
+    columns = [Column(headers[0]), Column(headers[1]), Column(headers[2], True, drop=3),
+               Column(headers[3], True, drop=1), Column(headers[4], True, drop=2),
+               Column(headers[5], True)]
+    blocks: list[Table | Text] = [Table(f"{r.model}: memory", columns, memory_rows(r))]
     if not r.settings.inference:
-        blocks.append(Table("activations saved for backward (one micro-batch)",
-                            _columns(aheaders, (2, 3, 4)), activation_rows(r), heading=3))
+        acolumns = [Column(aheaders[0]), Column(aheaders[1]), Column(aheaders[2], True, drop=2),
+                    Column(aheaders[3], True), Column(aheaders[4], True, drop=1)]
+        blocks.append(Table("activations saved for backward (one micro-batch)", acolumns,
+                            activation_rows(r), heading=3))
     return Doc(memory_dict(r), [Text(verdict_lines(r))] + blocks + [Text(memory_lines(r))])
 
 
