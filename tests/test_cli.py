@@ -140,16 +140,21 @@ def test_usage_errors_are_one_line_from_the_real_entry_point(args, message: str)
 
 def test_numbers_never_fold_at_80_columns() -> None:
     # issue 16: a number split across two lines of a table is a wrong number to the reader
+    import json
     import os
     import re
     import subprocess
     import sys
 
     env = os.environ | {"COLUMNS": "80", "NO_COLOR": "1"}
-    out = subprocess.run([sys.executable, "-m", "transformer_calc", "memory", "gpt-oss-20b",
-                          "--inference", "--seq-len", "131072"], capture_output=True,
-                         text=True, env=env, check=True).stdout
-    assert "41,829,514,368" in out and "3,224,346,624" in out
+    args = [sys.executable, "-m", "transformer_calc", "memory", "gpt-oss-20b", "--inference",
+            "--seq-len", "131072"]
+    out = subprocess.run(args, capture_output=True, text=True, env=env, check=True).stdout
+    data = json.loads(subprocess.run(args + ["--format", "json"], capture_output=True,
+                                     text=True, env=env, check=True).stdout)
+    # every component's exact bytes whole in the table (the weights in the checkpoint's MXFP4)
+    assert all(f"{c['bytes']:,}" in out for c in data["components"])
+    assert data["settings"]["quant"] == "mxfp4"
     # no cell ends in a comma-grouped fragment continued on the next line
     assert not re.search(r"\d,\d{1,2} │", out), out
 

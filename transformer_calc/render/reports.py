@@ -516,7 +516,8 @@ def memory_lines(r: Any) -> list[str]:
     s = r.settings
     lines = []
     if s.inference:
-        lines.append(f"inference: {s.dtype} weights, batch {s.batch_size}, context {r.seq_len}")
+        lines.append(f"inference: {s.quant or s.dtype} weights, batch {s.batch_size}, "
+                     f"context {r.seq_len}")
     else:
         recipe = ("Megatron-LM/DeepSpeed: the model in 16-bit, fp32 master weights"
                   if s.sixteen_bit_model else "torch AMP autocast over fp32 weights")
