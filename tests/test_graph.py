@@ -17,15 +17,29 @@ storage that `labels[..., 1:].contiguous()` keeps as a view (8 bytes more than (
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from conftest import DATA
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
-from transformer_calc.graph import BF16, DTYPES, F32, Lora, Run, evaluate, family_of, symbols
+from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, family_of, symbols
+from transformer_calc.graph.compile import (
+    OUTPUTS,
+    cached,
+    clear_cache,
+    compile_run,
+    evaluate_fast,
+    guard_text,
+    sweep,
+)
+from transformer_calc.graph.families.gpt2 import GPT2
+from transformer_calc.graph.families.llama import Llama
+from transformer_calc.graph.symbols import NotPolynomial, Poly, SInt, recording
 from transformer_calc.graph.tensor import compute_stride, iterator_strides
 from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import autocast_copy_params
@@ -202,3 +216,137 @@ def test_the_engine_imports_neither_torch_nor_yaml() -> None:
     code = ("import sys, transformer_calc.graph as g; g.evaluate; "
             "assert not {'torch', 'yaml', 'typer', 'rich'} & set(sys.modules), sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- the compiled path (compile.py): polynomials per structure, checked against the trace --------
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: "{}-{}-{}-B{}-T{}-{}".format(
+    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
+    "-".join(map(str, r.get("lora", ()))) or "full"))
+def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
+    result = evaluate_fast(family_of(_spec(row["config"])), _run(row))
+    assert result.activation_bytes == row["measured_bytes"]
+    if "trainable" in row:
+        assert result.trainable_params == row["trainable"][0]
+
+
+def _settings(rng: random.Random) -> dict:
+    """A configuration's settings, sizes left out: family, flags, dtype, device, kernel,
+    autocast, cache, LoRA targets, dropout on or off, recomputation."""
+    gpt2 = rng.random() < 0.4
+    targets = (("c_attn", "c_proj", "c_fc", "all-linear") if gpt2 else
+               ("q_proj", "k_proj", "v_proj", "o_proj", "down_proj", "all-linear"))
+    device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
+    lora = None
+    if rng.random() < 0.4:
+        lora = (frozenset(rng.sample(targets, rng.choice((1, 2)))), rng.choice((0.0, 0.05)))
+    return {"gpt2": gpt2, "tied": rng.random() < 0.5, "p": rng.choice((0.0, 0.1)),
+            "bias": rng.choice(((False,) * 6, (True, True, True, False, False, False),
+                                (True,) * 6)),
+            "device": device, "dtype": dtype, "attention": rng.choice(("eager", "sdpa")),
+            "autocast": rng.choice((None, BF16)) if device == "cuda" and dtype == F32 else None,
+            "use_cache": rng.random() < 0.3, "lora": lora,
+            "recompute": rng.choice(("none", "none", "selective", "full"))}
+
+
+def _draw(rng: random.Random, s: dict) -> tuple[GPT2 | Llama, Run]:
+    """Sizes drawn freely for settings s, with the 0/1 edge cases: B = 1, T = 1, one
+    layer, one head, one K/V head, Hkv = H, head dims of 1, past 256, not a multiple of 8."""
+    L = rng.choice((1, 2, 3, 4))
+    if s["gpt2"]:
+        H, dh, p = rng.choice((1, 2, 3, 4)), rng.choice((1, 2, 8, 12)), s["p"]
+        fam: GPT2 | Llama = GPT2(V=rng.randint(5, 60), P=64, E=H * dh, H=H,
+                                 F=rng.randint(1, 40), L=L, tied=s["tied"],
+                                 resid_pdrop=p, embd_pdrop=p, attn_pdrop=p)
+    else:
+        Hkv, G, b = rng.choice((1, 2, 3)), rng.choice((1, 1, 2, 4)), s["bias"]
+        fam = Llama(V=rng.randint(5, 60), E=rng.randint(1, 48), H=Hkv * G, Hkv=Hkv,
+                    dh=rng.choice((2, 4, 8, 10, 264)), F=rng.randint(1, 40), L=L,
+                    tied=s["tied"], bias_q=b[0], bias_k=b[1], bias_v=b[2], bias_o=b[3],
+                    bias_mlp_in=b[4], bias_mlp_out=b[5], attention_dropout=s["p"])
+    lora = None if s["lora"] is None else Lora(rng.choice((1, 2, 8)), *s["lora"])
+    return fam, Run(rng.choice((1, 1, 2, 3, 5)), rng.choice((1, 2, 7, 33, 64)), s["dtype"],
+                    s["device"], s["attention"], autocast=s["autocast"],
+                    use_cache=s["use_cache"], lora=lora, recompute=s["recompute"])
+
+
+def test_compiled_equals_traced_on_random_configurations() -> None:
+    # compiled (SInt trace, guards, layers replayed, polynomials) against the reference
+    # trace (every layer, plain ints) on every output: 240 draws over 24 settings
+    clear_cache()
+    rng, hits, draws = random.Random(20240607), 0, 240  # noqa: S311 (not cryptography)
+    settings = [_settings(rng) for _ in range(24)]
+    for _ in range(draws):
+        fam, run = _draw(rng, rng.choice(settings))
+        before = len(cached())
+        fast = evaluate_fast(fam, run)
+        hits += len(cached()) == before
+        ref = evaluate(fam, run)
+        for k in OUTPUTS:
+            assert getattr(fast, k) == getattr(ref, k), (k, fam, run, fast.structure.key)
+    assert hits >= draws // 8  # served by a structure traced for other sizes
+
+
+def test_the_structure_key_records_the_size_one_decisions() -> None:
+    spec = _spec("llama-head-dim.json")  # H 8, Hkv 4 (or as the config says)
+    fam = family_of(spec)
+    keys = {}
+    for B in (1, 2, 9):
+        keys[B] = compile_run(fam, Run(B, 64, F32, "cpu", "eager")).key
+    assert keys[2] == keys[9] != keys[1]
+    assert "B + -1 == 0" in keys[1][1] and "B + -2 >= 0" in keys[2][1]
+    # one K/V head, and as many as query heads: other structures (repeat_kv's view, none)
+    mqa = compile_run(replace(fam, Hkv=1, H=8, dh=32), Run(2, 64, F32, "cpu", "eager")).key
+    mha = compile_run(replace(fam, Hkv=8, H=8, dh=32), Run(2, 64, F32, "cpu", "eager")).key
+    assert len({mqa, mha, keys[2]}) == 3
+    assert "Hkv + -1 == 0" in mqa[1] and "G + -1 == 0" in mha[1]
+
+
+def test_layers_stay_a_symbol() -> None:
+    fam = family_of(load_model("gpt2"))
+    run = Run(2, 32, BF16, "cuda", "eager", autocast=None, recompute="full")
+    st = compile_run(fam, run)
+    deep = replace(fam, L=40)
+    assert compile_run(deep, run) is st
+    for k in OUTPUTS:
+        assert getattr(evaluate_fast(deep, run), k) == getattr(evaluate(deep, run), k)
+
+
+def test_a_sweep_equals_the_configurations_one_by_one() -> None:
+    fam = family_of(_spec("qwen2-null-kv.json"))
+    run = Run(1, 1, BF16, "cpu", "sdpa", lora=Lora(4, frozenset({"q_proj", "v_proj"})))
+    Bs, Ts, rs = [1, 2, 3, 1, 4] * 4, [1, 5, 64, 33, 2] * 4, [1, 2, 8, 16] * 5
+    cols = sweep(fam, run, B=Bs, T=Ts, r=rs)
+    for i, (B, T, r) in enumerate(zip(Bs, Ts, rs, strict=True)):
+        one = evaluate(fam, replace(run, batch=B, seq_len=T, lora=Lora(r, run.lora.targets)))
+        assert [int(cols[k][i]) for k in OUTPUTS] == [getattr(one, k) for k in OUTPUTS]
+
+
+def test_recomputation() -> None:
+    spec = load_model("gpt2")
+    fam = family_of(spec)
+    B, T, E, H, L = 2, 64, 768, 12, 12
+    none, sel, full = (evaluate(fam, Run(B, T, F32, "cuda", "eager", recompute=r))
+                       for r in ("none", "selective", "full"))
+    # selective: the eager core's T² tensors go (fp32 softmax result, the bool dropout
+    # mask, the dropped-out probabilities A·V keeps), per layer
+    assert none.activation_bytes - sel.activation_bytes == L * B * H * T * T * (4 + 1 + 4)
+    # full: the layers' inputs (L hidden states, the eager mask once; the positions are
+    # saved outside already, wpe's indices) and what is saved outside the layers; one
+    # layer rebuilt in backward
+    outside = sum(s.nbytes for s in none.saved if not s.scope.startswith("transformer.h."))
+    assert full.activation_bytes == outside + L * B * T * E * 4 + B * T * T * 4
+    assert 0 < full.recomputed_layer_bytes < none.activation_bytes / L
+    # LoRA on one late module: frozen layers below it save nothing, so keep no input
+    lora = Lora(8, frozenset({"c_fc"}))
+    a = evaluate(fam, Run(B, T, F32, "cpu", "sdpa", lora=lora, recompute="full"))
+    assert a.activation_bytes < none.activation_bytes / 4
+
+
+def test_guards_are_recorded_and_sizes_stay_polynomials() -> None:
+    B, T = SInt(2, Poly.of({("B",): 1})), SInt(7, Poly.of({("T",): 1}))
+    with recording() as guards:
+        assert B * T != 1 and not T < B
+        assert (3 * T) // T == 3
+    assert [guard_text(g) for g in guards] == ["B·T + -1 != 0", "-1·B + T >= 0"]
+    with pytest.raises(NotPolynomial):
+        _ = T // B

@@ -6,14 +6,18 @@ shadow beside tcalc's rules (nothing in tcalc's output reads it yet).
     from transformer_calc.graph import Run, evaluate, family_of
     r = evaluate(family_of(spec), Run(batch=2, seq_len=128, attention="sdpa"))
     r.activation_bytes, r.params, r.forward_flops
+
+The compiled path (compile.py) gives the same costs from polynomials cached per structure:
+evaluate_fast(family, run), sweep(family, run, B=[...], T=[...]).
 """
 
 from __future__ import annotations
 
+from transformer_calc.graph.compile import compile_run, evaluate_fast, sweep
 from transformer_calc.graph.evaluate import Result, evaluate, family_of, symbols
 from transformer_calc.graph.lora import Lora
 from transformer_calc.graph.modules import Run
 from transformer_calc.graph.tensor import BF16, DTYPES, F16, F32
 
-__all__ = ["BF16", "DTYPES", "F16", "F32", "Lora", "Result", "Run", "evaluate", "family_of",
-           "symbols"]
+__all__ = ["BF16", "DTYPES", "F16", "F32", "Lora", "Result", "Run", "compile_run", "evaluate",
+           "evaluate_fast", "family_of", "sweep", "symbols"]

@@ -1,13 +1,16 @@
-"""Run a family's graph for one configuration and read its costs: the storages autograd
-holds when the forward is over (each once), the parameters it touched (a tied table once),
-and the forward's matmul FLOPs."""
+"""Run a family's graph for one configuration, every layer traced (the reference the
+compiled path, compile.py, is checked against), and read its costs: the storages autograd
+holds when the forward is over (each once; under the run's recomputation policy, held.py),
+the parameters it touched (a tied table once), and the forward's matmul FLOPs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph.families import gpt2, llama
+from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
 from transformer_calc.graph.trace import OpRecord, Saved
@@ -21,7 +24,8 @@ class Result:
     """saved: every storage held for backward (activations, inputs such as the token ids,
     and under autocast the parameters' 16-bit copies); weight_copy_bytes: autocast's cache
     of those copies, all held until the forward's autocast region ends; ops: the forward,
-    op by op."""
+    op by op; recomputed_layer_bytes: under full recomputation, the largest layer's saved
+    set, rebuilt in backward (0 otherwise)."""
 
     saved: tuple[Saved, ...]
     weight_copy_bytes: int
@@ -30,6 +34,7 @@ class Result:
     forward_flops: int
     flops_formula: Poly
     ops: tuple[OpRecord, ...]
+    recomputed_layer_bytes: int = 0
 
     @property
     def activation_bytes(self) -> int:
@@ -45,18 +50,30 @@ class Result:
         return total
 
 
-def evaluate(family: Family, run: Run) -> Result:
-    m = Builder(run, family.sizes())
-    if isinstance(family, gpt2.GPT2):
-        gpt2.forward(m, family)
+def trace(family: Family, run: Run, symbolic: bool = False,
+          replaced: Callable[[Builder], Family] | None = None) -> Builder:
+    """Run the family's forward on a Builder. symbolic (compile.py): sizes are SInts, and
+    `replaced` gives the forward a config whose sizes are the Builder's SInts, so any
+    decision the forward takes on a size is recorded as a guard."""
+    m = Builder(run, family.sizes(), symbolic)
+    cfg = replaced(m) if replaced is not None else family
+    if isinstance(cfg, gpt2.GPT2):
+        gpt2.forward(m, cfg)
     else:
-        llama.forward(m, family)
-    tr = m.trace
+        llama.forward(m, cfg)
+    return m
+
+
+def evaluate(family: Family, run: Run) -> Result:
+    tr = trace(family, run).trace
+    kept = held(tr, run.recompute)
     params = list(tr.params.values())
     copies = sum(t.storage.nbytes for t in tr.weight_casts.values())
-    return Result(tuple(tr.saved.values()), copies, sum(p.storage.numel.value for p in params),
+    rebuilt = max((sum(st.nbytes for st in layer) for layer in kept.rebuilt), default=0)
+    return Result(tuple(s for s, _ in kept.saved), copies,
+                  sum(p.storage.numel.value for p in params),
                   sum(p.storage.numel.value for p in params if p.requires_grad),
-                  tr.flops, tr.flops_poly, tuple(tr.ops))
+                  tr.flops, tr.flops_poly, tuple(tr.ops), rebuilt)
 
 
 def family_of(spec: ModelSpec) -> Family:
@@ -90,4 +107,4 @@ def family_of(spec: ModelSpec) -> Family:
 def symbols(family: Family, run: Run) -> dict[str, Dim]:
     """The symbols the graph is written in, with their values."""
     m = Builder(run, family.sizes())
-    return {name: m[name] for name in m.sizes}
+    return dict(m.dims)

@@ -4,22 +4,28 @@ train or stay frozen, with LoRA wrapped around the targeted linears."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from transformer_calc.graph import lora as peft
 from transformer_calc.graph import ops
-from transformer_calc.graph.symbols import Dim
+from transformer_calc.graph.symbols import Dim, Poly, SInt
 from transformer_calc.graph.tensor import F32, DType, Tensor
 from transformer_calc.graph.trace import Trace
+
+RECOMPUTE = ("none", "selective", "full")
 
 
 @dataclass(frozen=True)
 class Run:
     """How the forward runs: batch B, length T, the model's dtype, device, attention
     implementation (eager or sdpa), CUDA autocast's dtype (None: off), transformers'
-    use_cache (a DynamicCache even in training), LoRA (None: full training)."""
+    use_cache (a DynamicCache even in training; off under full recomputation, as
+    transformers turns it off with gradient checkpointing), LoRA (None: full training),
+    activation recomputation: "none", "selective" (the attention core's T² tensors are
+    recomputed, Korthikanti et al. 2022, Sec. 5) or "full" (torch.utils.checkpoint,
+    non-reentrant, around each decoder layer, as transformers' gradient checkpointing)."""
 
     batch: int
     seq_len: int
@@ -29,21 +35,70 @@ class Run:
     autocast: DType | None = None
     use_cache: bool = False
     lora: peft.Lora | None = None
+    recompute: str = "none"
+
+
+def symbol_values(run: Run, sizes: dict[str, int]) -> dict[str, int]:
+    """The symbols' values: B, T, the family's sizes, r (LoRA's rank) and T32 (T rounded
+    up to a multiple of 32, the memory-efficient kernel's log-sum-exp length)."""
+    out = {"B": run.batch, "T": run.seq_len, "T32": -(-run.seq_len // 32) * 32, **sizes}
+    if run.lora is not None:
+        out["r"] = run.lora.rank
+    for name, v in out.items():
+        if v < 1:
+            raise ValueError(f"{name} = {v}: every size is at least 1")
+    return out
 
 
 class Builder:
     """A model under construction: symbols by name, parameters that train unless LoRA
-    freezes the base, module scopes for the trace's records."""
+    freezes the base, module scopes for the trace's records. symbolic: sizes are SInts, so
+    the trace records its guards and layers are traced until they repeat (compile.py)."""
 
-    def __init__(self, run: Run, sizes: dict[str, int]) -> None:
+    def __init__(self, run: Run, sizes: dict[str, int], symbolic: bool = False) -> None:
+        if run.recompute not in RECOMPUTE:
+            raise ValueError(f"recompute: expected one of {', '.join(RECOMPUTE)}")
         self.run = run
+        self.symbolic = symbolic
+        self.use_cache = run.use_cache and run.recompute != "full"
         self.trace = Trace(run.device, run.autocast)
-        self.sizes = {"B": run.batch, "T": run.seq_len, **sizes}
-        if run.lora is not None:
-            self.sizes["r"] = run.lora.rank
+        self.sizes = symbol_values(run, sizes)
+        self.dims: dict[str, Dim] = {}
+        for name, v in self.sizes.items():
+            poly = Poly((((name,), 1),))
+            self.dims[name] = Dim(SInt(v, poly) if symbolic else v, poly)
+        d = self.dims
+        self.trace.derived[("ceil", d["T"].poly, Poly.const(32))] = d["T32"]
+        if "G" in d:  # query heads per K/V head
+            self.trace.derived[("div", d["H"].poly, d["Hkv"].poly)] = d["G"]
 
     def __getitem__(self, name: str) -> Dim:
-        return Dim.sym(name, self.sizes[name])
+        return self.dims[name]
+
+    def layers(self, prefix: str, body: Callable[[Tensor], Tensor], h: Tensor,
+               extras: tuple[Tensor, ...] = ()) -> Tensor:
+        """The decoder layers, each called with h and extras (what a checkpoint keeps).
+        Unrolled: L layers. Symbolic: layer i is traced while its state differs from layer
+        i-1's (its input's layout, dtype and requires_grad, which storages outside the
+        layers are already saved); once it repeats, layer i-1 is replayed for the L - i
+        layers left (the replay count a polynomial: L stays a symbol)."""
+        L = self["L"]
+        if not self.symbolic:
+            for i in range(L.value):
+                with self.module(f"{prefix}.{i}"), self.trace.in_layer(i, (h, *extras)):
+                    h = body(h)
+            return h
+        i, before = 0, None
+        while True:
+            state = _layer_state(self.trace, h)
+            if state == before:
+                self.trace.replay = (i - 1, L + (-i))
+                return h
+            if not L.value > i:  # a guard: L > i, or L <= i (and then L = i)
+                return h
+            with self.module(f"{prefix}.{i}"), self.trace.in_layer(i, (h, *extras)):
+                h = body(h)
+            before, i = state, i + 1
 
     @contextmanager
     def module(self, name: str) -> Iterator[None]:
@@ -100,6 +155,24 @@ class Builder:
         return ops.dropout(x, p)
 
 
+def _poly_of(x: int) -> Poly:
+    return x.poly if isinstance(x, SInt) else Poly.const(x)
+
+
+def _layer_state(tr: Trace, h: Tensor) -> tuple[object, ...]:
+    """What a layer's trace depends on besides its own parameters: its input's shape,
+    layout, dtype, requires_grad and storage (and whether that is saved already), and
+    which storages created outside the layers are saved or cast already. Compared by
+    polynomial, so no guard is recorded."""
+    st = h.storage
+    outside = frozenset(k for k, s in tr.saved.items() if s.storage.layer is None)
+    shared = {id(p.storage) for p in tr.params.values() if p.storage.layer is None}
+    casts = frozenset(k for k in tr.weight_casts if k[0] in shared)
+    return (tuple(d.poly for d in h.shape), tuple(_poly_of(x) for x in h.stride),
+            _poly_of(h.offset), h.dtype, h.requires_grad, st.kind, st.numel.poly, st.dtype,
+            id(st) in tr.saved, outside, casts)
+
+
 def causal_lm_loss(logits: Tensor, ids: Tensor, V: Dim) -> Tensor:
     """transformers' ForCausalLMLoss (loss/loss_utils.py): logits.float(); labels padded
     with -100 to T+1 and shifted, labels[..., 1:].contiguous() (a view of the padded
@@ -112,6 +185,6 @@ def causal_lm_loss(logits: Tensor, ids: Tensor, V: Dim) -> Tensor:
 
 
 def causal_mask(m: Builder, like: Tensor) -> Tensor:
-    """create_causal_mask's eager mask: (B, 1, T, T) in the activation dtype, no grad (its
-    add keeps nothing)."""
+    """create_causal_mask's eager mask, once for the model: (B, 1, T, T) in the input
+    embeddings' dtype, no grad (its add keeps nothing; a checkpoint keeps it as an input)."""
     return m.trace.input((m["B"], Dim.const(1), m["T"], m["T"]), like.dtype, "causal_mask")

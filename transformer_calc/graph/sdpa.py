@@ -56,7 +56,7 @@ def _fused(name: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> T
     if name == "cpu_flash":
         lse = tr.tensor((B, H, T), F32, False, stride=(T.value * H.value, 1, H.value))
     elif name == "efficient":
-        padded = Dim.const(-(-T.value // 32) * 32)  # ceil(T / 32) · 32
+        padded = tr.named("ceil", T, Dim.const(32))  # ceil(T / 32) · 32, a symbol
         lse = tr.tensor((B, H, padded), F32, False)
     else:
         lse = tr.tensor((B, H, T), F32, False)
@@ -74,11 +74,11 @@ def _math(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, dropout_p: float,
     the product with V, cast back to the input dtype."""
     origin = q.dtype
     q, k, v = (ops.to(t, F32) if t.dtype in (BF16, F16) else t for t in (q, k, v))
-    sf = (scale if scale is not None else q.sizes[-1] ** -0.5) ** 0.5
+    sf = (scale if scale is not None else float(q.sizes[-1]) ** -0.5) ** 0.5
     q = ops.mul(q, sf)
     if enable_gqa and k.sizes[-3] != q.sizes[-3]:
         # pre_process_group_query_attention_input: repeat_interleave, a new tensor each
-        rep = q.sizes[-3] // k.sizes[-3]
+        rep = q.trace.named("div", q.shape[-3], k.shape[-3])  # H / Hkv, a symbol
         k, v = (_repeat_heads(t, rep) for t in (k, v))
     attn = ops.matmul(q, ops.mul(ops.transpose(k, -2, -1), sf))
     if mask is not None or is_causal:
@@ -88,7 +88,7 @@ def _math(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, dropout_p: float,
     return ops.to(ops.matmul(attn, v), origin)
 
 
-def _repeat_heads(t: Tensor, rep: int) -> Tensor:
+def _repeat_heads(t: Tensor, rep: Dim) -> Tensor:
     B, Hkv, S, d = t.shape
     out = t.trace.tensor((B, Hkv * rep, S, d), t.dtype, t.requires_grad)
     t.trace.record("repeat_interleave", out)

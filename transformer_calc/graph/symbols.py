@@ -1,10 +1,18 @@
 """Symbolic sizes: each tensor dimension is a polynomial in named symbols (B, T, E, H, ...)
-carried with its value, so a trace gives both the bytes and the formula they came from."""
+carried with its value, so a trace gives both the bytes and the formula they came from.
+
+When a structure is compiled (graph/compile.py), the values are `SInt`s: ints that know
+their polynomial and record, as a guard, every comparison a trace makes with them (the
+decisions torch.compile's guards record: a size equal to 1, a view or a copy, a kernel's
+alignment); the compiled polynomials hold wherever the guards do."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 # a monomial: the symbols multiplied, sorted, with repetition (("B", "T", "T") is B·T²)
 Monomial = tuple[str, ...]
@@ -21,13 +29,43 @@ class Poly:
     def of(terms: dict[Monomial, Coef]) -> Poly:
         return Poly(tuple(sorted((m, c) for m, c in terms.items() if c)))
 
+    @staticmethod
+    def const(n: Coef) -> Poly:
+        return Poly((((), n),) if n else ())
+
+    @property
+    def constant(self) -> Coef | None:
+        """The polynomial's value when it has no symbol, else None."""
+        if not self.terms:
+            return 0
+        if len(self.terms) == 1 and not self.terms[0][0]:
+            return self.terms[0][1]
+        return None
+
+    @property
+    def constant_term(self) -> Coef:
+        return next((c for m, c in self.terms if not m), 0)
+
+    def __neg__(self) -> Poly:
+        return Poly(tuple((m, -c) for m, c in self.terms))
+
+    def __sub__(self, other: Poly) -> Poly:
+        return self + (-other)
+
     def __add__(self, other: Poly) -> Poly:
+        if not other.terms:
+            return self
+        if not self.terms:
+            return other
         out = dict(self.terms)
         for m, c in other.terms:
             out[m] = out.get(m, 0) + c
         return Poly.of(out)
 
     def __mul__(self, other: Poly) -> Poly:
+        if len(self.terms) == 1 and len(other.terms) == 1:  # the common case: fast
+            (m1, c1), (m2, c2) = self.terms[0], other.terms[0]
+            return Poly(((tuple(sorted(m1 + m2)), c1 * c2),))
         out: dict[Monomial, Coef] = {}
         for m1, c1 in self.terms:
             for m2, c2 in other.terms:
@@ -74,7 +112,8 @@ class Dim:
 
     def __mul__(self, other: Dim | int) -> Dim:
         o = other if isinstance(other, Dim) else Dim.const(other)
-        return Dim(self.value * o.value, self.poly * o.poly)
+        v = self.value * o.value
+        return Dim(v, v.poly if isinstance(v, SInt) else self.poly * o.poly)
 
     __rmul__ = __mul__
 
@@ -84,7 +123,8 @@ class Dim:
 
     def __add__(self, other: Dim | int) -> Dim:
         o = other if isinstance(other, Dim) else Dim.const(other)
-        return Dim(self.value + o.value, self.poly + o.poly)
+        v = self.value + o.value
+        return Dim(v, v.poly if isinstance(v, SInt) else self.poly + o.poly)
 
     def __str__(self) -> str:
         return str(self.poly)
@@ -95,3 +135,166 @@ def product(dims: tuple[Dim, ...]) -> Dim:
     for d in dims:
         out = out * d
     return out
+
+
+# -- guards --------------------------------------------------------------------------------------
+# A guard: (kind, polynomial, operand) that held in the trace, with kind one of
+#   "==", "!=", ">", ">=": the polynomial compared with 0 (its operand unused, 0);
+#   "%": the polynomial (less the residue the trace saw) divisible by the operand, an int.
+Guard = tuple[str, Poly, int]
+_RECORDING: list[dict[Guard, None]] = []
+
+
+@contextmanager
+def recording() -> Iterator[dict[Guard, None]]:
+    """Collect the guards SInt comparisons record while the block runs (in order, once)."""
+    guards: dict[Guard, None] = {}
+    _RECORDING.append(guards)
+    try:
+        yield guards
+    finally:
+        _RECORDING.pop()
+
+
+def _guard(kind: str, poly: Poly, operand: int = 0) -> None:
+    if _RECORDING and poly.constant is None:
+        _RECORDING[-1][(kind, poly, operand)] = None
+
+
+def _poly(x: int) -> Poly:
+    return x.poly if isinstance(x, SInt) else Poly.const(int(x))
+
+
+class NotPolynomial(ValueError):
+    """A compiled trace asked for a size that is not a polynomial in the symbols (H // Hkv:
+    the graph must name it, as a symbol of its own)."""
+
+
+class SInt(int):
+    """An int that is a polynomial in the symbols. Arithmetic with ints and SInts keeps the
+    polynomial; comparisons return the int comparison and record which way it went (the
+    difference ==, !=, >, >= 0), so the decision is part of the structure the trace
+    compiles. Floats (scaling factors) drop the polynomial: they are not sizes."""
+
+    poly: Poly
+
+    def __new__(cls, value: int, poly: Poly) -> SInt:
+        self = super().__new__(cls, value)
+        self.poly = poly
+        return self
+
+    def __repr__(self) -> str:
+        return f"{int(self)}[{self.poly}]"
+
+    __hash__ = int.__hash__
+
+    # -- arithmetic ---------------------------------------------------------------------------
+    def __add__(self, o: Any) -> Any:
+        if not isinstance(o, int):
+            return int(self) + o
+        return SInt(int(self) + int(o), self.poly + _poly(o))
+
+    __radd__ = __add__
+
+    def __sub__(self, o: Any) -> Any:
+        if not isinstance(o, int):
+            return int(self) - o
+        return SInt(int(self) - int(o), self.poly - _poly(o))
+
+    def __rsub__(self, o: Any) -> Any:
+        if not isinstance(o, int):
+            return o - int(self)
+        return SInt(int(o) - int(self), _poly(o) - self.poly)
+
+    def __mul__(self, o: Any) -> Any:
+        if not isinstance(o, int):
+            return int(self) * o
+        return SInt(int(self) * int(o), self.poly * _poly(o))
+
+    __rmul__ = __mul__
+
+    def __neg__(self) -> SInt:
+        return SInt(-int(self), -self.poly)
+
+    def __floordiv__(self, o: Any) -> Any:
+        """By an int: exact when every coefficient divides, else the residue is guarded
+        (a head of dh/2 when dh is even). By an SInt: only a monomial dividing every term
+        (3·E // E); anything else is no polynomial (NotPolynomial)."""
+        if not isinstance(o, int):
+            return int(self) // o
+        if isinstance(o, SInt) and o.poly.constant is None:
+            q = _divide(self.poly, o.poly)
+            if q is None or int(self) % int(o):
+                raise NotPolynomial(f"({self.poly}) // ({o.poly})")
+            return SInt(int(self) // int(o), q)
+        n = int(o)
+        residue = int(self) % n
+        if residue or any(Fraction(c) % n for _, c in self.poly.terms):
+            _guard("%", self.poly - Poly.const(residue), n)
+        return SInt(int(self) // n, (self.poly - Poly.const(residue)) *
+                    Poly.const(Fraction(1, n)))
+
+    def __mod__(self, o: Any) -> Any:
+        if isinstance(o, SInt) and o.poly.constant is None:
+            raise NotPolynomial(f"({self.poly}) % ({o.poly})")
+        if not isinstance(o, int):
+            return int(self) % o
+        residue = int(self) % int(o)
+        _guard("%", self.poly - Poly.const(residue), int(o))
+        return residue
+
+    # -- comparisons: each records the way it went ------------------------------------------
+    # (int(o): comparing with a plain int would hand an SInt o back to SInt's reflected
+    # method, which would record o against a number)
+    def __eq__(self, o: object) -> bool:
+        if not isinstance(o, int):
+            return NotImplemented
+        result = int(self) == int(o)
+        _guard("==" if result else "!=", self.poly - _poly(o))
+        return result
+
+    def __ne__(self, o: object) -> bool:
+        return not self.__eq__(o) if isinstance(o, int) else NotImplemented
+
+    def __gt__(self, o: Any) -> bool:
+        return _order(self, o, ">") if isinstance(o, int) else NotImplemented
+
+    def __ge__(self, o: Any) -> bool:
+        return _order(self, o, ">=") if isinstance(o, int) else NotImplemented
+
+    def __lt__(self, o: Any) -> bool:
+        return _order(o, self, ">") if isinstance(o, int) else NotImplemented
+
+    def __le__(self, o: Any) -> bool:
+        return _order(o, self, ">=") if isinstance(o, int) else NotImplemented
+
+    def __bool__(self) -> bool:
+        return self.__ne__(0)
+
+
+def _order(a: int, b: int, kind: str) -> bool:
+    """a > b (or a >= b), recorded: a - b > 0 when it holds, else b - a >= 0 (> 0)."""
+    diff = _poly(a) - _poly(b)
+    result = int(a) > int(b) if kind == ">" else int(a) >= int(b)
+    if result:
+        _guard(kind, diff)
+    else:
+        _guard(">=" if kind == ">" else ">", -diff)
+    return result
+
+
+def _divide(num: Poly, den: Poly) -> Poly | None:
+    """num / den when den is one term dividing each of num's terms, else None."""
+    if len(den.terms) != 1:
+        return None
+    dm, dc = den.terms[0]
+    out: dict[Monomial, Coef] = {}
+    for m, c in num.terms:
+        rest = list(m)
+        for s in dm:
+            if s not in rest:
+                return None
+            rest.remove(s)
+        q = Fraction(c) / Fraction(dc)
+        out[tuple(rest)] = int(q) if q.denominator == 1 else q
+    return Poly.of(out)

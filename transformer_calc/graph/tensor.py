@@ -44,8 +44,9 @@ class Storage:
 
     numel: Dim
     dtype: DType
-    kind: str  # "activation", "param", "input" or "buffer"
+    kind: str  # "activation", "param", "input", "buffer" or "weight_copy"
     name: str = ""
+    layer: int | None = None  # the layer whose forward created it (None: outside the layers)
 
     @property
     def nbytes(self) -> int:

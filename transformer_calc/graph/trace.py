@@ -31,6 +31,7 @@ class Saved:
     storage: Storage
     scope: str
     role: str
+    layer: int | None = None  # the layer of the op that saved it first (None: outside)
 
     @property
     def nbytes(self) -> int:
@@ -39,7 +40,12 @@ class Saved:
 
 @dataclass
 class Trace:
-    """device: 'cpu' or 'cuda'; autocast: the 16-bit dtype of torch.autocast, or None."""
+    """device: 'cpu' or 'cuda'; autocast: the 16-bit dtype of torch.autocast, or None.
+
+    Layers: `in_layer(i, args)` marks the ops of decoder layer i and the tensors it is called
+    with (what a checkpoint keeps). `savers` says, per saved storage, where it was saved: the
+    layers' indices, None for an op outside the layers. `replay`, set by a compiled trace:
+    layer j's contribution repeats `count` more times (the layers not traced)."""
 
     device: str = "cpu"
     autocast: DType | None = None
@@ -51,6 +57,15 @@ class Trace:
     flops_poly: Poly = field(default_factory=lambda: Poly(()))
     grad_enabled: bool = True
     autocast_paused: int = 0  # inside an op autocast already handled (its inner ops run as is)
+    layer: int | None = None
+    savers: dict[int, set[int | None]] = field(default_factory=dict)
+    layer_args: dict[int, tuple[Tensor, ...]] = field(default_factory=dict)
+    layer_saves: set[int] = field(default_factory=set)  # layers whose ops saved anything
+    layer_flops: dict[int, Poly] = field(default_factory=dict)
+    replay: tuple[int, Dim] | None = None
+    # sizes that are no polynomial of the others, named as symbols of their own by the
+    # Builder: ("div", H, Hkv) -> G, ("ceil", T, 32) -> T32 (keyed by the operands' polys)
+    derived: dict[tuple[str, Poly, Poly], Dim] = field(default_factory=dict)
     _scope: list[str] = field(default_factory=list)
 
     # -- creation --------------------------------------------------------------------------
@@ -58,7 +73,7 @@ class Trace:
                kind: str = "activation", name: str = "",
                stride: tuple[int, ...] | None = None) -> Tensor:
         sizes = tuple(d.value for d in shape)
-        storage = Storage(numel_of(shape), dtype, kind, name or self.scope)
+        storage = Storage(numel_of(shape), dtype, kind, name or self.scope, self.layer)
         return Tensor(shape, stride or contiguous_strides(sizes), dtype, storage,
                       requires_grad and self.grad_enabled, self)
 
@@ -85,6 +100,23 @@ class Trace:
             self._scope.pop()
 
     @contextmanager
+    def in_layer(self, index: int, args: tuple[Tensor, ...]) -> Iterator[None]:
+        self.layer, self.layer_args[index] = index, args
+        self.layer_flops[index] = Poly(())
+        try:
+            yield
+        finally:
+            self.layer = None
+
+    def named(self, op: str, a: Dim, b: Dim) -> Dim:
+        """The symbol the Builder named for a size that is no polynomial: ("div", H, Hkv)
+        is G = H / Hkv, ("ceil", T, 32) is T rounded up to a multiple of 32."""
+        key = (op, a.poly, b.poly)
+        if key not in self.derived:
+            raise ValueError(f"no symbol for {op}({a}, {b}): name it in the Builder")
+        return self.derived[key]
+
+    @contextmanager
     def no_grad(self) -> Iterator[None]:
         before, self.grad_enabled = self.grad_enabled, False
         try:
@@ -104,13 +136,33 @@ class Trace:
                 if t is None or not needed:
                     continue
                 kept.append(role)
+                if self.layer is not None:
+                    self.layer_saves.add(self.layer)
                 if t.storage.kind in ("param", "buffer"):
                     continue  # the model's own memory, not an activation
                 key = id(t.storage)
                 if key not in self.saved:
-                    self.saved[key] = Saved(t.storage, self.scope, f"{op}.{role}")
+                    self.saved[key] = Saved(t.storage, self.scope, f"{op}.{role}", self.layer)
+                    self.savers[key] = set()
+                    self._check_reach(t)
+                self.savers[key].add(self.layer)
         if flops is not None:
             self.flops += flops.value
             self.flops_poly = self.flops_poly + flops.poly
+            if self.layer is not None:
+                self.layer_flops[self.layer] = self.layer_flops[self.layer] + flops.poly
         self.ops.append(OpRecord(self.scope, op, out.shape, out.dtype,
                                  flops.value if flops else 0, tuple(kept)))
+
+    def _check_reach(self, t: Tensor) -> None:
+        """A layer saves only what it created or was called with (its checkpoint's inputs):
+        anything else would be a tensor reached another way, which neither recomputation
+        nor the replay of layers accounts for."""
+        if self.layer is None or t.storage.layer == self.layer:
+            return
+        if t.storage.kind == "weight_copy":
+            return  # autocast's cached cast of a parameter
+        if any(a.storage is t.storage for a in self.layer_args[self.layer]):
+            return
+        raise ValueError(f"{self.scope}: saves {t.storage.name}, which is not among the "
+                         "layer's inputs")

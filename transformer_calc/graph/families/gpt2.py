@@ -47,9 +47,11 @@ def forward(m: Builder, cfg: GPT2) -> Tensor:
         positions = ops.unsqueeze(ops.add(positions, 0), 0)
         h = ops.add(h, m.embedding("wpe", positions, m["P"], E))
         h = m.dropout(h, cfg.embd_pdrop)
-        for i in range(cfg.L):
-            with m.module(f"h.{i}"):
-                h = _block(m, cfg, h)
+        # the blocks' other inputs: cache_position/position_ids (one storage) and, eager,
+        # the model's causal mask
+        mask = causal_mask(m, h) if m.run.attention == "eager" else None
+        extras = (positions,) if mask is None else (positions, mask)
+        h = m.layers("h", lambda x: _block(m, cfg, x, mask), h, extras)
         h = m.layer_norm("ln_f", h)
     with m.module("lm_head"):
         w = m.tied("transformer.wte.weight") if cfg.tied else m.param("weight", V, E)
@@ -57,9 +59,9 @@ def forward(m: Builder, cfg: GPT2) -> Tensor:
     return causal_lm_loss(logits, ids, V)
 
 
-def _block(m: Builder, cfg: GPT2, h: Tensor) -> Tensor:
+def _block(m: Builder, cfg: GPT2, h: Tensor, mask: Tensor | None) -> Tensor:
     """GPT2Block.forward: pre-norm attention and MLP, each added to the residual."""
-    a = _attention(m, cfg, m.layer_norm("ln_1", h))
+    a = _attention(m, cfg, m.layer_norm("ln_1", h), mask)
     h = ops.add(a, h)
     with m.module("mlp"):
         x = m.conv1d("c_fc", m.layer_norm("ln_2", h), m["F"])
@@ -76,19 +78,19 @@ def new_gelu(x: Tensor) -> Tensor:
     return ops.mul(half, t)
 
 
-def _attention(m: Builder, cfg: GPT2, x: Tensor) -> Tensor:
+def _attention(m: Builder, cfg: GPT2, x: Tensor, mask: Tensor | None) -> Tensor:
     """GPT2Attention.forward: the fused c_attn output split into views of (B, H, T, dh)."""
     B, T, E, H, dh = m["B"], m["T"], m["E"], m["H"], m["dh"]
     with m.module("attn"):
         qkv = m.conv1d("c_attn", x, 3 * E)
         q, k, v = (ops.transpose(ops.view(t, (B, T, H, dh)), 1, 2)
                    for t in ops.split(qkv, E, 2))
-        if m.run.use_cache:
+        if m.use_cache:
             # DynamicLayer.update: self.keys = torch.cat([self.keys, key_states], dim=-2)
             # over the lazily initialised empty tensor: a contiguous copy of K and of V
             k, v = (ops.cat([t], -2) for t in (k, v))
-        if m.run.attention == "eager":
-            out = _eager(m, cfg, q, k, v)
+        if mask is not None:
+            out = _eager(m, cfg, q, k, v, mask)
         else:
             # sdpa_attention_forward: no mask (is_causal), the output made contiguous
             out = scaled_dot_product_attention(q, k, v, is_causal=True,
@@ -98,11 +100,11 @@ def _attention(m: Builder, cfg: GPT2, x: Tensor) -> Tensor:
         return m.dropout(m.conv1d("c_proj", out, E), cfg.resid_pdrop)
 
 
-def _eager(m: Builder, cfg: GPT2, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+def _eager(m: Builder, cfg: GPT2, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     """eager_attention_forward (modeling_gpt2.py): scaled scores plus the causal mask,
     softmax, cast to V's dtype, dropout, the product with V, transposed (not copied)."""
     w = ops.mul(ops.matmul(q, ops.transpose(k, -1, -2)), m["dh"].value ** -0.5)
-    w = ops.add(w, causal_mask(m, w))
+    w = ops.add(w, mask)
     w = ops.to(ops.softmax(w), v.dtype)
     w = m.dropout(w, cfg.attn_pdrop)
     return ops.transpose(ops.matmul(w, v), 1, 2)

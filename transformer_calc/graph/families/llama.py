@@ -18,7 +18,7 @@ from transformer_calc.graph.tensor import F32, I64, Tensor
 @dataclass(frozen=True)
 class Llama:
     """The config keys that shape the graph. Symbols: V vocab, E hidden, H heads, Hkv K/V
-    heads, dh head_dim, F intermediate, L layers."""
+    heads, dh head_dim, F intermediate, L layers, G = H / Hkv query heads per K/V head."""
 
     V: int
     E: int
@@ -38,7 +38,7 @@ class Llama:
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
-                "F": self.F, "L": self.L}
+                "F": self.F, "L": self.L, "G": self.H // self.Hkv}
 
 
 def forward(m: Builder, cfg: Llama) -> Tensor:
@@ -48,10 +48,13 @@ def forward(m: Builder, cfg: Llama) -> Tensor:
     ids = tr.input((B, T), I64, "input_ids")
     with m.module("model"):
         h = m.embedding("embed_tokens", ids, V, E)
+        # cache_position = arange(T); position_ids its unsqueezed view (one storage),
+        # passed to the layers with cos, sin and, eager, the causal mask
+        positions = tr.tensor((m["T"],), I64, False)
         cos, sin = _rotary(m, h)
-        for i in range(cfg.L):
-            with m.module(f"layers.{i}"):
-                h = _layer(m, cfg, h, cos, sin)
+        mask = causal_mask(m, h) if m.run.attention == "eager" else None
+        extras = (positions, cos, sin) + (() if mask is None else (mask,))
+        h = m.layers("layers", lambda x: _layer(m, cfg, x, cos, sin, mask), h, extras)
         h = rms_norm(m, "norm", h)
     with m.module("lm_head"):
         w = m.tied("model.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
@@ -83,10 +86,11 @@ def rms_norm(m: Builder, name: str, h: Tensor) -> Tensor:
         return ops.mul(w, ops.to(x, h.dtype))
 
 
-def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor,
+           mask: Tensor | None) -> Tensor:
     """LlamaDecoderLayer.forward: pre-norm attention and MLP around the residual."""
     with m.module("self_attn"):
-        a = _attention(m, cfg, rms_norm(m, "input_layernorm", h), cos, sin)
+        a = _attention(m, cfg, rms_norm(m, "input_layernorm", h), cos, sin, mask)
     h = ops.add(h, a)
     x = rms_norm(m, "post_attention_layernorm", h)
     with m.module("mlp"):
@@ -97,7 +101,8 @@ def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor) -> Tenso
     return ops.add(h, x)
 
 
-def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
+               mask: Tensor | None) -> Tensor:
     """LlamaAttention.forward: projections viewed as heads, RoPE, (cache), attention, o."""
     B, T, H, Hkv, dh = m["B"], m["T"], m["H"], m["Hkv"], m["dh"]
 
@@ -108,19 +113,19 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor) -> T
         heads("v_proj", Hkv, cfg.bias_v)
     cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
     q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-    if m.run.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
+    if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
         k, v = (ops.cat([t], -2) for t in (k, v))
-    groups = cfg.H // cfg.Hkv
-    if m.run.attention == "eager":
-        out = _eager(m, cfg, q, repeat_kv(k, groups), repeat_kv(v, groups))
+    G = m["G"]  # query heads per K/V head, H / Hkv
+    if mask is not None:
+        out = _eager(m, cfg, q, repeat_kv(k, G), repeat_kv(v, G), mask)
     else:
         # sdpa_attention_forward: no mask, so use_gqa_in_sdpa when d <= 256; else repeat_kv
-        gqa = groups > 1 and cfg.dh <= 256
-        if groups > 1 and not gqa:
-            k, v = repeat_kv(k, groups), repeat_kv(v, groups)
+        gqa = G.value > 1 and dh.value <= 256
+        if G.value > 1 and not gqa:
+            k, v = repeat_kv(k, G), repeat_kv(v, G)
         out = scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa,
                                            dropout_p=cfg.attention_dropout,
-                                           scale=cfg.dh ** -0.5)
+                                           scale=float(dh.value) ** -0.5)
         out = ops.contiguous(ops.transpose(ops.reshape(out, (B, H, T, dh)), 1, 2))
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
     return m.linear("o_proj", out, m["E"], cfg.bias_o)
@@ -135,23 +140,22 @@ def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return ops.add(ops.mul(x, cos), ops.mul(rotated, sin))
 
 
-def repeat_kv(x: Tensor, groups: int) -> Tensor:
+def repeat_kv(x: Tensor, groups: Dim) -> Tensor:
     """repeat_kv: x[:, :, None].expand(B, Hkv, groups, T, dh).reshape(B, H, T, dh), a view
     where computeStride finds one (one K/V head and B = 1), else a copy."""
-    if groups == 1:
+    if groups.value == 1:
         return x
     B, Hkv, T, dh = x.shape
-    g = Dim.const(groups)
-    x = ops.expand(ops.unsqueeze(x, 2), (B, Hkv, g, T, dh))
-    return ops.reshape(x, (B, Hkv * g, T, dh))
+    x = ops.expand(ops.unsqueeze(x, 2), (B, Hkv, groups, T, dh))
+    return ops.reshape(x, (B, Hkv * groups, T, dh))
 
 
-def _eager(m: Builder, cfg: Llama, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+def _eager(m: Builder, cfg: Llama, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     """eager_attention_forward (modeling_llama.py): scores · scaling plus the mask,
     softmax in fp32 cast back to the query's dtype, dropout, the product with V,
     transposed and made contiguous."""
-    w = ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), cfg.dh ** -0.5)
-    w = ops.add(w, causal_mask(m, w))
+    w = ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), float(m["dh"].value) ** -0.5)
+    w = ops.add(w, mask)
     w = ops.to(ops.softmax(w, F32), q.dtype)
     w = m.dropout(w, cfg.attention_dropout)
     return ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))
