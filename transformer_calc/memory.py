@@ -3165,13 +3165,8 @@ def _fsdp2_gathered(spec: ModelSpec, s: Settings, per_gpu: Breakdown, params: Br
     the one running and the one prefetched."""
     wbytes = 2 if s.mixed or s.precision != "fp32" else 4
     dense, expert = _params_on_busiest_gpu(spec, s, params)
-    per_layer: dict[str, int] = {}
-    outside = 0
-    for r in params.rows:
-        if r[5]:
-            per_layer[r[5]] = per_layer.get(r[5], 0) + r[1]
-        else:
-            outside += r[1] * r[4]
+    per_layer, _ = _layer_params(params)
+    outside = sum([r[1] * r[4] for r in params.rows if not r[5]])
     layer = max(per_layer.values(), default=0) / (s.tp * (s.ep if s.ep > 1 else 1))
     if s.zero == 2:
         # (and the all-gather buffer of the layer in flight)
@@ -3230,13 +3225,8 @@ def _deepspeed(spec: ModelSpec, s: Settings, per_gpu: Breakdown, params: Breakdo
            for i in per_gpu.items]
     host = [i for i in per_gpu.items if i.name in moved]
     if s.zero == 3:
-        per_layer: dict[str, int] = {}
-        outside = 0
-        for r in params.rows:
-            if r[5]:
-                per_layer[r[5]] = per_layer.get(r[5], 0) + r[1]
-            else:
-                outside = max(outside, r[1])  # gathered one module at a time
+        # (outside the layers, gathered one module at a time: the largest tensor)
+        per_layer, outside = _layer_params(params)
         largest = max([*per_layer.values(), outside]) // (s.tp * (s.ep if s.ep > 1 else 1))
         live = min(s.zero3_max_live, largest + s.zero3_prefetch,
                    math.ceil(sum(_params_on_busiest_gpu(spec, s, params))))
@@ -3247,6 +3237,18 @@ def _deepspeed(spec: ModelSpec, s: Settings, per_gpu: Breakdown, params: Breakdo
                         f"{wbytes}", note="ZeRO-3: gathered for use, freed after"))
     return (Breakdown(per_gpu.model, "bytes", tuple(gpu)),
             Breakdown(per_gpu.model, "bytes", tuple(host)))
+
+
+def _layer_params(params: Breakdown) -> tuple[dict[str, int], int]:
+    """Parameters of one layer of each group, and the largest tensor outside the layers."""
+    per_layer: dict[str, int] = {}
+    outside = 0
+    for r in params.rows:
+        if r[5]:
+            per_layer[r[5]] = per_layer.get(r[5], 0) + r[1]
+        else:
+            outside = max(outside, r[1])
+    return per_layer, outside
 
 
 def _params_on_busiest_gpu(spec: ModelSpec, s: Settings, params: Breakdown
