@@ -33,7 +33,7 @@ TESTS = ("tests/test_params_presets.py", "tests/test_hf.py", "tests/test_registr
          "tests/test_activations_measured.py", "tests/test_explain_compare_sweep.py",
          "tests/test_lora.py", "tests/test_lora_memory.py", "tests/test_quant.py",
          "tests/test_fit.py", "tests/test_megatron.py", "tests/test_efficient_attention.py",
-         "tests/test_patterns_memory.py", "tests/test_peak.py")
+         "tests/test_patterns_memory.py", "tests/test_peak.py", "tests/test_parallel_peak.py")
 
 SWAPS: dict[type, type] = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add,
                            ast.FloorDiv: ast.Mult, ast.Lt: ast.LtE, ast.LtE: ast.Lt,
