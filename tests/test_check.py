@@ -92,3 +92,21 @@ def test_pre_commit_hook_runs_check() -> None:
     assert hooks[0]["id"] == "tcalc-check" and hooks[0]["entry"] == "tcalc check"
     assert os.path.exists(ROOT / "README.md")
     assert "tcalc-check" in (ROOT / "README.md").read_text()
+
+
+def test_a_memory_budget_for_ci(cli) -> None:
+    # --max-memory: each model's peak per GPU, for the run the options describe, within a
+    # size or a GPU; the failing line says the peak, the run and the budget
+    r = cli("check", "configs/gpt2.yaml", "configs/llama-3-8b.yaml", "--max-memory", "40GB",
+            code=1)
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("ok    configs/gpt2.yaml")
+    assert lines[1].startswith("FAIL  configs/llama-3-8b.yaml: ") and lines[1].endswith(
+        "over --max-memory 40GB (40.00 GiB)")
+    peak = cli.json("memory", "llama-3-8b", "--seq-len", "4096")["peak_bytes"]
+    assert peak > 40 * 2**30
+    # the same models with LoRA over a bf16 base on an H100 meet it
+    assert cli("check", "configs/gpt2.yaml", "configs/llama-3-8b.yaml", "--max-memory",
+               "h100", "--lora", "16").exit_code == 0
+    r = cli("check", "configs/gpt2.yaml", "--max-memory", "lots", code=2)
+    assert r.stderr.startswith("Error: unknown GPU 'lots'")

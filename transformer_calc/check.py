@@ -65,7 +65,17 @@ def display(path: Path) -> str:
         return str(path)
 
 
-def check_file(path: Path) -> CheckResult:
+@dataclass(frozen=True)
+class Budget:
+    """A memory budget every model must meet: the peak of ``settings``' run per GPU at most
+    ``limit`` bytes (``name``: the GPU or size it was given as)."""
+
+    settings: object  # memory.Settings (imported lazily: check without a budget needs none)
+    limit: int
+    name: str
+
+
+def check_file(path: Path, budget: Budget | None = None) -> CheckResult:
     where = display(path)
     try:
         spec = load_file(path, shown=where)
@@ -83,11 +93,39 @@ def check_file(path: Path) -> CheckResult:
             f"(difference {total - expected:+,})",
             model=spec.name, total=total, expected=expected,
             line=_key_line(path, "expected_params"), key="expected_params")
+    if budget is not None:
+        over = _over_budget(spec, budget)
+        if over:
+            return CheckResult(where, False, over, model=spec.name, total=total,
+                               expected=expected)
     return CheckResult(where, True, "", model=spec.name, total=total, expected=expected)
 
 
-def check(paths: list[str]) -> list[CheckResult]:
-    return [check_file(f) for f in collect(paths)]
+def _over_budget(spec: object, budget: Budget) -> str:
+    """Why the model's run does not meet the budget, or "" when it does."""
+    import dataclasses
+
+    from transformer_calc.memory import memory_report
+    from transformer_calc.render.units import human_bytes
+
+    s = budget.settings
+    if not s.seq_len:  # type: ignore[attr-defined]
+        s = dataclasses.replace(s, seq_len=min(spec.default_seq_len, 4096))  # type: ignore
+    try:
+        r = memory_report(spec, s)  # type: ignore[arg-type]
+    except TcalcError as e:
+        return f"--max-memory: {e}"
+    if r.peak <= budget.limit:
+        return ""
+    phase = r.peak_phase
+    when = f"peak {phase.when}" if phase is not None else "to serve"
+    return (f"{human_bytes(r.peak)} per GPU {when} ({r.settings.precision}"
+            f"{' AMP' if r.settings.mixed else ''}, batch {r.settings.batch_size} × "
+            f"{r.seq_len:,}), over --max-memory {budget.name} ({human_bytes(budget.limit)})")
+
+
+def check(paths: list[str], budget: Budget | None = None) -> list[CheckResult]:
+    return [check_file(f, budget) for f in collect(paths)]
 
 
 def _key_line(path: Path, key: str | None) -> int | None:

@@ -743,24 +743,39 @@ def presets(format: Format = FormatOpt) -> None:
     show(presets_doc(rows), format.value)
 
 
-@_command()
+@_command(training=True)
 def check(
     paths: Optional[list[str]] = typer.Argument(
         None, metavar="[PATH]...",
         help="YAML presets, config.json files or folders (default: the shipped presets)."),
     format: Format = FormatOpt,
+    max_memory: Optional[str] = typer.Option(
+        None, "--max-memory",
+        help="A memory budget: each model's peak per GPU, for the run the training / "
+             "serving options describe, at most this (a size such as 80GiB, or a GPU)."),
+    batch_size: int = BatchOpt,
+    seq_len: Optional[int] = SeqLenOpt,
+    train: dict[str, Any] | None = None,
 ) -> None:
-    """Validate model files for CI: keys, types, shapes and expected_params.
+    """Validate model files for CI: keys, types, shapes and expected_params, and with
+    --max-memory a memory budget.
 
     One line per file and a summary. Exit 0 when all pass, 1 when any fails, 2 for usage
     errors. With GITHUB_ACTIONS=true, failures are also printed as ::error annotations.
     """
     import os
 
+    from transformer_calc.check import Budget
     from transformer_calc.check import check as run_check
     from transformer_calc.render import check_doc, github_annotations, show
 
-    results = run_check(paths or [])
+    budget = None
+    if max_memory is not None:
+        from transformer_calc.hardware import get_gpu
+
+        budget = Budget(_settings(train or {}, batch_size, seq_len),
+                        get_gpu(max_memory).memory_bytes, max_memory)
+    results = run_check(paths or [], budget)
     show(check_doc(results), format.value)
     if os.environ.get("GITHUB_ACTIONS") == "true":  # on stderr: stdout stays the result
         for line in github_annotations(results):
