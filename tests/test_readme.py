@@ -28,7 +28,8 @@ PAGES = {"README.md": README} | {
 # example must exit 0.
 EXIT_CODES = {"tcalc params tests/data/bad/unknown_key.yaml": 2,
               "tcalc check configs/ tests/data/bad/expected_mismatch.yaml": 1,
-              "tcalc memory llama-3.1-8b --gpu H100 --require-fit": 1}
+              "tcalc memory llama-3.1-8b --gpu H100 --require-fit": 1,
+              "tcalc check configs/gpt2.yaml configs/llama-3-8b.yaml --max-memory 40GB": 1}
 
 
 def examples(text: str | None = None) -> list[tuple[str, list[str]]]:
