@@ -20,11 +20,17 @@ import json
 import random
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 from conftest import DATA
+from test_lora_memory import LORA_MODELS
+from test_peak import MIB
+from test_peak import RECIPES as PEAK_RECIPES
+from test_peak import _spec as PEAK_SPEC
 
+from transformer_calc.breakdown import Breakdown
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, family_of, symbols
@@ -39,10 +45,18 @@ from transformer_calc.graph.compile import (
 )
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.llama import Llama
+from transformer_calc.graph.names import by_name, component_rows, saved_names
 from transformer_calc.graph.symbols import NotPolynomial, Poly, SInt, recording
 from transformer_calc.graph.tensor import compute_stride, iterator_strides
 from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import autocast_copy_params
+from transformer_calc.memory import (
+    BLOCK,
+    RECOMPUTED,
+    RECOMPUTED_TP,
+    Settings,
+    autocast_copy_params,
+    memory_report,
+)
 from transformer_calc.params import count_params
 from transformer_calc.presets import load_model
 from transformer_calc.spec import ModelSpec
@@ -350,3 +364,188 @@ def test_guards_are_recorded_and_sizes_stay_polynomials() -> None:
     assert [guard_text(g) for g in guards] == ["B·T + -1 != 0", "-1·B + T >= 0"]
     with pytest.raises(NotPolynomial):
         _ = T // B
+
+
+# -- component names (names.py): the rows activation_breakdown writes, from the graph ---------
+def _tcalc_rows(row: dict) -> tuple:  # type: ignore[type-arg]
+    """memory_report's activation rows (activation_breakdown, with lora_activations under
+    LoRA) for a fixture row's settings."""
+    lora = {}
+    if row.get("lora"):
+        rank, targets, dropout = row["lora"]
+        lora = dict(lora_rank=rank, lora_targets=tuple(targets.split(",")),
+                    lora_dropout=dropout)
+    return memory_report(_spec(row["config"]), Settings(
+        precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
+        attention=row["attention"], device="cpu", use_cache=row.get("use_cache", False),
+        **lora)).activations.rows  # type: ignore[arg-type]
+
+
+def _v_view_keeps_c_attn(row: dict, fam: GPT2 | Llama) -> bool:
+    """GPT-2's SDPA on the CPU with dropout runs the math kernel; in fp32 (no upcast) at
+    B = 1 without the cache's copies, its V is a view of c_attn's output."""
+    return (isinstance(fam, GPT2) and row["attention"] == "sdpa" and row["dtype"] == "fp32"
+            and row["B"] == 1 and not row.get("use_cache") and fam.attn_pdrop > 0)
+
+
+# Where the graph's bytes under a name differ from activation_breakdown's, for the fixture
+# rows: name -> (why, engine − tcalc in bytes for a row). The graph equals the measurement on
+# every row, so these are tcalc's misses (or, for the last two, one tensor under two names).
+NAME_DIFFERENCES: dict[str, tuple[str, Callable[[dict, GPT2 | Llama], int]]] = {
+    "loss.total_weight": (
+        "nll_loss keeps its 0-d total_weight (fp32, 4 bytes); tcalc has no row for it",
+        lambda row, fam: 4),
+    "loss.targets": (
+        "at B = 1, labels[..., 1:].contiguous() is a view of the padded (B, T + 1) labels, "
+        "one int64 more than tcalc's B·T · 8",
+        lambda row, fam: 8 if row["B"] == 1 else 0),
+    "decoder.attn.qkv_output": (
+        "GPT-2, SDPA's math kernel, fp32, B = 1, no cache: V is a view of c_attn's output, "
+        "which stays whole (3·B·T·E · 4 a layer); tcalc keeps a V copy instead",
+        lambda row, fam: fam.L * 3 * row["B"] * row["T"] * fam.E * 4
+        if _v_view_keeps_c_attn(row, fam) else 0),
+    "decoder.attn.v": (
+        "the same rows: no V of its own (a view of c_attn's output), where tcalc counts "
+        "B·T·E · 4 a layer",
+        lambda row, fam: -fam.L * row["B"] * row["T"] * fam.E * 4
+        if _v_view_keeps_c_attn(row, fam) else 0),
+}
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: "{}-{}-{}-B{}-T{}-{}".format(
+    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
+    "-".join(map(str, r.get("lora", ()))) or "full"))
+def test_component_names_match_activation_breakdown(row: dict) -> None:
+    fam = family_of(_spec(row["config"]))
+    rows = component_rows(fam, _run(row))
+    assert sum(r[1] * r[4] for r in rows) == row["measured_bytes"]
+    ours, tcalc = by_name(rows), by_name(_tcalc_rows(row))
+    for name in set(ours) | set(tcalc):
+        why, diff = NAME_DIFFERENCES.get(name, ("", lambda row, fam: 0))
+        assert ours.get(name, 0) - tcalc.get(name, 0) == diff(row, fam), (name, why)
+
+
+def test_component_rows_have_breakdowns_shape_and_tp_notes() -> None:
+    # what tensor parallelism splits: a term in H, Hkv or F, derived, as tcalc sets it by hand
+    row = next(r for r in ROWS if r["config"] == "gpt2-n-inner.json"
+               and r.get("lora") == [16, "all-linear", 0.05] and r["attention"] == "eager")
+    fam, run = family_of(_spec(row["config"])), _run(row)
+    rows = component_rows(fam, run)
+    items = Breakdown("gpt2-n-inner", "bytes", rows).items
+    notes = {i.name: i.note for i in items}
+    tcalc = {r[0]: r[6] for r in _tcalc_rows(row)}
+    assert {n: notes[n] for n in tcalc} == tcalc
+    assert notes["decoder.attn.o.lora_input"] == "tp" and notes["decoder.attn.softmax"] == "tp"
+    assert notes["decoder.attn.qkv.lora_input"] == ""
+    act = next(i for i in items if i.name == "decoder.ffn.activation")
+    assert act.stack == "decoder" and act.repeat == fam.L and act.formula == "B·T·F · 16"
+    assert act.expr == f"1·64·{fam.F} · 16"
+    # LoRA on k_proj, o_proj over bf16: the first layer's Q·Kᵀ keeps Q (for K's gradient)
+    # but not K, and A·V keeps V; the second layer keeps both: K in one layer, V in two
+    lora = next(r for r in ROWS if r.get("lora") == [8, "k_proj,o_proj", 0.0]
+                and r["config"] == "llama-head-dim.json" and r["attention"] == "eager"
+                and r["dtype"] == "bf16")
+    fam, run = family_of(_spec(lora["config"])), _run(lora)
+    repeats = {r[0]: r[4] for r in component_rows(fam, run)}
+    assert (repeats["decoder.attn.q"], repeats["decoder.attn.k"],
+            repeats["decoder.attn.v"]) == (2, 1, 2)
+    names = {n for n, _ in saved_names(fam, run)}
+    assert {"decoder.attn.k.lora_input", "decoder.attn.o.lora_a_output", "rope.cos_sin"} <= names
+
+
+# -- CUDA: the graph on the H100 runs' settings, against tcalc and the measurement -----------
+# tests/data/peak_cuda_h100.json (transformers' default use_cache), peak_no_cache_cuda_h100.json,
+# peak_checkpointing_cuda_h100.json (full recomputation, full training and LoRA) and
+# peak_lora_cuda_h100.json: GPT-2 B=8 T=1024 and Llama-3.2-1B's shape B=2 T=2048 (LoRA
+# rank 16 also on Llama-3.1-8B B=1 T=2048), fp32, AMP bf16 (autocast over fp32 weights) and
+# pure bf16, SDPA and eager, settings as tests/test_peak.py and test_lora_memory.py map them.
+# The H100 ran transformers 5.17.0 and peft 0.21.0 (the graph transcribes 5.23: the same
+# tensors for these two families).
+def _cuda_runs() -> list[tuple[str, dict]]:
+    out = []
+    for name, kind in (("peak_cuda_h100", "cache"), ("peak_no_cache_cuda_h100", "no-cache"),
+                       ("peak_checkpointing_cuda_h100", "checkpointing"),
+                       ("peak_lora_cuda_h100", "lora")):
+        out += [(kind, r) for r in json.loads((DATA / f"{name}.json").read_text())["runs"]]
+    return out
+
+
+CUDA_RUNS = _cuda_runs()
+
+
+def _cuda_settings(kind: str, run: dict) -> tuple[ModelSpec, Settings, Run]:
+    """tcalc's settings for an H100 run and the graph's Run for the same."""
+    rank = run.get("lora_rank") or (16 if kind == "lora" else 0)
+    targets = run.get("lora_targets") or "all-linear"
+    if rank:
+        config, B, T = LORA_MODELS[run["model"]]
+        spec = spec_from_hf(config)
+        mixed = run["recipe"] == "lora_amp_bf16"
+        recipe = dict(precision="bf16", mixed=mixed, lora_rank=rank,
+                      lora_targets=tuple(targets.split(",")))
+    else:
+        spec, B, T = PEAK_SPEC(run["model"]), run["batch"], run["seq_len"]
+        recipe = dict(PEAK_RECIPES[run["recipe"]])
+        mixed = bool(recipe.get("mixed"))
+    recompute = "full" if kind == "checkpointing" else "none"
+    s = Settings(**recipe, attention=run["attention"], device="cuda", batch_size=B,  # type: ignore[arg-type]
+                 seq_len=T, recompute=recompute, use_cache=False if kind == "no-cache" else None)
+    # AMP: fp32 weights under autocast; LoRA's AMP: autocast over the bf16 base
+    dtype = BF16 if recipe["precision"] == "bf16" and (rank or not mixed) else F32
+    graph = Run(B, T, dtype, "cuda", run["attention"], autocast=BF16 if mixed else None,
+                use_cache=s.cache_in_training, recompute=recompute,
+                lora=Lora(rank, frozenset(targets.split(","))) if rank else None)
+    return spec, s, graph
+
+
+def _rebuilt(row: tuple) -> bool:  # type: ignore[type-arg]
+    return row[6] in (RECOMPUTED, RECOMPUTED_TP)
+
+
+# Where the graph's held set differs from tcalc's on these runs (engine − tcalc, bytes):
+# the loss's 0-d total_weight (4), the B = 1 labels' padded storage (8) and, under full
+# recomputation, the position ids Llama's layers are called with (T · 8, kept by each
+# checkpoint's closure; GPT-2's are saved by wpe's lookup already). Nothing else: the
+# tolerance is these bytes, exactly.
+def _held_difference(spec: ModelSpec, s: Settings, T: int) -> int:
+    positions = T * 8 if s.recompute == "full" and spec.position == "rope" else 0
+    return 4 + (8 if s.batch_size == 1 else 0) + positions
+
+
+# The layer full recomputation rebuilds: tcalc's recomputed_layer counts the layer's input
+# again where the first norm keeps that very tensor (LayerNorm, and RMSNorm over an fp32
+# residual stream: fp32 or AMP); the checkpoint holds it already, and the rebuilt forward
+# saves the same storage, so the graph does not (one B·T·E hidden state).
+def _rebuilt_difference(spec: ModelSpec, s: Settings, T: int) -> int:
+    residual = 4 if s.precision == "fp32" or (s.mixed and not s.lora_rank) else 2
+    keeps_input = spec.norm == "layernorm" or residual == 4
+    return -s.batch_size * T * spec.d_model * residual if keeps_input else 0
+
+
+@pytest.mark.parametrize("case", CUDA_RUNS, ids=lambda c: "{}-{}-{}-{}{}".format(
+    c[0], c[1]["model"], c[1]["recipe"], c[1]["attention"],
+    "-" + c[1]["lora_targets"] if c[1].get("lora_targets") else ""))
+def test_cuda_activations_equal_tcalc_and_the_h100(case: tuple[str, dict]) -> None:
+    kind, run = case
+    spec, s, graph = _cuda_settings(kind, run)
+    r = evaluate_fast(family_of(spec), graph)
+    report = memory_report(spec, s)
+    rows = report.activations.rows
+    held = sum(row[1] * row[4] for row in rows if not _rebuilt(row))
+    T = s.seq_len
+    assert r.activation_bytes - held == _held_difference(spec, s, T)
+    if s.recompute == "full":
+        rebuilt = sum(row[1] * row[4] for row in rows
+                      if _rebuilt(row) and not row[0].endswith("rebuild_gradients"))
+        assert r.recomputed_layer_bytes - rebuilt == _rebuilt_difference(spec, s, T)
+        return
+    # the activations the H100's backward peak implies: the measured peak less tcalc's other
+    # terms of that phase (weights, states, autocast copies, cuBLAS workspaces, the loss's
+    # gradients); the graph's storages in the allocator's 512-byte blocks
+    phase = report.phases[1].items
+    implied = run["steps"][1]["backward_peak_mib"] * MIB - (
+        phase.total - phase.get("activations").total)
+    blocks = sum(-row[1] % BLOCK * row[4] for row in component_rows(family_of(spec), graph))
+    # within 20 MiB: the H100 holds up to 19 MiB of small tensors nothing names
+    # (test_peak.py's test_between_steps_...), which the implied activations absorb
+    assert abs(r.activation_bytes + blocks - implied) <= 20 * MIB

@@ -47,6 +47,7 @@ class Storage:
     kind: str  # "activation", "param", "input", "buffer" or "weight_copy"
     name: str = ""
     layer: int | None = None  # the layer whose forward created it (None: outside the layers)
+    op: str = ""  # the op that made it (its first recorded output; "" for inputs, masks)
 
     @property
     def nbytes(self) -> int:

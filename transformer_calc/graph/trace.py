@@ -32,6 +32,7 @@ class Saved:
     scope: str
     role: str
     layer: int | None = None  # the layer of the op that saved it first (None: outside)
+    op_index: int = -1  # that op's index in Trace.ops (-1: kept by recomputation)
 
     @property
     def nbytes(self) -> int:
@@ -131,6 +132,8 @@ class Trace:
         whose condition holds (derivatives.yaml: a tensor is saved for another input's
         gradient only when that input requires one)."""
         kept: list[str] = []
+        if not out.storage.op:
+            out.storage.op = op
         if out.requires_grad:
             for role, t, needed in saves:
                 if t is None or not needed:
@@ -142,7 +145,8 @@ class Trace:
                     continue  # the model's own memory, not an activation
                 key = id(t.storage)
                 if key not in self.saved:
-                    self.saved[key] = Saved(t.storage, self.scope, f"{op}.{role}", self.layer)
+                    self.saved[key] = Saved(t.storage, self.scope, f"{op}.{role}", self.layer,
+                                            len(self.ops))
                     self.savers[key] = set()
                     self._check_reach(t)
                 self.savers[key].add(self.layer)

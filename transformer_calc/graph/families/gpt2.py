@@ -79,12 +79,13 @@ def new_gelu(x: Tensor) -> Tensor:
 
 
 def _attention(m: Builder, cfg: GPT2, x: Tensor, mask: Tensor | None) -> Tensor:
-    """GPT2Attention.forward: the fused c_attn output split into views of (B, H, T, dh)."""
+    """GPT2Attention.forward: the fused c_attn output split into views of (B, H, T, dh).
+    Its width is written 3·H·dh (= 3·E), the heads tensor parallelism splits."""
     B, T, E, H, dh = m["B"], m["T"], m["E"], m["H"], m["dh"]
     with m.module("attn"):
-        qkv = m.conv1d("c_attn", x, 3 * E)
+        qkv = m.conv1d("c_attn", x, 3 * (H * dh))
         q, k, v = (ops.transpose(ops.view(t, (B, T, H, dh)), 1, 2)
-                   for t in ops.split(qkv, E, 2))
+                   for t in ops.split(qkv, H * dh, 2))
         if m.use_cache:
             # DynamicLayer.update: self.keys = torch.cat([self.keys, key_states], dim=-2)
             # over the lazily initialised empty tensor: a contiguous copy of K and of V
@@ -96,7 +97,7 @@ def _attention(m: Builder, cfg: GPT2, x: Tensor, mask: Tensor | None) -> Tensor:
             out = scaled_dot_product_attention(q, k, v, is_causal=True,
                                                dropout_p=cfg.attn_pdrop, scale=dh.value ** -0.5)
             out = ops.contiguous(ops.transpose(out, 1, 2))
-        out = ops.contiguous(ops.reshape(out, (B, T, E)))
+        out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))  # reshape(*input_shape, -1)
         return m.dropout(m.conv1d("c_proj", out, E), cfg.resid_pdrop)
 
 

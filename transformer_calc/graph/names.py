@@ -1,0 +1,259 @@
+"""Component names for the graph's saved storages: the rows
+`transformer_calc.memory.activation_breakdown` (and `lora_activations`) write for the same
+configuration, so explain, the JSON components and name-based tests can read the graph.
+
+A saved storage is named from where autograd saved it (the module scope of its first saver
+and the op's role), where it was made (its storage's scope: RoPE's table, the fused c_attn
+output) and its size (a T² term: the attention probabilities; r: LoRA's A output):
+
+    decoder.attn.norm.input_fp32      pow.self in model.layers.i.self_attn.input_layernorm
+    decoder.attn.qkv                  sdpa_*.query/key/value
+    decoder.ffn.activation            silu.self, mul.self/other in model.layers.i.mlp
+    decoder.attn.q.lora_input         mm.self (no r) in an adapted q_proj
+    rope.cos_sin, loss.log_softmax, embed.token_ids, ...
+
+`component_rows` groups them in Breakdown's row shape (name, count, formula, expr, repeat,
+stack, note, active, shape): a per-layer row has stack "decoder" and repeats over the layers
+that keep the same bytes under that name (LoRA's first adapted layer keeps less: a row of
+its own); note "tp" where the bytes have a term in H, Hkv or F (what tensor parallelism
+splits). A storage no rule names raises ValueError: a new graph needs its names first."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from transformer_calc.breakdown import Row, substitute
+from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
+from transformer_calc.graph.families.gpt2 import GPT2
+from transformer_calc.graph.held import quadratic_in_t
+from transformer_calc.graph.modules import Run
+from transformer_calc.graph.symbols import Poly, product
+from transformer_calc.graph.trace import OpRecord, Saved
+
+_LAYER = re.compile(r"^(?:transformer\.h|model\.layers)\.(\d+)(?:\.(.*))?$")
+# the norms, by their module's last name: GPT-2's LayerNorms, Llama's RMSNorms
+_NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm",
+          "post_attention_layernorm": "ffn.norm", "ln_f": "final_norm", "norm": "final_norm"}
+# a linear's input, as the base layer keeps it (and a LoRA adapter reading it as it is)
+_INPUTS = {"c_attn": "attn.input", "q_proj": "attn.input", "k_proj": "attn.input",
+           "v_proj": "attn.input", "attn.c_proj": "attn.o_input", "o_proj": "attn.o_input",
+           "c_fc": "ffn.input", "gate_proj": "ffn.input", "up_proj": "ffn.input",
+           "mlp.c_proj": "ffn.out_input", "down_proj": "ffn.out_input"}
+# the adapted layer's name (transformer_calc.lora.adapted_layers)
+_ADAPTED = {"c_attn": "attn.qkv", "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
+            "attn.c_proj": "attn.o", "o_proj": "attn.o", "c_fc": "ffn.in",
+            "gate_proj": "ffn.gate", "up_proj": "ffn.in", "mlp.c_proj": "ffn.out",
+            "down_proj": "ffn.out"}
+_TP = frozenset(("H", "Hkv", "F"))
+_ROPE = "model.rotary_emb"
+_MASK = "decoder.causal_mask"  # the eager (B, 1, T, T) mask, once for the model
+
+
+def _module(rest: str) -> str:
+    """A layer-relative scope as the tables above key it: 'self_attn.q_proj' -> 'q_proj',
+    'attn.c_proj' and 'mlp.c_proj' kept whole (two modules share the last name)."""
+    parts = rest.split(".")
+    return ".".join(parts[-2:]) if parts[-1] == "c_proj" else parts[-1]
+
+
+_ORDER = ("B", "T", "G", "Hkv", "H", "dh", "E", "F", "V", "P", "r", "T32", "L")
+
+
+def formula(p: Poly) -> str:
+    """Bytes as tcalc's formulas write them: sizes first, in B, T, heads, widths order,
+    the bytes per element last ("B·T·E · 4")."""
+    if not p.terms:
+        return "0"
+    parts = []
+    for m, c in sorted(p.terms, key=lambda t: (-len(t[0]), t[0])):
+        sizes = []
+        for s in sorted(dict.fromkeys(m), key=lambda s: (_ORDER.index(s) if s in _ORDER
+                                                          else len(_ORDER), s)):
+            k = m.count(s)
+            sizes.append(s if k == 1 else f"{s}^{k}")
+        body = "·".join(sizes)
+        parts.append(str(c) if not body else body if c == 1 else f"{body} · {c}")
+    return " + ".join(parts)
+
+
+def _has(p: Poly, symbols: Iterable[str]) -> bool:
+    wanted = set(symbols)
+    return any(wanted.intersection(m) for m, _ in p.terms)
+
+
+class _Namer:
+    """Names one trace's saved storages, reading the ops that saved them."""
+
+    def __init__(self, family: Family, run: Run, ops: tuple[OpRecord, ...]) -> None:
+        self.run = run
+        self.ops = ops
+        self.fused = isinstance(family, GPT2)
+        self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2)
+                             else family.attention_dropout) != 0
+
+    def _scores(self, s: Saved) -> bool:
+        """Whether the op that saved s made the scores (Q·Kᵀ: a T² output) rather than
+        the probabilities' product with V."""
+        out = product(self.ops[s.op_index].shape).poly
+        return any(m.count("T") >= 2 for m, _ in out.terms)
+
+    def name(self, s: Saved) -> str:
+        scope, role, st = s.scope, s.role, s.storage
+        if role == "checkpoint.input":
+            return self._checkpoint_input(s)
+        layer = _LAYER.match(scope)
+        if layer is None:
+            return self._outside(scope, role, s)
+        rest = layer.group(2) or ""
+        module = _module(rest)
+        if st.name == _ROPE:
+            return "rope.cos_sin"
+        lora = self.run.lora
+        if module in _ADAPTED and lora is not None and lora.adapts(module.split(".")[-1]):
+            return "decoder." + self._adapter(module, role, s)
+        if module in _NORMS:
+            return "decoder." + self._norm(_NORMS[module], role)
+        if module in _INPUTS and role in ("mm.self", "addmm.self"):
+            return "decoder." + _INPUTS[module]
+        if module in ("attn", "self_attn"):
+            return "decoder.attn." + self._attention(role, s)
+        if module == "mlp":
+            if role in ("mul.other", "native_dropout.result1") and not _has(
+                    st.numel.poly, ("F",)):
+                return "decoder.ffn.residual_dropout_mask"
+            if role in ("pow.self", "tanh.result", "silu.self", "gelu.self", "mul.self",
+                        "mul.other"):
+                return "decoder.ffn.activation"
+        raise ValueError(f"no component name for {role} saved in {scope} "
+                         f"(made in {st.name or 'the model'})")
+
+    def _outside(self, scope: str, role: str, s: Saved) -> str:
+        last = scope.rsplit(".", 1)[-1]
+        if role == "embedding.indices":
+            return "embed.position_ids" if last == "wpe" else "embed.token_ids"
+        if scope == "transformer" and role in ("mul.other", "native_dropout.result1"):
+            return "embed.dropout_mask"
+        if last in _NORMS and scope != "model.layers":
+            return "decoder." + self._norm("final_norm", role)
+        if scope == "lm_head" and role == "mm.self":
+            return "head.input"
+        if role == "log_softmax.result":
+            return "loss.log_softmax"
+        if role == "nll_loss.target":
+            return "loss.targets"
+        if role == "nll_loss.total_weight":
+            return "loss.total_weight"
+        raise ValueError(f"no component name for {role} saved in {scope or 'the model'}")
+
+    @staticmethod
+    def _norm(prefix: str, role: str) -> str:
+        part = {"native_layer_norm.input": "input", "native_layer_norm.result1": "stats",
+                "native_layer_norm.result2": "stats", "pow.self": "input_fp32",
+                "rsqrt.result": "rstd", "mul.self": "input_fp32",
+                "mul.other": "normalized"}.get(role)
+        if part is None:
+            raise ValueError(f"no component name for {role} in a norm")
+        return f"{prefix}.{part}"
+
+    def _adapter(self, module: str, role: str, s: Saved) -> str:
+        """peft's lora.Linear around a frozen base: the adapter's input (its fp32 cast or
+        dropout's output), the dropout's mask, lora_A's output (B·T·r); an input read as
+        it is (no cast, no dropout) keeps the base input's name."""
+        ad = _ADAPTED[module]
+        if role in ("mul.other", "native_dropout.result1"):
+            return f"{ad}.lora_dropout_mask"
+        if role in ("mm.self", "addmm.self"):
+            if _has(s.storage.numel.poly, ("r",)):
+                return f"{ad}.lora_a_output"
+            if s.storage.name == s.scope:
+                return f"{ad}.lora_input"
+            if s.storage.op.startswith("sdpa_"):
+                return "attn.out"  # o_proj reads the kernel's output itself
+            return _INPUTS[module]
+        raise ValueError(f"no component name for {role} in the adapted {module}")
+
+    def _attention(self, role: str, s: Saved) -> str:
+        """The attention core, eager or SDPA (its fused kernels or its math ops)."""
+        st = s.storage
+        T2 = quadratic_in_t(st)
+        op, _, part = role.partition(".")
+        if op.startswith("sdpa_"):
+            if part in ("query", "key", "value"):
+                # GPT-2's K and V as the generation cache's torch.cat copied them
+                cached = self.fused and part != "query" and st.name == s.scope
+                return "kv_cache_copies" if cached else "qkv"
+            return {"output": "out", "logsumexp": "logsumexp", "attn_mask": "mask"}[part]
+        if st.name.endswith(".c_attn"):
+            return "qkv_output"  # a view of the fused projection's output keeps it whole
+        if role in ("softmax.result", "_safe_softmax.result"):
+            return "softmax"
+        if role in ("mul.other", "native_dropout.result1"):
+            return "dropout_mask" if T2 else "residual_dropout_mask"
+        if role == "bmm.self":
+            if self._scores(s):
+                return "q"
+            return "dropout_output" if self.attn_dropout else "softmax_cast"
+        if role == "bmm.mat2":
+            return "k" if self._scores(s) else "v"
+        raise ValueError(f"no component name for {role} in attention")
+
+    def _checkpoint_input(self, s: Saved) -> str:
+        """What full recomputation keeps: each layer's hidden-state input, and the
+        model-level tensors the layers are called with (positions, RoPE's cos and sin, the
+        eager mask), once."""
+        st = s.storage
+        if st.name == _ROPE:
+            return "rope.cos_sin"
+        if st.name == "causal_mask":
+            return _MASK
+        if st.dtype.name == "int64":
+            return "embed.position_ids"
+        return "decoder.checkpoint_input"
+
+
+def saved_names(family: Family, run: Run, result: Result | None = None
+                ) -> list[tuple[str, Saved]]:
+    """Each activation the forward leaves saved (weight copies left out), with its
+    component name, in the order autograd saved them."""
+    r = result if result is not None else evaluate(family, run)
+    namer = _Namer(family, run, r.ops)
+    return [(namer.name(s), s) for s in r.saved if s.storage.kind != "weight_copy"]
+
+
+def component_rows(family: Family, run: Run, result: Result | None = None
+                   ) -> tuple[Row, ...]:
+    """The saved activations as activation_breakdown's rows (Breakdown.rows' tuple shape):
+    storages of one name summed per layer, layers with equal bytes under a name merged into
+    one row repeated over them. formula: the bytes as a polynomial in the graph's symbols
+    (B, T, E, H, Hkv, dh, F, V, r; one layer's), expr: the same with the numbers in."""
+    named = saved_names(family, run, result)
+    values = {k: d.value for k, d in symbols(family, run).items()}
+    per: dict[tuple[str, bool], dict[int | None, Poly]] = {}
+    for name, s in named:
+        # per layer: what a layer's ops saved (its first saver's layer), but the tensors
+        # made once for the model that a layer is first to save or keep
+        in_layer = s.layer is not None and name.startswith("decoder.") \
+            and name != _MASK
+        layer = s.layer if in_layer else None
+        group = per.setdefault((name, in_layer), {})
+        group[layer] = group.get(layer, Poly(())) + s.storage.formula
+    rows: list[Row] = []
+    for (name, in_layer), layers in per.items():
+        merged: dict[Poly, int] = {}  # one layer's bytes -> how many layers
+        for poly in layers.values():
+            merged[poly] = merged.get(poly, 0) + 1
+        for poly, repeat in merged.items():
+            text = formula(poly)
+            rows.append((name, poly.evaluate(values), text, substitute(text, values),
+                         repeat, "decoder" if in_layer else "", "tp" if _has(poly, _TP)
+                         else "", None, ()))
+    return tuple(rows)
+
+
+def by_name(rows: Iterable[Row]) -> dict[str, int]:
+    """Bytes per component name (count × repeat summed over a name's rows)."""
+    out: dict[str, int] = {}
+    for r in rows:
+        out[r[0]] = out.get(r[0], 0) + r[1] * r[4]
+    return out
