@@ -34,7 +34,10 @@ def compare_models(specs: Sequence[ModelSpec], settings: Any, gpu: str | None,
     rows += [Metric(f"memory: {n}", "bytes", [sum(i.total for i in m.per_gpu.items
                                                   if i.name == n) for m in mems])
              for n in names]
-    rows.append(Metric("memory: total per GPU", "bytes", [m.per_gpu.total for m in mems]))
+    rows.append(Metric("memory: sum of the components per GPU", "bytes",
+                       [m.per_gpu.total for m in mems]))
+    # the number to compare with a GPU: the peak of a training step (or the serving total)
+    rows.append(Metric("memory: peak per GPU", "bytes", [m.peak for m in mems]))
     fits = [m.fit for m in mems if m.fit is not None]
     if fits:  # --gpu: does each fit, and its largest batch
         rows.append(Metric(f"fits on {fits[0].gpu}", "fits", [float(f.fits) for f in fits]))

@@ -7,6 +7,7 @@ Each step names the core quantity it shows (``ref``) so tests can recompute it i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from transformer_calc.breakdown import Breakdown, Item
@@ -15,10 +16,12 @@ from transformer_calc.errors import SpecError
 from transformer_calc.params import (
     RULE_OF_THUMB,
     by_category,
+    category,
     count_params,
     rule_of_thumb,
     token_table,
 )
+from transformer_calc.render.units import human_bytes
 from transformer_calc.spec import ModelSpec
 
 
@@ -38,7 +41,8 @@ class Step:
         if self.expr and self.expr != self.formula and not repeats_value:
             parts.append(self.expr)
         if self.value is not None:
-            parts.append(fmt(self.value) + (f" {self.unit}" if self.unit else ""))
+            parts.append(fmt(self.value) + (f" {self.unit}" if self.unit else "")
+                         + human(self.value, self.unit))
         line = f"{self.label}: " + " = ".join(parts) if parts else self.label
         return line + (f"  ({self.text})" if self.text and parts else
                        (f": {self.text}" if self.text else ""))
@@ -56,6 +60,21 @@ def fmt(value: float) -> str:
     return f"{value:,.2f}"
 
 
+def human(value: float, unit: str) -> str:
+    """A byte count's size in binary units after it, from 1 KiB on: ' (1.00 GiB)'."""
+    return f" ({human_bytes(value)})" if unit == "bytes" and abs(value) >= 1024 else ""
+
+
+def signed_sum(values: list[int]) -> str:
+    """'a + b − c': the terms of a sum as shown arithmetic, the positive ones first and each
+    negative one subtracted (no leading minus sign: '0 − a − b' where all are negative)."""
+    terms = [v for v in values if v >= 0] + [v for v in values if v < 0]
+    out = f"{terms[0]:,}" if terms[0] >= 0 else "0"
+    for v in terms[1:] if terms[0] >= 0 else terms:
+        out += f" − {-v:,}" if v < 0 else f" + {v:,}"
+    return out
+
+
 def explain(spec: ModelSpec, topic: str = "params", *, batch_size: int = 1,
             seq_len: int | None = None) -> list[Section]:
     from transformer_calc.errors import TcalcError
@@ -66,7 +85,8 @@ def explain(spec: ModelSpec, topic: str = "params", *, batch_size: int = 1,
     b = count_params(spec)
     if topic == "params":
         return (_layers(spec, b) + _embeddings(spec, b) + [_total(b)] + _heads_invariance(spec, b)
-                + [_attention_vs_ffn(spec, b), _rule(spec, b), _tying(spec, b)])
+                + [_attention_vs_ffn(spec, b), _rule(spec, b), _rule_gap(spec, b),
+                   _tying(spec, b)])
     if topic == "attention":
         return (_layers(spec, b, only=("attn", "cross")) + _heads_invariance(spec, b)
                 + _kv_heads(spec, b) + [_attention_vs_ffn(spec, b)] + _efficient(spec, T))
@@ -181,14 +201,83 @@ def _heads_invariance(spec: ModelSpec, b: Breakdown) -> list[Section]:
 
 
 def _kv_heads(spec: ModelSpec, b: Breakdown) -> list[Section]:
+    if spec.mla:
+        return [Section("multi-head latent attention (MLA): what the KV cache keeps",
+                        tuple(_kv_cache(spec)))]
     if spec.kv_heads == spec.n_heads:
         return []
     mha = count_params(spec.replace(n_kv_heads=None)).total
-    return [Section("multi-query / grouped-query attention", (
+    kind = "multi-query" if spec.kv_heads == 1 else "grouped-query"
+    return [Section(f"{kind} attention: {spec.kv_heads} K/V head{'s' * (spec.kv_heads > 1)} for "
+                    f"{spec.n_heads} query heads", (
         Step("K/V heads", "n_kv_heads", "", spec.kv_heads, ref="spec:kv_heads"),
         Step("parameters saved against full multi-head attention", "MHA total − this total",
              f"{mha:,} − {b.total:,}", mha - b.total, "params", ref="params-mha-saving"),
+        *_kv_cache(spec),
     ))]
+
+
+def _kv_cache(spec: ModelSpec) -> list[Step]:
+    """The KV cache per token of context and per layer, in bf16, against multi-head
+    attention's: what GQA/MQA (fewer K/V heads) and MLA (a cached latent) are for. From
+    plan.Attention.kv_per_token, for each distinct cache layout of the layers that keep one
+    (a decoder's, or a one-stack model's; not Gemma 4's layers that reuse an earlier cache)."""
+    from transformer_calc.hardware import DTYPE_BYTES
+    from transformer_calc.plan import Attention, plan_of
+
+    nb = int(DTYPE_BYTES["bf16"])
+    enc_dec = spec.arch == "encoder-decoder"
+    # each cache layout once, with the first group that has it
+    layouts: dict[tuple[int, ...], tuple[str, Attention]] = {}
+    for g in plan_of(spec).groups:
+        at = g.block.attn
+        if at is None or at.kv_shared or at.o_groups or (enc_dec and
+                                                         g.name.startswith("encoder")):
+            continue
+        layouts.setdefault((at.heads, at.kv_heads, at.d_head, at.d_v, at.kv_lora_rank,
+                            at.d_rope, at.index_dim), (g.name, at))
+    steps: list[Step] = []
+    for group, a in layouts.values():
+        where = f" ({group} layers)" if len(layouts) > 1 else ""
+        # multi-head: K and V of every head, at the widths this layer's heads have
+        this, mha = a.kv_per_token() * nb, a.heads * (a.d_head + a.d_v) * nb
+        if a.mla:
+            idx = " + index_head_dim" if a.index_dim else ""
+            steps.append(Step(
+                f"KV cache per token per layer{where}",
+                f"(kv_lora_rank + qk_rope_head_dim{idx}) · bytes",
+                f"({a.kv_lora_rank} + {a.d_rope}{f' + {a.index_dim}' if a.index_dim else ''}) "
+                f"· {nb}", this, "bytes", ref=f"kv-token:mla:{group}",
+                text="bf16; MLA caches its compressed latent and the one RoPE key the heads "
+                     "share instead of K and V, as vLLM and SGLang keep it: DeepSeek-V2 paper, "
+                     "Sec. 2.1.2" + ("; and the indexer's key" if a.index_dim else "")))
+            steps.append(Step(
+                f"multi-head attention's, per token per layer{where}",
+                "n_heads · (qk_nope_head_dim + qk_rope_head_dim + v_head_dim) · bytes",
+                f"{a.heads} · ({a.d_head - a.d_rope} + {a.d_rope} + {a.d_v}) · {nb}", mha,
+                "bytes", ref=f"kv-token:mha:{group}",
+                text="K and V of every head: what the latent expands to, and what transformers' "
+                     "eager cache keeps"))
+            why = "the latent against every head's K and V"
+        else:
+            same = a.d_v == a.d_head
+            kv_formula = ("2 · {} · d_head · bytes" if same else "{} · (d_head + d_v) · bytes")
+            width = f"{a.d_head}" if same else f"({a.d_head} + {a.d_v})"
+            steps.append(Step(
+                f"KV cache per token per layer{where}", kv_formula.format("n_kv_heads"),
+                f"{'2 · ' if same else ''}{a.kv_heads} · {width} · {nb}", this, "bytes",
+                ref=f"kv-token:gqa:{group}", text="bf16: K and V of each K/V head"))
+            steps.append(Step(
+                f"multi-head attention's, per token per layer{where}",
+                kv_formula.format("n_heads"), f"{'2 · ' if same else ''}{a.heads} · {width} · {nb}",
+                mha, "bytes", ref=f"kv-token:mha:{group}", text="K and V of every head"))
+            why = "n_heads / n_kv_heads"
+        steps.append(Step(f"KV cache ratio{where}", "multi-head / this",
+                          f"{mha:,} bytes / {this:,} bytes", mha / this,
+                          ref=f"kv-ratio:{group}",
+                          text=f"{why}: the cache per token, and what decoding reads of it for "
+                               "each new token, are this many times smaller"))
+    return steps
 
 
 def _attention_vs_ffn(spec: ModelSpec, b: Breakdown) -> Section:
@@ -216,9 +305,104 @@ def _rule(spec: ModelSpec, b: Breakdown) -> Section:
         Step("exact", "", "", b.total, "params", ref="params:total"),
         Step("rule's error", "(rule − exact) / exact", f"({rot:,} − {b.total:,}) / {b.total:,}",
              100 * (rot - b.total) / b.total, "%", ref="rule-error",
-             text="it leaves out biases, norms, position tables and heads, and assumes "
-                  "d_ff = 4·d_model with plain attention"),
+             text="the next section splits exact − rule into its parts"),
     ))
+
+
+# The parts of exact − rule, each a sum over the parameter breakdown's rows: (key, label,
+# formula). Every row falls in exactly one part, so the parts add up to the gap.
+GAP_PARTS = (
+    ("cross", "cross-attention", "Σ cross-attention Q, K, V, O weights"),
+    ("attention", "self-attention weights against 4·E² per layer",
+     "Σ self-attention weights − 4·L·E²"),
+    ("ffn", "FFN weights against 8·E² per layer", "Σ FFN weights − 8·L·E²"),
+    ("biases", "biases", "Σ attention and FFN biases"),
+    ("norms", "norms", "Σ norms"),
+    ("embeddings", "embeddings beyond V·E", "Σ embeddings − V·E"),
+    ("heads", "heads", "Σ output heads"),
+    ("mixers", "recurrent mixers", "Σ mixer weights (the rule counts their layers as 12·E²)"),
+)
+
+
+def gap_part(name: str) -> str:
+    """Which part of exact − rule a parameter row belongs to (GAP_PARTS' keys)."""
+    c = category(name)
+    if c in ("norms", "embeddings", "heads", "mixers"):
+        return c
+    if name.endswith(".bias"):
+        return "biases"
+    return "cross" if ".cross." in f".{name}" else c  # attention or ffn
+
+
+def _rule_gap(spec: ModelSpec, b: Breakdown) -> Section:
+    """Issue: an encoder-decoder's gap was put down to biases and norms; it is mostly the
+    decoder's cross-attention (4·E² per decoder layer, which 12·E² per layer leaves out)."""
+    V, E, L = spec.vocab_size, spec.d_model, spec.total_layers
+    rot = rule_of_thumb(spec)
+    gap = b.total - rot
+    sums = dict.fromkeys((k for k, _, _ in GAP_PARTS), 0)
+    cross: dict[str, tuple[int, int]] = {}  # stack -> (one layer's cross weights, layers)
+    extra_tables: list[str] = []  # embedding rows besides the token table
+    extra_attn: list[str] = []  # self-attention rows besides Q, K, V, O (relative biases...)
+    for r in b.rows:
+        part, total = gap_part(r[0]), r[1] * r[4]
+        sums[part] += total
+        if part == "cross":
+            one, _ = cross.get(r[5], (0, 0))
+            cross[r[5]] = (one + r[1], r[4])
+        if part == "embeddings" and total and r[0] != "embed.tokens":
+            extra_tables.append(r[0])
+        if part == "attention" and total and not r[0].endswith(
+                tuple(f".{w}.weight" for w in ("q", "k", "v", "o", "qkv"))):
+            extra_attn.append(r[0])
+    sums["attention"] -= 4 * L * E * E
+    sums["ffn"] -= 8 * L * E * E
+    sums["embeddings"] -= V * E
+    parts = sorted(((k, label, formula) for k, label, formula in GAP_PARTS if sums[k]),
+                   key=lambda p: -abs(sums[p[0]]))
+    shares = gap > 0 and all(sums[k] > 0 for k, _, _ in parts)
+    steps = [Step("gap", "exact − rule", f"{b.total:,} − {rot:,}", gap, "params",
+                  ref="rule-gap:total")]
+    for k, label, formula in parts:
+        v, expr, notes = sums[k], "", []
+        if k == "cross" and len(cross) == 1:
+            (stack, (one, n)), = cross.items()
+            expr = f"{n} × {one:,}"
+            if one == 4 * E * E:
+                notes.append(f"4·E² per {stack.split('.')[0]} layer, which the rule's 12·E² "
+                             "per layer leaves out")
+        elif k == "attention":
+            expr = f"{v + 4 * L * E * E:,} − 4 · {L} · {E}²"
+            if spec.mla:
+                notes.append("multi-head latent attention: low-rank Q and K/V projections")
+            elif spec.kv_heads != spec.n_heads:
+                notes.append(f"{spec.kv_heads} K/V head{'s' * (spec.kv_heads > 1)} for "
+                             f"{spec.n_heads} query heads")
+            elif spec.head_dim * spec.n_heads != E:
+                notes.append(f"n_heads · d_head = {spec.n_heads * spec.head_dim}, not d_model")
+            if extra_attn and len(extra_attn) <= 4:
+                notes.append("with " + ", ".join(extra_attn))
+        elif k == "ffn":
+            expr = f"{v + 8 * L * E * E:,} − 8 · {L} · {E}²"
+            if spec.n_experts:
+                notes.append(f"{spec.n_experts} experts")
+            if spec.ffn == "gated":
+                notes.append("gated: 3 matrices")
+            if spec.d_ff != 4 * E and not spec.n_experts:
+                notes.append(f"d_ff = {spec.d_ff}, not 4·E = {4 * E}")
+        elif k == "embeddings":
+            expr = f"{v + V * E:,} − {V} · {E}"
+            if extra_tables:
+                notes.append(", ".join(extra_tables))
+        if shares:
+            notes.insert(0, f"{100 * v / gap:.2f} % of the gap")
+        steps.append(Step(label, formula, expr, v, "params", ref=f"rule-gap:{k}",
+                          text="; ".join(notes)))
+    if len(parts) > 1:
+        steps.append(Step("sum of the parts", "Σ the parts above",
+                          signed_sum([sums[k] for k, _, _ in parts]), gap, "params",
+                          ref="rule-gap:total"))
+    return Section("what the 12·L·E² rule misses: exact − rule, part by part", tuple(steps))
 
 
 def _tying(spec: ModelSpec, b: Breakdown) -> Section:
@@ -289,6 +473,25 @@ def _efficient(spec: ModelSpec, T: int) -> list[Section]:
                     "low-rank, kernel", tuple(steps))]
 
 
+# A factor of T·keys or T·T elements in an activation row's formula ("B·n_heads·T·keys",
+# "B·n_heads·T·(keys + 1)", "T·T · 8"); not T·keys_l (block-sparse) nor T·T_chunks.
+_SQUARE = re.compile(r"\bT·\(?(?:keys|T)\b")
+
+
+def square_tensor(formula: str) -> bool:
+    """Whether an activation row's formula is of T·keys or T·T elements (T² under dense
+    attention)."""
+    return bool(_SQUARE.search(formula))
+
+
+def per_layer_bytes(i: Item) -> str:
+    """A saved tensor's bytes as one layer's times the layers: '50,331,648 bytes × 12 layers'
+    ('× 2' alone for a row repeated per stack)."""
+    if i.repeat == 1:
+        return ""
+    return f"{i.count:,} bytes × {i.repeat}" + (" layers" if i.stack else "")
+
+
 def _memory(spec: ModelSpec, batch: int, T: int) -> list[Section]:
     from transformer_calc.memory import Settings, memory_report, state_bytes_per_param
 
@@ -306,17 +509,26 @@ def _memory(spec: ModelSpec, batch: int, T: int) -> list[Section]:
     acts = r.activations
     total = acts.total
     top = sorted(acts.items, key=lambda i: -i.total)[:4]
-    steps = [Step(i.name, i.formula, f"{i.count:,} × {i.repeat}" if i.repeat > 1 else "",
-                  i.total, "bytes", ref=f"activation:{i.name}") for i in top]
-    square = sum(i.total for i in acts.items if i.name.endswith(
-        (".softmax", ".dropout_mask", ".dropout_output")))
+    steps = [Step(i.name, i.formula, per_layer_bytes(i), i.total, "bytes",
+                  ref=f"activation:{i.name}") for i in top]
+    # every tensor of T·keys or T·T elements (keys = T under dense attention): the fp32
+    # probabilities, their 16-bit copy, dropout masks, soft-capping, T5's bucket indices...
+    squares = [i for i in acts.items if square_tensor(i.formula)]
+    square = sum(i.total for i in squares)
     loss = sum(i.total for i in acts.items if i.name.startswith("loss."))
+    steps.append(Step("all saved tensors", "Σ", "", total, "bytes", ref="memory:activations"))
+    steps.append(Step("T² tensors", "Σ rows of T·keys or T·T elements",
+                      f"({' + '.join(f'{i.total:,}' for i in squares)}) bytes" if len(squares) > 1
+                      else "", square, "bytes", ref="activation-square",
+                      text=("the rows " + ", ".join(i.name for i in squares)) if squares else
+                      "none: this model's attention keeps no T² tensor"))
     steps += [
-        Step("all saved tensors", "Σ", "", total, "bytes", ref="memory:activations"),
-        Step("share of the T² attention tensors", "T² terms / all", f"{square:,} / {total:,}",
-             100 * square / total if total else 0.0, "%", ref="activation-share:square"),
-        Step("share of the loss's log-softmax", "B·T·V·4 / all", f"{loss:,} / {total:,}",
-             100 * loss / total if total else 0.0, "%", ref="activation-share:loss"),
+        Step("share of the T² attention tensors", "T² tensors / all",
+             f"{square:,} bytes / {total:,} bytes", 100 * square / total if total else 0.0, "%",
+             ref="activation-share:square"),
+        Step("share of the loss's log-softmax", "B·T·V·4 / all",
+             f"{loss:,} bytes / {total:,} bytes", 100 * loss / total if total else 0.0, "%",
+             ref="activation-share:loss"),
         Step("Korthikanti et al. 2022, per layer", "s·b·h·(34 + 5·a·s/h)",
              f"{T}·{batch}·{spec.d_model}·(34 + 5·{spec.n_heads}·{T}/{spec.d_model})",
              r.korthikanti_per_layer, "bytes", ref="korthikanti"),
