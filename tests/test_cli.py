@@ -222,3 +222,20 @@ def test_memory_tables_are_whole_at_80_and_readable_at_60(columns: int) -> None:
     assert not re.search(r"\d \S*$|\d\.\d+ G(?!iB)|\d\.\d+ M(?!iB)", "\n".join(
         line for line in lines if line.startswith("│")))
     assert "29.92 GiB" in out and f"left out at {columns} columns: bytes" in out
+
+
+def test_the_tensor_parallel_plan_can_be_named(cli) -> None:
+    # --tp-plan: transformers' / torchtitan's layers-only plan keeps the embeddings whole on
+    # every rank; Megatron-LM's vocabulary-parallel plan splits them too
+    def weights(*args: str) -> int:
+        data = cli.json("memory", "llama-3-8b", "--tp", "4", "--gpus", "4", "--seq-len", "1024",
+                        *args)
+        return next(c["per_gpu_bytes"] for c in data["components"] if c["name"] == "weights")
+
+    layers, vocab = weights("--tp-plan", "layers"), weights("--tp-plan", "vocab")
+    assert layers == weights()  # the default recipe (torch) runs the layers-only plan
+    # both tables and the final norm outside the layers, in 16-bit: whole, not a quarter
+    assert layers - vocab == 2 * (2 * 128_256 * 4096 + 4096) * 3 // 4
+    notes = cli.json("memory", "llama-3-8b", "--tp", "4", "--gpus", "4", "--recipe", "megatron",
+                     "--mixed", "--seq-len", "1024")["notes"]
+    assert any("Megatron-LM's plan" in n for n in notes)  # --recipe megatron: vocabulary

@@ -356,19 +356,32 @@ def flops(
     show(flops_doc(report), format.value)
 
 
+# --help's panels for the run's options: what most runs set first, the rest by topic
+_PANELS = {"Training / serving": "precision mixed recipe optimizer lora qlora recompute "
+                                 "attention inference dtype gpu gpus zero tp",
+           "Fine-tuning and quantisation": "lora_targets lora_dropout quant double_quant "
+                                           "bnb_legacy freeze adamw8bit",
+           "Parallelism": "tp_plan pp ep cp sequence_parallel offload micro_batches "
+                          "activations",
+           "Serving": "kv_dtype group_size kv_block gpu_util prefill_chunk",
+           "Implementation details": "optimizer_impl grad_accum use_cache sdpa_kernel experts "
+                                     "device dropout"}
+_PANEL_OF = {name: panel for panel, names in _PANELS.items() for name in names.split()}
+
+
 def _training_params() -> list[inspect.Parameter]:
     """The options memory, sweep and compare share: how the model is trained or served."""
-    panel = "Training / serving"
 
     def opt(name: str, annotation: Any, default: Any, *decls: str, help: str) -> inspect.Parameter:
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
                                  default=typer.Option(default, *decls, help=help,
-                                                      rich_help_panel=panel))
+                                                      rich_help_panel=_PANEL_OF[name]))
 
     Precision = _choice_enum("precision", PRECISIONS)
     Optimizer = _choice_enum("optimizer", OPTIMIZERS)
     OptimizerImpl = _choice_enum("optimizer_impl", OPTIMIZER_IMPLS)
     Attention = _choice_enum("attention", ("auto", *ATTENTIONS))
+    TpPlan = _choice_enum("tp_plan", ("auto", "layers", "vocab"))
     Device = _choice_enum("device", DEVICES)
     Offload = _choice_enum("offload", ("none", "optimizer", "all"))
     Activations = _choice_enum("activations", ("hf", "megatron"))
@@ -463,6 +476,10 @@ def _training_params() -> list[inspect.Parameter]:
             help="DeepSpeed: optimizer (ZeRO-Offload: fp32 master weights, gradients and "
                  "states in CPU memory, --zero >= 1) or all (ZeRO-Infinity: parameters too, "
                  "--zero 3); reported as host memory."),
+        opt("tp_plan", TpPlan, TpPlan["auto"], "--tp-plan",
+            help="Tensor parallelism's plan: layers (attention and MLP split; embeddings, head "
+                 "and loss whole: transformers' tp_plan, torchtitan) or vocab (Megatron-LM's "
+                 "vocabulary-parallel ones too); auto follows --recipe."),
         opt("sequence_parallel", bool, False, "--sequence-parallel",
             help="Megatron sequence parallelism (needs --tp)."),
         opt("inference", bool, False, "--inference", help="Serving: weights + KV cache."),
@@ -508,6 +525,8 @@ def _settings(train: dict[str, Any], batch_size: int = 1, seq_len: int | None = 
             raise TcalcError("--qlora: the base is bnb-nf4; drop --quant or --qlora")
         t["quant"] = "bnb-nf4"
         t["precision"] = t.get("precision") or "bf16"
+    if t.get("tp_plan") == "auto":
+        t["tp_plan"] = ""  # the recipe's
     lora = t.pop("lora", 0)
     t["lora_rank"] = lora
     t["lora_targets"] = tuple(x.strip() for x in t.pop("lora_targets", "all-linear").split(",")
