@@ -452,3 +452,16 @@ def test_deepseek_v4_indexer_gets_no_gradient_and_lora_is_refused() -> None:
     assert any("indexer (2,504 parameters)" in n for n in r.notes)
     with pytest.raises(TcalcError, match=r"--lora: LoRA fine-tuning of .* \(DeepSeek-V4\)"):
         memory_report(spec, Settings(precision="bf16", seq_len=64, lora_rank=8))
+
+
+def test_the_presets_table_shows_each_peak_beside_its_sum(cli) -> None:
+    # `tcalc memory` without a model: a row per preset, its peak (what a GPU must hold) and
+    # the components' sum apart, each as that preset's own report gives them
+    data = cli.json("memory")
+    assert data["schema"] == "tcalc.memory-overview/1"
+    row = next(m for m in data["models"] if m["model"] == "gpt2")
+    one = cli.json("memory", "gpt2", "--seq-len", "1024")
+    assert row["peak_bytes"] == one["peak_bytes"] != row["total_bytes"]
+    import re
+
+    assert re.search(r"┃\s+sum\s+┃\s+peak\s+┃", cli("memory").stdout)

@@ -658,21 +658,21 @@ def memory_overview_doc(settings: Any, seq_len: int, rows: list[tuple[str, float
     data = {"schema": "tcalc.memory-overview/1",
             "bytes_per_param": [{"name": n, "bytes": b, "why": w} for n, b, w in rows],
             "models": [{"model": r.model, "params": r.params,
-                        "total_bytes": r.components.total,
+                        "total_bytes": r.components.total, "peak_bytes": r.peak,
                         "components": [{"name": i.name, "bytes": i.total}
                                        for i in r.components.items]}
                        for r in reports]}
     names = [i.name for i in reports[0].components.items]
     table = [(r.model, f"{r.params:,}", *(human_bytes(i.total) for i in r.components.items),
-              human_bytes(r.components.total)) for r in reports]
+              human_bytes(r.components.total), human_bytes(r.peak)) for r in reports]
     return Doc(data, [
         Table("bytes per parameter", _columns(("component", "bytes/param", "why"), (1,)),
               bytes_per_param_rows(rows)),
         # too wide for a terminal: the total stays, the components go first
         Table(f"every preset (batch {settings.batch_size}, seq {seq_len} or the model's limit)",
               [Column("model"), Column("params", True)]
-              + [Column(n, True, drop=len(names) - k) for k, n in enumerate(names)]
-              + [Column("total", True)], table),
+              + [Column(n, True, drop=len(names) - k + 1) for k, n in enumerate(names)]
+              + [Column("sum", True, drop=1), Column("peak", True)], table),
     ])
 
 
