@@ -239,3 +239,21 @@ def test_the_tensor_parallel_plan_can_be_named(cli) -> None:
     notes = cli.json("memory", "llama-3-8b", "--tp", "4", "--gpus", "4", "--recipe", "megatron",
                      "--mixed", "--seq-len", "1024")["notes"]
     assert any("Megatron-LM's plan" in n for n in notes)  # --recipe megatron: vocabulary
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+@pytest.mark.parametrize("args", [("params", "gpt2"), ("flops", "gpt2"),
+                                  ("compare", "gpt2", "gpt2-medium"), ("gpus",), ("presets",),
+                                  ("sweep", "gpt2", "--batch-size", "1,2"), ("memory",)])
+def test_no_table_is_cut_at_the_edge(columns: int, args: tuple[str, ...]) -> None:
+    # every row of every table ends in its border: a column that does not fit is left out
+    # whole (and said), never cut
+    import os
+    import subprocess
+    import sys
+
+    env = os.environ | {"COLUMNS": str(columns), "NO_COLOR": "1"}
+    out = subprocess.run([sys.executable, "-m", "transformer_calc", *args], capture_output=True,
+                         text=True, env=env, check=True).stdout.splitlines()
+    assert all(len(line) <= columns for line in out)
+    assert all(line.rstrip().endswith("│") for line in out if line.startswith("│"))

@@ -389,7 +389,9 @@ def flops_doc(r: Any) -> Doc:
     headers = ("component", "formula", "per layer", "FLOPs/token", "share")
     return Doc(flops_dict(r), [
         Table(f"{r.forward.model}: forward FLOPs per token (T = {r.seq_len})",
-              _columns(headers, (2, 3, 4)), flops_rows(r)),
+              # narrow: the share goes first, then the per-layer count
+              [Column(headers[0]), Column(headers[1]), Column(headers[2], True, drop=1),
+               Column(headers[3], True), Column(headers[4], True, drop=2)], flops_rows(r)),
         Text(flops_summary(r)),
     ])
 
@@ -683,7 +685,9 @@ def gpus_doc(gpus: Sequence[Any]) -> Doc:
              ", ".join(f"{k} {v / 1e12:g}" for k, v in g.peak_flops.items()), g.source)
             for g in gpus]
     headers = ("gpu", "memory", "bandwidth", "peak TFLOP/s (dense)", "source")
-    return Doc(data, [Table(f"{len(rows)} GPU presets", _columns(headers), rows)])
+    columns = [Column(headers[0]), Column(headers[1]), Column(headers[2], drop=1),
+               Column(headers[3]), Column(headers[4], drop=2)]  # narrow: the source first
+    return Doc(data, [Table(f"{len(rows)} GPU presets", columns, rows)])
 
 
 def presets_doc(rows: list[tuple[str, str, int, int]]) -> Doc:
