@@ -48,6 +48,11 @@ use_cache=False (transformers' default in training is the config's use_cache, Tr
 DynamicCache concatenates copies of K and V) into peak_no_cache_cuda_h100.json:
 
     python tools/measure_peak_cuda.py --no-use-cache --out peak_no_cache_cuda_h100.json
+
+and LoRA over OPT-125M's shape (LayerNorm, separate projections) into
+tests/data/peak_lora_opt_cuda_h100.json:
+
+    python tools/measure_peak_cuda.py --lora 16 --models opt-125m --out lora_opt.json
 """
 
 from __future__ import annotations
@@ -80,6 +85,12 @@ LORA_MODELS = {
                       "max_position_embeddings": 131072, "tie_word_embeddings": False,
                       "rms_norm_eps": 1e-5, "rope_theta": 500000.0}, 1, 2048),
 }
+# OPT-125M's shape (facebook/opt-125m config.json): LayerNorm and separate Q, K, V
+# projections, which autocast over a 16-bit base feeds with per-projection casts
+LORA_MODELS["opt-125m"] = ({"model_type": "opt", "vocab_size": 50272, "hidden_size": 768,
+                            "ffn_dim": 3072, "num_hidden_layers": 12,
+                            "num_attention_heads": 12, "max_position_embeddings": 2048,
+                            "word_embed_proj_dim": 768, "do_layer_norm_before": True}, 8, 1024)
 LORA_RECIPES = ("lora_bf16", "lora_amp_bf16")
 ATTENTIONS = ("sdpa", "eager")
 
