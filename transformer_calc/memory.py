@@ -2321,10 +2321,28 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         korth = korthikanti_per_layer(spec, s.batch_size, T)
     components = Breakdown(spec.name, "bytes", tuple(comps), notes, {},
                            functools.partial(dict, params=N))
+    per_gpu, host, parallel_notes = _per_gpu(spec, s, components, acts, p, adapters)
+    notes += parallel_notes
+    phases: Callable[[], tuple[Phase, ...]] = tuple if s.inference else functools.partial(
+        training_phases, spec, s, T, per_gpu, acts, p)
+    report = MemoryReport(spec.name, s, T, N, components, per_gpu, acts, rows, korth, None,
+                          notes, phases, trainable)
+    report.__dict__["host"] = host
+    if gpu:
+        report.__dict__["fit"] = _fit(spec, s, report, gpu, pattern)
+    return report
+
+
+def _per_gpu(spec: ModelSpec, s: Settings, components: Breakdown, acts: Breakdown,
+             p: Breakdown, adapters: Breakdown | None
+             ) -> tuple[Breakdown, Breakdown, tuple[str, ...]]:
+    """What one GPU holds (and, offloaded, its host), as the recipe's framework shards it,
+    and the notes that say which framework that is."""
     trainable_tensors = None
     if not s.inference and s.zero == 1 and s.torch_parallel and s.dp * s.cp > 1:
         trainable_tensors = _trainable_tensors(s, p, adapters)
     per_gpu = _shard(spec, s, components, acts, p, trainable_tensors)
+    notes: tuple[str, ...] = ()
     if not s.inference and zero_note(s):
         notes += (zero_note(s),)
     if s.tp > 1 and not s.inference:
@@ -2338,14 +2356,7 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         per_gpu = _fsdp2_gathered(spec, s, per_gpu, p)
     elif not s.inference and (s.zero == 3 or s.offload != "none"):
         per_gpu, host = _deepspeed(spec, s, per_gpu, p)
-    phases: Callable[[], tuple[Phase, ...]] = tuple if s.inference else functools.partial(
-        training_phases, spec, s, T, per_gpu, acts, p)
-    report = MemoryReport(spec.name, s, T, N, components, per_gpu, acts, rows, korth, None,
-                          notes, phases, trainable)
-    report.__dict__["host"] = host
-    if gpu:
-        report.__dict__["fit"] = _fit(spec, s, report, gpu, pattern)
-    return report
+    return per_gpu, host, notes
 
 
 # LoRA over a frozen base (issue 15). PEFT keeps the adapters in fp32 over a 16-bit base
@@ -2947,30 +2958,8 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     forward = list(common) + [activations]
     backward = [start_copies if start_copies and r[0] == "autocast_copies" else r
                 for r in common] + [activations]
-    rebuild: list[tuple[str, int, str]] = []
-    if rebuilt:
-        # Full recomputation: backward peaks at its start (the loss's gradients beside what
-        # is kept) or while it rebuilds the first layer (every other layer's gradients made,
-        # the kept inputs of the layers above freed): the larger of the two
-        inputs = sum([r[1] for r in acts.rows if r[0].endswith(".checkpoint_input")])
-        below = sum([r[1] * r[4] for r in acts.rows if not r[5] and r[0].startswith("embed.")])
-        rebuild = [rebuild_copies if rebuild_copies and r[0] == "autocast_copies" else r
-                   for r in common] + [
-            ("activations", (inputs + below) // (s.tp * s.cp),
-             "the first layer's kept input and what the embeddings keep"),
-            ("recomputed_layer", rebuilt, "one layer's saved tensors, rebuilt, and the "
-             "gradients its largest op holds")]
-        if not any(r[0] == "gradients" for r in common):
-            # made so far: not the rebuilt layer's own, nor the embedding tables', whose
-            # gradients backward reaches last (a table tied to the head has its gradient
-            # from the head already)
-            late = max([sum([r[1] for r in params.rows if r[5] == g.name])
-                        for g in plan_of(spec).groups] or [0]) + sum([
-                r[1] * r[4] for r in params.rows if not r[5] and r[0].startswith("embed.")
-                and not (r[0] == "embed.tokens" and spec.tie_embeddings and spec.lm_head)])
-            made = max(c["gradients"] - c["gradients"] * late // params.total, 0)
-            rebuild.append(("gradients", made, "every layer's above the one rebuilt, and the "
-                            "head's"))
+    rebuild = _rebuild_phase(spec, s, acts, params, c, common, rebuild_copies,
+                             rebuilt) if rebuilt else []
     if btv:
         # the loss's dtype: fp32 where it upcasts the logits (activation_breakdown)
         up = spec.loss_fp32 or s.mixed or a == 4
@@ -3011,6 +3000,34 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     return (phase("forward", when, forward),
             phase("backward", back_when, backward),
             phase("optimizer", "inside the optimizer step", optimizer))
+
+
+def _rebuild_phase(spec: ModelSpec, s: Settings, acts: Breakdown, params: Breakdown,
+                   c: dict[str, int], common: list[tuple[str, int, str]],
+                   copies: tuple[str, int, str] | None, rebuilt: int
+                   ) -> list[tuple[str, int, str]]:
+    """Backward under full recomputation while it rebuilds the first layer: the layer's saved
+    tensors and its largest op's gradients (``rebuilt``, per GPU), every layer's gradients
+    but its own, the kept inputs of the layers above freed; backward peaks here or at its
+    start (the loss's gradients beside what is kept), whichever is larger."""
+    inputs = sum([r[1] for r in acts.rows if r[0].endswith(".checkpoint_input")])
+    below = sum([r[1] * r[4] for r in acts.rows if not r[5] and r[0].startswith("embed.")])
+    rows = [copies if copies and r[0] == "autocast_copies" else r for r in common] + [
+        ("activations", (inputs + below) // (s.tp * s.cp),
+         "the first layer's kept input and what the embeddings keep"),
+        ("recomputed_layer", rebuilt, "one layer's saved tensors, rebuilt, and the "
+         "gradients its largest op holds")]
+    if not any(r[0] == "gradients" for r in common):
+        # made so far: not the rebuilt layer's own, nor the embedding tables', whose
+        # gradients backward reaches last (a table tied to the head has its gradient from
+        # the head already)
+        late = max([sum([r[1] for r in params.rows if r[5] == g.name])
+                    for g in plan_of(spec).groups] or [0]) + sum([
+            r[1] * r[4] for r in params.rows if not r[5] and r[0].startswith("embed.")
+            and not (r[0] == "embed.tokens" and spec.tie_embeddings and spec.lm_head)])
+        made = max(c["gradients"] - c["gradients"] * late // params.total, 0)
+        rows.append(("gradients", made, "every layer's above the one rebuilt, and the head's"))
+    return rows
 
 
 def _optimizer_temporary(s: Settings, c: dict[str, int], params: Breakdown) -> tuple[int, str]:
