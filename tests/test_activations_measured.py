@@ -990,3 +990,22 @@ def test_the_rotary_pair_closes_the_llama_family_to_the_byte() -> None:
     assert len(rows) == 16
     for row in rows:
         assert 0 <= row["measured_bytes"] - _estimate(row) <= 12, row
+
+
+def test_the_generation_cache_copies_v_where_neox_kept_its_fused_output() -> None:
+    # tests/data/activations_neox_use_cache_cpu.jsonl: GPTNeoXForCausalLM from
+    # neox-sequential-nobias.json, SDPA, fp32, CPU (torch 2.13.0, transformers 5.23.0),
+    # saved_tensors_hooks as tools/measure_activations.py counts them, the same forward with
+    # use_cache=True and False. With the cache, V is the cache's concatenated copy and the
+    # fused QKV output (kept whole by V's view without it) dies: fewer bytes, not more
+    rows = [json.loads(line) for line in
+            (DATA / "activations_neox_use_cache_cpu.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    for row in rows:
+        spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / row["config"]).read_text()))
+        for use_cache, key in ((True, "with_cache"), (False, "without_cache")):
+            got = activation_breakdown(spec, row["B"], row["T"], act_bytes=4, device="cpu",
+                                       attention="sdpa", dropout=spec.trains_with_dropout,
+                                       use_cache=use_cache).total
+            assert 0 <= row[key] - got <= 12, (row, use_cache)  # the labels' 4-12 bytes
+        assert row["with_cache"] < row["without_cache"]
