@@ -198,8 +198,30 @@ def test_shell_completion_is_typers_own() -> None:
     assert "_tcalc_completion()" in out or "complete" in out
 
 
+def test_help_fits_one_screen_and_help_all_explains_the_rest() -> None:
+    import os
+    import subprocess
+    import sys
+
+    def help_of(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "transformer_calc", "memory", *args],
+                              capture_output=True, text=True, check=True,
+                              env=os.environ | {"COLUMNS": "80"}).stdout
+
+    brief, full = help_of("--help"), help_of("--help-all")
+    assert len(brief.splitlines()) <= 50 and len(full.splitlines()) > 300
+    assert all(len(line) <= 80 for line in brief.splitlines())
+    brief, full = " ".join(brief.split()), " ".join(full.split())
+    # every option is at least named in --help, and explained in --help-all
+    for flag in ("--lora-targets", "--tp-plan", "--kv-block", "--window", "--d-ff"):
+        assert flag in brief
+        assert f"{flag} <" in full or f"{flag} " in full
+    assert "PEFT's: every linear layer" in full and "PEFT's: every linear layer" not in brief
+    assert "(158 in all)" in brief or "in all)" in brief
+
+
 def test_help_groups_the_run_before_the_overrides(cli) -> None:
-    out = cli("memory", "--help").stdout
+    out = cli("memory", "--help-all").stdout
     run, arch = out.index("Training / serving:"), out.index("Architecture overrides (what if?):")
     assert out.index("--batch-size") < run < out.index("--precision") < arch
     assert out.index("--d-model") > arch and out.index("--gpu ") < arch

@@ -274,8 +274,8 @@ Recompute = Enum("Recompute", {c: c for c in RECOMPUTE}, type=str)  # type: igno
 
 
 SeqLenOpt = typer.Option(None, "--seq-len", "-T",
-                         help="Context length T (default: the model's max_positions, else 2048; "
-                              "memory: at most 4096).")
+                         help="Context length T. Default: the model's max_positions, else 2048; "
+                              "memory: at most 4096.")
 DEFAULT_SEQ_LEN = 4096  # tcalc memory's length unless --seq-len says another
 
 
@@ -285,13 +285,19 @@ def _seq_len(spec: Any, seq_len: int | None) -> int:
     return spec.default_seq_len
 
 
-PatternOpt = typer.Option(Pattern["dense"], "--attention-pattern",
+_PATTERN_PANEL = "Efficient attention pattern"
+PatternOpt = typer.Option(Pattern["dense"], "--attention-pattern", rich_help_panel=_PATTERN_PANEL,
                           help="Efficient attention pattern (the keys each query meets).")
-WindowOpt = typer.Option(0, help="Sliding-window keys per query (local, longformer, bigbird).")
-BlockOpt = typer.Option(0, help="Block / stride l (Sparse Transformer strided, fixed).")
-SummaryOpt = typer.Option(1, help="Summary positions c per block (fixed).")
-GlobalOpt = typer.Option(0, help="Global tokens (longformer, bigbird).")
-RandomOpt = typer.Option(0, help="Random keys per query (bigbird).")
+WindowOpt = typer.Option(0, help="Sliding-window keys per query (local, longformer, bigbird).",
+                         rich_help_panel=_PATTERN_PANEL)
+BlockOpt = typer.Option(0, help="Block / stride l (Sparse Transformer strided, fixed).",
+                        rich_help_panel=_PATTERN_PANEL)
+SummaryOpt = typer.Option(1, help="Summary positions c per block (fixed).",
+                          rich_help_panel=_PATTERN_PANEL)
+GlobalOpt = typer.Option(0, help="Global tokens (longformer, bigbird).",
+                         rich_help_panel=_PATTERN_PANEL)
+RandomOpt = typer.Option(0, help="Random keys per query (bigbird).",
+                         rich_help_panel=_PATTERN_PANEL)
 
 
 def _pattern(kind: str, window: int, block: int, summary: int, global_tokens: int,
@@ -390,16 +396,17 @@ def _training_params() -> list[inspect.Parameter]:
     Experts = _choice_enum("experts", EXPERTS_IMPLS)
     return [
         opt("precision", Optional[Precision], None, "--precision",
-            help="Weights dtype: fp32, bf16 or fp16, pure (or the 16-bit dtype with --mixed). "
-                 "Default: --mixed bf16, torch AMP as the Trainer runs bf16=True."),
-        opt("mixed", bool, False, "--mixed", help="Mixed precision (AMP): fp32 master weights "
+            help="Weights dtype (default: --mixed bf16). fp32, bf16 or fp16, pure (or the "
+                 "16-bit dtype with --mixed); the default is torch AMP as the Trainer runs "
+                 "bf16=True."),
+        opt("mixed", bool, False, "--mixed", help="Mixed precision (AMP). fp32 master weights "
                                                  "+ 16-bit copies (bf16 unless --precision "
                                                  "fp16)."),
         opt("recipe", Recipe, Recipe["amp"], "--recipe",
-            help="How --mixed runs: amp (torch autocast over fp32 weights, as the Hugging Face "
-                 "Trainer runs bf16=True) or megatron (Megatron-LM / DeepSpeed: the model in "
-                 "16-bit, fp32 master weights and gradients; 18 bytes per parameter held "
-                 "throughout)."),
+            help="How --mixed runs and ZeRO shards. amp: torch autocast over fp32 weights, as "
+                 "the Hugging Face Trainer runs bf16=True; megatron: Megatron-LM / DeepSpeed "
+                 "(the model in 16-bit, fp32 master weights and gradients; 18 bytes per "
+                 "parameter held throughout)."),
         opt("optimizer", Optimizer, Optimizer["adamw"], "--optimizer", help="Optimizer."),
         opt("adamw8bit", bool, False, "--adamw8bit", help="Shorthand for --optimizer adamw8bit."),
         opt("optimizer_impl", OptimizerImpl, OptimizerImpl["foreach"], "--optimizer-impl",
@@ -408,8 +415,8 @@ def _training_params() -> list[inspect.Parameter]:
         opt("grad_accum", int, 1, "--grad-accum",
             help="Micro-batches per optimizer step: gradients stay live across them."),
         opt("lora", int, 0, "--lora",
-            help="Fine-tune LoRA adapters of this rank over a frozen base (PEFT's count and "
-                 "dtypes: fp32 adapters, gradients and states only for them)."),
+            help="LoRA adapters of this rank over a frozen base. PEFT's count and dtypes: fp32 "
+                 "adapters, gradients and states only for them."),
         opt("lora_targets", str, "all-linear", "--lora-targets",
             help="Layers LoRA adapts: all-linear (PEFT's: every linear layer but the output "
                  "head) or names, comma-separated: tcalc's (q,k,v,o,gate,up,down,...) or "
@@ -433,8 +440,8 @@ def _training_params() -> list[inspect.Parameter]:
             help="bitsandbytes before 0.44, whose 4-bit matmul keeps each layer's input "
                  "for backward (the QLoRA paper's runs)."),
         opt("qlora", bool, False, "--qlora",
-            help="QLoRA: --lora over a base in bnb-nf4 (double-quantised), computed in "
-                 "bf16 unless --precision says otherwise."),
+            help="QLoRA: --lora over a bnb-nf4 base. Double-quantised, computed in bf16 unless "
+                 "--precision says otherwise."),
         opt("freeze", str, "", "--freeze",
             help="Full fine-tuning with parts frozen, comma-separated: embeddings, "
                  "attention, mixers, ffn, norms, heads (no gradients or states for them)."),
@@ -447,8 +454,8 @@ def _training_params() -> list[inspect.Parameter]:
         opt("recompute", Recompute, Recompute["none"], "--recompute",
             help="Activation recomputation."),
         opt("attention", Attention, Attention["auto"], "--attention",
-            help="Attention implementation: auto (what transformers runs for the class: sdpa "
-                 "where it has that path, else eager), eager, sdpa, flash."),
+            help="Attention implementation. auto: what transformers runs for the class (sdpa "
+                 "where it has that path, else eager); eager, sdpa, flash."),
         opt("sdpa_kernel", SdpaKernel, SdpaKernel["auto"], "--sdpa-kernel",
             help="With --attention sdpa: the kernel, as torch.nn.attention.sdpa_kernel would "
                  "force it; auto: as torch 2.13 picks it for the device, dtype, dropout and "
@@ -484,7 +491,7 @@ def _training_params() -> list[inspect.Parameter]:
             help="Megatron sequence parallelism (needs --tp)."),
         opt("inference", bool, False, "--inference", help="Serving: weights + KV cache."),
         opt("dtype", str, "bf16", "--dtype",
-            help="Inference weights: fp32, fp16, bf16, int8, int4."),
+            help="Inference weights dtype. fp32, fp16, bf16, int8, int4."),
         opt("kv_dtype", str, "", "--kv-dtype", help="Inference KV-cache dtype (default bf16)."),
         opt("group_size", int, 128, "--group-size", help="int8/int4: weights per fp16 scale."),
         opt("kv_block", int, 0, "--kv-block",
@@ -497,7 +504,7 @@ def _training_params() -> list[inspect.Parameter]:
             help="Serving with --gpu: tokens per prefill chunk, whose activations are set "
                  "aside from the budget."),
         opt("gpu", Optional[str], None, "--gpu",
-            help="GPU preset (see `tcalc gpus`): fits?, headroom, largest batch."),
+            help="A GPU (`tcalc gpus`) or a size (48GB). Fits?, headroom, largest batch."),
     ]
 
 
@@ -565,7 +572,7 @@ def memory(
     format: Format = FormatOpt,
     require_fit: bool = typer.Option(
         False, "--require-fit",
-        help="Exit 1 when the run does not fit --gpu (a memory budget for CI); 0 when it fits."),
+        help="Exit 1 when the run does not fit --gpu. A memory budget for CI; 0 when it fits."),
     overrides: dict[str, Any] | None = None,
     train: dict[str, Any] | None = None,
 ) -> None:
@@ -917,7 +924,7 @@ def _app_for(argv: list[str], named: bool = True) -> typer.Typer:
     found in the narrowed command: main runs the whole command again for click's message.)"""
     if not argv or argv[0] not in COMMANDS:
         return _full_app()
-    if not named or "--help" in argv:
+    if not named or "--help" in argv or "--help-all" in argv:
         return _new_app([argv[0]])
     flags = {word.split("=", 1)[0] for word in argv[1:] if word.startswith("--")}
     return _new_app([argv[0]], frozenset(
@@ -925,22 +932,91 @@ def _app_for(argv: list[str], named: bool = True) -> typer.Typer:
         if f"--{f.name.replace('_', '-')}" in flags or f"--no-{f.name.replace('_', '-')}" in flags))
 
 
+# --help shows these panels in full; the rest as their flags, explained by --help-all
+_FIRST_SCREEN = ("Options", "Training / serving")
+# the overrides --help names, of the ~180 --help-all lists
+_COMMON_OVERRIDES = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_ff",
+                     "vocab_size", "max_positions", "tie_embeddings", "n_experts")
+
+
+def _first_sentence(text: str) -> str:
+    """An option's help up to its first full stop (a "(...)" or "e.g." not cut)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if ch == "." and depth == 0 and text[i + 1:i + 2] in (" ", "") \
+                and not text[:i].endswith(("e.g", "i.e", "vs", "etc")):
+            return text[:i + 1]
+    return text
+
+
+def _help_all(ctx: Any, param: Any, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        ctx.meta["tcalc.help_all"] = True
+        typer.echo(ctx.get_help(), color=ctx.color)
+        ctx.exit()
+
+
 class _GroupedHelp(typer.core.TyperCommand):
     """--help with the options under their panels (typer draws panels only in rich mode,
     which tcalc leaves off for start-up): what the command takes first, then the run's
-    settings, the architecture overrides last."""
+    settings, the architecture overrides last. A command with more than a screen of options
+    shows the first panels in --help and the rest as their flags; --help-all explains all."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        if any(getattr(p, "rich_help_panel", None) for p in params):
+            params.append(typer.core.TyperOption(
+                param_decls=["--help-all"], is_flag=True, expose_value=False, is_eager=True,
+                callback=_help_all, help="Every option explained, the overrides too."))
+        return params
+
+    def _brief(self, ctx: Any) -> bool:
+        return not ctx.meta.get("tcalc.help_all") and len(self.get_params(ctx)) > 40
+
+    def format_help_text(self, ctx: Any, formatter: Any) -> None:
+        """--help of a long command: the docstring's first paragraph only."""
+        if not self._brief(ctx) or not self.help:
+            super().format_help_text(ctx, formatter)
+            return
+        formatter.write_paragraph()
+        with formatter.indentation():
+            formatter.write_text(inspect.cleandoc(self.help).split("\n\n")[0])
 
     def format_options(self, ctx: Any, formatter: Any) -> None:
-        groups: dict[str, list[tuple[str, str]]] = {}
+        groups: dict[str, list[tuple[Any, tuple[str, str]]]] = {}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
             if record:
                 panel = getattr(param, "rich_help_panel", None) or "Options"
-                groups.setdefault(panel, []).append(record)
+                groups.setdefault(panel, []).append((param, record))
         last = [k for k in groups if k.startswith("Architecture")]
-        for name in [k for k in groups if k not in last] + last:
-            with formatter.section(name):
-                formatter.write_dl(groups[name])
+        order = [k for k in groups if k not in last] + last
+        brief = self._brief(ctx)
+        for name in order:
+            if not brief:
+                with formatter.section(name):
+                    formatter.write_dl([record for _, record in groups[name]])
+            elif name in _FIRST_SCREEN:
+                with formatter.section(name):
+                    formatter.write_dl([(flags, _first_sentence(text))
+                                        for _, (flags, text) in groups[name]])
+        if brief:
+            self._format_the_rest(ctx, formatter, [k for k in order if k not in _FIRST_SCREEN],
+                                  groups)
+
+    def _format_the_rest(self, ctx: Any, formatter: Any, panels: list[str],
+                         groups: dict[str, list[tuple[Any, tuple[str, str]]]]) -> None:
+        rows = []
+        for name in panels:
+            flags = [max(p.opts, key=len) for p, _ in groups[name]]
+            if name.startswith("Architecture"):
+                common = {p.name: max(p.opts, key=len) for p, _ in groups[name]}
+                flags = [common[n] for n in _COMMON_OVERRIDES if n in common]
+                flags.append(f"... ({len(groups[name])} in all)")
+            rows.append((name.split(" (")[0], " ".join(flags)))
+        with formatter.section(f"More (tcalc {ctx.info_name} --help-all explains each)"):
+            formatter.write_dl(rows)
 
 
 def _run(argv: list[str]) -> Any:
