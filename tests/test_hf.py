@@ -271,6 +271,8 @@ REFERENCE = {
     "jamba-v0.1.json": (51_570_323_328, "JambaForCausalLM"),
     "nemotron-h-8b.json": (8_100_852_736, "NemotronHForCausalLM"),
     "nemotron-3-nano-30b-a3b.json": (31_577_937_344, "NemotronHForCausalLM"),
+    # its time_step_limit is [0.0, Infinity], as Python's json writes it
+    "mamba2-2.7b.json": (2_702_599_680, "Mamba2ForCausalLM"),
     "variants/bamba-tiny.json": (30_366, "BambaForCausalLM"),
     "variants/jamba-tiny.json": (316_320, "JambaForCausalLM"),
     "variants/lfm2-tiny.json": (20_432, "Lfm2ForCausalLM"),
@@ -784,3 +786,38 @@ def test_gemma3n_sparsifies_the_first_ten_layers_only_past_ten() -> None:
     base = {"model_type": "gemma3n_text", "num_kv_shared_layers": 2}
     assert spec_from_hf(base | {"num_hidden_layers": 10}).sparse_ffn_layers == 0
     assert spec_from_hf(base | {"num_hidden_layers": 11}).sparse_ffn_layers == 10
+
+
+@pytest.mark.parametrize("spelled", ["Infinity", "-Infinity", "NaN", '{"__float__": "Infinity"}'])
+def test_a_non_finite_number_is_read_where_transformers_reads_it(spelled: str) -> None:
+    # transformers 4.x writes Mamba-2's and Nemotron-H's time_step_limit as [0.0, Infinity]
+    # (Python's json); transformers 5 as [0.0, {"__float__": "Infinity"}]. tcalc reads no
+    # time_step_limit: the file counts as transformers builds it (the totals pinned above)
+    from transformer_calc.hf import spec_from_hf_text
+
+    text = (HF / "nemotron-3-nano-30b-a3b.json").read_text().replace(
+        '"time_step_floor"', f'"time_step_limit": [0.0, {spelled}],\n  "time_step_floor"')
+    assert "time_step_limit" in text
+    spec = spec_from_hf_text(text, "nemotron.json")
+    assert count_params(spec).total == 31_577_937_344
+    assert "Infinity" in (HF / "mamba2-2.7b.json").read_text()
+
+
+@pytest.mark.parametrize("spelled, shown", [
+    ("Infinity", "Infinity"), ("-Infinity", "-Infinity"), ("NaN", "NaN"),
+    ('{"__float__": "Infinity"}', "Infinity")])
+def test_a_non_finite_number_in_a_key_tcalc_reads_is_refused_by_name(cli, tmp_path,
+                                                                     spelled: str,
+                                                                     shown: str) -> None:
+    path = tmp_path / "config.json"
+    for key, model_type in (("partial_rotary_factor", "phi"), ("resid_pdrop", "gpt2"),
+                            ("final_logit_softcapping", "gemma2"), ("expand", "mamba")):
+        path.write_text(f'{{"model_type": "{model_type}", "{key}": {spelled}}}')
+        assert cli("params", str(path), code=2).stderr == (
+            f"Error: {path}: key '{key}': expected a finite number (tcalc reads this key), "
+            f"got {shown}\n")
+    # a key tcalc does not read may hold one (rope_scaling's factor is no size)
+    path.write_text(f'{{"model_type": "llama", "rope_scaling": {{"factor": {spelled}}}, '
+                    '"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 64, '
+                    '"num_attention_heads": 4, "vocab_size": 10}')
+    assert cli.json("params", str(path))["total_params"] > 0

@@ -10,6 +10,7 @@ with a message naming it, never silently ignored. Keys with no effect on paramet
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
@@ -199,6 +200,10 @@ class Config:
 
     def _check_type(self, key: str, value: Any, shown: str = "") -> None:
         name = shown or key
+        spelled = _non_finite(value)
+        if spelled is not None:
+            raise SpecError(name, "a finite number (tcalc reads this key)", _Spelled(spelled),
+                            source=self.where)
         if key in INT_KEYS:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SpecError(name, "a non-negative integer", value, source=self.where)
@@ -267,12 +272,29 @@ def _known_types(found: object) -> str:
             + (f" (closest: {', '.join(close)})" if close else ""))
 
 
-def spec_from_hf_text(text: str, where: str) -> ModelSpec:
-    def no_constant(name: str) -> Any:  # NaN, Infinity, -Infinity: not JSON, and no size
-        raise ValueError(f"{name} is not a number a config may hold")
+class _Spelled(str):
+    """A value quoted as the file spells it (Infinity, not 'Infinity' or inf)."""
 
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _non_finite(value: Any) -> str | None:
+    """How the file spells a value that is no finite number: Python's json writes NaN and
+    Infinity bare (transformers 4.x: Mamba-2's and Nemotron-H's time_step_limit [0.0,
+    Infinity]); transformers 5 writes {"__float__": "Infinity"}. None for anything else."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("__float__"), str):
+        return value["__float__"]
+    return None
+
+
+def spec_from_hf_text(text: str, where: str) -> ModelSpec:
     try:
-        data = json.loads(text, parse_constant=no_constant)
+        # NaN and Infinity parse as transformers parses them (Python's json): a key tcalc
+        # never reads may hold one; a key it reads refuses it by name (Config.get)
+        data = json.loads(text)
     except json.JSONDecodeError as e:
         raise PresetError(f"{where}: invalid JSON (line {e.lineno}, column {e.colno}): "
                           f"{e.msg}", line=e.lineno) from None
@@ -1258,6 +1280,7 @@ def _softcap(c: Config, default: float | None, key: str = "final_logit_softcappi
     """A soft-capping value (final_logit_softcapping, attn_logit_softcapping), as the config
     class defaults it when absent; null or 0: none."""
     cap = c.data.get(key, default)
+    c._check_type(key, cap)  # (NaN, Infinity: refused by name)
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
                             or cap < 0):
         raise SpecError(key, "a number >= 0 or null", cap, source=c.where)
