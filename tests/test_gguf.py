@@ -56,8 +56,9 @@ def test_a_gguf_is_a_model_for_every_command(cli) -> None:
     (b"GGUX" + b"\0" * 20, "no GGUF magic"),
     (b"GGUF" + struct.pack("<I", 9) + b"\0" * 16, "GGUF version 9"),
     (b"GGUF" + struct.pack("<IQQ", 3, 2**40, 0), "tensors"),
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**40), "a string of"),
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1), "ends early"),
+    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**40),
+     "a metadata key of 1,099,511,627,776 bytes"),
+    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1), "its header ends early, at byte 24"),
 ])
 def test_hostile_gguf_fails_in_one_line(tmp_path, cli, data: bytes, message: str) -> None:
     path = tmp_path / "bad.gguf"

@@ -826,57 +826,32 @@ def import_(
     is replaced only with --force, never the input itself, and a failed write leaves nothing.
     """
 
+    from transformer_calc.errors import printable, text_of
+    from transformer_calc.files import write_atomically
     from transformer_calc.params import count_params
-    from transformer_calc.presets import dump_yaml, load_file
+    from transformer_calc.presets import dump_yaml, load_file, parse_yaml, spec_from_mapping
 
+    if name is not None and text_of(name) != name:
+        raise TcalcError(f"--name: {printable(name, one_line=True)} is not UTF-8 text")
     spec = load_file(Path(config))
-    if name or output:
-        spec = spec.replace(name=name or Path(output or "").stem)
+    # a name from a file name that is not UTF-8 gets U+FFFD for its stray bytes: YAML
+    # cannot hold them, and the preset must read back
+    spec = spec.replace(name=name or text_of(Path(output).stem if output else spec.name))
     text = dump_yaml(spec)
+    total = count_params(spec).total
+    try:  # what is written is what tcalc reads back, with the same count
+        again = count_params(spec_from_mapping(parse_yaml(text, "the preset"), spec.name))
+    except TcalcError as e:
+        raise TcalcError(f"cannot write a preset that reads back: {e}") from None
+    if again.total != total:
+        raise TcalcError(f"cannot write a preset that reads back: {again.total:,} parameters "
+                         f"instead of {total:,}")
     if output is None:
         _emit(text)
         return
     write_atomically(Path(output), text, source=Path(config), force=force)
-    total = count_params(spec).total
-    from transformer_calc.errors import printable
-
     typer.echo(printable(f"wrote {output}: {spec.name}, {total:,} parameters", one_line=True),
                err=True)
-
-
-def write_atomically(out: Any, text: str, *, source: Any, force: bool) -> None:
-    """Write ``text`` to ``out`` (a Path) through a temporary file in the same folder and a
-    rename: the old file stays whole until the new one is complete, and a failure (a full
-    disk) leaves neither a truncated file nor the temporary one."""
-    import os
-    import tempfile
-
-    if out.exists() or out.is_symlink():
-        if source.exists() and out.exists() and os.path.samefile(out, source):
-            raise TcalcError(f"{out}: is the input file; choose another output")
-        if not force:
-            raise TcalcError(f"{out}: exists; use --force to replace it")
-        if out.is_dir():
-            raise TcalcError(f"{out}: is a directory")
-    folder = out.parent if str(out.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise TcalcError(f"{out}: cannot write: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise TcalcError(f"{out}: cannot write: {e.strerror or e}") from None
-    except BaseException:  # Ctrl-C mid-write: no half-written file left behind
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _version(value: bool) -> None:

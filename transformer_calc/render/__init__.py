@@ -39,7 +39,8 @@ def show(doc: Doc, fmt: str) -> None:
     from transformer_calc.render import json as json_format
     from transformer_calc.render import markdown
 
-    text = {"json": json_format.render, "markdown": markdown.render}[fmt](doc)
-    # JSON escapes control characters itself; markdown's are made printable here
-    sys.stdout.write(printable(text.rstrip("\n")) + "\n")
+    # each format escapes for its channel: JSON its own way (render/json.py), markdown's
+    # text made printable and inert for a CI log here
+    text = json_format.render(doc) if fmt == "json" else printable(markdown.render(doc))
+    sys.stdout.write(text.rstrip("\n") + "\n")
     sys.stdout.flush()

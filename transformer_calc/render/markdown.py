@@ -22,8 +22,9 @@ def _cell(c: Cell) -> str:
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[Cell] | Section]) -> str:
-    def esc(s: str) -> str:  # a cell stays one cell: no pipe, no newline
-        return _plain(s).replace("|", "\\|")
+    def esc(s: str) -> str:  # a cell stays one cell: no newline, no pipe that splits it
+        # (GFM reads a backslash and the character after it as one: escape it first)
+        return _plain(s).replace("\\", "\\\\").replace("|", "\\|")
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     for r in rows:
         cells = ([f"**{r.title}**"] + [""] * (len(headers) - 1) if isinstance(r, Section)
@@ -34,18 +35,19 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[Cell] | Section]) -
 
 def _block(b: Block) -> str:
     if isinstance(b, Table):
-        head = f"{'#' * b.heading} {b.title}\n\n" if b.title else ""
+        head = f"{'#' * b.heading} {_plain(b.title)}\n\n" if b.title else ""
         return head + md_table([c.header for c in b.columns], b.rows)
     assert isinstance(b, Text)
+    lines = [_plain(x) for x in b.lines]  # a line stays one line, whatever a name holds
     if b.style == "title":
-        return f"# {b.title}"
+        return f"# {_plain(b.title)}"
     if b.style == "steps":
-        return "\n".join([f"## {b.title}"] + [f"- {x}" for x in b.lines])
+        return "\n".join([f"## {_plain(b.title)}"] + [f"- {x}" for x in lines])
     if b.style == "chart":
-        return f"{b.title}\n\n```\n" + "\n".join(b.lines) + "\n```"
+        return f"{_plain(b.title)}\n\n```\n" + "\n".join(lines) + "\n```"
     if b.style == "lines":
-        return "\n".join(b.lines)
-    return "\n".join(f"- {x}" for x in b.lines)
+        return "\n".join(lines)
+    return "\n".join(f"- {x}" for x in lines)
 
 
 def render(doc: Doc) -> str:

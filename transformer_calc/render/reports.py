@@ -213,22 +213,27 @@ def check_lines(results: list[Any]) -> list[str]:
     return lines + [check_summary(results)]
 
 
-def _gh_escape(text: str, prop: bool = False) -> str:
-    # GitHub Actions workflow commands: escape %, CR, LF (and ':' ',' in properties).
-    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+def workflow_command(command: str, properties: dict[str, object], message: str) -> str:
+    """A GitHub Actions workflow command line, every value escaped as the runner unescapes it
+    (actions/runner src/Runner.Common/ActionCommand.cs: data %25 %0D %0A; properties also
+    %3A %2C), then the other control characters made printable: one line, whatever it
+    holds, which the runner reads back as it was."""
+    from transformer_calc.errors import without_controls
+
+    def data(text: str) -> str:
+        return without_controls(text.replace("%", "%25").replace("\r", "%0D")
+                                .replace("\n", "%0A"))
+
+    def prop(text: str) -> str:
+        return data(text).replace(":", "%3A").replace(",", "%2C")
+
+    props = ",".join(f"{k}={prop(str(v))}" for k, v in properties.items() if v is not None)
+    return f"::{command} {props}::{data(message)}"
 
 
 def github_annotations(results: list[Any]) -> list[str]:
-    out = []
-    for r in results:
-        if not r.ok:
-            loc = f"file={_gh_escape(r.path, True)}"
-            if r.line:
-                loc += f",line={r.line}"
-            out.append(f"::error {loc},title=tcalc check::{_gh_escape(r.message)}")
-    return out
-
+    return [workflow_command("error", {"file": r.path, "line": r.line, "title": "tcalc check"},
+                             r.message) for r in results if not r.ok]
 
 
 def check_doc(results: list[Any]) -> Doc:

@@ -36,11 +36,28 @@ def _console() -> Any:
 
     # COLUMNS that is not a positive number (COLUMNS=0, COLUMNS=abc) is ignored, as if unset:
     # rich would lay everything out in no width and print nothing
+    out: Any = _RunnerSafe(sys.stdout)  # (rich asks for an IO[str]; this is one in practice)
     columns = os.environ.get("COLUMNS", "")
     if columns and not (columns.isdigit() and int(columns) > 0):
-        return Quiet(width=80 if not sys.stdout.isatty() else None,
+        return Quiet(file=out, width=80 if not sys.stdout.isatty() else None,
                      _environ={k: v for k, v in os.environ.items() if k != "COLUMNS"})
-    return Quiet()
+    return Quiet(file=out)
+
+
+class _RunnerSafe:
+    """stdout as rich writes to it, each line made inert for a CI log (errors.runner_safe):
+    a cell's words wrapped to the start of a line cannot start a workflow command there."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        from transformer_calc.errors import runner_safe
+
+        return self.stream.write(runner_safe(text))
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, flush, ...
+        return getattr(self.stream, name)
 
 
 def _cell(c: Cell, stacked: bool) -> str:
@@ -137,11 +154,11 @@ def render(doc: Doc) -> None:
             flush()
             print_table(console, b)
         elif b.style == "title":
-            verbatim.append(b.title)
-        elif b.style == "steps":
-            verbatim.append("\n".join([b.title] + [f"  {x}" for x in b.lines]))
+            verbatim.append(_plain(b.title))
+        elif b.style == "steps":  # (each line one line, whatever a name in it holds)
+            verbatim.append("\n".join([_plain(b.title)] + [f"  {_plain(x)}" for x in b.lines]))
         elif b.style == "lines":
-            verbatim.append("\n".join(b.lines))
+            verbatim.append("\n".join(_plain(x) for x in b.lines))
         else:  # notes, chart: wrapped to the terminal by rich
             assert isinstance(b, Text)
             flush()
