@@ -23,7 +23,7 @@ from transformer_calc.plan import plan_of
 HF = DATA / "hf"
 
 REFERENCE = {
-    "bart-base.json": (139_420_416, "BartForConditionalGeneration"),
+    "bart-base.json": (139_420_416, "BartModel"),  # its architectures
     "bert-base-uncased.json": (109_514_298, "BertForMaskedLM"),
     "falcon-40b.json": (41_303_293_952, "FalconForCausalLM"),
     "falcon-7b.json": (6_921_720_704, "FalconForCausalLM"),

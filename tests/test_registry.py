@@ -144,3 +144,67 @@ def test_absent_dropout_keys_take_the_config_class_defaults() -> None:
     assert spec_from_hf({"model_type": "nomic_bert"}).dropout == 0.0
     assert spec_from_hf({"model_type": "xlm"}).dropout == 0.1
     assert spec_from_hf({"model_type": "nomic_bert", "hidden_dropout_prob": 0.2}).dropout == 0.2
+
+
+# Every type's other classes: the base model (AutoModel), sequence and token classification,
+# question answering and multiple choice, each named in architectures, with num_labels or
+# id2label drawn. REFERENCE: `python tools/check_registry.py --task
+# base,seq_cls,token_cls,qa,multiple_choice --cases 2 --write tests/data/registry_heads.json`
+# (torch 2.13.0+cpu, transformers 5.23.0, meta device, the class its auto mapping names)
+HEAD_CASES = json.loads((DATA / "registry_heads.json").read_text())
+assert HEAD_CASES["transformers"] == "5.23.0"
+
+
+@pytest.mark.parametrize("case", HEAD_CASES["cases"], ids=[
+    f"{c['class']}-{i}" for i, c in enumerate(HEAD_CASES["cases"])])
+def test_head_class_equals_transformers(case: dict) -> None:
+    spec = spec_from_hf(case["config"], "case.json")
+    assert count_params(spec).total == case["total"]
+    assert f"counted as transformers' {case['class']}" in spec.note
+
+
+def test_every_head_class_is_counted_or_refused_by_name() -> None:
+    from transformer_calc.hf import HEAD_TASKS
+    from transformer_calc.hf_defaults import TASK_CLASSES
+
+    recorded = {c["class"] for c in HEAD_CASES["cases"]}
+    for model_type, tasks in TASK_CLASSES.items():
+        for task, cls in tasks.items():
+            if task not in HEAD_TASKS or cls == HEAD_CLASS[model_type] or cls in recorded:
+                continue
+            # a class whose defaults transformers cannot build is recorded from drawn configs
+            # only; the rest are refused, naming the class and why
+            with pytest.raises(SpecError, match=f"key 'architectures'.*{cls}"):
+                spec_from_hf({"model_type": model_type, "architectures": [cls]})
+    assert len(recorded) >= 406, len(recorded)
+
+
+@pytest.mark.parametrize("config, counted, note", [
+    # transformers' class of the type, spelt otherwise (Phi-3.5-MoE's published config)
+    ({"model_type": "phimoe", "architectures": ["PhiMoEForCausalLM"]}, "PhimoeForCausalLM",
+     "architectures names PhiMoEForCausalLM, transformers' PhimoeForCausalLM"),
+    # a class transformers does not have: its auto classes build by model_type, the task by
+    # the name's end
+    ({"model_type": "qwen2", "architectures": ["Qwen2ForRewardModel"]}, "Qwen2Model",
+     "architectures names Qwen2ForRewardModel; transformers builds Qwen2Model for model_type "
+     "qwen2"),
+    ({"model_type": "llama", "architectures": ["MistralForCausalLM"]}, "LlamaForCausalLM",
+     "architectures names MistralForCausalLM; transformers builds LlamaForCausalLM"),
+    ({"model_type": "xlm-roberta", "architectures": ["XLMRobertaModel"]}, "XLMRobertaModel", ""),
+])
+def test_architectures_are_matched_as_transformers_matches_them(config: dict, counted: str,
+                                                                note: str) -> None:
+    spec = spec_from_hf(config)
+    assert spec.note.startswith(f"counted as transformers' {counted}")
+    assert note in spec.note
+
+
+def test_a_class_not_counted_is_refused_with_the_ones_that_are() -> None:
+    with pytest.raises(SpecError) as e:
+        spec_from_hf({"model_type": "bert", "architectures": ["BertForPreTraining"]})
+    assert "BertForMaskedLM, BertModel, BertForSequenceClassification" in str(e.value)
+    with pytest.raises(SpecError, match="T5ForTokenClassification: it runs the encoder alone"):
+        spec_from_hf({"model_type": "t5", "architectures": ["T5ForTokenClassification"]})
+    with pytest.raises(SpecError, match="key 'num_labels': expected equal to id2label's size"):
+        spec_from_hf({"model_type": "bert", "architectures": ["BertForSequenceClassification"],
+                      "num_labels": 3, "id2label": {"0": "a", "1": "b"}})

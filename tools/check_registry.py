@@ -20,6 +20,12 @@ a length that fills whole chunks (Gated DeltaNet's chunk is 64):
         --write tests/data/registry_mixers_T64.json qwen3_next qwen3_5_text qwen3_5_moe_text \
         olmo_hybrid kimi_linear
 
+Every type's other classes (the base model, sequence and token classification, question
+answering, multiple choice), named in architectures, with num_labels or id2label drawn:
+
+    python tools/check_registry.py --task base,seq_cls,token_cls,qa,multiple_choice --cases 2 \
+        --write tests/data/registry_heads.json
+
 The seq2seq families' decoders alone (``architectures: [BartForCausalLM]``, ...):
 
     python tools/check_registry.py --causal --cases 4 --flops 8 \
@@ -367,6 +373,9 @@ def main() -> None:
     ap.add_argument("--causal", action="store_true",
                     help="count each seq2seq type's *ForCausalLM (its decoder alone), named "
                          "in architectures")
+    ap.add_argument("--task", help="count the classes of these tasks (comma-separated: base, "
+                         "seq_cls, token_cls, qa, multiple_choice; transformers' auto mappings), "
+                         "named in architectures")
     ap.add_argument("--flops", type=int, default=0, metavar="T",
                     help="also compare forward FLOPs per token at T tokens (recorded with "
                          "--write)")
@@ -374,9 +383,18 @@ def main() -> None:
     rng = random.Random(args.seed)  # noqa: S311 - reproducible test configs, not secrets
     rows, bad = [], 0
     from transformer_calc.hf import SEQ2SEQ
+    from transformer_calc.hf_defaults import TASK_CLASSES
 
+    jobs: list[tuple[str, dict, str]] = []  # (model type, architectures, task)
     for model_type in args.types or sorted(HEAD_CLASS):
-        named = {"architectures": [SEQ2SEQ[model_type].decoder_cls]} if args.causal else {}
+        if not args.task:
+            jobs.append((model_type, {"architectures": [SEQ2SEQ[model_type].decoder_cls]}
+                         if args.causal else {}, ""))
+        for task in args.task.split(",") if args.task else ():
+            task_cls = TASK_CLASSES.get(model_type, {}).get(task)
+            if task_cls is not None and task_cls != HEAD_CLASS[model_type]:
+                jobs.append((model_type, {"architectures": [task_cls]}, task))
+    for model_type, named, task in jobs:
         cls = type(transformers.AutoConfig.for_model(model_type))
         nested = getattr(TABLE_DRIVEN.get(model_type), "text_config", False)
         if nested:  # Mllama: the drawn keys go in text_config, as the class reads them
@@ -397,6 +415,10 @@ def main() -> None:
                 config = {"model_type": model_type, **named, "text_config": inner}
             elif attempts:
                 config = {"model_type": model_type, **named, **draw(rng, fields)}
+            if attempts and task in ("seq_cls", "token_cls", "qa"):
+                # the labels as a file gives them: id2label, num_labels, or neither (2)
+                config |= rng.choice([{"id2label": {str(i): f"L{i}" for i in range(3)}},
+                                      {"num_labels": 5}, {}])
             attempts += 1
             try:
                 want = reference(config)

@@ -263,10 +263,43 @@ def linear_names() -> dict[str, tuple[str, ...]]:
     return out
 
 
+# transformers' auto mappings, by the task tcalc names them: the class each builds for a
+# model type (AutoModel, AutoModelForSequenceClassification, ...)
+TASK_MAPPINGS = (("base", "MODEL_MAPPING_NAMES"), ("causal", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+                 ("masked", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
+                 ("seq2seq", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
+                 ("seq_cls", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
+                 ("token_cls", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES"),
+                 ("qa", "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES"),
+                 ("multiple_choice", "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES"),
+                 ("speech", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"),
+                 ("image_text", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"))
+
+
+def task_classes(model_types: list[str]) -> dict[str, dict[str, str]]:
+    """Per model type: the class transformers' auto mapping of each task builds for it."""
+    from transformers.models.auto import modeling_auto
+
+    out: dict[str, dict[str, str]] = {}
+    for model_type in model_types:
+        row = {task: getattr(modeling_auto, name)[model_type] for task, name in TASK_MAPPINGS
+               if model_type in getattr(modeling_auto, name)}
+        if row:
+            out[model_type] = row
+    return out
+
+
 def frozen(name: str, comment: str, types: list[str]) -> str:
     """One generated set of model types, with the comment that says what it marks."""
     return (f"\n\n{comment}\n{name}: frozenset[str] = frozenset(\n"
             + pprint.pformat(types, width=92, compact=True) + ")")
+
+
+def model_types() -> list[str]:
+    """The model types tcalc reads."""
+    from transformer_calc.hf import MAPPERS
+
+    return sorted(MAPPERS)
 
 
 def main() -> None:
@@ -335,7 +368,11 @@ def main() -> None:
           + pprint.pformat(peft_moe_patterns(), width=92, compact=True)
           + "\n\n# transformers' names of the linear layers --lora-targets takes, per model type\n"
           + "LINEAR_NAMES: dict[str, tuple[str, ...]] = {\n"
-          + "".join(f"    {t!r}: {n!r},\n" for t, n in linear_names().items()) + "}")
+          + "".join(f"    {t!r}: {n!r},\n" for t, n in linear_names().items()) + "}"
+          + "\n\n# The class each task's auto mapping builds, per model type (AutoModel: base)\n"
+          + "TASK_CLASSES: dict[str, dict[str, str]] = "
+          + pprint.pformat(task_classes(model_types()), width=96,
+                           sort_dicts=True))
 
 
 if __name__ == "__main__":

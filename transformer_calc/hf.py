@@ -86,7 +86,7 @@ INT_KEYS = frozenset("""
     vocab_size_per_layer_input top_k_experts
     local_radius global_block_size linear_num_key_heads linear_num_value_heads
     linear_key_head_dim linear_value_head_dim expert_ffn_hidden_size zero_expert_num moe_topk
-    qk_head_dim
+    qk_head_dim num_labels
     """.split())
 # Sizes and periods a class divides by or counts layers with: 0 is no value tcalc can count
 # (transformers fails on it, or builds a model without layers)
@@ -94,7 +94,7 @@ POSITIVE_KEYS = frozenset("""
     num_hidden_layers num_attention_heads n_layer n_head num_layers num_heads decoder_sparse_step
     attn_layer_period expert_layer_period global_attn_every_n_layers full_attention_interval
     global_block_size linear_num_key_heads linear_num_value_heads linear_key_head_dim
-    linear_value_head_dim block_multiple_of
+    linear_value_head_dim block_multiple_of num_labels
     """.split())
 BOOL_KEYS = frozenset("""
     tie_word_embeddings attention_bias mlp_bias use_parallel_residual new_decoder_architecture
@@ -348,37 +348,214 @@ PEFT_ROUTER_LINEAR = frozenset({"hunyuan_v1_moe", "longcat_flash"})
 
 # Classes whose trainable parameters equal the head class's (checked with transformers 5.23:
 # BartModel and BartForConditionalGeneration both 139,420,416 for bart-base; the head is tied).
-SAME_COUNT = {"bart": ("BartModel",), "t5": ("T5WithLMHeadModel",)}
+# FSMTModel keeps the decoder's output projection (FSMTDecoder.output_projection).
+SAME_COUNT = {"bart": ("BartModel",), "t5": ("T5WithLMHeadModel",), "fsmt": ("FSMTModel",)}
 ENCODER_DECODER = ("t5", "mt5", "umt5", "longt5")  # no *ForCausalLM class in transformers
 
 
-def _check_architecture(data: dict[str, Any], model_type: str, where: str) -> str:
-    """Honour ``architectures``: the class it names if tcalc counts it (its head class, or
-    a seq2seq family's *ForCausalLM: the decoder alone), else refuse naming it."""
+# The tasks whose classes tcalc counts beside a type's head class (HEAD_CLASS, task "lm"):
+# the base model (AutoModel) and the classification and question-answering heads
+HEAD_TASKS = ("base", "seq_cls", "token_cls", "qa", "multiple_choice")
+# The ends of transformers' class names, by task: a name transformers does not have (a
+# remote-code class, another spelling) is read by its end, as transformers' auto classes read
+# the config by its model_type whatever architectures says
+_SUFFIXES = (("ForSequenceClassification", "seq_cls"), ("ForTokenClassification", "token_cls"),
+             ("ForQuestionAnswering", "qa"), ("ForMultipleChoice", "multiple_choice"),
+             ("ForCausalLM", "causal"), ("LMHeadModel", "causal"), ("ForMaskedLM", "masked"),
+             ("ForConditionalGeneration", "seq2seq"), ("Model", "base"))
+
+
+class Counted(NamedTuple):
+    """The transformers class tcalc counts for a config.json, and its task: lm (the type's
+    head class), decoder (a seq2seq family's *ForCausalLM), or one of HEAD_TASKS."""
+
+    cls: str
+    task: str
+    note: str = ""  # how architectures was read, when it names no class of transformers
+
+
+def _classes(model_type: str) -> dict[str, str]:
+    """The classes tcalc counts for a model type, and the task of each."""
+    from transformer_calc.hf_defaults import TASK_CLASSES
+
+    head = HEAD_CLASS[model_type]
+    out = {cls: task for task, cls in TASK_CLASSES.get(model_type, {}).items()
+           if task in HEAD_TASKS and cls != head}
+    record = SEQ2SEQ.get(model_type)
+    if record is not None and record.decoder_cls:
+        out[record.decoder_cls] = "decoder"
+    return out | dict.fromkeys((head, *SAME_COUNT.get(model_type, ())), "lm")
+
+
+def _check_architecture(data: dict[str, Any], model_type: str, where: str) -> Counted:
+    """Honour ``architectures``: the class it names if tcalc counts it (the head class, the
+    base model, a classification or question-answering head, a seq2seq family's
+    *ForCausalLM), matched as transformers matches it: the exact name, another spelling of it
+    (PhiMoEForCausalLM: PhimoeForCausalLM), or a class transformers lacks read by its task
+    (the end of its name); else refuse naming it."""
+    from transformer_calc.hf_defaults import TASK_CLASSES
+
     head = HEAD_CLASS[model_type]
     names = data.get("architectures")
     if names is None:
-        return head
+        return Counted(head, "lm")
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise SpecError("architectures", "a list of class names", names, source=where)
-    cls = names[0]
-    if cls == head or cls in SAME_COUNT.get(model_type, ()):
-        return head
-    record = SEQ2SEQ.get(model_type)
-    if record is not None and record.decoder_cls and cls == record.decoder_cls:
-        return cls
+    cls, known = names[0], _classes(model_type)
+    if cls in known:
+        return Counted(cls, known[cls], _same(cls, head))
+    spelled = {k.lower(): k for k in known}
+    if cls.lower() in spelled:
+        real = spelled[cls.lower()]
+        return Counted(real, known[real], f"architectures names {cls}, transformers' {real}")
+    task = next((t for end, t in _SUFFIXES if cls.endswith(end)), "")
+    real = TASK_CLASSES.get(model_type, {}).get(task, "")
+    if real in known:
+        return Counted(real, known[real],
+                       f"architectures names {cls}; transformers builds {real} for model_type "
+                       f"{model_type} (its auto classes read the model_type)")
     if model_type in ENCODER_DECODER and cls.endswith("ForCausalLM"):
         why = f"transformers 5.23 has no {cls}"
     else:
-        why = f"the class tcalc counts for model_type {model_type}"
-    allowed = [head] + ([record.decoder_cls] if record and record.decoder_cls else [])
-    raise SpecError("architectures", f"{allowed} ({why})", names, source=where)
+        why = f"the classes tcalc counts for model_type {model_type}"
+    raise SpecError("architectures", f"one of {', '.join(sorted(known, key=_by_task(known)))} "
+                    f"({why})", names, source=where)
+
+
+def _same(cls: str, head: str) -> str:
+    """Why a class other than the head class counts the same (SAME_COUNT)."""
+    return f"the same parameters as {head}" if cls != head and cls in _ALL_SAME else ""
+
+
+_ALL_SAME = frozenset(c for names in SAME_COUNT.values() for c in names)
+
+
+def _by_task(known: dict[str, str]) -> Callable[[str], int]:
+    order = ("lm", "decoder", *HEAD_TASKS)
+    return lambda cls: order.index(known[cls])
+
+
+class Heads(NamedTuple):
+    """How a model type's classification and question-answering classes sit on its base
+    model (transformers 5.23): which keep BERT's pooler (a biased d_model × d_model dense on
+    the first token), and each head's kind (ModelSpec.classifier)."""
+
+    pooled: tuple[str, ...] = ()  # the tasks whose class keeps the pooler ("base": AutoModel)
+    seq_cls: str = "linear"
+    # GenericForSequenceClassification's score has no bias (a key: the config decides)
+    seq_bias: bool | str = False
+    tagging: str = "linear"  # token classification's head
+    qa: str = "linear"
+    qa_labels: int = 2  # GenericForQuestionAnswering: 2 outputs; 0: num_labels (BERT's)
+    multiple_choice: str = "linear"
+    labels: int = 2  # the config class's num_labels (BartConfig: 3)
+    refused: tuple[tuple[str, str], ...] = ()  # (task, why): a class whose head is not modelled
+
+
+# BertForSequenceClassification: the pooler, then a linear layer; RobertaForSequence-
+# Classification: no pooler, RobertaClassificationHead (dense, then out_proj); both keep the
+# pooler in *ForMultipleChoice and read num_labels in *ForQuestionAnswering
+_BERT_HEADS = Heads(pooled=("base", "seq_cls", "multiple_choice"), seq_bias=True, qa_labels=0)
+_ROBERTA_HEADS = Heads(pooled=("base", "multiple_choice"), seq_cls="dense", seq_bias=True,
+                       qa_labels=0)
+# The encoders without a pooler: RoBERTa's heads, or a dense with a bias before the linear
+# layer (DeBERTa's ContextPooler, DistilBERT's pre_classifier, ELECTRA's summary) for
+# multiple choice too
+_DENSE_HEADS = Heads(seq_cls="dense", seq_bias=True, qa_labels=0, multiple_choice="dense")
+# The BART lineage and T5: BartClassificationHead (dense, then out_proj) on the whole model,
+# qa_outputs of 2 (BART's sets num_labels 2; T5's reads num_labels); T5's token
+# classification runs the encoder alone
+_SEQ2SEQ_HEADS = Heads(seq_cls="dense", seq_bias=True)
+_T5_HEADS = _SEQ2SEQ_HEADS._replace(qa_labels=0, refused=(
+    ("token_cls", "it runs the encoder alone (T5EncoderModel), not modelled"),))
+# ModernBERT: ModernBertPredictionHead (a dense, classifier_bias; a norm) before every head
+_MODERNBERT_HEADS = Heads(seq_cls="dense_norm", seq_bias=True, tagging="dense_norm",
+                          qa="dense_norm", qa_labels=0, multiple_choice="dense_norm")
+# XLM, FlauBERT: SequenceSummary's linear layer (biased) and qa_outputs of num_labels; their
+# multiple choice adds a projection of the labels to one logit (logits_proj)
+_XLM_HEADS = Heads(seq_bias=True, qa_labels=0, refused=(
+    ("multiple_choice", "SequenceSummary to num_labels, then logits_proj to one: not "
+     "modelled"),))
+# The encoders whose classes differ from those of decoders (GenericFor*), and the
+# encoder-decoders
+HEADS: dict[str, Heads] = {
+    "bert": _BERT_HEADS, "roberta": _ROBERTA_HEADS,
+    **dict.fromkeys(("albert", "ernie", "megatron-bert", "rembert", "roc_bert", "tapas"),
+                    _BERT_HEADS),
+    **dict.fromkeys(("camembert", "data2vec-text", "ibert", "jina_embeddings_v3",
+                     "roberta-prelayernorm", "xlm-roberta", "xlm-roberta-xl", "mpnet"),
+                    _ROBERTA_HEADS),
+    **dict.fromkeys(("deberta", "deberta-v2", "distilbert", "electra", "eurobert"),
+                    _DENSE_HEADS),
+    # (their qa_outputs has 2 outputs whatever num_labels says)
+    **dict.fromkeys(("mra", "yoso"), _DENSE_HEADS._replace(qa_labels=2)),
+    "roformer": _DENSE_HEADS._replace(multiple_choice="linear", qa_labels=2),
+    "gptj": Heads(qa_labels=0),
+    # GTE, NomicBERT: no pooler in the base model, one under the sequence classifier
+    **dict.fromkeys(("gte", "nomic_bert"), _BERT_HEADS._replace(pooled=("seq_cls",))),
+    "modernbert": _MODERNBERT_HEADS,
+    "modernbert-decoder": _MODERNBERT_HEADS._replace(seq_bias="classifier_bias"),
+    **dict.fromkeys(("xlm", "flaubert"), _XLM_HEADS),
+    **dict.fromkeys(("mbart", "mvp", "plbart", "bigbird_pegasus"), _SEQ2SEQ_HEADS),
+    "bart": _SEQ2SEQ_HEADS._replace(labels=3),
+    **dict.fromkeys(("t5", "mt5", "umt5"), _T5_HEADS),
+    "t5gemma": Heads(seq_bias=True),
+    # their base models hold the vision or audio tower
+    "mllama": Heads(refused=(("base", "MllamaModel holds the vision tower and projector: "
+                                      "architectures MllamaForConditionalGeneration counts "
+                                      "them"),)),
+    "whisper": Heads(refused=(("base", "WhisperModel holds the audio encoder, not "
+                                       "modelled"),)),
+    # LayoutLM keeps its pooler for tokens too; BigBird as well, under RoBERTa's head, and its
+    # question-answering head is a block of its own (BigBirdForQuestionAnsweringHead)
+    "layoutlm": _BERT_HEADS._replace(pooled=("base", "seq_cls", "token_cls")),
+    "big_bird": _ROBERTA_HEADS._replace(
+        pooled=("base", "seq_cls", "token_cls", "multiple_choice"),
+        refused=(("qa", "its question-answering head, an intermediate dense and a normed "
+                        "output before qa_outputs, is not modelled"),)),
+}
+
+
+def _num_labels(c: Config, default: int) -> int:
+    """The classifier's outputs as PreTrainedConfig reads them: id2label's size when the file
+    has one (num_labels beside it must agree), else num_labels, else the class's default."""
+    labels = c.data.get("id2label")
+    if labels is None:
+        return int(c.get("num_labels", default))
+    if not isinstance(labels, dict) or not labels:
+        raise SpecError("id2label", "a mapping of label ids to names", labels, source=c.where)
+    n = c.get("num_labels", len(labels))
+    if n != len(labels):
+        raise SpecError("num_labels", f"equal to id2label's size ({len(labels)}), as "
+                        "transformers requires", n, source=c.where)
+    return len(labels)
+
+
+def _head(c: Config, model_type: str, counted: Counted) -> dict[str, Any]:
+    """The fields that turn the type's head class into the class counted: the base model (no
+    LM or MLM head), or a classification or question-answering head on it."""
+    h = HEADS.get(model_type, Heads())
+    task = counted.task
+    for refused, why in h.refused:
+        if refused == task:
+            raise SpecError("architectures", f"a class tcalc counts ({counted.cls}: {why})",
+                            c.data.get("architectures"), source=c.where)
+    out: dict[str, Any] = {"lm_head": False, "lm_head_bias": False, "mlm_head": False,
+                           "mlm_width": None, "pooler": task in h.pooled}
+    if task == "base":
+        return out
+    kind = {"seq_cls": h.seq_cls, "token_cls": h.tagging, "qa": h.qa,
+            "multiple_choice": h.multiple_choice}[task]
+    labels = 1 if task == "multiple_choice" else h.qa_labels if task == "qa" and h.qa_labels \
+        else _num_labels(c, h.labels)
+    return out | {"classifier": kind, "num_labels": labels,
+                  "classifier_bias": c.flag(h.seq_bias) if task == "seq_cls" else True}
 
 
 def counted_class(data: dict[str, Any]) -> str:
     """The transformers class tcalc counts for a config.json of a known model_type: its head
-    class, or the *ForCausalLM its ``architectures`` names (the developer tools build it)."""
-    return _check_architecture(data, data["model_type"], "config.json")
+    class, or the class its ``architectures`` names (the developer tools build it)."""
+    return _check_architecture(data, data["model_type"], "config.json").cls
 
 
 def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "") -> ModelSpec:
@@ -414,12 +591,17 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         data = {**inner, "model_type": model_type,
                 **({"architectures": archs} if archs is not None else {})}
         where = f"{where} (text_config)"
-    counted = HEAD_CLASS[model_type] if tower else _check_architecture(data, model_type, where)
+    counted = Counted(HEAD_CLASS[model_type], "lm") if tower else \
+        _check_architecture(data, model_type, where)
     cfg = Config(data, where, _table(model_type) if model_type in TABLE_DRIVEN else None)
-    cfg.decoder_alone = counted != HEAD_CLASS[model_type]
+    cfg.decoder_alone = counted.task == "decoder"
     if tower:
         cfg.notes.append(tower)
+    if counted.note:
+        cfg.notes.append(counted.note)
     values = MAPPERS[model_type](cfg)
+    if counted.task in HEAD_TASKS:
+        values |= _head(cfg, model_type, counted)
     stem = where.rsplit("/", 1)[-1].removesuffix(".json")
     values.setdefault("name", name or (stem if stem != "config" else model_type))
     values.setdefault("description", f"{model_type} from {where}")
@@ -492,7 +674,9 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         # tell the stacks apart, so its transformers names are refused, not half-applied
         names = "none"
     values["module_names"] = names
-    values["note"] = "; ".join([f"counted as transformers' {counted}"] + cfg.notes)
+    label = f"counted as transformers' {counted.cls}" + (
+        f" ({values['num_labels']} labels)" if values.get("num_labels") else "")
+    values["note"] = "; ".join([label] + cfg.notes)
     try:
         return ModelSpec(**values)
     except SpecError as e:

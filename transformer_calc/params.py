@@ -63,7 +63,8 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "hc_streams": spec.hc_streams, "compress_csa": spec.compress_csa,
         "compress_hca": spec.compress_hca, "csa_index_heads": spec.csa_index_heads,
         "csa_index_dim": spec.csa_index_dim, "csa_index_topk": spec.csa_index_topk,
-        "o_groups": spec.o_groups, "o_lora_rank": spec.o_lora_rank}
+        "o_groups": spec.o_groups, "o_lora_rank": spec.o_lora_rank,
+        "num_labels": spec.num_labels}
 
 
 _NO_POSITION_TABLE = {
@@ -315,6 +316,8 @@ def count_params(spec: ModelSpec) -> Breakdown:
             # (_tied_weights_keys); untied, the decoder Linear keeps a bias of its own.
             add(("head.mlm.decoder.bias", V, "vocab_size", "", 1, "",
                  "untied decoder keeps its own bias beside head.mlm.bias", None, ()))
+    if spec.classifier != "none":
+        _classifier(add, spec, norm_n, norm_why)
 
     if spec.note:
         notes.insert(0, spec.note)
@@ -359,6 +362,25 @@ def count_params(spec: ModelSpec) -> Breakdown:
         extra |= _mtp(spec, rows, norm_n, notes)
     return Breakdown(spec.name, "params", tuple(rows), tuple(notes), extra,
                      partial(symbols, spec))
+
+
+def _classifier(add, spec: ModelSpec, norm_n: int,  # type: ignore[no-untyped-def]
+                norm_why: str) -> None:
+    """The head of a sequence/token classification or question-answering class: a linear
+    layer to num_labels (GenericForSequenceClassification's score, BertForTokenClassification's
+    classifier, qa_outputs), after a biased d_model × d_model dense (RobertaClassificationHead,
+    BartClassificationHead, DeBERTa's ContextPooler) and a norm (ModernBertPredictionHead)."""
+    E, n = spec.d_model, spec.num_labels
+    if spec.classifier in ("dense", "dense_norm"):
+        add(("head.classifier.dense.weight", E * E, "d_model × d_model", "", 1, "", "", None,
+             (E, E)))
+        if spec.classifier == "dense" or spec.mlm_dense_bias:
+            add(("head.classifier.dense.bias", E, "d_model", "", 1, "", "", None, ()))
+        if spec.classifier == "dense_norm":
+            add(("head.classifier.norm", norm_n, norm_why, "", 1, "", "", None, ()))
+    add(("head.classifier.weight", E * n, "d_model × num_labels", "", 1, "", "", None, (n, E)))
+    if spec.classifier_bias:
+        add(("head.classifier.bias", n, "num_labels", "", 1, "", "", None, ()))
 
 
 def _position_projections(spec: ModelSpec) -> tuple[str, ...]:

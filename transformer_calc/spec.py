@@ -29,6 +29,8 @@ ACTIVATIONS = ("relu", "relu2", "gelu", "gelu_tanh", "gelu_new", "silu", "swiglu
                "sigmoid", "tanh",
                "identity", "xielu")
 RELATIVE_SCOPES = ("first", "every")
+# heads of the sequence/token classification and question-answering classes (transformers)
+CLASSIFIERS = ("none", "linear", "dense", "dense_norm")
 QK_NORMS = ("none", "head", "width", "l2")
 ATTN_GATES = ("none", "head", "width")
 # Recurrent mixers (issue 14): layers whose state does not grow with the context.
@@ -529,8 +531,19 @@ class ModelSpec:
     pooler: bool = _f(False, "BERT pooler: dense d_model -> d_model on the first token")
     mlm_head: bool = _f(False, "BERT/RoBERTa MLM head: dense + norm + decoder bias "
                         "(its decoder weight tied to the embedding)")
-    mlm_dense_bias: bool = _f(True, "a bias on the MLM head's dense layer (ModernBERT: "
-                              "classifier_bias, false by default)")
+    mlm_dense_bias: bool = _f(True, "a bias on the MLM head's dense layer, and on a dense_norm "
+                              "classifier's (ModernBERT: classifier_bias, false by default)")
+    classifier: str = _f("none", "a classification head on the model's output instead of an LM "
+                         "head: none, linear (d_model -> num_labels: token classification, "
+                         "question answering, a decoder's score), dense (d_model -> d_model with "
+                         "a bias, then -> num_labels: RoBERTa's, BART's, DeBERTa's pooler) or "
+                         "dense_norm (the dense, a norm, then -> num_labels: ModernBERT's)",
+                         choices=CLASSIFIERS)
+    num_labels: int = _f(0, "outputs of the classification head (config.json's num_labels, or "
+                         "id2label's size; question answering: 2, a start and an end logit)",
+                         minimum=0)
+    classifier_bias: bool = _f(True, "a bias on the classification head's output layer (a "
+                               "decoder's sequence-classification score has none)")
     mlm_bias: str = _f("bert", "the MLM head's vocabulary bias: bert (one, tied with the "
                        "decoder's; an untied decoder keeps a second), decoder (the decoder's "
                        "own, one either way: ModernBERT's decoder_bias) or none",
@@ -739,6 +752,12 @@ class ModelSpec:
                                     getattr(self, key))
         if self.parallel_norms > 2:
             raise SpecError("parallel_norms", "1 or 2", self.parallel_norms)
+        if (self.classifier == "none") != (self.num_labels == 0):
+            raise SpecError("num_labels", "an integer >= 1 with a classifier, 0 without one",
+                            self.num_labels)
+        if self.classifier != "none" and (self.lm_head or self.mlm_head):
+            raise SpecError("classifier", "none with lm_head or mlm_head (a model has one head)",
+                            self.classifier)
         if self.lm_head_bias and not self.lm_head:
             raise SpecError("lm_head_bias", "false when lm_head is false", True)
         if self.embed_factorized and (self.embed_proj_dim is None
