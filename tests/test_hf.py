@@ -291,6 +291,14 @@ REFERENCE = {
 }
 
 
+# The published classes beside the LM heads (embedding models, rerankers, question answering):
+# tests/data/hf_published_classes.json, written by tools/reference_counts.py --write from these
+# files (its provenance says how); tcalc counts the trainable parameters
+PUBLISHED = json.loads((DATA / "hf_published_classes.json").read_text())
+assert PUBLISHED["transformers"] == "5.23.0"
+REFERENCE |= {name: (row["trainable"], row["class"]) for name, row in PUBLISHED["files"].items()}
+
+
 @pytest.mark.parametrize("path", sorted(REFERENCE))
 def test_config_json_total_equals_transformers(path: str) -> None:
     spec = load_model(str(HF / path))

@@ -5,6 +5,8 @@ Not used by the tests or CI: it is how the golden numbers pinned in tests/ were 
     python tools/reference_counts.py tests/data/hf/*.json      # HF config.json files
     python tools/reference_counts.py --named tests/data/hf/gpt2.json   # every tensor
     python tools/reference_counts.py --builtin                  # the non-HF references
+    python tools/reference_counts.py --write tests/data/hf_published_classes.json \
+        tests/data/hf/{bge-m3,bge-reranker-base,...}.json         # a fixture, with provenance
 
 Counts are of trainable parameters (requires_grad), each shared tensor once, exactly what
 ``sum(p.numel() for p in model.parameters() if p.requires_grad)`` gives. Models are built on
@@ -101,10 +103,13 @@ def main() -> None:
     ap.add_argument("--named", action="store_true", help="list every parameter tensor")
     ap.add_argument("--builtin", action="store_true", help="non-config.json references")
     ap.add_argument("--cls", help="override the head class")
+    ap.add_argument("--write", type=Path, help="also write the counts to this JSON fixture: "
+                    "each file's class, its parameters and its trainable ones")
     args = ap.parse_args()
     import transformers
 
     print(f"# torch {torch.__version__}, transformers {transformers.__version__}", file=sys.stderr)
+    rows: dict[str, dict[str, object]] = {}
     if args.builtin:
         for k, v in builtin().items():
             print(f"{v:>16,}  {k}")
@@ -112,10 +117,20 @@ def main() -> None:
         config = json.loads(path.read_text())
         model = build_hf(config, args.cls)
         print(f"{trainable(model):>16,}  {path.name}  {type(model).__name__}")
+        rows[path.name] = {"class": type(model).__name__,
+                           "params": sum(p.numel() for p in model.parameters()),
+                           "trainable": trainable(model)}
         if args.named:
             for n, p in model.named_parameters():
                 print(f"    {n:70s} {tuple(p.shape)!s:20s} {p.numel():>12,} "
                       f"{'' if p.requires_grad else 'frozen'}")
+    if args.write:
+        args.write.write_text(json.dumps({
+            "provenance": f"tools/reference_counts.py --write, torch {torch.__version__}, "
+                          f"transformers {transformers.__version__}: each file's class (its "
+                          "architectures) built on the meta device; params: sum(p.numel() for p "
+                          "in model.parameters()), trainable: those with requires_grad",
+            "transformers": transformers.__version__, "files": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -674,8 +674,9 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         # tell the stacks apart, so its transformers names are refused, not half-applied
         names = "none"
     values["module_names"] = names
+    n = values.get("num_labels", 0)
     label = f"counted as transformers' {counted.cls}" + (
-        f" ({values['num_labels']} labels)" if values.get("num_labels") else "")
+        f" ({n} label{'s' * (n != 1)})" if n else "")
     values["note"] = "; ".join([label] + cfg.notes)
     try:
         return ModelSpec(**values)
