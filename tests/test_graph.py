@@ -1,5 +1,7 @@
-"""The op-graph engine (transformer_calc.graph) in shadow beside tcalc's rules: GPT-2 and the
-Llama/Qwen2 family against every measured CPU fixture row of six configs, to the byte.
+"""The op-graph engine (transformer_calc.graph), which memory_report reads for GPT-2 and the
+Llama/Qwen2 family: against every measured CPU fixture row of six configs, to the byte, and
+beside the rules (activation_breakdown, lora_activations) that answer the other families,
+with each difference between the two explained.
 
 Fixtures (read, not changed): tests/data/activations_gpt2_cpu.json, the GPT-2 grid measured by
 tools/measure_activations.py with transformers' default use_cache=True, and the rows of
@@ -31,6 +33,7 @@ from test_peak import RECIPES as PEAK_RECIPES
 from test_peak import _spec as PEAK_SPEC
 
 from transformer_calc.breakdown import Breakdown
+from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, family_of, symbols
@@ -367,18 +370,39 @@ def test_guards_are_recorded_and_sizes_stay_polynomials() -> None:
 
 
 # -- component names (names.py): the rows activation_breakdown writes, from the graph ---------
-def _tcalc_rows(row: dict) -> tuple:  # type: ignore[type-arg]
-    """memory_report's activation rows (activation_breakdown, with lora_activations under
-    LoRA) for a fixture row's settings."""
+def _row_settings(row: dict) -> Settings:
     lora = {}
     if row.get("lora"):
         rank, targets, dropout = row["lora"]
         lora = dict(lora_rank=rank, lora_targets=tuple(targets.split(",")),
                     lora_dropout=dropout)
-    return memory_report(_spec(row["config"]), Settings(
-        precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-        attention=row["attention"], device="cpu", use_cache=row.get("use_cache", False),
-        **lora)).activations.rows  # type: ignore[arg-type]
+    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
+                    attention=row["attention"], device="cpu",
+                    use_cache=row.get("use_cache", False), **lora)  # type: ignore[arg-type]
+
+
+def _rules_report(spec: ModelSpec, s: Settings):  # type: ignore[no-untyped-def]
+    """memory_report as the rules answer it (activation_breakdown, with lora_activations
+    under LoRA): the graph's answer withheld."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(graph_costs, "graph_activations", lambda *a, **k: None)
+        return memory_report(spec, s)
+
+
+def _tcalc_rows(row: dict) -> tuple:  # type: ignore[type-arg]
+    """The rules' activation rows for a fixture row's settings."""
+    return _rules_report(_spec(row["config"]), _row_settings(row)).activations.rows
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: "{}-{}-{}-B{}-T{}-{}".format(
+    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
+    "-".join(map(str, r.get("lora", ()))) or "full"))
+def test_memory_report_reads_the_graph(row: dict) -> None:
+    report = memory_report(_spec(row["config"]), _row_settings(row))
+    assert report.activations.total == row["measured_bytes"]
+    fam = family_of(_spec(row["config"]))
+    assert report.activations.rows == tuple(
+        r[:3] + ("",) + r[4:] for r in component_rows(fam, _run(row)))
 
 
 def _v_view_keeps_c_attn(row: dict, fam: GPT2 | Llama) -> bool:
@@ -438,7 +462,8 @@ def test_component_rows_have_breakdowns_shape_and_tp_notes() -> None:
     assert notes["decoder.attn.o.lora_input"] == "tp" and notes["decoder.attn.softmax"] == "tp"
     assert notes["decoder.attn.qkv.lora_input"] == ""
     act = next(i for i in items if i.name == "decoder.ffn.activation")
-    assert act.stack == "decoder" and act.repeat == fam.L and act.formula == "B·T·F · 16"
+    assert act.stack == "decoder" and act.repeat == fam.L
+    assert act.formula == "B·T·d_ff · 16 (what the activation keeps)"
     assert act.expr == f"1·64·{fam.F} · 16"
     # LoRA on k_proj, o_proj over bf16: the first layer's Q·Kᵀ keeps Q (for K's gradient)
     # but not K, and A·V keeps V; the second layer keeps both: K in one layer, V in two
@@ -529,8 +554,7 @@ def test_cuda_activations_equal_tcalc_and_the_h100(case: tuple[str, dict]) -> No
     kind, run = case
     spec, s, graph = _cuda_settings(kind, run)
     r = evaluate_fast(family_of(spec), graph)
-    report = memory_report(spec, s)
-    rows = report.activations.rows
+    rows = _rules_report(spec, s).activations.rows
     held = sum(row[1] * row[4] for row in rows if not _rebuilt(row))
     T = s.seq_len
     assert r.activation_bytes - held == _held_difference(spec, s, T)
@@ -540,8 +564,10 @@ def test_cuda_activations_equal_tcalc_and_the_h100(case: tuple[str, dict]) -> No
         assert r.recomputed_layer_bytes - rebuilt == _rebuilt_difference(spec, s, T)
         return
     # the activations the H100's backward peak implies: the measured peak less tcalc's other
-    # terms of that phase (weights, states, autocast copies, cuBLAS workspaces, the loss's
+    # terms of that phase (memory_report reads the graph) (weights, states, autocast copies, cuBLAS workspaces, the loss's
     # gradients); the graph's storages in the allocator's 512-byte blocks
+    report = memory_report(spec, s)
+    assert report.activations.total == r.activation_bytes
     phase = report.phases[1].items
     implied = run["steps"][1]["backward_peak_mib"] * MIB - (
         phase.total - phase.get("activations").total)

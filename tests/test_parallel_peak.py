@@ -26,18 +26,6 @@ from transformer_calc.memory import CUBLAS_WORKSPACE, Settings, memory_report
 RUNS = json.loads((DATA / "peak_fake_parallel_cpu.json").read_text())["runs"]
 PRECISIONS = {"fp32": dict(precision="fp32"), "amp_bf16": dict(precision="bf16", mixed=True),
               "bf16": dict(precision="bf16")}
-# Three rows over the bound, kept as they are: backward under full recomputation of a
-# 4-layer GPT-2 under AMP on one GPU and FSDP2 on 2 ranks (+11.3 to +12.2 % of the peak;
-# the one GPU's peak itself, the optimizer step's, within 9.2 %). tcalc's rebuild takes the
-# whole rebuilt layer, the gradients of every layer above it and autocast's copies of the
-# layer at once; on so small a model the tensors backward frees as it goes weigh more than on
-# real ones (the H100 runs of tests/test_peak.py are within 2.6 %). A step simulated as a
-# timeline would order them. Each row's worst phase, as measured on the final code:
-KNOWN = {("gpt2-small-shape", "full", "amp_bf16", "single", 1, True): 0.118,
-         ("gpt2-small-shape", "full", "amp_bf16", "zero2", 2, True): 0.113,
-         ("gpt2-small-shape", "full", "amp_bf16", "zero3", 2, True): 0.122}
-
-
 def _key(r: dict) -> tuple:  # type: ignore[type-arg]
     return (r["model"], r["training"], r["precision"], r["parallel"], r["world_size"],
             r["checkpointing"])
@@ -89,17 +77,12 @@ def test_the_fixture_covers_what_users_combine() -> None:
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: "-".join(map(str, _key(r))))
 def test_per_rank_peak_within_10_percent(run: dict) -> None:
     e = errors(run)
-    known = KNOWN.get(_key(run))
-    if known is not None:
-        # still what it was: a change here is news either way
-        assert max(e.values(), key=abs) == pytest.approx(known, abs=0.005)
-        return
     assert abs(e["peak"]) <= 0.10, e
     # every phase within 10 % of the peak too: the verdict and the phase both hold
     assert all(abs(v) <= 0.10 for v in e.values()), e
 
 
 def test_most_peaks_within_5_percent() -> None:
-    # measured on the final code: 476 of 486 within 5 %, the median 1.7 %
+    # 484 of 486 within 5 %, the median 1.7 %; every phase of every row within 7.8 %
     within = sum(abs(errors(r)["peak"]) <= 0.05 for r in RUNS)
-    assert within >= 476
+    assert within >= 484

@@ -2292,19 +2292,9 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         # inputs too: autocast then runs over a 16-bit model, as it does over LoRA's base)
         fsdp2_mixed = s.fsdp2_mixed
         amp = s.mixed and adapters is None and s.recipe != "megatron" and not fsdp2_mixed
-        acts = activation_breakdown(
-            spec, s.batch_size, T, act_bytes=s.act_bytes, device=s.device,
-            attention=s.attention, amp=amp, sdpa_kernel=s.sdpa_kernel, experts=s.experts,
-            dropout=s.dropout if s.dropout is not None else spec.trains_with_dropout,
-            recompute="none" if adapters is not None else s.recompute, pattern=pattern,
-            use_cache=s.cache_in_training,
-            amp16=s.mixed and (adapters is not None or fsdp2_mixed) and s.precision != "fp32")
-        if adapters is not None:
-            # recomputation drops what the adapters keep too: applied after them
-            acts = lora_activations(spec, acts, adapted_layers(spec, p, s.lora_targets), s, T)
-            if s.recompute != "none":
-                acts = apply_recompute(spec, acts, s.recompute,
-                                       s.batch_size * T * spec.d_model * s.act_bytes)
+        acts = _saved_activations(spec, s, T, p, adapters is not None, amp, pattern,
+                                  amp16=s.mixed and (adapters is not None or fsdp2_mixed)
+                                  and s.precision != "fp32")
         if s.activations == "megatron":
             acts = megatron_activations(spec, s, T)
         notes = acts.notes
@@ -2331,6 +2321,34 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     if gpu:
         report.__dict__["fit"] = _fit(spec, s, report, gpu, pattern)
     return report
+
+
+def _saved_activations(spec: ModelSpec, s: Settings, T: int, p: Breakdown, lora: bool,
+                       amp: bool, pattern, *, amp16: bool  # type: ignore[no-untyped-def]
+                       ) -> Breakdown:
+    """What autograd keeps for backward: from the op graph where it expresses the run
+    (costs/activations.py), else from activation_breakdown's rules (with lora_activations'
+    under LoRA, recomputation applied after the adapters' rows so the two compose)."""
+    from transformer_calc.costs.activations import graph_activations
+
+    adapted = adapted_layers(spec, p, s.lora_targets) if lora else None
+    acts = graph_activations(spec, s, T, amp=amp, amp16=amp16, pattern=pattern,
+                             adapted_roles=None if adapted is None
+                             else frozenset(a.role for a in adapted))
+    if acts is not None:
+        return acts
+    acts = activation_breakdown(
+        spec, s.batch_size, T, act_bytes=s.act_bytes, device=s.device,
+        attention=s.attention, amp=amp, sdpa_kernel=s.sdpa_kernel, experts=s.experts,
+        dropout=s.dropout if s.dropout is not None else spec.trains_with_dropout,
+        recompute="none" if lora else s.recompute, pattern=pattern,
+        use_cache=s.cache_in_training, amp16=amp16)
+    if adapted is not None:
+        acts = lora_activations(spec, acts, adapted, s, T)
+        if s.recompute != "none":
+            acts = apply_recompute(spec, acts, s.recompute,
+                                   s.batch_size * T * spec.d_model * s.act_bytes)
+    return acts
 
 
 def _per_gpu(spec: ModelSpec, s: Settings, components: Breakdown, acts: Breakdown,

@@ -1,7 +1,7 @@
 """The op-graph engine: a model's forward as PyTorch ops over symbolic tensors, each op's
 saved-for-backward rule written once (derivatives.yaml), requires_grad propagated from
-trainable or frozen parameters, views sharing their base's storage. Pure Python; it runs in
-shadow beside tcalc's rules (nothing in tcalc's output reads it yet).
+trainable or frozen parameters, views sharing their base's storage. Pure Python; memory
+reads it for the families it has (transformer_calc/costs/activations.py).
 
     from transformer_calc.graph import Run, evaluate, family_of
     r = evaluate(family_of(spec), Run(batch=2, seq_len=128, attention="sdpa"))

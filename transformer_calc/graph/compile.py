@@ -26,6 +26,7 @@ from typing import Any
 from transformer_calc.graph.evaluate import Family, trace
 from transformer_calc.graph.held import held, totals
 from transformer_calc.graph.modules import Run, symbol_values
+from transformer_calc.graph.names import NamedRow, named_rows, tensor_parallel
 from transformer_calc.graph.symbols import Coef, Guard, Monomial, Poly, recording
 
 OUTPUTS = ("activation_bytes", "weight_copy_bytes", "params", "trainable_params",
@@ -51,7 +52,8 @@ def static_key(family: Family, run: Run) -> tuple[object, ...]:
     flags = tuple(v != 0 if isinstance(v, float) else v
                   for v in (getattr(family, n) for n in _fields_of(family)[1]))
     lora = run.lora
-    adapters = None if lora is None else (tuple(sorted(lora.targets)), lora.dropout != 0)
+    adapters = None if lora is None else (tuple(sorted(lora.targets)), lora.dropout != 0,
+                                          lora.dtype.name if lora.dtype else None)
     return (cls.__name__, flags, run.dtype.name, run.device, run.attention,
             run.autocast.name if run.autocast else None,
             run.use_cache and run.recompute != "full", run.recompute, adapters)
@@ -268,6 +270,29 @@ class Structure:
     symbols: tuple[str, ...]
     check: Callable[[dict[str, int]], bool]
     costs: Callable[[dict[str, int]], tuple[int, ...]]
+    named: tuple[NamedRow, ...] = ()
+    kernels: frozenset[str] = frozenset()  # the SDPA kernels torch picks (sdpa.kernel)
+    # per traced layer under full recomputation: the rebuild's part in H, Hkv or F (what
+    # tensor parallelism splits) and each storage it rebuilds
+    rebuilt_split: tuple[Poly, ...] = ()
+    rebuilt_storages: tuple[tuple[Poly, ...], ...] = ()
+    _values: Callable[[dict[str, int]], tuple[int, ...]] | None = None
+
+    def named_values(self, values: dict[str, int]) -> tuple[int, ...]:
+        """Per named row its bytes and repeat; then per traced layer the rebuild's split
+        part and its largest storage (a generated function, compiled on first use)."""
+        if self._values is None:
+            exprs = [poly_expr(p) for r in self.named for p in (r.nbytes, r.repeat)]
+            exprs += [e for split, storages in zip(self.rebuilt_split, self.rebuilt_storages,
+                                                   strict=True)
+                      for e in (poly_expr(split), _largest(storages))]
+            names = sorted({x for r in self.named for p in (r.nbytes, r.repeat)
+                            for m, _ in p.terms for x in m}
+                           | {x for layer in self.rebuilt_storages for p in layer
+                              for m, _ in p.terms for x in m})
+            self._values = _function(["v"], f"({', '.join(exprs)},)", {"_max": max},
+                                     [f"{x} = v['{x}']" for x in names])
+        return self._values(values)
 
     @property
     def key(self) -> tuple[object, ...]:
@@ -332,10 +357,16 @@ def compile_structure(family: Family, run: Run) -> Structure:
     rows = tuple((s.scope if n.poly.constant == 1 or rep is None
                   else f"{s.scope} [x ({n.poly})]", s.role, s.storage.dtype.name,
                   n.poly * s.storage.formula) for s, n in kept.saved)
+    named = named_rows(family, run, tr.ops, ((s, n.poly) for s, n in kept.saved))
+    split = tuple(sum((st.formula for st in layer if tensor_parallel(st.formula)), Poly(()))
+                  for layer in kept.rebuilt)
+    storages = tuple(tuple(st.formula for st in layer) for layer in kept.rebuilt)
     polys = {"activation_bytes": t.activation_bytes, "weight_copy_bytes": t.weight_copy_bytes,
              "params": t.params, "trainable_params": t.trainable_params,
              "forward_flops": t.forward_flops}
     st = _build(static_key(family, run), simplify(list(recorded)), polys, t.rebuilt, rows)
+    st.named, st.rebuilt_split, st.rebuilt_storages = named, split, storages
+    st.kernels = frozenset(tr.kernels)
     values = symbol_values(run, m_sizes)
     if not st.check(values):
         raise AssertionError(f"a structure fails its own guards: {st.key}")

@@ -76,23 +76,55 @@ def evaluate(family: Family, run: Run) -> Result:
                   tr.flops, tr.flops_poly, tuple(tr.ops), rebuilt)
 
 
+# The ModelSpec fields each family's graph reads (or that change no tensor: the spec's
+# metadata, the positions a model may reach, how MoE experts would be stored). A spec with
+# any other field away from its default describes a forward the graph does not transcribe
+# (Phi-3's fused projections, MLA, a recurrent mixer, attention sinks...): refused.
+_METADATA = frozenset(("name", "description", "source", "expected_params",
+                       "expected_params_source", "note", "module_names", "max_positions",
+                       "experts_grouped"))
+_COMMON = frozenset(("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "tie_embeddings",
+                     "position", "ffn", "activation", "norm", "dropout", "attention_dropout"))
+_READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv"},
+          "llama": _METADATA | _COMMON | {"n_kv_heads", "d_head", "softmax_fp32", "bias_q",
+                                          "bias_k", "bias_v", "bias_o", "bias_ffn_in",
+                                          "bias_ffn_out"}}
+
+
+def _unread(spec: ModelSpec, family: str) -> list[str]:
+    """The spec's fields away from their defaults that the family's graph does not read."""
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(spec):
+        if f.name in _READS[family]:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            continue
+        if getattr(spec, f.name) != default:
+            out.append(f.name)
+    return out
+
+
 def family_of(spec: ModelSpec) -> Family:
     """The graph a ModelSpec's layout runs as (spec_from_hf's fields for gpt2, llama and
     qwen2 configs), or a TcalcError saying it has no graph yet."""
     H = spec.n_heads
-    common = (spec.arch == "decoder" and spec.n_experts == 0 and spec.qk_norm == "none"
-              and not spec.parallel_block and not spec.sliding_window
-              and spec.norm_position == "pre" and spec.lm_head and not spec.lm_head_bias)
-    if (common and spec.norm == "layernorm" and spec.position == "learned"
-            and spec.ffn == "plain" and spec.activation == "gelu_new"):
+    if (spec.norm == "layernorm" and spec.position == "learned" and spec.ffn == "plain"
+            and spec.activation == "gelu_new" and spec.fused_qkv
+            and not _unread(spec, "gpt2")):
         p = spec.dropout
         pa = spec.attention_dropout if spec.attention_dropout is not None else p
         return gpt2.GPT2(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model, H=H,
                          F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
                          resid_pdrop=p, embd_pdrop=p, attn_pdrop=pa)
-    if (common and spec.norm == "rmsnorm" and spec.position == "rope"
-            and spec.rotary_fraction == 1.0 and spec.ffn == "gated"
-            and spec.activation == "silu"):
+    if (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation == "silu" and spec.softmax_fp32 and not spec.dropout
+            and not _unread(spec, "llama")):
         pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
         return llama.Llama(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
                            dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers,
@@ -101,7 +133,7 @@ def family_of(spec: ModelSpec) -> Family:
                            bias_mlp_in=spec.bias_ffn_in, bias_mlp_out=spec.bias_ffn_out,
                            attention_dropout=pa)
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
-                    "GPT-2 and the Llama/Qwen2 family)")
+                     "GPT-2 and the Llama/Qwen2 family)")
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
-from transformer_calc.graph.tensor import Tensor
+from transformer_calc.graph.tensor import DType, Tensor
 
 # PEFT's LoraConfig defaults: lora_alpha 8, so scaling = alpha / r (a scalar mul either way)
 LORA_ALPHA = 8
@@ -24,11 +24,14 @@ LORA_ALPHA = 8
 @dataclass(frozen=True)
 class Lora:
     """rank r, the targeted module names ('all-linear': every linear but the LM head),
-    the adapters' dropout."""
+    the adapters' dropout, and the dtype they compute in: fp32 as get_peft_model upcasts
+    them (None), or a 16-bit dtype where FSDP2's MixedPrecisionPolicy gathers every
+    parameter, the adapters' too, in it."""
 
     rank: int
     targets: frozenset[str]
     dropout: float = 0.0
+    dtype: DType | None = None
 
     def adapts(self, module: str) -> bool:
         return "all-linear" in self.targets or module in self.targets

@@ -106,9 +106,12 @@ class Builder:
             yield
 
     def param(self, name: str, *shape: Dim, adapter: bool = False) -> Tensor:
-        """A parameter of the model's dtype that trains (LoRA: only the adapters, fp32)."""
-        trainable = adapter or self.run.lora is None
-        dtype = F32 if adapter else self.run.dtype
+        """A parameter of the model's dtype that trains (LoRA: only the adapters, in fp32
+        unless the run gathers them in 16-bit)."""
+        lora = self.run.lora
+        trainable = adapter or lora is None
+        dtype = ((lora.dtype if lora is not None and lora.dtype else F32) if adapter
+                 else self.run.dtype)
         full = f"{self.trace.scope}.{name}" if self.trace.scope else name
         return self.trace.param(full, shape, dtype, trainable)
 

@@ -21,7 +21,8 @@ splits). A storage no rule names raises ValueError: a new graph needs its names 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from transformer_calc.breakdown import Row, substitute
 from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
@@ -58,20 +59,62 @@ def _module(rest: str) -> str:
 
 
 _ORDER = ("B", "T", "G", "Hkv", "H", "dh", "E", "F", "V", "P", "r", "T32", "L")
+# the graph's symbols as tcalc's formulas name them (the symbols activation_breakdown's rows
+# and explain use)
+SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "n_heads",
+                "dh": "d_head", "E": "d_model", "F": "d_ff", "V": "vocab_size",
+                "P": "max_positions", "r": "r", "T32": "T32", "L": "n_layers"}
+# what each component is, beside its formula (no symbol names inside: they are words here)
+DESCRIPTIONS = {
+    "embed.token_ids": "int64 indices", "embed.position_ids": "int64 positions",
+    "embed.dropout_mask": "dropout mask", "rope.cos_sin": "cos and sin, one pair for the model",
+    "input": "norm input", "stats": "mean, rstd", "input_fp32": "the fp32 upcast",
+    "rstd": "reciprocal std", "normalized": "the weight's mul keeps it",
+    "decoder.attn.input": "Q/K/V matmul input",
+    "decoder.attn.qkv_output": "fused output, Q, K and V views of it",
+    "decoder.attn.qkv": "the kernel's query, key and value",
+    "decoder.attn.q": "Q·Kᵀ keeps Q", "decoder.attn.k": "Q·Kᵀ keeps K",
+    "decoder.attn.v": "A·V keeps V", "decoder.attn.kv_cache_copies": "the generation cache's "
+    "K and V", "decoder.attn.out": "the kernel's output", "decoder.attn.logsumexp":
+    "log-sum-exp", "decoder.attn.mask": "attention mask", "decoder.attn.softmax":
+    "softmax output", "decoder.attn.dropout_mask": "attention dropout mask",
+    "decoder.attn.dropout_output": "A·V input", "decoder.attn.softmax_cast":
+    "cast back: the A·V input", "decoder.attn.o_input": "output projection input",
+    "residual_dropout_mask": "dropout mask", "decoder.ffn.input": "FFN input",
+    "decoder.ffn.activation": "what the activation keeps",
+    "decoder.ffn.out_input": "down projection input", "head.input": "LM head input",
+    "loss.log_softmax": "log-softmax", "loss.targets": "int64 labels",
+    "loss.total_weight": "nll_loss's total weight", _MASK: "the eager causal mask",
+    "decoder.checkpoint_input": "each layer's input", "lora_input": "the adapter's input",
+    "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output"}
+
+
+def description(name: str) -> str:
+    """The component's description: by its name, else by its last part (a norm's, an
+    adapter's)."""
+    return DESCRIPTIONS.get(name) or DESCRIPTIONS.get(name.rsplit(".", 1)[-1], "")
+
+
+def tcalc_symbols(values: dict[str, int]) -> dict[str, int]:
+    """The graph's symbol values under the names its formulas are written with."""
+    return {SYMBOL_NAMES.get(k, k): v for k, v in values.items()}
 
 
 def formula(p: Poly) -> str:
     """Bytes as tcalc's formulas write them: sizes first, in B, T, heads, widths order,
-    the bytes per element last ("B·T·E · 4")."""
+    the bytes per element last ("B·T·d_model · 4")."""
     if not p.terms:
         return "0"
     parts = []
     for m, c in sorted(p.terms, key=lambda t: (-len(t[0]), t[0])):
-        sizes = []
-        for s in sorted(dict.fromkeys(m), key=lambda s: (_ORDER.index(s) if s in _ORDER
-                                                          else len(_ORDER), s)):
-            k = m.count(s)
-            sizes.append(s if k == 1 else f"{s}^{k}")
+        if "G" in m and "Hkv" in m:  # G·Hkv = H: repeat_kv's heads are the query heads
+            rest = list(m)
+            rest.remove("G")
+            rest.remove("Hkv")
+            m = (*rest, "H")
+        sizes = [SYMBOL_NAMES.get(s, s)
+                 for s in sorted(m, key=lambda s: (_ORDER.index(s) if s in _ORDER
+                                                   else len(_ORDER), s))]
         body = "·".join(sizes)
         parts.append(str(c) if not body else body if c == 1 else f"{body} · {c}")
     return " + ".join(parts)
@@ -221,34 +264,75 @@ def saved_names(family: Family, run: Run, result: Result | None = None
     return [(namer.name(s), s) for s in r.saved if s.storage.kind != "weight_copy"]
 
 
-def component_rows(family: Family, run: Run, result: Result | None = None
-                   ) -> tuple[Row, ...]:
-    """The saved activations as activation_breakdown's rows (Breakdown.rows' tuple shape):
-    storages of one name summed per layer, layers with equal bytes under a name merged into
-    one row repeated over them. formula: the bytes as a polynomial in the graph's symbols
-    (B, T, E, H, Hkv, dh, F, V, r; one layer's), expr: the same with the numbers in."""
-    named = saved_names(family, run, result)
-    values = {k: d.value for k, d in symbols(family, run).items()}
-    per: dict[tuple[str, bool], dict[int | None, Poly]] = {}
-    for name, s in named:
+class NamedRow(NamedTuple):
+    """A component row as polynomials: one layer's bytes under the name and how many
+    layers keep those bytes (1 outside the layers)."""
+
+    name: str
+    in_layer: bool
+    nbytes: Poly
+    repeat: Poly
+
+
+def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
+               held: Iterable[tuple[Saved, Poly]]) -> tuple[NamedRow, ...]:
+    """The held storages (each with how many such storages: 1, or a replayed layer's
+    count) named and grouped into rows: storages of one name summed per layer, layers with
+    equal bytes under a name merged into one row repeated over them."""
+    namer = _Namer(family, run, tuple(ops))
+    one = Poly.const(1)
+    # (name, in layer) -> (layer, replayed) -> [bytes, how many]
+    per: dict[tuple[str, bool], dict[tuple[int | None, bool], list[Poly]]] = {}
+    for s, n in held:
+        if s.storage.kind == "weight_copy":
+            continue
+        name = namer.name(s)
         # per layer: what a layer's ops saved (its first saver's layer), but the tensors
         # made once for the model that a layer is first to save or keep
-        in_layer = s.layer is not None and name.startswith("decoder.") \
-            and name != _MASK
-        layer = s.layer if in_layer else None
+        in_layer = s.layer is not None and name.startswith("decoder.") and name != _MASK
+        slot = (s.layer, n != one) if in_layer else (None, False)
         group = per.setdefault((name, in_layer), {})
-        group[layer] = group.get(layer, Poly(())) + s.storage.formula
-    rows: list[Row] = []
-    for (name, in_layer), layers in per.items():
-        merged: dict[Poly, int] = {}  # one layer's bytes -> how many layers
-        for poly in layers.values():
-            merged[poly] = merged.get(poly, 0) + 1
-        for poly, repeat in merged.items():
-            text = formula(poly)
-            rows.append((name, poly.evaluate(values), text, substitute(text, values),
-                         repeat, "decoder" if in_layer else "", "tp" if _has(poly, _TP)
-                         else "", None, ()))
+        if slot not in group:
+            group[slot] = [Poly(()), n if in_layer else one]
+        group[slot][0] = group[slot][0] + (s.storage.formula if in_layer
+                                           else n * s.storage.formula)
+    rows: list[NamedRow] = []
+    for (name, in_layer), slots in per.items():
+        merged: dict[Poly, Poly] = {}  # one layer's bytes -> how many layers
+        for nbytes, count in slots.values():
+            merged[nbytes] = merged.get(nbytes, Poly(())) + count
+        rows.extend(NamedRow(name, in_layer, nbytes, count)
+                    for nbytes, count in merged.items())
     return tuple(rows)
+
+
+def tensor_parallel(nbytes: Poly) -> bool:
+    """Whether tensor parallelism splits these bytes: a term in H, Hkv or F."""
+    return _has(nbytes, _TP)
+
+
+def row_of(r: NamedRow, nbytes: int, repeat: int) -> Row:
+    """Breakdown's row for a named row's values (expr left for Breakdown's symbols)."""
+    what = description(r.name)
+    text = formula(r.nbytes) + (f" ({what})" if what else "")
+    return (r.name, nbytes, text, "", repeat, "decoder" if r.in_layer else "",
+            "tp" if _has(r.nbytes, _TP) else "", None, ())
+
+
+def component_rows(family: Family, run: Run, result: Result | None = None
+                   ) -> tuple[Row, ...]:
+    """The saved activations as activation_breakdown's rows (Breakdown.rows' tuple shape),
+    from a full trace: formula: the bytes as a polynomial in the graph's symbols (B, T, E,
+    H, Hkv, dh, F, V, r; one layer's), expr: the same with the numbers in."""
+    r = result if result is not None else evaluate(family, run)
+    values = {k: d.value for k, d in symbols(family, run).items()}
+    words = tcalc_symbols(values)
+    one = Poly.const(1)
+    out = []
+    for named in named_rows(family, run, r.ops, ((s, one) for s in r.saved)):
+        row = row_of(named, named.nbytes.evaluate(values), named.repeat.evaluate(values))
+        out.append(row[:3] + (substitute(row[2], words),) + row[4:])
+    return tuple(out)
 
 
 def by_name(rows: Iterable[Row]) -> dict[str, int]:

@@ -38,6 +38,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, is_causal: 
     q, k, v = autocast.cast_inputs("scaled_dot_product_attention", q, k, v)
     with autocast.disabled(q.trace):
         name = kernel(q, k, dropout_p, mask is not None, enable_gqa)
+        q.trace.kernels.add(name)
         if name == "math":
             return _math(q, k, v, is_causal=is_causal, dropout_p=dropout_p, scale=scale,
                          enable_gqa=enable_gqa, mask=mask)

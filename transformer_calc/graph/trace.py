@@ -64,6 +64,7 @@ class Trace:
     layer_saves: set[int] = field(default_factory=set)  # layers whose ops saved anything
     layer_flops: dict[int, Poly] = field(default_factory=dict)
     replay: tuple[int, Dim] | None = None
+    kernels: set[str] = field(default_factory=set)  # the SDPA kernels the forward ran
     # sizes that are no polynomial of the others, named as symbols of their own by the
     # Builder: ("div", H, Hkv) -> G, ("ceil", T, 32) -> T32 (keyed by the operands' polys)
     derived: dict[tuple[str, Poly, Poly], Dim] = field(default_factory=dict)

@@ -1,0 +1,1 @@
+"""What a training or serving run costs, computed from the op graph."""

@@ -1,0 +1,223 @@
+"""The activations a training step saves for backward, read off the op graph.
+
+`graph_activations` answers memory_report's question (what autograd holds when the forward
+is over, as Breakdown rows named as tcalc names them) from the model's op graph
+(transformer_calc.graph) wherever the graph expresses the run exactly: a family with a
+graph, transformers' eager or SDPA attention, torch's own kernel choice, full training or
+LoRA over an unquantised base. It returns None elsewhere, and the caller keeps its rules.
+
+The graph derives what the rules enumerate: LoRA, recomputation and autocast compose
+because each op states once what it saves (derivatives.yaml) and requires_grad flows from
+the parameters that train. Tensor parallelism is applied afterwards, as to every row: a row
+whose bytes have a term in H, Hkv or F carries the note "tp".
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from transformer_calc.breakdown import Breakdown, Row
+from transformer_calc.errors import TcalcError
+
+if TYPE_CHECKING:
+    from transformer_calc.graph.compile import Structure
+    from transformer_calc.graph.evaluate import Family
+    from transformer_calc.graph.lora import Lora
+    from transformer_calc.graph.modules import Run
+    from transformer_calc.memory import Settings
+    from transformer_calc.spec import ModelSpec
+
+# tcalc's LoRA roles as the graph's module names (peft matches a target against the module
+# name's last part): Llama's projections, GPT-2's Conv1D layers. GPT-2's two c_proj (the
+# attention's output, the MLP's down projection) are one name to peft: adapting one alone is
+# not a target list peft takes by that name.
+_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj",
+            "up": "up_proj", "down": "down_proj"}
+_GPT2_MODULES = {"qkv": "c_attn", "up": "c_fc", "o": "c_proj", "down": "c_proj"}
+
+FULL_NOTE = ("full recomputation: each layer's input is kept; one layer is rebuilt at a time "
+             "in backward")
+SELECTIVE_NOTE = "selective recomputation: the attention probabilities are recomputed"
+LORA_NOTE = ("LoRA: the frozen base keeps only what its inputs' gradients need; each adapter "
+             "keeps its input and the B·T·r output of lora_A")
+KEPT_NOTE = "kept per layer (full recomputation)"
+
+
+def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16: bool,
+                      adapted_roles: frozenset[str] | None, pattern: object = None
+                      ) -> Breakdown | None:
+    """The saved activations from the op graph, or None where the graph does not express
+    this run (the caller's rules answer it). ``amp``: autocast over fp32 weights; ``amp16``:
+    autocast over a 16-bit model (LoRA's base under --mixed, FSDP2's bf16 gathers);
+    ``adapted_roles``: the LoRA roles the targets select (transformer_calc.lora), None for
+    full training."""
+    from transformer_calc.graph.evaluate import family_of
+
+    if not _expressible(spec, s, T, pattern):
+        return None
+    try:
+        family = family_of(spec)
+    except TcalcError:
+        return None
+    if min(family.sizes().values()) < 1:  # a size 0 (no FFN...): the rules say what it means
+        return None
+    family = _dropout(family, s)
+    if family is None:
+        return None
+    lora = None
+    if adapted_roles is not None:
+        lora = _lora(family, s, adapted_roles)
+        if lora is None:
+            return None
+    run = _run(s, T, amp, amp16, lora)
+    return _breakdown(spec, family, run)
+
+
+def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
+    """The settings the graph models: transformers' eager or SDPA attention with torch's
+    kernel choice, dense attention (or a pattern whose keys cover the sequence),
+    transformers' layers, an unquantised base, nothing frozen by hand."""
+    from transformer_calc.flops import pattern_keys
+
+    dense = (pattern is None or getattr(pattern, "kind", "dense") == "dense"
+             or pattern_keys(pattern, T) == T)  # type: ignore[arg-type]
+    return (dense and s.attention in ("eager", "sdpa") and s.sdpa_kernel == "auto"
+            and (spec.sdpa_path or s.attention == "eager")
+            and s.device in ("cpu", "cuda") and s.activations == "hf" and not s.quant
+            and not s.freeze and not s.bnb_legacy)
+
+
+def _dropout(family: Family, s: Settings) -> Family | None:
+    """The family with dropout as the run has it: the model's own (None), or off (False);
+    on where the model has none is not a probability the graph can know (None)."""
+    import dataclasses
+
+    from transformer_calc.graph.families.gpt2 import GPT2
+
+    if s.dropout is None:
+        return family
+    if isinstance(family, GPT2):
+        on = family.resid_pdrop or family.embd_pdrop or family.attn_pdrop
+        off = dataclasses.replace(family, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    else:
+        on = family.attention_dropout
+        off = dataclasses.replace(family, attention_dropout=0.0)
+    if s.dropout:
+        return family if on else None
+    return off
+
+
+def _lora(family: Family, s: Settings, roles: frozenset[str]) -> Lora | None:
+    """peft's targets for the roles tcalc resolved, or None where no module-name list gives
+    exactly those layers."""
+    from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.lora import Lora
+
+    from transformer_calc.graph.tensor import BF16, F16
+
+    # FSDP2 under --mixed gathers every parameter, the adapters too, in 16-bit
+    dtype = (F16 if s.precision == "fp16" else BF16) if s.fsdp2_mixed else None
+    if s.lora_targets == ("all-linear",):
+        return Lora(s.lora_rank, frozenset(("all-linear",)), s.lora_dropout, dtype)
+    table = _GPT2_MODULES if isinstance(family, GPT2) else _MODULES
+    if not roles <= table.keys():
+        return None
+    if isinstance(family, GPT2) and len(roles & {"o", "down"}) == 1:
+        return None  # one of the two c_proj alone
+    return Lora(s.lora_rank, frozenset(table[r] for r in roles), s.lora_dropout, dtype)
+
+
+def _run(s: Settings, T: int, amp: bool, amp16: bool, lora: Lora | None) -> Run:
+    from transformer_calc.graph.modules import Run
+    from transformer_calc.graph.tensor import BF16, F16, F32
+
+    half = F16 if s.precision == "fp16" else BF16
+    if amp:  # torch autocast over fp32 weights
+        dtype, autocast = F32, half
+    elif amp16:  # autocast over a 16-bit model
+        dtype, autocast = half, half
+    else:
+        dtype, autocast = (F32 if s.act_bytes == 4 else half), None
+    return Run(s.batch_size, T, dtype, s.device, s.attention, autocast,
+               use_cache=s.cache_in_training, lora=lora, recompute=s.recompute)
+
+
+def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
+    from transformer_calc.graph.compile import compile_run
+    from transformer_calc.graph.modules import symbol_values
+    from transformer_calc.graph.names import row_of, tcalc_symbols
+
+    values = symbol_values(run, family.sizes())
+    st = compile_run(family, run)
+    numbers = st.named_values(values)
+    rows: list[Row] = []
+    for i, named in enumerate(st.named):
+        nbytes, repeat = numbers[2 * i], numbers[2 * i + 1]
+        if repeat:
+            row = row_of(named, nbytes, repeat)
+            if run.recompute == "full" and named.name == "decoder.checkpoint_input":
+                row = row[:6] + (KEPT_NOTE,) + row[7:]
+            rows.append(row)
+    notes: tuple[str, ...] = ()
+    if run.attention == "sdpa":  # the execution profile, shown
+        from transformer_calc.memory import KERNELS
+
+        notes += tuple(f"sdpa on {run.device} runs {k} (as torch picks it): {KERNELS[k]}"
+                       for k in sorted(st.kernels))
+    if run.lora is not None:
+        notes += (LORA_NOTE,)
+    if run.recompute == "selective":
+        notes += (SELECTIVE_NOTE,)
+    if run.recompute == "full":
+        rows += _rebuilt(run, st, numbers[2 * len(st.named):], values)
+        notes += (FULL_NOTE,)
+    # (a partial, not a lambda: reports pickle with their symbols)
+    return Breakdown(spec.name, "bytes", tuple(rows), notes, {},
+                     functools.partial(dict, tcalc_symbols(values)))
+
+
+def _rebuilt(run: Run, st: Structure, per_layer: tuple[int, ...],
+             values: dict[str, int]) -> list[Row]:
+    """Full recomputation's rebuilt layer, live in backward only: the largest traced
+    layer's rebuild (what its forward saves and allocates itself; its inputs are kept
+    already), split into the part tensor parallelism splits and the rest; and the
+    gradients its largest op holds while it runs backward: twice the largest tensor the
+    rebuild saves (its output's gradient and its input's; measured on an H100,
+    docs/peak_cuda_h100.md)."""
+    from transformer_calc.memory import RECOMPUTED, RECOMPUTED_TP
+
+    if not per_layer:
+        return []
+    totals = [int(x) for x in st.costs(values)]
+    rebuilt = totals[-1]
+    splits = per_layer[0::2]
+    layer = max(range(len(splits)), key=lambda i: (
+        _rebuilt_total(st, i, values), -i))
+    split = splits[layer]
+    rows: list[Row] = []
+    for part, note, suffix, what in ((split, RECOMPUTED_TP, "_split",
+                                      " that tensor parallelism splits"),
+                                     (rebuilt - split, RECOMPUTED, "", "")):
+        if part:
+            rows.append((f"decoder.recomputed_layer{suffix}", part,
+                         f"one layer's activations{what}", f"{part:,}", 1, "", note, None,
+                         ()))
+    one = per_layer[1::2][layer]
+    if one:
+        note = RECOMPUTED_TP if one in _split_storages(st, layer, values) else RECOMPUTED
+        rows.append(("decoder.rebuild_gradients", 2 * one, "2 · the largest tensor the "
+                     "rebuilt layer saves (its gradient, and its input's)", f"2 · {one:,}", 1,
+                     "", note, None, ()))
+    return rows
+
+
+def _rebuilt_total(st: Structure, layer: int, values: dict[str, int]) -> int:
+    return int(st.rebuilt[layer].evaluate(values))
+
+
+def _split_storages(st: Structure, layer: int, values: dict[str, int]) -> set[int]:
+    """The sizes of the rebuilt layer's storages that tensor parallelism splits."""
+    from transformer_calc.graph.names import tensor_parallel
+
+    return {int(p.evaluate(values)) for p in st.rebuilt_storages[layer] if tensor_parallel(p)}
