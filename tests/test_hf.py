@@ -416,8 +416,31 @@ def test_impossible_shape_from_defaults(cli) -> None:
     # GemmaConfig defaults num_key_value_heads to 16; with 8 query heads that cannot work.
     path = DATA / "bad-hf" / "gemma-kv-exceeds-heads.json"
     r = cli("params", str(path), code=2)
-    assert r.stderr == (f"Error: {path}: key 'n_kv_heads': expected a divisor of n_heads=8, "
-                        "got 16\n")
+    assert r.stderr == (f"Error: {path}: key 'num_key_value_heads': expected a divisor of "
+                        "num_attention_heads=8 (the file has no num_key_value_heads: its config "
+                        "class's default stood in), got 16\n")
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 5},
+     "key 'num_key_value_heads': expected a divisor of num_attention_heads=32, got 5"),
+    # Mixtral spells its expert count num_local_experts (the class's default here)
+    ({"model_type": "mixtral", "num_experts_per_tok": 9},
+     "key 'num_experts_per_tok': expected 1 <= num_experts_per_tok <= num_local_experts=8, "
+     "got 9"),
+    # GPT-2's own spellings; its config class reads no head_dim
+    ({"model_type": "gpt2", "n_head": 7},
+     "key 'n_head': expected a divisor of n_embd=768, got 7"),
+    ({"model_type": "falcon", "new_decoder_architecture": True, "num_kv_heads": 7},
+     "key 'num_kv_heads': expected a divisor of num_attention_heads=71, got 7"),
+    ({"model_type": "mamba2", "num_heads": 6, "n_groups": 4, "expand": 3, "head_dim": 32,
+      "hidden_size": 64},
+     "key 'n_groups': expected a divisor of num_heads=6, got 4"),
+])
+def test_shape_errors_name_the_files_own_keys(config: dict, message: str) -> None:
+    with pytest.raises(SpecError) as e:
+        spec_from_hf(config, "config.json")
+    assert str(e.value) == f"config.json: {message}"
 
 
 @pytest.mark.parametrize("text, message", [

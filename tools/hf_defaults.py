@@ -295,6 +295,25 @@ def frozen(name: str, comment: str, types: list[str]) -> str:
             + pprint.pformat(types, width=92, compact=True) + ")")
 
 
+def config_keys(model_types: list[str]) -> dict[str, tuple[str, ...]]:
+    """Per model type: which of the keys hf.FILE_KEYS knows its config class has (so that an
+    error names the key as the family spells it: GPT-2's n_embd, Mixtral's num_local_experts)."""
+    import transformers
+
+    from transformer_calc.hf import FILE_KEYS, TABLE_DRIVEN
+
+    known = {k for keys in FILE_KEYS.values() for k in keys}
+    out = {}
+    for model_type in model_types:
+        cls = type(transformers.AutoConfig.for_model(model_type))
+        if getattr(TABLE_DRIVEN.get(model_type), "text_config", False):
+            cls = cls.sub_configs["text_config"]  # Mllama: the language model's class
+        fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
+            else set(transformers.AutoConfig.for_model(model_type).to_dict())
+        out[model_type] = tuple(sorted(fields & known))
+    return out
+
+
 def model_types() -> list[str]:
     """The model types tcalc reads."""
     from transformer_calc.hf import MAPPERS
@@ -372,7 +391,10 @@ def main() -> None:
           + "\n\n# The class each task's auto mapping builds, per model type (AutoModel: base)\n"
           + "TASK_CLASSES: dict[str, dict[str, str]] = "
           + pprint.pformat(task_classes(model_types()), width=96,
-                           sort_dicts=True))
+                           sort_dicts=True)
+          + "\n\n# The shape keys each config class has (of those hf.FILE_KEYS spells)\n"
+          + "CONFIG_KEYS: dict[str, tuple[str, ...]] = "
+          + pprint.pformat(config_keys(model_types()), width=96, compact=True))
 
 
 if __name__ == "__main__":

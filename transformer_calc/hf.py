@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
@@ -681,7 +682,73 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     try:
         return ModelSpec(**values)
     except SpecError as e:
-        raise e.at(where) from None
+        raise _in_file_terms(e, data, where) from None
+
+
+# tcalc's fields and the keys config.json files spell them with, the common spelling first: an
+# error found on the spec names the file's own key (the first of these the file has)
+FILE_KEYS: dict[str, tuple[str, ...]] = {
+    "n_kv_heads": ("num_key_value_heads", "num_kv_heads", "kv_n_heads", "multi_query"),
+    "n_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads", "attention_heads",
+                "encoder_attention_heads"),
+    "d_model": ("hidden_size", "n_embd", "d_model", "dim", "emb_dim"),
+    "d_head": ("head_dim", "d_kv"),
+    "d_ff": ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "hidden_dim", "dff",
+             "encoder_ffn_dim", "ffn_hidden_size"),
+    "n_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
+    "n_encoder_layers": ("encoder_layers", "num_layers"),
+    "n_decoder_layers": ("decoder_layers", "num_decoder_layers"),
+    "vocab_size": ("vocab_size",),
+    "max_positions": ("max_position_embeddings", "n_positions", "max_seq_len",
+                      "max_target_positions"),
+    "n_experts": ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"),
+    "top_k": ("num_experts_per_tok", "moe_topk", "moe_k", "experts_per_token", "top_k_experts",
+              "moe_top_k"),
+    "d_ff_expert": ("moe_intermediate_size", "expert_ffn_hidden_size"),
+    "n_shared_experts": ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts"),
+    "ssm_heads": ("mamba_num_heads", "num_heads", "mamba_n_heads", "linear_num_value_heads",
+                  "linear_num_heads"),
+    "ssm_groups": ("n_groups", "mamba_n_groups", "linear_num_key_heads"),
+    "ssm_state": ("state_size", "ssm_state_size", "mamba_d_state", "linear_key_head_dim"),
+    "ssm_conv": ("conv_kernel", "mamba_d_conv", "linear_conv_kernel_dim", "conv_L_cache"),
+    "global_kv_heads": ("num_global_key_value_heads",),
+    "kv_shared_layers": ("num_kv_shared_layers",),
+    "index_heads": ("index_n_heads",),
+    "num_labels": ("num_labels", "id2label"),
+    "layer_attention": ("layer_types", "hybrid_override_pattern", "layers_block_type"),
+    "layer_ffn": ("mlp_layer_types", "mlp_only_layers", "hybrid_override_pattern",
+                  "layers_block_type"),
+}
+_FIELD_WORD = re.compile(r"\b(" + "|".join(sorted(FILE_KEYS, key=len, reverse=True)) + r")\b")
+
+
+def _file_key(field: str, data: dict[str, Any], model_type: str) -> tuple[str, bool]:
+    """The file's key for a spec field, and whether the file has it (else its config class's
+    default stood in): the first spelling the file has, else the first its class has."""
+    from transformer_calc.hf_defaults import CONFIG_KEYS
+
+    keys = FILE_KEYS.get(field, ())
+    present = next((k for k in keys if data.get(k) is not None), None)
+    if present:
+        return present, True
+    spelled = CONFIG_KEYS.get(model_type, ())
+    return next((k for k in keys if k in spelled), keys[0] if keys else field), not keys
+
+
+def _in_file_terms(e: SpecError, data: dict[str, Any], where: str) -> SpecError:
+    """An error the spec found, named as the file names it: its key and the keys its expected
+    value mentions (num_key_value_heads, not n_kv_heads)."""
+    model_type = str(data.get("model_type", ""))
+    key, present = _file_key(e.key, data, model_type)
+    from transformer_calc.hf_defaults import CONFIG_KEYS
+
+    expected = e.expected
+    if "head_dim" not in CONFIG_KEYS.get(model_type, ("head_dim",)):
+        expected = expected.replace(" (or set d_head)", "")  # the class reads no head_dim
+    expected = _FIELD_WORD.sub(lambda m: _file_key(m.group(), data, model_type)[0], expected)
+    if not present:
+        expected += f" (the file has no {key}: its config class's default stood in)"
+    return SpecError(key, expected, e.found, source=where, unknown=e.unknown)
 
 
 def _present(c: Config, key: str) -> int:
