@@ -279,6 +279,9 @@ REFERENCE = {
     "variants/mamba-tiny.json": (100_928, "MambaForCausalLM"),
     "variants/mamba2-tiny.json": (25_074, "Mamba2ForCausalLM"),
     "variants/nemotron_h-tiny.json": (50_720, "NemotronHForCausalLM"),
+    # a multi-token-prediction layer pair (num_nextn_predict_layers 1, "*E"), which
+    # NemotronHForCausalLM does not build: the same count without it
+    "variants/nemotron_h-mtp.json": (55_212, "NemotronHForCausalLM"),
     "variants/qwen3_5_text-tiny.json": (9_932, "Qwen3_5ForCausalLM"),
     "variants/qwen3_next-tiny.json": (131_888, "Qwen3NextForCausalLM"),
     "variants/falcon_h1-tiny.json": (95_768, "FalconH1ForCausalLM"),

@@ -2193,6 +2193,8 @@ class Layout(NamedTuple):
     full_width: str = ""  # why n_heads · head_dim must equal hidden_size ("": it need not)
     refuse: tuple[tuple[str, str], ...] = ()  # (key, why): a true value adds tensors not modelled
     needs: tuple[tuple[str, str], ...] = ()  # (key, why): a false value removes tensors counted
+    # (key, what): a count of layers the checkpoint holds but the class does not build
+    unbuilt: tuple[tuple[str, str], ...] = ()
     keys: tuple[tuple[str, str], ...] = ()  # (standard key, this family's spelling)
     position: str = "rope"  # rope | learned | sinusoidal | alibi
     position_offset: int = 0
@@ -2252,6 +2254,10 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
     for key, why in r.needs:
         if not c.t(key, True):
             raise SpecError(key, f"true or absent ({why})", c.t(key), source=c.where)
+    for key, what in r.unbuilt:
+        if c.t(key):
+            c.notes.append(f"{key} is {c.t(key)}: its {what} are not built by transformers "
+                           "5.23, so not counted")
     if r.keys:
         c = c.renamed(dict(r.keys))
     E, H = c.t("hidden_size"), c.t("num_attention_heads")
@@ -2795,8 +2801,9 @@ GENERIC: dict[str, Layout] = {
                                   "not modelled"),
                                  ("mlp_bias", "biases on the MLPs and the shared expert but "
                                   "not the routed experts are not modelled"),
-                                 ("num_nextn_predict_layers", "multi-token-prediction layers "
-                                  "are not modelled")),
+                                 ),
+                         unbuilt=(("num_nextn_predict_layers", "multi-token-prediction layers "
+                                   "(mtp.*, which NemotronHForCausalLM ignores on loading)"),),
                          ssm=Ssm("mamba2", layers="nemotron", expand="",
                                  state="ssm_state_size", heads="mamba_num_heads",
                                  head_dim="mamba_head_dim"),
