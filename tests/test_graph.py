@@ -564,8 +564,8 @@ def test_cuda_activations_equal_tcalc_and_the_h100(case: tuple[str, dict]) -> No
         assert r.recomputed_layer_bytes - rebuilt == _rebuilt_difference(spec, s, T)
         return
     # the activations the H100's backward peak implies: the measured peak less tcalc's other
-    # terms of that phase (memory_report reads the graph) (weights, states, autocast copies, cuBLAS workspaces, the loss's
-    # gradients); the graph's storages in the allocator's 512-byte blocks
+    # terms of that phase (weights, states, autocast copies, cuBLAS workspaces, the loss's
+    # gradients; memory_report reads the graph); the graph's storages in 512-byte blocks
     report = memory_report(spec, s)
     assert report.activations.total == r.activation_bytes
     phase = report.phases[1].items

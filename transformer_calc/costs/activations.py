@@ -52,15 +52,10 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
     autocast over a 16-bit model (LoRA's base under --mixed, FSDP2's bf16 gathers);
     ``adapted_roles``: the LoRA roles the targets select (transformer_calc.lora), None for
     full training."""
-    from transformer_calc.graph.evaluate import family_of
-
     if not _expressible(spec, s, T, pattern):
         return None
-    try:
-        family = family_of(spec)
-    except TcalcError:
-        return None
-    if min(family.sizes().values()) < 1:  # a size 0 (no FFN...): the rules say what it means
+    family = _family(spec)
+    if family is None:
         return None
     family = _dropout(family, s)
     if family is None:
@@ -72,6 +67,30 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
             return None
     run = _run(s, T, amp, amp16, lora)
     return _breakdown(spec, family, run)
+
+
+# specs seen, by identity (a sweep asks about one spec thousands of times; hashing a
+# ModelSpec's ~190 fields costs more than the answer): id -> (the spec, its family)
+_FAMILIES: dict[int, tuple[ModelSpec, Family | None]] = {}
+
+
+def _family(spec: ModelSpec) -> Family | None:
+    """The spec's graph family, or None where it has none (or a size 0: no FFN...)."""
+    from transformer_calc.graph.evaluate import family_of
+
+    hit = _FAMILIES.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    try:
+        family: Family | None = family_of(spec)
+    except TcalcError:
+        family = None
+    if family is not None and min(family.sizes().values()) < 1:
+        family = None
+    if len(_FAMILIES) > 256:
+        _FAMILIES.clear()
+    _FAMILIES[id(spec)] = (spec, family)
+    return family
 
 
 def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
@@ -97,6 +116,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 
     if s.dropout is None:
         return family
+    off: Family
     if isinstance(family, GPT2):
         on = family.resid_pdrop or family.embd_pdrop or family.attn_pdrop
         off = dataclasses.replace(family, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
@@ -113,7 +133,6 @@ def _lora(family: Family, s: Settings, roles: frozenset[str]) -> Lora | None:
     exactly those layers."""
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.lora import Lora
-
     from transformer_calc.graph.tensor import BF16, F16
 
     # FSDP2 under --mixed gathers every parameter, the adapters too, in 16-bit
@@ -146,19 +165,16 @@ def _run(s: Settings, T: int, amp: bool, amp16: bool, lora: Lora | None) -> Run:
 def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
     from transformer_calc.graph.compile import compile_run
     from transformer_calc.graph.modules import symbol_values
-    from transformer_calc.graph.names import row_of, tcalc_symbols
+    from transformer_calc.graph.names import tcalc_symbols
 
     values = symbol_values(run, family.sizes())
     st = compile_run(family, run)
     numbers = st.named_values(values)
     rows: list[Row] = []
-    for i, named in enumerate(st.named):
-        nbytes, repeat = numbers[2 * i], numbers[2 * i + 1]
-        if repeat:
-            row = row_of(named, nbytes, repeat)
-            if run.recompute == "full" and named.name == "decoder.checkpoint_input":
-                row = row[:6] + (KEPT_NOTE,) + row[7:]
-            rows.append(row)
+    for i, (name, text, stack, note) in enumerate(_templates(st, run)):
+        if numbers[2 * i + 1]:
+            rows.append((name, numbers[2 * i], text, "", numbers[2 * i + 1], stack, note, None,
+                         ()))
     notes: tuple[str, ...] = ()
     if run.attention == "sdpa":  # the execution profile, shown
         from transformer_calc.memory import KERNELS
@@ -175,6 +191,21 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
     # (a partial, not a lambda: reports pickle with their symbols)
     return Breakdown(spec.name, "bytes", tuple(rows), notes, {},
                      functools.partial(dict, tcalc_symbols(values)))
+
+
+def _templates(st: Structure, run: Run) -> tuple[tuple[str, str, str, str], ...]:
+    """Each named row's name, formula, stack and note, written once per structure."""
+    from transformer_calc.graph.names import row_of
+
+    if st.templates is None:
+        out = []
+        for named in st.named:
+            row = row_of(named, 0, 0)
+            note = KEPT_NOTE if (run.recompute == "full"
+                                 and named.name == "decoder.checkpoint_input") else row[6]
+            out.append((row[0], row[2], row[5], note))
+        st.templates = tuple(out)
+    return st.templates
 
 
 def _rebuilt(run: Run, st: Structure, per_layer: tuple[int, ...],

@@ -277,6 +277,8 @@ class Structure:
     rebuilt_split: tuple[Poly, ...] = ()
     rebuilt_storages: tuple[tuple[Poly, ...], ...] = ()
     _values: Callable[[dict[str, int]], tuple[int, ...]] | None = None
+    # the named rows' text (name, formula, stack, note), written once by their reader
+    templates: tuple[tuple[str, str, str, str], ...] | None = None
 
     def named_values(self, values: dict[str, int]) -> tuple[int, ...]:
         """Per named row its bytes and repeat; then per traced layer the rebuild's split
