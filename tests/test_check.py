@@ -44,7 +44,8 @@ def test_usage_errors_exit_2(cli, tmp_path) -> None:
     assert cli("check", "no/such/path", code=2).stderr == (
         "Error: no/such/path: no such file or folder\n")
     assert cli("check", str(tmp_path), code=2).stderr == (
-        f"Error: {tmp_path}: no .yaml, .yml or .json files in this folder\n")
+        f"Error: {tmp_path}: no model files in this folder (presets, config.json or .gguf "
+        "files that git does not ignore)\n")
 
 
 def test_json_format(cli) -> None:
@@ -57,7 +58,7 @@ def test_json_format(cli) -> None:
         "path": "tests/data/bad/syntax.yaml", "ok": False, "model": None,
         "total_params": None, "expected_params": None,
         "message": "invalid YAML (line 3, column 8): did not find expected ',' or ']'",
-        "line": 3, "key": None}
+        "line": 3, "key": None, "checkpoint": None}
 
 
 def test_markdown_format(cli) -> None:
@@ -110,3 +111,109 @@ def test_a_memory_budget_for_ci(cli) -> None:
                "h100", "--lora", "16").exit_code == 0
     r = cli("check", "configs/gpt2.yaml", "--max-memory", "lots", code=2)
     assert r.stderr.startswith("Error: unknown GPU 'lots'")
+
+
+# -- a real repository ------------------------------------------------------------------------
+
+def _repository(root) -> None:  # type: ignore[no-untyped-def]
+    """What a model repository holds besides its presets: CI workflows, package.json, a
+    pre-commit config, a model folder, generated files it ignores."""
+    (root / ".github" / "workflows").mkdir(parents=True)
+    (root / ".github" / "workflows" / "ci.yml").write_text(
+        "on: push\njobs:\n  t:\n    runs-on: x\n")
+    (root / "package.json").write_text('{"name": "site", "version": "1.0.0"}\n')
+    (root / ".pre-commit-config.yaml").write_text("repos:\n- repo: local\n")
+    (root / "configs").mkdir()
+    (root / "configs" / "gpt2.yaml").write_text((ROOT / "configs" / "gpt2.yaml").read_text())
+    (root / "build").mkdir()
+    (root / "build" / "broken.yaml").write_text("vocab_size: [\n")
+    (root / ".gitignore").write_text("build/\n")
+
+
+def test_a_repository_is_checked_for_its_model_files_only(cli, tmp_path, monkeypatch) -> None:
+    import shutil
+    import subprocess
+
+    _repository(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    expected = ["ok    configs/gpt2.yaml: gpt2, 124,439,808 parameters = expected_params",
+                "1 file checked: 1 ok, 0 failed"]
+    # outside a git work tree: the .gitignore files read as git reads them
+    assert cli("check", ".").stdout.splitlines() == expected
+    if shutil.which("git"):  # in one: git's own answer (ls-files --exclude-standard)
+        subprocess.run(["git", "init", "-q", "."], check=True)
+        assert cli("check", ".").stdout.splitlines() == expected
+        (tmp_path / ".git" / "info").mkdir(exist_ok=True)
+        (tmp_path / ".git" / "info" / "exclude").write_text("configs/\n")
+        r = cli("check", ".", code=2)
+        assert "no model files in this folder" in r.stderr
+    # a file named on the command line is checked whatever the folder search skips
+    r = cli("check", "build/broken.yaml", code=1)
+    assert r.stdout.startswith("FAIL  build/broken.yaml (line 2): invalid YAML")
+
+
+def test_exclude_skips_paths_and_their_parts(cli, tmp_path, monkeypatch) -> None:
+    (tmp_path / "configs" / "old").mkdir(parents=True)
+    for where in ("configs/gpt2.yaml", "configs/old/gpt2.yaml"):
+        (tmp_path / where).write_text((ROOT / "configs" / "gpt2.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    for exclude in ("old", "configs/old/*", "*/old/gpt2.yaml"):
+        lines = cli("check", ".", "--exclude", exclude).stdout.splitlines()
+        assert [line.split(":")[0] for line in lines[:-1]] == ["ok    configs/gpt2.yaml"]
+    r = cli("check", ".", "--exclude", "*.yaml", code=2)
+    assert "no model files" in r.stderr
+
+
+def test_expected_params_in_a_config_json_is_checked(cli, tmp_path) -> None:
+    config = json.loads((DATA / "hf" / "gpt2.json").read_text())
+    path = tmp_path / "config.json"
+    # transformers keeps unknown keys in a config; tcalc reads this one
+    for value, code, end in ((124_439_808, 0, "124,439,808 parameters = expected_params"),
+                             (124_439_800, 1, "expected_params is 124,439,800 but the "
+                                              "architecture has 124,439,808 (difference +8)"),
+                             ("many", 1, "key 'expected_params': expected a whole number of "
+                                         "parameters (>= 0), got 'many'")):
+        path.write_text(json.dumps(config | {"expected_params": value}))
+        assert cli("check", str(path), code=code).stdout.splitlines()[0].endswith(end)
+
+
+def _model_folder(folder, layers: int | None = None, extra: str = "tiny-llama"):  # type: ignore[no-untyped-def]
+    import shutil
+
+    shutil.copytree(DATA / "checkpoints" / extra, folder)
+    if layers is not None:
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps(config | {"num_hidden_layers": layers}))
+
+
+def test_a_checkpoint_that_disagrees_with_its_config_fails(cli, tmp_path) -> None:
+    # tiny-llama's checkpoint holds 2 layers (69,952 elements, written by transformers 5.23's
+    # LlamaForCausalLM: tools/make_checkpoint_fixtures.py); its config changed to 3 layers
+    # describes a larger model than the tensors hold (each MLP projection: 2 layers × 64 × 96)
+    _model_folder(tmp_path / "ok")
+    assert cli("check", str(tmp_path / "ok")).stdout.splitlines()[0].endswith(
+        "llama, 69,952 parameters, checkpoint equal")
+    _model_folder(tmp_path / "three", layers=3)
+    three = cli.json("params", str(tmp_path / "three" / "config.json"))["total_params"]
+    r = cli("check", str(tmp_path / "three"), code=1)
+    assert r.stdout.splitlines()[0].endswith(
+        f"the checkpoint's tensors hold 69,952 elements, {three - 69_952:,} fewer than the "
+        f"config's architecture ({three:,}); largest: model.layers.N.mlp.down_proj.weight "
+        "12,288, model.layers.N.mlp.gate_proj.weight 12,288, model.layers.N.mlp.up_proj.weight "
+        "12,288")
+    # a tied head and a rotary buffer saved beside the weights: passes, and says so
+    _model_folder(tmp_path / "extra", extra="tiny-llama-extra")
+    assert cli("check", str(tmp_path / "extra")).stdout.splitlines()[0].endswith(
+        "checkpoint +8,200 in lm_head.weight, model.rotary_emb.inv_freq")
+
+
+def test_a_broken_checkpoint_fails_its_folder_only(cli, tmp_path) -> None:
+    _model_folder(tmp_path / "a")
+    _model_folder(tmp_path / "b")
+    with open(tmp_path / "b" / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    r = cli("check", str(tmp_path), code=1)
+    lines = r.stdout.splitlines()
+    assert lines[0].endswith("checkpoint equal") and lines[1].startswith("FAIL  ")
+    assert "checkpoint: " in lines[1] and "not a safetensors file" in lines[1]
+    assert lines[2] == "2 files checked: 1 ok, 1 failed"

@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -535,3 +536,321 @@ def test_every_type_refuses_nested_lists_in_its_list_keys_by_name() -> None:
                 spec_from_hf(config | {key: [["a"]] * 8})
     assert seen == set(HEAD_CLASS)
 
+
+
+# -- the atomic writer: only regular files replaced, modes kept, nothing left behind ----------
+
+def _import(out: Path, *extra: str, umask: int | None = None) -> subprocess.CompletedProcess:
+    import sys
+
+    def set_umask() -> None:
+        if umask is not None:
+            os.umask(umask)
+
+    return subprocess.run([sys.executable, "-m", "transformer_calc", "import", str(GPT2), "-o",
+                           str(out), *extra], text=True, capture_output=True, check=False,
+                          preexec_fn=set_umask)  # noqa: PLW1509 -- the child's umask only
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_force_never_replaces_a_pipe_a_device_or_a_link_to_one(tmp_path: Path) -> None:
+    import stat
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    to_null = tmp_path / "null.yaml"
+    to_null.symlink_to(os.devnull)
+    to_stdout = tmp_path / "stdout.yaml"
+    to_stdout.symlink_to("/proc/self/fd/1")  # (the child's stdout: a pipe)
+    for out, what in ((fifo, "a pipe; tcalc replaces regular files only"),
+                      (to_null, "a symlink to a device; tcalc replaces regular files only"),
+                      (tmp_path, "a folder; tcalc replaces regular files only")):
+        r = _import(out, "--force")
+        assert (r.returncode, r.stderr) == (2, f"Error: {out}: {what}\n")
+    r = _import(to_stdout, "--force")
+    assert r.returncode == 2 and "a symlink to a pipe" in r.stderr
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    assert to_null.is_symlink() and to_stdout.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.yaml", "null.yaml",
+                                                          "stdout.yaml"]
+
+
+def test_a_symlink_to_a_file_keeps_being_a_link(tmp_path: Path) -> None:
+    target = tmp_path / "real.yaml"
+    target.write_text("old\n")
+    link = tmp_path / "link.yaml"
+    link.symlink_to(target)
+    assert _import(link).returncode == 2  # exists: --force needed
+    assert _import(link, "--force").returncode == 0
+    assert link.is_symlink() and "vocab_size: 50257" in target.read_text()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_a_new_file_gets_the_umask_mode_and_a_replaced_one_keeps_its_own(tmp_path: Path,
+                                                                         umask: int) -> None:
+    import stat
+
+    new = tmp_path / "new.yaml"
+    assert _import(new, umask=umask).returncode == 0
+    assert stat.S_IMODE(new.stat().st_mode) == 0o666 & ~umask  # as open(O_CREAT) would give
+    kept = tmp_path / "kept.yaml"
+    kept.write_text("old\n")
+    kept.chmod(0o640)
+    assert _import(kept, "--force", umask=umask).returncode == 0
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640
+
+
+def test_sigterm_during_a_write_leaves_the_old_file_and_no_temporary(cli, tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    import signal
+
+    out = tmp_path / "out.yaml"
+    out.write_text("precious\n")
+    real_fsync = os.fsync
+
+    def terminated(fd: int) -> None:  # the signal arrives with the data half on disk
+        real_fsync(fd)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(os, "fsync", terminated)
+    result = cli.runner.invoke(__import__("transformer_calc.cli").cli.app,
+                               ["import", str(GPT2), "-o", str(out), "--force"])
+    assert result.exit_code == 128 + signal.SIGTERM
+    assert out.read_text() == "precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.yaml"]
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # (the handler given back)
+
+
+def test_an_output_name_that_is_not_utf8_writes_a_preset_that_reads_back(cli,
+                                                                         tmp_path: Path) -> None:
+    out = Path(os.fsdecode(bytes(tmp_path) + b"/bad\xff name.yaml"))
+    r = cli("import", str(GPT2), "-o", str(out))
+    assert r.stderr == (f"wrote {tmp_path}/bad\\xff name.yaml: bad\ufffd name, 124,439,808 "
+                        "parameters\n")
+    data = cli.json("params", str(out))
+    assert data["model"] == "bad\ufffd name" and data["total_params"] == 124_439_808
+    r = cli("import", str(GPT2), "--name", "x\udcffy", code=2)
+    assert r.stderr == "Error: --name: x\\xffy is not UTF-8 text\n"
+
+
+# -- the environment: a closed stdout, a width that is no width ---------------------------------
+
+@pytest.mark.parametrize("args", [("params", "gpt2"), ("params", "gpt2", "--format", "json"),
+                                  ("check", "configs/gpt2.yaml"), ("--version",)])
+def test_a_closed_stdout_is_an_error_not_a_silent_success(args: tuple[str, ...]) -> None:
+    import shlex
+    import sys
+
+    command = shlex.join([sys.executable, "-m", "transformer_calc", *args])
+    r = subprocess.run(["sh", "-c", f"exec {command} >&-"], text=True, capture_output=True,
+                       check=False, cwd=ROOT)
+    assert (r.returncode, r.stderr) == (1, "Error: cannot write the output: stdout is closed\n")
+
+
+@pytest.mark.parametrize("columns", ["0", "-3", "abc", "1", "7"])
+def test_a_width_that_is_no_width_still_shows_the_table(columns: str) -> None:
+    r = _tcalc("params", "gpt2", capture_output=True, env={**os.environ, "COLUMNS": columns})
+    assert r.returncode == 0 and r.stderr == ""
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("gpt2: trainable parameters") and len(lines) > 10
+    assert min(len(line) for line in lines[:3]) >= 40  # at least MIN_COLUMNS wide
+
+
+# -- quantisation configs: never a silent bf16 -------------------------------------------------
+
+@pytest.mark.parametrize(("qc", "result"), [
+    ({"quant_method": "gptq", "bits": 3, "group_size": 128}, ("gptq-int3", 128)),
+    ({"quant_method": "gptq", "bits": 2, "group_size": 64}, ("gptq-int2", 64)),
+    ({"quant_method": "gptq", "bits": 4, "group_size": -1}, ("gptq", 2**40)),
+    ({"quant_method": "awq", "w_bit": 4, "q_group_size": 128}, ("awq", 128)),
+])
+def test_a_quantization_config_maps_to_its_stored_format(qc: dict, result: tuple) -> None:
+    from transformer_calc.quant import from_quantization_config
+
+    got = from_quantization_config(qc, "config.json")
+    assert (got["weight_format"], got["weight_group_size"]) == result
+
+
+@pytest.mark.parametrize(("qc", "message"), [
+    # transformers' GPTQConfig refuses these (post_init: bits must be one of 2, 3, 4, 8)
+    ({"quant_method": "gptq", "bits": "4"}, "key 'quantization_config.bits': expected one of "
+                                            "2, 3, 4, 8 (an integer), got '4'"),
+    ({"quant_method": "gptq", "bits": 5}, "key 'quantization_config.bits'"),
+    ({"quant_method": "awq", "bits": 3}, "key 'quantization_config.bits': expected one of 4"),
+    ({"quant_method": "gptq", "group_size": 0}, "key 'quantization_config.group_size'"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "int4"},
+     "key 'quantization_config.bnb_4bit_quant_type': expected nf4 or fp4"),
+])
+def test_a_quantization_config_transformers_refuses_is_one_error(qc: dict, message: str
+                                                                 ) -> None:
+    from transformer_calc.errors import SpecError
+    from transformer_calc.quant import from_quantization_config
+
+    with pytest.raises(SpecError, match=re.escape(message)):
+        from_quantization_config(qc, "config.json")
+
+
+@pytest.mark.parametrize("method", ["hqq", "compressed-tensors", "quanto", None])
+def test_a_method_tcalc_does_not_model_is_said(method: str | None) -> None:
+    from transformer_calc.quant import from_quantization_config
+
+    got = from_quantization_config({"quant_method": method}, "config.json")
+    assert "weight_format" not in got
+    assert got["note"].startswith(f"quantization_config: quant_method {str(method)!r} is not "
+                                  "a format tcalc models")
+
+
+def test_three_bit_gptq_matrix_by_hand() -> None:
+    from transformer_calc.quant import _linear
+
+    # AutoGPTQ QuantLinear (qlinear_cuda_old.py) for 4096 -> 11008 at 3 bits, group 128:
+    # qweight int32 (4096 // 32 · 3, 11008), qzeros int32 (4096 / 128, 11008 // 32 · 3),
+    # scales fp16 (32, 11008), g_idx int32 (4096,)
+    parts = {k: b for k, b, _ in _linear("gptq-int3", 11008, 4096, 4096 * 11008, 128)}
+    assert parts == {"qweight": 4096 // 32 * 3 * 11008 * 4, "qzeros": 32 * (11008 // 32 * 3) * 4,
+                     "scales": 32 * 11008 * 2, "g_idx": 4096 * 4}
+
+
+# -- memory and time bounded by the structure, not by the bytes --------------------------------
+
+# A child's ru_maxrss counts the memory of the process it was forked from (Linux carries the
+# old image's high-water mark across exec): so tcalc is started from this small process,
+# whose own few MB are the same for the baseline and for every input
+_SPAWN = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
+
+
+def _peak_rss(*args: str) -> tuple[int, str, int]:
+    """(exit code, stderr, peak resident bytes) of one tcalc process, from the kernel's own
+    accounting of that child (wait4's ru_maxrss, KiB on Linux)."""
+    import sys
+
+    r = subprocess.run([sys.executable, "-S", "-E", "-c", _SPAWN, sys.executable, "-m",
+                        "transformer_calc", *args], capture_output=True, text=True,
+                       check=False, errors="replace")
+    code, kib = map(int, r.stdout.split())
+    return code, r.stderr, kib * 1024
+
+
+def _safetensors(path: Path, header: dict, data: int) -> None:
+    body = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(len(body).to_bytes(8, "little") + body)
+        f.truncate(8 + len(body) + data)  # (sparse: the data is never read)
+
+
+def _gguf(path: Path, meta: bytes, n_kv: int, size: int = 0, tensors: bytes = b"",
+          n_tensors: int = 0) -> None:
+    with open(path, "wb") as f:
+        f.write(b"GGUF" + (3).to_bytes(4, "little") + n_tensors.to_bytes(8, "little")
+                + n_kv.to_bytes(8, "little") + meta + tensors)
+        if size:
+            f.truncate(size)
+
+
+def _large_inputs(root: Path) -> dict[str, list[str]]:
+    """Inputs whose bytes once cost GBs: a 60 MB safetensors header (one metadata value),
+    a 16 MB one of 200,000 tensors, a 16 MB index.json, GGUF metadata of a 64 MiB array and
+    of 300,000 strings, a 200 MiB string declared in an 8 KB sparse file, a 2 GiB GGUF that
+    fails in `check`."""
+    config = (ROOT / "tests" / "data" / "checkpoints" / "tiny-llama" / "config.json").read_text()
+    cases: dict[str, list[str]] = {}
+    for name in ("meta", "many", "index"):
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(config)
+    _safetensors(root / "meta" / "model.safetensors",
+                 {"__metadata__": {"blob": "x" * 60_000_000}}, 0)
+    cases["60 MB header"] = ["params", str(root / "meta")]
+    _safetensors(root / "many" / "model.safetensors",
+                 {f"model.layers.{i}.w": {"dtype": "BF16", "shape": [1],
+                                          "data_offsets": [2 * i, 2 * i + 2]}
+                  for i in range(200_000)}, 400_000)
+    cases["200,000 tensors"] = ["params", str(root / "many")]
+    _safetensors(root / "index" / "model.safetensors",
+                 {"w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}}, 2)
+    (root / "index" / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {f"model.layers.{i}.mlp.weight": "model.safetensors"
+                        for i in range(400_000)}}))
+    cases["16 MB index.json"] = ["params", str(root / "index")]
+
+    def kv(key: str, kind: int, raw: bytes) -> bytes:
+        return len(key).to_bytes(8, "little") + key.encode() + kind.to_bytes(4, "little") + raw
+
+    strings = b"".join(len(t).to_bytes(8, "little") + t for t in
+                       (f"tok{i}".encode() for i in range(300_000)))
+    _gguf(root / "arrays.gguf",
+          kv("tokenizer.ggml.tokens", 9, (8).to_bytes(4, "little")
+             + (300_000).to_bytes(8, "little") + strings)
+          + kv("big", 9, (0).to_bytes(4, "little") + (64 << 20).to_bytes(8, "little")), 2,
+          size=96 << 20)
+    cases["GGUF arrays"] = ["params", str(root / "arrays.gguf")]
+    _gguf(root / "string.gguf", kv("s", 8, (200 << 20).to_bytes(8, "little")), 1,
+          size=(200 << 20) + 100)
+    cases["200 MiB GGUF string"] = ["params", str(root / "string.gguf")]
+    # a Llama GGUF whose 3 K/V heads do not divide its 4 heads: a key error, whose line
+    # `check` once looked for by reading the whole file as text
+    llama = (kv("general.architecture", 8, (5).to_bytes(8, "little") + b"llama")
+             + b"".join(kv(f"llama.{k}", 4, v.to_bytes(4, "little")) for k, v in (
+                 ("embedding_length", 256), ("block_count", 1), ("feed_forward_length", 512),
+                 ("attention.head_count", 4), ("attention.head_count_kv", 3),
+                 ("context_length", 64))))
+    embd = ((17).to_bytes(8, "little") + b"token_embd.weight" + (2).to_bytes(4, "little")
+            + (256).to_bytes(8, "little") + (1000).to_bytes(8, "little")
+            + (0).to_bytes(4, "little") + (0).to_bytes(8, "little"))
+    _gguf(root / "big.gguf", llama, 7, size=2 << 30, tensors=embd, n_tensors=1)
+    cases["2 GiB GGUF in check"] = ["check", str(root / "big.gguf")]
+    return cases
+
+
+@pytest.mark.skipif(not hasattr(os, "wait4"), reason="no wait4 on this platform")
+def test_memory_on_large_inputs_stays_within_256_mb_of_the_baseline(tmp_path: Path) -> None:
+    import time
+
+    code, err, baseline = _peak_rss("params", "gpt2")
+    assert code == 0, err
+    for what, args in _large_inputs(tmp_path).items():
+        start = time.monotonic()
+        code, err, peak = _peak_rss(*args)
+        assert code in (0, 1, 2) and "Traceback" not in err and err.count("\n") <= 1, (what,
+                                                                                       err)
+        assert peak - baseline < 256 << 20, (what, peak >> 20, baseline >> 20)
+        assert time.monotonic() - start < 30, what
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+@pytest.mark.parametrize("command", ["params", "check"])
+def test_a_pipe_named_like_a_model_file_never_blocks(tmp_path: Path, command: str) -> None:
+    import sys
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        (ROOT / "tests" / "data" / "checkpoints" / "tiny-llama" / "config.json").read_text())
+    os.mkfifo(folder / "model.safetensors")
+    os.mkfifo(tmp_path / "model.gguf")
+    for target, name in ((folder, "model.safetensors"), (tmp_path / "model.gguf",
+                                                           "model.gguf")):
+        r = subprocess.run([sys.executable, "-m", "transformer_calc", command, str(target)],
+                           capture_output=True, text=True, timeout=60, check=False)
+        said = r.stdout + r.stderr
+        assert r.returncode in (1, 2) and f"{name}: " in said and "not a regular file" in said
+
+
+def test_one_bad_gguf_never_stops_the_report(cli, tmp_path: Path) -> None:
+    # general.architecture as an array: a line of its own, the other files still checked
+    bad = tmp_path / "bad.gguf"
+    meta = ((20).to_bytes(8, "little") + b"general.architecture" + (9).to_bytes(4, "little")
+            + (8).to_bytes(4, "little") + (1).to_bytes(8, "little") + (5).to_bytes(8, "little")
+            + b"llama")
+    _gguf(bad, meta, 1)
+    r = cli("check", str(bad), str(GPT2), code=1)
+    lines = r.stdout.splitlines()
+    assert lines[0] == (f"FAIL  {bad}: general.architecture: expected one of llama, mistral, "
+                        "qwen2, qwen3 (the Llama-family GGUFs tcalc maps), got a list")
+    assert lines[1].startswith("ok    ") and lines[2] == "2 files checked: 1 ok, 1 failed"

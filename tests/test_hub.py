@@ -175,3 +175,98 @@ def test_hub_ids_import_huggingface_hub_only_on_that_path() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "False"
+
+
+# -- offline first, every failure one line (the library's requests replaced: no network) -----
+
+def _unreachable(*_: object, **__: object) -> None:
+    """What huggingface_hub's HTTP client raises when the Hub cannot be reached (httpx2 from
+    huggingface_hub 2.0, httpx from 1.0; requests' ConnectionError, an OSError, before)."""
+    import sys
+
+    client = sys.modules.get("httpx2") or sys.modules.get("httpx")
+    if client is not None:
+        raise client.ConnectError("[Errno -2] Name or service not known")
+    raise OSError("[Errno -2] Name or service not known")
+
+
+def test_a_cached_config_is_read_without_a_request(env, tmp_path: Path, cli) -> None:
+    import huggingface_hub
+
+    _cache(tmp_path / "cache")
+    for name in ("get_hf_file_metadata", "hf_hub_download"):
+        env.setattr(huggingface_hub, name, _unreachable)
+    assert cli.json("params", "meta-llama/Llama-3.1-8B")["total_params"] == 8_030_261_248
+
+
+def test_an_unreachable_hub_is_one_line_at_once(env, cli) -> None:
+    import time
+
+    import huggingface_hub
+
+    downloads = []
+    env.setattr(huggingface_hub, "get_hf_file_metadata", _unreachable)
+    env.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: downloads.append(a))
+    start = time.monotonic()
+    r = cli("params", "meta-llama/Llama-3.1-8B", code=2)
+    assert time.monotonic() - start < 5  # one request, no retries
+    assert r.stderr == (
+        "Error: meta-llama/Llama-3.1-8B: config.json is not in the local cache and the Hub "
+        "could not be reached ([Errno -2] Name or service not known); the shipped preset "
+        "llama-3.1-8b is this model\n")
+    assert downloads == []  # (the library's download, with its retry loop, never entered)
+
+
+def test_an_unreachable_hub_leaves_a_cached_model_counted(env, tmp_path: Path, cli) -> None:
+    import huggingface_hub
+
+    _cache(tmp_path / "cache")
+    env.setattr(huggingface_hub.HfApi, "get_safetensors_metadata", _unreachable)
+    data = cli.json("params", "meta-llama/Llama-3.1-8B")
+    assert data["total_params"] == 8_030_261_248 and "checkpoint" not in data
+    assert any("checkpoint: its safetensors headers could not be read: [Errno -2]" in n
+               for n in data["notes"])
+
+
+@pytest.mark.parametrize("endpoint", ["http://[::1", "htp:/bad url", "https://", "ftp://x",
+                                      "http://host:port"])
+def test_a_malformed_endpoint_is_one_line(env, cli, endpoint: str) -> None:
+    env.setenv("HF_ENDPOINT", endpoint)
+    r = cli("params", "org/model", code=2)
+    assert r.stderr == (f"Error: HF_ENDPOINT: expected the Hub's URL (https://huggingface.co, "
+                        f"or a mirror's http(s) URL), got {endpoint!r}\n")
+
+
+def test_offline_names_the_matching_preset(env, cli) -> None:
+    env.setenv("HF_HUB_OFFLINE", "1")
+    for ref, preset in (("openai-community/gpt2", "gpt2"), ("Qwen/Qwen3-8B", "qwen3-8b"),
+                        ("meta-llama/Llama-3.1-8B", "llama-3.1-8b")):
+        r = cli("params", ref, code=2)
+        assert r.stderr == (f"Error: {ref}: config.json is not in the local cache and "
+                            f"HF_HUB_OFFLINE is set; the shipped preset {preset} is this "
+                            "model\n")
+    r = cli("params", "a--b/c", code=2)
+    assert r.stderr.startswith("Error: a--b/c: not a Hub id the Hub accepts (")
+
+
+def test_check_takes_hub_ids(env, tmp_path: Path, cli) -> None:
+    _cache(tmp_path / "cache")
+    env.setenv("HF_HUB_OFFLINE", "1")
+    r = cli("check", "meta-llama/Llama-3.1-8B", "someone/not-cached", "configs/gpt2.yaml",
+            code=1)
+    assert r.stdout.splitlines() == [
+        "ok    meta-llama/Llama-3.1-8B: Llama-3.1-8B, 8,030,261,248 parameters",
+        "FAIL  someone/not-cached: config.json is not in the local cache and HF_HUB_OFFLINE "
+        "is set",
+        "ok    configs/gpt2.yaml: gpt2, 124,439,808 parameters = expected_params",
+        "3 files checked: 2 ok, 1 failed"]
+
+
+def test_huggingface_hub_is_a_dependency() -> None:
+    import re
+
+    from conftest import ROOT
+
+    line = re.search(r"^dependencies = \[(.*)\]$", (ROOT / "pyproject.toml").read_text(),
+                     re.MULTILINE)
+    assert line is not None and '"huggingface_hub>=' in line.group(1)

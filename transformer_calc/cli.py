@@ -773,8 +773,13 @@ def presets(format: Format = FormatOpt) -> None:
 def check(
     paths: Optional[list[str]] = typer.Argument(
         None, metavar="[PATH]...",
-        help="YAML presets, config.json files or folders (default: the shipped presets)."),
+        help="YAML presets, config.json or .gguf files, folders or Hub ids (default: the "
+             "shipped presets)."),
     format: Format = FormatOpt,
+    exclude: Optional[list[str]] = typer.Option(
+        None, "--exclude", metavar="GLOB",
+        help="Skip files and folders matching GLOB (a path relative to the folder searched, "
+             "or any one of its parts: '*.json', 'tests/data/*'); repeatable."),
     max_memory: Optional[str] = typer.Option(
         None, "--max-memory",
         help="A memory budget: each model's peak per GPU, for the run the training / "
@@ -783,10 +788,12 @@ def check(
     seq_len: Optional[int] = SeqLenOpt,
     train: dict[str, Any] | None = None,
 ) -> None:
-    """Validate model files for CI: keys, types, shapes and expected_params, and with
-    --max-memory a memory budget.
+    """Validate model files for CI: keys, types, shapes, expected_params, a model folder's
+    checkpoint against its config, and with --max-memory a memory budget.
 
-    One line per file and a summary. Exit 0 when all pass, 1 when any fails, 2 for usage
+    Files, folders and Hub ids. A folder is searched for model files only (presets,
+    config.json and .gguf files), skipping what git ignores and what --exclude names. One
+    line per file and a summary. Exit 0 when all pass, 1 when any fails, 2 for usage
     errors. With GITHUB_ACTIONS=true, failures are also printed as ::error annotations.
     """
     import os
@@ -801,7 +808,7 @@ def check(
 
         budget = Budget(_settings(train or {}, batch_size, seq_len),
                         get_gpu(max_memory).memory_bytes, max_memory)
-    results = run_check(paths or [], budget)
+    results = run_check(paths or [], budget, exclude or [])
     show(check_doc(results), format.value)
     if os.environ.get("GITHUB_ACTIONS") == "true":  # on stderr: stdout stays the result
         for line in github_annotations(results):
@@ -1031,12 +1038,62 @@ def _fit_the_terminal() -> None:
             stream.reconfigure(errors="tcalc-ascii")
 
 
+MIN_COLUMNS = 40  # a COLUMNS narrower than this is read as this (COLUMNS=1: a letter a line)
+
+
+class _ClosedStream:
+    """stdout when its descriptor was closed before tcalc started (`tcalc ... >&-`): writing
+    to it fails as writing to a closed descriptor does, so that main says so and exits 1
+    instead of exiting 0 with nothing written."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def write(self, text: str) -> int:
+        import errno
+
+        raise OSError(errno.EBADF, "stdout is closed")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise ValueError("stdout is closed")  # (as a closed file's fileno does)
+
+
+def _standard_streams() -> None:
+    """Descriptors 0-2 that were closed at start are opened on the null device, so that no
+    file tcalc opens later takes their number (and a write to "stdout" lands in it); a closed
+    stdout then fails on the first write (_ClosedStream). COLUMNS that is not a positive
+    number is dropped, and one below MIN_COLUMNS read as MIN_COLUMNS."""
+    import os
+
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None:
+            with contextlib.suppress(OSError):
+                null = os.open(os.devnull, os.O_RDWR)
+                if null != fd:  # (lower descriptors were open: this one was not closed)
+                    os.close(null)
+    if sys.stdout is None:
+        sys.stdout = _ClosedStream()  # type: ignore[assignment]
+    columns = os.environ.get("COLUMNS")
+    if columns is not None:
+        if not (columns.strip().isdigit() and int(columns) > 0):
+            del os.environ["COLUMNS"]
+        elif int(columns) < MIN_COLUMNS:
+            os.environ["COLUMNS"] = str(MIN_COLUMNS)
+
+
 def main() -> None:
     """Console entry point (`tcalc`, `python -m transformer_calc`).
 
     Runs typer in non-standalone mode so that usage errors (a bad option value, an unknown
     option) print one line, like every other error, instead of usage + hint + message.
     """
+    _standard_streams()
     _fit_the_terminal()
     try:
         code = _run(sys.argv[1:])

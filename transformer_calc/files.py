@@ -91,8 +91,8 @@ def _target(out: Path, source: Path, force: bool) -> tuple[Path, os.stat_result 
     target = out
     if stat.S_ISLNK(st.st_mode):
         target = Path(os.path.realpath(out))
-        try:
-            st = os.stat(target)
+        try:  # (the link itself followed: /proc/self/fd/1 is the pipe, not a path)
+            st = os.stat(out)
         except FileNotFoundError:  # a dangling link: its target is created
             if not force:
                 raise TcalcError(f"{out}: exists (a symlink); use --force to write its "
@@ -101,8 +101,8 @@ def _target(out: Path, source: Path, force: bool) -> tuple[Path, os.stat_result 
         except OSError as e:
             raise TcalcError(f"{out}: cannot write: {e.strerror or e}") from None
         if not stat.S_ISREG(st.st_mode):
-            raise TcalcError(f"{out}: a symlink to {kind(st.st_mode)} ({target}); tcalc "
-                             "replaces regular files only")
+            raise TcalcError(f"{out}: a symlink to {kind(st.st_mode)}; tcalc replaces "
+                             "regular files only")
     elif not stat.S_ISREG(st.st_mode):
         raise TcalcError(f"{out}: {kind(st.st_mode)}; tcalc replaces regular files only")
     with contextlib.suppress(OSError):

@@ -165,6 +165,8 @@ def _strict_loader() -> Any:
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: set[Any] = set()
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # a merge key (<<: *base): merged below, its keys overridable
                 key = self.construct_object(key_node, deep=deep)
                 if isinstance(key, str) and key in seen:
                     refuse(key_node, f"duplicate key '{key}' (the last would silently win)")

@@ -7,7 +7,9 @@ convolutions stay in the unquantised dtype (bf16), each format's default:
 
 - gptq (AutoGPTQ / GPTQModel QuantLinear): qweight int32 (in · out · bits / 8 bytes), qzeros
   int32 (ceil(in / g) · out · bits / 8), scales fp16 (ceil(in / g) · out · 2), g_idx int32
-  (in · 4), group g = --group-size (128). gptq-int8: bits 8.
+  (in · 4), group g = --group-size (128). gptq-int8: bits 8; gptq-int3, gptq-int2: bits 3
+  and 2 (QuantLinear packs 32 / bits... rows of bits into each int32 row: in · bits / 32
+  int32 rows, the same in · out · bits / 8 bytes).
 - awq (AutoAWQ WQLinear_GEMM): as gptq without g_idx.
 - bnb-nf4, bnb-fp4 (bitsandbytes Linear4bit): 4-bit data (ceil(n / 2) bytes) and an absmax
   per block of 64: with QLoRA's double quantisation (bnb_4bit_use_double_quant, tcalc's
@@ -54,10 +56,66 @@ GGUF_RECIPES = {
 }
 _FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0", "q2_k": "q4_0", "q3_k": "q4_0"}
 
-FORMATS = ("gptq", "gptq-int8", "awq", "bnb-nf4", "bnb-fp4", "bnb-int8", "fp8",
+FORMATS = ("gptq", "gptq-int8", "gptq-int3", "gptq-int2", "awq", "bnb-nf4", "bnb-fp4",
+           "bnb-int8", "fp8",
            "fp8-channel", "fp8-tensor", "mxfp4", "nvfp4",
            *(f"gguf-{r}" for r in GGUF_RECIPES))
 UNQUANTISED = 2  # bytes: what every format keeps in bf16 (fp16 for GPTQ/AWQ, same size)
+GPTQ_BITS = {"gptq": 4, "gptq-int8": 8, "gptq-int3": 3, "gptq-int2": 2}
+PER_CHANNEL = 2**40  # a group size larger than any row: one group per output channel
+
+
+def from_quantization_config(q: object, where: str) -> dict[str, object]:
+    """config.json's quantization_config -> the spec's weight_format and weight_group_size,
+    as transformers' quantizers read it: gptq bits 2, 3, 4 or 8 (GPTQConfig accepts those
+    integers only), awq w_bit / bits 4 (AutoAWQ's GEMM kernels), bitsandbytes 4-bit NF4 / FP4
+    or 8-bit, fp8 (with DeepSeek-V3's weight_block_size, or per tensor), mxfp4. A value
+    transformers would refuse is a SpecError naming its key; a method tcalc does not model
+    (hqq, compressed-tensors, quanto, ...) is said in the spec's note, with the weights left
+    as the run's dtype, never silently."""
+    from transformer_calc.errors import SpecError
+
+    if q is None:
+        return {}
+    if not isinstance(q, dict):
+        raise SpecError("quantization_config", "a JSON object", q, source=where)
+    method = q.get("quant_method")
+    group = q.get("group_size", 128)
+    if method in ("gptq", "awq"):
+        if type(group) is not int or not (group > 0 or group == -1):
+            raise SpecError("quantization_config.group_size", "a positive integer, or -1 "
+                            "(one group per output channel)", group, source=where)
+        key = "bits" if method == "gptq" or "bits" in q else "w_bit"
+        bits = q.get(key, 4)
+        allowed = (2, 3, 4, 8) if method == "gptq" else (4,)
+        if type(bits) is not int or bits not in allowed:
+            raise SpecError(f"quantization_config.{key}",
+                            f"one of {', '.join(map(str, allowed))} (an integer)", bits,
+                            source=where)
+        fmt = "awq" if method == "awq" else {4: "gptq", 8: "gptq-int8", 3: "gptq-int3",
+                                             2: "gptq-int2"}[bits]
+        return {"weight_format": fmt,
+                "weight_group_size": PER_CHANNEL if group == -1 else group}
+    if method == "bitsandbytes":
+        if q.get("load_in_4bit"):
+            kind = q.get("bnb_4bit_quant_type", "fp4")
+            if kind not in ("nf4", "fp4"):
+                raise SpecError("quantization_config.bnb_4bit_quant_type", "nf4 or fp4", kind,
+                                source=where)
+            return {"weight_format": f"bnb-{kind}"}
+        if q.get("load_in_8bit"):
+            return {"weight_format": "bnb-int8"}
+        return {}
+    if method == "fp8":
+        return {"weight_format": "fp8" if q.get("weight_block_size") else "fp8-tensor"}
+    if method == "mxfp4":
+        return {"weight_format": "mxfp4"}
+    from transformer_calc.errors import printable
+
+    shown = printable(str(method), one_line=True)[:40]
+    return {"note": f"quantization_config: quant_method {shown!r} is not a format tcalc "
+                    "models; weights counted in the run's dtype (give --quant for one it "
+                    "models)"}
 
 
 class Tensor(NamedTuple):
@@ -133,8 +191,8 @@ def _linear(fmt: str, out: int, inp: int, n: int, g: int,
             double_quant: bool = True) -> list[tuple[str, int, str]]:
     """(item, bytes, formula) of one quantised matrix of ``out`` rows and ``inp`` columns."""
     groups = math.ceil(inp / g) * out
-    if fmt in ("gptq", "gptq-int8", "awq"):
-        bits = 8 if fmt == "gptq-int8" else 4
+    if fmt in GPTQ_BITS or fmt == "awq":
+        bits = GPTQ_BITS.get(fmt, 4)
         parts = [("qweight", math.ceil(n * bits / 8), f"in · out · {bits} / 8 (int32-packed)"),
                  ("qzeros", math.ceil(groups * bits / 8),
                   f"ceil(in / {g}) · out · {bits} / 8 (int32-packed)"),

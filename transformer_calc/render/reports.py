@@ -206,7 +206,8 @@ def check_lines(results: list[Any]) -> list[str]:
     for r in results:
         if r.ok:
             ref = " = expected_params" if r.expected is not None else ""
-            lines.append(f"ok    {r.path}: {r.model}, {r.total:,} parameters{ref}")
+            ckpt = f", {r.checkpoint}" if getattr(r, "checkpoint", "") else ""
+            lines.append(f"ok    {r.path}: {r.model}, {r.total:,} parameters{ref}{ckpt}")
         else:
             at = f" (line {r.line})" if r.line else ""
             lines.append(f"FAIL  {r.path}{at}: {r.message}")
@@ -243,7 +244,8 @@ def check_doc(results: list[Any]) -> Doc:
         "failed": sum(not r.ok for r in results),
         "files": [{"path": r.path, "ok": r.ok, "model": r.model, "total_params": r.total,
                    "expected_params": r.expected, "message": r.message, "line": r.line,
-                   "key": r.key} for r in results],
+                   "key": r.key, "checkpoint": getattr(r, "checkpoint", "") or None}
+                  for r in results],
     }
     rows = [(r.path, "ok" if r.ok else "FAIL", f"{r.total:,}" if r.total is not None else "",
              r.message) for r in results]
