@@ -64,7 +64,7 @@ from transformer_calc.params import count_params
 from transformer_calc.presets import load_model
 from transformer_calc.spec import ModelSpec
 
-CONFIGS = ("gpt2-n-inner.json", "llama-head-dim.json", "llama-biases.json",
+CONFIGS = ("gpt2-n-inner.json", "llama-head-dim.json", "llama-biases.json", "phi3-gqa-tied.json",
            "qwen2-untied.json", "qwen2-null-kv.json")
 
 
@@ -103,7 +103,7 @@ def test_the_rows_cover_both_families_full_training_and_lora() -> None:
     configs = {r["config"] for r in ROWS}
     assert configs == {"gpt2", *CONFIGS}
     full = [r for r in ROWS if not r.get("lora")]
-    assert len(full) == 24 + 16 and len(ROWS) - len(full) == 112
+    assert len(full) == 24 + 16 + 12 and len(ROWS) - len(full) == 124
     assert {r["lora"][1] for r in ROWS if r.get("lora")} >= {
         "all-linear", "q_proj,v_proj", "q_proj", "k_proj,o_proj", "o_proj,down_proj",
         "gate_proj,up_proj,down_proj", "q_proj,k_proj,v_proj,o_proj"}
@@ -262,7 +262,10 @@ def _settings(rng: random.Random) -> dict:
             "device": device, "dtype": dtype, "attention": rng.choice(("eager", "sdpa")),
             "autocast": rng.choice((None, BF16)) if device == "cuda" and dtype == F32 else None,
             "use_cache": rng.random() < 0.3, "lora": lora,
-            "recompute": rng.choice(("none", "none", "selective", "full"))}
+            "recompute": rng.choice(("none", "none", "selective", "full")),
+            # Phi-3's fused projections and rotary concatenation (LoRA's Llama names then
+            # adapt only o_proj and down_proj, which the fused layout keeps)
+            "phi3": not gpt2 and rng.random() < 0.3}
 
 
 def _draw(rng: random.Random, s: dict) -> tuple[GPT2 | Llama, Run]:
@@ -280,6 +283,9 @@ def _draw(rng: random.Random, s: dict) -> tuple[GPT2 | Llama, Run]:
                     dh=rng.choice((2, 4, 8, 10, 264)), F=rng.randint(1, 40), L=L,
                     tied=s["tied"], bias_q=b[0], bias_k=b[1], bias_v=b[2], bias_o=b[3],
                     bias_mlp_in=b[4], bias_mlp_out=b[5], attention_dropout=s["p"])
+        if s["phi3"]:
+            fam = replace(fam, bias_q=False, bias_k=False, bias_v=False, bias_mlp_in=False,
+                          fused_qkv=True, fused_gate_up=True, rope_concat=True)
     lora = None if s["lora"] is None else Lora(rng.choice((1, 2, 8)), *s["lora"])
     return fam, Run(rng.choice((1, 1, 2, 3, 5)), rng.choice((1, 2, 7, 33, 64)), s["dtype"],
                     s["device"], s["attention"], autocast=s["autocast"],

@@ -88,7 +88,8 @@ _COMMON = frozenset(("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "ti
 _READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv"},
           "llama": _METADATA | _COMMON | {"n_kv_heads", "d_head", "softmax_fp32", "bias_q",
                                           "bias_k", "bias_v", "bias_o", "bias_ffn_in",
-                                          "bias_ffn_out"}}
+                                          "bias_ffn_out", "fused_qkv", "fused_gate_up",
+                                          "rope_concat"}}
 
 
 def _unread(spec: ModelSpec, family: str) -> list[str]:
@@ -131,9 +132,10 @@ def family_of(spec: ModelSpec) -> Family:
                            tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
                            bias_v=spec.bias_v, bias_o=spec.bias_o,
                            bias_mlp_in=spec.bias_ffn_in, bias_mlp_out=spec.bias_ffn_out,
-                           attention_dropout=pa)
+                           attention_dropout=pa, fused_qkv=spec.fused_qkv,
+                           fused_gate_up=spec.fused_gate_up, rope_concat=spec.rope_concat)
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
-                     "GPT-2 and the Llama/Qwen2 family)")
+                     "GPT-2 and the Llama/Qwen2/Phi-3 family)")
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

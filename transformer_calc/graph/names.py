@@ -37,12 +37,14 @@ _LAYER = re.compile(r"^(?:transformer\.h|model\.layers)\.(\d+)(?:\.(.*))?$")
 _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm",
           "post_attention_layernorm": "ffn.norm", "ln_f": "final_norm", "norm": "final_norm"}
 # a linear's input, as the base layer keeps it (and a LoRA adapter reading it as it is)
-_INPUTS = {"c_attn": "attn.input", "q_proj": "attn.input", "k_proj": "attn.input",
+_INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ffn.input",
+           "q_proj": "attn.input", "k_proj": "attn.input",
            "v_proj": "attn.input", "attn.c_proj": "attn.o_input", "o_proj": "attn.o_input",
            "c_fc": "ffn.input", "gate_proj": "ffn.input", "up_proj": "ffn.input",
            "mlp.c_proj": "ffn.out_input", "down_proj": "ffn.out_input"}
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
-_ADAPTED = {"c_attn": "attn.qkv", "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
+_ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
+            "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
             "attn.c_proj": "attn.o", "o_proj": "attn.o", "c_fc": "ffn.in",
             "gate_proj": "ffn.gate", "up_proj": "ffn.in", "mlp.c_proj": "ffn.out",
             "down_proj": "ffn.out"}
@@ -73,6 +75,7 @@ DESCRIPTIONS = {
     "decoder.attn.input": "Q/K/V matmul input",
     "decoder.attn.qkv_output": "fused output, Q, K and V views of it",
     "decoder.attn.qkv": "the kernel's query, key and value",
+    "decoder.attn.qk_rotated": "Q and K rotated into new tensors",
     "decoder.attn.q": "Q·Kᵀ keeps Q", "decoder.attn.k": "Q·Kᵀ keeps K",
     "decoder.attn.v": "A·V keeps V", "decoder.attn.kv_cache_copies": "the generation cache's "
     "K and V", "decoder.attn.out": "the kernel's output", "decoder.attn.logsumexp":
@@ -132,6 +135,8 @@ class _Namer:
         self.run = run
         self.ops = ops
         self.fused = isinstance(family, GPT2)
+        # Phi-3's rotary concatenation: Q and K are new tensors, the rotated ones
+        self.rope_concat = getattr(family, "rope_concat", False)
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2)
                              else family.attention_dropout) != 0
 
@@ -222,12 +227,16 @@ class _Namer:
         T2 = quadratic_in_t(st)
         op, _, part = role.partition(".")
         if op.startswith("sdpa_"):
+            if part in ("query", "key", "value") and st.name.endswith(".qkv_proj"):
+                return "qkv_output"  # a view of the fused projection keeps it whole
+            if part in ("query", "key") and self.rope_concat:
+                return "qk_rotated"
             if part in ("query", "key", "value"):
                 # GPT-2's K and V as the generation cache's torch.cat copied them
                 cached = self.fused and part != "query" and st.name == s.scope
                 return "kv_cache_copies" if cached else "qkv"
             return {"output": "out", "logsumexp": "logsumexp", "attn_mask": "mask"}[part]
-        if st.name.endswith(".c_attn"):
+        if st.name.endswith((".c_attn", ".qkv_proj")):
             return "qkv_output"  # a view of the fused projection's output keeps it whole
         if role in ("softmax.result", "_safe_softmax.result"):
             return "softmax"

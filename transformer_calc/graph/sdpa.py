@@ -52,8 +52,14 @@ def _fused(name: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> T
     tr = q.trace
     B, H, T, d = q.shape
     S, dv = k.shape[-2], v.shape[-1]
+    # the output follows the query's memory order (empty_like of the query the kernel is
+    # given): (B, T, H, d) for a query viewed from a projection, but (B, H, T, d) for one
+    # made contiguous as heads (Phi-3's and StableLM's rotary concatenation, MLA's
+    # query): then the output's transpose back is a copy (measured on Phi-3 and StableLM)
+    btHd = (T.value * H.value * dv.value, dv.value, H.value * dv.value, 1)
     out = tr.tensor((B, H, T, dv), q.dtype, ops._rg(q, k, v),
-                    stride=(T.value * H.value * dv.value, dv.value, H.value * dv.value, 1))
+                    stride=None if q.is_contiguous() and H.value > 1 and T.value > 1
+                    else btHd)
     if name == "cpu_flash":
         lse = tr.tensor((B, H, T), F32, False, stride=(T.value * H.value, 1, H.value))
     elif name == "efficient":

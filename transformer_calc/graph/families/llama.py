@@ -1,8 +1,11 @@
-"""Llama and Qwen2 as transformers 5.23 runs them: models/llama/modeling_llama.py
+"""Llama, Qwen2 and Phi-3 as transformers 5.23 runs them: models/llama/modeling_llama.py
 (LlamaForCausalLM, LlamaModel, LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding,
 apply_rotary_pos_emb, repeat_kv, eager_attention_forward, LlamaMLP) with
-integrations/sdpa_attention.py (use_gqa_in_sdpa), and models/qwen2/modeling_qwen2.py, the
-same graph with biases on q, k and v only."""
+integrations/sdpa_attention.py (use_gqa_in_sdpa); models/qwen2/modeling_qwen2.py, the
+same graph with biases on q, k and v only; models/phi3/modeling_phi3.py, the same graph
+with Q, K and V as slices of one qkv_proj, gate and up as the chunks of one gate_up_proj,
+and a rotary embedding that concatenates the rotated part with the rest (a copy even when
+the rest is empty)."""
 
 from __future__ import annotations
 
@@ -35,6 +38,9 @@ class Llama:
     bias_mlp_in: bool = False
     bias_mlp_out: bool = False
     attention_dropout: float = 0.0
+    fused_qkv: bool = False  # Phi-3's qkv_proj
+    fused_gate_up: bool = False  # Phi-3's gate_up_proj
+    rope_concat: bool = False  # Phi-3's apply_rotary_pos_emb: cat([rotated, pass])
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
@@ -95,9 +101,16 @@ def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor,
     x = rms_norm(m, "post_attention_layernorm", h)
     with m.module("mlp"):
         F, E = m["F"], m["E"]
-        gate = ops.silu(m.linear("gate_proj", x, F, cfg.bias_mlp_in))
-        x = m.linear("down_proj", ops.mul(gate, m.linear("up_proj", x, F, cfg.bias_mlp_in)),
-                     E, cfg.bias_mlp_out)
+        if cfg.fused_gate_up:
+            # Phi3MLP: gate, up_states = gate_up_proj(x).chunk(2, dim=-1);
+            # up_states * act(gate): the chunks are views of one output
+            gate, up = ops.split(m.linear("gate_up_proj", x, 2 * F, False), F, -1)
+            x = m.linear("down_proj", ops.mul(up, ops.silu(gate)), E, cfg.bias_mlp_out)
+        else:
+            gate = ops.silu(m.linear("gate_proj", x, F, cfg.bias_mlp_in))
+            x = m.linear("down_proj",
+                         ops.mul(gate, m.linear("up_proj", x, F, cfg.bias_mlp_in)), E,
+                         cfg.bias_mlp_out)
     return ops.add(h, x)
 
 
@@ -106,13 +119,22 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
     """LlamaAttention.forward: projections viewed as heads, RoPE, (cache), attention, o."""
     B, T, H, Hkv, dh = m["B"], m["T"], m["H"], m["Hkv"], m["dh"]
 
-    def heads(name: str, n: Dim, bias: bool) -> Tensor:
-        return ops.transpose(ops.view(m.linear(name, x, n * dh, bias), (B, T, n, dh)), 1, 2)
+    def heads(y: Tensor, n: Dim) -> Tensor:
+        return ops.transpose(ops.view(y, (B, T, n, dh)), 1, 2)
 
-    q, k, v = heads("q_proj", H, cfg.bias_q), heads("k_proj", Hkv, cfg.bias_k), \
-        heads("v_proj", Hkv, cfg.bias_v)
+    if cfg.fused_qkv:
+        # Phi3Attention: qkv[..., :query_pos], the K and V slices after it: views
+        qkv = m.linear("qkv_proj", x, (H + 2 * Hkv) * dh, False)
+        q, k, v = (heads(ops.narrow(qkv, -1, start, n * dh), n) for start, n in (
+            (0, H), (H.value * dh.value, Hkv), ((H.value + Hkv.value) * dh.value, Hkv)))
+    else:
+        q, k, v = heads(m.linear("q_proj", x, H * dh, cfg.bias_q), H), \
+            heads(m.linear("k_proj", x, Hkv * dh, cfg.bias_k), Hkv), \
+            heads(m.linear("v_proj", x, Hkv * dh, cfg.bias_v), Hkv)
     cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
     q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+    if cfg.rope_concat:  # torch.cat([rotated, x[..., rotary_dim:]]): the pass part empty
+        q, k = ops.cat([q], -1), ops.cat([k], -1)
     if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
         k, v = (ops.cat([t], -2) for t in (k, v))
     G = m["G"]  # query heads per K/V head, H / Hkv
