@@ -745,6 +745,61 @@ def _memory_overview(settings: Any, format: Format) -> None:
          format.value)
 
 
+@_command(overrides=True)
+def plan(
+    model: str = ModelArg,
+    gpu: Optional[str] = typer.Option(None, help="GPU preset (see `tcalc gpus`); the "
+                                                 "cluster is its DGX/HGX node."),
+    gpus: int = typer.Option(8, help="GPUs in the cluster."),
+    global_batch: int = typer.Option(..., "--global-batch", help="Sequences per optimizer "
+                                                                 "step."),
+    seq_len: Optional[int] = SeqLenOpt,
+    tokens: Optional[str] = typer.Option(None, help="Training tokens, e.g. 15T: days and "
+                                                    "GPU-hours for the run."),
+    framework: str = typer.Option("megatron", help="megatron, megatron-2022, torchtitan or "
+                                                   "fsdp: the layouts it allows, how it "
+                                                   "overlaps communication."),
+    precision: str = typer.Option("bf16", help="The layers' GEMMs: bf16 or fp8."),
+    cluster: Optional[str] = typer.Option(None, help="A cluster preset instead of --gpu "
+                                                     "(docs/planner.md lists them)."),
+    top: int = typer.Option(5, help="Layouts to show."),
+    tp: Optional[int] = typer.Option(None, help="Hold tensor parallelism at this degree."),
+    pp: Optional[int] = typer.Option(None, help="Hold pipeline parallelism at this degree."),
+    cp: Optional[int] = typer.Option(None, help="Hold context parallelism at this degree."),
+    ep: Optional[int] = typer.Option(None, help="Hold expert parallelism at this degree."),
+    zero: Optional[int] = typer.Option(None, help="Hold the ZeRO stage."),
+    recompute: Optional[Recompute] = typer.Option(None, help="Hold the recomputation."),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch",
+                                              help="Hold the sequences per micro-batch."),
+    format: Format = FormatOpt,
+    overrides: dict[str, Any] | None = None,
+) -> None:
+    """The fastest parallel layouts for a cluster: step time, throughput, MFU, run cost.
+
+    Searches the layouts the framework allows (tensor, pipeline, context, expert and data
+    parallel degrees, ZeRO stage, micro-batch, interleaving, recomputation, sequence
+    parallelism), keeps those whose busiest GPU fits its memory (tcalc memory), and ranks
+    them by a step-time model calibrated on published runs (docs/planner.md). The verdict
+    first, then each layout's step split into compute, pipeline bubble, exposed TP, CP, EP,
+    PP and DP communication and the optimizer.
+    """
+    from transformer_calc.planner import plan_training
+    from transformer_calc.render import show
+    from transformer_calc.render.planner import plan_doc
+
+    spec = _load(model, overrides or {})
+    fixed: dict[str, Any] = {k: v for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep),
+                                               ("zero", zero), ("mb", micro_batch))
+                             if v is not None}
+    if recompute is not None:
+        fixed["recompute"] = recompute.value
+    report = plan_training(
+        spec, gpus=gpus, global_batch=global_batch, seq_len=_seq_len(spec, seq_len),
+        gpu=gpu, cluster=cluster, framework=framework, precision=precision, top=top,
+        fixed=fixed, tokens=None if tokens is None else parse_count(tokens, "--tokens"))
+    show(plan_doc(report), format.value)
+
+
 @_command()
 def gpus(format: Format = FormatOpt) -> None:
     """List the GPU presets: memory, bandwidth and dense peak FLOP/s per dtype."""
