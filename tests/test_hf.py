@@ -855,3 +855,41 @@ def test_a_non_finite_number_in_a_key_tcalc_reads_is_refused_by_name(cli, tmp_pa
                     '"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 64, '
                     '"num_attention_heads": 4, "vocab_size": 10}')
     assert cli.json("params", str(path))["total_params"] > 0
+
+
+WRAPPED = {name: row for name, row in PUBLISHED["files"].items() if "tower" in row}
+
+
+@pytest.mark.parametrize("path", sorted(WRAPPED))
+def test_a_vision_language_model_is_counted_whole_part_by_part(path: str) -> None:
+    # transformers 5.23 (tools/reference_counts.py --write): the trainable parameters under
+    # the class's vision tower (visual, vision_tower, vision_model), its multi_modal_projector
+    # and the rest, the language model
+    row = WRAPPED[path]
+    spec = load_model(str(HF / path))
+    b = count_params(spec)
+    assert b.sum_prefix("tower.") == row["tower"]
+    assert b.sum_prefix("projector.") == row["projector"]
+    assert b.total - row["tower"] - row["projector"] == row["language_model"]
+    assert f"counted as transformers' {row['class']}: its {spec.tower} tower" in spec.note
+    # the language model alone (--text-only): the same count without the tower and projector
+    text = spec.text_only()
+    assert count_params(text).total == row["language_model"]
+    assert text.tower == text.projector == "none"
+    assert "the language model of " + row["class"] + " alone" in text.note
+
+
+def test_the_tower_is_its_own_section_and_category(cli) -> None:
+    from transformer_calc.params import by_category
+
+    spec = load_model(str(HF / "gemma-3-4b.json"))
+    assert by_category(count_params(spec))["tower"] == WRAPPED["gemma-3-4b.json"]["tower"] \
+        + WRAPPED["gemma-3-4b.json"]["projector"]
+    table = cli("params", str(HF / "gemma-3-4b.json"), "--format", "markdown").stdout
+    for section in ("tower", "tower layer (× 27)", "projector", "embeddings",
+                    "decoder.sliding layer (× 29)"):
+        assert f"**{section}**" in table, section
+    data = cli.json("params", str(HF / "gemma-3-4b.json"))
+    assert data["total_params"] == 4_300_079_472
+    assert any("siglip tower 416,866,032 + projector 2,950,272 + language model "
+               "3,880,263,168" in n for n in data["notes"])

@@ -70,7 +70,8 @@ def test_every_mapped_type_has_its_default_and_drawn_cases() -> None:
 def test_generic_records_read_their_class_defaults() -> None:
     from transformer_calc.hf_defaults import DEFAULTS
 
-    assert set(DEFAULTS) == set(TABLE_DRIVEN)
+    # (and the text config classes of the wrappers, hf.WRAPPERS)
+    assert set(DEFAULTS) >= set(TABLE_DRIVEN)
     # StarCoder2's defaults: 2 K/V heads, biases on, tied embeddings (Starcoder2Config)
     spec = spec_from_hf({"model_type": "starcoder2"})
     assert (spec.n_kv_heads, spec.bias_q, spec.bias_ffn_in, spec.tie_embeddings) == (
@@ -208,3 +209,28 @@ def test_a_class_not_counted_is_refused_with_the_ones_that_are() -> None:
     with pytest.raises(SpecError, match="key 'num_labels': expected equal to id2label's size"):
         spec_from_hf({"model_type": "bert", "architectures": ["BertForSequenceClassification"],
                       "num_labels": 3, "id2label": {"0": "a", "1": "b"}})
+
+
+# The vision-language wrappers whole (hf.WRAPPERS): their default configs and drawn text and
+# vision configs. REFERENCE: `python tools/check_registry.py --wrappers --cases 6 --write
+# tests/data/registry_wrappers.json` (torch 2.13.0+cpu, transformers 5.23.0, meta device,
+# the *ForConditionalGeneration class)
+WRAPPER_CASES = json.loads((DATA / "registry_wrappers.json").read_text())
+assert WRAPPER_CASES["transformers"] == "5.23.0"
+
+
+@pytest.mark.parametrize("case", WRAPPER_CASES["cases"], ids=[
+    f"{c['config']['model_type']}-{i}" for i, c in enumerate(WRAPPER_CASES["cases"])])
+def test_wrapper_whole_equals_transformers(case: dict) -> None:
+    spec = spec_from_hf(case["config"], "case.json")
+    assert count_params(spec).total == case["total"]
+    assert spec.note.startswith(f"counted as transformers' {case['class']}: its {spec.tower}")
+
+
+def test_every_wrapper_has_its_default_and_drawn_cases() -> None:
+    from transformer_calc.hf import WRAPPERS
+
+    per_type: dict[str, int] = {}
+    for c in WRAPPER_CASES["cases"]:
+        per_type[c["config"]["model_type"]] = per_type.get(c["config"]["model_type"], 0) + 1
+    assert set(per_type) == set(WRAPPERS) and min(per_type.values()) >= 5, per_type

@@ -313,6 +313,47 @@ def draw_mixer(rng: random.Random, fields: set[str], cfg: dict) -> dict:
     return out
 
 
+def draw_tower(rng: random.Random, kind: str, text_width: int) -> tuple[dict, dict]:
+    """A small vision_config of this tower kind, and the wrapper's own keys beside it."""
+    heads = rng.choice([2, 4])
+    width = heads * rng.choice([8, 16])
+    patch = rng.choice([2, 4])
+    vision: dict = {"hidden_size": width, "intermediate_size": rng.choice([24, 40, 64])}
+    top: dict = {}
+    if kind == "siglip":
+        vision |= {"num_hidden_layers": rng.choice([1, 2]), "num_attention_heads": heads,
+                   "patch_size": patch, "image_size": patch * rng.choice([2, 4]),
+                   "vision_use_head": rng.random() < 0.5}
+    elif kind in ("qwen2_5_vl", "qwen3_vl"):
+        depth = rng.choice([1, 2, 3])
+        vision |= {"depth": depth, "num_heads": heads, "patch_size": patch,
+                   "temporal_patch_size": rng.choice([1, 2]),
+                   "spatial_merge_size": rng.choice([1, 2]), "out_hidden_size": text_width}
+        if kind == "qwen2_5_vl":
+            vision["fullatt_block_indexes"] = [depth - 1]
+        else:
+            vision |= {"num_position_embeddings": rng.choice([4, 16]),
+                       "deepstack_visual_indexes": sorted(rng.sample(range(depth),
+                                                                     rng.choice([0, 1])))}
+    elif kind == "pixtral":
+        vision |= {"num_hidden_layers": rng.choice([1, 2]), "num_attention_heads": heads,
+                   "head_dim": width // heads, "patch_size": patch,
+                   "image_size": patch * rng.choice([4, 8])}
+        top = {"spatial_merge_size": rng.choice([1, 2]),
+               "multimodal_projector_bias": rng.random() < 0.5,
+               "vision_feature_layer": rng.choice([-1, [-1, -2]])}
+    else:  # mllama
+        layers = rng.choice([2, 3])
+        picked = sorted(rng.sample(range(layers), rng.choice([1, 2])))
+        vision |= {"num_hidden_layers": layers, "num_global_layers": rng.choice([1, 2]),
+                   "attention_heads": heads, "patch_size": patch,
+                   "image_size": patch * rng.choice([2, 4]), "max_num_tiles": rng.choice([2, 4]),
+                   "supported_aspect_ratios": [[1, 1], [1, 2], [2, 1]][:rng.choice([1, 3])],
+                   "intermediate_layers_indices": picked,
+                   "vision_output_dim": width * (len(picked) + 1)}
+    return vision, top
+
+
 def class_of(config: dict) -> str:
     """The class counted: the one ``architectures`` names (a seq2seq family's *ForCausalLM,
     --causal), else the model type's head class."""
@@ -376,17 +417,23 @@ def main() -> None:
     ap.add_argument("--task", help="count the classes of these tasks (comma-separated: base, "
                          "seq_cls, token_cls, qa, multiple_choice; transformers' auto mappings), "
                          "named in architectures")
+    ap.add_argument("--wrappers", action="store_true",
+                    help="count the vision-language wrappers whole (hf.WRAPPERS): the default, "
+                         "then drawn text and vision configs")
     ap.add_argument("--flops", type=int, default=0, metavar="T",
                     help="also compare forward FLOPs per token at T tokens (recorded with "
                          "--write)")
     args = ap.parse_args()
     rng = random.Random(args.seed)  # noqa: S311 - reproducible test configs, not secrets
     rows, bad = [], 0
-    from transformer_calc.hf import SEQ2SEQ
+    from transformer_calc.hf import SEQ2SEQ, WRAPPERS
     from transformer_calc.hf_defaults import TASK_CLASSES
 
     jobs: list[tuple[str, dict, str]] = []  # (model type, architectures, task)
-    for model_type in args.types or sorted(HEAD_CLASS):
+    for model_type in args.types or sorted(WRAPPERS if args.wrappers else HEAD_CLASS):
+        if args.wrappers:
+            jobs.append((model_type, {"architectures": [WRAPPERS[model_type].cls]}, "whole"))
+            continue
         if not args.task:
             jobs.append((model_type, {"architectures": [SEQ2SEQ[model_type].decoder_cls]}
                          if args.causal else {}, ""))
@@ -396,9 +443,9 @@ def main() -> None:
                 jobs.append((model_type, {"architectures": [task_cls]}, task))
     for model_type, named, task in jobs:
         cls = type(transformers.AutoConfig.for_model(model_type))
-        nested = getattr(TABLE_DRIVEN.get(model_type), "text_config", False)
-        if nested:  # Mllama: the drawn keys go in text_config, as the class reads them
-            cls = cls.sub_configs["text_config"]
+        nested = getattr(TABLE_DRIVEN.get(model_type), "text_config", False) or task == "whole"
+        if nested:  # Mllama, the wrappers: the drawn keys go in text_config
+            cls = type(transformers.AutoConfig.for_model(model_type).text_config)
         fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
             else set(transformers.AutoConfig.for_model(model_type).to_dict())
         counted, attempts = 0, 0
@@ -413,6 +460,10 @@ def main() -> None:
                     inner["cross_attention_layers"] = sorted(rng.sample(range(n),
                                                                         rng.choice([1, n // 2])))
                 config = {"model_type": model_type, **named, "text_config": inner}
+                if task == "whole":
+                    vision, top = draw_tower(rng, WRAPPERS[model_type].tower,
+                                             inner.get("hidden_size", 64))
+                    config |= {"vision_config": vision, **top}
             elif attempts:
                 config = {"model_type": model_type, **named, **draw(rng, fields)}
             if attempts and task in ("seq_cls", "token_cls", "qa"):

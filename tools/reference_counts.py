@@ -41,6 +41,25 @@ def build_hf(config: dict, cls_name: str | None = None) -> torch.nn.Module:
         return cls(cfg)
 
 
+# The modules of a wrapper's tower and projector, by the names transformers gives them
+TOWER_MODULES = (".visual.", ".vision_tower.", ".vision_model.")
+PROJECTOR_MODULES = (".multi_modal_projector",)
+
+
+def parts(model: torch.nn.Module) -> dict[str, int]:
+    """A wrapper's trainable parameters by part (tower, projector, language model), from its
+    modules' names; {} for a model without a tower."""
+    out = {"tower": 0, "projector": 0, "language_model": 0}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        dotted = f".{name}"
+        part = "tower" if any(m in dotted for m in TOWER_MODULES) else "projector" if any(
+            m in dotted for m in PROJECTOR_MODULES) else "language_model"
+        out[part] += p.numel()
+    return out if out["tower"] else {}
+
+
 def builtin() -> dict[str, int]:
     """References that are not a config.json: torch.nn.Transformer and default HF configs."""
     import transformers
@@ -119,7 +138,7 @@ def main() -> None:
         print(f"{trainable(model):>16,}  {path.name}  {type(model).__name__}")
         rows[path.name] = {"class": type(model).__name__,
                            "params": sum(p.numel() for p in model.parameters()),
-                           "trainable": trainable(model)}
+                           "trainable": trainable(model)} | parts(model)
         if args.named:
             for n, p in model.named_parameters():
                 print(f"    {n:70s} {tuple(p.shape)!s:20s} {p.numel():>12,} "

@@ -150,9 +150,11 @@ def _layers(spec: ModelSpec, b: Breakdown, only: tuple[str, ...] = ()) -> list[S
 
 
 def _embeddings(spec: ModelSpec, b: Breakdown) -> list[Section]:
-    steps = [Step(i.name, i.formula, i.expr, i.total, "params", ref=f"params:{i.name}",
-                  text=i.note) for i in b.items if not i.stack and not i.name.endswith(
-                      "final_norm")]
+    # (a row repeated outside the stacks, an encoder tower's layer: its count times)
+    steps = [Step(i.name, i.formula if i.repeat == 1 else f"{i.repeat} × ({i.formula})",
+                  i.expr if i.repeat == 1 else f"{i.repeat} × ({i.expr})", i.total, "params",
+                  ref=f"params:{i.name}", text=i.note)
+             for i in b.items if not i.stack and not i.name.endswith("final_norm")]
     return [Section("embeddings and heads", tuple(steps))]
 
 
@@ -321,13 +323,15 @@ GAP_PARTS = (
     ("embeddings", "embeddings beyond V·E", "Σ embeddings − V·E"),
     ("heads", "heads", "Σ output heads"),
     ("mixers", "recurrent mixers", "Σ mixer weights (the rule counts their layers as 12·E²)"),
+    ("tower", "encoder tower and projector", "Σ tower and projector weights (the rule counts "
+     "the language model alone)"),
 )
 
 
 def gap_part(name: str) -> str:
     """Which part of exact − rule a parameter row belongs to (GAP_PARTS' keys)."""
     c = category(name)
-    if c in ("norms", "embeddings", "heads", "mixers"):
+    if c in ("norms", "embeddings", "heads", "mixers", "tower"):
         return c
     if name.endswith(".bias"):
         return "biases"

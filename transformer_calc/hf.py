@@ -555,11 +555,186 @@ def _head(c: Config, model_type: str, counted: Counted) -> dict[str, Any]:
 
 def counted_class(data: dict[str, Any]) -> str:
     """The transformers class tcalc counts for a config.json of a known model_type: its head
-    class, or the class its ``architectures`` names (the developer tools build it)."""
+    class, or the class its ``architectures`` names (the developer tools build it); a
+    wrapper's whole-model class."""
+    wrapper = _wrapper(data)
+    if wrapper is not None:
+        return wrapper.cls
     return _check_architecture(data, data["model_type"], "config.json").cls
 
 
+class Wrapper(NamedTuple):
+    """A model type that wraps a language model: its text_config read by a text record (a
+    model type tcalc maps, with the defaults of the wrapper's own text config class), its
+    tower read from vision_config (towers.py), and the projector between them."""
+
+    cls: str  # the whole model's class (the one its auto mapping builds)
+    text: str  # the record that reads text_config (a model type in MAPPERS)
+    text_type: str  # text_config's model_type in transformers (its defaults: hf_defaults)
+    tower: str  # ModelSpec.tower
+    projector: str = "none"
+    flat_text: bool = False  # the text keys may sit at the top level (Qwen2.5-VL's files)
+    # the model's language-model class, what --text-only counts
+    text_cls: str = ""
+
+
+WRAPPERS: dict[str, Wrapper] = {
+    "gemma3": Wrapper("Gemma3ForConditionalGeneration", "gemma3_text", "gemma3_text", "siglip",
+                      "gemma3", text_cls="Gemma3ForCausalLM"),
+    # Qwen2_5_VLTextModel: Qwen2's layers (biased Q, K, V), M-RoPE (no parameters)
+    "qwen2_5_vl": Wrapper("Qwen2_5_VLForConditionalGeneration", "qwen2", "qwen2_5_vl_text",
+                          "qwen2_5_vl", flat_text=True, text_cls="Qwen2_5_VLTextModel"),
+    # Qwen3VLTextModel and Qwen3VLMoeTextModel: Qwen3's and Qwen3-MoE's layers
+    "qwen3_vl": Wrapper("Qwen3VLForConditionalGeneration", "qwen3", "qwen3_vl_text",
+                        "qwen3_vl", text_cls="Qwen3VLTextModel"),
+    "qwen3_vl_moe": Wrapper("Qwen3VLMoeForConditionalGeneration", "qwen3_moe",
+                            "qwen3_vl_moe_text", "qwen3_vl", text_cls="Qwen3VLMoeTextModel"),
+    # Mistral 3 (Mistral Small 3.1+, Ministral 3): a Mistral or Ministral 3 language model
+    "mistral3": Wrapper("Mistral3ForConditionalGeneration", "mistral", "mistral", "pixtral",
+                        "mistral3", text_cls="MistralForCausalLM"),
+    "mllama": Wrapper("MllamaForConditionalGeneration", "mllama", "mllama_text_model",
+                      "mllama", "linear", text_cls="MllamaForCausalLM"),
+}
+
+
+def _wrapper(data: dict[str, Any]) -> Wrapper | None:
+    """The wrapper record a file names: its model_type, unless that type is mapped itself and
+    architectures names another class (Mllama: MllamaForCausalLM counts the text alone)."""
+    wrapper = WRAPPERS.get(data.get("model_type"))  # type: ignore[arg-type]
+    if wrapper is None or data.get("model_type") not in MAPPERS:
+        return wrapper
+    archs = data.get("architectures")
+    named = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    return wrapper if named.lower() == wrapper.cls.lower() or named.endswith(
+        "ForConditionalGeneration") else None
+
+
+def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) -> ModelSpec:
+    """The whole model: the language model as its text record counts it (its class's
+    defaults, the head tied as the wrapper's config says), then the tower and projector."""
+    from transformer_calc.hf_defaults import DEFAULTS, WRAPPER_DEFAULTS
+
+    model_type = str(data["model_type"])
+    top = Config(data, where, WRAPPER_DEFAULTS.get(model_type, {}))
+    text = data.get("text_config")
+    # without a text_config the wrapper builds its own default one; Qwen2_5_VLConfig reads a
+    # flat file's keys as the text's
+    absent = text is None and not w.flat_text
+    if text is None and w.flat_text:
+        text = {k: v for k, v in data.items() if k not in ("vision_config", "architectures")}
+    text = text if text is not None else {}
+    if not isinstance(text, dict):
+        raise SpecError("text_config", "a mapping of the language model's keys", text,
+                        source=where)
+    inner = text.get("model_type")
+    record = inner if isinstance(inner, str) and inner in MAPPERS and not w.flat_text \
+        and inner != model_type else w.text
+    defaults = DEFAULTS.get("absent:" + model_type, {}) if absent else \
+        DEFAULTS.get(w.text_type, {}) if record == w.text else {}
+    # transformers 5 ties the head as the outer config says (Qwen2.5-VL also reads a tied
+    # text_config, for files saved before v5)
+    tie = top.t("tie_word_embeddings")
+    if w.flat_text and not tie:
+        tie = bool(text.get("tie_word_embeddings"))
+    text_data = {**{k: v for k, v in defaults.items() if v is not None}, **text,
+                 "model_type": record, "tie_word_embeddings": bool(tie)}
+    text_data.pop("architectures", None)
+    if model_type == "mllama":  # its record reads the language model from text_config
+        text_data = {"model_type": record, "text_config": text_data,
+                     "architectures": [w.text_cls]}
+    spec = spec_from_hf(text_data, f"{where} (text_config)", name)
+    vision = data.get("vision_config") or {}
+    if not isinstance(vision, dict):
+        raise SpecError("vision_config", "a mapping of the vision tower's keys", vision,
+                        source=where)
+    from transformer_calc.hf_defaults import TOWER_DEFAULTS
+
+    v = Config(vision, f"{where} (vision_config)", TOWER_DEFAULTS.get(
+        ("absent:" if "vision_config" not in data else "") + model_type, {}))
+    fields = _tower_fields(w, v, top, spec.d_model)
+    text_note = spec.note.split("; ", 1)[1] if "; " in spec.note else ""
+    # (said where the language model's own class would not tie: Mistral 3's text model)
+    text_tie = text.get("tie_word_embeddings", DEFAULTS.get("absent:" + model_type, {}).get(
+        "tie_word_embeddings"))
+    if tie and "tie_word_embeddings" not in data and not text_tie:
+        text_note = ("the file does not set tie_word_embeddings: its config class's default "
+                     "(true) ties the LM head to the token embedding in transformers 5.23, as "
+                     "counted (a checkpoint storing lm_head apart holds "
+                     f"{spec.vocab_size * spec.embed_dim:,} more)") + (
+            f"; {text_note}" if text_note else "")
+    note = (f"counted as transformers' {w.cls}: its {w.tower} tower"
+            + (f", projector ({w.projector})" if w.projector != "none" else "")
+            + f" and language model ({w.text_cls})") + (f"; {text_note}" if text_note else "")
+    stem = where.rsplit("/", 1)[-1].removesuffix(".json")
+    try:
+        return spec.replace(**fields, note=note,
+                            name=name or (stem if stem != "config" else model_type),
+                            description=f"{model_type} from {where}", source=where)
+    except SpecError as e:
+        raise _in_file_terms(e, vision, f"{where} (vision_config)") from None
+
+
+def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str, Any]:
+    """The spec's tower fields from a vision_config (its class's defaults filled in)."""
+    def size(*keys: str) -> int:
+        for key in keys:
+            if v.t(key) is not None:
+                return int(v.t(key))
+        raise SpecError(keys[0], "an integer (the class has no default for it)", None,
+                        source=v.where)
+
+    out: dict[str, Any] = {"tower": w.tower, "projector": w.projector,
+                           "tower_d_model": size("hidden_size"),
+                           "tower_d_ff": size("intermediate_size"),
+                           "tower_patch": size("patch_size"),
+                           "tower_channels": size("num_channels", "in_channels", "in_chans")}
+    if w.tower == "siglip":  # SiglipVisionEmbeddings: (image_size / patch_size)² positions
+        image = size("image_size")
+        out |= {"tower_layers": size("num_hidden_layers"),
+                "tower_heads": size("num_attention_heads"),
+                "tower_positions": (image // out["tower_patch"]) ** 2,
+                "tower_head": bool(v.t("vision_use_head", True))}
+    elif w.tower in ("qwen2_5_vl", "qwen3_vl"):
+        out |= {"tower_layers": size("depth"), "tower_heads": size("num_heads"),
+                "tower_temporal": size("temporal_patch_size"),
+                "tower_merge": size("spatial_merge_size"), "tower_out": size("out_hidden_size")}
+        if w.tower == "qwen3_vl":
+            deep = v.t("deepstack_visual_indexes", [])
+            if not isinstance(deep, list):
+                raise SpecError("deepstack_visual_indexes", "a list of layer indices", deep,
+                                source=v.where)
+            out |= {"tower_positions": size("num_position_embeddings"),
+                    "tower_deepstack": len(deep)}
+    elif w.tower == "pixtral":
+        # Mistral3MultiModalProjector: linear_1 reads every feature layer, concatenated
+        layers = top.t("vision_feature_layer", -1)
+        n = len(layers) if isinstance(layers, list) else 1
+        out |= {"tower_layers": size("num_hidden_layers"),
+                "tower_heads": size("num_attention_heads"),
+                "tower_merge": int(top.t("spatial_merge_size", 2)),
+                "tower_out": n * out["tower_d_model"],
+                "projector_bias": bool(top.t("multimodal_projector_bias", False))}
+    else:  # mllama
+        ratios = v.t("supported_aspect_ratios", [])
+        if not isinstance(ratios, list):
+            raise SpecError("supported_aspect_ratios", "a list of [width, height] tile counts",
+                            ratios, source=v.where)
+        out |= {"tower_layers": size("num_hidden_layers"),
+                "tower_global_layers": size("num_global_layers"),
+                "tower_heads": size("attention_heads", "num_attention_heads"),
+                "tower_positions": (size("image_size") // out["tower_patch"]) ** 2 + 1,
+                "tower_tiles": size("max_num_tiles"),
+                # MllamaVisionModel: max_aspect_ratio_id = len(supported_aspect_ratios), and
+                # a row for it
+                "tower_aspect_ratios": len(ratios) + 1,
+                "tower_out": size("vision_output_dim")}
+    return out
+
+
 def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "") -> ModelSpec:
+    wrapper = _wrapper(data)
+    if wrapper is not None:
+        return _spec_from_wrapper(data, wrapper, where, name)
     model_type = data.get("model_type")
     tower = ""
     text = data.get("text_config")

@@ -64,7 +64,12 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "compress_hca": spec.compress_hca, "csa_index_heads": spec.csa_index_heads,
         "csa_index_dim": spec.csa_index_dim, "csa_index_topk": spec.csa_index_topk,
         "o_groups": spec.o_groups, "o_lora_rank": spec.o_lora_rank,
-        "num_labels": spec.num_labels}
+        "num_labels": spec.num_labels, "tower_d_model": spec.tower_d_model,
+        "tower_d_ff": spec.tower_d_ff, "tower_channels": spec.tower_channels,
+        "tower_patch": spec.tower_patch, "tower_temporal": spec.tower_temporal,
+        "tower_positions": spec.tower_positions, "tower_merge": spec.tower_merge,
+        "tower_out": spec.tower_out or spec.tower_d_model, "tower_tiles": spec.tower_tiles,
+        "tower_aspect_ratios": spec.tower_aspect_ratios}
 
 
 _NO_POSITION_TABLE = {
@@ -318,6 +323,8 @@ def count_params(spec: ModelSpec) -> Breakdown:
                  "untied decoder keeps its own bias beside head.mlm.bias", None, ()))
     if spec.classifier != "none":
         _classifier(add, spec, norm_n, norm_why)
+    if spec.tower != "none":
+        _tower(spec, rows, notes)
 
     if spec.note:
         notes.insert(0, spec.note)
@@ -362,6 +369,23 @@ def count_params(spec: ModelSpec) -> Breakdown:
         extra |= _mtp(spec, rows, norm_n, notes)
     return Breakdown(spec.name, "params", tuple(rows), tuple(notes), extra,
                      partial(symbols, spec))
+
+
+def _tower(spec: ModelSpec, rows: list[tuple], notes: list[str]) -> None:  # type: ignore[type-arg]
+    """The encoder tower and its projector (towers.py), before the language model's rows, and
+    a note with each part's total."""
+    from transformer_calc.towers import tower_rows
+
+    language = sum([r[1] * r[4] for r in rows])
+    tower = tower_rows(spec)
+    rows[:0] = tower
+    parts = {"tower": 0, "projector": 0}
+    for r in tower:
+        parts[r[0].split(".")[0]] += r[1] * r[4]
+    notes.append(f"{spec.tower} tower {parts['tower']:,}"
+                 + (f" + projector {parts['projector']:,}" if parts["projector"] else "")
+                 + f" + language model {language:,}; tcalc's FLOPs, activations and KV cache "
+                 "are the language model's on text tokens (the tower's are not modelled)")
 
 
 def _classifier(add, spec: ModelSpec, norm_n: int,  # type: ignore[no-untyped-def]
@@ -848,11 +872,14 @@ def _mlp(f: FFN, F: int, ff: str, E: int) -> list[tuple[str, int, str, tuple[int
     return parts
 
 
-CATEGORIES = ("embeddings", "attention", "mixers", "ffn", "norms", "heads")
+CATEGORIES = ("embeddings", "attention", "mixers", "ffn", "norms", "heads", "tower")
 
 
 def category(name: str) -> str:
-    """Which part of the model an item of count_params belongs to."""
+    """Which part of the model an item of count_params belongs to (the encoder tower and its
+    projector are one part: --freeze tower)."""
+    if name.startswith(("tower.", "projector.")):
+        return "tower"
     dotted = f".{name}"
     if dotted.endswith("norm") or ".norm." in dotted or dotted.endswith(".norm"):
         return "norms"

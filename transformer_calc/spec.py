@@ -31,6 +31,9 @@ ACTIVATIONS = ("relu", "relu2", "gelu", "gelu_tanh", "gelu_new", "silu", "swiglu
 RELATIVE_SCOPES = ("first", "every")
 # heads of the sequence/token classification and question-answering classes (transformers)
 CLASSIFIERS = ("none", "linear", "dense", "dense_norm")
+# encoder towers before a language model, and the projectors after them (towers.py)
+TOWERS = ("none", "siglip", "qwen2_5_vl", "qwen3_vl", "pixtral", "mllama", "whisper")
+PROJECTORS = ("none", "gemma3", "mistral3", "linear")
 QK_NORMS = ("none", "head", "width", "l2")
 ATTN_GATES = ("none", "head", "width")
 # Recurrent mixers (issue 14): layers whose state does not grow with the context.
@@ -576,6 +579,47 @@ class ModelSpec:
                                   "LongCat-Flash's router.classifier), not a parametrised "
                                   "weight")
 
+    # -- the encoder tower before the language model (vision-language and speech models) ----
+    tower: str = _f("none", "an encoder tower whose output the language model reads, as "
+                    "transformers builds it: siglip (Gemma 3's), qwen2_5_vl (Qwen2.5-VL's ViT "
+                    "and merger), qwen3_vl (Qwen3-VL's, with its deepstack mergers), pixtral "
+                    "(Mistral 3's), mllama (Llama 3.2 Vision's, tiles and a gated global "
+                    "encoder), whisper (Whisper's audio encoder) or none", choices=TOWERS)
+    tower_d_model: int = _f(0, "the tower's width", minimum=0)
+    tower_layers: int = _f(0, "the tower's layers (Mllama: its local encoder's)", minimum=0,
+                           maximum=MAX_LAYERS)
+    tower_heads: int = _f(0, "the tower's attention heads", minimum=0)
+    tower_d_ff: int = _f(0, "the tower's MLP inner size", minimum=0)
+    tower_channels: int = _f(3, "input channels of its patch embedding (images: 3; Whisper: "
+                             "num_mel_bins)", minimum=1)
+    tower_patch: int = _f(0, "side of an image patch (the patch embedding's kernel)", minimum=0)
+    tower_temporal: int = _f(1, "frames per patch (Qwen-VL's temporal_patch_size: a 3-D patch "
+                             "embedding)", minimum=1)
+    tower_positions: int = _f(0, "rows of the tower's learned position table (SigLIP: patches "
+                              "per image; Qwen3-VL: num_position_embeddings; Mllama: patches + "
+                              "the class token; Whisper: max_source_positions, frozen); 0: none",
+                              minimum=0)
+    tower_merge: int = _f(1, "patches merged into one token per side (spatial_merge_size: "
+                          "Qwen-VL's merger, Mistral 3's patch merger)", minimum=1)
+    tower_out: int = _f(0, "the width the tower hands on, when not tower_d_model (Qwen-VL: "
+                        "out_hidden_size; Mllama: vision_output_dim, the intermediate layers "
+                        "concatenated; Mistral 3: its feature layers concatenated)", minimum=0)
+    tower_deepstack: int = _f(0, "Qwen3-VL's deepstack mergers (deepstack_visual_indexes)",
+                              minimum=0)
+    tower_global_layers: int = _f(0, "Mllama's gated global encoder layers", minimum=0,
+                                  maximum=MAX_LAYERS)
+    tower_tiles: int = _f(0, "Mllama: tiles per image (max_num_tiles)", minimum=0)
+    tower_aspect_ratios: int = _f(0, "Mllama: rows of its tile embeddings (the supported aspect "
+                                  "ratios and a padding row)", minimum=0)
+    tower_head: bool = _f(False, "SigLIP's attention-pooling head (vision_use_head)")
+    projector: str = _f("none", "what maps the tower's output to the language model's width: "
+                        "gemma3 (a norm and a matrix), mistral3 (a norm, a patch merger and a "
+                        "two-layer MLP), linear (Mllama's) or none (the tower's own merger does, "
+                        "Qwen-VL; Whisper's decoder reads the encoder by cross-attention)",
+                        choices=PROJECTORS)
+    projector_bias: bool = _f(True, "biases on the projector's linear layers (Mistral 3: "
+                              "multimodal_projector_bias)")
+
     # -- attention over parameters (Vaswani et al. 2017, appendix) -----------------------
     pattn_heads: int = _f(0, "h_p: heads of the attention-over-parameters sublayer", minimum=0)
     pattn_n: int = _f(0, "n_p: trainable key-value pairs per head", minimum=0)
@@ -709,6 +753,21 @@ class ModelSpec:
     def replace(self, **changes: Any) -> ModelSpec:
         """A copy with some fields changed, validated again."""
         return dataclasses.replace(self, **changes)
+
+    def text_only(self) -> ModelSpec:
+        """The language model alone: the encoder tower and its projector left out (their
+        fields back to their defaults), the note saying which class that is."""
+        if self.tower == "none":
+            return self
+        match = re.match(r"counted as transformers' (\w+): its .*? and language model "
+                         r"\((\w+)\)", self.note)
+        note = f"the language model alone, its {self.tower} tower and projector left out"
+        if match:
+            note = (f"counted as transformers' {match[2]}: the language model of {match[1]} "
+                    "alone (its tower and projector left out)" + self.note[match.end():])
+        cleared = {f.name: f.default for f in dataclasses.fields(self)
+                   if f.name.startswith(("tower", "projector"))}
+        return self.replace(**cleared, note=note if match else f"{note}; {self.note}")
 
     def _check_shape(self) -> None:
         if self.arch == "encoder-decoder":
@@ -893,11 +952,32 @@ class ModelSpec:
                             "encoder-decoder runs its cross-attention)", True)
         if self.mixer != "none":
             _check_mixer(self)
+        if self.tower != "none" or self.projector != "none":
+            _check_tower(self)
         if self.layer_attention or self.layer_ffn or self.mixer != "none" or not self.n_heads \
                 or not self.d_ff:
             from transformer_calc.plan import check_patterns
 
             check_patterns(self)
+
+
+def _check_tower(spec: ModelSpec) -> None:
+    """The sizes each tower needs (its module in transformers 5.23 reads them)."""
+    if spec.tower == "none":
+        raise SpecError("projector", "none without a tower", spec.projector)
+    needs = ["tower_d_model", "tower_layers", "tower_heads", "tower_d_ff"]
+    if spec.tower != "whisper":
+        needs.append("tower_patch")
+    if spec.tower in ("qwen3_vl", "siglip", "mllama"):
+        needs.append("tower_positions")
+    if spec.tower == "mllama":
+        needs += ["tower_tiles", "tower_aspect_ratios"]
+    for key in needs:
+        if getattr(spec, key) < 1:
+            raise SpecError(key, f"an integer >= 1 with tower: {spec.tower}", getattr(spec, key))
+    if spec.tower_d_model % spec.tower_heads:
+        raise SpecError("tower_heads", f"a divisor of tower_d_model={spec.tower_d_model}",
+                        spec.tower_heads)
 
 
 def _check_mixer(spec: ModelSpec) -> None:

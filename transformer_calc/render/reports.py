@@ -74,9 +74,21 @@ def params_dict(b: Breakdown, spec: ModelSpec) -> dict[str, Any]:
     return out
 
 
+# an encoder tower's per-layer rows (towers.py): outside the language model's stacks
+_TOWER_LAYERS = {"tower.layer.": "tower layer", "tower.global_layer.": "tower global layer"}
+
+
+def _tower_layer(item: Item) -> str:
+    return next((p for p in _TOWER_LAYERS if item.name.startswith(p)), "")
+
+
 def _section(item: Item) -> str:
     if item.stack:
         return f"{item.stack} layer (× {item.repeat})"
+    if item.name.startswith(("tower.", "projector.")):
+        layer = _tower_layer(item)
+        return f"{_TOWER_LAYERS[layer]} (× {item.repeat})" if layer else \
+            item.name.split(".")[0]
     if ".embed." in f".{item.name}":
         return "embeddings"
     if item.name.startswith("head."):
@@ -86,7 +98,8 @@ def _section(item: Item) -> str:
 
 def _short(item: Item) -> str:
     """The name without the stack prefix its section header already shows."""
-    return item.name[len(item.stack) + 1:] if item.stack else item.name
+    return item.name[len(item.stack) + 1:] if item.stack else \
+        item.name[len(_tower_layer(item)):]
 
 
 Row = Sequence[Cell] | Section
@@ -109,7 +122,8 @@ def params_rows(b: Breakdown) -> list[Row]:
         if item.expr and item.expr != item.formula and item.count:
             formula = Wide(item.formula, f"{item.formula} = {item.expr}")
         row: tuple[Cell, ...] = (_short(item), formula,
-                                 f"{item.count:,}" if item.per_layer else "",
+                                 f"{item.count:,}" if item.per_layer or _tower_layer(item)
+                                 else "",
                                  f"{item.total:,}", pct(item.total, total))
         if moe:
             row += (f"{item.active_total:,}",)

@@ -1,0 +1,205 @@
+"""The encoder tower before a language model, and the projector after it: their parameters.
+
+A vision-language or speech model is a language model reading the output of an encoder: a
+vision transformer over image patches, or Whisper's encoder over a mel spectrogram, and a
+projector to the language model's width. Each tower kind is one record (how transformers 5.23
+builds its modules); the sizes come from the spec (ModelSpec.tower_*). Rows are
+count_params's rows (breakdown.Item's fields in order), named ``tower.`` and ``projector.``
+and kept out of the layer stacks: the language model's layer plan does not hold them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from transformer_calc.spec import ModelSpec
+
+Row = tuple  # (name, count, formula, expr, repeat, stack, note, active, shape)
+
+
+class Tower(NamedTuple):
+    """One kind of tower: its norms, biases, MLP and embeddings, as its modelling code builds
+    them (the module named beside each record)."""
+
+    norm: str  # layernorm (weight and bias) | rmsnorm (weight)
+    qkv_bias: bool
+    k_bias: bool
+    o_bias: bool
+    mlp: str  # plain (fc1, fc2) | gated (gate, up, down)
+    mlp_bias: bool
+    patch_bias: bool  # a bias on the patch embedding (the convolution)
+    pre_norm: bool = False  # a norm on the embeddings before the first layer
+    post_norm: bool = False  # a norm after the last layer
+    class_token: bool = False  # a learned class embedding before the patches (Mllama)
+
+
+TOWERS: dict[str, Tower] = {
+    # SiglipVisionTransformer: patch_embedding (Conv2d with a bias), position_embedding,
+    # layers of layer_norm1, self_attn (q, k, v, out_proj, biased), layer_norm2, mlp (fc1,
+    # fc2), then post_layernorm
+    "siglip": Tower("layernorm", True, True, True, "plain", True, True, post_norm=True),
+    # Qwen2_5_VisionTransformerPretrainedModel: a 3-D patch_embed without a bias, blocks of
+    # RMSNorm, a fused biased qkv and proj, a gated biased MLP; no position table (2-D RoPE)
+    "qwen2_5_vl": Tower("rmsnorm", True, True, True, "gated", True, False),
+    # Qwen3VLVisionModel: a biased 3-D patch_embed, a learned pos_embed, blocks of LayerNorm,
+    # qkv and proj, linear_fc1 and linear_fc2
+    "qwen3_vl": Tower("layernorm", True, True, True, "plain", True, True),
+    # PixtralVisionModel: patch_conv without a bias, ln_pre, layers of attention_norm, bias-free
+    # q, k, v, o and a gated MLP, ffn_norm (RMSNorms); 2-D RoPE
+    "pixtral": Tower("rmsnorm", False, False, False, "gated", False, False, pre_norm=True),
+    # MllamaVisionModel: class_embedding, patch_embedding without a bias, gated position and
+    # tile embeddings, layernorm_pre; layers of bias-free attention and a biased MLP between
+    # LayerNorms (the global encoder's gated); layernorm_post
+    "mllama": Tower("layernorm", False, False, False, "plain", True, False, pre_norm=True,
+                    post_norm=True, class_token=True),
+    # WhisperEncoder: conv1 and conv2 (biased Conv1d), a frozen position table, layers of
+    # self-attention (k_proj without a bias) and fc1, fc2 between LayerNorms, layer_norm
+    "whisper": Tower("layernorm", True, False, True, "plain", True, True, post_norm=True),
+}
+
+
+def tower_rows(spec: ModelSpec) -> list[Row]:
+    """The tower's and the projector's parameters, one row per tensor kind."""
+    t = TOWERS[spec.tower]
+    rows: list[Row] = []
+
+    def add(name: str, count: int, formula: str, repeat: int = 1, note: str = "",
+            shape: tuple[int, ...] = ()) -> None:
+        rows.append((name, count, formula, "", repeat, "", note, None, shape))
+
+    D, F = spec.tower_d_model, spec.tower_d_ff
+    norm_n, norm_f = (2 * D, "2 · tower_d_model") if t.norm == "layernorm" else \
+        (D, "tower_d_model")
+    _embeddings(spec, t, add)
+    if t.pre_norm:
+        add("tower.embed.norm", norm_n, norm_f)
+    _layers(spec, t, "tower.layer.", spec.tower_layers, add, (norm_n, norm_f))
+    if spec.tower_global_layers:
+        # MllamaVisionEncoderLayer(is_gated=True): a tanh gate on the attention and the MLP
+        _layers(spec, t, "tower.global_layer.", spec.tower_global_layers, add,
+                (norm_n, norm_f))
+        add("tower.global_layer.gates", 2, "2 (gate_attn, gate_ffn)", spec.tower_global_layers)
+    if t.post_norm:
+        add("tower.final_norm", norm_n, norm_f)
+    if spec.tower_head:
+        # SiglipMultiheadAttentionPoolingHead: a probe, nn.MultiheadAttention, a LayerNorm and
+        # an MLP
+        add("tower.head.probe", D, "tower_d_model")
+        add("tower.head.attn", 4 * D * D + 4 * D, "4 · tower_d_model² + 4 · tower_d_model",
+            note="in_proj (Q, K, V) and out_proj, biased")
+        add("tower.head.norm", 2 * D, "2 · tower_d_model")
+        add("tower.head.mlp", 2 * D * F + F + D, "2 · tower_d_model · tower_d_ff + tower_d_ff "
+            "+ tower_d_model")
+    if spec.tower in ("qwen2_5_vl", "qwen3_vl"):
+        _merger(spec, add)
+    if spec.projector != "none":
+        _projector(spec, add)
+    return rows
+
+
+def _embeddings(spec: ModelSpec, t: Tower, add) -> None:  # type: ignore[no-untyped-def]
+    """The patch (or spectrogram) embedding and the position tables."""
+    D, C, P = spec.tower_d_model, spec.tower_channels, spec.tower_positions
+    if spec.tower == "whisper":
+        # WhisperEncoder.conv1 (num_mel_bins -> d_model) and conv2 (d_model -> d_model, stride
+        # 2), kernel 3, biased; embed_positions is frozen (requires_grad_(False))
+        add("tower.embed.conv1", 3 * C * D + D, "3 · tower_channels · tower_d_model + "
+            "tower_d_model", shape=(D, C, 3))
+        add("tower.embed.conv2", 3 * D * D + D, "3 · tower_d_model² + tower_d_model",
+            shape=(D, D, 3))
+        add("tower.embed.positions", 0, "0", note=f"{P:,} × {D:,} sinusoidal, frozen: not "
+            "trainable")
+        return
+    k, p = spec.tower_temporal, spec.tower_patch
+    kernel = "tower_temporal · tower_patch²" if k > 1 else "tower_patch²"
+    add("tower.embed.patch.weight", C * k * p * p * D,
+        f"tower_channels · {kernel} · tower_d_model", shape=(D, C, *((k,) if k > 1 else ()), p,
+                                                               p))
+    if t.patch_bias:
+        add("tower.embed.patch.bias", D, "tower_d_model")
+    if t.class_token:
+        add("tower.embed.class", D, "tower_d_model")
+    if spec.tower == "mllama":
+        _tiles(spec, add)
+    elif P:
+        add("tower.embed.positions", P * D, "tower_positions × tower_d_model", shape=(P, D))
+
+
+def _tiles(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
+    """MllamaPrecomputedPositionEmbedding (a gate, the patch positions and a table per aspect
+    ratio of every tile's positions) and MllamaPrecomputedAspectRatioEmbedding before and
+    after the local encoder (a gate and a table per aspect ratio of each tile's vector)."""
+    D, P, T, A = spec.tower_d_model, spec.tower_positions, spec.tower_tiles, \
+        spec.tower_aspect_ratios
+    add("tower.embed.positions", P * D, "tower_positions × tower_d_model", shape=(P, D))
+    add("tower.embed.tile_positions", A * T * P * D, "tower_aspect_ratios × (tower_tiles · "
+        "tower_positions · tower_d_model)", shape=(A, T * P * D))
+    add("tower.embed.tile_embeddings", 2 * A * T * D, "2 · tower_aspect_ratios × (tower_tiles "
+        "· tower_d_model)", note="before and after the local encoder")
+    add("tower.embed.gates", 3, "3 (tanh gates on the position and tile embeddings)")
+
+
+def _layers(spec: ModelSpec, t: Tower, p: str, L: int, add,  # type: ignore[no-untyped-def]
+            norm: tuple[int, str]) -> None:
+    """One kind of tower layer: two norms, Q, K, V and O, the MLP; repeated L times."""
+    D, F = spec.tower_d_model, spec.tower_d_ff
+    add(p + "attn.qkv.weight", 3 * D * D, "3 · tower_d_model²", L, shape=(3 * D, D))
+    bias = (2 + t.k_bias) * D if t.qkv_bias else 0
+    if bias:
+        add(p + "attn.qkv.bias", bias, "3 · tower_d_model" if t.k_bias else
+            "2 · tower_d_model (Q and V; K has none)", L)
+    add(p + "attn.o.weight", D * D, "tower_d_model²", L, shape=(D, D))
+    if t.o_bias:
+        add(p + "attn.o.bias", D, "tower_d_model", L)
+    mats = 3 if t.mlp == "gated" else 2
+    add(p + "mlp.weight", mats * D * F, f"{mats} · tower_d_model · tower_d_ff", L,
+        "gate, up and down" if mats == 3 else "fc1 and fc2")
+    if t.mlp_bias:
+        add(p + "mlp.bias", (mats - 1) * F + D, ("2 · " if mats == 3 else "") +
+            "tower_d_ff + tower_d_model", L)
+    add(p + "norms", 2 * norm[0], "2 · " + norm[1] if t.norm == "rmsnorm" else
+        "4 · tower_d_model", L, "before the attention and the MLP")
+
+
+def _merger(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
+    """Qwen-VL's patch merger: a norm, then m² neighbouring patches (concatenated) through two
+    biased linear layers to the language model's width (Qwen2_5_VLPatchMerger: ln_q, an RMSNorm;
+    Qwen3VLVisionPatchMerger: a LayerNorm); Qwen3-VL's deepstack mergers norm after the
+    concatenation."""
+    D, m, out = spec.tower_d_model, spec.tower_merge, spec.tower_out or spec.tower_d_model
+    W = D * m * m
+    mlp = W * W + W + W * out + out
+    mlp_f = ("(tower_d_model · tower_merge²)² + tower_d_model · tower_merge² + tower_d_model · "
+             "tower_merge² × tower_out + tower_out")
+    qwen3 = spec.tower == "qwen3_vl"
+    add("tower.merger.norm", 2 * D if qwen3 else D, "2 · tower_d_model" if qwen3 else
+        "tower_d_model")
+    add("tower.merger.mlp", mlp, mlp_f, note="merges tower_merge² patches into one token")
+    if spec.tower_deepstack:
+        K = spec.tower_deepstack
+        add("tower.deepstack.norm", 2 * W, "2 · tower_d_model · tower_merge²", K,
+            "one merger per deepstack layer, its norm after the merge")
+        add("tower.deepstack.mlp", mlp, mlp_f, K)
+
+
+def _projector(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
+    """The projector from the tower's output to the language model's width (d_model)."""
+    Dv, E, m = spec.tower_d_model, spec.d_model, spec.tower_merge
+    out = spec.tower_out or Dv
+    b = spec.projector_bias
+    if spec.projector == "gemma3":
+        # Gemma3MultiModalProjector: mm_soft_emb_norm (RMSNorm), mm_input_projection_weight
+        add("projector.norm", Dv, "tower_d_model")
+        add("projector.weight", Dv * E, "tower_d_model × d_model", shape=(Dv, E))
+    elif spec.projector == "mistral3":
+        # Mistral3MultiModalProjector: an RMSNorm, the patch merger (merging_layer: m² patches
+        # to one, no bias), linear_1 and linear_2 (multimodal_projector_bias)
+        add("projector.norm", Dv, "tower_d_model")
+        add("projector.patch_merger", Dv * m * m * Dv, "tower_d_model · tower_merge² × "
+            "tower_d_model", shape=(Dv, Dv * m * m))
+        add("projector.linear_1", out * E + E * b, "tower_out × d_model" + " + d_model" * b)
+        add("projector.linear_2", E * E + E * b, "d_model²" + " + d_model" * b)
+    else:  # linear: MllamaForConditionalGeneration.multi_modal_projector
+        add("projector.weight", out * E, "tower_out × d_model", shape=(E, out))
+        if b:
+            add("projector.bias", E, "d_model")
