@@ -217,3 +217,27 @@ def test_a_broken_checkpoint_fails_its_folder_only(cli, tmp_path) -> None:
     assert lines[0].endswith("checkpoint equal") and lines[1].startswith("FAIL  ")
     assert "checkpoint: " in lines[1] and "not a safetensors file" in lines[1]
     assert lines[2] == "2 files checked: 1 ok, 1 failed"
+
+
+LFS = ("version https://git-lfs.github.com/spec/v1\n"
+       "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+       "size 3145728\n")  # a pointer as git-lfs writes it (git-lfs docs/spec.md)
+
+
+def test_a_clone_without_its_lfs_files_is_said_not_failed(cli, tmp_path, monkeypatch) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        (DATA / "checkpoints" / "tiny-llama" / "config.json").read_text())
+    (folder / "model.safetensors").write_text(LFS)
+    (folder / "model-q4.gguf").write_text(LFS)
+    monkeypatch.chdir(tmp_path)
+    assert cli("check", "model").stdout.splitlines() == [
+        "ok    model/config.json: llama, 69,952 parameters, checkpoint not compared (git-lfs "
+        "pointers: git lfs pull fetches it)", "1 file checked: 1 ok, 0 failed"]
+    r = cli("check", "model/model-q4.gguf", code=1)
+    assert r.stdout.startswith("FAIL  model/model-q4.gguf: a git-lfs pointer, not the file "
+                               "itself (git lfs pull fetches it)")
+    r = cli("params", "model", code=2)
+    assert r.stderr == ("Error: model/model.safetensors: a git-lfs pointer, not the file itself "
+                        "(git lfs pull fetches it)\n")

@@ -56,10 +56,12 @@ def looks_like_model(path: Path) -> bool:
     """A file a folder search checks: a .gguf, a config.json, JSON with a model_type or
     architectures key, or YAML with a preset's architecture keys (read at most 1 MiB;
     larger text files are not model files)."""
-    from transformer_calc.files import read_bounded
+    from transformer_calc.files import lfs_pointer, read_bounded
 
     name = path.name.lower()
-    if name.endswith(".gguf") or name == "config.json":
+    if name.endswith(".gguf"):
+        return not lfs_pointer(path)  # (a clone without its LFS files: nothing to check)
+    if name == "config.json":
         return True
     if _side_file(path) or not name.endswith((".yaml", ".yml", ".json")):
         return False
@@ -318,9 +320,12 @@ def _checkpoint(spec: object, folder: Path, total: int) -> tuple[bool, str]:
     patterns do not account for (a buffer or a tied head saved beside the weights), is a
     checkpoint that does not hold this config's model. A quantised checkpoint's stored
     elements are not the parameters: not compared."""
-    from transformer_calc.checkpoint import compare, read_checkpoint
+    from transformer_calc.checkpoint import compare, files_of, read_checkpoint
+    from transformer_calc.files import lfs_pointer
 
     try:
+        if any(lfs_pointer(f) for f in files_of(folder)):  # a clone without its LFS files
+            return True, "checkpoint not compared (git-lfs pointers: git lfs pull fetches it)"
         ckpt = read_checkpoint(folder)
     except TcalcError as e:
         return False, f"checkpoint: {e}"

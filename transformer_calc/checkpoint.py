@@ -186,13 +186,17 @@ def read_header(path: Path, totals: _Totals | None = None) -> _Totals:
     otherwise. Reads the 8 + N header bytes only, from a regular file only."""
     import os
 
-    from transformer_calc.files import open_regular
+    from transformer_calc.files import LFS_POINTER, open_regular
 
     where = str(path)
     totals = totals if totals is not None else _Totals()
     with open_regular(path, where, "a .safetensors file") as f:
         size = os.fstat(f.fileno()).st_size
         raw = f.read(8)
+        if size <= 1024 and (raw + f.read(32)).startswith(LFS_POINTER):
+            raise PresetError(f"{where}: a git-lfs pointer, not the file itself (git lfs pull "
+                              "fetches it)")
+        f.seek(8)
         if len(raw) < 8:
             raise PresetError(f"{where}: not a safetensors file (shorter than its 8-byte "
                               "header length)")

@@ -54,6 +54,21 @@ def open_regular(path: Path, where: str, expected: str) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
+def lfs_pointer(path: Path) -> bool:
+    """A git-lfs pointer (a small text file standing for a large one a clone did not fetch),
+    as git-lfs writes it (docs/spec.md: its first line names the spec)."""
+    try:
+        if os.stat(path).st_size > 1024:
+            return False
+        with open_regular(path, str(path), "a file") as f:
+            return f.read(len(LFS_POINTER)) == LFS_POINTER
+    except (OSError, TcalcError):
+        return False
+
+
 def read_bounded(path: Path, where: str, expected: str, limit: int) -> bytes:
     """A regular file's bytes, refused (before reading) when over ``limit`` bytes."""
     with open_regular(path, where, expected) as f:

@@ -178,7 +178,13 @@ def read_gguf(path: Path) -> GGUF:
     where = str(path)
     with open_regular(path, where, "a .gguf file") as f:
         r = _Reader(f, where, os.fstat(f.fileno()).st_size)
-        if r.take(4, "the magic") != b"GGUF":
+        magic = r.take(4, "the magic")
+        if magic != b"GGUF":
+            from transformer_calc.files import LFS_POINTER
+
+            if r.size <= 1024 and (magic + f.read(64)).startswith(LFS_POINTER):
+                raise PresetError(f"{where}: a git-lfs pointer, not the file itself (git lfs "
+                                  "pull fetches it)")
             raise PresetError(f"{where}: not a GGUF file (no GGUF magic)")
         version = r.scalar(4)
         if version not in (2, 3):
