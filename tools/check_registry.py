@@ -443,7 +443,9 @@ def main() -> None:
                 jobs.append((model_type, {"architectures": [task_cls]}, task))
     for model_type, named, task in jobs:
         cls = type(transformers.AutoConfig.for_model(model_type))
-        nested = getattr(TABLE_DRIVEN.get(model_type), "text_config", False) or task == "whole"
+        whisper = task == "whole" and WRAPPERS[model_type].tower == "whisper"
+        nested = getattr(TABLE_DRIVEN.get(model_type), "text_config", False) or (
+            task == "whole" and not whisper)
         if nested:  # Mllama, the wrappers: the drawn keys go in text_config
             cls = type(transformers.AutoConfig.for_model(model_type).text_config)
         fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
@@ -466,6 +468,10 @@ def main() -> None:
                     config |= {"vision_config": vision, **top}
             elif attempts:
                 config = {"model_type": model_type, **named, **draw(rng, fields)}
+                if whisper:  # the encoder's own sizes: its input and its (frozen) positions
+                    config |= {"num_mel_bins": rng.choice([8, 80]),
+                               "max_source_positions": rng.choice([16, 32]),
+                               "max_target_positions": rng.choice([16, 32])}
             if attempts and task in ("seq_cls", "token_cls", "qa"):
                 # the labels as a file gives them: id2label, num_labels, or neither (2)
                 config |= rng.choice([{"id2label": {str(i): f"L{i}" for i in range(3)}},

@@ -342,6 +342,8 @@ attention_heads patch_size image_size num_channels in_channels in_chans temporal
 spatial_merge_size out_hidden_size num_position_embeddings deepstack_visual_indexes
 vision_use_head num_global_layers max_num_tiles supported_aspect_ratios vision_output_dim
 head_dim""".split()
+WHISPER_KEYS = """d_model encoder_layers encoder_attention_heads encoder_ffn_dim num_mel_bins
+max_source_positions""".split()
 WRAPPER_KEYS = """tie_word_embeddings spatial_merge_size multimodal_projector_bias
 vision_feature_layer projector_hidden_act""".split()
 
@@ -358,6 +360,10 @@ def wrapper_defaults() -> tuple[dict, dict, dict]:
     text, tower, top = {}, {}, {}
     for model_type, w in sorted(WRAPPERS.items()):
         config = transformers.AutoConfig.for_model(model_type)
+        if w.tower == "whisper":  # one flat config: the encoder's keys beside the decoder's
+            tower[model_type] = class_defaults(type(config), WHISPER_KEYS)
+            top[model_type] = class_defaults(type(config), WRAPPER_KEYS)
+            continue
         if w.text_type not in TABLE_DRIVEN:
             text[w.text_type] = class_defaults(type(config.text_config), KEYS)
         tower[model_type] = class_defaults(type(config.vision_config), TOWER_KEYS)

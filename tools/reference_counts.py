@@ -42,7 +42,7 @@ def build_hf(config: dict, cls_name: str | None = None) -> torch.nn.Module:
 
 
 # The modules of a wrapper's tower and projector, by the names transformers gives them
-TOWER_MODULES = (".visual.", ".vision_tower.", ".vision_model.")
+TOWER_MODULES = (".visual.", ".vision_tower.", ".vision_model.", ".model.encoder.")
 PROJECTOR_MODULES = (".multi_modal_projector",)
 
 

@@ -505,8 +505,9 @@ HEADS: dict[str, Heads] = {
     "mllama": Heads(refused=(("base", "MllamaModel holds the vision tower and projector: "
                                       "architectures MllamaForConditionalGeneration counts "
                                       "them"),)),
-    "whisper": Heads(refused=(("base", "WhisperModel holds the audio encoder, not "
-                                       "modelled"),)),
+    "whisper": Heads(refused=(("base", "WhisperModel holds the audio encoder: "
+                                       "architectures WhisperForConditionalGeneration counts "
+                                       "it, with the head tied"),)),
     # LayoutLM keeps its pooler for tokens too; BigBird as well, under RoBERTa's head, and its
     # question-answering head is a block of its own (BigBirdForQuestionAnsweringHead)
     "layoutlm": _BERT_HEADS._replace(pooled=("base", "seq_cls", "token_cls")),
@@ -594,6 +595,10 @@ WRAPPERS: dict[str, Wrapper] = {
                         "mistral3", text_cls="MistralForCausalLM"),
     "mllama": Wrapper("MllamaForConditionalGeneration", "mllama", "mllama_text_model",
                       "mllama", "linear", text_cls="MllamaForCausalLM"),
+    # WhisperForConditionalGeneration: the decoder WhisperForCausalLM counts (its
+    # cross-attention runs here) and the audio encoder, both read from the one flat config
+    "whisper": Wrapper("WhisperForConditionalGeneration", "whisper", "whisper", "whisper",
+                       flat_text=True, text_cls="WhisperForCausalLM"),
 }
 
 
@@ -642,7 +647,11 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
     if model_type == "mllama":  # its record reads the language model from text_config
         text_data = {"model_type": record, "text_config": text_data,
                      "architectures": [w.text_cls]}
-    spec = spec_from_hf(text_data, f"{where} (text_config)", name)
+    if w.tower == "whisper":  # the encoder's and the decoder's keys side by side
+        text_data = {**data, "architectures": [w.text_cls]}
+    spec = spec_from_hf(text_data, where if w.flat_text else f"{where} (text_config)", name)
+    if w.tower == "whisper":
+        return _whisper(spec, data, w, where, name)
     vision = data.get("vision_config") or {}
     if not isinstance(vision, dict):
         raise SpecError("vision_config", "a mapping of the vision tower's keys", vision,
@@ -672,6 +681,40 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
                             description=f"{model_type} from {where}", source=where)
     except SpecError as e:
         raise _in_file_terms(e, vision, f"{where} (vision_config)") from None
+
+
+def _whisper(spec: ModelSpec, data: dict[str, Any], w: Wrapper, where: str,
+             name: str) -> ModelSpec:
+    """WhisperForConditionalGeneration: WhisperForCausalLM's decoder (whose cross-attention
+    now reads the encoder: its FLOPs and activations are not modelled, as the encoder's) and
+    WhisperEncoder, sized by the config's encoder keys."""
+    from transformer_calc.hf_defaults import TOWER_DEFAULTS
+
+    c = Config(data, where, TOWER_DEFAULTS.get("whisper", {}))
+
+    def size(key: str) -> int:
+        value = c.t(key)
+        if value is None:
+            raise SpecError(key, "an integer (the class has no default for it)", None,
+                            source=where)
+        return int(value)
+
+    fields = {"tower": "whisper", "tower_d_model": size("d_model"),
+              "tower_layers": size("encoder_layers"),
+              "tower_heads": size("encoder_attention_heads"),
+              "tower_d_ff": size("encoder_ffn_dim"), "tower_channels": size("num_mel_bins"),
+              "tower_positions": size("max_source_positions")}
+    text_note = spec.note.split("; ", 1)[1] if "; " in spec.note else ""
+    note = (f"counted as transformers' {w.cls}: its whisper tower (the audio encoder) and "
+            f"language model ({w.text_cls}); the decoder's cross-attention runs here, yet "
+            "tcalc's FLOPs, activations and cache count it idle (the encoder's states are not "
+            "modelled)") + (f"; {text_note}" if text_note else "")
+    stem = where.rsplit("/", 1)[-1].removesuffix(".json")
+    try:
+        return spec.replace(**fields, note=note, name=name or (stem if stem != "config"
+                                                               else "whisper"))
+    except SpecError as e:
+        raise _in_file_terms(e, data, where) from None
 
 
 def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str, Any]:

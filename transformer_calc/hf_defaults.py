@@ -3025,7 +3025,13 @@ TOWER_DEFAULTS: dict[str, dict[str, Any]] = {'absent:gemma3': {'hidden_size': 76
                   'out_hidden_size': 3584,
                   'patch_size': 16,
                   'spatial_merge_size': 2,
-                  'temporal_patch_size': 2}}
+                  'temporal_patch_size': 2},
+ 'whisper': {'d_model': 384,
+             'encoder_attention_heads': 6,
+             'encoder_ffn_dim': 1536,
+             'encoder_layers': 4,
+             'max_source_positions': 1500,
+             'num_mel_bins': 80}}
 WRAPPER_DEFAULTS: dict[str, dict[str, Any]] = {'gemma3': {'tie_word_embeddings': True},
  'mistral3': {'multimodal_projector_bias': False,
               'projector_hidden_act': 'gelu',
@@ -3035,7 +3041,8 @@ WRAPPER_DEFAULTS: dict[str, dict[str, Any]] = {'gemma3': {'tie_word_embeddings':
  'mllama': {},
  'qwen2_5_vl': {'tie_word_embeddings': False},
  'qwen3_vl': {'tie_word_embeddings': False},
- 'qwen3_vl_moe': {'tie_word_embeddings': False}}
+ 'qwen3_vl_moe': {'tie_word_embeddings': False},
+ 'whisper': {'tie_word_embeddings': True}}
 
 # The shape keys each config class has (of those hf.FILE_KEYS spells)
 CONFIG_KEYS: dict[str, tuple[str, ...]] = {'afmoe': ('head_dim', 'hidden_size', 'id2label', 'intermediate_size', 'layer_types',

@@ -104,9 +104,8 @@ def _embeddings(spec: ModelSpec, t: Tower, add) -> None:  # type: ignore[no-unty
         # WhisperEncoder.conv1 (num_mel_bins -> d_model) and conv2 (d_model -> d_model, stride
         # 2), kernel 3, biased; embed_positions is frozen (requires_grad_(False))
         add("tower.embed.conv1", 3 * C * D + D, "3 · tower_channels · tower_d_model + "
-            "tower_d_model", shape=(D, C, 3))
-        add("tower.embed.conv2", 3 * D * D + D, "3 · tower_d_model² + tower_d_model",
-            shape=(D, D, 3))
+            "tower_d_model")
+        add("tower.embed.conv2", 3 * D * D + D, "3 · tower_d_model² + tower_d_model")
         add("tower.embed.positions", 0, "0", note=f"{P:,} × {D:,} sinusoidal, frozen: not "
             "trainable")
         return
