@@ -119,14 +119,18 @@ def _command(*, overrides: bool = False, training: bool = False
             fields = [f for f in ARCH_FIELDS if named is None or f.name in named] \
                 if overrides else []
             extra = [_override_param(f) for f in fields]
+            if overrides:
+                extra.insert(0, _TEXT_ONLY)
             group = _training_params() if training else []
 
             @functools.wraps(fn)
             def wrapper(**kwargs: Any) -> Any:
                 if overrides:
+                    text_only = kwargs.pop("text_only")
                     kwargs["overrides"] = {
                         f.name: getattr(v, "value", v)  # Enum choice -> its string
                         for f in fields for v in [kwargs.pop(f.name)]}
+                    kwargs["overrides"]["text_only"] = text_only
                 if training:
                     kwargs["train"] = {p.name: getattr(v, "value", v)
                                        for p in group for v in [kwargs.pop(p.name)]}
@@ -182,10 +186,21 @@ def _choice_enum(name: str, choices: tuple[str, ...]) -> type[Enum]:
     return Enum(name, {c: c for c in choices}, type=str)  # type: ignore[return-value]
 
 
+# a vision-language or speech model's language model alone (ModelSpec.text_only)
+_TEXT_ONLY = inspect.Parameter(
+    "text_only", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+    default=typer.Option(False, "--text-only", help="The language model alone: a "
+                         "vision-language or speech model's tower and projector left out.",
+                         rich_help_panel="Architecture overrides (what if?)"))
+
+
 def _load(model: str, overrides: dict[str, Any]) -> Any:
     from transformer_calc.presets import apply_overrides, load_model
 
-    return apply_overrides(load_model(model), overrides)
+    overrides = dict(overrides)
+    text_only = overrides.pop("text_only", False)
+    spec = apply_overrides(load_model(model), overrides)
+    return spec.text_only() if text_only else spec
 
 
 def _emit(text: str | None) -> None:
