@@ -893,3 +893,14 @@ def test_the_tower_is_its_own_section_and_category(cli) -> None:
     assert data["total_params"] == 4_300_079_472
     assert any("siglip tower 416,866,032 + projector 2,950,272 + language model "
                "3,880,263,168" in n for n in data["notes"])
+
+
+def test_text_only_counts_the_language_model_alone(cli) -> None:
+    row = WRAPPED["qwen3-vl-8b.json"]
+    data = cli.json("params", str(HF / "qwen3-vl-8b.json"), "--text-only")
+    assert data["total_params"] == row["language_model"] == 8_190_735_360
+    assert data["notes"][0].startswith("counted as transformers' Qwen3VLTextModel + lm_head: "
+                                       "the language model of Qwen3VLForConditionalGeneration")
+    assert not any(c["name"].startswith(("tower.", "projector.")) for c in data["components"])
+    # a model without a tower is the same model
+    assert cli.json("params", "gpt2", "--text-only")["total_params"] == 124_439_808

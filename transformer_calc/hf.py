@@ -584,12 +584,14 @@ WRAPPERS: dict[str, Wrapper] = {
                       "gemma3", text_cls="Gemma3ForCausalLM"),
     # Qwen2_5_VLTextModel: Qwen2's layers (biased Q, K, V), M-RoPE (no parameters)
     "qwen2_5_vl": Wrapper("Qwen2_5_VLForConditionalGeneration", "qwen2", "qwen2_5_vl_text",
-                          "qwen2_5_vl", flat_text=True, text_cls="Qwen2_5_VLTextModel"),
+                          "qwen2_5_vl", flat_text=True,
+                          text_cls="Qwen2_5_VLTextModel + lm_head"),
     # Qwen3VLTextModel and Qwen3VLMoeTextModel: Qwen3's and Qwen3-MoE's layers
     "qwen3_vl": Wrapper("Qwen3VLForConditionalGeneration", "qwen3", "qwen3_vl_text",
-                        "qwen3_vl", text_cls="Qwen3VLTextModel"),
+                        "qwen3_vl", text_cls="Qwen3VLTextModel + lm_head"),
     "qwen3_vl_moe": Wrapper("Qwen3VLMoeForConditionalGeneration", "qwen3_moe",
-                            "qwen3_vl_moe_text", "qwen3_vl", text_cls="Qwen3VLMoeTextModel"),
+                            "qwen3_vl_moe_text", "qwen3_vl",
+                            text_cls="Qwen3VLMoeTextModel + lm_head"),
     # Mistral 3 (Mistral Small 3.1+, Ministral 3): a Mistral or Ministral 3 language model
     "mistral3": Wrapper("Mistral3ForConditionalGeneration", "mistral", "mistral", "pixtral",
                         "mistral3", text_cls="MistralForCausalLM"),

@@ -760,7 +760,7 @@ class ModelSpec:
         if self.tower == "none":
             return self
         match = re.match(r"counted as transformers' (\w+): its .*? and language model "
-                         r"\((\w+)\)", self.note)
+                         r"\(([\w +]+)\)", self.note)
         note = f"the language model alone, its {self.tower} tower and projector left out"
         if match:
             note = (f"counted as transformers' {match[2]}: the language model of {match[1]} "
