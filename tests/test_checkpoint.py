@@ -67,7 +67,8 @@ def _tensor(dtype: str, shape: list[int], begin: int, end: int) -> dict:
      "tensor 'w': shape [1000000, 64] of BF16 is 128,000,000 bytes, but data_offsets "
      "[0, 16,384] hold 16,384 bytes"),
     (None, {"w": _tensor("F4", [3], 0, 2)}, 2, "is 12 bits (not whole bytes)"),
-    (None, {"w": _tensor("BF16", [8], 16, 0)}, 16, "data_offsets: expected [begin, end]"),
+    (None, {"w": _tensor("BF16", [8], 16, 0)}, 16,
+     "data_offsets [16, 0]: expected [begin, end], begin <= end"),
     (None, {"a": _tensor("BF16", [8], 0, 16), "b": _tensor("BF16", [8], 8, 24)}, 24,
      "data_offsets [8, 24] overlaps the tensor before it (expected to begin at byte 16)"),
     (None, {"a": _tensor("BF16", [8], 0, 16), "b": _tensor("BF16", [8], 24, 40)}, 40,
@@ -79,7 +80,9 @@ def _tensor(dtype: str, shape: list[int], begin: int, end: int) -> dict:
     (None, b'{"w": {"dtype": "BF16", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 2]}}',
      2, "a number with more than 4,300 digits"),
     (None, b'{"w": ' + json.dumps(_tensor("U8", [1], 0, 1)).encode() + b', "w": '
-     + json.dumps(_tensor("U8", [1], 1, 2)).encode() + b"}", 2, "a tensor name given twice"),
+     + json.dumps(_tensor("U8", [1], 1, 2)).encode() + b"}", 2,
+     # of a name given twice the last entry counts, as in safetensors' map: bytes 0-1 unused
+     "data_offsets [1, 2] leaves a gap before it (expected to begin at byte 0)"),
     (None, {"__metadata__": {"format": 1}}, 0, "__metadata__: expected a mapping of text"),
     (None, b"{" * 100_000, 0, "not a safetensors file"),
     (None, b'{} trailing', 0, "not a safetensors file (more after the object"),

@@ -146,3 +146,25 @@ def test_random_bytes_are_never_a_traceback(body: bytes, length: int) -> None:
             read_header(write(Path(d), body, 0, length))
         except PresetError as e:
             assert "\n" not in str(e)
+
+
+def test_the_same_verdict_as_the_safetensors_library() -> None:
+    # 400 headers, valid then changed once, and what safetensors 0.8.0's safe_open said of
+    # each (tools/safetensors_verdicts.py): accepted by both or refused by both, and where
+    # accepted, the same elements
+    import base64
+
+    from conftest import DATA
+
+    cases = json.loads((DATA / "safetensors_verdicts.json").read_text())["cases"]
+    disagree = []
+    with tempfile.TemporaryDirectory() as d:
+        for case in cases:
+            body = base64.b64decode(case["header"])
+            try:
+                params = read_header(write(Path(d), body, case["data"])).params
+            except PresetError:
+                params = None
+            if (params is not None) != case["ok"] or (case["ok"] and params != case["params"]):
+                disagree.append((body[:200], case))
+    assert disagree == [], disagree[:3]

@@ -10,7 +10,8 @@ Every header is validated as the safetensors library validates it before it hand
 tensor (safetensors/src/tensor.rs, SafeTensors::read_metadata and Metadata::validate): N at
 most 100,000,000 bytes and within the file, a UTF-8 JSON object; each tensor's shape times its
 dtype's bits equal to its byte range (a whole number of bytes); the ranges, in offset order,
-contiguous from 0 and ending where the file ends; no name twice. So a count is never taken
+contiguous from 0 and ending where the file ends; of a name given twice, the last entry
+(as the library's map keeps it). So a count is never taken
 from a shape its bytes do not back. Memory is bounded by the structure, not the file: the
 header is parsed one tensor at a time, and only totals per dtype and per name pattern (layer
 numbers as N) are kept.
@@ -66,42 +67,68 @@ class _Totals:
             p = OTHER
         self.patterns[p] = self.patterns.get(p, 0) + n
 
+    def merge(self, other: _Totals) -> None:
+        self.params += other.params
+        self.bytes += other.bytes
+        for dtype, n in other.dtypes.items():
+            self.dtypes[dtype] = self.dtypes.get(dtype, 0) + n
+        for p, n in other.patterns.items():
+            if p not in self.patterns and len(self.patterns) >= MAX_PATTERNS:
+                p = OTHER
+            self.patterns[p] = self.patterns.get(p, 0) + n
+
     def checkpoint(self, files: tuple[str, ...]) -> Checkpoint:
         return Checkpoint(files, self.params, self.bytes, self.dtypes, self.patterns)
+
+
+def _bad(where: str, name: str, what: str) -> PresetError:
+    from transformer_calc.errors import printable
+
+    return PresetError(f"{where}: tensor {printable(name, one_line=True)[:200]!r}: {what}")
+
+
+def _typed(where: str, name: str, info: Any) -> tuple[str, list[int], int, int]:
+    """(dtype, shape, begin, end) of one header entry, of the types safetensors reads it as
+    (serde: a known dtype, sizes and two offsets that are 64-bit unsigned integers)."""
+    if not isinstance(info, dict):
+        raise _bad(where, name, "expected {dtype, shape, data_offsets} as safetensors writes "
+                                "them")
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+        raise _bad(where, name, f"dtype: expected one of {', '.join(DTYPE_BITS)}")
+    if not isinstance(shape, list) or not all(type(d) is int and 0 <= d < _U64 for d in shape):
+        raise _bad(where, name, "shape: expected a list of sizes (integers >= 0)")
+    if not (isinstance(offsets, list) and len(offsets) == 2
+            and all(type(o) is int and 0 <= o < _U64 for o in offsets)):
+        raise _bad(where, name, "data_offsets: expected [begin, end], two integers >= 0")
+    return dtype, shape, offsets[0], offsets[1]
+
+
+def _backed(where: str, name: str, dtype: str, shape: list[int], begin: int, end: int) -> int:
+    """The elements of a tensor whose bytes hold its shape exactly (safetensors' validate:
+    InvalidOffset, ValidationOverflow, MisalignedSlice, TensorInvalidInfo)."""
+    shown = f"{shape[:8]}{'...' if len(shape) > 8 else ''}"
+    if begin > end:
+        raise _bad(where, name, f"data_offsets [{begin:,}, {end:,}]: expected [begin, end], "
+                                "begin <= end")
+    n = 1
+    for d in shape:
+        n *= d
+        if n >= _U64:
+            raise _bad(where, name, f"shape {shown}: more elements than a 64-bit size holds")
+    bits = n * DTYPE_BITS[dtype]
+    if bits % 8 or bits // 8 != end - begin:
+        size = f"{bits // 8:,} bytes" if bits % 8 == 0 else f"{bits:,} bits (not whole bytes)"
+        raise _bad(where, name, f"shape {shown} of {dtype} is {size}, but data_offsets "
+                                f"[{begin:,}, {end:,}] hold {end - begin:,} bytes")
+    return n
 
 
 def tensor_size(where: str, name: str, info: Any) -> tuple[str, int, int, int]:
     """(dtype, elements, begin, end) of one header entry, checked as safetensors checks it:
     a known dtype, a shape of sizes, two offsets in order, and bytes that hold the shape."""
-    def bad(what: str) -> PresetError:
-        from transformer_calc.errors import printable
-
-        return PresetError(f"{where}: tensor {printable(name, one_line=True)[:200]!r}: {what}")
-
-    if not isinstance(info, dict):
-        raise bad("expected {dtype, shape, data_offsets} as safetensors writes them")
-    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if dtype not in DTYPE_BITS:
-        raise bad(f"dtype: expected one of {', '.join(DTYPE_BITS)}")
-    if not isinstance(shape, list) or not all(type(d) is int and 0 <= d < _U64 for d in shape):
-        raise bad("shape: expected a list of sizes (integers >= 0)")
-    if not (isinstance(offsets, list) and len(offsets) == 2
-            and all(type(o) is int and 0 <= o < _U64 for o in offsets)
-            and offsets[0] <= offsets[1]):
-        raise bad("data_offsets: expected [begin, end], 0 <= begin <= end")
-    n = 1
-    for d in shape:
-        n *= d
-        if n >= _U64:
-            raise bad(f"shape {shape[:8]}{'...' if len(shape) > 8 else ''}: more elements "
-                      "than a 64-bit size holds")
-    bits = n * DTYPE_BITS[dtype]
-    begin, end = offsets
-    if bits % 8 or bits // 8 != end - begin:
-        size = f"{bits // 8:,} bytes" if bits % 8 == 0 else f"{bits:,} bits (not whole bytes)"
-        raise bad(f"shape {shape[:8]}{'...' if len(shape) > 8 else ''} of {dtype} is {size}, "
-                  f"but data_offsets [{begin:,}, {end:,}] hold {end - begin:,} bytes")
-    return dtype, n, begin, end
+    dtype, shape, begin, end = _typed(where, name, info)
+    return dtype, _backed(where, name, dtype, shape, begin, end), begin, end
 
 
 def check_ranges(where: str, begins: array, ends: array, data_size: int | None) -> None:
@@ -219,31 +246,72 @@ def read_header(path: Path, totals: _Totals | None = None) -> _Totals:
 
 def add_header(scan: _JSONScanner, where: str, totals: _Totals,
                data_size: int | None) -> None:
-    """A header, validated entry by entry and added to ``totals``."""
+    """A header, validated entry by entry and added to ``totals``. As safetensors reads a
+    header (serde into a map), every entry must be of the right types, and of a name given
+    twice the last one counts: then a second pass keeps the last of each name only."""
     from hashlib import blake2b
 
+    def digest(name: str) -> int:  # (8 bytes per name: the names themselves are not kept)
+        return int.from_bytes(blake2b(name.encode("utf-8", "surrogatepass"),
+                                      digest_size=8).digest(), "little")
+
+    file = _Totals()
     begins, ends, names = array("Q"), array("Q"), array("Q")
+    first_error: PresetError | None = None
     for name in scan.entries():
         value = scan.value()
         if name == "__metadata__":
-            if not (isinstance(value, dict)
-                    and all(isinstance(v, str) for v in value.values())):
-                raise PresetError(f"{where}: __metadata__: expected a mapping of text to text")
+            _metadata(where, value)
             continue
-        dtype, n, begin, end = tensor_size(where, name, value)
-        totals.add(name, dtype, n, end - begin)
+        dtype, shape, begin, end = _typed(where, name, value)
+        names.append(digest(name))
         begins.append(begin)
         ends.append(end)
-        # a name given twice: the last would silently win (8-byte digests, not the names)
-        names.append(int.from_bytes(blake2b(name.encode("utf-8", "surrogatepass"),
-                                            digest_size=8).digest(), "little"))
+        try:
+            file.add(name, dtype, _backed(where, name, dtype, shape, begin, end), end - begin)
+        except PresetError as e:  # (unless a later entry of the same name replaces it)
+            first_error = first_error or e
     scan.end()
+    order = sorted(names)
+    twice = any(a == b for a, b in zip(order, order[1:], strict=False))
+    del order
+    if twice:
+        file, begins, ends = _last_of_each_name(scan, where, names, digest)
+    elif first_error is not None:
+        raise first_error
     scan.text = ""  # the header's text is no longer needed
-    digests = sorted(names)
-    if any(a == b for a, b in zip(digests, digests[1:], strict=False)):
-        raise PresetError(f"{where}: not a safetensors file (a tensor name given twice)")
-    del digests, names
     check_ranges(where, begins, ends, data_size)
+    totals.merge(file)
+
+
+def _metadata(where: str, value: Any) -> None:
+    if not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
+        raise PresetError(f"{where}: __metadata__: expected a mapping of text to text")
+
+
+def _last_of_each_name(scan: _JSONScanner, where: str, names: array,
+                       digest: Any) -> tuple[_Totals, array, array]:
+    """The header read again, each name's last entry only (the map serde builds)."""
+    n = len(names)
+    last = bytearray(n)  # 1 where the entry is its name's last
+    pairs = sorted(d * n + i for i, d in enumerate(names))
+    for k, key in enumerate(pairs):
+        if k + 1 == len(pairs) or pairs[k + 1] // n != key // n:
+            last[key % n] = 1
+    del pairs
+    file, begins, ends = _Totals(), array("Q"), array("Q")
+    scan.pos, i = 0, 0
+    for name in scan.entries():
+        value = scan.value()
+        if name == "__metadata__":
+            continue
+        if last[i]:
+            dtype, shape, begin, end = _typed(where, name, value)
+            file.add(name, dtype, _backed(where, name, dtype, shape, begin, end), end - begin)
+            begins.append(begin)
+            ends.append(end)
+        i += 1
+    return file, begins, ends
 
 
 def _index_files(index: Path) -> list[str] | None:
