@@ -48,6 +48,7 @@ from transformer_calc.graph.compile import (
 )
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.llama import Llama
+from transformer_calc.graph.modules import symbol_values
 from transformer_calc.graph.names import by_name, component_rows, saved_names
 from transformer_calc.graph.symbols import NotPolynomial, Poly, SInt, recording
 from transformer_calc.graph.tensor import compute_stride, iterator_strides
@@ -65,7 +66,7 @@ from transformer_calc.presets import load_model
 from transformer_calc.spec import ModelSpec
 
 CONFIGS = ("gpt2-n-inner.json", "llama-head-dim.json", "llama-biases.json", "phi3-gqa-tied.json",
-           "qwen2-untied.json", "qwen2-null-kv.json")
+           "qwen2-untied.json", "qwen2-null-kv.json", "qwen3-qknorm.json")
 
 
 def _rows() -> list[dict]:
@@ -103,7 +104,7 @@ def test_the_rows_cover_both_families_full_training_and_lora() -> None:
     configs = {r["config"] for r in ROWS}
     assert configs == {"gpt2", *CONFIGS}
     full = [r for r in ROWS if not r.get("lora")]
-    assert len(full) == 24 + 16 + 12 and len(ROWS) - len(full) == 124
+    assert len(full) == 24 + 16 + 12 + 8 and len(ROWS) - len(full) == 124 + 12
     assert {r["lora"][1] for r in ROWS if r.get("lora")} >= {
         "all-linear", "q_proj,v_proj", "q_proj", "k_proj,o_proj", "o_proj,down_proj",
         "gate_proj,up_proj,down_proj", "q_proj,k_proj,v_proj,o_proj"}
@@ -265,7 +266,8 @@ def _settings(rng: random.Random) -> dict:
             "recompute": rng.choice(("none", "none", "selective", "full")),
             # Phi-3's fused projections and rotary concatenation (LoRA's Llama names then
             # adapt only o_proj and down_proj, which the fused layout keeps)
-            "phi3": not gpt2 and rng.random() < 0.3}
+            "phi3": not gpt2 and rng.random() < 0.3,
+            "qk_norm": not gpt2 and rng.random() < 0.3}  # Qwen3's per-head q_norm, k_norm
 
 
 def _draw(rng: random.Random, s: dict) -> tuple[GPT2 | Llama, Run]:
@@ -283,6 +285,8 @@ def _draw(rng: random.Random, s: dict) -> tuple[GPT2 | Llama, Run]:
                     dh=rng.choice((2, 4, 8, 10, 264)), F=rng.randint(1, 40), L=L,
                     tied=s["tied"], bias_q=b[0], bias_k=b[1], bias_v=b[2], bias_o=b[3],
                     bias_mlp_in=b[4], bias_mlp_out=b[5], attention_dropout=s["p"])
+        if s["qk_norm"]:
+            fam = replace(fam, qk_norm=True)
         if s["phi3"]:
             fam = replace(fam, bias_q=False, bias_k=False, bias_v=False, bias_mlp_in=False,
                           fused_qkv=True, fused_gate_up=True, rope_concat=True)
@@ -306,7 +310,16 @@ def test_compiled_equals_traced_on_random_configurations() -> None:
         ref = evaluate(fam, run)
         for k in OUTPUTS:
             assert getattr(fast, k) == getattr(ref, k), (k, fam, run, fast.structure.key)
-    assert hits >= draws // 8  # served by a structure traced for other sizes
+        # the named rows memory_report reads, compiled, against the traced names
+        st, values = fast.structure, symbol_values(run, fam.sizes())
+        numbers = st.named_values(values)
+        compiled: dict[str, int] = {}
+        for i, named in enumerate(st.named):
+            compiled[named.name] = (compiled.get(named.name, 0)
+                                    + numbers[2 * i] * numbers[2 * i + 1])
+        assert {n: b for n, b in compiled.items() if b} == by_name(
+            component_rows(fam, run, ref)), (fam, run)
+    assert hits >= draws // 10  # served by a structure traced for other sizes
 
 
 def test_the_structure_key_records_the_size_one_decisions() -> None:
@@ -421,6 +434,19 @@ def _v_view_keeps_c_attn(row: dict, fam: GPT2 | Llama) -> bool:
 # Where the graph's bytes under a name differ from activation_breakdown's, for the fixture
 # rows: name -> (why, engine − tcalc in bytes for a row). The graph equals the measurement on
 # every row, so these are tcalc's misses (or, for the last two, one tensor under two names).
+def _frozen_first_norm(row: dict, fam: GPT2 | Llama, proj: str) -> int:
+    """Elements per token of the first layer's q_norm or k_norm input, where LoRA leaves
+    its projection frozen (0 otherwise)."""
+    lora = row.get("lora")
+    if not lora or not getattr(fam, "qk_norm", False):
+        return 0
+    targets = lora[1].split(",")
+    if "all-linear" in targets or proj in targets:
+        return 0
+    assert isinstance(fam, Llama)
+    return (fam.H if proj == "q_proj" else fam.Hkv) * row["B"] * row["T"]
+
+
 NAME_DIFFERENCES: dict[str, tuple[str, Callable[[dict, GPT2 | Llama], int]]] = {
     "loss.total_weight": (
         "nll_loss keeps its 0-d total_weight (fp32, 4 bytes); tcalc has no row for it",
@@ -434,6 +460,13 @@ NAME_DIFFERENCES: dict[str, tuple[str, Callable[[dict, GPT2 | Llama], int]]] = {
         "which stays whole (3·B·T·E · 4 a layer); tcalc keeps a V copy instead",
         lambda row, fam: fam.L * 3 * row["B"] * row["T"] * fam.E * 4
         if _v_view_keeps_c_attn(row, fam) else 0),
+    **{f"decoder.attn.{n}_norm.{part}": (
+        "Qwen3 under LoRA: the first layer's q_norm (k_norm) normalises a frozen projection "
+        "of a frozen input, so nothing in it needs a gradient and it keeps nothing; the rules "
+        "keep it in every layer (the measurement agrees with the graph)",
+        lambda row, fam, n=n, part=part: -_frozen_first_norm(row, fam, f"{n}_proj") * 4 * (
+            fam.dh if part == "input_fp32" else 1))  # type: ignore[union-attr]
+       for n in ("q", "k") for part in ("input_fp32", "rstd")},
     "decoder.attn.v": (
         "the same rows: no V of its own (a view of c_attn's output), where tcalc counts "
         "B·T·E · 4 a layer",

@@ -222,6 +222,7 @@ REFERENCE = {
     "variants/phi-gqa-tied.json": (1_113_320, "PhiForCausalLM"),
     "variants/qwen2-null-kv.json": (1_825_536, "Qwen2ForCausalLM"),
     "variants/qwen2-untied.json": (1_693_952, "Qwen2ForCausalLM"),
+    "variants/qwen3-qknorm.json": (568_480, "Qwen3ForCausalLM"),
     "variants/roberta-untied.json": (1_766_608, "RobertaForMaskedLM"),
     "variants/t5-gated-asym.json": (2_159_488, "T5ForConditionalGeneration"),
     # issue 12: the 2024-26 families (real configs named in tests/data/hf/SOURCES.md)

@@ -35,6 +35,7 @@ from transformer_calc.graph.trace import OpRecord, Saved
 _LAYER = re.compile(r"^(?:transformer\.h|model\.layers)\.(\d+)(?:\.(.*))?$")
 # the norms, by their module's last name: GPT-2's LayerNorms, Llama's RMSNorms
 _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm",
+          "q_norm": "attn.q_norm", "k_norm": "attn.k_norm",
           "post_attention_layernorm": "ffn.norm", "ln_f": "final_norm", "norm": "final_norm"}
 # a linear's input, as the base layer keeps it (and a LoRA adapter reading it as it is)
 _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ffn.input",

@@ -1,11 +1,12 @@
-"""Llama, Qwen2 and Phi-3 as transformers 5.23 runs them: models/llama/modeling_llama.py
+"""Llama, Qwen2, Qwen3 and Phi-3 as transformers 5.23 runs them: models/llama/modeling_llama.py
 (LlamaForCausalLM, LlamaModel, LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding,
 apply_rotary_pos_emb, repeat_kv, eager_attention_forward, LlamaMLP) with
 integrations/sdpa_attention.py (use_gqa_in_sdpa); models/qwen2/modeling_qwen2.py, the
-same graph with biases on q, k and v only; models/phi3/modeling_phi3.py, the same graph
-with Q, K and V as slices of one qkv_proj, gate and up as the chunks of one gate_up_proj,
-and a rotary embedding that concatenates the rotated part with the rest (a copy even when
-the rest is empty)."""
+same graph with biases on q, k and v only; models/qwen3/modeling_qwen3.py, with an RMSNorm
+over each head of Q and of K (q_norm, k_norm) before the rotation;
+models/phi3/modeling_phi3.py, with Q, K and V as slices of one qkv_proj, gate and up as the
+chunks of one gate_up_proj, and a rotary embedding that concatenates the rotated part with
+the rest (a copy even when the rest is empty)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class Llama:
     fused_qkv: bool = False  # Phi-3's qkv_proj
     fused_gate_up: bool = False  # Phi-3's gate_up_proj
     rope_concat: bool = False  # Phi-3's apply_rotary_pos_emb: cat([rotated, pass])
+    qk_norm: bool = False  # Qwen3's q_norm and k_norm: RMSNorm over each head's d_head
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
@@ -119,8 +121,11 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
     """LlamaAttention.forward: projections viewed as heads, RoPE, (cache), attention, o."""
     B, T, H, Hkv, dh = m["B"], m["T"], m["H"], m["Hkv"], m["dh"]
 
-    def heads(y: Tensor, n: Dim) -> Tensor:
-        return ops.transpose(ops.view(y, (B, T, n, dh)), 1, 2)
+    def heads(y: Tensor, n: Dim, norm: str = "") -> Tensor:
+        y = ops.view(y, (B, T, n, dh))
+        if norm and cfg.qk_norm:  # Qwen3Attention: q_norm(q_proj(x).view(...)).transpose
+            y = rms_norm(m, norm, y)
+        return ops.transpose(y, 1, 2)
 
     if cfg.fused_qkv:
         # Phi3Attention: qkv[..., :query_pos], the K and V slices after it: views
@@ -128,8 +133,8 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
         q, k, v = (heads(ops.narrow(qkv, -1, start, n * dh), n) for start, n in (
             (0, H), (H.value * dh.value, Hkv), ((H.value + Hkv.value) * dh.value, Hkv)))
     else:
-        q, k, v = heads(m.linear("q_proj", x, H * dh, cfg.bias_q), H), \
-            heads(m.linear("k_proj", x, Hkv * dh, cfg.bias_k), Hkv), \
+        q, k, v = heads(m.linear("q_proj", x, H * dh, cfg.bias_q), H, "q_norm"), \
+            heads(m.linear("k_proj", x, Hkv * dh, cfg.bias_k), Hkv, "k_norm"), \
             heads(m.linear("v_proj", x, Hkv * dh, cfg.bias_v), Hkv)
     cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
     q, k = _rope(q, cos, sin), _rope(k, cos, sin)
