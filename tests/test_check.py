@@ -122,6 +122,8 @@ def _repository(root) -> None:  # type: ignore[no-untyped-def]
     (root / ".github" / "workflows" / "ci.yml").write_text(
         "on: push\njobs:\n  t:\n    runs-on: x\n")
     (root / "package.json").write_text('{"name": "site", "version": "1.0.0"}\n')
+    # JSON that mentions a model_type below its top level: a list of cases, not a config
+    (root / "cases.json").write_text('{"cases": [{"model_type": "gpt2", "n_layer": 1}]}\n')
     (root / ".pre-commit-config.yaml").write_text("repos:\n- repo: local\n")
     (root / "configs").mkdir()
     (root / "configs" / "gpt2.yaml").write_text((ROOT / "configs" / "gpt2.yaml").read_text())

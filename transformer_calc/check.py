@@ -43,7 +43,7 @@ HF_SIDE_FILES = frozenset("""generation_config.json tokenizer_config.json tokeni
 # a preset: one of tcalc's required architecture keys at the top level of a YAML mapping
 _PRESET_KEY = re.compile(r"^[\"']?(vocab_size|d_model|n_heads|d_ff|n_layers|n_encoder_layers|"
                          r"n_decoder_layers)[\"']?[ \t]*:", re.MULTILINE)
-# a config.json: a model_type or architectures key
+# a config.json: a model_type or architectures key (then looked for at the top level)
 _CONFIG_KEY = re.compile(r'"(model_type|architectures)"\s*:')
 
 
@@ -70,8 +70,17 @@ def looks_like_model(path: Path) -> bool:
             "utf-8", "replace")
     except TcalcError:
         return False  # (too large, not a regular file: not a model file)
-    pattern = _CONFIG_KEY if name.endswith(".json") else _PRESET_KEY
-    return pattern.search(text) is not None
+    if not name.endswith(".json"):
+        return _PRESET_KEY.search(text) is not None
+    if _CONFIG_KEY.search(text) is None:
+        return False
+    import json
+
+    try:  # the key at the top level, not in some list of cases or settings
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and ("model_type" in data or "architectures" in data)
 
 
 def _excluded(relative: str, patterns: list[str]) -> bool:
