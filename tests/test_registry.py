@@ -148,9 +148,10 @@ def test_absent_dropout_keys_take_the_config_class_defaults() -> None:
 
 
 # Every type's other classes: the base model (AutoModel), sequence and token classification,
-# question answering and multiple choice, each named in architectures, with num_labels or
-# id2label drawn. REFERENCE: `python tools/check_registry.py --task
-# base,seq_cls,token_cls,qa,multiple_choice --cases 2 --write tests/data/registry_heads.json`
+# question answering, multiple choice and an encoder's *ForCausalLM (BertLMHeadModel), each
+# named in architectures, with num_labels or id2label drawn. REFERENCE: `python
+# tools/check_registry.py --task base,seq_cls,token_cls,qa,multiple_choice,causal --cases 2
+# --write tests/data/registry_heads.json`
 # (torch 2.13.0+cpu, transformers 5.23.0, meta device, the class its auto mapping names)
 HEAD_CASES = json.loads((DATA / "registry_heads.json").read_text())
 assert HEAD_CASES["transformers"] == "5.23.0"
@@ -203,7 +204,8 @@ def test_architectures_are_matched_as_transformers_matches_them(config: dict, co
 def test_a_class_not_counted_is_refused_with_the_ones_that_are() -> None:
     with pytest.raises(SpecError) as e:
         spec_from_hf({"model_type": "bert", "architectures": ["BertForPreTraining"]})
-    assert "BertForMaskedLM, BertModel, BertForSequenceClassification" in str(e.value)
+    assert "BertForMaskedLM, BertLMHeadModel, BertModel, BertForSequenceClassification" \
+        in str(e.value)
     with pytest.raises(SpecError, match="T5ForTokenClassification: it runs the encoder alone"):
         spec_from_hf({"model_type": "t5", "architectures": ["T5ForTokenClassification"]})
     with pytest.raises(SpecError, match="key 'num_labels': expected equal to id2label's size"):

@@ -21,10 +21,11 @@ a length that fills whole chunks (Gated DeltaNet's chunk is 64):
         olmo_hybrid kimi_linear
 
 Every type's other classes (the base model, sequence and token classification, question
-answering, multiple choice), named in architectures, with num_labels or id2label drawn:
+answering, multiple choice, an encoder's *ForCausalLM), named in architectures, with
+num_labels or id2label drawn:
 
-    python tools/check_registry.py --task base,seq_cls,token_cls,qa,multiple_choice --cases 2 \
-        --write tests/data/registry_heads.json
+    python tools/check_registry.py --task base,seq_cls,token_cls,qa,multiple_choice,causal \
+        --cases 2 --write tests/data/registry_heads.json
 
 The seq2seq families' decoders alone (``architectures: [BartForCausalLM]``, ...):
 

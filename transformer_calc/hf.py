@@ -385,7 +385,14 @@ def _classes(model_type: str) -> dict[str, str]:
     record = SEQ2SEQ.get(model_type)
     if record is not None and record.decoder_cls:
         out[record.decoder_cls] = "decoder"
-    return out | dict.fromkeys((head, *SAME_COUNT.get(model_type, ())), "lm")
+    same = SAME_COUNT.get(model_type, ())
+    causal = TASK_CLASSES.get(model_type, {}).get("causal")
+    if causal and causal != head and (model_type in ENCODERS or model_type in _BERTS):
+        same += (causal,)  # the encoder run causally (BertLMHeadModel): the MLM head's count
+    return out | dict.fromkeys((head, *same), "lm")
+
+
+_BERTS = ("bert", "roberta")  # the hand-mapped encoders beside ENCODERS
 
 
 def _check_architecture(data: dict[str, Any], model_type: str, where: str) -> Counted:
@@ -424,8 +431,10 @@ def _check_architecture(data: dict[str, Any], model_type: str, where: str) -> Co
 
 
 def _same(cls: str, head: str) -> str:
-    """Why a class other than the head class counts the same (SAME_COUNT)."""
-    return f"the same parameters as {head}" if cls != head and cls in _ALL_SAME else ""
+    """Why a class other than the head class counts the same (SAME_COUNT, an encoder's
+    *ForCausalLM: its MLM head on the encoder run causally)."""
+    return f"the same parameters as {head}" if cls != head and (
+        cls in _ALL_SAME or head.endswith("ForMaskedLM")) else ""
 
 
 _ALL_SAME = frozenset(c for names in SAME_COUNT.values() for c in names)
@@ -860,6 +869,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         NORM_MEAN_SQUARE,
         PEFT_MOE,
         ROPE_CONCAT,
+        ROPE_FP32,
         ROUTER_FP32,
         ROW_MAX,
         SCORES_CLAMPED,
@@ -878,6 +888,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     values["experts_every_token"] = model_type in EXPERTS_EVERY
     values["norm_manual"] = model_type in NORM_MANUAL
     values["rope_concat"] = model_type in ROPE_CONCAT
+    values["rope_fp32"] = model_type in ROPE_FP32
     values["attn_fp32"] = model_type in ATTN_FP32
     values["norm_fp32"] = model_type in NORM_FP32
     values["loss_fp32"] = model_type not in LOSS_NO_UPCAST
@@ -1009,7 +1020,6 @@ def _bert(c: Config, roberta: bool) -> dict[str, Any]:
     c.refuse("position_embedding_type", lambda v: v != "absolute",
              "only absolute position embeddings")
     c.refuse("add_cross_attention", bool, "decoder cross-attention is not modelled")
-    c.refuse("is_decoder", bool, "BERT as a decoder is not modelled")
     return dict(arch="encoder", vocab_size=c.get("vocab_size", 50265 if roberta else 30522),
                 d_model=c.get("hidden_size", 768), n_layers=c.get("num_hidden_layers", 12),
                 n_heads=c.get("num_attention_heads", 12), d_ff=c.get("intermediate_size", 3072),
@@ -3194,8 +3204,6 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
     c.refuse("position_embedding_type", lambda v: v != "absolute",
              "only absolute position embeddings")
     c.refuse("add_cross_attention", bool, "decoder cross-attention is not modelled")
-    if not r.decoder:
-        c.refuse("is_decoder", bool, "the model as a decoder is not modelled")
     c.refuse("use_task_id", bool, "ERNIE's task-type embeddings are not modelled")
     yoso = r.cls == "YosoForMaskedLM"
     if yoso:
