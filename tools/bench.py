@@ -5,7 +5,8 @@
 2. the same ÷ counting gpt2-medium with transformers on the meta device (what users do today);
    only where transformers is importable (this interpreter, or --hf-python), said otherwise;
 3. the core: configurations per second for params + memory + FLOPs over a sweep of 10,000
-   architectures, and the time for gpt2 against a 1-trillion-parameter configuration.
+   architectures, and the time for gpt2 against a 1-trillion-parameter configuration;
+4. tcalc plan's layout search for a 405B model on 16,384 GPUs.
 
 Runs are interleaved and summarised by their median. Public tools only: Python's subprocess,
 time.perf_counter and statistics.
@@ -192,6 +193,29 @@ def main() -> None:
     print(f"size: gpt2 {t_small * 1e6:.0f} us, a {n_huge / 1e12:.2f}T-parameter model "
           f"{t_huge * 1e6:.0f} us per params + memory + FLOPs: ratio {t_huge / t_small:.2f} "
           f"(target: flat) {'OK' if t_huge / t_small < 1.5 else 'MISSED'}")
+    plan_search()
+
+
+# 4: tcalc plan's layout search on a large cluster (issue 38's target: <= 1 s on one core)
+TARGET_PLAN_S = 1.0
+
+
+def plan_search() -> None:
+    from transformer_calc.planner import plan_training
+    from transformer_calc.presets import load_model
+
+    spec = load_model("llama-3.1-405b")
+    times, report = [], None
+    for _ in range(3):  # a fresh search each time (nothing cached between calls)
+        report = plan_training(spec, gpus=16_384, global_batch=2048, seq_len=8192,
+                               gpu="H100-80GB")
+        times.append(report.search_seconds)
+    assert report is not None and report.best is not None
+    best = min(times)
+    print(f"plan: llama-3.1-405b on 16,384 H100s (global batch 2,048 × 8,192): "
+          f"{report.layouts:,} layouts, {report.memory_calls} memory-core calls, "
+          f"{best:.2f} s (best of 3; target <= {TARGET_PLAN_S:g} s) "
+          f"{'OK' if best <= TARGET_PLAN_S else 'MISSED'}; best {report.best.layout.describe()}")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ PRIORS: dict[str, tuple[float, str]] = {
     "attention.flash2.a100": (1.0, "FlashAttention-2's rate on A100 against the paper's "
                                    "figures (kernels.ATTENTION)"),
     "attention.flash2.h100": (1.0, "FlashAttention-2's rate on H100 (SDPA, flash-attn)"),
+    "attention.triton.a100": (1.0, "FlashAttention in Triton's rate on A100 (llm-foundry)"),
+    "attention.triton.h100": (1.0, "FlashAttention in Triton's rate on H100 (llm-foundry)"),
     "attention.cudnn.h100": (1.0, "cuDNN fused attention's rate on H100 (Transformer "
                                   "Engine)"),
     "attention.cudnn.b200": (1.0, "cuDNN fused attention's rate on B200 (no run fits it)"),

@@ -60,7 +60,13 @@ def stream_seconds(nbytes: float, bandwidth: float) -> float:
 # backward lower); on H100 FlashAttention-2 reaches ~ 35 % of peak (Shah et al. 2024,
 # FlashAttention-3, Fig. 5: 330-370 TFLOP/s forward), cuDNN's fused attention (what
 # Transformer Engine runs) ~ 55 % and FlashAttention-3 ~ 65 % forward (same figure).
+# FlashAttention in Triton (Tillet's kernel, 2022; what llm-foundry's benchmark runs
+# default to: scripts/train/benchmarking/submit_benchmarks.py, --attn_impl triton) runs at
+# 1/1.3 to 1/2.5 of FlashAttention-2's rate (Dao 2023, Sec. 4.1 and Fig. 4): on A100 about
+# 130 TFLOP/s forward; on H100, which the kernel predates, the same ratio to FlashAttention-2.
 ATTENTION: dict[tuple[str, str], tuple[float, float]] = {
+    ("triton", "a100"): (0.42, 0.30),
+    ("triton", "h100"): (0.23, 0.17),
     ("flash2", "a100"): (0.66, 0.55),
     ("flash2", "h100"): (0.36, 0.30),
     ("cudnn", "a100"): (0.66, 0.55),

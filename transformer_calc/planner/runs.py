@@ -192,6 +192,10 @@ def case_of(row: dict[str, Any]) -> Case:
     text = (row.get("precision") or "").lower()
     if fw.name == "torchtitan" and "compile" not in text:
         fw = fw._replace(elementwise=1.6, ce_bytes=24)  # eager: no fused kernels
+    if source == "mosaic_mpt":
+        # llm-foundry's benchmark runs FlashAttention in Triton (submit_benchmarks.py:
+        # --attn_impl, default triton); IBM's runs use SDPA's FlashAttention-2
+        fw = fw._replace(attention="triton")
     n = row["num_gpus"]
     seq = row["seq_len"]
     tp, pp, cp = row["tp"], row["pp"], row.get("cp") or 1

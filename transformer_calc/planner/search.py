@@ -207,19 +207,23 @@ class MemoryCheck:
             base += round(acts * (lay.pp - 1) / (lay.pp * lay.vp))
         return base
 
+    @functools.lru_cache(maxsize=256)  # noqa: B019
+    def _stages(self, pp: int) -> tuple[Any, Any]:
+        """The model the memory core sees for ``pp`` stages, and its parameters: itself, or
+        for an uneven split one of p·⌈L/p⌉ layers (every stage as busy as the busiest)."""
+        if self.spec.total_layers % pp == 0:
+            return self.spec, self.params
+        from transformer_calc.params import count_params
+
+        spec = dataclasses.replace(self.spec, n_layers=-(-self.spec.total_layers // pp) * pp)
+        return spec, count_params(spec)
+
     @functools.lru_cache(maxsize=65536)  # noqa: B019
     def _peak(self, lay: Layout, m: int) -> tuple[int, int]:
         from transformer_calc.memory import memory_report
 
         self.calls += 1
-        spec, params = self.spec, self.params
-        if spec.total_layers % lay.pp:
-            # an uneven split: the busiest stage holds ⌈L/p⌉ layers, as every stage of a model
-            # of p·⌈L/p⌉ layers does
-            from transformer_calc.params import count_params
-
-            spec = dataclasses.replace(spec, n_layers=-(-spec.total_layers // lay.pp) * lay.pp)
-            params = count_params(spec)
+        spec, params = self._stages(lay.pp)
         r = memory_report(spec, settings_for(self.model, lay, m), params=params)
         acts = next((i.total for i in r.per_gpu.items if i.name == "activations"), 0)
         return r.peak, acts
