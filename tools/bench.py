@@ -196,7 +196,7 @@ def main() -> None:
     plan_search()
 
 
-# 4: tcalc plan's layout search on a large cluster (issue 38's target: <= 1 s on one core)
+# 4: tcalc plan's layout search on a large cluster (target: <= 1 s on one core)
 TARGET_PLAN_S = 1.0
 
 
