@@ -601,6 +601,13 @@ WRAPPERS: dict[str, Wrapper] = {
     "qwen3_vl_moe": Wrapper("Qwen3VLMoeForConditionalGeneration", "qwen3_moe",
                             "qwen3_vl_moe_text", "qwen3_vl",
                             text_cls="Qwen3VLMoeTextModel + lm_head"),
+    # Qwen3.5 and Qwen3.5-MoE: Qwen3-VL's tower without deepstack mergers, beside the
+    # Gated DeltaNet language models tcalc reads as qwen3_5_text and qwen3_5_moe_text
+    "qwen3_5": Wrapper("Qwen3_5ForConditionalGeneration", "qwen3_5_text", "qwen3_5_text",
+                       "qwen3_vl", text_cls="Qwen3_5TextModel + lm_head"),
+    "qwen3_5_moe": Wrapper("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe_text",
+                           "qwen3_5_moe_text", "qwen3_vl",
+                           text_cls="Qwen3_5MoeTextModel + lm_head"),
     # Mistral 3 (Mistral Small 3.1+, Ministral 3): a Mistral or Ministral 3 language model
     "mistral3": Wrapper("Mistral3ForConditionalGeneration", "mistral", "mistral", "pixtral",
                         "mistral3", text_cls="MistralForCausalLM"),
@@ -753,7 +760,9 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                 "tower_temporal": size("temporal_patch_size"),
                 "tower_merge": size("spatial_merge_size"), "tower_out": size("out_hidden_size")}
         if w.tower == "qwen3_vl":
-            deep = v.t("deepstack_visual_indexes", [])
+            # (Qwen3.5's vision config class has no deepstack: the key is not read)
+            deep = v.t("deepstack_visual_indexes", []) \
+                if "deepstack_visual_indexes" in v.table else []
             if not isinstance(deep, list):
                 raise SpecError("deepstack_visual_indexes", "a list of layer indices", deep,
                                 source=v.where)
