@@ -343,6 +343,13 @@ def draw_tower(rng: random.Random, kind: str, text_width: int) -> tuple[dict, di
         top = {"spatial_merge_size": rng.choice([1, 2]),
                "multimodal_projector_bias": rng.random() < 0.5,
                "vision_feature_layer": rng.choice([-1, [-1, -2]])}
+    elif kind == "whisper":  # an audio language model's encoder, in both spellings of its keys
+        layers = rng.choice([1, 2])
+        vision |= {"d_model": width, "num_hidden_layers": layers, "encoder_layers": layers,
+                   "num_attention_heads": heads, "encoder_attention_heads": heads,
+                   "encoder_ffn_dim": vision["intermediate_size"],
+                   "num_mel_bins": rng.choice([8, 16]),
+                   "max_source_positions": rng.choice([8, 16])}
     else:  # mllama
         layers = rng.choice([2, 3])
         picked = sorted(rng.sample(range(layers), rng.choice([1, 2])))
@@ -466,7 +473,7 @@ def main() -> None:
                 if task == "whole":
                     vision, top = draw_tower(rng, WRAPPERS[model_type].tower,
                                              inner.get("hidden_size", 64))
-                    config |= {"vision_config": vision, **top}
+                    config |= {WRAPPERS[model_type].tower_key: vision, **top}
             elif attempts:
                 config = {"model_type": model_type, **named, **draw(rng, fields)}
                 if whisper:  # the encoder's own sizes: its input and its (frozen) positions

@@ -99,6 +99,9 @@ ATTN_FP32 = ("query = query.to(torch.float32)",
 ROPE_CONCAT = ("torch.cat([q_embed, q_pass]", "torch.cat([q_rot, q_pass]",
                "torch.cat((query_rot, query_pass)", "torch.cat((query, query_pass)",
                "torch.cat([(q_rot * cos)", "torch.cat((q_embed, q_pass)")
+# RoPE in fp32: cos and sin kept fp32, q·cos + rotate_half(q)·sin computed in fp32 and cast
+# back to the query's dtype (OLMo's family)
+ROPE_FP32 = "q_embed.to(q_type)"
 # LayerNorms written out in fp32 that compute x − mean twice (CohereLayerNorm)
 NORM_MANUAL = "variance = (hidden_states - mean).pow(2).mean(-1, keepdim=True)"
 # Experts modules that take transformers' experts_implementation (grouped_mm by default)
@@ -360,16 +363,18 @@ def wrapper_defaults() -> tuple[dict, dict, dict]:
     text, tower, top = {}, {}, {}
     for model_type, w in sorted(WRAPPERS.items()):
         config = transformers.AutoConfig.for_model(model_type)
-        if w.tower == "whisper":  # one flat config: the encoder's keys beside the decoder's
+        if not w.tower_key:  # Whisper: one flat config, the encoder's keys beside the decoder's
             tower[model_type] = class_defaults(type(config), WHISPER_KEYS)
             top[model_type] = class_defaults(type(config), WRAPPER_KEYS)
             continue
         if w.text_type not in TABLE_DRIVEN:
             text[w.text_type] = class_defaults(type(config.text_config), KEYS)
-        tower[model_type] = class_defaults(type(config.vision_config), TOWER_KEYS)
+        sub = getattr(config, w.tower_key)
+        tower[model_type] = class_defaults(type(sub), TOWER_KEYS + WHISPER_KEYS)
         top[model_type] = class_defaults(type(config), WRAPPER_KEYS)
-        built = config.vision_config.to_dict()
-        tower["absent:" + model_type] = {k: built[k] for k in TOWER_KEYS if k in built}
+        built = sub.to_dict()
+        tower["absent:" + model_type] = {k: built[k] for k in TOWER_KEYS + WHISPER_KEYS
+                                         if k in built}
         built = config.text_config.to_dict()
         text["absent:" + model_type] = {k: built[k] for k in KEYS if k in built}
     return text, tower, top
@@ -401,6 +406,8 @@ def main() -> None:
                f"# (`{ATTN_FP32[0]}`, or .float())", types_whose_code_has(*ATTN_FP32)),
               ("ROPE_CONCAT", "# RoPE concatenating the rotated part with the rest\n"
                f"# (`{ROPE_CONCAT[0]}...`)", types_whose_code_has(*ROPE_CONCAT)),
+              ("ROPE_FP32", "# RoPE computed in fp32 over fp32 cos and sin, cast back\n"
+               f"# (`{ROPE_FP32}`)", types_whose_code_has(ROPE_FP32)),
               ("NORM_MANUAL", "# LayerNorms written out in fp32, x − mean computed twice\n"
                f"# (`{NORM_MANUAL}`)", types_whose_code_has(NORM_MANUAL)),
               ("EXPERTS_GROUPED", "# MoE experts that run grouped_mm by default (their module "

@@ -385,7 +385,7 @@ def _classes(model_type: str) -> dict[str, str]:
     record = SEQ2SEQ.get(model_type)
     if record is not None and record.decoder_cls:
         out[record.decoder_cls] = "decoder"
-    same = SAME_COUNT.get(model_type, ())
+    same: tuple[str, ...] = SAME_COUNT.get(model_type, ())
     causal = TASK_CLASSES.get(model_type, {}).get("causal")
     if causal and causal != head and (model_type in ENCODERS or model_type in _BERTS):
         same += (causal,)  # the encoder run causally (BertLMHeadModel): the MLM head's count
@@ -584,6 +584,8 @@ class Wrapper(NamedTuple):
     tower: str  # ModelSpec.tower
     projector: str = "none"
     flat_text: bool = False  # the text keys may sit at the top level (Qwen2.5-VL's files)
+    # the tower's sub-config (audio_config: an audio LM; "": the model's own keys, Whisper)
+    tower_key: str = "vision_config"
     # the model's language-model class, what --text-only counts
     text_cls: str = ""
 
@@ -613,10 +615,17 @@ WRAPPERS: dict[str, Wrapper] = {
                         "mistral3", text_cls="MistralForCausalLM"),
     "mllama": Wrapper("MllamaForConditionalGeneration", "mllama", "mllama_text_model",
                       "mllama", "linear", text_cls="MllamaForCausalLM"),
+    # Voxtral and Qwen2-Audio: Whisper's encoder (audio_config), a projector, a Llama or
+    # Qwen2 language model (VoxtralMultiModalProjector: two bias-free linear layers from the
+    # encoder's intermediate_size; Qwen2AudioMultiModalProjector: one biased linear layer)
+    "voxtral": Wrapper("VoxtralForConditionalGeneration", "llama", "llama", "whisper", "mlp",
+                       tower_key="audio_config", text_cls="LlamaForCausalLM"),
+    "qwen2_audio": Wrapper("Qwen2AudioForConditionalGeneration", "qwen2", "qwen2", "whisper",
+                           "linear", tower_key="audio_config", text_cls="Qwen2ForCausalLM"),
     # WhisperForConditionalGeneration: the decoder WhisperForCausalLM counts (its
     # cross-attention runs here) and the audio encoder, both read from the one flat config
     "whisper": Wrapper("WhisperForConditionalGeneration", "whisper", "whisper", "whisper",
-                       flat_text=True, text_cls="WhisperForCausalLM"),
+                       flat_text=True, tower_key="", text_cls="WhisperForCausalLM"),
 }
 
 
@@ -665,19 +674,19 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
     if model_type == "mllama":  # its record reads the language model from text_config
         text_data = {"model_type": record, "text_config": text_data,
                      "architectures": [w.text_cls]}
-    if w.tower == "whisper":  # the encoder's and the decoder's keys side by side
+    if not w.tower_key:  # Whisper: the encoder's and the decoder's keys side by side
         text_data = {**data, "architectures": [w.text_cls]}
     spec = spec_from_hf(text_data, where if w.flat_text else f"{where} (text_config)", name)
-    if w.tower == "whisper":
+    if not w.tower_key:
         return _whisper(spec, data, w, where, name)
-    vision = data.get("vision_config") or {}
+    key = w.tower_key
+    vision = data.get(key) or {}
     if not isinstance(vision, dict):
-        raise SpecError("vision_config", "a mapping of the vision tower's keys", vision,
-                        source=where)
+        raise SpecError(key, "a mapping of the tower's keys", vision, source=where)
     from transformer_calc.hf_defaults import TOWER_DEFAULTS
 
-    v = Config(vision, f"{where} (vision_config)", TOWER_DEFAULTS.get(
-        ("absent:" if "vision_config" not in data else "") + model_type, {}))
+    v = Config(vision, f"{where} ({key})", TOWER_DEFAULTS.get(
+        ("absent:" if key not in data else "") + model_type, {}))
     fields = _tower_fields(w, v, top, spec.d_model)
     text_note = spec.note.split("; ", 1)[1] if "; " in spec.note else ""
     # (said where the language model's own class would not tie: Mistral 3's text model)
@@ -698,7 +707,7 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
                             name=name or (stem if stem != "config" else model_type),
                             description=f"{model_type} from {where}", source=where)
     except SpecError as e:
-        raise _in_file_terms(e, vision, f"{where} (vision_config)") from None
+        raise _in_file_terms(e, vision, f"{where} ({key})") from None
 
 
 def _whisper(spec: ModelSpec, data: dict[str, Any], w: Wrapper, where: str,
@@ -745,10 +754,20 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                         source=v.where)
 
     out: dict[str, Any] = {"tower": w.tower, "projector": w.projector,
-                           "tower_d_model": size("hidden_size"),
-                           "tower_d_ff": size("intermediate_size"),
-                           "tower_patch": size("patch_size"),
-                           "tower_channels": size("num_channels", "in_channels", "in_chans")}
+                           "tower_d_model": size("hidden_size", "d_model"),
+                           "tower_d_ff": size("intermediate_size", "encoder_ffn_dim")}
+    if w.tower == "whisper":  # an audio language model's WhisperEncoder (audio_config)
+        return out | {"tower_layers": size("num_hidden_layers", "encoder_layers"),
+                      "tower_heads": size("num_attention_heads", "encoder_attention_heads"),
+                      "tower_channels": size("num_mel_bins"),
+                      "tower_positions": size("max_source_positions"),
+                      # Voxtral's projector reads the encoder's states four frames at a time
+                      # (intermediate_size wide), without biases; Qwen2-Audio's one biased layer
+                      # reads d_model
+                      "tower_out": out["tower_d_ff"] if w.projector == "mlp" else 0,
+                      "projector_bias": w.projector == "linear"}
+    out |= {"tower_patch": size("patch_size"),
+            "tower_channels": size("num_channels", "in_channels", "in_chans")}
     if w.tower == "siglip":  # SiglipVisionEmbeddings: (image_size / patch_size)² positions
         image = size("image_size")
         out |= {"tower_layers": size("num_hidden_layers"),

@@ -33,7 +33,7 @@ RELATIVE_SCOPES = ("first", "every")
 CLASSIFIERS = ("none", "linear", "dense", "dense_norm")
 # encoder towers before a language model, and the projectors after them (towers.py)
 TOWERS = ("none", "siglip", "qwen2_5_vl", "qwen3_vl", "pixtral", "mllama", "whisper")
-PROJECTORS = ("none", "gemma3", "mistral3", "linear")
+PROJECTORS = ("none", "gemma3", "mistral3", "linear", "mlp")
 QK_NORMS = ("none", "head", "width", "l2")
 ATTN_GATES = ("none", "head", "width")
 # Recurrent mixers (issue 14): layers whose state does not grow with the context.
@@ -614,8 +614,9 @@ class ModelSpec:
     tower_head: bool = _f(False, "SigLIP's attention-pooling head (vision_use_head)")
     projector: str = _f("none", "what maps the tower's output to the language model's width: "
                         "gemma3 (a norm and a matrix), mistral3 (a norm, a patch merger and a "
-                        "two-layer MLP), linear (Mllama's) or none (the tower's own merger does, "
-                        "Qwen-VL; Whisper's decoder reads the encoder by cross-attention)",
+                        "two-layer MLP), linear (Mllama's, Qwen2-Audio's), mlp (two layers, "
+                        "Voxtral's) or none (the tower's own merger does, Qwen-VL; Whisper's "
+                        "decoder reads the encoder by cross-attention)",
                         choices=PROJECTORS)
     projector_bias: bool = _f(True, "biases on the projector's linear layers (Mistral 3: "
                               "multimodal_projector_bias)")

@@ -198,7 +198,13 @@ def _projector(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
             "tower_d_model", shape=(Dv, Dv * m * m))
         add("projector.linear_1", out * E + E * b, "tower_out × d_model" + " + d_model" * b)
         add("projector.linear_2", E * E + E * b, "d_model²" + " + d_model" * b)
-    else:  # linear: MllamaForConditionalGeneration.multi_modal_projector
+    elif spec.projector == "mlp":
+        # VoxtralMultiModalProjector: linear_1 (tower_out -> d_model), an activation, linear_2
+        add("projector.linear_1", out * E + E * b, "tower_out × d_model" + " + d_model" * b,
+            shape=() if b else (E, out))
+        add("projector.linear_2", E * E + E * b, "d_model²" + " + d_model" * b,
+            shape=() if b else (E, E))
+    else:  # linear: MllamaForConditionalGeneration's, Qwen2AudioMultiModalProjector
         add("projector.weight", out * E, "tower_out × d_model", shape=(E, out))
         if b:
             add("projector.bias", E, "d_model")
