@@ -10,7 +10,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from transformer_calc.hf import ENCODERS, GENERIC, HEAD_CLASS, SEQ2SEQ, T5S  # noqa: E402
+from transformer_calc.hf import (  # noqa: E402
+    ENCODERS,
+    GENERIC,
+    HEAD_CLASS,
+    SEQ2SEQ,
+    T5S,
+    WRAPPERS,
+)
 
 
 def render() -> str:
@@ -38,6 +45,20 @@ def render() -> str:
     for model_type in sorted(HEAD_CLASS):
         lines.append(f"| `{model_type}` | `{HEAD_CLASS[model_type]}` | "
                      f"{kind.get(model_type, 'hand-written mapper (hf.MAPPERS)')} |")
+    lines += [
+        "",
+        "## Vision-language and speech models, counted whole",
+        "",
+        f"{len(WRAPPERS)} wrappers (hf.WRAPPERS): the class counted when the file's model_type "
+        "is the wrapper's, or its architectures names the class; the language model is read by "
+        "the record of the type named, the tower and projector by towers.py; `--text-only` "
+        "counts the language model alone.",
+        "",
+        "| model_type | class counted | tower | projector | language model |",
+        "|---|---|---|---|---|",
+    ]
+    for model_type, w in sorted(WRAPPERS.items()):
+        lines.append(f"| `{model_type}` | `{w.cls}` | {w.tower} | {w.projector} | `{w.text}` |")
     return "\n".join(lines) + "\n"
 
 
