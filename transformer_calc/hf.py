@@ -632,8 +632,9 @@ WRAPPERS: dict[str, Wrapper] = {
 def _wrapper(data: dict[str, Any]) -> Wrapper | None:
     """The wrapper record a file names: its model_type, unless that type is mapped itself and
     architectures names another class (Mllama: MllamaForCausalLM counts the text alone)."""
-    wrapper = WRAPPERS.get(data.get("model_type"))  # type: ignore[arg-type]
-    if wrapper is None or data.get("model_type") not in MAPPERS:
+    model_type = data.get("model_type")
+    wrapper = WRAPPERS.get(model_type) if isinstance(model_type, str) else None
+    if wrapper is None or model_type not in MAPPERS:
         return wrapper
     archs = data.get("architectures")
     named = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
