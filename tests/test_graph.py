@@ -66,7 +66,7 @@ from transformer_calc.presets import load_model
 from transformer_calc.spec import ModelSpec
 
 CONFIGS = ("gpt2-n-inner.json", "llama-head-dim.json", "llama-biases.json", "phi3-gqa-tied.json",
-           "qwen2-untied.json", "qwen2-null-kv.json", "qwen3-qknorm.json")
+           "qwen2-untied.json", "qwen2-null-kv.json", "qwen3-qknorm.json", "olmo2-gqa.json")
 
 
 def _rows() -> list[dict]:
@@ -104,7 +104,7 @@ def test_the_rows_cover_both_families_full_training_and_lora() -> None:
     configs = {r["config"] for r in ROWS}
     assert configs == {"gpt2", *CONFIGS}
     full = [r for r in ROWS if not r.get("lora")]
-    assert len(full) == 24 + 16 + 12 + 8 and len(ROWS) - len(full) == 124 + 12
+    assert len(full) == 24 + 16 + 12 + 8 + 12 and len(ROWS) - len(full) == 124 + 12 + 24
     assert {r["lora"][1] for r in ROWS if r.get("lora")} >= {
         "all-linear", "q_proj,v_proj", "q_proj", "k_proj,o_proj", "o_proj,down_proj",
         "gate_proj,up_proj,down_proj", "q_proj,k_proj,v_proj,o_proj"}
@@ -267,7 +267,10 @@ def _settings(rng: random.Random) -> dict:
             # Phi-3's fused projections and rotary concatenation (LoRA's Llama names then
             # adapt only o_proj and down_proj, which the fused layout keeps)
             "phi3": not gpt2 and rng.random() < 0.3,
-            "qk_norm": not gpt2 and rng.random() < 0.3}  # Qwen3's per-head q_norm, k_norm
+            # Qwen3's per-head q_norm and k_norm, OLMo2's over the width, its post-norms
+            # and fp32 norm weights
+            "qk_norm": rng.choice(("none", "none", "head", "width")) if not gpt2 else "none",
+            "olmo2": not gpt2 and rng.random() < 0.3}
 
 
 def _draw(rng: random.Random, s: dict) -> tuple[GPT2 | Llama, Run]:
@@ -285,8 +288,7 @@ def _draw(rng: random.Random, s: dict) -> tuple[GPT2 | Llama, Run]:
                     dh=rng.choice((2, 4, 8, 10, 264)), F=rng.randint(1, 40), L=L,
                     tied=s["tied"], bias_q=b[0], bias_k=b[1], bias_v=b[2], bias_o=b[3],
                     bias_mlp_in=b[4], bias_mlp_out=b[5], attention_dropout=s["p"])
-        if s["qk_norm"]:
-            fam = replace(fam, qk_norm=True)
+        fam = replace(fam, qk_norm=s["qk_norm"], post_norm=s["olmo2"], norm_fp32=s["olmo2"])
         if s["phi3"]:
             fam = replace(fam, bias_q=False, bias_k=False, bias_v=False, bias_mlp_in=False,
                           fused_qkv=True, fused_gate_up=True, rope_concat=True)
@@ -434,17 +436,22 @@ def _v_view_keeps_c_attn(row: dict, fam: GPT2 | Llama) -> bool:
 # Where the graph's bytes under a name differ from activation_breakdown's, for the fixture
 # rows: name -> (why, engine − tcalc in bytes for a row). The graph equals the measurement on
 # every row, so these are tcalc's misses (or, for the last two, one tensor under two names).
-def _frozen_first_norm(row: dict, fam: GPT2 | Llama, proj: str) -> int:
-    """Elements per token of the first layer's q_norm or k_norm input, where LoRA leaves
-    its projection frozen (0 otherwise)."""
+def _frozen_first_norm(row: dict, fam: GPT2 | Llama, proj: str, part: str) -> int:
+    """Bytes the rules keep, and the graph does not, in the first layer's q_norm or k_norm
+    where LoRA adapts another attention projection but leaves this one frozen: its input
+    and its 1/rms (one per head for
+    Qwen3's, one per token for OLMo2's over the width)."""
     lora = row.get("lora")
-    if not lora or not getattr(fam, "qk_norm", False):
+    if not lora or not isinstance(fam, Llama) or fam.qk_norm == "none":
         return 0
     targets = lora[1].split(",")
-    if "all-linear" in targets or proj in targets:
-        return 0
-    assert isinstance(fam, Llama)
-    return (fam.H if proj == "q_proj" else fam.Hkv) * row["B"] * row["T"]
+    attention = {"q_proj", "k_proj", "v_proj", "o_proj"}
+    if "all-linear" in targets or proj in targets or not attention & set(targets):
+        return 0  # (no adapter in the first layer's attention: the rules drop it whole)
+    heads = fam.H if proj == "q_proj" else fam.Hkv
+    per_token = {"input_fp32": heads * fam.dh,
+                 "rstd": heads if fam.qk_norm == "head" else 1}[part]
+    return per_token * row["B"] * row["T"] * 4
 
 
 NAME_DIFFERENCES: dict[str, tuple[str, Callable[[dict, GPT2 | Llama], int]]] = {
@@ -461,11 +468,10 @@ NAME_DIFFERENCES: dict[str, tuple[str, Callable[[dict, GPT2 | Llama], int]]] = {
         lambda row, fam: fam.L * 3 * row["B"] * row["T"] * fam.E * 4
         if _v_view_keeps_c_attn(row, fam) else 0),
     **{f"decoder.attn.{n}_norm.{part}": (
-        "Qwen3 under LoRA: the first layer's q_norm (k_norm) normalises a frozen projection "
-        "of a frozen input, so nothing in it needs a gradient and it keeps nothing; the rules "
-        "keep it in every layer (the measurement agrees with the graph)",
-        lambda row, fam, n=n, part=part: -_frozen_first_norm(row, fam, f"{n}_proj") * 4 * (
-            fam.dh if part == "input_fp32" else 1))  # type: ignore[union-attr]
+        "Qwen3 and OLMo2 under LoRA: the first layer's q_norm (k_norm) normalises a frozen "
+        "projection of a frozen input, so nothing in it needs a gradient and it keeps "
+        "nothing; the rules keep it in every layer (the measurement agrees with the graph)",
+        lambda row, fam, n=n, part=part: -_frozen_first_norm(row, fam, f"{n}_proj", part))
        for n in ("q", "k") for part in ("input_fp32", "rstd")},
     "decoder.attn.v": (
         "the same rows: no V of its own (a view of c_attn's output), where tcalc counts "

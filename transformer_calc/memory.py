@@ -1526,9 +1526,12 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         # rotate_half(q)·sin keep that one pair (measured: all 92 Llama-family fixture rows
         # were short by exactly it). (T5Gemma's two stacks are left as they were: its B = 1
         # rows are over by 0.4 % already, for a reason not found)
+        # (kept in fp32 where the model computes RoPE in fp32: spec.rope_fp32)
         dr = int(spec.head_dim * spec.rotary_fraction) // 2 * 2
-        add(("rope.cos_sin", 2 * T * dr * r, "2 · T·rotary_dims · act (cos and sin, one pair "
-             "for the model)", f"2 · {T} · {dr} · {r}", 1, "", "", None, ()))
+        rb = 4 if spec.rope_fp32 else r
+        add(("rope.cos_sin", 2 * T * dr * rb, "2 · T·rotary_dims · " + (
+            "4 (fp32" if spec.rope_fp32 else "act (") + "cos and sin, one pair for the model)",
+             f"2 · {T} · {dr} · {rb}", 1, "", "", None, ()))
     if spec.side_concat:
         # RoCBERT: each side table keeps its (zero-filled) indices; the projection keeps the
         # concatenated vectors

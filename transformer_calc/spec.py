@@ -33,7 +33,7 @@ RELATIVE_SCOPES = ("first", "every")
 CLASSIFIERS = ("none", "linear", "dense", "dense_norm")
 # encoder towers before a language model, and the projectors after them (towers.py)
 TOWERS = ("none", "siglip", "qwen2_5_vl", "qwen3_vl", "pixtral", "mllama", "whisper")
-PROJECTORS = ("none", "gemma3", "mistral3", "linear", "mlp")
+PROJECTORS = ("none", "gemma3", "mistral3", "linear", "mlp", "lfm2_vl", "kimi_k25")
 QK_NORMS = ("none", "head", "width", "l2")
 ATTN_GATES = ("none", "head", "width")
 # Recurrent mixers (issue 14): layers whose state does not grow with the context.
@@ -141,6 +141,9 @@ class ModelSpec:
     rope_concat: bool = _f(False, "RoPE concatenates the rotated part of each head with the rest "
                            "(partial rotary: StableLM, GPT-NeoX, Phi, GLM), so Q leaves it "
                            "contiguous in (B, H, T, d) order", arch=False)
+    rope_fp32: bool = _f(False, "RoPE keeps cos and sin in fp32 and computes q·cos + "
+                         "rotate_half(q)·sin in fp32, cast back to the query's dtype (OLMo, "
+                         "OLMo2, OLMo3, FlexOlmo, Beam, LFM3)", arch=False)
     norm_manual: bool = _f(False, "the LayerNorm is written out in fp32 (CohereLayerNorm): it "
                            "keeps x − mean twice, the normalised tensor and 1/std, and a "
                            "(heads, d_head) QK-norm norms each head apart", arch=False)
@@ -589,6 +592,8 @@ class ModelSpec:
     tower_layers: int = _f(0, "the tower's layers (Mllama: its local encoder's)", minimum=0,
                            maximum=MAX_LAYERS)
     tower_heads: int = _f(0, "the tower's attention heads", minimum=0)
+    tower_kv_heads: int = _f(0, "the tower's key/value heads when fewer than its heads "
+                             "(EXAONE 4.5's num_key_value_heads); 0: tower_heads", minimum=0)
     tower_d_ff: int = _f(0, "the tower's MLP inner size", minimum=0)
     tower_channels: int = _f(3, "input channels of its patch embedding (images: 3; Whisper: "
                              "num_mel_bins)", minimum=1)
@@ -615,11 +620,15 @@ class ModelSpec:
     projector: str = _f("none", "what maps the tower's output to the language model's width: "
                         "gemma3 (a norm and a matrix), mistral3 (a norm, a patch merger and a "
                         "two-layer MLP), linear (Mllama's, Qwen2-Audio's), mlp (two layers, "
-                        "Voxtral's) or none (the tower's own merger does, Qwen-VL; Whisper's "
+                        "Voxtral's), lfm2_vl (a norm over merged patches, two layers through "
+                        "projector_d_ff), kimi_k25 (a norm, then two layers over merged "
+                        "patches) or none (the tower's own merger does, Qwen-VL; Whisper's "
                         "decoder reads the encoder by cross-attention)",
                         choices=PROJECTORS)
     projector_bias: bool = _f(True, "biases on the projector's linear layers (Mistral 3: "
                               "multimodal_projector_bias)")
+    projector_d_ff: int = _f(0, "the projector's inner width (LFM2-VL: projector_hidden_size)",
+                             minimum=0)
 
     # -- attention over parameters (Vaswani et al. 2017, appendix) -----------------------
     pattn_heads: int = _f(0, "h_p: heads of the attention-over-parameters sublayer", minimum=0)
@@ -979,6 +988,12 @@ def _check_tower(spec: ModelSpec) -> None:
     if spec.tower_d_model % spec.tower_heads:
         raise SpecError("tower_heads", f"a divisor of tower_d_model={spec.tower_d_model}",
                         spec.tower_heads)
+    if spec.tower_kv_heads and spec.tower_heads % spec.tower_kv_heads:
+        raise SpecError("tower_kv_heads", f"a divisor of tower_heads={spec.tower_heads}",
+                        spec.tower_kv_heads)
+    if spec.projector == "lfm2_vl" and spec.projector_d_ff < 1:
+        raise SpecError("projector_d_ff", "an integer >= 1 with projector: lfm2_vl",
+                        spec.projector_d_ff)
 
 
 def _check_mixer(spec: ModelSpec) -> None:

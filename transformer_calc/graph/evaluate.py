@@ -89,7 +89,8 @@ _READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv"},
           "llama": _METADATA | _COMMON | {"n_kv_heads", "d_head", "softmax_fp32", "bias_q",
                                           "bias_k", "bias_v", "bias_o", "bias_ffn_in",
                                           "bias_ffn_out", "fused_qkv", "fused_gate_up",
-                                          "rope_concat", "qk_norm"}}
+                                          "rope_concat", "qk_norm", "norm_position",
+                                          "norm_fp32", "rope_fp32"}}
 
 
 def _unread(spec: ModelSpec, family: str) -> list[str]:
@@ -125,7 +126,8 @@ def family_of(spec: ModelSpec) -> Family:
                          resid_pdrop=p, embd_pdrop=p, attn_pdrop=pa)
     if (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
             and spec.activation == "silu" and spec.softmax_fp32 and not spec.dropout
-            and spec.qk_norm in ("none", "head")
+            and spec.qk_norm in ("none", "head", "width")
+            and spec.norm_position in ("pre", "post")
             and not _unread(spec, "llama")):
         pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
         return llama.Llama(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
@@ -135,9 +137,10 @@ def family_of(spec: ModelSpec) -> Family:
                            bias_mlp_in=spec.bias_ffn_in, bias_mlp_out=spec.bias_ffn_out,
                            attention_dropout=pa, fused_qkv=spec.fused_qkv,
                            fused_gate_up=spec.fused_gate_up, rope_concat=spec.rope_concat,
-                           qk_norm=spec.qk_norm == "head")
+                           qk_norm=spec.qk_norm, post_norm=spec.norm_position == "post",
+                           norm_fp32=spec.norm_fp32, rope_fp32=spec.rope_fp32)
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
-                     "GPT-2 and the Llama/Qwen2/Qwen3/Phi-3 family)")
+                     "GPT-2 and the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family)")
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -138,6 +138,11 @@ class _Namer:
         self.fused = isinstance(family, GPT2)
         # Phi-3's rotary concatenation: Q and K are new tensors, the rotated ones
         self.rope_concat = getattr(family, "rope_concat", False)
+        # OLMo2: post_attention_layernorm normalises the attention's output, and
+        # post_feedforward_layernorm the MLP's (tcalc's attn.norm and ffn.norm)
+        self.norms = dict(_NORMS, post_attention_layernorm="attn.norm",
+                          post_feedforward_layernorm="ffn.norm") \
+            if getattr(family, "post_norm", False) else _NORMS
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2)
                              else family.attention_dropout) != 0
 
@@ -161,8 +166,8 @@ class _Namer:
         lora = self.run.lora
         if module in _ADAPTED and lora is not None and lora.adapts(module.split(".")[-1]):
             return "decoder." + self._adapter(module, role, s)
-        if module in _NORMS:
-            return "decoder." + self._norm(_NORMS[module], role)
+        if module in self.norms:
+            return "decoder." + self._norm(self.norms[module], role)
         if module in _INPUTS and role in ("mm.self", "addmm.self"):
             return "decoder." + _INPUTS[module]
         if module in ("attn", "self_attn"):

@@ -1,9 +1,12 @@
-"""Llama, Qwen2, Qwen3 and Phi-3 as transformers 5.23 runs them: models/llama/modeling_llama.py
+"""Llama, Qwen2, Qwen3, OLMo2 and Phi-3 as transformers 5.23 runs them:
+models/llama/modeling_llama.py
 (LlamaForCausalLM, LlamaModel, LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding,
 apply_rotary_pos_emb, repeat_kv, eager_attention_forward, LlamaMLP) with
 integrations/sdpa_attention.py (use_gqa_in_sdpa); models/qwen2/modeling_qwen2.py, the
 same graph with biases on q, k and v only; models/qwen3/modeling_qwen3.py, with an RMSNorm
 over each head of Q and of K (q_norm, k_norm) before the rotation;
+models/olmo2/modeling_olmo2.py, with q_norm and k_norm over the whole projection, each
+sublayer's output normalised before the residual add, and RMSNorm's weight applied in fp32;
 models/phi3/modeling_phi3.py, with Q, K and V as slices of one qkv_proj, gate and up as the
 chunks of one gate_up_proj, and a rotary embedding that concatenates the rotated part with
 the rest (a copy even when the rest is empty)."""
@@ -42,7 +45,10 @@ class Llama:
     fused_qkv: bool = False  # Phi-3's qkv_proj
     fused_gate_up: bool = False  # Phi-3's gate_up_proj
     rope_concat: bool = False  # Phi-3's apply_rotary_pos_emb: cat([rotated, pass])
-    qk_norm: bool = False  # Qwen3's q_norm and k_norm: RMSNorm over each head's d_head
+    qk_norm: str = "none"  # q_norm, k_norm: over each head (Qwen3) or the width (OLMo2)
+    post_norm: bool = False  # OLMo2: each sublayer's output normalised, then added
+    norm_fp32: bool = False  # OLMo2's RMSNorm: (weight * x) in fp32, then cast
+    rope_fp32: bool = False  # OLMo2: cos and sin stay fp32, RoPE in fp32 cast back
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
@@ -59,48 +65,65 @@ def forward(m: Builder, cfg: Llama) -> Tensor:
         # cache_position = arange(T); position_ids its unsqueezed view (one storage),
         # passed to the layers with cos, sin and, eager, the causal mask
         positions = tr.tensor((m["T"],), I64, False)
-        cos, sin = _rotary(m, h)
+        cos, sin = _rotary(m, h, cfg.rope_fp32)
         mask = causal_mask(m, h) if m.run.attention == "eager" else None
         extras = (positions, cos, sin) + (() if mask is None else (mask,))
         h = m.layers("layers", lambda x: _layer(m, cfg, x, cos, sin, mask), h, extras)
-        h = rms_norm(m, "norm", h)
+        h = rms_norm(m, "norm", h, cfg.norm_fp32)
     with m.module("lm_head"):
         w = m.tied("model.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
         logits = ops.linear(h, w)
     return causal_lm_loss(logits, ids, V)
 
 
-def _rotary(m: Builder, like: Tensor) -> tuple[Tensor, Tensor]:
+def _rotary(m: Builder, like: Tensor, fp32: bool = False) -> tuple[Tensor, Tensor]:
     """LlamaRotaryEmbedding.forward, under no_grad, once for the model: cos and sin of
     (1, T, dh), cast to the activation dtype (a view of the fp32 product when that is
-    fp32)."""
+    fp32); Olmo2RotaryEmbedding leaves them fp32."""
     one, T, dh = Dim.const(1), m["T"], m["dh"]
     with m.trace.no_grad(), m.module("rotary_emb"):
         pair = []
         for _ in ("cos", "sin"):
             emb = m.trace.tensor((one, T, dh), F32, False)
-            pair.append(ops.to(ops.mul(emb, 1.0), like.dtype))  # · attention_scaling
+            scaled = ops.mul(emb, 1.0)  # · attention_scaling
+            pair.append(scaled if fp32 else ops.to(scaled, like.dtype))
         return pair[0], pair[1]
 
 
-def rms_norm(m: Builder, name: str, h: Tensor) -> Tensor:
+def rms_norm(m: Builder, name: str, h: Tensor, fp32_weight: bool = False) -> Tensor:
     """LlamaRMSNorm.forward: hidden_states.to(float32); variance = pow(2).mean(-1,
-    keepdim=True); hidden_states * rsqrt(variance + eps); weight * hidden.to(input_dtype)."""
+    keepdim=True); hidden_states * rsqrt(variance + eps); weight * hidden.to(input_dtype).
+    fp32_weight (Olmo2RMSNorm): (weight * hidden_states).to(input_dtype), the product in
+    fp32."""
     with m.module(name):
         w = m.param("weight", h.shape[-1])
         x = ops.to(h, F32)
         variance = ops.mean(ops.pow(x, 2.0))
         x = ops.mul(x, ops.rsqrt(ops.add(variance, 1e-6)))
+        if fp32_weight:
+            return ops.to(ops.mul(w, x), h.dtype)
         return ops.mul(w, ops.to(x, h.dtype))
 
 
 def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor,
            mask: Tensor | None) -> Tensor:
-    """LlamaDecoderLayer.forward: pre-norm attention and MLP around the residual."""
+    """LlamaDecoderLayer.forward: pre-norm attention and MLP around the residual;
+    Olmo2DecoderLayer.forward: each sublayer's output normalised, then added."""
+    if cfg.post_norm:
+        with m.module("self_attn"):
+            a = _attention(m, cfg, h, cos, sin, mask)
+        h = ops.add(h, rms_norm(m, "post_attention_layernorm", a, cfg.norm_fp32))
+        return ops.add(h, rms_norm(m, "post_feedforward_layernorm", _mlp(m, cfg, h),
+                                   cfg.norm_fp32))
     with m.module("self_attn"):
-        a = _attention(m, cfg, rms_norm(m, "input_layernorm", h), cos, sin, mask)
+        a = _attention(m, cfg, rms_norm(m, "input_layernorm", h, cfg.norm_fp32), cos, sin,
+                       mask)
     h = ops.add(h, a)
-    x = rms_norm(m, "post_attention_layernorm", h)
+    return ops.add(h, _mlp(m, cfg, rms_norm(m, "post_attention_layernorm", h, cfg.norm_fp32)))
+
+
+def _mlp(m: Builder, cfg: Llama, x: Tensor) -> Tensor:
+    """LlamaMLP (Phi3MLP with the fused gate_up_proj): down(silu(gate(x)) * up(x))."""
     with m.module("mlp"):
         F, E = m["F"], m["E"]
         if cfg.fused_gate_up:
@@ -113,7 +136,7 @@ def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor,
             x = m.linear("down_proj",
                          ops.mul(gate, m.linear("up_proj", x, F, cfg.bias_mlp_in)), E,
                          cfg.bias_mlp_out)
-    return ops.add(h, x)
+    return x
 
 
 def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
@@ -122,9 +145,11 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
     B, T, H, Hkv, dh = m["B"], m["T"], m["H"], m["Hkv"], m["dh"]
 
     def heads(y: Tensor, n: Dim, norm: str = "") -> Tensor:
+        if norm and cfg.qk_norm == "width":  # Olmo2Attention: q_norm(q_proj(x)), then view
+            y = rms_norm(m, norm, y, cfg.norm_fp32)
         y = ops.view(y, (B, T, n, dh))
-        if norm and cfg.qk_norm:  # Qwen3Attention: q_norm(q_proj(x).view(...)).transpose
-            y = rms_norm(m, norm, y)
+        if norm and cfg.qk_norm == "head":  # Qwen3Attention: q_norm(q_proj(x).view(...))
+            y = rms_norm(m, norm, y, cfg.norm_fp32)
         return ops.transpose(y, 1, 2)
 
     if cfg.fused_qkv:
@@ -138,6 +163,8 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
             heads(m.linear("v_proj", x, Hkv * dh, cfg.bias_v), Hkv)
     cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
     q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+    if cfg.rope_fp32:  # olmo2's apply_rotary_pos_emb: q_embed.to(q_type)
+        q, k = ops.to(q, v.dtype), ops.to(k, v.dtype)
     if cfg.rope_concat:  # torch.cat([rotated, x[..., rotary_dim:]]): the pass part empty
         q, k = ops.cat([q], -1), ops.cat([k], -1)
     if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
