@@ -135,6 +135,8 @@ def test_cli_lora(cli) -> None:
     assert qv["trainable_params"] == 3_407_872  # peft: 32 · 8 · (4096+4096 + 4096+1024)
     for args, message in (
             (("--lora", "8", "--lora-targets", "qproj"), "unknown module 'qproj'"),
+            (("--lora", "8", "--lora-targets", ""), "expected all-linear or module names"),
+            (("--lora", "8", "--lora-targets", " , "), "expected all-linear or module names"),
             (("--lora-targets", "q"), "need --lora RANK"),
             (("--lora", "8", "--inference"), "apply to training"),
             (("--lora", "8", "--freeze", "embeddings"), "whole base is frozen"),

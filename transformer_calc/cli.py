@@ -551,8 +551,11 @@ def _settings(train: dict[str, Any], batch_size: int = 1, seq_len: int | None = 
         t["tp_plan"] = ""  # the recipe's
     lora = t.pop("lora", 0)
     t["lora_rank"] = lora
-    t["lora_targets"] = tuple(x.strip() for x in t.pop("lora_targets", "all-linear").split(",")
-                              if x.strip()) or ("all-linear",)
+    targets = t.pop("lora_targets", "all-linear")
+    t["lora_targets"] = tuple(x.strip() for x in targets.split(",") if x.strip())
+    if not t["lora_targets"]:  # PEFT's LoraConfig takes no empty list either
+        raise TcalcError(f"--lora-targets {targets!r}: expected all-linear or module names, "
+                         "comma-separated (q_proj,v_proj or tcalc's q,v)")
     if lora == 0 and (t["lora_targets"] != ("all-linear",) or t.get("lora_dropout")):
         raise TcalcError("--lora-targets and --lora-dropout: need --lora RANK")
     t["freeze"] = tuple(x.strip() for x in t.pop("freeze", "").split(",") if x.strip())
