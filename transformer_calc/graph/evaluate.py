@@ -5,6 +5,7 @@ the parameters it touched (a tied table once), and the forward's matmul FLOPs.""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -93,12 +94,16 @@ _READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv"},
                                           "norm_fp32", "rope_fp32"}}
 
 
-def _unread(spec: ModelSpec, family: str) -> list[str]:
-    """The spec's fields away from their defaults that the family's graph does not read."""
+@functools.cache
+def _defaults(family: str) -> tuple[Callable[[ModelSpec], tuple[object, ...]],
+                                    tuple[str, ...], tuple[object, ...]]:
+    """The ModelSpec fields the family's graph does not read: a getter of their values (one
+    C call: a sweep asks this of thousands of specs), their names and their defaults."""
     import dataclasses
+    import operator
 
-    out = []
-    for f in dataclasses.fields(spec):
+    names, defaults = [], []
+    for f in dataclasses.fields(ModelSpec):
         if f.name in _READS[family]:
             continue
         if f.default is not dataclasses.MISSING:
@@ -107,9 +112,19 @@ def _unread(spec: ModelSpec, family: str) -> list[str]:
             default = f.default_factory()
         else:
             continue
-        if getattr(spec, f.name) != default:
-            out.append(f.name)
-    return out
+        names.append(f.name)
+        defaults.append(default)
+    getter = operator.attrgetter(*names)
+    return getter, tuple(names), tuple(defaults)
+
+
+def _unread(spec: ModelSpec, family: str) -> list[str]:
+    """The spec's fields away from their defaults that the family's graph does not read."""
+    getter, names, defaults = _defaults(family)
+    values = getter(spec)
+    if values == defaults:
+        return []
+    return [n for n, v, d in zip(names, values, defaults, strict=True) if v != d]
 
 
 def family_of(spec: ModelSpec) -> Family:
