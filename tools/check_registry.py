@@ -314,8 +314,10 @@ def draw_mixer(rng: random.Random, fields: set[str], cfg: dict) -> dict:
     return out
 
 
-def draw_tower(rng: random.Random, kind: str, text_width: int) -> tuple[dict, dict]:
-    """A small vision_config of this tower kind, and the wrapper's own keys beside it."""
+def draw_tower(rng: random.Random, kind: str, text_width: int,
+               model_type: str = "") -> tuple[dict, dict]:
+    """A small vision_config of this tower kind, and the wrapper's own keys beside it (in the
+    spelling of the wrapper's vision config: SigLIP2's num_patches, MoonViT's position grid)."""
     heads = rng.choice([2, 4])
     width = heads * rng.choice([8, 16])
     patch = rng.choice([2, 4])
@@ -325,6 +327,16 @@ def draw_tower(rng: random.Random, kind: str, text_width: int) -> tuple[dict, di
         vision |= {"num_hidden_layers": rng.choice([1, 2]), "num_attention_heads": heads,
                    "patch_size": patch, "image_size": patch * rng.choice([2, 4]),
                    "vision_use_head": rng.random() < 0.5}
+        if model_type == "lfm2_vl":  # SigLIP2: a position table of num_patches rows
+            vision["num_patches"] = rng.choice([4, 16])
+            top = {"downsample_factor": rng.choice([1, 2]),
+                   "projector_hidden_size": rng.choice([16, 32]),
+                   "projector_bias": rng.random() < 0.5}
+        if model_type == "kimi_k25":  # MoonViT: a height × width grid of positions
+            k = rng.choice([1, 2])
+            vision |= {"pos_emb_height": rng.choice([2, 4]), "pos_emb_width": rng.choice([2, 4]),
+                       "merge_kernel_size": [k, k]}
+            top = {"projection_hidden_size": width}
     elif kind in ("qwen2_5_vl", "qwen3_vl"):
         depth = rng.choice([1, 2, 3])
         vision |= {"depth": depth, "num_heads": heads, "patch_size": patch,
@@ -332,6 +344,9 @@ def draw_tower(rng: random.Random, kind: str, text_width: int) -> tuple[dict, di
                    "spatial_merge_size": rng.choice([1, 2]), "out_hidden_size": text_width}
         if kind == "qwen2_5_vl":
             vision["fullatt_block_indexes"] = [depth - 1]
+            if model_type == "exaone4_5":  # its vision attention's K/V heads
+                vision["num_key_value_heads"] = rng.choice([k for k in (1, 2, heads)
+                                                            if heads % k == 0])
         else:
             vision |= {"num_position_embeddings": rng.choice([4, 16]),
                        "deepstack_visual_indexes": sorted(rng.sample(range(depth),
@@ -471,8 +486,10 @@ def main() -> None:
                                                                         rng.choice([1, n // 2])))
                 config = {"model_type": model_type, **named, "text_config": inner}
                 if task == "whole":
+                    inner["model_type"] = transformers.AutoConfig.for_model(
+                        model_type).text_config.model_type  # (EXAONE 4.5 needs it named)
                     vision, top = draw_tower(rng, WRAPPERS[model_type].tower,
-                                             inner.get("hidden_size", 64))
+                                             inner.get("hidden_size", 64), model_type)
                     config |= {WRAPPERS[model_type].tower_key: vision, **top}
             elif attempts:
                 config = {"model_type": model_type, **named, **draw(rng, fields)}

@@ -344,11 +344,12 @@ TOWER_KEYS = """hidden_size intermediate_size num_hidden_layers depth num_attent
 attention_heads patch_size image_size num_channels in_channels in_chans temporal_patch_size
 spatial_merge_size out_hidden_size num_position_embeddings deepstack_visual_indexes
 vision_use_head num_global_layers max_num_tiles supported_aspect_ratios vision_output_dim
-head_dim""".split()
+head_dim num_patches pos_emb_height pos_emb_width merge_kernel_size num_key_value_heads""".split()
 WHISPER_KEYS = """d_model encoder_layers encoder_attention_heads encoder_ffn_dim num_mel_bins
 max_source_positions""".split()
 WRAPPER_KEYS = """tie_word_embeddings spatial_merge_size multimodal_projector_bias
-vision_feature_layer projector_hidden_act""".split()
+vision_feature_layer projector_hidden_act downsample_factor projector_hidden_size projector_bias
+projector_use_layernorm projection_hidden_size""".split()
 
 
 def wrapper_defaults() -> tuple[dict, dict, dict]:

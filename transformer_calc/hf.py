@@ -615,6 +615,17 @@ WRAPPERS: dict[str, Wrapper] = {
                         "mistral3", text_cls="MistralForCausalLM"),
     "mllama": Wrapper("MllamaForConditionalGeneration", "mllama", "mllama_text_model",
                       "mllama", "linear", text_cls="MllamaForCausalLM"),
+    # LFM2-VL: a SigLIP2 tower (its linear patch embedding counts as SigLIP's convolution) and
+    # a LayerNorm + two-layer projector over merged patches; Kimi-K2.5: MoonViT (SigLIP's
+    # layers with a height × width position table) and a merger as projector, DeepSeek-V3's
+    # language model; EXAONE 4.5: Qwen2.5-VL's tower with fewer K/V heads, EXAONE 4's language
+    # model
+    "lfm2_vl": Wrapper("Lfm2VlForConditionalGeneration", "lfm2", "lfm2", "siglip", "lfm2_vl",
+                       text_cls="Lfm2ForCausalLM"),
+    "kimi_k25": Wrapper("Kimi_K25ForConditionalGeneration", "deepseek_v3", "deepseek_v3",
+                        "siglip", "kimi_k25", text_cls="DeepseekV3ForCausalLM"),
+    "exaone4_5": Wrapper("Exaone4_5_ForConditionalGeneration", "exaone4", "exaone4",
+                         "qwen2_5_vl", text_cls="Exaone4ForCausalLM"),
     # Voxtral and Qwen2-Audio: Whisper's encoder (audio_config), a projector, a Llama or
     # Qwen2 language model (VoxtralMultiModalProjector: two bias-free linear layers from the
     # encoder's intermediate_size; Qwen2AudioMultiModalProjector: one biased linear layer)
@@ -767,18 +778,24 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                       # reads d_model
                       "tower_out": out["tower_d_ff"] if w.projector == "mlp" else 0,
                       "projector_bias": w.projector == "linear"}
-    out |= {"tower_patch": size("patch_size"),
-            "tower_channels": size("num_channels", "in_channels", "in_chans")}
-    if w.tower == "siglip":  # SiglipVisionEmbeddings: (image_size / patch_size)² positions
-        image = size("image_size")
+    channels = ("num_channels", "in_channels", "in_chans")
+    out |= {"tower_patch": size("patch_size"),  # (MoonViT's class has no channel key: 3)
+            "tower_channels": size(*channels) if any(k in v.table or v.t(k) is not None
+                                                      for k in channels) else 3}
+    if w.tower == "siglip":
         out |= {"tower_layers": size("num_hidden_layers"),
                 "tower_heads": size("num_attention_heads"),
-                "tower_positions": (image // out["tower_patch"]) ** 2,
-                "tower_head": bool(v.t("vision_use_head", True))}
+                "tower_positions": _positions(v, out["tower_patch"], size),
+                # (read where the class has the key: MoonViT has no pooling head)
+                "tower_head": "vision_use_head" in v.table and bool(v.t("vision_use_head"))}
+        out |= _projector_fields(w, v, top, size)
     elif w.tower in ("qwen2_5_vl", "qwen3_vl"):
         out |= {"tower_layers": size("depth"), "tower_heads": size("num_heads"),
                 "tower_temporal": size("temporal_patch_size"),
                 "tower_merge": size("spatial_merge_size"), "tower_out": size("out_hidden_size")}
+        kv = v.t("num_key_value_heads")  # EXAONE 4.5's vision attention
+        if kv is not None and kv != out["tower_heads"]:
+            out["tower_kv_heads"] = int(kv)
         if w.tower == "qwen3_vl":
             # (Qwen3.5's vision config class has no deepstack: the key is not read)
             deep = v.t("deepstack_visual_indexes", []) \
@@ -812,6 +829,37 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                 "tower_aspect_ratios": len(ratios) + 1,
                 "tower_out": size("vision_output_dim")}
     return out
+
+
+def _positions(v: Config, patch: int, size: Callable[..., int]) -> int:
+    """Rows of a SigLIP-style position table: SigLIP2's num_patches, MoonViT's height ×
+    width, else SigLIP's (image_size / patch_size)²."""
+    if "num_patches" in v.table or v.t("num_patches") is not None:
+        return size("num_patches")
+    if "pos_emb_height" in v.table or v.t("pos_emb_height") is not None:
+        return size("pos_emb_height") * size("pos_emb_width")
+    return (size("image_size") // patch) ** 2
+
+
+def _projector_fields(w: Wrapper, v: Config, top: Config,
+                      size: Callable[..., int]) -> dict[str, Any]:
+    """The projector sizes a SigLIP-tower wrapper's config gives beside the tower's."""
+    if w.projector == "lfm2_vl":
+        # Lfm2VlMultiModalProjector: downsample_factor² patches merged, projector_hidden_size
+        top.refuse("projector_use_layernorm", lambda x: x is False,
+                   "LFM2-VL's projector without its LayerNorm is not modelled")
+        return {"tower_merge": int(top.t("downsample_factor", 2)),
+                "projector_d_ff": int(top.t("projector_hidden_size")),
+                "projector_bias": bool(top.t("projector_bias", True))}
+    if w.projector == "kimi_k25":
+        kernel = v.t("merge_kernel_size", [2, 2])
+        if not isinstance(kernel, list) or len(kernel) != 2 or kernel[0] != kernel[1] \
+                or not isinstance(kernel[0], int) or kernel[0] < 1:
+            raise SpecError("merge_kernel_size", "[k, k] (a square merge; others are not "
+                            "modelled)", kernel, source=v.where)
+        return {"tower_merge": kernel[0],
+                "tower_out": int(top.t("projection_hidden_size", size("hidden_size")))}
+    return {}
 
 
 def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "") -> ModelSpec:

@@ -69,7 +69,8 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "tower_patch": spec.tower_patch, "tower_temporal": spec.tower_temporal,
         "tower_positions": spec.tower_positions, "tower_merge": spec.tower_merge,
         "tower_out": spec.tower_out or spec.tower_d_model, "tower_tiles": spec.tower_tiles,
-        "tower_aspect_ratios": spec.tower_aspect_ratios}
+        "tower_aspect_ratios": spec.tower_aspect_ratios, "tower_kv_heads": spec.tower_kv_heads,
+        "tower_heads": spec.tower_heads, "projector_d_ff": spec.projector_d_ff}
 
 
 _NO_POSITION_TABLE = {

@@ -142,11 +142,19 @@ def _layers(spec: ModelSpec, t: Tower, p: str, L: int, add,  # type: ignore[no-u
             norm: tuple[int, str]) -> None:
     """One kind of tower layer: two norms, Q, K, V and O, the MLP; repeated L times."""
     D, F = spec.tower_d_model, spec.tower_d_ff
-    add(p + "attn.qkv.weight", 3 * D * D, "3 · tower_d_model²", L, shape=(3 * D, D))
-    bias = (2 + t.k_bias) * D if t.qkv_bias else 0
-    if bias:
-        add(p + "attn.qkv.bias", bias, "3 · tower_d_model" if t.k_bias else
-            "2 · tower_d_model (Q and V; K has none)", L)
+    if spec.tower_kv_heads:  # fewer K/V heads (EXAONE 4.5's vision attention)
+        kv = spec.tower_kv_heads * (D // spec.tower_heads)
+        add(p + "attn.qkv.weight", (D + 2 * kv) * D, "(tower_d_model + 2 · tower_kv_heads · "
+            "tower_d_model / tower_heads) · tower_d_model", L, shape=(D + 2 * kv, D))
+        if t.qkv_bias:
+            add(p + "attn.qkv.bias", D + 2 * kv, "tower_d_model + 2 · tower_kv_heads · "
+                "tower_d_model / tower_heads", L)
+    else:
+        add(p + "attn.qkv.weight", 3 * D * D, "3 · tower_d_model²", L, shape=(3 * D, D))
+        bias = (2 + t.k_bias) * D if t.qkv_bias else 0
+        if bias:
+            add(p + "attn.qkv.bias", bias, "3 · tower_d_model" if t.k_bias else
+                "2 · tower_d_model (Q and V; K has none)", L)
     add(p + "attn.o.weight", D * D, "tower_d_model²", L, shape=(D, D))
     if t.o_bias:
         add(p + "attn.o.bias", D, "tower_d_model", L)
@@ -198,6 +206,22 @@ def _projector(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
             "tower_d_model", shape=(Dv, Dv * m * m))
         add("projector.linear_1", out * E + E * b, "tower_out × d_model" + " + d_model" * b)
         add("projector.linear_2", E * E + E * b, "d_model²" + " + d_model" * b)
+    elif spec.projector == "lfm2_vl":
+        # Lfm2VlMultiModalProjector: a LayerNorm over m² merged patches (pixel unshuffle),
+        # linear_1 to projector_hidden_size, linear_2 to d_model (projector_bias)
+        W, F = Dv * m * m, spec.projector_d_ff
+        add("projector.norm", 2 * W, "2 · tower_d_model · tower_merge²")
+        add("projector.linear_1", W * F + F * b, "tower_d_model · tower_merge² × "
+            "projector_d_ff" + " + projector_d_ff" * b)
+        add("projector.linear_2", F * E + E * b, "projector_d_ff × d_model" + " + d_model" * b)
+    elif spec.projector == "kimi_k25":
+        # Kimi_K25MultiModalProjector: pre_norm (a LayerNorm over the tower's output), in_proj
+        # over m² merged patches, out_proj to d_model, both biased
+        W = out * m * m
+        add("projector.norm", 2 * out, "2 · tower_out")
+        add("projector.in_proj", W * W + W, "(tower_out · tower_merge²)² + tower_out · "
+            "tower_merge²")
+        add("projector.out_proj", W * E + E, "tower_out · tower_merge² × d_model + d_model")
     elif spec.projector == "mlp":
         # VoxtralMultiModalProjector: linear_1 (tower_out -> d_model), an activation, linear_2
         add("projector.linear_1", out * E + E * b, "tower_out × d_model" + " + d_model" * b,
