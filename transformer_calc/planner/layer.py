@@ -61,8 +61,7 @@ class LayerCost(NamedTuple):
     attn_fwd: float  # the attention core's forward (what selective recompute redoes)
     attn_bwd: float
     op_recompute: float  # torchtitan's per-op policy: every second GEMM and the elementwise
-    tp_bytes: float  # per collective; 4 per pass (2 all-gathers + 2 reduce-scatters or
-    tp_collectives: int  # 2 all-reduces counted as 4 half-volume collectives)
+    tp_bytes: float  # the layer's t × h output: two all-reduces of it per pass
     cp_bytes: float  # K and V of one context-parallel step
     ep_bytes: float  # one all-to-all's bytes (dispatch or combine)
     params: float  # parameters of the layer on this GPU (before ZeRO)
@@ -253,7 +252,7 @@ class Layer:
             + hq * a.d_head * (a.q_lora_rank or h)
             + a.kv_lora_rank * hq * (a.d_head - a.d_rope + a.d_v) + hq * a.d_v * h)
         return LayerCost(out["fwd"], out["bwd"], out["wgrad"], out["attn_fwd"], out["attn_bwd"],
-                         out["gemm_fwd"] / 2 + elem, tp_bytes, 4, cp_bytes, ep_bytes,
+                         out["gemm_fwd"] / 2 + elem, tp_bytes, cp_bytes, ep_bytes,
                          attn_params + ffn_params + experts, experts)
 
 

@@ -11,7 +11,6 @@ planner models, a GPU whose peak is published) is kept with the reason it is lef
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -193,9 +192,12 @@ def case_of(row: dict[str, Any]) -> Case:
     if fw.name == "torchtitan" and "compile" not in text:
         fw = fw._replace(elementwise=1.6, ce_bytes=24)  # eager: no fused kernels
     if source == "mosaic_mpt":
-        # llm-foundry's benchmark runs FlashAttention in Triton (submit_benchmarks.py:
-        # --attn_impl, default triton); IBM's runs use SDPA's FlashAttention-2
-        fw = fw._replace(attention="triton")
+        # llm-foundry's MPT: FlashAttention in Triton (the yamls' attn_impl: triton, and
+        # submit_benchmarks.py's default), flash-attn's fused cross-entropy (modeling_mpt.py:
+        # loss_fn defaults to fused_crossentropy), 16-bit LayerNorms (submit_benchmarks.py:
+        # low_precision_layernorm), no biases or dropout: a fused layer's passes. IBM's
+        # runs use SDPA's FlashAttention-2 under eager modules.
+        fw = fw._replace(attention="triton", elementwise=1.0, ce_bytes=12)
     n = row["num_gpus"]
     seq = row["seq_len"]
     tp, pp, cp = row["tp"], row["pp"], row.get("cp") or 1
@@ -300,11 +302,3 @@ def convention_flops(conv: str, spec: ModelSpec, row: dict[str, Any], tokens: in
 
 def cases(path: Path) -> list[Case]:
     return [case_of(r) for r in load_runs(path)]
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b) if b else 0
-
-
-def log_error(pred_s: float, meas_s: float) -> float:
-    return math.log(meas_s / pred_s)

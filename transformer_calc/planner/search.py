@@ -280,7 +280,3 @@ def search(work: Workload, cluster: Cluster, fw: Framework, cal: Calibration, gp
             best.append(Candidate(lay, st, peak))
     return SearchResult(tuple(best), total, kept, check.calls, time.perf_counter() - t0,
                         budget)
-
-
-def replace_settings(settings: Any, **changes: Any) -> Any:
-    return dataclasses.replace(settings, **changes)

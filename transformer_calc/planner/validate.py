@@ -7,7 +7,6 @@ checks on same-cluster sweeps.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -73,10 +72,6 @@ def _layer(case: Case, model: StepModel) -> Prediction:
     return Prediction(case, lay, st, t, case.measured_s / t - 1, ())
 
 
-def median_abs(errors: Sequence[float]) -> float:
-    return statistics.median(abs(e) for e in errors) if errors else math.nan
-
-
 def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float:
     """Kendall's τ-b between two rankings (ties counted as neither concordant nor
     discordant, as scipy.stats.kendalltau's default variant does)."""
@@ -97,12 +92,6 @@ def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float:
                 disc += 1
     denom = math.sqrt((conc + disc + ties_a) * (conc + disc + ties_b))
     return (conc - disc) / denom if denom else math.nan
-
-
-def predict_all(cases: Sequence[Case], calibration_of: Callable[[str], Calibration]
-                ) -> list[Prediction]:
-    """Each usable case with its source's fold."""
-    return [predict(c, calibration_of(c.source)) for c in cases if not c.reason]
 
 
 class Row(NamedTuple):
