@@ -26,14 +26,18 @@ from pathlib import Path
 from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ("params.py", "flops.py", "memory.py", "plan.py", "lora.py", "quant.py")
+TARGETS = ("params.py", "flops.py", "memory.py", "plan.py", "lora.py", "quant.py",
+           # the op graph's saved-for-backward rules and what memory reads of them
+           "graph/ops.py", "graph/sdpa.py", "graph/held.py", "graph/autocast.py",
+           "graph/families/llama.py", "graph/families/gpt2.py", "costs/activations.py")
 TESTS = ("tests/test_params_presets.py", "tests/test_hf.py", "tests/test_registry.py",
          "tests/test_flops.py", "tests/test_memory.py", "tests/test_plan.py",
          "tests/test_variants.py", "tests/test_mixers.py", "tests/test_breakdown.py",
          "tests/test_activations_measured.py", "tests/test_explain_compare_sweep.py",
          "tests/test_lora.py", "tests/test_lora_memory.py", "tests/test_quant.py",
          "tests/test_fit.py", "tests/test_megatron.py", "tests/test_efficient_attention.py",
-         "tests/test_patterns_memory.py", "tests/test_peak.py", "tests/test_parallel_peak.py")
+         "tests/test_patterns_memory.py", "tests/test_peak.py", "tests/test_parallel_peak.py",
+         "tests/test_graph.py")
 
 SWAPS: dict[type, type] = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add,
                            ast.FloorDiv: ast.Mult, ast.Lt: ast.LtE, ast.LtE: ast.Lt,
@@ -140,11 +144,13 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--all", action="store_true", help="every mutation site, not a sample")
+    ap.add_argument("--modules", nargs="*", default=list(TARGETS),
+                    help="only these of the targets (paths under transformer_calc/)")
     args = ap.parse_args()
-    every = [s for module in TARGETS for s in sites(module)]
+    every = [s for module in args.modules for s in sites(module)]
     chosen = every if args.all else random.Random(args.seed).sample(  # noqa: S311
         every, min(args.count, len(every)))
-    print(f"# {len(chosen)} of {len(every)} mutation sites in {', '.join(TARGETS)} "
+    print(f"# {len(chosen)} of {len(every)} mutation sites in {', '.join(args.modules)} "
           f"(seed {args.seed}); tests: {len(TESTS)} files", flush=True)
     baseline = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p",
                                "no:cacheprovider", "-m", "not slow",
