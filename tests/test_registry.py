@@ -214,7 +214,7 @@ def test_a_class_not_counted_is_refused_with_the_ones_that_are() -> None:
 
 
 # The vision-language wrappers whole (hf.WRAPPERS): their default configs and drawn text and
-# vision configs. REFERENCE: `python tools/check_registry.py --wrappers --cases 6 --write
+# vision configs. REFERENCE: `python tools/check_registry.py --wrappers --cases 8 --write
 # tests/data/registry_wrappers.json` (torch 2.13.0+cpu, transformers 5.23.0, meta device,
 # the *ForConditionalGeneration class)
 WRAPPER_CASES = json.loads((DATA / "registry_wrappers.json").read_text())
@@ -227,6 +227,24 @@ def test_wrapper_whole_equals_transformers(case: dict) -> None:
     spec = spec_from_hf(case["config"], "case.json")
     assert count_params(spec).total == case["total"]
     assert spec.note.startswith(f"counted as transformers' {case['class']}: its {spec.tower}")
+
+
+def test_an_audio_models_head_is_its_own_and_voxtral_lays_its_text_defaults_under() -> None:
+    # transformers 5.23, meta device, trainable parameters: these classes have no tied-weight
+    # keys (the head stays apart under tie_word_embeddings true), and VoxtralConfig fills a
+    # text_config's missing keys from its own defaults (head_dim 128: q_proj 512 × 64)
+    audio = {"d_model": 32, "hidden_size": 32, "encoder_layers": 1, "num_hidden_layers": 1,
+             "encoder_attention_heads": 2, "num_attention_heads": 2, "intermediate_size": 64,
+             "encoder_ffn_dim": 64, "max_source_positions": 8, "num_mel_bins": 8}
+    text = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}
+    for model_type, inner, want in (("audioflamingo3", "qwen2", 183_936),
+                                    ("musicflamingo", "qwen2", 183_936),
+                                    ("qwen2_audio", "qwen2", 179_776),
+                                    ("voxtral", "llama", 271_744)):
+        config = {"model_type": model_type, "tie_word_embeddings": True,
+                  "text_config": {"model_type": inner, **text}, "audio_config": audio}
+        assert count_params(spec_from_hf(config)).total == want, model_type
 
 
 def test_every_wrapper_has_its_default_and_drawn_cases() -> None:

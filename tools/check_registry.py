@@ -365,6 +365,9 @@ def draw_tower(rng: random.Random, kind: str, text_width: int,
                    "encoder_ffn_dim": vision["intermediate_size"],
                    "num_mel_bins": rng.choice([8, 16]),
                    "max_source_positions": rng.choice([8, 16])}
+        if model_type in ("audioflamingo3", "musicflamingo"):
+            top = {"projector_bias": rng.random() < 0.5}
+            vision["model_type"] = "audioflamingo3_encoder"  # (the class needs it named)
     else:  # mllama
         layers = rng.choice([2, 3])
         picked = sorted(rng.sample(range(layers), rng.choice([1, 2])))
@@ -466,7 +469,8 @@ def main() -> None:
                 jobs.append((model_type, {"architectures": [task_cls]}, task))
     for model_type, named, task in jobs:
         cls = type(transformers.AutoConfig.for_model(model_type))
-        whisper = task == "whole" and WRAPPERS[model_type].tower == "whisper"
+        # (Whisper's own keys sit side by side; an audio LM's encoder is in audio_config)
+        whisper = task == "whole" and not WRAPPERS[model_type].tower_key
         nested = getattr(TABLE_DRIVEN.get(model_type), "text_config", False) or (
             task == "whole" and not whisper)
         if nested:  # Mllama, the wrappers: the drawn keys go in text_config
@@ -490,7 +494,9 @@ def main() -> None:
                         model_type).text_config.model_type  # (EXAONE 4.5 needs it named)
                     vision, top = draw_tower(rng, WRAPPERS[model_type].tower,
                                              inner.get("hidden_size", 64), model_type)
-                    config |= {WRAPPERS[model_type].tower_key: vision, **top}
+                    # (the head tied or not at the top, where transformers 5 reads it)
+                    config |= {WRAPPERS[model_type].tower_key: vision,
+                               "tie_word_embeddings": rng.random() < 0.5, **top}
             elif attempts:
                 config = {"model_type": model_type, **named, **draw(rng, fields)}
                 if whisper:  # the encoder's own sizes: its input and its (frozen) positions

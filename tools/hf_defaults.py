@@ -13,6 +13,7 @@ generic mapper reads are written.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import pprint
 import sys
@@ -378,6 +379,10 @@ def wrapper_defaults() -> tuple[dict, dict, dict]:
                                          if k in built}
         built = config.text_config.to_dict()
         text["absent:" + model_type] = {k: built[k] for k in KEYS if k in built}
+        # a config that lays its own text defaults under a file's text_config (Voxtral's)
+        if "init_kwargs, **self.text_config" in inspect.getsource(type(config)):
+            kwargs = type(config).sub_configs_defaults["text_config"].init_kwargs
+            text["merged:" + model_type] = {k: kwargs[k] for k in KEYS if k in kwargs}
     return text, tower, top
 
 

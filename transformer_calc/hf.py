@@ -588,6 +588,12 @@ class Wrapper(NamedTuple):
     tower_key: str = "vision_config"
     # the model's language-model class, what --text-only counts
     text_cls: str = ""
+    # an audio projector's input: the encoder's intermediate_size (Voxtral's, four frames
+    # at a time) rather than its d_model (Audio Flamingo 3's)
+    projector_from_ff: bool = False
+    # the class ties its head where the config says (Voxtral, Qwen2-Audio and Audio Flamingo
+    # 3 have no tied-weight keys: their heads are their own whatever the file says)
+    ties_head: bool = True
 
 
 WRAPPERS: dict[str, Wrapper] = {
@@ -630,9 +636,20 @@ WRAPPERS: dict[str, Wrapper] = {
     # Qwen2 language model (VoxtralMultiModalProjector: two bias-free linear layers from the
     # encoder's intermediate_size; Qwen2AudioMultiModalProjector: one biased linear layer)
     "voxtral": Wrapper("VoxtralForConditionalGeneration", "llama", "llama", "whisper", "mlp",
-                       tower_key="audio_config", text_cls="LlamaForCausalLM"),
+                       tower_key="audio_config", text_cls="LlamaForCausalLM",
+                       projector_from_ff=True, ties_head=False),
     "qwen2_audio": Wrapper("Qwen2AudioForConditionalGeneration", "qwen2", "qwen2", "whisper",
-                           "linear", tower_key="audio_config", text_cls="Qwen2ForCausalLM"),
+                           "linear", tower_key="audio_config", text_cls="Qwen2ForCausalLM",
+                           ties_head=False),
+    # Audio Flamingo 3 and Music Flamingo: Whisper's encoder (the AudioFlamingo3Encoder, its
+    # keys spelt hidden_size or d_model), a two-layer projector from d_model
+    # (projector_bias), a Qwen2 language model
+    "audioflamingo3": Wrapper("AudioFlamingo3ForConditionalGeneration", "qwen2", "qwen2",
+                              "whisper", "mlp", tower_key="audio_config",
+                              text_cls="Qwen2ForCausalLM", ties_head=False),
+    "musicflamingo": Wrapper("MusicFlamingoForConditionalGeneration", "qwen2", "qwen2",
+                             "whisper", "mlp", tower_key="audio_config",
+                             text_cls="Qwen2ForCausalLM", ties_head=False),
     # WhisperForConditionalGeneration: the decoder WhisperForCausalLM counts (its
     # cross-attention runs here) and the audio encoder, both read from the one flat config
     "whisper": Wrapper("WhisperForConditionalGeneration", "whisper", "whisper", "whisper",
@@ -677,10 +694,12 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
         DEFAULTS.get(w.text_type, {}) if record == w.text else {}
     # transformers 5 ties the head as the outer config says (Qwen2.5-VL also reads a tied
     # text_config, for files saved before v5)
-    tie = top.t("tie_word_embeddings")
+    tie = top.t("tie_word_embeddings") and w.ties_head
     if w.flat_text and not tie:
         tie = bool(text.get("tie_word_embeddings"))
-    text_data = {**{k: v for k, v in defaults.items() if v is not None}, **text,
+    # (VoxtralConfig lays its own text defaults under a file's text_config)
+    merged = {} if absent else DEFAULTS.get("merged:" + model_type, {})
+    text_data = {**{k: v for k, v in defaults.items() if v is not None}, **merged, **text,
                  "model_type": record, "tie_word_embeddings": bool(tie)}
     text_data.pop("architectures", None)
     if model_type == "mllama":  # its record reads the language model from text_config
@@ -775,9 +794,11 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                       "tower_positions": size("max_source_positions"),
                       # Voxtral's projector reads the encoder's states four frames at a time
                       # (intermediate_size wide), without biases; Qwen2-Audio's one biased layer
-                      # reads d_model
-                      "tower_out": out["tower_d_ff"] if w.projector == "mlp" else 0,
-                      "projector_bias": w.projector == "linear"}
+                      # and Audio Flamingo 3's two (projector_bias) read d_model
+                      "tower_out": out["tower_d_ff"] if w.projector_from_ff else 0,
+                      "projector_bias": w.projector == "linear" or (
+                          w.projector == "mlp" and not w.projector_from_ff
+                          and bool(top.t("projector_bias", True)))}
     channels = ("num_channels", "in_channels", "in_chans")
     out |= {"tower_patch": size("patch_size"),  # (MoonViT's class has no channel key: 3)
             "tower_channels": size(*channels) if any(k in v.table or v.t(k) is not None
