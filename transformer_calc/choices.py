@@ -3,7 +3,17 @@ tuples and the CLI offers them. No imports, so the CLI can read it at start-up w
 loading the core."""
 
 PRECISIONS = ("fp32", "fp16", "bf16")
-RECIPES = ("amp", "megatron")  # how mixed precision runs: torch AMP, or Megatron-LM/DeepSpeed
+# how a framework trains (recipes.py): its precision, adapters' dtype and loss; amp is hf's
+# old name. megatron and deepspeed keep a 16-bit model beside fp32 master weights
+RECIPES = ("hf", "amp", "torchtune", "litgpt", "megatron", "deepspeed")
+SIXTEEN_BIT_RECIPES = ("megatron", "deepspeed")
+ADAPTER_DTYPES = ("fp32", "bf16", "fp16")  # LoRA adapters' dtype (memory)
+# where the logits become fp32 for the loss: in transformers' loss function (loss), inside
+# the model (model: torchtune's output(h).float()), or never (LitGPT's 16-bit cross-entropy)
+LOGITS_FP32 = ("loss", "model", "never")
+# the peak reported: torch.cuda.max_memory_allocated, max_memory_reserved, or nvidia-smi's
+# per-process memory (reserved + the CUDA context)
+METRICS = ("allocated", "reserved", "nvidia-smi")
 OPTIMIZERS = ("adamw", "adam", "adamw8bit", "sgd", "sgd-momentum", "adafactor", "lion")
 ATTENTIONS = ("eager", "sdpa", "flash")  # attention implementation (memory)
 DEVICES = ("cuda", "cpu")

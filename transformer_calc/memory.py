@@ -15,14 +15,18 @@ from typing import Any, NamedTuple
 
 from transformer_calc.breakdown import Breakdown, Item
 from transformer_calc.choices import (
+    ADAPTER_DTYPES,
     ATTENTIONS,
     DEVICES,
     EXPERTS_IMPLS,
+    LOGITS_FP32,
+    METRICS,
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PRECISIONS,
     RECIPES,
     SDPA_KERNELS,
+    SIXTEEN_BIT_RECIPES,
 )
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import DENSE, pattern_keys
@@ -1854,10 +1858,12 @@ class Settings:
 
     precision: str = "fp32"  # fp32 | fp16 | bf16: the weights' dtype (pure), or with mixed
     mixed: bool = False  # AMP: fp32 master weights + 16-bit copies (precision picks which)
-    # how mixed precision is run (RECIPES): amp (torch autocast over fp32 weights, as the
-    # Hugging Face Trainer runs bf16=True) or megatron (Megatron-LM / DeepSpeed: the model in
-    # 16-bit, an fp32 master copy and fp32 gradients beside it)
-    recipe: str = "amp"
+    # the framework (RECIPES, recipes.py): how mixed precision runs and ZeRO shards. hf (amp:
+    # torch autocast over fp32 weights, as the Hugging Face Trainer runs bf16=True; torchtune
+    # and litgpt run torch's way too) or megatron / deepspeed (the model in 16-bit, an fp32
+    # master copy and fp32 gradients beside it). The CLI's --recipe also sets the fields
+    # below that the recipe fixes (recipes.RECIPE_SETTINGS); here it is one field
+    recipe: str = "hf"
     optimizer: str = "adamw"
     batch_size: int = 1
     seq_len: int = 0  # 0: the model's max_positions (or 2048)
@@ -1919,20 +1925,43 @@ class Settings:
     kv_block: int = 0
     gpu_util: float = 0.9
     prefill_chunk: int = 2048
+    # The frameworks' own ways (recipes.py). LoRA adapters' dtype ("": fp32, as PEFT upcasts
+    # them; bf16 in torchtune, LitGPT and DeepSpeed, which make or cast them in the model's)
+    adapter_dtype: str = ""
+    # the loss (LOGITS_FP32): where the logits become fp32, the chunks the head and loss run
+    # in (torchtune's CEWithChunkedOutputLoss: 8), and whether torch.compile compiles the
+    # cross-entropy with its upcast (it then keeps the 16-bit logits, not the fp32
+    # log-softmax: measured, tests/data/loss_context_cuda_h100.json)
+    logits_fp32: str = "loss"
+    loss_chunks: int = 1
+    compile_loss: bool = False
+    # torchtune's optimizer_in_bwd: one optimizer per parameter stepped in its
+    # post-accumulate-grad hook, so each gradient is freed as soon as it is made
+    optimizer_in_backward: bool = False
+    # bitsandbytes' paged optimizers: the states in CUDA unified memory (cudaMallocManaged),
+    # outside the caching allocator's counters (torch.cuda.max_memory_allocated)
+    paged_optimizer: bool = False
+    # torchtune's activation offloading (OffloadActivations): what the model saves for
+    # backward goes to CPU memory, brought back a layer ahead of backward; needs full
+    # recomputation
+    offload_activations: bool = False
+    # the peak reported (METRICS): allocated, reserved, or what nvidia-smi shows
+    metric: str = "allocated"
 
     @property
     def sixteen_bit_model(self) -> bool:
         """Mixed precision with the model itself in 16-bit and an fp32 master copy beside it:
         the megatron recipe, and DeepSpeed / FSDP wherever they hold the parameters (ZeRO-3,
         offload), which autocast does not run under."""
-        return self.mixed and (self.recipe == "megatron" or self.offload != "none")
+        return self.mixed and (self.recipe in SIXTEEN_BIT_RECIPES or self.offload != "none")
 
     @property
     def torch_parallel(self) -> bool:
-        """Data parallelism as torch runs it (the recipe amp, no DeepSpeed offload): DDP with
-        gradient_as_bucket_view, ZeroRedundancyOptimizer for ZeRO-1, FSDP2 for ZeRO-2
-        (reshard_after_forward=False) and ZeRO-3; else Megatron-LM's / DeepSpeed's."""
-        return self.recipe == "amp" and self.offload == "none"
+        """Data parallelism as torch runs it (the recipes hf, torchtune and litgpt, no
+        DeepSpeed offload): DDP with gradient_as_bucket_view, ZeroRedundancyOptimizer for
+        ZeRO-1, FSDP2 for ZeRO-2 (reshard_after_forward=False) and ZeRO-3; else Megatron-LM's
+        / DeepSpeed's."""
+        return self.recipe not in SIXTEEN_BIT_RECIPES and self.offload == "none"
 
     @property
     def fsdp2_mixed(self) -> bool:
@@ -1959,7 +1988,26 @@ class Settings:
              "--sdpa-kernel: applies to --attention sdpa"),
             (self.experts in EXPERTS_IMPLS,
              f"--experts: expected one of {', '.join(EXPERTS_IMPLS)}"),
-            (self.recipe == "amp" or self.mixed, "--recipe megatron: needs --mixed"),
+            (self.recipe not in SIXTEEN_BIT_RECIPES or self.mixed,
+             f"--recipe {self.recipe}: needs --mixed"),
+            (self.adapter_dtype in ("", *ADAPTER_DTYPES),
+             f"--adapter-dtype: expected one of {', '.join(ADAPTER_DTYPES)}"),
+            (self.logits_fp32 in LOGITS_FP32,
+             f"--logits-fp32: expected one of {', '.join(LOGITS_FP32)}"),
+            (self.loss_chunks >= 1, "--loss-chunks: expected an integer >= 1"),
+            (self.metric in METRICS, f"--metric: expected one of {', '.join(METRICS)}"),
+            (not self.optimizer_in_backward or self.grad_accum == 1,
+             "--optim-in-bwd: needs --grad-accum 1 (each gradient is stepped and "
+             "freed in backward; torchtune refuses it too)"),
+            (not self.optimizer_in_backward or (self.gpus == 1 and not self.lora_rank),
+             "--optim-in-bwd: modelled for full training on one GPU (torchtune's "
+             "single-device recipe)"),
+            (not self.paged_optimizer or self.optimizer in ("adamw", "adam", "adamw8bit"),
+             "--paged: bitsandbytes pages AdamW's states (--optimizer adamw or "
+             "adamw8bit)"),
+            (not self.offload_activations or self.recompute == "full",
+             "--offload activations: needs --recompute full (torchtune offloads the inputs "
+             "that activation checkpointing keeps)"),
             (self.optimizer in OPTIMIZERS, f"--optimizer: expected one of {', '.join(OPTIMIZERS)}"),
             (self.batch_size >= 1, "--batch-size: expected an integer >= 1"),
             (self.seq_len >= 0, "--seq-len: expected an integer >= 1"),
@@ -2033,6 +2081,20 @@ class Settings:
     def act_bytes(self) -> int:
         return 4 if self.precision == "fp32" else 2
 
+    @property
+    def adapter_bytes(self) -> int:
+        """Bytes per LoRA adapter parameter: fp32 (PEFT's upcast) unless a 16-bit dtype is
+        named."""
+        return 4 if self.adapter_dtype in ("", "fp32") else 2
+
+    @property
+    def upcast_in_loss(self) -> bool:
+        """Whether the fp32 copy of the logits is made inside the loss (transformers' loss
+        function; each chunk in torchtune's chunked loss, whose model returns 16-bit
+        chunks), where a compiled loss can fuse it away."""
+        return self.logits_fp32 == "loss" or (self.logits_fp32 == "model"
+                                              and self.loss_chunks > 1)
+
 
 def state_bytes_per_param(s: Settings) -> list[tuple[str, float, str]]:
     """(component, bytes per parameter, why) for training. Adafactor is shape-dependent and
@@ -2094,6 +2156,22 @@ class Phase(NamedTuple):
 # to 12.1 % of the peak (torch AMP with SDPA the most: autocast's short-lived casts fragment
 # it). The CUDA context lives outside the allocator and was not measured: not included.
 ALLOCATOR_CACHE = (0.020, 0.121)
+
+# The reserve model behind --metric reserved: max_memory_reserved over max_memory_allocated
+# in the 42 single-process training runs on an H100 (tests/data/peak_cuda_h100.json,
+# peak_lora_cuda_h100.json, peak_qlora_cuda_h100.json, peak_lora_opt_cuda_h100.json,
+# peak_no_cache_cuda_h100.json; torch 2.11): the median 4.73 % above the peak (2.0 % to
+# 13.8 %), and the caching allocator reserves whole 2 MiB segments at least
+# (c10/cuda/CUDACachingAllocator.cpp, kMinLargeAlloc / kRoundLarge).
+RESERVE_MEDIAN = 0.0473
+RESERVE_RANGE = (0.020, 0.138)
+SEGMENT = 2 << 20
+# The CUDA context beside the allocator, what nvidia-smi adds per process: measured on an
+# H100 (torch 2.11, CUDA 13.0: nvidia-smi's process memory minus memory_reserved, after a
+# cuBLAS matmul and an SDPA kernel; tests/data/loss_context_cuda_h100.json,
+# tools/measure_loss_context_cuda.py). Other GPU families were not measured: the H100's
+# value stands for them, said in the output.
+CUDA_CONTEXT = {"H100": 692 << 20}
 
 
 class Change(NamedTuple):
@@ -2172,6 +2250,25 @@ class MemoryReport:
         """Per GPU: the highest phase of a training step; in inference, the total."""
         p = self.peak_phase
         return p.items.total if p else self.per_gpu.total
+
+    @property
+    def peaks(self) -> dict[str, int]:
+        """The peak in each metric (METRICS), per GPU: allocated (the tensors, as
+        torch.cuda.max_memory_allocated counts them), reserved (the caching allocator's
+        segments: RESERVE_MEDIAN above, in whole 2 MiB segments), nvidia-smi (reserved and the
+        CUDA context). Paged optimizer states (unified memory, which the driver moves between
+        host and GPU as it is touched) are in none of them: reported apart."""
+        allocated = self.peak
+        reserved = math.ceil(allocated * (1 + RESERVE_MEDIAN) / SEGMENT) * SEGMENT
+        return {"allocated": allocated, "reserved": reserved,
+                "nvidia-smi": reserved + self.cuda_context[1]}
+
+    @property
+    def cuda_context(self) -> tuple[str, int]:
+        """(the GPU family whose measurement stands for this GPU, the context's bytes)."""
+        gpu = (self.fit.gpu if self.fit is not None else "").upper()
+        family = next((f for f in CUDA_CONTEXT if f in gpu), "H100")
+        return family, CUDA_CONTEXT[family]
 
 
 def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
@@ -2294,12 +2391,14 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         # (FSDP2 under --mixed gathers bf16 parameters, MixedPrecisionPolicy casting the
         # inputs too: autocast then runs over a 16-bit model, as it does over LoRA's base)
         fsdp2_mixed = s.fsdp2_mixed
-        amp = s.mixed and adapters is None and s.recipe != "megatron" and not fsdp2_mixed
+        amp = s.mixed and adapters is None and s.recipe not in SIXTEEN_BIT_RECIPES \
+            and not fsdp2_mixed
         acts = _saved_activations(spec, s, T, p, adapters is not None, amp, pattern,
                                   amp16=s.mixed and (adapters is not None or fsdp2_mixed)
                                   and s.precision != "fp32")
         if s.activations == "megatron":
             acts = megatron_activations(spec, s, T)
+        acts = _loss_saved(spec, s, acts, T)
         notes = acts.notes
         if spec.index_heads and adapters is None:
             index = sum([r[1] * r[4] for r in p.rows if ".attn.index_" in r[0]])
@@ -2312,18 +2411,102 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         comps.append(("activations", acts.total, "Σ saved tensors (below)",
                       f"batch {s.batch_size} · seq {T}", 1, "", "", None, ()))
         korth = korthikanti_per_layer(spec, s.batch_size, T)
+    if s.paged_optimizer and not s.inference:
+        comps = [_paged_states(s, r, trainable) if r[0] == "optimizer_states" else r
+                 for r in comps]
     components = Breakdown(spec.name, "bytes", tuple(comps), notes, {},
                            functools.partial(dict, params=N))
     per_gpu, host, parallel_notes = _per_gpu(spec, s, components, acts, p, adapters)
     notes += parallel_notes
+    if s.offload_activations:
+        host = Breakdown(host.model, "bytes", host.items + (Item(
+            "activations", _offloaded(acts, s)[1], "what the model saves for backward, "
+            "offloaded (the loss's and the rebuilt layer's stay)"),))
+    notes += _recipe_notes(s)
     phases: Callable[[], tuple[Phase, ...]] = tuple if s.inference else functools.partial(
         training_phases, spec, s, T, per_gpu, acts, p)
     report = MemoryReport(spec.name, s, T, N, components, per_gpu, acts, rows, korth, None,
                           notes, phases, trainable)
     report.__dict__["host"] = host
+    if s.paged_optimizer and not s.inference:
+        report.__dict__["unified"] = per_gpu.get("optimizer_states").total
     if gpu:
         report.__dict__["fit"] = _fit(spec, s, report, gpu, pattern)
     return report
+
+
+def _paged_states(s: Settings, row: tuple, trainable: int) -> tuple:  # type: ignore[type-arg]
+    """bitsandbytes' paged states: its 32-bit optimizers keep fp32 states whatever the
+    parameters' dtype (Optimizer2State.init_state: dtype=torch.float32), its 8-bit ones one
+    byte per moment (and fp32 block scales, not counted); both in unified memory."""
+    per = OPTIMIZER_BYTES[s.optimizer]
+    return ("optimizer_states", trainable * per, f"params · {per} (bitsandbytes' paged states, "
+            "in CUDA unified memory: outside the allocator's counters)", "", 1, "", "", None,
+            ())
+
+
+def _recipe_notes(s: Settings) -> tuple[str, ...]:
+    """What the recipe and the settings it fixes assume, said in the output."""
+    if s.inference:
+        return ()
+    from transformer_calc.recipes import RECIPE_NOTES
+
+    out = [f"recipe {s.recipe}: {RECIPE_NOTES[s.recipe]}"] if s.recipe not in ("hf", "amp") \
+        else []
+    if s.lora_rank and s.adapter_bytes != ADAPTER_BYTES:
+        out.append(f"LoRA adapters in {s.adapter_dtype}: their gradients and moments too, "
+                   "and no fp32 copy of their inputs")
+    if s.loss_chunks > 1:
+        out.append(f"the head and the loss in {s.loss_chunks} chunks (torchtune's "
+                   "CEWithChunkedOutputLoss): one chunk's fp32 upcast at a time")
+    if s.compile_loss:
+        out.append("torch.compile of the cross-entropy: it keeps the 16-bit logits and "
+                   "recomputes the softmax (measured on an H100); the layers are counted "
+                   "uncompiled")
+    if s.logits_fp32 == "model" and s.loss_chunks == 1:
+        out.append("the logits upcast to fp32 inside the model (output(h).float())")
+    if s.logits_fp32 == "never":
+        out.append("the loss on the 16-bit logits, never upcast")
+    if s.optimizer_in_backward:
+        out.append("optimizer in backward: each gradient stepped and freed as it is made")
+    if s.paged_optimizer:
+        out.append("paged optimizer states (bitsandbytes): in CUDA unified memory, which the "
+                   "driver pages between host and GPU; outside every peak shown "
+                   "(JSON unified_memory_bytes)")
+    if s.offload_activations:
+        out.append("activation offloading: the model's saved tensors in CPU memory")
+    return tuple(out)
+
+
+def _loss_saved(spec: ModelSpec, s: Settings, acts: Breakdown, T: int) -> Breakdown:
+    """What the loss keeps for backward as the recipe runs it (the log-softmax row of the
+    activations, rewritten). Measured on an H100 (tests/data/loss_context_cuda_h100.json,
+    tools/measure_loss_context_cuda.py), per B·T·vocab_size element: 4 bytes (the fp32
+    log-softmax) wherever the logits are upcast, whole or in chunks; 2 (the 16-bit logits
+    themselves, 16 bytes per row beside) when torch.compile fuses the upcast into the
+    cross-entropy; the activation dtype's bytes when the loss runs on 16-bit logits (LitGPT's
+    cross-entropy)."""
+    row = next((r for r in acts.rows if r[0] == "loss.log_softmax"), None)
+    if row is None or s.activations != "hf" or s.act_bytes == 4:
+        return acts
+    a = s.act_bytes
+    btv = s.batch_size * T * spec.vocab_size
+    bt = s.batch_size * T
+    if s.compile_loss and s.upcast_in_loss:
+        new: tuple[Any, ...] = (
+            ("loss.logits", btv * a, "B·T·vocab_size · act (the 16-bit logits the compiled "
+             "cross-entropy keeps; it recomputes the softmax)", "", 1, "", "", None, ()),
+            ("loss.row_stats", bt * 16, "B·T · 16 (per row: the compiled loss's fp32 "
+             "statistics and int64 labels, measured)", "", 1, "", "", None, ()))
+    elif s.logits_fp32 == "never" and not s.mixed:
+        new = (("loss.log_softmax", btv * a, "B·T·vocab_size · act (log-softmax of the "
+                "16-bit logits, never upcast)", "", 1, "", "", None, ()),)
+    else:
+        return acts
+    rows: list[Any] = []
+    for r in acts.rows:
+        rows.extend(new if r is row else (r,))
+    return Breakdown(acts.model, "bytes", tuple(rows), acts.notes, {}, acts.symbols)
 
 
 def _saved_activations(spec: ModelSpec, s: Settings, T: int, p: Breakdown, lora: bool,
@@ -2395,6 +2578,11 @@ def _lora_states(spec: ModelSpec, s: Settings, params: Breakdown,
     N = params.total
     base = 4 if s.precision == "fp32" else 2
     per = OPTIMIZER_BYTES[s.optimizer]
+    ab = s.adapter_bytes
+    if ab != ADAPTER_BYTES and s.optimizer in ("adamw", "adam", "lion", "sgd-momentum"):
+        per = per * ab // ADAPTER_BYTES  # torch keeps the moments in the parameters' dtype
+    dtype = "fp32: PEFT's autocast_adapter_dtype" if ab == ADAPTER_BYTES else \
+        f"{s.adapter_dtype}, as the framework makes them"
     if s.quant:
         stored = weight_format_bytes(spec, params, s.quant, s.group_size, s.double_quant)
         weights = ("weights", stored.total, f"frozen base in {s.quant} as stored (computed in "
@@ -2405,9 +2593,9 @@ def _lora_states(spec: ModelSpec, s: Settings, params: Breakdown,
                    1, "", "", None, ())
     return [
         weights,
-        ("lora_weights", adapters * ADAPTER_BYTES, "adapter params · 4 (fp32: PEFT's "
-         "autocast_adapter_dtype)", "", 1, "", "", None, ()),
-        ("gradients", adapters * ADAPTER_BYTES, "adapter params · 4 (fp32, like the adapters)",
+        ("lora_weights", adapters * ab, f"adapter params · {ab} ({dtype})", "", 1, "", "",
+         None, ()),
+        ("gradients", adapters * ab, f"adapter params · {ab} (like the adapters)",
          "", 1, "", "", None, ()),
         ("optimizer_states", adapters * per, f"adapter params · {per} "
          f"({OPTIMIZER_SOURCE[s.optimizer]})", "", 1, "", "", None, ()),
@@ -2517,15 +2705,16 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # outside autocast, so under --mixed their adapters read the input as it is (measured:
     # QLoRA on an H100, tests/data/peak_qlora_cuda_h100.json)
     # (FSDP2 under --mixed gathers the adapters in bf16 too: the cast is to bf16, a no-op)
-    cast = a != ADAPTER_BYTES and not (s.mixed and s.quant.startswith("bnb-")) \
+    # (adapters made in 16-bit, as torchtune and LitGPT make them, read the input as it is)
+    cast = a != s.adapter_bytes and not (s.mixed and s.quant.startswith("bnb-")) \
         and not s.fsdp2_mixed
     # a bitsandbytes base keeps the input of each of its layers whose input needs a gradient:
     # MatMul8bitLt always, MatMul4Bit before 0.44 (ctx.tensors = (A, B))
     base_keeps_input = s.quant == "bnb-int8" or (s.quant in _BNB_4BIT and s.bnb_legacy)
     drop = s.lora_dropout > 0
     # what the adapters keep is fp32, or 16-bit where autocast computes them (--mixed)
-    kept = 2 if s.mixed else ADAPTER_BYTES
-    mask = 1 if s.device == "cuda" else ADAPTER_BYTES  # dropout on the fp32 input
+    kept = 2 if s.mixed else s.adapter_bytes
+    mask = 1 if s.device == "cuda" else s.adapter_bytes  # dropout on the adapters' input
     shared_reads = {(ad.stack, _reads(ad)) for ad in adapted} if not (cast or drop) else set()
     # PEFT's parametrised experts multiply their inputs as they are by the merged weight (no
     # cast, no dropout), which keeps them for its gradient
@@ -2810,7 +2999,7 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                              "n_experts · in · out · base bytes (W + s·B·A, kept)",
                              f"{ad.experts} · {ad.fan_in:,} · {ad.fan_out:,} · {base}", merged,
                              ad.stack, "", None, ()))
-            if base != ADAPTER_BYTES:
+            if base != s.adapter_bytes:
                 # over a 16-bit base the merge casts the fp32 A and B to the base's dtype, and
                 # the batched product keeps both casts (measured: mixtral-top1.json, bf16)
                 rank = s.lora_rank * ad.rank_factor
@@ -2851,7 +3040,8 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
                      ad.repeat, ad.stack, "", None, ()))
     notes = acts.notes + (
         "LoRA: the frozen base keeps only what its inputs' gradients need; each adapter "
-        "keeps its input" + (" (a fp32 copy)" if cast and not s.mixed else "") +
+        "keeps its input" + (f" (a {'fp32' if s.adapter_bytes == 4 else '16-bit'} copy)"
+                             if cast and not s.mixed else "") +
         (", a dropout mask" if drop else "") + " and the B·T·r output of lora_A",)
     return Breakdown(acts.model, "bytes", tuple(rows), notes, {}, acts.symbols)
 
@@ -2913,7 +3103,10 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
                    "parameters, which the optimizer updates)")
     else:
         weights = ("weights", c["weights"], f"{s.precision} weights")
-    states = ("optimizer_states", c["optimizer_states"], "as in the totals")
+    # bitsandbytes' paged states live in unified memory, which the allocator does not count
+    states = ("optimizer_states", 0 if s.paged_optimizer else c["optimizer_states"],
+              "paged: in unified memory, outside the allocator's counters"
+              if s.paged_optimizer else "as in the totals")
     grads = ("gradients", c["gradients"], "as in the totals")
     acts_bytes = c["activations"]
     if cuda:  # the caching allocator's 512-byte blocks, per saved tensor
@@ -2925,6 +3118,10 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
                // (s.tp if s.sequence_parallel else 1)) // s.cp
     activations = ("activations", acts_bytes - rebuilt, "every tensor saved for backward" +
                    (", in 512-byte blocks" if cuda else ""))
+    if s.offload_activations:
+        activations = ("activations", _offloaded(acts, s)[0], "the loss's saved tensors and "
+                       "two layers' kept inputs (the one backward reaches, the one brought back "
+                       "ahead of it); the rest in CPU memory")
     common = [weights, states]
     rebuild_copies = start_copies = None
     if s.mixed and "lora_weights" in c:
@@ -2943,7 +3140,7 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
             rebuild_copies = ("autocast_copies", math.ceil(2 * autocast_copy_params(
                 spec, params, "largest") * share), "16-bit copies of the matmul weights "
                 "outside the layers and of the layer being rebuilt")
-    if s.mixed and s.recipe == "megatron":
+    if s.mixed and s.recipe in SIXTEEN_BIT_RECIPES:
         # Megatron-LM's DDP keeps one contiguous fp32 gradient buffer (main_grad), zeroed
         # between steps, never freed: 2 + 4 + 4 + 8 = 18 bytes per parameter throughout
         common.append(("gradients", c["gradients"], "fp32 main gradients: a persistent "
@@ -2973,7 +3170,6 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
                        if t.kind in ("linear", "experts")] or [0])
         common.append(("dequantised_weight", largest * s.act_bytes, "the largest quantised "
                        "matrix, dequantised for its matmul"))
-    a = s.act_bytes
     btv = s.batch_size * T * spec.vocab_size // ((s.tp if s.vocab_parallel else 1) * s.cp) \
         if spec.lm_head or spec.mlm_head else 0
     forward = list(common) + [activations]
@@ -2982,15 +3178,10 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     rebuild = _rebuild_phase(spec, s, acts, params, c, common, rebuild_copies,
                              rebuilt) if rebuilt else []
     if btv:
-        # the loss's dtype: fp32 where it upcasts the logits (activation_breakdown)
-        up = spec.loss_fp32 or s.mixed or a == 4
-        forward.append(("logits", btv * a + (btv * 4 if a != 4 and up else 0),
-                        "B·T·vocab_size · act" + (" + its fp32 upcast for the loss"
-                                                  if a != 4 and up else "")
-                        + " (freed once the loss is taken)"))
-        g, g_sym = (4, "4 (the fp32") if up else (a, "act (the")
-        backward.append(("loss_gradients", 2 * btv * g, f"2 · B·T·vocab_size · {g_sym} "
-                         "gradients of log-softmax and of the logits)"))
+        head_logits, loss_grads = _loss_transients(spec, s, btv)
+        if head_logits[1]:
+            forward.append(head_logits)
+        backward.append(loss_grads)
     index = max([g.block.attn.index_heads for g in plan_of(spec).groups
                  if g.block.attn is not None] or [0])
     when = "at the end of forward, while the loss is computed"
@@ -3006,7 +3197,23 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
             forward.append(("indexer_scores", scores, "2 · B·T·index_heads·T · 4 (the last "
                             "layer's fp32 indexer scores and their ReLU, freed at once)"))
             when = "in the last layer's DSA indexer"
-    temp, why = _optimizer_temporary(s, c, params)
+    temp, why = (0, "") if s.paged_optimizer else _optimizer_temporary(s, c, params)
+    step_when = "inside the optimizer step"
+    if s.optimizer_in_backward:
+        # one optimizer per parameter, stepped in its post-accumulate-grad hook: a single
+        # gradient and that step's temporary live at once (measured on an H100: two tensors'
+        # bytes over weights and states, tests/data/loss_context_cuda_h100.json)
+        trainable = [r for r in params.rows if category(r[0]) not in s.freeze]
+        largest = max([r[1] for r in trainable])
+        total = sum([r[1] * r[4] for r in trainable])
+        grads = ("gradients", math.ceil(c["gradients"] * largest / total), "the largest "
+                 "parameter's gradient: each is stepped and freed as backward makes it")
+        temp = math.ceil(temp * largest / total) if s.optimizer_impl == "foreach" else temp
+        why = why and why.split(":")[0] + ": that parameter's step alone"
+        step_when = "inside backward, one parameter's step at a time"
+        rebuild = [grads if r[0] == "gradients" else r for r in rebuild]
+        if rebuild and temp:
+            rebuild.append(("optimizer_temporary", temp, why))
     optimizer = [weights, grads, states] + [r for r in common[2:] if r[0] == "cublas_workspace"]
     if temp:
         optimizer.append(("optimizer_temporary", temp, why))
@@ -3020,7 +3227,58 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         backward, back_when = rebuild, "while backward rebuilds the first layer"
     return (phase("forward", when, forward),
             phase("backward", back_when, backward),
-            phase("optimizer", "inside the optimizer step", optimizer))
+            phase("optimizer", step_when, optimizer))
+
+
+def _loss_transients(spec: ModelSpec, s: Settings, btv: int
+                     ) -> tuple[tuple[str, int, str], tuple[str, int, str]]:
+    """The logits live beside what the loss keeps while it is taken (forward's high point),
+    and the loss's gradients at the start of backward, as the recipe runs the head and the
+    loss (``btv``: B·T·vocab_size on this GPU). Measured on an H100, in bytes per element
+    beyond what the loss keeps (tests/data/loss_context_cuda_h100.json): transformers' loss
+    6 in forward (16-bit logits and their fp32 copy), 8 in backward; logits upcast in the
+    model 4 and 8; N chunks each upcast in the loss 2 + 4/N and 8/N; compiled chunks 0 and
+    2/N; a 16-bit loss 2 and 4."""
+    a, N = s.act_bytes, s.loss_chunks
+    up = (spec.loss_fp32 or s.mixed or a == 4) and not (s.logits_fp32 == "never"
+                                                        and not s.mixed)
+    chunks = f" / {N} (one chunk at a time)" if N > 1 else ""
+    if a == 4 or not up:  # the loss runs in the logits' own dtype
+        g = 4 if a == 4 or up else a
+        return (("logits", btv * a, "B·T·vocab_size · act (freed once the loss is taken)"),
+                ("loss_gradients", 2 * btv * g // N, f"2 · B·T·vocab_size · {g}{chunks} (the "
+                 "gradients of log-softmax and of the logits)"))
+    if s.compile_loss and s.upcast_in_loss:
+        return (("logits", 0, "kept by the compiled loss (activations)"),
+                ("loss_gradients", btv * a // N, f"B·T·vocab_size · act{chunks} (the "
+                 "compiled loss's 16-bit gradient of the logits)"))
+    back = ("loss_gradients", 2 * btv * 4 // N, f"2 · B·T·vocab_size · 4{chunks} (the fp32 "
+            "gradients of log-softmax and of the logits)")
+    if N > 1:
+        return (("logits", btv * a + btv * 4 // N, f"B·T·vocab_size · act (the 16-bit chunks) "
+                 f"+ B·T·vocab_size · 4 / {N} (one chunk's fp32 upcast)"), back)
+    if s.logits_fp32 == "model":
+        return (("logits", btv * 4, "B·T·vocab_size · 4 (upcast inside the model, the 16-bit "
+                 "logits freed; freed once the loss is taken)"), back)
+    return (("logits", btv * a + btv * 4, "B·T·vocab_size · act + its fp32 upcast for the "
+             "loss (freed once the loss is taken)"), back)
+
+
+def _offloaded(acts: Breakdown, s: Settings) -> tuple[int, int]:
+    """Activation offloading (torchtune's OffloadActivations around the model's forward):
+    (what stays on the GPU, what goes to CPU memory). Every tensor the model saves moves to
+    the host; the loss's (taken outside the model) and the rebuilt layer's (made in backward)
+    stay, and two layers' kept inputs are on the GPU at a time: the one backward reaches and
+    the one brought back ahead of it."""
+    stay = moved = 0
+    inputs = [r[1] for r in acts.rows if r[0].endswith(".checkpoint_input")]
+    for r in acts.rows:
+        size = (r[1] + (-r[1] % BLOCK if s.device == "cuda" else 0)) * r[4]
+        if r[0].startswith("loss.") or r[6] in (RECOMPUTED, RECOMPUTED_TP):
+            stay += size if not r[6] else 0
+        else:
+            moved += size
+    return stay + 2 * max(inputs, default=0), moved
 
 
 def _rebuild_phase(spec: ModelSpec, s: Settings, acts: Breakdown, params: Breakdown,
@@ -3061,8 +3319,15 @@ def _optimizer_temporary(s: Settings, c: dict[str, int], params: Breakdown) -> t
         return 0, ""
     if s.optimizer_impl == "foreach":
         return c["optimizer_states"] // 2, "foreach: sqrt of every second moment at once"
-    largest = max([r[1] for r in params.rows] or [0])
-    per = 2 if s.precision != "fp32" and not s.mixed else 4
+    if "lora_weights" in c:
+        # the largest adapter matrix: r · the widest side of a matrix (an over-estimate where
+        # that matrix is not adapted; the tensors are small either way)
+        largest = s.lora_rank * max([max(r[8]) for r in params.rows if len(r[8]) == 2]
+                                    or [0])
+        per = s.adapter_bytes
+    else:
+        largest = max([r[1] for r in params.rows] or [0])
+        per = 2 if s.precision != "fp32" and not s.mixed else 4
     return 2 * largest * per, "for-loop: two temporaries of the largest tensor"
 
 

@@ -135,8 +135,10 @@ def _lora(family: Family, s: Settings, roles: frozenset[str]) -> Lora | None:
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
 
-    # FSDP2 under --mixed gathers every parameter, the adapters too, in 16-bit
-    dtype = (F16 if s.precision == "fp16" else BF16) if s.fsdp2_mixed else None
+    # FSDP2 under --mixed gathers every parameter, the adapters too, in 16-bit; torchtune and
+    # LitGPT make the adapters in the model's dtype (--adapter-dtype)
+    named = {"bf16": BF16, "fp16": F16}.get(s.adapter_dtype)
+    dtype = (F16 if s.precision == "fp16" else BF16) if s.fsdp2_mixed else named
     if s.lora_targets == ("all-linear",):
         return Lora(s.lora_rank, frozenset(("all-linear",)), s.lora_dropout, dtype)
     table = _GPT2_MODULES if isinstance(family, GPT2) else _MODULES
