@@ -19,9 +19,12 @@ import typer
 import typer.core
 
 from transformer_calc.choices import (
+    ADAPTER_DTYPES,
     ATTENTIONS,
     DEVICES,
     EXPERTS_IMPLS,
+    LOGITS_FP32,
+    METRICS,
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PATTERNS,
@@ -77,6 +80,7 @@ NUMERIC_LIMITS: dict[str, tuple[float, float, bool]] = {  # name: (low, high, lo
     "grad_accum": (1, _BIG, False), "lora": (0, 2**20, False), "lora_dropout": (0, 0.99, False),
     "kv_block": (0, 2**20, False), "micro_batches": (0, _BIG, False),
     "gpu_util": (0, 1, True), "prefill_chunk": (1, _BIG, False),
+    "loss_chunks": (1, 2**20, False),
 }
 
 
@@ -379,12 +383,14 @@ def flops(
 
 # --help's panels for the run's options: what most runs set first, the rest by topic
 _PANELS = {"Training / serving": "precision mixed recipe optimizer lora qlora recompute "
-                                 "attention inference dtype gpu gpus zero tp",
+                                 "attention gpu gpus zero tp",
+           "Recipes' settings": "adapter_dtype loss_chunks logits_fp32 compile_loss "
+                                "optimizer_in_backward paged_optimizer metric",
            "Fine-tuning and quantisation": "lora_targets lora_dropout quant double_quant "
                                            "bnb_legacy freeze adamw8bit",
            "Parallelism": "tp_plan pp ep cp sequence_parallel offload micro_batches "
                           "activations",
-           "Serving": "kv_dtype group_size kv_block gpu_util prefill_chunk",
+           "Serving": "kv_dtype group_size kv_block gpu_util prefill_chunk inference dtype",
            "Implementation details": "optimizer_impl grad_accum use_cache sdpa_kernel experts "
                                      "device dropout"}
 _PANEL_OF = {name: panel for panel, names in _PANELS.items() for name in names.split()}
@@ -404,9 +410,12 @@ def _training_params() -> list[inspect.Parameter]:
     Attention = _choice_enum("attention", ("auto", *ATTENTIONS))
     TpPlan = _choice_enum("tp_plan", ("auto", "layers", "vocab"))
     Device = _choice_enum("device", DEVICES)
-    Offload = _choice_enum("offload", ("none", "optimizer", "all"))
     Activations = _choice_enum("activations", ("hf", "megatron"))
     Recipe = _choice_enum("recipe", RECIPES)
+    Offload = _choice_enum("offload", ("none", "optimizer", "all", "activations"))
+    AdapterDtype = _choice_enum("adapter_dtype", ADAPTER_DTYPES)
+    LogitsFp32 = _choice_enum("logits_fp32", LOGITS_FP32)
+    Metric = _choice_enum("metric", METRICS)
     SdpaKernel = _choice_enum("sdpa_kernel", SDPA_KERNELS)
     Experts = _choice_enum("experts", EXPERTS_IMPLS)
     return [
@@ -417,11 +426,36 @@ def _training_params() -> list[inspect.Parameter]:
         opt("mixed", bool, False, "--mixed", help="Mixed precision (AMP). fp32 master weights "
                                                  "+ 16-bit copies (bf16 unless --precision "
                                                  "fp16)."),
-        opt("recipe", Recipe, Recipe["amp"], "--recipe",
-            help="How --mixed runs and ZeRO shards. amp: torch autocast over fp32 weights, as "
-                 "the Hugging Face Trainer runs bf16=True; megatron: Megatron-LM / DeepSpeed "
-                 "(the model in 16-bit, fp32 master weights and gradients; 18 bytes per "
-                 "parameter held throughout)."),
+        opt("recipe", Recipe, Recipe["hf"], "--recipe",
+            help="The framework. Its settings as data, each a flag too (a flag given wins): "
+                 "hf (amp): the Trainer, torch AMP over fp32 weights, PEFT's "
+                 "fp32 adapters; torchtune and litgpt: a bf16 model, bf16 adapters, their "
+                 "own loss; megatron, deepspeed: a 16-bit model, fp32 master weights and "
+                 "gradients (18 bytes per parameter held throughout). docs/memory.md cites "
+                 "each."),
+        opt("adapter_dtype", Optional[AdapterDtype], None, "--adapter-dtype",
+            help="LoRA adapters' dtype, their gradients' and moments' too (default: the "
+                 "recipe's; fp32 as PEFT upcasts them)."),
+        opt("loss_chunks", Optional[int], None, "--loss-chunks",
+            help="The head and loss in N chunks, each upcast to fp32 in turn (torchtune's "
+                 "CEWithChunkedOutputLoss: 8). Default: the recipe's."),
+        opt("logits_fp32", Optional[LogitsFp32], None, "--logits-fp32",
+            help="Where the logits become fp32: loss (transformers' loss function), model "
+                 "(torchtune's output(h).float()), never (LitGPT's 16-bit cross-entropy)."),
+        opt("compile_loss", bool, False, "--compile-loss",
+            help="torch.compile of the cross-entropy with its upcast: keeps the 16-bit logits, "
+                 "not the fp32 log-softmax (torchtune's compile=True). The layers are counted "
+                 "uncompiled."),
+        opt("optimizer_in_backward", bool, False, "--optim-in-bwd",
+            help="Each parameter's optimizer step runs in backward and frees its gradient at "
+                 "once (torchtune's optimizer_in_bwd)."),
+        opt("paged_optimizer", bool, False, "--paged",
+            help="bitsandbytes' paged AdamW (32- or 8-bit): the states in CUDA unified "
+                 "memory, outside max_memory_allocated."),
+        opt("metric", Metric, Metric["allocated"], "--metric",
+            help="The peak reported. allocated (torch.cuda.max_memory_allocated), reserved "
+                 "(the caching allocator's, a measured reserve model) or nvidia-smi (reserved "
+                 "+ the CUDA context)."),
         opt("optimizer", Optimizer, Optimizer["adamw"], "--optimizer", help="Optimizer."),
         opt("adamw8bit", bool, False, "--adamw8bit", help="Shorthand for --optimizer adamw8bit."),
         opt("optimizer_impl", OptimizerImpl, OptimizerImpl["foreach"], "--optimizer-impl",
@@ -497,7 +531,8 @@ def _training_params() -> list[inspect.Parameter]:
         opt("offload", Offload, Offload["none"], "--offload",
             help="DeepSpeed: optimizer (ZeRO-Offload: fp32 master weights, gradients and "
                  "states in CPU memory, --zero >= 1) or all (ZeRO-Infinity: parameters too, "
-                 "--zero 3); reported as host memory."),
+                 "--zero 3); activations (torchtune: the saved tensors, with --recompute "
+                 "full); reported as host memory."),
         opt("tp_plan", TpPlan, TpPlan["auto"], "--tp-plan",
             help="Tensor parallelism's plan: layers (attention and MLP split; embeddings, head "
                  "and loss whole: transformers' tp_plan, torchtitan) or vocab (Megatron-LM's "
@@ -549,6 +584,9 @@ def _settings(train: dict[str, Any], batch_size: int = 1, seq_len: int | None = 
         t["precision"] = t.get("precision") or "bf16"
     if t.get("tp_plan") == "auto":
         t["tp_plan"] = ""  # the recipe's
+    if t.get("offload") == "activations":
+        t["offload"], t["offload_activations"] = "none", True
+    _apply_recipe(t)
     lora = t.pop("lora", 0)
     t["lora_rank"] = lora
     targets = t.pop("lora_targets", "all-linear")
@@ -568,6 +606,22 @@ def _settings(train: dict[str, Any], batch_size: int = 1, seq_len: int | None = 
     if t.pop("adamw8bit"):
         t["optimizer"] = "adamw8bit"
     return Settings(precision=precision, batch_size=batch_size, seq_len=seq_len or 0, **t)
+
+
+def _apply_recipe(t: dict[str, Any]) -> None:
+    """Fill the settings the user left unsaid from the recipe (recipes.RECIPE_SETTINGS); a
+    flag given wins. --precision or --mixed given: the recipe's precision is not used."""
+    from transformer_calc.recipes import recipe_settings
+
+    fixed = recipe_settings(t.get("recipe", "hf"))
+    if t.get("inference"):  # serving: none of a training recipe's settings apply
+        fixed = {"recipe": fixed["recipe"]}
+    elif t.get("precision") is None and not t.get("mixed"):
+        t["precision"], t["mixed"] = fixed["precision"], fixed["mixed"]
+    for key in ("adapter_dtype", "logits_fp32", "loss_chunks"):
+        if t.get(key) is None:
+            t[key] = fixed.get(key, {"adapter_dtype": "", "logits_fp32": "loss",
+                                     "loss_chunks": 1}[key])
 
 
 BatchOpt = typer.Option(1, "--batch-size", "-b", help="Micro-batch per GPU.")
