@@ -141,6 +141,7 @@ OPTION_USE = {
     "kv_block": ["memory", "gpt2", "--inference"], "gpu_util": ["memory", "gpt2", "--inference"],
     "prefill_chunk": ["memory", "gpt2", "--inference"],
     "micro_batches": ["memory", "gpt2", "--activations", "megatron"],
+    "loss_chunks": ["memory", "gpt2"],
 }
 
 
