@@ -3,6 +3,8 @@ published checkpoints and the formats' own block layouts."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from transformer_calc import ModelSpec
@@ -181,3 +183,27 @@ def test_q4_k_m_gives_more_bits_to_the_layers_llama_cpp_picks() -> None:
     picked = [0, 1, 4, 7, 10, 13, 16, 19, 20, 21]
     v, down, head = 256 * 256, 512 * 256, 1024 * 256
     assert rows["gguf.q6_k"] == (len(picked) * (v + down) + head) // 256 * 210
+
+
+def test_a_config_json_is_served_in_its_quantization_config_or_says_why_not(cli, tmp_path
+                                                                            ) -> None:
+    # a tiny Llama config.json with each quantization_config: GPTQ at 3 bits is served as
+    # its 3-bit storage, a method tcalc does not model is said beside the answer, and a
+    # value GPTQConfig refuses is one error naming the file's key
+    base = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(base | {"quantization_config": {
+        "quant_method": "gptq", "bits": 3, "group_size": 128}}))
+    out = cli.json("memory", str(path), "--inference")
+    assert out["settings"]["quant"] == "gptq-int3"
+    weights = next(c for c in out["components"] if c["name"] == "weights")
+    assert weights["formula"].startswith("gptq-int3 as stored: ")
+    path.write_text(json.dumps(base | {"quantization_config": {"quant_method": "hqq"}}))
+    notes = cli.json("memory", str(path), "--inference")["notes"]
+    assert any(n.startswith("quantization_config: quant_method 'hqq' is not a format tcalc "
+                            "models") for n in notes)
+    path.write_text(json.dumps(base | {"quantization_config": {
+        "quant_method": "gptq", "bits": "4"}}))
+    err = cli("memory", str(path), "--inference", code=2).stderr
+    assert "key 'quantization_config.bits': expected one of 2, 3, 4, 8" in err

@@ -309,35 +309,6 @@ def spec_from_hf_text(text: str, where: str) -> ModelSpec:
     return spec_from_hf(data, where)
 
 
-def _weight_format(q: Any, where: str) -> dict[str, Any]:
-    """config.json's quantization_config (transformers' quantizers) -> tcalc's --quant format
-    and group size (issue 17): GPTQ and AWQ (bits, group_size), bitsandbytes (4-bit NF4/FP4,
-    8-bit), fp8 (DeepSeek-V3's weight_block_size), MXFP4 (gpt-oss); others left unset."""
-    if q is None:
-        return {}
-    if not isinstance(q, dict):
-        raise SpecError("quantization_config", "a JSON object", q, source=where)
-    method = q.get("quant_method")
-    group = q.get("group_size")
-    group = group if type(group) is int and group > 0 else 0
-    if method in ("gptq", "awq"):
-        bits = q.get("bits", q.get("w_bit", 4))
-        formats: dict[tuple[Any, Any], str] = {("gptq", 4): "gptq", ("gptq", 8): "gptq-int8",
-                                               ("awq", 4): "awq"}
-        fmt = formats.get((method, bits))
-        return {"weight_format": fmt, "weight_group_size": group} if fmt else {}
-    if method == "bitsandbytes":
-        if q.get("load_in_4bit"):
-            kind = q.get("bnb_4bit_quant_type", "fp4")
-            return {"weight_format": "bnb-nf4" if kind == "nf4" else "bnb-fp4"}
-        return {"weight_format": "bnb-int8"} if q.get("load_in_8bit") else {}
-    if method == "fp8":
-        return {"weight_format": "fp8" if q.get("weight_block_size") else "fp8-tensor"}
-    if method == "mxfp4":
-        return {"weight_format": "mxfp4"}
-    return {}
-
-
 # The model types on which PEFT refuses LoRA for modules named out_proj or conv1d
 # (peft 0.21.2, tuners/tuners_utils.py, _check_lora_target_modules_mamba)
 PEFT_MAMBA = frozenset({"falcon_h1", "mamba", "mamba2", "falcon_mamba", "nemotron_h"})
@@ -997,7 +968,12 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     values["peft_moe"] = PEFT_MOE.get(model_type, values.get("peft_moe", "none"))
     values["peft_mamba"] = model_type in PEFT_MAMBA
     values["peft_router_linear"] = model_type in PEFT_ROUTER_LINEAR
-    values.update(_weight_format(data.get("quantization_config"), where))
+    from transformer_calc.quant import from_quantization_config
+
+    # (a format tcalc does not model is said in the note, never served silently as bf16)
+    quant = from_quantization_config(data.get("quantization_config"), where)
+    quant_note = quant.pop("note", None)
+    values.update(quant)
     names = ",".join(LINEAR_NAMES.get(model_type, ())) or "none"
     if {"q_proj", "query"} <= set(names.split(",")):
         # BigBird-Pegasus: query in the encoder, q_proj in the decoder; tcalc's roles do not
@@ -1007,7 +983,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     n = values.get("num_labels", 0)
     label = f"counted as transformers' {counted.cls}" + (
         f" ({n} label{'s' * (n != 1)})" if n else "")
-    values["note"] = "; ".join([label] + cfg.notes)
+    values["note"] = "; ".join([label] + cfg.notes + ([str(quant_note)] if quant_note else []))
     try:
         return ModelSpec(**values)
     except SpecError as e:

@@ -2333,7 +2333,10 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
                 f"{kv_dtype if spec.ssm_state_dtype == 'cache' else spec.ssm_state_dtype})",
                 note="constant in the context: the last ssm_conv inputs of each convolution "
                      "channel and the state of every recurrent layer"))
-        inference_notes = []
+        # a quantization_config whose method tcalc does not model (the note's last part),
+        # said where it serves
+        at = spec.note.find("quantization_config:")
+        inference_notes = [spec.note[at:]] if at >= 0 else []
         if s.quant:
             inference_notes.append(_QUANT_NOTE)
         elif s.dtype in QUANT_BITS:
