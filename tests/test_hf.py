@@ -905,3 +905,16 @@ def test_text_only_counts_the_language_model_alone(cli) -> None:
     assert not any(c["name"].startswith(("tower.", "projector.")) for c in data["components"])
     # a model without a tower is the same model
     assert cli.json("params", "gpt2", "--text-only")["total_params"] == 124_439_808
+
+
+def test_an_explicit_null_size_is_refused_by_its_key(cli, tmp_path) -> None:
+    # transformers 5.23: AutoConfig.for_model(model_type="gpt2", n_embd=None) raises
+    # StrictDataclassFieldValidationError ("expected int, got NoneType"); tcalc counted the
+    # default 768 instead. n_inner: null stays GPT2MLP's 4 · n_embd (its documented meaning)
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "gpt2", "n_embd": null}')
+    err = cli("params", str(path), code=2).stderr
+    assert err == (f"Error: {path}: key 'n_embd': expected an integer (transformers' config "
+                   "refuses null here)\n")
+    path.write_text('{"model_type": "gpt2", "n_inner": null}')
+    assert cli.json("params", str(path))["total_params"] == 124_439_808

@@ -1066,7 +1066,16 @@ def _present(c: Config, key: str) -> int:
 
 
 def _int(cfg: Config, keys: tuple[str, ...], default: Any = None) -> Any:
-    value = cfg.first(keys, default)
+    """A size the model needs: the first key the file gives, else the class default. An
+    explicit null is refused by the config class (transformers 5.23's strict dataclass
+    validation: "expected int, got NoneType"): an error naming the key, not the default."""
+    value = cfg.first(keys, None)
+    if value is None:
+        spelled = [k for k in keys if k in cfg.data]
+        if spelled:
+            raise SpecError(cfg.spelled(spelled[0]), "an integer (transformers' config "
+                            "refuses null here)", None, source=cfg.where)
+        value = default
     if value is None:
         raise SpecError(keys[0], "to be present", None, source=cfg.where)
     return value
