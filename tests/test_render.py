@@ -28,9 +28,17 @@ DOC = Doc({"answer": 42}, [
 
 def test_markdown_renders_every_block_kind() -> None:
     assert markdown.render(DOC) == (
-        "## a [title]\n\n| name | count | total |\n|---|---|---|\n| **part** |  |  |\n"
+        "## a \\[title\\]\n\n| name | count | total |\n|---|---|---|\n| **part** |  |  |\n"
         "| x | a = 1 + 2 | 3  +1 (+50.0%) |\n| y\\|z | ok ✓ | no ✗ |\n\n- a note\n\n"
         "a chart:\n\n```\ncode\n```\n")
+
+
+def test_markdown_shows_a_names_inline_markup_as_itself() -> None:
+    # a name a file chose (a tensor, a preset, a path) is neither a link, an image, an
+    # autolink nor HTML in a PR comment: GFM's backslash escapes, a backslash itself first
+    doc = Doc({}, (Text(("w[x](http://e) ![i](j) <img src=x> `c` \\[",), "lines"),))
+    assert markdown.render(doc) == ("w\\[x\\](http://e) !\\[i\\](j) \\<img src=x\\> "
+                                    "\\`c\\` \\\\\\[\n")
 
 
 def test_json_is_the_data_alone_and_never_nan() -> None:
