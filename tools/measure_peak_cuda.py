@@ -76,6 +76,19 @@ MODELS = {
                       "max_position_embeddings": 131072, "tie_word_embeddings": True,
                       "rms_norm_eps": 1e-5, "rope_theta": 500000.0}, 2, 2048),
 }
+# The op graph's newer layouts, as their published config.json files give them: Qwen/Qwen3-0.6B
+# (per-head q_norm, k_norm; head_dim 128 over 1024 wide) and allenai/OLMo-2-0425-1B (norms over
+# the width, post-sublayer norms, RoPE in fp32)
+MODELS["qwen3-0.6b"] = ({"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 1024,
+                         "intermediate_size": 3072, "num_hidden_layers": 28,
+                         "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+                         "max_position_embeddings": 40960, "tie_word_embeddings": True,
+                         "rms_norm_eps": 1e-6, "rope_theta": 1000000.0}, 2, 2048)
+MODELS["olmo-2-1b"] = ({"model_type": "olmo2", "vocab_size": 100352, "hidden_size": 2048,
+                        "intermediate_size": 8192, "num_hidden_layers": 16,
+                        "num_attention_heads": 16, "num_key_value_heads": 16,
+                        "max_position_embeddings": 4096, "tie_word_embeddings": False,
+                        "rms_norm_eps": 1e-6, "rope_theta": 500000.0}, 2, 2048)
 RECIPES = ("fp32", "amp_bf16", "bf16")
 LORA_MODELS = {
     "llama-3.2-1b": MODELS["llama-3.2-1b"],
