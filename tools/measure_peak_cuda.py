@@ -104,6 +104,20 @@ LORA_MODELS["opt-125m"] = ({"model_type": "opt", "vocab_size": 50272, "hidden_si
                             "ffn_dim": 3072, "num_hidden_layers": 12,
                             "num_attention_heads": 12, "max_position_embeddings": 2048,
                             "word_embed_proj_dim": 768, "do_layer_norm_before": True}, 8, 1024)
+# LoRA over the op graph's newer layouts, as their published config.json files give them:
+# microsoft/Phi-3-mini-4k-instruct (fused qkv_proj and gate_up_proj, rotary concatenation) and
+# Qwen/Qwen3-8B (per-head q_norm and k_norm)
+LORA_MODELS["phi-3-mini"] = ({"model_type": "phi3", "vocab_size": 32064, "hidden_size": 3072,
+                              "intermediate_size": 8192, "num_hidden_layers": 32,
+                              "num_attention_heads": 32, "num_key_value_heads": 32,
+                              "max_position_embeddings": 4096, "tie_word_embeddings": False,
+                              "rms_norm_eps": 1e-5, "rope_theta": 10000.0}, 1, 2048)
+LORA_MODELS["qwen3-8b"] = ({"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096,
+                            "intermediate_size": 12288, "num_hidden_layers": 36,
+                            "num_attention_heads": 32, "num_key_value_heads": 8,
+                            "head_dim": 128, "max_position_embeddings": 40960,
+                            "tie_word_embeddings": False, "rms_norm_eps": 1e-6,
+                            "rope_theta": 1000000.0}, 1, 2048)
 LORA_RECIPES = ("lora_bf16", "lora_amp_bf16")
 ATTENTIONS = ("sdpa", "eager")
 
