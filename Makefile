@@ -20,12 +20,13 @@ run: $(STAMP)
 	@echo "$$ tcalc params gpt2-medium"
 	@$(BIN)/tcalc params gpt2-medium
 
-# Everything, slow tests included (what CI runs). The fast subset: make test-fast.
+# Everything, slow tests included (what CI runs), over every core (pytest-xdist). The fast
+# subset: make test-fast.
 test: $(STAMP)
-	@$(BIN)/python -m pytest -q
+	@$(BIN)/python -m pytest -q -n auto
 
 test-fast: $(STAMP)
-	@$(BIN)/python -m pytest -q -m "not slow"
+	@$(BIN)/python -m pytest -q -n auto -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py --tcalc $(BIN)/tcalc
