@@ -30,14 +30,14 @@ TARGETS = ("params.py", "flops.py", "memory.py", "plan.py", "lora.py", "quant.py
            # the op graph's saved-for-backward rules and what memory reads of them
            "graph/ops.py", "graph/sdpa.py", "graph/held.py", "graph/autocast.py",
            "graph/families/llama.py", "graph/families/gpt2.py", "costs/activations.py")
-TESTS = ("tests/test_params_presets.py", "tests/test_hf.py", "tests/test_registry.py",
+TESTS = ["tests/test_params_presets.py", "tests/test_hf.py", "tests/test_registry.py",
          "tests/test_flops.py", "tests/test_memory.py", "tests/test_plan.py",
          "tests/test_variants.py", "tests/test_mixers.py", "tests/test_breakdown.py",
          "tests/test_activations_measured.py", "tests/test_explain_compare_sweep.py",
          "tests/test_lora.py", "tests/test_lora_memory.py", "tests/test_quant.py",
          "tests/test_fit.py", "tests/test_megatron.py", "tests/test_efficient_attention.py",
          "tests/test_patterns_memory.py", "tests/test_peak.py", "tests/test_parallel_peak.py",
-         "tests/test_graph.py")
+         "tests/test_graph.py"]
 
 SWAPS: dict[type, type] = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add,
                            ast.FloorDiv: ast.Mult, ast.Lt: ast.LtE, ast.LtE: ast.Lt,
@@ -146,7 +146,10 @@ def main() -> None:
     ap.add_argument("--all", action="store_true", help="every mutation site, not a sample")
     ap.add_argument("--modules", nargs="*", default=list(TARGETS),
                     help="only these of the targets (paths under transformer_calc/)")
+    ap.add_argument("--tests", nargs="*", default=list(TESTS),
+                    help="only these test files (a quicker look at one module)")
     args = ap.parse_args()
+    TESTS[:] = args.tests
     every = [s for module in args.modules for s in sites(module)]
     chosen = every if args.all else random.Random(args.seed).sample(  # noqa: S311
         every, min(args.count, len(every)))
