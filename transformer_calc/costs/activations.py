@@ -173,10 +173,10 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
     st = compile_run(family, run)
     numbers = st.named_values(values)
     rows: list[Row] = []
+    # (a replayed layer's storages are its traced layer's, so their rows merge: every row's
+    # repeat is at least 1)
     for i, (name, text, stack, note) in enumerate(_templates(st, run)):
-        if numbers[2 * i + 1]:
-            rows.append((name, numbers[2 * i], text, "", numbers[2 * i + 1], stack, note, None,
-                         ()))
+        rows.append((name, numbers[2 * i], text, "", numbers[2 * i + 1], stack, note, None, ()))
     notes: tuple[str, ...] = ()
     if run.attention == "sdpa":  # the execution profile, shown
         from transformer_calc.memory import KERNELS
