@@ -1,5 +1,5 @@
 """The per-rank peak of a training step under the combinations people run, against PyTorch's
-own memory trackers on a fake process group (issue 34).
+own memory trackers on a fake process group.
 
 tests/data/peak_fake_parallel_cpu.json was written by tools/measure_peak_parallel.py (torch
 2.13.0 CPU, transformers 5.23.0, peft 0.21.2): rank 0 of a fake process group runs two
