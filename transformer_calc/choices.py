@@ -25,4 +25,4 @@ EXPERTS_IMPLS = ("auto", "grouped_mm", "eager")
 OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")  # torch optimizer implementation (memory)
 RECOMPUTE = ("none", "selective", "full")
 PATTERNS = ("dense", "local", "strided", "fixed", "longformer", "bigbird")  # attention (FLOPs)
-TOPICS = ("params", "attention", "ffn", "embeddings", "memory", "flops")  # tcalc explain
+TOPICS = ("params", "attention", "ffn", "embeddings", "memory", "flops", "step")  # tcalc explain

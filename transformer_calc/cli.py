@@ -706,6 +706,14 @@ def explain(
     topic: Topic = typer.Option(Topic["params"], help="What to derive."),
     batch_size: int = BatchOpt,
     seq_len: Optional[int] = SeqLenOpt,
+    gpu: Optional[str] = typer.Option(None, help="--topic step: the GPU (see `tcalc gpus`); "
+                                                 "the cluster is its DGX/HGX node."),
+    gpus: int = typer.Option(8, help="--topic step: GPUs in the cluster."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch",
+                                               help="--topic step: sequences per optimizer "
+                                                    "step (default: one per GPU)."),
+    framework: str = typer.Option("megatron", help="--topic step: megatron, megatron-2022, "
+                                                   "torchtitan or fsdp."),
     format: Format = FormatOpt,
     overrides: dict[str, Any] | None = None,
 ) -> None:
@@ -713,13 +721,15 @@ def explain(
 
     Topics: params (the whole count, why the head count does not matter, attention against
     FFN, the 12·L·E² rule, tying), attention, ffn, embeddings, memory (16 bytes per parameter,
-    what dominates activations), flops (per matmul, 6N).
+    what dominates activations), flops (per matmul, 6N), step (where a training step's time
+    goes: the fastest layout `tcalc plan` finds, op by op).
     """
     from transformer_calc.explain import explain as derive
     from transformer_calc.render import explain_doc, show
 
     spec = _load(model, overrides or {})
-    sections = derive(spec, topic.value, batch_size=batch_size, seq_len=seq_len)
+    sections = derive(spec, topic.value, batch_size=batch_size, seq_len=seq_len, gpu=gpu,
+                      gpus=gpus, global_batch=global_batch, framework=framework)
     show(explain_doc(spec.name, topic.value, sections), format.value)
 
 

@@ -76,12 +76,25 @@ def signed_sum(values: list[int]) -> str:
 
 
 def explain(spec: ModelSpec, topic: str = "params", *, batch_size: int = 1,
-            seq_len: int | None = None) -> list[Section]:
+            seq_len: int | None = None, gpu: str | None = None, gpus: int = 8,
+            global_batch: int | None = None, framework: str = "megatron") -> list[Section]:
+    """The sections of a topic. ``step``: the planner's fastest layout of training on
+    ``gpus`` GPUs of kind ``gpu`` (``global_batch`` sequences per step, one per GPU when
+    None), its step time op by op (transformer_calc.planner.derivation)."""
     from transformer_calc.errors import TcalcError
 
     if topic not in TOPICS:
         raise TcalcError(f"--topic: expected one of {', '.join(TOPICS)}, got '{topic}'")
     T = seq_len or spec.default_seq_len
+    if topic == "step":
+        from transformer_calc.planner.derivation import step_derivation
+
+        if gpu is None:
+            raise TcalcError("--topic step: expected --gpu (a GPU of `tcalc gpus`; the "
+                             "cluster is its DGX/HGX node)")
+
+        return step_derivation(spec, gpus=gpus, global_batch=global_batch,
+                               seq_len=T, gpu=gpu, framework=framework)
     b = count_params(spec)
     if topic == "params":
         return (_layers(spec, b) + _embeddings(spec, b) + [_total(b)] + _heads_invariance(spec, b)

@@ -52,6 +52,17 @@ class Device(NamedTuple):
     falloff: float = 0.0  # calibrated loss of attention rate at long sequences
 
 
+class OpTime(NamedTuple):
+    """One op of a layer for one micro-batch, as the step model times it (explain reads
+    these: where a layer's time goes)."""
+
+    name: str  # "QKV projection", "attention core", "FFN in", ...
+    shape: str  # the GEMM "m × n × k" (× batch), or the bytes a memory-bound pass moves
+    flops: float  # forward FLOPs (0 for a memory-bound pass)
+    fwd: float  # seconds
+    bwd: float  # seconds, data and weight gradients
+
+
 class LayerCost(NamedTuple):
     """Seconds (compute) and bytes (communication) of one layer, one micro-batch."""
 
@@ -110,29 +121,33 @@ class Layer:
         self.dropout = spec.dropout > 0
 
     # -- attention ---------------------------------------------------------------------
-    def _attention(self, dev: Device, sh: Shard, kernel: str, out: dict[str, float]) -> None:
+    def _attention(self, dev: Device, sh: Shard, kernel: str, out: dict[str, float],
+                   ops: list[OpTime] | None = None) -> None:
         a, h, t = self.block.attn, self.h, sh.tokens
         assert a is not None
         hq, hkv = _heads(a, sh.tp)
         if a.mla:
             # MLA (DeepSeek-V2): the down-projections whole, the up-projections by head
             rq, rkv = a.q_lora_rank, a.kv_lora_rank
-            parts = [(t, rkv + a.d_rope, h)]
-            parts += [(t, rq, h), (t, hq * a.d_head, rq)] if rq else [(t, hq * a.d_head, h)]
-            parts.append((t, hq * (a.d_head - a.d_rope + a.d_v), rkv))
+            parts = [("KV down-projection", t, rkv + a.d_rope, h)]
+            parts += [("Q down-projection", t, rq, h), ("Q up-projection", t, hq * a.d_head, rq)
+                      ] if rq else [("Q projection", t, hq * a.d_head, h)]
+            parts.append(("KV up-projection", t, hq * (a.d_head - a.d_rope + a.d_v), rkv))
         else:
-            parts = [(t, (hq + 2 * hkv) * a.d_head if a.d_v == a.d_head
+            parts = [("QKV projection", t, (hq + 2 * hkv) * a.d_head if a.d_v == a.d_head
                       else (hq + hkv) * a.d_head + hkv * a.d_v, h)]
-        parts.append((t, h, hq * a.d_v))  # the output projection
-        for m, n, k in parts:
+        parts.append(("output projection", t, h, hq * a.d_v))
+        for name, m, n, k in parts:
             f, d, w = _linear(dev, m, n, k)
             out["fwd"] += f
             out["bwd"] += d + w
             out["wgrad"] += w
             out["gemm_fwd"] += f
+            if ops is not None:
+                ops.append(OpTime(name, f"{m:,} × {n:,} × {k:,}", 2.0 * m * n * k, f, d + w))
         keys = min(sh.seq_len, a.window) if a.window else sh.seq_len
         if kernel == "unfused":
-            self._unfused(dev, sh, hq, a.d_head, a.d_v, out)
+            self._unfused(dev, sh, hq, a.d_head, a.d_v, out, ops)
             return
         # causal work is halved (the kernels skip masked blocks); context parallelism splits
         # it evenly (Megatron-LM's load-balanced chunks)
@@ -146,9 +161,14 @@ class Layer:
         out["bwd"] += b
         out["attn_fwd"] += f
         out["attn_bwd"] += b
+        if ops is not None:
+            split = f", 1/{sh.cp} of it (context parallel)" if sh.cp > 1 else ""
+            ops.append(OpTime(f"attention core ({kernel})",
+                              f"{sh.seqs:,} × {hq} heads × {sh.seq_len:,} queries × "
+                              f"{keys:,} keys{split}", flops, f, b))
 
     def _unfused(self, dev: Device, sh: Shard, hq: int, dh: int, dv: int,
-                 out: dict[str, float]) -> None:
+                 out: dict[str, float], ops: list[OpTime] | None = None) -> None:
         """Megatron-LM before fused attention: batched QKᵀ and PV GEMMs over the whole
         s × s scores (causal masked, not skipped), a fused scale-mask-softmax and dropout
         on the probabilities (2-byte scores: read + write; the dropout's 1-byte mask)."""
@@ -167,19 +187,24 @@ class Layer:
         out["bwd"] += b
         out["attn_fwd"] += f
         out["attn_bwd"] += b
+        if ops is not None:
+            ops.append(OpTime("attention core (unfused: QKᵀ, softmax, PV)",
+                              f"{bh:,} × {s:,} × {s:,}", 2.0 * bh * s * s * (dh + dv), f, b))
 
     # -- FFN -----------------------------------------------------------------------------
-    def _ffn(self, dev: Device, sh: Shard, out: dict[str, float]) -> tuple[float, float]:
+    def _ffn(self, dev: Device, sh: Shard, out: dict[str, float],
+             ops: list[OpTime] | None = None) -> tuple[float, float]:
         """Adds the FFN's GEMMs; returns (its parameters on this GPU, of which experts)."""
         f_: FFN | None = self.block.ffn
         if f_ is None:
             return 0.0, 0.0
         h, t, tp = self.h, sh.tokens, sh.tp
         ins = f_.matrices - 1  # gate and up, or up
-        shapes: list[tuple[int, int, int, int]] = []  # (m, n, k, batch)
+        shapes: list[tuple[str, int, int, int, int]] = []  # (name, m, n, k, batch)
         params = experts = 0.0
         if not f_.moe:
-            shapes += [(t, ins * f_.d_ff // tp, h, 1), (t, h, f_.d_ff // tp, 1)]
+            shapes += [("FFN in", t, ins * f_.d_ff // tp, h, 1),
+                       ("FFN out", t, h, f_.d_ff // tp, 1)]
             params = f_.matrices * h * f_.d_ff / tp
         else:
             X, k = f_.experts, f_.top_k
@@ -187,26 +212,33 @@ class Layer:
             # the tokens each GPU routes (its sequence-parallel share), spread evenly over
             # the experts (Megatron-Bridge's runs force-balance the routing)
             routed = max(1, (t // tp if tp > 1 else t) * k * sh.ep // X)
-            shapes += [(routed, ins * f_.d_ff, h, local), (routed, h, f_.d_ff, local)]
-            shapes.append((t // tp if tp > 1 else t, X, h, 1))  # the router
+            shapes += [("experts in", routed, ins * f_.d_ff, h, local),
+                       ("experts out", routed, h, f_.d_ff, local)]
+            shapes.append(("router", t // tp if tp > 1 else t, X, h, 1))
             experts = f_.matrices * h * f_.d_ff * local
             if f_.shared:
                 ds = f_.d_shared * f_.shared
-                shapes += [(t, ins * ds // tp, h, 1), (t, h, ds // tp, 1)]
+                shapes += [("shared experts in", t, ins * ds // tp, h, 1),
+                           ("shared experts out", t, h, ds // tp, 1)]
                 params = f_.matrices * h * ds / tp
             if f_.beside:
-                shapes += [(t, ins * f_.beside // tp, h, 1), (t, h, f_.beside // tp, 1)]
+                shapes += [("dense FFN in", t, ins * f_.beside // tp, h, 1),
+                           ("dense FFN out", t, h, f_.beside // tp, 1)]
                 params += f_.matrices * h * f_.beside / tp
-        for m, n, k, batch in shapes:
+        for name, m, n, k, batch in shapes:
             f, d, w = _linear(dev, m, n, k, batch)
             out["fwd"] += f
             out["bwd"] += d + w
             out["wgrad"] += w
             out["gemm_fwd"] += f
+            if ops is not None:
+                each = f" (× {batch} experts)" if batch > 1 else ""
+                ops.append(OpTime(name, f"{m:,} × {n:,} × {k:,}{each}", 2.0 * m * n * k * batch,
+                                  f, d + w))
         return params, experts
 
-    def _elementwise(self, dev: Device, sh: Shard, passes: float, out: dict[str, float]
-                     ) -> float:
+    def _elementwise(self, dev: Device, sh: Shard, passes: float, out: dict[str, float],
+                     ops: list[OpTime] | None = None) -> float:
         """The memory-bound ops of a fused layer (apex / Transformer Engine), forward, in
         bytes per token: two norms (read + write d_model, 2 bytes each), two residual adds
         (two reads, one write), dropout's masks where the model trains with dropout, the
@@ -228,13 +260,18 @@ class Layer:
         fwd = kernels.stream_seconds(per * sh.tokens * passes * dev.elementwise, dev.bandwidth)
         out["fwd"] += fwd
         out["bwd"] += 2 * fwd
+        if ops is not None:
+            ops.append(OpTime("norms, residuals, activation, RoPE (memory-bound)",
+                              f"{per * sh.tokens * passes:,.0f} bytes", 0.0, fwd, 2 * fwd))
         return fwd
 
-    def cost(self, dev: Device, sh: Shard, kernel: str, passes: float) -> LayerCost:
+    def cost(self, dev: Device, sh: Shard, kernel: str, passes: float,
+             ops: list[OpTime] | None = None) -> LayerCost:
+        """The layer's cost; ``ops``, when given, receives each op's time."""
         out = dict.fromkeys(("fwd", "bwd", "wgrad", "attn_fwd", "attn_bwd", "gemm_fwd"), 0.0)
-        self._attention(dev, sh, kernel, out)
-        ffn_params, experts = self._ffn(dev, sh, out)
-        elem = self._elementwise(dev, sh, passes, out)
+        self._attention(dev, sh, kernel, out, ops)
+        ffn_params, experts = self._ffn(dev, sh, out, ops)
+        elem = self._elementwise(dev, sh, passes, out, ops)
         a = self.block.attn
         assert a is not None
         hq, hkv = _heads(a, sh.tp)
