@@ -905,6 +905,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     values.setdefault("name", name or (stem if stem != "config" else model_type))
     values.setdefault("description", f"{model_type} from {where}")
     values.setdefault("source", where)
+    values["model_type"] = model_type
     keys, default = DROPOUT_KEYS.get(model_type, (GENERIC[model_type].dropout, 0.0)
                                      if model_type in GENERIC else
                                      (("hidden_dropout_prob", "attention_probs_dropout_prob"),

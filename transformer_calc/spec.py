@@ -107,6 +107,9 @@ class ModelSpec:
                                      "class)", arch=False)
     note: str = _f("", "a remark shown with every breakdown (e.g. which class is counted)",
                    arch=False)
+    model_type: str = _f("", "the Hugging Face model_type the spec was read from (empty: "
+                         "written by hand); the op graph reads a family's forward code by it",
+                         arch=False)
     dropout: float = _f(0.0, "dropout probability in training (0: no dropout masks are kept; "
                         "GPT-2, BERT: 0.1)", arch=False)
     attention_dropout: float | None = _f(None, "dropout on the attention probabilities, when "

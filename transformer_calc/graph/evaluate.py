@@ -10,14 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
-from transformer_calc.graph.families import gpt2, llama
+from transformer_calc.graph.families import bert, gpt2, llama
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
 from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
-Family = gpt2.GPT2 | llama.Llama
+Family = gpt2.GPT2 | llama.Llama | bert.Bert
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ def trace(family: Family, run: Run, symbolic: bool = False,
     cfg = replaced(m) if replaced is not None else family
     if isinstance(cfg, gpt2.GPT2):
         gpt2.forward(m, cfg)
+    elif isinstance(cfg, bert.Bert):
+        bert.forward(m, cfg)
     else:
         llama.forward(m, cfg)
     return m
@@ -83,7 +85,7 @@ def evaluate(family: Family, run: Run) -> Result:
 # (Phi-3's fused projections, MLA, a recurrent mixer, attention sinks...): refused.
 _METADATA = frozenset(("name", "description", "source", "expected_params",
                        "expected_params_source", "note", "module_names", "max_positions",
-                       "experts_grouped"))
+                       "experts_grouped", "model_type"))
 _COMMON = frozenset(("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "tie_embeddings",
                      "position", "ffn", "activation", "norm", "dropout", "attention_dropout"))
 _READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv"},
@@ -91,7 +93,23 @@ _READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv"},
                                           "bias_k", "bias_v", "bias_o", "bias_ffn_in",
                                           "bias_ffn_out", "fused_qkv", "fused_gate_up",
                                           "rope_concat", "qk_norm", "norm_position",
-                                          "norm_fp32", "rope_fp32"}}
+                                          "norm_fp32", "rope_fp32"},
+          # (the encoders' loss_fp32 False, their biases True, their sdpa_path: read as
+          # family_of requires them)
+          "bert": _METADATA | _COMMON | {"arch", "norm_position", "final_norm",
+                                         "embedding_norm", "token_types", "lm_head",
+                                         "mlm_head", "loss_fp32", "embed_proj_dim",
+                                         "embed_factorized", "mlm_bias", "n_kv_heads",
+                                         "d_head"}}
+# The encoders whose forward bert.py transcribes: model_type -> (the encoder's attribute,
+# the MLM head's layout, position ids counted from the token ids). Other BERT-shaped types
+# (TAPAS's seven token-type tables, BigBird's sparse attention, ...) keep the rules.
+_ENCODERS = {"bert": ("bert", "bert", False), "ernie": ("ernie", "bert", False),
+             "roberta": ("roberta", "roberta", True),
+             "camembert": ("roberta", "roberta", True),
+             "xlm-roberta": ("roberta", "roberta", True),
+             "data2vec-text": ("data2vec_text", "roberta", True),
+             "electra": ("electra", "electra", False)}
 
 
 @functools.cache
@@ -154,8 +172,39 @@ def family_of(spec: ModelSpec) -> Family:
                            fused_gate_up=spec.fused_gate_up, rope_concat=spec.rope_concat,
                            qk_norm=spec.qk_norm, post_norm=spec.norm_position == "post",
                            norm_fp32=spec.norm_fp32, rope_fp32=spec.rope_fp32)
+    if spec.model_type in _ENCODERS and not _unread(spec, "bert"):
+        encoder = _encoder(spec)
+        if encoder is not None:
+            return encoder
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
-                     "GPT-2 and the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family)")
+                     "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family and BERT, RoBERTa, "
+                     "ELECTRA with their masked-LM heads)")
+
+
+def _encoder(spec: ModelSpec) -> bert.Bert | None:
+    """A BERT-style MaskedLM spec as transformers builds it for its model_type: post-norm
+    layers, learned positions and token types, the erf GELU, the MLM head with its
+    decoder's bias, nn.CrossEntropyLoss in the scores' dtype; ELECTRA's embeddings of
+    their own width, projected (its head as wide, the decoder's bias its own)."""
+    base, head, from_ids = _ENCODERS[spec.model_type]
+    E, H = spec.d_model, spec.n_heads
+    electra = head == "electra"
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "learned"
+            and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
+            and spec.ffn == "plain" and spec.activation == "gelu" and spec.mlm_head
+            and not spec.lm_head and not spec.loss_fp32 and spec.token_types >= 1
+            and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H)
+            and H and E % H == 0 and spec.d_ff
+            and spec.mlm_bias == ("decoder" if electra else "bert")
+            and spec.embed_factorized == (electra and spec.embed_proj_dim is not None)):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return bert.Bert(V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E, H=H,
+                     F=spec.d_ff, L=spec.n_layers,
+                     Ee=spec.embed_proj_dim or 0 if spec.embed_factorized else 0,
+                     base=base, head=head, positions_from_ids=from_ids,
+                     tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -34,7 +34,11 @@ class Lora:
     dtype: DType | None = None
 
     def adapts(self, module: str) -> bool:
-        return "all-linear" in self.targets or module in self.targets
+        """Whether peft adapts the module at this path: a target names it whole or ends it
+        after a dot (peft's check_target_module_exists: "intermediate.dense" matches
+        "bert.encoder.layer.0.intermediate.dense")."""
+        return "all-linear" in self.targets or any(
+            module == t or module.endswith("." + t) for t in self.targets)
 
 
 def adapted(result: Tensor, x: Tensor, a: Tensor, b: Tensor, lora: Lora) -> Tensor:

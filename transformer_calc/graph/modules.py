@@ -136,7 +136,7 @@ class Builder:
 
     def _lora(self, name: str, x: Tensor, y: Tensor, out: Dim) -> Tensor:
         lora = self.run.lora
-        if lora is None or not lora.adapts(name):
+        if lora is None or not lora.adapts(self.trace.scope):  # (inside the module's scope)
             return y
         r = self["r"]
         with self.module("lora_A"):

@@ -260,6 +260,15 @@ def cat(ts: list[Tensor], dim: int) -> Tensor:
     return out
 
 
+def gather(t: Tensor, dim: int, index: Tensor) -> Tensor:
+    """torch.gather: a new contiguous tensor of the index's shape in t's dtype.
+    derivatives.yaml gather: self: gather_backward(grad, self, dim, index, sparse_grad):
+    the index kept for self's gradient (the int64 index is no differentiable input)."""
+    out = _new(t, index.shape, t.dtype, t.requires_grad)
+    t.trace.record("gather", out, [("index", index, t.requires_grad)])
+    return out
+
+
 def pad(t: Tensor, extra: int, dim: int = -1) -> Tensor:
     """constant_pad_nd: a new contiguous tensor, the dimension grown by extra."""
     dim = dim % t.ndim

@@ -1,0 +1,178 @@
+"""BERT-style encoders with a masked-LM head as transformers 5.23 runs them:
+models/bert/modeling_bert.py (BertForMaskedLM, BertModel without its pooler,
+BertEmbeddings, BertLayer: BertSelfAttention with eager_attention_forward or
+integrations/sdpa_attention.py, BertSelfOutput, BertIntermediate, BertOutput;
+BertOnlyMLMHead), models/roberta/modeling_roberta.py (RobertaForMaskedLM: position ids
+counted from the token ids, RobertaLMHead; CamemBERT, XLM-RoBERTa and Data2VecText are the
+same code), models/ernie/modeling_ernie.py (BERT's, without task-type ids) and
+models/electra/modeling_electra.py (ElectraForMaskedLM, the generator: embeddings of
+embedding_size projected to hidden_size, ElectraGeneratorPredictions back to embedding_size
+and generator_lm_head tied to the token table).
+
+The encoder's attention is bidirectional: with no attention_mask (the measurement passes
+none) create_bidirectional_mask returns None for eager and SDPA alike, so eager adds no mask
+and SDPA runs with is_causal False and no mask."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from transformer_calc.graph import ops
+from transformer_calc.graph.modules import Builder
+from transformer_calc.graph.sdpa import scaled_dot_product_attention
+from transformer_calc.graph.symbols import Dim
+from transformer_calc.graph.tensor import I64, Tensor
+
+# the masked-LM head's modules, by the class's layout: (the head's scope, its dense, its
+# norm, the decoder; whether a bias parameter of the head's own is the tied decoder's)
+HEADS = {"bert": ("cls.predictions", "transform.dense", "transform.LayerNorm", "decoder", True),
+         "roberta": ("lm_head", "dense", "layer_norm", "decoder", True),
+         "electra": ("", "generator_predictions.dense", "generator_predictions.LayerNorm",
+                     "generator_lm_head", False)}
+
+
+@dataclass(frozen=True)
+class Bert:
+    """The config keys that shape the graph. Symbols: V vocab, P positions, Ty token types,
+    E hidden, H heads, dh = E / H, F intermediate, L layers, Ee ELECTRA's embedding_size
+    (the embeddings' and the head's width; 0: hidden_size, no projection).
+
+    base: the encoder's attribute ("bert", "roberta", "electra", ...); head: the MLM head's
+    layout (HEADS); positions_from_ids: RoBERTa's create_position_ids_from_input_ids (a
+    (B, T) tensor) rather than a slice of the position_ids buffer; tied: the decoder's
+    weight is the token table (tie_word_embeddings)."""
+
+    V: int
+    P: int
+    Ty: int
+    E: int
+    H: int
+    F: int
+    L: int
+    Ee: int = 0
+    base: str = "bert"
+    head: str = "bert"
+    positions_from_ids: bool = False
+    tied: bool = True
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+
+    def sizes(self) -> dict[str, int]:
+        out = {"V": self.V, "P": self.P, "Ty": self.Ty, "E": self.E, "H": self.H,
+               "dh": self.E // self.H, "F": self.F, "L": self.L}
+        if self.Ee:
+            out["Ee"] = self.Ee
+        return out
+
+
+def forward(m: Builder, cfg: Bert) -> Tensor:
+    """BertForMaskedLM.forward(input_ids=ids, labels=ids) (RobertaForMaskedLM's,
+    ElectraForMaskedLM's): the encoder, the MLM head, CrossEntropyLoss over
+    prediction_scores.view(-1, V) and labels.view(-1), in the scores' dtype."""
+    B, T, V = m["B"], m["T"], m["V"]
+    ids = m.trace.input((B, T), I64, "input_ids")
+    with m.module(cfg.base):
+        h = _embeddings(m, cfg, ids)
+        if cfg.Ee:  # ElectraModel: embeddings_project(embedding_output)
+            h = m.linear("embeddings_project", h, m["E"], True)
+        with m.module("encoder"):
+            h = m.layers("layer", lambda x: _layer(m, cfg, x), h)
+    scores = _head(m, cfg, h)
+    return ops.cross_entropy(ops.view(scores, (B * T, V)), ops.view(ids, (B * T,)))
+
+
+def _embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
+    """BertEmbeddings.forward (RobertaEmbeddings'): word + token-type + position embeddings,
+    LayerNorm, dropout."""
+    tr = m.trace
+    B, T, P = m["B"], m["T"], m["P"]
+    width = m["Ee"] if cfg.Ee else m["E"]
+    one = Dim.const(1)
+    with m.module("embeddings"):
+        # buffers (the model's memory, never an activation): position_ids = arange(P)
+        # expanded to (1, P); token_type_ids = zeros of the same shape
+        arange = tr.tensor((one, P), I64, False, "buffer", "position_ids")
+        zeros = tr.tensor((one, P), I64, False, "buffer", "token_type_ids")
+        if cfg.positions_from_ids:
+            # create_position_ids_from_input_ids: mask = input_ids.ne(padding_idx).int();
+            # (cumsum(mask, dim=1).type_as(mask) + 0) * mask, .long() + padding_idx: integer
+            # ops without a gradient, whose last result is a new (B, T) int64 tensor
+            with tr.no_grad():
+                positions = tr.tensor((B, T), I64, False, name="position_ids")
+        else:
+            positions = ops.narrow(arange, 1, 0, T)  # self.position_ids[:, 0:T]
+        # token_type_ids.expand(position_ids.shape[0], -1), gathered at the positions, then
+        # expanded to (B, T): a new (1, T) tensor for BERT's positions, (B, T) for RoBERTa's
+        buffered = ops.expand(zeros, (positions.shape[0], P))
+        types = ops.expand(ops.gather(buffered, 1, positions), (B, T))
+        h = m.embedding("word_embeddings", ids, m["V"], width)
+        h = ops.add(h, m.embedding("token_type_embeddings", types, m["Ty"], width))
+        h = ops.add(h, m.embedding("position_embeddings", positions, P, width))
+        return m.dropout(m.layer_norm("LayerNorm", h), cfg.hidden_dropout)
+
+
+def _layer(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
+    """BertLayer.forward: self-attention, then BertSelfOutput (dense, dropout, LayerNorm of
+    the sum with the layer's input); BertIntermediate (dense, gelu); BertOutput (dense,
+    dropout, LayerNorm of the sum with the attention's output): post-norm."""
+    with m.module("attention"):
+        with m.module("self"):
+            a = _self_attention(m, cfg, h)
+        a = _output(m, cfg, a, h)
+    with m.module("intermediate"):
+        x = ops.gelu(m.linear("dense", a, m["F"], True))  # ACT2FN["gelu"]: erf GELU
+    return _output(m, cfg, x, a)
+
+
+def _output(m: Builder, cfg: Bert, x: Tensor, residual: Tensor) -> Tensor:
+    """BertSelfOutput / BertOutput: LayerNorm(dropout(dense(x)) + input_tensor)."""
+    with m.module("output"):
+        x = m.dropout(m.linear("dense", x, m["E"], True), cfg.hidden_dropout)
+        return m.layer_norm("LayerNorm", ops.add(x, residual))
+
+
+def _self_attention(m: Builder, cfg: Bert, x: Tensor) -> Tensor:
+    """BertSelfAttention.forward: query, key and value viewed as (B, T, H, dh) and
+    transposed, the attention interface, the output reshaped to (B, T, E) and made
+    contiguous."""
+    B, T, H, dh = m["B"], m["T"], m["H"], m["dh"]
+    q, k, v = (ops.transpose(ops.view(m.linear(name, x, H * dh, True), (B, T, H, dh)), 1, 2)
+               for name in ("query", "key", "value"))
+    p, scaling = cfg.attention_dropout, float(dh.value) ** -0.5
+    if m.run.attention == "eager":
+        # eager_attention_forward (modeling_bert.py): matmul(q, kᵀ) · scaling, no mask,
+        # softmax in the scores' dtype, dropout, the product with V, transposed, contiguous
+        w = ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), scaling)
+        w = m.dropout(ops.softmax(w), p)
+        out = ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))
+    else:
+        # sdpa_attention_forward: no mask, is_causal False (BertSelfAttention.is_causal);
+        # the output reshaped to (B, H, T, dh), transposed and made contiguous
+        out = scaled_dot_product_attention(q, k, v, is_causal=False, dropout_p=p,
+                                           scale=scaling)
+        out = ops.contiguous(ops.transpose(ops.reshape(out, (B, H, T, dh)), 1, 2))
+    return ops.contiguous(ops.reshape(out, (B, T, H * dh)))
+
+
+def _head(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
+    """The MLM head: dense, gelu, LayerNorm, then the decoder to the vocabulary with a
+    bias. BertLMPredictionHead (transform, decoder; its bias parameter is the decoder's
+    bias, tied) and RobertaLMHead: hidden_size wide; ElectraGeneratorPredictions and
+    generator_lm_head (a bias of its own): embedding_size wide. The decoder's weight is
+    the token table when tied. Not a LoRA target under peft's all-linear: it is the
+    model's output embedding."""
+    scope, dense, norm, decoder, shared_bias = HEADS[cfg.head]
+    width, V = (m["Ee"] if cfg.Ee else m["E"]), m["V"]
+    table = f"{cfg.base}.embeddings.word_embeddings.weight"
+    with m.module(scope) if scope else contextlib.nullcontext():
+        bias = m.param("bias", V) if shared_bias else None
+        # (ACT2FN[hidden_act] in BERT's transform, activations.gelu in RoBERTa's and
+        # ELECTRA's: the erf GELU each)
+        x = m.layer_norm(norm, ops.gelu(m.linear(dense, h, width, True)))
+        with m.module(decoder):
+            w = m.tied(table) if cfg.tied else m.param("weight", V, width)
+            if bias is None or not cfg.tied:  # an untied decoder has a bias of its own
+                bias = m.param("bias", V)
+            return ops.linear(x, w, bias)
+
