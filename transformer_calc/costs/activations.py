@@ -35,6 +35,11 @@ if TYPE_CHECKING:
 _MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj",
             "up": "up_proj", "down": "down_proj", "qkv": "qkv_proj", "gate_up": "gate_up_proj"}
 _GPT2_MODULES = {"qkv": "c_attn", "up": "c_fc", "o": "c_proj", "down": "c_proj"}
+# BERT-style encoders (peft matches a target against the path's end after a dot):
+# "output.dense" is both the attention's output and the layer's down projection, so o and
+# down go together or not at all
+_BERT_MODULES = {"q": "query", "k": "key", "v": "value", "up": "intermediate.dense",
+                 "o": "output.dense", "down": "output.dense"}
 
 FULL_NOTE = ("full recomputation: each layer's input is kept; one layer is rebuilt at a time "
              "in backward")
@@ -112,12 +117,16 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     on where the model has none is not a probability the graph can know (None)."""
     import dataclasses
 
+    from transformer_calc.graph.families.bert import Bert
     from transformer_calc.graph.families.gpt2 import GPT2
 
     if s.dropout is None:
         return family
     off: Family
-    if isinstance(family, GPT2):
+    if isinstance(family, Bert):
+        on = family.hidden_dropout or family.attention_dropout
+        off = dataclasses.replace(family, hidden_dropout=0.0, attention_dropout=0.0)
+    elif isinstance(family, GPT2):
         on = family.resid_pdrop or family.embd_pdrop or family.attn_pdrop
         off = dataclasses.replace(family, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     else:
@@ -131,6 +140,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 def _lora(family: Family, s: Settings, roles: frozenset[str]) -> Lora | None:
     """peft's targets for the roles tcalc resolved, or None where no module-name list gives
     exactly those layers."""
+    from transformer_calc.graph.families.bert import Bert
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
@@ -141,11 +151,12 @@ def _lora(family: Family, s: Settings, roles: frozenset[str]) -> Lora | None:
     dtype = (F16 if s.precision == "fp16" else BF16) if s.fsdp2_mixed else named
     if s.lora_targets == ("all-linear",):
         return Lora(s.lora_rank, frozenset(("all-linear",)), s.lora_dropout, dtype)
-    table = _GPT2_MODULES if isinstance(family, GPT2) else _MODULES
+    table = (_GPT2_MODULES if isinstance(family, GPT2) else
+             _BERT_MODULES if isinstance(family, Bert) else _MODULES)
     if not roles <= table.keys():
         return None
-    if isinstance(family, GPT2) and len(roles & {"o", "down"}) == 1:
-        return None  # one of the two c_proj alone
+    if isinstance(family, GPT2 | Bert) and len(roles & {"o", "down"}) == 1:
+        return None  # one of the two c_proj (output.dense) alone
     return Lora(s.lora_rank, frozenset(table[r] for r in roles), s.lora_dropout, dtype)
 
 
@@ -188,7 +199,10 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
     if run.recompute == "selective":
         notes += (SELECTIVE_NOTE,)
     if run.recompute == "full":
-        rows += _rebuilt(run, st, numbers[2 * len(st.named):], values)
+        from transformer_calc.graph.families.bert import Bert
+
+        stack = "encoder" if isinstance(family, Bert) else "decoder"
+        rows += _rebuilt(run, st, numbers[2 * len(st.named):], values, stack)
         notes += (FULL_NOTE,)
     # (a partial, not a lambda: reports pickle with their symbols)
     return Breakdown(spec.name, "bytes", tuple(rows), notes, {},
@@ -203,15 +217,15 @@ def _templates(st: Structure, run: Run) -> tuple[tuple[str, str, str, str], ...]
         out = []
         for named in st.named:
             row = row_of(named, 0, 0)
-            note = KEPT_NOTE if (run.recompute == "full"
-                                 and named.name == "decoder.checkpoint_input") else row[6]
+            note = KEPT_NOTE if (run.recompute == "full" and named.name in (
+                "decoder.checkpoint_input", "encoder.checkpoint_input")) else row[6]
             out.append((row[0], row[2], row[5], note))
         st.templates = tuple(out)
     return st.templates
 
 
 def _rebuilt(run: Run, st: Structure, per_layer: tuple[int, ...],
-             values: dict[str, int]) -> list[Row]:
+             values: dict[str, int], stack: str) -> list[Row]:
     """Full recomputation's rebuilt layer, live in backward only: the largest traced
     layer's rebuild (what its forward saves and allocates itself; its inputs are kept
     already), split into the part tensor parallelism splits and the rest; and the
@@ -233,13 +247,13 @@ def _rebuilt(run: Run, st: Structure, per_layer: tuple[int, ...],
                                       " that tensor parallelism splits"),
                                      (rebuilt - split, RECOMPUTED, "", "")):
         if part:
-            rows.append((f"decoder.recomputed_layer{suffix}", part,
+            rows.append((f"{stack}.recomputed_layer{suffix}", part,
                          f"one layer's activations{what}", f"{part:,}", 1, "", note, None,
                          ()))
     one = per_layer[1::2][layer]
     if one:
         note = RECOMPUTED_TP if one in _split_storages(st, layer, values) else RECOMPUTED
-        rows.append(("decoder.rebuild_gradients", 2 * one, "2 · the largest tensor the "
+        rows.append((f"{stack}.rebuild_gradients", 2 * one, "2 · the largest tensor the "
                      "rebuilt layer saves (its gradient, and its input's)", f"2 · {one:,}", 1,
                      "", note, None, ()))
     return rows

@@ -200,11 +200,13 @@ def _encoder(spec: ModelSpec) -> bert.Bert | None:
         return None
     p = spec.dropout
     pa = spec.attention_dropout if spec.attention_dropout is not None else p
-    return bert.Bert(V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E, H=H,
-                     F=spec.d_ff, L=spec.n_layers,
-                     Ee=spec.embed_proj_dim or 0 if spec.embed_factorized else 0,
-                     base=base, head=head, positions_from_ids=from_ids,
-                     tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa)
+    family = bert.Bert(V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E,
+                       H=H, F=spec.d_ff, L=spec.n_layers, base=base, head=head,
+                       positions_from_ids=from_ids, tied=spec.tie_embeddings,
+                       hidden_dropout=p, attention_dropout=pa)
+    if spec.embed_factorized and spec.embed_proj_dim:
+        return bert.Factorized(**vars(family), Ee=spec.embed_proj_dim)
+    return family
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

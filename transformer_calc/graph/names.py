@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from transformer_calc.breakdown import Row, substitute
 from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
+from transformer_calc.graph.families.bert import HEADS, Bert
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.held import quadratic_in_t
 from transformer_calc.graph.modules import Run
@@ -49,6 +50,16 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
             "attn.c_proj": "attn.o", "o_proj": "attn.o", "c_fc": "ffn.in",
             "gate_proj": "ffn.gate", "up_proj": "ffn.in", "mlp.c_proj": "ffn.out",
             "down_proj": "ffn.out"}
+# BERT-style encoders (families/bert.py): a layer's modules as the decoders' tables above
+# key them (post-norm: the attention output's LayerNorm is tcalc's attn.norm, the layer
+# output's its ffn.norm); their rows are named encoder.* in place of decoder.*
+_ENCODER_LAYER = re.compile(r"^\w+\.encoder\.layer\.(\d+)(?:\.(.*))?$")
+_ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_proj",
+                    "attention.self.value": "v_proj", "attention.output.dense": "o_proj",
+                    "intermediate.dense": "up_proj", "output.dense": "down_proj",
+                    "attention.output.LayerNorm": "ln_1", "output.LayerNorm": "ln_2",
+                    "attention.self": "self_attn", "attention.output": "self_attn",
+                    "intermediate": "mlp", "output": "mlp"}
 _TP = frozenset(("H", "Hkv", "F"))
 _ROPE = "model.rotary_emb"
 _MASK = "decoder.causal_mask"  # the eager (B, 1, T, T) mask, once for the model
@@ -61,12 +72,13 @@ def _module(rest: str) -> str:
     return ".".join(parts[-2:]) if parts[-1] == "c_proj" else parts[-1]
 
 
-_ORDER = ("B", "T", "G", "Hkv", "H", "dh", "E", "F", "V", "P", "r", "T32", "L")
+_ORDER = ("B", "T", "G", "Hkv", "H", "dh", "E", "Ee", "F", "V", "P", "Ty", "r", "T32", "L")
 # the graph's symbols as tcalc's formulas name them (the symbols activation_breakdown's rows
 # and explain use)
 SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "n_heads",
                 "dh": "d_head", "E": "d_model", "F": "d_ff", "V": "vocab_size",
-                "P": "max_positions", "r": "r", "T32": "T32", "L": "n_layers"}
+                "P": "max_positions", "r": "r", "T32": "T32", "L": "n_layers",
+                "Ee": "d_embed", "Ty": "token_types"}
 # what each component is, beside its formula (no symbol names inside: they are words here)
 DESCRIPTIONS = {
     "embed.token_ids": "int64 indices", "embed.position_ids": "int64 positions",
@@ -90,12 +102,17 @@ DESCRIPTIONS = {
     "loss.log_softmax": "log-softmax", "loss.targets": "int64 labels",
     "loss.total_weight": "nll_loss's total weight", _MASK: "the eager causal mask",
     "decoder.checkpoint_input": "each layer's input", "lora_input": "the adapter's input",
+    "embed.token_type_ids": "int64 token types", "embed.project_input": "the projection's "
+    "input", "head.input": "the head's input", "head.mlm.activation": "the head's activation "
+    "keeps its input", "head.mlm.decoder_input": "the decoder's input",
     "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output"}
 
 
 def description(name: str) -> str:
     """The component's description: by its name, else by its last part (a norm's, an
     adapter's)."""
+    if name.startswith("encoder."):  # an encoder layer's tensors are the decoders'
+        name = "decoder." + name.removeprefix("encoder.")
     return DESCRIPTIONS.get(name) or DESCRIPTIONS.get(name.rsplit(".", 1)[-1], "")
 
 
@@ -145,6 +162,11 @@ class _Namer:
             if getattr(family, "post_norm", False) else _NORMS
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2)
                              else family.attention_dropout) != 0
+        self.encoder = isinstance(family, Bert)
+        if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
+            scope, dense, norm, decoder, _ = HEADS[family.head]
+            at = (scope + ".") if scope else ""
+            self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
 
     def _scores(self, s: Saved) -> bool:
         """Whether the op that saved s made the scores (Q·Kᵀ: a T² output) rather than
@@ -156,15 +178,19 @@ class _Namer:
         scope, role, st = s.scope, s.role, s.storage
         if role == "checkpoint.input":
             return self._checkpoint_input(s)
+        if self.encoder:
+            return self._encoder(scope, role, s)
         layer = _LAYER.match(scope)
         if layer is None:
             return self._outside(scope, role, s)
-        rest = layer.group(2) or ""
-        module = _module(rest)
+        return self._in_layer(_module(layer.group(2) or ""), role, s)
+
+    def _in_layer(self, module: str, role: str, s: Saved) -> str:
+        scope, st = s.scope, s.storage
         if st.name == _ROPE:
             return "rope.cos_sin"
         lora = self.run.lora
-        if module in _ADAPTED and lora is not None and lora.adapts(module.split(".")[-1]):
+        if module in _ADAPTED and lora is not None and lora.adapts(scope):
             return "decoder." + self._adapter(module, role, s)
         if module in self.norms:
             return "decoder." + self._norm(self.norms[module], role)
@@ -181,6 +207,41 @@ class _Namer:
                 return "decoder.ffn.activation"
         raise ValueError(f"no component name for {role} saved in {scope} "
                          f"(made in {st.name or 'the model'})")
+
+    def _encoder(self, scope: str, role: str, s: Saved) -> str:
+        """A BERT-style encoder's storage: a layer's as the decoders' (encoder.* names),
+        the embeddings', the projection's (ELECTRA), the MLM head's and the loss's."""
+        layer = _ENCODER_LAYER.match(scope)
+        if layer is not None:
+            module = _ENCODER_MODULES.get(layer.group(2) or "")
+            if module is None:
+                raise ValueError(f"no component name for {role} saved in {scope}")
+            return "encoder." + self._in_layer(module, role, s).removeprefix("decoder.")
+        last = scope.rsplit(".", 1)[-1]
+        lora = self.run.lora
+        adapted = lora is not None and lora.adapts(scope)
+        if role == "embedding.indices":
+            return {"word_embeddings": "embed.token_ids",
+                    "position_embeddings": "embed.position_ids",
+                    "token_type_embeddings": "embed.token_type_ids"}[last]
+        if last == "embeddings" and role in ("mul.other", "native_dropout.result1"):
+            return "embed.dropout_mask"
+        if last == "LayerNorm" and scope.endswith("embeddings.LayerNorm"):
+            return "embed." + self._norm("norm", role)
+        if last == "embeddings_project":  # ELECTRA's projection to hidden_size
+            part = _lora_part(role, s) if adapted else None
+            return f"embed.project_in.{part}" if part else "embed.project_input"
+        part_of_head = self.head.get(scope)
+        if part_of_head == "dense":
+            part = _lora_part(role, s) if adapted else None
+            return f"head.mlm.dense.{part}" if part else "head.input"
+        if part_of_head == "norm":
+            return "head.mlm." + self._norm("norm", role)
+        if part_of_head == "decoder" and role == "addmm.self":
+            return "head.mlm.decoder_input"
+        if role == "gelu.self":
+            return "head.mlm.activation"
+        return self._outside(scope, role, s)
 
     def _outside(self, scope: str, role: str, s: Saved) -> str:
         last = scope.rsplit(".", 1)[-1]
@@ -215,17 +276,12 @@ class _Namer:
         dropout's output), the dropout's mask, lora_A's output (B·T·r); an input read as
         it is (no cast, no dropout) keeps the base input's name."""
         ad = _ADAPTED[module]
-        if role in ("mul.other", "native_dropout.result1"):
-            return f"{ad}.lora_dropout_mask"
-        if role in ("mm.self", "addmm.self"):
-            if _has(s.storage.numel.poly, ("r",)):
-                return f"{ad}.lora_a_output"
-            if s.storage.name == s.scope:
-                return f"{ad}.lora_input"
-            if s.storage.op.startswith("sdpa_"):
-                return "attn.out"  # o_proj reads the kernel's output itself
-            return _INPUTS[module]
-        raise ValueError(f"no component name for {role} in the adapted {module}")
+        part = _lora_part(role, s)
+        if part:
+            return f"{ad}.{part}"
+        if s.storage.op.startswith("sdpa_"):
+            return "attn.out"  # o_proj reads the kernel's output itself
+        return _INPUTS[module]
 
     def _attention(self, role: str, s: Saved) -> str:
         """The attention core, eager or SDPA (its fused kernels or its math ops)."""
@@ -267,7 +323,22 @@ class _Namer:
             return _MASK
         if st.dtype.name == "int64":
             return "embed.position_ids"
-        return "decoder.checkpoint_input"
+        return ("encoder" if self.encoder else "decoder") + ".checkpoint_input"
+
+
+def _lora_part(role: str, s: Saved) -> str | None:
+    """Which of peft's lora.Linear tensors an adapted layer's saved storage is: the
+    dropout's mask, lora_A's output (B·T·r), the adapter's own input (its fp32 cast or
+    dropout's output, made in the layer); None: the input as the base layer reads it."""
+    if role in ("mul.other", "native_dropout.result1"):
+        return "lora_dropout_mask"
+    if role not in ("mm.self", "addmm.self"):
+        raise ValueError(f"no component name for {role} in the adapted {s.scope}")
+    if _has(s.storage.numel.poly, ("r",)):
+        return "lora_a_output"
+    if s.storage.name == s.scope:
+        return "lora_input"
+    return None
 
 
 def saved_names(family: Family, run: Run, result: Result | None = None
@@ -304,7 +375,8 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
         name = namer.name(s)
         # per layer: what a layer's ops saved (its first saver's layer), but the tensors
         # made once for the model that a layer is first to save or keep
-        in_layer = s.layer is not None and name.startswith("decoder.") and name != _MASK
+        in_layer = (s.layer is not None and name.startswith(("decoder.", "encoder."))
+                    and name != _MASK)
         slot = (s.layer, n != one) if in_layer else (None, False)
         group = per.setdefault((name, in_layer), {})
         if slot not in group:
@@ -330,7 +402,7 @@ def row_of(r: NamedRow, nbytes: int, repeat: int) -> Row:
     """Breakdown's row for a named row's values (expr left for Breakdown's symbols)."""
     what = description(r.name)
     text = formula(r.nbytes) + (f" ({what})" if what else "")
-    return (r.name, nbytes, text, "", repeat, "decoder" if r.in_layer else "",
+    return (r.name, nbytes, text, "", repeat, r.name.split(".", 1)[0] if r.in_layer else "",
             "tp" if _has(r.nbytes, _TP) else "", None, ())
 
 

@@ -35,8 +35,7 @@ HEADS = {"bert": ("cls.predictions", "transform.dense", "transform.LayerNorm", "
 @dataclass(frozen=True)
 class Bert:
     """The config keys that shape the graph. Symbols: V vocab, P positions, Ty token types,
-    E hidden, H heads, dh = E / H, F intermediate, L layers, Ee ELECTRA's embedding_size
-    (the embeddings' and the head's width; 0: hidden_size, no projection).
+    E hidden, H heads, dh = E / H, F intermediate, L layers.
 
     base: the encoder's attribute ("bert", "roberta", "electra", ...); head: the MLM head's
     layout (HEADS); positions_from_ids: RoBERTa's create_position_ids_from_input_ids (a
@@ -50,7 +49,6 @@ class Bert:
     H: int
     F: int
     L: int
-    Ee: int = 0
     base: str = "bert"
     head: str = "bert"
     positions_from_ids: bool = False
@@ -59,11 +57,24 @@ class Bert:
     attention_dropout: float = 0.1
 
     def sizes(self) -> dict[str, int]:
-        out = {"V": self.V, "P": self.P, "Ty": self.Ty, "E": self.E, "H": self.H,
-               "dh": self.E // self.H, "F": self.F, "L": self.L}
-        if self.Ee:
-            out["Ee"] = self.Ee
-        return out
+        return {"V": self.V, "P": self.P, "Ty": self.Ty, "E": self.E, "H": self.H,
+                "dh": self.E // self.H, "F": self.F, "L": self.L}
+
+
+@dataclass(frozen=True)
+class Factorized(Bert):
+    """ELECTRA with embedding_size (Ee) unlike hidden_size: the embeddings, their norm and
+    dropout, and the MLM head are Ee wide; embeddings_project maps Ee to E."""
+
+    Ee: int = 1
+
+    def sizes(self) -> dict[str, int]:
+        return {**super().sizes(), "Ee": self.Ee}
+
+
+def _width(m: Builder, cfg: Bert) -> Dim:
+    """The embeddings' and the MLM head's width."""
+    return m["Ee"] if isinstance(cfg, Factorized) else m["E"]
 
 
 def forward(m: Builder, cfg: Bert) -> Tensor:
@@ -74,7 +85,7 @@ def forward(m: Builder, cfg: Bert) -> Tensor:
     ids = m.trace.input((B, T), I64, "input_ids")
     with m.module(cfg.base):
         h = _embeddings(m, cfg, ids)
-        if cfg.Ee:  # ElectraModel: embeddings_project(embedding_output)
+        if isinstance(cfg, Factorized):  # ElectraModel: embeddings_project(embeddings)
             h = m.linear("embeddings_project", h, m["E"], True)
         with m.module("encoder"):
             h = m.layers("layer", lambda x: _layer(m, cfg, x), h)
@@ -87,7 +98,7 @@ def _embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
     LayerNorm, dropout."""
     tr = m.trace
     B, T, P = m["B"], m["T"], m["P"]
-    width = m["Ee"] if cfg.Ee else m["E"]
+    width = _width(m, cfg)
     one = Dim.const(1)
     with m.module("embeddings"):
         # buffers (the model's memory, never an activation): position_ids = arange(P)
@@ -163,7 +174,7 @@ def _head(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
     the token table when tied. Not a LoRA target under peft's all-linear: it is the
     model's output embedding."""
     scope, dense, norm, decoder, shared_bias = HEADS[cfg.head]
-    width, V = (m["Ee"] if cfg.Ee else m["E"]), m["V"]
+    width, V = _width(m, cfg), m["V"]
     table = f"{cfg.base}.embeddings.word_embeddings.weight"
     with m.module(scope) if scope else contextlib.nullcontext():
         bias = m.param("bias", V) if shared_bias else None
