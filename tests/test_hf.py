@@ -69,6 +69,11 @@ REFERENCE = {
     # embeddings of 32 (tables and norm) projected to 64 with a bias; the head back to 32,
     # the decoder tied with its own bias
     "variants/electra-tiny.json": (104_264, "ElectraForMaskedLM"),
+    "variants/electra-unprojected.json": (104_904, "ElectraForMaskedLM"),
+    "variants/camembert-tiny.json": (44_028, "CamembertForMaskedLM"),
+    "variants/data2vec-text-tiny.json": (60_192, "Data2VecTextForMaskedLM"),
+    "variants/ernie-tiny.json": (149_820, "ErnieForMaskedLM"),
+    "variants/xlm-roberta-tiny.json": (103_988, "XLMRobertaForMaskedLM"),
     # embeddings of 32 projected to 64; a head of 48 and an untied 48 × 1,000 decoder
     "variants/rembert-tiny.json": (153_336, "RemBertForMaskedLM"),
     # 4 layers sharing 2 sets of weights (num_hidden_groups 2), embeddings of 32
