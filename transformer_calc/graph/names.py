@@ -103,7 +103,7 @@ DESCRIPTIONS = {
     "loss.total_weight": "nll_loss's total weight", _MASK: "the eager causal mask",
     "decoder.checkpoint_input": "each layer's input", "lora_input": "the adapter's input",
     "embed.token_type_ids": "int64 token types", "embed.project_input": "the projection's "
-    "input", "head.input": "the head's input", "head.mlm.activation": "the head's activation "
+    "input", "head.mlm.activation": "the head's activation "
     "keeps its input", "head.mlm.decoder_input": "the decoder's input",
     "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output"}
 
@@ -175,7 +175,7 @@ class _Namer:
         return any(m.count("T") >= 2 for m, _ in out.terms)
 
     def name(self, s: Saved) -> str:
-        scope, role, st = s.scope, s.role, s.storage
+        scope, role = s.scope, s.role
         if role == "checkpoint.input":
             return self._checkpoint_input(s)
         if self.encoder:
