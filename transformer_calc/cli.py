@@ -65,7 +65,7 @@ ModelArg = typer.Argument(..., metavar="MODEL",
                                "or a Hugging Face config.json.")
 
 
-# Every numeric option's range (issue 16): an int outside it, or a float that is not finite or
+# Every numeric option's range: an int outside it, or a float that is not finite or
 # is outside it, is one error line naming the option. Integers stop at 2^40 (spec.MAX_SIZE),
 # where every result stays exact and printable; GPU counts at 2^30.
 _BIG = 2**40
@@ -229,7 +229,7 @@ def params(model: str = ModelArg, format: Format = FormatOpt,
     spec = _load(model, overrides or {})
     ckpt = None
     folder = Path(model).expanduser()
-    if folder.is_dir():  # a model folder: what its safetensors headers hold (issue 17)
+    if folder.is_dir():  # a model folder: what its safetensors headers hold
         from transformer_calc.checkpoint import read_checkpoint
 
         ckpt = read_checkpoint(folder)
@@ -321,7 +321,7 @@ RandomOpt = typer.Option(0, help="Random keys per query (bigbird).",
 
 def _pattern(kind: str, window: int, block: int, summary: int, global_tokens: int,
              random: int) -> Any:
-    """The pattern flops and memory share (issue 18); its options without one: an error."""
+    """The pattern flops and memory share; its options without one: an error."""
     from transformer_calc.flops import AttentionPattern
 
     if kind == "dense":
@@ -683,7 +683,7 @@ def memory(
                                        group_size=spec.weight_group_size or settings.group_size)
     elif model.lower().endswith(".gguf") and settings.inference and not settings.quant \
             and settings.dtype == "bf16":
-        # a GGUF serves in its own types: its general.file_type's recipe (issue 17)
+        # a GGUF serves in its own types: its general.file_type's recipe
         import dataclasses
 
         from transformer_calc.gguf_file import read_gguf, recipe
@@ -1149,7 +1149,7 @@ def _run(argv: list[str]) -> Any:
     return _app_for(argv, named=False)(standalone_mode=False)
 
 
-# What a terminal that cannot show a character gets instead (a non-UTF-8 locale, issue 16)
+# What a terminal that cannot show a character gets instead (a non-UTF-8 locale)
 ASCII_FALLBACK = {"×": "x", "·": "*", "Σ": "sum", "≈": "~", "−": "-", "—": "-", "–": "-",
                   "✓": "ok", "✗": "X", "²": "^2", "→": "->", "←": "<-", "↔": "<->", "≤": "<=",
                   "≥": ">=", "µ": "u", "⌈": "ceil(", "⌉": ")", "√": "sqrt", "ᵀ": "^T",

@@ -54,7 +54,7 @@ def printable(text: str, one_line: bool = False) -> str:
     """Text from the user (a file name, a YAML name or key) made safe for a terminal and for
     the CI log that records it: control characters (escape sequences that would colour or
     retitle it) and a file name's stray bytes written as \\xNN, no workflow command
-    (runner_safe), and, for a line that must stay one line, newlines as \\n (issue 16)."""
+    (runner_safe), and, for a line that must stay one line, newlines as \\n."""
     text = text.translate(_CONTROL)
     return runner_safe(text.replace("\n", "\\n") if one_line else text)
 

@@ -352,8 +352,9 @@ def gap_part(name: str) -> str:
 
 
 def _rule_gap(spec: ModelSpec, b: Breakdown) -> Section:
-    """Issue: an encoder-decoder's gap was put down to biases and norms; it is mostly the
-    decoder's cross-attention (4·E² per decoder layer, which 12·E² per layer leaves out)."""
+    """The gap between the count and V·E + 12·L·E², by its causes: an encoder-decoder's is
+    mostly the decoder's cross-attention, not biases and norms (4·E² per decoder layer, which
+    12·E² per layer leaves out)."""
     V, E, L = spec.vocab_size, spec.d_model, spec.total_layers
     rot = rule_of_thumb(spec)
     gap = b.total - rot
@@ -444,8 +445,8 @@ def _tying(spec: ModelSpec, b: Breakdown) -> Section:
 # -- memory ---------------------------------------------------------------------------------
 
 def _efficient(spec: ModelSpec, T: int) -> list[Section]:
-    """Issue 18: the attention core at the user's T, dense against a local window, Linformer,
-    Performer and linear attention, each from count_flops on the same model with that
+    """Efficient attention: the attention core at the user's T, dense against a local window,
+    Linformer, Performer and linear attention, each from count_flops on the same model with that
     mechanism, and the context from which each costs less than dense."""
     import dataclasses
 

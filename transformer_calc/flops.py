@@ -98,7 +98,7 @@ def keys_per_query(pattern: AttentionPattern, T: int) -> Fraction:
 
 
 def pattern_keys(pattern: AttentionPattern, T: int) -> int:
-    """The keys one query meets, as FLOPs and memory both count them (one place, issue 18):
+    """The keys one query meets, as FLOPs and memory both count them (one place):
     T for dense attention, the pattern's pairs / T rounded to the nearest key otherwise."""
     return T if pattern.kind == "dense" else round(keys_per_query(pattern, T))
 
@@ -434,7 +434,7 @@ def crossover_note(spec: ModelSpec) -> str:
 
 
 def _efficient_core(add, a: Attention, p: str, group: str, L: int) -> None:  # type: ignore[no-untyped-def]
-    """Per token, the attention core of the efficient mechanisms (issue 18), matmuls as
+    """Per token, the attention core of the efficient mechanisms, matmuls as
     torch.utils.flop_counter counts them on the reference implementations
     (tools/reference_efficient.py):
     - Linformer: E·K and F·V project the keys and values to k (2 · k per key channel each,

@@ -131,8 +131,8 @@ DROPOUT_KEYS = {
     "fsmt": (("dropout", "attention_dropout"), 0.1),
     "t5gemma": (("dropout_rate", "attention_dropout"), 0.0),
     "modernbert-decoder": (("embedding_dropout", "mlp_dropout", "attention_dropout"), 0.0),
-    # the config classes' own dropout keys (0.1 by default), which the generic records had
-    # read as attention_dropout (absent: 0.0) and so counted no masks (found by measuring)
+    # the config classes' own dropout keys (0.1 by default), not attention_dropout (absent:
+    # 0.0, which would count no masks; measured)
     "biogpt": (("hidden_dropout_prob", "attention_probs_dropout_prob"), 0.1),
     "ctrl": (("resid_pdrop", "embd_pdrop", "attention_dropout"), 0.1),  # none on the scores
     "gpt-sw3": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
@@ -142,7 +142,7 @@ DROPOUT_KEYS = {
 
 # Config classes whose attention dropout defaults to 0.0 while the rest defaults to 0.1
 # (transformers 5.23: OPTConfig, BartConfig, ... attention_dropout=0.0; GteConfig
-# attention_probs_dropout_prob=0.0): no mask on the attention probabilities (issue 13).
+# attention_probs_dropout_prob=0.0): no mask on the attention probabilities.
 ATTENTION_DROPOUT_DEFAULTS = dict.fromkeys(
     ("opt", "bart", "marian", "mbart", "pegasus", "blenderbot", "blenderbot-small", "mvp",
      "bigbird_pegasus", "gte", "fsmt", "ctrl"), 0.0)
@@ -254,7 +254,7 @@ def _table(model_type: str) -> dict[str, Any]:
     return DEFAULTS.get(model_type, {})
 
 
-# Hybrid and recurrent model types (issue 14): refused with that reason, not just "unknown".
+# Hybrid and recurrent model types: refused with that reason, not just "unknown".
 RECURRENT = frozenset("""zamba zamba2 bailing_hybrid recurrent_gemma rwkv xlstm""".split())
 
 
@@ -2328,7 +2328,7 @@ class Moe(NamedTuple):
 
 
 class Ssm(NamedTuple):
-    """A record's recurrent mixer (issue 14): its kind, the config keys of its sizes (this
+    """A record's recurrent mixer: its kind, the config keys of its sizes (this
     family's spelling of Mamba2Config's names), and how the config says which layers use it.
 
     ``layers``: all (every layer: Mamba, Mamba-2), layer_types (a per-layer list of
@@ -2533,11 +2533,11 @@ class Layout(NamedTuple):
     dense_ff: str = ""  # a key for the dense layers' FFN size when it differs (Llama 4)
     moe: Moe | None = None
     dropout: tuple[str, ...] = ("attention_dropout",)
-    ssm: Ssm | None = None  # a recurrent mixer in some or all layers (issue 14)
+    ssm: Ssm | None = None  # a recurrent mixer in some or all layers
     ff_key: str = ""  # the dense FFN's size under another key (GraniteMoeHybrid)
     ffn_adjust: str = ""  # lfm2: Lfm2MLP's 2/3 and multiple-of rounding of intermediate_size
     untied: bool = False  # the class ties nothing (_tied_weights_keys empty: Nemotron-H)
-    # how PEFT sees the linear layers (LoRA, issue 15): gate and up as one gate_up matrix
+    # how PEFT sees the linear layers (LoRA): gate and up as one gate_up matrix
     # (dense and shared-expert FFNs); the router an nn.Linear subclass; the attention gate
     # a module named gate_proj
     fused_gate_up: bool = False
@@ -3099,7 +3099,7 @@ GENERIC: dict[str, Layout] = {
                      needs=(("gating", "without it there is no output gate; not modelled"),),
                      moe=Moe(shared_ff="shared_expert_intermediate_size",
                              layer_types="mlp_layer_types", dense_first=1)),
-    # -- recurrent and hybrid models (issue 14): a mixer record (Ssm) on a Llama-style layout
+    # -- recurrent and hybrid models: a mixer record (Ssm) on a Llama-style layout
     **{t: Layout(cls, qkv_bias=False, o_bias=False, mlp_bias=False, position="none",
                  ssm=Ssm("mamba", inner="intermediate_size"), dropout=())
        # FalconMambaMixer normalises dt, B and C with parameter-free RMS norms: same count

@@ -1,4 +1,4 @@
-"""What LoRA adapts and adds (issue 15): the adapted linear layers of a model, as PEFT picks
+"""What LoRA adapts and adds: the adapted linear layers of a model, as PEFT picks
 them, and the adapters' parameters.
 
 LoRA (Hu et al. 2021) adds to a frozen linear layer W (out × in) two trainable matrices,

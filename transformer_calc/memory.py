@@ -224,7 +224,7 @@ def experts_impl(spec: ModelSpec, experts: str) -> str:
 
 def attention_kernel(spec: ModelSpec, attention: str, device: str, act_bytes: int,
                      dropout: bool, override: str = "auto") -> str:
-    """Which kernel computes attention, as torch 2.13 picks it (issue 13): "sdpa" on CUDA is
+    """Which kernel computes attention, as torch 2.13 picks it: "sdpa" on CUDA is
     flash for 16-bit heads up to FLASH_MAX_HEAD; in fp32 the memory-efficient kernel, unless
     the heads are grouped: transformers then passes enable_gqa, which only flash and math
     take, so fp32 GQA runs the math kernel (measured on an H100: Llama's fp32 SDPA peak equals
@@ -326,7 +326,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     # score matmul) and softmaxes there, casting the probabilities back (measured)
     qk32 = kernel == "eager" and spec.attn_fp32 and a != 4
     soft32 = kernel == "eager" and (spec.softmax_fp32 or amp or amp16 or qk32) and a != 4
-    # torch autocast (issue 13): the residual stream and every norm stay fp32 (embeddings and
+    # torch autocast: the residual stream and every norm stay fp32 (embeddings and
     # layer_norm run in fp32, a 16-bit sublayer output added to it is promoted); each linear
     # casts its input to 16-bit and keeps that cast, one per projection reading the same
     # tensor (autocast caches casts of weights only). Measured on an H100:
@@ -345,7 +345,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         notes.append("Kimi Delta Attention counted on transformers' torch path "
                      "(chunk_kimi_delta_attention), which CUDA runs too without fla's kernels; "
                      "fla's chunk_kda keeps far less and is not modelled")
-    if spec.n_heads and attention == "sdpa":  # the execution profile, shown (issue 13)
+    if spec.n_heads and attention == "sdpa":  # the execution profile, shown
         how = "forced by --sdpa-kernel" if sdpa_kernel != "auto" else "as torch picks it"
         notes.append(f"sdpa on {device} runs {kernel} ({how}): {KERNELS[kernel]}")
         if not spec.sdpa_path:
@@ -357,7 +357,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             notes.append("the encoder's local attention (LongT5) runs its own einsums, as "
                          "eager attention does, whatever --attention says")
     if pattern.kind != "dense":
-        # issue 18: the keys per query are the FLOPs' (flops.pattern_keys)
+        # the keys per query are the FLOPs' (flops.pattern_keys)
         notes.append(f"attention pattern {pattern.describe()}: {keys:,} keys per query of "
                      f"{T:,}; " + (
                          "the kernel keeps no score tensor, so the pattern saves compute, not "
@@ -555,7 +555,7 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
             "scale multiplies)")
 
     def efficient_core(at: Attention, p: str, stack: str, L: int) -> None:
-        """Issue 18: what Linformer, Performer and linear attention keep beside Q, K and V;
+        """What Linformer, Performer and linear attention keep beside Q, K and V;
         Linformer's and Performer's as the reference implementations save them (measured
         with saved_tensors_hooks: tools/reference_efficient.py), linear attention's from its
         operations."""
@@ -1883,7 +1883,7 @@ class Settings:
     pp: int = 1
     ep: int = 1  # expert parallel (Megatron-LM): experts split over ep ranks of dp · cp
     cp: int = 1  # context parallel: each rank holds T / cp of the sequence
-    # DeepSpeed (issue 15): ZeRO-Offload / ZeRO-Infinity move model states to CPU memory:
+    # DeepSpeed: ZeRO-Offload / ZeRO-Infinity move model states to CPU memory:
     # none | optimizer (fp32 master weights, gradients and optimizer states) | all (the
     # parameters too, ZeRO-3); ZeRO-3's live gathered parameters, in elements
     offload: str = "none"
@@ -1896,7 +1896,7 @@ class Settings:
     group_size: int = 128  # int8/int4 scale group
     grad_accum: int = 1  # micro-batches per optimizer step (gradients live across them)
     optimizer_impl: str = "foreach"  # foreach (torch's CUDA default) | fused | for-loop
-    # Fine-tuning (issue 15): LoRA adapters of this rank over a frozen base (0: none), on
+    # Fine-tuning: LoRA adapters of this rank over a frozen base (0: none), on
     # these layers (lora.ALL_LINEAR or module names), with this dropout on their input; or
     # full fine-tuning with these parts frozen (params.CATEGORIES)
     lora_rank: int = 0
@@ -1919,7 +1919,7 @@ class Settings:
     # vocab (Megatron-LM's vocabulary-parallel embedding, head and cross-entropy too);
     # "" follows the recipe (megatron: vocab)
     tp_plan: str = ""
-    # Serving (issue 15): a paged KV cache's block of tokens (0: exact); the share of the GPU
+    # Serving: a paged KV cache's block of tokens (0: exact); the share of the GPU
     # the runtime may take (vLLM's gpu_memory_utilization, 0.9 by default); the prefill chunk
     # whose activations must fit beside the cache (vLLM's max_num_batched_tokens)
     kv_block: int = 0
@@ -2150,7 +2150,7 @@ class Phase(NamedTuple):
     items: Breakdown
 
 
-# What no count of tensors sees, shown apart from the peak (issue 13): the caching
+# What no count of tensors sees, shown apart from the peak: the caching
 # allocator's cache, measured as max_memory_reserved − max_memory_allocated over the 20
 # training runs on an H100 (tests/data/peak_cuda_h100.json, peak_lora_cuda_h100.json): 2.0 %
 # to 12.1 % of the peak (torch AMP with SDPA the most: autocast's short-lived casts fragment
@@ -2566,7 +2566,7 @@ def _per_gpu(spec: ModelSpec, s: Settings, components: Breakdown, acts: Breakdow
     return per_gpu, host, notes
 
 
-# LoRA over a frozen base (issue 15). PEFT keeps the adapters in fp32 over a 16-bit base
+# LoRA over a frozen base. PEFT keeps the adapters in fp32 over a 16-bit base
 # (get_peft_model(..., autocast_adapter_dtype=True), its default), so their gradients and
 # optimizer states are fp32 too; the base has no gradients and no states.
 ADAPTER_BYTES = 4
@@ -3074,7 +3074,7 @@ def autocast_copy_params(spec: ModelSpec, params: Breakdown, layers: str = "all"
 
 def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
                     acts: Breakdown, params: Breakdown) -> tuple[Phase, ...]:
-    """The high point of each phase of a training step after the first, per GPU (issue 13;
+    """The high point of each phase of a training step after the first, per GPU (as
     measured on an H100 with torch.cuda.max_memory_allocated: docs/peak_cuda_h100.md).
 
     Gradients are freed by zero_grad(set_to_none=True) (torch's default), so forward and the
@@ -3337,7 +3337,7 @@ def _optimizer_temporary(s: Settings, c: dict[str, int], params: Breakdown) -> t
 def _check_parallel(spec: ModelSpec, s: Settings) -> None:
     """Tensor parallelism splits the heads (Megatron-LM: query heads evenly; K/V heads evenly,
     or replicated when there are fewer than --tp and they divide it); pipeline parallelism
-    splits the layers evenly (issue 16: an uneven split is refused, not assumed)."""
+    splits the layers evenly (an uneven split is refused, not assumed)."""
     if s.tp > 1 and spec.n_heads:
         if spec.n_heads % s.tp:
             raise TcalcError(f"--tp {s.tp}: expected a divisor of {spec.name}'s "
@@ -3596,7 +3596,7 @@ def prefill_activation_bytes(spec: ModelSpec, s: Settings) -> int:
 def _fit(spec: ModelSpec, s: Settings, report: MemoryReport, gpu_name: str,
          pattern) -> Fit:  # type: ignore[no-untyped-def]
     """Fits or not, headroom, the largest batch and the longest sequence that fit: by the
-    peak of a training step (issue 13), or for serving by the weights, cache and state
+    peak of a training step, or for serving by the weights, cache and state
     within the runtime's share of the GPU (--gpu-util, vLLM's gpu_memory_utilization) less
     one prefill chunk's activations. Both searches double then bisect (logarithmic)."""
     import dataclasses

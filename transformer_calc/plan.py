@@ -51,7 +51,7 @@ class Attention(NamedTuple):
     d_rope: int = 0  # MLA: the RoPE part of d_head (its key part is shared by the heads)
     gate: str = "none"  # output gate from the block input: none | head | width
     gate_bias: str = "none"
-    mechanism: str = "softmax"  # softmax | linformer | performer | linear (issue 18)
+    mechanism: str = "softmax"  # softmax | linformer | performer | linear
     proj_k: int = 0  # Linformer: the projected length k
     proj_n: int = 0  # Linformer: the length projected from (max_positions)
     sharing: str = "headwise"  # Linformer's E/F sharing

@@ -43,7 +43,7 @@ def load_model(ref: str) -> ModelSpec:
 
     path = Path(ref)
     # a path when it looks like one; else a preset name first, so that a local folder or file
-    # called like a preset does not shadow it (issue 16)
+    # called like a preset does not shadow it
     looks_like_path = (ref.lower().endswith(SUFFIXES) or "/" in ref or os.sep in ref
                        or ref.startswith((".", "~")))
     candidate = preset_dir() / f"{ref}.yaml"
@@ -52,7 +52,7 @@ def load_model(ref: str) -> ModelSpec:
     if not path.exists() and not ref.startswith((".", "~", "/")):
         from transformer_calc.hub import parse
 
-        if parse(ref) is not None:  # a Hub id or URL (issue 17): its config.json
+        if parse(ref) is not None:  # a Hub id or URL: its config.json
             from transformer_calc.hub import config_path
 
             config = config_path(ref)
@@ -121,8 +121,8 @@ def flow_depth(text: str) -> int:
 
 @functools.cache
 def _strict_loader() -> Any:
-    """PyYAML's safe loader, refusing what YAML 1.1 reads differently from what people mean
-    (issue 16): octal (012 is 10), base-60 (51:12 is 3072), yes/no/on/off as booleans, NaN and
+    """PyYAML's safe loader, refusing what YAML 1.1 reads differently from what people mean:
+    octal (012 is 10), base-60 (51:12 is 3072), yes/no/on/off as booleans, NaN and
     infinities, and a key given twice (the last silently wins). Each is an error with its
     line; quoting the value or writing it plainly is the fix the message names."""
     import re
@@ -210,7 +210,7 @@ def parse_yaml(text: str, where: str) -> Any:
 
 def load_file(path: Path, shown: str | None = None) -> ModelSpec:
     where = shown or str(path)
-    if path.suffix.lower() == ".gguf":  # llama.cpp: its header only (issue 17)
+    if path.suffix.lower() == ".gguf":  # llama.cpp: its header only
         import stat
 
         from transformer_calc.gguf_file import hf_config, read_gguf
@@ -328,7 +328,7 @@ def apply_overrides(spec: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
         return spec
     if spec.expected_params is None:
         return spec.replace(**changes)
-    # a deliberate what-if is not a reference that differs (issue 16): the preset's reference
+    # a deliberate what-if is not a reference that differs: the preset's reference
     # count belongs to the unchanged model, so it is set aside and said so
     what = ", ".join(f"{k} = {v}" for k, v in sorted(changes.items()))
     note = (f"what-if ({what}): the preset's reference count {spec.expected_params:,} is for "

@@ -1,4 +1,4 @@
-"""Quantised weights as the real formats store them (issue 15): bytes per tensor, and which
+"""Quantised weights as the real formats store them: bytes per tensor, and which
 tensors each format leaves in 16-bit.
 
 A format quantises the linear layers inside the model's layers (read from the parameter

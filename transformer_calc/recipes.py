@@ -38,7 +38,7 @@ RECIPE_SETTINGS: dict[str, dict[str, Any]] = {
     "deepspeed": {"precision": "bf16", "mixed": True, "adapter_dtype": "bf16",
                   "logits_fp32": "loss", "loss_chunks": 1},
 }
-RECIPE_SETTINGS["amp"] = RECIPE_SETTINGS["hf"]  # the old name of hf
+RECIPE_SETTINGS["amp"] = RECIPE_SETTINGS["hf"]  # another name of hf
 
 # what each recipe assumes, said in the output
 RECIPE_NOTES = {

@@ -36,7 +36,7 @@ TOWERS = ("none", "siglip", "qwen2_5_vl", "qwen3_vl", "pixtral", "mllama", "whis
 PROJECTORS = ("none", "gemma3", "mistral3", "linear", "mlp", "lfm2_vl", "kimi_k25")
 QK_NORMS = ("none", "head", "width", "l2")
 ATTN_GATES = ("none", "head", "width")
-# Recurrent mixers (issue 14): layers whose state does not grow with the context.
+# Recurrent mixers: layers whose state does not grow with the context.
 MIXERS = ("none", "mamba", "mamba2", "gated_deltanet", "short_conv", "lightning", "kda")
 # Layer-pattern letters (see plan.parse_pattern): the mixer per layer, the FFN per layer. M is
 # the spec's recurrent mixer; X is no sublayer at all (a Mamba layer has no FFN, a Nemotron-H
@@ -318,7 +318,7 @@ class ModelSpec:
                         "n_heads · d_head; AFMoE, Beam)", choices=ATTN_GATES)
     attn_gate_bias: str = _f("none", "bias of that gate: none, head (n_heads) or width",
                              choices=ATTN_GATES)
-    # efficient attention (issue 18): how the self-attention mixes the values
+    # efficient attention: how the self-attention mixes the values
     attention_mechanism: str = _f(
         "softmax", "softmax (dense or --attention-pattern), linformer (keys and values "
         "projected from max_positions to linformer_k, Wang et al. 2020), performer (FAVOR+ "
@@ -739,7 +739,7 @@ class ModelSpec:
 
     @property
     def default_seq_len(self) -> int:
-        """The context every command assumes when none is given (issue 16: one default):
+        """The context every command assumes when none is given (one default):
         the model's max_positions, or 2048 when it has none."""
         return self.max_positions or 2048
 
@@ -751,7 +751,7 @@ class ModelSpec:
 
     def check_context(self, seq_len: int) -> None:
         """A sequence longer than a learned position table cannot be run: refuse it, naming
-        the table's size (issue 16)."""
+        the table's size."""
         limit = self.max_context
         if limit is not None and seq_len > limit:
             from transformer_calc.errors import TcalcError

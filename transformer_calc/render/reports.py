@@ -166,7 +166,7 @@ def params_summary(b: Breakdown, spec: ModelSpec) -> list[str]:
 
 
 def checkpoint_dict(ckpt: Any, architecture: int) -> dict[str, Any]:
-    """JSON "checkpoint" (issue 17): what the folder's safetensors headers hold, against the
+    """JSON "checkpoint": what the folder's safetensors headers hold, against the
     architecture's count."""
     from transformer_calc.checkpoint import compare
 
@@ -482,7 +482,7 @@ def memory_dict(r: Any) -> dict[str, Any]:
 
 
 def _held(r: Any, per: float) -> str:
-    """When the bytes per parameter are really held (issue 13): the phases' model states
+    """When the bytes per parameter are really held: the phases' model states
     divided by the parameters, per recipe."""
     s = r.settings
     if not r.phases or s.freeze or s.gpus > 1 or s.optimizer != "adamw":

@@ -24,7 +24,7 @@ def _markup_safe(text: str) -> str:
 
 def _console() -> Any:
     """rich's Console, but a closed stdout raises BrokenPipeError (rich would exit 1 silently),
-    so that the CLI says why in one line (issue 16)."""
+    so that the CLI says why in one line."""
     import os
 
     from rich.console import Console
@@ -96,7 +96,7 @@ def _min_width(t: Table, n: int, stacked: bool) -> int:
 
 def _fit(t: Table, width: int) -> tuple[list[int], bool]:
     """The columns shown and whether pairs stack, so that the table fits ``width``: first
-    stack pairs, then leave columns out by their drop rank (issue 16: no number split)."""
+    stack pairs, then leave columns out by their drop rank (no number split)."""
     shown = list(range(len(t.columns)))
     stacked = False
 
@@ -121,7 +121,7 @@ def print_table(console: Any, t: Table) -> None:
     table = RichTable(title=_markup_safe(t.title) if t.title else None, title_justify="left")
     for n in shown:
         c = t.columns[n]
-        # numbers never fold across lines (issue 16): the text columns wrap instead
+        # numbers never fold across lines: the text columns wrap instead
         table.add_column(c.header, justify="right" if c.numeric else "left", overflow="fold",
                          no_wrap=c.numeric, min_width=_min_width(t, n, stacked))
     for r in t.rows:
