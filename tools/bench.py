@@ -31,7 +31,7 @@ with torch.device("meta"):
 print(sum(p.numel() for p in m.parameters() if p.requires_grad))
 """
 
-# Targets from issue 8, printed beside the results.
+# The targets tcalc holds itself to, printed beside the results.
 TARGET_STARTUP = 1.3
 TARGET_VS_HF = 30
 TARGET_CONFIGS_PER_S = 20_000

@@ -9,7 +9,7 @@ on the meta device as the class tcalc counts; the trainable total must equal tca
     python tools/check_registry.py --cases 4 --flops 8 \
         [--write tests/data/registry_cases.json] [TYPE...]
 
-The recurrent and hybrid types (issue 14) are recorded apart, with FLOPs by aten op (their
+The recurrent and hybrid types are recorded apart, with FLOPs by aten op (their
 convolution padding and chunked scans are accounted for op by op in tests/test_mixers.py), at
 a length that fills whole chunks (Gated DeltaNet's chunk is 64):
 
@@ -238,7 +238,7 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
 
 
 def draw_mixer(rng: random.Random, fields: set[str], cfg: dict) -> dict:
-    """Recurrent-mixer sizes and hybrid layouts (issue 14), in each family's spelling."""
+    """Recurrent-mixer sizes and hybrid layouts, in each family's spelling."""
     E = cfg["hidden_size"]
     L = cfg.get("num_hidden_layers") or rng.choice([2, 3, 4])
     expand = rng.choice([1, 2])

@@ -1,5 +1,5 @@
 """List transformers' text model types, what each builds by default, and its parameters
-(developer tool, needs torch + transformers): the coverage inventory of issue 12.
+(developer tool, needs torch + transformers): the inventory tcalc's coverage is checked against.
 
 For every model_type in transformers' auto mappings for causal LM, masked LM and seq2seq LM,
 build the mapped class from the type's default config on the meta device and print one JSON

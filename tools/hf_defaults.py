@@ -59,7 +59,7 @@ pronunciation_vocab_size pronunciation_embed_dim concat_input ffn_hidden_size
 expert_ffn_hidden_size zero_expert_num router_bias qk_head_dim""".split()
 
 
-# transformers' eager_attention_forward of Llama-style models (issue 13): the softmax runs in
+# transformers' eager_attention_forward of Llama-style models: the softmax runs in
 # fp32 and is cast back, so a 16-bit model keeps the fp32 probabilities and a 16-bit copy
 SOFTMAX_FP32 = ("softmax(attn_weights, dim=-1, dtype=torch.float32)",
                 # XLM, FlauBERT, LongT5: softmax(scores.float()).type_as(scores); MPT

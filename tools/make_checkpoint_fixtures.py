@@ -1,6 +1,6 @@
 """Write the model folders tests/test_checkpoint.py reads (developer tool, needs torch,
 transformers and safetensors): tiny real checkpoints, so the tests read headers exactly as
-transformers and the safetensors package write them (issue 17).
+transformers and the safetensors package write them.
 
 - tiny-llama: LlamaForCausalLM from a small config, save_pretrained (bf16, one file);
 - tiny-llama-sharded: the same, save_pretrained(max_shard_size="100KB") (an index + shards);

@@ -2,7 +2,7 @@
 needs gguf and numpy): the header of a Llama-architecture GGUF whose tensors carry the types
 llama.cpp's Q4_K_M recipe gives a 256-wide, 4-layer model (Q6_K for the output and for the
 attn_v / ffn_down layers use_more_bits picks, Q4_K elsewhere, F32 norms), with zero-filled
-data of each type's byte size (issue 17). Also prints gguf's GGML_QUANT_SIZES for the test.
+data of each type's byte size. Also prints gguf's GGML_QUANT_SIZES for the test.
 
     python tools/make_gguf_fixture.py tests/data/gguf
 """

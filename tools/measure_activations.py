@@ -1,7 +1,7 @@
 """Measure the bytes PyTorch saves for backward in HF GPT-2 (developer tool, needs torch).
 
 Not run by the tests or CI. It produced tests/data/activations_gpt2_cpu.json, which the tests
-compare tcalc's activation estimate against (issue 4: within ±10 %).
+compare tcalc's activation estimate against (it must be within ±10 %).
 
     python tools/measure_activations.py                     # the full grid, CPU, as JSON
     python tools/measure_activations.py --list -B 1 -T 128  # every saved tensor, by op

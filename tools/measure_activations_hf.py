@@ -1,6 +1,6 @@
 """Bytes PyTorch saves for backward, for any config.json tcalc reads (developer tool, needs torch
-+ transformers), beside tcalc's activation estimate: issue 13's measurement, generalised from
-tools/measure_activations.py (GPT-2 only).
++ transformers), beside tcalc's activation estimate: the measurement of
+tools/measure_activations.py (GPT-2 only), generalised to every architecture.
 
 Method (as measure_activations.py): the class tcalc counts (hf.counted_class), built from the
 config with random weights on the CPU, cast to the dtype, train mode, a forward with labels;
@@ -13,14 +13,14 @@ case.
 
     python tools/measure_activations_hf.py tests/data/hf/variants/qwen3-sliding-bias.json
 
---lora R (issue 15): the same with peft's LoRA of rank R over the frozen base (--lora-targets,
+--lora R: the same with peft's LoRA of rank R over the frozen base (--lora-targets,
 --lora-dropout), beside tcalc's estimate with the same settings;
 tests/data/activations_lora_cpu.jsonl holds B=2 T=128 --lora 8 on 11 variants, B=1 T=64
 --lora 16 --lora-dropout 0.05 on 3, B=2 T=128 --lora 8 --lora-targets q_proj,v_proj on 2.
 --tcalc-targets names the same layers in tcalc's roles where peft's module names are not
 among tcalc's aliases (BERT's intermediate.dense is tcalc's up); the row records it.
 
---mixers (issue 14): only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
+--mixers: only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
 Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's
 mixer rows; B ∈ {1, 2} and three lengths, fp32 and bf16, on transformers' torch path (the
 one the CPU runs). tests/data/activations_mixers_cpu.jsonl was written by

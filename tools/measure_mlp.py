@@ -1,5 +1,5 @@
 """What the dense MLP of a Nemotron-H layer saves for backward (developer tool, needs torch and
-transformers): its squared ReLU (relu2, HF ReLUSquaredActivation), issue 16. Forward hooks mark
+transformers): its squared ReLU (relu2, HF ReLUSquaredActivation). Forward hooks mark
 when the first NemotronHMLP module (the dense MLP layer; the MoE layer's shared expert is the
 other) runs; saved_tensors_hooks record the storages first saved inside it, parameters
 excluded. tests/data/activations_relu2_cpu.json was written by

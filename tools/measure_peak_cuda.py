@@ -1,5 +1,5 @@
 """Peak CUDA memory per phase of a real training step (developer tool, needs a GPU + torch +
-transformers): the final arbiter for `tcalc memory`'s peak (issue 13).
+transformers): the final arbiter for `tcalc memory`'s peak.
 
 For each model × precision recipe × attention implementation: build the model on the GPU from
 its config (random weights), an AdamW optimizer (torch's default implementation for CUDA
@@ -14,7 +14,7 @@ bfloat16, pure 16-bit, AdamW states in bf16).
 
     python tools/measure_peak_cuda.py --out peak_cuda.json
 
---lora R (issue 15): LoRA fine-tuning instead, with peft's defaults but the rank
+--lora R: LoRA fine-tuning instead, with peft's defaults but the rank
 (target_modules="all-linear", adapters kept fp32 over the base), recipes lora_bf16 (base
 cast to bfloat16, no autocast) and lora_amp_bf16 (the same under torch.autocast(bfloat16), as
 the Trainer runs bf16=True over a bf16 base), AdamW over the adapters only; models
@@ -66,7 +66,7 @@ import torch
 
 MIB = 1 << 20
 
-# The grid of issue 13: GPT-2 small at B=8, T=1024 and a Llama-3.2-1B-shaped model at B=2,
+# The grid: GPT-2 small at B=8, T=1024 and a Llama-3.2-1B-shaped model at B=2,
 # T=2048 (meta-llama/Llama-3.2-1B config.json: its shape keys).
 MODELS = {
     "gpt2": ({"model_type": "gpt2"}, 8, 1024),

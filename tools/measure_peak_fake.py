@@ -1,5 +1,5 @@
 """Peak memory per phase of a training step without a GPU (developer tool, needs torch +
-transformers): issue 13's validation for machines with no GPU, beside
+transformers): the peak's validation for machines with no GPU, beside
 tools/measure_peak_cuda.py (a real GPU, the final arbiter).
 
 torch.distributed._tools.mem_tracker.MemTracker counts every tensor storage that is alive

@@ -1,4 +1,4 @@
-"""Mutation testing of the core's formulas (issue 16): change one operator or constant in the
+"""Mutation testing of the core's formulas: change one operator or constant in the
 parameter, FLOPs, memory or plan code, run the tests, and count the mutants they catch.
 `make mutation` runs it; the score is written in the README.
 

@@ -1,6 +1,5 @@
 """Reference numbers for efficient attention (developer tool, needs torch, linformer and
-performer-pytorch): how the numbers in tests/test_efficient_attention.py were obtained
-(issue 18).
+performer-pytorch): how the numbers in tests/test_efficient_attention.py were obtained.
 
 - linformer 0.2.3 (lucidrains): LinformerLM(num_tokens=20000, dim=512, seq_len=4096,
   depth=12, k=256, heads=8) trainable parameters, default (proj_k and proj_v per layer) and

@@ -3,7 +3,7 @@
 How the cache sizes pinned in tests/test_plan.py and tests/test_mixers.py were obtained: the
 HF class tcalc counts, built from a config.json (random weights, CPU, fp32 unless --dtype), a
 forward over one sequence of T tokens with use_cache=True, then the bytes of every key and
-value tensor the returned cache holds and, for recurrent layers (issue 14), of every
+value tensor the returned cache holds and, for recurrent layers, of every
 convolution and recurrent state.
 
     python tools/reference_kv_cache.py --seq-len 32 tests/data/hf/variants/gpt_oss-tied-nobias.json

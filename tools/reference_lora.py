@@ -1,5 +1,5 @@
 """Reference LoRA trainable-parameter counts from peft (developer tool, needs torch,
-transformers and peft): how the numbers pinned in tests/test_lora.py were obtained (issue 15).
+transformers and peft): how the numbers pinned in tests/test_lora.py were obtained.
 
 For each config: the class tcalc counts (hf.counted_class) built on the meta device from the
 config (no memory, no weights), wrapped by peft.get_peft_model with LoraConfig(r=R,

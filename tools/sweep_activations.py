@@ -1,14 +1,13 @@
 """Find model types whose activation estimate is off: one small drawn config of every type
 the activation fixtures do not cover, measured once (developer tool, needs torch +
-transformers). Over the registry fixtures' drawn configs it found 26 types off by more than
-10 %.
+transformers).
 
 The configs come from the registry fixtures (tests/data/registry_cases*.json, drawn by
 tools/check_registry.py; the smallest that is not a type's default); each is measured as
 tools/measure_activations_hf.py measures (saved_tensors_hooks, storages once, parameters and
 buffers out, eager experts) at B=2 and a short T, eager and SDPA, fp32 and bf16, and printed
 beside tcalc's estimate when they differ by more than --over percent. A type found here gets a
-variant config in tests/data/hf/variants and its two usual shapes in a fixture once fixed.
+variant config in tests/data/hf/variants and its two usual shapes in a fixture.
 
     python tools/sweep_activations.py --over 10 > /tmp/sweep.jsonl
 """
