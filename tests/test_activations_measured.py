@@ -1,4 +1,4 @@
-"""Activation estimate against what PyTorch really saves for backward (issue 4: ±10 %).
+"""Activation estimate against what PyTorch really saves for backward (±10 %).
 
 The fixture was measured by tools/measure_activations.py (torch 2.13.0 CPU, transformers
 5.23.0): HF GPT2LMHeadModel in train mode, dropout 0.1, loss on labels, eager and SDPA
@@ -47,12 +47,12 @@ def test_cli_reports_the_same_activations(cli) -> None:
     assert data["activations"]["bytes"] == pytest.approx(row["saved_bytes"], rel=1e-4)
 
 
-# -- every architecture (issue 13) ---------------------------------------------------------
+# -- every architecture --------------------------------------------------------------------
 # Measured by tools/measure_activations_hf.py (torch 2.13.0+cpu, transformers 5.23.0, CPU,
 # saved_tensors_hooks, each storage once, parameters excluded) on the small variant configs in
 # tests/data/hf/variants: activations_families_cpu.jsonl (14 architectures, B=1 T=64 and
 # B=2 T=128, written by `python tools/measure_activations_hf.py -B 1 -T 64 CONFIGS` and
-# `-B 2 -T 128`), activations_new_families_cpu.jsonl (B=2 T=64; its tcalc_bytes column is
+# `-B 2 -T 128`), activations_2024_26_families_cpu.jsonl (B=2 T=64; its tcalc_bytes column is
 # what tcalc printed on the day, not read here) and activations_loss_dtype_cpu.jsonl (BERT,
 # BART and T5 with a vocabulary that dominates the saved bytes, so that the loss's dtype
 # decides the total: B=1 T=64 and B=2 T=128, the same command) and activations_more_cpu.jsonl
@@ -62,16 +62,15 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # v3, LFM3, and Gemma 2 with its two soft-cappings; BitNet, ModernBERT and its decoder, FSMT,
 # ELECTRA, RemBERT, ALBERT, RoCBERT, Mllama, DiffLlama, Gemma 4 and its unified variant,
 # Beam; the same two shapes; MiMo-V2-Flash, eager only;
-# phi3-gqa-tied.json's two SDPA rows at B=2 T=64 in activations_new_families_cpu.jsonl
-# re-measured with the same versions: 2,728,452 and 1,544,708 bytes, where the file had
-# 2,531,922 and 1,446,482, out of line with its other shapes). Mixtures of experts were
+# phi3-gqa-tied.json's two SDPA rows at B=2 T=64 in activations_2024_26_families_cpu.jsonl
+# measured again with the same versions: 2,728,452 and 1,544,708 bytes). Mixtures of experts were
 # measured with transformers' eager expert loop (experts_implementation="eager");
 # activations_moe_grouped_cpu.jsonl measures nine of them again on its default grouped_mm
 # path (`--experts grouped_mm`, B=2 T=64 and B=1 T=128; its rows say "experts").
-# activations_sweep_fixes_cpu.jsonl: 24 variants of the types a sweep of every unmeasured
-# type's drawn registry config found off by more than 10 % (Cohere's hand-written
-# LayerNorm, BioGPT's, CTRL's, GPT's and GPTBigCode's dropout keys, GPT-Neo's, GPT-J's,
-# CodeGen's and Flint's fp32 Q/K, InternLM3's and MPT's fp32 softmax, PhiMoE's two experts,
+# activations_sweep_variants_cpu.jsonl: 24 variants of the types whose drawn registry config
+# is more than 10 % off without a rule of its own (tools/sweep_activations.py: Cohere's
+# hand-written LayerNorm, BioGPT's, CTRL's, GPT's and GPTBigCode's dropout keys, GPT-Neo's,
+# GPT-J's, CodeGen's and Flint's fp32 Q/K, InternLM3's and MPT's fp32 softmax, PhiMoE's two experts,
 # OpenAI GPT's gelu_new; nanochat's weightless norms on the embeddings and on Q and K, and
 # its soft-capped logits; GraniteSWA's sinks as a logsumexp scale; VaultGemma's
 # soft-capping; StableLM's and Persimmon's concatenating RoPE, whose SDPA output is copied
@@ -79,7 +78,7 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # SwiGLU, gpt-oss's; Nemotron-H's RMSNorm multiplying its weight in fp32: the whole model,
 # its mixer-only rows being in activations_mixers_cpu.jsonl; Falcon-H1 without
 # mamba_rms_norm, whose mixer gates y by silu(z) without a norm; OLMo's LayerNorm on an fp32
-# copy), measured on variant configs after the fix: B=2 T=64, B=1 T=128.
+# copy), measured on variant configs: B=2 T=64, B=1 T=128.
 # The measurement counts what autograd still holds when the forward is over (each saved
 # tensor's detached alias, by weak reference); counting every storage ever saved, by address,
 # would count storages freed mid-forward (saved by ops off the loss's graph) and miss later
@@ -90,20 +89,20 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # shape), keeps 1,384,972: activations_deberta_v2_sweep_cpu.jsonl holds it and a variant with
 # both disentangled terms (B=2 T=64 and B=1 T=128, eager, fp32 and bf16), each equal to a
 # walk of the autograd graph from the loss (its nodes' saved tensors) to the byte at B=2
-# T=64; and UMT5 and mT5 (a sweep of
-# the unmeasured types found them −5 to −13.5 %), B=2 T=64 and B=1 T=128, eager and SDPA;
+# T=64; and UMT5 and mT5 (−5 to −13.5 %
+# without their own rules), B=2 T=64 and B=1 T=128, eager and SDPA;
 # XGLM (−8.8 %: its clamped scores; eager only), GTE (−7.5 %: its FFN's dropout) and I-BERT
 # (−6.9 %: its LayerNorms written out; eager only), MiniCPM3 (−7.2 %: SDPA's math kernel) and
 # Qwen3.5-MoE's gated attention (−7.4 %: q_proj's output in fp32), the same shapes.
 # activations_longt5_olmo_hybrid_cpu.jsonl (the same versions and tool): LongT5's local
-# attention (its estimate had been −88 %: dense T×T scores where it computes blocks) and its
-# transient-global attention (refused before), two variants each and one without dropout,
+# attention (blocks, not dense T×T scores: −88 % if counted dense) and its
+# transient-global attention, two variants each and one without dropout,
 # B=2 T=64 and B=1 T=128, and B=2 T=30 (a sequence padded to whole blocks); eager only.
 # And OLMo Hybrid (its Gated DeltaNet layers are Qwen3-Next's kernel), two variants, B=2 T=64
-# and B=1 T=128, eager and SDPA: −0.3 to 0.0 % (−5.6 to +2.3 % until the Gated DeltaNet
-# rule was written out line by line); and
+# and B=1 T=128, eager and SDPA: −0.3 to 0.0 % (the Gated DeltaNet
+# rule written out line by line); and
 # A.X K1 (DeepSeek-V3 with a norm after each MoE block), the same shapes: −0.4 % in each; and
-# YOSO's expectation attention (it had been +43 to +77 %, counted as a softmax with dropout),
+# YOSO's expectation attention (+43 to +77 % if counted as a softmax with dropout),
 # eager only: +0.2 %.
 # activations_moe_dense_kimi_linear_cpu.jsonl (the same versions and tool): one tiny variant
 # each of dots.llm1, Hunyuan dense and MoE, Nemotron, Ministral, LFM2-MoE, LongCat-Flash
@@ -119,22 +118,22 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # shorter than the sequence (max_relative_positions 24, absolute positions, token types,
 # untied), p2c alone; B=2 T=64 and B=1 T=40, fp32 and bf16, and B=3 T=100 for the first;
 # Falcon's new layout with ALiBi and with RoPE, B=2 T=64 and B=1 T=128, eager and SDPA (under
-# SDPA they had been −20.2 % and −4.8 %: the explicit masks and the broadcast K/V); OPT with
+# SDPA the explicit masks and the broadcast K/V, −20.2 % and −4.8 % without them); OPT with
 # a narrower embedding (project_in/out), the same shapes.
 # activations_qwen2_moe_qwen3_next_cpu.jsonl (the same versions and tool): Qwen2-MoE (a dense
 # first layer, experts beside a gated shared expert) and Qwen3-Next, B=2 T=64, eager and SDPA,
-# fp32 and bf16 (Qwen2-MoE had been −2.9 to −3.5 %: the shared experts' gate product, kept).
+# fp32 and bf16 (Qwen2-MoE keeps the shared experts' gate product: −2.9 to −3.5 % without it).
 from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 from transformer_calc.plan import plan_of  # noqa: E402
 
 FAMILY_ROWS = [json.loads(line) for name in ("activations_families_cpu.jsonl",
-                                               "activations_new_families_cpu.jsonl",
+                                               "activations_2024_26_families_cpu.jsonl",
                                                "activations_loss_dtype_cpu.jsonl",
                                                "activations_more_cpu.jsonl",
                                                "activations_decoders_encoders_cpu.jsonl",
                                                "activations_moe_grouped_cpu.jsonl",
-                                               "activations_sweep_fixes_cpu.jsonl",
+                                               "activations_sweep_variants_cpu.jsonl",
                                                "activations_deberta_v2_sweep_cpu.jsonl",
                                                "activations_longt5_olmo_hybrid_cpu.jsonl",
                                                "activations_moe_dense_kimi_linear_cpu.jsonl",
@@ -188,7 +187,7 @@ def test_every_architecture_within_10_percent(row: dict) -> None:
 
 
 def test_masked_lm_and_seq2seq_losses_keep_the_activation_dtype() -> None:
-    # issue 13: BertForMaskedLM, BART and T5 call nn.CrossEntropyLoss on the logits as they
+    # BertForMaskedLM, BART and T5 call nn.CrossEntropyLoss on the logits as they
     # are; causal LMs' loss_function (ForCausalLMLoss) upcasts them to fp32 first. Autocast
     # puts log_softmax on its fp32 list, so AMP keeps it in fp32 either way.
     def log_softmax(config: str, **kw: object) -> int:
@@ -204,7 +203,7 @@ def test_masked_lm_and_seq2seq_losses_keep_the_activation_dtype() -> None:
 
 
 def test_a_deepseek_router_keeps_fp32_copies_in_16_bit() -> None:
-    # issue 13: DeepseekV3TopkRouter runs F.linear(hidden_states.type(torch.float32),
+    # DeepseekV3TopkRouter runs F.linear(hidden_states.type(torch.float32),
     # self.weight.type(torch.float32)); in bf16 both casts are new tensors autograd keeps
     spec = spec_from_hf(json.loads(
         (DATA / "hf" / "variants" / "deepseek_v3-no-q-lora-bias.json").read_text()))
@@ -227,15 +226,15 @@ def _names(config: str, **kw: object) -> dict[str, int]:
 
 
 def test_opt_drops_hidden_states_not_attention_probabilities() -> None:
-    # issue 13: OPT's dropout is 0.1 and its attention_dropout 0.0: residual masks, no mask on
-    # the probabilities (one dropout switch for everything had counted one: +112 %)
+    # OPT's dropout is 0.1 and its attention_dropout 0.0: residual masks, no mask on
+    # the probabilities (one dropout switch for everything would count one: +112 %)
     names = _names("opt-nobias-post.json")
     assert "decoder.attn.residual_dropout_mask" in names
     assert not any("attn.dropout_mask" in n for n in names)
 
 
 def test_mixtral_keeps_the_routed_tokens_and_the_expert_outputs() -> None:
-    # issue 13: transformers' expert loop indexes each expert's tokens (a copy) and scales
+    # transformers' expert loop indexes each expert's tokens (a copy) and scales
     # its output (kept by the mul): top_k · B·T·d_model each (−31 % without them)
     names = _names("mixtral-top1.json")
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "mixtral-top1.json")
@@ -256,7 +255,7 @@ def test_the_expert_loop_keeps_what_index_add_adds_back() -> None:
     # B·T·d_model beside the routed copy and the output the weight's mul keeps, and
     # torch.where's (slot, token) int64 pairs (the saved_tensors_hooks listing of
     # MiMoV2FlashForCausalLM, mimo_v2_flash-types.json: per expert (n,) int64 of 16·n bytes
-    # and three (n, 48) fp32 tensors). Without them these MoE families were −4.5 to −7.6 %.
+    # and three (n, 48) fp32 tensors). Without them these MoE families would be −4.5 to −7.6 %.
     names = _names("mixtral-top1.json")
     assert names["decoder.ffn.expert_scatter"] == 1 * 2 * 64 * (256 * 2 + 20)  # top 1, bf16
     for config in ("mixtral-top1.json", "hy_v3-tiny.json", "gpt_oss-tied-nobias.json",
@@ -334,8 +333,8 @@ def test_llama4_runs_every_expert_norms_qk_without_weight_and_masks_its_chunks()
     assert "decoder.nope.moe.attn.q_l2norm" not in names  # NoPE layers skip it
 
 
-def test_the_sweeps_fixes_hold_tightly() -> None:
-    # each of these was off by 8 to 58 % before its fix (activations_sweep_fixes_cpu.jsonl):
+def test_the_sweeps_variants_hold_tightly() -> None:
+    # each of these is 8 to 58 % off without its own rule (activations_sweep_variants_cpu.jsonl):
     # within 1 % for the exact ones, 4 % for the rest
     for config, bound in (("biogpt-tiny.json", 0.01), ("ctrl-tiny.json", 0.01),
                           ("gpt_neo-local.json", 0.01), ("xlm-tiny.json", 0.01),
@@ -488,8 +487,8 @@ def test_xglm_keeps_its_clamped_scores_and_a_bf16_softmax() -> None:
     # the autograd graph's saved tensors (XGLMForCausalLM, xglm-tiny.json, eager, B=2, T=32;
     # torch 2.13.0, transformers 5.23.0): each layer's MaximumBackward0 keeps the masked
     # scores (2, 2, 32, 32), 16,384 bytes in fp32, 8,192 in bf16; its softmax upcasts fp16
-    # scores only, so in bf16 SoftmaxBackward0 keeps a bf16 (4, 32, 32) result. tcalc was
-    # -8.8 % in fp32 (and right in bf16 only by two errors cancelling)
+    # scores only, so in bf16 SoftmaxBackward0 keeps a bf16 (4, 32, 32) result. Without these
+    # rules tcalc would be -8.8 % in fp32 (and right in bf16 only by two errors cancelling)
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "xglm-tiny.json").read_text()))
     assert spec.scores_clamped and not spec.softmax_fp32
     for a in (4, 2):
@@ -584,7 +583,7 @@ def test_sinks_widen_the_softmax_and_the_row_max_keeps_its_indices() -> None:
 
 
 def test_t5_layernorm_keeps_its_16_bit_input_beside_the_fp32_copy() -> None:
-    # issue 13: T5LayerNorm computes the variance from an fp32 copy but multiplies the input
+    # T5LayerNorm computes the variance from an fp32 copy but multiplies the input
     # itself by rsqrt, so in bf16 both are kept (−8.2 % in bf16 before, −0.1 % after)
     names = _names("t5-gated-asym.json")
     assert names["encoder.attn.norm.input"] == 2 * 64 * 256 * 2  # B·T·d_model · 2
@@ -593,7 +592,7 @@ def test_t5_layernorm_keeps_its_16_bit_input_beside_the_fp32_copy() -> None:
 
 
 def test_t5_keeps_its_bucket_index_and_its_extra_dropouts() -> None:
-    # issue 13: T5's T×T int64 relative-position buckets, dropout inside the FFN and after
+    # T5's T×T int64 relative-position buckets, dropout inside the FFN and after
     # each stack's final norm
     names = _names("t5-gated-asym.json")
     assert names["embed.relative_buckets"] == 64 * 64 * 8
@@ -623,7 +622,7 @@ def test_attention_dropout_alone_keeps_no_residual_masks() -> None:
 def test_gemma2_keeps_both_soft_cappings_tanh_outputs() -> None:
     """Gemma2Config's attn_logit_softcapping 50 and final_logit_softcapping 30 (transformers
     5.23): each tanh keeps its output, a scores-sized tensor per layer and a B·T·vocab one;
-    without them the estimate was −8.5 to −20.5 % (activations_decoders_encoders_cpu.jsonl)."""
+    without them the estimate would be −8.5 to −20.5 % (activations_decoders_encoders_cpu.jsonl)."""
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "gemma2-bias-untied.json")
                                    .read_text()))
     assert (spec.attn_softcapping, spec.logit_softcapping) == (50.0, 30.0)
@@ -640,7 +639,7 @@ def test_prediction_head_and_sliding_mask_close_the_gap(config: str) -> None:
     """Measured (activations_decoders_encoders_cpu.jsonl, activations_families_cpu.jsonl): the MLM
     prediction head keeps its dense output (the activation's input), the norm's input and
     statistics and the decoder's input; under SDPA the sliding layers' explicit (B, 1, T, T)
-    mask is kept once. Without them ModernBERT was −9.1 to −2.5 %, BERT and RoBERTa −6.2 to
+    mask is kept once. Without them ModernBERT would be −9.1 to −2.5 %, BERT and RoBERTa −6.2 to
     −3.3 %; with them every case is within 2 %."""
     rows = [r for r in MEASURED if r["config"] == config]
     assert len(rows) == 8
@@ -679,7 +678,7 @@ def test_each_sliding_layer_keeps_its_own_mask_once_the_window_is_reached() -> N
 # tools/measure_activations_hf.py's measure() (torch 2.13.0+cpu, transformers 5.23.0, the
 # saved tensors still held after the forward), on variant configs changed from the files
 # named: T5 with gated-relu (ReLU's result is act(gate), which the product keeps beside up:
-# -7.8 % while a result-keeping activation was counted one tensor short when gated), and
+# a result-keeping activation keeps one tensor more when gated, -7.8 % without it), and
 # DeBERTa with one disentangled term (p2c keeps K, c2p does not)
 CHANGED_VARIANTS = [
     ("t5-gated-asym.json", {"feed_forward_proj": "gated-relu"}, "eager", "fp32", 2, 64,
@@ -767,7 +766,7 @@ def test_yoso_keeps_its_expectation_matrix_not_a_softmax() -> None:
         spec_from_hf(config | {"use_expectation": False})
 
 
-@pytest.mark.parametrize(("config", "was"), [("hunyuan_v1_dense-tiny.json", "+4.5 %"),
+@pytest.mark.parametrize(("config", "without"), [("hunyuan_v1_dense-tiny.json", "+4.5 %"),
                                              ("nemotron-tiny.json", "-8.0 %"),
                                              ("ministral-tiny.json", "-4.4 %"),
                                              ("dots1-tiny.json", ""),
@@ -777,27 +776,27 @@ def test_yoso_keeps_its_expectation_matrix_not_a_softmax() -> None:
                                              ("dbrx-tiny.json", "-37.5 %"),
                                              ("kimi_linear-tiny.json", "-83.0 %"),
                                              ("kimi_linear-wide-heads.json", "")])
-def test_moe_dense_kimi_types_within_one_and_a_half_percent(config: str, was: str) -> None:
+def test_moe_dense_kimi_types_within_one_and_a_half_percent(config: str, without: str) -> None:
     """activations_moe_dense_kimi_linear_cpu.jsonl (tools/measure_activations_hf.py, torch
-    2.13.0+cpu, transformers 5.23.0), eight cases each. Three rules found on them: with one K/V head
-    and one sequence eager attention keeps K and V as views of that head (Hunyuan's MQA variant was
-    +4.5 %; Llama's and Qwen3's alike); Nemotron's partial RoPE concatenates the rotated half
-    (torch.cat((q_embed, q_pass))), so SDPA's output is copied for o_proj (−8.0 %); every sliding
-    layer keeps its own converted mask under SDPA (Ministral, −4.4 %); LongCat-Flash's experts,
-    without a grouped path, loop over the experts hit (they had been taken for Llama 4's
-    every-expert path: +37.1 %); DBRX's clamp keeps the fused QKV projection's output, its router
-    jitter the noise, and it softmaxes in fp32 (−37.5 % in bf16 until the three were counted)."""
+    2.13.0+cpu, transformers 5.23.0), eight cases each, and the rules they check (`without`: the
+    worst case without its rule): with one K/V head and one sequence eager attention keeps K and
+    V as views of that head (Hunyuan's MQA variant; Llama's and Qwen3's alike); Nemotron's
+    partial RoPE concatenates the rotated half (torch.cat((q_embed, q_pass))), so SDPA's output
+    is copied for o_proj; every sliding layer keeps its own converted mask under SDPA
+    (Ministral); LongCat-Flash's experts, without a grouped path, loop over the experts hit
+    (not Llama 4's every-expert path); DBRX's clamp keeps the fused QKV projection's output,
+    its router jitter the noise, and it softmaxes in fp32 (in bf16, without the three)."""
     rows = [r for r in MEASURED if r["config"] == config]
     assert len(rows) == 8
     for r in rows:
-        assert abs(_estimate(r) / r["measured_bytes"] - 1) < 0.015, (r, was)
+        assert abs(_estimate(r) / r["measured_bytes"] - 1) < 0.015, (r, without)
 
 
 def test_a_fused_rotated_query_with_grouped_heads_keeps_no_fused_output() -> None:
     """Phi-3's fused qkv_proj with RoPE and 2 K/V heads of 4, eager, one sequence: the query is
     rotated into a tensor of its own and repeat_kv copies V, so the fused output is freed
     (walked: BmmBackward0 keeps a (4, 64, 16) query, no (1, 64, 128) projection output).
-    Counted as GPT-2's un-rotated view it was +3.8 % (activations_families_cpu.jsonl)."""
+    Counted as GPT-2's un-rotated view it would be +3.8 % (activations_families_cpu.jsonl)."""
     rows = [r for r in MEASURED if r["config"] == "phi3-gqa-tied.json" and "lora" not in r]
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / "phi3-gqa-tied.json")
                                    .read_text()))
@@ -815,7 +814,7 @@ def test_t5gemma_within_half_a_percent(config: str) -> None:
     """activations_t5gemma_gemma3n_dsv4_cpu.jsonl (tools/measure_activations_hf.py, torch
     2.13.0+cpu, transformers 5.23.0), four eager cases each. T5Gemma's cross-attention soft-caps its
     scores as the self-attention does (T5GemmaCrossAttention passes attn_logit_softcapping): its
-    tanh keeps a B·H·T·T output, which tcalc had counted for self-attention only (-4.7 % in fp32).
+    tanh keeps a B·H·T·T output there too, not in self-attention only (-4.7 % in fp32 without it).
     With a window of 8 at T = 64 and 128 the eager layers still keep all T² scores."""
     rows = [r for r in MEASURED if r["config"] == config]
     assert len(rows) == 4 and {r["attention"] for r in rows} == {"eager"}
@@ -853,18 +852,18 @@ def test_classes_without_an_sdpa_path_say_so() -> None:
     assert load_model("gpt-oss-20b").sdpa_path is load_model("gpt-oss-120b").sdpa_path is False
 
 
-@pytest.mark.parametrize(("config", "was"), [("gemma3n_text-tiny.json", "-40.0 %"),
+@pytest.mark.parametrize(("config", "without"), [("gemma3n_text-tiny.json", "-40.0 %"),
                                              ("gemma3n_text-untied.json", "-33.9 %")])
-def test_gemma3n_within_one_and_a_half_percent(config: str, was: str) -> None:
+def test_gemma3n_within_one_and_a_half_percent(config: str, without: str) -> None:
     """activations_t5gemma_gemma3n_dsv4_cpu.jsonl (tools/measure_activations_hf.py, torch
     2.13.0+cpu, transformers 5.23.0), eight cases each: AltUp's streams, router and coefficients,
     LAuReL, the sparsified FFN gate of the first layers, the model's stream projections and their
-    magnitudes, and Gemma3nRMSNorm keeping its mean square (torch.pow) had been left out (`was`, the
-    worst case with the layer rules Gemma 4's alone)."""
+    magnitudes, and Gemma3nRMSNorm keeping its mean square (torch.pow), all counted (`without`: the
+    worst case without them, with Gemma 4's layer rules alone)."""
     rows = [r for r in MEASURED if r["config"] == config]
     assert len(rows) == 8
     for r in rows:
-        assert abs(_estimate(r) / r["measured_bytes"] - 1) < 0.015, (r, was)
+        assert abs(_estimate(r) / r["measured_bytes"] - 1) < 0.015, (r, without)
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
     fp32 = activation_breakdown(spec, 2, 64, act_bytes=4, device="cpu", attention="eager")
     bf16 = activation_breakdown(spec, 2, 64, act_bytes=2, device="cpu", attention="eager")

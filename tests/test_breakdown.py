@@ -30,7 +30,7 @@ VARIANTS = {
     "gpt2-fused-gqa": ("gpt2", {"n_kv_heads": 4, "fused_qkv": True, "lm_head_bias": True}),
     "neox-two-norms": ("pythia-160m", {"parallel_norms": 2}),
 }
-# issue 12's block kinds, from their real configs: MLA + dense/MoE groups, sinks + sliding,
+# the 2024-26 block kinds, from their real configs: MLA + dense/MoE groups, sinks + sliding,
 # sandwich norms + QK-norm, QK-norm over the width, MoE with dense layers between
 HF_FILES = {"deepseek-v3-hf": "deepseek-v3.json", "gpt-oss-20b-hf": "gpt-oss-20b.json",
             "gemma-3-1b-hf": "gemma-3-1b.json", "olmo-2-7b-hf": "olmo-2-7b.json",

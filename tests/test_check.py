@@ -1,4 +1,4 @@
-"""tcalc check: CI validation of presets and config.json files (issue 6)."""
+"""tcalc check: CI validation of presets and config.json files."""
 
 from __future__ import annotations
 

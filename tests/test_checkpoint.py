@@ -1,4 +1,4 @@
-"""Checkpoint truth from safetensors headers (issue 17): model folders written by transformers
+"""Checkpoint truth from safetensors headers: model folders written by transformers
 and the safetensors package (tools/make_checkpoint_fixtures.py: torch 2.13.0, transformers
 5.23.0, safetensors 0.8.0), read without the weights and without either library."""
 

@@ -1,4 +1,4 @@
-"""The CLI as users see it: commands, formats, overrides, exit codes (issue 2)."""
+"""The CLI as users see it: commands, formats, overrides, exit codes."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def test_usage_errors_are_one_line_from_the_real_entry_point(args, message: str)
 
 
 def test_numbers_never_fold_at_80_columns() -> None:
-    # issue 16: a number split across two lines of a table is a wrong number to the reader
+    # a number split across two lines of a table is a wrong number to the reader
     import json
     import os
     import re
@@ -174,7 +174,7 @@ def test_any_columns_value_prints_the_answer(columns: str) -> None:
 
 
 def test_version() -> None:
-    # issue 16: --version, the installed distribution's version (pyproject.toml)
+    # --version, the installed distribution's version (pyproject.toml)
     import re
     import subprocess
     import sys

@@ -1,4 +1,4 @@
-"""Low-rank and kernel attention and Primer (issue 18): parameters and FLOPs pinned from the
+"""Low-rank and kernel attention and Primer: parameters and FLOPs pinned from the
 public implementations, memory linear in T, and where each pays off against dense attention.
 
 tests/data/efficient_reference.json was written by `python tools/reference_efficient.py`

@@ -1,4 +1,4 @@
-"""Every class of bad input: one line naming file, key and expectation; exit 2 (issue 2)."""
+"""Every class of bad input: one line naming file, key and expectation; exit 2."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""explain, compare and sweep (issue 7)."""
+"""explain, compare and sweep."""
 
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ def core_value(spec, ref: str, T: int):  # noqa: ANN001, ANN201 - test helper
     if kind == "params-stack":
         return sum(i.total for i in p.items if i.stack == arg)
     if kind == "params-heads":
-        # the model's own n_kv_heads held (None: MHA, following n_heads); issue 12 found
-        # explain turning GQA into MHA here and calling the changed total "unchanged"
+        # the model's own n_kv_heads held (None: MHA, following n_heads), so that
+        # explain never turns GQA into MHA here and calls the changed total "unchanged"
         held = spec.kv_heads != spec.n_heads
         return count_params(spec.replace(n_heads=int(arg)) if held else
                             spec.replace(n_heads=int(arg), n_kv_heads=None)).total
@@ -101,7 +101,7 @@ def core_value(spec, ref: str, T: int):  # noqa: ANN001, ANN201 - test helper
     if kind in ("kv-token", "kv-ratio"):
         return kv_bytes_per_token(spec, arg.split(":")[0] if kind == "kv-token" else "ratio")
     if kind == "attn-core":
-        # issue 18, from the papers' operation counts (independent of count_flops): dense
+        # from the papers' operation counts (independent of count_flops): dense
         # 4·H·dh·T; a local window 4·H·dh·w; Linformer 4·H·dh·k + 4·k·H_kv·dh (E·K, F·V);
         # Performer H·(8·m·dh + 2·m), m = int(dh · ln dh); linear H·(4·dh² + 2·dh)
         import math
@@ -181,7 +181,7 @@ UNIT_WORDS = re.compile(r" (?:bytes|layers)\b")
 
 
 def assert_numbers_are_the_cores(spec, topic: str) -> None:  # noqa: ANN001 - test helper
-    T = spec.default_seq_len  # one default context for every command (issue 16)
+    T = spec.default_seq_len  # one default context for every command
     checked: list[str] = []
     for section in explain(spec, topic):
         for step in section.steps:
@@ -191,8 +191,8 @@ def assert_numbers_are_the_cores(spec, topic: str) -> None:  # noqa: ANN001 - te
             assert core_value(spec, step.ref, T) == pytest.approx(step.value), (
                 section.title, step.label)
             # every written-out expression, evaluated on its own (independent arithmetic: the
-            # numbers as shown, no core); issue 16 found an operator-precedence slip here that
-            # skipped all but the divisions
+            # numbers as shown, no core), every operator with its own precedence, not only
+            # the divisions
             expr = UNIT_WORDS.sub("", step.expr)
             if expr and not any(c.isalpha() for c in expr):
                 # a percentage shows its fraction: (a − b) / b = -0.73 %
@@ -332,10 +332,10 @@ def test_every_model_types_default_explains_every_topic() -> None:
 
 
 def test_square_share_counts_every_t2_tensor() -> None:
-    # the share of the T² tensors counted the fp32 probabilities alone where a 16-bit copy of
-    # them is kept too (softmax_cast: Mixtral's 62.54 % is 93.81 % with it), counted GPT-2's
-    # embedding dropout mask (B·T·d_model, not T²) by its name, and missed T5's T·T bucket
-    # indices; it now reads the rows' formulas and names the rows it counts
+    # the share of the T² tensors counts the fp32 probabilities and the 16-bit copy of them
+    # kept too (softmax_cast: Mixtral's 62.54 % is 93.81 % with it), not GPT-2's embedding
+    # dropout mask (B·T·d_model, not T²) whatever its name, and T5's T·T bucket indices: it
+    # reads the rows' formulas and names the rows it counts
     def steps(model: str) -> dict:  # type: ignore[type-arg]
         return {s.label: s for sec in explain(load_model(model), "memory") for s in sec.steps}
 
@@ -351,7 +351,7 @@ def test_square_share_counts_every_t2_tensor() -> None:
 
 @pytest.mark.parametrize("model", ["t5-small", "bart-base", "transformer-base"])
 def test_rule_gap_of_an_encoder_decoder_is_its_cross_attention(model: str) -> None:
-    # the 12·L·E² rule's gap was put down to biases and norms; for an encoder-decoder it is
+    # the 12·L·E² rule's gap is not biases and norms: for an encoder-decoder it is
     # mostly the decoder's cross-attention, 4·E² per decoder layer
     spec = load_model(model)
     p = count_params(spec)

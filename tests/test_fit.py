@@ -1,4 +1,4 @@
-"""The fit questions (issue 15): the largest batch and the longest sequence that fit a GPU,
+"""The fit questions: the largest batch and the longest sequence that fit a GPU,
 for training by the peak of a step, for serving within the runtime's share less a prefill
 chunk; each answer tested at its boundary (one more does not fit)."""
 

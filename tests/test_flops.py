@@ -1,4 +1,4 @@
-"""FLOPs, training cost and the inference roofline against published figures (issue 5)."""
+"""FLOPs, training cost and the inference roofline against published figures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GGUF headers (issue 17): tests/data/gguf/tiny-llama-q4_k_m.gguf was written by the gguf
+"""GGUF headers: tests/data/gguf/tiny-llama-q4_k_m.gguf was written by the gguf
 package's GGUFWriter (gguf 0.19.0; tools/make_gguf_fixture.py): a Llama-architecture header
 with Q4_K, Q6_K and F32 tensors laid out as llama.cpp's Q4_K_M recipe gives them, and
 zero-filled data of each type's size."""

@@ -1,4 +1,4 @@
-"""Hostile input (issue 16): no file destroyed, no hang on a pipe or a device, YAML 1.1's
+"""Hostile input: no file destroyed, no hang on a pipe or a device, YAML 1.1's
 surprises refused, every numeric option checked at its edges, never a traceback or a NaN."""
 
 from __future__ import annotations
@@ -436,7 +436,7 @@ def _tcalc_text(encoding: str, *args: str) -> str:
 
 
 def test_a_what_if_is_not_a_reference_that_differs(cli) -> None:
-    # issue 16: overriding a field on purpose sets the preset's reference count aside, says so
+    # overriding a field on purpose sets the preset's reference count aside, says so
     data = cli.json("params", "gpt2", "--no-tie-embeddings")
     assert "expected_params" not in data
     assert any("what-if (tie_embeddings = False)" in n for n in data["notes"])
@@ -489,10 +489,10 @@ def test_the_deepest_allowed_stacks_are_read_at_once(cli, tmp_path: Path) -> Non
     assert "50000 × sliding, 49999 × full" in cli("params", str(path)).stdout.replace("\n", " ")
 
 
-# config.json values that once raised a TypeError (or ZeroDivisionError) where a SpecError
-# belongs: found by feeding every mapped type's list-valued keys lists of lists, dicts and
+# config.json values that must raise a SpecError, not a TypeError (or ZeroDivisionError):
+# drawn by feeding every mapped type's list-valued keys lists of lists, dicts and
 # strings, and its scalar keys 0, -1, 2^40, 1.5, "x", null, true and 10^6 (a family's own
-# spelling of a standard key is now checked as that key, named as in the file)
+# spelling of a standard key is checked as that key, named as in the file)
 @pytest.mark.parametrize(("config", "key"), [
     ({"model_type": "gemma2", "layer_types": [["a"]] * 26}, "layer_types"),
     ({"model_type": "nemotron_h", "layers_block_type": [["a"]] * 4}, "layers_block_type"),

@@ -1,4 +1,4 @@
-"""Hub ids as models (issue 17), with no network: a Hub cache laid out as huggingface_hub lays
+"""Hub ids as models, with no network: a Hub cache laid out as huggingface_hub lays
 it out, and a local HTTP server on 127.0.0.1 that answers the Hub's endpoints for the online
 path (HF_ENDPOINT), bounded in requests and time."""
 

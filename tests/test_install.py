@@ -1,4 +1,4 @@
-"""A non-editable install into a fresh virtualenv ships the presets (issue 2)."""
+"""A non-editable install into a fresh virtualenv ships the presets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LoRA's trainable parameters equal PEFT's (issue 15).
+"""LoRA's trainable parameters equal PEFT's.
 
 The reference numbers in tests/data/lora_reference.json were obtained with peft 0.21.2,
 transformers 5.23.0 and torch 2.13.0 (CPU): each config built on the meta device as the class

@@ -1,4 +1,4 @@
-"""Memory of fine-tuning (issue 15): LoRA over a frozen base and partly frozen training,
+"""Memory of fine-tuning: LoRA over a frozen base and partly frozen training,
 against what PyTorch keeps (CPU saved tensors) and what an H100 allocates (the peak)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ DATA = Path(__file__).parent / "data"
 # the day, not read here.
 LORA_ACTS = [json.loads(line) for line in
              (DATA / "activations_lora_cpu.jsonl").read_text().splitlines()]
-LORA_ACTS_TOLERANCE: dict[str, float] = {}  # (T5 needed 12 % until its dropouts were itemised)
+LORA_ACTS_TOLERANCE: dict[str, float] = {}  # per-type exceptions to the tolerance: none
 
 
 def _lora_total(row: dict) -> int:
@@ -163,8 +163,8 @@ def test_lora_over_altup_and_per_layer_inputs_within_2_5_percent(row: dict) -> N
     Gemma3nTextAltUp.correct calling F.linear on the clamped weight) and the embeddings'
     projections to the streams make the first layer's input need a gradient; with q and v
     alone the first layer's prediction keeps nothing. Gemma 4's per-layer inputs are kept by
-    every layer's multiply, and its projection's norm keeps its input when adapted (both had
-    been dropped with the embeddings)."""
+    every layer's multiply, and its projection's norm keeps its input when adapted (both kept
+    though the embeddings are frozen)."""
     assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.025
 
 
@@ -183,10 +183,10 @@ def test_lora_gemma3n_fixture_covers_the_three_target_sets() -> None:
 # (intermediate.dense), and o_proj,down_proj on Llama and Gemma 2 (T=64); Gemma 3n's LAuReL
 # alone (linear_left,linear_right: tcalc's laurel, T=64) and
 # DeBERTa v1's position projections again at B=3 (T=40: the same table rows as at B=2);
-# Mixtral's experts alone (w1,w2,w3: PEFT's parametrised experts; had been +20 to +37 %).
-# Before the first layer's frozen attention was seen to keep nothing, Llama's
-# MLP-only cases were +10 to +21 %, DeBERTa's position-only +14 %, BART's MLP-only +1.6 to
-# +3.8 %, DeBERTa v1's in_proj alone +1.8 to +2.9 %.
+# Mixtral's experts alone (w1,w2,w3: PEFT's parametrised experts).
+# The first layer's frozen attention keeps nothing: counted, Llama's MLP-only cases would be
+# +10 to +21 %, DeBERTa's position-only +14 %, BART's MLP-only +1.6 to +3.8 %, DeBERTa v1's
+# in_proj alone +1.8 to +2.9 %.
 def _measured(name: str) -> list[dict]:  # type: ignore[type-arg]
     """A fixture's measured rows (those the tool skipped, a class without SDPA, left out)."""
     return [r for r in (json.loads(line) for line in (DATA / name).read_text().splitlines())
@@ -208,11 +208,12 @@ def test_lora_first_layer_and_position_projections_within_2_percent(row: dict) -
     assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.02
 
 
-# A survey (the same tool, --lora 8 all-linear, B=2 T=64) of 14 variants no LoRA fixture
-# had measured: activations_lora_survey_all_linear_cpu.jsonl. It found Cohere's hand-written
-# LayerNorms (+10 to +19 %: their normalised tensor, kept for the weight's gradient only, was
-# counted) and MiniCPM3's MLA latents (+34 to +37 %: the normed latents and kv_b's and q_b's
-# inputs, lumped in one row no LoRA rule could reach), now split and within 0.4 %.
+# A survey (the same tool, --lora 8 all-linear, B=2 T=64) of 14 variants no other LoRA fixture
+# measures: activations_lora_survey_all_linear_cpu.jsonl. Among them Cohere's hand-written
+# LayerNorms (their normalised tensor, kept for the weight's gradient only, is not kept under
+# a frozen base: +10 to +19 % if counted) and MiniCPM3's MLA latents (the normed latents and
+# kv_b's and q_b's inputs, each its own row for the LoRA rules: +34 to +37 % as one), within
+# 0.4 %.
 LORA_SURVEY = _measured("activations_lora_survey_all_linear_cpu.jsonl")
 
 
@@ -220,15 +221,15 @@ def test_lora_survey_covers_14_variants() -> None:
     assert len(LORA_SURVEY) == 50 and len({r["config"] for r in LORA_SURVEY}) == 14
     cohere = [r for r in LORA_SURVEY if r["config"] == "cohere-qknorm.json"]
     minicpm = [r for r in LORA_SURVEY if r["config"] == "minicpm3-tiny.json"]
-    for row in cohere + minicpm:  # the two the survey found wrong
+    for row in cohere + minicpm:  # the two with rules of their own
         assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.005
 
 
 # And every other variant (90 of them, 308 cases, the same tool and settings):
-# activations_lora_survey_all_linear_rest_cpu.jsonl, measured after the fixes above, and OPT
+# activations_lora_survey_all_linear_rest_cpu.jsonl, and OPT
 # with a narrower embedding with project_in and the MLPs adapted. All within ±10 % (Jamba in bf16
-# had been +9.2 and +10.7 %: its Mamba mixers' projection inputs, which a frozen base need
-# not keep, were counted; without them +3.5 and +4.1 %).
+# +3.5 and +4.1 %: its Mamba mixers' projection inputs, which a frozen base need not keep, are
+# not counted; counted, +9.2 and +10.7 %).
 LORA_SURVEY2 = _measured("activations_lora_survey_all_linear_rest_cpu.jsonl")
 # the first survey within 5 %, the second within 10 %
 SURVEY_BOUNDS = [(r, 0.05) for r in LORA_SURVEY] + [(r, 0.10) for r in LORA_SURVEY2]
@@ -381,9 +382,9 @@ def test_lora_over_gemma3n_keeps_and_drops_what_the_graph_does() -> None:
 # count them): activations_lora_moe_hybrid_targets_cpu.jsonl. Target sets no other fixture
 # measures, on models whose layers differ: the MLP's names on MoE models with dense layers
 # (PEFT's conversion gives them to the experts, so the layers below the first MoE layer hold
-# no adapter: Qwen3-MoE had been +44 to +49 %, DeepSeek +3 to +8 %) and on Qwen2-MoE and A.X K1
-# (not converted: the names adapt the shared experts too, which tcalc's count had missed:
-# −8 to −19 %); q_proj,v_proj and in_proj on the hybrids (Falcon-H1 had been +37 to +49 %:
+# no adapter: Qwen3-MoE +44 to +49 % otherwise, DeepSeek +3 to +8 %) and on Qwen2-MoE and A.X K1
+# (not converted: the names adapt the shared experts too: −8 to −19 % if left out);
+# q_proj,v_proj and in_proj on the hybrids (Falcon-H1 +37 to +49 % otherwise:
 # its first layer's Mamba-2 beside the adapted attention keeps nothing; Jamba +12 to +15 %:
 # the Mamba projections' inputs and the experts' copies of their tokens, kept for frozen
 # weights only); Mixtral's router alone (+22 to +28 %: the first layer's experts compute
@@ -391,7 +392,7 @@ def test_lora_over_gemma3n_keeps_and_drops_what_the_graph_does() -> None:
 # adapter layer). Written by tools/measure_activations_hf.py -B 2 -T 64 --lora 8 with
 # --lora-targets gate_proj,up_proj,down_proj on qwen3_moe-sparse-step, deepseek_v32-tiny,
 # glm_moe_dsa-tiny, axk1-tiny, deepseek_v3-no-q-lora-bias, qwen2_moe-tiny, longcat_flash-tiny
-# (+38 % before: its experts' output joins after the layer's second half); all-linear on
+# (its experts' output joins after the layer's second half: +38 % otherwise); all-linear on
 # qwen2_moe-tiny; gate (--tcalc-targets router) on mixtral-top1; q_proj,v_proj on jamba-,
 # nemotron_h-, falcon_h1-, qwen3_5_text-, qwen3_next-, lfm2-, minimax- and bamba-tiny; in_proj
 # on jamba-, nemotron_h-, falcon_h1- and bamba-tiny; shared_expert_gate (--tcalc-targets
@@ -585,11 +586,11 @@ def test_lora_first_adapted_attention_keeps_only_the_copies_a_gradient_reads() -
 # PEFT's default target for Llama-like models, q_proj,v_proj, over every variant in
 # tests/data/hf/variants that has the names (the defaults-* full-size configs left out; the
 # same tool, B=2 T=64, rank 8): activations_lora_survey_qv_cpu.jsonl, 289 cases over 81
-# configs, each with peft's and tcalc's adapter parameters. It found a parallel block's FFN
-# (Phi, Cohere: +9 to +38 %; it reads the layer's normed input, not the attention's output),
-# ReLU's result taken for down's input alone (OPT, CTRL: −8 to −16 %), xIELU's α-only tensor
-# (Apertus +8 to +12 %), Llama 4's repeated tokens lumped with the experts' input (−6 to
-# −9 %), DiffLlama's λ-only concatenation and second-map Q copy (+5 to +9 %). Its tcalc
+# configs, each with peft's and tcalc's adapter parameters. Among them a parallel block's FFN
+# (Phi, Cohere: it reads the layer's normed input, not the attention's output; +9 to +38 %
+# otherwise), ReLU's result, not down's input alone (OPT, CTRL: −8 to −16 % otherwise), xIELU's
+# α-only tensor (Apertus), Llama 4's repeated tokens apart from the experts' input, and
+# DiffLlama's λ-only concatenation and second-map Q copy. Its tcalc
 # columns are what tcalc printed when it was measured (not read here).
 LORA_SURVEY_QV = _measured("activations_lora_survey_qv_cpu.jsonl")
 
@@ -609,16 +610,16 @@ def test_lora_diffllama_first_layer_copies_and_lambda_product() -> None:
 
 # And the MLP's names, gate_proj,up_proj,down_proj, over every variant that has one of them
 # (the same tool and settings): activations_lora_survey_mlp_cpu.jsonl, 226 cases over 61
-# configs. It found a parallel block's FFN adapters reading the shared normed input, counted
-# as dropped (StableLM, Cohere: −6 to −16 %); an adapter on down alone (Phi-3's and
+# configs. Among them a parallel block's FFN adapters reading the shared normed input, which
+# is kept (StableLM, Cohere: −6 to −16 % if dropped); an adapter on down alone (Phi-3's and
 # MiniMax-M3's shared experts' fused gate_up_proj is missed by the names), whose activation
 # then needs no gradient in the first adapted layer (+6 to +49 %); shared experts' adapters
 # leaving the routed experts, their scatter and the shared gate's product without one
 # (Qwen3.5-MoE +11 %, Qwen3-Next +6 %). Its tcalc columns are what tcalc printed when it was
 # measured (not read here).
 LORA_SURVEY_MLP = _measured("activations_lora_survey_mlp_cpu.jsonl")
-# And the attention's four, q_proj,k_proj,v_proj,o_proj, the same way, after the fixes above:
-# activations_lora_survey_attn_cpu.jsonl, 310 cases over 85 configs (found nothing new).
+# And the attention's four, q_proj,k_proj,v_proj,o_proj, the same way:
+# activations_lora_survey_attn_cpu.jsonl, 310 cases over 85 configs.
 LORA_SURVEY_ATTN = _measured("activations_lora_survey_attn_cpu.jsonl")
 
 

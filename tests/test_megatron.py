@@ -1,4 +1,4 @@
-"""Per-GPU model states against Megatron-LM's theoretical memory formula (issue 15).
+"""Per-GPU model states against Megatron-LM's theoretical memory formula.
 
 megatron/training/theoretical_memory_usage.py, compute_weight_and_optimizer_memory (NVIDIA
 Megatron-LM, main as of 2026-11): parameters on the most loaded shard =

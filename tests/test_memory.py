@@ -1,4 +1,4 @@
-"""Memory: model states, activations, sharding, inference and fit (issue 4)."""
+"""Memory: model states, activations, sharding, inference and fit."""
 
 from __future__ import annotations
 
@@ -194,7 +194,7 @@ def test_fit_and_largest_batch() -> None:
     r = memory_report(GPT2, Settings(precision="bf16", mixed=True, seq_len=1024),
                       gpu="A100-80GB")
     f = r.fit
-    # "fits" and the largest batch go by the peak of a training step (issue 13)
+    # "fits" and the largest batch go by the peak of a training step
     assert f.fits and f.headroom == 80 * 2**30 - r.peak
     at = memory_report(GPT2, Settings(precision="bf16", mixed=True, seq_len=1024,
                                       batch_size=f.max_batch_size))
@@ -350,7 +350,7 @@ def test_two_micro_batches_already_keep_gradients_live() -> None:
 
 
 def test_squared_relu_keeps_one_tensor_of_the_ffn_width() -> None:
-    # issue 16: HF ReLUSquaredActivation (Nemotron-H's MLP) keeps relu's output, which the
+    # HF ReLUSquaredActivation (Nemotron-H's MLP) keeps relu's output, which the
     # square reads too: one B·T·d_ff tensor, beside the MLP's input and the down projection's
     # input. Measured (tools/measure_mlp.py: torch 2.13 CPU, transformers 5.23, the dense
     # NemotronHMLP of tests/data/hf/variants/nemotron_h-tiny.json): activations_relu2_cpu.json

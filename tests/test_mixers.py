@@ -1,4 +1,4 @@
-"""Recurrent and hybrid layers (issue 14): Mamba, Mamba-2, Gated DeltaNet and LFM2's short
+"""Recurrent and hybrid layers: Mamba, Mamba-2, Gated DeltaNet and LFM2's short
 convolutions in the layer plan; their parameters, FLOPs and constant inference state.
 
 REFERENCES (none printed by tcalc itself):

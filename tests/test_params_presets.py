@@ -1,4 +1,4 @@
-"""Exact parameter counts of the shipped presets (issue 2).
+"""Exact parameter counts of the shipped presets.
 
 Every reference number below was obtained with tools/reference_counts.py under
 torch 2.13.0 + transformers 5.23.0 (CPU, meta device): the sum of numel() over
@@ -36,7 +36,7 @@ def test_preset_total_equals_reference(name: str) -> None:
     assert spec.expected_params_source, "each preset names where its reference came from"
 
 
-def test_every_issue2_preset_is_shipped() -> None:
+def test_every_referenced_preset_is_shipped() -> None:
     assert set(REFERENCE) <= set(preset_names())
 
 
@@ -135,7 +135,7 @@ def test_every_shipped_preset_matches_its_expected_params() -> None:
         assert count_params(spec).total == spec.expected_params, name
 
 
-# issue 12's headline presets: each equals the transformers 5.23 count of the real config.json
+# the headline presets: each equals the transformers 5.23 count of the real config.json
 # it was imported from (the numbers and classes pinned in test_hf.REFERENCE)
 HEADLINE = ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen3-8b", "qwen3-30b-a3b",
             "qwen3-235b-a22b", "deepseek-v3", "gemma-2-9b", "gemma-3-1b", "gpt-oss-20b",
@@ -190,8 +190,8 @@ def _imported_presets() -> list[str]:
 @pytest.mark.parametrize("name", _imported_presets())
 def test_a_preset_gives_the_numbers_of_the_config_it_was_imported_from(name: str) -> None:
     """A preset is its config.json annotated: every count, FLOPs, KV cache and activation
-    figure must be the file's. Comparing them found seven presets that had lost a flag the
-    import sets (bart-base's attention dropout 0.0 where the file says 0.1: −41.8 % of
+    figure must be the file's. A preset that loses a flag the import sets differs, as these
+    would (bart-base's attention dropout 0.0 where the file says 0.1: −41.8 % of
     activations in fp32; Gemma 2 9B without its soft-capping, −10.1 %; Phi-2's attention
     dropout, +9.6 %; DeepSeek-V3's fp32 router copies, −2.2 %; gpt-oss's sink column and row
     max; the partial-RoPE concatenation of Phi-2, Phi-4 and Pythia)."""

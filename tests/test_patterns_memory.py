@@ -1,4 +1,4 @@
-"""Sparse attention patterns in memory as in FLOPs (issue 18): one keys-per-query arithmetic
+"""Sparse attention patterns in memory as in FLOPs: one keys-per-query arithmetic
 (flops.pattern_keys), the same answer in both, and dense attention when the pattern's window
 covers the sequence."""
 

@@ -1,5 +1,4 @@
-"""The peak of a training step, and the implementation details that decide what is saved
-(issue 13).
+"""The peak of a training step, and the implementation details that decide what is saved.
 
 The reference is a real GPU: tests/data/peak_cuda_h100.json, written by
 tools/measure_peak_cuda.py on one NVIDIA H100 80GB HBM3 (torch 2.11.0+cu130, transformers
@@ -180,7 +179,7 @@ def test_cli_json_has_the_peak(cli) -> None:
     assert "--grad-accum" in bad.stderr
 
 
-# -- the causes issue 13 names, one test each -------------------------------------------------
+# -- the causes of the peak, one test each ----------------------------------------------------
 
 LLAMA = load_model("llama-3-8b")
 
@@ -246,7 +245,7 @@ def test_the_picked_kernel_is_shown(cli) -> None:
     assert not any(n.startswith("sdpa on") for n in eager)
 
 
-# -- the same grid without a GPU (issue 13, deliverable 4) ---------------------------------
+# -- the same grid without a GPU -----------------------------------------------------------
 # tests/data/peak_fake_cpu.json was written by tools/measure_peak_fake.py (torch 2.13.0+cpu,
 # transformers 5.23.0): MemTracker over FakeTensorMode CPU tensors with CUDA's choices
 # emulated (512-byte blocks, native_dropout's 1-byte masks, the H100's SDPA kernel, foreach
@@ -286,7 +285,7 @@ def test_the_emulation_agrees_with_the_h100() -> None:
 
 
 def test_the_megatron_recipe_holds_18_bytes_per_parameter_throughout(cli) -> None:
-    # issue 13: Megatron-LM / DeepSpeed run the model in 16-bit beside an fp32 master copy
+    # Megatron-LM / DeepSpeed run the model in 16-bit beside an fp32 master copy
     # and a persistent fp32 gradient buffer; torch AMP keeps fp32 weights, autocast copies
     # from forward to backward and gradients only after backward
     spec = load_model("llama-3-8b")
@@ -313,7 +312,7 @@ def test_the_megatron_recipe_holds_18_bytes_per_parameter_throughout(cli) -> Non
 
 
 def test_the_sdpa_kernel_can_be_forced(cli) -> None:
-    # issue 13: the kernel is overridable, as torch.nn.attention.sdpa_kernel forces it
+    # the kernel is overridable, as torch.nn.attention.sdpa_kernel forces it
     def memory(*args: str) -> dict:
         return cli.json("memory", "gpt2", "--attention", "sdpa", "--seq-len", "512",
                         "--precision", "fp32", *args)
@@ -343,7 +342,7 @@ def test_the_sdpa_kernel_can_be_forced(cli) -> None:
 
 
 def test_what_the_peak_leaves_out_is_a_named_reserve_shown_apart(cli) -> None:
-    # issue 13: the allocator's cache, measured as max_memory_reserved − max_memory_allocated
+    # the allocator's cache, measured as max_memory_reserved − max_memory_allocated
     # on the H100 runs (2.0 % to 12.1 % of the peak), is shown beside the verdict, not in it
     spread = []
     for run in RUNS + json.loads((DATA / "peak_lora_cuda_h100.json").read_text())["runs"]:
@@ -408,7 +407,7 @@ def test_the_experts_path_can_be_chosen(cli) -> None:
     assert "--experts" in r.stderr
 
 
-# -- gradient checkpointing, full training and LoRA (issue 34) -------------------------------
+# -- gradient checkpointing, full training and LoRA ------------------------------------------
 # tests/data/peak_checkpointing_cuda_h100.json: tools/measure_peak_cuda.py --checkpointing
 # [--lora 16 [--lora-targets q_proj,v_proj]] on one H100 80GB HBM3 (torch 2.11.0+cu130,
 # transformers 5.17.0, peft 0.21.0): non-reentrant checkpointing as the Trainer runs it,
@@ -447,9 +446,9 @@ def test_checkpointing_within_3_percent_of_the_h100(run: dict) -> None:
 
 
 def test_lora_with_checkpointing_keeps_one_layer_of_adapter_tensors() -> None:
-    # the verdict the adapters' per-layer rows used to spoil: Llama-3.1-8B, LoRA all-linear,
+    # the verdict turns on the adapters' per-layer rows: Llama-3.1-8B, LoRA all-linear,
     # bf16, SDPA, checkpointing, measured at 19,412 MiB (backward); the adapters' inputs and
-    # lora_A outputs of 31 layers no longer counted
+    # lora_A outputs are kept for the rebuilt layer only, not for all 32
     run = next(r for r in CHECKPOINTED if r["model"] == "llama-3.1-8b"
                and r["recipe"] == "lora_bf16" and r["lora_targets"] == "all-linear")
     r = _checkpointed_report(run)
@@ -459,7 +458,7 @@ def test_lora_with_checkpointing_keeps_one_layer_of_adapter_tensors() -> None:
     assert r.peak_phase.name == "backward"
 
 
-# -- use_cache in training (issue 34) ---------------------------------------------------------
+# -- use_cache in training --------------------------------------------------------------------
 # tests/data/peak_no_cache_cuda_h100.json: tools/measure_peak_cuda.py --no-use-cache, the base
 # grid with use_cache=False (the base grid above ran transformers' default, the cache on).
 NO_CACHE = json.loads((DATA / "peak_no_cache_cuda_h100.json").read_text())["runs"]

@@ -1,4 +1,4 @@
-"""The layer plan (issue 12): one description of how a model is built, walked by every cost.
+"""The layer plan: one description of how a model is built, walked by every cost.
 
 FLOPs and KV-cache numbers pinned here come from transformers 5.23.0 / torch 2.13.0+cpu on the
 named config file, by the tools named beside them; none was printed by tcalc first.

@@ -1,4 +1,4 @@
-"""Quantised weights as the real formats store them (issue 15), against the byte sizes of
+"""Quantised weights as the real formats store them, against the byte sizes of
 published checkpoints and the formats' own block layouts."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_gpt_oss_mxfp4_to_the_byte() -> None:
 
 
 def test_int4_formats_keep_embeddings_and_head_16_bit() -> None:
-    # the issue's finding: generic int4 quantises the embeddings and LM head that GPTQ/AWQ
+    # generic int4 quantises the embeddings and LM head that GPTQ/AWQ
     # checkpoints keep in fp16 (Llama-3-8B: 2 · 128,256 · 4,096 · 2 bytes = 2.1 GB)
     spec = load_model("llama-3-8b")
     b = {i.name: i.total for i in weight_format_bytes(spec, count_params(spec), "awq").items}
@@ -146,7 +146,7 @@ def test_cli_quant_and_qlora(cli) -> None:
     ({"quant_method": "mxfp4"}, "mxfp4"),
 ])
 def test_quantization_config_sets_the_served_format(cli, tmp_path, qc: dict, fmt: str) -> None:
-    # issue 17: a quantised checkpoint's config.json says how its weights are stored
+    # a quantised checkpoint's config.json says how its weights are stored
     import json
 
     from conftest import DATA

@@ -162,7 +162,7 @@ def test_readme_json_keys_are_the_emitted_ones(cli, section: str,  # type: ignor
 @pytest.mark.slow
 def test_fresh_checkout_make_run_is_quiet(tmp_path: Path) -> None:
     """`make run` on a fresh copy of the tracked files: one line per step, the table, no
-    warning from pip or setuptools (issue 19)."""
+    warning from pip or setuptools."""
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
                            check=False).stdout.split(b"\0")
     if not any(files):

@@ -1,4 +1,4 @@
-"""Every model_type tcalc maps, on its default config and on random small configs (issue 12).
+"""Every model_type tcalc maps, on its default config and on random small configs.
 
 REFERENCE: tests/data/registry_cases.json was written by
 `python tools/check_registry.py --cases 4 --write tests/data/registry_cases.json` under
@@ -20,7 +20,7 @@ from transformer_calc.hf import HEAD_CLASS, TABLE_DRIVEN, spec_from_hf
 
 CASES = json.loads((DATA / "registry_cases.json").read_text())
 assert CASES["transformers"] == "5.23.0"
-# the recurrent and hybrid types (issue 14), recorded apart with FLOPs by op (test_mixers.py),
+# the recurrent and hybrid types, recorded apart with FLOPs by op (test_mixers.py),
 # and types added since the full run (`tools/check_registry.py --cases 6 --flops 8 --write
 # tests/data/registry_cases_more.json laguna bert-generation nomic_bert tapas layoutlm hy_v3
 # whisper trocr deepseek_v32 glm_moe_dsa mpnet gpt_neox_japanese apertus

@@ -1,4 +1,4 @@
-"""One renderer per format (issue 16): every command builds one Doc; json, markdown and the
+"""One renderer per format: every command builds one Doc; json, markdown and the
 terminal each render any Doc, and a terminal table stays whole at 80 columns."""
 
 from __future__ import annotations

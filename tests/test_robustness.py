@@ -1,4 +1,4 @@
-"""Property-based and fuzz tests (issue 6): invariants over generated architectures, and bad
+"""Property-based and fuzz tests: invariants over generated architectures, and bad
 input that must always end in one clean error line, never a traceback, hang or blow-up.
 
 Example counts are bounded so the suite stays within seconds in CI.
@@ -273,8 +273,8 @@ def test_real_process_never_prints_a_traceback(tmp_path) -> None:
 
 # The keys these model types read (BitNet, ModernBERT, FSMT, ALBERT/ELECTRA/RemBERT, RoCBERT,
 # Mllama, DiffLlama, Gemma 4, Beam), each given wrong types, zeros, negatives and lists: every
-# draw is counted or refused with one clean error (a Beam config of 0 layers once raised an
-# IndexError deriving its layer types).
+# draw is counted or refused with one clean error (a Beam config of 0 layers among them:
+# its layer types are derived from the count).
 _NEW_TYPES = ("bitnet", "modernbert", "modernbert-decoder", "fsmt", "electra", "rembert",
               "albert", "roc_bert", "mllama", "diffllama", "gemma4_text",
               "gemma4_unified_text", "beam")

@@ -1,4 +1,4 @@
-"""Each architecture variant's exact parameter cost (issue 3), on a small spec.
+"""Each architecture variant's exact parameter cost, on a small spec.
 
 The expected numbers are derived by hand from the tensor shapes the transformers modules
 create (named in each test); the HF-level totals in test_hf.py check the same code paths

@@ -1,6 +1,6 @@
 """Write docs/activations_by_architecture.md: the activation estimate's error against what
-PyTorch saved, per architecture, from the recorded fixtures (issue 13, deliverable 5; a test
-asserts the file equals this output, so a change to the estimate shows here).
+PyTorch saved, per architecture, from the recorded fixtures (a test asserts
+the file equals this output, so a change to the estimate shows here).
 
 The measured bytes are tools/measure_activations_hf.py's (torch 2.13.0+cpu, transformers
 5.23.0, saved_tensors_hooks, each storage once, parameters excluded) on the small variant
@@ -22,10 +22,10 @@ from transformer_calc.hf import spec_from_hf  # noqa: E402
 from transformer_calc.memory import activation_breakdown  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
-FIXTURES = ("activations_families_cpu.jsonl", "activations_new_families_cpu.jsonl",
+FIXTURES = ("activations_families_cpu.jsonl", "activations_2024_26_families_cpu.jsonl",
             "activations_loss_dtype_cpu.jsonl", "activations_more_cpu.jsonl",
             "activations_decoders_encoders_cpu.jsonl", "activations_moe_grouped_cpu.jsonl",
-            "activations_sweep_fixes_cpu.jsonl", "activations_deberta_v2_sweep_cpu.jsonl",
+            "activations_sweep_variants_cpu.jsonl", "activations_deberta_v2_sweep_cpu.jsonl",
             "activations_longt5_olmo_hybrid_cpu.jsonl",
             "activations_moe_dense_kimi_linear_cpu.jsonl",
             "activations_t5gemma_gemma3n_dsv4_cpu.jsonl",
