@@ -333,7 +333,7 @@ def test_llama4_runs_every_expert_norms_qk_without_weight_and_masks_its_chunks()
     assert "decoder.nope.moe.attn.q_l2norm" not in names  # NoPE layers skip it
 
 
-def test_the_sweeps_variants_hold_tightly() -> None:
+def test_the_sweep_variants_hold_tightly() -> None:
     # each of these is 8 to 58 % off without its own rule (activations_sweep_variants_cpu.jsonl):
     # within 1 % for the exact ones, 4 % for the rest
     for config, bound in (("biogpt-tiny.json", 0.01), ("ctrl-tiny.json", 0.01),
