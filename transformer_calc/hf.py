@@ -1527,7 +1527,8 @@ def _qwen3_moe(c: Config) -> dict[str, Any]:
                        "d_ff": c.get("intermediate_size", 6144)}
     if moe:
         out |= {"n_experts": X, "top_k": c.get("num_experts_per_tok", 8),
-                "d_ff_expert": c.get("moe_intermediate_size", 768)}
+                "d_ff_expert": c.get("moe_intermediate_size", 768),
+                "router_topk": _router_topk(c, "qwen")}
         if "D" in ffn:
             out["layer_ffn"] = _runs(ffn)
     return out
@@ -2325,6 +2326,9 @@ class Moe(NamedTuple):
     layer_list: str = ""  # key: the MoE layers' indices, when the file lists them (Llama 4)
     period: tuple[str, str] = ("", "")  # keys: experts where i % period == offset (Jamba)
     routes: int = 0  # experts per token the class always routes to, whatever top_k says
+    # the router's top-k values (spec.router_topk): "renorm" (Mixtral), "qwen" (cast, and
+    # renormalised where the config's norm_topk_prob says so), "" (not read)
+    router_topk: str = ""
 
 
 class Ssm(NamedTuple):
@@ -2821,6 +2825,8 @@ def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
     out: dict[str, Any] = {
         "n_experts": X, "top_k": k,
         "d_ff_expert": Fe, "router_bias": m.router_bias}
+    if m.router_topk:
+        out["router_topk"] = _router_topk(c, m.router_topk)
     if m.shared_ff and c.t(m.shared_ff) is not None and not (m.shared_absent_at_zero
                                                               and c.t(m.shared_ff) == 0):
         # one shared MLP of this width (Qwen2-MoE; its gate exists even at width 0), or S of
@@ -2835,6 +2841,15 @@ def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
     return out
 
 
+def _router_topk(c: Config, kind: str) -> str:
+    """spec.router_topk: MixtralTopKRouter always renormalises; Qwen2MoeTopKRouter and
+    Qwen3MoeTopKRouter cast to the logits' dtype, renormalising with norm_topk_prob (their
+    configs' default: false)."""
+    if kind == "renorm":
+        return "renorm"
+    return "renorm_cast" if c.get("norm_topk_prob", False) else "cast"
+
+
 # GPT-2's spelling of the standard keys (GPTBigCode, OpenAI GPT, GPT-J, CodeGen)
 _GPT_KEYS = (("hidden_size", "n_embd"), ("num_hidden_layers", "n_layer"),
              ("num_attention_heads", "n_head"), ("intermediate_size", "n_inner"),
@@ -2847,7 +2862,8 @@ GENERIC: dict[str, Layout] = {
     # Mistral and Mixtral: no bias keys (MistralAttention / MistralMLP have none)
     "mistral": Layout("MistralForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False),
     "mixtral": Layout("MixtralForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
-                      moe=Moe(experts=("num_local_experts",), expert_ff="")),
+                      moe=Moe(experts=("num_local_experts",), expert_ff="",
+                              router_topk="renorm")),
     # Qwen2Attention: q/k/v carry a bias, o_proj does not
     "qwen2": Layout("Qwen2ForCausalLM", qkv_bias=True, o_bias=False, mlp_bias=False),
     # OLMo-2: q_norm / k_norm over the whole projection; norms after attention and FFN only
@@ -2895,7 +2911,8 @@ GENERIC: dict[str, Layout] = {
     "qwen2_moe": Layout("Qwen2MoeForCausalLM", qkv_bias="qkv_bias", o_bias=False,
                         mlp_bias=False,
                         moe=Moe(shared_ff="shared_expert_intermediate_size", shared_gate=True,
-                                step="decoder_sparse_step", mlp_only="mlp_only_layers")),
+                                step="decoder_sparse_step", mlp_only="mlp_only_layers",
+                                router_topk="qwen")),
     "granitemoe": Layout("GraniteMoeForCausalLM", mlp_bias=False, moe=Moe(expert_ff="")),
     "olmoe": Layout("OlmoeForCausalLM", mlp_bias=False, qk_norm="width", moe=Moe(expert_ff="")),
     "flex_olmo": Layout("FlexOlmoForCausalLM", mlp_bias=False, norms="post", qk_norm="width",

@@ -10,14 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
-from transformer_calc.graph.families import bert, gpt2, llama
+from transformer_calc.graph.families import bert, gpt2, llama, moe
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
 from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
-Family = gpt2.GPT2 | llama.Llama | bert.Bert
+Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,8 @@ def trace(family: Family, run: Run, symbolic: bool = False,
         gpt2.forward(m, cfg)
     elif isinstance(cfg, bert.Bert):
         bert.forward(m, cfg)
+    elif isinstance(cfg, moe.Moe):
+        moe.forward(m, cfg)
     else:
         llama.forward(m, cfg)
     return m
@@ -110,6 +112,11 @@ _ENCODERS = {"bert": ("bert", "bert", False), "ernie": ("ernie", "bert", False),
              "xlm-roberta": ("roberta", "roberta", True),
              "data2vec-text": ("data2vec_text", "roberta", True),
              "electra": ("electra", "electra", False)}
+# the MoE decoders: Llama's fields and the experts' (peft_moe says how peft adapts them:
+# graph_activations reads it with the LoRA targets)
+_READS["moe"] = _READS["llama"] | {"n_experts", "top_k", "d_ff_expert", "n_shared_experts",
+                                   "d_ff_shared", "shared_expert_gate", "layer_ffn",
+                                   "router_topk", "peft_moe"}
 
 
 @functools.cache
@@ -157,6 +164,8 @@ def family_of(spec: ModelSpec) -> Family:
         return gpt2.GPT2(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model, H=H,
                          F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
                          resid_pdrop=p, embd_pdrop=p, attn_pdrop=pa)
+    if spec.n_experts:
+        return _moe(spec)
     if (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
             and spec.activation == "silu" and spec.softmax_fp32 and not spec.dropout
             and spec.qk_norm in ("none", "head", "width")
@@ -207,6 +216,44 @@ def _encoder(spec: ModelSpec) -> bert.Bert | None:
     if spec.embed_factorized and spec.embed_proj_dim:
         return bert.Factorized(**vars(family), Ee=spec.embed_proj_dim)
     return family
+
+
+def _moe(spec: ModelSpec) -> moe.Moe:
+    """Mixtral, Qwen2-MoE and Qwen3-MoE (spec_from_hf's fields for them): the Llama layout
+    with a router whose top-k handling the spec names (router_topk), gate/up/down experts,
+    at most one shared expert with its sigmoid gate, and dense layers where layer_ffn says D.
+    Anything else (fused projections, a router bias or fp32 router, zero experts, several
+    shared experts, a norm after the experts...) is refused."""
+    from transformer_calc.plan import parse_pattern
+
+    shared = spec.n_shared_experts
+    if not (spec.router_topk and spec.norm == "rmsnorm" and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and spec.qk_norm in ("none", "head")
+            and spec.norm_position == "pre" and not spec.fused_qkv
+            and not spec.fused_gate_up and not spec.rope_concat and not spec.norm_fp32
+            and not spec.rope_fp32 and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and (shared == 0 or (shared == 1 and spec.shared_expert_gate
+                                 and spec.shared_ff > 0))
+            and not _unread(spec, "moe")):
+        raise TcalcError(f"{spec.name}: no op graph for this mixture of experts yet (the "
+                         "graph engine covers Mixtral, Qwen2-MoE and Qwen3-MoE)")
+    kinds = parse_pattern(spec.layer_ffn, "DEX", spec.n_layers, "layer_ffn") \
+        if spec.layer_ffn else ("E",) * spec.n_layers
+    if "X" in kinds:
+        raise TcalcError(f"{spec.name}: layers without an FFN have no op graph yet")
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return moe.Moe(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                   dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
+                   bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
+                   bias_o=spec.bias_o, attention_dropout=pa, qk_norm=spec.qk_norm,
+                   X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                   Fs=spec.shared_ff if shared else 1,
+                   pattern="" if set(kinds) == {"E"} else "".join(kinds),
+                   router="mixtral" if spec.router_topk == "renorm" else "qwen",
+                   norm_topk=spec.router_topk != "cast", shared_expert=bool(shared),
+                   grouped=spec.experts_grouped)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

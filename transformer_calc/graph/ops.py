@@ -11,6 +11,7 @@ from transformer_calc.graph import autocast
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import (
     BOOL,
+    I64,
     F32,
     DType,
     Tensor,
@@ -464,3 +465,81 @@ def cross_entropy(logits: Tensor, target: Tensor) -> Tensor:
     (logits,) = autocast.cast_inputs("cross_entropy", logits)
     with autocast.disabled(logits.trace):
         return nll_loss(log_softmax(logits), target)
+
+
+# -- mixture of experts: routing and the experts' gathers ------------------------------------------
+def select(t: Tensor, dim: int, index: int) -> Tensor:
+    """t[index] along dim (an expert's slice of a 3-D weight): a view without that dim."""
+    dim = dim % t.ndim
+    return _alias(t, t.shape[:dim] + t.shape[dim + 1:], t.stride[:dim] + t.stride[dim + 1:],
+                  "select", index * t.stride[dim])
+
+
+def sum_dim(a: Tensor, dim: int, keepdim: bool = False) -> Tensor:
+    """sum.dim_IntList: sum_backward(grad, self.sym_sizes(), ...) keeps sizes only."""
+    dim = dim % a.ndim
+    rest = (Dim.const(1),) if keepdim else ()
+    out = _new(a, a.shape[:dim] + rest + a.shape[dim + 1:], a.dtype, a.requires_grad)
+    a.trace.record("sum", out)
+    return out
+
+
+def topk(a: Tensor, k: Dim) -> tuple[Tensor, Tensor]:
+    """derivatives.yaml topk: self: value_selecting_reduction_backward_symint(grad, dim,
+    indices, ...): the int64 indices (values and indices (..., k), new)."""
+    shape = a.shape[:-1] + (k,)
+    values = _new(a, shape, a.dtype, a.requires_grad)
+    with a.trace.no_grad():
+        indices = _new(a, shape, I64, False)
+    a.trace.record("topk", values, [("indices", indices, True)])
+    return values, indices
+
+
+def div_(a: Tensor, other: Tensor) -> Tensor:
+    """a /= other, in place (the router's renormalisation). derivatives.yaml div.Tensor:
+    self: div_tensor_self_backward(grad, other, ...), other: div_tensor_other_backward(grad,
+    self, other): other serves both gradients; an in-place op whose formula reads self
+    keeps a clone of the original (autograd's original_self), for other's gradient."""
+    out = Tensor(a.shape, a.stride, promote(a.dtype, other.dtype), a.storage, _rg(a, other),
+                 a.trace, a.offset)
+    saves: list[tuple[str, Tensor | None, bool]] = [("other", other, True)]
+    if other.requires_grad:
+        with a.trace.no_grad():
+            original = _new(a, a.shape, a.dtype, False, preserve_strides(a.sizes, a.stride))
+        saves.append(("self", original, True))
+    a.trace.record("div_", out, saves)
+    return out
+
+
+def index(t: Tensor, indices: list[Tensor]) -> Tensor:
+    """t[i0, i1, ...] with int64 index tensors over its leading dims (advanced indexing, a
+    copy). derivatives.yaml index.Tensor: self: index_backward(..., indices, grad): the
+    indices."""
+    shape = indices[0].shape + t.shape[len(indices):]
+    out = _new(t, shape, t.dtype, t.requires_grad)
+    t.trace.record("index", out, [(f"indices{i}", ix, True) for i, ix in enumerate(indices)])
+    return out
+
+
+def index_add_(t: Tensor, index_: Tensor, source: Tensor) -> Tensor:
+    """t.index_add_(0, index, source), in place. derivatives.yaml index_add: self: grad;
+    source: grad.index_select(dim, index).expand_as(source): the index and the source,
+    each only for the source's gradient."""
+    out = Tensor(t.shape, t.stride, t.dtype, t.storage, _rg(t, source), t.trace, t.offset)
+    t.trace.record("index_add_", out, [("index", index_, source.requires_grad),
+                                       ("source", source, source.requires_grad)])
+    return out
+
+
+def grouped_mm(a: Tensor, b: Tensor, offs: Tensor) -> Tensor:
+    """torch.nn.functional.grouped_mm(a, b, offs=offs): the rows of a in groups (offs: the
+    int32 group ends), group g times b[g]. derivatives.yaml _grouped_mm: self:
+    _grouped_mm_mat1_backward(grad, mat2, ..., offs), mat2: _grouped_mm_mat2_backward(grad,
+    self, ..., offs): each operand for the other's gradient, offs for both. FLOPs: each row
+    once through its group's matrix, 2·rows·k·n (torch.utils.flop_counter counts none)."""
+    rows, k, n = a.shape[0], a.shape[1], b.shape[-1]
+    out = _new(a, (rows, n), a.dtype, _rg(a, b))
+    a.trace.record("_grouped_mm", out, [("mat2", b, a.requires_grad),
+                                        ("self", a, b.requires_grad), ("offs", offs, True)],
+                   flops=2 * rows * k * n)
+    return out

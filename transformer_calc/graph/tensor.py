@@ -22,6 +22,7 @@ F32 = DType("float32", 4, True)
 BF16 = DType("bfloat16", 2, True)
 F16 = DType("float16", 2, True)
 I64 = DType("int64", 8, False)
+I32 = DType("int32", 4, False)
 BOOL = DType("bool", 1, False)
 DTYPES = {"fp32": F32, "bf16": BF16, "fp16": F16}
 

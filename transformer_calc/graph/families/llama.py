@@ -13,6 +13,7 @@ the rest (a copy even when the rest is empty)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
@@ -55,8 +56,17 @@ class Llama:
                 "F": self.F, "L": self.L, "G": self.H // self.Hkv}
 
 
-def forward(m: Builder, cfg: Llama) -> Tensor:
-    """LlamaForCausalLM.forward(input_ids=ids, labels=ids): the loss."""
+# an MLP: (builder, config, the post-attention norm's output) -> its output
+Mlp = Callable[[Builder, "Llama", Tensor], Tensor]
+# the decoder layers: (builder, the layer as a function of its input and MLP, hidden states,
+# what a checkpoint keeps) -> the last layer's output
+Stack = Callable[[Builder, Callable[[Tensor, Mlp], Tensor], Tensor, tuple[Tensor, ...]], Tensor]
+
+
+def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
+    """LlamaForCausalLM.forward(input_ids=ids, labels=ids): the loss. stack: how the layers
+    are laid out (the MoE families: which layers carry experts); default: L layers of
+    LlamaMLP."""
     B, T, E, V = m["B"], m["T"], m["E"], m["V"]
     tr = m.trace
     ids = tr.input((B, T), I64, "input_ids")
@@ -68,7 +78,14 @@ def forward(m: Builder, cfg: Llama) -> Tensor:
         cos, sin = _rotary(m, h, cfg.rope_fp32)
         mask = causal_mask(m, h) if m.run.attention == "eager" else None
         extras = (positions, cos, sin) + (() if mask is None else (mask,))
-        h = m.layers("layers", lambda x: _layer(m, cfg, x, cos, sin, mask), h, extras)
+
+        def layer(x: Tensor, mlp: Mlp = _mlp) -> Tensor:
+            return _layer(m, cfg, x, cos, sin, mask, mlp)
+
+        if stack is None:
+            h = m.layers("layers", layer, h, extras)
+        else:
+            h = stack(m, layer, h, extras)
         h = rms_norm(m, "norm", h, cfg.norm_fp32)
     with m.module("lm_head"):
         w = m.tied("model.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
@@ -106,26 +123,27 @@ def rms_norm(m: Builder, name: str, h: Tensor, fp32_weight: bool = False) -> Ten
 
 
 def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor,
-           mask: Tensor | None) -> Tensor:
+           mask: Tensor | None, mlp: Mlp) -> Tensor:
     """LlamaDecoderLayer.forward: pre-norm attention and MLP around the residual;
     Olmo2DecoderLayer.forward: each sublayer's output normalised, then added."""
     if cfg.post_norm:
         with m.module("self_attn"):
             a = _attention(m, cfg, h, cos, sin, mask)
         h = ops.add(h, rms_norm(m, "post_attention_layernorm", a, cfg.norm_fp32))
-        return ops.add(h, rms_norm(m, "post_feedforward_layernorm", _mlp(m, cfg, h),
+        return ops.add(h, rms_norm(m, "post_feedforward_layernorm", mlp(m, cfg, h),
                                    cfg.norm_fp32))
     with m.module("self_attn"):
         a = _attention(m, cfg, rms_norm(m, "input_layernorm", h, cfg.norm_fp32), cos, sin,
                        mask)
     h = ops.add(h, a)
-    return ops.add(h, _mlp(m, cfg, rms_norm(m, "post_attention_layernorm", h, cfg.norm_fp32)))
+    return ops.add(h, mlp(m, cfg, rms_norm(m, "post_attention_layernorm", h, cfg.norm_fp32)))
 
 
-def _mlp(m: Builder, cfg: Llama, x: Tensor) -> Tensor:
-    """LlamaMLP (Phi3MLP with the fused gate_up_proj): down(silu(gate(x)) * up(x))."""
-    with m.module("mlp"):
-        F, E = m["F"], m["E"]
+def _mlp(m: Builder, cfg: Llama, x: Tensor, name: str = "mlp", width: str = "F") -> Tensor:
+    """LlamaMLP (Phi3MLP with the fused gate_up_proj): down(silu(gate(x)) * up(x)); name
+    and width: the module and its inner size's symbol (an MoE's shared expert)."""
+    with m.module(name):
+        F, E = m[width], m["E"]
         if cfg.fused_gate_up:
             # Phi3MLP: gate, up_states = gate_up_proj(x).chunk(2, dim=-1);
             # up_states * act(gate): the chunks are views of one output

@@ -1,0 +1,181 @@
+"""Mixtral, Qwen2-MoE and Qwen3-MoE as transformers 5.23 runs them: the Llama graph
+(llama.py: attention, RMSNorm, RoPE; Qwen2-MoE's q/k/v biases, Qwen3-MoE's per-head q_norm
+and k_norm) with a sparse MoE block for the MLP in the layers that carry experts.
+
+models/mixtral/modeling_mixtral.py: MixtralSparseMoeBlock, MixtralTopKRouter (softmax of
+the fp32 logits, topk, the top values renormalised in place, kept fp32), MixtralExperts
+(3-D gate_up_proj and down_proj). models/qwen2_moe/modeling_qwen2_moe.py:
+Qwen2MoeSparseMoeBlock (a shared expert, a Qwen2MoeMLP of shared_expert_intermediate_size,
+scaled by sigmoid(shared_expert_gate(x)) and added to the experts' output),
+Qwen2MoeTopKRouter (softmax(logits, dtype=float), topk, renormalised only with
+norm_topk_prob, cast back to the logits' dtype); models/qwen3_moe/modeling_qwen3_moe.py: the
+same router and experts without a shared expert. Both Qwen decoders put a dense MLP of
+intermediate_size where `layer_idx in mlp_only_layers or (layer_idx + 1) %
+decoder_sparse_step` (the pattern).
+
+The experts run as `config._experts_implementation` says (integrations/moe.py):
+
+- eager, the class's own forward: a loop over the experts hit, each taking its tokens
+  (torch.where(expert_mask[e]): an int64 (n_e, 2) nonzero, its two columns views),
+  hidden_states[token_idx] (a copy), linear with its slice of gate_up_proj, silu(gate) * up,
+  linear with its slice of down_proj, times top_k_weights[token_idx, top_k_pos, None],
+  cast to the hidden dtype and index_add_-ed into zeros.
+- grouped_mm (grouped_mm_experts_forward): the K·B·T (token, expert) slots sorted by expert,
+  hidden_states[perm // K] and the weights[perm] gathered, two grouped matmuls over the whole
+  3-D weights with int32 offsets, the routing weights multiplied, weighted_out[inv_perm],
+  summed over the K slots of each token and cast back.
+
+Which token goes to which expert is data: n_e rows for expert e. Every tensor the loop saves
+has n_e rows and a width that does not depend on e, so over the experts their bytes sum to
+the same tensor with n = K·B·T rows: the graph runs the loop once, as one expert that takes
+all K·B·T slots (every expert's slice of the weights is a view of the same parameter; the
+FLOPs, 2·n_e·k·m per matmul, sum the same way). An idle expert runs nothing and saves
+nothing, so the bytes do not depend on the routing (measured: tests/test_graph_moe.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformer_calc.graph import ops
+from transformer_calc.graph.families import llama
+from transformer_calc.graph.modules import Builder
+from transformer_calc.graph.symbols import Dim
+from transformer_calc.graph.tensor import F32, I32, I64, Tensor
+
+ROUTERS = ("mixtral", "qwen")
+
+
+@dataclass(frozen=True)
+class Moe(llama.Llama):
+    """A Llama-shaped decoder with experts. Symbols beside Llama's: X experts, K experts per
+    token, Fe an expert's inner size, Fs the shared expert's (Qwen2-MoE; 1 without one).
+    pattern: per layer D (a dense MLP of F) or E (experts); "" every layer E.
+    router: "mixtral" (always renormalised, scores fp32) or "qwen" (renormalised with
+    norm_topk, scores cast to the model's dtype). grouped: the grouped_mm experts."""
+
+    X: int = 1
+    K: int = 1
+    Fe: int = 1
+    Fs: int = 1
+    pattern: str = ""
+    router: str = "mixtral"
+    norm_topk: bool = True
+    shared_expert: bool = False
+    grouped: bool = False
+
+    def sizes(self) -> dict[str, int]:
+        return {**super().sizes(), "X": self.X, "K": self.K, "Fe": self.Fe,
+                "Fs": max(self.Fs, 1)}
+
+
+def forward(m: Builder, cfg: Moe) -> Tensor:
+    """MixtralForCausalLM / Qwen2MoeForCausalLM / Qwen3MoeForCausalLM.forward(input_ids=ids,
+    labels=ids), output_router_logits off (the config's default: no auxiliary loss)."""
+    return llama.forward(m, cfg, stack=lambda m, layer, h, extras: _stack(
+        m, cfg, layer, h, extras))
+
+
+def _stack(m: Builder, cfg: Moe, layer: object, h: Tensor,
+           extras: tuple[Tensor, ...]) -> Tensor:
+    """The decoder layers: all sparse (traced until one repeats, L a symbol), or the
+    pattern's layers one by one (L is then the pattern's length)."""
+    assert callable(layer)
+
+    def sparse(x: Tensor) -> Tensor:
+        return layer(x, lambda m, c, y: sparse_moe_block(m, cfg, y))  # type: ignore[no-any-return]
+
+    if not cfg.pattern:
+        return m.layers("layers", sparse, h, extras)
+    for i, kind in enumerate(cfg.pattern):
+        with m.module(f"layers.{i}"), m.trace.in_layer(i, (h, *extras)):
+            h = sparse(h) if kind == "E" else layer(h)
+    return h
+
+
+def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor) -> Tensor:
+    """MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock.forward."""
+    B, T, E = x.shape
+    N = B * T
+    with m.module("mlp"):
+        flat = ops.view(x, (N, E))  # hidden_states.view(-1, hidden_dim)
+        shared = (llama._mlp(m, cfg, flat, "shared_expert", "Fs") if cfg.shared_expert
+                  else None)
+        weights, chosen = _router(m, cfg, flat)
+        with m.module("experts"):
+            run = _grouped_experts if cfg.grouped else _eager_experts
+            out = run(m, flat, chosen, weights)
+        if shared is not None:
+            # F.sigmoid(self.shared_expert_gate(x)) * shared_expert_output
+            gate = ops.sigmoid(m.linear("shared_expert_gate", flat, Dim.const(1), False))
+            out = ops.add(out, ops.mul(gate, shared))
+        return ops.reshape(out, (B, T, E))
+
+
+def _router(m: Builder, cfg: Moe, flat: Tensor) -> tuple[Tensor, Tensor]:
+    """MixtralTopKRouter / Qwen2MoeTopKRouter.forward: logits = linear(x, weight); softmax
+    over the experts in fp32; topk; the top values divided by their sum (in place);
+    Qwen's cast back to the logits' dtype. Returns (scores, indices), (B·T, K) each."""
+    with m.module("gate"):
+        w = m.param("weight", m["X"], flat.shape[-1])
+        logits = ops.linear(flat, w)
+        probs = ops.softmax(logits, F32)
+        values, indices = ops.topk(probs, m["K"])
+        if cfg.router == "mixtral" or cfg.norm_topk:
+            values = ops.div_(values, ops.sum_dim(values, -1, keepdim=True))
+        if cfg.router == "qwen":
+            values = ops.to(values, logits.dtype)
+    return values, indices
+
+
+def _eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) -> Tensor:
+    """MixtralExperts.forward (the Qwen experts' is the same), its loop over the experts
+    hit run once for all n = K·B·T slots (module docstring)."""
+    X, E, Fe = m["X"], flat.shape[-1], m["Fe"]
+    gate_up = m.param("gate_up_proj", X, 2 * Fe, E)
+    down = m.param("down_proj", X, E, Fe)
+    n = chosen.shape[0] * chosen.shape[1]
+    final = m.trace.tensor(flat.shape, flat.dtype, False)  # torch.zeros_like(hidden_states)
+    with m.trace.no_grad():  # torch.where(expert_mask[expert_idx]): (top_k_pos, token_idx)
+        pairs = m.trace.tensor((n, Dim.const(2)), I64, False)
+    top_k_pos, token_idx = (ops.select(pairs, 1, j) for j in (0, 1))
+    state = ops.index(flat, [token_idx])
+    gate, up = ops.split(ops.linear(state, ops.select(gate_up, 0, 0)), Fe, -1)
+    with m.module("act_fn"):
+        h = ops.silu(gate)
+    h = ops.linear(ops.mul(h, up), ops.select(down, 0, 0))
+    h = ops.mul(h, ops.unsqueeze(ops.index(weights, [token_idx, top_k_pos]), -1))
+    return ops.index_add_(final, token_idx, ops.to(h, final.dtype))
+
+
+def _grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) -> Tensor:
+    """grouped_mm_experts_forward (integrations/moe.py), the weights not transposed
+    (is_transposed False: weight.transpose(-2, -1), a view)."""
+    X, E, Fe = m["X"], flat.shape[-1], m["Fe"]
+    gate_up = m.param("gate_up_proj", X, 2 * Fe, E)
+    down = m.param("down_proj", X, E, Fe)
+    N, K = chosen.shape
+    n = N * K
+    sample_weights = ops.reshape(weights, (n,))
+    with m.trace.no_grad():
+        # expert_ids_g, perm = torch.sort(expert_ids); perm // num_top_k (new int64 each);
+        # offsets = cumsum(histc(...), dtype=int32)
+        perm = m.trace.tensor((n,), I64, False)
+        token_of = m.trace.tensor((n,), I64, False)
+        offsets = m.trace.tensor((X,), I32, False)
+    selected = ops.index(flat, [token_of])
+    sample_weights = ops.index(sample_weights, [perm])
+    # _grouped_mm(input.to(weight.dtype), weight, offs): the input is in the weights' dtype
+    h = ops.grouped_mm(ops.to(selected, gate_up.dtype), ops.transpose(gate_up, -2, -1),
+                       offsets)
+    gate, up = ops.split(h, Fe, -1)  # _default_apply_gate: act_fn(gate) * up
+    with m.module("act_fn"):
+        a = ops.silu(gate)
+    h = ops.grouped_mm(ops.to(ops.mul(a, up), down.dtype), ops.transpose(down, -2, -1),
+                       offsets)
+    weighted = ops.mul(h, ops.unsqueeze(sample_weights, -1))
+    with m.trace.no_grad():  # inv_perm[perm] = arange(S)
+        inv_perm = m.trace.tensor((n,), I64, False)
+    weighted = ops.index(weighted, [inv_perm])
+    out = ops.sum_dim(ops.view(weighted, (N, K, E)), 1)
+    return ops.to(out, flat.dtype)
