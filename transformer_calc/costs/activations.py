@@ -65,9 +65,12 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
     family = _dropout(family, s)
     if family is None:
         return None
+    family = _experts(spec, family, s, amp or amp16)
+    if family is None:
+        return None
     lora = None
     if adapted_roles is not None:
-        lora = _lora(family, s, adapted_roles)
+        lora = _lora(family, s, adapted_roles, spec.peft_moe)
         if lora is None:
             return None
     run = _run(s, T, amp, amp16, lora)
@@ -137,11 +140,31 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     return off
 
 
-def _lora(family: Family, s: Settings, roles: frozenset[str]) -> Lora | None:
+def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Family | None:
+    """An MoE family with the experts implementation the run uses (memory.experts_impl:
+    --experts, or transformers' default), or None where the graph does not model it:
+    autocast (the eager loop casts each hit expert's weight slice, so the copies depend on
+    the routing)."""
+    import dataclasses
+
+    from transformer_calc.graph.families.moe import Moe
+    from transformer_calc.memory import experts_impl
+
+    if not isinstance(family, Moe):
+        return family
+    impl = experts_impl(spec, s.experts)
+    if autocast or impl not in ("eager", "grouped_mm"):
+        return None
+    return dataclasses.replace(family, grouped=impl == "grouped_mm")
+
+
+def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "none"
+          ) -> Lora | None:
     """peft's targets for the roles tcalc resolved, or None where no module-name list gives
     exactly those layers."""
     from transformer_calc.graph.families.bert import Bert
     from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
 
@@ -149,10 +172,20 @@ def _lora(family: Family, s: Settings, roles: frozenset[str]) -> Lora | None:
     # LitGPT make the adapters in the model's dtype (--adapter-dtype)
     named = {"bf16": BF16, "fp16": F16}.get(s.adapter_dtype)
     dtype = (F16 if s.precision == "fp16" else BF16) if s.fsdp2_mixed else named
-    if s.lora_targets == ("all-linear",):
-        return Lora(s.lora_rank, frozenset(("all-linear",)), s.lora_dropout, dtype)
     table = (_GPT2_MODULES if isinstance(family, GPT2) else
              _BERT_MODULES if isinstance(family, Bert) else _MODULES)
+    if isinstance(family, Moe):
+        # peft 0.21 converts Mixtral's and the qwen2_moe pattern's router and experts into
+        # ParamWrapper adapters over the 3-D weights (a parametrised weight per layer): not
+        # in the graph. Qwen2-MoE's experts are left alone: its gate/up/down are the dense
+        # and shared-expert MLPs', and its shared_expert_gate an nn.Linear.
+        converted = peft_moe in ("mixtral", "qwen2_moe")
+        if converted and (s.lora_targets == ("all-linear",)
+                          or roles & {"gate", "up", "down"}):
+            return None
+        table = {**_MODULES, "shared_gate": "shared_expert_gate"}
+    if s.lora_targets == ("all-linear",):
+        return Lora(s.lora_rank, frozenset(("all-linear",)), s.lora_dropout, dtype)
     if not roles <= table.keys():
         return None
     if isinstance(family, GPT2 | Bert) and len(roles & {"o", "down"}) == 1:

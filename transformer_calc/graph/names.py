@@ -28,6 +28,7 @@ from transformer_calc.breakdown import Row, substitute
 from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
 from transformer_calc.graph.families.bert import HEADS, Bert
 from transformer_calc.graph.families.gpt2 import GPT2
+from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.held import quadratic_in_t
 from transformer_calc.graph.modules import Run
 from transformer_calc.graph.symbols import Poly, product
@@ -43,13 +44,14 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "q_proj": "attn.input", "k_proj": "attn.input",
            "v_proj": "attn.input", "attn.c_proj": "attn.o_input", "o_proj": "attn.o_input",
            "c_fc": "ffn.input", "gate_proj": "ffn.input", "up_proj": "ffn.input",
-           "mlp.c_proj": "ffn.out_input", "down_proj": "ffn.out_input"}
+           "mlp.c_proj": "ffn.out_input", "down_proj": "ffn.out_input",
+           "shared_expert_gate": "ffn.input"}
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
             "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
             "attn.c_proj": "attn.o", "o_proj": "attn.o", "c_fc": "ffn.in",
             "gate_proj": "ffn.gate", "up_proj": "ffn.in", "mlp.c_proj": "ffn.out",
-            "down_proj": "ffn.out"}
+            "down_proj": "ffn.out", "shared_expert_gate": "ffn.shared_gate"}
 # BERT-style encoders (families/bert.py): a layer's modules as the decoders' tables above
 # key them (post-norm: the attention output's LayerNorm is tcalc's attn.norm, the layer
 # output's its ffn.norm); their rows are named encoder.* in place of decoder.*
@@ -60,7 +62,7 @@ _ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_p
                     "attention.output.LayerNorm": "ln_1", "output.LayerNorm": "ln_2",
                     "attention.self": "self_attn", "attention.output": "self_attn",
                     "intermediate": "mlp", "output": "mlp"}
-_TP = frozenset(("H", "Hkv", "F"))
+_TP = frozenset(("H", "Hkv", "F", "Fe", "Fs"))
 _ROPE = "model.rotary_emb"
 _MASK = "decoder.causal_mask"  # the eager (B, 1, T, T) mask, once for the model
 
@@ -72,13 +74,15 @@ def _module(rest: str) -> str:
     return ".".join(parts[-2:]) if parts[-1] == "c_proj" else parts[-1]
 
 
-_ORDER = ("B", "T", "G", "Hkv", "H", "dh", "E", "Ee", "F", "V", "P", "Ty", "r", "T32", "L")
+_ORDER = ("K", "B", "T", "G", "Hkv", "H", "dh", "E", "Ee", "F", "Fe", "Fs", "X", "V", "P", "Ty",
+          "r", "T32", "L")
 # the graph's symbols as tcalc's formulas name them (the symbols activation_breakdown's rows
 # and explain use)
 SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "n_heads",
                 "dh": "d_head", "E": "d_model", "F": "d_ff", "V": "vocab_size",
                 "P": "max_positions", "r": "r", "T32": "T32", "L": "n_layers",
-                "Ee": "d_embed", "Ty": "token_types"}
+                "Ee": "d_embed", "Ty": "token_types", "X": "n_experts", "K": "top_k",
+                "Fe": "d_ff_expert", "Fs": "d_ff_shared"}
 # what each component is, beside its formula (no symbol names inside: they are words here)
 DESCRIPTIONS = {
     "embed.token_ids": "int64 indices", "embed.position_ids": "int64 positions",
@@ -105,7 +109,15 @@ DESCRIPTIONS = {
     "embed.token_type_ids": "int64 token types", "embed.project_input": "the projection's "
     "input", "head.mlm.activation": "the head's activation "
     "keeps its input", "head.mlm.decoder_input": "the decoder's input",
-    "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output"}
+    "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output",
+    "decoder.ffn.router": "router softmax", "decoder.ffn.router_topk": "the top-k indices; "
+    "the renormalisation's sum and original values", "decoder.ffn.expert_index": "the "
+    "routing's int64 token indices (int32 group offsets)", "decoder.ffn.routed_input": "each "
+    "expert's copy of its tokens", "decoder.ffn.routing_weight": "each slot's routing weight",
+    "decoder.ffn.expert_output": "scaled by the routing weight", "decoder.ffn.expert_scatter":
+    "index_add_'s source", "decoder.ffn.shared.activation": "what the shared expert's "
+    "activation keeps", "decoder.ffn.shared.out_input": "the shared expert's down input",
+    "decoder.ffn.shared_gate_product": "the shared expert's output and its sigmoid gate"}
 
 
 def description(name: str) -> str:
@@ -167,6 +179,7 @@ class _Namer:
             scope, dense, norm, decoder, _ = HEADS[family.head]
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
+        self.moe = isinstance(family, Moe)
 
     def _scores(self, s: Saved) -> bool:
         """Whether the op that saved s made the scores (Q·Kᵀ: a T² output) rather than
@@ -194,6 +207,9 @@ class _Namer:
             return "decoder." + self._adapter(module, role, s)
         if module in self.norms:
             return "decoder." + self._norm(self.norms[module], role)
+        moe = self._moe(rest, role, s) if self.moe else None
+        if moe is not None:
+            return "decoder." + moe
         if module in _INPUTS and role in ("mm.self", "addmm.self"):
             return "decoder." + _INPUTS[module]
         if module in ("attn", "self_attn"):
@@ -260,6 +276,34 @@ class _Namer:
         if role == "nll_loss.total_weight":
             return "loss.total_weight"
         raise ValueError(f"no component name for {role} saved in {scope or 'the model'}")
+
+    def _moe(self, rest: str, role: str, s: Saved) -> str | None:
+        """A sparse MoE block's storages (families/moe.py): the router's, the experts'
+        (whose rows are the K·B·T routed slots), the shared expert's and its gate's."""
+        st, parts = s.storage, rest.split(".")
+        where = parts[1] if len(parts) > 1 and parts[0] == "mlp" else ""
+        if where == "gate":
+            return "ffn.input" if role == "mm.self" else \
+                "ffn.router" if role == "softmax.result" else "ffn.router_topk"
+        if where == "experts":
+            if not st.dtype.floating:
+                return "ffn.expert_index"
+            if role == "index_add_.source":
+                return "ffn.expert_scatter"
+            if st.op == "index":  # the tokens' copies, the slots' weights gathered
+                return "ffn.routed_input" if role.endswith("mm.self") else "ffn.routing_weight"
+            if role.endswith("mm.self"):
+                return "ffn.out_input"
+            out = product(self.ops[s.op_index].shape).poly
+            return "ffn.activation" if _has(out, ("Fe",)) else "ffn.expert_output"
+        if where == "shared_expert":
+            if role == "mm.self":
+                return "ffn.shared.out_input" if parts[-1] == "down_proj" else "ffn.input"
+            return "ffn.shared.activation"
+        if rest == "mlp" and (role == "sigmoid.result" or st.op == "sigmoid"
+                              or st.name.endswith("shared_expert.down_proj")):
+            return "ffn.shared_gate_product"
+        return None
 
     @staticmethod
     def _norm(prefix: str, role: str) -> str:
