@@ -573,12 +573,12 @@ class ModelSpec:
                            "never used; a token routed to one computes nothing, so the active "
                            "count and FLOPs of top_k experts are an upper bound", minimum=0)
     shared_expert_gate: bool = _f(False, "a d_model -> 1 gate on the shared experts (Qwen2-MoE)")
-    router_topk: str = _f("", "what the MoE router does with its top-k softmax values, as "
+    router_topk: str = _f("none", "what the MoE router does with its top-k softmax values, as "
                           "transformers 5.23 writes it: renorm (MixtralTopKRouter: divided by "
                           "their sum in place, kept fp32), cast (Qwen2/3-MoE: cast to the "
                           "model's dtype), renorm_cast (Qwen2/3-MoE with norm_topk_prob); "
-                          "'': not read (the op graph leaves the model to the per-tensor "
-                          "rules)", choices=("", "renorm", "cast", "renorm_cast"))
+                          "none: not read (the op graph leaves the model to the per-tensor "
+                          "rules)", choices=("none", "renorm", "cast", "renorm_cast"))
     moe_post_norm: bool = _f(False, "a norm over the output of each MoE block, shared experts "
                              "included (A.X K1's post_mlp_layernorm; dense layers have none)")
     peft_moe: str = _f("none", "how PEFT adapts this MoE with LoRA (peft 0.21's transformers-5 "

@@ -184,6 +184,10 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
                           or roles & {"gate", "up", "down"}):
             return None
         table = {**_MODULES, "shared_gate": "shared_expert_gate"}
+        if "shared" in roles:  # the shared expert's gate/up/down: the names those roles give
+            if not roles & {"gate", "up", "down"}:
+                return None
+            roles = roles - {"shared"}
     if s.lora_targets == ("all-linear",):
         return Lora(s.lora_rank, frozenset(("all-linear",)), s.lora_dropout, dtype)
     if not roles <= table.keys():

@@ -227,7 +227,7 @@ def _moe(spec: ModelSpec) -> moe.Moe:
     from transformer_calc.plan import parse_pattern
 
     shared = spec.n_shared_experts
-    if not (spec.router_topk and spec.norm == "rmsnorm" and spec.position == "rope"
+    if not (spec.router_topk != "none" and spec.norm == "rmsnorm" and spec.position == "rope"
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
             and not spec.dropout and spec.qk_norm in ("none", "head")
             and spec.norm_position == "pre" and not spec.fused_qkv

@@ -11,8 +11,8 @@ from transformer_calc.graph import autocast
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import (
     BOOL,
-    I64,
     F32,
+    I64,
     DType,
     Tensor,
     compute_stride,

@@ -79,18 +79,21 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
         mask = causal_mask(m, h) if m.run.attention == "eager" else None
         extras = (positions, cos, sin) + (() if mask is None else (mask,))
 
-        def layer(x: Tensor, mlp: Mlp = _mlp) -> Tensor:
+        def layer(x: Tensor, mlp: Mlp) -> Tensor:
             return _layer(m, cfg, x, cos, sin, mask, mlp)
 
-        if stack is None:
-            h = m.layers("layers", layer, h, extras)
-        else:
-            h = stack(m, layer, h, extras)
+        h = (stack or _uniform)(m, layer, h, extras)
         h = rms_norm(m, "norm", h, cfg.norm_fp32)
     with m.module("lm_head"):
         w = m.tied("model.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
         logits = ops.linear(h, w)
     return causal_lm_loss(logits, ids, V)
+
+
+def _uniform(m: Builder, layer: Callable[[Tensor, Mlp], Tensor], h: Tensor,
+             extras: tuple[Tensor, ...]) -> Tensor:
+    """L layers of LlamaMLP, traced until one repeats."""
+    return m.layers("layers", lambda x: layer(x, _mlp), h, extras)
 
 
 def _rotary(m: Builder, like: Tensor, fp32: bool = False) -> tuple[Tensor, Tensor]:

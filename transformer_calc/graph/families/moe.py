@@ -35,6 +35,7 @@ nothing, so the bytes do not depend on the routing (measured: tests/test_graph_m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
@@ -76,20 +77,19 @@ def forward(m: Builder, cfg: Moe) -> Tensor:
         m, cfg, layer, h, extras))
 
 
-def _stack(m: Builder, cfg: Moe, layer: object, h: Tensor,
+def _stack(m: Builder, cfg: Moe, layer: Callable[[Tensor, llama.Mlp], Tensor], h: Tensor,
            extras: tuple[Tensor, ...]) -> Tensor:
     """The decoder layers: all sparse (traced until one repeats, L a symbol), or the
     pattern's layers one by one (L is then the pattern's length)."""
-    assert callable(layer)
 
     def sparse(x: Tensor) -> Tensor:
-        return layer(x, lambda m, c, y: sparse_moe_block(m, cfg, y))  # type: ignore[no-any-return]
+        return layer(x, lambda m, c, y: sparse_moe_block(m, cfg, y))
 
     if not cfg.pattern:
         return m.layers("layers", sparse, h, extras)
     for i, kind in enumerate(cfg.pattern):
         with m.module(f"layers.{i}"), m.trace.in_layer(i, (h, *extras)):
-            h = sparse(h) if kind == "E" else layer(h)
+            h = sparse(h) if kind == "E" else layer(h, llama._mlp)
     return h
 
 

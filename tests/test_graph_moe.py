@@ -1,0 +1,251 @@
+"""The op graph's mixture-of-experts decoders (transformer_calc/graph/families/moe.py: Mixtral,
+Qwen2-MoE, Qwen3-MoE) against every measured CPU row of their configs, to the byte.
+
+Fixtures (read, not changed): the rows of mixtral-top1, qwen2_moe-tiny and
+qwen3_moe-sparse-step in tests/data/activations_*_cpu.jsonl, and
+tests/data/activations_moe_norm_topk_cpu.jsonl (qwen3_moe-norm-topk: norm_topk_prob on),
+measured by tools/measure_activations_hf.py (torch 2.13 CPU, transformers 5.23, peft 0.21.2,
+saved_tensors_hooks, each storage still held at the end of the forward once, parameters
+excluded); rows without an "experts" key ran transformers' eager experts (the tool's
+default), the others grouped_mm. The measured bytes do not depend on the routing: the eager
+loop's per-expert tensors sum over the experts hit to the K·B·T routed slots (the graph runs
+them as one expert), and an expert no token picks saves nothing.
+
+The rows whose LoRA targets peft 0.21 converts (Mixtral's router and experts, the
+qwen2_moe pattern's gate_proj/up_proj/down_proj on Qwen3-MoE, all-linear on both) wrap the 3-D
+expert weights in ParamWrapper parametrisations, which the graph does not transcribe:
+memory_report keeps the per-tensor rules for them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+
+import pytest
+from conftest import DATA
+
+from transformer_calc.costs import activations as graph_costs
+from transformer_calc.errors import TcalcError
+from transformer_calc.flops import count_flops
+from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, family_of
+from transformer_calc.graph.compile import OUTPUTS, cached, clear_cache, evaluate_fast
+from transformer_calc.graph.families.moe import Moe
+from transformer_calc.graph.modules import symbol_values
+from transformer_calc.graph.names import by_name, component_rows
+from transformer_calc.hf import spec_from_hf
+from transformer_calc.memory import Settings, memory_report
+from transformer_calc.params import count_params
+from transformer_calc.spec import ModelSpec
+
+CONFIGS = ("mixtral-top1.json", "qwen2_moe-tiny.json", "qwen3_moe-sparse-step.json",
+           "qwen3_moe-norm-topk.json")
+# peft 0.21's _MOE_TARGET_MODULE_MAPPING: the targets it converts, per config
+CONVERTED = {"mixtral-top1.json": {"all-linear", "gate", "w1", "w2", "w3"},
+             "qwen3_moe-sparse-step.json": {"all-linear", "gate", "gate_proj", "up_proj",
+                                            "down_proj"}}
+
+
+def _rows() -> list[dict]:
+    rows = []
+    for path in sorted(DATA.glob("activations_*_cpu.jsonl")):
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("config") in CONFIGS and "skipped" not in r:
+                rows.append({**r, "file": path.name})
+    return rows
+
+
+def _converted(row: dict) -> bool:
+    targets = set(row["lora"][1].split(",")) if row.get("lora") else set()
+    return bool(targets & CONVERTED.get(row["config"], set()))
+
+
+ROWS = [r for r in _rows() if not _converted(r)]
+REFUSED = [r for r in _rows() if _converted(r)]
+
+
+def _id(r: dict) -> str:
+    return "{}-{}-{}-B{}-T{}-{}-{}".format(
+        r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
+        r.get("experts", "eager"), "-".join(map(str, r.get("lora", ()))) or "full")
+
+
+def _spec(config: str) -> ModelSpec:
+    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+
+
+def _family(row: dict) -> Moe:
+    fam = family_of(_spec(row["config"]))
+    assert isinstance(fam, Moe)
+    return replace(fam, grouped=row.get("experts", "eager") == "grouped_mm")
+
+
+def _run(row: dict) -> Run:
+    lora = None
+    if row.get("lora"):
+        rank, targets, dropout = row["lora"]
+        lora = Lora(rank, frozenset(targets.split(",")), dropout)
+    return Run(row["B"], row["T"], DTYPES[row["dtype"]], "cpu", row["attention"], lora=lora)
+
+
+def _settings(row: dict) -> Settings:
+    lora = {}
+    if row.get("lora"):
+        rank, targets, dropout = row["lora"]
+        lora = dict(lora_rank=rank, lora_dropout=dropout, lora_targets=tuple(
+            (row.get("tcalc_targets") or targets).split(",")))
+    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
+                    attention=row["attention"], device="cpu",
+                    experts=row.get("experts", "eager"), **lora)  # type: ignore[arg-type]
+
+
+def test_the_rows_cover_the_three_types_both_experts_paths_and_lora() -> None:
+    assert {r["config"] for r in ROWS} == set(CONFIGS)
+    assert len(ROWS) == 36 + 28 + 32 + 8 - 24 and len(REFUSED) == 24
+    assert {r.get("experts", "eager") for r in ROWS} == {"eager", "grouped_mm"}
+    assert {r["lora"][1] for r in ROWS if r.get("lora")} == {
+        "q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "gate_proj,up_proj,down_proj",
+        "shared_expert_gate", "all-linear"}
+
+
+@pytest.mark.parametrize("row", ROWS, ids=_id)
+def test_saved_bytes_equal_the_measurement(row: dict) -> None:
+    result = evaluate(_family(row), _run(row))
+    assert result.activation_bytes == row["measured_bytes"]
+    if "trainable" in row:  # peft's count of the adapters' parameters
+        assert result.trainable_params == row["trainable"][0]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=_id)
+def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
+    assert evaluate_fast(_family(row), _run(row)).activation_bytes == row["measured_bytes"]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=_id)
+def test_memory_report_reads_the_graph(row: dict) -> None:
+    report = memory_report(_spec(row["config"]), _settings(row))
+    assert report.activations.total == row["measured_bytes"]
+    assert report.activations.rows == tuple(
+        r[:3] + ("",) + r[4:] for r in component_rows(_family(row), _run(row)))
+
+
+@pytest.mark.parametrize("row", REFUSED, ids=_id)
+def test_peft_moe_conversions_keep_the_rules(row: dict) -> None:
+    spec, s = _spec(row["config"]), _settings(row)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(graph_costs, "graph_activations", lambda *a, **k: None)
+        rules = memory_report(spec, s).activations.total
+    assert memory_report(spec, s).activations.total == rules
+
+
+def test_norm_topk_prob_keeps_the_renormalisation() -> None:
+    # Qwen3MoeTopKRouter with norm_topk_prob: router_top_value /= its sum, in place; the
+    # division keeps the sum (B·T · 4) and a clone of the top values (K·B·T · 4) per layer
+    # with experts (qwen3_moe-norm-topk.json: one of its four layers)
+    on, off = _spec("qwen3_moe-norm-topk.json"), _spec("qwen3_moe-sparse-step.json")
+    assert (on.router_topk, off.router_topk) == ("renorm_cast", "cast")
+    assert _spec("mixtral-top1.json").router_topk == "renorm"
+    run = Run(2, 64, F32, "cpu", "eager")
+    diff = evaluate(family_of(on), run).activation_bytes - \
+        evaluate(family_of(off), run).activation_bytes
+    assert diff == 2 * 64 * (2 + 1) * 4
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
+    spec = _spec(config)
+    for grouped in (False, True):
+        for B, T in ((1, 64), (3, 100)):
+            fam = replace(family_of(spec), grouped=grouped)
+            r = evaluate(fam, Run(B, T, F32, "cpu", "sdpa"))
+            assert r.params == r.trainable_params == count_params(spec).total
+            # count_flops is per token at context T; the graph counts the B·T tokens'
+            # matmuls, the experts' over the K·B·T routed slots (grouped_mm's too, which
+            # torch.utils.flop_counter does not count)
+            assert r.forward_flops == B * T * count_flops(spec, T).total
+
+
+def test_other_moe_layouts_are_refused() -> None:
+    base = _spec("qwen2_moe-tiny.json")
+    for change in ({"n_shared_experts": 2}, {"router_topk": "none"}, {"router_bias": True},
+                   {"d_ff_shared": 0}):
+        with pytest.raises(TcalcError):
+            family_of(replace(base, **change))  # type: ignore[arg-type]
+    fam = family_of(base)
+    assert isinstance(fam, Moe) and fam.pattern == "DEE" and fam.shared_expert
+
+
+def test_autocast_and_other_experts_paths_keep_the_rules() -> None:
+    spec = _spec("mixtral-top1.json")
+    s = Settings(precision="bf16", batch_size=2, seq_len=64, attention="sdpa", device="cuda",
+                 experts="eager")
+    # autocast: the eager loop would cast each hit expert's weight slice (a routing-
+    # dependent count of copies)
+    assert graph_costs.graph_activations(spec, s, 64, amp=True, amp16=False,
+                                         adapted_roles=None) is None
+    assert graph_costs.graph_activations(spec, s, 64, amp=False, amp16=False,
+                                         adapted_roles=None) is not None
+
+
+def _moe_settings(rng: random.Random) -> dict:
+    """Settings of an MoE configuration: type, flags, dtype, device, kernel, LoRA targets
+    over what peft adapts as nn.Linear, recomputation."""
+    kind = rng.choice(("mixtral", "qwen2_moe", "qwen3_moe"))
+    targets = ("q_proj", "v_proj", "o_proj") + (
+        ("gate_proj", "down_proj", "shared_expert_gate") if kind == "qwen2_moe" else ())
+    lora = None
+    if rng.random() < 0.4:
+        lora = (frozenset(rng.sample(targets, rng.choice((1, 2)))), rng.choice((0.0, 0.05)))
+    return {"kind": kind, "grouped": rng.random() < 0.5, "norm_topk": rng.random() < 0.5,
+            "device": rng.choice(("cpu", "cuda")), "dtype": rng.choice((F32, BF16, F16)),
+            "attention": rng.choice(("eager", "sdpa")), "lora": lora,
+            "pattern": rng.choice(("", "", "DE", "EDE", "DEDD")),
+            "recompute": rng.choice(("none", "selective", "full"))}
+
+
+def _moe_draw(rng: random.Random, s: dict) -> tuple[Moe, Run]:
+    """Sizes drawn freely, with the 0/1 edge cases: one expert, K = 1 or K = X, B = T = 1."""
+    Hkv, G = rng.choice((1, 2)), rng.choice((1, 2))
+    X = rng.choice((1, 2, 4, 8))
+    pattern = s["pattern"]
+    L = len(pattern) if pattern else rng.choice((1, 2, 3))
+    fam = Moe(V=rng.randint(5, 60), E=rng.randint(1, 40), H=Hkv * G, Hkv=Hkv,
+              dh=rng.choice((2, 4, 8)), F=rng.randint(1, 30), L=L,
+              bias_q=s["kind"] == "qwen2_moe", bias_k=s["kind"] == "qwen2_moe",
+              bias_v=s["kind"] == "qwen2_moe",
+              qk_norm="head" if s["kind"] == "qwen3_moe" else "none",
+              X=X, K=rng.randint(1, X), Fe=rng.randint(1, 30), Fs=rng.randint(1, 30),
+              pattern=pattern, router="mixtral" if s["kind"] == "mixtral" else "qwen",
+              norm_topk=s["norm_topk"], shared_expert=s["kind"] == "qwen2_moe",
+              grouped=s["grouped"])
+    lora = None if s["lora"] is None else Lora(rng.choice((1, 4)), *s["lora"])
+    return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 7, 33)), s["dtype"], s["device"],
+                    s["attention"], lora=lora, recompute=s["recompute"])
+
+
+def test_compiled_equals_traced_on_random_moe_configurations() -> None:
+    # the compiled structures (K·B·T slots as a polynomial, dense/sparse patterns unrolled,
+    # all-sparse stacks replayed) against the reference trace on every output: 120 draws
+    clear_cache()
+    rng, hits, draws = random.Random(20261127), 0, 120  # noqa: S311 (not cryptography)
+    settings = [_moe_settings(rng) for _ in range(16)]
+    for _ in range(draws):
+        fam, run = _moe_draw(rng, rng.choice(settings))
+        before = len(cached())
+        fast = evaluate_fast(fam, run)
+        hits += len(cached()) == before
+        ref = evaluate(fam, run)
+        for k in OUTPUTS:
+            assert getattr(fast, k) == getattr(ref, k), (k, fam, run, fast.structure.key)
+        st, values = fast.structure, symbol_values(run, fam.sizes())
+        numbers = st.named_values(values)
+        compiled: dict[str, int] = {}
+        for i, named in enumerate(st.named):
+            compiled[named.name] = (compiled.get(named.name, 0)
+                                    + numbers[2 * i] * numbers[2 * i + 1])
+        assert {n: b for n, b in compiled.items() if b} == by_name(
+            component_rows(fam, run, ref)), (fam, run)
+    # (a structure's guards pin K = 1, K = X, B = E and the like: fewer draws share one)
+    assert hits >= 3
