@@ -1,8 +1,8 @@
 """The op graph's mixture-of-experts decoders (transformer_calc/graph/families/moe.py: Mixtral,
-Qwen2-MoE, Qwen3-MoE) against every measured CPU row of their configs, to the byte.
+Qwen2-MoE, Qwen3-MoE, PhiMoE) against every measured CPU row of their configs, to the byte.
 
-Fixtures (read, not changed): the rows of mixtral-top1, qwen2_moe-tiny and
-qwen3_moe-sparse-step in tests/data/activations_*_cpu.jsonl, and
+Fixtures (read, not changed): the rows of mixtral-top1, qwen2_moe-tiny,
+qwen3_moe-sparse-step and phimoe-top1 in tests/data/activations_*_cpu.jsonl, and
 tests/data/activations_moe_norm_topk_cpu.jsonl (qwen3_moe-norm-topk: norm_topk_prob on),
 measured by tools/measure_activations_hf.py (torch 2.13 CPU, transformers 5.23, peft 0.21.2,
 saved_tensors_hooks, each storage still held at the end of the forward once, parameters
@@ -40,7 +40,7 @@ from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
 CONFIGS = ("mixtral-top1.json", "qwen2_moe-tiny.json", "qwen3_moe-sparse-step.json",
-           "qwen3_moe-norm-topk.json")
+           "qwen3_moe-norm-topk.json", "phimoe-top1.json")
 # peft 0.21's _MOE_TARGET_MODULE_MAPPING: the targets it converts, per config
 CONVERTED = {"mixtral-top1.json": {"all-linear", "gate", "w1", "w2", "w3"},
              "qwen3_moe-sparse-step.json": {"all-linear", "gate", "gate_proj", "up_proj",
@@ -101,9 +101,9 @@ def _settings(row: dict) -> Settings:
                     experts=row.get("experts", "eager"), **lora)  # type: ignore[arg-type]
 
 
-def test_the_rows_cover_the_three_types_both_experts_paths_and_lora() -> None:
+def test_the_rows_cover_the_four_types_both_experts_paths_and_lora() -> None:
     assert {r["config"] for r in ROWS} == set(CONFIGS)
-    assert len(ROWS) == 36 + 28 + 32 + 8 - 24 and len(REFUSED) == 24
+    assert len(ROWS) == 36 + 28 + 32 + 8 + 16 - 24 and len(REFUSED) == 24
     assert {r.get("experts", "eager") for r in ROWS} == {"eager", "grouped_mm"}
     assert {r["lora"][1] for r in ROWS if r.get("lora")} == {
         "q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "gate_proj,up_proj,down_proj",
@@ -127,8 +127,10 @@ def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
 def test_memory_report_reads_the_graph(row: dict) -> None:
     report = memory_report(_spec(row["config"]), _settings(row))
     assert report.activations.total == row["measured_bytes"]
-    assert report.activations.rows == tuple(
-        r[:3] + ("",) + r[4:] for r in component_rows(_family(row), _run(row)))
+    # (names, bytes, layers, stacks and notes; the formula's text may name H for G·Hkv
+    # where the compiled structure's guards made them equal)
+    assert [r[:2] + r[4:] for r in report.activations.rows] == [
+        r[:2] + r[4:] for r in component_rows(_family(row), _run(row))]
 
 
 @pytest.mark.parametrize("row", REFUSED, ids=_id)
@@ -175,6 +177,8 @@ def test_other_moe_layouts_are_refused() -> None:
             family_of(replace(base, **change))  # type: ignore[arg-type]
     fam = family_of(base)
     assert isinstance(fam, Moe) and fam.pattern == "DEE" and fam.shared_expert
+    phimoe = family_of(_spec("phimoe-top1.json"))
+    assert isinstance(phimoe, Moe) and phimoe.layer_norm and phimoe.router == "sparsemixer"
 
 
 def test_autocast_and_other_experts_paths_keep_the_rules() -> None:
@@ -192,9 +196,10 @@ def test_autocast_and_other_experts_paths_keep_the_rules() -> None:
 def _moe_settings(rng: random.Random) -> dict:
     """Settings of an MoE configuration: type, flags, dtype, device, kernel, LoRA targets
     over what peft adapts as nn.Linear, recomputation."""
-    kind = rng.choice(("mixtral", "qwen2_moe", "qwen3_moe"))
+    kind = rng.choice(("mixtral", "qwen2_moe", "qwen3_moe", "phimoe"))
     targets = ("q_proj", "v_proj", "o_proj") + (
-        ("gate_proj", "down_proj", "shared_expert_gate") if kind == "qwen2_moe" else ())
+        ("gate_proj", "down_proj", "shared_expert_gate") if kind == "qwen2_moe" else
+        ("router",) if kind == "phimoe" else ())
     lora = None
     if rng.random() < 0.4:
         lora = (frozenset(rng.sample(targets, rng.choice((1, 2)))), rng.choice((0.0, 0.05)))
@@ -217,7 +222,8 @@ def _moe_draw(rng: random.Random, s: dict) -> tuple[Moe, Run]:
               bias_v=s["kind"] == "qwen2_moe",
               qk_norm="head" if s["kind"] == "qwen3_moe" else "none",
               X=X, K=rng.randint(1, X), Fe=rng.randint(1, 30), Fs=rng.randint(1, 30),
-              pattern=pattern, router="mixtral" if s["kind"] == "mixtral" else "qwen",
+              pattern=pattern, layer_norm=s["kind"] == "phimoe",
+              router={"mixtral": "mixtral", "phimoe": "sparsemixer"}.get(s["kind"], "qwen"),
               norm_topk=s["norm_topk"], shared_expert=s["kind"] == "qwen2_moe",
               grouped=s["grouped"])
     lora = None if s["lora"] is None else Lora(rng.choice((1, 4)), *s["lora"])

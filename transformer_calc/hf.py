@@ -2326,8 +2326,9 @@ class Moe(NamedTuple):
     layer_list: str = ""  # key: the MoE layers' indices, when the file lists them (Llama 4)
     period: tuple[str, str] = ("", "")  # keys: experts where i % period == offset (Jamba)
     routes: int = 0  # experts per token the class always routes to, whatever top_k says
-    # the router's top-k values (spec.router_topk): "renorm" (Mixtral), "qwen" (cast, and
-    # renormalised where the config's norm_topk_prob says so), "" (not read)
+    # the router's top-k values (spec.router_topk): "renorm" (Mixtral), "sparsemixer"
+    # (PhiMoE), "qwen" (cast, and renormalised where the config's norm_topk_prob says so),
+    # "" (not read)
     router_topk: str = ""
 
 
@@ -2842,11 +2843,12 @@ def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
 
 
 def _router_topk(c: Config, kind: str) -> str:
-    """spec.router_topk: MixtralTopKRouter always renormalises; Qwen2MoeTopKRouter and
+    """spec.router_topk: MixtralTopKRouter always renormalises; PhimoeTopKRouter samples
+    two experts (sparsemixer); Qwen2MoeTopKRouter and
     Qwen3MoeTopKRouter cast to the logits' dtype, renormalising with norm_topk_prob (their
     configs' default: false)."""
-    if kind == "renorm":
-        return "renorm"
+    if kind in ("renorm", "sparsemixer"):  # PhiMoE's sparsemixer: two experts, sampled
+        return kind
     return "renorm_cast" if c.get("norm_topk_prob", False) else "cast"
 
 
@@ -2934,7 +2936,7 @@ GENERIC: dict[str, Layout] = {
     # PhimoeSparseMoeBlock: sparsemixer picks the best expert, then the best of the rest:
     # two per token whatever num_experts_per_tok says
     "phimoe": Layout("PhimoeForCausalLM", linear_router=True, mlp_bias=False, norm="layernorm",
-                     moe=Moe(expert_ff="", routes=2)),
+                     moe=Moe(expert_ff="", routes=2, router_topk="sparsemixer")),
     "granite_swa": Layout("GraniteSWAForCausalLM", sinks=True),
     "granitemoe_swa": Layout("GraniteMoeSWAForCausalLM", fused_gate_up=True, mlp_bias=False,
                              sinks=True,

@@ -576,9 +576,10 @@ class ModelSpec:
     router_topk: str = _f("none", "what the MoE router does with its top-k softmax values, as "
                           "transformers 5.23 writes it: renorm (MixtralTopKRouter: divided by "
                           "their sum in place, kept fp32), cast (Qwen2/3-MoE: cast to the "
-                          "model's dtype), renorm_cast (Qwen2/3-MoE with norm_topk_prob); "
-                          "none: not read (the op graph leaves the model to the per-tensor "
-                          "rules)", choices=("none", "renorm", "cast", "renorm_cast"))
+                          "model's dtype), renorm_cast (Qwen2/3-MoE with norm_topk_prob), "
+                          "sparsemixer (PhiMoE: two experts sampled per token); none: not "
+                          "read (the op graph leaves the model to the per-tensor rules)",
+                          choices=("none", "renorm", "cast", "renorm_cast", "sparsemixer"))
     moe_post_norm: bool = _f(False, "a norm over the output of each MoE block, shared experts "
                              "included (A.X K1's post_mlp_layernorm; dense layers have none)")
     peft_moe: str = _f("none", "how PEFT adapts this MoE with LoRA (peft 0.21's transformers-5 "

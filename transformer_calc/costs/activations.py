@@ -184,6 +184,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
                           or roles & {"gate", "up", "down"}):
             return None
         table = {**_MODULES, "shared_gate": "shared_expert_gate"}
+        if peft_moe == "linear_router":  # PhiMoE's PhimoeTopKRouter is an nn.Linear
+            table["router"] = "router"
         if "shared" in roles:  # the shared expert's gate/up/down: the names those roles give
             if not roles & {"gate", "up", "down"}:
                 return None

@@ -219,7 +219,7 @@ def _encoder(spec: ModelSpec) -> bert.Bert | None:
 
 
 def _moe(spec: ModelSpec) -> moe.Moe:
-    """Mixtral, Qwen2-MoE and Qwen3-MoE (spec_from_hf's fields for them): the Llama layout
+    """Mixtral, Qwen2-MoE, Qwen3-MoE and PhiMoE (spec_from_hf's fields for them): the Llama layout
     with a router whose top-k handling the spec names (router_topk), gate/up/down experts,
     at most one shared expert with its sigmoid gate, and dense layers where layer_ffn says D.
     Anything else (fused projections, a router bias or fp32 router, zero experts, several
@@ -227,7 +227,10 @@ def _moe(spec: ModelSpec) -> moe.Moe:
     from transformer_calc.plan import parse_pattern
 
     shared = spec.n_shared_experts
-    if not (spec.router_topk != "none" and spec.norm == "rmsnorm" and spec.position == "rope"
+    # PhiMoE: nn.LayerNorm and its sparsemixer router; the rest RMSNorm
+    phimoe = spec.router_topk == "sparsemixer"
+    norm = "layernorm" if phimoe else "rmsnorm"
+    if not (spec.router_topk != "none" and spec.norm == norm and spec.position == "rope"
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
             and not spec.dropout and spec.qk_norm in ("none", "head")
             and spec.norm_position == "pre" and not spec.fused_qkv
@@ -237,7 +240,7 @@ def _moe(spec: ModelSpec) -> moe.Moe:
                                  and spec.shared_ff > 0))
             and not _unread(spec, "moe")):
         raise TcalcError(f"{spec.name}: no op graph for this mixture of experts yet (the "
-                         "graph engine covers Mixtral, Qwen2-MoE and Qwen3-MoE)")
+                         "graph engine covers Mixtral, Qwen2-MoE, Qwen3-MoE and PhiMoE)")
     kinds = parse_pattern(spec.layer_ffn, "DEX", spec.n_layers, "layer_ffn") \
         if spec.layer_ffn else ("E",) * spec.n_layers
     if "X" in kinds:
@@ -251,7 +254,8 @@ def _moe(spec: ModelSpec) -> moe.Moe:
                    X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
                    Fs=spec.shared_ff if shared else 1,
                    pattern="" if set(kinds) == {"E"} else "".join(kinds),
-                   router="mixtral" if spec.router_topk == "renorm" else "qwen",
+                   router={"renorm": "mixtral", "sparsemixer": "sparsemixer"}.get(
+                       spec.router_topk, "qwen"), layer_norm=phimoe,
                    norm_topk=spec.router_topk != "cast", shared_expert=bool(shared),
                    grouped=spec.experts_grouped)
 

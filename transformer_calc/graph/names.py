@@ -45,13 +45,14 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "v_proj": "attn.input", "attn.c_proj": "attn.o_input", "o_proj": "attn.o_input",
            "c_fc": "ffn.input", "gate_proj": "ffn.input", "up_proj": "ffn.input",
            "mlp.c_proj": "ffn.out_input", "down_proj": "ffn.out_input",
-           "shared_expert_gate": "ffn.input"}
+           "shared_expert_gate": "ffn.input", "router": "ffn.input"}
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
             "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
             "attn.c_proj": "attn.o", "o_proj": "attn.o", "c_fc": "ffn.in",
             "gate_proj": "ffn.gate", "up_proj": "ffn.in", "mlp.c_proj": "ffn.out",
-            "down_proj": "ffn.out", "shared_expert_gate": "ffn.shared_gate"}
+            "down_proj": "ffn.out", "shared_expert_gate": "ffn.shared_gate",
+            "router": "ffn.router"}
 # BERT-style encoders (families/bert.py): a layer's modules as the decoders' tables above
 # key them (post-norm: the attention output's LayerNorm is tcalc's attn.norm, the layer
 # output's its ffn.norm); their rows are named encoder.* in place of decoder.*
@@ -110,8 +111,9 @@ DESCRIPTIONS = {
     "input", "head.mlm.activation": "the head's activation "
     "keeps its input", "head.mlm.decoder_input": "the decoder's input",
     "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output",
-    "decoder.ffn.router": "router softmax", "decoder.ffn.router_topk": "the top-k indices; "
-    "the renormalisation's sum and original values", "decoder.ffn.expert_index": "the "
+    "decoder.ffn.router": "router softmax", "decoder.ffn.router_topk": "the top-k indices, "
+    "the renormalisation's sum and original values (PhiMoE: sparsemixer's masks, samples, "
+    "softmaxes)", "decoder.ffn.expert_index": "the "
     "routing's int64 token indices (int32 group offsets)", "decoder.ffn.routed_input": "each "
     "expert's copy of its tokens", "decoder.ffn.routing_weight": "each slot's routing weight",
     "decoder.ffn.expert_output": "scaled by the routing weight", "decoder.ffn.expert_scatter":
@@ -282,7 +284,7 @@ class _Namer:
         (whose rows are the K·B·T routed slots), the shared expert's and its gate's."""
         st, parts = s.storage, rest.split(".")
         where = parts[1] if len(parts) > 1 and parts[0] == "mlp" else ""
-        if where == "gate":
+        if where in ("gate", "router"):  # PhiMoE's router: an nn.Linear and sparsemixer
             return "ffn.input" if role == "mm.self" else \
                 "ffn.router" if role == "softmax.result" else "ffn.router_topk"
         if where == "experts":

@@ -543,3 +543,35 @@ def grouped_mm(a: Tensor, b: Tensor, offs: Tensor) -> Tensor:
                                         ("self", a, b.requires_grad), ("offs", offs, True)],
                    flops=2 * rows * k * n)
     return out
+
+
+def masked_fill(a: Tensor, mask: Tensor) -> Tensor:
+    """a.masked_fill(mask, value). derivatives.yaml masked_fill.Scalar: self:
+    grad.masked_fill(mask, 0): the bool mask."""
+    out = _new(a, a.shape, a.dtype, a.requires_grad)
+    a.trace.record("masked_fill", out, [("mask", mask, True)])
+    return out
+
+
+def gather(a: Tensor, index_: Tensor) -> Tensor:
+    """a.gather(-1, index). derivatives.yaml gather: self: gather_backward(grad, self, dim,
+    index, ...): the input and the index."""
+    out = _new(a, index_.shape, a.dtype, a.requires_grad)
+    a.trace.record("gather", out, [("self", a, True), ("index", index_, True)])
+    return out
+
+
+def scatter(a: Tensor, index_: Tensor) -> Tensor:
+    """torch.scatter(a, -1, index, value). derivatives.yaml scatter.value: self:
+    grad.scatter(dim, index, 0): the index."""
+    out = _new(a, a.shape, a.dtype, a.requires_grad)
+    a.trace.record("scatter", out, [("index", index_, True)])
+    return out
+
+
+def function(name: str, inputs: list[Tensor], saved: list[Tensor], out: Tensor) -> Tensor:
+    """A custom torch.autograd.Function: its output requires grad when an input does, and
+    ctx.save_for_backward keeps what it names whenever the node exists."""
+    out.requires_grad = _rg(*inputs) and out.trace.grad_enabled
+    out.trace.record(name, out, [(f"saved{i}", t, True) for i, t in enumerate(saved)])
+    return out

@@ -50,6 +50,7 @@ class Llama:
     post_norm: bool = False  # OLMo2: each sublayer's output normalised, then added
     norm_fp32: bool = False  # OLMo2's RMSNorm: (weight * x) in fp32, then cast
     rope_fp32: bool = False  # OLMo2: cos and sin stay fp32, RoPE in fp32 cast back
+    layer_norm: bool = False  # PhiMoE: nn.LayerNorm (with a bias) where Llama has RMSNorm
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
@@ -83,7 +84,7 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
             return _layer(m, cfg, x, cos, sin, mask, mlp)
 
         h = (stack or _uniform)(m, layer, h, extras)
-        h = rms_norm(m, "norm", h, cfg.norm_fp32)
+        h = _norm(m, cfg, "norm", h)
     with m.module("lm_head"):
         w = m.tied("model.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
         logits = ops.linear(h, w)
@@ -136,10 +137,14 @@ def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor,
         return ops.add(h, rms_norm(m, "post_feedforward_layernorm", mlp(m, cfg, h),
                                    cfg.norm_fp32))
     with m.module("self_attn"):
-        a = _attention(m, cfg, rms_norm(m, "input_layernorm", h, cfg.norm_fp32), cos, sin,
-                       mask)
+        a = _attention(m, cfg, _norm(m, cfg, "input_layernorm", h), cos, sin, mask)
     h = ops.add(h, a)
-    return ops.add(h, mlp(m, cfg, rms_norm(m, "post_attention_layernorm", h, cfg.norm_fp32)))
+    return ops.add(h, mlp(m, cfg, _norm(m, cfg, "post_attention_layernorm", h)))
+
+
+def _norm(m: Builder, cfg: Llama, name: str, h: Tensor) -> Tensor:
+    """The pre-norm: LlamaRMSNorm, or PhiMoE's nn.LayerNorm."""
+    return m.layer_norm(name, h) if cfg.layer_norm else rms_norm(m, name, h, cfg.norm_fp32)
 
 
 def _mlp(m: Builder, cfg: Llama, x: Tensor, name: str = "mlp", width: str = "F") -> Tensor:

@@ -42,9 +42,9 @@ from transformer_calc.graph import ops
 from transformer_calc.graph.families import llama
 from transformer_calc.graph.modules import Builder
 from transformer_calc.graph.symbols import Dim
-from transformer_calc.graph.tensor import F32, I32, I64, Tensor
+from transformer_calc.graph.tensor import BOOL, F32, I32, I64, Tensor
 
-ROUTERS = ("mixtral", "qwen")
+ROUTERS = ("mixtral", "qwen", "sparsemixer")
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,9 @@ class Moe(llama.Llama):
     """A Llama-shaped decoder with experts. Symbols beside Llama's: X experts, K experts per
     token, Fe an expert's inner size, Fs the shared expert's (Qwen2-MoE; 1 without one).
     pattern: per layer D (a dense MLP of F) or E (experts); "" every layer E.
-    router: "mixtral" (always renormalised, scores fp32) or "qwen" (renormalised with
-    norm_topk, scores cast to the model's dtype). grouped: the grouped_mm experts."""
+    router: "mixtral" (always renormalised, scores fp32), "qwen" (renormalised with
+    norm_topk, scores cast to the model's dtype) or "sparsemixer" (PhiMoE: two experts
+    per token sampled in training, nn.Linear router). grouped: the grouped_mm experts."""
 
     X: int = 1
     K: int = 1
@@ -101,7 +102,8 @@ def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor) -> Tensor:
         flat = ops.view(x, (N, E))  # hidden_states.view(-1, hidden_dim)
         shared = (llama._mlp(m, cfg, flat, "shared_expert", "Fs") if cfg.shared_expert
                   else None)
-        weights, chosen = _router(m, cfg, flat)
+        weights, chosen = (_sparsemixer(m, flat) if cfg.router == "sparsemixer"
+                           else _router(m, cfg, flat))
         with m.module("experts"):
             run = _grouped_experts if cfg.grouped else _eager_experts
             out = run(m, flat, chosen, weights)
@@ -126,6 +128,38 @@ def _router(m: Builder, cfg: Moe, flat: Tensor) -> tuple[Tensor, Tensor]:
         if cfg.router == "qwen":
             values = ops.to(values, logits.dtype)
     return values, indices
+
+
+def _sparsemixer(m: Builder, flat: Tensor) -> tuple[Tensor, Tensor]:
+    """PhimoeTopKRouter.forward (an nn.Linear, input jitter off) and sparsemixer in
+    training (models/phimoe/modeling_phimoe.py), twice, for the first and the second
+    expert: the logits masked where they fall too far below the best (a bool mask, no
+    grad), an expert sampled (Gumbel, no grad: (B·T, 1) int64), softmax over the masked
+    logits, its value at the sample gathered, and PhimoeMultiplier, a custom Function whose
+    ctx.save_for_backward keeps that value, the sample and the softmax; the second round
+    first scatters -inf at the first expert. Returns the (B·T, 2) multipliers and experts."""
+    N, X = flat.shape[0], m["X"]
+    scores = m.linear("router", flat, X, False)
+    multipliers: list[Tensor] = []
+    chosen: list[Tensor] = []
+    masked = scores
+    with m.module("router"):
+        for k in range(2):
+            if k:
+                masked = ops.scatter(scores, chosen[0])
+            with m.trace.no_grad():
+                mask = m.trace.tensor((N, X), BOOL, False)
+                expert = m.trace.tensor((N, Dim.const(1)), I64, False)
+                for_one = m.trace.tensor((N, Dim.const(1)), scores.dtype, False)
+            gates = ops.softmax(ops.masked_fill(masked, mask))
+            picked = ops.gather(gates, expert)
+            out = m.trace.tensor(picked.shape, picked.dtype, False)  # multiplier * mask_for_one
+            multipliers.append(ops.function("PhimoeMultiplier", [scores, picked, gates, for_one],
+                                            [picked, expert, gates], out))
+            chosen.append(expert)
+    with m.trace.no_grad():
+        experts = ops.cat(chosen, -1)
+    return ops.cat(multipliers, -1), experts
 
 
 def _eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) -> Tensor:
