@@ -2844,9 +2844,9 @@ def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
 
 def _router_topk(c: Config, kind: str) -> str:
     """spec.router_topk: MixtralTopKRouter always renormalises; PhimoeTopKRouter samples
-    two experts (sparsemixer); Qwen2MoeTopKRouter and
-    Qwen3MoeTopKRouter cast to the logits' dtype, renormalising with norm_topk_prob (their
-    configs' default: false)."""
+    two experts (sparsemixer); Qwen2MoeTopKRouter, Qwen3MoeTopKRouter and OlmoeTopKRouter
+    cast to the logits' dtype, renormalising with norm_topk_prob (their configs' default:
+    false)."""
     if kind in ("renorm", "sparsemixer"):  # PhiMoE's sparsemixer: two experts, sampled
         return kind
     return "renorm_cast" if c.get("norm_topk_prob", False) else "cast"
@@ -2916,7 +2916,8 @@ GENERIC: dict[str, Layout] = {
                                 step="decoder_sparse_step", mlp_only="mlp_only_layers",
                                 router_topk="qwen")),
     "granitemoe": Layout("GraniteMoeForCausalLM", mlp_bias=False, moe=Moe(expert_ff="")),
-    "olmoe": Layout("OlmoeForCausalLM", mlp_bias=False, qk_norm="width", moe=Moe(expert_ff="")),
+    "olmoe": Layout("OlmoeForCausalLM", mlp_bias=False, qk_norm="width",
+                    moe=Moe(expert_ff="", router_topk="qwen")),
     "flex_olmo": Layout("FlexOlmoForCausalLM", mlp_bias=False, norms="post", qk_norm="width",
                         moe=Moe(expert_ff="")),
     "olmo": Layout("OlmoForCausalLM", mlp_bias=False, norm="layernorm_noaffine"),

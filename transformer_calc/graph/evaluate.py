@@ -219,9 +219,10 @@ def _encoder(spec: ModelSpec) -> bert.Bert | None:
 
 
 def _moe(spec: ModelSpec) -> moe.Moe:
-    """Mixtral, Qwen2-MoE, Qwen3-MoE and PhiMoE (spec_from_hf's fields for them): the Llama layout
-    with a router whose top-k handling the spec names (router_topk), gate/up/down experts,
-    at most one shared expert with its sigmoid gate, and dense layers where layer_ffn says D.
+    """Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and PhiMoE (spec_from_hf's fields for them): the
+    Llama layout with a router whose top-k handling the spec names (router_topk),
+    gate/up/down experts, at most one shared expert with its sigmoid gate, and dense layers
+    where layer_ffn says D.
     Anything else (fused projections, a router bias or fp32 router, zero experts, several
     shared experts, a norm after the experts...) is refused."""
     from transformer_calc.plan import parse_pattern
@@ -232,7 +233,7 @@ def _moe(spec: ModelSpec) -> moe.Moe:
     norm = "layernorm" if phimoe else "rmsnorm"
     if not (spec.router_topk != "none" and spec.norm == norm and spec.position == "rope"
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
-            and not spec.dropout and spec.qk_norm in ("none", "head")
+            and not spec.dropout and spec.qk_norm in ("none", "head", "width")
             and spec.norm_position == "pre" and not spec.fused_qkv
             and not spec.fused_gate_up and not spec.rope_concat and not spec.norm_fp32
             and not spec.rope_fp32 and not spec.bias_ffn_in and not spec.bias_ffn_out
@@ -240,7 +241,7 @@ def _moe(spec: ModelSpec) -> moe.Moe:
                                  and spec.shared_ff > 0))
             and not _unread(spec, "moe")):
         raise TcalcError(f"{spec.name}: no op graph for this mixture of experts yet (the "
-                         "graph engine covers Mixtral, Qwen2-MoE, Qwen3-MoE and PhiMoE)")
+                         "graph engine covers Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and PhiMoE)")
     kinds = parse_pattern(spec.layer_ffn, "DEX", spec.n_layers, "layer_ffn") \
         if spec.layer_ffn else ("E",) * spec.n_layers
     if "X" in kinds:
