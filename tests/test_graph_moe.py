@@ -1,10 +1,12 @@
 """The op graph's mixture-of-experts decoders (transformer_calc/graph/families/moe.py: Mixtral,
-Qwen2-MoE, Qwen3-MoE, PhiMoE) against every measured CPU row of their configs, to the byte.
+Qwen2-MoE, Qwen3-MoE, OLMoE, PhiMoE) against every measured CPU row of their configs, to the byte.
 
 Fixtures (read, not changed): the rows of mixtral-top1, qwen2_moe-tiny,
-qwen3_moe-sparse-step and phimoe-top1 in tests/data/activations_*_cpu.jsonl, and
-tests/data/activations_moe_norm_topk_cpu.jsonl (qwen3_moe-norm-topk: norm_topk_prob on),
-measured by tools/measure_activations_hf.py (torch 2.13 CPU, transformers 5.23, peft 0.21.2,
+qwen3_moe-sparse-step and phimoe-top1 in tests/data/activations_*_cpu.jsonl,
+tests/data/activations_moe_norm_topk_cpu.jsonl (qwen3_moe-norm-topk: norm_topk_prob on) and
+tests/data/activations_olmoe_cpu.jsonl (olmoe-tiny: norm_topk_prob on; eager experts at
+B 2 T 64 with and without LoRA on q,v and q,k,v,o, grouped_mm at B 1 T 128), measured by
+tools/measure_activations_hf.py (torch 2.13 CPU, transformers 5.23, peft 0.21.2,
 saved_tensors_hooks, each storage still held at the end of the forward once, parameters
 excluded); rows without an "experts" key ran transformers' eager experts (the tool's
 default), the others grouped_mm. The measured bytes do not depend on the routing: the eager
@@ -40,7 +42,7 @@ from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
 CONFIGS = ("mixtral-top1.json", "qwen2_moe-tiny.json", "qwen3_moe-sparse-step.json",
-           "qwen3_moe-norm-topk.json", "phimoe-top1.json")
+           "qwen3_moe-norm-topk.json", "olmoe-tiny.json", "phimoe-top1.json")
 # peft 0.21's _MOE_TARGET_MODULE_MAPPING: the targets it converts, per config
 CONVERTED = {"mixtral-top1.json": {"all-linear", "gate", "w1", "w2", "w3"},
              "qwen3_moe-sparse-step.json": {"all-linear", "gate", "gate_proj", "up_proj",
@@ -101,9 +103,9 @@ def _settings(row: dict) -> Settings:
                     experts=row.get("experts", "eager"), **lora)  # type: ignore[arg-type]
 
 
-def test_the_rows_cover_the_four_types_both_experts_paths_and_lora() -> None:
+def test_the_rows_cover_the_five_types_both_experts_paths_and_lora() -> None:
     assert {r["config"] for r in ROWS} == set(CONFIGS)
-    assert len(ROWS) == 36 + 28 + 32 + 8 + 16 - 24 and len(REFUSED) == 24
+    assert len(ROWS) == 36 + 28 + 32 + 8 + 16 + 16 - 24 and len(REFUSED) == 24
     assert {r.get("experts", "eager") for r in ROWS} == {"eager", "grouped_mm"}
     assert {r["lora"][1] for r in ROWS if r.get("lora")} == {
         "q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "gate_proj,up_proj,down_proj",
@@ -196,7 +198,7 @@ def test_autocast_and_other_experts_paths_keep_the_rules() -> None:
 def _moe_settings(rng: random.Random) -> dict:
     """Settings of an MoE configuration: type, flags, dtype, device, kernel, LoRA targets
     over what peft adapts as nn.Linear, recomputation."""
-    kind = rng.choice(("mixtral", "qwen2_moe", "qwen3_moe", "phimoe"))
+    kind = rng.choice(("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "phimoe"))
     targets = ("q_proj", "v_proj", "o_proj") + (
         ("gate_proj", "down_proj", "shared_expert_gate") if kind == "qwen2_moe" else
         ("router",) if kind == "phimoe" else ())
@@ -220,7 +222,7 @@ def _moe_draw(rng: random.Random, s: dict) -> tuple[Moe, Run]:
               dh=rng.choice((2, 4, 8)), F=rng.randint(1, 30), L=L,
               bias_q=s["kind"] == "qwen2_moe", bias_k=s["kind"] == "qwen2_moe",
               bias_v=s["kind"] == "qwen2_moe",
-              qk_norm="head" if s["kind"] == "qwen3_moe" else "none",
+              qk_norm={"qwen3_moe": "head", "olmoe": "width"}.get(s["kind"], "none"),
               X=X, K=rng.randint(1, X), Fe=rng.randint(1, 30), Fs=rng.randint(1, 30),
               pattern=pattern, layer_norm=s["kind"] == "phimoe",
               router={"mixtral": "mixtral", "phimoe": "sparsemixer"}.get(s["kind"], "qwen"),
