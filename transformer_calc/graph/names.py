@@ -111,10 +111,10 @@ DESCRIPTIONS = {
     "input", "head.mlm.activation": "the head's activation "
     "keeps its input", "head.mlm.decoder_input": "the decoder's input",
     "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output",
-    "decoder.ffn.router": "router softmax", "decoder.ffn.router_topk": "the top-k indices, "
-    "the renormalisation's sum and original values (PhiMoE: sparsemixer's masks, samples, "
-    "softmaxes)", "decoder.ffn.expert_index": "the "
-    "routing's int64 token indices (int32 group offsets)", "decoder.ffn.routed_input": "each "
+    "decoder.ffn.router": "router softmax", "decoder.ffn.router_topk": "the top-k indices; "
+    "the renormalisation's sum and original values; sparsemixer's masks, samples, "
+    "softmaxes", "decoder.ffn.expert_index": "the "
+    "routing's int64 token indices, int32 group offsets", "decoder.ffn.routed_input": "each "
     "expert's copy of its tokens", "decoder.ffn.routing_weight": "each slot's routing weight",
     "decoder.ffn.expert_output": "scaled by the routing weight", "decoder.ffn.expert_scatter":
     "index_add_'s source", "decoder.ffn.shared.activation": "what the shared expert's "

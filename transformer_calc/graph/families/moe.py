@@ -1,6 +1,7 @@
-"""Mixtral, Qwen2-MoE and Qwen3-MoE as transformers 5.23 runs them: the Llama graph
-(llama.py: attention, RMSNorm, RoPE; Qwen2-MoE's q/k/v biases, Qwen3-MoE's per-head q_norm
-and k_norm) with a sparse MoE block for the MLP in the layers that carry experts.
+"""Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and PhiMoE as transformers 5.23 runs them: the Llama
+graph (llama.py: attention, RMSNorm, RoPE; Qwen2-MoE's q/k/v biases, Qwen3-MoE's per-head
+q_norm and k_norm, OLMoE's over the width, PhiMoE's nn.LayerNorm) with a sparse MoE block for
+the MLP in the layers that carry experts.
 
 models/mixtral/modeling_mixtral.py: MixtralSparseMoeBlock, MixtralTopKRouter (softmax of
 the fp32 logits, topk, the top values renormalised in place, kept fp32), MixtralExperts
@@ -9,9 +10,11 @@ Qwen2MoeSparseMoeBlock (a shared expert, a Qwen2MoeMLP of shared_expert_intermed
 scaled by sigmoid(shared_expert_gate(x)) and added to the experts' output),
 Qwen2MoeTopKRouter (softmax(logits, dtype=float), topk, renormalised only with
 norm_topk_prob, cast back to the logits' dtype); models/qwen3_moe/modeling_qwen3_moe.py: the
-same router and experts without a shared expert. Both Qwen decoders put a dense MLP of
-intermediate_size where `layer_idx in mlp_only_layers or (layer_idx + 1) %
-decoder_sparse_step` (the pattern).
+same router and experts without a shared expert (models/olmoe/modeling_olmoe.py: OLMoE's
+too). models/phimoe/modeling_phimoe.py: PhimoeTopKRouter, an nn.Linear, and sparsemixer
+(two experts per token, sampled in training) feeding the same experts. Both Qwen decoders
+put a dense MLP of intermediate_size where `layer_idx in mlp_only_layers or (layer_idx + 1)
+% decoder_sparse_step` (the pattern).
 
 The experts run as `config._experts_implementation` says (integrations/moe.py):
 
