@@ -35,7 +35,7 @@ from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, 
 from transformer_calc.graph.compile import OUTPUTS, cached, clear_cache, evaluate_fast
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.modules import symbol_values
-from transformer_calc.graph.names import by_name, component_rows
+from transformer_calc.graph.names import by_name, component_rows, row_of
 from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
@@ -183,6 +183,19 @@ def test_other_moe_layouts_are_refused() -> None:
     assert isinstance(phimoe, Moe) and phimoe.layer_norm and phimoe.router == "sparsemixer"
 
 
+def test_rows_are_named_by_group_where_layers_differ() -> None:
+    # qwen2_moe-tiny: a dense layer, then two with experts; named as the plan's groups
+    # (decoder.dense, decoder.moe), as the rules name theirs
+    row = {"config": "qwen2_moe-tiny.json", "attention": "eager", "dtype": "fp32", "B": 2,
+           "T": 64}
+    rows = memory_report(_spec(row["config"]), _settings(row)).activations.rows
+    stacks = {r[0]: (r[5], r[4]) for r in rows}
+    assert stacks["decoder.dense.ffn.activation"] == ("decoder.dense", 1)
+    assert stacks["decoder.moe.ffn.routed_input"] == ("decoder.moe", 2)
+    assert stacks["decoder.moe.attn.softmax"] == ("decoder.moe", 2)
+    assert not any(r[0].startswith("decoder.ffn") for r in rows)
+
+
 def test_autocast_and_other_experts_paths_keep_the_rules() -> None:
     spec = _spec("mixtral-top1.json")
     s = Settings(precision="bf16", batch_size=2, seq_len=64, attention="sdpa", device="cuda",
@@ -251,8 +264,8 @@ def test_compiled_equals_traced_on_random_moe_configurations() -> None:
         numbers = st.named_values(values)
         compiled: dict[str, int] = {}
         for i, named in enumerate(st.named):
-            compiled[named.name] = (compiled.get(named.name, 0)
-                                    + numbers[2 * i] * numbers[2 * i + 1])
+            name = row_of(named, 0, 0)[0]  # with the layer's group where layers differ
+            compiled[name] = compiled.get(name, 0) + numbers[2 * i] * numbers[2 * i + 1]
         assert {n: b for n, b in compiled.items() if b} == by_name(
             component_rows(fam, run, ref)), (fam, run)
     # (a structure's guards pin K = 1, K = X, B = E and the like: fewer draws share one)

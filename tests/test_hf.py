@@ -267,6 +267,10 @@ REFERENCE = {
     "variants/phi3-gqa-tied.json": (154_432, "Phi3ForCausalLM"),
     "variants/qwen3-sliding-bias.json": (205_120, "Qwen3ForCausalLM"),
     "variants/qwen3_moe-sparse-step.json": (186_048, "Qwen3MoeForCausalLM"),
+    # the same with norm_topk_prob (the router's renormalisation; the activation measurement's
+    # variant), and a two-layer OLMoE (q_norm/k_norm over the width, norm_topk_prob)
+    "variants/qwen3_moe-norm-topk.json": (186_048, "Qwen3MoeForCausalLM"),
+    "variants/olmoe-tiny.json": (87_552, "OlmoeForCausalLM"),
     # a dense first layer, then experts beside a gated shared expert (the LoRA and activation
     # measurements' variant)
     "variants/qwen2_moe-tiny.json": (143_296, "Qwen2MoeForCausalLM"),

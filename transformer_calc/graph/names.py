@@ -404,6 +404,7 @@ class NamedRow(NamedTuple):
     in_layer: bool
     nbytes: Poly
     repeat: Poly
+    group: str = ""  # the layer kind where layers differ (an MoE's "dense", "moe")
 
 
 def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
@@ -413,8 +414,12 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
     equal bytes under a name merged into one row repeated over them."""
     namer = _Namer(family, run, tuple(ops))
     one = Poly.const(1)
-    # (name, in layer) -> (layer, replayed) -> [bytes, how many]
-    per: dict[tuple[str, bool], dict[tuple[int | None, bool], list[Poly]]] = {}
+    # the plan's group of each layer where an MoE's layers differ (plan._group_name: dense
+    # or moe), as the rules name their rows
+    pattern = family.pattern if isinstance(family, Moe) and len(set(family.pattern)) > 1 \
+        else ""
+    # (name, in layer, group) -> (layer, replayed) -> [bytes, how many]
+    per: dict[tuple[str, bool, str], dict[tuple[int | None, bool], list[Poly]]] = {}
     for s, n in held:
         if s.storage.kind == "weight_copy":
             continue
@@ -424,17 +429,19 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
         in_layer = (s.layer is not None and name.startswith(("decoder.", "encoder."))
                     and name != _MASK)
         slot = (s.layer, n != one) if in_layer else (None, False)
-        group = per.setdefault((name, in_layer), {})
+        tag = {"D": "dense", "E": "moe"}[pattern[s.layer]] \
+            if in_layer and pattern and s.layer is not None else ""
+        group = per.setdefault((name, in_layer, tag), {})
         if slot not in group:
             group[slot] = [Poly(()), n if in_layer else one]
         group[slot][0] = group[slot][0] + (s.storage.formula if in_layer
                                            else n * s.storage.formula)
     rows: list[NamedRow] = []
-    for (name, in_layer), slots in per.items():
+    for (name, in_layer, tag), slots in per.items():
         merged: dict[Poly, Poly] = {}  # one layer's bytes -> how many layers
         for nbytes, count in slots.values():
             merged[nbytes] = merged.get(nbytes, Poly(())) + count
-        rows.extend(NamedRow(name, in_layer, nbytes, count)
+        rows.extend(NamedRow(name, in_layer, nbytes, count, tag)
                     for nbytes, count in merged.items())
     return tuple(rows)
 
@@ -448,8 +455,12 @@ def row_of(r: NamedRow, nbytes: int, repeat: int) -> Row:
     """Breakdown's row for a named row's values (expr left for Breakdown's symbols)."""
     what = description(r.name)
     text = formula(r.nbytes) + (f" ({what})" if what else "")
-    return (r.name, nbytes, text, "", repeat, r.name.split(".", 1)[0] if r.in_layer else "",
-            "tp" if _has(r.nbytes, _TP) else "", None, ())
+    stack = r.name.split(".", 1)[0] if r.in_layer else ""  # decoder or encoder
+    if r.group:  # the layer's group where layers differ (an MoE's decoder.dense, .moe)
+        stack = f"{stack}.{r.group}"
+    name = r.name.replace("decoder.", stack + ".", 1) if r.group else r.name
+    return (name, nbytes, text, "", repeat, stack, "tp" if _has(r.nbytes, _TP) else "", None,
+            ())
 
 
 def component_rows(family: Family, run: Run, result: Result | None = None
