@@ -396,8 +396,11 @@ def test_the_experts_path_can_be_chosen(cli) -> None:
                         "--attention", "eager", *args)
 
     auto, eager = memory(), memory("--experts", "eager")
+    # (the op graph answers: the sort order, its gather index and inverse are int64 expert
+    # indices like the eager loop's token pairs; only the loop's index_add_ keeps a source)
     names = {c["name"] for c in auto["activations"]["components"]}
-    assert "decoder.ffn.expert_order" in names and "decoder.ffn.expert_scatter" not in names
+    assert "decoder.ffn.expert_index" in names and "decoder.ffn.expert_scatter" not in names
+    assert "decoder.ffn.expert_scatter" in {c["name"] for c in eager["activations"]["components"]}
     assert any(n.startswith("experts run transformers' grouped_mm path (this class's default)")
                for n in auto["notes"])
     k, E = 8, 2048  # top-8 of 128 experts, d_model 2048 (Qwen3-30B-A3B's config)

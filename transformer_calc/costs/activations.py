@@ -216,6 +216,7 @@ def _run(s: Settings, T: int, amp: bool, amp16: bool, lora: Lora | None) -> Run:
 
 def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
     from transformer_calc.graph.compile import compile_run
+    from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.modules import symbol_values
     from transformer_calc.graph.names import tcalc_symbols
 
@@ -228,6 +229,13 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
     for i, (name, text, stack, note) in enumerate(_templates(st, run)):
         rows.append((name, numbers[2 * i], text, "", numbers[2 * i + 1], stack, note, None, ()))
     notes: tuple[str, ...] = ()
+    if isinstance(family, Moe):  # the experts' path, as the rules say it
+        from transformer_calc.memory import EXPERTS_NOTE
+
+        impl = "grouped_mm" if family.grouped else "eager"
+        notes += (f"experts run transformers' {impl} path"
+                  + (" (this class's default)" if impl != "eager" else "") + ": "
+                  + EXPERTS_NOTE[impl],)
     if run.attention == "sdpa":  # the execution profile, shown
         from transformer_calc.memory import KERNELS
 
