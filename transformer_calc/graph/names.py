@@ -209,6 +209,8 @@ class _Namer:
             return "decoder." + self._adapter(module, role, s)
         if module in self.norms:
             return "decoder." + self._norm(self.norms[module], role)
+        layer = _LAYER.match(scope)
+        rest = (layer.group(2) or "") if layer else ""
         moe = self._moe(rest, role, s) if self.moe else None
         if moe is not None:
             return "decoder." + moe

@@ -553,14 +553,6 @@ def masked_fill(a: Tensor, mask: Tensor) -> Tensor:
     return out
 
 
-def gather(a: Tensor, index_: Tensor) -> Tensor:
-    """a.gather(-1, index). derivatives.yaml gather: self: gather_backward(grad, self, dim,
-    index, ...): the input and the index."""
-    out = _new(a, index_.shape, a.dtype, a.requires_grad)
-    a.trace.record("gather", out, [("self", a, True), ("index", index_, True)])
-    return out
-
-
 def scatter(a: Tensor, index_: Tensor) -> Tensor:
     """torch.scatter(a, -1, index, value). derivatives.yaml scatter.value: self:
     grad.scatter(dim, index, 0): the index."""

@@ -155,7 +155,7 @@ def _sparsemixer(m: Builder, flat: Tensor) -> tuple[Tensor, Tensor]:
                 expert = m.trace.tensor((N, Dim.const(1)), I64, False)
                 for_one = m.trace.tensor((N, Dim.const(1)), scores.dtype, False)
             gates = ops.softmax(ops.masked_fill(masked, mask))
-            picked = ops.gather(gates, expert)
+            picked = ops.gather(gates, -1, expert)
             out = m.trace.tensor(picked.shape, picked.dtype, False)  # multiplier * mask_for_one
             multipliers.append(ops.function("PhimoeMultiplier", [scores, picked, gates, for_one],
                                             [picked, expert, gates], out))
