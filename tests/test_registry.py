@@ -32,8 +32,11 @@ assert CASES["transformers"] == "5.23.0"
 # `tools/check_registry.py --causal --cases 4 --flops 8 --write
 # tests/data/registry_causal_decoders.json bart marian mbart mvp plbart blenderbot
 # blenderbot-small pegasus bigbird_pegasus`
+# More decoders and encoder-decoders: `tools/check_registry.py --cases 4 --flops 8 --write
+# tests/data/registry_decoders_more.json deepseek_v2 jetmoe`
 for _name in ("registry_mixers_T8.json", "registry_mixers_T64.json",
-              "registry_cases_more.json", "registry_causal_decoders.json"):
+              "registry_cases_more.json", "registry_causal_decoders.json",
+              "registry_decoders_more.json"):
     _more = json.loads((DATA / _name).read_text())
     assert _more["transformers"] == "5.23.0"
     CASES["cases"] += _more["cases"]
@@ -56,7 +59,7 @@ def test_every_mapped_type_has_its_default_and_drawn_cases() -> None:
     # Config classes whose defaults transformers 5.23 cannot build (tools/check_registry.py
     # prints "skip" for them: TypeError in the model's __init__) leave a key null that the
     # model reads: refused by name, so only drawn configs (which set it) are recorded
-    unbuildable = {"deepseek_v2": "num_experts_per_tok", "dots1": "n_routed_experts",
+    unbuildable = {"dots1": "n_routed_experts",
                    "hunyuan_v1_dense": "head_dim", "hunyuan_v1_moe": "head_dim",
                    "ministral": "head_dim", "nemotron": "num_key_value_heads",
                    "lfm2_moe": "layer_types", "dbrx": "rope_theta"}
@@ -84,6 +87,70 @@ def test_refusals_name_the_key_and_why() -> None:
                       "head_dim": 8})
     with pytest.raises(SpecError, match="tie_word_embeddings.*unused table"):
         spec_from_hf({"model_type": "bart", "tie_word_embeddings": False})
+
+
+def _default_total(model_type: str) -> int:
+    return next(c["total"] for c in CASES["cases"]
+                if c["config"] == {"model_type": model_type})
+
+
+def test_a_top_k_left_null_counts_parameters_and_refuses_what_the_forward_needs(
+        cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # DeepseekV2Config leaves num_experts_per_tok null and transformers 5.23 builds
+    # DeepseekV2ForCausalLM from it (the default case of registry_decoders_more.json); its
+    # router reads the count only in the forward (torch.topk needs k), which cannot run
+    from transformer_calc.errors import TcalcError
+    from transformer_calc.flops import count_flops
+    from transformer_calc.memory import Settings, activation_breakdown, memory_report
+
+    spec = spec_from_hf({"model_type": "deepseek_v2"})
+    counted = count_params(spec)
+    assert counted.total == _default_total("deepseek_v2")
+    assert counted.active_total == counted.total  # no active count is claimed
+    assert "the number each token uses unset" in " ".join(counted.notes)
+    refusal = "key 'num_experts_per_tok': expected an integer >= 1 to count FLOPs and memory"
+    for cost in (lambda: count_flops(spec, 8),
+                 lambda: memory_report(spec, Settings(inference=True)),
+                 lambda: memory_report(spec, Settings()),
+                 lambda: activation_breakdown(spec, 1, 8, act_bytes=2)):
+        with pytest.raises(TcalcError, match=refusal):
+            cost()
+    src = tmp_path / "config.json"
+    src.write_text(json.dumps({"model_type": "deepseek_v2"}))
+    assert cli.json("params", str(src))["total_params"] == counted.total
+    failed = cli("flops", str(src), code=2)
+    assert failed.stderr.strip().splitlines() == [f"Error: {src}: {refusal} (the config class "
+                                                  "leaves it null: transformers builds the "
+                                                  "model, so its parameters are counted, but "
+                                                  "the router reads it in the forward, which "
+                                                  "cannot run without it)"]
+    # set, the same layers run: its FLOPs are those of the drawn cases
+    assert count_flops(spec_from_hf({"model_type": "deepseek_v2", "num_experts_per_tok": 6}),
+                       8).total > 0
+
+
+def test_jetmoe_routes_its_attention_too_and_refuses_training_memory() -> None:
+    from transformer_calc.errors import TcalcError
+    from transformer_calc.memory import Settings, memory_report
+
+    # JetMoeConfig.__post_init__: num_attention_heads = num_key_value_heads ·
+    # num_experts_per_tok, whatever the file says
+    spec = spec_from_hf({"model_type": "jetmoe", "num_attention_heads": 7})
+    assert (spec.n_heads, spec.n_kv_heads, spec.head_dim) == (32, 16, 128)
+    assert count_params(spec).total == _default_total("jetmoe")
+    # a token runs 2 of the 8 query/output experts: the active count holds a quarter of them
+    q = count_params(spec).get("decoder.attn.q.weight")
+    assert (q.count, q.active) == (8 * 2048 * 16 * 128, 2 * 2048 * 16 * 128)
+    # serving: JetMoeAttention caches K and V before repeating them for the routed heads:
+    # 2 · 12 layers · 16 K/V heads · 128 · 4,096 tokens · 2 bytes
+    served = memory_report(spec, Settings(inference=True)).components
+    assert served.get("kv_cache").count == 2 * 12 * 16 * 128 * 4096 * 2
+    with pytest.raises(TcalcError, match="mixture of attention heads.*not modelled"):
+        memory_report(spec, Settings())
+    with pytest.raises(SpecError, match="key 'num_key_value_heads': expected an integer"):
+        spec_from_hf({"model_type": "jetmoe", "num_key_value_heads": None})
+    with pytest.raises(SpecError, match="n_heads.*top_k · n_kv_heads"):
+        spec.replace(n_heads=16)
 
 
 FIRST_CASE = {}
@@ -155,6 +222,12 @@ def test_absent_dropout_keys_take_the_config_class_defaults() -> None:
 # (torch 2.13.0+cpu, transformers 5.23.0, meta device, the class its auto mapping names)
 HEAD_CASES = json.loads((DATA / "registry_heads.json").read_text())
 assert HEAD_CASES["transformers"] == "5.23.0"
+# and the head classes of the types in registry_decoders_more.json: `tools/check_registry.py
+# --task base,seq_cls,token_cls,qa,multiple_choice,causal --cases 2 --write
+# tests/data/registry_heads_decoders_more.json deepseek_v2 jetmoe`
+_more_heads = json.loads((DATA / "registry_heads_decoders_more.json").read_text())
+assert _more_heads["transformers"] == "5.23.0"
+HEAD_CASES["cases"] += _more_heads["cases"]
 
 
 @pytest.mark.parametrize("case", HEAD_CASES["cases"], ids=[

@@ -174,6 +174,8 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
         cfg["hidden_size_per_layer_input"] = rng.choice([0, 8])
     if "type_vocab_size" in fields:
         cfg["type_vocab_size"] = rng.choice([1, 2])
+    if "kv_channels" in fields:  # JetMoE's head width (its head_dim)
+        cfg["kv_channels"] = rng.choice([8, 16])
     # an explicit null is the config class's to derive (K/V heads = heads, head_dim = d / h)
     for key in ("num_key_value_heads", "head_dim"):
         if key in cfg and rng.random() < 0.2:

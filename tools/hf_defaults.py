@@ -56,7 +56,7 @@ attention_probs_dropout_prob resid_pdrop embd_pdrop attn_pdrop dropout_rate drop
 attention_dropout hidden_dropout residual_dropout input_embedding_size
 output_embedding_size num_hidden_groups inner_group_num shape_vocab_size shape_embed_dim
 pronunciation_vocab_size pronunciation_embed_dim concat_input ffn_hidden_size
-expert_ffn_hidden_size zero_expert_num router_bias qk_head_dim""".split()
+expert_ffn_hidden_size zero_expert_num router_bias qk_head_dim kv_channels""".split()
 
 
 # transformers' eager_attention_forward of Llama-style models: the softmax runs in

@@ -107,6 +107,7 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
     """Forward FLOPs per token at context length ``seq_len``, one item per matmul."""
     if seq_len < 1:
         raise TcalcError(f"--seq-len: expected an integer >= 1, got {seq_len}")
+    spec.require_runnable()
     spec.check_context(seq_len)
     # Rows are Item's fields in order: (name, count, formula, expr, repeat, stack, note,
     # active, shape); expr is written from the formula when items are read
@@ -350,6 +351,11 @@ def _attention_flops(add, a: Attention, E: int, T: int, k: int, keys_note: str, 
         add((p + "qkv", 2 * E * (H + 2 * Hkv) * dh,
              "2 · d_model · (n_heads + 2·n_kv_heads) · d_head", "", L, group,
              "K/V of the encoder output, per source token" if a.cross else "", None, ()))
+    if a.experts:
+        # JetMoeMoA's router; its routed query and output projections run n_heads heads in
+        # all, as the dense ones above and below count them
+        add((p + "router", 2 * E * a.experts, "2 · d_model · n_experts", "", L, group, "",
+             None, ()))
     if a.conv:
         add((p + "qkv_conv", 2 * a.conv * (H + 2 * Hkv) * dh,
              "2 · qkv_conv · (n_heads + 2·n_kv_heads) · d_head", "", L, group,
@@ -712,6 +718,7 @@ def roofline(spec: ModelSpec, gpu_name: str, batch: int, context: int,
     from transformer_calc.hardware import DTYPE_BYTES, get_gpu
     from transformer_calc.memory import kv_cache_elements, weight_bytes
 
+    spec.require_runnable()
     if batch < 1 or context < 1:
         raise TcalcError("--batch-size and --seq-len: expected integers >= 1")
     kv_dtype = kv_dtype or ("bf16" if dtype in ("int8", "int4", "fp8") else dtype)

@@ -2330,6 +2330,9 @@ class Moe(NamedTuple):
     # (PhiMoE), "qwen" (cast, and renormalised where the config's norm_topk_prob says so),
     # "" (not read)
     router_topk: str = ""
+    # the class reads top_k only in its router's forward (DeepseekV2TopkRouter): a null one
+    # builds (parameters counted) but cannot run (FLOPs and memory refused naming the key)
+    top_k_in_forward: bool = False
 
 
 class Ssm(NamedTuple):
@@ -2773,6 +2776,8 @@ def _chunked_layers(c: Config, L: int) -> dict[str, Any]:
 
 def _top_k(c: Config, m: Moe) -> int:
     k = next((c.t(key) for key in m.top_k if c.t(key) is not None), None)
+    if k is None and m.top_k_in_forward:
+        return 0  # (_generic_moe says why the forward cannot run)
     if k is None:
         raise SpecError(m.top_k[0], "an integer >= 1 (experts per token; this config class "
                         "leaves it null)", None, source=c.where)
@@ -2828,6 +2833,12 @@ def _generic_moe(c: Config, m: Moe, L: int) -> dict[str, Any]:
         "d_ff_expert": Fe, "router_bias": m.router_bias}
     if m.router_topk:
         out["router_topk"] = _router_topk(c, m.router_topk)
+    if not k:
+        out["unrunnable"] = str(SpecError(
+            m.top_k[0], "an integer >= 1 to count FLOPs and memory (the config class leaves "
+            "it null: transformers builds the model, so its parameters are counted, but the "
+            "router reads it in the forward, which cannot run without it)", None,
+            source=c.where))
     if m.shared_ff and c.t(m.shared_ff) is not None and not (m.shared_absent_at_zero
                                                               and c.t(m.shared_ff) == 0):
         # one shared MLP of this width (Qwen2-MoE; its gate exists even at width 0), or S of
@@ -3031,7 +3042,8 @@ GENERIC: dict[str, Layout] = {
                           refuse=(("mlp_bias", "the shared experts' biases (kept even at zero "
                                    "width) are not modelled"),),
                           moe=Moe(shared="n_shared_experts",
-                                  first_dense="first_k_dense_replace")),
+                                  first_dense="first_k_dense_replace",
+                                  top_k_in_forward=True)),
     # DeepSeek-V3.2 and GLM-5: DeepSeek-V3's layers with DSA's lightning indexer in each
     "deepseek_v32": Layout("DeepseekV32ForCausalLM", mlp_bias=False, mla=True, dsa=True,
                            refuse=(("mlp_bias", "the shared experts' biases are not "
@@ -3495,6 +3507,10 @@ ENCODERS: dict[str, Encoder] = {
         ("hidden_act", "activation")), token_types=False,
         untied="DistilBERT's untied vocab_projector keeps one bias, not modelled"),
 }
+# the records of transformer_calc/hf_more.py (it reads this module's record types)
+from transformer_calc import hf_more  # noqa: E402
+
+GENERIC |= hf_more.RECORDS
 TABLE_DRIVEN: dict[str, Layout | Encoder | Seq2Seq | T5Like] = {
     **GENERIC, **ENCODERS, **SEQ2SEQ, **T5S}
 
@@ -3664,5 +3680,5 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
      "ministral": _ministral, "lfm2": partial(_lfm2, moe=False), "t5gemma": _t5gemma,
      "gemma3n_text": _gemma3n, "deepseek_v4": _deepseek_v4,
-     "lfm2_moe": partial(_lfm2, moe=True)}
+     "lfm2_moe": partial(_lfm2, moe=True)} | hf_more.MAPPERS
 HEAD_CLASS.update({model_type: r.cls for model_type, r in TABLE_DRIVEN.items()})

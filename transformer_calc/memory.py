@@ -288,6 +288,8 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
     without checkpointing), whose torch.cat makes K and V new tensors: where attention would
     otherwise read views of a fused QKV output, the copies are what it keeps.
     """
+    spec.require_runnable()
+    spec.require_training_memory()
     if attention not in ATTENTIONS:
         raise TcalcError(f"--attention: expected one of {', '.join(ATTENTIONS)}")
     if device not in DEVICES:
@@ -2275,6 +2277,9 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
                   pattern=None, params: Breakdown | None = None  # type: ignore[no-untyped-def]
                   ) -> MemoryReport:
     """``params``: count_params(spec), when the caller has it already."""
+    spec.require_runnable()
+    if not s.inference:
+        spec.require_training_memory()
     if s.attention == "auto":  # what transformers runs for the class
         import dataclasses
 

@@ -345,7 +345,10 @@ def count_params(spec: ModelSpec) -> Breakdown:
             notes.append(f"d_head = d_model / n_heads = {E} / {H} = {dh}: K and V are "
                          f"n_kv_heads · d_head = {spec.kv_heads * dh} wide, so with n_kv_heads "
                          "fixed the head count changes the parameter count.")
-    if spec.n_experts:
+    if spec.n_experts and spec.unrunnable:
+        notes.append(f"mixture of experts: {spec.n_experts} experts, the number each token "
+                     "uses unset, so no active count: " + spec.unrunnable)
+    elif spec.n_experts:
         notes.append(f"mixture of experts: {spec.n_experts} experts, top-{spec.top_k} per token"
                      + (f", {spec.n_shared_experts} shared" if spec.n_shared_experts else "")
                      + "; 'active' counts what one token uses.")
@@ -525,9 +528,18 @@ def _attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type
     qw, kvw = H * dh, Hkv * dh
     kv_note = "" if Hkv == H else ("multi-query: one K/V head" if Hkv == 1
                                    else f"grouped-query: {Hkv} K/V heads for {H} Q heads")
-    add((p + "q.weight", E * qw, "d_model × (n_heads · d_head)", "", L, group,
-         "fused with Q, K, V in one matrix; counted by part" if a.fused_qkv else "", None,
-         (qw, E)))
+    X = a.experts
+    if X:
+        # JetMoeMoA: a router, and X query projections of n_kv_heads · d_head each (a token
+        # runs heads / kv_heads of them: n_heads query heads in all)
+        add((p + "router.weight", E * X, "d_model × n_experts", "", L, group,
+             "picks the query/output experts", None, (X, E)))
+        add((p + "q.weight", X * E * kvw, "n_experts · d_model × (n_kv_heads · d_head)", "", L,
+             group, f"top-{H // Hkv} of {X} active per token", E * qw, (X, kvw, E)))
+    else:
+        add((p + "q.weight", E * qw, "d_model × (n_heads · d_head)", "", L, group,
+             "fused with Q, K, V in one matrix; counted by part" if a.fused_qkv else "", None,
+             (qw, E)))
     if a.bias_q:
         add((p + "q.bias", qw, "n_heads · d_head", "", L, group, "", None, ()))
     if not a.kv_shared:  # Gemma 4's KV-shared layers read an earlier layer's keys
@@ -547,10 +559,15 @@ def _attention(add, a: Attention, norm: str, E: int, p: str, group: str,  # type
              kv_note, None, (vw, E)))
         if a.bias_v:
             add((p + "v.bias", vw, f"n_kv_heads · {vsym}", "", L, group, "", None, ()))
-    add((p + "o.weight", ow * E, f"(n_heads · {vsym}) × d_model", "", L, group, "", None,
-         (E, ow)))
+    if X:
+        add((p + "o.weight", X * vw * E, f"n_experts · (n_kv_heads · {vsym}) × d_model", "", L,
+             group, f"top-{H // Hkv} of {X} active per token", ow * E, (X, E, vw)))
+    else:
+        add((p + "o.weight", ow * E, f"(n_heads · {vsym}) × d_model", "", L, group, "", None,
+             (E, ow)))
     if a.bias_o:
-        add((p + "o.bias", E, "d_model", "", L, group, "", None, ()))
+        add((p + "o.bias", E, "d_model", "", L, group,
+            "one, after the experts are combined" if X else "", None, ()))
     if a.qk_norm != "none":
         _qk_norms(add, a._replace(qk_norm="q_only") if a.kv_shared else a, norm, p, group, L)
     if a.sub_norm:
@@ -831,9 +848,14 @@ def _ffn(add, f: FFN, E: int, p: str, group: str, L: int,  # type: ignore[no-unt
         n_norm, why = norm_of(norm, E)
         for name in ("dense.post_norm", "experts.pre_norm", "experts.post_norm"):
             add((p + name, n_norm, why, "", L, group, "", None, ()))
-    note = f"top-{k} of {X} active per token"
+    # (top_k 0: the config leaves it unset, ModelSpec.unrunnable; no active count is claimed)
+    if f.out_bias:  # JetMoeMoE.bias: added once the experts' outputs are combined
+        add((p + "experts.out_bias", E, "d_model", "", L, group, "after the experts combine",
+             None, ()))
+    note = f"top-{k} of {X} active per token" if k else "top_k unset: no active count"
     for name, n, formula, shape in _mlp(f, f.d_ff, f.ff_sym, E):
-        add((p + "experts." + name, X * n, "n_experts · " + formula, "", L, group, note, k * n,
+        add((p + "experts." + name, X * n, "n_experts · " + formula, "", L, group, note,
+             k * n if k else None,
              (X, *shape) if shape else (X, n)))
     if Z:
         # LongcatFlashExperts (transformers 5.23) sizes gate_up_proj for every expert the

@@ -79,6 +79,9 @@ class Attention(NamedTuple):
     csa_topk: int = 0
     o_groups: int = 0  # DeepSeek-V4: grouped low-rank output projection (o_a, o_b)
     o_rank: int = 0
+    # JetMoE's mixture of attention heads: query/output projection pairs of n_kv_heads ·
+    # d_head, heads / kv_heads of them routed per token (0: one dense q and o)
+    experts: int = 0
 
     def gate_width(self, which: str) -> int:
         """Outputs of the gate (or its bias): one per head, or one per output channel."""
@@ -194,6 +197,7 @@ class FFN(NamedTuple):
     shortcut: bool = False  # LongCat-Flash: ... on the same normed input, nothing of their own
     zero: int = 0  # LongCat-Flash: zero-computation experts the router also chooses among
     sparse: bool = False  # Gemma 3n: the gate keeps its values above mean + z · std only
+    out_bias: bool = False  # one d_model bias after the experts are combined (JetMoE)
 
     @property
     def moe(self) -> bool:
@@ -599,7 +603,8 @@ def _attention(spec: ModelSpec, letter: str, cross: bool = False,
                      spec.qkv_conv, spec.qkv_conv_bias, sub_norm=spec.sub_norms,
                      differential=spec.differential, kv_shared=shared, v_is_k=v_is_k,
                      v_norm=spec.value_norm,
-                     global_block=spec.encoder_global_block if letter == "L" else 0)
+                     global_block=spec.encoder_global_block if letter == "L" else 0,
+                     experts=spec.n_experts if spec.attn_experts else 0)
 
 
 def _ffn(spec: ModelSpec, letter: str, shared: bool = False) -> FFN:
@@ -617,7 +622,8 @@ def _ffn(spec: ModelSpec, letter: str, shared: bool = False) -> FFN:
                spec.shared_ff, "d_ff_shared" if spec.d_ff_shared is not None else ff_sym,
                spec.router_bias, spec.shared_expert_gate, pattn,
                beside=wide * spec.d_ff if spec.moe_beside_dense else 0,
-               shortcut=spec.moe_shortcut, zero=spec.zero_experts)
+               shortcut=spec.moe_shortcut, zero=spec.zero_experts,
+               out_bias=spec.moe_output_bias)
 
 
 def _mixer(spec: ModelSpec) -> Mixer:

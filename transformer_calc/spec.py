@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from transformer_calc.errors import SpecError
+from transformer_calc.errors import SpecError, TcalcError
 
 ARCHES = ("decoder", "encoder", "encoder-decoder")
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
@@ -110,6 +110,10 @@ class ModelSpec:
     model_type: str = _f("", "the Hugging Face model_type the spec was read from (empty: "
                          "written by hand); the op graph reads a family's forward code by it",
                          arch=False)
+    unrunnable: str = _f("", "why the model as configured cannot run a forward (a key its "
+                         "config leaves null that only the forward reads: DeepseekV2Config's "
+                         "num_experts_per_tok): its parameters are counted, and FLOPs and "
+                         "memory refuse with this reason; top_k may then be 0", arch=False)
     dropout: float = _f(0.0, "dropout probability in training (0: no dropout masks are kept; "
                         "GPT-2, BERT: 0.1)", arch=False)
     attention_dropout: float | None = _f(None, "dropout on the attention probabilities, when "
@@ -580,6 +584,13 @@ class ModelSpec:
                           "sparsemixer (PhiMoE: two experts sampled per token); none: not "
                           "read (the op graph leaves the model to the per-tensor rules)",
                           choices=("none", "renorm", "cast", "renorm_cast", "sparsemixer"))
+    attn_experts: bool = _f(False, "the attention's query and output projections are experts "
+                            "too (JetMoE's mixture of attention heads, JetMoeMoA): n_experts "
+                            "pairs, each n_kv_heads · d_head wide, top_k of them per token "
+                            "(so n_heads = top_k · n_kv_heads run), chosen by a router of their "
+                            "own; bias_o is one d_model bias after they are combined")
+    moe_output_bias: bool = _f(False, "one d_model bias added after the experts' outputs are "
+                               "combined (JetMoeMoE.bias), instead of a bias in each expert")
     moe_post_norm: bool = _f(False, "a norm over the output of each MoE block, shared experts "
                              "included (A.X K1's post_mlp_layernorm; dense layers have none)")
     peft_moe: str = _f("none", "how PEFT adapts this MoE with LoRA (peft 0.21's transformers-5 "
@@ -695,6 +706,21 @@ class ModelSpec:
         (v1, rel_span sequence) 2 · att_span, att_span = min(T, max_relative_positions)."""
         R = self.rel_embeddings
         return min(R, 2 * seq_len) if self.rel_span == "sequence" else R
+
+    def require_runnable(self) -> None:
+        """FLOPs and memory follow a forward: refused, with the reason, for a model that cannot
+        run one as configured (``unrunnable``)."""
+        if self.unrunnable:
+            raise TcalcError(self.unrunnable)
+
+    def require_training_memory(self) -> None:
+        """Training memory follows the saved activations, which tcalc's rules express for
+        the blocks it has measured: refused, naming the block, for one they do not."""
+        if self.attn_experts:
+            raise TcalcError(f"{self.name}: training memory of a mixture of attention heads "
+                             "(attn_experts: JetMoE's JetMoeMoA) is not modelled: its saved "
+                             "activations are not measured; parameters, FLOPs and serving "
+                             "memory (--inference) are counted")
 
     @property
     def kv_heads(self) -> int:
@@ -818,12 +844,20 @@ class ModelSpec:
         if not 0.0 <= self.rotary_fraction <= 1.0:
             raise SpecError("rotary_fraction", "a number in [0, 1]", self.rotary_fraction)
         if self.n_experts:
-            if not 1 <= self.top_k <= self.n_experts:
+            if not (1 <= self.top_k <= self.n_experts or self.top_k == 0 and self.unrunnable):
                 raise SpecError("top_k", f"1 <= top_k <= n_experts={self.n_experts}", self.top_k)
             if self.ffn == "param_attention":
                 raise SpecError("n_experts", "0 with ffn: param_attention", self.n_experts)
+            if self.attn_experts and self.n_heads != self.top_k * self.kv_heads:
+                raise SpecError("n_heads", f"top_k · n_kv_heads = {self.top_k * self.kv_heads} "
+                                "with attn_experts (each routed expert runs n_kv_heads query "
+                                "heads)", self.n_heads)
         elif self.top_k:
             raise SpecError("top_k", "0 when n_experts is 0 (a dense FFN)", self.top_k)
+        for key in ("attn_experts", "moe_output_bias"):
+            if getattr(self, key) and not self.n_experts:
+                raise SpecError(key, "false when n_experts is 0 (no experts to route to)",
+                                True)
         if self.ffn == "param_attention":
             for key in ("pattn_heads", "pattn_n", "pattn_d_key", "pattn_d_value"):
                 if getattr(self, key) < 1:

@@ -84,6 +84,8 @@ def plan_training(spec: ModelSpec, *, gpus: int, global_batch: int, seq_len: int
         raise TcalcError("--gpus, --global-batch and --seq-len: expected integers >= 1")
     if top < 1:
         raise TcalcError("--top: expected an integer >= 1")
+    spec.require_runnable()
+    spec.require_training_memory()
     spec.check_context(seq_len)
     where = cluster_for(gpu, cluster)
     fw = framework_of(framework)
