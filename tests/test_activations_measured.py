@@ -120,6 +120,11 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # Falcon's new layout with ALiBi and with RoPE, B=2 T=64 and B=1 T=128, eager and SDPA (under
 # SDPA the explicit masks and the broadcast K/V, −20.2 % and −4.8 % without them); OPT with
 # a narrower embedding (project_in/out), the same shapes.
+# activations_switch_transformers_cpu.jsonl (the same versions and tool): Switch Transformers,
+# experts every other layer and in every layer (a biased router, gelu_new), B=2 T=64 and B=1
+# T=128, fp32 and bf16, eager (SwitchTransformersForConditionalGeneration has no SDPA path);
+# expert_capacity 256, so that no token is dropped: −0.1 to 0.0 % (its router's fp32 input
+# and jitter noise kept, as DeepSeek-V3's and DBRX's)
 # activations_qwen2_moe_qwen3_next_cpu.jsonl (the same versions and tool): Qwen2-MoE (a dense
 # first layer, experts beside a gated shared expert) and Qwen3-Next, B=2 T=64, eager and SDPA,
 # fp32 and bf16 (Qwen2-MoE keeps the shared experts' gate product: −2.9 to −3.5 % without it).
@@ -139,7 +144,8 @@ FAMILY_ROWS = [json.loads(line) for name in ("activations_families_cpu.jsonl",
                                                "activations_moe_dense_kimi_linear_cpu.jsonl",
                                                "activations_t5gemma_gemma3n_dsv4_cpu.jsonl",
                                                "activations_deberta_falcon_opt_cpu.jsonl",
-                                               "activations_qwen2_moe_qwen3_next_cpu.jsonl")
+                                               "activations_qwen2_moe_qwen3_next_cpu.jsonl",
+                                               "activations_switch_transformers_cpu.jsonl")
                for line in (DATA / name).read_text().splitlines()]
 MEASURED = [r for r in FAMILY_ROWS if "skipped" not in r]
 # Every measured case is within ±10 % (the last gap, DeepSeek-V3 with SDPA in bf16 at −11.7 %,
@@ -166,7 +172,8 @@ EAGER_ONLY = {"gpt_oss-tied-nobias.json", "tapas-tiny.json", "trocr-tiny.json",
               "longt5-local-default.json", "longt5-tglobal.json", "longt5-tglobal-default.json",
               "longt5-local-nodropout.json", "yoso-tiny.json", "t5gemma-tiny.json",
               "t5gemma-untied.json", "deepseek_v4-tiny.json", "deepseek_v4-types.json",
-              "deberta-relative.json", "deberta-c2p-absolute.json", "deberta-p2c.json"}
+              "deberta-relative.json", "deberta-c2p-absolute.json", "deberta-p2c.json",
+              "switch_transformers-tiny.json", "switch_transformers-all-sparse.json"}
 
 
 def test_the_fixtures_cover_14_architectures_both_attentions_and_dtypes() -> None:

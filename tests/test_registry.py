@@ -17,6 +17,7 @@ from conftest import DATA
 from transformer_calc import count_params
 from transformer_calc.errors import SpecError
 from transformer_calc.hf import HEAD_CLASS, TABLE_DRIVEN, spec_from_hf
+from transformer_calc.plan import plan_of
 
 CASES = json.loads((DATA / "registry_cases.json").read_text())
 assert CASES["transformers"] == "5.23.0"
@@ -33,7 +34,8 @@ assert CASES["transformers"] == "5.23.0"
 # tests/data/registry_causal_decoders.json bart marian mbart mvp plbart blenderbot
 # blenderbot-small pegasus bigbird_pegasus`
 # More decoders and encoder-decoders: `tools/check_registry.py --cases 4 --flops 8 --write
-# tests/data/registry_decoders_more.json deepseek_v2 jetmoe`
+# tests/data/registry_decoders_more.json deepseek_v2 jetmoe switch_transformers nllb-moe`
+# (an encoder-decoder's FLOPs there are FlopCounterMode's over T source and T target tokens)
 for _name in ("registry_mixers_T8.json", "registry_mixers_T64.json",
               "registry_cases_more.json", "registry_causal_decoders.json",
               "registry_decoders_more.json"):
@@ -145,12 +147,59 @@ def test_jetmoe_routes_its_attention_too_and_refuses_training_memory() -> None:
     # 2 · 12 layers · 16 K/V heads · 128 · 4,096 tokens · 2 bytes
     served = memory_report(spec, Settings(inference=True)).components
     assert served.get("kv_cache").count == 2 * 12 * 16 * 128 * 4096 * 2
-    with pytest.raises(TcalcError, match="mixture of attention heads.*not modelled"):
+    with pytest.raises(TcalcError, match="training memory is not modelled: .*JetMoeMoA"):
         memory_report(spec, Settings())
     with pytest.raises(SpecError, match="key 'num_key_value_heads': expected an integer"):
         spec_from_hf({"model_type": "jetmoe", "num_key_value_heads": None})
     with pytest.raises(SpecError, match="n_heads.*top_k · n_kv_heads"):
         spec.replace(n_heads=16)
+
+
+def test_nllb_moe_flops_differ_by_the_extra_expert_evaluations() -> None:
+    from transformer_calc.flops import count_flops
+
+    rows = [c for c in CASES["cases"] if c["config"]["model_type"] == "nllb-moe"
+            and "flops_per_token_T8" in c]
+    assert len(rows) >= 3
+    for case in rows:
+        spec = spec_from_hf(case["config"], "case.json")
+        # per sparse layer, n_experts - 2 more biased up/down experts run than the top 2
+        sparse = sum(g.count for st in plan_of(spec).stacks for g in st.groups
+                     if g.block.ffn is not None and g.block.ffn.moe)
+        extra = (spec.n_experts - 2) * 2 * 2 * spec.d_model * spec.d_ff * sparse
+        assert count_flops(spec, 8).total + extra == case["flops_per_token_T8"]
+    assert any(spec_from_hf(c["config"]).n_experts > 2 for c in rows)
+
+
+def test_experts_every_few_layers_of_both_stacks_and_what_is_refused() -> None:
+    from transformer_calc.errors import TcalcError
+    from transformer_calc.memory import Settings, memory_report
+
+    # SwitchTransformersConfig: 12 layers, 3 sparse: layers 1, 5 and 9 of each stack
+    spec = spec_from_hf({"model_type": "switch_transformers"})
+    assert (spec.layer_ffn, spec.n_experts, spec.top_k) == ("1D 1E 2D*", 8, 1)
+    assert [g.count for g in plan_of(spec).stacks[0].groups] == [9, 3]
+    # NllbMoeConfig: sparse_step 4, layers 3, 7 and 11
+    spec = spec_from_hf({"model_type": "nllb-moe"})
+    assert (spec.layer_ffn, spec.n_experts, spec.top_k) == ("3D 1E*", 128, 2)
+    with pytest.raises(TcalcError, match="nllb-moe: training memory is not modelled"):
+        memory_report(spec, Settings())
+    # one FFN pattern for both stacks: steps that lay them out differently are refused
+    with pytest.raises(SpecError, match="key 'decoder_sparse_step'.*one FFN pattern"):
+        spec_from_hf({"model_type": "nllb-moe", "encoder_sparse_step": 2,
+                      "decoder_sparse_step": 3})
+    with pytest.raises(SpecError, match="key 'num_sparse_decoder_layers'.*one FFN pattern"):
+        spec_from_hf({"model_type": "switch_transformers", "num_sparse_decoder_layers": 4})
+    # 0 is NLLB-MoE's "no sparse layer" (the count: M2M-100's layers alone)
+    dense = spec_from_hf({"model_type": "nllb-moe", "encoder_sparse_step": 0,
+                          "decoder_sparse_step": 0})
+    assert (dense.n_experts, dense.layer_ffn) == (0, "")
+    with pytest.raises(SpecError, match="key 'encoder_sparse_step': expected an integer >= 0"):
+        spec_from_hf({"model_type": "nllb-moe", "encoder_sparse_step": -1})
+    # untied, both keep an unused shared table beside the stacks' own (as BART)
+    for model_type in ("switch_transformers", "nllb-moe"):
+        with pytest.raises(SpecError, match="key 'tie_word_embeddings'.*unused"):
+            spec_from_hf({"model_type": model_type, "tie_word_embeddings": False})
 
 
 FIRST_CASE = {}
@@ -184,6 +233,9 @@ KNOWN_FLOPS_GAPS = {
     "mra": "without its CUDA kernels transformers' mra2_attention returns zeros (no attention "
            "on the CPU: the counter sees none); tcalc counts dense scores",
     "big_bird": "the pooler runs once per sequence; tcalc counts it per token (upper bound)",
+    "nllb-moe": "transformers 5.23's NllbMoeExperts one-hots its one-hot top-1 mask, so every "
+                "token runs n_experts expert evaluations; tcalc counts the top-2 routed "
+                "(test_nllb_moe_flops_differ_by_the_extra_expert_evaluations)",
 }
 # (recurrent mixers are checked op by op in test_mixers.py: flops_ops_T*)
 FLOPS_CASES = [c for c in CASES["cases"] if "flops_per_token_T8" in c
@@ -224,7 +276,7 @@ HEAD_CASES = json.loads((DATA / "registry_heads.json").read_text())
 assert HEAD_CASES["transformers"] == "5.23.0"
 # and the head classes of the types in registry_decoders_more.json: `tools/check_registry.py
 # --task base,seq_cls,token_cls,qa,multiple_choice,causal --cases 2 --write
-# tests/data/registry_heads_decoders_more.json deepseek_v2 jetmoe`
+# tests/data/registry_heads_decoders_more.json deepseek_v2 jetmoe switch_transformers nllb-moe`
 _more_heads = json.loads((DATA / "registry_heads_decoders_more.json").read_text())
 assert _more_heads["transformers"] == "5.23.0"
 HEAD_CASES["cases"] += _more_heads["cases"]

@@ -174,6 +174,16 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
         cfg["hidden_size_per_layer_input"] = rng.choice([0, 8])
     if "type_vocab_size" in fields:
         cfg["type_vocab_size"] = rng.choice([1, 2])
+    if "num_sparse_encoder_layers" in fields:
+        # Switch Transformers: experts every num_layers // num_sparse_* layers of each stack,
+        # the stacks alike (tcalc reads one FFN pattern for both)
+        cfg["num_decoder_layers"] = cfg["num_layers"]
+        cfg["num_sparse_encoder_layers"] = cfg["num_sparse_decoder_layers"] = rng.choice(
+            [0, 1, 2, cfg["num_layers"]])
+    if "encoder_sparse_step" in fields:  # NLLB-MoE: experts every sparse_step-th layer
+        cfg["encoder_sparse_step"] = cfg["decoder_sparse_step"] = rng.choice([0, 1, 2, 3])
+        # (no layer skipped at random in training: the FLOPs of one forward are the model's)
+        cfg["encoder_layerdrop"] = cfg["decoder_layerdrop"] = 0.0
     if "kv_channels" in fields:  # JetMoE's head width (its head_dim)
         cfg["kv_channels"] = rng.choice([8, 16])
     # an explicit null is the config class's to derive (K/V heads = heads, head_dim = d / h)
@@ -401,7 +411,8 @@ def reference(config: dict) -> int:
 
 def flops_per_token(config: dict, seq_len: int) -> int | None:
     """FlopCounterMode over one forward of T tokens, eager attention and experts, divided by
-    T; None for encoder-decoders (tcalc's per-token FLOPs count a source and a target token)."""
+    T; an encoder-decoder reads T source and T target tokens (tcalc's per-token FLOPs count
+    one of each, as tools/reference_flops.py runs it)."""
     import torch
     import transformers
     from torch.utils.flop_counter import FlopCounterMode
@@ -409,13 +420,12 @@ def flops_per_token(config: dict, seq_len: int) -> int | None:
     kwargs = {k: v for k, v in config.items() if k != "architectures"}
     cfg = transformers.AutoConfig.for_model(**kwargs, attn_implementation="eager",
                                             experts_implementation="eager")
-    if getattr(cfg, "is_encoder_decoder", False) and "architectures" not in config:
-        return None
     torch.manual_seed(0)
     model = getattr(transformers, class_of(config))(cfg).train()
     ids = torch.randint(0, cfg.get_text_config().vocab_size, (1, seq_len))
+    both = getattr(cfg, "is_encoder_decoder", False) and "architectures" not in config
     with FlopCounterMode(display=False) as counter:
-        model(input_ids=ids, use_cache=False)
+        model(input_ids=ids, use_cache=False, **({"decoder_input_ids": ids} if both else {}))
     LAST_OPS.clear()
     LAST_OPS.update({str(op).split(".")[-1]: n for op, n in
                      counter.get_flop_counts()["Global"].items()})

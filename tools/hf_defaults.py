@@ -56,7 +56,9 @@ attention_probs_dropout_prob resid_pdrop embd_pdrop attn_pdrop dropout_rate drop
 attention_dropout hidden_dropout residual_dropout input_embedding_size
 output_embedding_size num_hidden_groups inner_group_num shape_vocab_size shape_embed_dim
 pronunciation_vocab_size pronunciation_embed_dim concat_input ffn_hidden_size
-expert_ffn_hidden_size zero_expert_num router_bias qk_head_dim kv_channels""".split()
+expert_ffn_hidden_size zero_expert_num router_bias qk_head_dim kv_channels dense_act_fn
+num_sparse_encoder_layers num_sparse_decoder_layers router_jitter_noise
+encoder_sparse_step decoder_sparse_step""".split()
 
 
 # transformers' eager_attention_forward of Llama-style models: the softmax runs in
@@ -165,10 +167,12 @@ NORM_MEAN_SQUARE = "torch.pow(mean_squared, -0.5)"
 
 
 # DeepSeek-V3-style routers: F.linear on fp32 casts of the input and the weight, so a 16-bit
-# model keeps an fp32 copy of each for backward
+# model keeps an fp32 copy of each for backward; Switch Transformers' router casts its input
+# to router_dtype (fp32) and its classifier module to it (measured: the fp32 input is kept)
 ROUTER_FP32 = ("F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))",
                "F.linear(hidden_states.float(), self.weight.float())",
-               "F.linear(hidden_states.type(torch.float32), self.classifier.weight.type(")
+               "F.linear(hidden_states.type(torch.float32), self.classifier.weight.type(",
+               "self.classifier = self.classifier.to(self.dtype)")
 
 
 def router_fp32_types() -> list[str]:

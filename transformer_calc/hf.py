@@ -3511,6 +3511,8 @@ ENCODERS: dict[str, Encoder] = {
 from transformer_calc import hf_more  # noqa: E402
 
 GENERIC |= hf_more.RECORDS
+T5S |= hf_more.T5S
+SEQ2SEQ |= hf_more.SEQ2SEQ
 TABLE_DRIVEN: dict[str, Layout | Encoder | Seq2Seq | T5Like] = {
     **GENERIC, **ENCODERS, **SEQ2SEQ, **T5S}
 

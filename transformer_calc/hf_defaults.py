@@ -1333,6 +1333,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {'absent:audioflamingo3': {'attention_drop
                  'num_hidden_layers': 48,
                  'num_key_value_heads': 8,
                  'num_local_experts': 16,
+                 'router_jitter_noise': 0.0,
                  'tie_word_embeddings': False,
                  'use_qk_norm': True,
                  'vocab_size': 202048},
@@ -1479,6 +1480,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {'absent:audioflamingo3': {'attention_drop
              'num_hidden_layers': 32,
              'num_key_value_heads': 8,
              'num_local_experts': 8,
+             'router_jitter_noise': 0.0,
              'tie_word_embeddings': False,
              'vocab_size': 32000},
  'minimax_m2': {'attention_dropout': 0.0,
@@ -1492,6 +1494,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {'absent:audioflamingo3': {'attention_drop
                 'num_hidden_layers': 62,
                 'num_key_value_heads': 8,
                 'num_local_experts': 256,
+                'router_jitter_noise': 0.0,
                 'tie_word_embeddings': False,
                 'vocab_size': 200064},
  'minimax_m3_vl_text': {'attention_dropout': 0.0,
@@ -1509,6 +1512,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {'absent:audioflamingo3': {'attention_drop
                         'num_hidden_layers': 60,
                         'num_key_value_heads': 4,
                         'num_local_experts': 128,
+                        'router_jitter_noise': 0.0,
                         'shared_intermediate_size': 3072,
                         'tie_word_embeddings': False,
                         'vocab_size': 200064},
@@ -1556,6 +1560,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {'absent:audioflamingo3': {'attention_drop
              'num_hidden_layers': 32,
              'num_key_value_heads': 8,
              'num_local_experts': 8,
+             'router_jitter_noise': 0.0,
              'tie_word_embeddings': False,
              'vocab_size': 32000},
  'mllama': {'dropout': 0.0,
@@ -1684,6 +1689,23 @@ DEFAULTS: dict[str, dict[str, Any]] = {'absent:audioflamingo3': {'attention_drop
                 'use_bias': False,
                 'use_conv_bias': True,
                 'vocab_size': 131072},
+ 'nllb-moe': {'activation_function': 'relu',
+              'attention_dropout': 0.1,
+              'd_model': 1024,
+              'decoder_attention_heads': 16,
+              'decoder_ffn_dim': 4096,
+              'decoder_layers': 12,
+              'decoder_sparse_step': 4,
+              'dropout': 0.1,
+              'encoder_attention_heads': 16,
+              'encoder_ffn_dim': 4096,
+              'encoder_layers': 12,
+              'encoder_sparse_step': 4,
+              'max_position_embeddings': 1024,
+              'num_experts': 128,
+              'router_bias': False,
+              'tie_word_embeddings': True,
+              'vocab_size': 128112},
  'nomic_bert': {'attention_probs_dropout_prob': 0.0,
                 'head_dim': None,
                 'hidden_act': 'silu',
@@ -1814,6 +1836,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {'absent:audioflamingo3': {'attention_drop
             'num_hidden_layers': 32,
             'num_key_value_heads': 8,
             'num_local_experts': 16,
+            'router_jitter_noise': 0.01,
             'tie_word_embeddings': False,
             'vocab_size': 32064},
  'plbart': {'activation_function': 'gelu',
@@ -2073,6 +2096,22 @@ DEFAULTS: dict[str, dict[str, Any]] = {'absent:audioflamingo3': {'attention_drop
                 'tie_word_embeddings': True,
                 'use_bias': True,
                 'vocab_size': 49152},
+ 'switch_transformers': {'d_ff': 2048,
+                         'd_kv': 64,
+                         'd_model': 768,
+                         'dense_act_fn': 'relu',
+                         'dropout_rate': 0.1,
+                         'num_decoder_layers': 12,
+                         'num_experts': 8,
+                         'num_heads': 12,
+                         'num_layers': 12,
+                         'num_sparse_decoder_layers': 3,
+                         'num_sparse_encoder_layers': 3,
+                         'relative_attention_num_buckets': 32,
+                         'router_bias': False,
+                         'router_jitter_noise': 0.01,
+                         'tie_word_embeddings': True,
+                         'vocab_size': 32128},
  'tapas': {'attention_probs_dropout_prob': 0.1,
            'hidden_act': 'gelu',
            'hidden_dropout_prob': 0.1,
@@ -2292,7 +2331,7 @@ NORM_FP32: frozenset[str] = frozenset(
 # RMSNorms that multiply their (16-bit) input itself by the fp32 rsqrt
 # (`variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)`)
 NORM_KEEPS_INPUT: frozenset[str] = frozenset(
-['longt5', 'mt5', 't5', 'umt5'])
+['longt5', 'mt5', 'switch_transformers', 't5', 'umt5'])
 
 # RMSNorms that keep the mean square beside 1/rms (and, 16-bit, an fp32 copy of the weight)
 # (`torch.pow(mean_squared, -0.5)`)
@@ -2304,24 +2343,27 @@ NORM_MEAN_SQUARE: frozenset[str] = frozenset(
 ROUTER_FP32: frozenset[str] = frozenset(
 ['axk1', 'beam', 'deepseek_v2', 'deepseek_v3', 'deepseek_v32', 'dots1', 'ernie4_5_moe',
  'exaone_moe', 'flint', 'glm4_moe', 'glm4_moe_lite', 'glm_moe_dsa', 'hy_v3', 'kimi_linear',
- 'kolibri1', 'longcat_flash', 'mimo_v2_flash', 'nemotron_h', 'solar_open'])
+ 'kolibri1', 'longcat_flash', 'mimo_v2_flash', 'nemotron_h', 'nllb-moe', 'solar_open',
+ 'switch_transformers'])
 
 # Losses taken in the activation dtype (no fp32 upcast of the logits)
 LOSS_NO_UPCAST: frozenset[str] = frozenset(
 ['albert', 'bart', 'bert', 'big_bird', 'bigbird_pegasus', 'blenderbot', 'blenderbot-small',
  'camembert', 'data2vec-text', 'deberta', 'deberta-v2', 'distilbert', 'electra', 'ernie',
  'flaubert', 'fsmt', 'gte', 'ibert', 'jina_embeddings_v3', 'layoutlm', 'longt5', 'm2m_100',
- 'marian', 'mbart', 'megatron-bert', 'mpnet', 'mra', 'mt5', 'mvp', 'nomic_bert', 'pegasus',
- 'plbart', 'rembert', 'roberta', 'roberta-prelayernorm', 'roc_bert', 'roformer', 't5',
- 'tapas', 'trocr', 'umt5', 'whisper', 'xlm', 'xlm-roberta', 'xlm-roberta-xl', 'yoso'])
+ 'marian', 'mbart', 'megatron-bert', 'mpnet', 'mra', 'mt5', 'mvp', 'nllb-moe', 'nomic_bert',
+ 'pegasus', 'plbart', 'rembert', 'roberta', 'roberta-prelayernorm', 'roc_bert', 'roformer',
+ 'switch_transformers', 't5', 'tapas', 'trocr', 'umt5', 'whisper', 'xlm', 'xlm-roberta',
+ 'xlm-roberta-xl', 'yoso'])
 
 # Classes without an SDPA path (`_supports_sdpa` false): transformers runs them eager
 NO_SDPA: frozenset[str] = frozenset(
 ['big_bird', 'bigbird_pegasus', 'bloom', 'codegen', 'deberta', 'deberta-v2', 'deepseek_v4',
  'falcon_mamba', 'flaubert', 'flint', 'fsmt', 'gemma2', 'gpt_neo', 'gpt_neox_japanese',
  'gpt_oss', 'gptj', 'granite_swa', 'granitemoe_swa', 'ibert', 'longt5', 'mamba', 'mamba2',
- 'megatron-bert', 'mimo_v2_flash', 'mpnet', 'mpt', 'mra', 'mvp', 'openai-gpt', 'rembert',
- 'roformer', 't5gemma', 'tapas', 'trocr', 'vaultgemma', 'xglm', 'xlm', 'yoso'])
+ 'megatron-bert', 'mimo_v2_flash', 'mpnet', 'mpt', 'mra', 'mvp', 'nllb-moe', 'openai-gpt',
+ 'rembert', 'roformer', 'switch_transformers', 't5gemma', 'tapas', 'trocr', 'vaultgemma',
+ 'xglm', 'xlm', 'yoso'])
 
 # LoRA on a mixture of experts: the model types peft converts (router and fused
 # experts adapted), by pattern (peft.utils.transformers_weight_conversion)
@@ -2477,6 +2519,7 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'nanochat': ('k_proj', 'o_proj', 'q_proj', 'v_proj'),
     'nemotron': ('down_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'nemotron_h': ('down_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
+    'nllb-moe': ('k_proj', 'q_proj', 'v_proj'),
     'nomic_bert': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'olmo': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'olmo2': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
@@ -2508,6 +2551,7 @@ LINEAR_NAMES: dict[str, tuple[str, ...]] = {
     'solar_open': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'stablelm': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'starcoder2': ('k_proj', 'o_proj', 'q_proj', 'v_proj'),
+    'switch_transformers': (),
     't5': (),
     't5gemma': ('down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'),
     'tapas': ('key', 'query', 'value'),
@@ -2899,6 +2943,7 @@ TASK_CLASSES: dict[str, dict[str, str]] = {'afmoe': {'base': 'AfmoeModel', 'caus
               'seq_cls': 'NemotronForSequenceClassification',
               'token_cls': 'NemotronForTokenClassification'},
  'nemotron_h': {'base': 'NemotronHModel', 'causal': 'NemotronHForCausalLM'},
+ 'nllb-moe': {'base': 'NllbMoeModel', 'seq2seq': 'NllbMoeForConditionalGeneration'},
  'nomic_bert': {'base': 'NomicBertModel',
                 'masked': 'NomicBertForMaskedLM',
                 'seq_cls': 'NomicBertForSequenceClassification',
@@ -3026,6 +3071,8 @@ TASK_CLASSES: dict[str, dict[str, str]] = {'afmoe': {'base': 'AfmoeModel', 'caus
                 'causal': 'Starcoder2ForCausalLM',
                 'seq_cls': 'Starcoder2ForSequenceClassification',
                 'token_cls': 'Starcoder2ForTokenClassification'},
+ 'switch_transformers': {'base': 'SwitchTransformersModel',
+                         'seq2seq': 'SwitchTransformersForConditionalGeneration'},
  't5': {'base': 'T5Model',
         'qa': 'T5ForQuestionAnswering',
         'seq2seq': 'T5ForConditionalGeneration',
@@ -3729,6 +3776,9 @@ CONFIG_KEYS: dict[str, tuple[str, ...]] = {'afmoe': ('head_dim', 'hidden_size', 
                 'moe_intermediate_size', 'n_groups', 'n_routed_experts', 'n_shared_experts',
                 'num_attention_heads', 'num_experts_per_tok', 'num_key_value_heads',
                 'ssm_state_size', 'vocab_size'),
+ 'nllb-moe': ('d_model', 'decoder_layers', 'encoder_attention_heads', 'encoder_ffn_dim',
+              'encoder_layers', 'id2label', 'max_position_embeddings', 'num_experts',
+              'vocab_size'),
  'nomic_bert': ('head_dim', 'hidden_size', 'id2label', 'intermediate_size',
                 'max_position_embeddings', 'num_attention_heads', 'num_hidden_layers',
                 'vocab_size'),
@@ -3818,6 +3868,8 @@ CONFIG_KEYS: dict[str, tuple[str, ...]] = {'afmoe': ('head_dim', 'hidden_size', 
  'starcoder2': ('hidden_size', 'id2label', 'intermediate_size', 'max_position_embeddings',
                 'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads',
                 'vocab_size'),
+ 'switch_transformers': ('d_ff', 'd_kv', 'd_model', 'id2label', 'num_decoder_layers',
+                         'num_experts', 'num_heads', 'num_layers', 'vocab_size'),
  't5': ('d_ff', 'd_kv', 'd_model', 'id2label', 'num_decoder_layers', 'num_heads', 'num_layers',
         'vocab_size'),
  't5gemma': ('id2label', 'vocab_size'),

@@ -414,11 +414,17 @@ def check_patterns(spec: ModelSpec) -> None:
     """Validate the per-layer patterns (or the default kinds) against the rest of the spec
     (called by ModelSpec when a pattern, a mixer, or a zero n_heads or d_ff is set)."""
     if spec.arch == "encoder-decoder":
+        kinds = "F" + default_kinds(spec)[1]
         if spec.layer_ffn:
-            raise SpecError("layer_ffn", "empty for arch encoder-decoder (per-layer FFN "
-                            "patterns are for decoder-only and encoder-only models)",
-                            spec.layer_ffn)
-        kinds = "FD"
+            # Switch Transformers, NLLB-MoE: experts every few layers, one pattern read over
+            # each stack's own layers (a repeating unit, '1D 1E*', fits both)
+            for _, n in spec.stacks:
+                letters = parse_pattern(spec.layer_ffn, "".join(FFN_LAYER_KINDS), n,
+                                        "layer_ffn")
+                if set(letters) - set("DE"):
+                    raise SpecError("layer_ffn", "D and E layers only for arch "
+                                    "encoder-decoder", spec.layer_ffn)
+                kinds += "".join(sorted(set(letters)))
         if spec.layer_attention:
             # T5Gemma: sliding and full layers in both stacks, one pattern for the two
             for _, n in spec.stacks:
@@ -502,11 +508,11 @@ def _build(spec: ModelSpec) -> Plan:
 
 def _build_running(spec: ModelSpec) -> Plan:
     enc_dec = spec.arch == "encoder-decoder"
-    if (enc_dec and not spec.layer_attention) or not (
+    if (enc_dec and not spec.layer_attention and not spec.layer_ffn) or not (
             spec.layer_attention or spec.layer_ffn or spec.kv_shared_layers
             or spec.sparse_ffn_layers):
         # every layer of a stack alike (the common case): one group each, no pattern parsing
-        kinds = "FD" if enc_dec else "".join(default_kinds(spec))
+        kinds = "F" + default_kinds(spec)[1] if enc_dec else "".join(default_kinds(spec))
         # LongT5: block-local self-attention in the encoder ("L"), dense in the decoder
         local = "LD" if spec.encoder_local_block else kinds
         return Plan.of(tuple(

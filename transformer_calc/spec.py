@@ -114,6 +114,11 @@ class ModelSpec:
                          "config leaves null that only the forward reads: DeepseekV2Config's "
                          "num_experts_per_tok): its parameters are counted, and FLOPs and "
                          "memory refuse with this reason; top_k may then be 0", arch=False)
+    activations_unmodelled: str = _f("", "why tcalc's rules do not express what this model "
+                                     "saves for backward (a block or forward path not "
+                                     "measured): training memory refuses with this reason; "
+                                     "parameters, FLOPs and serving memory are counted",
+                                     arch=False)
     dropout: float = _f(0.0, "dropout probability in training (0: no dropout masks are kept; "
                         "GPT-2, BERT: 0.1)", arch=False)
     attention_dropout: float | None = _f(None, "dropout on the attention probabilities, when "
@@ -716,10 +721,9 @@ class ModelSpec:
     def require_training_memory(self) -> None:
         """Training memory follows the saved activations, which tcalc's rules express for
         the blocks it has measured: refused, naming the block, for one they do not."""
-        if self.attn_experts:
-            raise TcalcError(f"{self.name}: training memory of a mixture of attention heads "
-                             "(attn_experts: JetMoE's JetMoeMoA) is not modelled: its saved "
-                             "activations are not measured; parameters, FLOPs and serving "
+        if self.activations_unmodelled:
+            raise TcalcError(f"{self.name}: training memory is not modelled: "
+                             f"{self.activations_unmodelled}; parameters, FLOPs and serving "
                              "memory (--inference) are counted")
 
     @property
