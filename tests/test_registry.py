@@ -151,6 +151,8 @@ def test_jetmoe_routes_its_attention_too_and_refuses_training_memory() -> None:
         memory_report(spec, Settings())
     with pytest.raises(SpecError, match="key 'num_key_value_heads': expected an integer"):
         spec_from_hf({"model_type": "jetmoe", "num_key_value_heads": None})
+    with pytest.raises(SpecError, match="key 'num_experts_per_tok': expected an integer >= 1"):
+        spec_from_hf({"model_type": "jetmoe", "num_experts_per_tok": 0})
     with pytest.raises(SpecError, match="n_heads.*top_k · n_kv_heads"):
         spec.replace(n_heads=16)
 
@@ -196,6 +198,12 @@ def test_experts_every_few_layers_of_both_stacks_and_what_is_refused() -> None:
     assert (dense.n_experts, dense.layer_ffn) == (0, "")
     with pytest.raises(SpecError, match="key 'encoder_sparse_step': expected an integer >= 0"):
         spec_from_hf({"model_type": "nllb-moe", "encoder_sparse_step": -1})
+    with pytest.raises(SpecError, match="key 'num_sparse_encoder_layers': expected a non-neg"):
+        spec_from_hf({"model_type": "switch_transformers", "num_sparse_encoder_layers": "3"})
+    with pytest.raises(SpecError, match="key 'encoder_layers': expected encoder_layers and "):
+        spec_from_hf({"model_type": "nllb-moe", "encoder_layers": 0})
+    with pytest.raises(SpecError, match="key 'decoder_layerdrop': expected a probability"):
+        spec_from_hf({"model_type": "nllb-moe", "decoder_layerdrop": 2})
     # untied, both keep an unused shared table beside the stacks' own (as BART)
     for model_type in ("switch_transformers", "nllb-moe"):
         with pytest.raises(SpecError, match="key 'tie_word_embeddings'.*unused"):

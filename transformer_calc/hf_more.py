@@ -41,6 +41,10 @@ def _jetmoe(c: Config) -> dict[str, Any]:
     expert runs num_key_value_heads query heads over the shared keys)."""
     kv = _int(c, ("num_key_value_heads",), c.table.get("num_key_value_heads"))
     k = _int(c, ("num_experts_per_tok",), c.table.get("num_experts_per_tok"))
+    for key, n in (("num_key_value_heads", kv), ("num_experts_per_tok", k)):
+        if n < 1:
+            raise SpecError(key, "an integer >= 1 (JetMoeConfig derives num_attention_heads = "
+                            "num_key_value_heads · num_experts_per_tok)", n, source=c.where)
     out = _generic(c.with_data(dict(c.data) | {"num_attention_heads": kv * k}),
                    RECORDS["jetmoe"])
     return out | {"attn_experts": True, "moe_output_bias": True,
@@ -72,6 +76,9 @@ def _nllb_moe(c: Config) -> dict[str, Any]:
     NllbMoeEncoder and NllbMoeDecoder put them: layer i is sparse when (i + 1) % step == 0
     (encoder_sparse_step, decoder_sparse_step; 0: none). One FFN pattern for both stacks."""
     out = _seq2seq(c, SEQ2SEQ["nllb-moe"])
+    if not all(isinstance(out[k], int) and out[k] > 0
+               for k in ("n_encoder_layers", "n_decoder_layers")):
+        return out  # (no layers to lay experts in: ModelSpec names the key)
     stacks = []
     for key, n in (("encoder_sparse_step", out["n_encoder_layers"]),
                    ("decoder_sparse_step", out["n_decoder_layers"])):
@@ -112,6 +119,8 @@ def _sparse_every(c: Config, sparse: str, n: int) -> tuple[list[str], list[str]]
     step = the layer count, which still makes layer 1 sparse: transcribed as it builds).
     The stack's letters, and the unit they repeat."""
     k = c.t(sparse)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise SpecError(sparse, "a non-negative integer", k, source=c.where)
     step = n // k if k > 0 else n
     letters = ["E" if step > 0 and (i % step == 1 or step == 1) else "D" for i in range(n)]
     return letters, letters[:step] if step > 0 else ["D"]
@@ -121,7 +130,7 @@ def _one_pattern(c: Config, key: str, stacks: list[tuple[list[str], list[str]]])
     """One layer_ffn for both stacks (tcalc reads one pattern over each stack's layers): a
     repeating unit of either stack that lays out both, else refused naming ``key``."""
     for _, unit in stacks:
-        if all((unit * (len(s) // len(unit) + 1))[:len(s)] == s for s, _ in stacks):
+        if unit and all((unit * (len(s) // len(unit) + 1))[:len(s)] == s for s, _ in stacks):
             return "" if set(unit) == {"D"} else _runs(unit) + "*"
     raise SpecError(key, "a count that lays out the decoder's experts as the encoder's "
                     "(tcalc reads one FFN pattern for both stacks)", c.t(key), source=c.where)
@@ -138,6 +147,9 @@ def _switch_transformers(c: Config) -> dict[str, Any]:
     act = c.get("dense_act_fn", c.table.get("dense_act_fn", "relu"))
     c.activation("dense_act_fn", act)  # checked under the file's own key
     out = _t5(c.with_data(dict(c.data) | {"feed_forward_proj": act}), T5S["switch_transformers"])
+    if not all(isinstance(out[k], int) and out[k] > 0
+               for k in ("n_encoder_layers", "n_decoder_layers")):
+        return out  # (no layers to lay experts in: ModelSpec names the key)
     stacks = [_sparse_every(c, "num_sparse_encoder_layers", out["n_encoder_layers"]),
               _sparse_every(c, "num_sparse_decoder_layers", out["n_decoder_layers"])]
     pattern = _one_pattern(c, "num_sparse_decoder_layers", stacks)
