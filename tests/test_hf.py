@@ -301,6 +301,12 @@ REFERENCE = {
     "variants/mamba-mixer.json": (47_104, "MambaForCausalLM"),
     "variants/mamba2-mixer.json": (46_540, "Mamba2ForCausalLM"),
     "variants/qwen3_5_text-mixer.json": (46_160, "Qwen3_5ForCausalLM"),
+    # Switch Transformers' measured variants (tests/data/activations_switch_transformers_cpu
+    # .jsonl): `tools/reference_counts.py` (torch 2.13.0+cpu, transformers 5.23.0, meta device)
+    "variants/switch_transformers-tiny.json": (453_248,
+                                               "SwitchTransformersForConditionalGeneration"),
+    "variants/switch_transformers-all-sparse.json": (
+        371_092, "SwitchTransformersForConditionalGeneration"),
 }
 
 
