@@ -189,8 +189,16 @@ def test_pattern_needs_what_it_names() -> None:
         base.replace(layer_attention="1S 1F *")
     with pytest.raises(SpecError, match="n_experts"):
         base.replace(layer_ffn="1D 1E *")
-    with pytest.raises(SpecError, match="encoder-decoder"):
-        load_model("t5-small").replace(layer_ffn="6D")
+    # an encoder-decoder reads one FFN pattern over each stack (Switch Transformers): dense
+    # and expert layers only, experts only with n_experts
+    t5 = load_model("t5-small")
+    with pytest.raises(SpecError, match="D and E layers only for arch encoder-decoder"):
+        t5.replace(layer_ffn="1D 1X*")
+    with pytest.raises(SpecError, match="n_experts"):
+        t5.replace(layer_ffn="1D 1E*")
+    with pytest.raises(SpecError, match="runs covering exactly 6 layers"):
+        t5.replace(layer_ffn="5D")
+    assert count_params(t5.replace(layer_ffn="1D*")).total == count_params(t5).total
 
 
 def test_dense_first_layers_change_active_and_total_exactly() -> None:

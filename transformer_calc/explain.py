@@ -219,7 +219,8 @@ def _kv_heads(spec: ModelSpec, b: Breakdown) -> list[Section]:
     if spec.mla:
         return [Section("multi-head latent attention (MLA): what the KV cache keeps",
                         tuple(_kv_cache(spec)))]
-    if spec.kv_heads == spec.n_heads:
+    if spec.kv_heads == spec.n_heads or spec.attn_experts:
+        # (JetMoE: n_heads = top_k · n_kv_heads by construction, no multi-head variant)
         return []
     mha = count_params(spec.replace(n_kv_heads=None)).total
     kind = "multi-query" if spec.kv_heads == 1 else "grouped-query"
