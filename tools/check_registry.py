@@ -152,7 +152,7 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
                          ("num_hidden_layers", ("n_layer", "n_layers", "num_layers")),
                          ("num_attention_heads", ("n_head", "n_heads", "num_heads",
                                                   "attention_heads")),
-                         ("intermediate_size", ("n_inner", "dff", "ffn_dim"))):
+                         ("intermediate_size", ("n_inner", "dff", "ffn_dim", "d_inner"))):
         if std in cfg and std not in fields:
             alias = next((a for a in aliases if a in fields), None)
             value = cfg.pop(std)
@@ -174,6 +174,16 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
         cfg["hidden_size_per_layer_input"] = rng.choice([0, 8])
     if "type_vocab_size" in fields:
         cfg["type_vocab_size"] = rng.choice([1, 2])
+    if "block_sizes" in fields:  # Funnel: layers per block, the decoder's, its own head width
+        cfg |= {"block_sizes": [rng.choice([1, 2]) for _ in range(rng.choice([1, 2, 3]))],
+                "num_decoder_layers": rng.choice([0, 1, 2]), "d_head": rng.choice([8, 16])}
+        cfg["block_repeats"] = rng.choice([None, [2] * len(cfg["block_sizes"])])
+    if "languages" in fields:  # X-MOD: its adapters, one per language, and where they sit
+        cfg |= {"languages": rng.sample(["en_XX", "de_DE", "fr_XX"], rng.choice([1, 2, 3])),
+                "adapter_reduction_factor": rng.choice([2, 4]),
+                "adapter_layer_norm": rng.random() < 0.5, "pre_norm": rng.random() < 0.5}
+    if "conv_kernel_size" in fields and "num_landmarks" in fields:  # Nystromformer
+        cfg["conv_kernel_size"] = rng.choice([3, 9, 65])
     # an explicit null is the config class's to derive (K/V heads = heads, head_dim = d / h)
     for key in ("num_key_value_heads", "head_dim"):
         if key in cfg and rng.random() < 0.2:
@@ -442,7 +452,7 @@ def main() -> None:
                          "in architectures")
     ap.add_argument("--task", help="count the classes of these tasks (comma-separated: base, "
                          "seq_cls, token_cls, qa, multiple_choice; transformers' auto mappings), "
-                         "named in architectures")
+                         "named in architectures; lm: the head class, as without --task")
     ap.add_argument("--wrappers", action="store_true",
                     help="count the vision-language wrappers whole (hf.WRAPPERS): the default, "
                          "then drawn text and vision configs")
@@ -464,6 +474,9 @@ def main() -> None:
             jobs.append((model_type, {"architectures": [SEQ2SEQ[model_type].decoder_cls]}
                          if args.causal else {}, ""))
         for task in args.task.split(",") if args.task else ():
+            if task == "lm":  # the type's head class, as without --task
+                jobs.append((model_type, {}, ""))
+                continue
             task_cls = TASK_CLASSES.get(model_type, {}).get(task)
             if task_cls is not None and task_cls != HEAD_CLASS[model_type]:
                 jobs.append((model_type, {"architectures": [task_cls]}, task))
@@ -530,6 +543,8 @@ def main() -> None:
                 except Exception as e:  # noqa: BLE001 - a forward the class cannot run
                     print(f"skip flops {model_type}: {type(e).__name__}: {str(e)[:80]}")
                     ref = None
+                if ref is not None and spec_from_hf(config, "drawn").unmodelled:
+                    ref = None  # (tcalc refuses this type's FLOPs, naming what it lacks)
                 if ref is not None:
                     from transformer_calc.flops import count_flops
 

@@ -18,6 +18,7 @@ from transformer_calc.hf import (  # noqa: E402
     T5S,
     WRAPPERS,
 )
+from transformer_calc.hf_encoders import LAYERED  # noqa: E402
 
 
 def render() -> str:
@@ -30,7 +31,10 @@ def render() -> str:
                                                    "alone, when architectures names it"
                                                    if r.decoder_cls else ""))
                for t, r in SEQ2SEQ.items()},
-            **dict.fromkeys(T5S, "T5 record (hf.T5S)")}
+            **dict.fromkeys(T5S, "T5 record (hf.T5S)"),
+            **dict.fromkeys(LAYERED, "encoder record with tensors of its own "
+                            "(hf_encoders.LAYERED): parameters only, its FLOPs and training "
+                            "memory refused by name")}
     lines = [
         "# Model types tcalc reads from a config.json",
         "",

@@ -158,6 +158,7 @@ class Config:
         self.notes: list[str] = []
         # ``architectures`` names a seq2seq family's *ForCausalLM: count its decoder alone
         self.decoder_alone = False
+        self.task = "lm"  # the task of the class counted (Counted.task)
 
     def t(self, key: str, fallback: Any = None) -> Any:
         """The file's value, else the config class's default for this model_type, else
@@ -175,7 +176,7 @@ class Config:
         """The same config reading ``data`` (a record's derived defaults filled in); notes and
         errors stay the file's."""
         view = Config(data, self.where, self.table)
-        view.notes, view.decoder_alone = self.notes, self.decoder_alone
+        view.notes, view.decoder_alone, view.task = self.notes, self.decoder_alone, self.task
         return view
 
     def renamed(self, names: dict[str, str]) -> Config:
@@ -183,6 +184,7 @@ class Config:
         hidden_size, ...); errors still name the file's key."""
         view = _Renamed(self.data, self.where, self.table)
         view.names, view.notes, view.decoder_alone = names, self.notes, self.decoder_alone
+        view.task = self.task
         return view
 
     def spelled(self, key: str) -> str:
@@ -894,6 +896,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         _check_architecture(data, model_type, where)
     cfg = Config(data, where, _table(model_type) if model_type in TABLE_DRIVEN else None)
     cfg.decoder_alone = counted.task == "decoder"
+    cfg.task = counted.task
     if tower:
         cfg.notes.append(tower)
     if counted.note:
@@ -3666,3 +3669,15 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
      "gemma3n_text": _gemma3n, "deepseek_v4": _deepseek_v4,
      "lfm2_moe": partial(_lfm2, moe=True)}
 HEAD_CLASS.update({model_type: r.cls for model_type, r in TABLE_DRIVEN.items()})
+
+# Encoders whose layers hold tensors beyond BERT's (hf_encoders.py, which imports this module
+# lazily): one record each, registered as ENCODERS' are
+from transformer_calc.hf_encoders import LAYERED, mapper  # noqa: E402
+
+for _type, _layered in LAYERED.items():
+    ENCODERS[_type] = TABLE_DRIVEN[_type] = Encoder(**_layered.encoder)
+    MAPPERS[_type] = mapper(_type)
+    HEAD_CLASS[_type] = _layered.encoder["cls"]
+    HEADS[_type] = Heads(**_layered.heads) if isinstance(_layered.heads, dict) else {
+        "roberta": _ROBERTA_HEADS, "dense": _DENSE_HEADS}[_layered.heads]
+    DROPOUT_KEYS[_type] = _layered.dropout

@@ -70,7 +70,9 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "tower_positions": spec.tower_positions, "tower_merge": spec.tower_merge,
         "tower_out": spec.tower_out or spec.tower_d_model, "tower_tiles": spec.tower_tiles,
         "tower_aspect_ratios": spec.tower_aspect_ratios, "tower_kv_heads": spec.tower_kv_heads,
-        "tower_heads": spec.tower_heads, "projector_d_ff": spec.projector_d_ff}
+        "tower_heads": spec.tower_heads, "projector_d_ff": spec.projector_d_ff,
+        "value_conv": spec.value_conv, "lang_adapters": spec.lang_adapters,
+        "adapter_width": spec.adapter_width}
 
 
 _NO_POSITION_TABLE = {
@@ -164,6 +166,9 @@ def count_params(spec: ModelSpec) -> Breakdown:
     if spec.token_types:
         add(("embed.token_types", spec.token_types * Wp, f"token_types × {wsym}", "", 1, "",
              "", None, (spec.token_types, Wp)))
+    if spec.mask_embedding:  # XLNetModel.mask_emb, (1, 1, d_model)
+        add(("embed.mask", E, "d_model", "", 1, "", "the masked tokens' stand-in (XLNet)", None,
+             (1, 1, E)))
     if spec.layout_positions:  # LayoutLMEmbeddings: x, y, h and w tables, summed in
         n = spec.layout_positions
         add(("embed.layout_positions", 4 * n * E, "4 · layout_positions × d_model", "", 1, "",
@@ -204,6 +209,7 @@ def count_params(spec: ModelSpec) -> Breakdown:
             n = g.weights
             if blk.attn is not None:
                 _attention(add, blk.attn, blk.norm, E, f"{g.name}.attn.", g.name, n)
+                _attention_extras(add, spec, f"{g.name}.attn.", g.name, n)
             if blk.mixer is not None:
                 _recurrent(add, blk.mixer, blk.norm, E, f"{g.name}.mixer.", g.name, n)
             for which in _position_projections(spec) if spec.rel_projections else ():
@@ -221,6 +227,8 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      "built, never run by a decoder alone (no encoder states)", None, ()))
             if blk.ffn is not None:
                 _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, n, blk.norm)
+            if spec.lang_adapters:
+                _lang_adapters(add, spec, f"{g.name}.adapters.", g.name, n, (norm_n, norm_why))
             if blk.ple:
                 # Gemma4TextDecoderLayer: per_layer_input_gate, per_layer_projection,
                 # post_per_layer_input_norm
@@ -406,6 +414,50 @@ def _classifier(add, spec: ModelSpec, norm_n: int,  # type: ignore[no-untyped-de
     add(("head.classifier.weight", E * n, "d_model × num_labels", "", 1, "", "", None, (n, E)))
     if spec.classifier_bias:
         add(("head.classifier.bias", n, "num_labels", "", 1, "", "", None, ()))
+
+
+def _attention_extras(add, spec: ModelSpec, p: str, group: str,  # type: ignore[no-untyped-def]
+                      n: int) -> None:
+    """The attention's tensors beyond Q, K, V and O that some encoders add, per layer."""
+    E, H, dh = spec.d_model, spec.n_heads, spec.head_dim
+    if spec.global_qkv:
+        # LongformerSelfAttention: query_global, key_global, value_global (nn.Linear)
+        for which in ("query_global", "key_global", "value_global"):
+            add((f"{p}{which}.weight", E * H * dh, "d_model × (n_heads · d_head)", "", n, group,
+                 "global attention's own projection (Longformer)", None, (H * dh, E)))
+            add((f"{p}{which}.bias", H * dh, "n_heads · d_head", "", n, group, "", None, ()))
+    if spec.xl_relative:
+        # XLNetRelativeAttention (r, r_w_bias, r_r_bias, r_s_bias, seg_embed); Funnel's
+        # FunnelRelMultiheadAttention names them r_kernel, r_w_bias, r_r_bias, r_s_bias,
+        # seg_embed, the same shapes
+        add((f"{p}relative.weight", E * H * dh, "d_model × (n_heads · d_head)", "", n, group,
+             "projects the relative positions' encodings (no bias)", None, (E, H, dh)))
+        add((f"{p}relative.biases", 3 * H * dh, "3 · n_heads · d_head", "", n, group,
+             "content, position and segment biases", None, (3, H, dh)))
+        add((f"{p}segment_embed", 2 * H * dh, "2 · n_heads · d_head", "", n, group,
+             "same and different segment", None, (2, H, dh)))
+    if spec.value_conv:
+        # NystromformerSelfAttention.conv: nn.Conv2d(heads, heads, (k, 1), groups=heads,
+        # bias=False)
+        k = spec.value_conv
+        add((f"{p}value_conv.weight", H * k, "n_heads · value_conv", "", n, group,
+             "a depthwise convolution over each head's values", None, (H, 1, k, 1)))
+
+
+def _lang_adapters(add, spec: ModelSpec, p: str, group: str, n: int,  # type: ignore[no-untyped-def]
+                   norm: tuple[int, str]) -> None:
+    """XmodOutput: a bottleneck adapter per language (XmodAdapter: dense1, dense2), and a
+    norm of their own when adapter_layer_norm."""
+    E, A, N = spec.d_model, spec.adapter_width, spec.lang_adapters
+    add((f"{p}down.weight", N * E * A, "lang_adapters · d_model × adapter_width", "", n, group,
+         "one adapter per language", None, (N, A, E)))
+    add((f"{p}down.bias", N * A, "lang_adapters · adapter_width", "", n, group, "", None,
+         (N, A)))
+    add((f"{p}up.weight", N * A * E, "lang_adapters · adapter_width × d_model", "", n, group,
+         "", None, (N, E, A)))
+    add((f"{p}up.bias", N * E, "lang_adapters · d_model", "", n, group, "", None, (N, E)))
+    if spec.adapter_norm:
+        add((f"{p}norm", norm[0], norm[1], "", n, group, "", None, ()))
 
 
 def _position_projections(spec: ModelSpec) -> tuple[str, ...]:

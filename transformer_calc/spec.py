@@ -110,6 +110,10 @@ class ModelSpec:
     model_type: str = _f("", "the Hugging Face model_type the spec was read from (empty: "
                          "written by hand); the op graph reads a family's forward code by it",
                          arch=False)
+    unmodelled: str = _f("", "what tcalc's FLOPs and training activations do not model in "
+                         "this model's forward (its attention or mixer): tcalc flops and "
+                         "training memory refuse it, naming this; empty: all modelled",
+                         arch=False)
     dropout: float = _f(0.0, "dropout probability in training (0: no dropout masks are kept; "
                         "GPT-2, BERT: 0.1)", arch=False)
     attention_dropout: float | None = _f(None, "dropout on the attention probabilities, when "
@@ -216,6 +220,24 @@ class ModelSpec:
     rel_span: str = _f("table", "rows of the relative table a layer projects: table (all of "
                        "them, DeBERTa-v2) or sequence (2 · min(T, rel_embeddings / 2), "
                        "DeBERTa v1's compute_attention_span)", choices=("table", "sequence"))
+    xl_relative: bool = _f(False, "Transformer-XL's relative attention with segment terms "
+                           "(XLNet, Funnel): per layer a bias-free d_model → n_heads · d_head "
+                           "projection of the relative positions, content, position and "
+                           "segment biases (n_heads · d_head each) and a segment embedding "
+                           "(2 · n_heads · d_head)")
+    global_qkv: bool = _f(False, "Longformer's global-attention projections beside Q, K and V "
+                          "(query_global, key_global, value_global): d_model × n_heads · "
+                          "d_head and a bias each, per layer")
+    value_conv: int = _f(0, "Nyströmformer's depthwise convolution over each head's values "
+                         "(conv_kernel_size): a kernel of this width per head and layer, no "
+                         "bias; 0: none", minimum=0)
+    lang_adapters: int = _f(0, "X-MOD's language adapters: per layer, this many bottleneck "
+                            "adapters (d_model → adapter_width → d_model, biased) after the "
+                            "FFN, one run per token's language; 0: none", minimum=0)
+    adapter_width: int = _f(0, "their inner width (X-MOD: hidden_size // "
+                            "adapter_reduction_factor)", minimum=0)
+    adapter_norm: bool = _f(False, "a norm of its own before each layer's adapters (X-MOD "
+                            "adapter_layer_norm)")
 
     # -- block ----------------------------------------------------------------------------
     ffn: str = _f("plain", "FFN kind: plain (2 matrices), gated (3: SwiGLU, GeGLU) or "
@@ -529,6 +551,8 @@ class ModelSpec:
     mlm_width: int | None = _f(None, "width of the MLM head's dense output, its norm and the "
                                "decoder's input (default: embed_proj_dim when embed_factorized, "
                                "else d_model; RemBERT: output_embedding_size)", minimum=1)
+    mask_embedding: bool = _f(False, "a learned d_model vector standing in for the masked "
+                              "tokens' content in two-stream attention (XLNet's mask_emb)")
     side_embeddings: str = _f("", "extra token tables beside the word embedding, as 'rows x "
                               "width' items separated by spaces (RoCBERT: '24858x512 910x768', "
                               "its shape and pronunciation tables)")
@@ -695,6 +719,18 @@ class ModelSpec:
         (v1, rel_span sequence) 2 · att_span, att_span = min(T, max_relative_positions)."""
         R = self.rel_embeddings
         return min(R, 2 * seq_len) if self.rel_span == "sequence" else R
+
+    @property
+    def costs_unmodelled(self) -> str:
+        """What tcalc's FLOPs and training activations do not model in this model's forward:
+        ``unmodelled``, else the fields whose tensors are counted as parameters only."""
+        if self.unmodelled:
+            return self.unmodelled
+        named = [name for name, on in (
+            ("xl_relative", self.xl_relative), ("global_qkv", self.global_qkv),
+            ("value_conv", self.value_conv), ("lang_adapters", self.lang_adapters),
+            ("mask_embedding", self.mask_embedding)) if on]
+        return f"{', '.join(named)}: counted as parameters only" if named else ""
 
     @property
     def kv_heads(self) -> int:

@@ -1,0 +1,162 @@
+"""Encoders on BERT's layout whose layers hold tensors of their own: one record per model_type
+(transformers 5.23), registered by hf.py beside its ENCODERS.
+
+Each record names the class counted, hf.Encoder's fields (the BERT-style layout it shares),
+the heads its classification classes put on it, and what its forward runs that tcalc's FLOPs
+and training activations do not model: ``tcalc flops`` and training ``tcalc memory`` refuse
+these types naming it, rather than print a number for another attention. This module imports
+hf lazily (hf imports it), so it holds data and mappers only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from transformer_calc.errors import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from transformer_calc.hf import Config
+
+
+class Layered(NamedTuple):
+    """A model_type on hf.Encoder's layout with tensors beyond it (``fields``: the spec fields
+    the file decides), its heads (hf.HEADS' entry it shares, or Heads' fields) and what its
+    forward runs that tcalc does not model."""
+
+    encoder: dict[str, Any]  # hf.Encoder's fields
+    fields: Callable[[Config], dict[str, Any]]
+    unmodelled: str
+    heads: str | dict[str, Any] = "roberta"
+    # (the config class's dropout keys and their default)
+    dropout: tuple[tuple[str, ...], float] = (
+        ("hidden_dropout_prob", "attention_probs_dropout_prob"), 0.1)
+
+
+def _longformer(c: Config) -> dict[str, Any]:
+    """LongformerSelfAttention: query_global, key_global and value_global beside the local
+    projections."""
+    return {"global_qkv": True}
+
+
+def _xlnet(c: Config) -> dict[str, Any]:
+    """XLNetModel: a token table and mask_emb, no positions (relative encodings, projected by
+    each layer's r), layers of XLNetRelativeAttention (q, k, v, o without biases) and
+    XLNetFeedForward, post-norm; XLNetLMHeadModel's lm_loss is tied to the tokens with a bias
+    of its own. The classification heads' SequenceSummary is a biased d_model projection
+    (summary_use_proj) before logits_proj."""
+    c.refuse("summary_type", lambda v: v == "attn", "XLNet's 'attn' summary: transformers "
+             "5.23 raises NotImplementedError")
+    c.refuse("summary_proj_to_labels", bool, "a summary projected to the labels before "
+             "logits_proj is not modelled")
+    if c.task in ("seq_cls", "multiple_choice") and not c.t("summary_use_proj", True):
+        raise SpecError("summary_use_proj", "true (a sequence summary without its projection "
+                        "is not modelled)", c.data.get("summary_use_proj"), source=c.where)
+    return {"xl_relative": True, "mask_embedding": True, "max_positions": 0}
+
+
+def _funnel(c: Config) -> dict[str, Any]:
+    """FunnelModel: block_sizes layers in the encoder (block_repeats runs a block's layers
+    again with the same weights) and num_decoder_layers more in the decoder; FunnelBaseModel
+    (under the sequence classification and multiple choice classes) has no decoder. Each layer
+    is FunnelRelMultiheadAttention (q_head without a bias; r_kernel and its biases, seg_embed)
+    and FunnelPositionwiseFFN, post-norm; the embeddings are tokens and a norm."""
+    blocks, repeats = c.t("block_sizes"), c.t("block_repeats")
+    if not isinstance(blocks, (list, tuple)) or not blocks or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in blocks):
+        raise SpecError("block_sizes", "a list of integers >= 1 (layers per block)", blocks,
+                        source=c.where)
+    if repeats is not None and (not isinstance(repeats, (list, tuple))
+                                or len(repeats) != len(blocks)):
+        raise SpecError("block_repeats", f"a list of {len(blocks)} integers, one per block "
+                        "(FunnelConfig)", repeats, source=c.where)
+    decoder = c.t("num_decoder_layers", 2)
+    if isinstance(decoder, bool) or not isinstance(decoder, int) or decoder < 0:
+        raise SpecError("num_decoder_layers", "an integer >= 0", decoder, source=c.where)
+    base = c.task in ("seq_cls", "multiple_choice")  # FunnelBaseModel
+    if repeats is not None and any(r != 1 for r in repeats):
+        c.notes.append("block_repeats runs a block's layers again with the same weights: "
+                       "counted once, as transformers builds them")
+    return {"n_layers": sum(blocks) + (0 if base else decoder), "xl_relative": True,
+            "bias_q": False, "max_positions": 0}
+
+
+def _xmod(c: Config) -> dict[str, Any]:
+    """XmodOutput: one XmodAdapter (dense1 to hidden_size // adapter_reduction_factor,
+    dense2 back) per entry of languages, after the FFN's output; a norm of their own when
+    adapter_layer_norm. pre_norm moves the layers' norms before their sublayers and adds the
+    encoder's final norm (XmodEncoder.LayerNorm)."""
+    languages = c.t("languages", ["en_XX"])
+    if not isinstance(languages, (list, tuple)) or not languages:
+        raise SpecError("languages", "a list of language codes (one adapter each)", languages,
+                        source=c.where)
+    factor = c.t("adapter_reduction_factor", 2)
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+        raise SpecError("adapter_reduction_factor", "an integer >= 1", factor, source=c.where)
+    pre = bool(c.t("pre_norm", False))
+    # (an nn.ModuleDict keyed by str(language): a repeated code is one adapter)
+    return {"lang_adapters": len(dict.fromkeys(str(code) for code in languages)),
+            "adapter_width": c.t("hidden_size") // factor,
+            "adapter_norm": bool(c.t("adapter_layer_norm", False)),
+            "norm_position": "pre" if pre else "post", "final_norm": pre}
+
+
+def _nystromformer(c: Config) -> dict[str, Any]:
+    """NystromformerSelfAttention: a depthwise nn.Conv2d over each head's values, of width
+    conv_kernel_size (NystromformerConfig types it int: a null is refused, as transformers
+    5.23's strict config refuses it)."""
+    k = c.data.get("conv_kernel_size", c.t("conv_kernel_size"))
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise SpecError("conv_kernel_size", "an integer >= 1", k, source=c.where)
+    return {"value_conv": k}
+
+
+LAYERED: dict[str, Layered] = {
+    "longformer": Layered(
+        {"cls": "LongformerForMaskedLM"}, _longformer,
+        "its sliding-window attention over attention_window keys, run in overlapping chunks, "
+        "with global tokens (LongformerSelfAttention)"),
+    "xlnet": Layered(
+        {"cls": "XLNetLMHeadModel", "keys": (
+            ("hidden_size", "d_model"), ("num_hidden_layers", "n_layer"),
+            ("num_attention_heads", "n_head"), ("intermediate_size", "d_inner"),
+            ("hidden_act", "ff_activation")),
+         "token_types": False, "qkv_bias": False, "o_bias": False, "embedding_norm": False,
+         "head": "bias", "position": "none"},
+        _xlnet, "XLNet's two-stream relative attention (XLNetRelativeAttention: position "
+        "and segment terms, relative shifts)",
+        heads={"seq_cls": "dense", "seq_bias": True, "qa_labels": 0,
+               "multiple_choice": "dense"},
+        dropout=(("dropout",), 0.1)),
+    "funnel": Layered(
+        {"cls": "FunnelForMaskedLM", "keys": (
+            ("hidden_size", "d_model"), ("num_attention_heads", "n_head"),
+            ("intermediate_size", "d_inner"), ("head_dim", "d_head")),
+         "token_types": False, "head": "bias", "position": "none", "head_dim": True},
+        _funnel, "Funnel's pooling of the sequence between blocks and its relative attention "
+        "(FunnelRelMultiheadAttention)", heads="dense",
+        dropout=(("hidden_dropout", "attention_dropout"), 0.1)),
+    "xmod": Layered(
+        {"cls": "XmodForMaskedLM"}, _xmod,
+        "X-MOD's language adapters, each run on its language's tokens (XmodOutput)"),
+    "nystromformer": Layered(
+        {"cls": "NystromformerForMaskedLM", "position_offset": 2}, _nystromformer,
+        "Nyström attention over num_landmarks segment means and its value convolution "
+        "(NystromformerSelfAttention)",
+        # (its question-answering class sets num_labels 2 before qa_outputs)
+        heads={"seq_cls": "dense", "seq_bias": True, "qa_labels": 2,
+               "multiple_choice": "dense"}),
+}
+
+
+def mapper(model_type: str) -> Callable[[Config], dict[str, Any]]:
+    """The model type's mapper: hf's encoder mapping, the record's own fields over it."""
+    record = LAYERED[model_type]
+
+    def read(c: Config) -> dict[str, Any]:
+        from transformer_calc.hf import ENCODERS, _encoder
+
+        values = _encoder(c, ENCODERS[model_type])
+        return values | record.fields(c) | {"unmodelled": record.unmodelled}
+    return read
