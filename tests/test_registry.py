@@ -35,8 +35,8 @@ assert CASES["transformers"] == "5.23.0"
 # The encoders whose layers hold tensors beyond BERT's (hf_encoders.py), each class of theirs:
 # `tools/check_registry.py --cases 4 --flops 8 --task
 # lm,base,seq_cls,token_cls,qa,multiple_choice,causal --write
-# tests/data/registry_encoders_layered.json longformer xlnet funnel xmod nystromformer`
-# (tcalc refuses their FLOPs, so none are recorded)
+# tests/data/registry_encoders_layered.json longformer xlnet funnel convbert xmod luke fnet
+# nystromformer esmc` (FLOPs recorded for ESMC's head class: tcalc refuses the others')
 for _name in ("registry_mixers_T8.json", "registry_mixers_T64.json",
               "registry_cases_more.json", "registry_causal_decoders.json",
               "registry_encoders_layered.json"):
@@ -263,7 +263,8 @@ def test_every_wrapper_has_its_default_and_drawn_cases() -> None:
 
 
 LAYERED_CLASSES = {  # each class of theirs, recorded (tests/data/registry_encoders_layered.json)
-    "longformer": 6, "xlnet": 6, "funnel": 6, "xmod": 7, "nystromformer": 6}
+    "longformer": 6, "xlnet": 6, "funnel": 6, "convbert": 6, "xmod": 7, "luke": 6, "fnet": 6,
+    "nystromformer": 6, "esmc": 4}
 
 
 def test_layered_encoders_have_every_class_recorded_on_drawn_configs() -> None:
@@ -284,6 +285,9 @@ def test_layered_encoders_have_every_class_recorded_on_drawn_configs() -> None:
     ("funnel", "Funnel's pooling of the sequence between blocks"),
     ("xmod", "X-MOD's language adapters"),
     ("nystromformer", "Nyström attention over num_landmarks segment means"),
+    ("convbert", "ConvBERT's span-based dynamic convolution heads"),
+    ("luke", "LUKE's entity inputs and entity-aware attention"),
+    ("fnet", "FNet's Fourier transforms over the sequence and the hidden width"),
 ])
 def test_layered_encoders_refuse_flops_and_training_memory_naming_what(
         cli, tmp_path, model_type: str, what: str) -> None:
@@ -306,6 +310,11 @@ def test_layered_encoders_refuse_flops_and_training_memory_naming_what(
     ({"model_type": "xmod", "adapter_reduction_factor": 0}, "adapter_reduction_factor"),
     ({"model_type": "nystromformer", "conv_kernel_size": None}, "conv_kernel_size"),
     ({"model_type": "xlnet", "summary_type": "attn"}, "summary_type"),
+    ({"model_type": "convbert", "num_groups": 2}, "num_groups"),
+    ({"model_type": "convbert", "head_ratio": 0}, "head_ratio"),
+    ({"model_type": "luke", "entity_vocab_size": 0}, "entity_vocab_size"),
+    ({"model_type": "esmc", "hidden_size": 64, "num_attention_heads": 4, "head_dim": 8},
+     "head_dim"),
     ({"model_type": "xlnet", "architectures": ["XLNetForSequenceClassification"],
       "summary_use_proj": False}, "summary_use_proj"),
 ])
@@ -328,3 +337,15 @@ def test_a_preset_with_tensors_costs_do_not_run_refuses_flops_and_training_memor
         count_flops(spec, 8)
     with pytest.raises(TcalcError, match="^mine: training activations not modelled"):
         memory_report(spec, Settings(seq_len=8))
+
+
+def test_esmc_flops_are_modelled_and_its_training_memory_refused(cli, tmp_path) -> None:
+    # its head class's FLOPs equal FlopCounterMode (tests/data/registry_encoders_layered.json,
+    # test_forward_flops_equal_flop_counter); its activations are not measured
+    assert sum("flops_per_token_T8" in c for c in CASES["cases"]
+               if c["config"]["model_type"] == "esmc") == 4
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(FIRST_CASE["esmc"]["config"] | {"num_hidden_layers": 2}))
+    assert cli.json("flops", str(path), "--seq-len", "8")["forward_flops_per_token"] > 0
+    err = cli("memory", str(path), code=2).stderr
+    assert err.startswith("Error: esmc: training activations not modelled (ESMC's layer norms")

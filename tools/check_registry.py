@@ -182,6 +182,13 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
         cfg |= {"languages": rng.sample(["en_XX", "de_DE", "fr_XX"], rng.choice([1, 2, 3])),
                 "adapter_reduction_factor": rng.choice([2, 4]),
                 "adapter_layer_norm": rng.random() < 0.5, "pre_norm": rng.random() < 0.5}
+    if "head_ratio" in fields:  # ConvBERT: attention heads kept, convolution width, embeddings
+        cfg |= {"head_ratio": rng.choice([1, 2, 4]), "conv_kernel_size": rng.choice([3, 9]),
+                "embedding_size": rng.choice([cfg["hidden_size"], 8])}
+    if "entity_vocab_size" in fields:  # LUKE: a small entity table, its width, its queries
+        cfg |= {"entity_vocab_size": rng.choice([50, 64]),
+                "entity_emb_size": rng.choice([8, cfg["hidden_size"]]),
+                "use_entity_aware_attention": rng.random() < 0.5}
     if "conv_kernel_size" in fields and "num_landmarks" in fields:  # Nystromformer
         cfg["conv_kernel_size"] = rng.choice([3, 9, 65])
     # an explicit null is the config class's to derive (K/V heads = heads, head_dim = d / h)
@@ -512,6 +519,9 @@ def main() -> None:
                                "tie_word_embeddings": rng.random() < 0.5, **top}
             elif attempts:
                 config = {"model_type": model_type, **named, **draw(rng, fields)}
+                if model_type == "esmc":  # no GQA (EsmcConfig), heads as wide as hidden_size
+                    config |= {"num_key_value_heads": config["num_attention_heads"],
+                               "head_dim": config["hidden_size"] // config["num_attention_heads"]}
                 if whisper:  # the encoder's own sizes: its input and its (frozen) positions
                     config |= {"num_mel_bins": rng.choice([8, 80]),
                                "max_source_positions": rng.choice([16, 32]),
@@ -536,7 +546,8 @@ def main() -> None:
             # drawn configs only, and small ones (a family whose keys the draw does not
             # shrink keeps its full size): the counter runs the model with real weights
             # (not with zero-computation experts: the FLOPs then follow the random routing)
-            if args.flops and len(config) > 1 + len(named) and want < 50_000_000 \
+            # (the type's head class only: tcalc's FLOPs leave the classification heads out)
+            if args.flops and not task and len(config) > 1 + len(named) and want < 50_000_000 \
                     and not config.get("zero_expert_num"):
                 try:
                     ref = flops_per_token(config, args.flops)

@@ -32,9 +32,10 @@ def render() -> str:
                                                    if r.decoder_cls else ""))
                for t, r in SEQ2SEQ.items()},
             **dict.fromkeys(T5S, "T5 record (hf.T5S)"),
-            **dict.fromkeys(LAYERED, "encoder record with tensors of its own "
-                            "(hf_encoders.LAYERED): parameters only, its FLOPs and training "
-                            "memory refused by name")}
+            **{t: "encoder record (hf_encoders.LAYERED): " + (
+                "tensors of its own, counted as parameters only: its FLOPs and training "
+                "memory refused by name" if r.unmodelled else "its training memory refused "
+                "by name") for t, r in LAYERED.items()}}
     lines = [
         "# Model types tcalc reads from a config.json",
         "",

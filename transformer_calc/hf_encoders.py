@@ -4,7 +4,8 @@
 Each record names the class counted, hf.Encoder's fields (the BERT-style layout it shares),
 the heads its classification classes put on it, and what its forward runs that tcalc's FLOPs
 and training activations do not model: ``tcalc flops`` and training ``tcalc memory`` refuse
-these types naming it, rather than print a number for another attention. This module imports
+these types naming it, rather than print a number for another attention (ESMC's FLOPs are
+modelled, its training activations refused). This module imports
 hf lazily (hf imports it), so it holds data and mappers only.
 """
 
@@ -29,6 +30,8 @@ class Layered(NamedTuple):
     fields: Callable[[Config], dict[str, Any]]
     unmodelled: str
     heads: str | dict[str, Any] = "roberta"
+    # what the training activations' rules do not model when the FLOPs are
+    activations_unmodelled: str = ""
     # (the config class's dropout keys and their default)
     dropout: tuple[tuple[str, ...], float] = (
         ("hidden_dropout_prob", "attention_probs_dropout_prob"), 0.1)
@@ -112,6 +115,64 @@ def _nystromformer(c: Config) -> dict[str, Any]:
     return {"value_conv": k}
 
 
+def _convbert(c: Config) -> dict[str, Any]:
+    """ConvBertSelfAttention: num_attention_heads // head_ratio heads (at least one), each
+    (hidden_size // heads) // 2 wide, beside the span-based convolution of conv_kernel_size;
+    the FFN as BERT's when num_groups is 1 (GroupedLinearLayer otherwise)."""
+    c.refuse("num_groups", lambda v: v != 1, "ConvBERT's grouped FFN (GroupedLinearLayer) is "
+             "not modelled")
+    E, heads = c.t("hidden_size"), c.t("num_attention_heads")
+    ratio, k = c.t("head_ratio", 2), c.t("conv_kernel_size", 9)
+    for key, value in (("head_ratio", ratio), ("conv_kernel_size", k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(key, "an integer >= 1", value, source=c.where)
+    H = max(heads // ratio, 1)
+    if E % H:
+        raise SpecError("num_attention_heads", f"a count whose num_attention_heads // "
+                        f"head_ratio ({H}) divides hidden_size={E} (ConvBertSelfAttention)",
+                        heads, source=c.where)
+    if (E // H) // 2 < 1:
+        raise SpecError("hidden_size", f"at least 2 per attention head ({H} heads)", E,
+                        source=c.where)
+    return {"n_heads": H, "d_head": (E // H) // 2, "span_conv": k}
+
+
+def _fnet(c: Config) -> dict[str, Any]:
+    """FNetModel: embeddings normed, then projected (FNetEmbeddings.projection, biased); layers
+    of a Fourier transform (no parameters) and its norm, then BERT's FFN; the pooler in every
+    class; the MLM head as BERT's."""
+    L = c.t("num_hidden_layers")
+    return {"n_heads": 0, "layer_attention": "X*", "fourier_mixer": True,
+            "embed_factorized": True, "embed_proj_dim": c.t("hidden_size"),
+            "pooler": True, "n_layers": L}
+
+
+def _luke(c: Config) -> dict[str, Any]:
+    """LukeModel: RoBERTa's embeddings and layers beside LukeEntityEmbeddings, the entity-aware
+    queries when use_entity_aware_attention, BERT's pooler; LukeForMaskedLM's word decoder is
+    its own (only the entity decoder is tied), and its entity prediction head."""
+    Ne, We = c.t("entity_vocab_size"), c.t("entity_emb_size")
+    for key, value in (("entity_vocab_size", Ne), ("entity_emb_size", We)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(key, "an integer >= 1", value, source=c.where)
+    return {"entity_vocab": Ne, "entity_width": We,
+            "entity_queries": bool(c.t("use_entity_aware_attention", True)),
+            "entity_head": c.task == "lm", "mlm_decoder_untied": c.task == "lm"}
+
+
+def _esmc(c: Config) -> dict[str, Any]:
+    """EsmcModel: a token table, pre-norm layers (EsmcLayerNorm with a bias) of rotary
+    attention with K/V heads, QK-norms over the heads' width and a gated MLP, a final norm
+    without a bias; EsmcMaskedLMHead's decoder is its own (the class ties nothing)."""
+    E, H, dh = c.t("hidden_size"), c.t("num_attention_heads"), c.t("head_dim")
+    if dh is not None and H and dh * H != E:
+        raise SpecError("head_dim", f"hidden_size / num_attention_heads = {E} / {H} (EsmcAttention "
+                        "norms the queries and keys over hidden_size: another width cannot run)",
+                        dh, source=c.where)
+    return {"n_kv_heads": c.kv_heads(None, H), "qk_norm": "width",
+            "qk_final_norm": "layernorm_nobias", "mlm_bias": "decoder"}
+
+
 LAYERED: dict[str, Layered] = {
     "longformer": Layered(
         {"cls": "LongformerForMaskedLM"}, _longformer,
@@ -140,6 +201,30 @@ LAYERED: dict[str, Layered] = {
     "xmod": Layered(
         {"cls": "XmodForMaskedLM"}, _xmod,
         "X-MOD's language adapters, each run on its language's tokens (XmodOutput)"),
+    "convbert": Layered(
+        {"cls": "ConvBertForMaskedLM", "factorized": "embedding_size", "mlm_bias": "decoder"},
+        _convbert, "ConvBERT's span-based dynamic convolution heads (ConvBertSelfAttention)",
+        # (its multiple choice summary has no projection: ConvBertConfig has no
+        # summary_use_proj)
+        heads={"seq_cls": "dense", "seq_bias": True, "qa_labels": 0}),
+    "fnet": Layered(
+        {"cls": "FNetForMaskedLM"}, _fnet,
+        "FNet's Fourier transforms over the sequence and the hidden width "
+        "(FNetBasicFourierTransform)",
+        heads={"pooled": ("base", "seq_cls", "token_cls", "qa", "multiple_choice"),
+               "seq_bias": True, "qa_labels": 0},
+        dropout=(("hidden_dropout_prob",), 0.1)),
+    "esmc": Layered(
+        {"cls": "EsmcForMaskedLM", "token_types": False, "embedding_norm": False,
+         "norm_position": "pre", "final_norm": True, "ffn": "gated", "position": "rope",
+         "head_dim": True, "qkv_bias": "attention_bias", "o_bias": "attention_bias",
+         "ffn_in_bias": "mlp_bias", "ffn_out_bias": "mlp_bias", "untied_head": True}, _esmc,
+        "", heads={"seq_cls": "dense", "seq_bias": True}, dropout=(("attention_dropout",), 0.0),
+        activations_unmodelled="ESMC's layer norms cast back to the input's dtype "
+        "(EsmcLayerNorm) and its bidirectional rotary attention, not measured"),
+    "luke": Layered(
+        {"cls": "LukeForMaskedLM", "pooler": True}, _luke,
+        "LUKE's entity inputs and entity-aware attention (LukeSelfAttention)", heads="roberta"),
     "nystromformer": Layered(
         {"cls": "NystromformerForMaskedLM", "position_offset": 2}, _nystromformer,
         "Nyström attention over num_landmarks segment means and its value convolution "
@@ -158,5 +243,7 @@ def mapper(model_type: str) -> Callable[[Config], dict[str, Any]]:
         from transformer_calc.hf import ENCODERS, _encoder
 
         values = _encoder(c, ENCODERS[model_type])
-        return values | record.fields(c) | {"unmodelled": record.unmodelled}
+        return values | record.fields(c) | {
+            "unmodelled": record.unmodelled,
+            "activations_unmodelled": record.activations_unmodelled}
     return read

@@ -114,6 +114,10 @@ class ModelSpec:
                          "this model's forward (its attention or mixer): tcalc flops and "
                          "training memory refuse it, naming this; empty: all modelled",
                          arch=False)
+    activations_unmodelled: str = _f("", "what tcalc's training activations do not model "
+                                     "in this model's forward when its FLOPs are: training "
+                                     "memory refuses it, naming this; empty: none",
+                                     arch=False)
     dropout: float = _f(0.0, "dropout probability in training (0: no dropout masks are kept; "
                         "GPT-2, BERT: 0.1)", arch=False)
     attention_dropout: float | None = _f(None, "dropout on the attention probabilities, when "
@@ -231,6 +235,17 @@ class ModelSpec:
     value_conv: int = _f(0, "Nyströmformer's depthwise convolution over each head's values "
                          "(conv_kernel_size): a kernel of this width per head and layer, no "
                          "bias; 0: none", minimum=0)
+    span_conv: int = _f(0, "ConvBERT's span-based dynamic convolution beside the attention "
+                        "heads (conv_kernel_size): per layer a separable convolution of the "
+                        "keys' input, a projection to a kernel per head and position, the "
+                        "convolved values' projection, and an output projection that reads "
+                        "both halves (d_model × d_model); 0: none", minimum=0)
+    fourier_mixer: bool = _f(False, "FNet's Fourier transform over the sequence and the hidden "
+                             "width in place of attention (layer_attention X): no parameters "
+                             "but the norm after it, one per layer")
+    entity_queries: bool = _f(False, "LUKE's entity-aware attention: word-to-entity, "
+                              "entity-to-word and entity-to-entity query projections beside Q "
+                              "(d_model × n_heads · d_head and a bias each), per layer")
     lang_adapters: int = _f(0, "X-MOD's language adapters: per layer, this many bottleneck "
                             "adapters (d_model → adapter_width → d_model, biased) after the "
                             "FFN, one run per token's language; 0: none", minimum=0)
@@ -324,6 +339,9 @@ class ModelSpec:
     sub_norms: bool = _f(False, "a norm over the attention output before its output projection "
                          "and one over the FFN's inner width before its down projection "
                          "(BitNet's attn_sub_norm, ffn_sub_norm)")
+    qk_final_norm: str = _f("same", "the norm kind of the QK-norms and the final norm: same "
+                            "(norm's), or another (ESMC: layernorm_nobias beside its layers' "
+                            "layernorm)", choices=("same", *NORMS))
     qk_norm: str = _f("none", "norm on queries and keys: none, head (one norm over d_head, "
                       "shared by the heads: Qwen3, Gemma 3), width (over n_heads · d_head: "
                       "OLMo-2, Cohere) or l2 (an RMS norm per head without a weight, in the RoPE "
@@ -553,6 +571,17 @@ class ModelSpec:
                                "else d_model; RemBERT: output_embedding_size)", minimum=1)
     mask_embedding: bool = _f(False, "a learned d_model vector standing in for the masked "
                               "tokens' content in two-stream attention (XLNet's mask_emb)")
+    entity_vocab: int = _f(0, "LUKE's entity vocabulary: a table of entity_vocab × "
+                           "entity_width, projected to d_model (no bias) when narrower, with "
+                           "position and token-type tables and a norm of its own; 0: none",
+                           minimum=0)
+    entity_width: int = _f(0, "its width (LUKE entity_emb_size)", minimum=0)
+    entity_head: bool = _f(False, "LUKE's entity prediction head (entity_predictions): a "
+                           "biased dense d_model → entity_width, a norm, a decoder tied to the "
+                           "entity table (with tie_embeddings) and a bias")
+    mlm_decoder_untied: bool = _f(False, "the MLM decoder keeps a weight of its own whatever "
+                                  "tie_embeddings says (LukeForMaskedLM ties its entity "
+                                  "decoder only)")
     side_embeddings: str = _f("", "extra token tables beside the word embedding, as 'rows x "
                               "width' items separated by spaces (RoCBERT: '24858x512 910x768', "
                               "its shape and pronunciation tables)")
@@ -729,7 +758,9 @@ class ModelSpec:
         named = [name for name, on in (
             ("xl_relative", self.xl_relative), ("global_qkv", self.global_qkv),
             ("value_conv", self.value_conv), ("lang_adapters", self.lang_adapters),
-            ("mask_embedding", self.mask_embedding)) if on]
+            ("mask_embedding", self.mask_embedding), ("span_conv", self.span_conv),
+            ("fourier_mixer", self.fourier_mixer), ("entity_vocab", self.entity_vocab),
+            ("entity_queries", self.entity_queries)) if on]
         return f"{', '.join(named)}: counted as parameters only" if named else ""
 
     @property
