@@ -36,7 +36,8 @@ assert CASES["transformers"] == "5.23.0"
 # `tools/check_registry.py --cases 4 --flops 8 --task
 # lm,base,seq_cls,token_cls,qa,multiple_choice,causal --write
 # tests/data/registry_encoders_layered.json longformer xlnet funnel convbert xmod luke fnet
-# nystromformer esmc` (FLOPs recorded for ESMC's head class: tcalc refuses the others')
+# nystromformer esmc ultrabert` (FLOPs recorded for ESMC's head class: tcalc refuses the
+# others')
 for _name in ("registry_mixers_T8.json", "registry_mixers_T64.json",
               "registry_cases_more.json", "registry_causal_decoders.json",
               "registry_encoders_layered.json"):
@@ -264,7 +265,7 @@ def test_every_wrapper_has_its_default_and_drawn_cases() -> None:
 
 LAYERED_CLASSES = {  # each class of theirs, recorded (tests/data/registry_encoders_layered.json)
     "longformer": 6, "xlnet": 6, "funnel": 6, "convbert": 6, "xmod": 7, "luke": 6, "fnet": 6,
-    "nystromformer": 6, "esmc": 4}
+    "nystromformer": 6, "esmc": 4, "ultrabert": 5}
 
 
 def test_layered_encoders_have_every_class_recorded_on_drawn_configs() -> None:
@@ -288,6 +289,7 @@ def test_layered_encoders_have_every_class_recorded_on_drawn_configs() -> None:
     ("convbert", "ConvBERT's span-based dynamic convolution heads"),
     ("luke", "LUKE's entity inputs and entity-aware attention"),
     ("fnet", "FNet's Fourier transforms over the sequence and the hidden width"),
+    ("ultrabert", "Ultrabert's bidirectional sliding-window layers"),
 ])
 def test_layered_encoders_refuse_flops_and_training_memory_naming_what(
         cli, tmp_path, model_type: str, what: str) -> None:
@@ -313,6 +315,11 @@ def test_layered_encoders_refuse_flops_and_training_memory_naming_what(
     ({"model_type": "convbert", "num_groups": 2}, "num_groups"),
     ({"model_type": "convbert", "head_ratio": 0}, "head_ratio"),
     ({"model_type": "luke", "entity_vocab_size": 0}, "entity_vocab_size"),
+    ({"model_type": "luke", "entity_emb_size": 2**41}, "entity_emb_size"),
+    ({"model_type": "ultrabert", "prediction_head_size": 0}, "prediction_head_size"),
+    ({"model_type": "funnel", "block_sizes": [60_000, 60_000]}, "block_sizes"),
+    ({"model_type": "funnel", "d_head": 0}, "d_head"),
+    ({"model_type": "xmod", "languages": [["en_XX"]]}, "languages"),
     ({"model_type": "esmc", "hidden_size": 64, "num_attention_heads": 4, "head_dim": 8},
      "head_dim"),
     ({"model_type": "xlnet", "architectures": ["XLNetForSequenceClassification"],

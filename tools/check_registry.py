@@ -189,6 +189,8 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
         cfg |= {"entity_vocab_size": rng.choice([50, 64]),
                 "entity_emb_size": rng.choice([8, cfg["hidden_size"]]),
                 "use_entity_aware_attention": rng.random() < 0.5}
+    if "prediction_head_size" in fields:  # Ultrabert's prediction head
+        cfg["prediction_head_size"] = rng.choice([8, 16])
     if "conv_kernel_size" in fields and "num_landmarks" in fields:  # Nystromformer
         cfg["conv_kernel_size"] = rng.choice([3, 9, 65])
     # an explicit null is the config class's to derive (K/V heads = heads, head_dim = d / h)

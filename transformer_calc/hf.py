@@ -1001,9 +1001,9 @@ FILE_KEYS: dict[str, tuple[str, ...]] = {
     "n_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads", "attention_heads",
                 "encoder_attention_heads"),
     "d_model": ("hidden_size", "n_embd", "d_model", "dim", "emb_dim"),
-    "d_head": ("head_dim", "d_kv"),
+    "d_head": ("head_dim", "d_kv", "d_head"),
     "d_ff": ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "hidden_dim", "dff",
-             "encoder_ffn_dim", "ffn_hidden_size"),
+             "encoder_ffn_dim", "ffn_hidden_size", "d_inner"),
     "n_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
     "n_encoder_layers": ("encoder_layers", "num_layers"),
     "n_decoder_layers": ("decoder_layers", "num_decoder_layers"),
@@ -1025,6 +1025,10 @@ FILE_KEYS: dict[str, tuple[str, ...]] = {
     "index_heads": ("index_n_heads",),
     "num_labels": ("num_labels", "id2label"),
     "layer_attention": ("layer_types", "hybrid_override_pattern", "layers_block_type"),
+    # (hf_encoders.py's records)
+    "entity_vocab": ("entity_vocab_size",), "entity_width": ("entity_emb_size",),
+    "head_bottleneck": ("prediction_head_size",), "span_conv": ("conv_kernel_size",),
+    "value_conv": ("conv_kernel_size",),
     "layer_ffn": ("mlp_layer_types", "mlp_only_layers", "hybrid_override_pattern",
                   "layers_block_type"),
 }

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from transformer_calc.errors import SpecError
+from transformer_calc.spec import MAX_LAYERS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -74,6 +75,9 @@ def _funnel(c: Config) -> dict[str, Any]:
                                 or len(repeats) != len(blocks)):
         raise SpecError("block_repeats", f"a list of {len(blocks)} integers, one per block "
                         "(FunnelConfig)", repeats, source=c.where)
+    if sum(blocks) > MAX_LAYERS:
+        raise SpecError("block_sizes", f"layers summing to at most {MAX_LAYERS:,}", blocks,
+                        source=c.where)
     decoder = c.t("num_decoder_layers", 2)
     if isinstance(decoder, bool) or not isinstance(decoder, int) or decoder < 0:
         raise SpecError("num_decoder_layers", "an integer >= 0", decoder, source=c.where)
@@ -91,7 +95,8 @@ def _xmod(c: Config) -> dict[str, Any]:
     adapter_layer_norm. pre_norm moves the layers' norms before their sublayers and adds the
     encoder's final norm (XmodEncoder.LayerNorm)."""
     languages = c.t("languages", ["en_XX"])
-    if not isinstance(languages, (list, tuple)) or not languages:
+    if not isinstance(languages, (list, tuple)) or not languages \
+            or not all(isinstance(code, str) for code in languages):
         raise SpecError("languages", "a list of language codes (one adapter each)", languages,
                         source=c.where)
     factor = c.t("adapter_reduction_factor", 2)
@@ -173,6 +178,18 @@ def _esmc(c: Config) -> dict[str, Any]:
             "qk_final_norm": "layernorm_nobias", "mlm_bias": "decoder"}
 
 
+def _ultrabert(c: Config) -> dict[str, Any]:
+    """UltrabertModel: Llama's layers (RMSNorm, rotary attention with K/V heads, a gated MLP)
+    run bidirectionally, full or sliding by layer_types; UltrabertForMaskedLM's prediction head
+    is two bias-free projections through prediction_head_size before a bias-free decoder, tied
+    to the tokens when tie_word_embeddings."""
+    R = c.t("prediction_head_size", 768)
+    if isinstance(R, bool) or not isinstance(R, int) or R < 1:
+        raise SpecError("prediction_head_size", "an integer >= 1", R, source=c.where)
+    return {"n_kv_heads": c.kv_heads(None, c.t("num_attention_heads")), "norm": "rmsnorm",
+            "lm_head_bias": False, "head_bottleneck": R if c.task == "lm" else 0}
+
+
 LAYERED: dict[str, Layered] = {
     "longformer": Layered(
         {"cls": "LongformerForMaskedLM"}, _longformer,
@@ -222,6 +239,14 @@ LAYERED: dict[str, Layered] = {
         "", heads={"seq_cls": "dense", "seq_bias": True}, dropout=(("attention_dropout",), 0.0),
         activations_unmodelled="ESMC's layer norms cast back to the input's dtype "
         "(EsmcLayerNorm) and its bidirectional rotary attention, not measured"),
+    "ultrabert": Layered(
+        {"cls": "UltrabertForMaskedLM", "token_types": False, "embedding_norm": False,
+         "norm_position": "pre", "final_norm": True, "ffn": "gated", "position": "rope",
+         "head_dim": True, "qkv_bias": "attention_bias", "o_bias": "attention_bias",
+         "ffn_in_bias": "mlp_bias", "ffn_out_bias": "mlp_bias", "head": "bias"}, _ultrabert,
+        "Ultrabert's bidirectional sliding-window layers (layer_types, sliding_window)",
+        # (its question-answering head has 2 outputs whatever num_labels says)
+        heads={"seq_bias": True}, dropout=(("attention_dropout",), 0.0)),
     "luke": Layered(
         {"cls": "LukeForMaskedLM", "pooler": True}, _luke,
         "LUKE's entity inputs and entity-aware attention (LukeSelfAttention)", heads="roberta"),

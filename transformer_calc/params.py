@@ -73,7 +73,8 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "tower_heads": spec.tower_heads, "projector_d_ff": spec.projector_d_ff,
         "value_conv": spec.value_conv, "span_conv": spec.span_conv,
         "entity_vocab": spec.entity_vocab, "entity_width": spec.entity_width,
-        "lang_adapters": spec.lang_adapters, "adapter_width": spec.adapter_width}
+        "lang_adapters": spec.lang_adapters, "adapter_width": spec.adapter_width,
+        "head_bottleneck": spec.head_bottleneck}
 
 
 _NO_POSITION_TABLE = {
@@ -300,6 +301,12 @@ def count_params(spec: ModelSpec) -> Breakdown:
                                              else (norm_n, norm_why)), "", 1, "", "", None, ()))
 
     # -- heads -----------------------------------------------------------------------------
+    if spec.head_bottleneck:  # UltrabertPredictionHead: linear1, linear2 (no biases)
+        R = spec.head_bottleneck
+        add(("head.bottleneck.down", E * R, "d_model × head_bottleneck", "", 1, "", "", None,
+             (R, E)))
+        add(("head.bottleneck.up", R * E, "head_bottleneck × d_model", "", 1, "", "", None,
+             (E, R)))
     if spec.lm_head:
         _vocab_projection(add, spec, "head.lm", notes)
         if spec.lm_head_bias:

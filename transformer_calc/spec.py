@@ -588,6 +588,9 @@ class ModelSpec:
     side_concat: bool = _f(False, "the side tables' vectors are concatenated to the word "
                            "embedding and projected back to d_model by one biased matrix "
                            "(RoCBERT's map_inputs_layer); false: built, not run")
+    head_bottleneck: int = _f(0, "a bias-free d_model → width → d_model pair before the LM "
+                              "head (Ultrabert's prediction head: linear1, linear2); 0: none",
+                              minimum=0)
     lm_head: bool = _f(True, "a language-model head (d_model -> vocab)")
     lm_head_bias: bool = _f(False, "bias on the LM head (Phi)")
     pooler: bool = _f(False, "BERT pooler: dense d_model -> d_model on the first token")
@@ -760,7 +763,8 @@ class ModelSpec:
             ("value_conv", self.value_conv), ("lang_adapters", self.lang_adapters),
             ("mask_embedding", self.mask_embedding), ("span_conv", self.span_conv),
             ("fourier_mixer", self.fourier_mixer), ("entity_vocab", self.entity_vocab),
-            ("entity_queries", self.entity_queries)) if on]
+            ("entity_queries", self.entity_queries),
+            ("head_bottleneck", self.head_bottleneck)) if on]
         return f"{', '.join(named)}: counted as parameters only" if named else ""
 
     @property
