@@ -325,8 +325,14 @@ def test_every_model_types_default_explains_every_topic() -> None:
         except TcalcError:
             continue  # a type whose class needs a key the default leaves out
         for topic in ("params", "attention", "ffn", "embeddings", "memory", "flops"):
-            assert explain(spec, topic, seq_len=min(64, spec.max_context or 64)), (model_type,
-                                                                                  topic)
+            try:
+                assert explain(spec, topic, seq_len=min(64, spec.max_context or 64)), (
+                    model_type, topic)
+            except TcalcError as e:
+                # the encoders whose FLOPs or training activations tcalc refuses, naming what
+                # it does not model (hf_encoders.LAYERED; tests/test_registry.py)
+                assert spec.costs_unmodelled or spec.activations_unmodelled, (model_type, topic)
+                assert str(e).startswith(f"{model_type}: ") and "not modelled" in str(e)
         explained += 1
     assert explained >= 150
 

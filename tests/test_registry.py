@@ -300,8 +300,11 @@ def test_layered_encoders_refuse_flops_and_training_memory_naming_what(
         err = cli(*args, str(path), code=2).stderr
         assert err.startswith(f"Error: {model_type}: {kind} not modelled ({what}"), err
         assert len(err.strip().splitlines()) == 1, err
-    # serving memory (weights, no KV cache for an encoder) stays
+    # serving memory (weights, no KV cache for an encoder) stays, and every breakdown says
+    # what is refused
     assert cli.json("memory", str(path), "--inference")["total_bytes"] > 0
+    assert f"tcalc flops and training memory refuse this model: {what}" in spec_from_hf(
+        FIRST_CASE[model_type]["config"]).note
 
 
 @pytest.mark.parametrize("config, key", [

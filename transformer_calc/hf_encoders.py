@@ -38,6 +38,14 @@ class Layered(NamedTuple):
         ("hidden_dropout_prob", "attention_probs_dropout_prob"), 0.1)
 
 
+def _size(c: Config, key: str) -> int:
+    """A size the record derives others from: an integer >= 1 (null takes none)."""
+    value = c.t(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(key, "an integer >= 1", value, source=c.where)
+    return value
+
+
 def _longformer(c: Config) -> dict[str, Any]:
     """LongformerSelfAttention: query_global, key_global and value_global beside the local
     projections."""
@@ -105,7 +113,7 @@ def _xmod(c: Config) -> dict[str, Any]:
     pre = bool(c.t("pre_norm", False))
     # (an nn.ModuleDict keyed by str(language): a repeated code is one adapter)
     return {"lang_adapters": len(dict.fromkeys(str(code) for code in languages)),
-            "adapter_width": c.t("hidden_size") // factor,
+            "adapter_width": _size(c, "hidden_size") // factor,
             "adapter_norm": bool(c.t("adapter_layer_norm", False)),
             "norm_position": "pre" if pre else "post", "final_norm": pre}
 
@@ -126,7 +134,7 @@ def _convbert(c: Config) -> dict[str, Any]:
     the FFN as BERT's when num_groups is 1 (GroupedLinearLayer otherwise)."""
     c.refuse("num_groups", lambda v: v != 1, "ConvBERT's grouped FFN (GroupedLinearLayer) is "
              "not modelled")
-    E, heads = c.t("hidden_size"), c.t("num_attention_heads")
+    E, heads = _size(c, "hidden_size"), _size(c, "num_attention_heads")
     ratio, k = c.t("head_ratio", 2), c.t("conv_kernel_size", 9)
     for key, value in (("head_ratio", ratio), ("conv_kernel_size", k)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -169,8 +177,8 @@ def _esmc(c: Config) -> dict[str, Any]:
     """EsmcModel: a token table, pre-norm layers (EsmcLayerNorm with a bias) of rotary
     attention with K/V heads, QK-norms over the heads' width and a gated MLP, a final norm
     without a bias; EsmcMaskedLMHead's decoder is its own (the class ties nothing)."""
-    E, H, dh = c.t("hidden_size"), c.t("num_attention_heads"), c.t("head_dim")
-    if dh is not None and H and dh * H != E:
+    E, H, dh = _size(c, "hidden_size"), _size(c, "num_attention_heads"), c.t("head_dim")
+    if dh is not None and dh * H != E:
         raise SpecError("head_dim", f"hidden_size / num_attention_heads = {E} / {H} (EsmcAttention "
                         "norms the queries and keys over hidden_size: another width cannot run)",
                         dh, source=c.where)
@@ -268,6 +276,10 @@ def mapper(model_type: str) -> Callable[[Config], dict[str, Any]]:
         from transformer_calc.hf import ENCODERS, _encoder
 
         values = _encoder(c, ENCODERS[model_type])
+        if record.unmodelled or record.activations_unmodelled:
+            c.notes.append(f"tcalc {'flops and ' if record.unmodelled else ''}training memory "
+                           "refuse this model: "
+                           f"{record.unmodelled or record.activations_unmodelled} not modelled")
         return values | record.fields(c) | {
             "unmodelled": record.unmodelled,
             "activations_unmodelled": record.activations_unmodelled}
