@@ -326,13 +326,16 @@ def test_every_model_types_default_explains_every_topic() -> None:
             continue  # a type whose class needs a key the default leaves out
         for topic in ("params", "attention", "ffn", "embeddings", "memory", "flops"):
             # (a cost the spec says it cannot give is refused with the spec's reason: a
-            # forward that cannot run, saved activations not modelled)
-            reasons = [r for r in (spec.unrunnable, spec.activations_unmodelled) if r]
+            # forward that cannot run, FLOPs or saved activations not modelled)
+            reasons = [r for r in (spec.unrunnable, spec.activations_unmodelled,
+                                   spec.costs_unmodelled) if r]
             try:
                 shown = explain(spec, topic, seq_len=min(64, spec.max_context or 64))
             except TcalcError as e:
-                assert topic != "params" and any(r in str(e) for r in reasons), (model_type,
-                                                                                 topic, e)
+                assert topic != "params" and reasons, (model_type, topic, e)
+                assert any(r in str(e) for r in reasons) or (
+                    str(e).startswith(f"{model_type}: ") and "not modelled" in str(e)), (
+                    model_type, topic, e)
                 continue
             assert shown, (model_type, topic)
         explained += 1

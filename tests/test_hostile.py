@@ -526,7 +526,8 @@ def test_every_type_refuses_nested_lists_in_its_list_keys_by_name() -> None:
 
     cases, seen = [], set()
     for name in ("registry_cases.json", "registry_cases_more.json", "registry_mixers_T8.json",
-                 "registry_mixers_T64.json", "registry_decoders_more.json"):
+                 "registry_mixers_T64.json", "registry_decoders_more.json",
+                 "registry_encoders_layered.json"):
         cases += json.loads((ROOT / "tests" / "data" / name).read_text())["cases"]
     for case in cases:
         config = case["config"]

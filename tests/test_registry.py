@@ -36,9 +36,15 @@ assert CASES["transformers"] == "5.23.0"
 # More decoders and encoder-decoders: `tools/check_registry.py --cases 4 --flops 8 --write
 # tests/data/registry_decoders_more.json deepseek_v2 jetmoe switch_transformers nllb-moe`
 # (an encoder-decoder's FLOPs there are FlopCounterMode's over T source and T target tokens)
+# The encoders whose layers hold tensors beyond BERT's (hf_encoders.py), each class of theirs:
+# `tools/check_registry.py --cases 4 --flops 8 --task
+# lm,base,seq_cls,token_cls,qa,multiple_choice,causal --write
+# tests/data/registry_encoders_layered.json longformer xlnet funnel convbert xmod luke fnet
+# nystromformer esmc ultrabert` (FLOPs recorded for ESMC's head class: tcalc refuses the
+# others')
 for _name in ("registry_mixers_T8.json", "registry_mixers_T64.json",
               "registry_cases_more.json", "registry_causal_decoders.json",
-              "registry_decoders_more.json"):
+              "registry_decoders_more.json", "registry_encoders_layered.json"):
     _more = json.loads((DATA / _name).read_text())
     assert _more["transformers"] == "5.23.0"
     CASES["cases"] += _more["cases"]
@@ -302,7 +308,7 @@ def test_every_head_class_is_counted_or_refused_by_name() -> None:
     from transformer_calc.hf import HEAD_TASKS
     from transformer_calc.hf_defaults import TASK_CLASSES
 
-    recorded = {c["class"] for c in HEAD_CASES["cases"]}
+    recorded = {c["class"] for c in HEAD_CASES["cases"] + CASES["cases"]}
     for model_type, tasks in TASK_CLASSES.items():
         for task, cls in tasks.items():
             if task not in HEAD_TASKS or cls == HEAD_CLASS[model_type] or cls in recorded:
@@ -387,3 +393,102 @@ def test_every_wrapper_has_its_default_and_drawn_cases() -> None:
     for c in WRAPPER_CASES["cases"]:
         per_type[c["config"]["model_type"]] = per_type.get(c["config"]["model_type"], 0) + 1
     assert set(per_type) == set(WRAPPERS) and min(per_type.values()) >= 5, per_type
+
+
+LAYERED_CLASSES = {  # each class of theirs, recorded (tests/data/registry_encoders_layered.json)
+    "longformer": 6, "xlnet": 6, "funnel": 6, "convbert": 6, "xmod": 7, "luke": 6, "fnet": 6,
+    "nystromformer": 6, "esmc": 4, "ultrabert": 5}
+
+
+def test_layered_encoders_have_every_class_recorded_on_drawn_configs() -> None:
+    from transformer_calc.hf_encoders import LAYERED
+
+    assert set(LAYERED) == set(LAYERED_CLASSES)
+    for model_type, n in LAYERED_CLASSES.items():
+        cases = [c for c in CASES["cases"] if c["config"]["model_type"] == model_type]
+        classes = {c["class"] for c in cases}
+        assert len(classes) == n, (model_type, classes)
+        for cls in classes:  # the default and 4 drawn configs of each
+            assert sum(c["class"] == cls for c in cases) == 5, cls
+
+
+@pytest.mark.parametrize("model_type, what", [
+    ("longformer", "its sliding-window attention over attention_window keys"),
+    ("xlnet", "XLNet's two-stream relative attention"),
+    ("funnel", "Funnel's pooling of the sequence between blocks"),
+    ("xmod", "X-MOD's language adapters"),
+    ("nystromformer", "Nyström attention over num_landmarks segment means"),
+    ("convbert", "ConvBERT's span-based dynamic convolution heads"),
+    ("luke", "LUKE's entity inputs and entity-aware attention"),
+    ("fnet", "FNet's Fourier transforms over the sequence and the hidden width"),
+    ("ultrabert", "Ultrabert's bidirectional sliding-window layers"),
+])
+def test_layered_encoders_refuse_flops_and_training_memory_naming_what(
+        cli, tmp_path, model_type: str, what: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(FIRST_CASE[model_type]["config"]))
+    for args, start in ((("flops",), f"FLOPs not modelled ({what}"),
+                        (("memory",), f"training memory is not modelled: {what}"),
+                        (("memory", "--lora", "8"), f"training memory is not modelled: {what}")):
+        err = cli(*args, str(path), code=2).stderr
+        assert err.startswith(f"Error: {model_type}: {start}"), err
+        assert len(err.strip().splitlines()) == 1, err
+    # serving memory (weights, no KV cache for an encoder) stays, and every breakdown says
+    # what is refused
+    assert cli.json("memory", str(path), "--inference")["total_bytes"] > 0
+    assert f"tcalc flops and training memory refuse this model: {what}" in spec_from_hf(
+        FIRST_CASE[model_type]["config"]).note
+
+
+@pytest.mark.parametrize("config, key", [
+    ({"model_type": "funnel", "block_sizes": []}, "block_sizes"),
+    ({"model_type": "funnel", "block_sizes": [2, True]}, "block_sizes"),
+    ({"model_type": "funnel", "block_sizes": [1, 1], "block_repeats": [1]}, "block_repeats"),
+    ({"model_type": "xmod", "languages": "en_XX"}, "languages"),
+    ({"model_type": "xmod", "adapter_reduction_factor": 0}, "adapter_reduction_factor"),
+    ({"model_type": "nystromformer", "conv_kernel_size": None}, "conv_kernel_size"),
+    ({"model_type": "xlnet", "summary_type": "attn"}, "summary_type"),
+    ({"model_type": "convbert", "num_groups": 2}, "num_groups"),
+    ({"model_type": "convbert", "head_ratio": 0}, "head_ratio"),
+    ({"model_type": "luke", "entity_vocab_size": 0}, "entity_vocab_size"),
+    ({"model_type": "luke", "entity_emb_size": 2**41}, "entity_emb_size"),
+    ({"model_type": "ultrabert", "prediction_head_size": 0}, "prediction_head_size"),
+    ({"model_type": "funnel", "block_sizes": [60_000, 60_000]}, "block_sizes"),
+    ({"model_type": "funnel", "d_head": 0}, "d_head"),
+    ({"model_type": "xmod", "languages": [["en_XX"]]}, "languages"),
+    ({"model_type": "esmc", "hidden_size": 64, "num_attention_heads": 4, "head_dim": 8},
+     "head_dim"),
+    ({"model_type": "xlnet", "architectures": ["XLNetForSequenceClassification"],
+      "summary_use_proj": False}, "summary_use_proj"),
+])
+def test_layered_encoders_refuse_keys_they_cannot_build_by_name(config: dict, key: str) -> None:
+    with pytest.raises(SpecError, match=f"key '{key}'"):
+        spec_from_hf(config)
+
+
+def test_a_preset_with_tensors_costs_do_not_run_refuses_flops_and_training_memory() -> None:
+    from transformer_calc.errors import TcalcError
+    from transformer_calc.flops import count_flops
+    from transformer_calc.memory import Settings, memory_report
+    from transformer_calc.spec import ModelSpec
+
+    spec = ModelSpec(name="mine", arch="encoder", vocab_size=100, d_model=32, n_layers=2,
+                     n_heads=4, d_ff=64, max_positions=16, global_qkv=True)
+    assert count_params(spec).total > count_params(spec.replace(global_qkv=False)).total
+    with pytest.raises(TcalcError, match=r"^mine: FLOPs not modelled \(global_qkv: counted "
+                       r"as parameters only\)"):
+        count_flops(spec, 8)
+    with pytest.raises(TcalcError, match="^mine: training memory is not modelled: "):
+        memory_report(spec, Settings(seq_len=8))
+
+
+def test_esmc_flops_are_modelled_and_its_training_memory_refused(cli, tmp_path) -> None:
+    # its head class's FLOPs equal FlopCounterMode (tests/data/registry_encoders_layered.json,
+    # test_forward_flops_equal_flop_counter); its activations are not measured
+    assert sum("flops_per_token_T8" in c for c in CASES["cases"]
+               if c["config"]["model_type"] == "esmc") == 4
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(FIRST_CASE["esmc"]["config"] | {"num_hidden_layers": 2}))
+    assert cli.json("flops", str(path), "--seq-len", "8")["forward_flops_per_token"] > 0
+    err = cli("memory", str(path), code=2).stderr
+    assert err.startswith("Error: esmc: training memory is not modelled: ESMC's layer norms")

@@ -152,7 +152,7 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
                          ("num_hidden_layers", ("n_layer", "n_layers", "num_layers")),
                          ("num_attention_heads", ("n_head", "n_heads", "num_heads",
                                                   "attention_heads")),
-                         ("intermediate_size", ("n_inner", "dff", "ffn_dim"))):
+                         ("intermediate_size", ("n_inner", "dff", "ffn_dim", "d_inner"))):
         if std in cfg and std not in fields:
             alias = next((a for a in aliases if a in fields), None)
             value = cfg.pop(std)
@@ -186,6 +186,25 @@ def draw(rng: random.Random, fields: set[str]) -> dict:
         cfg["encoder_layerdrop"] = cfg["decoder_layerdrop"] = 0.0
     if "kv_channels" in fields:  # JetMoE's head width (its head_dim)
         cfg["kv_channels"] = rng.choice([8, 16])
+    if "block_sizes" in fields:  # Funnel: layers per block, the decoder's, its own head width
+        cfg |= {"block_sizes": [rng.choice([1, 2]) for _ in range(rng.choice([1, 2, 3]))],
+                "num_decoder_layers": rng.choice([0, 1, 2]), "d_head": rng.choice([8, 16])}
+        cfg["block_repeats"] = rng.choice([None, [2] * len(cfg["block_sizes"])])
+    if "languages" in fields:  # X-MOD: its adapters, one per language, and where they sit
+        cfg |= {"languages": rng.sample(["en_XX", "de_DE", "fr_XX"], rng.choice([1, 2, 3])),
+                "adapter_reduction_factor": rng.choice([2, 4]),
+                "adapter_layer_norm": rng.random() < 0.5, "pre_norm": rng.random() < 0.5}
+    if "head_ratio" in fields:  # ConvBERT: attention heads kept, convolution width, embeddings
+        cfg |= {"head_ratio": rng.choice([1, 2, 4]), "conv_kernel_size": rng.choice([3, 9]),
+                "embedding_size": rng.choice([cfg["hidden_size"], 8])}
+    if "entity_vocab_size" in fields:  # LUKE: a small entity table, its width, its queries
+        cfg |= {"entity_vocab_size": rng.choice([50, 64]),
+                "entity_emb_size": rng.choice([8, cfg["hidden_size"]]),
+                "use_entity_aware_attention": rng.random() < 0.5}
+    if "prediction_head_size" in fields:  # Ultrabert's prediction head
+        cfg["prediction_head_size"] = rng.choice([8, 16])
+    if "conv_kernel_size" in fields and "num_landmarks" in fields:  # Nystromformer
+        cfg["conv_kernel_size"] = rng.choice([3, 9, 65])
     # an explicit null is the config class's to derive (K/V heads = heads, head_dim = d / h)
     for key in ("num_key_value_heads", "head_dim"):
         if key in cfg and rng.random() < 0.2:
@@ -454,7 +473,7 @@ def main() -> None:
                          "in architectures")
     ap.add_argument("--task", help="count the classes of these tasks (comma-separated: base, "
                          "seq_cls, token_cls, qa, multiple_choice; transformers' auto mappings), "
-                         "named in architectures")
+                         "named in architectures; lm: the head class, as without --task")
     ap.add_argument("--wrappers", action="store_true",
                     help="count the vision-language wrappers whole (hf.WRAPPERS): the default, "
                          "then drawn text and vision configs")
@@ -476,6 +495,9 @@ def main() -> None:
             jobs.append((model_type, {"architectures": [SEQ2SEQ[model_type].decoder_cls]}
                          if args.causal else {}, ""))
         for task in args.task.split(",") if args.task else ():
+            if task == "lm":  # the type's head class, as without --task
+                jobs.append((model_type, {}, ""))
+                continue
             task_cls = TASK_CLASSES.get(model_type, {}).get(task)
             if task_cls is not None and task_cls != HEAD_CLASS[model_type]:
                 jobs.append((model_type, {"architectures": [task_cls]}, task))
@@ -511,6 +533,9 @@ def main() -> None:
                                "tie_word_embeddings": rng.random() < 0.5, **top}
             elif attempts:
                 config = {"model_type": model_type, **named, **draw(rng, fields)}
+                if model_type == "esmc":  # no GQA (EsmcConfig), heads as wide as hidden_size
+                    config |= {"num_key_value_heads": config["num_attention_heads"],
+                               "head_dim": config["hidden_size"] // config["num_attention_heads"]}
                 if whisper:  # the encoder's own sizes: its input and its (frozen) positions
                     config |= {"num_mel_bins": rng.choice([8, 80]),
                                "max_source_positions": rng.choice([16, 32]),
@@ -535,13 +560,16 @@ def main() -> None:
             # drawn configs only, and small ones (a family whose keys the draw does not
             # shrink keeps its full size): the counter runs the model with real weights
             # (not with zero-computation experts: the FLOPs then follow the random routing)
-            if args.flops and len(config) > 1 + len(named) and want < 50_000_000 \
+            # (the type's head class only: tcalc's FLOPs leave the classification heads out)
+            if args.flops and not task and len(config) > 1 + len(named) and want < 50_000_000 \
                     and not config.get("zero_expert_num"):
                 try:
                     ref = flops_per_token(config, args.flops)
                 except Exception as e:  # noqa: BLE001 - a forward the class cannot run
                     print(f"skip flops {model_type}: {type(e).__name__}: {str(e)[:80]}")
                     ref = None
+                if ref is not None and spec_from_hf(config, "drawn").unmodelled:
+                    ref = None  # (tcalc refuses this type's FLOPs, naming what it lacks)
                 if ref is not None:
                     from transformer_calc.flops import count_flops
 

@@ -58,7 +58,11 @@ output_embedding_size num_hidden_groups inner_group_num shape_vocab_size shape_e
 pronunciation_vocab_size pronunciation_embed_dim concat_input ffn_hidden_size
 expert_ffn_hidden_size zero_expert_num router_bias qk_head_dim kv_channels dense_act_fn
 num_sparse_encoder_layers num_sparse_decoder_layers router_jitter_noise
-encoder_sparse_step decoder_sparse_step""".split()
+encoder_sparse_step decoder_sparse_step d_inner d_head ff_activation
+block_sizes block_repeats num_decoder_layers languages adapter_reduction_factor
+adapter_layer_norm pre_norm summary_use_proj head_ratio num_groups entity_vocab_size
+entity_emb_size use_entity_aware_attention q_groups k_groups v_groups post_attention_groups
+intermediate_groups output_groups prediction_head_size""".split()
 
 
 # transformers' eager_attention_forward of Llama-style models: the softmax runs in
@@ -290,11 +294,17 @@ def task_classes(model_types: list[str]) -> dict[str, dict[str, str]]:
 
     out: dict[str, dict[str, str]] = {}
     for model_type in model_types:
-        row = {task: getattr(modeling_auto, name)[model_type] for task, name in TASK_MAPPINGS
-               if model_type in getattr(modeling_auto, name)}
+        # (a tuple of classes: the auto class builds the first, Funnel's FunnelModel before
+        # FunnelBaseModel)
+        row = {task: _first(getattr(modeling_auto, name)[model_type])
+               for task, name in TASK_MAPPINGS if model_type in getattr(modeling_auto, name)}
         if row:
             out[model_type] = row
     return out
+
+
+def _first(classes: str | tuple[str, ...]) -> str:
+    return classes[0] if isinstance(classes, tuple) else classes
 
 
 def frozen(name: str, comment: str, types: list[str]) -> str:

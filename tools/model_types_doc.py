@@ -18,6 +18,7 @@ from transformer_calc.hf import (  # noqa: E402
     T5S,
     WRAPPERS,
 )
+from transformer_calc.hf_encoders import LAYERED  # noqa: E402
 
 
 def render() -> str:
@@ -30,7 +31,11 @@ def render() -> str:
                                                    "alone, when architectures names it"
                                                    if r.decoder_cls else ""))
                for t, r in SEQ2SEQ.items()},
-            **dict.fromkeys(T5S, "T5 record (hf.T5S)")}
+            **dict.fromkeys(T5S, "T5 record (hf.T5S)"),
+            **{t: "encoder record (hf_encoders.LAYERED): " + (
+                "tensors of its own, counted as parameters only: its FLOPs and training "
+                "memory refused by name" if r.unmodelled else "its training memory refused "
+                "by name") for t, r in LAYERED.items()}}
     lines = [
         "# Model types tcalc reads from a config.json",
         "",

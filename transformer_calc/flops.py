@@ -108,6 +108,8 @@ def count_flops(spec: ModelSpec, seq_len: int, pattern: AttentionPattern = DENSE
     if seq_len < 1:
         raise TcalcError(f"--seq-len: expected an integer >= 1, got {seq_len}")
     spec.require_runnable()
+    if spec.costs_unmodelled:
+        raise TcalcError(f"{spec.name}: FLOPs not modelled ({spec.costs_unmodelled})")
     spec.check_context(seq_len)
     # Rows are Item's fields in order: (name, count, formula, expr, repeat, stack, note,
     # active, shape); expr is written from the formula when items are read

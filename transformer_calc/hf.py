@@ -158,6 +158,7 @@ class Config:
         self.notes: list[str] = []
         # ``architectures`` names a seq2seq family's *ForCausalLM: count its decoder alone
         self.decoder_alone = False
+        self.task = "lm"  # the task of the class counted (Counted.task)
 
     def t(self, key: str, fallback: Any = None) -> Any:
         """The file's value, else the config class's default for this model_type, else
@@ -175,7 +176,7 @@ class Config:
         """The same config reading ``data`` (a record's derived defaults filled in); notes and
         errors stay the file's."""
         view = Config(data, self.where, self.table)
-        view.notes, view.decoder_alone = self.notes, self.decoder_alone
+        view.notes, view.decoder_alone, view.task = self.notes, self.decoder_alone, self.task
         return view
 
     def renamed(self, names: dict[str, str]) -> Config:
@@ -183,6 +184,7 @@ class Config:
         hidden_size, ...); errors still name the file's key."""
         view = _Renamed(self.data, self.where, self.table)
         view.names, view.notes, view.decoder_alone = names, self.notes, self.decoder_alone
+        view.task = self.task
         return view
 
     def spelled(self, key: str) -> str:
@@ -894,6 +896,7 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
         _check_architecture(data, model_type, where)
     cfg = Config(data, where, _table(model_type) if model_type in TABLE_DRIVEN else None)
     cfg.decoder_alone = counted.task == "decoder"
+    cfg.task = counted.task
     if tower:
         cfg.notes.append(tower)
     if counted.note:
@@ -998,9 +1001,9 @@ FILE_KEYS: dict[str, tuple[str, ...]] = {
     "n_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads", "attention_heads",
                 "encoder_attention_heads"),
     "d_model": ("hidden_size", "n_embd", "d_model", "dim", "emb_dim"),
-    "d_head": ("head_dim", "d_kv"),
+    "d_head": ("head_dim", "d_kv", "d_head"),
     "d_ff": ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "hidden_dim", "dff",
-             "encoder_ffn_dim", "ffn_hidden_size"),
+             "encoder_ffn_dim", "ffn_hidden_size", "d_inner"),
     "n_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
     "n_encoder_layers": ("encoder_layers", "num_layers"),
     "n_decoder_layers": ("decoder_layers", "num_decoder_layers"),
@@ -1022,6 +1025,10 @@ FILE_KEYS: dict[str, tuple[str, ...]] = {
     "index_heads": ("index_n_heads",),
     "num_labels": ("num_labels", "id2label"),
     "layer_attention": ("layer_types", "hybrid_override_pattern", "layers_block_type"),
+    # (hf_encoders.py's records)
+    "entity_vocab": ("entity_vocab_size",), "entity_width": ("entity_emb_size",),
+    "head_bottleneck": ("prediction_head_size",), "span_conv": ("conv_kernel_size",),
+    "value_conv": ("conv_kernel_size",),
     "layer_ffn": ("mlp_layer_types", "mlp_only_layers", "hybrid_override_pattern",
                   "layers_block_type"),
 }
@@ -3684,3 +3691,15 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
      "gemma3n_text": _gemma3n, "deepseek_v4": _deepseek_v4,
      "lfm2_moe": partial(_lfm2, moe=True)} | hf_more.MAPPERS
 HEAD_CLASS.update({model_type: r.cls for model_type, r in TABLE_DRIVEN.items()})
+
+# Encoders whose layers hold tensors beyond BERT's (hf_encoders.py, which imports this module
+# lazily): one record each, registered as ENCODERS' are
+from transformer_calc.hf_encoders import LAYERED, mapper  # noqa: E402
+
+for _type, _layered in LAYERED.items():
+    ENCODERS[_type] = TABLE_DRIVEN[_type] = Encoder(**_layered.encoder)
+    MAPPERS[_type] = mapper(_type)
+    HEAD_CLASS[_type] = _layered.encoder["cls"]
+    HEADS[_type] = Heads(**_layered.heads) if isinstance(_layered.heads, dict) else {
+        "roberta": _ROBERTA_HEADS, "dense": _DENSE_HEADS}[_layered.heads]
+    DROPOUT_KEYS[_type] = _layered.dropout

@@ -2525,6 +2525,7 @@ def _saved_activations(spec: ModelSpec, s: Settings, T: int, p: Breakdown, lora:
     under LoRA, recomputation applied after the adapters' rows so the two compose)."""
     from transformer_calc.costs.activations import graph_activations
 
+    spec.require_training_memory()
     adapted = adapted_layers(spec, p, s.lora_targets) if lora else None
     acts = graph_activations(spec, s, T, amp=amp, amp16=amp16, pattern=pattern,
                              adapted_roles=None if adapted is None

@@ -70,7 +70,11 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "tower_positions": spec.tower_positions, "tower_merge": spec.tower_merge,
         "tower_out": spec.tower_out or spec.tower_d_model, "tower_tiles": spec.tower_tiles,
         "tower_aspect_ratios": spec.tower_aspect_ratios, "tower_kv_heads": spec.tower_kv_heads,
-        "tower_heads": spec.tower_heads, "projector_d_ff": spec.projector_d_ff}
+        "tower_heads": spec.tower_heads, "projector_d_ff": spec.projector_d_ff,
+        "value_conv": spec.value_conv, "span_conv": spec.span_conv,
+        "entity_vocab": spec.entity_vocab, "entity_width": spec.entity_width,
+        "lang_adapters": spec.lang_adapters, "adapter_width": spec.adapter_width,
+        "head_bottleneck": spec.head_bottleneck}
 
 
 _NO_POSITION_TABLE = {
@@ -164,6 +168,9 @@ def count_params(spec: ModelSpec) -> Breakdown:
     if spec.token_types:
         add(("embed.token_types", spec.token_types * Wp, f"token_types × {wsym}", "", 1, "",
              "", None, (spec.token_types, Wp)))
+    if spec.mask_embedding:  # XLNetModel.mask_emb, (1, 1, d_model)
+        add(("embed.mask", E, "d_model", "", 1, "", "the masked tokens' stand-in (XLNet)", None,
+             (1, 1, E)))
     if spec.layout_positions:  # LayoutLMEmbeddings: x, y, h and w tables, summed in
         n = spec.layout_positions
         add(("embed.layout_positions", 4 * n * E, "4 · layout_positions × d_model", "", 1, "",
@@ -173,7 +180,11 @@ def count_params(spec: ModelSpec) -> Breakdown:
         for prefix in prefixes:
             add((f"{prefix}embed.norm", n_embed_norm, why_embed_norm, "", 1, "", "", None, ()))
 
+    if spec.entity_vocab:
+        _entity_embeddings(add, spec, (norm_n, norm_why))
+
     # -- layers: walked from the layer plan ------------------------------------------------
+    outer = spec.qk_final_norm  # the QK-norms' and the final norm's kind (ESMC)
     for st in plan_of(spec).stacks:
         L = st.layers
         if spec.position == "relative" or spec.relative_bias:
@@ -203,7 +214,9 @@ def count_params(spec: ModelSpec) -> Breakdown:
             # ALBERT: layer_groups sets of weights, each run by n_layers / layer_groups layers
             n = g.weights
             if blk.attn is not None:
-                _attention(add, blk.attn, blk.norm, E, f"{g.name}.attn.", g.name, n)
+                _attention(add, blk.attn, outer if outer != "same" else blk.norm, E,
+                           f"{g.name}.attn.", g.name, n)
+                _attention_extras(add, spec, f"{g.name}.attn.", g.name, n)
             if blk.mixer is not None:
                 _recurrent(add, blk.mixer, blk.norm, E, f"{g.name}.mixer.", g.name, n)
             for which in _position_projections(spec) if spec.rel_projections else ():
@@ -221,6 +234,11 @@ def count_params(spec: ModelSpec) -> Breakdown:
                      "built, never run by a decoder alone (no encoder states)", None, ()))
             if blk.ffn is not None:
                 _ffn(add, blk.ffn, E, f"{g.name}.ffn.", g.name, n, blk.norm)
+            if spec.fourier_mixer:  # FNetFourierTransform's output LayerNorm
+                add((f"{g.name}.mixer.norm", norm_n, norm_why, "", n, g.name,
+                     "after the Fourier mixing (FNet)", None, ()))
+            if spec.lang_adapters:
+                _lang_adapters(add, spec, f"{g.name}.adapters.", g.name, n, (norm_n, norm_why))
             if blk.ple:
                 # Gemma4TextDecoderLayer: per_layer_input_gate, per_layer_projection,
                 # post_per_layer_input_norm
@@ -279,9 +297,16 @@ def count_params(spec: ModelSpec) -> Breakdown:
             add((f"{st.last_o_bias}.attn.o.bias", E, "d_model", "", 1, st.last_o_bias,
                  "the last layer's only", None, ()))
         if st.final_norm:
-            add((f"{st.name}.final_norm", norm_n, norm_why, "", 1, "", "", None, ()))
+            add((f"{st.name}.final_norm", *(norm_of(outer, E) if outer != "same"
+                                             else (norm_n, norm_why)), "", 1, "", "", None, ()))
 
     # -- heads -----------------------------------------------------------------------------
+    if spec.head_bottleneck:  # UltrabertPredictionHead: linear1, linear2 (no biases)
+        R = spec.head_bottleneck
+        add(("head.bottleneck.down", E * R, "d_model × head_bottleneck", "", 1, "", "", None,
+             (R, E)))
+        add(("head.bottleneck.up", R * E, "head_bottleneck × d_model", "", 1, "", "", None,
+             (E, R)))
     if spec.lm_head:
         _vocab_projection(add, spec, "head.lm", notes)
         if spec.lm_head_bias:
@@ -309,7 +334,10 @@ def count_params(spec: ModelSpec) -> Breakdown:
             add(("head.mlm.dense.bias", W, hsym, "", 1, "", "", None, ()))
         n_head_norm, why_head_norm = norm_of(spec.norm, W, hsym)
         add(("head.mlm.norm", n_head_norm, why_head_norm, "", 1, "", "", None, ()))
-        if Ve != W and not spec.tie_embeddings:  # RemBERT: the decoder reads mlm_width
+        if spec.mlm_decoder_untied:  # LukeForMaskedLM: its word decoder is never tied
+            add(("head.mlm.decoder.weight", V * W, "vocab_size × d_model", "", 1, "",
+                 "never tied to the token table", None, (V, W)))
+        elif Ve != W and not spec.tie_embeddings:  # RemBERT: the decoder reads mlm_width
             add(("head.mlm.decoder.weight", V * W, "vocab_size × mlm_width", "", 1, "", "",
                  None, (V, W)))
         else:
@@ -322,6 +350,8 @@ def count_params(spec: ModelSpec) -> Breakdown:
             # (_tied_weights_keys); untied, the decoder Linear keeps a bias of its own.
             add(("head.mlm.decoder.bias", V, "vocab_size", "", 1, "",
                  "untied decoder keeps its own bias beside head.mlm.bias", None, ()))
+    if spec.entity_head:
+        _entity_head(add, spec)
     if spec.classifier != "none":
         _classifier(add, spec, norm_n, norm_why)
     if spec.tower != "none":
@@ -409,6 +439,114 @@ def _classifier(add, spec: ModelSpec, norm_n: int,  # type: ignore[no-untyped-de
     add(("head.classifier.weight", E * n, "d_model × num_labels", "", 1, "", "", None, (n, E)))
     if spec.classifier_bias:
         add(("head.classifier.bias", n, "num_labels", "", 1, "", "", None, ()))
+
+
+def _attention_extras(add, spec: ModelSpec, p: str, group: str,  # type: ignore[no-untyped-def]
+                      n: int) -> None:
+    """The attention's tensors beyond Q, K, V and O that some encoders add, per layer."""
+    E, H, dh = spec.d_model, spec.n_heads, spec.head_dim
+    if spec.entity_queries:
+        # LukeSelfAttention (use_entity_aware_attention): w2e_query, e2w_query, e2e_query
+        for which in ("w2e_query", "e2w_query", "e2e_query"):
+            add((f"{p}{which}.weight", E * H * dh, "d_model × (n_heads · d_head)", "", n,
+                 group, "an entity-aware query (LUKE)", None, (H * dh, E)))
+            add((f"{p}{which}.bias", H * dh, "n_heads · d_head", "", n, group, "", None, ()))
+    if spec.global_qkv:
+        # LongformerSelfAttention: query_global, key_global, value_global (nn.Linear)
+        for which in ("query_global", "key_global", "value_global"):
+            add((f"{p}{which}.weight", E * H * dh, "d_model × (n_heads · d_head)", "", n, group,
+                 "global attention's own projection (Longformer)", None, (H * dh, E)))
+            add((f"{p}{which}.bias", H * dh, "n_heads · d_head", "", n, group, "", None, ()))
+    if spec.xl_relative:
+        # XLNetRelativeAttention (r, r_w_bias, r_r_bias, r_s_bias, seg_embed); Funnel's
+        # FunnelRelMultiheadAttention names them r_kernel, r_w_bias, r_r_bias, r_s_bias,
+        # seg_embed, the same shapes
+        add((f"{p}relative.weight", E * H * dh, "d_model × (n_heads · d_head)", "", n, group,
+             "projects the relative positions' encodings (no bias)", None, (E, H, dh)))
+        add((f"{p}relative.biases", 3 * H * dh, "3 · n_heads · d_head", "", n, group,
+             "content, position and segment biases", None, (3, H, dh)))
+        add((f"{p}segment_embed", 2 * H * dh, "2 · n_heads · d_head", "", n, group,
+             "same and different segment", None, (2, H, dh)))
+    if spec.span_conv:
+        # ConvBertSelfAttention: key_conv_attn_layer (SeparableConv1D: a depthwise kernel per
+        # input channel, a pointwise projection, a bias), conv_kernel_layer, conv_out_layer;
+        # ConvBertSelfOutput.dense reads the attention's and the convolution's outputs
+        # concatenated: d_model × d_model, of which the O row above counts n_heads · d_head
+        k, A = spec.span_conv, H * dh
+        add((f"{p}span_conv.depthwise", E * k, "d_model · span_conv", "", n, group,
+             "ConvBERT: the keys' input, convolved per channel (no bias)", None, (E, 1, k)))
+        add((f"{p}span_conv.pointwise", E * A, "d_model × (n_heads · d_head)", "", n, group,
+             "", None, (A, E, 1)))
+        add((f"{p}span_conv.bias", A, "n_heads · d_head", "", n, group, "", None, (A, 1)))
+        add((f"{p}span_conv.kernel.weight", A * H * k, "(n_heads · d_head) × (n_heads · "
+             "span_conv)", "", n, group, "a kernel per head and position", None, (H * k, A)))
+        add((f"{p}span_conv.kernel.bias", H * k, "n_heads · span_conv", "", n, group, "", None,
+             ()))
+        add((f"{p}span_conv.out.weight", E * A, "d_model × (n_heads · d_head)", "", n, group,
+             "the values the kernels convolve", None, (A, E)))
+        add((f"{p}span_conv.out.bias", A, "n_heads · d_head", "", n, group, "", None, ()))
+        add((f"{p}o_conv_half.weight", (E - A) * E, "(d_model − n_heads · d_head) × d_model",
+             "", n, group, "the output projection's columns that read the convolution", None,
+             (E, E - A)))
+    if spec.value_conv:
+        # NystromformerSelfAttention.conv: nn.Conv2d(heads, heads, (k, 1), groups=heads,
+        # bias=False)
+        k = spec.value_conv
+        add((f"{p}value_conv.weight", H * k, "n_heads · value_conv", "", n, group,
+             "a depthwise convolution over each head's values", None, (H, 1, k, 1)))
+
+
+def _entity_embeddings(add, spec: ModelSpec,  # type: ignore[no-untyped-def]
+                       norm: tuple[int, str]) -> None:
+    """LukeEntityEmbeddings: the entity table, entity_embedding_dense (no bias) when
+    entity_width is not d_model, position and token-type tables, a LayerNorm."""
+    E, Ne, We = spec.d_model, spec.entity_vocab, spec.entity_width
+    add(("embed.entities", Ne * We, "entity_vocab × entity_width", "", 1, "", "", None,
+         (Ne, We)))
+    if We != E:
+        add(("embed.entities.project", We * E, "entity_width × d_model", "", 1, "",
+             "no bias", None, (E, We)))
+    P = spec.max_positions
+    add(("embed.entities.positions", P * E, "max_positions × d_model", "", 1, "", "", None,
+         (P, E)))
+    if spec.token_types:
+        add(("embed.entities.token_types", spec.token_types * E, "token_types × d_model", "",
+             1, "", "", None, (spec.token_types, E)))
+    add(("embed.entities.norm", norm[0], norm[1], "", 1, "", "", None, ()))
+
+
+def _entity_head(add, spec: ModelSpec) -> None:  # type: ignore[no-untyped-def]
+    """EntityPredictionHead: EntityPredictionHeadTransform (dense, activation, LayerNorm over
+    entity_emb_size), a decoder tied to the entity table, a bias."""
+    E, Ne, We = spec.d_model, spec.entity_vocab, spec.entity_width
+    add(("head.entity.dense.weight", E * We, "d_model × entity_width", "", 1, "", "", None,
+         (We, E)))
+    add(("head.entity.dense.bias", We, "entity_width", "", 1, "", "", None, ()))
+    n, why = norm_of(spec.norm, We, "entity_width")
+    add(("head.entity.norm", n, why, "", 1, "", "", None, ()))
+    if spec.tie_embeddings:
+        add(("head.entity.decoder.weight", 0, "0 (tied)", "", 1, "",
+             "the entity table (tied)", None, ()))
+    else:
+        add(("head.entity.decoder.weight", Ne * We, "entity_vocab × entity_width", "", 1, "",
+             "", None, (Ne, We)))
+    add(("head.entity.bias", Ne, "entity_vocab", "", 1, "", "", None, ()))
+
+
+def _lang_adapters(add, spec: ModelSpec, p: str, group: str, n: int,  # type: ignore[no-untyped-def]
+                   norm: tuple[int, str]) -> None:
+    """XmodOutput: a bottleneck adapter per language (XmodAdapter: dense1, dense2), and a
+    norm of their own when adapter_layer_norm."""
+    E, A, N = spec.d_model, spec.adapter_width, spec.lang_adapters
+    add((f"{p}down.weight", N * E * A, "lang_adapters · d_model × adapter_width", "", n, group,
+         "one adapter per language", None, (N, A, E)))
+    add((f"{p}down.bias", N * A, "lang_adapters · adapter_width", "", n, group, "", None,
+         (N, A)))
+    add((f"{p}up.weight", N * A * E, "lang_adapters · adapter_width × d_model", "", n, group,
+         "", None, (N, E, A)))
+    add((f"{p}up.bias", N * E, "lang_adapters · d_model", "", n, group, "", None, (N, E)))
+    if spec.adapter_norm:
+        add((f"{p}norm", norm[0], norm[1], "", n, group, "", None, ()))
 
 
 def _position_projections(spec: ModelSpec) -> tuple[str, ...]:

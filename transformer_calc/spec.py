@@ -114,10 +114,13 @@ class ModelSpec:
                          "config leaves null that only the forward reads: DeepseekV2Config's "
                          "num_experts_per_tok): its parameters are counted, and FLOPs and "
                          "memory refuse with this reason; top_k may then be 0", arch=False)
-    activations_unmodelled: str = _f("", "why tcalc's rules do not express what this model "
-                                     "saves for backward (a block or forward path not "
-                                     "measured): training memory refuses with this reason; "
-                                     "parameters, FLOPs and serving memory are counted",
+    unmodelled: str = _f("", "what tcalc's FLOPs and training activations do not model in "
+                         "this model's forward (its attention or mixer): tcalc flops and "
+                         "training memory refuse it, naming this; empty: all modelled",
+                         arch=False)
+    activations_unmodelled: str = _f("", "what tcalc's training activations do not model "
+                                     "in this model's forward when its FLOPs are: training "
+                                     "memory refuses it, naming this; empty: none",
                                      arch=False)
     dropout: float = _f(0.0, "dropout probability in training (0: no dropout masks are kept; "
                         "GPT-2, BERT: 0.1)", arch=False)
@@ -225,6 +228,35 @@ class ModelSpec:
     rel_span: str = _f("table", "rows of the relative table a layer projects: table (all of "
                        "them, DeBERTa-v2) or sequence (2 · min(T, rel_embeddings / 2), "
                        "DeBERTa v1's compute_attention_span)", choices=("table", "sequence"))
+    xl_relative: bool = _f(False, "Transformer-XL's relative attention with segment terms "
+                           "(XLNet, Funnel): per layer a bias-free d_model → n_heads · d_head "
+                           "projection of the relative positions, content, position and "
+                           "segment biases (n_heads · d_head each) and a segment embedding "
+                           "(2 · n_heads · d_head)")
+    global_qkv: bool = _f(False, "Longformer's global-attention projections beside Q, K and V "
+                          "(query_global, key_global, value_global): d_model × n_heads · "
+                          "d_head and a bias each, per layer")
+    value_conv: int = _f(0, "Nyströmformer's depthwise convolution over each head's values "
+                         "(conv_kernel_size): a kernel of this width per head and layer, no "
+                         "bias; 0: none", minimum=0)
+    span_conv: int = _f(0, "ConvBERT's span-based dynamic convolution beside the attention "
+                        "heads (conv_kernel_size): per layer a separable convolution of the "
+                        "keys' input, a projection to a kernel per head and position, the "
+                        "convolved values' projection, and an output projection that reads "
+                        "both halves (d_model × d_model); 0: none", minimum=0)
+    fourier_mixer: bool = _f(False, "FNet's Fourier transform over the sequence and the hidden "
+                             "width in place of attention (layer_attention X): no parameters "
+                             "but the norm after it, one per layer")
+    entity_queries: bool = _f(False, "LUKE's entity-aware attention: word-to-entity, "
+                              "entity-to-word and entity-to-entity query projections beside Q "
+                              "(d_model × n_heads · d_head and a bias each), per layer")
+    lang_adapters: int = _f(0, "X-MOD's language adapters: per layer, this many bottleneck "
+                            "adapters (d_model → adapter_width → d_model, biased) after the "
+                            "FFN, one run per token's language; 0: none", minimum=0)
+    adapter_width: int = _f(0, "their inner width (X-MOD: hidden_size // "
+                            "adapter_reduction_factor)", minimum=0)
+    adapter_norm: bool = _f(False, "a norm of its own before each layer's adapters (X-MOD "
+                            "adapter_layer_norm)")
 
     # -- block ----------------------------------------------------------------------------
     ffn: str = _f("plain", "FFN kind: plain (2 matrices), gated (3: SwiGLU, GeGLU) or "
@@ -311,6 +343,9 @@ class ModelSpec:
     sub_norms: bool = _f(False, "a norm over the attention output before its output projection "
                          "and one over the FFN's inner width before its down projection "
                          "(BitNet's attn_sub_norm, ffn_sub_norm)")
+    qk_final_norm: str = _f("same", "the norm kind of the QK-norms and the final norm: same "
+                            "(norm's), or another (ESMC: layernorm_nobias beside its layers' "
+                            "layernorm)", choices=("same", *NORMS))
     qk_norm: str = _f("none", "norm on queries and keys: none, head (one norm over d_head, "
                       "shared by the heads: Qwen3, Gemma 3), width (over n_heads · d_head: "
                       "OLMo-2, Cohere) or l2 (an RMS norm per head without a weight, in the RoPE "
@@ -538,12 +573,28 @@ class ModelSpec:
     mlm_width: int | None = _f(None, "width of the MLM head's dense output, its norm and the "
                                "decoder's input (default: embed_proj_dim when embed_factorized, "
                                "else d_model; RemBERT: output_embedding_size)", minimum=1)
+    mask_embedding: bool = _f(False, "a learned d_model vector standing in for the masked "
+                              "tokens' content in two-stream attention (XLNet's mask_emb)")
+    entity_vocab: int = _f(0, "LUKE's entity vocabulary: a table of entity_vocab × "
+                           "entity_width, projected to d_model (no bias) when narrower, with "
+                           "position and token-type tables and a norm of its own; 0: none",
+                           minimum=0)
+    entity_width: int = _f(0, "its width (LUKE entity_emb_size)", minimum=0)
+    entity_head: bool = _f(False, "LUKE's entity prediction head (entity_predictions): a "
+                           "biased dense d_model → entity_width, a norm, a decoder tied to the "
+                           "entity table (with tie_embeddings) and a bias")
+    mlm_decoder_untied: bool = _f(False, "the MLM decoder keeps a weight of its own whatever "
+                                  "tie_embeddings says (LukeForMaskedLM ties its entity "
+                                  "decoder only)")
     side_embeddings: str = _f("", "extra token tables beside the word embedding, as 'rows x "
                               "width' items separated by spaces (RoCBERT: '24858x512 910x768', "
                               "its shape and pronunciation tables)")
     side_concat: bool = _f(False, "the side tables' vectors are concatenated to the word "
                            "embedding and projected back to d_model by one biased matrix "
                            "(RoCBERT's map_inputs_layer); false: built, not run")
+    head_bottleneck: int = _f(0, "a bias-free d_model → width → d_model pair before the LM "
+                              "head (Ultrabert's prediction head: linear1, linear2); 0: none",
+                              minimum=0)
     lm_head: bool = _f(True, "a language-model head (d_model -> vocab)")
     lm_head_bias: bool = _f(False, "bias on the LM head (Phi)")
     pooler: bool = _f(False, "BERT pooler: dense d_model -> d_model on the first token")
@@ -725,6 +776,25 @@ class ModelSpec:
             raise TcalcError(f"{self.name}: training memory is not modelled: "
                              f"{self.activations_unmodelled}; parameters, FLOPs and serving "
                              "memory (--inference) are counted")
+        if self.costs_unmodelled:
+            raise TcalcError(f"{self.name}: training memory is not modelled: "
+                             f"{self.costs_unmodelled}; parameters and serving memory "
+                             "(--inference) are counted")
+
+    @property
+    def costs_unmodelled(self) -> str:
+        """What tcalc's FLOPs and training activations do not model in this model's forward:
+        ``unmodelled``, else the fields whose tensors are counted as parameters only."""
+        if self.unmodelled:
+            return self.unmodelled
+        named = [name for name, on in (
+            ("xl_relative", self.xl_relative), ("global_qkv", self.global_qkv),
+            ("value_conv", self.value_conv), ("lang_adapters", self.lang_adapters),
+            ("mask_embedding", self.mask_embedding), ("span_conv", self.span_conv),
+            ("fourier_mixer", self.fourier_mixer), ("entity_vocab", self.entity_vocab),
+            ("entity_queries", self.entity_queries),
+            ("head_bottleneck", self.head_bottleneck)) if on]
+        return f"{', '.join(named)}: counted as parameters only" if named else ""
 
     @property
     def kv_heads(self) -> int:
