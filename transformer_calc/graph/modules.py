@@ -100,6 +100,23 @@ class Builder:
                 h = body(h)
             before, i = state, i + 1
 
+    def layers_by_kind(self, prefix: str, kinds: str,
+                       body: Callable[[Tensor, str], Tensor], h: Tensor,
+                       extras: Callable[[str], tuple[Tensor, ...]]) -> Tensor:
+        """Decoder layers whose forward depends on the layer's kind (one letter each, as
+        ModelSpec.layer_attention spells them: Gemma 2/3's sliding and full layers read
+        another mask and, Gemma 3, another RoPE table), each called with h and its kind's
+        extras. One kind (a single letter: every layer) is `layers`, replayed when symbolic;
+        mixed kinds are unrolled even when symbolic (the kinds are a family flag, so the
+        structure key fixes L)."""
+        if len(set(kinds)) == 1:
+            kind = kinds[0]
+            return self.layers(prefix, lambda x: body(x, kind), h, extras(kind))
+        for i, kind in enumerate(kinds):
+            with self.module(f"{prefix}.{i}"), self.trace.in_layer(i, (h, *extras(kind))):
+                h = body(h, kind)
+        return h
+
     @contextmanager
     def module(self, name: str) -> Iterator[None]:
         with self.trace.module(name):
