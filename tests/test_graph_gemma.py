@@ -248,6 +248,7 @@ def test_only_gemma_model_types_map_to_the_gemma_graph() -> None:
 
 @pytest.mark.parametrize("change, why", [
     (dict(attn_softcapping=50.0), "Gemma 3's attention passes no softcap"),
+    (dict(qk_norm="none", attn_softcapping=50.0), "soft-capped scores with an SDPA path"),
     (dict(sandwich_norm=False), "a per-head q/k norm without sandwich norms"),
     (dict(bias_q=True, bias_k=True, bias_v=True), "attention biases on q, k, v but not o"),
     (dict(bias_ffn_in=True), "an MLP bias"),

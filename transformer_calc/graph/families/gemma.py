@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 from transformer_calc.graph import ops
 from transformer_calc.graph.families.llama import (
-    _rope,
-    _rotary,
+    apply_rotary,
     eager_attention,
     repeat_kv,
+    rotary_tables,
     sdpa_attention,
 )
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
@@ -84,8 +84,8 @@ def forward(m: Builder, cfg: Gemma) -> Tensor:
         present = sorted(set(cfg.kinds))
         # Gemma3TextModel: position_embeddings per layer type in use (rotary_emb's
         # forward with that type's inv_freq and scaling: the same shapes); the others one
-        tables = {k: _rotary(m, h) for k in present} if cfg.rope_per_kind else \
-            dict.fromkeys(present, _rotary(m, h))
+        tables = {k: rotary_tables(m, h) for k in present} if cfg.rope_per_kind else \
+            dict.fromkeys(present, rotary_tables(m, h))
         masks = {k: _mask(m, cfg, h, k) for k in present}
 
         def extras(kind: str) -> tuple[Tensor, ...]:
@@ -180,7 +180,7 @@ def _attention(m: Builder, cfg: Gemma, x: Tensor, rope: tuple[Tensor, Tensor],
     if cfg.qk_norm:
         q, k = rms_norm(m, "q_norm", q), rms_norm(m, "k_norm", k)
     cos, sin = (ops.unsqueeze(t, 1) for t in rope)
-    q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     if m.use_cache:  # DynamicLayer / DynamicSlidingWindowLayer.update: torch.cat, a copy
         k, v = (ops.cat([t], -2) for t in (k, v))
     G = m["G"]

@@ -76,7 +76,7 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
         # cache_position = arange(T); position_ids its unsqueezed view (one storage),
         # passed to the layers with cos, sin and, eager, the causal mask
         positions = tr.tensor((m["T"],), I64, False)
-        cos, sin = _rotary(m, h, cfg.rope_fp32)
+        cos, sin = rotary_tables(m, h, cfg.rope_fp32)
         mask = causal_mask(m, h) if m.run.attention == "eager" else None
         extras = (positions, cos, sin) + (() if mask is None else (mask,))
 
@@ -97,7 +97,7 @@ def _uniform(m: Builder, layer: Callable[[Tensor, Mlp], Tensor], h: Tensor,
     return m.layers("layers", lambda x: layer(x, _mlp), h, extras)
 
 
-def _rotary(m: Builder, like: Tensor, fp32: bool = False) -> tuple[Tensor, Tensor]:
+def rotary_tables(m: Builder, like: Tensor, fp32: bool = False) -> tuple[Tensor, Tensor]:
     """LlamaRotaryEmbedding.forward, under no_grad, once for the model: cos and sin of
     (1, T, dh), cast to the activation dtype (a view of the fp32 product when that is
     fp32); Olmo2RotaryEmbedding leaves them fp32."""
@@ -188,7 +188,7 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
             heads(m.linear("k_proj", x, Hkv * dh, cfg.bias_k), Hkv, "k_norm"), \
             heads(m.linear("v_proj", x, Hkv * dh, cfg.bias_v), Hkv)
     cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
-    q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     if cfg.rope_fp32:  # olmo2's apply_rotary_pos_emb: q_embed.to(q_type)
         q, k = ops.to(q, v.dtype), ops.to(k, v.dtype)
     if cfg.rope_concat:  # torch.cat([rotated, x[..., rotary_dim:]]): the pass part empty
@@ -206,7 +206,7 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
     return m.linear("o_proj", out, m["E"], cfg.bias_o)
 
 
-def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """apply_rotary_pos_emb: (x * cos) + (rotate_half(x) * sin); rotate_half:
     cat((-x2, x1), dim=-1) of the two halves (views)."""
     half = x.shape[-1].halved()
