@@ -258,9 +258,22 @@ def test_only_gemma_model_types_map_to_the_gemma_graph() -> None:
     (dict(rope_fp32=True), "a field the graph does not read"),
 ])
 def test_other_gemma_like_layouts_are_refused(change: dict, why: str) -> None:
-    spec = replace(_spec("gemma3_text-layer-types.json"), **change)
+    # as a hand-written spec (no model_type): the layout alone decides
+    spec = replace(_spec("gemma3_text-layer-types.json"), model_type="")
+    assert isinstance(family_of(spec), Gemma)
     with pytest.raises(TcalcError, match="no op graph"):
-        family_of(spec)
+        family_of(replace(spec, **change))
+
+
+def test_a_config_is_the_gemma_of_its_model_type() -> None:
+    # Gemma 3's layout read from a file of another model type (a Gemma-like forward the
+    # graph does not transcribe) is refused; as a gemma2 file's layout it is Gemma 2's
+    spec = _spec("gemma3_text-layer-types.json")
+    for other in ("gemma2", "gemma3n_text", "llama"):
+        with pytest.raises(TcalcError, match="no op graph"):
+            family_of(replace(spec, model_type=other))
+    fam = family_of(replace(spec, model_type="gemma2", qk_norm="none"))
+    assert isinstance(fam, Gemma) and fam.sandwich and not fam.qk_norm
 
 
 # -- the compiled path on random configurations ----------------------------------------------
