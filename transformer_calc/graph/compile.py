@@ -355,8 +355,7 @@ def compile_structure(family: Family, run: Run) -> Structure:
     tr = m.trace
     kept = held(tr, run.recompute)
     t = totals(tr, kept)
-    rep = tr.replay
-    rows = tuple((s.scope if n.poly.constant == 1 or rep is None
+    rows = tuple((s.scope if n.poly.constant == 1 or not tr.replay
                   else f"{s.scope} [x ({n.poly})]", s.role, s.storage.dtype.name,
                   n.poly * s.storage.formula) for s, n in kept.saved)
     named = named_rows(family, run, tr.ops, ((s, n.poly) for s, n in kept.saved))

@@ -10,14 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
-from transformer_calc.graph.families import bert, gpt2, llama, moe
+from transformer_calc.graph.families import bert, gemma, gpt2, llama, moe
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
 from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
-Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe
+Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,8 @@ def trace(family: Family, run: Run, symbolic: bool = False,
         bert.forward(m, cfg)
     elif isinstance(cfg, moe.Moe):
         moe.forward(m, cfg)
+    elif isinstance(cfg, gemma.Gemma):
+        gemma.forward(m, cfg)
     else:
         llama.forward(m, cfg)
     return m
@@ -102,7 +104,13 @@ _READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv"},
                                          "embedding_norm", "token_types", "lm_head",
                                          "mlm_head", "loss_fp32", "embed_proj_dim",
                                          "embed_factorized", "mlm_bias", "n_kv_heads",
-                                         "d_head"}}
+                                         "d_head"},
+          "gemma": _METADATA | _COMMON | {"n_kv_heads", "d_head", "softmax_fp32", "bias_q",
+                                          "bias_k", "bias_v", "bias_o", "bias_ffn_in",
+                                          "bias_ffn_out", "qk_norm", "norm_fp32",
+                                          "sandwich_norm", "logit_softcapping",
+                                          "attn_softcapping", "sliding_window",
+                                          "layer_attention", "sdpa_path"}}
 # The encoders whose forward bert.py transcribes: model_type -> (the encoder's attribute,
 # the MLM head's layout, position ids counted from the token ids). Other BERT-shaped types
 # (TAPAS's seven token-type tables, BigBird's sparse attention, ...) keep the rules.
@@ -112,6 +120,8 @@ _ENCODERS = {"bert": ("bert", "bert", False), "ernie": ("ernie", "bert", False),
              "xlm-roberta": ("roberta", "roberta", True),
              "data2vec-text": ("data2vec_text", "roberta", True),
              "electra": ("electra", "electra", False)}
+# The model types whose forward gemma.py transcribes
+_GEMMAS = ("gemma", "gemma2", "gemma3_text", "vaultgemma")
 # the MoE decoders: Llama's fields and the experts' (peft_moe says how peft adapts them:
 # graph_activations reads it with the LoRA targets)
 _READS["moe"] = _READS["llama"] | {"n_experts", "top_k", "d_ff_expert", "n_shared_experts",
@@ -185,9 +195,16 @@ def family_of(spec: ModelSpec) -> Family:
         encoder = _encoder(spec)
         if encoder is not None:
             return encoder
+    if (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation in ("gelu", "gelu_tanh") and spec.norm_fp32
+            and spec.softmax_fp32 and not spec.dropout and spec.norm_position == "pre"
+            and spec.model_type in ("", *_GEMMAS) and not _unread(spec, "gemma")):
+        family = _gemma(spec)
+        if family is not None:
+            return family
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
-                     "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family and BERT, RoBERTa, "
-                     "ELECTRA with their masked-LM heads)")
+                     "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family, Gemma 1-3 and "
+                     "VaultGemma, and BERT, RoBERTa, ELECTRA with their masked-LM heads)")
 
 
 def _encoder(spec: ModelSpec) -> bert.Bert | None:
@@ -218,6 +235,42 @@ def _encoder(spec: ModelSpec) -> bert.Bert | None:
     return family
 
 
+def _gemma(spec: ModelSpec) -> gemma.Gemma | None:
+    """Gemma's layouts from what the spec says (GemmaRMSNorm is norm_fp32's x̂ · (1 + w),
+    the scaled embedding comes with the model types that have it): sandwich norms with a
+    per-head q/k norm are Gemma 3 (whose attention ignores attn_logit_softcapping: a spec
+    that sets it is refused), sandwich norms alone Gemma 2 (eager only, as soft-capped
+    scores must be: a spec that says SDPA runs them is refused); two norms a layer with
+    soft-capping are VaultGemma, without it Gemma (full attention only). Attention biases
+    all or none, no MLP biases; layers full or sliding, as layer_attention says. A spec read
+    from a config.json must be of the model type its layout says."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    v3 = spec.qk_norm == "head"
+    vault = not spec.sandwich_norm and bool(spec.attn_softcapping or spec.logit_softcapping)
+    variant = "gemma3_text" if v3 else "gemma2" if spec.sandwich_norm else \
+        "vaultgemma" if vault else "gemma"
+    if spec.model_type and spec.model_type != variant:
+        return None
+    if (spec.qk_norm not in ("none", "head") or (v3 and not spec.sandwich_norm)
+            or (v3 and spec.attn_softcapping)
+            or (spec.attn_softcapping and spec.sdpa_path)  # no SDPA with soft-capped scores
+            or len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) != 1
+            or spec.bias_ffn_in or spec.bias_ffn_out):
+        return None
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    if set(kinds) - {"F", "S"} or ("S" in kinds and not spec.sandwich_norm and not vault):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return gemma.Gemma(V=spec.vocab_size, E=spec.d_model, H=spec.n_heads,
+                       Hkv=spec.n_kv_heads or spec.n_heads, dh=spec.head_dim, F=spec.d_ff,
+                       L=spec.n_layers, tied=spec.tie_embeddings, bias=spec.bias_q,
+                       attention_dropout=pa, sandwich=spec.sandwich_norm,
+                       ffn_norm="pre_feedforward_layernorm" if vault
+                       else "post_attention_layernorm", qk_norm=v3, rope_per_kind=v3,
+                       attn_softcap=spec.attn_softcapping, final_softcap=spec.logit_softcapping,
+                       window=spec.sliding_window,
+                       kinds=kinds if len(set(kinds)) > 1 else kinds[0])
 def _moe(spec: ModelSpec) -> moe.Moe:
     """Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and PhiMoE (spec_from_hf's fields for them): the
     Llama layout with a router whose top-k handling the spec names (router_topk),

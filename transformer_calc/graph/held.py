@@ -40,15 +40,15 @@ def quadratic_in_t(s: Storage) -> bool:
 
 
 def held(tr: Trace, recompute: str) -> Held:
-    rep, count = tr.replay if tr.replay is not None else (None, ONE)
+    reps = tr.replay
     items: list[tuple[Saved, Dim]] = []
     if recompute != "full":
         for s in tr.saved.values():
             if recompute == "selective" and quadratic_in_t(s.storage):
                 continue
             items.append((s, ONE))
-            if rep is not None and s.layer == rep:
-                items.append((s, count))  # the same storage in each replayed layer
+            if s.layer in reps:
+                items.append((s, reps[s.layer]))  # the same storage in each replayed layer
         return Held(tuple(items), ())
     seen: set[int] = set()
     for key, s in tr.saved.items():
@@ -68,9 +68,10 @@ def held(tr: Trace, recompute: str) -> Held:
         rebuilt.append(tuple(s.storage for k, s in tr.saved.items()
                              if i in tr.savers[k] and s.storage.layer == i
                              and s.storage.kind != "weight_copy"))
-    if rep is not None and rep in tr.layer_saves:
-        h = tr.layer_args[rep][0].storage  # each replayed layer's own hidden-state input
-        items.append((Saved(h, h.name, "checkpoint.input", rep), count))
+    for rep, count in reps.items():
+        if rep in tr.layer_saves:
+            h = tr.layer_args[rep][0].storage  # each replayed layer's own hidden-state input
+            items.append((Saved(h, h.name, "checkpoint.input", rep), count))
     return Held(tuple(items), tuple(rebuilt))
 
 
@@ -89,7 +90,7 @@ class Totals:
 
 
 def totals(tr: Trace, h: Held) -> Totals:
-    rep, count = tr.replay if tr.replay is not None else (None, ONE)
+    reps = tr.replay
     act = Poly(())
     for s, n in h.saved:
         if s.storage.kind != "weight_copy":
@@ -100,15 +101,15 @@ def totals(tr: Trace, h: Held) -> Totals:
         for st in storages:
             one = st.numel.poly if numel else st.formula
             out = out + one
-            if rep is not None and st.layer == rep:
-                out = out + count.poly * one
+            if st.layer in reps:
+                out = out + reps[st.layer].poly * one
         return out
 
     casts = [t.storage for t in tr.weight_casts.values()]
     params = [p.storage for p in tr.params.values()]
     trainable = [p.storage for p in tr.params.values() if p.requires_grad]
     flops = tr.flops_poly
-    if rep is not None:
+    for rep, count in reps.items():
         flops = flops + count.poly * tr.layer_flops[rep]
     rebuilt = tuple(sum((st.formula for st in layer), Poly(())) for layer in h.rebuilt)
     return Totals(act, summed(casts, False), summed(params, True), summed(trainable, True),

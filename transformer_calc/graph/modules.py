@@ -92,13 +92,43 @@ class Builder:
         while True:
             state = _layer_state(self.trace, h)
             if state == before:
-                self.trace.replay = (i - 1, L + (-i))
+                self.trace.replay = {i - 1: L + (-i)}
                 return h
             if not L.value > i:  # a guard: L > i, or L <= i (and then L = i)
                 return h
             with self.module(f"{prefix}.{i}"), self.trace.in_layer(i, (h, *extras)):
                 h = body(h)
             before, i = state, i + 1
+
+    def layers_by_kind(self, prefix: str, kinds: str,
+                       body: Callable[[Tensor, str], Tensor], h: Tensor,
+                       extras: Callable[[str], tuple[Tensor, ...]]) -> Tensor:
+        """Decoder layers whose forward depends on the layer's kind (one letter each, as
+        ModelSpec.layer_attention spells them: Gemma 2/3's sliding and full layers read
+        another mask and, Gemma 3, another RoPE table), each called with h and its kind's
+        extras. One kind (a single letter: every layer) is `layers`. Mixed kinds (a family
+        flag, so the structure key fixes L): every layer traced; symbolic, a layer whose kind
+        and state (as `layers` compares them) match a traced layer's is that layer replayed
+        once more, its output a new tensor laid out as the traced layer's."""
+        if len(set(kinds)) == 1:
+            kind = kinds[0]
+            return self.layers(prefix, lambda x: body(x, kind), h, extras(kind))
+        traced: dict[tuple[object, ...], tuple[int, Tensor]] = {}
+        counts: dict[int, int] = {}
+        for i, kind in enumerate(kinds):
+            state = (kind, *_layer_state(self.trace, h))
+            if self.symbolic and state in traced:
+                j, out = traced[state]
+                counts[j] = counts.get(j, 0) + 1
+                h = self.trace.tensor(out.shape, out.dtype, out.requires_grad,
+                                      stride=out.stride)
+                h.storage.layer = i
+                continue
+            with self.module(f"{prefix}.{i}"), self.trace.in_layer(i, (h, *extras(kind))):
+                h = body(h, kind)
+            traced[state] = (i, h)
+        self.trace.replay = {j: Dim.const(n) for j, n in counts.items()}
+        return h
 
     @contextmanager
     def module(self, name: str) -> Iterator[None]:

@@ -27,6 +27,7 @@ from typing import NamedTuple
 from transformer_calc.breakdown import Row, substitute
 from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
 from transformer_calc.graph.families.bert import HEADS, Bert
+from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.held import quadratic_in_t
@@ -38,7 +39,19 @@ _LAYER = re.compile(r"^(?:transformer\.h|model\.layers)\.(\d+)(?:\.(.*))?$")
 # the norms, by their module's last name: GPT-2's LayerNorms, Llama's RMSNorms
 _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm",
           "q_norm": "attn.q_norm", "k_norm": "attn.k_norm",
-          "post_attention_layernorm": "ffn.norm", "ln_f": "final_norm", "norm": "final_norm"}
+          "post_attention_layernorm": "ffn.norm", "pre_feedforward_layernorm": "ffn.norm",
+          "ln_f": "final_norm", "norm": "final_norm"}
+# Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
+_SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
+                 post_feedforward_layernorm="ffn.post_norm")
+# a norm's saved tensors by the role of their first saver: torch.nn.LayerNorm, Llama's
+# RMSNorm (the weight's mul keeps the normalised tensor as its other operand) and
+# GemmaRMSNorm (x̂ · (1 + w): x̂ as self, the fp32 1 + w as other)
+_NORM_PARTS = {"native_layer_norm.input": "input", "native_layer_norm.result1": "stats",
+               "native_layer_norm.result2": "stats", "pow.self": "input_fp32",
+               "rsqrt.result": "rstd", "mul.self": "input_fp32", "mul.other": "normalized"}
+_GEMMA_NORM_PARTS = dict(_NORM_PARTS, **{"mul.self": "normalized",
+                                         "mul.other": "one_plus_weight"})
 # a linear's input, as the base layer keeps it (and a LoRA adapter reading it as it is)
 _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ffn.input",
            "q_proj": "attn.input", "k_proj": "attn.input",
@@ -87,7 +100,8 @@ SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "
 # what each component is, beside its formula (no symbol names inside: they are words here)
 DESCRIPTIONS = {
     "embed.token_ids": "int64 indices", "embed.position_ids": "int64 positions",
-    "embed.dropout_mask": "dropout mask", "rope.cos_sin": "cos and sin, one pair for the model",
+    "embed.dropout_mask": "dropout mask",
+    "rope.cos_sin": "cos and sin, once for the model (Gemma 3: a pair per layer type)",
     "input": "norm input", "stats": "mean, rstd", "input_fp32": "the fp32 upcast",
     "rstd": "reciprocal std", "normalized": "the weight's mul keeps it",
     "decoder.attn.input": "Q/K/V matmul input",
@@ -110,6 +124,9 @@ DESCRIPTIONS = {
     "embed.token_type_ids": "int64 token types", "embed.project_input": "the projection's "
     "input", "head.mlm.activation": "the head's activation "
     "keeps its input", "head.mlm.decoder_input": "the decoder's input",
+    "one_plus_weight": "fp32 1 + weight, kept by the product",
+    "decoder.attn.softcap_tanh": "tanh of the scores / cap",
+    "head.softcap_tanh": "tanh of the logits / cap",
     "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output",
     "decoder.ffn.router": "router softmax", "decoder.ffn.router_topk": "the top-k indices; "
     "the renormalisation's sum and original values; sparsemixer's masks, samples, "
@@ -173,7 +190,9 @@ class _Namer:
         # post_feedforward_layernorm the MLP's (tcalc's attn.norm and ffn.norm)
         self.norms = dict(_NORMS, post_attention_layernorm="attn.norm",
                           post_feedforward_layernorm="ffn.norm") \
-            if getattr(family, "post_norm", False) else _NORMS
+            if getattr(family, "post_norm", False) else \
+            _SANDWICH if getattr(family, "sandwich", False) else _NORMS
+        self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma) else _NORM_PARTS
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2)
                              else family.attention_dropout) != 0
         self.encoder = isinstance(family, Bert)
@@ -273,6 +292,8 @@ class _Namer:
             return "decoder." + self._norm("final_norm", role)
         if scope == "lm_head" and role == "mm.self":
             return "head.input"
+        if role == "tanh.result" and not scope:
+            return "head.softcap_tanh"  # Gemma 2's final logits: cap · tanh(logits / cap)
         if role == "log_softmax.result":
             return "loss.log_softmax"
         if role == "nll_loss.target":
@@ -309,12 +330,8 @@ class _Namer:
             return "ffn.shared_gate_product"
         return None
 
-    @staticmethod
-    def _norm(prefix: str, role: str) -> str:
-        part = {"native_layer_norm.input": "input", "native_layer_norm.result1": "stats",
-                "native_layer_norm.result2": "stats", "pow.self": "input_fp32",
-                "rsqrt.result": "rstd", "mul.self": "input_fp32",
-                "mul.other": "normalized"}.get(role)
+    def _norm(self, prefix: str, role: str) -> str:
+        part = self.norm_parts.get(role)
         if part is None:
             raise ValueError(f"no component name for {role} in a norm")
         return f"{prefix}.{part}"
@@ -350,6 +367,8 @@ class _Namer:
             return "qkv_output"  # a view of the fused projection's output keeps it whole
         if role in ("softmax.result", "_safe_softmax.result"):
             return "softmax"
+        if role == "tanh.result":
+            return "softcap_tanh"  # Gemma 2's eager scores: cap · tanh(scores / cap)
         if role in ("mul.other", "native_dropout.result1"):
             return "dropout_mask" if T2 else "residual_dropout_mask"
         if role == "bmm.self":
@@ -416,12 +435,16 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
     equal bytes under a name merged into one row repeated over them."""
     namer = _Namer(family, run, tuple(ops))
     one = Poly.const(1)
-    # the plan's group of each layer where an MoE's layers differ (plan._group_name: dense
-    # or moe), as the rules name their rows
-    pattern = family.pattern if isinstance(family, Moe) and len(set(family.pattern)) > 1 \
-        else ""
+    # the plan's group of each layer where layers differ (plan._group_name: an MoE's dense
+    # or moe layers, Gemma 2/3's sliding or full ones), as the rules name their rows
+    pattern, groups = "", {}
+    if isinstance(family, Moe) and len(set(family.pattern)) > 1:
+        pattern, groups = family.pattern, {"D": "dense", "E": "moe"}
+    elif isinstance(family, Gemma) and len(set(family.kinds)) > 1:
+        pattern, groups = family.kinds, {"S": "sliding", "F": "full"}
     # (name, in layer, group) -> (layer, replayed) -> [bytes, how many]
     per: dict[tuple[str, bool, str], dict[tuple[int | None, bool], list[Poly]]] = {}
+    traced: set[int] = set()  # storages met once: a second item is its layer's replays
     for s, n in held:
         if s.storage.kind == "weight_copy":
             continue
@@ -430,9 +453,11 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
         # made once for the model that a layer is first to save or keep
         in_layer = (s.layer is not None and name.startswith(("decoder.", "encoder."))
                     and name != _MASK)
-        slot = (s.layer, n != one) if in_layer else (None, False)
-        tag = {"D": "dense", "E": "moe"}[pattern[s.layer]] \
-            if in_layer and pattern and s.layer is not None else ""
+        replayed = n != one or id(s.storage) in traced
+        traced.add(id(s.storage))
+        slot = (s.layer, replayed) if in_layer else (None, False)
+        tag = groups[pattern[s.layer]] if in_layer and pattern and s.layer is not None \
+            else ""
         group = per.setdefault((name, in_layer, tag), {})
         if slot not in group:
             group[slot] = [Poly(()), n if in_layer else one]

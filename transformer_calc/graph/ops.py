@@ -191,6 +191,14 @@ def mul(a: Tensor, b: Tensor | Scalar) -> Tensor:
     return out
 
 
+def div(a: Tensor, b: Scalar) -> Tensor:
+    """Division by a Python number (derivatives.yaml div.Scalar: self: grad / other): a new
+    tensor, nothing saved (soft-capping's scores / cap)."""
+    out = _pointwise("div", [a])
+    a.trace.record("div", out)
+    return out
+
+
 def pow(a: Tensor, exponent: Scalar) -> Tensor:
     """derivatives.yaml pow.Tensor_Scalar: self: pow_backward(grad, self, exponent)."""
     (a,) = autocast.cast_inputs("pow", a)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from transformer_calc.graph import autocast, ops
 from transformer_calc.graph.symbols import Dim
-from transformer_calc.graph.tensor import BF16, F16, F32, Tensor
+from transformer_calc.graph.tensor import BF16, BOOL, F16, F32, DType, Tensor, preserve_strides
 
 
 def kernel(q: Tensor, k: Tensor, dropout_p: float, has_mask: bool, enable_gqa: bool) -> str:
@@ -36,6 +36,8 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, is_causal: 
                                  enable_gqa: bool = False, mask: Tensor | None = None
                                  ) -> Tensor:
     q, k, v = autocast.cast_inputs("scaled_dot_product_attention", q, k, v)
+    if mask is not None and mask.dtype == BOOL:
+        mask = _float_mask(mask, q.dtype)
     with autocast.disabled(q.trace):
         name = kernel(q, k, dropout_p, mask is not None, enable_gqa)
         q.trace.kernels.add(name)
@@ -43,6 +45,17 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, is_causal: 
             return _math(q, k, v, is_causal=is_causal, dropout_p=dropout_p, scale=scale,
                          enable_gqa=enable_gqa, mask=mask)
         return _fused(name, q, k, v, mask)
+
+
+def _float_mask(mask: Tensor, dtype: DType) -> Tensor:
+    """convert_boolean_attn_mask (attention.cpp): zeros_like(mask, dtype) filled with -inf
+    where the mask is False, a new tensor in the query's dtype (contiguous for an expanded
+    mask: zeros_like preserves only dense strides); the kernel keeps this one (measured:
+    (B, 1, T, T) fp32 for a (1, 1, T, T) bool mask expanded over B, torch 2.13 CPU)."""
+    out = mask.trace.tensor(mask.shape, dtype, False,
+                            stride=preserve_strides(mask.sizes, mask.stride))
+    mask.trace.record("masked_fill", out)
+    return out
 
 
 def _fused(name: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:

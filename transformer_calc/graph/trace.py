@@ -46,7 +46,9 @@ class Trace:
     Layers: `in_layer(i, args)` marks the ops of decoder layer i and the tensors it is called
     with (what a checkpoint keeps). `savers` says, per saved storage, where it was saved: the
     layers' indices, None for an op outside the layers. `replay`, set by a compiled trace:
-    layer j's contribution repeats `count` more times (the layers not traced)."""
+    layer j -> count, layer j's contribution repeats `count` more times (the layers not
+    traced: after the last one traced, or, for layers of mixed kinds, those whose kind and
+    state match a traced layer's)."""
 
     device: str = "cpu"
     autocast: DType | None = None
@@ -63,7 +65,7 @@ class Trace:
     layer_args: dict[int, tuple[Tensor, ...]] = field(default_factory=dict)
     layer_saves: set[int] = field(default_factory=set)  # layers whose ops saved anything
     layer_flops: dict[int, Poly] = field(default_factory=dict)
-    replay: tuple[int, Dim] | None = None
+    replay: dict[int, Dim] = field(default_factory=dict)
     kernels: set[str] = field(default_factory=set)  # the SDPA kernels the forward ran
     # sizes that are no polynomial of the others, named as symbols of their own by the
     # Builder: ("div", H, Hkv) -> G, ("ceil", T, 32) -> T32 (keyed by the operands' polys)

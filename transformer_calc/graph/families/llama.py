@@ -76,7 +76,7 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
         # cache_position = arange(T); position_ids its unsqueezed view (one storage),
         # passed to the layers with cos, sin and, eager, the causal mask
         positions = tr.tensor((m["T"],), I64, False)
-        cos, sin = _rotary(m, h, cfg.rope_fp32)
+        cos, sin = rotary_tables(m, h, cfg.rope_fp32)
         mask = causal_mask(m, h) if m.run.attention == "eager" else None
         extras = (positions, cos, sin) + (() if mask is None else (mask,))
 
@@ -97,7 +97,7 @@ def _uniform(m: Builder, layer: Callable[[Tensor, Mlp], Tensor], h: Tensor,
     return m.layers("layers", lambda x: layer(x, _mlp), h, extras)
 
 
-def _rotary(m: Builder, like: Tensor, fp32: bool = False) -> tuple[Tensor, Tensor]:
+def rotary_tables(m: Builder, like: Tensor, fp32: bool = False) -> tuple[Tensor, Tensor]:
     """LlamaRotaryEmbedding.forward, under no_grad, once for the model: cos and sin of
     (1, T, dh), cast to the activation dtype (a view of the fp32 product when that is
     fp32); Olmo2RotaryEmbedding leaves them fp32."""
@@ -188,7 +188,7 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
             heads(m.linear("k_proj", x, Hkv * dh, cfg.bias_k), Hkv, "k_norm"), \
             heads(m.linear("v_proj", x, Hkv * dh, cfg.bias_v), Hkv)
     cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
-    q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     if cfg.rope_fp32:  # olmo2's apply_rotary_pos_emb: q_embed.to(q_type)
         q, k = ops.to(q, v.dtype), ops.to(k, v.dtype)
     if cfg.rope_concat:  # torch.cat([rotated, x[..., rotary_dim:]]): the pass part empty
@@ -196,22 +196,17 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
     if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
         k, v = (ops.cat([t], -2) for t in (k, v))
     G = m["G"]  # query heads per K/V head, H / Hkv
+    scaling = float(dh.value) ** -0.5
     if mask is not None:
-        out = _eager(m, cfg, q, repeat_kv(k, G), repeat_kv(v, G), mask)
+        out = eager_attention(m, q, repeat_kv(k, G), repeat_kv(v, G), mask,
+                              dropout=cfg.attention_dropout, scaling=scaling)
     else:
-        # sdpa_attention_forward: no mask, so use_gqa_in_sdpa when d <= 256; else repeat_kv
-        gqa = G.value > 1 and dh.value <= 256
-        if G.value > 1 and not gqa:
-            k, v = repeat_kv(k, G), repeat_kv(v, G)
-        out = scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa,
-                                           dropout_p=cfg.attention_dropout,
-                                           scale=float(dh.value) ** -0.5)
-        out = ops.contiguous(ops.transpose(ops.reshape(out, (B, H, T, dh)), 1, 2))
+        out = sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout, scaling=scaling)
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
     return m.linear("o_proj", out, m["E"], cfg.bias_o)
 
 
-def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """apply_rotary_pos_emb: (x * cos) + (rotate_half(x) * sin); rotate_half:
     cat((-x2, x1), dim=-1) of the two halves (views)."""
     half = x.shape[-1].halved()
@@ -230,12 +225,30 @@ def repeat_kv(x: Tensor, groups: Dim) -> Tensor:
     return ops.reshape(x, (B, Hkv * groups, T, dh))
 
 
-def _eager(m: Builder, cfg: Llama, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+def eager_attention(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, *,
+                    dropout: float, scaling: float, softcap: float = 0.0) -> Tensor:
     """eager_attention_forward (modeling_llama.py): scores · scaling plus the mask,
     softmax in fp32 cast back to the query's dtype, dropout, the product with V,
-    transposed and made contiguous."""
-    w = ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), float(m["dh"].value) ** -0.5)
+    transposed and made contiguous. softcap (modeling_gemma2.py's version): the scaled
+    scores divided by the cap, tanh, times the cap, before the mask."""
+    w = ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), scaling)
+    if softcap:
+        w = ops.mul(ops.tanh(ops.div(w, softcap)), softcap)
     w = ops.add(w, mask)
     w = ops.to(ops.softmax(w, F32), q.dtype)
-    w = m.dropout(w, cfg.attention_dropout)
+    w = m.dropout(w, dropout)
     return ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))
+
+
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, groups: Dim, *, dropout: float,
+                   scaling: float, mask: Tensor | None = None) -> Tensor:
+    """sdpa_attention_forward (integrations/sdpa_attention.py): SDPA's own GQA where
+    use_gqa_in_sdpa allows it (no mask, head dims <= 256), else repeat_kv; is_causal
+    without a mask; the (B, H, T, d) output transposed back and made contiguous."""
+    B, H, T, dh = q.shape
+    gqa = groups.value > 1 and mask is None and k.shape[-1].value <= 256
+    if groups.value > 1 and not gqa:
+        k, v = repeat_kv(k, groups), repeat_kv(v, groups)
+    out = scaled_dot_product_attention(q, k, v, is_causal=mask is None, enable_gqa=gqa,
+                                       dropout_p=dropout, scale=scaling, mask=mask)
+    return ops.contiguous(ops.transpose(ops.reshape(out, (B, H, T, dh)), 1, 2))
