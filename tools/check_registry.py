@@ -387,6 +387,20 @@ def draw_tower(rng: random.Random, kind: str, text_width: int,
         if model_type in ("audioflamingo3", "musicflamingo"):
             top = {"projector_bias": rng.random() < 0.5}
             vision["model_type"] = "audioflamingo3_encoder"  # (the class needs it named)
+    elif kind == "gemma4":  # heads of their own width, fewer K/V heads
+        vision |= {"num_hidden_layers": rng.choice([1, 2]), "num_attention_heads": heads,
+                   "num_key_value_heads": rng.choice([k for k in (1, 2, heads)
+                                                      if heads % k == 0]),
+                   "head_dim": rng.choice([8, 16]), "patch_size": patch,
+                   "position_embedding_size": rng.choice([8, 16]),
+                   "use_clipped_linears": rng.random() < 0.5}
+    elif kind == "gemma4_unified":  # an encoder-free patch embedder, audio frames beside it
+        vision = {"patch_size": patch, "pooling_kernel_size": rng.choice([1, 2, 3]),
+                  "mm_embed_dim": width, "mm_posemb_size": rng.choice([8, 16]),
+                  "output_proj_dims": width}
+        if rng.random() < 0.75:
+            top = {"audio_config": rng.choice([{}, {"audio_embed_dim": rng.choice([8, 24])},
+                                               {"output_proj_dims": rng.choice([8, 24])}])}
     else:  # mllama
         layers = rng.choice([2, 3])
         picked = sorted(rng.sample(range(layers), rng.choice([1, 2])))
@@ -503,8 +517,15 @@ def main() -> None:
         config: dict = {"model_type": model_type, **named}
         # the default, then drawn configs until --cases are counted (a draw the class rejects
         # or tcalc refuses by name does not count; at most 4 × --cases draws)
-        while counted <= args.cases and attempts <= 4 * args.cases:
-            if attempts and nested:
+        # an optional tower at its class's defaults, and audio frames alone (Gemma 4's)
+        w = WRAPPERS.get(model_type) if task == "whole" else None
+        extra = [] if w is None or not w.tower_optional else [
+            {w.tower_key: {}, **({w.audio_key: {}} if w.audio_key else {})}] + (
+            [{w.audio_key: {}}] if w.audio_key else [])
+        while counted <= args.cases + len(extra) and attempts <= 4 * args.cases:
+            if 0 < attempts <= len(extra):
+                config = {"model_type": model_type, **named, **extra[attempts - 1]}
+            elif attempts and nested:
                 inner = draw(rng, fields)
                 if "cross_attention_layers" in fields:  # some of the layers, by index
                     n = inner["num_hidden_layers"]

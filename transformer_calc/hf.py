@@ -567,6 +567,13 @@ class Wrapper(NamedTuple):
     # the class ties its head where the config says (Voxtral, Qwen2-Audio and Audio Flamingo
     # 3 have no tied-weight keys: their heads are their own whatever the file says)
     ties_head: bool = True
+    # the class builds no tower when the file has no tower_key (Gemma 4's are optional)
+    tower_optional: bool = False
+    # sub-configs whose modules tcalc does not model: (key, what it builds), refused when set
+    refused: tuple[tuple[str, str], ...] = ()
+    # a sub-config of audio frames projected beside the tower, when the file has it (Gemma 4
+    # Unified's audio_config: embed_audio, audio_embed_dim wide)
+    audio_key: str = ""
 
 
 WRAPPERS: dict[str, Wrapper] = {
@@ -623,6 +630,19 @@ WRAPPERS: dict[str, Wrapper] = {
     "musicflamingo": Wrapper("MusicFlamingoForConditionalGeneration", "qwen2", "qwen2",
                              "whisper", "mlp", tower_key="audio_config",
                              text_cls="Qwen2ForCausalLM", ties_head=False),
+    # Gemma 4: Gemma4VisionModel (when the file has a vision_config) and embed_vision (a
+    # scale-free RMSNorm and a bias-free projection) before Gemma4TextModel
+    "gemma4": Wrapper("Gemma4ForConditionalGeneration", "gemma4_text", "gemma4_text", "gemma4",
+                      "linear", text_cls="Gemma4TextModel + lm_head", tower_optional=True,
+                      refused=(("audio_config", "Gemma4AudioModel, a conformer over the "
+                                                "spectrogram"),)),
+    # Gemma 4 Unified: no vision encoder; embed_vision (Gemma4UnifiedVisionEmbedder) takes
+    # merged patches straight to the language model's width, embed_audio projects raw audio
+    # frames (each optional)
+    "gemma4_unified": Wrapper("Gemma4UnifiedForConditionalGeneration", "gemma4_unified_text",
+                              "gemma4_unified_text", "gemma4_unified", "linear",
+                              text_cls="Gemma4UnifiedTextModel + lm_head", tower_optional=True,
+                              audio_key="audio_config"),
     # WhisperForConditionalGeneration: the decoder WhisperForCausalLM counts (its
     # cross-attention runs here) and the audio encoder, both read from the one flat config
     "whisper": Wrapper("WhisperForConditionalGeneration", "whisper", "whisper", "whisper",
@@ -683,7 +703,23 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
     spec = spec_from_hf(text_data, where if w.flat_text else f"{where} (text_config)", name)
     if not w.tower_key:
         return _whisper(spec, data, w, where, name)
+    for refused, builds in w.refused:
+        if data.get(refused) is not None:
+            raise SpecError(refused, f"absent or null (from it {w.cls} builds {builds}, which "
+                            "tcalc does not model)", data[refused], source=where)
     key = w.tower_key
+    stem = where.rsplit("/", 1)[-1].removesuffix(".json")
+    audio = _audio_in(data, w, where, model_type)
+    if w.tower_optional and data.get(key) is None:
+        text_note = spec.note.split("; ", 1)[1] if "; " in spec.note else ""
+        alone = f"its audio embedder ({w.audio_key}) and language model" if audio else \
+            "its language model"
+        return spec.replace(tower_audio_in=audio,
+                            note=f"counted as transformers' {w.cls}: {alone} ({w.text_cls}), "
+                            f"as the class builds it without a {key}"
+                            + (f"; {text_note}" if text_note else ""),
+                            name=name or (stem if stem != "config" else model_type),
+                            description=f"{model_type} from {where}", source=where)
     vision = data.get(key) or {}
     if not isinstance(vision, dict):
         raise SpecError(key, "a mapping of the tower's keys", vision, source=where)
@@ -691,7 +727,7 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
 
     v = Config(vision, f"{where} ({key})", TOWER_DEFAULTS.get(
         ("absent:" if key not in data else "") + model_type, {}))
-    fields = _tower_fields(w, v, top, spec.d_model)
+    fields = _tower_fields(w, v, top, spec.d_model) | {"tower_audio_in": audio}
     text_note = spec.note.split("; ", 1)[1] if "; " in spec.note else ""
     # (said where the language model's own class would not tie: Mistral 3's text model)
     text_tie = text.get("tie_word_embeddings", DEFAULTS.get("absent:" + model_type, {}).get(
@@ -705,13 +741,31 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
     note = (f"counted as transformers' {w.cls}: its {w.tower} tower"
             + (f", projector ({w.projector})" if w.projector != "none" else "")
             + f" and language model ({w.text_cls})") + (f"; {text_note}" if text_note else "")
-    stem = where.rsplit("/", 1)[-1].removesuffix(".json")
     try:
         return spec.replace(**fields, note=note,
                             name=name or (stem if stem != "config" else model_type),
                             description=f"{model_type} from {where}", source=where)
     except SpecError as e:
         raise _in_file_terms(e, vision, f"{where} ({key})") from None
+
+
+def _audio_in(data: dict[str, Any], w: Wrapper, where: str, model_type: str) -> int:
+    """The width of the audio frames a wrapper projects beside its tower (0: none): the file's
+    audio_embed_dim, or its aliases output_proj_dims and audio_samples_per_token
+    (Gemma4UnifiedAudioConfig's properties), else the class's default."""
+    if not w.audio_key or data.get(w.audio_key) is None:
+        return 0
+    from transformer_calc.hf_defaults import TOWER_DEFAULTS
+
+    audio = data[w.audio_key]
+    if not isinstance(audio, dict):
+        raise SpecError(w.audio_key, "a mapping of the audio embedder's keys", audio,
+                        source=where)
+    a = Config(audio, f"{where} ({w.audio_key})", TOWER_DEFAULTS.get("audio:" + model_type, {}))
+    for key in ("output_proj_dims", "audio_samples_per_token", "audio_embed_dim"):
+        if key in audio or key == "audio_embed_dim":
+            return int(a.t(key))
+    return 0
 
 
 def _whisper(spec: ModelSpec, data: dict[str, Any], w: Wrapper, where: str,
@@ -757,6 +811,14 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
         raise SpecError(keys[0], "an integer (the class has no default for it)", None,
                         source=v.where)
 
+    if w.tower == "gemma4_unified":
+        # Gemma4UnifiedVisionEmbedder: model_patch_size = patch_size · pooling_kernel_size;
+        # its embedder projects output_proj_dims to the language model's width
+        return {"tower": w.tower, "projector": w.projector,
+                "tower_d_model": size("mm_embed_dim"),
+                "tower_patch": size("patch_size") * size("pooling_kernel_size"),
+                "tower_positions": size("mm_posemb_size"),
+                "tower_out": size("output_proj_dims"), "projector_bias": False}
     out: dict[str, Any] = {"tower": w.tower, "projector": w.projector,
                            "tower_d_model": size("hidden_size", "d_model"),
                            "tower_d_ff": size("intermediate_size", "encoder_ffn_dim")}
@@ -799,6 +861,14 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                                 source=v.where)
             out |= {"tower_positions": size("num_position_embeddings"),
                     "tower_deepstack": len(deep)}
+    elif w.tower == "gemma4":
+        # Gemma4VisionAttention: head_dim wide heads, num_key_value_heads of them for K and V;
+        # Gemma4MultimodalEmbedder: one bias-free projection from the tower's width
+        out |= {"tower_layers": size("num_hidden_layers"),
+                "tower_heads": size("num_attention_heads"),
+                "tower_kv_heads": size("num_key_value_heads"),
+                "tower_head_dim": size("head_dim"),
+                "tower_positions": size("position_embedding_size"), "projector_bias": False}
     elif w.tower == "pixtral":
         # Mistral3MultiModalProjector: linear_1 reads every feature layer, concatenated
         layers = top.t("vision_feature_layer", -1)

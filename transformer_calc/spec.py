@@ -32,7 +32,8 @@ RELATIVE_SCOPES = ("first", "every")
 # heads of the sequence/token classification and question-answering classes (transformers)
 CLASSIFIERS = ("none", "linear", "dense", "dense_norm")
 # encoder towers before a language model, and the projectors after them (towers.py)
-TOWERS = ("none", "siglip", "qwen2_5_vl", "qwen3_vl", "pixtral", "mllama", "whisper")
+TOWERS = ("none", "siglip", "qwen2_5_vl", "qwen3_vl", "pixtral", "mllama", "whisper", "gemma4",
+          "gemma4_unified")
 PROJECTORS = ("none", "gemma3", "mistral3", "linear", "mlp", "lfm2_vl", "kimi_k25")
 QK_NORMS = ("none", "head", "width", "l2")
 ATTN_GATES = ("none", "head", "width")
@@ -653,13 +654,18 @@ class ModelSpec:
                     "transformers builds it: siglip (Gemma 3's), qwen2_5_vl (Qwen2.5-VL's ViT "
                     "and merger), qwen3_vl (Qwen3-VL's, with its deepstack mergers), pixtral "
                     "(Mistral 3's), mllama (Llama 3.2 Vision's, tiles and a gated global "
-                    "encoder), whisper (Whisper's audio encoder) or none", choices=TOWERS)
+                    "encoder), whisper (Whisper's audio encoder), gemma4 (Gemma 4's vision "
+                    "encoder), gemma4_unified (Gemma 4 Unified's encoder-free patch embedder) "
+                    "or none", choices=TOWERS)
     tower_d_model: int = _f(0, "the tower's width", minimum=0)
     tower_layers: int = _f(0, "the tower's layers (Mllama: its local encoder's)", minimum=0,
                            maximum=MAX_LAYERS)
     tower_heads: int = _f(0, "the tower's attention heads", minimum=0)
     tower_kv_heads: int = _f(0, "the tower's key/value heads when fewer than its heads "
                              "(EXAONE 4.5's num_key_value_heads); 0: tower_heads", minimum=0)
+    tower_head_dim: int = _f(0, "the width of each of the tower's attention heads when not "
+                             "tower_d_model / tower_heads (Gemma 4's head_dim); 0: that",
+                             minimum=0)
     tower_d_ff: int = _f(0, "the tower's MLP inner size", minimum=0)
     tower_channels: int = _f(3, "input channels of its patch embedding (images: 3; Whisper: "
                              "num_mel_bins)", minimum=1)
@@ -683,6 +689,9 @@ class ModelSpec:
     tower_aspect_ratios: int = _f(0, "Mllama: rows of its tile embeddings (the supported aspect "
                                   "ratios and a padding row)", minimum=0)
     tower_head: bool = _f(False, "SigLIP's attention-pooling head (vision_use_head)")
+    tower_audio_in: int = _f(0, "the width of audio frames projected to d_model without a bias "
+                             "beside the tower (Gemma 4 Unified's embed_audio: audio_embed_dim); "
+                             "0: none", minimum=0)
     projector: str = _f("none", "what maps the tower's output to the language model's width: "
                         "gemma3 (a norm and a matrix), mistral3 (a norm, a patch merger and a "
                         "two-layer MLP), linear (Mllama's, Qwen2-Audio's), mlp (two layers, "
@@ -848,7 +857,7 @@ class ModelSpec:
     def text_only(self) -> ModelSpec:
         """The language model alone: the encoder tower and its projector left out (their
         fields back to their defaults), the note saying which class that is."""
-        if self.tower == "none":
+        if self.tower == "none" and not self.tower_audio_in:
             return self
         match = re.match(r"counted as transformers' (\w+): its .*? and language model "
                          r"\(([\w +]+)\)", self.note)
@@ -1057,16 +1066,18 @@ def _check_tower(spec: ModelSpec) -> None:
     if spec.tower == "none":
         raise SpecError("projector", "none without a tower", spec.projector)
     needs = ["tower_d_model", "tower_layers", "tower_heads", "tower_d_ff"]
+    if spec.tower == "gemma4_unified":  # no layers: patches straight to the projector
+        needs = ["tower_d_model"]
     if spec.tower != "whisper":
         needs.append("tower_patch")
-    if spec.tower in ("qwen3_vl", "siglip", "mllama"):
+    if spec.tower in ("qwen3_vl", "siglip", "mllama", "gemma4", "gemma4_unified"):
         needs.append("tower_positions")
     if spec.tower == "mllama":
         needs += ["tower_tiles", "tower_aspect_ratios"]
     for key in needs:
         if getattr(spec, key) < 1:
             raise SpecError(key, f"an integer >= 1 with tower: {spec.tower}", getattr(spec, key))
-    if spec.tower_d_model % spec.tower_heads:
+    if spec.tower_heads and spec.tower_d_model % spec.tower_heads and not spec.tower_head_dim:
         raise SpecError("tower_heads", f"a divisor of tower_d_model={spec.tower_d_model}",
                         spec.tower_heads)
     if spec.tower_kv_heads and spec.tower_heads % spec.tower_kv_heads:

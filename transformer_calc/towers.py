@@ -31,6 +31,8 @@ class Tower(NamedTuple):
     pre_norm: bool = False  # a norm on the embeddings before the first layer
     post_norm: bool = False  # a norm after the last layer
     class_token: bool = False  # a learned class embedding before the patches (Mllama)
+    qk_norm: bool = False  # a norm over each head's queries and keys (head_dim wide)
+    norms: int = 2  # norms per layer: before the attention and the MLP (4: after them too)
 
 
 TOWERS: dict[str, Tower] = {
@@ -55,18 +57,55 @@ TOWERS: dict[str, Tower] = {
     # WhisperEncoder: conv1 and conv2 (biased Conv1d), a frozen position table, layers of
     # self-attention (k_proj without a bias) and fc1, fc2 between LayerNorms, layer_norm
     "whisper": Tower("layernorm", True, False, True, "plain", True, True, post_norm=True),
+    # Gemma4VisionModel: patch_embedder (input_proj, a bias-free linear over 3 · patch² pixels,
+    # and an x and a y position table), layers of bias-free q, k, v, o (Gemma4ClippableLinear:
+    # its clipping bounds are buffers), q_norm and k_norm (v_norm has no scale), a gated MLP,
+    # and RMSNorms before and after the attention and the MLP; the pooler has no parameters
+    "gemma4": Tower("rmsnorm", False, False, False, "gated", False, False, qk_norm=True,
+                    norms=4),
 }
 
 
 def tower_rows(spec: ModelSpec) -> list[Row]:
     """The tower's and the projector's parameters, one row per tensor kind."""
-    t = TOWERS[spec.tower]
     rows: list[Row] = []
 
     def add(name: str, count: int, formula: str, repeat: int = 1, note: str = "",
             shape: tuple[int, ...] = ()) -> None:
         rows.append((name, count, formula, "", repeat, "", note, None, shape))
 
+    if spec.tower == "gemma4_unified":
+        _patch_embedder(spec, add)
+    elif spec.tower != "none":
+        _encoder(spec, add)
+    if spec.projector != "none":
+        _projector(spec, add)
+    if spec.tower_audio_in:
+        # Gemma4UnifiedMultimodalEmbedder over audio frames: a scale-free RMSNorm and a
+        # bias-free embedding_projection
+        A, E = spec.tower_audio_in, spec.d_model
+        add("projector.audio", A * E, "tower_audio_in × d_model", shape=(E, A))
+    return rows
+
+
+def _patch_embedder(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
+    """Gemma4UnifiedVisionEmbedder: no encoder layers; each merged patch (tower_patch = patch_size
+    · pooling_kernel_size pixels a side) through patch_ln1, patch_dense and patch_ln2, plus a
+    factorised x and y position table and pos_norm (LayerNorms, biased)."""
+    D, C, p, P = spec.tower_d_model, spec.tower_channels, spec.tower_patch, spec.tower_positions
+    W = C * p * p
+    add("tower.embed.patch_norm", 2 * W, "2 · tower_channels · tower_patch²", note="patch_ln1")
+    add("tower.embed.patch.weight", W * D, "tower_channels · tower_patch² · tower_d_model",
+        shape=(D, W))
+    add("tower.embed.patch.bias", D, "tower_d_model")
+    add("tower.embed.positions", 2 * P * D, "2 · tower_positions × tower_d_model",
+        note="an x and a y table", shape=(P, 2, D))
+    add("tower.embed.norms", 4 * D, "4 · tower_d_model", note="patch_ln2 and pos_norm")
+
+
+def _encoder(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
+    """A vision or audio encoder's rows (the tower record's kind)."""
+    t = TOWERS[spec.tower]
     D, F = spec.tower_d_model, spec.tower_d_ff
     norm_n, norm_f = (2 * D, "2 · tower_d_model") if t.norm == "layernorm" else \
         (D, "tower_d_model")
@@ -92,9 +131,6 @@ def tower_rows(spec: ModelSpec) -> list[Row]:
             "+ tower_d_model")
     if spec.tower in ("qwen2_5_vl", "qwen3_vl"):
         _merger(spec, add)
-    if spec.projector != "none":
-        _projector(spec, add)
-    return rows
 
 
 def _embeddings(spec: ModelSpec, t: Tower, add) -> None:  # type: ignore[no-untyped-def]
@@ -120,6 +156,10 @@ def _embeddings(spec: ModelSpec, t: Tower, add) -> None:  # type: ignore[no-unty
         add("tower.embed.class", D, "tower_d_model")
     if spec.tower == "mllama":
         _tiles(spec, add)
+    elif spec.tower == "gemma4":
+        # Gemma4VisionPatchEmbedder.position_embedding_table: (2, position_embedding_size, D)
+        add("tower.embed.positions", 2 * P * D, "2 · tower_positions × tower_d_model",
+            note="an x and a y table", shape=(2, P, D))
     elif P:
         add("tower.embed.positions", P * D, "tower_positions × tower_d_model", shape=(P, D))
 
@@ -142,7 +182,9 @@ def _layers(spec: ModelSpec, t: Tower, p: str, L: int, add,  # type: ignore[no-u
             norm: tuple[int, str]) -> None:
     """One kind of tower layer: two norms, Q, K, V and O, the MLP; repeated L times."""
     D, F = spec.tower_d_model, spec.tower_d_ff
-    if spec.tower_kv_heads:  # fewer K/V heads (EXAONE 4.5's vision attention)
+    if spec.tower_head_dim:  # heads of their own width (Gemma 4's head_dim)
+        _attention(spec, t, p, L, add)
+    elif spec.tower_kv_heads:  # fewer K/V heads (EXAONE 4.5's vision attention)
         kv = spec.tower_kv_heads * (D // spec.tower_heads)
         add(p + "attn.qkv.weight", (D + 2 * kv) * D, "(tower_d_model + 2 · tower_kv_heads · "
             "tower_d_model / tower_heads) · tower_d_model", L, shape=(D + 2 * kv, D))
@@ -155,17 +197,39 @@ def _layers(spec: ModelSpec, t: Tower, p: str, L: int, add,  # type: ignore[no-u
         if bias:
             add(p + "attn.qkv.bias", bias, "3 · tower_d_model" if t.k_bias else
                 "2 · tower_d_model (Q and V; K has none)", L)
-    add(p + "attn.o.weight", D * D, "tower_d_model²", L, shape=(D, D))
+    if not spec.tower_head_dim:
+        add(p + "attn.o.weight", D * D, "tower_d_model²", L, shape=(D, D))
     if t.o_bias:
         add(p + "attn.o.bias", D, "tower_d_model", L)
+    if t.qk_norm:
+        hd = spec.tower_head_dim or D // spec.tower_heads
+        add(p + "attn.qk_norm", 2 * hd, "2 · tower_head_dim", L, "q_norm and k_norm")
     mats = 3 if t.mlp == "gated" else 2
     add(p + "mlp.weight", mats * D * F, f"{mats} · tower_d_model · tower_d_ff", L,
         "gate, up and down" if mats == 3 else "fc1 and fc2")
     if t.mlp_bias:
         add(p + "mlp.bias", (mats - 1) * F + D, ("2 · " if mats == 3 else "") +
             "tower_d_ff + tower_d_model", L)
-    add(p + "norms", 2 * norm[0], "2 · " + norm[1] if t.norm == "rmsnorm" else
-        "4 · tower_d_model", L, "before the attention and the MLP")
+    n = t.norms
+    add(p + "norms", n * norm[0], f"{n} · " + norm[1] if t.norm == "rmsnorm" else
+        f"{2 * n} · tower_d_model", L, "before the attention and the MLP" + (
+            " and after them" if n == 4 else ""))
+
+
+def _attention(spec: ModelSpec, t: Tower, p: str, L: int,
+               add) -> None:  # type: ignore[no-untyped-def]
+    """Q, K, V and O over heads of tower_head_dim (tower_kv_heads of them for K and V)."""
+    D, H, hd = spec.tower_d_model, spec.tower_heads, spec.tower_head_dim
+    KV = spec.tower_kv_heads or H
+    kv = "tower_kv_heads" if spec.tower_kv_heads else "tower_heads"
+    add(p + "attn.qkv.weight", (H + 2 * KV) * hd * D, f"(tower_heads + 2 · {kv}) · "
+        "tower_head_dim × tower_d_model", L, shape=((H + 2 * KV) * hd, D))
+    if t.qkv_bias:
+        add(p + "attn.qkv.bias", (H + (1 + t.k_bias) * KV) * hd, "(tower_heads + " + (
+            "2 · " if t.k_bias else "") + f"{kv}) · tower_head_dim" + (
+            "" if t.k_bias else " (Q and V; K has none)"), L)
+    add(p + "attn.o.weight", H * hd * D, "tower_heads · tower_head_dim × tower_d_model", L,
+        shape=(D, H * hd))
 
 
 def _merger(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
