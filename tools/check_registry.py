@@ -377,6 +377,13 @@ def draw_tower(rng: random.Random, kind: str, text_width: int,
         top = {"spatial_merge_size": rng.choice([1, 2]),
                "multimodal_projector_bias": rng.random() < 0.5,
                "vision_feature_layer": rng.choice([-1, [-1, -2]])}
+    elif kind == "qwen3_asr":  # its own spellings: three convolutions, conv_out, output_dim
+        vision = {"d_model": width, "encoder_layers": rng.choice([1, 2]),
+                  "encoder_attention_heads": heads,
+                  "encoder_ffn_dim": vision["intermediate_size"],
+                  "num_mel_bins": rng.choice([8, 13, 16]),
+                  "downsample_hidden_size": rng.choice([4, 8]),
+                  "output_dim": rng.choice([text_width, 24])}
     elif kind == "whisper":  # an audio language model's encoder, in both spellings of its keys
         layers = rng.choice([1, 2])
         vision |= {"d_model": width, "num_hidden_layers": layers, "encoder_layers": layers,

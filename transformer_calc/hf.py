@@ -643,6 +643,11 @@ WRAPPERS: dict[str, Wrapper] = {
                               "gemma4_unified_text", "gemma4_unified", "linear",
                               text_cls="Gemma4UnifiedTextModel + lm_head", tower_optional=True,
                               audio_key="audio_config"),
+    # Qwen3-ASR: its own audio encoder (audio_config), a two-layer projector, Qwen3's
+    # language model
+    "qwen3_asr": Wrapper("Qwen3ASRForConditionalGeneration", "qwen3", "qwen3", "qwen3_asr",
+                         "qwen3_asr", tower_key="audio_config",
+                         text_cls="Qwen3Model + lm_head"),
     # WhisperForConditionalGeneration: the decoder WhisperForCausalLM counts (its
     # cross-attention runs here) and the audio encoder, both read from the one flat config
     "whisper": Wrapper("WhisperForConditionalGeneration", "whisper", "whisper", "whisper",
@@ -819,6 +824,13 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                 "tower_patch": size("patch_size") * size("pooling_kernel_size"),
                 "tower_positions": size("mm_posemb_size"),
                 "tower_out": size("output_proj_dims"), "projector_bias": False}
+    if w.tower == "qwen3_asr":  # Qwen3ASREncoderConfig's keys
+        return {"tower": w.tower, "projector": w.projector, "tower_d_model": size("d_model"),
+                "tower_layers": size("encoder_layers"),
+                "tower_heads": size("encoder_attention_heads"),
+                "tower_d_ff": size("encoder_ffn_dim"), "tower_channels": size("num_mel_bins"),
+                "tower_conv_channels": size("downsample_hidden_size"),
+                "tower_out": size("output_dim")}
     out: dict[str, Any] = {"tower": w.tower, "projector": w.projector,
                            "tower_d_model": size("hidden_size", "d_model"),
                            "tower_d_ff": size("intermediate_size", "encoder_ffn_dim")}

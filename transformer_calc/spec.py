@@ -33,8 +33,9 @@ RELATIVE_SCOPES = ("first", "every")
 CLASSIFIERS = ("none", "linear", "dense", "dense_norm")
 # encoder towers before a language model, and the projectors after them (towers.py)
 TOWERS = ("none", "siglip", "qwen2_5_vl", "qwen3_vl", "pixtral", "mllama", "whisper", "gemma4",
-          "gemma4_unified")
-PROJECTORS = ("none", "gemma3", "mistral3", "linear", "mlp", "lfm2_vl", "kimi_k25")
+          "gemma4_unified", "qwen3_asr")
+PROJECTORS = ("none", "gemma3", "mistral3", "linear", "mlp", "lfm2_vl", "kimi_k25",
+              "qwen3_asr")
 QK_NORMS = ("none", "head", "width", "l2")
 ATTN_GATES = ("none", "head", "width")
 # Recurrent mixers: layers whose state does not grow with the context.
@@ -655,8 +656,8 @@ class ModelSpec:
                     "and merger), qwen3_vl (Qwen3-VL's, with its deepstack mergers), pixtral "
                     "(Mistral 3's), mllama (Llama 3.2 Vision's, tiles and a gated global "
                     "encoder), whisper (Whisper's audio encoder), gemma4 (Gemma 4's vision "
-                    "encoder), gemma4_unified (Gemma 4 Unified's encoder-free patch embedder) "
-                    "or none", choices=TOWERS)
+                    "encoder), gemma4_unified (Gemma 4 Unified's encoder-free patch embedder), "
+                    "qwen3_asr (Qwen3-ASR's audio encoder) or none", choices=TOWERS)
     tower_d_model: int = _f(0, "the tower's width", minimum=0)
     tower_layers: int = _f(0, "the tower's layers (Mllama: its local encoder's)", minimum=0,
                            maximum=MAX_LAYERS)
@@ -689,6 +690,8 @@ class ModelSpec:
     tower_aspect_ratios: int = _f(0, "Mllama: rows of its tile embeddings (the supported aspect "
                                   "ratios and a padding row)", minimum=0)
     tower_head: bool = _f(False, "SigLIP's attention-pooling head (vision_use_head)")
+    tower_conv_channels: int = _f(0, "channels of the tower's downsampling convolutions "
+                                  "(Qwen3-ASR's downsample_hidden_size)", minimum=0)
     tower_audio_in: int = _f(0, "the width of audio frames projected to d_model without a bias "
                              "beside the tower (Gemma 4 Unified's embed_audio: audio_embed_dim); "
                              "0: none", minimum=0)
@@ -697,7 +700,8 @@ class ModelSpec:
                         "two-layer MLP), linear (Mllama's, Qwen2-Audio's), mlp (two layers, "
                         "Voxtral's), lfm2_vl (a norm over merged patches, two layers through "
                         "projector_d_ff), kimi_k25 (a norm, then two layers over merged "
-                        "patches) or none (the tower's own merger does, Qwen-VL; Whisper's "
+                        "patches), qwen3_asr (two biased layers, the second to tower_out) "
+                        "or none (the tower's own merger does, Qwen-VL; Whisper's "
                         "decoder reads the encoder by cross-attention)",
                         choices=PROJECTORS)
     projector_bias: bool = _f(True, "biases on the projector's linear layers (Mistral 3: "
@@ -1068,7 +1072,9 @@ def _check_tower(spec: ModelSpec) -> None:
     needs = ["tower_d_model", "tower_layers", "tower_heads", "tower_d_ff"]
     if spec.tower == "gemma4_unified":  # no layers: patches straight to the projector
         needs = ["tower_d_model"]
-    if spec.tower != "whisper":
+    if spec.tower == "qwen3_asr":
+        needs.append("tower_conv_channels")
+    elif spec.tower != "whisper":
         needs.append("tower_patch")
     if spec.tower in ("qwen3_vl", "siglip", "mllama", "gemma4", "gemma4_unified"):
         needs.append("tower_positions")

@@ -63,6 +63,10 @@ TOWERS: dict[str, Tower] = {
     # and RMSNorms before and after the attention and the MLP; the pooler has no parameters
     "gemma4": Tower("rmsnorm", False, False, False, "gated", False, False, qk_norm=True,
                     norms=4),
+    # Qwen3ASREncoder: three biased Conv2d (stride 2) over the spectrogram and conv_out, a
+    # bias-free linear from the flattened channels; sinusoidal positions (a buffer); layers of
+    # biased q, k, v, out_proj and fc1, fc2 between LayerNorms; ln_post
+    "qwen3_asr": Tower("layernorm", True, True, True, "plain", True, True, post_norm=True),
 }
 
 
@@ -136,6 +140,16 @@ def _encoder(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
 def _embeddings(spec: ModelSpec, t: Tower, add) -> None:  # type: ignore[no-untyped-def]
     """The patch (or spectrogram) embedding and the position tables."""
     D, C, P = spec.tower_d_model, spec.tower_channels, spec.tower_positions
+    if spec.tower == "qwen3_asr":
+        # conv2d1 (1 -> c), conv2d2 and conv2d3 (c -> c), 3 × 3 kernels, biased; conv_out reads
+        # c channels × the mel bins left after three stride-2 halvings, ((M + 1)//2 + 1)//2 + 1)//2
+        c = spec.tower_conv_channels
+        bins = (((C + 1) // 2 + 1) // 2 + 1) // 2
+        add("tower.embed.convs", 9 * c + c + 2 * (9 * c * c + c), "9 · tower_conv_channels + "
+            "tower_conv_channels + 2 · (9 · tower_conv_channels² + tower_conv_channels)")
+        add("tower.embed.conv_out", c * bins * D, f"tower_conv_channels · {bins} (the mel bins "
+            "/ 8, rounded up) × tower_d_model", shape=(D, c * bins))
+        return
     if spec.tower == "whisper":
         # WhisperEncoder.conv1 (num_mel_bins -> d_model) and conv2 (d_model -> d_model, stride
         # 2), kernel 3, biased; embed_positions is frozen (requires_grad_(False))
@@ -286,6 +300,11 @@ def _projector(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
         add("projector.in_proj", W * W + W, "(tower_out · tower_merge²)² + tower_out · "
             "tower_merge²")
         add("projector.out_proj", W * E + E, "tower_out · tower_merge² × d_model + d_model")
+    elif spec.projector == "qwen3_asr":
+        # Qwen3ASRMultiModalProjector: linear_1 (d_model -> d_model), linear_2 (d_model ->
+        # output_dim), both biased; output_dim need not be the language model's width
+        add("projector.linear_1", Dv * Dv + Dv, "tower_d_model² + tower_d_model")
+        add("projector.linear_2", Dv * out + out, "tower_d_model × tower_out + tower_out")
     elif spec.projector == "mlp":
         # VoxtralMultiModalProjector: linear_1 (tower_out -> d_model), an activation, linear_2
         add("projector.linear_1", out * E + E * b, "tower_out × d_model" + " + d_model" * b,
