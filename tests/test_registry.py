@@ -254,11 +254,62 @@ def test_an_audio_models_head_is_its_own_and_voxtral_lays_its_text_defaults_unde
         assert count_params(spec_from_hf(config)).total == want, model_type
 
 
+# Gemma 4, Gemma 4 Unified and Qwen3-ASR whole: the default config, the optional towers at
+# their classes' defaults, drawn text_config, vision_config and audio_config. REFERENCE:
+# `python tools/check_registry.py --wrappers --cases 8 --write
+# tests/data/registry_wrappers_gemma4_qwen3_asr.json gemma4 gemma4_unified qwen3_asr`
+# (torch 2.13.0+cpu, transformers 5.23.0, meta device, the *ForConditionalGeneration class)
+MORE_WRAPPER_CASES = json.loads((DATA / "registry_wrappers_gemma4_qwen3_asr.json").read_text())
+assert MORE_WRAPPER_CASES["transformers"] == "5.23.0"
+
+
+@pytest.mark.parametrize("case", MORE_WRAPPER_CASES["cases"], ids=[
+    f"{c['config']['model_type']}-{i}" for i, c in enumerate(MORE_WRAPPER_CASES["cases"])])
+def test_more_wrappers_whole_equal_transformers(case: dict) -> None:
+    spec = spec_from_hf(case["config"], "case.json")
+    assert count_params(spec).total == case["total"]
+    assert spec.note.startswith(f"counted as transformers' {case['class']}: its ")
+
+
+@pytest.mark.parametrize(("config", "parts"), [
+    # transformers 5.23, meta device: the trainable parameters under each top-level module of
+    # the class's model (vision_tower / audio_tower, embed_vision / embed_audio /
+    # multi_modal_projector, language_model)
+    ({"model_type": "gemma4", "vision_config": {}},
+     {"tower": 167_364_608, "projector": 1_769_472, "language_model": 5_077_177_856}),
+    # (Gemma4UnifiedVisionEmbedder: 44,024,064 with its 3,840 × 2,304 projection, which tcalc
+    # counts as the projector's; embed_audio 640 × 2,304)
+    ({"model_type": "gemma4_unified", "vision_config": {}, "audio_config": {}},
+     {"tower": 44_024_064 - 8_847_360, "projector": 8_847_360 + 1_474_560,
+      "language_model": 3_010_758_400}),
+    ({"model_type": "qwen3_asr"},
+     {"tower": 314_328_704, "projector": 4_723_200, "language_model": 1_720_574_976}),
+])
+def test_more_wrappers_part_by_part(config: dict, parts: dict) -> None:
+    spec = spec_from_hf(config)
+    b = count_params(spec)
+    assert b.sum_prefix("tower.") == parts["tower"]
+    assert b.sum_prefix("projector.") == parts["projector"]
+    assert count_params(spec.text_only()).total == parts["language_model"] == \
+        b.total - parts["tower"] - parts["projector"]
+
+
+def test_gemma4_refuses_its_audio_conformer_by_name() -> None:
+    # Gemma4AudioModel (a conformer: subsampling convolutions, two half-step MLPs, relative
+    # attention and a light convolution a layer) is not modelled; without audio_config the
+    # class builds none, and a vision_config alone is counted
+    with pytest.raises(SpecError, match=r"^g.json: key 'audio_config': expected absent or null "
+                       r"\(from it Gemma4ForConditionalGeneration builds Gemma4AudioModel"):
+        spec_from_hf({"model_type": "gemma4", "audio_config": {}}, "g.json")
+    spec = spec_from_hf({"model_type": "gemma4", "audio_config": None})
+    assert spec.tower == "none" and "as the class builds it without a vision_config" in spec.note
+
+
 def test_every_wrapper_has_its_default_and_drawn_cases() -> None:
     from transformer_calc.hf import WRAPPERS
 
     per_type: dict[str, int] = {}
-    for c in WRAPPER_CASES["cases"]:
+    for c in WRAPPER_CASES["cases"] + MORE_WRAPPER_CASES["cases"]:
         per_type[c["config"]["model_type"]] = per_type.get(c["config"]["model_type"], 0) + 1
     assert set(per_type) == set(WRAPPERS) and min(per_type.values()) >= 5, per_type
 
