@@ -377,6 +377,14 @@ def draw_tower(rng: random.Random, kind: str, text_width: int,
         top = {"spatial_merge_size": rng.choice([1, 2]),
                "multimodal_projector_bias": rng.random() < 0.5,
                "vision_feature_layer": rng.choice([-1, [-1, -2]])}
+    elif kind == "got_ocr2":  # Segment Anything's ViT: windows, some global layers, a neck
+        layers = rng.choice([1, 2, 3])
+        vision = {"hidden_size": width, "mlp_dim": vision["intermediate_size"],
+                  "num_hidden_layers": layers, "num_attention_heads": heads,
+                  "patch_size": patch, "image_size": patch * rng.choice([4, 8]),
+                  "window_size": rng.choice([0, 2, 4]), "output_channels": rng.choice([8, 16]),
+                  "global_attn_indexes": sorted(rng.sample(range(layers + 1),
+                                                           rng.choice([0, 1, 2])))}
     elif kind == "qwen3_asr":  # its own spellings: three convolutions, conv_out, output_dim
         vision = {"d_model": width, "encoder_layers": rng.choice([1, 2]),
                   "encoder_attention_heads": heads,

@@ -648,6 +648,10 @@ WRAPPERS: dict[str, Wrapper] = {
     "qwen3_asr": Wrapper("Qwen3ASRForConditionalGeneration", "qwen3", "qwen3", "qwen3_asr",
                          "qwen3_asr", tower_key="audio_config",
                          text_cls="Qwen3Model + lm_head"),
+    # GOT-OCR 2: Segment Anything's ViT and neck, two convolutions and a linear layer to
+    # Qwen2's language model
+    "got_ocr2": Wrapper("GotOcr2ForConditionalGeneration", "qwen2", "qwen2", "got_ocr2",
+                        "got_ocr2", text_cls="Qwen2Model + lm_head"),
     # WhisperForConditionalGeneration: the decoder WhisperForCausalLM counts (its
     # cross-attention runs here) and the audio encoder, both read from the one flat config
     "whisper": Wrapper("WhisperForConditionalGeneration", "whisper", "whisper", "whisper",
@@ -831,6 +835,8 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                 "tower_d_ff": size("encoder_ffn_dim"), "tower_channels": size("num_mel_bins"),
                 "tower_conv_channels": size("downsample_hidden_size"),
                 "tower_out": size("output_dim")}
+    if w.tower == "got_ocr2":
+        return _sam_fields(w, v, size)
     out: dict[str, Any] = {"tower": w.tower, "projector": w.projector,
                            "tower_d_model": size("hidden_size", "d_model"),
                            "tower_d_ff": size("intermediate_size", "encoder_ffn_dim")}
@@ -905,6 +911,30 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                 "tower_aspect_ratios": len(ratios) + 1,
                 "tower_out": size("vision_output_dim")}
     return out
+
+
+def _sam_fields(w: Wrapper, v: Config, size: Callable[..., int]) -> dict[str, Any]:
+    """GotOcr2VisionConfig: the grid is image_size // patch_size (both integers: its attention
+    divides them); the layers whose index global_attn_indexes names attend globally."""
+    for key in ("image_size", "patch_size"):
+        if not isinstance(v.t(key), int) or isinstance(v.t(key), bool):
+            raise SpecError(key, "an integer (a square image: GotOcr2VisionAttention divides "
+                            "image_size by patch_size)", v.t(key), source=v.where)
+    for key in ("qkv_bias", "use_abs_pos", "use_rel_pos"):
+        v.refuse(key, lambda x: x is False, f"GOT-OCR 2's encoder without {key} is not "
+                 "modelled")
+    L, grid = size("num_hidden_layers"), size("image_size") // size("patch_size")
+    picked = v.t("global_attn_indexes", [])
+    if not isinstance(picked, list | tuple) or not all(isinstance(i, int) for i in picked):
+        raise SpecError("global_attn_indexes", "a list of layer indices", picked,
+                        source=v.where)
+    return {"tower": w.tower, "projector": w.projector, "tower_d_model": size("hidden_size"),
+            "tower_d_ff": size("mlp_dim"), "tower_layers": L,
+            "tower_heads": size("num_attention_heads"), "tower_patch": size("patch_size"),
+            "tower_channels": size("num_channels"), "tower_grid": grid,
+            "tower_positions": grid * grid, "tower_window": int(v.t("window_size", 0)),
+            "tower_global_attn": len(set(picked) & set(range(L))),
+            "tower_out": size("output_channels")}
 
 
 def _positions(v: Config, patch: int, size: Callable[..., int]) -> int:

@@ -76,6 +76,7 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "head_bottleneck": spec.head_bottleneck,
         "tower_heads": spec.tower_heads, "projector_d_ff": spec.projector_d_ff,
         "tower_audio_in": spec.tower_audio_in, "tower_conv_channels": spec.tower_conv_channels,
+        "tower_grid": spec.tower_grid, "tower_window": spec.tower_window,
         "tower_head_dim": spec.tower_head_dim or (
             spec.tower_d_model // spec.tower_heads if spec.tower_heads else 0)}
 

@@ -33,9 +33,9 @@ RELATIVE_SCOPES = ("first", "every")
 CLASSIFIERS = ("none", "linear", "dense", "dense_norm")
 # encoder towers before a language model, and the projectors after them (towers.py)
 TOWERS = ("none", "siglip", "qwen2_5_vl", "qwen3_vl", "pixtral", "mllama", "whisper", "gemma4",
-          "gemma4_unified", "qwen3_asr")
+          "gemma4_unified", "qwen3_asr", "got_ocr2")
 PROJECTORS = ("none", "gemma3", "mistral3", "linear", "mlp", "lfm2_vl", "kimi_k25",
-              "qwen3_asr")
+              "qwen3_asr", "got_ocr2")
 QK_NORMS = ("none", "head", "width", "l2")
 ATTN_GATES = ("none", "head", "width")
 # Recurrent mixers: layers whose state does not grow with the context.
@@ -657,7 +657,8 @@ class ModelSpec:
                     "(Mistral 3's), mllama (Llama 3.2 Vision's, tiles and a gated global "
                     "encoder), whisper (Whisper's audio encoder), gemma4 (Gemma 4's vision "
                     "encoder), gemma4_unified (Gemma 4 Unified's encoder-free patch embedder), "
-                    "qwen3_asr (Qwen3-ASR's audio encoder) or none", choices=TOWERS)
+                    "qwen3_asr (Qwen3-ASR's audio encoder), got_ocr2 (GOT-OCR 2's SAM image encoder "
+                    "and neck) or none", choices=TOWERS)
     tower_d_model: int = _f(0, "the tower's width", minimum=0)
     tower_layers: int = _f(0, "the tower's layers (Mllama: its local encoder's)", minimum=0,
                            maximum=MAX_LAYERS)
@@ -692,6 +693,15 @@ class ModelSpec:
     tower_head: bool = _f(False, "SigLIP's attention-pooling head (vision_use_head)")
     tower_conv_channels: int = _f(0, "channels of the tower's downsampling convolutions "
                                   "(Qwen3-ASR's downsample_hidden_size)", minimum=0)
+    tower_grid: int = _f(0, "patches per side of the image a tower was built for (GOT-OCR 2's "
+                         "image_size / patch_size: its position table and global attention's "
+                         "relative positions)", minimum=0)
+    tower_window: int = _f(0, "the side of a windowed attention layer's window (GOT-OCR 2's "
+                           "window_size; its relative positions); 0: every layer global",
+                           minimum=0)
+    tower_global_attn: int = _f(0, "layers of the tower attending globally among windowed ones "
+                                "(GOT-OCR 2's global_attn_indexes)", minimum=0,
+                                maximum=MAX_LAYERS)
     tower_audio_in: int = _f(0, "the width of audio frames projected to d_model without a bias "
                              "beside the tower (Gemma 4 Unified's embed_audio: audio_embed_dim); "
                              "0: none", minimum=0)
@@ -700,7 +710,8 @@ class ModelSpec:
                         "two-layer MLP), linear (Mllama's, Qwen2-Audio's), mlp (two layers, "
                         "Voxtral's), lfm2_vl (a norm over merged patches, two layers through "
                         "projector_d_ff), kimi_k25 (a norm, then two layers over merged "
-                        "patches), qwen3_asr (two biased layers, the second to tower_out) "
+                        "patches), qwen3_asr (two biased layers, the second to tower_out), "
+                        "got_ocr2 (two stride-2 convolutions and a linear layer) "
                         "or none (the tower's own merger does, Qwen-VL; Whisper's "
                         "decoder reads the encoder by cross-attention)",
                         choices=PROJECTORS)
@@ -1074,6 +1085,8 @@ def _check_tower(spec: ModelSpec) -> None:
         needs = ["tower_d_model"]
     if spec.tower == "qwen3_asr":
         needs.append("tower_conv_channels")
+    elif spec.tower == "got_ocr2":
+        needs += ["tower_patch", "tower_grid", "tower_out"]
     elif spec.tower != "whisper":
         needs.append("tower_patch")
     if spec.tower in ("qwen3_vl", "siglip", "mllama", "gemma4", "gemma4_unified"):

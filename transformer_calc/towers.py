@@ -67,6 +67,11 @@ TOWERS: dict[str, Tower] = {
     # bias-free linear from the flattened channels; sinusoidal positions (a buffer); layers of
     # biased q, k, v, out_proj and fc1, fc2 between LayerNorms; ln_post
     "qwen3_asr": Tower("layernorm", True, True, True, "plain", True, True, post_norm=True),
+    # GotOcr2VisionEncoder (Segment Anything's ViT): a biased patch convolution, an absolute
+    # position table (1, grid, grid, d), layers of a biased qkv and proj, lin1 and lin2
+    # between LayerNorms, each with a height and a width table of relative positions (its
+    # window's, or the whole grid's for a global layer); then the neck
+    "got_ocr2": Tower("layernorm", True, True, True, "plain", True, True),
 }
 
 
@@ -135,6 +140,8 @@ def _encoder(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
             "+ tower_d_model")
     if spec.tower in ("qwen2_5_vl", "qwen3_vl"):
         _merger(spec, add)
+    if spec.tower == "got_ocr2":
+        _sam(spec, add)
 
 
 def _embeddings(spec: ModelSpec, t: Tower, add) -> None:  # type: ignore[no-untyped-def]
@@ -170,6 +177,9 @@ def _embeddings(spec: ModelSpec, t: Tower, add) -> None:  # type: ignore[no-unty
         add("tower.embed.class", D, "tower_d_model")
     if spec.tower == "mllama":
         _tiles(spec, add)
+    elif spec.tower == "got_ocr2":
+        add("tower.embed.positions", P * D, "tower_grid² × tower_d_model",
+            shape=(spec.tower_grid, spec.tower_grid, D))
     elif spec.tower == "gemma4":
         # Gemma4VisionPatchEmbedder.position_embedding_table: (2, position_embedding_size, D)
         add("tower.embed.positions", 2 * P * D, "2 · tower_positions × tower_d_model",
@@ -246,6 +256,25 @@ def _attention(spec: ModelSpec, t: Tower, p: str, L: int,
         shape=(D, H * hd))
 
 
+def _sam(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
+    """GOT-OCR 2's relative position tables (GotOcr2VisionAttention.rel_pos_h and rel_pos_w:
+    2 · side - 1 rows of head_dim each, side the window's or the grid's) and its neck (conv1, a
+    1 × 1 convolution to tower_out channels, conv2, 3 × 3, both bias-free, each followed by a
+    channels-first LayerNorm)."""
+    D, O, L = spec.tower_d_model, spec.tower_out, spec.tower_layers
+    hd, w, g = D // spec.tower_heads, spec.tower_window, spec.tower_grid
+    G = spec.tower_global_attn if w else L
+    if L - G:
+        add("tower.rel_pos.windowed", 2 * (2 * w - 1) * hd, "2 · (2 · tower_window - 1) · "
+            "tower_d_model / tower_heads", L - G, "height and width, in windowed layers")
+    if G:
+        add("tower.rel_pos.global", 2 * (2 * g - 1) * hd, "2 · (2 · tower_grid - 1) · "
+            "tower_d_model / tower_heads", G, "height and width, in global layers")
+    add("tower.neck.conv1", D * O, "tower_d_model × tower_out", shape=(O, D))
+    add("tower.neck.conv2", 9 * O * O, "9 · tower_out²", shape=(O, O, 3, 3))
+    add("tower.neck.norms", 4 * O, "4 · tower_out")
+
+
 def _merger(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
     """Qwen-VL's patch merger: a norm, then m² neighbouring patches (concatenated) through two
     biased linear layers to the language model's width (Qwen2_5_VLPatchMerger: ln_q, an RMSNorm;
@@ -300,6 +329,14 @@ def _projector(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
         add("projector.in_proj", W * W + W, "(tower_out · tower_merge²)² + tower_out · "
             "tower_merge²")
         add("projector.out_proj", W * E + E, "tower_out · tower_merge² × d_model + d_model")
+    elif spec.projector == "got_ocr2":
+        # GotOcr2MultiModalProjector: conv_upsampler1 (tower_out -> 2 · tower_out) and
+        # conv_upsampler2 (-> d_model), 3 × 3, stride 2, bias-free; multimodal_projector, biased
+        add("projector.conv_upsampler1", 9 * out * 2 * out, "9 · tower_out · 2 · tower_out",
+            shape=(2 * out, out, 3, 3))
+        add("projector.conv_upsampler2", 9 * 2 * out * E, "9 · 2 · tower_out × d_model",
+            shape=(E, 2 * out, 3, 3))
+        add("projector.linear", E * E + E, "d_model² + d_model")
     elif spec.projector == "qwen3_asr":
         # Qwen3ASRMultiModalProjector: linear_1 (d_model -> d_model), linear_2 (d_model ->
         # output_dim), both biased; output_dim need not be the language model's width
