@@ -254,12 +254,14 @@ def test_an_audio_models_head_is_its_own_and_voxtral_lays_its_text_defaults_unde
         assert count_params(spec_from_hf(config)).total == want, model_type
 
 
-# Gemma 4, Gemma 4 Unified and Qwen3-ASR whole: the default config, the optional towers at
-# their classes' defaults, drawn text_config, vision_config and audio_config. REFERENCE:
-# `python tools/check_registry.py --wrappers --cases 8 --write
-# tests/data/registry_wrappers_gemma4_qwen3_asr.json gemma4 gemma4_unified qwen3_asr`
+# Gemma 4, Gemma 4 Unified, GOT-OCR 2 and Qwen3-ASR whole: the default config, the optional
+# towers at their classes' defaults, drawn text_config, vision_config and audio_config.
+# REFERENCE: `python tools/check_registry.py --wrappers --cases 8 --write
+# tests/data/registry_wrappers_gemma4_got_ocr2_qwen3_asr.json gemma4 gemma4_unified got_ocr2
+# qwen3_asr`
 # (torch 2.13.0+cpu, transformers 5.23.0, meta device, the *ForConditionalGeneration class)
-MORE_WRAPPER_CASES = json.loads((DATA / "registry_wrappers_gemma4_qwen3_asr.json").read_text())
+MORE_WRAPPER_CASES = json.loads(
+    (DATA / "registry_wrappers_gemma4_got_ocr2_qwen3_asr.json").read_text())
 assert MORE_WRAPPER_CASES["transformers"] == "5.23.0"
 
 
@@ -282,6 +284,8 @@ def test_more_wrappers_whole_equal_transformers(case: dict) -> None:
     ({"model_type": "gemma4_unified", "vision_config": {}, "audio_config": {}},
      {"tower": 44_024_064 - 8_847_360, "projector": 8_847_360 + 1_474_560,
       "language_model": 3_010_758_400}),
+    ({"model_type": "got_ocr2"},
+     {"tower": 89_670_912, "projector": 6_947_840, "language_model": 463_909_888}),
     ({"model_type": "qwen3_asr"},
      {"tower": 314_328_704, "projector": 4_723_200, "language_model": 1_720_574_976}),
 ])
@@ -303,6 +307,15 @@ def test_gemma4_refuses_its_audio_conformer_by_name() -> None:
         spec_from_hf({"model_type": "gemma4", "audio_config": {}}, "g.json")
     spec = spec_from_hf({"model_type": "gemma4", "audio_config": None})
     assert spec.tower == "none" and "as the class builds it without a vision_config" in spec.note
+
+
+def test_got_ocr2_refuses_what_its_encoder_does_not_build_as_counted() -> None:
+    for vision, key in (({"qkv_bias": False}, "qkv_bias"), ({"use_rel_pos": False},
+                                                          "use_rel_pos"),
+                        ({"image_size": [64, 64]}, "image_size"),
+                        ({"global_attn_indexes": 2}, "global_attn_indexes")):
+        with pytest.raises(SpecError, match=rf"^o.json \(vision_config\): key '{key}'"):
+            spec_from_hf({"model_type": "got_ocr2", "vision_config": vision}, "o.json")
 
 
 def test_every_wrapper_has_its_default_and_drawn_cases() -> None:

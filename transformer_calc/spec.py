@@ -657,8 +657,8 @@ class ModelSpec:
                     "(Mistral 3's), mllama (Llama 3.2 Vision's, tiles and a gated global "
                     "encoder), whisper (Whisper's audio encoder), gemma4 (Gemma 4's vision "
                     "encoder), gemma4_unified (Gemma 4 Unified's encoder-free patch embedder), "
-                    "qwen3_asr (Qwen3-ASR's audio encoder), got_ocr2 (GOT-OCR 2's SAM image encoder "
-                    "and neck) or none", choices=TOWERS)
+                    "qwen3_asr (Qwen3-ASR's audio encoder), got_ocr2 (GOT-OCR 2's SAM image "
+                    "encoder and neck) or none", choices=TOWERS)
     tower_d_model: int = _f(0, "the tower's width", minimum=0)
     tower_layers: int = _f(0, "the tower's layers (Mllama: its local encoder's)", minimum=0,
                            maximum=MAX_LAYERS)

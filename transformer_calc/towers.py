@@ -261,7 +261,7 @@ def _sam(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
     2 · side - 1 rows of head_dim each, side the window's or the grid's) and its neck (conv1, a
     1 × 1 convolution to tower_out channels, conv2, 3 × 3, both bias-free, each followed by a
     channels-first LayerNorm)."""
-    D, O, L = spec.tower_d_model, spec.tower_out, spec.tower_layers
+    D, C, L = spec.tower_d_model, spec.tower_out, spec.tower_layers
     hd, w, g = D // spec.tower_heads, spec.tower_window, spec.tower_grid
     G = spec.tower_global_attn if w else L
     if L - G:
@@ -270,9 +270,9 @@ def _sam(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
     if G:
         add("tower.rel_pos.global", 2 * (2 * g - 1) * hd, "2 · (2 · tower_grid - 1) · "
             "tower_d_model / tower_heads", G, "height and width, in global layers")
-    add("tower.neck.conv1", D * O, "tower_d_model × tower_out", shape=(O, D))
-    add("tower.neck.conv2", 9 * O * O, "9 · tower_out²", shape=(O, O, 3, 3))
-    add("tower.neck.norms", 4 * O, "4 · tower_out")
+    add("tower.neck.conv1", D * C, "tower_d_model × tower_out", shape=(C, D))
+    add("tower.neck.conv2", 9 * C * C, "9 · tower_out²", shape=(C, C, 3, 3))
+    add("tower.neck.norms", 4 * C, "4 · tower_out")
 
 
 def _merger(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
