@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA
+from conftest import DATA, evaluate
 
 from transformer_calc import count_params
 from transformer_calc.errors import SpecError
@@ -279,6 +279,11 @@ def test_more_wrappers_whole_equal_transformers(case: dict) -> None:
     # multi_modal_projector, language_model)
     ({"model_type": "gemma4", "vision_config": {}},
      {"tower": 167_364_608, "projector": 1_769_472, "language_model": 5_077_177_856}),
+    # (audio_tower 304,824,608, Gemma4AudioModel: tcalc's tower.audio rows; embed_audio
+    # 3,538,944 beside embed_vision)
+    ({"model_type": "gemma4", "vision_config": {}, "audio_config": {}},
+     {"tower": 167_364_608 + 304_824_608, "projector": 1_769_472 + 3_538_944,
+      "language_model": 5_077_177_856}),
     # (Gemma4UnifiedVisionEmbedder: 44,024,064 with its 3,840 × 2,304 projection, which tcalc
     # counts as the projector's; embed_audio 640 × 2,304)
     ({"model_type": "gemma4_unified", "vision_config": {}, "audio_config": {}},
@@ -298,15 +303,32 @@ def test_more_wrappers_part_by_part(config: dict, parts: dict) -> None:
         b.total - parts["tower"] - parts["projector"]
 
 
-def test_gemma4_refuses_its_audio_conformer_by_name() -> None:
-    # Gemma4AudioModel (a conformer: subsampling convolutions, two half-step MLPs, relative
-    # attention and a light convolution a layer) is not modelled; without audio_config the
-    # class builds none, and a vision_config alone is counted
-    with pytest.raises(SpecError, match=r"^g.json: key 'audio_config': expected absent or null "
-                       r"\(from it Gemma4ForConditionalGeneration builds Gemma4AudioModel"):
-        spec_from_hf({"model_type": "gemma4", "audio_config": {}}, "g.json")
-    spec = spec_from_hf({"model_type": "gemma4", "audio_config": None})
-    assert spec.tower == "none" and "as the class builds it without a vision_config" in spec.note
+def test_the_new_towers_show_their_arithmetic() -> None:
+    # each tower and projector row's formula, with this model's sizes in, is its count
+    for config in ({"model_type": "gemma4", "vision_config": {}, "audio_config": {}},
+                   {"model_type": "gemma4_unified", "vision_config": {}, "audio_config": {}},
+                   {"model_type": "got_ocr2"}, {"model_type": "qwen3_asr"},
+                   {"model_type": "gemma4", "audio_config": {"subsampling_conv_channels":
+                                                             [10, 3]}}):
+        b = count_params(spec_from_hf(config))
+        rows = [i for i in b.items if i.name.startswith(("tower.", "projector."))]
+        assert rows
+        for item in rows:
+            assert evaluate(item.expr) == item.count, (config, item.name, item.expr)
+
+
+def test_gemma4_reads_its_audio_conformer_and_names_a_bad_key() -> None:
+    # without vision_config the class builds no vision tower; the conformer and embed_audio
+    # alone (transformers 5.23, meta device: 304,824,608 + 3,538,944 beside the language model)
+    spec = spec_from_hf({"model_type": "gemma4", "audio_config": {}})
+    assert spec.tower == "none" and "its audio encoder (audio_config)" in spec.note
+    assert count_params(spec).total == 5_077_177_856 + 304_824_608 + 3_538_944
+    with pytest.raises(SpecError, match=r"^g.json \(audio_config\): key "
+                       r"'subsampling_conv_channels': expected two integers"):
+        spec_from_hf({"model_type": "gemma4", "audio_config": {
+            "subsampling_conv_channels": [8]}}, "g.json")
+    with pytest.raises(SpecError, match=r"^g.json: key 'audio_config': expected a mapping"):
+        spec_from_hf({"model_type": "gemma4", "audio_config": 3}, "g.json")
 
 
 def test_got_ocr2_refuses_what_its_encoder_does_not_build_as_counted() -> None:

@@ -409,6 +409,14 @@ def draw_tower(rng: random.Random, kind: str, text_width: int,
                    "head_dim": rng.choice([8, 16]), "patch_size": patch,
                    "position_embedding_size": rng.choice([8, 16]),
                    "use_clipped_linears": rng.random() < 0.5}
+        if rng.random() < 0.6:  # its conformer audio encoder (audio_config), small
+            aheads = rng.choice([2, 4])
+            top = {"audio_config": {
+                "hidden_size": aheads * rng.choice([4, 8]), "num_attention_heads": aheads,
+                "num_hidden_layers": rng.choice([1, 2]), "conv_kernel_size": rng.choice([3, 5]),
+                "subsampling_conv_channels": [rng.choice([4, 6, 8]), rng.choice([2, 4])],
+                "output_proj_dims": rng.choice([8, 24]),
+                "use_clipped_linears": rng.random() < 0.5}}
     elif kind == "gemma4_unified":  # an encoder-free patch embedder, audio frames beside it
         vision = {"patch_size": patch, "pooling_kernel_size": rng.choice([1, 2, 3]),
                   "mm_embed_dim": width, "mm_posemb_size": rng.choice([8, 16]),

@@ -358,7 +358,8 @@ vision_use_head num_global_layers max_num_tiles supported_aspect_ratios vision_o
 head_dim num_patches pos_emb_height pos_emb_width merge_kernel_size num_key_value_heads
 position_embedding_size mm_embed_dim mm_posemb_size pooling_kernel_size output_proj_dims
 audio_embed_dim downsample_hidden_size output_dim mlp_dim output_channels window_size
-global_attn_indexes qkv_bias use_abs_pos use_rel_pos""".split()
+global_attn_indexes qkv_bias use_abs_pos use_rel_pos conv_kernel_size
+subsampling_conv_channels""".split()
 WHISPER_KEYS = """d_model encoder_layers encoder_attention_heads encoder_ffn_dim num_mel_bins
 max_source_positions""".split()
 WRAPPER_KEYS = """tie_word_embeddings spatial_merge_size multimodal_projector_bias

@@ -572,8 +572,10 @@ class Wrapper(NamedTuple):
     # sub-configs whose modules tcalc does not model: (key, what it builds), refused when set
     refused: tuple[tuple[str, str], ...] = ()
     # a sub-config of audio frames projected beside the tower, when the file has it (Gemma 4
-    # Unified's audio_config: embed_audio, audio_embed_dim wide)
+    # Unified's audio_config: embed_audio, audio_embed_dim wide), and whether a conformer
+    # encodes them first (Gemma 4's Gemma4AudioModel, output_proj_dims wide)
     audio_key: str = ""
+    audio_conformer: bool = False
 
 
 WRAPPERS: dict[str, Wrapper] = {
@@ -631,11 +633,11 @@ WRAPPERS: dict[str, Wrapper] = {
                              "whisper", "mlp", tower_key="audio_config",
                              text_cls="Qwen2ForCausalLM", ties_head=False),
     # Gemma 4: Gemma4VisionModel (when the file has a vision_config) and embed_vision (a
-    # scale-free RMSNorm and a bias-free projection) before Gemma4TextModel
+    # scale-free RMSNorm and a bias-free projection), Gemma4AudioModel (a conformer, when it
+    # has an audio_config) and embed_audio, before Gemma4TextModel
     "gemma4": Wrapper("Gemma4ForConditionalGeneration", "gemma4_text", "gemma4_text", "gemma4",
                       "linear", text_cls="Gemma4TextModel + lm_head", tower_optional=True,
-                      refused=(("audio_config", "Gemma4AudioModel, a conformer over the "
-                                                "spectrogram"),)),
+                      audio_key="audio_config", audio_conformer=True),
     # Gemma 4 Unified: no vision encoder; embed_vision (Gemma4UnifiedVisionEmbedder) takes
     # merged patches straight to the language model's width, embed_audio projects raw audio
     # frames (each optional)
@@ -721,9 +723,10 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
     audio = _audio_in(data, w, where, model_type)
     if w.tower_optional and data.get(key) is None:
         text_note = spec.note.split("; ", 1)[1] if "; " in spec.note else ""
-        alone = f"its audio embedder ({w.audio_key}) and language model" if audio else \
+        alone = f"its audio {'encoder' if w.audio_conformer else 'embedder'} ({w.audio_key}) "\
+            "and language model" if audio else \
             "its language model"
-        return spec.replace(tower_audio_in=audio,
+        return spec.replace(**audio,
                             note=f"counted as transformers' {w.cls}: {alone} ({w.text_cls}), "
                             f"as the class builds it without a {key}"
                             + (f"; {text_note}" if text_note else ""),
@@ -736,7 +739,7 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
 
     v = Config(vision, f"{where} ({key})", TOWER_DEFAULTS.get(
         ("absent:" if key not in data else "") + model_type, {}))
-    fields = _tower_fields(w, v, top, spec.d_model) | {"tower_audio_in": audio}
+    fields = _tower_fields(w, v, top, spec.d_model) | audio
     text_note = spec.note.split("; ", 1)[1] if "; " in spec.note else ""
     # (said where the language model's own class would not tie: Mistral 3's text model)
     text_tie = text.get("tie_word_embeddings", DEFAULTS.get("absent:" + model_type, {}).get(
@@ -758,23 +761,44 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
         raise _in_file_terms(e, vision, f"{where} ({key})") from None
 
 
-def _audio_in(data: dict[str, Any], w: Wrapper, where: str, model_type: str) -> int:
-    """The width of the audio frames a wrapper projects beside its tower (0: none): the file's
-    audio_embed_dim, or its aliases output_proj_dims and audio_samples_per_token
-    (Gemma4UnifiedAudioConfig's properties), else the class's default."""
+def _audio_in(data: dict[str, Any], w: Wrapper, where: str,
+              model_type: str) -> dict[str, int]:
+    """The audio beside a wrapper's tower, when the file has its sub-config: Gemma 4's
+    conformer (Gemma4AudioConfig's sizes) and the width projected to the language model,
+    output_proj_dims; Gemma 4 Unified's raw frames, audio_embed_dim wide (or its aliases
+    output_proj_dims and audio_samples_per_token, Gemma4UnifiedAudioConfig's properties)."""
     if not w.audio_key or data.get(w.audio_key) is None:
-        return 0
+        return {}
     from transformer_calc.hf_defaults import TOWER_DEFAULTS
 
     audio = data[w.audio_key]
     if not isinstance(audio, dict):
-        raise SpecError(w.audio_key, "a mapping of the audio embedder's keys", audio,
+        raise SpecError(w.audio_key, "a mapping of the audio encoder's keys", audio,
                         source=where)
     a = Config(audio, f"{where} ({w.audio_key})", TOWER_DEFAULTS.get("audio:" + model_type, {}))
+
+    def size(key: str) -> int:
+        value = a.t(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SpecError(key, "an integer", value, source=a.where)
+        return value
+
+    if w.audio_conformer:
+        channels = a.t("subsampling_conv_channels")
+        if not isinstance(channels, list | tuple) or len(channels) != 2 or not all(
+                isinstance(c, int) and not isinstance(c, bool) for c in channels):
+            raise SpecError("subsampling_conv_channels", "two integers (the two subsampling "
+                            "convolutions' channels)", channels, source=a.where)
+        return {"tower_audio_d_model": size("hidden_size"),
+                "tower_audio_layers": size("num_hidden_layers"),
+                "tower_audio_heads": size("num_attention_heads"),
+                "tower_audio_kernel": size("conv_kernel_size"),
+                "tower_audio_subsample": channels[0], "tower_audio_channels": channels[1],
+                "tower_audio_in": size("output_proj_dims")}
     for key in ("output_proj_dims", "audio_samples_per_token", "audio_embed_dim"):
         if key in audio or key == "audio_embed_dim":
-            return int(a.t(key))
-    return 0
+            return {"tower_audio_in": size(key)}
+    return {}
 
 
 def _whisper(spec: ModelSpec, data: dict[str, Any], w: Wrapper, where: str,

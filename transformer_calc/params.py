@@ -77,6 +77,11 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "tower_heads": spec.tower_heads, "projector_d_ff": spec.projector_d_ff,
         "tower_audio_in": spec.tower_audio_in, "tower_conv_channels": spec.tower_conv_channels,
         "tower_grid": spec.tower_grid, "tower_window": spec.tower_window,
+        "tower_audio_d_model": spec.tower_audio_d_model,
+        "tower_audio_heads": spec.tower_audio_heads,
+        "tower_audio_kernel": spec.tower_audio_kernel,
+        "tower_audio_subsample": spec.tower_audio_subsample,
+        "tower_audio_channels": spec.tower_audio_channels,
         "tower_head_dim": spec.tower_head_dim or (
             spec.tower_d_model // spec.tower_heads if spec.tower_heads else 0)}
 
@@ -358,7 +363,7 @@ def count_params(spec: ModelSpec) -> Breakdown:
         _entity_head(add, spec)
     if spec.classifier != "none":
         _classifier(add, spec, norm_n, norm_why)
-    if spec.tower != "none" or spec.tower_audio_in:
+    if spec.tower != "none" or spec.tower_audio_in or spec.tower_audio_layers:
         _tower(spec, rows, notes)
 
     if spec.note:

@@ -702,6 +702,18 @@ class ModelSpec:
     tower_global_attn: int = _f(0, "layers of the tower attending globally among windowed ones "
                                 "(GOT-OCR 2's global_attn_indexes)", minimum=0,
                                 maximum=MAX_LAYERS)
+    # Gemma 4's audio encoder beside its vision tower (Gemma4AudioModel, a conformer)
+    tower_audio_d_model: int = _f(0, "the width of a conformer audio encoder beside the tower "
+                                  "(Gemma 4's audio_config hidden_size); 0: none", minimum=0)
+    tower_audio_layers: int = _f(0, "the audio encoder's conformer layers", minimum=0,
+                                 maximum=MAX_LAYERS)
+    tower_audio_heads: int = _f(0, "the audio encoder's attention heads", minimum=0)
+    tower_audio_kernel: int = _f(0, "the audio encoder's depthwise convolution kernel "
+                                 "(conv_kernel_size)", minimum=0)
+    tower_audio_subsample: int = _f(0, "channels of the audio encoder's first subsampling "
+                                    "convolution (subsampling_conv_channels[0])", minimum=0)
+    tower_audio_channels: int = _f(0, "channels of its second (subsampling_conv_channels[1])",
+                                   minimum=0)
     tower_audio_in: int = _f(0, "the width of audio frames projected to d_model without a bias "
                              "beside the tower (Gemma 4 Unified's embed_audio: audio_embed_dim); "
                              "0: none", minimum=0)
@@ -1069,6 +1081,8 @@ class ModelSpec:
             _check_mixer(self)
         if self.tower != "none" or self.projector != "none":
             _check_tower(self)
+        if self.tower_audio_layers:
+            _check_audio(self)
         if self.layer_attention or self.layer_ffn or self.mixer != "none" or not self.n_heads \
                 or not self.d_ff:
             from transformer_calc.plan import check_patterns
@@ -1105,6 +1119,17 @@ def _check_tower(spec: ModelSpec) -> None:
     if spec.projector == "lfm2_vl" and spec.projector_d_ff < 1:
         raise SpecError("projector_d_ff", "an integer >= 1 with projector: lfm2_vl",
                         spec.projector_d_ff)
+
+
+def _check_audio(spec: ModelSpec) -> None:
+    """The sizes Gemma 4's audio encoder reads (Gemma4AudioModel in transformers 5.23)."""
+    for key in ("tower_audio_d_model", "tower_audio_heads", "tower_audio_kernel",
+                "tower_audio_subsample", "tower_audio_channels", "tower_audio_in"):
+        if getattr(spec, key) < 1:
+            raise SpecError(key, "an integer >= 1 with tower_audio_layers", getattr(spec, key))
+    if spec.tower_audio_d_model % spec.tower_audio_heads:
+        raise SpecError("tower_audio_heads", "a divisor of tower_audio_d_model="
+                        f"{spec.tower_audio_d_model}", spec.tower_audio_heads)
 
 
 def _check_mixer(spec: ModelSpec) -> None:

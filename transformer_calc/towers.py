@@ -89,12 +89,42 @@ def tower_rows(spec: ModelSpec) -> list[Row]:
         _encoder(spec, add)
     if spec.projector != "none":
         _projector(spec, add)
+    if spec.tower_audio_layers:
+        _conformer(spec, add)
     if spec.tower_audio_in:
         # Gemma4UnifiedMultimodalEmbedder over audio frames: a scale-free RMSNorm and a
         # bias-free embedding_projection
         A, E = spec.tower_audio_in, spec.d_model
         add("projector.audio", A * E, "tower_audio_in × d_model", shape=(E, A))
     return rows
+
+
+def _conformer(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
+    """Gemma4AudioModel: subsample_conv_projection (two bias-free 3 × 3 convolutions, stride 2,
+    each with a bias-free LayerNorm, then input_proj_linear from (c0 // 4) · c1), conformer
+    layers (two half-step feed-forwards of 4 · d, each between RMSNorms; q, k, v, post and
+    relative_k_proj with a per_dim_scale; a light convolution: linear_start to 2 · d, a
+    depthwise kernel, linear_end and two RMSNorms; norm_pre_attn, norm_post_attn, norm_out;
+    Gemma4ClippableLinear's bounds are buffers), then output_proj (biased) to tower_audio_in."""
+    D, L, K = spec.tower_audio_d_model, spec.tower_audio_layers, spec.tower_audio_kernel
+    c0, c1, W = spec.tower_audio_subsample, spec.tower_audio_channels, spec.tower_audio_in
+    add("tower.audio.subsample.convs", 9 * c0 + c0 + 9 * c0 * c1 + c1,
+        "10 · tower_audio_subsample + (9 · tower_audio_subsample + 1) · tower_audio_channels",
+        note="layer0 and layer1: each a convolution and its norm")
+    add("tower.audio.subsample.proj", c0 // 4 * c1 * D, "⌊tower_audio_subsample / 4⌋ · "
+        "tower_audio_channels × tower_audio_d_model", shape=(D, c0 // 4 * c1))
+    p = "tower.audio_layer."
+    add(p + "feed_forward", 2 * (8 * D * D + 2 * D), "2 · (8 · tower_audio_d_model² + 2 · "
+        "tower_audio_d_model)", L, "feed_forward1 and feed_forward2, their norms")
+    add(p + "attn", 5 * D * D + D // spec.tower_audio_heads, "5 · tower_audio_d_model² + "
+        "tower_audio_d_model / tower_audio_heads", L,
+        "q, k, v, post, relative_k_proj and per_dim_scale")
+    add(p + "lconv", 3 * D * D + K * D + 2 * D, "3 · tower_audio_d_model² + (tower_audio_kernel "
+        "+ 2) · tower_audio_d_model", L, "linear_start, the depthwise convolution, "
+        "linear_end, pre_layer_norm and conv_norm")
+    add(p + "norms", 3 * D, "3 · tower_audio_d_model", L)
+    add("tower.audio.output_proj", D * W + W, "tower_audio_d_model × tower_audio_in + "
+        "tower_audio_in")
 
 
 def _patch_embedder(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
