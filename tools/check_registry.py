@@ -385,6 +385,11 @@ def draw_tower(rng: random.Random, kind: str, text_width: int,
                   "window_size": rng.choice([0, 2, 4]), "output_channels": rng.choice([8, 16]),
                   "global_attn_indexes": sorted(rng.sample(range(layers + 1),
                                                            rng.choice([0, 1, 2])))}
+    elif kind == "glmasr":  # Whisper-style, K/V heads of its own
+        vision |= {"num_hidden_layers": rng.choice([1, 2]), "num_attention_heads": heads,
+                   "num_key_value_heads": rng.choice([k for k in (1, 2, heads)
+                                                      if heads % k == 0]),
+                   "num_mel_bins": rng.choice([8, 16])}
     elif kind == "qwen3_asr":  # its own spellings: three convolutions, conv_out, output_dim
         vision = {"d_model": width, "encoder_layers": rng.choice([1, 2]),
                   "encoder_attention_heads": heads,

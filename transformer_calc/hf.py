@@ -654,6 +654,11 @@ WRAPPERS: dict[str, Wrapper] = {
     # Qwen2's language model
     "got_ocr2": Wrapper("GotOcr2ForConditionalGeneration", "qwen2", "qwen2", "got_ocr2",
                         "got_ocr2", text_cls="Qwen2Model + lm_head"),
+    # GLM-ASR: a Whisper-style encoder with rotary positions (audio_config), a two-layer
+    # projector from its intermediate_size, Llama's language model (its defaults laid under a
+    # file's text_config)
+    "glmasr": Wrapper("GlmAsrForConditionalGeneration", "llama", "llama", "glmasr", "glmasr",
+                      tower_key="audio_config", text_cls="LlamaModel + lm_head"),
     # WhisperForConditionalGeneration: the decoder WhisperForCausalLM counts (its
     # cross-attention runs here) and the audio encoder, both read from the one flat config
     "whisper": Wrapper("WhisperForConditionalGeneration", "whisper", "whisper", "whisper",
@@ -861,6 +866,14 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                 "tower_out": size("output_dim")}
     if w.tower == "got_ocr2":
         return _sam_fields(w, v, size)
+    if w.tower == "glmasr":  # GlmAsrEncoderConfig: heads of head_dim (hidden / heads unless set)
+        D, H = size("hidden_size"), size("num_attention_heads")
+        return {"tower": w.tower, "projector": w.projector, "tower_d_model": D,
+                "tower_d_ff": size("intermediate_size"), "tower_heads": H,
+                "tower_layers": size("num_hidden_layers"),
+                "tower_kv_heads": int(v.t("num_key_value_heads") or H),
+                "tower_head_dim": int(v.t("head_dim") or D // H),
+                "tower_channels": size("num_mel_bins"), "tower_out": size("intermediate_size")}
     out: dict[str, Any] = {"tower": w.tower, "projector": w.projector,
                            "tower_d_model": size("hidden_size", "d_model"),
                            "tower_d_ff": size("intermediate_size", "encoder_ffn_dim")}

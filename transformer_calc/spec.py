@@ -33,9 +33,9 @@ RELATIVE_SCOPES = ("first", "every")
 CLASSIFIERS = ("none", "linear", "dense", "dense_norm")
 # encoder towers before a language model, and the projectors after them (towers.py)
 TOWERS = ("none", "siglip", "qwen2_5_vl", "qwen3_vl", "pixtral", "mllama", "whisper", "gemma4",
-          "gemma4_unified", "qwen3_asr", "got_ocr2")
+          "gemma4_unified", "qwen3_asr", "got_ocr2", "glmasr")
 PROJECTORS = ("none", "gemma3", "mistral3", "linear", "mlp", "lfm2_vl", "kimi_k25",
-              "qwen3_asr", "got_ocr2")
+              "qwen3_asr", "got_ocr2", "glmasr")
 QK_NORMS = ("none", "head", "width", "l2")
 ATTN_GATES = ("none", "head", "width")
 # Recurrent mixers: layers whose state does not grow with the context.
@@ -658,7 +658,8 @@ class ModelSpec:
                     "encoder), whisper (Whisper's audio encoder), gemma4 (Gemma 4's vision "
                     "encoder), gemma4_unified (Gemma 4 Unified's encoder-free patch embedder), "
                     "qwen3_asr (Qwen3-ASR's audio encoder), got_ocr2 (GOT-OCR 2's SAM image "
-                    "encoder and neck) or none", choices=TOWERS)
+                    "encoder and neck), glmasr (GLM-ASR's Whisper-style encoder with rotary "
+                    "positions) or none", choices=TOWERS)
     tower_d_model: int = _f(0, "the tower's width", minimum=0)
     tower_layers: int = _f(0, "the tower's layers (Mllama: its local encoder's)", minimum=0,
                            maximum=MAX_LAYERS)
@@ -723,7 +724,8 @@ class ModelSpec:
                         "Voxtral's), lfm2_vl (a norm over merged patches, two layers through "
                         "projector_d_ff), kimi_k25 (a norm, then two layers over merged "
                         "patches), qwen3_asr (two biased layers, the second to tower_out), "
-                        "got_ocr2 (two stride-2 convolutions and a linear layer) "
+                        "got_ocr2 (two stride-2 convolutions and a linear layer), glmasr (two "
+                        "biased layers through 2 · d_model) "
                         "or none (the tower's own merger does, Qwen-VL; Whisper's "
                         "decoder reads the encoder by cross-attention)",
                         choices=PROJECTORS)
@@ -1099,6 +1101,8 @@ def _check_tower(spec: ModelSpec) -> None:
         needs = ["tower_d_model"]
     if spec.tower == "qwen3_asr":
         needs.append("tower_conv_channels")
+    elif spec.tower == "glmasr":
+        pass
     elif spec.tower == "got_ocr2":
         needs += ["tower_patch", "tower_grid", "tower_out"]
     elif spec.tower != "whisper":

@@ -72,6 +72,10 @@ TOWERS: dict[str, Tower] = {
     # between LayerNorms, each with a height and a width table of relative positions (its
     # window's, or the whole grid's for a global layer); then the neck
     "got_ocr2": Tower("layernorm", True, True, True, "plain", True, True),
+    # GlmAsrEncoder: Whisper's conv1 and conv2 and layers (q, v and o biased, k not; fc1, fc2
+    # between LayerNorms), K/V heads of their own (num_key_value_heads), rotary positions
+    # (nothing learned), a final LayerNorm
+    "glmasr": Tower("layernorm", True, False, True, "plain", True, True, post_norm=True),
 }
 
 
@@ -187,14 +191,16 @@ def _embeddings(spec: ModelSpec, t: Tower, add) -> None:  # type: ignore[no-unty
         add("tower.embed.conv_out", c * bins * D, f"tower_conv_channels · {bins} (the mel bins "
             "/ 8, rounded up) × tower_d_model", shape=(D, c * bins))
         return
-    if spec.tower == "whisper":
+    if spec.tower in ("whisper", "glmasr"):
         # WhisperEncoder.conv1 (num_mel_bins -> d_model) and conv2 (d_model -> d_model, stride
-        # 2), kernel 3, biased; embed_positions is frozen (requires_grad_(False))
+        # 2), kernel 3, biased; embed_positions is frozen (requires_grad_(False)); GLM-ASR's
+        # positions are rotary
         add("tower.embed.conv1", 3 * C * D + D, "3 · tower_channels · tower_d_model + "
             "tower_d_model")
         add("tower.embed.conv2", 3 * D * D + D, "3 · tower_d_model² + tower_d_model")
-        add("tower.embed.positions", 0, "0", note=f"{P:,} × {D:,} sinusoidal, frozen: not "
-            "trainable")
+        if spec.tower == "whisper":
+            add("tower.embed.positions", 0, "0", note=f"{P:,} × {D:,} sinusoidal, frozen: not "
+                "trainable")
         return
     k, p = spec.tower_temporal, spec.tower_patch
     kernel = "tower_temporal · tower_patch²" if k > 1 else "tower_patch²"
@@ -367,6 +373,11 @@ def _projector(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
         add("projector.conv_upsampler2", 9 * 2 * out * E, "9 · 2 · tower_out × d_model",
             shape=(E, 2 * out, 3, 3))
         add("projector.linear", E * E + E, "d_model² + d_model")
+    elif spec.projector == "glmasr":
+        # GlmAsrMultiModalProjector: linear_1 (the encoder's intermediate_size -> 2 · d_model)
+        # and linear_2 (-> d_model), both biased
+        add("projector.linear_1", out * 2 * E + 2 * E, "tower_out × 2 · d_model + 2 · d_model")
+        add("projector.linear_2", 2 * E * E + E, "2 · d_model² + d_model")
     elif spec.projector == "qwen3_asr":
         # Qwen3ASRMultiModalProjector: linear_1 (d_model -> d_model), linear_2 (d_model ->
         # output_dim), both biased; output_dim need not be the language model's width
