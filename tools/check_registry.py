@@ -385,6 +385,8 @@ def draw_tower(rng: random.Random, kind: str, text_width: int,
                   "window_size": rng.choice([0, 2, 4]), "output_channels": rng.choice([8, 16]),
                   "global_attn_indexes": sorted(rng.sample(range(layers + 1),
                                                            rng.choice([0, 1, 2])))}
+    elif kind == "fuyu":  # one linear layer over a patch's pixels (Fuyu's own keys)
+        vision, top = {}, {"patch_size": patch, "num_channels": rng.choice([1, 3])}
     elif kind == "glmasr":  # Whisper-style, K/V heads of its own
         vision |= {"num_hidden_layers": rng.choice([1, 2]), "num_attention_heads": heads,
                    "num_key_value_heads": rng.choice([k for k in (1, 2, heads)
@@ -534,7 +536,8 @@ def main() -> None:
     for model_type, named, task in jobs:
         cls = type(transformers.AutoConfig.for_model(model_type))
         # (Whisper's own keys sit side by side; an audio LM's encoder is in audio_config)
-        whisper = task == "whole" and not WRAPPERS[model_type].tower_key
+        whisper = task == "whole" and not WRAPPERS[model_type].tower_key \
+            and WRAPPERS[model_type].tower == "whisper"
         nested = getattr(TABLE_DRIVEN.get(model_type), "text_config", False) or (
             task == "whole" and not whisper)
         if nested:  # Mllama, the wrappers: the drawn keys go in text_config
@@ -568,6 +571,12 @@ def main() -> None:
                     # (the head tied or not at the top, where transformers 5 reads it)
                     config |= {WRAPPERS[model_type].tower_key: vision,
                                "tie_word_embeddings": rng.random() < 0.5, **top}
+                    flat = WRAPPERS[model_type].flat_text_keys
+                    if flat:  # Fuyu: the tower's keys its own, the text's flat half the time
+                        config.pop("")
+                        if rng.random() < 0.5:
+                            text = config.pop("text_config")
+                            config |= {k: v for k, v in text.items() if k in flat}
             elif attempts:
                 config = {"model_type": model_type, **named, **draw(rng, fields)}
                 if model_type == "esmc":  # no GQA (EsmcConfig), heads as wide as hidden_size

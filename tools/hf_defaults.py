@@ -380,8 +380,12 @@ def wrapper_defaults() -> tuple[dict, dict, dict]:
     for model_type, w in sorted(WRAPPERS.items()):
         config = transformers.AutoConfig.for_model(model_type)
         if not w.tower_key:  # Whisper: one flat config, the encoder's keys beside the decoder's
-            tower[model_type] = class_defaults(type(config), WHISPER_KEYS)
+            tower[model_type] = class_defaults(type(config), WHISPER_KEYS + (
+                TOWER_KEYS if w.flat_text_keys else []))
             top[model_type] = class_defaults(type(config), WRAPPER_KEYS)
+            if w.flat_text_keys:  # Fuyu: the text config it builds from its own defaults
+                built = config.text_config.to_dict()
+                text["absent:" + model_type] = {k: built[k] for k in KEYS if k in built}
             continue
         if w.text_type not in TABLE_DRIVEN:
             text[w.text_type] = class_defaults(type(config.text_config), KEYS)

@@ -576,6 +576,9 @@ class Wrapper(NamedTuple):
     # encodes them first (Gemma 4's Gemma4AudioModel, output_proj_dims wide)
     audio_key: str = ""
     audio_conformer: bool = False
+    # the top-level keys read as the language model's when the file has no text_config
+    # (FuyuConfig pops its text defaults' keys from a flat file); its tower keys are its own
+    flat_text_keys: tuple[str, ...] = ()
 
 
 WRAPPERS: dict[str, Wrapper] = {
@@ -659,6 +662,14 @@ WRAPPERS: dict[str, Wrapper] = {
     # file's text_config)
     "glmasr": Wrapper("GlmAsrForConditionalGeneration", "llama", "llama", "glmasr", "glmasr",
                       tower_key="audio_config", text_cls="LlamaModel + lm_head"),
+    # Fuyu: no encoder; vision_embed_tokens, one biased linear layer, takes each patch's
+    # pixels to Persimmon's language model (patch_size and num_channels are Fuyu's own keys)
+    "fuyu": Wrapper("FuyuForCausalLM", "persimmon", "persimmon", "fuyu", tower_key="",
+                    text_cls="PersimmonModel + lm_head", flat_text_keys=(
+                        "vocab_size", "max_position_embeddings", "hidden_size",
+                        "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                        "hidden_act", "layer_norm_eps", "qk_layernorm", "hidden_dropout",
+                        "attention_dropout", "rope_scaling", "rope_theta")),
     # WhisperForConditionalGeneration: the decoder WhisperForCausalLM counts (its
     # cross-attention runs here) and the audio encoder, both read from the one flat config
     "whisper": Wrapper("WhisperForConditionalGeneration", "whisper", "whisper", "whisper",
@@ -692,6 +703,9 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
     absent = text is None and not w.flat_text
     if text is None and w.flat_text:
         text = {k: v for k, v in data.items() if k not in ("vision_config", "architectures")}
+    if text is None and w.flat_text_keys:  # (Fuyu's flat files)
+        text = {k: data[k] for k in w.flat_text_keys if k in data} or None
+        absent = text is None
     text = text if text is not None else {}
     if not isinstance(text, dict):
         raise SpecError("text_config", "a mapping of the language model's keys", text,
@@ -714,10 +728,12 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
     if model_type == "mllama":  # its record reads the language model from text_config
         text_data = {"model_type": record, "text_config": text_data,
                      "architectures": [w.text_cls]}
-    if not w.tower_key:  # Whisper: the encoder's and the decoder's keys side by side
+    whisper = not w.tower_key and w.tower == "whisper"
+    if whisper:  # the encoder's and the decoder's keys side by side
         text_data = {**data, "architectures": [w.text_cls]}
-    spec = spec_from_hf(text_data, where if w.flat_text else f"{where} (text_config)", name)
-    if not w.tower_key:
+    spec = spec_from_hf(text_data, where if w.flat_text or (
+        w.flat_text_keys and "text_config" not in data) else f"{where} (text_config)", name)
+    if whisper:
         return _whisper(spec, data, w, where, name)
     for refused, builds in w.refused:
         if data.get(refused) is not None:
@@ -737,13 +753,13 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
                             + (f"; {text_note}" if text_note else ""),
                             name=name or (stem if stem != "config" else model_type),
                             description=f"{model_type} from {where}", source=where)
-    vision = data.get(key) or {}
+    vision = (data.get(key) if key else data) or {}
     if not isinstance(vision, dict):
         raise SpecError(key, "a mapping of the tower's keys", vision, source=where)
     from transformer_calc.hf_defaults import TOWER_DEFAULTS
 
-    v = Config(vision, f"{where} ({key})", TOWER_DEFAULTS.get(
-        ("absent:" if key not in data else "") + model_type, {}))
+    v = Config(vision, f"{where} ({key})" if key else where, TOWER_DEFAULTS.get(
+        ("absent:" if key and key not in data else "") + model_type, {}))
     fields = _tower_fields(w, v, top, spec.d_model) | audio
     text_note = spec.note.split("; ", 1)[1] if "; " in spec.note else ""
     # (said where the language model's own class would not tie: Mistral 3's text model)
@@ -866,6 +882,9 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                 "tower_out": size("output_dim")}
     if w.tower == "got_ocr2":
         return _sam_fields(w, v, size)
+    if w.tower == "fuyu":  # FuyuModel.vision_embed_tokens: patch_size² · num_channels -> d
+        return {"tower": w.tower, "tower_d_model": d_model, "tower_patch": size("patch_size"),
+                "tower_channels": size("num_channels")}
     if w.tower == "glmasr":  # GlmAsrEncoderConfig: heads of head_dim (hidden / heads unless set)
         D, H = size("hidden_size"), size("num_attention_heads")
         return {"tower": w.tower, "projector": w.projector, "tower_d_model": D,

@@ -33,7 +33,7 @@ RELATIVE_SCOPES = ("first", "every")
 CLASSIFIERS = ("none", "linear", "dense", "dense_norm")
 # encoder towers before a language model, and the projectors after them (towers.py)
 TOWERS = ("none", "siglip", "qwen2_5_vl", "qwen3_vl", "pixtral", "mllama", "whisper", "gemma4",
-          "gemma4_unified", "qwen3_asr", "got_ocr2", "glmasr")
+          "gemma4_unified", "qwen3_asr", "got_ocr2", "glmasr", "fuyu")
 PROJECTORS = ("none", "gemma3", "mistral3", "linear", "mlp", "lfm2_vl", "kimi_k25",
               "qwen3_asr", "got_ocr2", "glmasr")
 QK_NORMS = ("none", "head", "width", "l2")
@@ -659,7 +659,8 @@ class ModelSpec:
                     "encoder), gemma4_unified (Gemma 4 Unified's encoder-free patch embedder), "
                     "qwen3_asr (Qwen3-ASR's audio encoder), got_ocr2 (GOT-OCR 2's SAM image "
                     "encoder and neck), glmasr (GLM-ASR's Whisper-style encoder with rotary "
-                    "positions) or none", choices=TOWERS)
+                    "positions), fuyu (Fuyu's one linear layer over patch pixels) or none",
+                    choices=TOWERS)
     tower_d_model: int = _f(0, "the tower's width", minimum=0)
     tower_layers: int = _f(0, "the tower's layers (Mllama: its local encoder's)", minimum=0,
                            maximum=MAX_LAYERS)
@@ -1097,7 +1098,7 @@ def _check_tower(spec: ModelSpec) -> None:
     if spec.tower == "none":
         raise SpecError("projector", "none without a tower", spec.projector)
     needs = ["tower_d_model", "tower_layers", "tower_heads", "tower_d_ff"]
-    if spec.tower == "gemma4_unified":  # no layers: patches straight to the projector
+    if spec.tower in ("gemma4_unified", "fuyu"):  # no layers: patches straight on
         needs = ["tower_d_model"]
     if spec.tower == "qwen3_asr":
         needs.append("tower_conv_channels")

@@ -89,6 +89,12 @@ def tower_rows(spec: ModelSpec) -> list[Row]:
 
     if spec.tower == "gemma4_unified":
         _patch_embedder(spec, add)
+    elif spec.tower == "fuyu":
+        # FuyuModel.vision_embed_tokens: a biased linear layer from a patch's pixels to d_model
+        D, C, p = spec.tower_d_model, spec.tower_channels, spec.tower_patch
+        add("tower.embed.patch.weight", C * p * p * D, "tower_channels · tower_patch² · "
+            "tower_d_model", shape=(D, C * p * p))
+        add("tower.embed.patch.bias", D, "tower_d_model")
     elif spec.tower != "none":
         _encoder(spec, add)
     if spec.projector != "none":
