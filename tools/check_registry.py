@@ -406,6 +406,8 @@ def draw_tower(rng: random.Random, kind: str, text_width: int,
                    "encoder_ffn_dim": vision["intermediate_size"],
                    "num_mel_bins": rng.choice([8, 16]),
                    "max_source_positions": rng.choice([8, 16])}
+        if model_type == "moss_transcribe_diarize":
+            top = {"projector_bias": rng.random() < 0.5, "audio_merge_size": rng.choice([1, 4])}
         if model_type in ("audioflamingo3", "musicflamingo"):
             top = {"projector_bias": rng.random() < 0.5}
             vision["model_type"] = "audioflamingo3_encoder"  # (the class needs it named)

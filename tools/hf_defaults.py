@@ -364,7 +364,7 @@ WHISPER_KEYS = """d_model encoder_layers encoder_attention_heads encoder_ffn_dim
 max_source_positions""".split()
 WRAPPER_KEYS = """tie_word_embeddings spatial_merge_size multimodal_projector_bias
 vision_feature_layer projector_hidden_act downsample_factor projector_hidden_size projector_bias
-projector_use_layernorm projection_hidden_size""".split()
+projector_use_layernorm projection_hidden_size audio_merge_size""".split()
 
 
 def wrapper_defaults() -> tuple[dict, dict, dict]:

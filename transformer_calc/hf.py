@@ -670,6 +670,11 @@ WRAPPERS: dict[str, Wrapper] = {
                         "intermediate_size", "num_hidden_layers", "num_attention_heads",
                         "hidden_act", "layer_norm_eps", "qk_layernorm", "hidden_dropout",
                         "attention_dropout", "rope_scaling", "rope_theta")),
+    # MOSS-Transcribe-Diarize: Whisper's encoder (audio_config), a two-layer projector over
+    # audio_merge_size frames and a LayerNorm, Qwen3's language model
+    "moss_transcribe_diarize": Wrapper("MossTranscribeDiarizeForConditionalGeneration",
+                                       "qwen3", "qwen3", "whisper", "moss",
+                                       tower_key="audio_config", text_cls="Qwen3Model + lm_head"),
     # WhisperForConditionalGeneration: the decoder WhisperForCausalLM counts (its
     # cross-attention runs here) and the audio encoder, both read from the one flat config
     "whisper": Wrapper("WhisperForConditionalGeneration", "whisper", "whisper", "whisper",
@@ -896,8 +901,12 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
     out: dict[str, Any] = {"tower": w.tower, "projector": w.projector,
                            "tower_d_model": size("hidden_size", "d_model"),
                            "tower_d_ff": size("intermediate_size", "encoder_ffn_dim")}
+    if w.tower == "whisper" and w.projector == "moss":
+        # MossTranscribeDiarizeMultiModalProjector reads audio_merge_size frames at a time
+        out |= {"tower_out": out["tower_d_model"] * int(top.t("audio_merge_size")),
+                "projector_bias": bool(top.t("projector_bias"))}
     if w.tower == "whisper":  # an audio language model's WhisperEncoder (audio_config)
-        return out | {"tower_layers": size("num_hidden_layers", "encoder_layers"),
+        return {"tower_layers": size("num_hidden_layers", "encoder_layers"),
                       "tower_heads": size("num_attention_heads", "encoder_attention_heads"),
                       "tower_channels": size("num_mel_bins"),
                       "tower_positions": size("max_source_positions"),
@@ -907,7 +916,7 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                       "tower_out": out["tower_d_ff"] if w.projector_from_ff else 0,
                       "projector_bias": w.projector == "linear" or (
                           w.projector == "mlp" and not w.projector_from_ff
-                          and bool(top.t("projector_bias", True)))}
+                          and bool(top.t("projector_bias", True)))} | out
     channels = ("num_channels", "in_channels", "in_chans")
     out |= {"tower_patch": size("patch_size"),  # (MoonViT's class has no channel key: 3)
             "tower_channels": size(*channels) if any(k in v.table or v.t(k) is not None

@@ -35,7 +35,7 @@ CLASSIFIERS = ("none", "linear", "dense", "dense_norm")
 TOWERS = ("none", "siglip", "qwen2_5_vl", "qwen3_vl", "pixtral", "mllama", "whisper", "gemma4",
           "gemma4_unified", "qwen3_asr", "got_ocr2", "glmasr", "fuyu")
 PROJECTORS = ("none", "gemma3", "mistral3", "linear", "mlp", "lfm2_vl", "kimi_k25",
-              "qwen3_asr", "got_ocr2", "glmasr")
+              "qwen3_asr", "got_ocr2", "glmasr", "moss")
 QK_NORMS = ("none", "head", "width", "l2")
 ATTN_GATES = ("none", "head", "width")
 # Recurrent mixers: layers whose state does not grow with the context.
@@ -726,7 +726,7 @@ class ModelSpec:
                         "projector_d_ff), kimi_k25 (a norm, then two layers over merged "
                         "patches), qwen3_asr (two biased layers, the second to tower_out), "
                         "got_ocr2 (two stride-2 convolutions and a linear layer), glmasr (two "
-                        "biased layers through 2 · d_model) "
+                        "biased layers through 2 · d_model), moss (two layers and a LayerNorm) "
                         "or none (the tower's own merger does, Qwen-VL; Whisper's "
                         "decoder reads the encoder by cross-attention)",
                         choices=PROJECTORS)

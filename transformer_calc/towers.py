@@ -379,6 +379,12 @@ def _projector(spec: ModelSpec, add) -> None:  # type: ignore[no-untyped-def]
         add("projector.conv_upsampler2", 9 * 2 * out * E, "9 · 2 · tower_out × d_model",
             shape=(E, 2 * out, 3, 3))
         add("projector.linear", E * E + E, "d_model² + d_model")
+    elif spec.projector == "moss":
+        # MossTranscribeDiarizeMultiModalProjector: linear_1 (tower_out, audio_merge_size
+        # frames, -> d_model) and linear_2 (projector_bias), then a biased LayerNorm
+        add("projector.linear_1", out * E + E * b, "tower_out × d_model" + " + d_model" * b)
+        add("projector.linear_2", E * E + E * b, "d_model²" + " + d_model" * b)
+        add("projector.norm", 2 * E, "2 · d_model")
     elif spec.projector == "glmasr":
         # GlmAsrMultiModalProjector: linear_1 (the encoder's intermediate_size -> 2 · d_model)
         # and linear_2 (-> d_model), both biased
