@@ -254,14 +254,14 @@ def test_an_audio_models_head_is_its_own_and_voxtral_lays_its_text_defaults_unde
         assert count_params(spec_from_hf(config)).total == want, model_type
 
 
-# Gemma 4, Gemma 4 Unified, GOT-OCR 2 and Qwen3-ASR whole: the default config, the optional
-# towers at their classes' defaults, drawn text_config, vision_config and audio_config.
-# REFERENCE: `python tools/check_registry.py --wrappers --cases 8 --write
-# tests/data/registry_wrappers_gemma4_got_ocr2_qwen3_asr.json gemma4 gemma4_unified got_ocr2
-# qwen3_asr`
-# (torch 2.13.0+cpu, transformers 5.23.0, meta device, the *ForConditionalGeneration class)
-MORE_WRAPPER_CASES = json.loads(
-    (DATA / "registry_wrappers_gemma4_got_ocr2_qwen3_asr.json").read_text())
+# Fuyu, Gemma 4, Gemma 4 Unified, GLM-ASR, GOT-OCR 2, MOSS-Transcribe-Diarize and Qwen3-ASR
+# whole: the default config, the optional towers at their classes' defaults, drawn
+# text_config (Fuyu's flat keys half the time), vision_config and audio_config. REFERENCE:
+# `python tools/check_registry.py --wrappers --cases 8 --write
+# tests/data/registry_wrappers_more.json fuyu gemma4 gemma4_unified glmasr got_ocr2
+# moss_transcribe_diarize qwen3_asr` (torch 2.13.0+cpu, transformers 5.23.0, meta device, the
+# class each record names)
+MORE_WRAPPER_CASES = json.loads((DATA / "registry_wrappers_more.json").read_text())
 assert MORE_WRAPPER_CASES["transformers"] == "5.23.0"
 
 
@@ -289,6 +289,14 @@ def test_more_wrappers_whole_equal_transformers(case: dict) -> None:
     ({"model_type": "gemma4_unified", "vision_config": {}, "audio_config": {}},
      {"tower": 44_024_064 - 8_847_360, "projector": 8_847_360 + 1_474_560,
       "language_model": 3_010_758_400}),
+    ({"model_type": "glmasr"},
+     {"tower": 635_048_960, "projector": 29_366_272, "language_model": 1_472_055_296}),
+    # (FuyuForCausalLM: vision_embed_tokens; its lm_head untied, 1,073,741,824)
+    ({"model_type": "fuyu"},
+     {"tower": 11_063_296, "projector": 0, "language_model": 8_323_433_472 + 1_073_741_824}),
+    # (audio_tower 307,216,384 with its 1,500 × 1,024 frozen positions, not trainable)
+    ({"model_type": "moss_transcribe_diarize"},
+     {"tower": 305_680_384, "projector": 5_246_976, "language_model": 596_049_920}),
     ({"model_type": "got_ocr2"},
      {"tower": 89_670_912, "projector": 6_947_840, "language_model": 463_909_888}),
     ({"model_type": "qwen3_asr"},
@@ -308,6 +316,8 @@ def test_the_new_towers_show_their_arithmetic() -> None:
     for config in ({"model_type": "gemma4", "vision_config": {}, "audio_config": {}},
                    {"model_type": "gemma4_unified", "vision_config": {}, "audio_config": {}},
                    {"model_type": "got_ocr2"}, {"model_type": "qwen3_asr"},
+                   {"model_type": "glmasr"}, {"model_type": "fuyu"},
+                   {"model_type": "moss_transcribe_diarize"},
                    {"model_type": "gemma4", "audio_config": {"subsampling_conv_channels":
                                                              [10, 3]}}):
         b = count_params(spec_from_hf(config))
