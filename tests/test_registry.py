@@ -222,8 +222,10 @@ def test_a_class_not_counted_is_refused_with_the_ones_that_are() -> None:
 
 # The vision-language wrappers whole (hf.WRAPPERS): their default configs and drawn text and
 # vision configs. REFERENCE: `python tools/check_registry.py --wrappers --cases 8 --write
-# tests/data/registry_wrappers.json` (torch 2.13.0+cpu, transformers 5.23.0, meta device,
-# the *ForConditionalGeneration class)
+# tests/data/registry_wrappers.json audioflamingo3 exaone4_5 gemma3 kimi_k25 lfm2_vl mistral3
+# mllama musicflamingo qwen2_5_vl qwen2_audio qwen3_5 qwen3_5_moe qwen3_vl qwen3_vl_moe voxtral
+# whisper` (torch 2.13.0+cpu, transformers 5.23.0, meta device, the
+# *ForConditionalGeneration class)
 WRAPPER_CASES = json.loads((DATA / "registry_wrappers.json").read_text())
 assert WRAPPER_CASES["transformers"] == "5.23.0"
 
