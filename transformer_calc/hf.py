@@ -569,8 +569,6 @@ class Wrapper(NamedTuple):
     ties_head: bool = True
     # the class builds no tower when the file has no tower_key (Gemma 4's are optional)
     tower_optional: bool = False
-    # sub-configs whose modules tcalc does not model: (key, what it builds), refused when set
-    refused: tuple[tuple[str, str], ...] = ()
     # a sub-config of audio frames projected beside the tower, when the file has it (Gemma 4
     # Unified's audio_config: embed_audio, audio_embed_dim wide), and whether a conformer
     # encodes them first (Gemma 4's Gemma4AudioModel, output_proj_dims wide)
@@ -740,10 +738,6 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
         w.flat_text_keys and "text_config" not in data) else f"{where} (text_config)", name)
     if whisper:
         return _whisper(spec, data, w, where, name)
-    for refused, builds in w.refused:
-        if data.get(refused) is not None:
-            raise SpecError(refused, f"absent or null (from it {w.cls} builds {builds}, which "
-                            "tcalc does not model)", data[refused], source=where)
     key = w.tower_key
     stem = where.rsplit("/", 1)[-1].removesuffix(".json")
     audio = _audio_in(data, w, where, model_type)

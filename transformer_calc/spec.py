@@ -721,9 +721,9 @@ class ModelSpec:
                              "0: none", minimum=0)
     projector: str = _f("none", "what maps the tower's output to the language model's width: "
                         "gemma3 (a norm and a matrix), mistral3 (a norm, a patch merger and a "
-                        "two-layer MLP), linear (Mllama's, Qwen2-Audio's), mlp (two layers, "
-                        "Voxtral's), lfm2_vl (a norm over merged patches, two layers through "
-                        "projector_d_ff), kimi_k25 (a norm, then two layers over merged "
+                        "two-layer MLP), linear (Mllama's, Qwen2-Audio's, Gemma 4's), mlp (two "
+                        "layers, Voxtral's), lfm2_vl (a norm over merged patches, two layers "
+                        "through projector_d_ff), kimi_k25 (a norm, then two layers over merged "
                         "patches), qwen3_asr (two biased layers, the second to tower_out), "
                         "got_ocr2 (two stride-2 convolutions and a linear layer), glmasr (two "
                         "biased layers through 2 · d_model), moss (two layers and a LayerNorm) "
