@@ -352,6 +352,32 @@ def test_got_ocr2_refuses_what_its_encoder_does_not_build_as_counted() -> None:
             spec_from_hf({"model_type": "got_ocr2", "vision_config": vision}, "o.json")
 
 
+@pytest.mark.parametrize(("config", "message"), [
+    ({"model_type": "gemma4", "audio_config": {"num_attention_heads": 3}},
+     "w.json (audio_config): key 'num_attention_heads': expected a divisor of "
+     "hidden_size=1024, got 3"),
+    ({"model_type": "qwen3_asr", "audio_config": {"downsample_hidden_size": 0}},
+     "w.json (audio_config): key 'downsample_hidden_size': expected an integer >= 1"),
+    ({"model_type": "got_ocr2", "vision_config": {"output_channels": 0}},
+     "w.json (vision_config): key 'output_channels': expected an integer >= 1"),
+    ({"model_type": "glmasr", "audio_config": {"num_key_value_heads": 3}},
+     "w.json (audio_config): key 'num_key_value_heads': expected a divisor of "
+     "num_attention_heads=20, got 3"),
+    ({"model_type": "fuyu", "patch_size": 0}, "w.json: key 'patch_size': expected an integer"),
+    ({"model_type": "gemma4_unified", "vision_config": {"mm_embed_dim": 0}},
+     "w.json (vision_config): key 'mm_embed_dim': expected an integer >= 1"),
+    ({"model_type": "moss_transcribe_diarize", "audio_merge_size": 0},
+     "w.json: key 'audio_merge_size': expected an integer >= 1"),
+    ({"model_type": "gemma3", "vision_config": {"hidden_size": 64, "num_attention_heads": 3}},
+     "w.json (vision_config): key 'num_attention_heads': expected a divisor of "
+     "hidden_size=64, got 3"),
+])
+def test_a_bad_tower_key_is_named_as_the_file_spells_it(config: dict, message: str) -> None:
+    with pytest.raises(SpecError) as e:
+        spec_from_hf(config, "w.json")
+    assert str(e.value).startswith(message), str(e.value)
+
+
 def test_every_wrapper_has_its_default_and_drawn_cases() -> None:
     from transformer_calc.hf import WRAPPERS
 

@@ -778,7 +778,7 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
                             name=name or (stem if stem != "config" else model_type),
                             description=f"{model_type} from {where}", source=where)
     except SpecError as e:
-        raise _in_file_terms(e, vision, f"{where} ({key})") from None
+        raise _in_file_terms(e, vision, f"{where} ({key})" if key else where) from None
 
 
 def _audio_in(data: dict[str, Any], w: Wrapper, where: str,
@@ -806,9 +806,17 @@ def _audio_in(data: dict[str, Any], w: Wrapper, where: str,
     if w.audio_conformer:
         channels = a.t("subsampling_conv_channels")
         if not isinstance(channels, list | tuple) or len(channels) != 2 or not all(
-                isinstance(c, int) and not isinstance(c, bool) for c in channels):
-            raise SpecError("subsampling_conv_channels", "two integers (the two subsampling "
-                            "convolutions' channels)", channels, source=a.where)
+                isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in channels):
+            raise SpecError("subsampling_conv_channels", "two integers >= 1 (the two "
+                            "subsampling convolutions' channels)", channels, source=a.where)
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "conv_kernel_size", "output_proj_dims"):
+            if size(key) < 1:
+                raise SpecError(key, "an integer >= 1", a.t(key), source=a.where)
+        if size("hidden_size") % size("num_attention_heads"):
+            raise SpecError("num_attention_heads", "a divisor of hidden_size="
+                            f"{size('hidden_size')}", a.t("num_attention_heads"),
+                            source=a.where)
         return {"tower_audio_d_model": size("hidden_size"),
                 "tower_audio_layers": size("num_hidden_layers"),
                 "tower_audio_heads": size("num_attention_heads"),
@@ -817,6 +825,8 @@ def _audio_in(data: dict[str, Any], w: Wrapper, where: str,
                 "tower_audio_in": size("output_proj_dims")}
     for key in ("output_proj_dims", "audio_samples_per_token", "audio_embed_dim"):
         if key in audio or key == "audio_embed_dim":
+            if size(key) < 1:
+                raise SpecError(key, "an integer >= 1", a.t(key), source=a.where)
             return {"tower_audio_in": size(key)}
     return {}
 
@@ -897,7 +907,11 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                            "tower_d_ff": size("intermediate_size", "encoder_ffn_dim")}
     if w.tower == "whisper" and w.projector == "moss":
         # MossTranscribeDiarizeMultiModalProjector reads audio_merge_size frames at a time
-        out |= {"tower_out": out["tower_d_model"] * int(top.t("audio_merge_size")),
+        merge = top.t("audio_merge_size")
+        if not isinstance(merge, int) or isinstance(merge, bool) or merge < 1:
+            raise SpecError("audio_merge_size", "an integer >= 1 (frames per projected "
+                            "vector)", merge, source=top.where)
+        out |= {"tower_out": out["tower_d_model"] * merge,
                 "projector_bias": bool(top.t("projector_bias"))}
     if w.tower == "whisper":  # an audio language model's WhisperEncoder (audio_config)
         return {"tower_layers": size("num_hidden_layers", "encoder_layers"),
@@ -1202,6 +1216,26 @@ FILE_KEYS: dict[str, tuple[str, ...]] = {
     "value_conv": ("conv_kernel_size",),
     "layer_ffn": ("mlp_layer_types", "mlp_only_layers", "hybrid_override_pattern",
                   "layers_block_type"),
+    # a wrapper's tower, as its vision_config or audio_config spells it
+    "tower_d_model": ("hidden_size", "d_model", "mm_embed_dim"),
+    "tower_layers": ("num_hidden_layers", "depth", "encoder_layers"),
+    "tower_heads": ("num_attention_heads", "num_heads", "attention_heads",
+                    "encoder_attention_heads"),
+    "tower_kv_heads": ("num_key_value_heads",),
+    "tower_head_dim": ("head_dim",),
+    "tower_d_ff": ("intermediate_size", "mlp_dim", "encoder_ffn_dim"),
+    "tower_channels": ("num_channels", "num_mel_bins", "in_channels", "in_chans"),
+    "tower_patch": ("patch_size",),
+    "tower_temporal": ("temporal_patch_size",),
+    "tower_positions": ("num_position_embeddings", "position_embedding_size",
+                        "mm_posemb_size", "num_patches", "max_source_positions"),
+    "tower_merge": ("spatial_merge_size", "merge_kernel_size", "downsample_factor"),
+    "tower_out": ("out_hidden_size", "output_channels", "output_dim", "vision_output_dim",
+                  "output_proj_dims"),
+    "tower_conv_channels": ("downsample_hidden_size",),
+    "tower_grid": ("image_size",),
+    "tower_tiles": ("max_num_tiles",),
+    "projector_d_ff": ("projector_hidden_size",),
 }
 _FIELD_WORD = re.compile(r"\b(" + "|".join(sorted(FILE_KEYS, key=len, reverse=True)) + r")\b")
 
