@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA
+from conftest import DATA, evaluate
 
 from transformer_calc import count_params
 from transformer_calc.errors import SpecError
@@ -354,8 +354,10 @@ def test_a_class_not_counted_is_refused_with_the_ones_that_are() -> None:
 
 # The vision-language wrappers whole (hf.WRAPPERS): their default configs and drawn text and
 # vision configs. REFERENCE: `python tools/check_registry.py --wrappers --cases 8 --write
-# tests/data/registry_wrappers.json` (torch 2.13.0+cpu, transformers 5.23.0, meta device,
-# the *ForConditionalGeneration class)
+# tests/data/registry_wrappers.json audioflamingo3 exaone4_5 gemma3 kimi_k25 lfm2_vl mistral3
+# mllama musicflamingo qwen2_5_vl qwen2_audio qwen3_5 qwen3_5_moe qwen3_vl qwen3_vl_moe voxtral
+# whisper` (torch 2.13.0+cpu, transformers 5.23.0, meta device, the
+# *ForConditionalGeneration class)
 WRAPPER_CASES = json.loads((DATA / "registry_wrappers.json").read_text())
 assert WRAPPER_CASES["transformers"] == "5.23.0"
 
@@ -386,11 +388,133 @@ def test_an_audio_models_head_is_its_own_and_voxtral_lays_its_text_defaults_unde
         assert count_params(spec_from_hf(config)).total == want, model_type
 
 
+# Fuyu, Gemma 4, Gemma 4 Unified, GLM-ASR, GOT-OCR 2, MOSS-Transcribe-Diarize and Qwen3-ASR
+# whole: the default config, the optional towers at their classes' defaults, drawn
+# text_config (Fuyu's flat keys half the time), vision_config and audio_config. REFERENCE:
+# `python tools/check_registry.py --wrappers --cases 8 --write
+# tests/data/registry_wrappers_more.json fuyu gemma4 gemma4_unified glmasr got_ocr2
+# moss_transcribe_diarize qwen3_asr` (torch 2.13.0+cpu, transformers 5.23.0, meta device, the
+# class each record names)
+MORE_WRAPPER_CASES = json.loads((DATA / "registry_wrappers_more.json").read_text())
+assert MORE_WRAPPER_CASES["transformers"] == "5.23.0"
+
+
+@pytest.mark.parametrize("case", MORE_WRAPPER_CASES["cases"], ids=[
+    f"{c['config']['model_type']}-{i}" for i, c in enumerate(MORE_WRAPPER_CASES["cases"])])
+def test_more_wrappers_whole_equal_transformers(case: dict) -> None:
+    spec = spec_from_hf(case["config"], "case.json")
+    assert count_params(spec).total == case["total"]
+    assert spec.note.startswith(f"counted as transformers' {case['class']}: its ")
+
+
+@pytest.mark.parametrize(("config", "parts"), [
+    # transformers 5.23, meta device: the trainable parameters under each top-level module of
+    # the class's model (vision_tower / audio_tower, embed_vision / embed_audio /
+    # multi_modal_projector, language_model)
+    ({"model_type": "gemma4", "vision_config": {}},
+     {"tower": 167_364_608, "projector": 1_769_472, "language_model": 5_077_177_856}),
+    # (audio_tower 304,824,608, Gemma4AudioModel: tcalc's tower.audio rows; embed_audio
+    # 3,538,944 beside embed_vision)
+    ({"model_type": "gemma4", "vision_config": {}, "audio_config": {}},
+     {"tower": 167_364_608 + 304_824_608, "projector": 1_769_472 + 3_538_944,
+      "language_model": 5_077_177_856}),
+    # (Gemma4UnifiedVisionEmbedder: 44,024,064 with its 3,840 × 2,304 projection, which tcalc
+    # counts as the projector's; embed_audio 640 × 2,304)
+    ({"model_type": "gemma4_unified", "vision_config": {}, "audio_config": {}},
+     {"tower": 44_024_064 - 8_847_360, "projector": 8_847_360 + 1_474_560,
+      "language_model": 3_010_758_400}),
+    ({"model_type": "glmasr"},
+     {"tower": 635_048_960, "projector": 29_366_272, "language_model": 1_472_055_296}),
+    # (FuyuForCausalLM: vision_embed_tokens; its lm_head untied, 1,073,741,824)
+    ({"model_type": "fuyu"},
+     {"tower": 11_063_296, "projector": 0, "language_model": 8_323_433_472 + 1_073_741_824}),
+    # (audio_tower 307,216,384 with its 1,500 × 1,024 frozen positions, not trainable)
+    ({"model_type": "moss_transcribe_diarize"},
+     {"tower": 305_680_384, "projector": 5_246_976, "language_model": 596_049_920}),
+    ({"model_type": "got_ocr2"},
+     {"tower": 89_670_912, "projector": 6_947_840, "language_model": 463_909_888}),
+    ({"model_type": "qwen3_asr"},
+     {"tower": 314_328_704, "projector": 4_723_200, "language_model": 1_720_574_976}),
+])
+def test_more_wrappers_part_by_part(config: dict, parts: dict) -> None:
+    spec = spec_from_hf(config)
+    b = count_params(spec)
+    assert b.sum_prefix("tower.") == parts["tower"]
+    assert b.sum_prefix("projector.") == parts["projector"]
+    assert count_params(spec.text_only()).total == parts["language_model"] == \
+        b.total - parts["tower"] - parts["projector"]
+
+
+def test_the_new_towers_show_their_arithmetic() -> None:
+    # each tower and projector row's formula, with this model's sizes in, is its count
+    for config in ({"model_type": "gemma4", "vision_config": {}, "audio_config": {}},
+                   {"model_type": "gemma4_unified", "vision_config": {}, "audio_config": {}},
+                   {"model_type": "got_ocr2"}, {"model_type": "qwen3_asr"},
+                   {"model_type": "glmasr"}, {"model_type": "fuyu"},
+                   {"model_type": "moss_transcribe_diarize"},
+                   {"model_type": "gemma4", "audio_config": {"subsampling_conv_channels":
+                                                             [10, 3]}}):
+        b = count_params(spec_from_hf(config))
+        rows = [i for i in b.items if i.name.startswith(("tower.", "projector."))]
+        assert rows
+        for item in rows:
+            assert evaluate(item.expr) == item.count, (config, item.name, item.expr)
+
+
+def test_gemma4_reads_its_audio_conformer_and_names_a_bad_key() -> None:
+    # without vision_config the class builds no vision tower; the conformer and embed_audio
+    # alone (transformers 5.23, meta device: 304,824,608 + 3,538,944 beside the language model)
+    spec = spec_from_hf({"model_type": "gemma4", "audio_config": {}})
+    assert spec.tower == "none" and "its audio encoder (audio_config)" in spec.note
+    assert count_params(spec).total == 5_077_177_856 + 304_824_608 + 3_538_944
+    with pytest.raises(SpecError, match=r"^g.json \(audio_config\): key "
+                       r"'subsampling_conv_channels': expected two integers"):
+        spec_from_hf({"model_type": "gemma4", "audio_config": {
+            "subsampling_conv_channels": [8]}}, "g.json")
+    with pytest.raises(SpecError, match=r"^g.json: key 'audio_config': expected a mapping"):
+        spec_from_hf({"model_type": "gemma4", "audio_config": 3}, "g.json")
+
+
+def test_got_ocr2_refuses_what_its_encoder_does_not_build_as_counted() -> None:
+    for vision, key in (({"qkv_bias": False}, "qkv_bias"), ({"use_rel_pos": False},
+                                                          "use_rel_pos"),
+                        ({"image_size": [64, 64]}, "image_size"),
+                        ({"global_attn_indexes": 2}, "global_attn_indexes")):
+        with pytest.raises(SpecError, match=rf"^o.json \(vision_config\): key '{key}'"):
+            spec_from_hf({"model_type": "got_ocr2", "vision_config": vision}, "o.json")
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({"model_type": "gemma4", "audio_config": {"num_attention_heads": 3}},
+     "w.json (audio_config): key 'num_attention_heads': expected a divisor of "
+     "hidden_size=1024, got 3"),
+    ({"model_type": "qwen3_asr", "audio_config": {"downsample_hidden_size": 0}},
+     "w.json (audio_config): key 'downsample_hidden_size': expected an integer >= 1"),
+    ({"model_type": "got_ocr2", "vision_config": {"output_channels": 0}},
+     "w.json (vision_config): key 'output_channels': expected an integer >= 1"),
+    ({"model_type": "glmasr", "audio_config": {"num_key_value_heads": 3}},
+     "w.json (audio_config): key 'num_key_value_heads': expected a divisor of "
+     "num_attention_heads=20, got 3"),
+    ({"model_type": "fuyu", "patch_size": 0}, "w.json: key 'patch_size': expected an integer"),
+    ({"model_type": "gemma4_unified", "vision_config": {"mm_embed_dim": 0}},
+     "w.json (vision_config): key 'mm_embed_dim': expected an integer >= 1"),
+    ({"model_type": "moss_transcribe_diarize", "audio_merge_size": 0},
+     "w.json: key 'audio_merge_size': expected an integer >= 1"),
+    ({"model_type": "gemma3", "vision_config": {"hidden_size": 64, "num_attention_heads": 3}},
+     "w.json (vision_config): key 'num_attention_heads': expected a divisor of "
+     "hidden_size=64, got 3"),
+])
+def test_a_bad_tower_key_is_named_as_the_file_spells_it(config: dict, message: str) -> None:
+    with pytest.raises(SpecError) as e:
+        spec_from_hf(config, "w.json")
+    assert str(e.value).startswith(message), str(e.value)
+
+
 def test_every_wrapper_has_its_default_and_drawn_cases() -> None:
     from transformer_calc.hf import WRAPPERS
 
     per_type: dict[str, int] = {}
-    for c in WRAPPER_CASES["cases"]:
+    for c in WRAPPER_CASES["cases"] + MORE_WRAPPER_CASES["cases"]:
         per_type[c["config"]["model_type"]] = per_type.get(c["config"]["model_type"], 0) + 1
     assert set(per_type) == set(WRAPPERS) and min(per_type.values()) >= 5, per_type
 

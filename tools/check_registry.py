@@ -389,6 +389,28 @@ def draw_tower(rng: random.Random, kind: str, text_width: int,
         top = {"spatial_merge_size": rng.choice([1, 2]),
                "multimodal_projector_bias": rng.random() < 0.5,
                "vision_feature_layer": rng.choice([-1, [-1, -2]])}
+    elif kind == "got_ocr2":  # Segment Anything's ViT: windows, some global layers, a neck
+        layers = rng.choice([1, 2, 3])
+        vision = {"hidden_size": width, "mlp_dim": vision["intermediate_size"],
+                  "num_hidden_layers": layers, "num_attention_heads": heads,
+                  "patch_size": patch, "image_size": patch * rng.choice([4, 8]),
+                  "window_size": rng.choice([0, 2, 4]), "output_channels": rng.choice([8, 16]),
+                  "global_attn_indexes": sorted(rng.sample(range(layers + 1),
+                                                           rng.choice([0, 1, 2])))}
+    elif kind == "fuyu":  # one linear layer over a patch's pixels (Fuyu's own keys)
+        vision, top = {}, {"patch_size": patch, "num_channels": rng.choice([1, 3])}
+    elif kind == "glmasr":  # Whisper-style, K/V heads of its own
+        vision |= {"num_hidden_layers": rng.choice([1, 2]), "num_attention_heads": heads,
+                   "num_key_value_heads": rng.choice([k for k in (1, 2, heads)
+                                                      if heads % k == 0]),
+                   "num_mel_bins": rng.choice([8, 16])}
+    elif kind == "qwen3_asr":  # its own spellings: three convolutions, conv_out, output_dim
+        vision = {"d_model": width, "encoder_layers": rng.choice([1, 2]),
+                  "encoder_attention_heads": heads,
+                  "encoder_ffn_dim": vision["intermediate_size"],
+                  "num_mel_bins": rng.choice([8, 13, 16]),
+                  "downsample_hidden_size": rng.choice([4, 8]),
+                  "output_dim": rng.choice([text_width, 24])}
     elif kind == "whisper":  # an audio language model's encoder, in both spellings of its keys
         layers = rng.choice([1, 2])
         vision |= {"d_model": width, "num_hidden_layers": layers, "encoder_layers": layers,
@@ -396,9 +418,33 @@ def draw_tower(rng: random.Random, kind: str, text_width: int,
                    "encoder_ffn_dim": vision["intermediate_size"],
                    "num_mel_bins": rng.choice([8, 16]),
                    "max_source_positions": rng.choice([8, 16])}
+        if model_type == "moss_transcribe_diarize":
+            top = {"projector_bias": rng.random() < 0.5, "audio_merge_size": rng.choice([1, 4])}
         if model_type in ("audioflamingo3", "musicflamingo"):
             top = {"projector_bias": rng.random() < 0.5}
             vision["model_type"] = "audioflamingo3_encoder"  # (the class needs it named)
+    elif kind == "gemma4":  # heads of their own width, fewer K/V heads
+        vision |= {"num_hidden_layers": rng.choice([1, 2]), "num_attention_heads": heads,
+                   "num_key_value_heads": rng.choice([k for k in (1, 2, heads)
+                                                      if heads % k == 0]),
+                   "head_dim": rng.choice([8, 16]), "patch_size": patch,
+                   "position_embedding_size": rng.choice([8, 16]),
+                   "use_clipped_linears": rng.random() < 0.5}
+        if rng.random() < 0.6:  # its conformer audio encoder (audio_config), small
+            aheads = rng.choice([2, 4])
+            top = {"audio_config": {
+                "hidden_size": aheads * rng.choice([4, 8]), "num_attention_heads": aheads,
+                "num_hidden_layers": rng.choice([1, 2]), "conv_kernel_size": rng.choice([3, 5]),
+                "subsampling_conv_channels": [rng.choice([4, 6, 8]), rng.choice([2, 4])],
+                "output_proj_dims": rng.choice([8, 24]),
+                "use_clipped_linears": rng.random() < 0.5}}
+    elif kind == "gemma4_unified":  # an encoder-free patch embedder, audio frames beside it
+        vision = {"patch_size": patch, "pooling_kernel_size": rng.choice([1, 2, 3]),
+                  "mm_embed_dim": width, "mm_posemb_size": rng.choice([8, 16]),
+                  "output_proj_dims": width}
+        if rng.random() < 0.75:
+            top = {"audio_config": rng.choice([{}, {"audio_embed_dim": rng.choice([8, 24])},
+                                               {"output_proj_dims": rng.choice([8, 24])}])}
     else:  # mllama
         layers = rng.choice([2, 3])
         picked = sorted(rng.sample(range(layers), rng.choice([1, 2])))
@@ -504,7 +550,8 @@ def main() -> None:
     for model_type, named, task in jobs:
         cls = type(transformers.AutoConfig.for_model(model_type))
         # (Whisper's own keys sit side by side; an audio LM's encoder is in audio_config)
-        whisper = task == "whole" and not WRAPPERS[model_type].tower_key
+        whisper = task == "whole" and not WRAPPERS[model_type].tower_key \
+            and WRAPPERS[model_type].tower == "whisper"
         nested = getattr(TABLE_DRIVEN.get(model_type), "text_config", False) or (
             task == "whole" and not whisper)
         if nested:  # Mllama, the wrappers: the drawn keys go in text_config
@@ -515,8 +562,15 @@ def main() -> None:
         config: dict = {"model_type": model_type, **named}
         # the default, then drawn configs until --cases are counted (a draw the class rejects
         # or tcalc refuses by name does not count; at most 4 × --cases draws)
-        while counted <= args.cases and attempts <= 4 * args.cases:
-            if attempts and nested:
+        # an optional tower at its class's defaults, and audio frames alone (Gemma 4's)
+        w = WRAPPERS.get(model_type) if task == "whole" else None
+        extra = [] if w is None or not w.tower_optional else [
+            {w.tower_key: {}, **({w.audio_key: {}} if w.audio_key else {})}] + (
+            [{w.audio_key: {}}] if w.audio_key else [])
+        while counted <= args.cases + len(extra) and attempts <= 4 * args.cases:
+            if 0 < attempts <= len(extra):
+                config = {"model_type": model_type, **named, **extra[attempts - 1]}
+            elif attempts and nested:
                 inner = draw(rng, fields)
                 if "cross_attention_layers" in fields:  # some of the layers, by index
                     n = inner["num_hidden_layers"]
@@ -531,6 +585,12 @@ def main() -> None:
                     # (the head tied or not at the top, where transformers 5 reads it)
                     config |= {WRAPPERS[model_type].tower_key: vision,
                                "tie_word_embeddings": rng.random() < 0.5, **top}
+                    flat = WRAPPERS[model_type].flat_text_keys
+                    if flat:  # Fuyu: the tower's keys its own, the text's flat half the time
+                        config.pop("")
+                        if rng.random() < 0.5:
+                            text = config.pop("text_config")
+                            config |= {k: v for k, v in text.items() if k in flat}
             elif attempts:
                 config = {"model_type": model_type, **named, **draw(rng, fields)}
                 if model_type == "esmc":  # no GQA (EsmcConfig), heads as wide as hidden_size

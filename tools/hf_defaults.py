@@ -359,12 +359,16 @@ TOWER_KEYS = """hidden_size intermediate_size num_hidden_layers depth num_attent
 attention_heads patch_size image_size num_channels in_channels in_chans temporal_patch_size
 spatial_merge_size out_hidden_size num_position_embeddings deepstack_visual_indexes
 vision_use_head num_global_layers max_num_tiles supported_aspect_ratios vision_output_dim
-head_dim num_patches pos_emb_height pos_emb_width merge_kernel_size num_key_value_heads""".split()
+head_dim num_patches pos_emb_height pos_emb_width merge_kernel_size num_key_value_heads
+position_embedding_size mm_embed_dim mm_posemb_size pooling_kernel_size output_proj_dims
+audio_embed_dim downsample_hidden_size output_dim mlp_dim output_channels window_size
+global_attn_indexes qkv_bias use_abs_pos use_rel_pos conv_kernel_size
+subsampling_conv_channels""".split()
 WHISPER_KEYS = """d_model encoder_layers encoder_attention_heads encoder_ffn_dim num_mel_bins
 max_source_positions""".split()
 WRAPPER_KEYS = """tie_word_embeddings spatial_merge_size multimodal_projector_bias
 vision_feature_layer projector_hidden_act downsample_factor projector_hidden_size projector_bias
-projector_use_layernorm projection_hidden_size""".split()
+projector_use_layernorm projection_hidden_size audio_merge_size""".split()
 
 
 def wrapper_defaults() -> tuple[dict, dict, dict]:
@@ -380,14 +384,27 @@ def wrapper_defaults() -> tuple[dict, dict, dict]:
     for model_type, w in sorted(WRAPPERS.items()):
         config = transformers.AutoConfig.for_model(model_type)
         if not w.tower_key:  # Whisper: one flat config, the encoder's keys beside the decoder's
-            tower[model_type] = class_defaults(type(config), WHISPER_KEYS)
+            tower[model_type] = class_defaults(type(config), WHISPER_KEYS + (
+                TOWER_KEYS if w.flat_text_keys else []))
             top[model_type] = class_defaults(type(config), WRAPPER_KEYS)
+            if w.flat_text_keys:  # Fuyu: the text config it builds from its own defaults
+                built = config.text_config.to_dict()
+                text["absent:" + model_type] = {k: built[k] for k in KEYS if k in built}
             continue
         if w.text_type not in TABLE_DRIVEN:
             text[w.text_type] = class_defaults(type(config.text_config), KEYS)
         sub = getattr(config, w.tower_key)
-        tower[model_type] = class_defaults(type(sub), TOWER_KEYS + WHISPER_KEYS)
         top[model_type] = class_defaults(type(config), WRAPPER_KEYS)
+        if w.audio_key:  # audio frames projected beside the tower (Gemma 4 Unified's)
+            tower["audio:" + model_type] = class_defaults(
+                type(config).sub_configs[w.audio_key], TOWER_KEYS)
+        if sub is None:  # an optional tower the class builds only from a file's sub-config
+            tower[model_type] = class_defaults(type(config).sub_configs[w.tower_key],
+                                               TOWER_KEYS + WHISPER_KEYS)
+            built = config.text_config.to_dict()
+            text["absent:" + model_type] = {k: built[k] for k in KEYS if k in built}
+            continue
+        tower[model_type] = class_defaults(type(sub), TOWER_KEYS + WHISPER_KEYS)
         built = sub.to_dict()
         tower["absent:" + model_type] = {k: built[k] for k in TOWER_KEYS + WHISPER_KEYS
                                          if k in built}

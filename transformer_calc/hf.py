@@ -567,6 +567,16 @@ class Wrapper(NamedTuple):
     # the class ties its head where the config says (Voxtral, Qwen2-Audio and Audio Flamingo
     # 3 have no tied-weight keys: their heads are their own whatever the file says)
     ties_head: bool = True
+    # the class builds no tower when the file has no tower_key (Gemma 4's are optional)
+    tower_optional: bool = False
+    # a sub-config of audio frames projected beside the tower, when the file has it (Gemma 4
+    # Unified's audio_config: embed_audio, audio_embed_dim wide), and whether a conformer
+    # encodes them first (Gemma 4's Gemma4AudioModel, output_proj_dims wide)
+    audio_key: str = ""
+    audio_conformer: bool = False
+    # the top-level keys read as the language model's when the file has no text_config
+    # (FuyuConfig pops its text defaults' keys from a flat file); its tower keys are its own
+    flat_text_keys: tuple[str, ...] = ()
 
 
 WRAPPERS: dict[str, Wrapper] = {
@@ -623,6 +633,46 @@ WRAPPERS: dict[str, Wrapper] = {
     "musicflamingo": Wrapper("MusicFlamingoForConditionalGeneration", "qwen2", "qwen2",
                              "whisper", "mlp", tower_key="audio_config",
                              text_cls="Qwen2ForCausalLM", ties_head=False),
+    # Gemma 4: Gemma4VisionModel (when the file has a vision_config) and embed_vision (a
+    # scale-free RMSNorm and a bias-free projection), Gemma4AudioModel (a conformer, when it
+    # has an audio_config) and embed_audio, before Gemma4TextModel
+    "gemma4": Wrapper("Gemma4ForConditionalGeneration", "gemma4_text", "gemma4_text", "gemma4",
+                      "linear", text_cls="Gemma4TextModel + lm_head", tower_optional=True,
+                      audio_key="audio_config", audio_conformer=True),
+    # Gemma 4 Unified: no vision encoder; embed_vision (Gemma4UnifiedVisionEmbedder) takes
+    # merged patches straight to the language model's width, embed_audio projects raw audio
+    # frames (each optional)
+    "gemma4_unified": Wrapper("Gemma4UnifiedForConditionalGeneration", "gemma4_unified_text",
+                              "gemma4_unified_text", "gemma4_unified", "linear",
+                              text_cls="Gemma4UnifiedTextModel + lm_head", tower_optional=True,
+                              audio_key="audio_config"),
+    # Qwen3-ASR: its own audio encoder (audio_config), a two-layer projector, Qwen3's
+    # language model
+    "qwen3_asr": Wrapper("Qwen3ASRForConditionalGeneration", "qwen3", "qwen3", "qwen3_asr",
+                         "qwen3_asr", tower_key="audio_config",
+                         text_cls="Qwen3Model + lm_head"),
+    # GOT-OCR 2: Segment Anything's ViT and neck, two convolutions and a linear layer to
+    # Qwen2's language model
+    "got_ocr2": Wrapper("GotOcr2ForConditionalGeneration", "qwen2", "qwen2", "got_ocr2",
+                        "got_ocr2", text_cls="Qwen2Model + lm_head"),
+    # GLM-ASR: a Whisper-style encoder with rotary positions (audio_config), a two-layer
+    # projector from its intermediate_size, Llama's language model (its defaults laid under a
+    # file's text_config)
+    "glmasr": Wrapper("GlmAsrForConditionalGeneration", "llama", "llama", "glmasr", "glmasr",
+                      tower_key="audio_config", text_cls="LlamaModel + lm_head"),
+    # Fuyu: no encoder; vision_embed_tokens, one biased linear layer, takes each patch's
+    # pixels to Persimmon's language model (patch_size and num_channels are Fuyu's own keys)
+    "fuyu": Wrapper("FuyuForCausalLM", "persimmon", "persimmon", "fuyu", tower_key="",
+                    text_cls="PersimmonModel + lm_head", flat_text_keys=(
+                        "vocab_size", "max_position_embeddings", "hidden_size",
+                        "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                        "hidden_act", "layer_norm_eps", "qk_layernorm", "hidden_dropout",
+                        "attention_dropout", "rope_scaling", "rope_theta")),
+    # MOSS-Transcribe-Diarize: Whisper's encoder (audio_config), a two-layer projector over
+    # audio_merge_size frames and a LayerNorm, Qwen3's language model
+    "moss_transcribe_diarize": Wrapper("MossTranscribeDiarizeForConditionalGeneration",
+                                       "qwen3", "qwen3", "whisper", "moss",
+                                       tower_key="audio_config", text_cls="Qwen3Model + lm_head"),
     # WhisperForConditionalGeneration: the decoder WhisperForCausalLM counts (its
     # cross-attention runs here) and the audio encoder, both read from the one flat config
     "whisper": Wrapper("WhisperForConditionalGeneration", "whisper", "whisper", "whisper",
@@ -656,6 +706,9 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
     absent = text is None and not w.flat_text
     if text is None and w.flat_text:
         text = {k: v for k, v in data.items() if k not in ("vision_config", "architectures")}
+    if text is None and w.flat_text_keys:  # (Fuyu's flat files)
+        text = {k: data[k] for k in w.flat_text_keys if k in data} or None
+        absent = text is None
     text = text if text is not None else {}
     if not isinstance(text, dict):
         raise SpecError("text_config", "a mapping of the language model's keys", text,
@@ -678,20 +731,35 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
     if model_type == "mllama":  # its record reads the language model from text_config
         text_data = {"model_type": record, "text_config": text_data,
                      "architectures": [w.text_cls]}
-    if not w.tower_key:  # Whisper: the encoder's and the decoder's keys side by side
+    whisper = not w.tower_key and w.tower == "whisper"
+    if whisper:  # the encoder's and the decoder's keys side by side
         text_data = {**data, "architectures": [w.text_cls]}
-    spec = spec_from_hf(text_data, where if w.flat_text else f"{where} (text_config)", name)
-    if not w.tower_key:
+    spec = spec_from_hf(text_data, where if w.flat_text or (
+        w.flat_text_keys and "text_config" not in data) else f"{where} (text_config)", name)
+    if whisper:
         return _whisper(spec, data, w, where, name)
     key = w.tower_key
-    vision = data.get(key) or {}
+    stem = where.rsplit("/", 1)[-1].removesuffix(".json")
+    audio = _audio_in(data, w, where, model_type)
+    if w.tower_optional and data.get(key) is None:
+        text_note = spec.note.split("; ", 1)[1] if "; " in spec.note else ""
+        alone = f"its audio {'encoder' if w.audio_conformer else 'embedder'} ({w.audio_key}) "\
+            "and language model" if audio else \
+            "its language model"
+        return spec.replace(**audio,
+                            note=f"counted as transformers' {w.cls}: {alone} ({w.text_cls}), "
+                            f"as the class builds it without a {key}"
+                            + (f"; {text_note}" if text_note else ""),
+                            name=name or (stem if stem != "config" else model_type),
+                            description=f"{model_type} from {where}", source=where)
+    vision = (data.get(key) if key else data) or {}
     if not isinstance(vision, dict):
         raise SpecError(key, "a mapping of the tower's keys", vision, source=where)
     from transformer_calc.hf_defaults import TOWER_DEFAULTS
 
-    v = Config(vision, f"{where} ({key})", TOWER_DEFAULTS.get(
-        ("absent:" if key not in data else "") + model_type, {}))
-    fields = _tower_fields(w, v, top, spec.d_model)
+    v = Config(vision, f"{where} ({key})" if key else where, TOWER_DEFAULTS.get(
+        ("absent:" if key and key not in data else "") + model_type, {}))
+    fields = _tower_fields(w, v, top, spec.d_model) | audio
     text_note = spec.note.split("; ", 1)[1] if "; " in spec.note else ""
     # (said where the language model's own class would not tie: Mistral 3's text model)
     text_tie = text.get("tie_word_embeddings", DEFAULTS.get("absent:" + model_type, {}).get(
@@ -705,13 +773,62 @@ def _spec_from_wrapper(data: dict[str, Any], w: Wrapper, where: str, name: str) 
     note = (f"counted as transformers' {w.cls}: its {w.tower} tower"
             + (f", projector ({w.projector})" if w.projector != "none" else "")
             + f" and language model ({w.text_cls})") + (f"; {text_note}" if text_note else "")
-    stem = where.rsplit("/", 1)[-1].removesuffix(".json")
     try:
         return spec.replace(**fields, note=note,
                             name=name or (stem if stem != "config" else model_type),
                             description=f"{model_type} from {where}", source=where)
     except SpecError as e:
-        raise _in_file_terms(e, vision, f"{where} ({key})") from None
+        raise _in_file_terms(e, vision, f"{where} ({key})" if key else where) from None
+
+
+def _audio_in(data: dict[str, Any], w: Wrapper, where: str,
+              model_type: str) -> dict[str, int]:
+    """The audio beside a wrapper's tower, when the file has its sub-config: Gemma 4's
+    conformer (Gemma4AudioConfig's sizes) and the width projected to the language model,
+    output_proj_dims; Gemma 4 Unified's raw frames, audio_embed_dim wide (or its aliases
+    output_proj_dims and audio_samples_per_token, Gemma4UnifiedAudioConfig's properties)."""
+    if not w.audio_key or data.get(w.audio_key) is None:
+        return {}
+    from transformer_calc.hf_defaults import TOWER_DEFAULTS
+
+    audio = data[w.audio_key]
+    if not isinstance(audio, dict):
+        raise SpecError(w.audio_key, "a mapping of the audio encoder's keys", audio,
+                        source=where)
+    a = Config(audio, f"{where} ({w.audio_key})", TOWER_DEFAULTS.get("audio:" + model_type, {}))
+
+    def size(key: str) -> int:
+        value = a.t(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SpecError(key, "an integer", value, source=a.where)
+        return value
+
+    if w.audio_conformer:
+        channels = a.t("subsampling_conv_channels")
+        if not isinstance(channels, list | tuple) or len(channels) != 2 or not all(
+                isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in channels):
+            raise SpecError("subsampling_conv_channels", "two integers >= 1 (the two "
+                            "subsampling convolutions' channels)", channels, source=a.where)
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "conv_kernel_size", "output_proj_dims"):
+            if size(key) < 1:
+                raise SpecError(key, "an integer >= 1", a.t(key), source=a.where)
+        if size("hidden_size") % size("num_attention_heads"):
+            raise SpecError("num_attention_heads", "a divisor of hidden_size="
+                            f"{size('hidden_size')}", a.t("num_attention_heads"),
+                            source=a.where)
+        return {"tower_audio_d_model": size("hidden_size"),
+                "tower_audio_layers": size("num_hidden_layers"),
+                "tower_audio_heads": size("num_attention_heads"),
+                "tower_audio_kernel": size("conv_kernel_size"),
+                "tower_audio_subsample": channels[0], "tower_audio_channels": channels[1],
+                "tower_audio_in": size("output_proj_dims")}
+    for key in ("output_proj_dims", "audio_samples_per_token", "audio_embed_dim"):
+        if key in audio or key == "audio_embed_dim":
+            if size(key) < 1:
+                raise SpecError(key, "an integer >= 1", a.t(key), source=a.where)
+            return {"tower_audio_in": size(key)}
+    return {}
 
 
 def _whisper(spec: ModelSpec, data: dict[str, Any], w: Wrapper, where: str,
@@ -757,11 +874,47 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
         raise SpecError(keys[0], "an integer (the class has no default for it)", None,
                         source=v.where)
 
+    if w.tower == "gemma4_unified":
+        # Gemma4UnifiedVisionEmbedder: model_patch_size = patch_size · pooling_kernel_size;
+        # its embedder projects output_proj_dims to the language model's width
+        return {"tower": w.tower, "projector": w.projector,
+                "tower_d_model": size("mm_embed_dim"),
+                "tower_patch": size("patch_size") * size("pooling_kernel_size"),
+                "tower_positions": size("mm_posemb_size"),
+                "tower_out": size("output_proj_dims"), "projector_bias": False}
+    if w.tower == "qwen3_asr":  # Qwen3ASREncoderConfig's keys
+        return {"tower": w.tower, "projector": w.projector, "tower_d_model": size("d_model"),
+                "tower_layers": size("encoder_layers"),
+                "tower_heads": size("encoder_attention_heads"),
+                "tower_d_ff": size("encoder_ffn_dim"), "tower_channels": size("num_mel_bins"),
+                "tower_conv_channels": size("downsample_hidden_size"),
+                "tower_out": size("output_dim")}
+    if w.tower == "got_ocr2":
+        return _sam_fields(w, v, size)
+    if w.tower == "fuyu":  # FuyuModel.vision_embed_tokens: patch_size² · num_channels -> d
+        return {"tower": w.tower, "tower_d_model": d_model, "tower_patch": size("patch_size"),
+                "tower_channels": size("num_channels")}
+    if w.tower == "glmasr":  # GlmAsrEncoderConfig: heads of head_dim (hidden / heads unless set)
+        D, H = size("hidden_size"), size("num_attention_heads")
+        return {"tower": w.tower, "projector": w.projector, "tower_d_model": D,
+                "tower_d_ff": size("intermediate_size"), "tower_heads": H,
+                "tower_layers": size("num_hidden_layers"),
+                "tower_kv_heads": int(v.t("num_key_value_heads") or H),
+                "tower_head_dim": int(v.t("head_dim") or D // H),
+                "tower_channels": size("num_mel_bins"), "tower_out": size("intermediate_size")}
     out: dict[str, Any] = {"tower": w.tower, "projector": w.projector,
                            "tower_d_model": size("hidden_size", "d_model"),
                            "tower_d_ff": size("intermediate_size", "encoder_ffn_dim")}
+    if w.tower == "whisper" and w.projector == "moss":
+        # MossTranscribeDiarizeMultiModalProjector reads audio_merge_size frames at a time
+        merge = top.t("audio_merge_size")
+        if not isinstance(merge, int) or isinstance(merge, bool) or merge < 1:
+            raise SpecError("audio_merge_size", "an integer >= 1 (frames per projected "
+                            "vector)", merge, source=top.where)
+        out |= {"tower_out": out["tower_d_model"] * merge,
+                "projector_bias": bool(top.t("projector_bias"))}
     if w.tower == "whisper":  # an audio language model's WhisperEncoder (audio_config)
-        return out | {"tower_layers": size("num_hidden_layers", "encoder_layers"),
+        return {"tower_layers": size("num_hidden_layers", "encoder_layers"),
                       "tower_heads": size("num_attention_heads", "encoder_attention_heads"),
                       "tower_channels": size("num_mel_bins"),
                       "tower_positions": size("max_source_positions"),
@@ -771,7 +924,7 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                       "tower_out": out["tower_d_ff"] if w.projector_from_ff else 0,
                       "projector_bias": w.projector == "linear" or (
                           w.projector == "mlp" and not w.projector_from_ff
-                          and bool(top.t("projector_bias", True)))}
+                          and bool(top.t("projector_bias", True)))} | out
     channels = ("num_channels", "in_channels", "in_chans")
     out |= {"tower_patch": size("patch_size"),  # (MoonViT's class has no channel key: 3)
             "tower_channels": size(*channels) if any(k in v.table or v.t(k) is not None
@@ -799,6 +952,14 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                                 source=v.where)
             out |= {"tower_positions": size("num_position_embeddings"),
                     "tower_deepstack": len(deep)}
+    elif w.tower == "gemma4":
+        # Gemma4VisionAttention: head_dim wide heads, num_key_value_heads of them for K and V;
+        # Gemma4MultimodalEmbedder: one bias-free projection from the tower's width
+        out |= {"tower_layers": size("num_hidden_layers"),
+                "tower_heads": size("num_attention_heads"),
+                "tower_kv_heads": size("num_key_value_heads"),
+                "tower_head_dim": size("head_dim"),
+                "tower_positions": size("position_embedding_size"), "projector_bias": False}
     elif w.tower == "pixtral":
         # Mistral3MultiModalProjector: linear_1 reads every feature layer, concatenated
         layers = top.t("vision_feature_layer", -1)
@@ -823,6 +984,30 @@ def _tower_fields(w: Wrapper, v: Config, top: Config, d_model: int) -> dict[str,
                 "tower_aspect_ratios": len(ratios) + 1,
                 "tower_out": size("vision_output_dim")}
     return out
+
+
+def _sam_fields(w: Wrapper, v: Config, size: Callable[..., int]) -> dict[str, Any]:
+    """GotOcr2VisionConfig: the grid is image_size // patch_size (both integers: its attention
+    divides them); the layers whose index global_attn_indexes names attend globally."""
+    for key in ("image_size", "patch_size"):
+        if not isinstance(v.t(key), int) or isinstance(v.t(key), bool):
+            raise SpecError(key, "an integer (a square image: GotOcr2VisionAttention divides "
+                            "image_size by patch_size)", v.t(key), source=v.where)
+    for key in ("qkv_bias", "use_abs_pos", "use_rel_pos"):
+        v.refuse(key, lambda x: x is False, f"GOT-OCR 2's encoder without {key} is not "
+                 "modelled")
+    L, grid = size("num_hidden_layers"), size("image_size") // size("patch_size")
+    picked = v.t("global_attn_indexes", [])
+    if not isinstance(picked, list | tuple) or not all(isinstance(i, int) for i in picked):
+        raise SpecError("global_attn_indexes", "a list of layer indices", picked,
+                        source=v.where)
+    return {"tower": w.tower, "projector": w.projector, "tower_d_model": size("hidden_size"),
+            "tower_d_ff": size("mlp_dim"), "tower_layers": L,
+            "tower_heads": size("num_attention_heads"), "tower_patch": size("patch_size"),
+            "tower_channels": size("num_channels"), "tower_grid": grid,
+            "tower_positions": grid * grid, "tower_window": int(v.t("window_size", 0)),
+            "tower_global_attn": len(set(picked) & set(range(L))),
+            "tower_out": size("output_channels")}
 
 
 def _positions(v: Config, patch: int, size: Callable[..., int]) -> int:
@@ -1031,6 +1216,26 @@ FILE_KEYS: dict[str, tuple[str, ...]] = {
     "value_conv": ("conv_kernel_size",),
     "layer_ffn": ("mlp_layer_types", "mlp_only_layers", "hybrid_override_pattern",
                   "layers_block_type"),
+    # a wrapper's tower, as its vision_config or audio_config spells it
+    "tower_d_model": ("hidden_size", "d_model", "mm_embed_dim"),
+    "tower_layers": ("num_hidden_layers", "depth", "encoder_layers"),
+    "tower_heads": ("num_attention_heads", "num_heads", "attention_heads",
+                    "encoder_attention_heads"),
+    "tower_kv_heads": ("num_key_value_heads",),
+    "tower_head_dim": ("head_dim",),
+    "tower_d_ff": ("intermediate_size", "mlp_dim", "encoder_ffn_dim"),
+    "tower_channels": ("num_channels", "num_mel_bins", "in_channels", "in_chans"),
+    "tower_patch": ("patch_size",),
+    "tower_temporal": ("temporal_patch_size",),
+    "tower_positions": ("num_position_embeddings", "position_embedding_size",
+                        "mm_posemb_size", "num_patches", "max_source_positions"),
+    "tower_merge": ("spatial_merge_size", "merge_kernel_size", "downsample_factor"),
+    "tower_out": ("out_hidden_size", "output_channels", "output_dim", "vision_output_dim",
+                  "output_proj_dims"),
+    "tower_conv_channels": ("downsample_hidden_size",),
+    "tower_grid": ("image_size",),
+    "tower_tiles": ("max_num_tiles",),
+    "projector_d_ff": ("projector_hidden_size",),
 }
 _FIELD_WORD = re.compile(r"\b(" + "|".join(sorted(FILE_KEYS, key=len, reverse=True)) + r")\b")
 

@@ -70,11 +70,20 @@ def symbols(spec: ModelSpec, **more: int) -> dict[str, int]:
         "tower_positions": spec.tower_positions, "tower_merge": spec.tower_merge,
         "tower_out": spec.tower_out or spec.tower_d_model, "tower_tiles": spec.tower_tiles,
         "tower_aspect_ratios": spec.tower_aspect_ratios, "tower_kv_heads": spec.tower_kv_heads,
-        "tower_heads": spec.tower_heads, "projector_d_ff": spec.projector_d_ff,
         "value_conv": spec.value_conv, "span_conv": spec.span_conv,
         "entity_vocab": spec.entity_vocab, "entity_width": spec.entity_width,
         "lang_adapters": spec.lang_adapters, "adapter_width": spec.adapter_width,
-        "head_bottleneck": spec.head_bottleneck}
+        "head_bottleneck": spec.head_bottleneck,
+        "tower_heads": spec.tower_heads, "projector_d_ff": spec.projector_d_ff,
+        "tower_audio_in": spec.tower_audio_in, "tower_conv_channels": spec.tower_conv_channels,
+        "tower_grid": spec.tower_grid, "tower_window": spec.tower_window,
+        "tower_audio_d_model": spec.tower_audio_d_model,
+        "tower_audio_heads": spec.tower_audio_heads,
+        "tower_audio_kernel": spec.tower_audio_kernel,
+        "tower_audio_subsample": spec.tower_audio_subsample,
+        "tower_audio_channels": spec.tower_audio_channels,
+        "tower_head_dim": spec.tower_head_dim or (
+            spec.tower_d_model // spec.tower_heads if spec.tower_heads else 0)}
 
 
 _NO_POSITION_TABLE = {
@@ -354,7 +363,7 @@ def count_params(spec: ModelSpec) -> Breakdown:
         _entity_head(add, spec)
     if spec.classifier != "none":
         _classifier(add, spec, norm_n, norm_why)
-    if spec.tower != "none":
+    if spec.tower != "none" or spec.tower_audio_in or spec.tower_audio_layers:
         _tower(spec, rows, notes)
 
     if spec.note:
@@ -416,7 +425,8 @@ def _tower(spec: ModelSpec, rows: list[tuple], notes: list[str]) -> None:  # typ
     parts = {"tower": 0, "projector": 0}
     for r in tower:
         parts[r[0].split(".")[0]] += r[1] * r[4]
-    notes.append(f"{spec.tower} tower {parts['tower']:,}"
+    notes.append((f"{spec.tower} tower {parts['tower']:,}" if spec.tower != "none" else
+                  "no tower")
                  + (f" + projector {parts['projector']:,}" if parts["projector"] else "")
                  + f" + language model {language:,}; tcalc's FLOPs, activations and KV cache "
                  "are the language model's on text tokens (the tower's are not modelled)")

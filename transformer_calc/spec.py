@@ -32,8 +32,10 @@ RELATIVE_SCOPES = ("first", "every")
 # heads of the sequence/token classification and question-answering classes (transformers)
 CLASSIFIERS = ("none", "linear", "dense", "dense_norm")
 # encoder towers before a language model, and the projectors after them (towers.py)
-TOWERS = ("none", "siglip", "qwen2_5_vl", "qwen3_vl", "pixtral", "mllama", "whisper")
-PROJECTORS = ("none", "gemma3", "mistral3", "linear", "mlp", "lfm2_vl", "kimi_k25")
+TOWERS = ("none", "siglip", "qwen2_5_vl", "qwen3_vl", "pixtral", "mllama", "whisper", "gemma4",
+          "gemma4_unified", "qwen3_asr", "got_ocr2", "glmasr", "fuyu")
+PROJECTORS = ("none", "gemma3", "mistral3", "linear", "mlp", "lfm2_vl", "kimi_k25",
+              "qwen3_asr", "got_ocr2", "glmasr", "moss")
 QK_NORMS = ("none", "head", "width", "l2")
 ATTN_GATES = ("none", "head", "width")
 # Recurrent mixers: layers whose state does not grow with the context.
@@ -664,13 +666,21 @@ class ModelSpec:
                     "transformers builds it: siglip (Gemma 3's), qwen2_5_vl (Qwen2.5-VL's ViT "
                     "and merger), qwen3_vl (Qwen3-VL's, with its deepstack mergers), pixtral "
                     "(Mistral 3's), mllama (Llama 3.2 Vision's, tiles and a gated global "
-                    "encoder), whisper (Whisper's audio encoder) or none", choices=TOWERS)
+                    "encoder), whisper (Whisper's audio encoder), gemma4 (Gemma 4's vision "
+                    "encoder), gemma4_unified (Gemma 4 Unified's encoder-free patch embedder), "
+                    "qwen3_asr (Qwen3-ASR's audio encoder), got_ocr2 (GOT-OCR 2's SAM image "
+                    "encoder and neck), glmasr (GLM-ASR's Whisper-style encoder with rotary "
+                    "positions), fuyu (Fuyu's one linear layer over patch pixels) or none",
+                    choices=TOWERS)
     tower_d_model: int = _f(0, "the tower's width", minimum=0)
     tower_layers: int = _f(0, "the tower's layers (Mllama: its local encoder's)", minimum=0,
                            maximum=MAX_LAYERS)
     tower_heads: int = _f(0, "the tower's attention heads", minimum=0)
     tower_kv_heads: int = _f(0, "the tower's key/value heads when fewer than its heads "
                              "(EXAONE 4.5's num_key_value_heads); 0: tower_heads", minimum=0)
+    tower_head_dim: int = _f(0, "the width of each of the tower's attention heads when not "
+                             "tower_d_model / tower_heads (Gemma 4's head_dim); 0: that",
+                             minimum=0)
     tower_d_ff: int = _f(0, "the tower's MLP inner size", minimum=0)
     tower_channels: int = _f(3, "input channels of its patch embedding (images: 3; Whisper: "
                              "num_mel_bins)", minimum=1)
@@ -694,12 +704,41 @@ class ModelSpec:
     tower_aspect_ratios: int = _f(0, "Mllama: rows of its tile embeddings (the supported aspect "
                                   "ratios and a padding row)", minimum=0)
     tower_head: bool = _f(False, "SigLIP's attention-pooling head (vision_use_head)")
+    tower_conv_channels: int = _f(0, "channels of the tower's downsampling convolutions "
+                                  "(Qwen3-ASR's downsample_hidden_size)", minimum=0)
+    tower_grid: int = _f(0, "patches per side of the image a tower was built for (GOT-OCR 2's "
+                         "image_size / patch_size: its position table and global attention's "
+                         "relative positions)", minimum=0)
+    tower_window: int = _f(0, "the side of a windowed attention layer's window (GOT-OCR 2's "
+                           "window_size; its relative positions); 0: every layer global",
+                           minimum=0)
+    tower_global_attn: int = _f(0, "layers of the tower attending globally among windowed ones "
+                                "(GOT-OCR 2's global_attn_indexes)", minimum=0,
+                                maximum=MAX_LAYERS)
+    # Gemma 4's audio encoder beside its vision tower (Gemma4AudioModel, a conformer)
+    tower_audio_d_model: int = _f(0, "the width of a conformer audio encoder beside the tower "
+                                  "(Gemma 4's audio_config hidden_size); 0: none", minimum=0)
+    tower_audio_layers: int = _f(0, "the audio encoder's conformer layers", minimum=0,
+                                 maximum=MAX_LAYERS)
+    tower_audio_heads: int = _f(0, "the audio encoder's attention heads", minimum=0)
+    tower_audio_kernel: int = _f(0, "the audio encoder's depthwise convolution kernel "
+                                 "(conv_kernel_size)", minimum=0)
+    tower_audio_subsample: int = _f(0, "channels of the audio encoder's first subsampling "
+                                    "convolution (subsampling_conv_channels[0])", minimum=0)
+    tower_audio_channels: int = _f(0, "channels of its second (subsampling_conv_channels[1])",
+                                   minimum=0)
+    tower_audio_in: int = _f(0, "the width of audio frames projected to d_model without a bias "
+                             "beside the tower (Gemma 4 Unified's embed_audio: audio_embed_dim); "
+                             "0: none", minimum=0)
     projector: str = _f("none", "what maps the tower's output to the language model's width: "
                         "gemma3 (a norm and a matrix), mistral3 (a norm, a patch merger and a "
-                        "two-layer MLP), linear (Mllama's, Qwen2-Audio's), mlp (two layers, "
-                        "Voxtral's), lfm2_vl (a norm over merged patches, two layers through "
-                        "projector_d_ff), kimi_k25 (a norm, then two layers over merged "
-                        "patches) or none (the tower's own merger does, Qwen-VL; Whisper's "
+                        "two-layer MLP), linear (Mllama's, Qwen2-Audio's, Gemma 4's), mlp (two "
+                        "layers, Voxtral's), lfm2_vl (a norm over merged patches, two layers "
+                        "through projector_d_ff), kimi_k25 (a norm, then two layers over merged "
+                        "patches), qwen3_asr (two biased layers, the second to tower_out), "
+                        "got_ocr2 (two stride-2 convolutions and a linear layer), glmasr (two "
+                        "biased layers through 2 · d_model), moss (two layers and a LayerNorm) "
+                        "or none (the tower's own merger does, Qwen-VL; Whisper's "
                         "decoder reads the encoder by cross-attention)",
                         choices=PROJECTORS)
     projector_bias: bool = _f(True, "biases on the projector's linear layers (Mistral 3: "
@@ -877,7 +916,7 @@ class ModelSpec:
     def text_only(self) -> ModelSpec:
         """The language model alone: the encoder tower and its projector left out (their
         fields back to their defaults), the note saying which class that is."""
-        if self.tower == "none":
+        if self.tower == "none" and not self.tower_audio_in:
             return self
         match = re.match(r"counted as transformers' (\w+): its .*? and language model "
                          r"\(([\w +]+)\)", self.note)
@@ -1082,6 +1121,8 @@ class ModelSpec:
             _check_mixer(self)
         if self.tower != "none" or self.projector != "none":
             _check_tower(self)
+        if self.tower_audio_layers:
+            _check_audio(self)
         if self.layer_attention or self.layer_ffn or self.mixer != "none" or not self.n_heads \
                 or not self.d_ff:
             from transformer_calc.plan import check_patterns
@@ -1094,16 +1135,24 @@ def _check_tower(spec: ModelSpec) -> None:
     if spec.tower == "none":
         raise SpecError("projector", "none without a tower", spec.projector)
     needs = ["tower_d_model", "tower_layers", "tower_heads", "tower_d_ff"]
-    if spec.tower != "whisper":
+    if spec.tower in ("gemma4_unified", "fuyu"):  # no layers: patches straight on
+        needs = ["tower_d_model"]
+    if spec.tower == "qwen3_asr":
+        needs.append("tower_conv_channels")
+    elif spec.tower == "glmasr":
+        pass
+    elif spec.tower == "got_ocr2":
+        needs += ["tower_patch", "tower_grid", "tower_out"]
+    elif spec.tower != "whisper":
         needs.append("tower_patch")
-    if spec.tower in ("qwen3_vl", "siglip", "mllama"):
+    if spec.tower in ("qwen3_vl", "siglip", "mllama", "gemma4", "gemma4_unified"):
         needs.append("tower_positions")
     if spec.tower == "mllama":
         needs += ["tower_tiles", "tower_aspect_ratios"]
     for key in needs:
         if getattr(spec, key) < 1:
             raise SpecError(key, f"an integer >= 1 with tower: {spec.tower}", getattr(spec, key))
-    if spec.tower_d_model % spec.tower_heads:
+    if spec.tower_heads and spec.tower_d_model % spec.tower_heads and not spec.tower_head_dim:
         raise SpecError("tower_heads", f"a divisor of tower_d_model={spec.tower_d_model}",
                         spec.tower_heads)
     if spec.tower_kv_heads and spec.tower_heads % spec.tower_kv_heads:
@@ -1112,6 +1161,17 @@ def _check_tower(spec: ModelSpec) -> None:
     if spec.projector == "lfm2_vl" and spec.projector_d_ff < 1:
         raise SpecError("projector_d_ff", "an integer >= 1 with projector: lfm2_vl",
                         spec.projector_d_ff)
+
+
+def _check_audio(spec: ModelSpec) -> None:
+    """The sizes Gemma 4's audio encoder reads (Gemma4AudioModel in transformers 5.23)."""
+    for key in ("tower_audio_d_model", "tower_audio_heads", "tower_audio_kernel",
+                "tower_audio_subsample", "tower_audio_channels", "tower_audio_in"):
+        if getattr(spec, key) < 1:
+            raise SpecError(key, "an integer >= 1 with tower_audio_layers", getattr(spec, key))
+    if spec.tower_audio_d_model % spec.tower_audio_heads:
+        raise SpecError("tower_audio_heads", "a divisor of tower_audio_d_model="
+                        f"{spec.tower_audio_d_model}", spec.tower_audio_heads)
 
 
 def _check_mixer(spec: ModelSpec) -> None:

@@ -75,7 +75,8 @@ def params_dict(b: Breakdown, spec: ModelSpec) -> dict[str, Any]:
 
 
 # an encoder tower's per-layer rows (towers.py): outside the language model's stacks
-_TOWER_LAYERS = {"tower.layer.": "tower layer", "tower.global_layer.": "tower global layer"}
+_TOWER_LAYERS = {"tower.layer.": "tower layer", "tower.global_layer.": "tower global layer",
+                 "tower.audio_layer.": "audio tower layer"}
 
 
 def _tower_layer(item: Item) -> str:
