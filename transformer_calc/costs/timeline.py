@@ -89,6 +89,7 @@ class OpGroup(NamedTuple):
     saved: float
     grads: float
     copies: float
+    largest: float = 0  # its largest trainable tensor (--optim-in-bwd steps one at a time)
 
 
 class Moment(NamedTuple):
@@ -210,15 +211,22 @@ def op_groups(spec: ModelSpec, s: Settings, acts: Breakdown, params: Breakdown,
         else:
             saved[_outside(r[0])] += r[1] * r[4]
     grads = dict.fromkeys(("embeddings", "head"), 0.0)
+    largest = dict.fromkeys(("embeddings", "head"), 0.0)
     layer_params: dict[str, float] = {}
     tied = spec.tie_embeddings and spec.lm_head
     for r in params.rows:
+        trains = not lora and category(r[0]) not in s.freeze
         if r[5] in counts:
             layer_params[r[5]] = layer_params.get(r[5], 0) + r[1] * r[4] / counts[r[5]]
-        elif not lora and category(r[0]) not in s.freeze:
+            largest[r[5]] = max(largest.get(r[5], 0), r[1] if trains else 0)
+        elif trains:
             # a table tied to the head gets its gradient from the head's backward first
             early = r[0].startswith("embed.") and not (tied and r[0] == "embed.tokens")
             grads["embeddings" if early else "head"] += r[1] * r[4]
+            largest["embeddings" if early else "head"] = max(
+                largest["embeddings" if early else "head"], r[1])
+    if lora:  # the adapters: alike in every layer, none outside
+        largest = dict.fromkeys(layer_params, 1.0)
     layer_grads = layer_params if not s.freeze else {g: sum(
         [r[1] * r[4] / counts[g] for r in params.rows if r[5] == g
          and category(r[0]) not in s.freeze]) for g in layer_params}
@@ -226,7 +234,8 @@ def op_groups(spec: ModelSpec, s: Settings, acts: Breakdown, params: Breakdown,
         # torchtune's OffloadActivations: the loss's saved tensors stay, and two layers'
         # kept inputs (memory._offloaded); the rest is in CPU memory
         saved = {"embeddings": 0.0, "head": 0.0, "loss": saved["loss"]}
-    out = [OpGroup("embeddings", "embeddings", saved["embeddings"], grads["embeddings"], 0)]
+    out = [OpGroup("embeddings", "embeddings", saved["embeddings"], grads["embeddings"], 0,
+                   largest.get("embeddings", 0))]
     n = 0
     for stack in plan.stacks:
         names = [g.name for g in stack.groups]
@@ -239,9 +248,11 @@ def op_groups(spec: ModelSpec, s: Settings, acts: Breakdown, params: Breakdown,
             kept = (max(inputs) if n < 2 else 0) if s.offload_activations else \
                 layer_saved.get(g, 0)
             out.append(OpGroup("layer", f"{prefix}layer {i + 1}", kept,
-                               layer_grads.get(g, 0), layer_params.get(g, 0)))
+                               layer_grads.get(g, 0), layer_params.get(g, 0),
+                               largest.get(g, 0)))
             n += 1
-    return (*out, OpGroup("head", "head", saved["head"], grads["head"], 0),
+    return (*out, OpGroup("head", "head", saved["head"], grads["head"], 0,
+                          largest.get("head", 0)),
             OpGroup("loss", "loss", saved["loss"], 0, 0))
 
 
@@ -382,16 +393,16 @@ def _backward(step: Step, ops: tuple[OpGroup, ...], w: _Walk, acts: list[int],
         # autocast's cache dies with forward: backward holds the copies outside the layers
         w.copies = next((r[1] for r in step.backward if r[0] == "autocast_copies"), 0)
     first_layer = min([i for i, o in enumerate(ops) if o.kind == "layer"], default=-1)
-    in_backward = tuple(r for r in (step.gradients, step.temporary) if r is not None) \
-        if step.in_backward else ()
-    rebuild = (("recomputed_layer", step.rebuilt, "one layer's saved tensors, rebuilt, and "
-                "the gradients its largest op holds"), *in_backward)
-    transient = sum([r[1] for r in in_backward])
-    rebuilding = step.rebuilt + step.layer_copies + transient
+    top = max([o.largest for o in ops]) or 1
+    rebuilt = ("recomputed_layer", step.rebuilt, "one layer's saved tensors, rebuilt, and "
+               "the gradients its largest op holds")
     for i in reversed(range(len(ops))):
         o = ops[i]
+        in_backward = _stepped(step, o.largest / top) if step.in_backward and o.grads else ()
+        transient = sum([r[1] for r in in_backward])
+        rebuild = (rebuilt, *in_backward)
         moment = (w.copies + step.layer_copies, w.acts, w.grads)
-        peak = w.allocated + rebuilding
+        peak = w.allocated + step.rebuilt + step.layer_copies + transient
         w.acts -= acts[i]
         w.grads += grads[i]
         if not recompute:
@@ -410,4 +421,16 @@ def _backward(step: Step, ops: tuple[OpGroup, ...], w: _Walk, acts: list[int],
             w.layer("backward", o.label, w.allocated + transient,
                     (w.copies, w.acts, w.grads), in_backward, f"in backward {o.label}")
         else:
-            w.add("backward", o.label, in_backward if o.grads else ())
+            w.add("backward", o.label, in_backward)
+
+
+def _stepped(step: Step, share: float) -> tuple[Row3, ...]:
+    """--optim-in-bwd: what an op group's backward holds for a moment, its largest
+    parameter's gradient and that parameter's step's temporary (``share``: that parameter
+    over the model's largest, whose bytes the step gives)."""
+    rows = [(step.gradients[0], math.ceil(step.gradients[1] * share), "its largest "
+             "parameter's gradient, stepped and freed at once")]
+    if step.temporary is not None:
+        rows.append((step.temporary[0], math.ceil(step.temporary[1] * share),
+                     "that parameter's step's temporary"))
+    return tuple(rows)
