@@ -295,11 +295,15 @@ class _Walk:
 
     def measured(self, phase: str, label: str, rows: tuple[Row3, ...], when: str,
                  allocated: int | None = None) -> None:
-        """A point whose highest moment is one a phase's peak was measured at."""
+        """A point whose highest moment is one a phase's peak was measured at (or, where
+        what the op group leaves is more, that)."""
         self.flush()
-        self.points.append(Point(phase, f"{phase} {label}", self.allocated if allocated
-                                 is None else allocated, sum([r[1] for r in rows]), when,
-                                 True, rows))
+        after = self.allocated if allocated is None else allocated
+        if after > sum([r[1] for r in rows]):
+            self.add(phase, label)
+            return
+        self.points.append(Point(phase, f"{phase} {label}", after, sum([r[1] for r in rows]),
+                                 when, True, rows))
 
     def layer(self, phase: str, label: str, peak: int, moment: tuple[int, int, int],
               extra: tuple[Row3, ...], when: str) -> None:
@@ -308,6 +312,9 @@ class _Walk:
         the run of layers before it."""
         run = self.run
         allocated = self.base + self.copies + self.acts + self.grads
+        if allocated > peak:  # what the layer leaves is more than its moment
+            peak, moment, extra = allocated, (self.copies, self.acts, self.grads), ()
+            when = f"in {phase} {label}"
         if run is None or run.phase != phase or run.n == self.k:
             self.flush()
             self.run = _Run(phase, label, allocated, peak, Moment(self.step, *moment, extra),
@@ -353,6 +360,9 @@ def walk(step: Step, ops: tuple[OpGroup, ...], max_points: int = MAX_POINTS) -> 
         w.acts += acts[i]
         w.copies += copies[i]
         if o.kind == "loss":
+            if step.rebuild:
+                # full recomputation: the layers' autocast copies die with forward's cache
+                w.copies = next((r[1] for r in step.backward if r[0] == "autocast_copies"), 0)
             w.measured("forward", o.label, step.forward, step.forward_when)
         elif i == last_layer and step.indexer is not None:
             w.add("forward", o.label, (step.indexer,), "in the last layer's DSA indexer")
@@ -389,9 +399,6 @@ def _backward(step: Step, ops: tuple[OpGroup, ...], w: _Walk, acts: list[int],
     bytes after the op group's frees, its highest moment a rebuilt layer's before its kept
     input is freed, otherwise after the frees."""
     recompute = bool(step.rebuild)
-    if recompute:
-        # autocast's cache dies with forward: backward holds the copies outside the layers
-        w.copies = next((r[1] for r in step.backward if r[0] == "autocast_copies"), 0)
     first_layer = min([i for i, o in enumerate(ops) if o.kind == "layer"], default=-1)
     top = max([o.largest for o in ops]) or 1
     rebuilt = ("recomputed_layer", step.rebuilt, "one layer's saved tensors, rebuilt, and "

@@ -17,6 +17,7 @@ EIGHTHS = " ▁▂▃▄▅▆▇█"
 HELD, TRANSIENT, CAPACITY, OVER = "█", "░", "─", "━"
 LEGEND = (f"{HELD} allocated after each op group   {TRANSIENT} its transient high point   "
           "| phase boundaries")
+SHORT_LEGEND = f"{HELD} allocated  {TRANSIENT} transient  | phases"
 MIN_WIDTH, HEIGHT = 20, 14
 SHORT = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 
@@ -73,7 +74,7 @@ def text(c: Chart, width: int) -> str:
     peak_row = min(int(c.points[c.peak].peak / step), HEIGHT - 1)
     bounds = [i for i in range(1, plot_w) if c.points[cols[i][0]].phase
               != c.points[cols[i - 1][0]].phase]
-    lines = [c.title, LEGEND, f"{name:>{label_w}}"]
+    lines = [c.title, LEGEND if len(LEGEND) <= width else SHORT_LEGEND, f"{name:>{label_w}}"]
     for row in reversed(range(HEIGHT)):
         lo = row * step
         cells = [_cell(held[i], high[i], lo, step) for i in range(plot_w)]
@@ -98,11 +99,13 @@ def text(c: Chart, width: int) -> str:
     lines.append(f"{'':>{label_w}}  {''.join(names).rstrip()}")
     at = next(i for i, r in enumerate(cols) if c.peak in r)
     p = c.points[c.peak]
-    note = f"peak {human_bytes(p.peak)} {p.when} ({p.step})"
+    notes = [f"peak {human_bytes(p.peak)} {p.when} ({p.step})"]
+    if len(notes[0]) > full:  # a narrow terminal: the bytes, then where, as much as fits
+        notes = [f"peak {human_bytes(p.peak)}", p.step[:full]]
     lines.append(f"{'':>{label_w}}  {' ' * at}▲")
-    lines.append(f"{'':>{label_w}}  {' ' * max(min(at, full - len(note)), 0)}{note}")
-    lines.append(f"{'':>{label_w}}  op groups of one training step, in order "
-                 f"({len(c.points)} points) →")
+    lines += [f"{'':>{label_w}}  {' ' * max(min(at, full - len(n)), 0)}{n}" for n in notes]
+    axis = f"op groups of one training step, in order ({len(c.points)} points) →"
+    lines.append(f"{'':>{label_w}}  {axis if len(axis) <= full else 'op groups →'}")
     return "\n".join(lines) + "\n"
 
 
