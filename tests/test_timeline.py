@@ -60,6 +60,26 @@ def test_between_the_phases_within_3_percent_of_the_h100(run, report) -> None:  
     assert all(abs(e) <= 0.03 for e in errors.values()), errors
 
 
+# tests/data/timeline_forward_cpu.json: tools/measure_timeline_cpu.py (torch 2.13 CPU,
+# transformers 5.23): the bytes forward has saved for backward after each op group, by
+# saved_tensors_hooks, GPT-2's and Llama's shapes (4 layers, fp32, eager, B=2, T=64)
+FORWARD_CPU = json.loads((DATA / "timeline_forward_cpu.json").read_text())
+
+
+@pytest.mark.parametrize("case", sorted(FORWARD_CPU["cases"]))
+def test_forward_saves_what_torch_saves_op_group_by_op_group(case: str) -> None:
+    measured = FORWARD_CPU["cases"][case]
+    m = FORWARD_CPU["meta"]
+    r = memory_report(spec_from_hf(measured["config"]), Settings(
+        batch_size=m["batch"], seq_len=m["seq_len"], device="cpu", attention=m["attention"],
+        use_cache=m["use_cache"]))
+    forward = [p for p in r.timeline.points if p.phase == "forward"][1:]
+    saved = list(itertools.accumulate(n for _, n in measured["saved_by_op_group"]))
+    assert [p.step for p in forward] == [f"forward {name}"
+                                         for name, _ in measured["saved_by_op_group"]]
+    assert [_row(p, "activations") for p in forward] == saved  # exact, byte for byte
+
+
 # -- the maxima are the phases' peaks ---------------------------------------------------------
 
 SETTINGS = [

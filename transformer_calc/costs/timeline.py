@@ -182,10 +182,11 @@ def split(total: int, weights: list[float]) -> list[int]:
 
 
 def _outside(name: str) -> str:
-    """The op group of a saved tensor outside the layers: the embeddings', the loss's, or
-    the head's (the final norm, the head, the masks the layers read)."""
-    return "embeddings" if name.startswith("embed.") else "loss" if name.startswith(
-        "loss.") else "head"
+    """The op group of a saved tensor outside the layers: the embeddings' (and the rotary
+    embedding's cos and sin, made once before the first layer), the loss's, or the head's
+    (the final norm, the head, the masks the layers read)."""
+    return "embeddings" if name.startswith(("embed.", "rope.")) else "loss" if \
+        name.startswith("loss.") else "head"
 
 
 def op_groups(spec: ModelSpec, s: Settings, acts: Breakdown, params: Breakdown,
