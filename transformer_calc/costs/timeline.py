@@ -291,7 +291,7 @@ class _Walk:
         self.flush()
         self.points.append(Point(
             phase, f"{phase} {label}", self.allocated, self.allocated + copies + sum(
-                [r[1] for r in extra]), when or f"in {phase} {label}", False,
+                [r[1] for r in extra]), when or _when(phase, label), False,
             Moment(self.step, self.copies + copies, self.acts, self.grads, extra)))
 
     def measured(self, phase: str, label: str, rows: tuple[Row3, ...], when: str,
@@ -315,7 +315,7 @@ class _Walk:
         allocated = self.base + self.copies + self.acts + self.grads
         if allocated > peak:  # what the layer leaves is more than its moment
             peak, moment, extra = allocated, (self.copies, self.acts, self.grads), ()
-            when = f"in {phase} {label}"
+            when = _when(phase, label)
         if run is None or run.phase != phase or run.n == self.k:
             self.flush()
             self.run = _Run(phase, label, allocated, peak, Moment(self.step, *moment, extra),
@@ -369,7 +369,7 @@ def walk(step: Step, ops: tuple[OpGroup, ...], max_points: int = MAX_POINTS) -> 
             w.add("forward", o.label, (step.indexer,), "in the last layer's DSA indexer")
         elif o.kind == "layer":
             w.layer("forward", o.label, w.allocated, (w.copies, w.acts, w.grads), (),
-                    f"in forward {o.label}")
+                    _when("forward", o.label))
         else:
             w.add("forward", o.label)
     _backward(step, ops, w, acts, copies, grads)
@@ -427,9 +427,17 @@ def _backward(step: Step, ops: tuple[OpGroup, ...], w: _Walk, acts: list[int],
                     f"while backward rebuilds {o.label}")
         elif o.kind == "layer":
             w.layer("backward", o.label, w.allocated + transient,
-                    (w.copies, w.acts, w.grads), in_backward, f"in backward {o.label}")
+                    (w.copies, w.acts, w.grads), in_backward, _when("backward", o.label))
         else:
             w.add("backward", o.label, in_backward)
+
+
+def _when(phase: str, label: str) -> str:
+    """The moment an op group's point stands for, in words (a phase's when)."""
+    if phase == "backward" and label == "embeddings":
+        return "at the end of backward"
+    the = "" if label.startswith(("layer", "encoder", "decoder")) else "the "
+    return f"in {phase}, {'after' if phase == 'forward' else 'at'} {the}{label}"
 
 
 def _stepped(step: Step, share: float) -> tuple[Row3, ...]:
