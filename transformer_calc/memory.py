@@ -3267,7 +3267,8 @@ def training_step(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
                                            * share)) if copies else 0,
                 layer_copies=(rebuild_copies[1] - start_copies[1]) if rebuild_copies
                 and start_copies else 0, rebuilt=rebuilt, offload=s.offload_activations,
-                pipeline=s.pp, indexer=indexer)
+                pipeline=s.pp, indexer=indexer, reshard="" if "gathered_parameters" not in c
+                else "layer" if fsdp2 and s.zero == 2 else "end")
 
 
 def _loss_transients(spec: ModelSpec, s: Settings, btv: int

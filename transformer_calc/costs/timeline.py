@@ -73,6 +73,9 @@ class Step(NamedTuple):
     offload: bool  # --offload activations
     pipeline: int  # pipeline stages (the first holds L layers' worth of micro-batches)
     indexer: Row3 | None = None  # DSA: the last layer's indexer scores, for a moment
+    # where backward frees the gathered parameters: "layer" (FSDP2 without resharding after
+    # forward: each op group's after its backward), "end" (its last op group's), "" none
+    reshard: str = ""
 
     @property
     def held_names(self) -> frozenset[str]:
@@ -90,6 +93,10 @@ class OpGroup(NamedTuple):
     grads: float
     copies: float
     largest: float = 0  # its largest trainable tensor (--optim-in-bwd steps one at a time)
+    # the head: an embedding table tied to it, whose gradient backward holds from here until
+    # the embeddings add theirs (autograd runs its AccumulateGrad, and --optim-in-bwd's hook,
+    # once, with both)
+    tied: float = 0
 
 
 class Moment(NamedTuple):
@@ -101,6 +108,7 @@ class Moment(NamedTuple):
     copies: int
     acts: int
     grads: int
+    released: int  # gathered parameters resharded in backward so far
     extra: tuple[Row3, ...]
 
     @property
@@ -111,6 +119,9 @@ class Moment(NamedTuple):
             if r[0] == "autocast_copies" and self.copies != full:
                 r = (r[0], self.copies, "16-bit copies of the matmul weights of the op groups "
                      "that hold them now")
+            elif r[0] == "gathered_parameters" and self.released:
+                r = (r[0], r[1] - self.released, "the op groups' backward has not reached, "
+                     "still gathered")
             out.append(r)
         out.append(st.activations if self.acts == st.activations[1] else (
             "activations", self.acts, "the saved tensors of the op groups run so far and not "
@@ -213,6 +224,7 @@ def op_groups(spec: ModelSpec, s: Settings, acts: Breakdown, params: Breakdown,
             saved[_outside(r[0])] += r[1] * r[4]
     grads = dict.fromkeys(("embeddings", "head"), 0.0)
     largest = dict.fromkeys(("embeddings", "head"), 0.0)
+    table = 0.0
     layer_params: dict[str, float] = {}
     tied = spec.tie_embeddings and spec.lm_head
     for r in params.rows:
@@ -222,10 +234,12 @@ def op_groups(spec: ModelSpec, s: Settings, acts: Breakdown, params: Breakdown,
             largest[r[5]] = max(largest.get(r[5], 0), r[1] if trains else 0)
         elif trains:
             # a table tied to the head gets its gradient from the head's backward first
-            early = r[0].startswith("embed.") and not (tied and r[0] == "embed.tokens")
+            shared = tied and r[0] == "embed.tokens"
+            early = r[0].startswith("embed.") and not shared
             grads["embeddings" if early else "head"] += r[1] * r[4]
-            largest["embeddings" if early else "head"] = max(
-                largest["embeddings" if early else "head"], r[1])
+            largest["embeddings" if early or shared else "head"] = max(
+                largest["embeddings" if early or shared else "head"], r[1])
+            table = r[1] if shared else table
     if lora:  # the adapters: alike in every layer, none outside
         largest = dict.fromkeys(layer_params, 1.0)
     layer_grads = layer_params if not s.freeze else {g: sum(
@@ -253,7 +267,7 @@ def op_groups(spec: ModelSpec, s: Settings, acts: Breakdown, params: Breakdown,
                                largest.get(g, 0)))
             n += 1
     return (*out, OpGroup("head", "head", saved["head"], grads["head"], 0,
-                          largest.get("head", 0)),
+                          largest.get("head", 0), table),
             OpGroup("loss", "loss", saved["loss"], 0, 0))
 
 
@@ -277,13 +291,13 @@ class _Walk:
         self.step, self.k = step, k
         self.full_copies = next((r[1] for r in step.held if r[0] == "autocast_copies"), 0)
         self.base = sum([r[1] for r in step.held]) - self.full_copies
-        self.copies = self.acts = self.grads = 0
+        self.copies = self.acts = self.grads = self.released = 0
         self.points: list[Point] = []
         self.run: _Run | None = None
 
     @property
     def allocated(self) -> int:
-        return self.base + self.copies + self.acts + self.grads
+        return self.base + self.copies + self.acts + self.grads - self.released
 
     def add(self, phase: str, label: str, extra: tuple[Row3, ...] = (), when: str = "",
             copies: int = 0) -> None:
@@ -292,7 +306,8 @@ class _Walk:
         self.points.append(Point(
             phase, f"{phase} {label}", self.allocated, self.allocated + copies + sum(
                 [r[1] for r in extra]), when or _when(phase, label), False,
-            Moment(self.step, self.copies + copies, self.acts, self.grads, extra)))
+            Moment(self.step, self.copies + copies, self.acts, self.grads, self.released,
+                   extra)))
 
     def measured(self, phase: str, label: str, rows: tuple[Row3, ...], when: str,
                  allocated: int | None = None) -> None:
@@ -306,15 +321,16 @@ class _Walk:
         self.points.append(Point(phase, f"{phase} {label}", after, sum([r[1] for r in rows]),
                                  when, True, rows))
 
-    def layer(self, phase: str, label: str, peak: int, moment: tuple[int, int, int],
+    def layer(self, phase: str, label: str, peak: int, moment: tuple[int, int, int, int],
               extra: tuple[Row3, ...], when: str) -> None:
         """A layer's point (the bytes after it; ``peak``: its highest moment, of the walk's
         copies, saved tensors and gradients in ``moment`` and these transients), merged into
         the run of layers before it."""
         run = self.run
-        allocated = self.base + self.copies + self.acts + self.grads
+        allocated = self.allocated
         if allocated > peak:  # what the layer leaves is more than its moment
-            peak, moment, extra = allocated, (self.copies, self.acts, self.grads), ()
+            peak, moment, extra = allocated, (self.copies, self.acts, self.grads,
+                                              self.released), ()
             when = _when(phase, label)
         if run is None or run.phase != phase or run.n == self.k:
             self.flush()
@@ -368,7 +384,7 @@ def walk(step: Step, ops: tuple[OpGroup, ...], max_points: int = MAX_POINTS) -> 
         elif i == last_layer and step.indexer is not None:
             w.add("forward", o.label, (step.indexer,), "in the last layer's DSA indexer")
         elif o.kind == "layer":
-            w.layer("forward", o.label, w.allocated, (w.copies, w.acts, w.grads), (),
+            w.layer("forward", o.label, w.allocated, (w.copies, w.acts, w.grads, 0), (),
                     _when("forward", o.label))
         else:
             w.add("forward", o.label)
@@ -400,23 +416,34 @@ def _backward(step: Step, ops: tuple[OpGroup, ...], w: _Walk, acts: list[int],
     bytes after the op group's frees, its highest moment a rebuilt layer's before its kept
     input is freed, otherwise after the frees."""
     recompute = bool(step.rebuild)
+    # FSDP2 reshards what it gathered as each op group's backward ends (the root's last)
+    gathered = next((r[1] for r in step.held if r[0] == "gathered_parameters"), 0)
+    resharded = split(gathered, [o.copies if o.kind == "layer" else o.grads for o in ops])
     first_layer = min([i for i, o in enumerate(ops) if o.kind == "layer"], default=-1)
     top = max([o.largest for o in ops]) or 1
+    # --optim-in-bwd: a tied table's gradient, held from the head to the embeddings
+    tied = math.ceil(step.gradients[1] * max([o.tied for o in ops]) / top) \
+        if step.in_backward else 0
     rebuilt = ("recomputed_layer", step.rebuilt, "one layer's saved tensors, rebuilt, and "
                "the gradients its largest op holds")
     for i in reversed(range(len(ops))):
         o = ops[i]
-        in_backward = _stepped(step, o.largest / top) if step.in_backward and o.grads else ()
+        in_backward = _stepped(step, o.largest / top) if step.in_backward and (
+            o.grads or o.kind == "embeddings" and tied) else ()
         transient = sum([r[1] for r in in_backward])
         rebuild = (rebuilt, *in_backward)
-        moment = (w.copies + step.layer_copies, w.acts, w.grads)
+        moment = (w.copies + step.layer_copies, w.acts, w.grads, w.released)
         peak = w.allocated + step.rebuilt + step.layer_copies + transient
         w.acts -= acts[i]
         w.grads += grads[i]
         if not recompute:
             w.copies -= copies[i]
+        if o.kind == "head":
+            w.grads += tied
         if o.kind == "embeddings":
-            w.copies = 0
+            w.copies, w.released, w.grads = 0, gathered, w.grads - tied
+        elif step.reshard == "layer":
+            w.released += resharded[i]
         if o.kind == "loss":
             w.measured("backward", o.label, step.backward, "at the start of backward")
         elif o.kind == "layer" and recompute and i == first_layer:
@@ -427,7 +454,8 @@ def _backward(step: Step, ops: tuple[OpGroup, ...], w: _Walk, acts: list[int],
                     f"while backward rebuilds {o.label}")
         elif o.kind == "layer":
             w.layer("backward", o.label, w.allocated + transient,
-                    (w.copies, w.acts, w.grads), in_backward, _when("backward", o.label))
+                    (w.copies, w.acts, w.grads, w.released), in_backward,
+                    _when("backward", o.label))
         else:
             w.add("backward", o.label, in_backward)
 
