@@ -625,6 +625,10 @@ def _apply_recipe(t: dict[str, Any]) -> None:
 
 
 BatchOpt = typer.Option(1, "--batch-size", "-b", help="Micro-batch per GPU.")
+# --plot alone draws in the terminal; --plot FILE.svg writes a file (an option whose value
+# may be left out: _GroupedHelp.parse_args)
+PLOT_TERMINAL = "-"
+_OPTIONAL_VALUE = {"--plot": PLOT_TERMINAL}
 
 
 @_command(overrides=True, training=True)
@@ -645,10 +649,14 @@ def memory(
     require_fit: bool = typer.Option(
         False, "--require-fit",
         help="Exit 1 when the run does not fit --gpu. A memory budget for CI; 0 when it fits."),
+    plot: Optional[str] = typer.Option(
+        None, "--plot", metavar="[FILE.svg]",
+        help="Chart the step's memory (or write FILE.svg). Op group by op group over time, "
+             "the timeline whose maxima are the phases' peaks (docs/memory.md)."),
     overrides: dict[str, Any] | None = None,
     train: dict[str, Any] | None = None,
 ) -> None:
-    """Training or inference memory: weights, gradients, optimizer states, activations.
+    """Training or serving memory: weights, gradients, states, activations.
 
     Training: bytes per parameter for the precision and optimizer (HF performance docs),
     activations tensor by tensor (Korthikanti et al. 2022 with the implementation knobs),
@@ -691,10 +699,52 @@ def memory(
         fmt = recipe(read_gguf(Path(model).expanduser()))
         if fmt:
             settings = dataclasses.replace(settings, quant=fmt)
+    if plot is not None:
+        _check_plot(plot, settings, format)
     report = memory_report(spec, settings, train["gpu"], pattern)
     show(memory_doc(report), format.value)
+    if plot is not None:
+        _plot(report, plot, model)
     if require_fit and report.fit is not None and not report.fit.fits:
         raise typer.Exit(1)
+
+
+def _check_plot(plot: str, settings: Any, format: Format) -> None:
+    """--plot's value and what it can draw, before anything is computed."""
+    if settings.inference:
+        raise TcalcError("--plot: draws a training step's timeline; --inference has none")
+    if plot == PLOT_TERMINAL and format != Format.table:
+        raise TcalcError(f"--plot: draws in the terminal beside the table; with --format "
+                         f"{format.value} give a file: --plot FILE.svg")
+    if plot != PLOT_TERMINAL and not plot.lower().endswith(".svg"):
+        from transformer_calc.errors import printable
+
+        raise TcalcError(f"--plot: {printable(plot, one_line=True)}: expected FILE.svg (or "
+                         "--plot alone, for the terminal)")
+
+
+def _plot(report: Any, plot: str, model: str) -> None:
+    """The report's timeline as a chart: on stdout, or written to FILE.svg."""
+    import shutil
+
+    from transformer_calc.errors import printable
+    from transformer_calc.render import human_bytes
+    from transformer_calc.render.plot import chart, svg, text
+
+    fit = report.fit
+    c = chart(report.timeline, f"tcalc memory {report.model}: bytes allocated per GPU over "
+              "one training step", fit.capacity if fit else 0,
+              f"{fit.gpu} {human_bytes(fit.capacity)}" if fit else "")
+    if plot == PLOT_TERMINAL:
+        width = min(max(shutil.get_terminal_size((100, 24)).columns, 40), 200)
+        typer.echo("\n" + printable(text(c, width)), nl=False)
+        return
+    from transformer_calc.files import write_atomically
+
+    # a regular file is replaced (it is a drawing); a special file, a link to one or the
+    # model's own file never
+    write_atomically(Path(plot), svg(c), source=Path(model), force=True)
+    typer.echo(printable(f"wrote {plot}: {len(c.points)} points", one_line=True), err=True)
 
 
 Topic = Enum("Topic", {c: c for c in TOPICS}, type=str)  # type: ignore[misc]
@@ -1089,6 +1139,21 @@ class _GroupedHelp(typer.core.TyperCommand):
                 param_decls=["--help-all"], is_flag=True, expose_value=False, is_eager=True,
                 callback=_help_all, help="Every option explained, the overrides too."))
         return params
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """An option whose value may be left out (_OPTIONAL_VALUE) gets its default value
+        where none follows it (the end, or another option): typer's parser has no such
+        options."""
+        given = []
+        for i, word in enumerate(args):
+            given.append(word)
+            if word == "--":
+                given.extend(args[i + 1:])
+                break
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            if word in _OPTIONAL_VALUE and (nxt is None or nxt.startswith("-") and nxt != "-"):
+                given.append(_OPTIONAL_VALUE[word])
+        return super().parse_args(ctx, given)  # type: ignore[no-any-return]
 
     def _brief(self, ctx: Any) -> bool:
         return not ctx.meta.get("tcalc.help_all") and len(self.get_params(ctx)) > 40

@@ -11,7 +11,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from transformer_calc.breakdown import Breakdown, Item
 from transformer_calc.choices import (
@@ -43,6 +43,9 @@ from transformer_calc.plan import (
 )
 from transformer_calc.quant import FORMATS, weight_format_bytes
 from transformer_calc.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from transformer_calc.costs.timeline import Step, Timeline
 
 # Quantised weight formats: bits per weight, and one fp16 scale per group of weights
 # (GPTQ/AWQ-style group quantisation; group 128 is their common default).
@@ -2224,20 +2227,31 @@ class MemoryReport:
                  bytes_per_param: tuple[tuple[str, float, str], ...],
                  korthikanti_per_layer: int, fit: Fit | None, notes: tuple[str, ...],
                  phases: Callable[[], tuple[Phase, ...]] = tuple,
-                 trainable_params: int | None = None) -> None:
+                 trainable_params: int | None = None,
+                 timeline: Callable[[], Timeline | None] = lambda: None) -> None:
         # Frozen; set once through __dict__, 3x faster than the generated per-field
         # object.__setattr__ (memory_report runs in sweeps and in the batch search: make bench)
         self.__dict__.update(model=model, settings=settings, seq_len=seq_len, params=params,
                              components=components, per_gpu=per_gpu, activations=activations,
                              bytes_per_param=bytes_per_param,
                              korthikanti_per_layer=korthikanti_per_layer, fit=fit, notes=notes,
-                             _phases=phases, trainable_params=params if trainable_params is None
-                             else trainable_params)
+                             _phases=phases, _timeline=timeline, trainable_params=params
+                             if trainable_params is None else trainable_params)
+
+    @property
+    def timeline(self) -> Timeline | None:
+        """Training: the step op group by op group (costs/timeline.py); None in inference.
+        Built when first read: a sweep that reads only totals does not pay for it (make
+        bench)."""
+        timeline = self.__dict__["_timeline"]
+        if callable(timeline):
+            timeline = self.__dict__["_timeline"] = timeline()
+        return timeline
 
     @property
     def phases(self) -> tuple[Phase, ...]:
-        """Training: forward, backward, optimizer step; () in inference. Built when first
-        read: a sweep that reads only totals does not pay for them (make bench)."""
+        """Training: forward, backward, optimizer step, the timeline's maxima; () in
+        inference. Built when first read, from a walk in as few points as keep the maxima."""
         phases = self.__dict__["_phases"]
         if callable(phases):
             phases = self.__dict__["_phases"] = phases()
@@ -2431,10 +2445,12 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
             "activations", _offloaded(acts, s)[1], "what the model saves for backward, "
             "offloaded (the loss's and the rebuilt layer's stay)"),))
     notes += _recipe_notes(s)
+    timeline: Callable[[], Timeline | None] = (lambda: None) if s.inference else \
+        functools.partial(training_timeline, spec, s, T, per_gpu, acts, p)
     phases: Callable[[], tuple[Phase, ...]] = tuple if s.inference else functools.partial(
         training_phases, spec, s, T, per_gpu, acts, p)
     report = MemoryReport(spec.name, s, T, N, components, per_gpu, acts, rows, korth, None,
-                          notes, phases, trainable)
+                          notes, phases, trainable, timeline)
     report.__dict__["host"] = host
     if s.paged_optimizer and not s.inference:
         report.__dict__["unified"] = per_gpu.get("optimizer_states").total
@@ -3078,10 +3094,29 @@ def autocast_copy_params(spec: ModelSpec, params: Breakdown, layers: str = "all"
                       max(layer.values(), default=0) if layers == "largest" else 0)
 
 
+def training_timeline(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
+                      acts: Breakdown, params: Breakdown, max_points: int = 240) -> Timeline:
+    """The training step walked op group by op group (costs/timeline.py), in max_points
+    points at most (0: one per run of layers); its maxima are the phases' peaks."""
+    from transformer_calc.costs.timeline import op_groups, walk
+
+    step = training_step(spec, s, T, per_gpu, acts, params)
+    return walk(step, op_groups(spec, s, acts, params, "lora_weights" in step.held_names),
+                max_points)
+
+
 def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
                     acts: Breakdown, params: Breakdown) -> tuple[Phase, ...]:
-    """The high point of each phase of a training step after the first, per GPU (as
-    measured on an H100 with torch.cuda.max_memory_allocated: docs/peak_cuda_h100.md).
+    """The high point of each phase of a training step: the timeline's maxima (walked in
+    as few points as keep them)."""
+    return training_timeline(spec, s, T, per_gpu, acts, params, 0).phases
+
+
+def training_step(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
+                  acts: Breakdown, params: Breakdown) -> Step:
+    """What a training step after the first holds and makes at each of its high points, per
+    GPU (measured on an H100 with torch.cuda.max_memory_allocated:
+    docs/peak_cuda_h100.md); costs/timeline.py walks it op group by op group.
 
     Gradients are freed by zero_grad(set_to_none=True) (torch's default), so forward and the
     start of backward hold no gradients; backward peaks at its start: every saved activation
@@ -3194,18 +3229,14 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     index = max([g.block.attn.index_heads for g in plan_of(spec).groups
                  if g.block.attn is not None] or [0])
     when = "at the end of forward, while the loss is computed"
+    indexer = None
     if index:
         # DSA's indexer (transformers 5.23 DeepseekV32Indexer, under no_grad): the fp32
         # scores of every query against every key in each index head, and their ReLU, live
-        # together for a moment in each layer; in the last, beside nearly every saved tensor
+        # together for a moment in each layer; in the last, beside every layer's saved tensors
         scores = 2 * s.batch_size * T * index * T * 4 // (s.tp * s.cp)
-        logits = next((r for r in forward if r[0] == "logits"), None)
-        if logits is None or scores > logits[1]:
-            if logits is not None:
-                forward.remove(logits)
-            forward.append(("indexer_scores", scores, "2 · B·T·index_heads·T · 4 (the last "
-                            "layer's fp32 indexer scores and their ReLU, freed at once)"))
-            when = "in the last layer's DSA indexer"
+        indexer = ("indexer_scores", scores, "2 · B·T·index_heads·T · 4 (the last "
+                   "layer's fp32 indexer scores and their ReLU, freed at once)")
     temp, why = (0, "") if s.paged_optimizer else _optimizer_temporary(s, c, params)
     step_when = "inside the optimizer step"
     if s.optimizer_in_backward:
@@ -3226,17 +3257,21 @@ def training_phases(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
     optimizer = [weights, grads, states] + [r for r in common[2:] if r[0] == "cublas_workspace"]
     if temp:
         optimizer.append(("optimizer_temporary", temp, why))
+    from transformer_calc.costs.timeline import Step
 
-    def phase(name: str, when: str, rows: list[tuple[str, int, str]]) -> Phase:
-        return Phase(name, when, Breakdown(spec.name, "bytes", tuple(
-            (n, b, f, "", 1, "", "", None, ()) for n, b, f in rows)))
-
-    back_when = "at the start of backward"
-    if sum([r[1] for r in rebuild]) > sum([r[1] for r in backward]):
-        backward, back_when = rebuild, "while backward rebuilds the first layer"
-    return (phase("forward", when, forward),
-            phase("backward", back_when, backward),
-            phase("optimizer", step_when, optimizer))
+    copies = next((r[1] for r in common if r[0] == "autocast_copies"), 0)
+    return Step(spec.name, tuple(common), activations, tuple(forward), when, tuple(backward),
+                tuple(rebuild), tuple(optimizer), step_when, grads,
+                ("optimizer_temporary", temp, why) if temp else None,
+                accumulate=not any(r[0] == "gradients" for r in common),
+                in_backward=s.optimizer_in_backward,
+                outside_copies=start_copies[1] if start_copies else 0 if "lora_weights" in c
+                else min(copies, math.ceil(2 * autocast_copy_params(spec, params, "none")
+                                           * share)) if copies else 0,
+                layer_copies=(rebuild_copies[1] - start_copies[1]) if rebuild_copies
+                and start_copies else 0, rebuilt=rebuilt, offload=s.offload_activations,
+                pipeline=s.pp, indexer=indexer, reshard="" if "gathered_parameters" not in c
+                else "layer" if fsdp2 and s.zero == 2 else "end")
 
 
 def _loss_transients(spec: ModelSpec, s: Settings, btv: int

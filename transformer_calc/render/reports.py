@@ -423,6 +423,16 @@ def flops_doc(r: Any) -> Doc:
 MEMORY_SCHEMA = "tcalc.memory/1"
 
 
+def timeline_dict(t: Any) -> dict[str, Any] | None:
+    """The step's timeline (costs/timeline.py): a point per op group (or run of layers),
+    the bytes allocated after it and the highest moment inside it; None in inference."""
+    if t is None:
+        return None
+    return {"layers_per_point": t.layers_per_point, "notes": list(t.notes),
+            "points": [{"phase": p.phase, "step": p.step, "allocated_bytes": p.allocated,
+                        "peak_bytes": p.peak} for p in t.points]}
+
+
 def memory_dict(r: Any) -> dict[str, Any]:
     s = r.settings
     out: dict[str, Any] = {
@@ -444,6 +454,7 @@ def memory_dict(r: Any) -> dict[str, Any]:
         "phases": [{"name": p.name, "when": p.when, "bytes": p.items.total,
                     "components": [{"name": i.name, "bytes": i.total, "formula": i.formula}
                                    for i in p.items.items]} for p in r.phases],
+        "timeline": timeline_dict(r.timeline),
         "components": [{"name": i.name, "bytes": i.total, "formula": i.formula,
                         "expr": i.expr, "per_gpu_bytes": r.per_gpu.get(i.name).total}
                        for i in r.components.items],
