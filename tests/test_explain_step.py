@@ -56,6 +56,13 @@ def test_the_parts_add_up_to_the_planners_step(case) -> None:  # type: ignore[no
     assert _step(delivers, "MFU").value == pytest.approx(100 * best.mfu, abs=0.01)
     layout = sections[0]
     assert best.layout.describe() in layout.steps[0].text
+    assert f"ZeRO-{best.layout.zero}" in layout.steps[0].text or (
+        best.layout.zero == 0 and "DDP" in layout.steps[0].text)
+    busiest = _step(layout, "layers on the busiest pipeline stage L").value
+    layers = sum(g.count for g in StepModel(Workload(spec, T, gb), cluster_for(gpu),
+                                            framework(fw), calibration()).layers)
+    assert busiest == -(-layers // best.layout.pp)
+    assert step.steps[0].expr.startswith(f"{busiest:g} × (")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -114,3 +121,31 @@ def test_cli(cli) -> None:  # type: ignore[no-untyped-def]
         "text"]
     err = cli("explain", "gpt2", "--topic", "step", code=2).stderr
     assert err.strip().count("\n") == 0 and "--gpu" in err
+
+
+def test_each_gemms_flops_are_its_shape() -> None:
+    """A dense layer's GEMMs on one GPU (tp 1) do 2 FLOPs per weight per token: their sum is
+    2 · t · the layer's parameters, as tcalc flops counts a layer's linear layers."""
+    spec = load_preset("llama-3.1-8b")
+    model = StepModel(Workload(spec, 4096, 64), cluster_for("H100-80GB"), framework("megatron"),
+                      calibration())
+    for t_seqs in (1, 3):
+        ops: list[OpTime] = []
+        cost = model.layers[0].cost(model.dev, Shard(t_seqs, 4096, 1, 1, 1, False), "cudnn",
+                                    1.0, ops)
+        gemms = [o for o in ops if " × " in o.shape and not o.name.startswith("attention")]
+        assert len(gemms) == 4
+        assert sum(o.flops for o in gemms) == 2 * t_seqs * 4096 * cost.params
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_the_recomputation_shown_is_the_step_models(recompute: str) -> None:
+    from transformer_calc.planner.derivation import step_derivation
+
+    spec = load_preset("llama-3.1-8b")
+    sections = step_derivation(spec, gpus=8, global_batch=64, seq_len=4096, gpu="H100-80GB",
+                               fixed={"recompute": recompute})
+    first = next(s for s in sections if s.title.startswith("The step")).steps[0]
+    inner = first.expr.split("(")[1].split(")")[0]
+    fwd, _, redo = (float(v.replace(",", "")) for v in inner.split(" + "))
+    assert redo == (fwd if recompute == "full" else 0.0)
