@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import pytest
 from conftest import DATA
+from graph_rows import row_run
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
@@ -72,14 +73,6 @@ def _spec(config: str) -> ModelSpec:
     return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()), config)
 
 
-def _run(row: dict) -> Run:
-    lora = None
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        lora = Lora(rank, frozenset(targets.split(",")), dropout)
-    return Run(row["B"], row["T"], DTYPES[row["dtype"]], "cpu", row["attention"], lora=lora)
-
-
 def _settings(row: dict) -> Settings:
     lora = {}
     if row.get("lora"):
@@ -104,7 +97,7 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
 @pytest.mark.parametrize("row", ROWS, ids=_id)
 def test_saved_bytes_equal_the_measurement(row: dict) -> None:
     fam = family_of(_spec(row["config"]))
-    traced, compiled = evaluate(fam, _run(row)), evaluate_fast(fam, _run(row))
+    traced, compiled = evaluate(fam, row_run(row)), evaluate_fast(fam, row_run(row))
     assert traced.activation_bytes == compiled.activation_bytes == row["measured_bytes"]
     if "trainable" in row:  # peft's count of the adapters' parameters
         assert traced.trainable_params == row["trainable"][0]
@@ -116,7 +109,7 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
     assert report.activations.total == row["measured_bytes"]
     fam = family_of(_spec(row["config"]))
     assert report.activations.rows == tuple(
-        r[:3] + ("",) + r[4:] for r in component_rows(fam, _run(row)))
+        r[:3] + ("",) + r[4:] for r in component_rows(fam, row_run(row)))
 
 
 def test_peft_adapts_every_linear_but_the_decoder() -> None:
@@ -216,7 +209,7 @@ NAME_DIFFERENCES: dict[str, tuple[str, Callable[[dict, Bert], int]]] = {
 @pytest.mark.parametrize("row", ROWS, ids=_id)
 def test_the_rules_differ_by_what_the_graph_explains(row: dict) -> None:
     fam = family_of(_spec(row["config"]))
-    ours, rules = by_name(component_rows(fam, _run(row))), by_name(_rules_rows(row))
+    ours, rules = by_name(component_rows(fam, row_run(row))), by_name(_rules_rows(row))
     assert sum(ours.values()) == row["measured_bytes"]
     for name in set(ours) | set(rules):
         why, diff = NAME_DIFFERENCES.get(name, ("", lambda row, fam: 0))

@@ -24,15 +24,15 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
+from graph_rows import assert_compiled_equals_traced, row_run
 from test_graph import _row_settings, _rules_report
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
-from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, family_of
+from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import OUTPUTS, cached, clear_cache, evaluate_fast
 from transformer_calc.graph.families.gemma import Gemma
-from transformer_calc.graph.modules import symbol_values
-from transformer_calc.graph.names import by_name, component_rows, row_of
+from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
@@ -63,14 +63,6 @@ def _spec(config: str) -> ModelSpec:
     return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
 
 
-def _run(row: dict) -> Run:
-    lora = None
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        lora = Lora(rank, frozenset(targets.split(",")), dropout)
-    return Run(row["B"], row["T"], DTYPES[row["dtype"]], "cpu", row["attention"], lora=lora)
-
-
 def test_the_rows_cover_the_four_model_types() -> None:
     assert {r["config"] for r in ROWS} == set(CONFIGS)
     full = [r for r in ROWS if not r.get("lora")]
@@ -87,7 +79,7 @@ def test_the_rows_cover_the_four_model_types() -> None:
 
 @pytest.mark.parametrize("row", ROWS, ids=IDS)
 def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    result = evaluate(family_of(_spec(row["config"])), _run(row))
+    result = evaluate(family_of(_spec(row["config"])), row_run(row))
     assert result.activation_bytes == row["measured_bytes"]
     if "trainable" in row:  # peft's count of the adapters' parameters
         assert result.trainable_params == row["trainable"][0]
@@ -95,7 +87,7 @@ def test_saved_bytes_equal_the_measurement(row: dict) -> None:
 
 @pytest.mark.parametrize("row", ROWS, ids=IDS)
 def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
-    assert evaluate_fast(family_of(_spec(row["config"])), _run(row)).activation_bytes == \
+    assert evaluate_fast(family_of(_spec(row["config"])), row_run(row)).activation_bytes == \
         row["measured_bytes"]
 
 
@@ -105,7 +97,7 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
     report = memory_report(spec, _row_settings(row))
     assert report.activations.total == row["measured_bytes"]
     assert report.activations.rows == tuple(
-        r[:3] + ("",) + r[4:] for r in component_rows(family_of(spec), _run(row)))
+        r[:3] + ("",) + r[4:] for r in component_rows(family_of(spec), row_run(row)))
 
 
 # -- where the rules differ, name by name (the graph equals the measurement on every row) -----
@@ -163,7 +155,7 @@ def test_component_names_match_activation_breakdown(row: dict) -> None:
     spec = _spec(row["config"])
     fam = family_of(spec)
     assert isinstance(fam, Gemma)
-    ours = by_name(component_rows(fam, _run(row)))
+    ours = by_name(component_rows(fam, row_run(row)))
     rules = by_name(_rules_report(spec, _row_settings(row)).activations.rows)
     for name in set(ours) | set(rules):
         diff = ours.get(name, 0) - rules.get(name, 0)
@@ -181,7 +173,7 @@ def test_what_the_rules_missed_on_gemma3() -> None:
     spec = _spec(row["config"])
     rules = _rules_report(spec, _row_settings(row)).activations.total
     assert row["measured_bytes"] - rules == 16_384 + 5_376 + 4 == 21_764
-    assert evaluate(family_of(spec), _run(row)).activation_bytes == row["measured_bytes"]
+    assert evaluate(family_of(spec), row_run(row)).activation_bytes == row["measured_bytes"]
 
 
 def test_sdpa_keeps_a_float_mask_in_sliding_layers_from_the_window_on() -> None:
@@ -196,7 +188,7 @@ def test_sdpa_keeps_a_float_mask_in_sliding_layers_from_the_window_on() -> None:
     spec = _spec("gemma3_text-layer-types.json")
     fam = family_of(spec)
     for r in rows:
-        got = evaluate(fam, _run(r))
+        got = evaluate(fam, row_run(r))
         assert got.activation_bytes == r["measured_bytes"], r
         masks = [s for s in got.saved if s.role.endswith(".attn_mask")]
         itemsize = 4 if r["dtype"] == "fp32" else 2
@@ -318,18 +310,7 @@ def test_compiled_equals_traced_on_random_gemma_configurations() -> None:
     rng, hits = random.Random(20261127), 0  # noqa: S311 (not cryptography)
     for _ in range(120):
         fam, run = _draw(rng)
-        fast = evaluate_fast(fam, run)
-        ref = evaluate(fam, run)
-        for k in OUTPUTS:
-            assert getattr(fast, k) == getattr(ref, k), (k, fam, run, fast.structure.key)
-        st, values = fast.structure, symbol_values(run, fam.sizes())
-        numbers = st.named_values(values)
-        compiled: dict[str, int] = {}
-        for i, named in enumerate(st.named):
-            name = row_of(named, 0, 0)[0]  # with the layer's group where layers differ
-            compiled[name] = compiled.get(name, 0) + numbers[2 * i] * numbers[2 * i + 1]
-        assert {n: b for n, b in compiled.items() if b} == by_name(
-            component_rows(fam, run, ref)), (fam, run)
+        assert_compiled_equals_traced(fam, run)
         # another size of the same settings: from the cache where the guards pass
         other = replace(run, batch=run.batch + 3, seq_len=run.seq_len + 40)
         before = len(cached())

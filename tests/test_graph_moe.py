@@ -27,15 +27,15 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
+from graph_rows import assert_compiled_equals_traced, row_run
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
-from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, family_of
-from transformer_calc.graph.compile import OUTPUTS, cached, clear_cache, evaluate_fast
+from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
+from transformer_calc.graph.compile import cached, clear_cache, evaluate_fast
 from transformer_calc.graph.families.moe import Moe
-from transformer_calc.graph.modules import symbol_values
-from transformer_calc.graph.names import by_name, component_rows, row_of
+from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
@@ -84,14 +84,6 @@ def _family(row: dict) -> Moe:
     return replace(fam, grouped=row.get("experts", "eager") == "grouped_mm")
 
 
-def _run(row: dict) -> Run:
-    lora = None
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        lora = Lora(rank, frozenset(targets.split(",")), dropout)
-    return Run(row["B"], row["T"], DTYPES[row["dtype"]], "cpu", row["attention"], lora=lora)
-
-
 def _settings(row: dict) -> Settings:
     lora = {}
     if row.get("lora"):
@@ -114,7 +106,7 @@ def test_the_rows_cover_the_five_types_both_experts_paths_and_lora() -> None:
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
 def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    result = evaluate(_family(row), _run(row))
+    result = evaluate(_family(row), row_run(row))
     assert result.activation_bytes == row["measured_bytes"]
     if "trainable" in row:  # peft's count of the adapters' parameters
         assert result.trainable_params == row["trainable"][0]
@@ -122,7 +114,7 @@ def test_saved_bytes_equal_the_measurement(row: dict) -> None:
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
 def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
-    assert evaluate_fast(_family(row), _run(row)).activation_bytes == row["measured_bytes"]
+    assert evaluate_fast(_family(row), row_run(row)).activation_bytes == row["measured_bytes"]
 
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
@@ -132,7 +124,7 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
     # (names, bytes, layers, stacks and notes; the formula's text may name H for G·Hkv
     # where the compiled structure's guards made them equal)
     assert [r[:2] + r[4:] for r in report.activations.rows] == [
-        r[:2] + r[4:] for r in component_rows(_family(row), _run(row))]
+        r[:2] + r[4:] for r in component_rows(_family(row), row_run(row))]
 
 
 @pytest.mark.parametrize("row", REFUSED, ids=_id)
@@ -255,18 +247,7 @@ def test_compiled_equals_traced_on_random_moe_configurations() -> None:
     for _ in range(draws):
         fam, run = _moe_draw(rng, rng.choice(settings))
         before = len(cached())
-        fast = evaluate_fast(fam, run)
+        assert_compiled_equals_traced(fam, run)
         hits += len(cached()) == before
-        ref = evaluate(fam, run)
-        for k in OUTPUTS:
-            assert getattr(fast, k) == getattr(ref, k), (k, fam, run, fast.structure.key)
-        st, values = fast.structure, symbol_values(run, fam.sizes())
-        numbers = st.named_values(values)
-        compiled: dict[str, int] = {}
-        for i, named in enumerate(st.named):
-            name = row_of(named, 0, 0)[0]  # with the layer's group where layers differ
-            compiled[name] = compiled.get(name, 0) + numbers[2 * i] * numbers[2 * i + 1]
-        assert {n: b for n, b in compiled.items() if b} == by_name(
-            component_rows(fam, run, ref)), (fam, run)
     # (a structure's guards pin K = 1, K = X, B = E and the like: fewer draws share one)
     assert hits >= 3

@@ -1,0 +1,39 @@
+"""What the op-graph family tests share: a measured fixture row as the graph's Run, and the
+check that a compiled structure equals the full trace, on every output and on the named rows
+memory_report reads."""
+
+from __future__ import annotations
+
+from transformer_calc.graph import DTYPES, Lora, Run, evaluate
+from transformer_calc.graph.compile import OUTPUTS, evaluate_fast
+from transformer_calc.graph.evaluate import Family
+from transformer_calc.graph.modules import symbol_values
+from transformer_calc.graph.names import by_name, component_rows, row_of
+
+
+def row_run(row: dict) -> Run:
+    """A row of tests/data/activations_*_cpu.jsonl (tools/measure_activations_hf.py: the CPU,
+    peft's LoRA as [rank, targets, dropout]) as the Run the graph evaluates."""
+    lora = None
+    if row.get("lora"):
+        rank, targets, dropout = row["lora"]
+        lora = Lora(rank, frozenset(targets.split(",")), dropout)
+    return Run(row["B"], row["T"], DTYPES[row["dtype"]], "cpu", row["attention"], lora=lora)
+
+
+def assert_compiled_equals_traced(fam: Family, run: Run):  # type: ignore[no-untyped-def]
+    """The compiled structure against the reference trace on every output and per row name
+    (with the layer's group where layers differ); returns the compiled result."""
+    fast = evaluate_fast(fam, run)
+    ref = evaluate(fam, run)
+    for k in OUTPUTS:
+        assert getattr(fast, k) == getattr(ref, k), (k, fam, run, fast.structure.key)
+    st, values = fast.structure, symbol_values(run, fam.sizes())
+    numbers = st.named_values(values)
+    compiled: dict[str, int] = {}
+    for i, named in enumerate(st.named):
+        name = row_of(named, 0, 0)[0]
+        compiled[name] = compiled.get(name, 0) + numbers[2 * i] * numbers[2 * i + 1]
+    assert {n: b for n, b in compiled.items() if b} == by_name(
+        component_rows(fam, run, ref)), (fam, run)
+    return fast
