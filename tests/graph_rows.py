@@ -37,3 +37,19 @@ def assert_compiled_equals_traced(fam: Family, run: Run):  # type: ignore[no-unt
     assert {n: b for n, b in compiled.items() if b} == by_name(
         component_rows(fam, run, ref)), (fam, run)
     return fast
+
+
+def measured_rows(configs: tuple[str, ...]) -> list[dict]:
+    """Every measured CPU row (tests/data/activations_*.jsonl) of these configs, with the
+    file it came from; rows the measurement skipped are left out."""
+    import json
+
+    from conftest import DATA
+
+    rows = []
+    for path in sorted(DATA.glob("activations_*.jsonl")):
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("config") in configs and "skipped" not in r:
+                rows.append({**r, "file": path.name})
+    return rows

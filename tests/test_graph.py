@@ -27,6 +27,7 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
+from graph_rows import measured_rows
 from test_lora_memory import LORA_MODELS
 from test_peak import MIB
 from test_peak import RECIPES as PEAK_RECIPES
@@ -74,12 +75,7 @@ def _rows() -> list[dict]:
              "B": r["batch_size"], "T": r["seq_len"], "measured_bytes": r["saved_bytes"],
              "use_cache": True}
             for r in json.loads((DATA / "activations_gpt2_cpu.json").read_text())["rows"]]
-    for path in sorted(DATA.glob("activations_*.jsonl")):
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            if r.get("config") in CONFIGS and "skipped" not in r:
-                rows.append({**r, "file": path.name})
-    return rows
+    return rows + measured_rows(CONFIGS)
 
 
 ROWS = _rows()

@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import pytest
 from conftest import DATA
-from graph_rows import row_run
+from graph_rows import measured_rows, row_run
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
@@ -51,13 +51,7 @@ CONFIGS = ("bert-big-vocab.json", "bert-untied.json", "roberta-untied.json",
 
 
 def _rows() -> list[dict]:
-    rows = []
-    for path in sorted(DATA.glob("activations_*.jsonl")):
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            if r.get("config") in CONFIGS and "skipped" not in r:
-                rows.append(r)
-    return rows
+    return measured_rows(CONFIGS)
 
 
 ROWS = _rows()

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import assert_compiled_equals_traced, row_run
+from graph_rows import assert_compiled_equals_traced, measured_rows, row_run
 from test_graph import _row_settings, _rules_report
 
 from transformer_calc.errors import TcalcError
@@ -44,13 +44,7 @@ CONFIGS = ("gemma-gqa.json", "gemma2-bias-untied.json", "defaults-gemma2.json",
 
 
 def _rows() -> list[dict]:
-    rows = []
-    for path in sorted(DATA.glob("activations_*.jsonl")):
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            if r.get("config") in CONFIGS and "skipped" not in r:
-                rows.append({**r, "file": path.name})
-    return rows
+    return measured_rows(CONFIGS)
 
 
 ROWS = _rows()

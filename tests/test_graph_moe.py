@@ -27,7 +27,7 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import assert_compiled_equals_traced, row_run
+from graph_rows import assert_compiled_equals_traced, measured_rows, row_run
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
@@ -50,13 +50,7 @@ CONVERTED = {"mixtral-top1.json": {"all-linear", "gate", "w1", "w2", "w3"},
 
 
 def _rows() -> list[dict]:
-    rows = []
-    for path in sorted(DATA.glob("activations_*_cpu.jsonl")):
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            if r.get("config") in CONFIGS and "skipped" not in r:
-                rows.append({**r, "file": path.name})
-    return rows
+    return measured_rows(CONFIGS)
 
 
 def _converted(row: dict) -> bool:
