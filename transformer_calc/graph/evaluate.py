@@ -19,6 +19,11 @@ from transformer_calc.spec import ModelSpec
 
 Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma
 
+# each family's forward, by the class of its config (a subclass runs its base's forward)
+_FORWARDS: dict[type, Callable[..., None]] = {
+    gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
+    moe.Moe: moe.forward, gemma.Gemma: gemma.forward}
+
 
 @dataclass(frozen=True)
 class Result:
@@ -58,16 +63,8 @@ def trace(family: Family, run: Run, symbolic: bool = False,
     decision the forward takes on a size is recorded as a guard."""
     m = Builder(run, family.sizes(), symbolic)
     cfg = replaced(m) if replaced is not None else family
-    if isinstance(cfg, gpt2.GPT2):
-        gpt2.forward(m, cfg)
-    elif isinstance(cfg, bert.Bert):
-        bert.forward(m, cfg)
-    elif isinstance(cfg, moe.Moe):
-        moe.forward(m, cfg)
-    elif isinstance(cfg, gemma.Gemma):
-        gemma.forward(m, cfg)
-    else:
-        llama.forward(m, cfg)
+    forward = next(_FORWARDS[k] for k in type(cfg).__mro__ if k in _FORWARDS)
+    forward(m, cfg)
     return m
 
 
@@ -163,48 +160,67 @@ def _unread(spec: ModelSpec, family: str) -> list[str]:
 
 
 def family_of(spec: ModelSpec) -> Family:
-    """The graph a ModelSpec's layout runs as (spec_from_hf's fields for gpt2, llama and
-    qwen2 configs), or a TcalcError saying it has no graph yet."""
-    H = spec.n_heads
-    if (spec.norm == "layernorm" and spec.position == "learned" and spec.ffn == "plain"
-            and spec.activation == "gelu_new" and spec.fused_qkv
-            and not _unread(spec, "gpt2")):
-        p = spec.dropout
-        pa = spec.attention_dropout if spec.attention_dropout is not None else p
-        return gpt2.GPT2(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model, H=H,
-                         F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
-                         resid_pdrop=p, embd_pdrop=p, attn_pdrop=pa)
-    if spec.n_experts:
-        return _moe(spec)
-    if (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
-            and spec.activation == "silu" and spec.softmax_fp32 and not spec.dropout
-            and spec.qk_norm in ("none", "head", "width")
-            and spec.norm_position in ("pre", "post")
-            and not _unread(spec, "llama")):
-        pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
-        return llama.Llama(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
-                           dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers,
-                           tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
-                           bias_v=spec.bias_v, bias_o=spec.bias_o,
-                           bias_mlp_in=spec.bias_ffn_in, bias_mlp_out=spec.bias_ffn_out,
-                           attention_dropout=pa, fused_qkv=spec.fused_qkv,
-                           fused_gate_up=spec.fused_gate_up, rope_concat=spec.rope_concat,
-                           qk_norm=spec.qk_norm, post_norm=spec.norm_position == "post",
-                           norm_fp32=spec.norm_fp32, rope_fp32=spec.rope_fp32)
-    if spec.model_type in _ENCODERS and not _unread(spec, "bert"):
-        encoder = _encoder(spec)
-        if encoder is not None:
-            return encoder
-    if (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
-            and spec.activation in ("gelu", "gelu_tanh") and spec.norm_fp32
-            and spec.softmax_fp32 and not spec.dropout and spec.norm_position == "pre"
-            and spec.model_type in ("", *_GEMMAS) and not _unread(spec, "gemma")):
-        family = _gemma(spec)
+    """The graph a ModelSpec's layout runs as: the first family whose mapper takes the spec
+    (_MAPPERS, below), or a TcalcError saying it has no graph yet. A mapper returns None
+    when the layout is not its family's, or raises TcalcError to refuse with its reason."""
+    for mapper in _MAPPERS:
+        family = mapper(spec)
         if family is not None:
             return family
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
                      "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family, Gemma 1-3 and "
                      "VaultGemma, and BERT, RoBERTa, ELECTRA with their masked-LM heads)")
+
+
+def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
+    if not (spec.norm == "layernorm" and spec.position == "learned" and spec.ffn == "plain"
+            and spec.activation == "gelu_new" and spec.fused_qkv
+            and not _unread(spec, "gpt2")):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return gpt2.GPT2(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model, H=spec.n_heads,
+                     F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
+                     resid_pdrop=p, embd_pdrop=p, attn_pdrop=pa)
+
+
+def _llama(spec: ModelSpec) -> llama.Llama | None:
+    if not (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation == "silu" and spec.softmax_fp32 and not spec.dropout
+            and spec.qk_norm in ("none", "head", "width")
+            and spec.norm_position in ("pre", "post")
+            and not _unread(spec, "llama")):
+        return None
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return llama.Llama(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                       dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers,
+                       tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
+                       bias_v=spec.bias_v, bias_o=spec.bias_o,
+                       bias_mlp_in=spec.bias_ffn_in, bias_mlp_out=spec.bias_ffn_out,
+                       attention_dropout=pa, fused_qkv=spec.fused_qkv,
+                       fused_gate_up=spec.fused_gate_up, rope_concat=spec.rope_concat,
+                       qk_norm=spec.qk_norm, post_norm=spec.norm_position == "post",
+                       norm_fp32=spec.norm_fp32, rope_fp32=spec.rope_fp32)
+
+
+def _bert(spec: ModelSpec) -> bert.Bert | None:
+    if spec.model_type in _ENCODERS and not _unread(spec, "bert"):
+        return _encoder(spec)
+    return None
+
+
+def _gemma_family(spec: ModelSpec) -> gemma.Gemma | None:
+    if (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation in ("gelu", "gelu_tanh") and spec.norm_fp32
+            and spec.softmax_fp32 and not spec.dropout and spec.norm_position == "pre"
+            and spec.model_type in ("", *_GEMMAS) and not _unread(spec, "gemma")):
+        return _gemma(spec)
+    return None
+
+
+def _moe_family(spec: ModelSpec) -> moe.Moe | None:
+    return _moe(spec) if spec.n_experts else None
 
 
 def _encoder(spec: ModelSpec) -> bert.Bert | None:
@@ -312,6 +328,11 @@ def _moe(spec: ModelSpec) -> moe.Moe:
                        spec.router_topk, "qwen"), layer_norm=phimoe,
                    norm_topk=spec.router_topk != "cast", shared_expert=bool(shared),
                    grouped=spec.experts_grouped)
+
+
+# the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
+_MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
+    _gpt2, _moe_family, _llama, _bert, _gemma_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:
