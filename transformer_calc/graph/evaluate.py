@@ -20,7 +20,7 @@ from transformer_calc.spec import ModelSpec
 Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
-_FORWARDS: dict[type, Callable[..., None]] = {
+_FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward}
 
