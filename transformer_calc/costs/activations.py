@@ -23,8 +23,10 @@ from transformer_calc.errors import TcalcError
 if TYPE_CHECKING:
     from transformer_calc.graph.compile import Structure
     from transformer_calc.graph.evaluate import Family
+    from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.modules import Run
+    from transformer_calc.graph.tensor import DType
     from transformer_calc.memory import Settings
     from transformer_calc.spec import ModelSpec
 
@@ -175,14 +177,10 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     table = (_GPT2_MODULES if isinstance(family, GPT2) else
              _BERT_MODULES if isinstance(family, Bert) else _MODULES)
     if isinstance(family, Moe):
-        # peft 0.21 converts Mixtral's and the qwen2_moe pattern's router and experts into
-        # ParamWrapper adapters over the 3-D weights (a parametrised weight per layer): not
-        # in the graph. Qwen2-MoE's experts are left alone: its gate/up/down are the dense
-        # and shared-expert MLPs', and its shared_expert_gate an nn.Linear.
-        converted = peft_moe in ("mixtral", "qwen2_moe")
-        if converted and (s.lora_targets == ("all-linear",)
-                          or roles & {"gate", "up", "down"}):
-            return None
+        if peft_moe in ("mixtral", "qwen2_moe"):
+            return _converted(family, s, roles, dtype)
+        # (Qwen2-MoE's experts are left alone: its gate/up/down are the dense and
+        # shared-expert MLPs', and its shared_expert_gate an nn.Linear)
         table = {**_MODULES, "shared_gate": "shared_expert_gate"}
         if peft_moe == "linear_router":  # PhiMoE's PhimoeTopKRouter is an nn.Linear
             table["router"] = "router"
@@ -197,6 +195,35 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     if isinstance(family, GPT2 | Bert) and len(roles & {"o", "down"}) == 1:
         return None  # one of the two c_proj (output.dense) alone
     return Lora(s.lora_rank, frozenset(table[r] for r in roles), s.lora_dropout, dtype)
+
+
+def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | None
+               ) -> Lora | None:
+    """peft 0.21's targets for a MoE whose layout it converts (Mixtral's, the qwen2_moe
+    pattern's: utils/transformers_weight_conversion.py, _convert_peft_config_moe): the
+    router's and the experts' names (gate, w1/w3/w2 or gate_proj/up_proj/down_proj) become
+    target_parameters, wrapped by ParamWrapper (gate.weight, gate_up_proj, down_proj) and
+    leave target_modules, so a dense MLP's gate_proj/up_proj/down_proj is not adapted;
+    all-linear resolves to the nn.Linear layers' names plus those. None where peft refuses
+    a ParamWrapper (dropout) or computes it otherwise (16-bit adapters on the CPU)."""
+    from transformer_calc.graph.lora import Lora
+
+    if s.lora_dropout or dtype is not None or "shared" in roles:
+        return None
+    if s.lora_targets == ("all-linear",):
+        roles = frozenset(("q", "k", "v", "o", "shared_gate", "router", "gate", "up",
+                           "down"))
+    parameters = {"gate.weight"} if "router" in roles else set()
+    if roles & {"experts", "gate", "up"}:
+        parameters.add("gate_up_proj")
+    if roles & {"experts", "down"}:
+        parameters.add("down_proj")
+    modules = roles - {"router", "experts", "gate", "up", "down"}
+    table = {**_MODULES, "shared_gate": "shared_expert_gate"}
+    if not modules <= table.keys():
+        return None
+    return Lora(s.lora_rank, frozenset(table[r] for r in modules), s.lora_dropout, dtype,
+                frozenset(parameters))
 
 
 def _run(s: Settings, T: int, amp: bool, amp16: bool, lora: Lora | None) -> Run:

@@ -53,7 +53,8 @@ def static_key(family: Family, run: Run) -> tuple[object, ...]:
                   for v in (getattr(family, n) for n in _fields_of(family)[1]))
     lora = run.lora
     adapters = None if lora is None else (tuple(sorted(lora.targets)), lora.dropout != 0,
-                                          lora.dtype.name if lora.dtype else None)
+                                          lora.dtype.name if lora.dtype else None,
+                                          tuple(sorted(lora.parameters)))
     return (cls.__name__, flags, run.dtype.name, run.device, run.attention,
             run.autocast.name if run.autocast else None,
             run.use_cache and run.recompute != "full", run.recompute, adapters)

@@ -76,6 +76,9 @@ _ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_p
                     "attention.output.LayerNorm": "ln_1", "output.LayerNorm": "ln_2",
                     "attention.self": "self_attn", "attention.output": "self_attn",
                     "intermediate": "mlp", "output": "mlp"}
+# peft's ParamWrapper over a MoE's expert weights, by the weight it wraps: the names
+# lora_activations gives their rows
+_WRAPPED = {"gate_up_proj": "gate_up", "down_proj": "out"}
 _TP = frozenset(("H", "Hkv", "F", "Fe", "Fs"))
 _ROPE = "model.rotary_emb"
 _MASK = "decoder.causal_mask"  # the eager (B, 1, T, T) mask, once for the model
@@ -136,7 +139,8 @@ DESCRIPTIONS = {
     "decoder.ffn.expert_output": "scaled by the routing weight", "decoder.ffn.expert_scatter":
     "index_add_'s source", "decoder.ffn.shared.activation": "what the shared expert's "
     "activation keeps", "decoder.ffn.shared.out_input": "the shared expert's down input",
-    "decoder.ffn.shared_gate_product": "the shared expert's output and its sigmoid gate"}
+    "decoder.ffn.shared_gate_product": "the shared expert's output and its sigmoid gate",
+    "lora_merged_weight": "W + s·B·A, kept", "lora_weight_casts": "A and B, cast"}
 
 
 def description(name: str) -> str:
@@ -307,6 +311,14 @@ class _Namer:
         (whose rows are the K·B·T routed slots), the shared expert's and its gate's."""
         st, parts = s.storage, rest.split(".")
         where = parts[1] if len(parts) > 1 and parts[0] == "mlp" else ""
+        # peft's ParamWrapper (graph/lora.py): the merged weight the router's linear or the
+        # experts' matmuls keep, the factors' 16-bit copies the experts' baddbmm keeps
+        if where == "gate" and role == "mm.mat2":
+            return "ffn.router.lora_merged_weight"
+        wrapped = _WRAPPED.get(st.name.rsplit(".", 1)[-1]) if where == "experts" else None
+        if wrapped:
+            part = "merged_weight" if st.op == "baddbmm" else "weight_casts"
+            return f"ffn.experts.{wrapped}.lora_{part}"
         if where in ("gate", "router"):  # PhiMoE's router: an nn.Linear and sparsemixer
             return "ffn.input" if role == "mm.self" else \
                 "ffn.router" if role == "softmax.result" else "ffn.router_topk"

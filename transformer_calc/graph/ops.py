@@ -350,6 +350,26 @@ def bmm(a: Tensor, b: Tensor) -> Tensor:
     return out
 
 
+def baddbmm(w: Tensor, a: Tensor, b: Tensor, alpha: Scalar = 1.0) -> Tensor:
+    """torch.baddbmm(w, a, b, alpha=alpha): w + alpha · a @ b, batched (peft's
+    _LoraFactorsProxy runs it with autocast off). derivatives.yaml baddbmm: self:
+    maybe_multiply(grad, beta) (nothing kept), batch1: grad.bmm(batch2.transpose(1, 2)) *
+    alpha, batch2: batch1.transpose(1, 2).bmm(grad) * alpha: each batch for the other's
+    gradient. FLOPs 2·b·m·k·n (flop_counter's baddbmm_flop)."""
+    nb, m, k, n = a.shape[0], a.shape[1], a.shape[2], b.shape[2]
+    out = _new(w, (nb, m, n), w.dtype, _rg(w, a, b))  # (the three of one dtype)
+    w.trace.record("baddbmm", out, [("batch2", b, a.requires_grad),
+                                    ("batch1", a, b.requires_grad)],
+                   flops=2 * nb * m * k * n)
+    return out
+
+
+def permute(t: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """Tensor.permute: a view, the sizes and strides reordered."""
+    return _alias(t, tuple(t.shape[d] for d in dims), tuple(t.stride[d] for d in dims),
+                  "permute")
+
+
 def _foldable(t: Tensor) -> bool:
     """matmul's should_fold: t.view(-1, t.size(-1)) is free when the leading dims are
     contiguous with each other (aten/src/ATen/native/LinearAlgebra.cpp)."""

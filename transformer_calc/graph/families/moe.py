@@ -39,6 +39,7 @@ nothing, so the bytes do not depend on the routing (measured: tests/test_graph_m
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
@@ -123,7 +124,7 @@ def _router(m: Builder, cfg: Moe, flat: Tensor) -> tuple[Tensor, Tensor]:
     Qwen's cast back to the logits' dtype. Returns (scores, indices), (B·T, K) each."""
     with m.module("gate"):
         w = m.param("weight", m["X"], flat.shape[-1])
-        logits = ops.linear(flat, w)
+        logits = ops.linear(flat, _as_read(m, [("weight", w, 1)], scoped=False)["weight"]())
         probs = ops.softmax(logits, F32)
         values, indices = ops.topk(probs, m["K"])
         if cfg.router == "mixtral" or cfg.norm_topk:
@@ -168,19 +169,17 @@ def _sparsemixer(m: Builder, flat: Tensor) -> tuple[Tensor, Tensor]:
 def _eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) -> Tensor:
     """MixtralExperts.forward (the Qwen experts' is the same), its loop over the experts
     hit run once for all n = K·B·T slots (module docstring)."""
-    X, E, Fe = m["X"], flat.shape[-1], m["Fe"]
-    gate_up = m.param("gate_up_proj", X, 2 * Fe, E)
-    down = m.param("down_proj", X, E, Fe)
+    gate_up, down = _expert_weights(m, flat.shape[-1])
     n = chosen.shape[0] * chosen.shape[1]
     final = m.trace.tensor(flat.shape, flat.dtype, False)  # torch.zeros_like(hidden_states)
     with m.trace.no_grad():  # torch.where(expert_mask[expert_idx]): (top_k_pos, token_idx)
         pairs = m.trace.tensor((n, Dim.const(2)), I64, False)
     top_k_pos, token_idx = (ops.select(pairs, 1, j) for j in (0, 1))
     state = ops.index(flat, [token_idx])
-    gate, up = ops.split(ops.linear(state, ops.select(gate_up, 0, 0)), Fe, -1)
+    gate, up = ops.split(ops.linear(state, ops.select(gate_up(), 0, 0)), m["Fe"], -1)
     with m.module("act_fn"):
         h = ops.silu(gate)
-    h = ops.linear(ops.mul(h, up), ops.select(down, 0, 0))
+    h = ops.linear(ops.mul(h, up), ops.select(down(), 0, 0))
     h = ops.mul(h, ops.unsqueeze(ops.index(weights, [token_idx, top_k_pos]), -1))
     return ops.index_add_(final, token_idx, ops.to(h, final.dtype))
 
@@ -189,8 +188,7 @@ def _grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) 
     """grouped_mm_experts_forward (integrations/moe.py), the weights not transposed
     (is_transposed False: weight.transpose(-2, -1), a view)."""
     X, E, Fe = m["X"], flat.shape[-1], m["Fe"]
-    gate_up = m.param("gate_up_proj", X, 2 * Fe, E)
-    down = m.param("down_proj", X, E, Fe)
+    read_gate_up, read_down = _expert_weights(m, E)
     N, K = chosen.shape
     n = N * K
     sample_weights = ops.reshape(weights, (n,))
@@ -203,11 +201,13 @@ def _grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) 
     selected = ops.index(flat, [token_of])
     sample_weights = ops.index(sample_weights, [perm])
     # _grouped_mm(input.to(weight.dtype), weight, offs): the input is in the weights' dtype
+    gate_up = read_gate_up()
     h = ops.grouped_mm(ops.to(selected, gate_up.dtype), ops.transpose(gate_up, -2, -1),
                        offsets)
     gate, up = ops.split(h, Fe, -1)  # _default_apply_gate: act_fn(gate) * up
     with m.module("act_fn"):
         a = ops.silu(gate)
+    down = read_down()
     h = ops.grouped_mm(ops.to(ops.mul(a, up), down.dtype), ops.transpose(down, -2, -1),
                        offsets)
     weighted = ops.mul(h, ops.unsqueeze(sample_weights, -1))
@@ -216,3 +216,82 @@ def _grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) 
     weighted = ops.index(weighted, [inv_perm])
     out = ops.sum_dim(ops.view(weighted, (N, K, E)), 1)
     return ops.to(out, flat.dtype)
+
+
+Read = Callable[[], Tensor]
+
+
+def _expert_weights(m: Builder, E: Dim) -> tuple[Read, Read]:
+    """MixtralExperts' 3-D gate_up_proj (X, 2·Fe, E) and down_proj (X, E, Fe) as the
+    forward reads them. peft 0.21 wraps gate_up_proj first (its parameters' order), so
+    down_proj's ParamWrapper is the outer one and registers first; gate_up_proj's adapter
+    has twice the rank (gate and up fused: rank_pattern 2·r, alpha_pattern 2·alpha)."""
+    X, Fe = m["X"], m["Fe"]
+    gate_up = m.param("gate_up_proj", X, 2 * Fe, E)
+    down = m.param("down_proj", X, E, Fe)
+    reads = _as_read(m, [("down_proj", down, 1), ("gate_up_proj", gate_up, 2)])
+    return reads["gate_up_proj"], reads["down_proj"]
+
+
+def _as_read(m: Builder, weights: list[tuple[str, Tensor, int]], scoped: bool = True
+             ) -> dict[str, Read]:
+    """A module's parameters as its forward reads them: each itself, or, where peft wraps
+    it (Lora.parameters), W plus its adapter's product as its ParamWrapper parametrises it
+    (graph/lora.py): the wrappers register outermost first, each evaluating the
+    parametrisation once to check it (the result dropped); the forward's first read
+    evaluates it once more, the one cached for the forward. weights: (name, parameter,
+    the adapter's rank factor), outermost first; scoped: each wrapper's ops in a scope of
+    its parameter's name (the experts' two weights), else in the module's (the router's)."""
+    lora = m.run.lora
+    reads: dict[str, Read] = {}
+    for name, w, k in weights:
+        if lora is None or not lora.wraps(w.storage.name):
+            reads[name] = lambda w=w: w
+            continue
+        scope = name if scoped else ""
+        with _scope(m, scope):
+            evaluate = _parametrisation(m, w, k)
+            evaluate()  # register_parametrization's check
+        reads[name] = _cached(m, scope, evaluate)
+    return reads
+
+
+def _parametrisation(m: Builder, w: Tensor, k: int) -> Read:
+    """ParamWrapper._activate_lora: the adapter (nn.Linear's lora_A (in -> R·X) and
+    lora_B (R·X -> out), R = k·r) and the parametrisation it registers: over several experts
+    _LoraFactorsProxy, a baddbmm of the weight and the factors (made once); over one
+    _LoraParameterProxy, W + delta (the delta made once)."""
+    from transformer_calc.graph import lora as peft
+
+    R = m["r"] * k
+    if w.ndim == 3:
+        X, out_f, in_f = w.shape
+        with m.module("lora_A"):
+            a = m.param("weight", R * X, in_f, adapter=True)
+        with m.module("lora_B"):
+            b = m.param("weight", out_f, R * X, adapter=True)
+        lhs, rhs = peft.expert_factors(w, a, b, R)
+        return lambda: peft.fold(w, lhs, rhs)
+    out_f, in_f = w.shape
+    with m.module("lora_A"):
+        a = m.param("weight", R, in_f, adapter=True)
+    with m.module("lora_B"):
+        b = m.param("weight", out_f, R, adapter=True)
+    delta = peft.delta_weight(w, a, b, m.sizes["r"] * k)
+    return lambda: ops.add(w, delta)
+
+
+def _cached(m: Builder, scope: str, evaluate: Read) -> Read:
+    """parametrize.cached(): the first read evaluates, later reads get the same tensor."""
+    memo: list[Tensor] = []
+
+    def read() -> Tensor:
+        if not memo:
+            with _scope(m, scope):
+                memo.append(evaluate())
+        return memo[0]
+    return read
+
+
+def _scope(m: Builder, name: str) -> AbstractContextManager[None]:
+    return m.module(name) if name else nullcontext()
