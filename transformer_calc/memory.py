@@ -2545,7 +2545,10 @@ def _saved_activations(spec: ModelSpec, s: Settings, T: int, p: Breakdown, lora:
     adapted = adapted_layers(spec, p, s.lora_targets) if lora else None
     acts = graph_activations(spec, s, T, amp=amp, amp16=amp16, pattern=pattern,
                              adapted_roles=None if adapted is None
-                             else frozenset(a.role for a in adapted))
+                             # (a MoE's experts by their weight: experts.gate_up, .out)
+                             else frozenset(a.role if a.role != "experts" else
+                                            "experts." + a.name.rsplit(".", 1)[1]
+                                            for a in adapted))
     if acts is not None:
         return acts
     acts = activation_breakdown(

@@ -202,28 +202,21 @@ def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | N
     """peft 0.21's targets for a MoE whose layout it converts (Mixtral's, the qwen2_moe
     pattern's: utils/transformers_weight_conversion.py, _convert_peft_config_moe): the
     router's and the experts' names (gate, w1/w3/w2 or gate_proj/up_proj/down_proj) become
-    target_parameters, wrapped by ParamWrapper (gate.weight, gate_up_proj, down_proj) and
-    leave target_modules, so a dense MLP's gate_proj/up_proj/down_proj is not adapted;
-    all-linear resolves to the nn.Linear layers' names plus those. None where peft refuses
-    a ParamWrapper (dropout) or computes it otherwise (16-bit adapters on the CPU)."""
+    target_parameters, each wrapped by a ParamWrapper (gate.weight, gate_up_proj,
+    down_proj), and leave target_modules (a dense MLP's gate_proj/up_proj/down_proj is not
+    adapted: transformer_calc.lora.adapted_layers gives no such role). roles: the router,
+    experts.gate_up, experts.out and the nn.Linear layers' roles. None where peft refuses a
+    ParamWrapper (dropout) or computes it otherwise (16-bit adapters on the CPU)."""
     from transformer_calc.graph.lora import Lora
 
-    if s.lora_dropout or dtype is not None or "shared" in roles:
-        return None
-    if s.lora_targets == ("all-linear",):
-        roles = frozenset(("q", "k", "v", "o", "shared_gate", "router", "gate", "up",
-                           "down"))
-    parameters = {"gate.weight"} if "router" in roles else set()
-    if roles & {"experts", "gate", "up"}:
-        parameters.add("gate_up_proj")
-    if roles & {"experts", "down"}:
-        parameters.add("down_proj")
-    modules = roles - {"router", "experts", "gate", "up", "down"}
+    wrapped = {"router": "gate.weight", "experts.gate_up": "gate_up_proj",
+               "experts.out": "down_proj"}
+    modules = roles - wrapped.keys()
     table = {**_MODULES, "shared_gate": "shared_expert_gate"}
-    if not modules <= table.keys():
+    if s.lora_dropout or dtype is not None or not modules <= table.keys():
         return None
     return Lora(s.lora_rank, frozenset(table[r] for r in modules), s.lora_dropout, dtype,
-                frozenset(parameters))
+                frozenset(wrapped[r] for r in roles & wrapped.keys()))
 
 
 def _run(s: Settings, T: int, amp: bool, amp16: bool, lora: Lora | None) -> Run:

@@ -38,6 +38,7 @@ nothing, so the bytes do not depend on the routing (measured: tests/test_graph_m
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -246,7 +247,7 @@ def _as_read(m: Builder, weights: list[tuple[str, Tensor, int]], scoped: bool = 
     reads: dict[str, Read] = {}
     for name, w, k in weights:
         if lora is None or not lora.wraps(w.storage.name):
-            reads[name] = lambda w=w: w
+            reads[name] = functools.partial(_itself, w)
             continue
         scope = name if scoped else ""
         with _scope(m, scope):
@@ -254,6 +255,10 @@ def _as_read(m: Builder, weights: list[tuple[str, Tensor, int]], scoped: bool = 
             evaluate()  # register_parametrization's check
         reads[name] = _cached(m, scope, evaluate)
     return reads
+
+
+def _itself(w: Tensor) -> Tensor:
+    return w
 
 
 def _parametrisation(m: Builder, w: Tensor, k: int) -> Read:
