@@ -79,7 +79,7 @@ ROWS = _rows()
 CONVERTED = [r for r in ROWS if _converted(r)]
 
 
-def _run(row: dict) -> Run:
+def converted_run(row: dict) -> Run:
     """The row's Run, with peft's conversion of the MoE targets where it applies."""
     run = row_run(row)
     if not _converted(row):
@@ -133,7 +133,7 @@ def test_the_rows_cover_the_five_types_both_experts_paths_and_lora() -> None:
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
 def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    result = evaluate(_family(row), _run(row))
+    result = evaluate(_family(row), converted_run(row))
     assert result.activation_bytes == row["measured_bytes"]
     if "trainable" in row:  # peft's count of the adapters' parameters
         assert result.trainable_params == row["trainable"][0]
@@ -141,7 +141,7 @@ def test_saved_bytes_equal_the_measurement(row: dict) -> None:
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
 def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
-    assert evaluate_fast(_family(row), _run(row)).activation_bytes == row["measured_bytes"]
+    assert evaluate_fast(_family(row), converted_run(row)).activation_bytes == row["measured_bytes"]
 
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
@@ -151,7 +151,7 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
     # (names, bytes, layers, stacks and notes; the formula's text may name H for G·Hkv
     # where the compiled structure's guards made them equal)
     assert [r[:2] + r[4:] for r in report.activations.rows] == [
-        r[:2] + r[4:] for r in component_rows(_family(row), _run(row))]
+        r[:2] + r[4:] for r in component_rows(_family(row), converted_run(row))]
 
 
 def test_param_wrapper_keeps_the_merged_weight_where_its_input_needs_a_gradient() -> None:
@@ -246,16 +246,18 @@ def test_rows_are_named_by_group_where_layers_differ() -> None:
     assert not any(r[0].startswith("decoder.ffn") for r in rows)
 
 
-def test_autocast_and_other_experts_paths_keep_the_rules() -> None:
+def test_other_experts_paths_keep_the_rules() -> None:
+    # Llama 4's experts run every expert on every token (experts_every_token): not the loop
+    # the graph transcribes (autocast: tests/test_graph_moe_amp.py)
     spec = _spec("mixtral-top1.json")
     s = Settings(precision="bf16", batch_size=2, seq_len=64, attention="sdpa", device="cuda",
-                 experts="eager")
-    # autocast: the eager loop would cast each hit expert's weight slice (a routing-
-    # dependent count of copies)
-    assert graph_costs.graph_activations(spec, s, 64, amp=True, amp16=False,
-                                         adapted_roles=None) is None
-    assert graph_costs.graph_activations(spec, s, 64, amp=False, amp16=False,
-                                         adapted_roles=None) is not None
+                 experts="auto")
+    fam = family_of(spec)
+    every = replace(spec, experts_grouped=False, experts_every_token=True)
+    assert graph_costs._experts(every, fam, s, False) is None
+    assert graph_costs._experts(spec, fam, s, False) == replace(fam, grouped=True)
+    assert graph_costs._experts(spec, fam, replace(s, experts="eager"), True) == replace(
+        fam, grouped=False)
 
 
 def _moe_settings(rng: random.Random) -> dict:

@@ -20,6 +20,22 @@ tests/data/activations_lora_cpu.jsonl holds B=2 T=128 --lora 8 on 11 variants, B
 --tcalc-targets names the same layers in tcalc's roles where peft's module names are not
 among tcalc's aliases (BERT's intermediate.dense is tcalc's up); the row records it.
 
+--autocast: an fp32 model whose forward and loss run under torch.autocast("cpu",
+torch.bfloat16); the rows say "autocast": "bf16" and count autocast's saved weight copies
+too (saved_tensors_hooks sees them). tests/data/autocast_activations_moe_cpu.jsonl was written
+by
+
+    python tools/measure_activations_hf.py --autocast tests/data/hf/variants/{llama-head-dim,\
+        mixtral-top1,qwen3_moe-sparse-step,olmoe-tiny,phimoe-top1,qwen2_moe-tiny}.json
+    python tools/measure_activations_hf.py --autocast --experts grouped_mm \
+        tests/data/hf/variants/{mixtral-top1,olmoe-tiny}.json
+    python tools/measure_activations_hf.py --autocast --lora 8 --lora-targets q_proj,v_proj \
+        tests/data/hf/variants/mixtral-top1.json
+    python tools/measure_activations_hf.py --autocast --lora 8 --lora-targets w1,w2,w3 \
+        tests/data/hf/variants/mixtral-top1.json
+    python tools/measure_activations_hf.py --autocast --lora 8 \
+        tests/data/hf/variants/qwen3_moe-sparse-step.json
+
 --mixers: only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
 Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's
 mixer rows; B ∈ {1, 2} and three lengths, fp32 and bf16, on transformers' torch path (the
@@ -54,9 +70,12 @@ DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
 
 
 def measure(config: dict, attention: str, dtype: str, B: int, T: int,
-            lora: tuple[int, str, float] | None = None, experts: str = "eager"
-            ) -> tuple[int, int]:
-    """Saved bytes, and the parameters that train (all of them; under LoRA, peft's)."""
+            lora: tuple[int, str, float] | None = None, experts: str = "eager",
+            autocast: bool = False) -> tuple[int, int]:
+    """Saved bytes, and the parameters that train (all of them; under LoRA, peft's);
+    autocast: the forward (and its loss) inside torch.autocast("cpu", torch.bfloat16)."""
+    import contextlib
+
     import transformers
 
     # a seq2seq model shifts the labels right by its decoder start token: give it one
@@ -76,7 +95,9 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
             r=rank, lora_dropout=dropout,
             target_modules=targets if targets == "all-linear" else targets.split(",")))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return saved_bytes(model, B, T)["saved_bytes"], trainable
+    with (torch.autocast("cpu", dtype=torch.bfloat16) if autocast
+          else contextlib.nullcontext()):
+        return saved_bytes(model, B, T)["saved_bytes"], trainable
 
 
 # class-name endings of the recurrent mixer modules (transformers 5.23)
@@ -149,6 +170,9 @@ def main() -> None:
     ap.add_argument("--experts", default="eager", choices=("eager", "grouped_mm"),
                     help="transformers' experts_implementation (rows without an experts key "
                          "were measured with eager)")
+    ap.add_argument("--autocast", action="store_true",
+                    help="an fp32 model under CPU autocast to bf16 (rows: dtype fp32, "
+                         "autocast bf16)")
     args = ap.parse_args()
     if args.mixers:
         for path in args.configs:
@@ -168,23 +192,27 @@ def main() -> None:
         config = json.loads(path.read_text())
         spec = spec_from_hf(config, str(path))
         for attention in ("eager", "sdpa"):
-            for dtype in DTYPES:
+            for dtype in ("fp32",) if args.autocast else DTYPES:
                 lora = (args.lora, args.lora_targets, args.lora_dropout) if args.lora else None
                 try:
                     got, trainable = measure(config, attention, dtype, args.B, args.T, lora,
-                                             args.experts)
+                                             args.experts, args.autocast)
                 except ValueError as e:  # e.g. a class without an SDPA path
                     print(json.dumps({"config": path.name, "attention": attention,
                                       "dtype": dtype, "skipped": str(e)[:100]}))
                     continue
                 report = memory_report(spec, Settings(
-                    precision="fp32" if dtype == "fp32" else "bf16", batch_size=args.B,
-                    seq_len=args.T, attention=attention, device="cpu",
+                    precision="fp32" if dtype == "fp32" and not args.autocast else "bf16",
+                    mixed=args.autocast, batch_size=args.B,
+                    # (tcalc's autocast is CUDA's: on the CPU it casts nothing)
+                    seq_len=args.T, attention=attention,
+                    device="cuda" if args.autocast else "cpu",
                     lora_rank=args.lora, lora_targets=tuple(
                         (args.tcalc_targets or args.lora_targets).split(",")),
                     lora_dropout=args.lora_dropout, experts=args.experts))
                 est = report.activations.total
                 print(json.dumps({"config": path.name, "attention": attention, "dtype": dtype,
+                                  **({"autocast": "bf16"} if args.autocast else {}),
                                   "B": args.B, "T": args.T, "lora": list(lora or ()),
                                   **({"tcalc_targets": args.tcalc_targets}
                                      if args.tcalc_targets else {}),

@@ -145,8 +145,8 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Family | None:
     """An MoE family with the experts implementation the run uses (memory.experts_impl:
     --experts, or transformers' default), or None where the graph does not model it:
-    autocast (the eager loop casts each hit expert's weight slice, so the copies depend on
-    the routing)."""
+    PhiMoE under autocast (sparsemixer's softmax of the 16-bit router logits is on CUDA
+    autocast's fp32 list, not on the CPU's: no CPU row pins it, tests/test_graph_moe_amp.py)."""
     import dataclasses
 
     from transformer_calc.graph.families.moe import Moe
@@ -155,7 +155,7 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
     if not isinstance(family, Moe):
         return family
     impl = experts_impl(spec, s.experts)
-    if autocast or impl not in ("eager", "grouped_mm"):
+    if (autocast and family.router == "sparsemixer") or impl not in ("eager", "grouped_mm"):
         return None
     return dataclasses.replace(family, grouped=impl == "grouped_mm")
 

@@ -27,6 +27,11 @@ def _active(trace: Trace) -> bool:
     return trace.autocast is not None and trace.device == "cuda" and not trace.autocast_paused
 
 
+def lower_precision(trace: Trace) -> DType | None:
+    """The dtype autocast runs the lower-precision list in where it is active, else None."""
+    return trace.autocast if _active(trace) else None
+
+
 @contextmanager
 def disabled(trace: Trace) -> Iterator[None]:
     trace.autocast_paused += 1

@@ -140,7 +140,9 @@ DESCRIPTIONS = {
     "index_add_'s source", "decoder.ffn.shared.activation": "what the shared expert's "
     "activation keeps", "decoder.ffn.shared.out_input": "the shared expert's down input",
     "decoder.ffn.shared_gate_product": "the shared expert's output and its sigmoid gate",
-    "lora_merged_weight": "W + s·B·A, kept", "lora_weight_casts": "A and B, cast"}
+    "lora_merged_weight": "W + s·B·A, kept", "lora_weight_casts": "A and B, cast",
+    "decoder.ffn.expert_weight_casts": "autocast's 16-bit copy of each expert's weight "
+    "slices, made anew per expert (a slice is not a leaf: not in autocast's cache)"}
 
 
 def description(name: str) -> str:
@@ -327,6 +329,8 @@ class _Namer:
                 return "ffn.expert_index"
             if role == "index_add_.source":
                 return "ffn.expert_scatter"
+            if role.endswith("mm.mat2"):  # autocast's copies of the experts' slices
+                return "ffn.expert_weight_casts"
             if st.op == "index":  # the tokens' copies, the slots' weights gathered
                 return "ffn.routed_input" if role.endswith("mm.self") else "ffn.routing_weight"
             if role.endswith("mm.self"):

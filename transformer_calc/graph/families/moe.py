@@ -43,7 +43,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
-from transformer_calc.graph import ops
+from transformer_calc.graph import autocast, ops
 from transformer_calc.graph.families import llama
 from transformer_calc.graph.modules import Builder
 from transformer_calc.graph.symbols import Dim
@@ -177,12 +177,27 @@ def _eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) ->
         pairs = m.trace.tensor((n, Dim.const(2)), I64, False)
     top_k_pos, token_idx = (ops.select(pairs, 1, j) for j in (0, 1))
     state = ops.index(flat, [token_idx])
-    gate, up = ops.split(ops.linear(state, ops.select(gate_up(), 0, 0)), m["Fe"], -1)
+    gate, up = ops.split(ops.linear(state, _expert_slice(m, gate_up())), m["Fe"], -1)
     with m.module("act_fn"):
         h = ops.silu(gate)
-    h = ops.linear(ops.mul(h, up), ops.select(down(), 0, 0))
+    h = ops.linear(ops.mul(h, up), _expert_slice(m, down()))
     h = ops.mul(h, ops.unsqueeze(ops.index(weights, [token_idx, top_k_pos]), -1))
     return ops.index_add_(final, token_idx, ops.to(h, final.dtype))
+
+
+def _expert_slice(m: Builder, w: Tensor) -> Tensor:
+    """self.gate_up_proj[expert_idx] (a view of the 3-D weight) as the loop's F.linear
+    reads it. Under autocast F.linear casts it to the 16-bit dtype anew at every call:
+    autocast's cache keeps only a parameter itself (autocast_mode.cpp cached_cast: a leaf
+    that requires grad, not a view), so each expert hit gets a copy of its slice, which the
+    matmul keeps where its input needs a gradient. Which experts are hit is routing: the
+    graph takes every expert as hit (a batch of many more routed tokens than experts
+    almost surely hits each, as the measured rows' did), so the copies are the X slices'
+    (one storage here, their bytes summed)."""
+    target = autocast.lower_precision(m.trace)
+    if target is not None and w.dtype.floating and w.dtype != target:
+        w = ops.to(w, target)
+    return ops.select(w, 0, 0)
 
 
 def _grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) -> Tensor:
