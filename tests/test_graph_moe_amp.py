@@ -148,3 +148,23 @@ def test_phimoe_under_autocast_keeps_the_rules() -> None:
     assert graph_costs.graph_activations(_spec("mixtral-top1.json"), s, 64, amp=True,
                                          amp16=False, adapted_roles=None) is not None
 
+
+
+def test_autocast_cache_holds_no_expert_weights() -> None:
+    # mixtral-top1: the step's autocast copies are the attention's, the routers' and the LM
+    # head's weights; the experts' 3-D weights are never in autocast's cache (grouped_mm
+    # reads them in fp32; the eager loop's slice copies are activations). The rules' eager
+    # loop (a spec the graph does not take: PhiMoE) keeps counting them as cached.
+    spec = _spec("mixtral-top1.json")
+    E, V, X, L, Hkv, dh = 256, 1000, 4, 2, 2, 32
+    outside = (2 * E * E + 2 * E * Hkv * dh + X * E) * L + V * E
+    for experts in ("grouped_mm", "eager"):
+        r = memory_report(spec, Settings(precision="bf16", mixed=True, batch_size=2,
+                                         seq_len=64, device="cuda", experts=experts))
+        assert r.phases[0].items.get("autocast_copies").total == 2 * outside
+    phimoe = _spec("phimoe-top1.json")
+    E, V, X, L, F = 16, 128, 4, 2, 40
+    r = memory_report(phimoe, Settings(precision="bf16", mixed=True, batch_size=2,
+                                       seq_len=64, device="cuda", experts="eager"))
+    assert r.phases[0].items.get("autocast_copies").total == 2 * (
+        (4 * E * E + X * E + 3 * X * E * F) * L + V * E)

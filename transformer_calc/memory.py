@@ -3074,13 +3074,15 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     return Breakdown(acts.model, "bytes", tuple(rows), notes, {}, acts.symbols)
 
 
-def autocast_copy_params(spec: ModelSpec, params: Breakdown, layers: str = "all") -> int:
+def autocast_copy_params(spec: ModelSpec, params: Breakdown, layers: str = "all",
+                         experts: bool = True) -> int:
     """Parameters torch autocast casts to 16-bit for a matmul (and keeps for backward): every
     linear and convolution weight and bias, the LM head (the token embedding itself when
     tied); not the norms, nor tables only looked up (embeddings, relative-position tables).
     ``layers``: "all", or "largest" / "none" with those outside the layers: what backward
     holds under full recomputation while it rebuilds a layer / before (autocast's cache dies
-    with the forward's autocast region; each rebuilt layer casts its weights anew)."""
+    with the forward's autocast region; each rebuilt layer casts its weights anew).
+    ``experts``: False leaves out the MoE experts' weights (cached_experts)."""
     outside = 0
     layer: dict[str, int] = {}
     for name, count, *_rest in params.rows:
@@ -3089,12 +3091,28 @@ def autocast_copy_params(spec: ModelSpec, params: Breakdown, layers: str = "all"
         if "norm" in name or (looked_up and not (name == "embed.tokens" and spec.tie_embeddings
                                                  and spec.lm_head)):
             continue
+        if not experts and ".ffn.experts." in name:
+            continue
         if stack:
             layer[stack] = layer.get(stack, 0) + count * (1 if layers == "largest" else repeat)
         else:
             outside += count * repeat
     return outside + (sum(layer.values()) if layers == "all" else
                       max(layer.values(), default=0) if layers == "largest" else 0)
+
+
+def cached_experts(spec: ModelSpec, s: Settings, acts: Breakdown) -> bool:
+    """Whether autocast's cache holds the MoE experts' 16-bit copies. Not for the 3-D experts
+    of transformers' experts classes (spec.experts_grouped): grouped_mm is not
+    autocast-enabled and reads them whole in fp32, and the eager loop's F.linear casts each
+    expert's slice anew (a view: autocast caches only a leaf parameter), copies the graph
+    keeps as activations (decoder.ffn.expert_weight_casts; measured under CPU autocast,
+    tests/test_graph_moe_amp.py). The rules keep counting the eager loop's as cached: the
+    same bytes, every expert hit."""
+    if not spec.experts_grouped:
+        return True
+    return not (experts_impl(spec, s.experts) == "grouped_mm"
+                or any(r[0].endswith("ffn.expert_weight_casts") for r in acts.rows))
 
 
 def training_timeline(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
@@ -3175,7 +3193,8 @@ def training_step(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         common.append(("autocast_copies", c["lora_weights"] // 2, "16-bit copies of the "
                        "adapters (torch autocast; the base is 16-bit already)"))
     elif s.mixed and not s.sixteen_bit_model and not fsdp2:
-        copies = math.ceil(2 * autocast_copy_params(spec, params) * share)
+        experts = cached_experts(spec, s, acts)
+        copies = math.ceil(2 * autocast_copy_params(spec, params, experts=experts) * share)
         common.append(("autocast_copies", copies, "16-bit copies of the matmul weights, kept "
                        "for backward (torch autocast; norms and embedding lookups stay fp32)"))
         if rebuilt:
@@ -3185,7 +3204,7 @@ def training_step(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
                 spec, params, "none") * share), "16-bit copies of the matmul weights outside "
                 "the layers (the layers' died with forward's autocast cache)")
             rebuild_copies = ("autocast_copies", math.ceil(2 * autocast_copy_params(
-                spec, params, "largest") * share), "16-bit copies of the matmul weights "
+                spec, params, "largest", experts) * share), "16-bit copies of the matmul weights "
                 "outside the layers and of the layer being rebuilt")
     if s.mixed and s.recipe in SIXTEEN_BIT_RECIPES:
         # Megatron-LM's DDP keeps one contiguous fp32 gradient buffer (main_grad), zeroed
