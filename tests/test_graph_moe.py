@@ -1,8 +1,10 @@
 """The op graph's mixture-of-experts decoders (transformer_calc/graph/families/moe.py: Mixtral,
-Qwen2-MoE, Qwen3-MoE, OLMoE, PhiMoE) against every measured CPU row of their configs, to the byte.
+Qwen2-MoE, Qwen3-MoE, OLMoE, PhiMoE, HunYuan-MoE) against every measured CPU row of their
+configs, to the byte.
 
 Fixtures (read, not changed): the rows of mixtral-top1, qwen2_moe-tiny,
-qwen3_moe-sparse-step and phimoe-top1 in tests/data/activations_*_cpu.jsonl,
+qwen3_moe-sparse-step, phimoe-top1 and hunyuan_v1_moe-tiny in
+tests/data/activations_*_cpu.jsonl,
 tests/data/activations_moe_norm_topk_cpu.jsonl (qwen3_moe-norm-topk: norm_topk_prob on) and
 tests/data/activations_olmoe_cpu.jsonl (olmoe-tiny: norm_topk_prob on; eager experts at
 B 2 T 64 with and without LoRA on q,v and q,k,v,o, grouped_mm at B 1 T 128), measured by
@@ -51,7 +53,8 @@ from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
 CONFIGS = ("mixtral-top1.json", "qwen2_moe-tiny.json", "qwen3_moe-sparse-step.json",
-           "qwen3_moe-norm-topk.json", "olmoe-tiny.json", "phimoe-top1.json")
+           "qwen3_moe-norm-topk.json", "olmoe-tiny.json", "phimoe-top1.json",
+           "hunyuan_v1_moe-tiny.json")
 # peft 0.21's _MOE_TARGET_MODULE_MAPPING (utils/transformers_weight_conversion.py): the
 # targets it converts into target_parameters, per conversion pattern; all-linear resolves to
 # the nn.Linear layers' names (the attention's, below) and all of these
@@ -62,7 +65,11 @@ MAPPING = {"mixtral": {"gate": "gate.weight", "w1": "gate_up_proj", "w3": "gate_
 # (Qwen2-MoE itself is not converted: its gate_proj/up_proj/down_proj are its dense and
 # shared experts' nn.Linear layers)
 PATTERN = {"mixtral-top1.json": "mixtral", "qwen3_moe-sparse-step.json": "qwen2_moe",
-           "qwen3_moe-norm-topk.json": "qwen2_moe", "olmoe-tiny.json": "qwen2_moe"}
+           "qwen3_moe-norm-topk.json": "qwen2_moe", "olmoe-tiny.json": "qwen2_moe",
+           "hunyuan_v1_moe-tiny.json": "qwen2_moe"}
+# all-linear's nn.Linear layers that keep their names: the attention's, HunYuan's router
+ATTENTION = frozenset(("q_proj", "k_proj", "v_proj", "o_proj"))
+LINEAR = {"hunyuan_v1_moe-tiny.json": ATTENTION | {"wg"}}
 
 
 def _rows() -> list[dict]:
@@ -87,7 +94,7 @@ def converted_run(row: dict) -> Run:
     rank, targets, dropout = row["lora"]
     mapping = MAPPING[PATTERN[row["config"]]]
     names = set(mapping) if targets == "all-linear" else set(targets.split(","))
-    modules = {"q_proj", "k_proj", "v_proj", "o_proj"} if targets == "all-linear" else \
+    modules = LINEAR.get(row["config"], ATTENTION) if targets == "all-linear" else \
         names - mapping.keys()
     return replace(run, lora=Lora(rank, frozenset(modules), dropout,
                                   parameters=frozenset(mapping[n] for n in names
@@ -121,9 +128,9 @@ def _settings(row: dict) -> Settings:
                     experts=row.get("experts", "eager"), **lora)  # type: ignore[arg-type]
 
 
-def test_the_rows_cover_the_five_types_both_experts_paths_and_lora() -> None:
+def test_the_rows_cover_the_six_types_both_experts_paths_and_lora() -> None:
     assert {r["config"] for r in ROWS} == set(CONFIGS)
-    assert len(ROWS) == 36 + 28 + 32 + 8 + 16 + 16 + 16 and len(CONVERTED) == 24 + 16
+    assert len(ROWS) == 36 + 28 + 32 + 8 + 16 + 16 + 16 + 24 and len(CONVERTED) == 24 + 16 + 8
     assert {r.get("experts", "eager") for r in ROWS} == {"eager", "grouped_mm"}
     assert {r.get("experts", "eager") for r in CONVERTED} == {"eager", "grouped_mm"}
     assert {r["lora"][1] for r in ROWS if r.get("lora")} == {
@@ -264,15 +271,15 @@ def _moe_settings(rng: random.Random) -> dict:
     """Settings of an MoE configuration: type, flags, dtype, device, kernel, LoRA targets
     over what peft adapts as nn.Linear and the parameters its MoE conversion wraps,
     recomputation."""
-    kind = rng.choice(("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "phimoe"))
+    kind = rng.choice(("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "phimoe", "hunyuan"))
     targets = ("q_proj", "v_proj", "o_proj") + (
         ("gate_proj", "down_proj", "shared_expert_gate") if kind == "qwen2_moe" else
-        ("router",) if kind == "phimoe" else ())
+        ("router",) if kind == "phimoe" else ("wg",) if kind == "hunyuan" else ())
     lora = None
     if rng.random() < 0.4:
         lora = (frozenset(rng.sample(targets, rng.choice((1, 2)))), rng.choice((0.0, 0.05)),
                 frozenset())
-    if kind in ("mixtral", "qwen3_moe", "olmoe") and rng.random() < 0.4:
+    if kind in ("mixtral", "qwen3_moe", "olmoe", "hunyuan") and rng.random() < 0.4:
         # peft's conversion: ParamWrapper over the router and expert weights (no dropout)
         wrapped = ("gate.weight", "gate_up_proj", "down_proj")
         lora = (frozenset(rng.sample(targets, rng.choice((0, 1)))), 0.0,
@@ -294,11 +301,14 @@ def _moe_draw(rng: random.Random, s: dict) -> tuple[Moe, Run]:
               dh=rng.choice((2, 4, 8)), F=rng.randint(1, 30), L=L,
               bias_q=s["kind"] == "qwen2_moe", bias_k=s["kind"] == "qwen2_moe",
               bias_v=s["kind"] == "qwen2_moe",
-              qk_norm={"qwen3_moe": "head", "olmoe": "width"}.get(s["kind"], "none"),
+              qk_norm={"qwen3_moe": "head", "olmoe": "width", "hunyuan": "rotated"}.get(
+                  s["kind"], "none"),
               X=X, K=rng.randint(1, X), Fe=rng.randint(1, 30), Fs=rng.randint(1, 30),
               pattern=pattern, layer_norm=s["kind"] == "phimoe",
-              router={"mixtral": "mixtral", "phimoe": "sparsemixer"}.get(s["kind"], "qwen"),
+              router={"mixtral": "mixtral", "phimoe": "sparsemixer",
+                      "hunyuan": "hunyuan"}.get(s["kind"], "qwen"),
               norm_topk=s["norm_topk"], shared_expert=s["kind"] == "qwen2_moe",
+              shared_mlp=s["kind"] == "hunyuan",
               grouped=s["grouped"])
     lora = None if s["lora"] is None else Lora(rng.choice((1, 4)), *s["lora"][:2],
                                                parameters=s["lora"][2])

@@ -211,8 +211,11 @@ def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | N
 
     wrapped = {"router": "gate.weight", "experts.gate_up": "gate_up_proj",
                "experts.out": "down_proj"}
-    modules = roles - wrapped.keys()
     table = {**_MODULES, "shared_gate": "shared_expert_gate"}
+    if family.router == "hunyuan":  # its router is an nn.Linear: gate.wg, adapted as one
+        del wrapped["router"]
+        table["router"] = "wg"
+    modules = roles - wrapped.keys()
     if s.lora_dropout or dtype is not None or not modules <= table.keys():
         return None
     return Lora(s.lora_rank, frozenset(table[r] for r in modules), s.lora_dropout, dtype,

@@ -123,7 +123,7 @@ _GEMMAS = ("gemma", "gemma2", "gemma3_text", "vaultgemma")
 # graph_activations reads it with the LoRA targets)
 _READS["moe"] = _READS["llama"] | {"n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                                    "d_ff_shared", "shared_expert_gate", "layer_ffn",
-                                   "router_topk", "peft_moe"}
+                                   "router_topk", "peft_moe", "peft_router_linear"}
 
 
 @functools.cache
@@ -288,29 +288,35 @@ def _gemma(spec: ModelSpec) -> gemma.Gemma | None:
                        window=spec.sliding_window,
                        kinds=kinds if len(set(kinds)) > 1 else kinds[0])
 def _moe(spec: ModelSpec) -> moe.Moe:
-    """Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and PhiMoE (spec_from_hf's fields for them): the
-    Llama layout with a router whose top-k handling the spec names (router_topk),
-    gate/up/down experts, at most one shared expert with its sigmoid gate, and dense layers
-    where layer_ffn says D.
+    """Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, PhiMoE and HunYuan-MoE (spec_from_hf's fields
+    for them): the Llama layout with a router whose top-k handling the spec names
+    (router_topk), gate/up/down experts, at most one shared expert with its sigmoid gate
+    (HunYuan's without), and dense layers where layer_ffn says D.
     Anything else (fused projections, a router bias or fp32 router, zero experts, several
     shared experts, a norm after the experts...) is refused."""
     from transformer_calc.plan import parse_pattern
 
     shared = spec.n_shared_experts
-    # PhiMoE: nn.LayerNorm and its sparsemixer router; the rest RMSNorm
+    # PhiMoE: nn.LayerNorm and its sparsemixer router; the rest RMSNorm. HunYuan (by its
+    # model type: its router, an nn.Linear, renormalises and casts as Qwen's with
+    # norm_topk_prob; its shared MLP has no gate; its q/k norms follow RoPE)
     phimoe = spec.router_topk == "sparsemixer"
+    hunyuan = spec.model_type == "hunyuan_v1_moe"
     norm = "layernorm" if phimoe else "rmsnorm"
-    if not (spec.router_topk != "none" and spec.norm == norm and spec.position == "rope"
+    if not ((spec.router_topk != "none") != hunyuan and spec.norm == norm
+            and spec.peft_router_linear == hunyuan and (spec.qk_norm == "head" or not hunyuan)
+            and spec.position == "rope"
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
             and not spec.dropout and spec.qk_norm in ("none", "head", "width")
             and spec.norm_position == "pre" and not spec.fused_qkv
             and not spec.fused_gate_up and not spec.rope_concat and not spec.norm_fp32
             and not spec.rope_fp32 and not spec.bias_ffn_in and not spec.bias_ffn_out
-            and (shared == 0 or (shared == 1 and spec.shared_expert_gate
+            and (shared == 0 or (shared == 1 and spec.shared_expert_gate != hunyuan
                                  and spec.shared_ff > 0))
             and not _unread(spec, "moe")):
         raise TcalcError(f"{spec.name}: no op graph for this mixture of experts yet (the "
-                         "graph engine covers Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and PhiMoE)")
+                         "graph engine covers Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, PhiMoE and "
+                         "HunYuan-MoE)")
     kinds = parse_pattern(spec.layer_ffn, "DEX", spec.n_layers, "layer_ffn") \
         if spec.layer_ffn else ("E",) * spec.n_layers
     if "X" in kinds:
@@ -320,13 +326,17 @@ def _moe(spec: ModelSpec) -> moe.Moe:
     return moe.Moe(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
                    dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
                    bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
-                   bias_o=spec.bias_o, attention_dropout=pa, qk_norm=spec.qk_norm,
+                   bias_o=spec.bias_o, attention_dropout=pa,
+                   qk_norm="rotated" if hunyuan else spec.qk_norm,
                    X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
                    Fs=spec.shared_ff if shared else 1,
                    pattern="" if set(kinds) == {"E"} else "".join(kinds),
-                   router={"renorm": "mixtral", "sparsemixer": "sparsemixer"}.get(
+                   router="hunyuan" if hunyuan else {
+                       "renorm": "mixtral", "sparsemixer": "sparsemixer"}.get(
                        spec.router_topk, "qwen"), layer_norm=phimoe,
-                   norm_topk=spec.router_topk != "cast", shared_expert=bool(shared),
+                   norm_topk=spec.router_topk != "cast",
+                   shared_expert=bool(shared) and not hunyuan,
+                   shared_mlp=bool(shared) and hunyuan,
                    grouped=spec.experts_grouped)
 
 

@@ -40,6 +40,7 @@ _LAYER = re.compile(r"^(?:transformer\.h|model\.layers)\.(\d+)(?:\.(.*))?$")
 _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm",
           "q_norm": "attn.q_norm", "k_norm": "attn.k_norm",
           "post_attention_layernorm": "ffn.norm", "pre_feedforward_layernorm": "ffn.norm",
+          "query_layernorm": "attn.q_norm", "key_layernorm": "attn.k_norm",
           "ln_f": "final_norm", "norm": "final_norm"}
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
@@ -58,14 +59,14 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "v_proj": "attn.input", "attn.c_proj": "attn.o_input", "o_proj": "attn.o_input",
            "c_fc": "ffn.input", "gate_proj": "ffn.input", "up_proj": "ffn.input",
            "mlp.c_proj": "ffn.out_input", "down_proj": "ffn.out_input",
-           "shared_expert_gate": "ffn.input", "router": "ffn.input"}
+           "shared_expert_gate": "ffn.input", "router": "ffn.input", "wg": "ffn.input"}
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
             "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
             "attn.c_proj": "attn.o", "o_proj": "attn.o", "c_fc": "ffn.in",
             "gate_proj": "ffn.gate", "up_proj": "ffn.in", "mlp.c_proj": "ffn.out",
             "down_proj": "ffn.out", "shared_expert_gate": "ffn.shared_gate",
-            "router": "ffn.router"}
+            "router": "ffn.router", "wg": "ffn.router"}
 # BERT-style encoders (families/bert.py): a layer's modules as the decoders' tables above
 # key them (post-norm: the attention output's LayerNorm is tcalc's attn.norm, the layer
 # output's its ffn.norm); their rows are named encoder.* in place of decoder.*
@@ -337,7 +338,7 @@ class _Namer:
                 return "ffn.out_input"
             out = product(self.ops[s.op_index].shape).poly
             return "ffn.activation" if _has(out, ("Fe",)) else "ffn.expert_output"
-        if where == "shared_expert":
+        if where in ("shared_expert", "shared_mlp"):  # Qwen2-MoE's, HunYuan's
             if role == "mm.self":
                 return "ffn.shared.out_input" if parts[-1] == "down_proj" else "ffn.input"
             return "ffn.shared.activation"

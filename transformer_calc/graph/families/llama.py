@@ -46,7 +46,9 @@ class Llama:
     fused_qkv: bool = False  # Phi-3's qkv_proj
     fused_gate_up: bool = False  # Phi-3's gate_up_proj
     rope_concat: bool = False  # Phi-3's apply_rotary_pos_emb: cat([rotated, pass])
-    qk_norm: str = "none"  # q_norm, k_norm: over each head (Qwen3) or the width (OLMo2)
+    # q_norm, k_norm: over each head (Qwen3) or the width (OLMo2); "rotated": HunYuan's
+    # query_layernorm, key_layernorm over each head after RoPE
+    qk_norm: str = "none"
     post_norm: bool = False  # OLMo2: each sublayer's output normalised, then added
     norm_fp32: bool = False  # OLMo2's RMSNorm: (weight * x) in fp32, then cast
     rope_fp32: bool = False  # OLMo2: cos and sin stay fp32, RoPE in fp32 cast back
@@ -189,6 +191,9 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
             heads(m.linear("v_proj", x, Hkv * dh, cfg.bias_v), Hkv)
     cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    if cfg.qk_norm == "rotated":  # HunYuanMoEV1Attention: the norms after RoPE
+        q = rms_norm(m, "query_layernorm", q, cfg.norm_fp32)
+        k = rms_norm(m, "key_layernorm", k, cfg.norm_fp32)
     if cfg.rope_fp32:  # olmo2's apply_rotary_pos_emb: q_embed.to(q_type)
         q, k = ops.to(q, v.dtype), ops.to(k, v.dtype)
     if cfg.rope_concat:  # torch.cat([rotated, x[..., rotary_dim:]]): the pass part empty

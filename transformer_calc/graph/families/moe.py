@@ -58,8 +58,11 @@ class Moe(llama.Llama):
     token, Fe an expert's inner size, Fs the shared expert's (Qwen2-MoE; 1 without one).
     pattern: per layer D (a dense MLP of F) or E (experts); "" every layer E.
     router: "mixtral" (always renormalised, scores fp32), "qwen" (renormalised with
-    norm_topk, scores cast to the model's dtype) or "sparsemixer" (PhiMoE: two experts
-    per token sampled in training, nn.Linear router). grouped: the grouped_mm experts."""
+    norm_topk, scores cast to the model's dtype), "hunyuan" (qwen's, renormalised, its
+    weight an nn.Linear, gate.wg) or "sparsemixer" (PhiMoE: two experts per token sampled
+    in training, nn.Linear router). shared_expert: Qwen2-MoE's gated shared expert;
+    shared_mlp: HunYuan's, ungated, run first on the block's input. grouped: the grouped_mm
+    experts."""
 
     X: int = 1
     K: int = 1
@@ -69,6 +72,7 @@ class Moe(llama.Llama):
     router: str = "mixtral"
     norm_topk: bool = True
     shared_expert: bool = False
+    shared_mlp: bool = False
     grouped: bool = False
 
     def sizes(self) -> dict[str, int]:
@@ -104,6 +108,8 @@ def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor) -> Tensor:
     B, T, E = x.shape
     N = B * T
     with m.module("mlp"):
+        # HunYuanMoEV1Moe: hidden_states_mlp = self.shared_mlp(hidden_states), first
+        ungated = llama._mlp(m, cfg, x, "shared_mlp", "Fs") if cfg.shared_mlp else None
         flat = ops.view(x, (N, E))  # hidden_states.view(-1, hidden_dim)
         shared = (llama._mlp(m, cfg, flat, "shared_expert", "Fs") if cfg.shared_expert
                   else None)
@@ -116,7 +122,8 @@ def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor) -> Tensor:
             # F.sigmoid(self.shared_expert_gate(x)) * shared_expert_output
             gate = ops.sigmoid(m.linear("shared_expert_gate", flat, Dim.const(1), False))
             out = ops.add(out, ops.mul(gate, shared))
-        return ops.reshape(out, (B, T, E))
+        out = ops.reshape(out, (B, T, E))
+        return out if ungated is None else ops.add(out, ungated)
 
 
 def _router(m: Builder, cfg: Moe, flat: Tensor) -> tuple[Tensor, Tensor]:
@@ -124,13 +131,17 @@ def _router(m: Builder, cfg: Moe, flat: Tensor) -> tuple[Tensor, Tensor]:
     over the experts in fp32; topk; the top values divided by their sum (in place);
     Qwen's cast back to the logits' dtype. Returns (scores, indices), (B·T, K) each."""
     with m.module("gate"):
-        w = m.param("weight", m["X"], flat.shape[-1])
-        logits = ops.linear(flat, _as_read(m, [("weight", w, 1)], scoped=False)["weight"]())
+        if cfg.router == "hunyuan":  # HunYuanMoEV1Gate: self.wg, an nn.Linear
+            logits = m.linear("wg", flat, m["X"], False)
+        else:
+            w = m.param("weight", m["X"], flat.shape[-1])
+            logits = ops.linear(flat, _as_read(m, [("weight", w, 1)],
+                                               scoped=False)["weight"]())
         probs = ops.softmax(logits, F32)
         values, indices = ops.topk(probs, m["K"])
         if cfg.router == "mixtral" or cfg.norm_topk:
             values = ops.div_(values, ops.sum_dim(values, -1, keepdim=True))
-        if cfg.router == "qwen":
+        if cfg.router in ("qwen", "hunyuan"):
             values = ops.to(values, logits.dtype)
     return values, indices
 
