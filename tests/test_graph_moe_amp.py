@@ -16,10 +16,11 @@ _grouped_mm, index, index_add_, mul, silu and topk have neither:
     python -c "import torch; print(torch._C._dispatch_has_kernel_for_dispatch_key(
         'aten::softmax.int', 'AutocastCUDA'), ...(..., 'AutocastCPU'))"
 
-and in Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE every fp32-list op reads fp32 already (the norms
-upcast first, the router's softmax and the attention's take dtype=float32, the loss reads
-logits.float()), so CUDA's casts there are no-ops. The dense Llama rows show the whole model
-so (the CUDA graph equals the CPU rows before any expert runs). PhiMoE's sparsemixer is the
+and in Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and HunYuan-MoE every fp32-list op reads fp32
+already (the norms upcast first, the router's softmax and the attention's take
+dtype=float32, the loss reads logits.float()), so CUDA's casts there are no-ops. The dense
+Llama rows show the whole model so (the CUDA graph equals the CPU rows before any expert
+runs). PhiMoE's sparsemixer is the
 exception: it takes the softmax of the 16-bit router logits, fp32 on CUDA (its fp32 list),
 bf16 on the CPU; its rows differ from the CUDA graph exactly there, and memory_report keeps
 the rules for PhiMoE under autocast.
@@ -76,7 +77,7 @@ def _graph(row: dict):  # type: ignore[no-untyped-def]
 
 
 def test_the_rows_cover_both_experts_paths_lora_and_peft_conversion() -> None:
-    assert len(ROWS) == 22 and len(PHIMOE) == 2
+    assert len(ROWS) == 24 and len(PHIMOE) == 2
     assert all(r["autocast"] == "bf16" and r["dtype"] == "fp32" for r in ROWS)
     assert {r.get("experts") for r in PINNED} == {None, "eager", "grouped_mm"}
     assert {r["lora"][1] for r in PINNED if r["lora"]} == {"q_proj,v_proj", "w1,w2,w3",

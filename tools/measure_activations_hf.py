@@ -35,6 +35,8 @@ by
         tests/data/hf/variants/mixtral-top1.json
     python tools/measure_activations_hf.py --autocast --lora 8 \
         tests/data/hf/variants/qwen3_moe-sparse-step.json
+    python tools/measure_activations_hf.py --autocast \
+        tests/data/hf/variants/hunyuan_v1_moe-tiny.json
 
 --mixers: only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
 Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's
