@@ -340,9 +340,37 @@ def _moe(spec: ModelSpec) -> moe.Moe:
                    grouped=spec.experts_grouped)
 
 
+# the Llama-shaped model types whose differences from Llama families/llama.py transcribes
+# as flags: model_type -> the mapper (before _llama, which reads none of their fields)
+_LLAMA_VARIANTS: dict[str, Callable[[ModelSpec], Family | None]] = {
+    "qwen3": lambda spec: _sliding(spec), "ministral": lambda spec: _sliding(spec)}
+
+
+def _llama_variant(spec: ModelSpec) -> Family | None:
+    variant = _LLAMA_VARIANTS.get(spec.model_type)
+    return variant(spec) if variant is not None else None
+
+
+def _sliding(spec: ModelSpec) -> llama.Llama | None:
+    """Qwen3Model and MinistralModel: Llama's layers, each with a causal or a sliding-window
+    mask as layer_types says (layer_attention: F full, S sliding); otherwise Llama's."""
+    import dataclasses
+
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if not spec.sliding_window:
+        return None
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    family = _llama(dataclasses.replace(spec, sliding_window=0, layer_attention=""))
+    if family is None or set(kinds) - {"F", "S"}:
+        return None
+    return dataclasses.replace(family, window=spec.sliding_window,
+                               kinds=kinds if len(set(kinds)) > 1 else kinds[0])
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _moe_family, _llama, _bert, _gemma_family)
+    _gpt2, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

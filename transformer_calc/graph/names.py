@@ -29,6 +29,7 @@ from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
 from transformer_calc.graph.families.bert import HEADS, Bert
 from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.families.gpt2 import GPT2
+from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.held import quadratic_in_t
 from transformer_calc.graph.modules import Run
@@ -457,7 +458,7 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
     pattern, groups = "", {}
     if isinstance(family, Moe) and len(set(family.pattern)) > 1:
         pattern, groups = family.pattern, {"D": "dense", "E": "moe"}
-    elif isinstance(family, Gemma) and len(set(family.kinds)) > 1:
+    elif isinstance(family, Gemma | Llama) and len(set(family.kinds)) > 1:
         pattern, groups = family.kinds, {"S": "sliding", "F": "full"}
     # (name, in layer, group) -> (layer, replayed) -> [bytes, how many]
     per: dict[tuple[str, bool, str], dict[tuple[int | None, bool], list[Poly]]] = {}

@@ -26,14 +26,15 @@ from dataclasses import dataclass
 from transformer_calc.graph import ops
 from transformer_calc.graph.families.llama import (
     apply_rotary,
+    attention_mask,
     eager_attention,
     repeat_kv,
     rotary_tables,
     sdpa_attention,
 )
-from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
+from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.symbols import Dim
-from transformer_calc.graph.tensor import BOOL, F32, I64, Tensor
+from transformer_calc.graph.tensor import F32, I64, Tensor
 
 RMS_EPS = 1e-6
 
@@ -86,7 +87,7 @@ def forward(m: Builder, cfg: Gemma) -> Tensor:
         # forward with that type's inv_freq and scaling: the same shapes); the others one
         tables = {k: rotary_tables(m, h) for k in present} if cfg.rope_per_kind else \
             dict.fromkeys(present, rotary_tables(m, h))
-        masks = {k: _mask(m, cfg, h, k) for k in present}
+        masks = {k: attention_mask(m, h, k, cfg.window) for k in present}
 
         def extras(kind: str) -> tuple[Tensor, ...]:
             mask = masks[kind]
@@ -114,19 +115,6 @@ def _scaled_embedding(m: Builder, ids: Tensor, V: Dim, E: Dim) -> Tensor:
         scale = m.trace.tensor((), m.run.dtype, False, "buffer",
                                "model.embed_tokens.embed_scale")
         return ops.mul(x, ops.to(scale, x.dtype))
-
-
-def _mask(m: Builder, cfg: Gemma, like: Tensor, kind: str) -> Tensor | None:
-    """causal_mask_mapping[kind]: eager, a (B, 1, T, T) float mask; SDPA, none for full
-    attention, and for sliding attention none while T < sliding_window, else sdpa_mask's
-    (1, 1, T, T) bool mask expanded over B."""
-    if m.run.attention == "eager":
-        return causal_mask(m, like)
-    if kind != "S" or not m["T"].value >= cfg.window:
-        return None
-    one, T = Dim.const(1), m["T"]
-    mask = m.trace.input((one, one, T, T), BOOL, "causal_mask")
-    return ops.expand(mask, (m["B"], one, T, T))
 
 
 def rms_norm(m: Builder, name: str, x: Tensor) -> Tensor:

@@ -20,7 +20,7 @@ from transformer_calc.graph import ops
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.symbols import Dim
-from transformer_calc.graph.tensor import F32, I64, Tensor
+from transformer_calc.graph.tensor import BOOL, F32, I64, Tensor
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,8 @@ class Llama:
     norm_fp32: bool = False  # OLMo2's RMSNorm: (weight * x) in fp32, then cast
     rope_fp32: bool = False  # OLMo2: cos and sin stay fp32, RoPE in fp32 cast back
     layer_norm: bool = False  # PhiMoE: nn.LayerNorm (with a bias) where Llama has RMSNorm
+    window: int = 0  # sliding_window (Qwen3, Ministral: the layers whose kind is S)
+    kinds: str = "F"  # each layer's attention, F full or S sliding (one letter: all)
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
@@ -76,16 +78,24 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
     with m.module("model"):
         h = m.embedding("embed_tokens", ids, V, E)
         # cache_position = arange(T); position_ids its unsqueezed view (one storage),
-        # passed to the layers with cos, sin and, eager, the causal mask
+        # passed to the layers with cos, sin and their mask
         positions = tr.tensor((m["T"],), I64, False)
         cos, sin = rotary_tables(m, h, cfg.rope_fp32)
-        mask = causal_mask(m, h) if m.run.attention == "eager" else None
-        extras = (positions, cos, sin) + (() if mask is None else (mask,))
+        # causal_mask_mapping: a mask per layer type in use
+        masks = {k: attention_mask(m, h, k, cfg.window) for k in sorted(set(cfg.kinds))}
 
-        def layer(x: Tensor, mlp: Mlp) -> Tensor:
-            return _layer(m, cfg, x, cos, sin, mask, mlp)
+        def extras(kind: str) -> tuple[Tensor, ...]:
+            mask = masks[kind]
+            return (positions, cos, sin) + (() if mask is None else (mask,))
 
-        h = (stack or _uniform)(m, layer, h, extras)
+        def layer(x: Tensor, mlp: Mlp, kind: str = "F") -> Tensor:
+            return _layer(m, cfg, x, cos, sin, masks[kind], mlp)
+
+        if stack is None:
+            h = m.layers_by_kind("layers", cfg.kinds, lambda x, k: layer(x, _mlp, k), h,
+                                 extras)
+        else:
+            h = stack(m, layer, h, extras("F"))
         h = _norm(m, cfg, "norm", h)
     with m.module("lm_head"):
         w = m.tied("model.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
@@ -93,10 +103,18 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
     return causal_lm_loss(logits, ids, V)
 
 
-def _uniform(m: Builder, layer: Callable[[Tensor, Mlp], Tensor], h: Tensor,
-             extras: tuple[Tensor, ...]) -> Tensor:
-    """L layers of LlamaMLP, traced until one repeats."""
-    return m.layers("layers", lambda x: layer(x, _mlp), h, extras)
+def attention_mask(m: Builder, like: Tensor, kind: str, window: int) -> Tensor | None:
+    """causal_mask_mapping[kind] (masking_utils.py): eager, a (B, 1, T, T) float mask in the
+    embeddings' dtype; SDPA, none for full attention (is_causal), and for sliding attention
+    none while T < sliding_window (_ignore_causal_mask_sdpa), else sdpa_mask's (1, 1, T, T)
+    bool mask expanded over B."""
+    if m.run.attention == "eager":
+        return causal_mask(m, like)
+    if kind != "S" or not m["T"].value >= window:
+        return None
+    one, T = Dim.const(1), m["T"]
+    mask = m.trace.input((one, one, T, T), BOOL, "causal_mask")
+    return ops.expand(mask, (m["B"], one, T, T))
 
 
 def rotary_tables(m: Builder, like: Tensor, fp32: bool = False) -> tuple[Tensor, Tensor]:
@@ -202,11 +220,13 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
         k, v = (ops.cat([t], -2) for t in (k, v))
     G = m["G"]  # query heads per K/V head, H / Hkv
     scaling = float(dh.value) ** -0.5
-    if mask is not None:
+    if m.run.attention == "eager":
+        assert mask is not None
         out = eager_attention(m, q, repeat_kv(k, G), repeat_kv(v, G), mask,
                               dropout=cfg.attention_dropout, scaling=scaling)
     else:
-        out = sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout, scaling=scaling)
+        out = sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout, scaling=scaling,
+                             mask=mask)
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
     return m.linear("o_proj", out, m["E"], cfg.bias_o)
 
