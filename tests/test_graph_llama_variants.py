@@ -33,7 +33,8 @@ from transformer_calc.memory import memory_report
 from transformer_calc.spec import ModelSpec
 
 # config -> its model type
-CONFIGS = {"qwen3-sliding-bias.json": "qwen3", "ministral-tiny.json": "ministral"}
+CONFIGS = {"qwen3-sliding-bias.json": "qwen3", "ministral-tiny.json": "ministral",
+           "olmo-tiny.json": "olmo"}
 ROWS = measured_rows(tuple(CONFIGS))
 IDS = ["{}-{}-{}-B{}-T{}-{}-{}".format(
     r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
@@ -104,6 +105,9 @@ def test_each_config_maps_to_its_flags() -> None:
     ministral = family_of(_spec("ministral-tiny.json"))
     assert isinstance(ministral, Llama) and ministral.kinds == "SSF"
     assert ministral.window == 16
+    olmo = family_of(_spec("olmo-tiny.json"))
+    assert isinstance(olmo, Llama) and olmo.norm == "olmo" and olmo.rope_fp32
+    assert olmo.bias_q and olmo.bias_o and not olmo.bias_mlp_in
 
 
 @pytest.mark.parametrize("config, change, why", [
@@ -113,6 +117,9 @@ def test_each_config_maps_to_its_flags() -> None:
      "chunked attention"),
     ("qwen3-sliding-bias.json", dict(dropout=0.1), "hidden dropout"),
     ("ministral-tiny.json", dict(attention_sinks=True), "attention sinks"),
+    ("olmo-tiny.json", dict(norm_fp32=False), "a weightless LayerNorm in the input's dtype"),
+    ("olmo-tiny.json", dict(norm="layernorm"), "a LayerNorm with weight and bias"),
+    ("olmo-tiny.json", dict(model_type="llama"), "OLMo's layout under another model type"),
 ])
 def test_what_the_graphs_do_not_transcribe_is_refused(config: str, change: dict,
                                                       why: str) -> None:
@@ -130,12 +137,14 @@ def _draw(rng: random.Random) -> tuple[Llama, Run]:
     L = rng.choice((1, 2, 3, 5))
     Hkv, G = rng.choice((1, 2)), rng.choice((1, 2, 4))
     kinds = rng.choice(("F", "S", "".join(rng.choice("SF") for _ in range(L))))
+    norm = rng.choice(("rms", "olmo"))
     fam = Llama(V=rng.randint(5, 60), E=rng.randint(1, 48), H=Hkv * G, Hkv=Hkv,
                 dh=rng.choice((2, 8, 10)), F=rng.randint(1, 40), L=L,
                 tied=rng.random() < 0.5, bias_q=(b := rng.random() < 0.3), bias_k=b,
                 bias_v=b, bias_o=b, attention_dropout=rng.choice((0.0, 0.0, 0.1)),
                 qk_norm=rng.choice(("none", "head")), window=rng.choice((1, 4, 8, 40)),
-                kinds=kinds if len(set(kinds)) > 1 else kinds[0])
+                kinds=kinds if len(set(kinds)) > 1 else kinds[0], norm=norm,
+                rope_fp32=norm == "olmo")
     device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
     lora = None
     if rng.random() < 0.4:

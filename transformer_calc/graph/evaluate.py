@@ -343,7 +343,8 @@ def _moe(spec: ModelSpec) -> moe.Moe:
 # the Llama-shaped model types whose differences from Llama families/llama.py transcribes
 # as flags: model_type -> the mapper (before _llama, which reads none of their fields)
 _LLAMA_VARIANTS: dict[str, Callable[[ModelSpec], Family | None]] = {
-    "qwen3": lambda spec: _sliding(spec), "ministral": lambda spec: _sliding(spec)}
+    "qwen3": lambda spec: _sliding(spec), "ministral": lambda spec: _sliding(spec),
+    "olmo": lambda spec: _olmo(spec)}
 
 
 def _llama_variant(spec: ModelSpec) -> Family | None:
@@ -366,6 +367,17 @@ def _sliding(spec: ModelSpec) -> llama.Llama | None:
         return None
     return dataclasses.replace(family, window=spec.sliding_window,
                                kinds=kinds if len(set(kinds)) > 1 else kinds[0])
+
+
+def _olmo(spec: ModelSpec) -> llama.Llama | None:
+    """OlmoModel: Llama's layers with OlmoLayerNorm (weightless, over an fp32 copy: the
+    spec's layernorm_noaffine with norm_fp32) and Olmo's fp32 RoPE (rope_fp32)."""
+    import dataclasses
+
+    if not (spec.norm == "layernorm_noaffine" and spec.norm_fp32 and spec.rope_fp32):
+        return None
+    family = _llama(dataclasses.replace(spec, norm="rmsnorm", norm_fp32=False))
+    return None if family is None else dataclasses.replace(family, norm="olmo")
 
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)

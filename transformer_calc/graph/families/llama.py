@@ -53,6 +53,8 @@ class Llama:
     norm_fp32: bool = False  # OLMo2's RMSNorm: (weight * x) in fp32, then cast
     rope_fp32: bool = False  # OLMo2: cos and sin stay fp32, RoPE in fp32 cast back
     layer_norm: bool = False  # PhiMoE: nn.LayerNorm (with a bias) where Llama has RMSNorm
+    norm: str = "rms"  # the layers' and the final norm: "rms" (LlamaRMSNorm), "olmo"
+    # (OlmoLayerNorm: F.layer_norm without weight or bias over an fp32 copy, cast back)
     window: int = 0  # sliding_window (Qwen3, Ministral: the layers whose kind is S)
     kinds: str = "F"  # each layer's attention, F full or S sliding (one letter: all)
 
@@ -163,7 +165,11 @@ def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor,
 
 
 def _norm(m: Builder, cfg: Llama, name: str, h: Tensor) -> Tensor:
-    """The pre-norm: LlamaRMSNorm, or PhiMoE's nn.LayerNorm."""
+    """The pre-norm: LlamaRMSNorm, PhiMoE's nn.LayerNorm, or OlmoLayerNorm.forward:
+    F.layer_norm(hidden_states.to(float32), ..., None, None).to(orig_dtype)."""
+    if cfg.norm == "olmo":
+        with m.module(name):
+            return ops.to(ops.layer_norm(ops.to(h, F32), None, None), h.dtype)
     return m.layer_norm(name, h) if cfg.layer_norm else rms_norm(m, name, h, cfg.norm_fp32)
 
 
