@@ -34,7 +34,7 @@ from transformer_calc.spec import ModelSpec
 
 # config -> its model type
 CONFIGS = {"qwen3-sliding-bias.json": "qwen3", "ministral-tiny.json": "ministral",
-           "olmo-tiny.json": "olmo"}
+           "olmo-tiny.json": "olmo", "bitnet-tiny.json": "bitnet"}
 ROWS = measured_rows(tuple(CONFIGS))
 IDS = ["{}-{}-{}-B{}-T{}-{}-{}".format(
     r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
@@ -97,6 +97,26 @@ def test_qwen3_lora_on_q_and_v_keeps_no_k_norm_in_the_first_layer() -> None:
         assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
 
 
+def test_bitnet_sdpa_fp32_keeps_the_kernels_output_once() -> None:
+    # BitNet's attn_sub_norm reads the attention's output: in fp32 its .to(float32) is the
+    # tensor itself, and SDPA's output, laid out (B, T, H, d_head), reshapes as a view: the
+    # norm's pow keeps the kernel's output, which the kernel keeps already. The rules count
+    # it again, B·T·H·d_head · 4 bytes a layer: +2.9 to +4.6 % on the six SDPA fp32 rows
+    # (under LoRA on the MLP alone the first layer's attention needs no gradient and keeps
+    # nothing, in the rules too: L - 1 layers)
+    rows = [r for r in ROWS if r["config"] == "bitnet-tiny.json"
+            and (r["attention"], r["dtype"]) == ("sdpa", "fp32")]
+    assert len(rows) == 6
+    fam = family_of(_spec("bitnet-tiny.json"))
+    for row in rows:
+        B, T = row["B"], row["T"]
+        labels = 8 if B == 1 else 0  # B = 1: the padded labels' storage
+        mlp_only = row.get("lora") == [8, "gate_proj,up_proj,down_proj", 0.0]
+        assert _rules(row) - row["measured_bytes"] == \
+            (fam.L - mlp_only) * B * T * fam.H * fam.dh * 4 - 4 - labels
+        assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
+
+
 # -- which specs map to these graphs ----------------------------------------------------------
 def test_each_config_maps_to_its_flags() -> None:
     qwen3 = family_of(_spec("qwen3-sliding-bias.json"))
@@ -108,6 +128,8 @@ def test_each_config_maps_to_its_flags() -> None:
     olmo = family_of(_spec("olmo-tiny.json"))
     assert isinstance(olmo, Llama) and olmo.norm == "olmo" and olmo.rope_fp32
     assert olmo.bias_q and olmo.bias_o and not olmo.bias_mlp_in
+    bitnet = family_of(_spec("bitnet-tiny.json"))
+    assert isinstance(bitnet, Llama) and bitnet.sub_norms and bitnet.activation == "relu2"
 
 
 @pytest.mark.parametrize("config, change, why", [
@@ -120,6 +142,9 @@ def test_each_config_maps_to_its_flags() -> None:
     ("olmo-tiny.json", dict(norm_fp32=False), "a weightless LayerNorm in the input's dtype"),
     ("olmo-tiny.json", dict(norm="layernorm"), "a LayerNorm with weight and bias"),
     ("olmo-tiny.json", dict(model_type="llama"), "OLMo's layout under another model type"),
+    ("bitnet-tiny.json", dict(activation="silu"), "sub-norms with a SiLU MLP"),
+    ("bitnet-tiny.json", dict(ffn="plain"), "an ungated squared-ReLU MLP"),
+    ("bitnet-tiny.json", dict(model_type="llama"), "sub-norms in Llama's forward"),
 ])
 def test_what_the_graphs_do_not_transcribe_is_refused(config: str, change: dict,
                                                       why: str) -> None:
@@ -138,13 +163,15 @@ def _draw(rng: random.Random) -> tuple[Llama, Run]:
     Hkv, G = rng.choice((1, 2)), rng.choice((1, 2, 4))
     kinds = rng.choice(("F", "S", "".join(rng.choice("SF") for _ in range(L))))
     norm = rng.choice(("rms", "olmo"))
+    bitnet = rng.random() < 0.3
     fam = Llama(V=rng.randint(5, 60), E=rng.randint(1, 48), H=Hkv * G, Hkv=Hkv,
                 dh=rng.choice((2, 8, 10)), F=rng.randint(1, 40), L=L,
                 tied=rng.random() < 0.5, bias_q=(b := rng.random() < 0.3), bias_k=b,
                 bias_v=b, bias_o=b, attention_dropout=rng.choice((0.0, 0.0, 0.1)),
                 qk_norm=rng.choice(("none", "head")), window=rng.choice((1, 4, 8, 40)),
                 kinds=kinds if len(set(kinds)) > 1 else kinds[0], norm=norm,
-                rope_fp32=norm == "olmo")
+                rope_fp32=norm == "olmo", sub_norms=bitnet,
+                activation="relu2" if bitnet else "silu")
     device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
     lora = None
     if rng.random() < 0.4:

@@ -344,7 +344,7 @@ def _moe(spec: ModelSpec) -> moe.Moe:
 # as flags: model_type -> the mapper (before _llama, which reads none of their fields)
 _LLAMA_VARIANTS: dict[str, Callable[[ModelSpec], Family | None]] = {
     "qwen3": lambda spec: _sliding(spec), "ministral": lambda spec: _sliding(spec),
-    "olmo": lambda spec: _olmo(spec)}
+    "olmo": lambda spec: _olmo(spec), "bitnet": lambda spec: _bitnet(spec)}
 
 
 def _llama_variant(spec: ModelSpec) -> Family | None:
@@ -378,6 +378,18 @@ def _olmo(spec: ModelSpec) -> llama.Llama | None:
         return None
     family = _llama(dataclasses.replace(spec, norm="rmsnorm", norm_fp32=False))
     return None if family is None else dataclasses.replace(family, norm="olmo")
+
+
+def _bitnet(spec: ModelSpec) -> llama.Llama | None:
+    """BitNetModel: Llama's layers with a squared-ReLU MLP and an RMSNorm before each output
+    projection (sub_norms: attn_sub_norm, ffn_sub_norm)."""
+    import dataclasses
+
+    if not (spec.sub_norms and spec.activation == "relu2" and spec.ffn == "gated"):
+        return None
+    family = _llama(dataclasses.replace(spec, sub_norms=False, activation="silu"))
+    return None if family is None else dataclasses.replace(family, activation="relu2",
+                                                           sub_norms=True)
 
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)

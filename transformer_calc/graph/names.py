@@ -42,7 +42,8 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "q_norm": "attn.q_norm", "k_norm": "attn.k_norm",
           "post_attention_layernorm": "ffn.norm", "pre_feedforward_layernorm": "ffn.norm",
           "query_layernorm": "attn.q_norm", "key_layernorm": "attn.k_norm",
-          "ln_f": "final_norm", "norm": "final_norm"}
+          "ln_f": "final_norm", "norm": "final_norm", "attn_sub_norm": "attn.sub_norm",
+          "ffn_sub_norm": "ffn.sub_norm"}
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -250,7 +251,7 @@ class _Namer:
                     st.numel.poly, ("F",)):
                 return "decoder.ffn.residual_dropout_mask"
             if role in ("pow.self", "tanh.result", "silu.self", "gelu.self", "mul.self",
-                        "mul.other"):
+                        "mul.other", "relu.result"):
                 return "decoder.ffn.activation"
         raise ValueError(f"no component name for {role} saved in {scope} "
                          f"(made in {st.name or 'the model'})")

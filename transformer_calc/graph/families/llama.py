@@ -55,6 +55,8 @@ class Llama:
     layer_norm: bool = False  # PhiMoE: nn.LayerNorm (with a bias) where Llama has RMSNorm
     norm: str = "rms"  # the layers' and the final norm: "rms" (LlamaRMSNorm), "olmo"
     # (OlmoLayerNorm: F.layer_norm without weight or bias over an fp32 copy, cast back)
+    activation: str = "silu"  # the MLP's: silu, relu2 (ReLUSquaredActivation: relu, square)
+    sub_norms: bool = False  # BitNet: attn_sub_norm before o_proj, ffn_sub_norm before down
     window: int = 0  # sliding_window (Qwen3, Ministral: the layers whose kind is S)
     kinds: str = "F"  # each layer's attention, F full or S sliding (one letter: all)
 
@@ -184,11 +186,20 @@ def _mlp(m: Builder, cfg: Llama, x: Tensor, name: str = "mlp", width: str = "F")
             gate, up = ops.split(m.linear("gate_up_proj", x, 2 * F, False), F, -1)
             x = m.linear("down_proj", ops.mul(up, ops.silu(gate)), E, cfg.bias_mlp_out)
         else:
-            gate = ops.silu(m.linear("gate_proj", x, F, cfg.bias_mlp_in))
-            x = m.linear("down_proj",
-                         ops.mul(gate, m.linear("up_proj", x, F, cfg.bias_mlp_in)), E,
-                         cfg.bias_mlp_out)
+            gate = _activation(cfg, m.linear("gate_proj", x, F, cfg.bias_mlp_in))
+            x = ops.mul(gate, m.linear("up_proj", x, F, cfg.bias_mlp_in))
+            if cfg.sub_norms:  # BitNetMLP: down_proj(ffn_sub_norm(act(gate(x)) * up(x)))
+                x = rms_norm(m, "ffn_sub_norm", x)
+            x = m.linear("down_proj", x, E, cfg.bias_mlp_out)
     return x
+
+
+def _activation(cfg: Llama, x: Tensor) -> Tensor:
+    """ACT2FN[hidden_act]: SiLU, or ReLUSquaredActivation: torch.square(relu(x)), square
+    being pow(x, 2) (relu keeps its result, pow its input: one storage)."""
+    if cfg.activation == "relu2":
+        return ops.pow(ops.relu(x), 2.0)
+    return ops.silu(x)
 
 
 def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
@@ -234,6 +245,8 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
         out = sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout, scaling=scaling,
                              mask=mask)
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
+    if cfg.sub_norms:  # BitNetAttention: self.attn_sub_norm(attn_output), then o_proj
+        out = rms_norm(m, "attn_sub_norm", out)
     return m.linear("o_proj", out, m["E"], cfg.bias_o)
 
 
