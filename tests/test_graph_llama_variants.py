@@ -34,7 +34,8 @@ from transformer_calc.spec import ModelSpec
 
 # config -> its model type
 CONFIGS = {"qwen3-sliding-bias.json": "qwen3", "ministral-tiny.json": "ministral",
-           "olmo-tiny.json": "olmo", "bitnet-tiny.json": "bitnet"}
+           "olmo-tiny.json": "olmo", "bitnet-tiny.json": "bitnet",
+           "nemotron-tiny.json": "nemotron"}
 ROWS = measured_rows(tuple(CONFIGS))
 IDS = ["{}-{}-{}-B{}-T{}-{}-{}".format(
     r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
@@ -117,6 +118,25 @@ def test_bitnet_sdpa_fp32_keeps_the_kernels_output_once() -> None:
         assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
 
 
+def test_nemotron_keeps_its_layer_norms_weight_plus_one() -> None:
+    # NemotronLayerNorm1P passes self.weight + 1.0 to F.layer_norm, whose backward keeps its
+    # weight: a (d_model,) activation per norm whose input needs a gradient (5 in full
+    # training: two a layer and the final one; under LoRA the first layer's input norm
+    # has none, nor, with the attention frozen, its second); the rules have no row for it
+    # (and with no partial_rotary_factor read, which the spec reads now, the rules counted
+    # cos and sin and the rotated copies over the whole head: +0.13 to +0.73 %)
+    for row in (r for r in ROWS if r["config"] == "nemotron-tiny.json"):
+        spec = _spec(row["config"])
+        fam = family_of(spec)
+        itemsize = 4 if row["dtype"] == "fp32" else 2
+        lora = row.get("lora")
+        frozen = 0 if not lora else 2 if lora[1] == "gate_proj,up_proj,down_proj" else 1
+        norms = 2 * fam.L + 1 - frozen
+        labels = 8 if row["B"] == 1 else 0
+        assert row["measured_bytes"] - _rules(row) == norms * fam.E * itemsize + 4 + labels
+        assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
+
+
 # -- which specs map to these graphs ----------------------------------------------------------
 def test_each_config_maps_to_its_flags() -> None:
     qwen3 = family_of(_spec("qwen3-sliding-bias.json"))
@@ -130,6 +150,11 @@ def test_each_config_maps_to_its_flags() -> None:
     assert olmo.bias_q and olmo.bias_o and not olmo.bias_mlp_in
     bitnet = family_of(_spec("bitnet-tiny.json"))
     assert isinstance(bitnet, Llama) and bitnet.sub_norms and bitnet.activation == "relu2"
+    nemotron = family_of(_spec("nemotron-tiny.json"))
+    # NemotronConfig's partial_rotary_factor defaults to 0.5: 8 of each head's 16 rotated
+    assert isinstance(nemotron, Llama) and nemotron.norm == "layer1p"
+    assert not nemotron.gated and nemotron.activation == "relu2"
+    assert nemotron.partial_rotary and nemotron.dr == 8 and nemotron.rope_concat
 
 
 @pytest.mark.parametrize("config, change, why", [
@@ -145,6 +170,11 @@ def test_each_config_maps_to_its_flags() -> None:
     ("bitnet-tiny.json", dict(activation="silu"), "sub-norms with a SiLU MLP"),
     ("bitnet-tiny.json", dict(ffn="plain"), "an ungated squared-ReLU MLP"),
     ("bitnet-tiny.json", dict(model_type="llama"), "sub-norms in Llama's forward"),
+    ("nemotron-tiny.json", dict(activation="gelu"), "another activation"),
+    ("nemotron-tiny.json", dict(ffn="gated"), "a gated MLP"),
+    ("nemotron-tiny.json", dict(norm="rmsnorm"), "RMSNorm"),
+    ("nemotron-tiny.json", dict(rotary_fraction=0.2), "an odd rotated width: int(16 · 0.2)"),
+    ("nemotron-tiny.json", dict(model_type="phi"), "Nemotron's layout as another type"),
 ])
 def test_what_the_graphs_do_not_transcribe_is_refused(config: str, change: dict,
                                                       why: str) -> None:
@@ -164,14 +194,19 @@ def _draw(rng: random.Random) -> tuple[Llama, Run]:
     kinds = rng.choice(("F", "S", "".join(rng.choice("SF") for _ in range(L))))
     norm = rng.choice(("rms", "olmo"))
     bitnet = rng.random() < 0.3
+    dh = rng.choice((2, 8, 10))
+    nemotron = not bitnet and rng.random() < 0.3
+    dr = rng.choice([d for d in (2, 4, 6) if d < dh] or [0]) if nemotron else 0
     fam = Llama(V=rng.randint(5, 60), E=rng.randint(1, 48), H=Hkv * G, Hkv=Hkv,
-                dh=rng.choice((2, 8, 10)), F=rng.randint(1, 40), L=L,
+                dh=dh, F=rng.randint(1, 40), L=L,
                 tied=rng.random() < 0.5, bias_q=(b := rng.random() < 0.3), bias_k=b,
                 bias_v=b, bias_o=b, attention_dropout=rng.choice((0.0, 0.0, 0.1)),
                 qk_norm=rng.choice(("none", "head")), window=rng.choice((1, 4, 8, 40)),
-                kinds=kinds if len(set(kinds)) > 1 else kinds[0], norm=norm,
+                kinds=kinds if len(set(kinds)) > 1 else kinds[0],
+                norm="layer1p" if nemotron else norm, gated=not nemotron,
+                rope_concat=nemotron, partial_rotary=bool(dr), dr=dr,
                 rope_fp32=norm == "olmo", sub_norms=bitnet,
-                activation="relu2" if bitnet else "silu")
+                activation="relu2" if bitnet or nemotron else "silu")
     device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
     lora = None
     if rng.random() < 0.4:

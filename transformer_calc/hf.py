@@ -3790,7 +3790,13 @@ def _nemotron(c: Config) -> dict[str, Any]:
     and the attention divides by it (transformers 5.23 cannot build a null)."""
     _needs(c, "num_key_value_heads", "NemotronAttention divides the heads by it; "
            "NemotronConfig derives none")
-    return _generic(c, GENERIC["nemotron"])
+    # NemotronConfig: kwargs.setdefault("partial_rotary_factor", 0.5), kept in
+    # rope_parameters, whose value NemotronRotaryEmbedding reads
+    rope = c.data.get("rope_parameters")
+    fraction = rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
+    if fraction is None:
+        fraction = c.get("partial_rotary_factor", 0.5)
+    return _generic(c, GENERIC["nemotron"]) | {"rotary_fraction": fraction}
 
 
 def _ministral(c: Config) -> dict[str, Any]:

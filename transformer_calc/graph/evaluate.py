@@ -344,7 +344,8 @@ def _moe(spec: ModelSpec) -> moe.Moe:
 # as flags: model_type -> the mapper (before _llama, which reads none of their fields)
 _LLAMA_VARIANTS: dict[str, Callable[[ModelSpec], Family | None]] = {
     "qwen3": lambda spec: _sliding(spec), "ministral": lambda spec: _sliding(spec),
-    "olmo": lambda spec: _olmo(spec), "bitnet": lambda spec: _bitnet(spec)}
+    "olmo": lambda spec: _olmo(spec), "bitnet": lambda spec: _bitnet(spec),
+    "nemotron": lambda spec: _nemotron(spec)}
 
 
 def _llama_variant(spec: ModelSpec) -> Family | None:
@@ -390,6 +391,25 @@ def _bitnet(spec: ModelSpec) -> llama.Llama | None:
     family = _llama(dataclasses.replace(spec, sub_norms=False, activation="silu"))
     return None if family is None else dataclasses.replace(family, activation="relu2",
                                                            sub_norms=True)
+
+
+def _nemotron(spec: ModelSpec) -> llama.Llama | None:
+    """NemotronModel: NemotronLayerNorm1P (a LayerNorm with weight + 1 and a bias) before
+    attention, before the MLP and at the end; an ungated squared-ReLU MLP; RoPE on the
+    first int(d_head · rotary_fraction) of each head, concatenated with the rest."""
+    import dataclasses
+
+    dr = int(spec.head_dim * spec.rotary_fraction)
+    if not (spec.norm == "layernorm" and spec.ffn == "plain" and spec.activation == "relu2"
+            and spec.rope_concat and dr > 0 and dr % 2 == 0):
+        return None
+    family = _llama(dataclasses.replace(spec, norm="rmsnorm", ffn="gated", activation="silu",
+                                        rope_concat=False, rotary_fraction=1.0))
+    if family is None:
+        return None
+    return dataclasses.replace(family, norm="layer1p", gated=False, activation="relu2",
+                               rope_concat=True, partial_rotary=dr < spec.head_dim,
+                               dr=dr if dr < spec.head_dim else 0)
 
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)

@@ -52,6 +52,8 @@ _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
 # GemmaRMSNorm (x̂ · (1 + w): x̂ as self, the fp32 1 + w as other)
 _NORM_PARTS = {"native_layer_norm.input": "input", "native_layer_norm.result1": "stats",
                "native_layer_norm.result2": "stats", "pow.self": "input_fp32",
+               "native_layer_norm.weight": "weight_plus_one",
+               "native_layer_norm.bias": "bias_cast",
                "rsqrt.result": "rstd", "mul.self": "input_fp32", "mul.other": "normalized"}
 _GEMMA_NORM_PARTS = dict(_NORM_PARTS, **{"mul.self": "normalized",
                                          "mul.other": "one_plus_weight"})
@@ -131,6 +133,8 @@ DESCRIPTIONS = {
     "input", "head.mlm.activation": "the head's activation "
     "keeps its input", "head.mlm.decoder_input": "the decoder's input",
     "one_plus_weight": "fp32 1 + weight, kept by the product",
+    "weight_plus_one": "weight + 1, kept by the LayerNorm (Nemotron's LayerNorm1P)",
+    "bias_cast": "the bias cast to autocast's dtype, kept by the LayerNorm",
     "decoder.attn.softcap_tanh": "tanh of the scores / cap",
     "head.softcap_tanh": "tanh of the logits / cap",
     "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output",

@@ -463,8 +463,10 @@ def embedding(w: Tensor, ids: Tensor) -> Tensor:
 
 def layer_norm(x: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
     """derivatives.yaml native_layer_norm: native_layer_norm_backward(grad, input, ...,
-    result1, result2, weight, bias, ...): input, mean and rstd whenever the node exists.
-    mean and rstd are (..., 1): fp32 on CUDA (acc type), the input's dtype on the CPU."""
+    result1, result2, weight, bias, ...): input, mean, rstd, weight and bias whenever the
+    node exists (a weight is a parameter, kept as the model's own memory, unless it was
+    computed: NemotronLayerNorm1P's weight + 1). mean and rstd are (..., 1): fp32 on CUDA
+    (acc type), the input's dtype on the CPU."""
     (x,) = autocast.cast_inputs("layer_norm", x)
     out = _new(x, x.shape, x.dtype, _rg(x, w, b))
     stats_dtype = F32 if x.trace.device == "cuda" else x.dtype
@@ -472,7 +474,8 @@ def layer_norm(x: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
     mean_ = _new(x, stats, stats_dtype, False)
     rstd = _new(x, stats, stats_dtype, False)
     x.trace.record("native_layer_norm", out, [("input", x, True), ("result1", mean_, True),
-                                              ("result2", rstd, True)])
+                                              ("result2", rstd, True), ("weight", w, True),
+                                              ("bias", b, True)])
     return out
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from transformer_calc.graph import ops
+from transformer_calc.graph import autocast, ops
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.symbols import Dim
@@ -26,7 +26,8 @@ from transformer_calc.graph.tensor import BOOL, F32, I64, Tensor
 @dataclass(frozen=True)
 class Llama:
     """The config keys that shape the graph. Symbols: V vocab, E hidden, H heads, Hkv K/V
-    heads, dh head_dim, F intermediate, L layers, G = H / Hkv query heads per K/V head."""
+    heads, dh head_dim, F intermediate, L layers, G = H / Hkv query heads per K/V head,
+    dr the rotated part of a head (partial_rotary; else dr = dh, unused)."""
 
     V: int
     E: int
@@ -54,7 +55,12 @@ class Llama:
     rope_fp32: bool = False  # OLMo2: cos and sin stay fp32, RoPE in fp32 cast back
     layer_norm: bool = False  # PhiMoE: nn.LayerNorm (with a bias) where Llama has RMSNorm
     norm: str = "rms"  # the layers' and the final norm: "rms" (LlamaRMSNorm), "olmo"
-    # (OlmoLayerNorm: F.layer_norm without weight or bias over an fp32 copy, cast back)
+    # (OlmoLayerNorm: F.layer_norm without weight or bias over an fp32 copy, cast back),
+    # "layer1p" (NemotronLayerNorm1P: nn.LayerNorm's forward with weight + 1)
+    gated: bool = True  # gate_proj beside up_proj (False: NemotronMLP, down(act(up(x))))
+    partial_rotary: bool = False  # Nemotron: RoPE on the first dr of each head, the rest
+    # concatenated after it (rope_concat)
+    dr: int = 0  # the rotated width (partial_rotary)
     activation: str = "silu"  # the MLP's: silu, relu2 (ReLUSquaredActivation: relu, square)
     sub_norms: bool = False  # BitNet: attn_sub_norm before o_proj, ffn_sub_norm before down
     window: int = 0  # sliding_window (Qwen3, Ministral: the layers whose kind is S)
@@ -62,7 +68,7 @@ class Llama:
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
-                "F": self.F, "L": self.L, "G": self.H // self.Hkv}
+                "F": self.F, "L": self.L, "G": self.H // self.Hkv, "dr": self.dr or self.dh}
 
 
 # an MLP: (builder, config, the post-attention norm's output) -> its output
@@ -84,7 +90,7 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
         # cache_position = arange(T); position_ids its unsqueezed view (one storage),
         # passed to the layers with cos, sin and their mask
         positions = tr.tensor((m["T"],), I64, False)
-        cos, sin = rotary_tables(m, h, cfg.rope_fp32)
+        cos, sin = rotary_tables(m, h, cfg.rope_fp32, m["dr"] if cfg.partial_rotary else None)
         # causal_mask_mapping: a mask per layer type in use
         masks = {k: attention_mask(m, h, k, cfg.window) for k in sorted(set(cfg.kinds))}
 
@@ -121,11 +127,13 @@ def attention_mask(m: Builder, like: Tensor, kind: str, window: int) -> Tensor |
     return ops.expand(mask, (m["B"], one, T, T))
 
 
-def rotary_tables(m: Builder, like: Tensor, fp32: bool = False) -> tuple[Tensor, Tensor]:
+def rotary_tables(m: Builder, like: Tensor, fp32: bool = False, width: Dim | None = None
+                  ) -> tuple[Tensor, Tensor]:
     """LlamaRotaryEmbedding.forward, under no_grad, once for the model: cos and sin of
     (1, T, dh), cast to the activation dtype (a view of the fp32 product when that is
-    fp32); Olmo2RotaryEmbedding leaves them fp32."""
-    one, T, dh = Dim.const(1), m["T"], m["dh"]
+    fp32); Olmo2RotaryEmbedding leaves them fp32. width: a partial rotary's (Nemotron's
+    inv_freq covers int(head_dim · partial_rotary_factor))."""
+    one, T, dh = Dim.const(1), m["T"], width or m["dh"]
     with m.trace.no_grad(), m.module("rotary_emb"):
         pair = []
         for _ in ("cos", "sin"):
@@ -172,7 +180,23 @@ def _norm(m: Builder, cfg: Llama, name: str, h: Tensor) -> Tensor:
     if cfg.norm == "olmo":
         with m.module(name):
             return ops.to(ops.layer_norm(ops.to(h, F32), None, None), h.dtype)
+    if cfg.norm == "layer1p":
+        return _layer_norm_1p(m, name, h)
     return m.layer_norm(name, h) if cfg.layer_norm else rms_norm(m, name, h, cfg.norm_fp32)
+
+
+def _layer_norm_1p(m: Builder, name: str, h: Tensor) -> Tensor:
+    """NemotronLayerNorm1P.forward: F.layer_norm(input, shape, self.weight + 1.0, bias), its
+    arguments first cast to autocast's dtype when autocast is on (_cast_if_autocast_enabled:
+    .to copies), then run with autocast off (so in 16 bits under autocast)."""
+    with m.module(name):
+        E, tr = h.shape[-1], h.trace
+        args = [h, ops.add(m.param("weight", E), 1.0), m.param("bias", E)]
+        half = autocast.lower_precision(tr)
+        if half is not None:
+            args = [ops.to(t, half) for t in args]
+        with autocast.disabled(tr):
+            return ops.layer_norm(*args)
 
 
 def _mlp(m: Builder, cfg: Llama, x: Tensor, name: str = "mlp", width: str = "F") -> Tensor:
@@ -185,6 +209,9 @@ def _mlp(m: Builder, cfg: Llama, x: Tensor, name: str = "mlp", width: str = "F")
             # up_states * act(gate): the chunks are views of one output
             gate, up = ops.split(m.linear("gate_up_proj", x, 2 * F, False), F, -1)
             x = m.linear("down_proj", ops.mul(up, ops.silu(gate)), E, cfg.bias_mlp_out)
+        elif not cfg.gated:  # NemotronMLP: down_proj(act_fn(up_proj(x)))
+            up = _activation(cfg, m.linear("up_proj", x, F, cfg.bias_mlp_in))
+            x = m.linear("down_proj", up, E, cfg.bias_mlp_out)
         else:
             gate = _activation(cfg, m.linear("gate_proj", x, F, cfg.bias_mlp_in))
             x = ops.mul(gate, m.linear("up_proj", x, F, cfg.bias_mlp_in))
@@ -225,13 +252,17 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
             heads(m.linear("k_proj", x, Hkv * dh, cfg.bias_k), Hkv, "k_norm"), \
             heads(m.linear("v_proj", x, Hkv * dh, cfg.bias_v), Hkv)
     cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
-    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    if cfg.partial_rotary:  # Nemotron: cat((q_embed, q_pass), dim=-1), a new tensor
+        q, k = (_partial_rotary(t, cos, sin, m["dr"]) for t in (q, k))
+    else:
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     if cfg.qk_norm == "rotated":  # HunYuanMoEV1Attention: the norms after RoPE
         q = rms_norm(m, "query_layernorm", q, cfg.norm_fp32)
         k = rms_norm(m, "key_layernorm", k, cfg.norm_fp32)
     if cfg.rope_fp32:  # olmo2's apply_rotary_pos_emb: q_embed.to(q_type)
         q, k = ops.to(q, v.dtype), ops.to(k, v.dtype)
-    if cfg.rope_concat:  # torch.cat([rotated, x[..., rotary_dim:]]): the pass part empty
+    if cfg.rope_concat and not cfg.partial_rotary:
+        # torch.cat([rotated, x[..., rotary_dim:]]): the pass part empty
         q, k = ops.cat([q], -1), ops.cat([k], -1)
     if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
         k, v = (ops.cat([t], -2) for t in (k, v))
@@ -257,6 +288,14 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     x1, x2 = ops.narrow(x, -1, 0, half), ops.narrow(x, -1, half.value, half)
     rotated = ops.cat([ops.neg(x2), x1], -1)
     return ops.add(ops.mul(x, cos), ops.mul(rotated, sin))
+
+
+def _partial_rotary(x: Tensor, cos: Tensor, sin: Tensor, dr: Dim) -> Tensor:
+    """Nemotron's apply_rotary_pos_emb: x[..., :rot_dim] rotated, x[..., rot_dim:] passed,
+    both views; torch.cat((x_embed, x_pass), dim=-1)."""
+    rest = x.shape[-1] + dr * -1
+    rotated = apply_rotary(ops.narrow(x, -1, 0, dr), cos, sin)
+    return ops.cat([rotated, ops.narrow(x, -1, dr.value, rest)], -1)
 
 
 def repeat_kv(x: Tensor, groups: Dim) -> Tensor:
