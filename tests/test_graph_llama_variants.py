@@ -35,7 +35,7 @@ from transformer_calc.spec import ModelSpec
 # config -> its model type
 CONFIGS = {"qwen3-sliding-bias.json": "qwen3", "ministral-tiny.json": "ministral",
            "olmo-tiny.json": "olmo", "bitnet-tiny.json": "bitnet",
-           "nemotron-tiny.json": "nemotron"}
+           "nemotron-tiny.json": "nemotron", "apertus-tiny.json": "apertus"}
 ROWS = measured_rows(tuple(CONFIGS))
 IDS = ["{}-{}-{}-B{}-T{}-{}-{}".format(
     r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
@@ -137,6 +137,23 @@ def test_nemotron_keeps_its_layer_norms_weight_plus_one() -> None:
         assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
 
 
+def test_apertus_keeps_xielus_alphas() -> None:
+    # XIELUActivation: softplus(alpha_p) · x keeps the (1,) softplus(alpha_p) for x's
+    # gradient, and (expm1(min(x, eps)) - x) · alpha_n the (1,) beta + softplus(alpha_n):
+    # two elements a layer, which the rules leave out; under LoRA on q and v the first
+    # layer's k_norm (over a frozen projection of a frozen input) keeps nothing, which the
+    # rules keep: B·T·Hkv·(d_head + 1) fp32 elements, +0.7 to +1.0 %
+    for row in (r for r in ROWS if r["config"] == "apertus-tiny.json"):
+        fam = family_of(_spec(row["config"]))
+        itemsize = 4 if row["dtype"] == "fp32" else 2
+        labels = 8 if row["B"] == 1 else 0
+        k_norm = row["B"] * row["T"] * fam.Hkv * (fam.dh + 1) * 4 \
+            if row.get("lora") == [8, "q_proj,v_proj", 0.0] else 0
+        assert row["measured_bytes"] - _rules(row) == \
+            2 * fam.L * itemsize + 4 + labels - k_norm
+        assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
+
+
 # -- which specs map to these graphs ----------------------------------------------------------
 def test_each_config_maps_to_its_flags() -> None:
     qwen3 = family_of(_spec("qwen3-sliding-bias.json"))
@@ -155,6 +172,10 @@ def test_each_config_maps_to_its_flags() -> None:
     assert isinstance(nemotron, Llama) and nemotron.norm == "layer1p"
     assert not nemotron.gated and nemotron.activation == "relu2"
     assert nemotron.partial_rotary and nemotron.dr == 8 and nemotron.rope_concat
+    apertus = family_of(_spec("apertus-tiny.json"))
+    assert isinstance(apertus, Llama) and apertus.activation == "xielu"
+    assert not apertus.gated and apertus.qk_norm == "head_t"
+    assert apertus.norm_names == ("attention_layernorm", "feedforward_layernorm")
 
 
 @pytest.mark.parametrize("config, change, why", [
@@ -175,6 +196,9 @@ def test_each_config_maps_to_its_flags() -> None:
     ("nemotron-tiny.json", dict(norm="rmsnorm"), "RMSNorm"),
     ("nemotron-tiny.json", dict(rotary_fraction=0.2), "an odd rotated width: int(16 · 0.2)"),
     ("nemotron-tiny.json", dict(model_type="phi"), "Nemotron's layout as another type"),
+    ("apertus-tiny.json", dict(ffn="gated"), "a gated xIELU MLP"),
+    ("apertus-tiny.json", dict(qk_norm="width"), "q/k norms over the width"),
+    ("apertus-tiny.json", dict(model_type="llama"), "xIELU in Llama's forward"),
 ])
 def test_what_the_graphs_do_not_transcribe_is_refused(config: str, change: dict,
                                                       why: str) -> None:
@@ -196,17 +220,19 @@ def _draw(rng: random.Random) -> tuple[Llama, Run]:
     bitnet = rng.random() < 0.3
     dh = rng.choice((2, 8, 10))
     nemotron = not bitnet and rng.random() < 0.3
+    apertus = not (bitnet or nemotron) and rng.random() < 0.3
     dr = rng.choice([d for d in (2, 4, 6) if d < dh] or [0]) if nemotron else 0
     fam = Llama(V=rng.randint(5, 60), E=rng.randint(1, 48), H=Hkv * G, Hkv=Hkv,
                 dh=dh, F=rng.randint(1, 40), L=L,
                 tied=rng.random() < 0.5, bias_q=(b := rng.random() < 0.3), bias_k=b,
                 bias_v=b, bias_o=b, attention_dropout=rng.choice((0.0, 0.0, 0.1)),
-                qk_norm=rng.choice(("none", "head")), window=rng.choice((1, 4, 8, 40)),
+                qk_norm=rng.choice(("none", "head_t" if apertus else "head")), window=rng.choice((1, 4, 8, 40)),
                 kinds=kinds if len(set(kinds)) > 1 else kinds[0],
-                norm="layer1p" if nemotron else norm, gated=not nemotron,
+                norm="layer1p" if nemotron else norm, gated=not (nemotron or apertus),
                 rope_concat=nemotron, partial_rotary=bool(dr), dr=dr,
                 rope_fp32=norm == "olmo", sub_norms=bitnet,
-                activation="relu2" if bitnet or nemotron else "silu")
+                activation="relu2" if bitnet or nemotron else "xielu" if apertus
+                else "silu")
     device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
     lora = None
     if rng.random() < 0.4:

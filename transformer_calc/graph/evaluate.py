@@ -345,7 +345,7 @@ def _moe(spec: ModelSpec) -> moe.Moe:
 _LLAMA_VARIANTS: dict[str, Callable[[ModelSpec], Family | None]] = {
     "qwen3": lambda spec: _sliding(spec), "ministral": lambda spec: _sliding(spec),
     "olmo": lambda spec: _olmo(spec), "bitnet": lambda spec: _bitnet(spec),
-    "nemotron": lambda spec: _nemotron(spec)}
+    "nemotron": lambda spec: _nemotron(spec), "apertus": lambda spec: _apertus(spec)}
 
 
 def _llama_variant(spec: ModelSpec) -> Family | None:
@@ -410,6 +410,23 @@ def _nemotron(spec: ModelSpec) -> llama.Llama | None:
     return dataclasses.replace(family, norm="layer1p", gated=False, activation="relu2",
                                rope_concat=True, partial_rotary=dr < spec.head_dim,
                                dr=dr if dr < spec.head_dim else 0)
+
+
+def _apertus(spec: ModelSpec) -> llama.Llama | None:
+    """ApertusModel: Llama's layers (their norms named attention_layernorm and
+    feedforward_layernorm) with an ungated xIELU MLP and q_norm, k_norm over each head after
+    the transpose."""
+    import dataclasses
+
+    if not (spec.ffn == "plain" and spec.activation == "xielu"
+            and spec.qk_norm in ("none", "head")):
+        return None
+    family = _llama(dataclasses.replace(spec, ffn="gated", activation="silu"))
+    if family is None:
+        return None
+    return dataclasses.replace(family, gated=False, activation="xielu",
+                               qk_norm="head_t" if spec.qk_norm == "head" else "none",
+                               norm_names=("attention_layernorm", "feedforward_layernorm"))
 
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)

@@ -43,7 +43,8 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "post_attention_layernorm": "ffn.norm", "pre_feedforward_layernorm": "ffn.norm",
           "query_layernorm": "attn.q_norm", "key_layernorm": "attn.k_norm",
           "ln_f": "final_norm", "norm": "final_norm", "attn_sub_norm": "attn.sub_norm",
-          "ffn_sub_norm": "ffn.sub_norm"}
+          "ffn_sub_norm": "ffn.sub_norm", "attention_layernorm": "attn.norm",
+          "feedforward_layernorm": "ffn.norm"}
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -250,6 +251,9 @@ class _Namer:
             return "decoder." + _INPUTS[module]
         if module in ("attn", "self_attn"):
             return "decoder.attn." + self._attention(role, s)
+        if module == "act_fn":  # xIELU's module: its alphas (1,) and its tensors
+            return "decoder.ffn.activation_mask" if role == "where.condition" else \
+                "decoder.ffn.activation"
         if module == "mlp":
             if role in ("mul.other", "native_dropout.result1") and not _has(
                     st.numel.poly, ("F",)):

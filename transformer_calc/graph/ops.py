@@ -244,6 +244,42 @@ def gelu(a: Tensor) -> Tensor:
     return _unary_saving("gelu", a, "self")
 
 
+def softplus(a: Tensor) -> Tensor:
+    """derivatives.yaml softplus: self: softplus_backward(grad, self, beta, threshold)."""
+    return _unary_saving("softplus", a, "self")
+
+
+def expm1(a: Tensor) -> Tensor:
+    """derivatives.yaml expm1: self: grad * (result.conj() + 1)."""
+    return _unary_saving("expm1", a, "result")
+
+
+def minimum(a: Tensor, b: Tensor) -> Tensor:
+    """torch.min(a, b), elementwise. derivatives.yaml minimum: self: at::where(self == other,
+    grad / 2, grad).masked_fill_(self > other, 0), other: the same with other: both
+    operands, kept whenever either needs a gradient."""
+    out = _pointwise("minimum", [a, b])
+    need = _rg(a, b)
+    a.trace.record("minimum", out, [("self", a, need), ("other", b, need)])
+    return out
+
+
+def gt(a: Tensor, b: Scalar) -> Tensor:
+    """a > b: a bool tensor, no gradient."""
+    out = _pointwise("gt", [a], BOOL)
+    out.requires_grad = False
+    a.trace.record("gt", out)
+    return out
+
+
+def where(condition: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """torch.where(condition, a, b). derivatives.yaml where.self: self: where(condition,
+    grad, 0), other: where(condition, 0, grad): the condition."""
+    out = _pointwise("where", [condition, a, b], promote(a.dtype, b.dtype))
+    a.trace.record("where", out, [("condition", condition, True)])
+    return out
+
+
 def mean(a: Tensor, dim: int = -1) -> Tensor:
     """mean(dim, keepdim=True): sum_backward(...) / numel keeps sizes only."""
     dim = dim % a.ndim

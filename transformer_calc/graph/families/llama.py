@@ -47,8 +47,9 @@ class Llama:
     fused_qkv: bool = False  # Phi-3's qkv_proj
     fused_gate_up: bool = False  # Phi-3's gate_up_proj
     rope_concat: bool = False  # Phi-3's apply_rotary_pos_emb: cat([rotated, pass])
-    # q_norm, k_norm: over each head (Qwen3) or the width (OLMo2); "rotated": HunYuan's
-    # query_layernorm, key_layernorm over each head after RoPE
+    # q_norm, k_norm: over each head (Qwen3: "head"; Apertus, after the transpose:
+    # "head_t") or the width (OLMo2); "rotated": HunYuan's query_layernorm, key_layernorm
+    # over each head after RoPE
     qk_norm: str = "none"
     post_norm: bool = False  # OLMo2: each sublayer's output normalised, then added
     norm_fp32: bool = False  # OLMo2's RMSNorm: (weight * x) in fp32, then cast
@@ -61,7 +62,10 @@ class Llama:
     partial_rotary: bool = False  # Nemotron: RoPE on the first dr of each head, the rest
     # concatenated after it (rope_concat)
     dr: int = 0  # the rotated width (partial_rotary)
-    activation: str = "silu"  # the MLP's: silu, relu2 (ReLUSquaredActivation: relu, square)
+    activation: str = "silu"  # the MLP's: silu, relu2 (ReLUSquaredActivation: relu, square),
+    # xielu (XIELUActivation's Python path)
+    norm_names: tuple[str, str] = ("input_layernorm", "post_attention_layernorm")  # Apertus:
+    # attention_layernorm, feedforward_layernorm
     sub_norms: bool = False  # BitNet: attn_sub_norm before o_proj, ffn_sub_norm before down
     window: int = 0  # sliding_window (Qwen3, Ministral: the layers whose kind is S)
     kinds: str = "F"  # each layer's attention, F full or S sliding (one letter: all)
@@ -168,10 +172,11 @@ def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor,
         h = ops.add(h, rms_norm(m, "post_attention_layernorm", a, cfg.norm_fp32))
         return ops.add(h, rms_norm(m, "post_feedforward_layernorm", mlp(m, cfg, h),
                                    cfg.norm_fp32))
+    attn_norm, ffn_norm = cfg.norm_names
     with m.module("self_attn"):
-        a = _attention(m, cfg, _norm(m, cfg, "input_layernorm", h), cos, sin, mask)
+        a = _attention(m, cfg, _norm(m, cfg, attn_norm, h), cos, sin, mask)
     h = ops.add(h, a)
-    return ops.add(h, mlp(m, cfg, _norm(m, cfg, "post_attention_layernorm", h)))
+    return ops.add(h, mlp(m, cfg, _norm(m, cfg, ffn_norm, h)))
 
 
 def _norm(m: Builder, cfg: Llama, name: str, h: Tensor) -> Tensor:
@@ -210,10 +215,10 @@ def _mlp(m: Builder, cfg: Llama, x: Tensor, name: str = "mlp", width: str = "F")
             gate, up = ops.split(m.linear("gate_up_proj", x, 2 * F, False), F, -1)
             x = m.linear("down_proj", ops.mul(up, ops.silu(gate)), E, cfg.bias_mlp_out)
         elif not cfg.gated:  # NemotronMLP: down_proj(act_fn(up_proj(x)))
-            up = _activation(cfg, m.linear("up_proj", x, F, cfg.bias_mlp_in))
+            up = _activation(m, cfg, m.linear("up_proj", x, F, cfg.bias_mlp_in))
             x = m.linear("down_proj", up, E, cfg.bias_mlp_out)
         else:
-            gate = _activation(cfg, m.linear("gate_proj", x, F, cfg.bias_mlp_in))
+            gate = _activation(m, cfg, m.linear("gate_proj", x, F, cfg.bias_mlp_in))
             x = ops.mul(gate, m.linear("up_proj", x, F, cfg.bias_mlp_in))
             if cfg.sub_norms:  # BitNetMLP: down_proj(ffn_sub_norm(act(gate(x)) * up(x)))
                 x = rms_norm(m, "ffn_sub_norm", x)
@@ -221,12 +226,33 @@ def _mlp(m: Builder, cfg: Llama, x: Tensor, name: str = "mlp", width: str = "F")
     return x
 
 
-def _activation(cfg: Llama, x: Tensor) -> Tensor:
-    """ACT2FN[hidden_act]: SiLU, or ReLUSquaredActivation: torch.square(relu(x)), square
-    being pow(x, 2) (relu keeps its result, pow its input: one storage)."""
+def _activation(m: Builder, cfg: Llama, x: Tensor) -> Tensor:
+    """ACT2FN[hidden_act]: SiLU, ReLUSquaredActivation: torch.square(relu(x)), square
+    being pow(x, 2) (relu keeps its result, pow its input: one storage), or xIELU."""
     if cfg.activation == "relu2":
         return ops.pow(ops.relu(x), 2.0)
+    if cfg.activation == "xielu":
+        return _xielu(m, x)
     return ops.silu(x)
+
+
+def _xielu(m: Builder, x: Tensor) -> Tensor:
+    """XIELUActivation._xielu_python (activations.py; the Python path, without the xielu
+    CUDA wheel): alpha_p = softplus(self.alpha_p); alpha_n = self.beta +
+    softplus(self.alpha_n); where(x > 0, alpha_p * x * x + self.beta * x,
+    (expm1(min(x, self.eps)) - x) * alpha_n + self.beta * x). alpha_p and alpha_n are
+    (1,) parameters, beta and eps 0-d buffers, all in the model's dtype."""
+    one, tr = Dim.const(1), m.trace
+    with m.module("act_fn"):
+        alpha_p = ops.softplus(m.param("alpha_p", one))
+        raw_n = ops.softplus(m.param("alpha_n", one))
+        beta, eps = (tr.tensor((), m.run.dtype, False, "buffer", f"{tr.scope}.{name}")
+                     for name in ("beta", "eps"))
+        alpha_n = ops.add(beta, raw_n)
+        positive = ops.add(ops.mul(ops.mul(alpha_p, x), x), ops.mul(beta, x))
+        negative = ops.add(ops.mul(ops.sub(ops.expm1(ops.minimum(x, eps)), x), alpha_n),
+                           ops.mul(beta, x))
+        return ops.where(ops.gt(x, 0.0), positive, negative)
 
 
 def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
@@ -240,7 +266,10 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
         y = ops.view(y, (B, T, n, dh))
         if norm and cfg.qk_norm == "head":  # Qwen3Attention: q_norm(q_proj(x).view(...))
             y = rms_norm(m, norm, y, cfg.norm_fp32)
-        return ops.transpose(y, 1, 2)
+        y = ops.transpose(y, 1, 2)
+        if norm and cfg.qk_norm == "head_t":  # ApertusAttention: q_norm(... .transpose(1, 2))
+            y = rms_norm(m, norm, y, cfg.norm_fp32)
+        return y
 
     if cfg.fused_qkv:
         # Phi3Attention: qkv[..., :query_pos], the K and V slices after it: views
