@@ -35,7 +35,8 @@ from transformer_calc.spec import ModelSpec
 # config -> its model type
 CONFIGS = {"qwen3-sliding-bias.json": "qwen3", "ministral-tiny.json": "ministral",
            "olmo-tiny.json": "olmo", "bitnet-tiny.json": "bitnet",
-           "nemotron-tiny.json": "nemotron", "apertus-tiny.json": "apertus"}
+           "nemotron-tiny.json": "nemotron", "apertus-tiny.json": "apertus",
+           "nanochat-tiny.json": "nanochat"}
 ROWS = measured_rows(tuple(CONFIGS))
 IDS = ["{}-{}-{}-B{}-T{}-{}-{}".format(
     r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
@@ -82,14 +83,16 @@ def _rules(row: dict) -> int:
     return _rules_report(_spec(row["config"]), _row_settings(row)).activations.total
 
 
-def test_qwen3_lora_on_q_and_v_keeps_no_k_norm_in_the_first_layer() -> None:
+@pytest.mark.parametrize("config", ("qwen3-sliding-bias.json", "nanochat-tiny.json"))
+def test_lora_on_q_and_v_keeps_no_k_norm_in_the_first_layer(config: str) -> None:
     # LoRA on q_proj and v_proj: the first layer's k_proj is frozen and reads a frozen
     # input, so its per-head k_norm keeps nothing (its fp32 input and 1/rms are kept only
-    # for a gradient no one needs); the rules keep them: +1.2 to +1.8 % on the four rows
-    rows = [r for r in ROWS if r["config"] == "qwen3-sliding-bias.json"
+    # for a gradient no one needs); the rules keep them: Qwen3 +1.2 to +1.8 %, NanoChat
+    # (whose k_norm follows RoPE) +1.1 to +2.0 % on the four rows
+    rows = [r for r in ROWS if r["config"] == config
             and r.get("lora") == [8, "q_proj,v_proj", 0.0]]
     assert len(rows) == 4
-    fam = family_of(_spec("qwen3-sliding-bias.json"))
+    fam = family_of(_spec(config))
     for row in rows:
         B, T = row["B"], row["T"]
         # k_norm's pow input (fp32) and rsqrt result: B·T·Hkv·(dh + 1) · 4
@@ -176,6 +179,10 @@ def test_each_config_maps_to_its_flags() -> None:
     assert isinstance(apertus, Llama) and apertus.activation == "xielu"
     assert not apertus.gated and apertus.qk_norm == "head_t"
     assert apertus.norm_names == ("attention_layernorm", "feedforward_layernorm")
+    nanochat = family_of(_spec("nanochat-tiny.json"))
+    assert isinstance(nanochat, Llama) and nanochat.norm == "rms_plain" and nanochat.embed_norm
+    assert nanochat.qk_norm == "after_rope" and nanochat.mlp_names == ("fc1", "fc2")
+    assert nanochat.final_softcap == 15.0 and nanochat.rotate_flipped and not nanochat.gated
 
 
 @pytest.mark.parametrize("config, change, why", [
@@ -199,6 +206,10 @@ def test_each_config_maps_to_its_flags() -> None:
     ("apertus-tiny.json", dict(ffn="gated"), "a gated xIELU MLP"),
     ("apertus-tiny.json", dict(qk_norm="width"), "q/k norms over the width"),
     ("apertus-tiny.json", dict(model_type="llama"), "xIELU in Llama's forward"),
+    ("nanochat-tiny.json", dict(embedding_norm=False), "no norm on the embeddings"),
+    ("nanochat-tiny.json", dict(qk_norm="head"), "weighted q/k norms before RoPE"),
+    ("nanochat-tiny.json", dict(norm="rmsnorm"), "weighted norms"),
+    ("nanochat-tiny.json", dict(model_type="llama"), "NanoChat's layout as Llama"),
 ])
 def test_what_the_graphs_do_not_transcribe_is_refused(config: str, change: dict,
                                                       why: str) -> None:
@@ -221,23 +232,28 @@ def _draw(rng: random.Random) -> tuple[Llama, Run]:
     dh = rng.choice((2, 8, 10))
     nemotron = not bitnet and rng.random() < 0.3
     apertus = not (bitnet or nemotron) and rng.random() < 0.3
+    nanochat = not (bitnet or nemotron or apertus) and rng.random() < 0.3
     dr = rng.choice([d for d in (2, 4, 6) if d < dh] or [0]) if nemotron else 0
     fam = Llama(V=rng.randint(5, 60), E=rng.randint(1, 48), H=Hkv * G, Hkv=Hkv,
                 dh=dh, F=rng.randint(1, 40), L=L,
                 tied=rng.random() < 0.5, bias_q=(b := rng.random() < 0.3), bias_k=b,
                 bias_v=b, bias_o=b, attention_dropout=rng.choice((0.0, 0.0, 0.1)),
-                qk_norm=rng.choice(("none", "head_t" if apertus else "head")),
+                qk_norm="after_rope" if nanochat else
+                rng.choice(("none", "head_t" if apertus else "head")),
                 window=rng.choice((1, 4, 8, 40)),
                 kinds=kinds if len(set(kinds)) > 1 else kinds[0],
-                norm="layer1p" if nemotron else norm, gated=not (nemotron or apertus),
+                norm="layer1p" if nemotron else "rms_plain" if nanochat else norm,
+                gated=not (nemotron or apertus or nanochat), embed_norm=nanochat,
+                mlp_names=("fc1", "fc2") if nanochat else ("up_proj", "down_proj"),
+                final_softcap=rng.choice((0.0, 15.0)), rotate_flipped=nanochat,
                 rope_concat=nemotron, partial_rotary=bool(dr), dr=dr,
                 rope_fp32=norm == "olmo", sub_norms=bitnet,
-                activation="relu2" if bitnet or nemotron else "xielu" if apertus
+                activation="relu2" if bitnet or nemotron or nanochat else "xielu" if apertus
                 else "silu")
     device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
     lora = None
     if rng.random() < 0.4:
-        targets = rng.sample(("q_proj", "k_proj", "v_proj", "o_proj", "down_proj",
+        targets = rng.sample(("q_proj", "k_proj", "v_proj", "o_proj", "down_proj", "fc1",
                               "all-linear"), rng.choice((1, 2)))
         lora = Lora(rng.choice((1, 8)), frozenset(targets), rng.choice((0.0, 0.05)))
     return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 7, 8, 33)), dtype, device,

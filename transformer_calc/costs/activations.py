@@ -166,6 +166,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     exactly those layers."""
     from transformer_calc.graph.families.bert import Bert
     from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
@@ -176,6 +177,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     dtype = (F16 if s.precision == "fp16" else BF16) if s.fsdp2_mixed else named
     table = (_GPT2_MODULES if isinstance(family, GPT2) else
              _BERT_MODULES if isinstance(family, Bert) else _MODULES)
+    if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
+        table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
     if isinstance(family, Moe):
         if peft_moe in ("mixtral", "qwen2_moe"):
             return _converted(family, s, roles, dtype)

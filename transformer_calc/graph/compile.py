@@ -251,6 +251,11 @@ def _function(args: Sequence[str], body: str, env: dict[str, Any],
     return env["_f"]  # type: ignore[no-any-return]
 
 
+def _tuple(exprs: Sequence[str]) -> str:
+    """A tuple's source (empty where nothing is saved: LoRA targets that match no module)."""
+    return f"({', '.join(exprs)},)" if exprs else "()"
+
+
 def _largest(polys: Sequence[Poly]) -> str:
     return f"_max({', '.join(poly_expr(p) for p in polys)}, 0)" if polys else "0"
 
@@ -293,7 +298,7 @@ class Structure:
                             for m, _ in p.terms for x in m}
                            | {x for layer in self.rebuilt_storages for p in layer
                               for m, _ in p.terms for x in m})
-            self._values = _function(["v"], f"({', '.join(exprs)},)", {"_max": max},
+            self._values = _function(["v"], _tuple(exprs), {"_max": max},
                                      [f"{x} = v['{x}']" for x in names])
         return self._values(values)
 
@@ -315,7 +320,7 @@ class Structure:
         exprs = [poly_expr(p) for p in polys] + [_largest(rebuilt)]
         env: dict[str, Any] = {}
         check = _function(swept, " & ".join(guards) or "True", env)
-        costs = _function(["_max", *swept], f"({', '.join(exprs)},)", {})
+        costs = _function(["_max", *swept], _tuple(exprs), {})
         return check, costs, polys + rebuilt
 
 
@@ -328,7 +333,7 @@ def _build(static: tuple[object, ...], guards: tuple[Guard, ...], polys: dict[st
     check = _function(["v"], " and ".join(_guard_expr(g) for g in guards) or "True", {},
                       unpack)
     st = Structure(static, guards, polys, rebuilt, rows, tuple(names), check, check)
-    st.costs = _function(["v"], f"({', '.join(st.exprs())},)", {"_max": max}, unpack)
+    st.costs = _function(["v"], _tuple(list(st.exprs())), {"_max": max}, unpack)
     return st
 
 

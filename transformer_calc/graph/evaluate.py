@@ -345,7 +345,8 @@ def _moe(spec: ModelSpec) -> moe.Moe:
 _LLAMA_VARIANTS: dict[str, Callable[[ModelSpec], Family | None]] = {
     "qwen3": lambda spec: _sliding(spec), "ministral": lambda spec: _sliding(spec),
     "olmo": lambda spec: _olmo(spec), "bitnet": lambda spec: _bitnet(spec),
-    "nemotron": lambda spec: _nemotron(spec), "apertus": lambda spec: _apertus(spec)}
+    "nemotron": lambda spec: _nemotron(spec), "apertus": lambda spec: _apertus(spec),
+    "nanochat": lambda spec: _nanochat(spec)}
 
 
 def _llama_variant(spec: ModelSpec) -> Family | None:
@@ -427,6 +428,26 @@ def _apertus(spec: ModelSpec) -> llama.Llama | None:
     return dataclasses.replace(family, gated=False, activation="xielu",
                                qk_norm="head_t" if spec.qk_norm == "head" else "none",
                                norm_names=("attention_layernorm", "feedforward_layernorm"))
+
+
+def _nanochat(spec: ModelSpec) -> llama.Llama | None:
+    """NanoChatModel: weightless RMSNorms (the embeddings normed by model.norm too; q_norm and
+    k_norm over each head after RoPE, whose rotate_half is cat((x2, -x1))), an ungated
+    squared-ReLU MLP of fc1 and fc2, and the logits soft-capped."""
+    import dataclasses
+
+    if not (spec.norm == "rmsnorm_noaffine" and spec.embedding_norm and spec.qk_norm == "l2"
+            and spec.ffn == "plain" and spec.activation == "relu2"):
+        return None
+    family = _llama(dataclasses.replace(spec, norm="rmsnorm", embedding_norm=False,
+                                        qk_norm="none", ffn="gated", activation="silu",
+                                        logit_softcapping=0.0))
+    if family is None:
+        return None
+    return dataclasses.replace(family, norm="rms_plain", embed_norm=True, qk_norm="after_rope",
+                               gated=False, activation="relu2", mlp_names=("fc1", "fc2"),
+                               final_softcap=spec.logit_softcapping or 0.0,
+                               rotate_flipped=True)
 
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)

@@ -64,14 +64,16 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "v_proj": "attn.input", "attn.c_proj": "attn.o_input", "o_proj": "attn.o_input",
            "c_fc": "ffn.input", "gate_proj": "ffn.input", "up_proj": "ffn.input",
            "mlp.c_proj": "ffn.out_input", "down_proj": "ffn.out_input",
-           "shared_expert_gate": "ffn.input", "router": "ffn.input", "wg": "ffn.input"}
+           "shared_expert_gate": "ffn.input", "router": "ffn.input", "wg": "ffn.input",
+           "fc1": "ffn.input", "fc2": "ffn.out_input"}
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
             "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
             "attn.c_proj": "attn.o", "o_proj": "attn.o", "c_fc": "ffn.in",
             "gate_proj": "ffn.gate", "up_proj": "ffn.in", "mlp.c_proj": "ffn.out",
-            "down_proj": "ffn.out", "shared_expert_gate": "ffn.shared_gate",
-            "router": "ffn.router", "wg": "ffn.router"}
+            "down_proj": "ffn.out", "fc1": "ffn.in", "fc2": "ffn.out",
+            "shared_expert_gate": "ffn.shared_gate", "router": "ffn.router",
+            "wg": "ffn.router"}
 # BERT-style encoders (families/bert.py): a layer's modules as the decoders' tables above
 # key them (post-norm: the attention output's LayerNorm is tcalc's attn.norm, the layer
 # output's its ffn.norm); their rows are named encoder.* in place of decoder.*

@@ -48,8 +48,8 @@ class Llama:
     fused_gate_up: bool = False  # Phi-3's gate_up_proj
     rope_concat: bool = False  # Phi-3's apply_rotary_pos_emb: cat([rotated, pass])
     # q_norm, k_norm: over each head (Qwen3: "head"; Apertus, after the transpose:
-    # "head_t") or the width (OLMo2); "rotated": HunYuan's query_layernorm, key_layernorm
-    # over each head after RoPE
+    # "head_t"; NanoChat, after RoPE: "after_rope") or the width (OLMo2); "rotated":
+    # HunYuan's query_layernorm, key_layernorm over each head after RoPE
     qk_norm: str = "none"
     post_norm: bool = False  # OLMo2: each sublayer's output normalised, then added
     norm_fp32: bool = False  # OLMo2's RMSNorm: (weight * x) in fp32, then cast
@@ -57,11 +57,16 @@ class Llama:
     layer_norm: bool = False  # PhiMoE: nn.LayerNorm (with a bias) where Llama has RMSNorm
     norm: str = "rms"  # the layers' and the final norm: "rms" (LlamaRMSNorm), "olmo"
     # (OlmoLayerNorm: F.layer_norm without weight or bias over an fp32 copy, cast back),
-    # "layer1p" (NemotronLayerNorm1P: nn.LayerNorm's forward with weight + 1)
+    # "layer1p" (NemotronLayerNorm1P: nn.LayerNorm's forward with weight + 1), "rms_plain"
+    # (NanoChatRMSNorm: no weight, q_norm and k_norm too)
     gated: bool = True  # gate_proj beside up_proj (False: NemotronMLP, down(act(up(x))))
     partial_rotary: bool = False  # Nemotron: RoPE on the first dr of each head, the rest
     # concatenated after it (rope_concat)
     dr: int = 0  # the rotated width (partial_rotary)
+    mlp_names: tuple[str, str] = ("up_proj", "down_proj")  # NanoChatMLP: fc1, fc2
+    embed_norm: bool = False  # NanoChat: model.norm over the embeddings too
+    final_softcap: float = 0.0  # NanoChat: final_logit_softcapping
+    rotate_flipped: bool = False  # NanoChat's rotate_half: cat((x2, -x1))
     activation: str = "silu"  # the MLP's: silu, relu2 (ReLUSquaredActivation: relu, square),
     # xielu (XIELUActivation's Python path)
     norm_names: tuple[str, str] = ("input_layernorm", "post_attention_layernorm")  # Apertus:
@@ -95,6 +100,8 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
         # passed to the layers with cos, sin and their mask
         positions = tr.tensor((m["T"],), I64, False)
         cos, sin = rotary_tables(m, h, cfg.rope_fp32, m["dr"] if cfg.partial_rotary else None)
+        if cfg.embed_norm:  # NanoChatModel: self.norm(hidden_states) before the layers
+            h = _norm(m, cfg, "norm", h)
         # causal_mask_mapping: a mask per layer type in use
         masks = {k: attention_mask(m, h, k, cfg.window) for k in sorted(set(cfg.kinds))}
 
@@ -114,6 +121,8 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
     with m.module("lm_head"):
         w = m.tied("model.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
         logits = ops.linear(h, w)
+    if cfg.final_softcap:  # logits / cap, tanh, * cap
+        logits = ops.mul(ops.tanh(ops.div(logits, cfg.final_softcap)), cfg.final_softcap)
     return causal_lm_loss(logits, ids, V)
 
 
@@ -187,6 +196,11 @@ def _norm(m: Builder, cfg: Llama, name: str, h: Tensor) -> Tensor:
             return ops.to(ops.layer_norm(ops.to(h, F32), None, None), h.dtype)
     if cfg.norm == "layer1p":
         return _layer_norm_1p(m, name, h)
+    if cfg.norm == "rms_plain":  # NanoChatRMSNorm: x.float() * rsqrt(...), type_as(x)
+        with m.module(name):
+            x = ops.to(h, F32)
+            x = ops.mul(x, ops.rsqrt(ops.add(ops.mean(ops.pow(x, 2.0)), 1e-6)))
+            return ops.to(x, h.dtype)
     return m.layer_norm(name, h) if cfg.layer_norm else rms_norm(m, name, h, cfg.norm_fp32)
 
 
@@ -214,9 +228,10 @@ def _mlp(m: Builder, cfg: Llama, x: Tensor, name: str = "mlp", width: str = "F")
             # up_states * act(gate): the chunks are views of one output
             gate, up = ops.split(m.linear("gate_up_proj", x, 2 * F, False), F, -1)
             x = m.linear("down_proj", ops.mul(up, ops.silu(gate)), E, cfg.bias_mlp_out)
-        elif not cfg.gated:  # NemotronMLP: down_proj(act_fn(up_proj(x)))
-            up = _activation(m, cfg, m.linear("up_proj", x, F, cfg.bias_mlp_in))
-            x = m.linear("down_proj", up, E, cfg.bias_mlp_out)
+        elif not cfg.gated:  # NemotronMLP: down_proj(act_fn(up_proj(x))); NanoChat's fc1, fc2
+            up_name, down_name = cfg.mlp_names
+            up = _activation(m, cfg, m.linear(up_name, x, F, cfg.bias_mlp_in))
+            x = m.linear(down_name, up, E, cfg.bias_mlp_out)
         else:
             gate = _activation(m, cfg, m.linear("gate_proj", x, F, cfg.bias_mlp_in))
             x = ops.mul(gate, m.linear("up_proj", x, F, cfg.bias_mlp_in))
@@ -284,10 +299,12 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
     if cfg.partial_rotary:  # Nemotron: cat((q_embed, q_pass), dim=-1), a new tensor
         q, k = (_partial_rotary(t, cos, sin, m["dr"]) for t in (q, k))
     else:
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k = (apply_rotary(t, cos, sin, cfg.rotate_flipped) for t in (q, k))
     if cfg.qk_norm == "rotated":  # HunYuanMoEV1Attention: the norms after RoPE
         q = rms_norm(m, "query_layernorm", q, cfg.norm_fp32)
         k = rms_norm(m, "key_layernorm", k, cfg.norm_fp32)
+    if cfg.qk_norm == "after_rope":  # NanoChatAttention: q_norm(q), k_norm(k) after RoPE
+        q, k = _norm(m, cfg, "q_norm", q), _norm(m, cfg, "k_norm", k)
     if cfg.rope_fp32:  # olmo2's apply_rotary_pos_emb: q_embed.to(q_type)
         q, k = ops.to(q, v.dtype), ops.to(k, v.dtype)
     if cfg.rope_concat and not cfg.partial_rotary:
@@ -310,12 +327,13 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
     return m.linear("o_proj", out, m["E"], cfg.bias_o)
 
 
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, flipped: bool = False) -> Tensor:
     """apply_rotary_pos_emb: (x * cos) + (rotate_half(x) * sin); rotate_half:
-    cat((-x2, x1), dim=-1) of the two halves (views)."""
+    cat((-x2, x1), dim=-1) of the two halves (views); flipped (NanoChat's):
+    cat((x2, -x1), dim=-1)."""
     half = x.shape[-1].halved()
     x1, x2 = ops.narrow(x, -1, 0, half), ops.narrow(x, -1, half.value, half)
-    rotated = ops.cat([ops.neg(x2), x1], -1)
+    rotated = ops.cat([x2, ops.neg(x1)] if flipped else [ops.neg(x2), x1], -1)
     return ops.add(ops.mul(x, cos), ops.mul(rotated, sin))
 
 
