@@ -26,6 +26,7 @@ from test_graph import _row_settings, _rules_report
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import cached, clear_cache, evaluate_fast
+from transformer_calc.graph.families.cohere import Cohere
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
@@ -36,7 +37,8 @@ from transformer_calc.spec import ModelSpec
 CONFIGS = {"qwen3-sliding-bias.json": "qwen3", "ministral-tiny.json": "ministral",
            "olmo-tiny.json": "olmo", "bitnet-tiny.json": "bitnet",
            "nemotron-tiny.json": "nemotron", "apertus-tiny.json": "apertus",
-           "nanochat-tiny.json": "nanochat"}
+           "nanochat-tiny.json": "nanochat", "cohere-qknorm.json": "cohere",
+           "cohere2-tiny.json": "cohere2"}
 ROWS = measured_rows(tuple(CONFIGS))
 IDS = ["{}-{}-{}-B{}-T{}-{}-{}".format(
     r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
@@ -83,21 +85,26 @@ def _rules(row: dict) -> int:
     return _rules_report(_spec(row["config"]), _row_settings(row)).activations.total
 
 
-@pytest.mark.parametrize("config", ("qwen3-sliding-bias.json", "nanochat-tiny.json"))
+@pytest.mark.parametrize("config", ("qwen3-sliding-bias.json", "nanochat-tiny.json",
+                                    "cohere-qknorm.json"))
 def test_lora_on_q_and_v_keeps_no_k_norm_in_the_first_layer(config: str) -> None:
     # LoRA on q_proj and v_proj: the first layer's k_proj is frozen and reads a frozen
     # input, so its per-head k_norm keeps nothing (its fp32 input and 1/rms are kept only
     # for a gradient no one needs); the rules keep them: Qwen3 +1.2 to +1.8 %, NanoChat
-    # (whose k_norm follows RoPE) +1.1 to +2.0 % on the four rows
+    # (whose k_norm follows RoPE) +1.1 to +2.0 %, Cohere (its LayerNorm written out keeps
+    # the centred fp32 input twice) +2.3 to +4.5 % on the four rows
     rows = [r for r in ROWS if r["config"] == config
             and r.get("lora") == [8, "q_proj,v_proj", 0.0]]
     assert len(rows) == 4
     fam = family_of(_spec(config))
     for row in rows:
         B, T = row["B"], row["T"]
-        # k_norm's pow input (fp32) and rsqrt result: B·T·Hkv·(dh + 1) · 4
-        # (less the loss's 0-d total_weight, which the rules miss)
-        assert _rules(row) - row["measured_bytes"] == B * T * fam.Hkv * (fam.dh + 1) * 4 - 4
+        # k_norm's pow input (fp32) and rsqrt result: B·T·Hkv·(dh + 1) · 4; Cohere's
+        # centred input twice: B·T·Hkv·(2·dh + 1) · 4 (less the loss's 0-d total_weight,
+        # which the rules miss, and in 16 bits Cohere's norms' fp32 weights, below)
+        terms = 2 if isinstance(fam, Cohere) else 1
+        assert _rules(row) - row["measured_bytes"] == \
+            B * T * fam.Hkv * (terms * fam.dh + 1) * 4 - 4 - _cohere_fp32_weights(row, fam)
         assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
 
 
@@ -157,6 +164,34 @@ def test_apertus_keeps_xielus_alphas() -> None:
         assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
 
 
+def _cohere_fp32_weights(row: dict, fam: Llama) -> int:
+    """CohereLayerNorm's self.weight.to(torch.float32): in a 16-bit model a new fp32 tensor,
+    kept by the product with the normalised input wherever that needs a gradient (under
+    LoRA not in the first layer's input norm, whose input is the frozen embedding, nor in
+    its q_norm or k_norm unless q_proj or k_proj is adapted); no rule counts it."""
+    if not isinstance(fam, Cohere) or row["dtype"] == "fp32":
+        return 0
+    lora = row.get("lora")
+    targets = set(lora[1].split(",")) if lora else {"all-linear"}
+    norms = (fam.L + 1 - bool(lora)) * fam.E  # input_layernorm in each layer, the final one
+    if fam.cohere_qk_norm:
+        for proj, heads in (("q_proj", fam.H), ("k_proj", fam.Hkv)):
+            first = bool(targets & {proj, "all-linear"})
+            norms += (fam.L - 1 + first) * heads * fam.dh
+    return 4 * norms
+
+
+@pytest.mark.parametrize("config", ("cohere-qknorm.json", "cohere2-tiny.json"))
+def test_cohere_keeps_its_norms_fp32_weights(config: str) -> None:
+    for row in (r for r in ROWS if r["config"] == config
+                and r.get("lora") != [8, "q_proj,v_proj", 0.0]):
+        fam = family_of(_spec(config))
+        labels = 8 if row["B"] == 1 else 0
+        assert row["measured_bytes"] - _rules(row) == \
+            _cohere_fp32_weights(row, fam) + 4 + labels, row
+        assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
+
+
 # -- which specs map to these graphs ----------------------------------------------------------
 def test_each_config_maps_to_its_flags() -> None:
     qwen3 = family_of(_spec("qwen3-sliding-bias.json"))
@@ -183,6 +218,15 @@ def test_each_config_maps_to_its_flags() -> None:
     assert isinstance(nanochat, Llama) and nanochat.norm == "rms_plain" and nanochat.embed_norm
     assert nanochat.qk_norm == "after_rope" and nanochat.mlp_names == ("fc1", "fc2")
     assert nanochat.final_softcap == 15.0 and nanochat.rotate_flipped and not nanochat.gated
+    command_r = family_of(_spec("cohere-qknorm.json"))
+    assert isinstance(command_r, Cohere) and command_r.cohere_qk_norm and command_r.kinds == "F"
+    # Cohere2Config: layer i slides unless i + 1 is a multiple of 4 (2 layers: both slide)
+    cohere2 = family_of(_spec("cohere2-tiny.json"))
+    assert isinstance(cohere2, Cohere) and cohere2.kinds == "S" and cohere2.window == 4096
+    assert cohere2.bias_q and cohere2.bias_o and not cohere2.cohere_qk_norm
+    eight = family_of(replace(_spec("cohere2-tiny.json"), n_layers=8,
+                              layer_attention="3S 1N 3S 1N"))
+    assert isinstance(eight, Cohere) and eight.kinds == "SSSNSSSN"
 
 
 @pytest.mark.parametrize("config, change, why", [
@@ -210,6 +254,14 @@ def test_each_config_maps_to_its_flags() -> None:
     ("nanochat-tiny.json", dict(qk_norm="head"), "weighted q/k norms before RoPE"),
     ("nanochat-tiny.json", dict(norm="rmsnorm"), "weighted norms"),
     ("nanochat-tiny.json", dict(model_type="llama"), "NanoChat's layout as Llama"),
+    ("cohere-qknorm.json", dict(parallel_block=False), "a sequential block"),
+    ("cohere-qknorm.json", dict(norm_manual=False), "torch's LayerNorm"),
+    ("cohere-qknorm.json", dict(qk_norm="head"), "RMSNorm over each head"),
+    ("cohere-qknorm.json", dict(layer_attention="2F 2S", sliding_window=16),
+     "sliding layers in Cohere (1)"),
+    ("cohere2-tiny.json", dict(qk_norm="width"), "q/k norms in Cohere 2"),
+    ("cohere2-tiny.json", dict(layer_attention="1S 1F"), "a full layer with RoPE"),
+    ("cohere2-tiny.json", dict(model_type="llama"), "Cohere's layout as Llama"),
 ])
 def test_what_the_graphs_do_not_transcribe_is_refused(config: str, change: dict,
                                                       why: str) -> None:
@@ -250,6 +302,15 @@ def _draw(rng: random.Random) -> tuple[Llama, Run]:
                 rope_fp32=norm == "olmo", sub_norms=bitnet,
                 activation="relu2" if bitnet or nemotron or nanochat else "xielu" if apertus
                 else "silu")
+    if rng.random() < 0.25:  # Cohere (F layers, q/k norms or not), Cohere 2 (S and N)
+        v2 = rng.random() < 0.5
+        ckinds = "".join(rng.choice("SN") for _ in range(L)) if v2 else "F"
+        fam = Cohere(**{k: getattr(fam, k) for k in ("V", "E", "H", "Hkv", "dh", "F", "L",
+                                                      "tied", "bias_q", "bias_k", "bias_v",
+                                                      "bias_o", "attention_dropout",
+                                                      "window")},
+                     kinds=ckinds if len(set(ckinds)) > 1 else ckinds[0],
+                     cohere_qk_norm=not v2 and rng.random() < 0.5)
     device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
     lora = None
     if rng.random() < 0.4:

@@ -3813,6 +3813,27 @@ def _ministral(c: Config) -> dict[str, Any]:
     return _generic(c.with_data(data), GENERIC["ministral"])
 
 
+def _cohere2(c: Config) -> dict[str, Any]:
+    """Cohere2ForCausalLM: the generic record with its layers' kinds (Cohere2Config: without
+    layer_types, layer i slides unless (i + 1) is a multiple of sliding_window_pattern, 4;
+    sliding_window 4096); Cohere2Attention applies RoPE in the sliding layers only, so its
+    full layers are N (no positions)."""
+    data = dict(c.data)
+    L = c.t("num_hidden_layers")
+    if data.get("layer_types") is None and isinstance(L, int):
+        every = c.get("sliding_window_pattern", 4)
+        data["layer_types"] = ["sliding_attention" if every and (i + 1) % every
+                               else "full_attention" for i in range(L)]
+    if "sliding_window" not in data:
+        data["sliding_window"] = 4096
+    out = _generic(c.with_data(data), GENERIC["cohere2"])
+    if "layer_attention" in out:
+        out["layer_attention"] = out["layer_attention"].replace("F", "N")
+    elif isinstance(L, int) and L:
+        out["layer_attention"] = f"{L}N"
+    return out
+
+
 def _lfm2(c: Config, moe: bool) -> dict[str, Any]:
     """Lfm2ForCausalLM / Lfm2MoeForCausalLM: the generic record, with the files' tie_embedding
     (their config classes take it over tie_word_embeddings: __post_init__ pops it); the MoE
@@ -3898,7 +3919,8 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
      "dbrx": _dbrx, "kimi_linear": _kimi_linear,
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
-     "ministral": _ministral, "lfm2": partial(_lfm2, moe=False), "t5gemma": _t5gemma,
+     "ministral": _ministral, "cohere2": _cohere2, "lfm2": partial(_lfm2, moe=False),
+     "t5gemma": _t5gemma,
      "gemma3n_text": _gemma3n, "deepseek_v4": _deepseek_v4,
      "lfm2_moe": partial(_lfm2, moe=True)} | hf_more.MAPPERS
 HEAD_CLASS.update({model_type: r.cls for model_type, r in TABLE_DRIVEN.items()})

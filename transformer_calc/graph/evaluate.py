@@ -10,19 +10,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
-from transformer_calc.graph.families import bert, gemma, gpt2, llama, moe
+from transformer_calc.graph.families import bert, cohere, gemma, gpt2, llama, moe
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
 from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
-Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma
+Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
-    moe.Moe: moe.forward, gemma.Gemma: gemma.forward}
+    moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward}
 
 
 @dataclass(frozen=True)
@@ -346,7 +346,8 @@ _LLAMA_VARIANTS: dict[str, Callable[[ModelSpec], Family | None]] = {
     "qwen3": lambda spec: _sliding(spec), "ministral": lambda spec: _sliding(spec),
     "olmo": lambda spec: _olmo(spec), "bitnet": lambda spec: _bitnet(spec),
     "nemotron": lambda spec: _nemotron(spec), "apertus": lambda spec: _apertus(spec),
-    "nanochat": lambda spec: _nanochat(spec)}
+    "nanochat": lambda spec: _nanochat(spec), "cohere": lambda spec: _cohere(spec),
+    "cohere2": lambda spec: _cohere(spec)}
 
 
 def _llama_variant(spec: ModelSpec) -> Family | None:
@@ -448,6 +449,34 @@ def _nanochat(spec: ModelSpec) -> llama.Llama | None:
                                gated=False, activation="relu2", mlp_names=("fc1", "fc2"),
                                final_softcap=spec.logit_softcapping or 0.0,
                                rotate_flipped=True)
+
+
+def _cohere(spec: ModelSpec) -> cohere.Cohere | None:
+    """CohereModel and Cohere2Model: parallel layers under CohereLayerNorm (the spec's
+    layernorm_nobias, norm_manual, parallel_block), the gated SiLU MLP, logits scaled by
+    logit_scale (a Python number: no tensor kept, whatever its value); Cohere's q/k norms
+    (qk_norm width: over each head, weighted per head); Cohere 2's sliding and full layers
+    (layer_attention S and N: no RoPE in full layers), without q/k norms."""
+    import dataclasses
+
+    from transformer_calc.plan import layer_kinds_in_order
+
+    v2 = spec.model_type == "cohere2"
+    if not (spec.norm == "layernorm_nobias" and spec.norm_manual and spec.parallel_block
+            and not spec.norm_manual_cast and spec.qk_norm in ("none", "width")
+            and not (v2 and spec.qk_norm == "width")):
+        return None
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    if set(kinds) - ({"S", "N"} if v2 else {"F"}):
+        return None
+    family = _llama(dataclasses.replace(
+        spec, norm="rmsnorm", norm_manual=False, parallel_block=False, qk_norm="none",
+        sliding_window=0, layer_attention=""))
+    if family is None:
+        return None
+    return cohere.Cohere(**{**vars(family), "window": spec.sliding_window,
+                            "kinds": kinds if len(set(kinds)) > 1 else kinds[0]},
+                         cohere_qk_norm=spec.qk_norm == "width")
 
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)

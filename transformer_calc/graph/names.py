@@ -27,6 +27,7 @@ from typing import NamedTuple
 from transformer_calc.breakdown import Row, substitute
 from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
 from transformer_calc.graph.families.bert import HEADS, Bert
+from transformer_calc.graph.families.cohere import Cohere
 from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.llama import Llama
@@ -58,6 +59,10 @@ _NORM_PARTS = {"native_layer_norm.input": "input", "native_layer_norm.result1": 
                "rsqrt.result": "rstd", "mul.self": "input_fp32", "mul.other": "normalized"}
 _GEMMA_NORM_PARTS = dict(_NORM_PARTS, **{"mul.self": "normalized",
                                          "mul.other": "one_plus_weight"})
+# CohereLayerNorm (families/cohere.py): the centred fp32 input twice (its square's, the
+# normalisation's), 1/std, the normalised tensor the weight multiplies; in a 16-bit model
+# the weight's fp32 copy (a mul.self without T, named weight_fp32)
+_COHERE_NORM_PARTS = dict(_NORM_PARTS, **{"pow.self": "fp32_terms", "mul.self": "fp32_terms"})
 # a linear's input, as the base layer keeps it (and a LoRA adapter reading it as it is)
 _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ffn.input",
            "q_proj": "attn.input", "k_proj": "attn.input",
@@ -138,6 +143,7 @@ DESCRIPTIONS = {
     "one_plus_weight": "fp32 1 + weight, kept by the product",
     "weight_plus_one": "weight + 1, kept by the LayerNorm (Nemotron's LayerNorm1P)",
     "bias_cast": "the bias cast to autocast's dtype, kept by the LayerNorm",
+    "fp32_terms": "x − mean twice, fp32", "weight_fp32": "the weight's fp32 copy",
     "decoder.attn.softcap_tanh": "tanh of the scores / cap",
     "head.softcap_tanh": "tanh of the logits / cap",
     "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output",
@@ -208,7 +214,8 @@ class _Namer:
                           post_feedforward_layernorm="ffn.norm") \
             if getattr(family, "post_norm", False) else \
             _SANDWICH if getattr(family, "sandwich", False) else _NORMS
-        self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma) else _NORM_PARTS
+        self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma) else \
+            _COHERE_NORM_PARTS if isinstance(family, Cohere) else _NORM_PARTS
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2)
                              else family.attention_dropout) != 0
         self.encoder = isinstance(family, Bert)
@@ -243,7 +250,7 @@ class _Namer:
         if module in _ADAPTED and lora is not None and lora.adapts(scope):
             return "decoder." + self._adapter(module, role, s)
         if module in self.norms:
-            return "decoder." + self._norm(self.norms[module], role)
+            return "decoder." + self._norm(self.norms[module], role, s)
         layer = _LAYER.match(scope)
         rest = (layer.group(2) or "") if layer else ""
         moe = self._moe(rest, role, s) if self.moe else None
@@ -308,7 +315,7 @@ class _Namer:
         if scope == "transformer" and role in ("mul.other", "native_dropout.result1"):
             return "embed.dropout_mask"
         if last in _NORMS and scope != "model.layers":
-            return "decoder." + self._norm("final_norm", role)
+            return "decoder." + self._norm("final_norm", role, s)
         if scope == "lm_head" and role == "mm.self":
             return "head.input"
         if role == "tanh.result" and not scope:
@@ -359,7 +366,10 @@ class _Namer:
             return "ffn.shared_gate_product"
         return None
 
-    def _norm(self, prefix: str, role: str) -> str:
+    def _norm(self, prefix: str, role: str, s: Saved | None = None) -> str:
+        if s is not None and role == "mul.self" and self.norm_parts is _COHERE_NORM_PARTS \
+                and not _has(s.storage.numel.poly, ("T",)):
+            return f"{prefix}.weight_fp32"  # CohereLayerNorm's weight.to(float32)
         part = self.norm_parts.get(role)
         if part is None:
             raise ValueError(f"no component name for {role} in a norm")
@@ -470,7 +480,7 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
     if isinstance(family, Moe) and len(set(family.pattern)) > 1:
         pattern, groups = family.pattern, {"D": "dense", "E": "moe"}
     elif isinstance(family, Gemma | Llama) and len(set(family.kinds)) > 1:
-        pattern, groups = family.kinds, {"S": "sliding", "F": "full"}
+        pattern, groups = family.kinds, {"S": "sliding", "F": "full", "N": "nope"}
     # (name, in layer, group) -> (layer, replayed) -> [bytes, how many]
     per: dict[tuple[str, bool, str], dict[tuple[int | None, bool], list[Poly]]] = {}
     traced: set[int] = set()  # storages met once: a second item is its layer's replays

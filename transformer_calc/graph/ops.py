@@ -106,6 +106,15 @@ def narrow(t: Tensor, dim: int, start: int, length: Dim) -> Tensor:
     return _alias(t, shape, t.stride, "slice", start * t.stride[dim])
 
 
+def slice_step(t: Tensor, dim: int, start: int, length: Dim, step: int) -> Tensor:
+    """t[..., start::step] along dim (Cohere's rotate_half: x[..., ::2], x[..., 1::2]): a
+    view, its stride multiplied by step."""
+    dim = dim % t.ndim
+    stride = t.stride[:dim] + (t.stride[dim] * step,) + t.stride[dim + 1:]
+    return _alias(t, t.shape[:dim] + (length,) + t.shape[dim + 1:], stride, "slice",
+                  start * t.stride[dim])
+
+
 def split(t: Tensor, size: Dim, dim: int) -> list[Tensor]:
     """Tensor.split(size, dim) into equal parts."""
     n = t.shape[dim].value // size.value
