@@ -38,7 +38,7 @@ CONFIGS = {"qwen3-sliding-bias.json": "qwen3", "ministral-tiny.json": "ministral
            "olmo-tiny.json": "olmo", "bitnet-tiny.json": "bitnet",
            "nemotron-tiny.json": "nemotron", "apertus-tiny.json": "apertus",
            "nanochat-tiny.json": "nanochat", "cohere-qknorm.json": "cohere",
-           "cohere2-tiny.json": "cohere2"}
+           "cohere2-tiny.json": "cohere2", "diffllama-tiny.json": "diffllama"}
 ROWS = measured_rows(tuple(CONFIGS))
 IDS = ["{}-{}-{}-B{}-T{}-{}-{}".format(
     r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
@@ -192,6 +192,27 @@ def test_cohere_keeps_its_norms_fp32_weights(config: str) -> None:
         assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
 
 
+def test_diffllama_keeps_lambda_and_q_once_at_b1() -> None:
+    # DiffLlamaAttention: λ_i = exp(sum(λ_qi · λ_ki, dtype=float32)) keeps its 0-d fp32
+    # result (two a layer), and λ_full · out2 keeps λ_full (0-d, the activation dtype): 8 +
+    # itemsize bytes a layer the rules leave out (under LoRA, with λ frozen, λ_full alone,
+    # where the attention's output needs a gradient). Eager at B = 1, Q·Kᵀ folds Q into rows as
+    # a view of the rotated Q, one storage for both calls: the rules count a second copy,
+    # B·H·T·d_head · itemsize a layer (+1.1 to +2.1 %)
+    for row in (r for r in ROWS if r["config"] == "diffllama-tiny.json"):
+        fam = family_of(_spec(row["config"]))
+        itemsize = 4 if row["dtype"] == "fp32" else 2
+        B, T = row["B"], row["T"]
+        second_q = fam.L * B * fam.H * T * fam.dh * itemsize \
+            if B == 1 and row["attention"] == "eager" else 0
+        labels = 8 if B == 1 else 0
+        lora = row.get("lora")
+        lambdas = fam.L * (8 + itemsize) if not lora else \
+            (fam.L - (lora[1] == "gate_proj,up_proj,down_proj")) * itemsize
+        assert row["measured_bytes"] - _rules(row) == lambdas + 4 + labels - second_q, row
+        assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
+
+
 # -- which specs map to these graphs ----------------------------------------------------------
 def test_each_config_maps_to_its_flags() -> None:
     qwen3 = family_of(_spec("qwen3-sliding-bias.json"))
@@ -227,6 +248,8 @@ def test_each_config_maps_to_its_flags() -> None:
     eight = family_of(replace(_spec("cohere2-tiny.json"), n_layers=8,
                               layer_attention="3S 1N 3S 1N"))
     assert isinstance(eight, Cohere) and eight.kinds == "SSSNSSSN"
+    diffllama = family_of(_spec("diffllama-tiny.json"))
+    assert isinstance(diffllama, Llama) and diffllama.differential and diffllama.Hkv == 2
 
 
 @pytest.mark.parametrize("config, change, why", [
@@ -262,6 +285,8 @@ def test_each_config_maps_to_its_flags() -> None:
     ("cohere2-tiny.json", dict(qk_norm="width"), "q/k norms in Cohere 2"),
     ("cohere2-tiny.json", dict(layer_attention="1S 1F"), "a full layer with RoPE"),
     ("cohere2-tiny.json", dict(model_type="llama"), "Cohere's layout as Llama"),
+    ("diffllama-tiny.json", dict(attention_dropout=0.1), "attention dropout (DiffLlama raises)"),
+    ("diffllama-tiny.json", dict(model_type="llama"), "differential attention as Llama"),
 ])
 def test_what_the_graphs_do_not_transcribe_is_refused(config: str, change: dict,
                                                       why: str) -> None:
@@ -285,11 +310,13 @@ def _draw(rng: random.Random) -> tuple[Llama, Run]:
     nemotron = not bitnet and rng.random() < 0.3
     apertus = not (bitnet or nemotron) and rng.random() < 0.3
     nanochat = not (bitnet or nemotron or apertus) and rng.random() < 0.3
+    differential = Hkv == 2 and rng.random() < 0.3
     dr = rng.choice([d for d in (2, 4, 6) if d < dh] or [0]) if nemotron else 0
     fam = Llama(V=rng.randint(5, 60), E=rng.randint(1, 48), H=Hkv * G, Hkv=Hkv,
                 dh=dh, F=rng.randint(1, 40), L=L,
                 tied=rng.random() < 0.5, bias_q=(b := rng.random() < 0.3), bias_k=b,
-                bias_v=b, bias_o=b, attention_dropout=rng.choice((0.0, 0.0, 0.1)),
+                bias_v=b, bias_o=b, differential=differential,
+                attention_dropout=0.0 if differential else rng.choice((0.0, 0.0, 0.1)),
                 qk_norm="after_rope" if nanochat else
                 rng.choice(("none", "head_t" if apertus else "head")),
                 window=rng.choice((1, 4, 8, 40)),

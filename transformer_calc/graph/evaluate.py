@@ -347,7 +347,7 @@ _LLAMA_VARIANTS: dict[str, Callable[[ModelSpec], Family | None]] = {
     "olmo": lambda spec: _olmo(spec), "bitnet": lambda spec: _bitnet(spec),
     "nemotron": lambda spec: _nemotron(spec), "apertus": lambda spec: _apertus(spec),
     "nanochat": lambda spec: _nanochat(spec), "cohere": lambda spec: _cohere(spec),
-    "cohere2": lambda spec: _cohere(spec)}
+    "cohere2": lambda spec: _cohere(spec), "diffllama": lambda spec: _diffllama(spec)}
 
 
 def _llama_variant(spec: ModelSpec) -> Family | None:
@@ -477,6 +477,19 @@ def _cohere(spec: ModelSpec) -> cohere.Cohere | None:
     return cohere.Cohere(**{**vars(family), "window": spec.sliding_window,
                             "kinds": kinds if len(set(kinds)) > 1 else kinds[0]},
                          cohere_qk_norm=spec.qk_norm == "width")
+
+
+def _diffllama(spec: ModelSpec) -> llama.Llama | None:
+    """DiffLlamaModel: Llama's layers with differential attention (two calls over the
+    halves of V's heads, repeated; DiffLlamaAttention wants an even number of K/V heads and
+    no attention dropout)."""
+    import dataclasses
+
+    Hkv = spec.n_kv_heads or spec.n_heads
+    if not spec.differential or Hkv % 2 or spec.attention_dropout:
+        return None
+    family = _llama(dataclasses.replace(spec, differential=False))
+    return None if family is None else dataclasses.replace(family, differential=True)
 
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)

@@ -45,7 +45,7 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "query_layernorm": "attn.q_norm", "key_layernorm": "attn.k_norm",
           "ln_f": "final_norm", "norm": "final_norm", "attn_sub_norm": "attn.sub_norm",
           "ffn_sub_norm": "ffn.sub_norm", "attention_layernorm": "attn.norm",
-          "feedforward_layernorm": "ffn.norm"}
+          "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm"}
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -144,6 +144,8 @@ DESCRIPTIONS = {
     "weight_plus_one": "weight + 1, kept by the LayerNorm (Nemotron's LayerNorm1P)",
     "bias_cast": "the bias cast to autocast's dtype, kept by the LayerNorm",
     "fp32_terms": "x − mean twice, fp32", "weight_fp32": "the weight's fp32 copy",
+    "decoder.attn.maps_concat": "the two calls' outputs concatenated",
+    "decoder.attn.lambda": "λ, 0-d",
     "decoder.attn.softcap_tanh": "tanh of the scores / cap",
     "head.softcap_tanh": "tanh of the logits / cap",
     "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output",
@@ -406,6 +408,11 @@ class _Namer:
             return "qkv_output"  # a view of the fused projection's output keeps it whole
         if role in ("softmax.result", "_safe_softmax.result"):
             return "softmax"
+        if st.op == "cat" and role.startswith("mul."):
+            return "maps_concat"  # DiffLlama: the two calls' outputs, kept by λ's mul
+        if role == "exp.result" or (role.startswith("mul.") and not _has(st.numel.poly,
+                                                                          ("B",))):
+            return "lambda"  # DiffLlama's λ (0-d)
         if role == "tanh.result":
             return "softcap_tanh"  # Gemma 2's eager scores: cap · tanh(scores / cap)
         if role in ("mul.other", "native_dropout.result1"):

@@ -258,6 +258,22 @@ def softplus(a: Tensor) -> Tensor:
     return _unary_saving("softplus", a, "self")
 
 
+def exp(a: Tensor) -> Tensor:
+    """derivatives.yaml exp: self: grad * result.conj()."""
+    return _unary_saving("exp", a, "result")
+
+
+def repeat(t: Tensor, dim: int, times: int) -> Tensor:
+    """Tensor.repeat with times along dim (1 elsewhere): a new contiguous tensor;
+    derivatives.yaml repeat: self: repeat_backward(grad, repeats, self.sym_sizes()) keeps
+    sizes only."""
+    dim = dim % t.ndim
+    out = _new(t, t.shape[:dim] + (t.shape[dim] * times,) + t.shape[dim + 1:], t.dtype,
+               t.requires_grad)
+    t.trace.record("repeat", out)
+    return out
+
+
 def expm1(a: Tensor) -> Tensor:
     """derivatives.yaml expm1: self: grad * (result.conj() + 1)."""
     return _unary_saving("expm1", a, "result")
@@ -551,11 +567,12 @@ def select(t: Tensor, dim: int, index: int) -> Tensor:
                   "select", index * t.stride[dim])
 
 
-def sum_dim(a: Tensor, dim: int, keepdim: bool = False) -> Tensor:
-    """sum.dim_IntList: sum_backward(grad, self.sym_sizes(), ...) keeps sizes only."""
+def sum_dim(a: Tensor, dim: int, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+    """sum.dim_IntList: sum_backward(grad, self.sym_sizes(), ...) keeps sizes only; dtype:
+    the result's (torch.sum(..., dtype=...))."""
     dim = dim % a.ndim
     rest = (Dim.const(1),) if keepdim else ()
-    out = _new(a, a.shape[:dim] + rest + a.shape[dim + 1:], a.dtype, a.requires_grad)
+    out = _new(a, a.shape[:dim] + rest + a.shape[dim + 1:], dtype or a.dtype, a.requires_grad)
     a.trace.record("sum", out)
     return out
 

@@ -67,6 +67,7 @@ class Llama:
     embed_norm: bool = False  # NanoChat: model.norm over the embeddings too
     final_softcap: float = 0.0  # NanoChat: final_logit_softcapping
     rotate_flipped: bool = False  # NanoChat's rotate_half: cat((x2, -x1))
+    differential: bool = False  # DiffLlama: two attention calls over V's halves, λ, groupnorm
     activation: str = "silu"  # the MLP's: silu, relu2 (ReLUSquaredActivation: relu, square),
     # xielu (XIELUActivation's Python path)
     norm_names: tuple[str, str] = ("input_layernorm", "post_attention_layernorm")  # Apertus:
@@ -314,7 +315,9 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
         k, v = (ops.cat([t], -2) for t in (k, v))
     G = m["G"]  # query heads per K/V head, H / Hkv
     scaling = float(dh.value) ** -0.5
-    if m.run.attention == "eager":
+    if cfg.differential:
+        out = _differential(m, q, k, v, mask, scaling)
+    elif m.run.attention == "eager":
         assert mask is not None
         out = eager_attention(m, q, repeat_kv(k, G), repeat_kv(v, G), mask,
                               dropout=cfg.attention_dropout, scaling=scaling)
@@ -335,6 +338,43 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, flipped: bool = False) -> 
     x1, x2 = ops.narrow(x, -1, 0, half), ops.narrow(x, -1, half.value, half)
     rotated = ops.cat([x2, ops.neg(x1)] if flipped else [ops.neg(x2), x1], -1)
     return ops.add(ops.mul(x, cos), ops.mul(rotated, sin))
+
+
+def _differential(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                  scaling: float) -> Tensor:
+    """DiffLlamaAttention.forward from V on: value_states1, value_states2 = (v.repeat(1, 2,
+    1, 1) for v in torch.chunk(value_states, 2, dim=1)); two attention calls (dropout 0)
+    sharing Q and K; torch.cat of the outputs on the last dim, chunked in two on the head
+    dim (views); lambda_i = exp(sum(lambda_qi * lambda_ki, -1, dtype=float32)).to(q's
+    dtype); lambda_full = lambda_1 - lambda_2 + lambda_init; (out1 - lambda_full * out2)
+    through groupnorm (nn.RMSNorm without weight over 2·head_dim: aten's rms_norm,
+    x.to(opmath) · rsqrt(pow(2).mean + eps), type_as) times (1 - lambda_init), a Python
+    number (lambda_init_fn(layer_idx): a scalar either way)."""
+    G, dh = m["G"], m["dh"]
+    halves = ops.split(v, v.shape[1].halved(), 1)
+    outputs = []
+    for vv in (ops.repeat(t, 1, 2) for t in halves):
+        if m.run.attention == "eager":
+            assert mask is not None
+            outputs.append(eager_attention(m, q, repeat_kv(k, G), repeat_kv(vv, G), mask,
+                                           dropout=0.0, scaling=scaling))
+        else:
+            outputs.append(sdpa_attention(q, k, vv, G, dropout=0.0, scaling=scaling,
+                                          mask=mask))
+    both = ops.cat(outputs, -1)
+    out1, out2 = ops.split(both, both.shape[2].halved(), 2)
+
+    def lam(i: int) -> Tensor:
+        prod = ops.mul(m.param(f"lambda_q{i}", dh), m.param(f"lambda_k{i}", dh))
+        return ops.to(ops.exp(ops.sum_dim(prod, -1, dtype=F32)), q.dtype)
+
+    lambda_full = ops.add(ops.sub(lam(1), lam(2)), 0.5)  # + lambda_init
+    x = ops.sub(out1, ops.mul(lambda_full, out2))
+    with m.module("groupnorm"):
+        xf = ops.to(x, F32)
+        xf = ops.mul(xf, ops.rsqrt(ops.add(ops.mean(ops.pow(xf, 2.0)), 1e-6)))
+        x = ops.to(xf, x.dtype)
+    return ops.mul(x, 0.5)  # (1 - lambda_init) * groupnorm(...)
 
 
 def _partial_rotary(x: Tensor, cos: Tensor, sin: Tensor, dr: Dim) -> Tensor:
