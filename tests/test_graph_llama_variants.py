@@ -24,6 +24,7 @@ from graph_rows import assert_compiled_equals_traced, measured_rows, row_run
 from test_graph import _row_settings, _rules_report
 
 from transformer_calc.errors import TcalcError
+from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import cached, clear_cache, evaluate_fast
 from transformer_calc.graph.families.cohere import Cohere
@@ -31,6 +32,7 @@ from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import memory_report
+from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
 # config -> its model type
@@ -78,6 +80,20 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
     assert report.activations.total == row["measured_bytes"]
     assert report.activations.rows == tuple(
         r[:3] + ("",) + r[4:] for r in component_rows(family_of(spec), row_run(row)))
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
+    # parameters: count_params (itself pinned against transformers on the meta device);
+    # FLOPs: count_flops per token at context T, the graph's matmuls over B·T tokens (T
+    # below every sliding window, where tcalc counts a window's keys)
+    spec = _spec(config)
+    fam = family_of(spec)
+    for attention in ("eager", "sdpa") if spec.sdpa_path else ("eager",):
+        for B, T in ((1, 8), (3, 5)):
+            r = evaluate(fam, Run(B, T, F32, "cpu", attention))
+            assert r.params == r.trainable_params == count_params(spec).total
+            assert r.forward_flops == B * T * count_flops(spec, T).total
 
 
 # -- where the rules went wrong -------------------------------------------------------------
