@@ -168,8 +168,10 @@ def family_of(spec: ModelSpec) -> Family:
         if family is not None:
             return family
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
-                     "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family, Gemma 1-3 and "
-                     "VaultGemma, and BERT, RoBERTa, ELECTRA with their masked-LM heads)")
+                     "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family with Ministral, OLMo, "
+                     "BitNet, Nemotron, Apertus, NanoChat and DiffLlama, Cohere 1-2, Gemma "
+                     "1-3 and VaultGemma, and BERT, RoBERTa, ELECTRA with their masked-LM "
+                     "heads)")
 
 
 def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
