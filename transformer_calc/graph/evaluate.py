@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
+from transformer_calc.graph import variants
 from transformer_calc.graph.families import bert, cohere, gemma, gpt2, llama, moe
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
@@ -342,156 +343,11 @@ def _moe(spec: ModelSpec) -> moe.Moe:
                    grouped=spec.experts_grouped)
 
 
-# the Llama-shaped model types whose differences from Llama families/llama.py transcribes
-# as flags: model_type -> the mapper (before _llama, which reads none of their fields)
-_LLAMA_VARIANTS: dict[str, Callable[[ModelSpec], Family | None]] = {
-    "qwen3": lambda spec: _sliding(spec), "ministral": lambda spec: _sliding(spec),
-    "olmo": lambda spec: _olmo(spec), "bitnet": lambda spec: _bitnet(spec),
-    "nemotron": lambda spec: _nemotron(spec), "apertus": lambda spec: _apertus(spec),
-    "nanochat": lambda spec: _nanochat(spec), "cohere": lambda spec: _cohere(spec),
-    "cohere2": lambda spec: _cohere(spec), "diffllama": lambda spec: _diffllama(spec)}
-
-
 def _llama_variant(spec: ModelSpec) -> Family | None:
-    variant = _LLAMA_VARIANTS.get(spec.model_type)
-    return variant(spec) if variant is not None else None
-
-
-def _sliding(spec: ModelSpec) -> llama.Llama | None:
-    """Qwen3Model and MinistralModel: Llama's layers, each with a causal or a sliding-window
-    mask as layer_types says (layer_attention: F full, S sliding); otherwise Llama's."""
-    import dataclasses
-
-    from transformer_calc.plan import layer_kinds_in_order
-
-    if not spec.sliding_window:
-        return None
-    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
-    family = _llama(dataclasses.replace(spec, sliding_window=0, layer_attention=""))
-    if family is None or set(kinds) - {"F", "S"}:
-        return None
-    return dataclasses.replace(family, window=spec.sliding_window,
-                               kinds=kinds if len(set(kinds)) > 1 else kinds[0])
-
-
-def _olmo(spec: ModelSpec) -> llama.Llama | None:
-    """OlmoModel: Llama's layers with OlmoLayerNorm (weightless, over an fp32 copy: the
-    spec's layernorm_noaffine with norm_fp32) and Olmo's fp32 RoPE (rope_fp32)."""
-    import dataclasses
-
-    if not (spec.norm == "layernorm_noaffine" and spec.norm_fp32 and spec.rope_fp32):
-        return None
-    family = _llama(dataclasses.replace(spec, norm="rmsnorm", norm_fp32=False))
-    return None if family is None else dataclasses.replace(family, norm="olmo")
-
-
-def _bitnet(spec: ModelSpec) -> llama.Llama | None:
-    """BitNetModel: Llama's layers with a squared-ReLU MLP and an RMSNorm before each output
-    projection (sub_norms: attn_sub_norm, ffn_sub_norm)."""
-    import dataclasses
-
-    if not (spec.sub_norms and spec.activation == "relu2" and spec.ffn == "gated"):
-        return None
-    family = _llama(dataclasses.replace(spec, sub_norms=False, activation="silu"))
-    return None if family is None else dataclasses.replace(family, activation="relu2",
-                                                           sub_norms=True)
-
-
-def _nemotron(spec: ModelSpec) -> llama.Llama | None:
-    """NemotronModel: NemotronLayerNorm1P (a LayerNorm with weight + 1 and a bias) before
-    attention, before the MLP and at the end; an ungated squared-ReLU MLP; RoPE on the
-    first int(d_head · rotary_fraction) of each head, concatenated with the rest."""
-    import dataclasses
-
-    dr = int(spec.head_dim * spec.rotary_fraction)
-    if not (spec.norm == "layernorm" and spec.ffn == "plain" and spec.activation == "relu2"
-            and spec.rope_concat and dr > 0 and dr % 2 == 0):
-        return None
-    family = _llama(dataclasses.replace(spec, norm="rmsnorm", ffn="gated", activation="silu",
-                                        rope_concat=False, rotary_fraction=1.0))
-    if family is None:
-        return None
-    return dataclasses.replace(family, norm="layer1p", gated=False, activation="relu2",
-                               rope_concat=True, partial_rotary=dr < spec.head_dim,
-                               dr=dr if dr < spec.head_dim else 0)
-
-
-def _apertus(spec: ModelSpec) -> llama.Llama | None:
-    """ApertusModel: Llama's layers (their norms named attention_layernorm and
-    feedforward_layernorm) with an ungated xIELU MLP and q_norm, k_norm over each head after
-    the transpose."""
-    import dataclasses
-
-    if not (spec.ffn == "plain" and spec.activation == "xielu"
-            and spec.qk_norm in ("none", "head")):
-        return None
-    family = _llama(dataclasses.replace(spec, ffn="gated", activation="silu"))
-    if family is None:
-        return None
-    return dataclasses.replace(family, gated=False, activation="xielu",
-                               qk_norm="head_t" if spec.qk_norm == "head" else "none",
-                               norm_names=("attention_layernorm", "feedforward_layernorm"))
-
-
-def _nanochat(spec: ModelSpec) -> llama.Llama | None:
-    """NanoChatModel: weightless RMSNorms (the embeddings normed by model.norm too; q_norm and
-    k_norm over each head after RoPE, whose rotate_half is cat((x2, -x1))), an ungated
-    squared-ReLU MLP of fc1 and fc2, and the logits soft-capped."""
-    import dataclasses
-
-    if not (spec.norm == "rmsnorm_noaffine" and spec.embedding_norm and spec.qk_norm == "l2"
-            and spec.ffn == "plain" and spec.activation == "relu2"):
-        return None
-    family = _llama(dataclasses.replace(spec, norm="rmsnorm", embedding_norm=False,
-                                        qk_norm="none", ffn="gated", activation="silu",
-                                        logit_softcapping=0.0))
-    if family is None:
-        return None
-    return dataclasses.replace(family, norm="rms_plain", embed_norm=True, qk_norm="after_rope",
-                               gated=False, activation="relu2", mlp_names=("fc1", "fc2"),
-                               final_softcap=spec.logit_softcapping or 0.0,
-                               rotate_flipped=True)
-
-
-def _cohere(spec: ModelSpec) -> cohere.Cohere | None:
-    """CohereModel and Cohere2Model: parallel layers under CohereLayerNorm (the spec's
-    layernorm_nobias, norm_manual, parallel_block), the gated SiLU MLP, logits scaled by
-    logit_scale (a Python number: no tensor kept, whatever its value); Cohere's q/k norms
-    (qk_norm width: over each head, weighted per head); Cohere 2's sliding and full layers
-    (layer_attention S and N: no RoPE in full layers), without q/k norms."""
-    import dataclasses
-
-    from transformer_calc.plan import layer_kinds_in_order
-
-    v2 = spec.model_type == "cohere2"
-    if not (spec.norm == "layernorm_nobias" and spec.norm_manual and spec.parallel_block
-            and not spec.norm_manual_cast and spec.qk_norm in ("none", "width")
-            and not (v2 and spec.qk_norm == "width")):
-        return None
-    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
-    if set(kinds) - ({"S", "N"} if v2 else {"F"}):
-        return None
-    family = _llama(dataclasses.replace(
-        spec, norm="rmsnorm", norm_manual=False, parallel_block=False, qk_norm="none",
-        sliding_window=0, layer_attention=""))
-    if family is None:
-        return None
-    return cohere.Cohere(**{**vars(family), "window": spec.sliding_window,
-                            "kinds": kinds if len(set(kinds)) > 1 else kinds[0]},
-                         cohere_qk_norm=spec.qk_norm == "width")
-
-
-def _diffllama(spec: ModelSpec) -> llama.Llama | None:
-    """DiffLlamaModel: Llama's layers with differential attention (two calls over the
-    halves of V's heads, repeated; DiffLlamaAttention wants an even number of K/V heads and
-    no attention dropout)."""
-    import dataclasses
-
-    Hkv = spec.n_kv_heads or spec.n_heads
-    if not spec.differential or Hkv % 2 or spec.attention_dropout:
-        return None
-    family = _llama(dataclasses.replace(spec, differential=False))
-    return None if family is None else dataclasses.replace(family, differential=True)
+    """A Llama variant's graph by its model type (graph/variants.py), from what _llama maps
+    once the variant's own fields are set aside."""
+    variant = variants.MAPPERS.get(spec.model_type)
+    return variant(spec, _llama) if variant is not None else None
 
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
