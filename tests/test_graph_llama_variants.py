@@ -229,6 +229,20 @@ def test_diffllama_keeps_lambda_and_q_once_at_b1() -> None:
         assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
 
 
+def test_nemotron_reads_its_partial_rotary_factor() -> None:
+    # NemotronConfig keeps partial_rotary_factor (default 0.5) in rope_parameters, where
+    # NemotronRotaryEmbedding reads it; a top-level key is read as the config class takes it
+    data = json.loads((DATA / "hf" / "variants" / "nemotron-tiny.json").read_text())
+    quarter = family_of(spec_from_hf(data | {"rope_parameters": {"rope_type": "default",
+                                                                 "rope_theta": 1e4,
+                                                                 "partial_rotary_factor": 0.25}}))
+    assert isinstance(quarter, Llama) and quarter.dr == 4
+    whole = family_of(spec_from_hf(data | {"partial_rotary_factor": 1.0}))
+    assert isinstance(whole, Llama) and not whole.partial_rotary and whole.rope_concat
+    with pytest.raises(TcalcError, match="rope_parameters.partial_rotary_factor"):
+        spec_from_hf(data | {"rope_parameters": {"partial_rotary_factor": "half"}})
+
+
 # -- which specs map to these graphs ----------------------------------------------------------
 def test_each_config_maps_to_its_flags() -> None:
     qwen3 = family_of(_spec("qwen3-sliding-bias.json"))

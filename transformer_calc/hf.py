@@ -3796,6 +3796,10 @@ def _nemotron(c: Config) -> dict[str, Any]:
     fraction = rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
     if fraction is None:
         fraction = c.get("partial_rotary_factor", 0.5)
+    elif isinstance(fraction, bool) or not isinstance(fraction, int | float) \
+            or not 0 < fraction <= 1:
+        raise SpecError("rope_parameters.partial_rotary_factor", "a number in (0, 1]",
+                        fraction, source=c.where)
     return _generic(c, GENERIC["nemotron"]) | {"rotary_fraction": fraction}
 
 
