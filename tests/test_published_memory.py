@@ -132,6 +132,29 @@ def test_a_recipe_fills_what_the_flags_leave_unsaid(cli: Run) -> None:
     assert hf["peak_bytes"] == amp["peak_bytes"] == cli.json(*lora)["peak_bytes"]
 
 
+def test_litgpt_holds_an_lm_head_of_its_own(cli: Run) -> None:
+    # LitGPT's convert_hf_checkpoint copies a tied embedding into lm_head.weight and its GPT
+    # keeps the two apart: V·d_model more weights (frozen under LoRA, trained in full)
+    V, d = 128256, 2048  # Llama 3.2 1B, tied on the Hub
+    base = ("memory", "tests/data/published_memory/llama-3.2-1b.json", "-T", "256",
+            "--precision", "bf16")
+    lit, tied, hf = (cli.json(*base, "--lora", "8", *more) for more in (
+        ("--recipe", "litgpt"), ("--recipe", "litgpt", "--tied-head"), ()))
+    weights = [{c["name"]: c["bytes"] for c in out["components"]}["weights"]
+               for out in (lit, tied, hf)]
+    assert weights[0] - weights[1] == V * d * 2 and weights[1] == weights[2]
+    assert (lit["settings"]["untied_head"], tied["settings"]["untied_head"],
+            hf["settings"]["untied_head"]) == (True, False, False)
+    assert lit["params"] == tied["params"] + V * d
+    assert any("a copy of the tied token embedding" in n for n in lit["notes"])
+    full, full_tied = (cli.json(*base, "--recipe", "litgpt", *more) for more in
+                       ((), ("--tied-head",)))
+    assert full["trainable_params"] - full_tied["trainable_params"] == V * d
+    # a model with a head of its own is the same either way
+    llama2 = ("memory", "llama-2-7b", "-T", "256", "--lora", "8", "--recipe", "litgpt")
+    assert cli.json(*llama2)["peak_bytes"] == cli.json(*llama2, "--tied-head")["peak_bytes"]
+
+
 def test_bf16_adapters_drop_the_fp32_copies_and_halve_their_states(cli: Run) -> None:
     lora = ("memory", "llama-2-7b", "--lora", "8", "-T", "512", "--precision", "bf16")
     fp32, bf16 = (cli.json(*lora, "--adapter-dtype", d) for d in ("fp32", "bf16"))

@@ -384,7 +384,7 @@ def flops(
 # --help's panels for the run's options: what most runs set first, the rest by topic
 _PANELS = {"Training / serving": "precision mixed recipe optimizer lora qlora recompute "
                                  "attention gpu gpus zero tp",
-           "Recipes' settings": "adapter_dtype loss_chunks logits_fp32 compile_loss "
+           "Recipes' settings": "adapter_dtype loss_chunks logits_fp32 untied_head compile_loss "
                                 "optimizer_in_backward paged_optimizer metric",
            "Fine-tuning and quantisation": "lora_targets lora_dropout quant double_quant "
                                            "bnb_legacy freeze adamw8bit",
@@ -442,6 +442,10 @@ def _training_params() -> list[inspect.Parameter]:
         opt("logits_fp32", Optional[LogitsFp32], None, "--logits-fp32",
             help="Where the logits become fp32: loss (transformers' loss function), model "
                  "(torchtune's output(h).float()), never (LitGPT's 16-bit cross-entropy)."),
+        opt("untied_head", Optional[bool], None, "--untied-head/--tied-head",
+            help="The LM head a matrix of its own where the model ties it to the embedding "
+                 "(LitGPT's converted checkpoints: V·d_model more weights). Default: the "
+                 "recipe's."),
         opt("compile_loss", bool, False, "--compile-loss",
             help="torch.compile of the cross-entropy with its upcast: keeps the 16-bit logits, "
                  "not the fp32 log-softmax (torchtune's compile=True). The layers are counted "
@@ -618,10 +622,10 @@ def _apply_recipe(t: dict[str, Any]) -> None:
         fixed = {"recipe": fixed["recipe"]}
     elif t.get("precision") is None and not t.get("mixed"):
         t["precision"], t["mixed"] = fixed["precision"], fixed["mixed"]
-    for key in ("adapter_dtype", "logits_fp32", "loss_chunks"):
+    for key in ("adapter_dtype", "logits_fp32", "loss_chunks", "untied_head"):
         if t.get(key) is None:
             t[key] = fixed.get(key, {"adapter_dtype": "", "logits_fp32": "loss",
-                                     "loss_chunks": 1}[key])
+                                     "loss_chunks": 1, "untied_head": False}[key])
 
 
 BatchOpt = typer.Option(1, "--batch-size", "-b", help="Micro-batch per GPU.")

@@ -1940,6 +1940,10 @@ class Settings:
     logits_fp32: str = "loss"
     loss_chunks: int = 1
     compile_loss: bool = False
+    # the LM head a matrix of its own where the model ties it to the token embedding: LitGPT
+    # converts a Hub checkpoint with lm_head.weight copied from the embedding
+    # (litgpt/scripts/convert_hf_checkpoint.py) and its GPT holds the two apart
+    untied_head: bool = False
     # torchtune's optimizer_in_bwd: one optimizer per parameter stepped in its
     # post-accumulate-grad hook, so each gradient is freed as soon as it is made
     optimizer_in_backward: bool = False
@@ -2294,6 +2298,10 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     spec.require_runnable()
     if not s.inference:
         spec.require_training_memory()
+    untie = s.untied_head and spec.tie_embeddings and spec.lm_head and not s.inference
+    if untie:  # the head a copy of the embedding: V·d_model more (frozen, under LoRA) weights
+        spec, params = spec.replace(tie_embeddings=False, expected_params=None,
+                                    expected_params_source=""), None
     if s.attention == "auto":  # what transformers runs for the class
         import dataclasses
 
@@ -2445,6 +2453,9 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
             "activations", _offloaded(acts, s)[1], "what the model saves for backward, "
             "offloaded (the loss's and the rebuilt layer's stay)"),))
     notes += _recipe_notes(s)
+    if untie:
+        notes += (f"the LM head its own {spec.vocab_size:,} × {spec.embed_dim:,} matrix, a copy "
+                  "of the tied token embedding (--untied-head: LitGPT's converted checkpoint)",)
     timeline: Callable[[], Timeline | None] = (lambda: None) if s.inference else \
         functools.partial(training_timeline, spec, s, T, per_gpu, acts, p)
     phases: Callable[[], tuple[Phase, ...]] = tuple if s.inference else functools.partial(
