@@ -3082,6 +3082,11 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
         "keeps its input" + (f" (a {'fp32' if s.adapter_bytes == 4 else '16-bit'} copy)"
                              if cast and not s.mixed else "") +
         (", a dropout mask" if drop else "") + " and the B·T·r output of lora_A",)
+    if any(ad.role == "lm_head" for ad in adapted):
+        notes += ("LoRA on the LM head: lora_B's output, its scaling and the sum are "
+                  "B·T·vocab_size each for a moment in the head (their gradients in "
+                  "backward); none is kept, and they are not drawn beyond the loss's own "
+                  "moments",)
     return Breakdown(acts.model, "bytes", tuple(rows), notes, {}, acts.symbols)
 
 
