@@ -139,7 +139,7 @@ def test_litgpt_holds_an_lm_head_of_its_own(cli: Run) -> None:
     base = ("memory", "tests/data/published_memory/llama-3.2-1b.json", "-T", "256",
             "--precision", "bf16")
     lit, tied, hf = (cli.json(*base, "--lora", "8", *more) for more in (
-        ("--recipe", "litgpt"), ("--recipe", "litgpt", "--tied-head"), ()))
+        ("--recipe", "litgpt"), ("--recipe", "litgpt", "--tie-embeddings"), ()))
     weights = [{c["name"]: c["bytes"] for c in out["components"]}["weights"]
                for out in (lit, tied, hf)]
     assert weights[0] - weights[1] == V * d * 2 and weights[1] == weights[2]
@@ -148,11 +148,12 @@ def test_litgpt_holds_an_lm_head_of_its_own(cli: Run) -> None:
     assert lit["params"] == tied["params"] + V * d
     assert any("a copy of the tied token embedding" in n for n in lit["notes"])
     full, full_tied = (cli.json(*base, "--recipe", "litgpt", *more) for more in
-                       ((), ("--tied-head",)))
+                       ((), ("--tie-embeddings",)))
     assert full["trainable_params"] - full_tied["trainable_params"] == V * d
     # a model with a head of its own is the same either way
     llama2 = ("memory", "llama-2-7b", "-T", "256", "--lora", "8", "--recipe", "litgpt")
-    assert cli.json(*llama2)["peak_bytes"] == cli.json(*llama2, "--tied-head")["peak_bytes"]
+    assert cli.json(*llama2)["peak_bytes"] == cli.json(*llama2, "--no-tie-embeddings")[
+        "peak_bytes"]
 
 
 def test_bf16_adapters_drop_the_fp32_copies_and_halve_their_states(cli: Run) -> None:

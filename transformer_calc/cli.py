@@ -384,7 +384,7 @@ def flops(
 # --help's panels for the run's options: what most runs set first, the rest by topic
 _PANELS = {"Training / serving": "precision mixed recipe optimizer lora qlora recompute "
                                  "attention gpu gpus zero tp",
-           "Recipes' settings": "adapter_dtype loss_chunks logits_fp32 untied_head compile_loss "
+           "Recipes' settings": "adapter_dtype loss_chunks logits_fp32 compile_loss "
                                 "optimizer_in_backward paged_optimizer metric",
            "Fine-tuning and quantisation": "lora_targets lora_dropout quant double_quant "
                                            "bnb_legacy freeze adamw8bit",
@@ -442,10 +442,6 @@ def _training_params() -> list[inspect.Parameter]:
         opt("logits_fp32", Optional[LogitsFp32], None, "--logits-fp32",
             help="Where the logits become fp32: loss (transformers' loss function), model "
                  "(torchtune's output(h).float()), never (LitGPT's 16-bit cross-entropy)."),
-        opt("untied_head", Optional[bool], None, "--untied-head/--tied-head",
-            help="The LM head a matrix of its own where the model ties it to the embedding "
-                 "(LitGPT's converted checkpoints: V·d_model more weights). Default: the "
-                 "recipe's."),
         opt("compile_loss", bool, False, "--compile-loss",
             help="torch.compile of the cross-entropy with its upcast: keeps the 16-bit logits, "
                  "not the fp32 log-softmax (torchtune's compile=True). The layers are counted "
@@ -612,6 +608,15 @@ def _settings(train: dict[str, Any], batch_size: int = 1, seq_len: int | None = 
     return Settings(precision=precision, batch_size=batch_size, seq_len=seq_len or 0, **t)
 
 
+def _named_head(settings: Any, overrides: dict[str, Any] | None) -> Any:
+    """--tie-embeddings given wins over a recipe that holds the LM head apart (LitGPT's)."""
+    if settings.untied_head and (overrides or {}).get("tie_embeddings"):
+        import dataclasses
+
+        return dataclasses.replace(settings, untied_head=False)
+    return settings
+
+
 def _apply_recipe(t: dict[str, Any]) -> None:
     """Fill the settings the user left unsaid from the recipe (recipes.RECIPE_SETTINGS); a
     flag given wins. --precision or --mixed given: the recipe's precision is not used."""
@@ -668,7 +673,7 @@ def memory(
     --gpu: does it fit, headroom, and the largest batch size that fits.
     """
     train = train or {}
-    settings = _settings(train, batch_size, seq_len)
+    settings = _named_head(_settings(train, batch_size, seq_len), overrides)
     if require_fit and not train.get("gpu"):
         raise TcalcError("--require-fit: give the GPU (or a size) to fit with --gpu")
     if model is None:
@@ -831,7 +836,7 @@ def sweep(
             or [spec.max_context]
     else:
         seqs = parse_ints(seq_len, "--seq-len")
-    base = _settings(train)
+    base = _named_head(_settings(train), overrides)
     cells = {(b, t): memory_report(spec, dataclasses.replace(base, batch_size=b, seq_len=t),
                                    train["gpu"]) for b in batches for t in seqs}
     show(sweep_doc(spec.name, train["gpu"], batches, seqs, cells), format.value)

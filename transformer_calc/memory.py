@@ -2455,7 +2455,8 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     notes += _recipe_notes(s)
     if untie:
         notes += (f"the LM head its own {spec.vocab_size:,} × {spec.embed_dim:,} matrix, a copy "
-                  "of the tied token embedding (--untied-head: LitGPT's converted checkpoint)",)
+                  "of the tied token embedding, as LitGPT's converted checkpoint holds it "
+                  "(--tie-embeddings: tied)",)
     timeline: Callable[[], Timeline | None] = (lambda: None) if s.inference else \
         functools.partial(training_timeline, spec, s, T, per_gpu, acts, p)
     phases: Callable[[], tuple[Phase, ...]] = tuple if s.inference else functools.partial(
