@@ -627,10 +627,11 @@ def _apply_recipe(t: dict[str, Any]) -> None:
         fixed = {"recipe": fixed["recipe"]}
     elif t.get("precision") is None and not t.get("mixed"):
         t["precision"], t["mixed"] = fixed["precision"], fixed["mixed"]
-    for key in ("adapter_dtype", "logits_fp32", "loss_chunks", "untied_head"):
+    unsaid = {"adapter_dtype": "", "logits_fp32": "loss", "loss_chunks": 1,
+              "untied_head": False, "lightning_bnb": False, "keeps_previous_graph": False}
+    for key, default in unsaid.items():
         if t.get(key) is None:
-            t[key] = fixed.get(key, {"adapter_dtype": "", "logits_fp32": "loss",
-                                     "loss_chunks": 1, "untied_head": False}[key])
+            t[key] = fixed.get(key, default)
 
 
 BatchOpt = typer.Option(1, "--batch-size", "-b", help="Micro-batch per GPU.")

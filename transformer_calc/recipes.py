@@ -30,8 +30,12 @@ RECIPE_SETTINGS: dict[str, dict[str, Any]] = {
     # lm_head.weight (litgpt/scripts/convert_hf_checkpoint.py: 'if "lm_head.weight" not in
     # state_dict') and its GPT has an lm_head of its own; fine-tuning refuses
     # tie_embeddings (litgpt/finetune/lora.py, validate_args)
+    # With --quantize bnb.*, Lightning's BitsandbytesPrecision replaces every nn.Linear, the
+    # head's too, quantising from fp16 (lightning_bnb); its fit loop keeps the previous
+    # micro-batch's loss and logits named through the next forward (keeps_previous_graph)
     "litgpt": {"precision": "bf16", "mixed": False, "adapter_dtype": "bf16",
-               "logits_fp32": "never", "loss_chunks": 1, "untied_head": True},
+               "logits_fp32": "never", "loss_chunks": 1, "untied_head": True,
+               "lightning_bnb": True, "keeps_previous_graph": True},
     # Megatron-LM (--bf16): the model in bf16, fp32 main params and a persistent fp32
     # gradient buffer; vocabulary-parallel embeddings, head and cross-entropy under TP
     "megatron": {"precision": "bf16", "mixed": True, "logits_fp32": "loss", "loss_chunks": 1},
