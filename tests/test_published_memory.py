@@ -156,6 +156,40 @@ def test_litgpt_holds_an_lm_head_of_its_own(cli: Run) -> None:
         "peak_bytes"]
 
 
+def test_litgpt_quantises_the_head_from_fp16_and_holds_the_previous_graph(cli: Run) -> None:
+    # Lightning's BitsandbytesPrecision replaces every nn.Linear (the head's too) and
+    # quantises from fp16: the head is stored in nf4 and dequantised to fp16, then cast; the
+    # fit loop keeps the previous logits, and the graph behind them with bitsandbytes 0.42's
+    # ctx-held 4-bit inputs, through the next forward
+    V, d = 32000, 4096  # Llama 2 7B's head
+    base = ("memory", "llama-2-7b", "-b", "2", "-T", "512", "--lora", "8", "--lora-targets",
+            "q_proj,v_proj", "--lora-dropout", "0.05", "--quant", "bnb-nf4", "--precision",
+            "bf16", "--no-double-quant", "--attention", "sdpa")
+    lit, hf = (cli.json(*base, "--recipe", r) for r in ("litgpt", "hf"))
+    parts = [{c["name"]: c["bytes"] for c in out["components"]} for out in (lit, hf)]
+    # nf4 without double quantisation: n/2 bytes, fp32 absmax per 64, 64 bytes of code
+    head_nf4 = V * d // 2 + 4 * V * d // 64 + 64
+    assert parts[1]["weights"] - parts[0]["weights"] == 2 * V * d - head_nf4
+    phases = [{p["name"]: {c["name"]: c["bytes"] for c in p["components"]}
+               for p in out["phases"]} for out in (lit, hf)]
+    assert phases[0]["backward"]["dequantised_weight"] == V * d * 2 * 2  # fp16, then bf16
+    assert phases[1]["backward"]["dequantised_weight"] == 11008 * d * 2  # the MLP's, bf16
+    assert "previous_micro_batch" not in phases[0]["forward"]  # bitsandbytes >= 0.44
+    legacy = cli.json(*base, "--recipe", "litgpt", "--bnb-legacy")
+    forward = next(p for p in legacy["phases"] if p["name"] == "forward")
+    held = {c["name"]: c["bytes"] for c in forward["components"]}["previous_micro_batch"]
+    # the 4-bit matmuls' inputs: q/k/v's (not the first layer's: the frozen embeddings need
+    # no gradient), o's (flash's output itself), gate/up's, down's, and the head's, 16-bit,
+    # B·T = 1024 tokens
+    tokens, L, ffn = 1024, 32, 11008
+    assert held == tokens * 2 * ((L - 1) * d + L * (2 * d + ffn) + d)
+    assert legacy["peak_bytes"] == sum(c["bytes"] for c in forward["components"])
+    assert any("live through the next forward" in n for n in legacy["notes"])
+    hf_legacy = cli.json(*base, "--recipe", "hf", "--bnb-legacy")
+    assert all(c["name"] != "previous_micro_batch" for p in hf_legacy["phases"]
+               for c in p["components"])
+
+
 def test_bf16_adapters_drop_the_fp32_copies_and_halve_their_states(cli: Run) -> None:
     lora = ("memory", "llama-2-7b", "--lora", "8", "-T", "512", "--precision", "bf16")
     fp32, bf16 = (cli.json(*lora, "--adapter-dtype", d) for d in ("fp32", "bf16"))

@@ -3351,8 +3351,12 @@ def _previous_graph(acts: Breakdown, s: Settings) -> tuple[str, int, str]:
     held on ctx (bitsandbytes before 0.44), as many bytes as this micro-batch's. Its logits
     live as long, until `logits` is rebound, before the loss keeps its log-softmax: under
     LitGPT's 16-bit loss as large as what the loss keeps, whose row stands for them here."""
+    # (o_proj reads the attention kernel's output itself where no copy of it is kept: SDPA's
+    # flash output, laid out (B, T, H, d_head) already)
+    copies = {r[5] for r in acts.rows if r[5] and r[0] == f"{r[5]}.attn.o_input"}
     held = sum([r[1] * r[4] for r in acts.rows if (r[0][len(r[5]) + 1:] if r[5] else r[0])
-                in _QUANTISED_INPUTS or (s.lightning_bnb and r[0] == "head.input")])
+                in _QUANTISED_INPUTS or (s.lightning_bnb and r[0] == "head.input")
+                or (r[5] and r[5] not in copies and r[0] == f"{r[5]}.attn.out")])
     return ("previous_micro_batch", held // (s.tp * s.cp), "the previous micro-batch's 4-bit "
             "matmul inputs, held on ctx until its logits are rebound after this forward")
 
