@@ -190,6 +190,20 @@ def test_litgpt_quantises_the_head_from_fp16_and_holds_the_previous_graph(cli: R
                for c in p["components"])
 
 
+def test_a_graph_kept_named_keeps_what_ctx_holds_through_the_next_forward() -> None:
+    # Measured (tools/measure_previous_graph_cpu.py, torch 2.13 CPU): LitGPT's loop over L
+    # frozen matmuls with adapters; an input held as a ctx attribute (bitsandbytes < 0.44)
+    # outlives backward and lives to the end of the next forward, every layer's but the
+    # first's (its input needs no gradient); one saved with save_for_backward does not
+    runs = json.loads((DATA / "previous_graph_cpu.json").read_text())["runs"]
+    for r in runs:
+        inputs = (r["L"] - 1) * r["B"] * r["T"] * r["d"] * 4
+        held = inputs if r["function"] == "HeldOnCtx" else 0
+        assert (r["first_inputs_bytes"], r["held_at_end_of_next_forward"],
+                r["held_after_rebinding"]) == (held, held, 0)
+    assert {r["function"] for r in runs} == {"HeldOnCtx", "Saved"}
+
+
 def test_bf16_adapters_drop_the_fp32_copies_and_halve_their_states(cli: Run) -> None:
     lora = ("memory", "llama-2-7b", "--lora", "8", "-T", "512", "--precision", "bf16")
     fp32, bf16 = (cli.json(*lora, "--adapter-dtype", d) for d in ("fp32", "bf16"))
