@@ -3,6 +3,7 @@ against what PyTorch keeps (CPU saved tensors) and what an H100 allocates (the p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -770,13 +771,17 @@ def test_lm_head_is_a_target_all_linear_leaves_out() -> None:
     assert lora_params(spec, p, r, ("q_proj", "v_proj", "lm_head")).total == qv + r * (d + V)
     assert lora_params(spec, p, r, ("lm_head",)).total == r * (d + V)
     assert "head.lm.lora" not in {i.name for i in lora_params(spec, p, r, ("all-linear",)).items}
-    # its input and lora_A's output are kept, nothing B·T·vocab_size wide
-    s = Settings(precision="bf16", seq_len=512, lora_rank=r, lora_targets=("lm_head",),
-                 lora_dropout=0.1)
-    rows = {i.name: i.total for i in memory_report(spec, s).activations.items}
-    assert rows["head.lm.lora_input"] == 512 * d * 4  # the fp32 copy PEFT reads
-    assert rows["head.lm.lora_a_output"] == 512 * r * 4
-    assert rows["head.lm.lora_dropout_mask"] == 512 * d
+    # its input and lora_A's output are kept, nothing B·T·vocab_size wide; the dropout's
+    # mask only where an adapter below gives the head's input a gradient
+    for targets, mask in ((("lm_head",), None), (("q_proj", "lm_head"), 512 * d)):
+        s = Settings(precision="bf16", seq_len=512, lora_rank=r, lora_targets=targets,
+                     lora_dropout=0.1)
+        for attention in ("sdpa", "eager"):  # the op graph's and the rules' (eager) alike
+            rows = {i.name: i.total for i in memory_report(
+                spec, dataclasses.replace(s, attention=attention)).activations.items}
+            assert rows["head.lm.lora_input"] == 512 * d * 4  # the fp32 copy PEFT reads
+            assert rows["head.lm.lora_a_output"] == 512 * r * 4
+            assert rows.get("head.lm.lora_dropout_mask") == mask
 
 
 def test_a_model_without_an_lm_head_refuses_it(cli) -> None:

@@ -3088,6 +3088,8 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
         # the first layer's input needs no gradient: its attention adapters' dropout keeps no
         # mask there (measured)
         first = ad.stack in firsts and _reads(ad) == "attn.input"
+        # (nor the head's, where no adapter below it gives its input a gradient)
+        first = first or (ad.role == "lm_head" and not in_layers and not embed_grad)
         # (a row-parallel layer's input is split by tensor parallelism, and its adapter's
         # copy with it)
         split = "tp" if _reads(ad).endswith(("o_input", "out_input")) else ""
