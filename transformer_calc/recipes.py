@@ -32,7 +32,7 @@ RECIPE_SETTINGS: dict[str, dict[str, Any]] = {
     # tie_embeddings (litgpt/finetune/lora.py, validate_args)
     # With --quantize bnb.*, Lightning's BitsandbytesPrecision replaces every nn.Linear, the
     # head's too, quantising from fp16 (lightning_bnb); its fit loop keeps the previous
-    # micro-batch's loss and logits named through the next forward (keeps_previous_graph)
+    # micro-batch's logits named through the next forward (keeps_previous_graph)
     "litgpt": {"precision": "bf16", "mixed": False, "adapter_dtype": "bf16",
                "logits_fp32": "never", "loss_chunks": 1, "untied_head": True,
                "lightning_bnb": True, "keeps_previous_graph": True},
