@@ -100,7 +100,8 @@ def test_the_rows_cover_both_families_full_training_and_lora() -> None:
     configs = {r["config"] for r in ROWS}
     assert configs == {"gpt2", *CONFIGS}
     full = [r for r in ROWS if not r.get("lora")]
-    assert len(full) == 24 + 16 + 12 + 8 + 12 and len(ROWS) - len(full) == 124 + 12 + 24
+    # (and 8 with the LM head adapted: activations_lora_head_cpu.jsonl)
+    assert len(full) == 24 + 16 + 12 + 8 + 12 and len(ROWS) - len(full) == 124 + 12 + 24 + 8
     assert {r["lora"][1] for r in ROWS if r.get("lora")} >= {
         "all-linear", "q_proj,v_proj", "q_proj", "k_proj,o_proj", "o_proj,down_proj",
         "gate_proj,up_proj,down_proj", "q_proj,k_proj,v_proj,o_proj"}

@@ -60,7 +60,8 @@ def _spec(config: str) -> ModelSpec:
 def test_the_rows_cover_the_four_model_types() -> None:
     assert {r["config"] for r in ROWS} == set(CONFIGS)
     full = [r for r in ROWS if not r.get("lora")]
-    assert len(full) == 8 + 4 + 4 + 4 + 8 and len(ROWS) - len(full) == 53
+    # (8 of the LoRA rows adapt the LM head too: activations_lora_head_cpu.jsonl)
+    assert len(full) == 8 + 4 + 4 + 4 + 8 and len(ROWS) - len(full) == 53 + 8
     # SDPA only where the class has it (Gemma 2 and VaultGemma are eager-only: skipped rows)
     assert {(r["config"], r["attention"]) for r in ROWS} >= {
         ("gemma-gqa.json", "sdpa"), ("gemma3_text-layer-types.json", "sdpa")}
@@ -68,7 +69,7 @@ def test_the_rows_cover_the_four_model_types() -> None:
                    if r["config"] in ("gemma2-bias-untied.json", "vaultgemma-tiny.json"))
     assert {r["lora"][1] for r in ROWS if r.get("lora")} == {
         "all-linear", "q_proj,v_proj", "o_proj,down_proj", "gate_proj,up_proj,down_proj",
-        "q_proj,k_proj,v_proj,o_proj"}
+        "q_proj,k_proj,v_proj,o_proj", "q_proj,v_proj,lm_head"}
 
 
 @pytest.mark.parametrize("row", ROWS, ids=IDS)

@@ -3,6 +3,7 @@ against what PyTorch keeps (CPU saved tensors) and what an H100 allocates (the p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -742,3 +743,48 @@ def test_lora_over_a_layernorm_model_within_5_percent_of_h100(run: dict) -> None
     for phase in r.phases:
         want = run["steps"][1][f"{phase.name}_peak_mib"] * (1 << 20)
         assert abs(phase.items.total - want) <= 0.05 * want, phase.name
+
+
+# Measured as above (tools/measure_activations_hf.py --lora 8 --lora-targets
+# q_proj,v_proj,lm_head, B=2 T=128, with --lora-dropout 0 and 0.1, torch 2.13.0+cpu,
+# transformers 5.23.0, peft 0.21.2): activations_lora_head_cpu.jsonl, the tiny Llama
+# (untied) and Gemma (tied) variants. The head's adapter keeps its input (the final norm's
+# output, or the dropout's output and mask) and lora_A's B·T·r output; nothing of the
+# vocabulary's width (lora_B's product, its scaling and the sum are consumed in forward).
+LORA_HEAD = _measured("activations_lora_head_cpu.jsonl")
+
+
+@pytest.mark.parametrize("row", LORA_HEAD, ids=lambda r: "{config}-{attention}-{dtype}-{lora}"
+                         .format(**r))
+def test_lora_on_the_lm_head_keeps_what_peft_keeps(row: dict) -> None:
+    assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.001
+    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / row["config"]).read_text()))
+    rank, targets, _ = row["lora"]
+    assert lora_params(spec, count_params(spec), rank, tuple(targets.split(","))).total == \
+        row["trainable"][0]  # peft's count
+
+
+def test_lm_head_is_a_target_all_linear_leaves_out() -> None:
+    spec = load_model("llama-3.1-8b")
+    p = count_params(spec)
+    V, d, r = spec.vocab_size, spec.d_model, 8
+    qv = lora_params(spec, p, r, ("q_proj", "v_proj")).total
+    assert lora_params(spec, p, r, ("q_proj", "v_proj", "lm_head")).total == qv + r * (d + V)
+    assert lora_params(spec, p, r, ("lm_head",)).total == r * (d + V)
+    assert "head.lm.lora" not in {i.name for i in lora_params(spec, p, r, ("all-linear",)).items}
+    # its input and lora_A's output are kept, nothing B·T·vocab_size wide; the dropout's
+    # mask only where an adapter below gives the head's input a gradient
+    for targets, mask in ((("lm_head",), None), (("q_proj", "lm_head"), 512 * d)):
+        s = Settings(precision="bf16", seq_len=512, lora_rank=r, lora_targets=targets,
+                     lora_dropout=0.1)
+        for attention in ("sdpa", "eager"):  # the op graph's and the rules' (eager) alike
+            rows = {i.name: i.total for i in memory_report(
+                spec, dataclasses.replace(s, attention=attention)).activations.items}
+            assert rows["head.lm.lora_input"] == 512 * d * 4  # the fp32 copy PEFT reads
+            assert rows["head.lm.lora_a_output"] == 512 * r * 4
+            assert rows.get("head.lm.lora_dropout_mask") == mask
+
+
+def test_a_model_without_an_lm_head_refuses_it(cli) -> None:
+    out = cli("memory", "bert-base", "--lora", "8", "--lora-targets", "lm_head", code=2)
+    assert "has no linear layer 'lm_head'" in out.stderr and out.stderr.count("\n") == 1

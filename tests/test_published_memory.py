@@ -132,6 +132,78 @@ def test_a_recipe_fills_what_the_flags_leave_unsaid(cli: Run) -> None:
     assert hf["peak_bytes"] == amp["peak_bytes"] == cli.json(*lora)["peak_bytes"]
 
 
+def test_litgpt_holds_an_lm_head_of_its_own(cli: Run) -> None:
+    # LitGPT's convert_hf_checkpoint copies a tied embedding into lm_head.weight and its GPT
+    # keeps the two apart: V·d_model more weights (frozen under LoRA, trained in full)
+    V, d = 128256, 2048  # Llama 3.2 1B, tied on the Hub
+    base = ("memory", "tests/data/published_memory/llama-3.2-1b.json", "-T", "256",
+            "--precision", "bf16")
+    lit, tied, hf = (cli.json(*base, "--lora", "8", *more) for more in (
+        ("--recipe", "litgpt"), ("--recipe", "litgpt", "--tie-embeddings"), ()))
+    weights = [{c["name"]: c["bytes"] for c in out["components"]}["weights"]
+               for out in (lit, tied, hf)]
+    assert weights[0] - weights[1] == V * d * 2 and weights[1] == weights[2]
+    assert (lit["settings"]["untied_head"], tied["settings"]["untied_head"],
+            hf["settings"]["untied_head"]) == (True, False, False)
+    assert lit["params"] == tied["params"] + V * d
+    assert any("a copy of the tied token embedding" in n for n in lit["notes"])
+    full, full_tied = (cli.json(*base, "--recipe", "litgpt", *more) for more in
+                       ((), ("--tie-embeddings",)))
+    assert full["trainable_params"] - full_tied["trainable_params"] == V * d
+    # a model with a head of its own is the same either way
+    llama2 = ("memory", "llama-2-7b", "-T", "256", "--lora", "8", "--recipe", "litgpt")
+    assert cli.json(*llama2)["peak_bytes"] == cli.json(*llama2, "--no-tie-embeddings")[
+        "peak_bytes"]
+
+
+def test_litgpt_quantises_the_head_from_fp16_and_holds_the_previous_graph(cli: Run) -> None:
+    # Lightning's BitsandbytesPrecision replaces every nn.Linear (the head's too) and
+    # quantises from fp16: the head is stored in nf4 and dequantised to fp16, then cast; the
+    # fit loop keeps the previous logits, and the graph behind them with bitsandbytes 0.42's
+    # ctx-held 4-bit inputs, through the next forward
+    V, d = 32000, 4096  # Llama 2 7B's head
+    base = ("memory", "llama-2-7b", "-b", "2", "-T", "512", "--lora", "8", "--lora-targets",
+            "q_proj,v_proj", "--lora-dropout", "0.05", "--quant", "bnb-nf4", "--precision",
+            "bf16", "--no-double-quant", "--attention", "sdpa")
+    lit, hf = (cli.json(*base, "--recipe", r) for r in ("litgpt", "hf"))
+    parts = [{c["name"]: c["bytes"] for c in out["components"]} for out in (lit, hf)]
+    # nf4 without double quantisation: n/2 bytes, fp32 absmax per 64, 64 bytes of code
+    head_nf4 = V * d // 2 + 4 * V * d // 64 + 64
+    assert parts[1]["weights"] - parts[0]["weights"] == 2 * V * d - head_nf4
+    phases = [{p["name"]: {c["name"]: c["bytes"] for c in p["components"]}
+               for p in out["phases"]} for out in (lit, hf)]
+    assert phases[0]["backward"]["dequantised_weight"] == V * d * 2 * 2  # fp16, then bf16
+    assert phases[1]["backward"]["dequantised_weight"] == 11008 * d * 2  # the MLP's, bf16
+    assert "previous_micro_batch" not in phases[0]["forward"]  # bitsandbytes >= 0.44
+    legacy = cli.json(*base, "--recipe", "litgpt", "--bnb-legacy")
+    forward = next(p for p in legacy["phases"] if p["name"] == "forward")
+    held = {c["name"]: c["bytes"] for c in forward["components"]}["previous_micro_batch"]
+    # the 4-bit matmuls' inputs: q/k/v's (not the first layer's: the frozen embeddings need
+    # no gradient), o's (flash's output itself), gate/up's, down's, and the head's, 16-bit,
+    # B·T = 1024 tokens
+    tokens, L, ffn = 1024, 32, 11008
+    assert held == tokens * 2 * ((L - 1) * d + L * (2 * d + ffn) + d)
+    assert legacy["peak_bytes"] == sum(c["bytes"] for c in forward["components"])
+    assert any("live through the next forward" in n for n in legacy["notes"])
+    hf_legacy = cli.json(*base, "--recipe", "hf", "--bnb-legacy")
+    assert all(c["name"] != "previous_micro_batch" for p in hf_legacy["phases"]
+               for c in p["components"])
+
+
+def test_a_graph_kept_named_keeps_what_ctx_holds_through_the_next_forward() -> None:
+    # Measured (tools/measure_previous_graph_cpu.py, torch 2.13 CPU): LitGPT's loop over L
+    # frozen matmuls with adapters; an input held as a ctx attribute (bitsandbytes < 0.44)
+    # outlives backward and lives to the end of the next forward, every layer's but the
+    # first's (its input needs no gradient); one saved with save_for_backward does not
+    runs = json.loads((DATA / "previous_graph_cpu.json").read_text())["runs"]
+    for r in runs:
+        inputs = (r["L"] - 1) * r["B"] * r["T"] * r["d"] * 4
+        held = inputs if r["function"] == "HeldOnCtx" else 0
+        assert (r["first_inputs_bytes"], r["held_at_end_of_next_forward"],
+                r["held_after_rebinding"]) == (held, held, 0)
+    assert {r["function"] for r in runs} == {"HeldOnCtx", "Saved"}
+
+
 def test_bf16_adapters_drop_the_fp32_copies_and_halve_their_states(cli: Run) -> None:
     lora = ("memory", "llama-2-7b", "--lora", "8", "-T", "512", "--precision", "bf16")
     fp32, bf16 = (cli.json(*lora, "--adapter-dtype", d) for d in ("fp32", "bf16"))

@@ -608,6 +608,15 @@ def _settings(train: dict[str, Any], batch_size: int = 1, seq_len: int | None = 
     return Settings(precision=precision, batch_size=batch_size, seq_len=seq_len or 0, **t)
 
 
+def _named_head(settings: Any, overrides: dict[str, Any] | None) -> Any:
+    """--tie-embeddings given wins over a recipe that holds the LM head apart (LitGPT's)."""
+    if settings.untied_head and (overrides or {}).get("tie_embeddings"):
+        import dataclasses
+
+        return dataclasses.replace(settings, untied_head=False)
+    return settings
+
+
 def _apply_recipe(t: dict[str, Any]) -> None:
     """Fill the settings the user left unsaid from the recipe (recipes.RECIPE_SETTINGS); a
     flag given wins. --precision or --mixed given: the recipe's precision is not used."""
@@ -618,10 +627,11 @@ def _apply_recipe(t: dict[str, Any]) -> None:
         fixed = {"recipe": fixed["recipe"]}
     elif t.get("precision") is None and not t.get("mixed"):
         t["precision"], t["mixed"] = fixed["precision"], fixed["mixed"]
-    for key in ("adapter_dtype", "logits_fp32", "loss_chunks"):
+    unsaid = {"adapter_dtype": "", "logits_fp32": "loss", "loss_chunks": 1,
+              "untied_head": False, "lightning_bnb": False, "keeps_previous_graph": False}
+    for key, default in unsaid.items():
         if t.get(key) is None:
-            t[key] = fixed.get(key, {"adapter_dtype": "", "logits_fp32": "loss",
-                                     "loss_chunks": 1}[key])
+            t[key] = fixed.get(key, default)
 
 
 BatchOpt = typer.Option(1, "--batch-size", "-b", help="Micro-batch per GPU.")
@@ -664,7 +674,7 @@ def memory(
     --gpu: does it fit, headroom, and the largest batch size that fits.
     """
     train = train or {}
-    settings = _settings(train, batch_size, seq_len)
+    settings = _named_head(_settings(train, batch_size, seq_len), overrides)
     if require_fit and not train.get("gpu"):
         raise TcalcError("--require-fit: give the GPU (or a size) to fit with --gpu")
     if model is None:
@@ -827,7 +837,7 @@ def sweep(
             or [spec.max_context]
     else:
         seqs = parse_ints(seq_len, "--seq-len")
-    base = _settings(train)
+    base = _named_head(_settings(train), overrides)
     cells = {(b, t): memory_report(spec, dataclasses.replace(base, batch_size=b, seq_len=t),
                                    train["gpu"]) for b in batches for t in seqs}
     show(sweep_doc(spec.name, train["gpu"], batches, seqs, cells), format.value)

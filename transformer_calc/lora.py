@@ -10,6 +10,8 @@ transformers and how PEFT 0.21 targets them:
 - ``all-linear`` (peft.tuners.tuners_utils._maybe_include_all_linear_layers): every
   ``nn.Linear`` and GPT-2 ``Conv1D`` except the output embedding (the LM head, the MLM
   decoder). Fused matrices are one layer: GPT-2's c_attn (Q, K, V), Phi-3's gate_up_proj.
+- ``lm_head`` names the LM head itself (peft adapts the nn.Linear of that name; LitGPT's
+  ``lora_head: true``): d_model -> vocab_size, r · (d_model + vocab_size) parameters.
 - Mixture-of-experts layers: transformers 5 stores the experts as 3-D parameters and the
   router as its own module, neither an ``nn.Linear``, so PEFT adapts them only for the model
   types it converts (peft/utils/transformers_weight_conversion.py, ``_MOE_TARGET_MODULE_MAPPING``
@@ -53,7 +55,7 @@ ROLES = ("q", "k", "v", "o", "qkv", "q_a", "q_b", "kv_a", "kv_b", "attn_gate", "
          "dt_proj", "out_proj", "qkv_proj", "output_gate", "project", "head", "index_q",
          "index_k", "index_weights", "ple", "f_a_proj", "f_b_proj", "b_proj", "g_a_proj",
          "g_b_proj", "altup", "laurel", "kv", "o_a", "o_b", "compressor", "indexer", "pos_key",
-         "pos_query")
+         "pos_query", "lm_head")
 # tcalc's FFN tensor names -> the role a user names
 _FFN_ROLE = {"gate": "gate", "in": "up", "out": "down"}
 
@@ -204,6 +206,10 @@ def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
         # FSMT: get_output_embeddings returns the decoder's table, so all-linear adapts
         # output_projection (d_model -> vocab_size) as any other layer (peft 0.21)
         out.append(Adapted("head.lm", "head", spec.embed_dim, spec.vocab_size, 1, 1, 1, ""))
+    elif spec.lm_head and wanted is not None and take("lm_head"):
+        # the LM head named as a target: an adapter over the whole vocabulary, reading the
+        # final norm's output (the head's input)
+        out.append(Adapted("head.lm", "lm_head", spec.embed_dim, spec.vocab_size, 1, 1, 1, ""))
     for base, parts in fused.items():
         role, fan_in, _, repeat, stack, X = parts[0]
         rank_factor = len(parts) if role == "experts" else 1

@@ -1916,6 +1916,18 @@ class Settings:
     # (None, B): bitsandbytes/autograd/_functions.py)
     double_quant: bool = True
     bnb_legacy: bool = False
+    # bitsandbytes' layers as Lightning's BitsandbytesPrecision makes them (LitGPT): every
+    # nn.Linear replaced, the LM head's too, each quantised from an fp16 copy, so its
+    # quant_state is fp16 and MatMul4Bit's dequantise-then-cast to the compute dtype holds
+    # two 16-bit copies of a matrix for a moment (lightning/fabric/plugins/precision/
+    # bitsandbytes.py, _Linear4bit.quantize: weight.to(dtype=torch.half))
+    lightning_bnb: bool = False
+    # the training loop keeps the previous micro-batch's logits named until the next forward
+    # returns (LitGPT's fit: `logits = model(input_ids, lm_head_chunk_size=128)`), so the
+    # graph behind them lives through the next forward, with what autograd functions hold as
+    # ctx attributes, which backward does not free: bitsandbytes before 0.44 keeps each 4-bit
+    # matmul's input there (MatMul4Bit: ctx.tensors = (A, B))
+    keeps_previous_graph: bool = False
     # transformers' generation cache in training (None: its default, on unless gradient
     # checkpointing turns it off): DynamicCache's torch.cat copies K and V
     use_cache: bool | None = None
@@ -1940,6 +1952,10 @@ class Settings:
     logits_fp32: str = "loss"
     loss_chunks: int = 1
     compile_loss: bool = False
+    # the LM head a matrix of its own where the model ties it to the token embedding: LitGPT
+    # converts a Hub checkpoint with lm_head.weight copied from the embedding
+    # (litgpt/scripts/convert_hf_checkpoint.py) and its GPT holds the two apart
+    untied_head: bool = False
     # torchtune's optimizer_in_bwd: one optimizer per parameter stepped in its
     # post-accumulate-grad hook, so each gradient is freed as soon as it is made
     optimizer_in_backward: bool = False
@@ -2294,6 +2310,10 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
     spec.require_runnable()
     if not s.inference:
         spec.require_training_memory()
+    untie = s.untied_head and spec.tie_embeddings and spec.lm_head and not s.inference
+    if untie:  # the head a copy of the embedding: V·d_model more (frozen, under LoRA) weights
+        spec, params = spec.replace(tie_embeddings=False, expected_params=None,
+                                    expected_params_source=""), None
     if s.attention == "auto":  # what transformers runs for the class
         import dataclasses
 
@@ -2445,6 +2465,10 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
             "activations", _offloaded(acts, s)[1], "what the model saves for backward, "
             "offloaded (the loss's and the rebuilt layer's stay)"),))
     notes += _recipe_notes(s)
+    if untie:
+        notes += (f"the LM head its own {spec.vocab_size:,} × {spec.embed_dim:,} matrix, a copy "
+                  "of the tied token embedding, as LitGPT's converted checkpoint holds it "
+                  "(--tie-embeddings: tied)",)
     timeline: Callable[[], Timeline | None] = (lambda: None) if s.inference else \
         functools.partial(training_timeline, spec, s, T, per_gpu, acts, p)
     phases: Callable[[], tuple[Phase, ...]] = tuple if s.inference else functools.partial(
@@ -2491,6 +2515,13 @@ def _recipe_notes(s: Settings) -> tuple[str, ...]:
         out.append("the logits upcast to fp32 inside the model (output(h).float())")
     if s.logits_fp32 == "never":
         out.append("the loss on the 16-bit logits, never upcast")
+    if s.lightning_bnb and s.quant in _BNB_4BIT:
+        out.append("Lightning's bitsandbytes layers: the LM head quantised too; each matrix "
+                   "dequantised to fp16 and cast for its matmul (two copies for a moment)")
+    if s.keeps_previous_graph and s.bnb_legacy and s.quant in _BNB_4BIT:
+        out.append("the previous micro-batch's 4-bit matmul inputs (held on ctx by "
+                   "bitsandbytes < 0.44) live through the next forward: the loop keeps its "
+                   "logits named until the forward returns")
     if s.optimizer_in_backward:
         out.append("optimizer in backward: each gradient stepped and freed as it is made")
     if s.paged_optimizer:
@@ -2612,7 +2643,8 @@ def _lora_states(spec: ModelSpec, s: Settings, params: Breakdown,
     dtype = "fp32: PEFT's autocast_adapter_dtype" if ab == ADAPTER_BYTES else \
         f"{s.adapter_dtype}, as the framework makes them"
     if s.quant:
-        stored = weight_format_bytes(spec, params, s.quant, s.group_size, s.double_quant)
+        stored = weight_format_bytes(spec, params, s.quant, s.group_size, s.double_quant,
+                                     head=s.lightning_bnb and s.quant in _BNB_4BIT)
         weights = ("weights", stored.total, f"frozen base in {s.quant} as stored (computed in "
                    f"{s.precision})", " + ".join(f"{i.total:,}" for i in stored.items), 1, "",
                    "", None, ())
@@ -2739,6 +2771,9 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
     # a bitsandbytes base keeps the input of each of its layers whose input needs a gradient:
     # MatMul8bitLt always, MatMul4Bit before 0.44 (ctx.tensors = (A, B))
     base_keeps_input = s.quant == "bnb-int8" or (s.quant in _BNB_4BIT and s.bnb_legacy)
+    # ... the LM head's too where it is quantised with them (Lightning's layers)
+    head_keeps_input = base_keeps_input and s.lightning_bnb and s.quant in _BNB_4BIT \
+        and spec.lm_head
     drop = s.lora_dropout > 0
     # what the adapters keep is fp32, or 16-bit where autocast computes them (--mixed)
     kept = 2 if s.mixed else s.adapter_bytes
@@ -2933,7 +2968,8 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
         name, stack = r[0], r[5]
         rest = name[len(stack) + 1:] if stack else name
         if name.endswith(_WEIGHT_GRAD_ONLY) or (
-                name in _IDS and ("", name) not in shared_reads) or (
+                name in _IDS and ("", name) not in shared_reads
+                and not (name == "head.input" and head_keeps_input)) or (
                 name.startswith("embed.") and not name.startswith(embed_kept)) \
                 or name.endswith(("embed.token_ids", "embed.position_ids")):
             continue
@@ -3052,6 +3088,8 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
         # the first layer's input needs no gradient: its attention adapters' dropout keeps no
         # mask there (measured)
         first = ad.stack in firsts and _reads(ad) == "attn.input"
+        # (nor the head's, where no adapter below it gives its input a gradient)
+        first = first or (ad.role == "lm_head" and not in_layers and not embed_grad)
         # (a row-parallel layer's input is split by tensor parallelism, and its adapter's
         # copy with it)
         split = "tp" if _reads(ad).endswith(("o_input", "out_input")) else ""
@@ -3071,6 +3109,11 @@ def lora_activations(spec: ModelSpec, acts: Breakdown, adapted: tuple[Adapted, .
         "keeps its input" + (f" (a {'fp32' if s.adapter_bytes == 4 else '16-bit'} copy)"
                              if cast and not s.mixed else "") +
         (", a dropout mask" if drop else "") + " and the B·T·r output of lora_A",)
+    if any(ad.role == "lm_head" for ad in adapted):
+        notes += ("LoRA on the LM head: lora_B's output, its scaling and the sum are "
+                  "B·T·vocab_size each for a moment in the head (their gradients in "
+                  "backward); none is kept, and they are not drawn beyond the loss's own "
+                  "moments",)
     return Breakdown(acts.model, "bytes", tuple(rows), notes, {}, acts.symbols)
 
 
@@ -3227,15 +3270,21 @@ def training_step(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         common.append(("gathered_parameters", c["gathered_parameters"], (
             "FSDP2: gathered for forward and backward" if fsdp2 else
             "ZeRO-3: the layer in use and the prefetched ones, gathered")))
+    lightning = s.lightning_bnb and s.quant in _BNB_4BIT
     if s.quant:
         # a quantised base is dequantised one layer at a time for its matmul (bitsandbytes'
         # MatMul4Bit, forward and backward): one 16-bit copy of the largest matrix is live
+        # (Lightning's layers: the head's too, dequantised to fp16 and cast, two copies)
         from transformer_calc.quant import tensors
 
         largest = max([t.shape[-2] * t.shape[-1] for t in tensors(params)
-                       if t.kind in ("linear", "experts")] or [0])
-        common.append(("dequantised_weight", largest * s.act_bytes, "the largest quantised "
-                       "matrix, dequantised for its matmul"))
+                       if t.kind in ("linear", "experts") or (lightning and t.kind == "head"
+                                                             and len(t.shape) == 2)]
+                      or [0])
+        copies = 2 if lightning and s.act_bytes == 2 else 1
+        common.append(("dequantised_weight", largest * s.act_bytes * copies, (
+            "the largest quantised matrix, dequantised to fp16 and cast for its matmul"
+            if copies == 2 else "the largest quantised matrix, dequantised for its matmul")))
     btv = s.batch_size * T * spec.vocab_size // ((s.tp if s.vocab_parallel else 1) * s.cp) \
         if spec.lm_head or spec.mlm_head else 0
     forward = list(common) + [activations]
@@ -3248,6 +3297,8 @@ def training_step(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
         if head_logits[1]:
             forward.append(head_logits)
         backward.append(loss_grads)
+    if s.keeps_previous_graph and s.bnb_legacy and s.quant in _BNB_4BIT:
+        forward.append(_previous_graph(acts, s))
     index = max([g.block.attn.index_heads for g in plan_of(spec).groups
                  if g.block.attn is not None] or [0])
     when = "at the end of forward, while the loss is computed"
@@ -3294,6 +3345,22 @@ def training_step(spec: ModelSpec, s: Settings, T: int, per_gpu: Breakdown,
                 and start_copies else 0, rebuilt=rebuilt, offload=s.offload_activations,
                 pipeline=s.pp, indexer=indexer, reshard="" if "gathered_parameters" not in c
                 else "layer" if fsdp2 and s.zero == 2 else "end")
+
+
+def _previous_graph(acts: Breakdown, s: Settings) -> tuple[str, int, str]:
+    """What the previous micro-batch's graph still holds at the end of the next forward
+    (Settings.keeps_previous_graph): the input of each of its 4-bit matmuls that kept one,
+    held on ctx (bitsandbytes before 0.44), as many bytes as this micro-batch's. Its logits
+    live as long, until `logits` is rebound, before the loss keeps its log-softmax: under
+    LitGPT's 16-bit loss as large as what the loss keeps, whose row stands for them here."""
+    # (o_proj reads the attention kernel's output itself where no copy of it is kept: SDPA's
+    # flash output, laid out (B, T, H, d_head) already)
+    copies = {r[5] for r in acts.rows if r[5] and r[0] == f"{r[5]}.attn.o_input"}
+    held = sum([r[1] * r[4] for r in acts.rows if (r[0][len(r[5]) + 1:] if r[5] else r[0])
+                in _QUANTISED_INPUTS or (s.lightning_bnb and r[0] == "head.input")
+                or (r[5] and r[5] not in copies and r[0] == f"{r[5]}.attn.out")])
+    return ("previous_micro_batch", held // (s.tp * s.cp), "the previous micro-batch's 4-bit "
+            "matmul inputs, held on ctx until its logits are rebound after this forward")
 
 
 def _loss_transients(spec: ModelSpec, s: Settings, btv: int

@@ -155,9 +155,11 @@ def tensors(params: Breakdown) -> list[Tensor]:
 
 
 def weight_format_bytes(spec: ModelSpec, params: Breakdown, fmt: str,
-                        group_size: int = 128, double_quant: bool = True) -> Breakdown:
+                        group_size: int = 128, double_quant: bool = True,
+                        head: bool = False) -> Breakdown:
     """Bytes of every tensor of the model stored in ``fmt``: one item per kind of tensor
-    (quantised data, scales, zeros, indices; what stays 16-bit)."""
+    (quantised data, scales, zeros, indices; what stays 16-bit). ``head``: the LM head
+    quantised too (Lightning's BitsandbytesPrecision replaces every nn.Linear)."""
     if fmt not in FORMATS:
         raise TcalcError(f"--quant: unknown format '{fmt}' (known: {', '.join(FORMATS)})")
     if group_size < 1:
@@ -172,7 +174,8 @@ def weight_format_bytes(spec: ModelSpec, params: Breakdown, fmt: str,
         sums.setdefault(item, [0, formula])[0] += n
 
     for t in ts:
-        quantised = t.kind in ("linear", "experts") and not (
+        quantised = (t.kind in ("linear", "experts") or (head and t.kind == "head"
+                                                         and len(t.shape) == 2)) and not (
             fmt == "mxfp4" and has_experts and t.kind != "experts")
         if not quantised:
             add("unquantised", t.count * t.repeat * UNQUANTISED,

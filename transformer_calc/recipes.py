@@ -26,9 +26,16 @@ RECIPE_SETTINGS: dict[str, dict[str, Any]] = {
                   "logits_fp32": "model", "loss_chunks": 8},
     # LitGPT (precision "bf16-true"): the model and LoRA's A and B in bf16; its fine-tuning
     # scripts run the LM head in chunks of 128 tokens and chunked_cross_entropy on the 16-bit
-    # chunks, never upcast
+    # chunks, never upcast. Its checkpoint conversion copies a tied embedding into
+    # lm_head.weight (litgpt/scripts/convert_hf_checkpoint.py: 'if "lm_head.weight" not in
+    # state_dict') and its GPT has an lm_head of its own; fine-tuning refuses
+    # tie_embeddings (litgpt/finetune/lora.py, validate_args)
+    # With --quantize bnb.*, Lightning's BitsandbytesPrecision replaces every nn.Linear, the
+    # head's too, quantising from fp16 (lightning_bnb); its fit loop keeps the previous
+    # micro-batch's logits named through the next forward (keeps_previous_graph)
     "litgpt": {"precision": "bf16", "mixed": False, "adapter_dtype": "bf16",
-               "logits_fp32": "never", "loss_chunks": 1},
+               "logits_fp32": "never", "loss_chunks": 1, "untied_head": True,
+               "lightning_bnb": True, "keeps_previous_graph": True},
     # Megatron-LM (--bf16): the model in bf16, fp32 main params and a persistent fp32
     # gradient buffer; vocabulary-parallel embeddings, head and cross-entropy under TP
     "megatron": {"precision": "bf16", "mixed": True, "logits_fp32": "loss", "loss_chunks": 1},
@@ -47,7 +54,8 @@ RECIPE_NOTES = {
     "torchtune": "torchtune: the model in bf16, bf16 adapters, output(h).float() in the "
                  "model or CEWithChunkedOutputLoss's 16-bit chunks, each upcast in the loss",
     "litgpt": "LitGPT (bf16-true): the model and adapters in bf16, cross-entropy on the "
-              "16-bit logits in 128-token chunks",
+              "16-bit logits in 128-token chunks, an LM head of its own where the Hub's "
+              "model ties it to the embedding",
     "megatron": "Megatron-LM: a bf16 model, fp32 main params and a persistent fp32 gradient "
                 "buffer",
     "deepspeed": "DeepSpeed: the module cast to bf16 (adapters too), fp32 master weights "

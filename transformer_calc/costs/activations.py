@@ -35,8 +35,10 @@ if TYPE_CHECKING:
 # attention's output, the MLP's down projection) are one name to peft: adapting one alone is
 # not a target list peft takes by that name.
 _MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj",
-            "up": "up_proj", "down": "down_proj", "qkv": "qkv_proj", "gate_up": "gate_up_proj"}
-_GPT2_MODULES = {"qkv": "c_attn", "up": "c_fc", "o": "c_proj", "down": "c_proj"}
+            "up": "up_proj", "down": "down_proj", "qkv": "qkv_proj", "gate_up": "gate_up_proj",
+            "lm_head": "lm_head"}
+_GPT2_MODULES = {"qkv": "c_attn", "up": "c_fc", "o": "c_proj", "down": "c_proj",
+                 "lm_head": "lm_head"}
 # BERT-style encoders (peft matches a target against the path's end after a dot):
 # "output.dense" is both the attention's output and the layer's down projection, so o and
 # down go together or not at all

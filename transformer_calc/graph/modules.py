@@ -164,6 +164,14 @@ class Builder:
             y = ops.conv1d_gpt2(x, w, b)
             return self._lora(name, x, y, out)
 
+    def lm_head_lora(self, x: Tensor, y: Tensor, out: Dim) -> Tensor:
+        """The LM head's adapter where a target names it (peft's lm_head; all-linear leaves
+        the output embedding out, _maybe_include_all_linear_layers), inside its module."""
+        lora = self.run.lora
+        if lora is None or "all-linear" in lora.targets:
+            return y
+        return self._lora("lm_head", x, y, out)
+
     def _lora(self, name: str, x: Tensor, y: Tensor, out: Dim) -> Tensor:
         lora = self.run.lora
         if lora is None or not lora.adapts(self.trace.scope):  # (inside the module's scope)

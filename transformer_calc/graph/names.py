@@ -318,6 +318,11 @@ class _Namer:
             return "embed.dropout_mask"
         if last in _NORMS and scope != "model.layers":
             return "decoder." + self._norm("final_norm", role, s)
+        lora = self.run.lora
+        if scope == "lm_head" and lora is not None and "all-linear" not in lora.targets \
+                and lora.adapts(scope):
+            part = _lora_part(role, s)  # peft's lm_head target (transformer_calc.lora)
+            return f"head.lm.{part}" if part else "head.input"
         if scope == "lm_head" and role == "mm.self":
             return "head.input"
         if role == "tanh.result" and not scope:

@@ -55,7 +55,7 @@ def forward(m: Builder, cfg: GPT2) -> Tensor:
         h = m.layer_norm("ln_f", h)
     with m.module("lm_head"):
         w = m.tied("transformer.wte.weight") if cfg.tied else m.param("weight", V, E)
-        logits = ops.linear(h, w)
+        logits = m.lm_head_lora(h, ops.linear(h, w), V)
     return causal_lm_loss(logits, ids, V)
 
 
