@@ -561,15 +561,16 @@ def test_lora_adapted_router_in_fp32_keeps_its_fp32_input() -> None:
 
 
 def test_lora_longcat_layer_halves_before_the_experts_output_keep_nothing() -> None:
-    """Walked (fp32, B=2, T=64): longcat_flash-tiny.json with the experts alone adapted. Its
-    first layer keeps nothing but the experts' tensors: not its two attentions, norms or
-    dense MLPs (tcalc's plan: an E layer, attention with experts beside a dense MLP, then a D
-    layer, the second half, before the experts' output joins); the second layer everything."""
+    """Walked (fp32, B=2, T=64, the graph per layer): longcat_flash-tiny.json's two layers,
+    each two attention sublayers with their dense MLPs and the experts beside the first, with
+    the experts alone adapted (PEFT's conversion). The first layer keeps nothing but the
+    experts' tensors: not its two attentions, norms, router or dense MLPs; the second layer
+    everything."""
     rows = _lora_row_sizes("longcat_flash-tiny.json", ("gate_proj", "up_proj", "down_proj"))
-    dense = {n: rep for n, (_, rep) in rows.items() if n.startswith("decoder.dense.")}
-    assert dense and set(dense.values()) == {1}
-    assert rows["decoder.moe.ffn.dense.activation"][1] == 1
-    assert rows["decoder.moe.ffn.activation"][1] == 2
+    rest = {n: rep for n, (_, rep) in rows.items()
+            if n.startswith(("decoder.attn.", "decoder.ffn.norm.", "decoder.ffn.router"))}
+    assert rest and set(rest.values()) == {1}
+    assert rows["decoder.ffn.routed_input"][1] == rows["decoder.ffn.expert_index"][1] == 2
 
 
 def test_lora_first_adapted_attention_keeps_only_the_copies_a_gradient_reads() -> None:

@@ -1774,7 +1774,8 @@ def _deepseek_v3(c: Config) -> dict[str, Any]:
         out |= {"n_experts": c.get("n_routed_experts", 256),
                 "top_k": c.get("num_experts_per_tok", 8),
                 "d_ff_expert": c.get("moe_intermediate_size", 2048),
-                "n_shared_experts": shared}
+                "n_shared_experts": shared,
+                "router_topk": _router_topk(c, "deepseek")}
         if not shared:
             # DeepseekV3MoE builds its shared MLP whatever the count: moe_intermediate_size ·
             # n_shared_experts = 0 wide, no parameters, yet three linear layers PEFT adapts
@@ -2540,7 +2541,8 @@ class Moe(NamedTuple):
     routes: int = 0  # experts per token the class always routes to, whatever top_k says
     # the router's top-k values (spec.router_topk): "renorm" (Mixtral), "sparsemixer"
     # (PhiMoE), "qwen" (cast, and renormalised where the config's norm_topk_prob says so),
-    # "" (not read)
+    # "deepseek" (fp32 sigmoid scores, renormalised where norm_topk_prob says so), "" (not
+    # read)
     router_topk: str = ""
     # the class reads top_k only in its router's forward (DeepseekV2TopkRouter): a null one
     # builds (parameters counted) but cannot run (FLOPs and memory refused naming the key)
@@ -3069,9 +3071,14 @@ def _router_topk(c: Config, kind: str) -> str:
     """spec.router_topk: MixtralTopKRouter always renormalises; PhimoeTopKRouter samples
     two experts (sparsemixer); Qwen2MoeTopKRouter, Qwen3MoeTopKRouter and OlmoeTopKRouter
     cast to the logits' dtype, renormalising with norm_topk_prob (their configs' default:
-    false)."""
+    false); DeepSeek-V3's sigmoid router keeps fp32."""
     if kind in ("renorm", "sparsemixer"):  # PhiMoE's sparsemixer: two experts, sampled
         return kind
+    if kind == "deepseek":
+        # DeepseekV3TopkRouter (V3.2's, GLM-MoE-DSA's): the gathered sigmoid scores (fp32)
+        # divided by their sum in place with norm_topk_prob (their configs' default: true);
+        # without it none ("none": the op graph leaves the router to the per-tensor rules)
+        return "renorm" if c.get("norm_topk_prob", True) else "none"
     return "renorm_cast" if c.get("norm_topk_prob", False) else "cast"
 
 
@@ -3261,12 +3268,14 @@ GENERIC: dict[str, Layout] = {
                            refuse=(("mlp_bias", "the shared experts' biases are not "
                                     "modelled"),),
                            moe=Moe(shared="n_shared_experts", layer_types="mlp_layer_types",
-                                   first_dense="first_k_dense_replace")),
+                                   first_dense="first_k_dense_replace",
+                                   router_topk="deepseek")),
     "glm_moe_dsa": Layout("GlmMoeDsaForCausalLM", mlp_bias=False, mla=True, dsa=True,
                           refuse=(("mlp_bias", "the shared experts' biases are not "
                                    "modelled"),),
                           moe=Moe(shared="n_shared_experts", layer_types="mlp_layer_types",
-                                  first_dense="first_k_dense_replace")),
+                                  first_dense="first_k_dense_replace",
+                                  router_topk="deepseek")),
     "minicpm3": Layout("MiniCPM3ForCausalLM", mla=True),
     # Apertus: a plain up/down MLP through xIELU (two trainable scalars per layer), per-head
     # QK-norm

@@ -148,7 +148,8 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
     """An MoE family with the experts implementation the run uses (memory.experts_impl:
     --experts, or transformers' default), or None where the graph does not model it:
     PhiMoE under autocast (sparsemixer's softmax of the 16-bit router logits is on CUDA
-    autocast's fp32 list, not on the CPU's: no CPU row pins it, tests/test_graph_moe_amp.py)."""
+    autocast's fp32 list, not on the CPU's: no CPU row pins it, tests/test_graph_moe_amp.py),
+    and so DeepSeek-V3's sigmoid router (its top-k sum) and LongCat-Flash's softmax one."""
     import dataclasses
 
     from transformer_calc.graph.families.moe import Moe
@@ -157,7 +158,8 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
     if not isinstance(family, Moe):
         return family
     impl = experts_impl(spec, s.experts)
-    if (autocast and family.router == "sparsemixer") or impl not in ("eager", "grouped_mm"):
+    if (autocast and family.router in ("sparsemixer", "sigmoid", "softmax")) \
+            or impl not in ("eager", "grouped_mm"):
         return None
     return dataclasses.replace(family, grouped=impl == "grouped_mm")
 
@@ -169,6 +171,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.bert import Bert
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.llama import Llama
+    from transformer_calc.graph.families.mla import MLA_MODULES, Mla, converted_all_linear
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
@@ -193,6 +196,13 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
             if not roles & {"gate", "up", "down"}:
                 return None
             roles = roles - {"shared"}
+    if isinstance(family, Mla):  # the latent attention's projections
+        table = {**table, **MLA_MODULES}
+        if peft_moe in ("mixtral", "qwen2_moe") and not isinstance(family, Moe):
+            if roles & {"gate", "up", "down"}:
+                return None  # names peft moves to the fused experts' weights
+            if s.lora_targets == ("all-linear",):
+                return Lora(s.lora_rank, converted_all_linear(family), s.lora_dropout, dtype)
     if s.lora_targets == ("all-linear",):
         return Lora(s.lora_rank, frozenset(("all-linear",)), s.lora_dropout, dtype)
     if not roles <= table.keys():
@@ -216,7 +226,11 @@ def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | N
 
     wrapped = {"router": "gate.weight", "experts.gate_up": "gate_up_proj",
                "experts.out": "down_proj"}
+    from transformer_calc.graph.families.mla import MLA_MODULES, Mla
+
     table = {**_MODULES, "shared_gate": "shared_expert_gate"}
+    if isinstance(family, Mla):  # DeepSeek-V3's latent attention
+        table.update(MLA_MODULES)
     if family.router == "hunyuan":  # its router is an nn.Linear: gate.wg, adapted as one
         del wrapped["router"]
         table["router"] = "wg"

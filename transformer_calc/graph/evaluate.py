@@ -11,19 +11,21 @@ from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import variants
-from transformer_calc.graph.families import bert, cohere, gemma, gpt2, llama, moe
+from transformer_calc.graph.families import bert, cohere, gemma, gpt2, llama, mla, moe
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
 from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
-Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
+Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
+          | mla.Mla)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
-    moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward}
+    moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
+    mla.Mla: mla.forward}
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,22 @@ _READS["moe"] = _READS["llama"] | {"n_experts", "top_k", "d_ff_expert", "n_share
                                    "router_topk", "peft_moe", "peft_router_linear"}
 
 
+# the MLA decoders (DeepSeek-V3, MiniCPM3): Llama's fields, the latents' and head widths,
+# DeepSeek-V3's experts and sigmoid router (mtp_layers: modules transformers does not build)
+_READS["mla"] = _READS["llama"] | {"kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
+                                   "qk_rope_head_dim", "v_head_dim", "mtp_layers",
+                                   "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
+                                   "d_ff_shared", "layer_ffn", "router_topk", "router_fp32",
+                                   "peft_moe", "index_heads", "index_head_dim", "index_topk",
+                                   "moe_beside_dense", "moe_shortcut", "peft_router_linear"}
+# the model types whose forward mla.py transcribes ("": a preset, read as DeepSeek-V3, or
+# with an indexer as V3.2), and those with DSA's indexer (GLM-MoE-DSA: V3.2's layers, its
+# indexer's RoPE interleaved, which keeps nothing either way; spec_from_hf refuses its layers
+# that reuse another's top-k)
+_MLAS = ("", "deepseek_v3", "minicpm3", "deepseek_v32", "glm_moe_dsa", "longcat_flash")
+_DSAS = ("", "deepseek_v32", "glm_moe_dsa")
+
+
 @functools.cache
 def _defaults(family: str) -> tuple[Callable[[ModelSpec], tuple[object, ...]],
                                     tuple[str, ...], tuple[object, ...]]:
@@ -171,7 +189,8 @@ def family_of(spec: ModelSpec) -> Family:
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
                      "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family with Ministral, OLMo, "
                      "BitNet, Nemotron, Apertus, NanoChat and DiffLlama, Cohere 1-2, Gemma "
-                     "1-3 and VaultGemma, and BERT, RoBERTa, ELECTRA with their masked-LM "
+                     "1-3 and VaultGemma, the MoE and latent-attention decoders "
+                     "docs/op-graph.md lists, and BERT, RoBERTa, ELECTRA with their masked-LM "
                      "heads)")
 
 
@@ -350,9 +369,82 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
     return variant(spec, _llama) if variant is not None else None
 
 
-# the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
+def _mla_family(spec: ModelSpec) -> mla.Mla | None:
+    return _mla(spec) if spec.kv_lora_rank else None
+
+
+def _mla(spec: ModelSpec) -> mla.Mla:
+    """DeepSeek-V3 and MiniCPM3 (spec_from_hf's fields for them): MLA with or without a
+    query latent, RMSNorm, RoPE on qk_rope_head_dim, gated SiLU MLPs; one attention_bias
+    (q_a_proj, kv_a_proj_with_mqa, o_proj); DeepSeek-V3's experts from first_k_dense_replace
+    on, with the fp32 sigmoid router renormalising its top-k (router_topk renorm:
+    norm_topk_prob) and shared experts; DeepSeek-V3.2's and GLM-MoE-DSA's lightning indexer;
+    LongCat-Flash's paired sublayers with its shortcut MoE. Other MLA types (DeepSeek-V2's
+    complex RoPE, A.X K1's norm after the experts, LongCat-Flash's zero experts...) are
+    refused."""
+    from transformer_calc.plan import parse_pattern
+
+    H, dn, dr, dv = spec.n_heads, spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+    minicpm = spec.model_type == "minicpm3"
+    # DeepSeek-V3.2: a query latent always, an indexer in every layer (its RoPE's
+    # concatenation is what rope_concat says of it)
+    indexer = spec.index_heads > 0
+    # LongCat-Flash: two sublayers a layer (n_layers counts them), the MoE beside the first
+    # one's MLP and added after the second, no shared experts, no zero experts (identity
+    # experts save by the routing)
+    longcat = spec.model_type == "longcat_flash"
+    X = spec.n_experts
+    Fs = spec.n_shared_experts * spec.shared_ff  # moe_intermediate_size · n_shared_experts
+    if not (spec.model_type in _MLAS and spec.norm == "rmsnorm" and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and spec.norm_position == "pre" and spec.qk_norm == "none"
+            and not spec.fused_qkv and not spec.fused_gate_up
+            and spec.rope_concat == indexer
+            and (spec.model_type in _DSAS if indexer else spec.model_type not in _DSAS[1:])
+            and (not indexer or (spec.q_lora_rank > 0 and spec.index_head_dim >= 1))
+            and not spec.norm_fp32 and not spec.rope_fp32 and not spec.bias_v
+            and spec.bias_q == spec.bias_k == spec.bias_o
+            and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and spec.n_kv_heads in (None, H) and spec.head_dim == dn + dr
+            and min(dn, dr, dv, spec.d_ff) >= 1 and dr % 2 == 0
+            and (not X or longcat or (not minicpm and spec.router_fp32
+                                      and spec.router_topk == "renorm" and Fs > 0))
+            and longcat == spec.moe_beside_dense == spec.moe_shortcut
+            and (not longcat or (X and spec.router_fp32 and not spec.n_shared_experts
+                                 and spec.q_lora_rank > 0 and spec.n_layers % 2 == 0
+                                 and spec.layer_ffn == "1E 1D *"))
+            and spec.peft_router_linear == longcat
+            and not _unread(spec, "mla")):
+        raise TcalcError(f"{spec.name}: no op graph for this latent-attention layout yet (the "
+                         "graph engine covers DeepSeek-V3, V3.2, GLM-MoE-DSA, LongCat-Flash and "
+                         "MiniCPM3)")
+    L = spec.n_layers // 2 if longcat else spec.n_layers
+    kinds = ("E",) * L if longcat else \
+        parse_pattern(spec.layer_ffn, "DEX", L, "layer_ffn") if spec.layer_ffn \
+        else ("E" if X else "D",) * L
+    if "X" in kinds or ("E" in kinds and not X):
+        raise TcalcError(f"{spec.name}: this layer pattern has no op graph yet")
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    # (Llama's Hkv and dh: not read, 1)
+    family = mla.Mla(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=1, dh=1, F=spec.d_ff, L=L,
+                     tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
+                     bias_o=spec.bias_o, attention_dropout=pa,
+                     q_latent=spec.q_lora_rank > 0, rq=max(spec.q_lora_rank, 1),
+                     rkv=spec.kv_lora_rank, dn=dn, dr=dr, dv=dv,
+                     interleave=not minicpm, minicpm=minicpm, indexer=indexer,
+                     Hi=max(spec.index_heads, 1), di=max(spec.index_head_dim, 1),
+                     longcat=longcat)
+    if "E" not in kinds:
+        return family
+    return mla.MlaMoe(**vars(family), X=X, K=spec.top_k, Fe=spec.expert_ff, Fs=max(Fs, 1),
+                      pattern="" if set(kinds) == {"E"} else "".join(kinds),
+                      router="softmax" if longcat else "sigmoid", norm_topk=not longcat,
+                      shared_expert=not longcat, grouped=spec.experts_grouped)
+
+# the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
+# MLA spec, with experts or not, the MLA family's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
+    _gpt2, _mla_family, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

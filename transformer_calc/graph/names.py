@@ -45,7 +45,8 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "query_layernorm": "attn.q_norm", "key_layernorm": "attn.k_norm",
           "ln_f": "final_norm", "norm": "final_norm", "attn_sub_norm": "attn.sub_norm",
           "ffn_sub_norm": "ffn.sub_norm", "attention_layernorm": "attn.norm",
-          "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm"}
+          "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm",
+          "q_a_layernorm": "attn.q_latent_norm", "kv_a_layernorm": "attn.kv_latent_norm"}
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -70,7 +71,9 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "c_fc": "ffn.input", "gate_proj": "ffn.input", "up_proj": "ffn.input",
            "mlp.c_proj": "ffn.out_input", "down_proj": "ffn.out_input",
            "shared_expert_gate": "ffn.input", "router": "ffn.input", "wg": "ffn.input",
-           "fc1": "ffn.input", "fc2": "ffn.out_input"}
+           "fc1": "ffn.input", "fc2": "ffn.out_input",
+           "q_a_proj": "attn.input", "kv_a_proj_with_mqa": "attn.input",
+           "q_b_proj": "attn.q_b_input", "kv_b_proj": "attn.kv_b_input"}
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
             "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
@@ -78,7 +81,8 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
             "gate_proj": "ffn.gate", "up_proj": "ffn.in", "mlp.c_proj": "ffn.out",
             "down_proj": "ffn.out", "fc1": "ffn.in", "fc2": "ffn.out",
             "shared_expert_gate": "ffn.shared_gate", "router": "ffn.router",
-            "wg": "ffn.router"}
+            "wg": "ffn.router", "q_a_proj": "attn.q_a",
+            "q_b_proj": "attn.q_b", "kv_a_proj_with_mqa": "attn.kv_a", "kv_b_proj": "attn.kv_b"}
 # BERT-style encoders (families/bert.py): a layer's modules as the decoders' tables above
 # key them (post-norm: the attention output's LayerNorm is tcalc's attn.norm, the layer
 # output's its ffn.norm); their rows are named encoder.* in place of decoder.*
@@ -101,22 +105,26 @@ def _module(rest: str) -> str:
     """A layer-relative scope as the tables above key it: 'self_attn.q_proj' -> 'q_proj',
     'attn.c_proj' and 'mlp.c_proj' kept whole (two modules share the last name)."""
     parts = rest.split(".")
+    if len(parts) > 1 and parts[-1].isdigit():  # a ModuleList's entry (LongCat's self_attn.0)
+        parts = parts[:-1]
     return ".".join(parts[-2:]) if parts[-1] == "c_proj" else parts[-1]
 
 
-_ORDER = ("K", "B", "T", "G", "Hkv", "H", "dh", "E", "Ee", "F", "Fe", "Fs", "X", "V", "P", "Ty",
-          "r", "T32", "L")
+_ORDER = ("K", "B", "T", "G", "Hkv", "H", "dh", "dn", "dr", "dv", "E", "Ee", "rq", "rkv", "F",
+          "Fe", "Fs", "X", "V", "P", "Ty", "r", "T32", "L")
 # the graph's symbols as tcalc's formulas name them (the symbols activation_breakdown's rows
 # and explain use)
 SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "n_heads",
                 "dh": "d_head", "E": "d_model", "F": "d_ff", "V": "vocab_size",
                 "P": "max_positions", "r": "r", "T32": "T32", "L": "n_layers",
                 "Ee": "d_embed", "Ty": "token_types", "X": "n_experts", "K": "top_k",
-                "Fe": "d_ff_expert", "Fs": "d_ff_shared"}
+                "Fe": "d_ff_expert", "Fs": "d_ff_shared", "rq": "q_lora_rank",
+                "rkv": "kv_lora_rank", "dn": "d_nope", "dr": "d_rope", "dv": "d_v"}
 # what each component is, beside its formula (no symbol names inside: they are words here)
 DESCRIPTIONS = {
     "embed.token_ids": "int64 indices", "embed.position_ids": "int64 positions",
     "embed.dropout_mask": "dropout mask",
+    "embed.scale": "the 0-d embedding scale cast to the model's dtype",
     "rope.cos_sin": "cos and sin, once for the model (Gemma 3: a pair per layer type)",
     "input": "norm input", "stats": "mean, rstd", "input_fp32": "the fp32 upcast",
     "rstd": "reciprocal std", "normalized": "the weight's mul keeps it",
@@ -149,7 +157,11 @@ DESCRIPTIONS = {
     "decoder.attn.softcap_tanh": "tanh of the scores / cap",
     "head.softcap_tanh": "tanh of the logits / cap",
     "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output",
-    "decoder.ffn.router": "router softmax", "decoder.ffn.router_topk": "the top-k indices; "
+    "decoder.ffn.router": "router scores (softmax; DeepSeek's sigmoid)",
+    "decoder.ffn.router_fp32_input": "the router's fp32 copy of its input",
+    "decoder.ffn.router_fp32_weight": "the router's fp32 copy of its weight",
+    "decoder.attn.q_b_input": "q_b_proj's input", "decoder.attn.kv_b_input": "kv_b_proj's "
+    "input (the normed latent)", "decoder.ffn.router_topk": "the top-k indices; "
     "the renormalisation's sum and original values; sparsemixer's masks, samples, "
     "softmaxes", "decoder.ffn.expert_index": "the "
     "routing's int64 token indices, int32 group offsets", "decoder.ffn.routed_input": "each "
@@ -265,7 +277,7 @@ class _Namer:
         if module == "act_fn":  # xIELU's module: its alphas (1,) and its tensors
             return "decoder.ffn.activation_mask" if role == "where.condition" else \
                 "decoder.ffn.activation"
-        if module == "mlp":
+        if module in ("mlp", "mlps"):  # (LongCat-Flash's mlps.i)
             if role in ("mul.other", "native_dropout.result1") and not _has(
                     st.numel.poly, ("F",)):
                 return "decoder.ffn.residual_dropout_mask"
@@ -316,6 +328,8 @@ class _Namer:
             return "embed.position_ids" if last == "wpe" else "embed.token_ids"
         if scope == "transformer" and role in ("mul.other", "native_dropout.result1"):
             return "embed.dropout_mask"
+        if last == "embed_tokens" and role == "mul.other":  # MiniCPM3's cast scale
+            return "embed.scale"
         if last in _NORMS and scope != "model.layers":
             return "decoder." + self._norm("final_norm", role, s)
         lora = self.run.lora
@@ -342,15 +356,19 @@ class _Namer:
         where = parts[1] if len(parts) > 1 and parts[0] == "mlp" else ""
         # peft's ParamWrapper (graph/lora.py): the merged weight the router's linear or the
         # experts' matmuls keep, the factors' 16-bit copies the experts' baddbmm keeps
-        if where == "gate" and role == "mm.mat2":
+        if where == "gate" and role == "mm.mat2" and st.op != "to":
             return "ffn.router.lora_merged_weight"
         wrapped = _WRAPPED.get(st.name.rsplit(".", 1)[-1]) if where == "experts" else None
         if wrapped:
             part = "merged_weight" if st.op == "baddbmm" else "weight_casts"
             return f"ffn.experts.{wrapped}.lora_{part}"
         if where in ("gate", "router"):  # PhiMoE's router: an nn.Linear and sparsemixer
-            return "ffn.input" if role == "mm.self" else \
-                "ffn.router" if role == "softmax.result" else "ffn.router_topk"
+            if role == "mm.self":  # DeepSeek-V3's router reads an fp32 copy of a 16-bit input
+                return "ffn.router_fp32_input" if st.op == "to" else "ffn.input"
+            if role == "mm.mat2":  # and of its weight
+                return "ffn.router_fp32_weight"
+            return "ffn.router" if role in ("softmax.result", "sigmoid.result") \
+                else "ffn.router_topk"
         if where == "experts":
             if not st.dtype.floating:
                 return "ffn.expert_index"
@@ -364,7 +382,8 @@ class _Namer:
                 return "ffn.out_input"
             out = product(self.ops[s.op_index].shape).poly
             return "ffn.activation" if _has(out, ("Fe",)) else "ffn.expert_output"
-        if where in ("shared_expert", "shared_mlp"):  # Qwen2-MoE's, HunYuan's
+        if where in ("shared_expert", "shared_mlp", "shared_experts"):  # Qwen2-MoE's,
+            # HunYuan's, DeepSeek-V3's
             if role == "mm.self":
                 return "ffn.shared.out_input" if parts[-1] == "down_proj" else "ffn.input"
             return "ffn.shared.activation"

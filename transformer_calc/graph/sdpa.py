@@ -18,15 +18,22 @@ from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import BF16, BOOL, F16, F32, DType, Tensor, preserve_strides
 
 
-def kernel(q: Tensor, k: Tensor, dropout_p: float, has_mask: bool, enable_gqa: bool) -> str:
+def kernel(q: Tensor, k: Tensor, dropout_p: float, has_mask: bool, enable_gqa: bool,
+           v: Tensor | None = None) -> str:
+    """The kernel torch picks. The flash kernels need one head dim for query, key and value
+    (check_head_dim_size_cpp, check_head_dim_size_flash); the memory-efficient one a
+    query and key of one head dim, the value's aligned too (check_head_dim_size_mem_efficient):
+    MLA's value heads narrower than its query's run math on the CPU."""
     d = q.sizes[-1]
+    dv = v.sizes[-1] if v is not None else d
+    same = d == k.sizes[-1] == dv
     if q.trace.device == "cpu":
-        return "cpu_flash" if dropout_p == 0 else "math"
+        return "cpu_flash" if dropout_p == 0 and same else "math"
     aligned = d % 8 == 0 and d <= 256
     gqa = enable_gqa and q.sizes[-3] != k.sizes[-3]
-    if aligned and q.dtype in (BF16, F16) and not has_mask:
+    if aligned and same and q.dtype in (BF16, F16) and not has_mask:
         return "flash"
-    if aligned and not gqa:
+    if aligned and d == k.sizes[-1] and dv % 8 == 0 and not gqa:
         return "efficient"
     return "math"
 
@@ -39,7 +46,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, is_causal: 
     if mask is not None and mask.dtype == BOOL:
         mask = _float_mask(mask, q.dtype)
     with autocast.disabled(q.trace):
-        name = kernel(q, k, dropout_p, mask is not None, enable_gqa)
+        name = kernel(q, k, dropout_p, mask is not None, enable_gqa, v)
         q.trace.kernels.add(name)
         if name == "math":
             return _math(q, k, v, is_causal=is_causal, dropout_p=dropout_p, scale=scale,

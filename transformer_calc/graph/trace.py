@@ -82,9 +82,13 @@ class Trace:
                       requires_grad and self.grad_enabled, self)
 
     def param(self, name: str, shape: tuple[Dim, ...], dtype: DType, trainable: bool) -> Tensor:
-        """A parameter, created once per name (a tied weight is the same name)."""
+        """A parameter, created once per name (a tied weight is the same name); it trains
+        or not whatever the grad mode its module first runs in (DeepSeek-V3.2's indexer runs
+        under no_grad)."""
         if name not in self.params:
-            self.params[name] = self.tensor(shape, dtype, trainable, "param", name)
+            p = self.tensor(shape, dtype, trainable, "param", name)
+            p.requires_grad = trainable
+            self.params[name] = p
         return self.params[name]
 
     def input(self, shape: tuple[Dim, ...], dtype: DType, name: str) -> Tensor:
