@@ -127,7 +127,7 @@ def forward(m: Builder, cfg: Mla) -> Tensor:
         h = ops.div(h, 1.0)
     with m.module("lm_head"):
         w = m.tied("model.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
-        logits = ops.linear(h, w)
+        logits = m.lm_head_lora(h, ops.linear(h, w), V)
     return causal_lm_loss(logits, ids, V)
 
 
