@@ -11,19 +11,20 @@ from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import variants
-from transformer_calc.graph.families import bert, cohere, gemma, gpt2, llama, moe
+from transformer_calc.graph.families import bert, cohere, gemma, gpt2, llama, moe, t5
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
 from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
-Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
+Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere | t5.T5
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
-    moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward}
+    moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
+    t5.T5: t5.forward}
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,17 @@ _GEMMAS = ("gemma", "gemma2", "gemma3_text", "vaultgemma")
 _READS["moe"] = _READS["llama"] | {"n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                                    "d_ff_shared", "shared_expert_gate", "layer_ffn",
                                    "router_topk", "peft_moe", "peft_router_linear"}
+
+# T5, mT5, UMT5 (families/t5.py): the encoder-decoder's own fields (t5_dropouts: the FFN's
+# and the final norm's dropouts; norm_keeps_input: T5LayerNorm's product with its input)
+_READS["t5"] = _METADATA | _COMMON | {
+    "arch", "n_encoder_layers", "n_decoder_layers", "d_head", "n_kv_heads",
+    "relative_buckets", "relative_scope", "t5_dropouts", "norm_keeps_input", "loss_fp32",
+    "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out", "final_norm",
+    "norm_position", "tie_encoder_decoder"}
+# the T5 model types: model_type -> (relative_scope, the decoder's output rescaled before
+# the tied lm_head: T5's scale_decoder_outputs, UMT5's tie_word_embeddings, never mT5's)
+_T5S = {"t5": ("first", True), "mt5": ("first", False), "umt5": ("every", True)}
 
 
 @functools.cache
@@ -350,9 +362,38 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
     return variant(spec, _llama) if variant is not None else None
 
 
+def _t5_family(spec: ModelSpec) -> t5.T5 | None:
+    """T5ForConditionalGeneration, MT5's and UMT5's layout (spec_from_hf's _t5): relative
+    position buckets (in the first layer's self-attention, UMT5's in every layer's), T5's
+    RMSNorm before each sublayer and after each stack, its dropouts, no biases, one token
+    table for both stacks and the head, nn.CrossEntropyLoss in the logits' dtype. A spec
+    without a model type (a preset) is T5, or UMT5 by its relative scope."""
+    if spec.position != "relative" or spec.arch != "encoder-decoder":
+        return None
+    model_type = spec.model_type or ("umt5" if spec.relative_scope == "every" else "t5")
+    if model_type not in _T5S:
+        return None
+    scope, scale = _T5S[model_type]
+    H, dh = spec.n_heads, spec.head_dim
+    if not (spec.relative_scope == scope and spec.norm == "rmsnorm"
+            and spec.norm_position == "pre" and spec.final_norm and spec.t5_dropouts
+            and spec.norm_keeps_input and not spec.loss_fp32 and spec.tie_embeddings
+            and spec.tie_encoder_decoder and spec.ffn in ("plain", "gated")
+            and spec.activation in t5.ACTIVATIONS and spec.n_kv_heads in (None, H)
+            and not any((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o,
+                         spec.bias_ffn_in, spec.bias_ffn_out))
+            and spec.attention_dropout in (None, spec.dropout)
+            and not _unread(spec, "t5")):
+        return None
+    return t5.T5(V=spec.vocab_size, E=spec.d_model, H=H, dh=dh, F=spec.d_ff,
+                 Nb=spec.relative_buckets, Le=spec.n_encoder_layers, Ld=spec.n_decoder_layers,
+                 gated=spec.ffn == "gated", act=spec.activation, scale_output=scale,
+                 bias_every_layer=scope == "every", dropout=spec.dropout)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
+    _gpt2, _moe_family, _llama_variant, _llama, _bert, _gemma_family, _t5_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

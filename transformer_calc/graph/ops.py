@@ -297,10 +297,14 @@ def gt(a: Tensor, b: Scalar) -> Tensor:
     return out
 
 
-def where(condition: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """torch.where(condition, a, b). derivatives.yaml where.self: self: where(condition,
-    grad, 0), other: where(condition, 0, grad): the condition."""
-    out = _pointwise("where", [condition, a, b], promote(a.dtype, b.dtype))
+def where(condition: Tensor, a: Tensor, b: Tensor | Scalar) -> Tensor:
+    """torch.where(condition, a, b) (b a Python number: a's dtype, T5's min_dtype fill).
+    derivatives.yaml where.self: self: where(condition, grad, 0), other: where(condition, 0,
+    grad): the condition."""
+    if not isinstance(b, Tensor):
+        out = _pointwise("where", [condition, a], a.dtype)
+    else:
+        out = _pointwise("where", [condition, a, b], promote(a.dtype, b.dtype))
     a.trace.record("where", out, [("condition", condition, True)])
     return out
 
