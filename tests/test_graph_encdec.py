@@ -1,12 +1,14 @@
-"""The encoder-decoders' op graphs (transformer_calc/graph/families/t5.py: T5, mT5, UMT5),
-which memory_report reads for them: against every measured CPU row of those model types, to
+"""The encoder-decoders' op graphs (transformer_calc/graph/families/t5.py: T5, mT5, UMT5;
+families/bart.py: BART, and BartForCausalLM, its decoder alone), which memory_report reads
+for them: against every measured CPU row of those model types, to
 the byte, compiled equal to traced, and mapped from their specs strictly.
 
 Fixtures (torch 2.13 CPU, transformers 5.23, peft 0.21.2, saved_tensors_hooks, each storage
 still held at the end of the forward once, parameters and buffers excluded; measured by
 tools/measure_activations_hf.py, whose forward is model(input_ids=ids, labels=ids,
 use_cache=False): the encoder and the decoder both run T tokens): the rows of t5-big-vocab,
-t5-gated-asym, mt5-tiny and umt5-tiny in tests/data/activations_*_cpu.jsonl. Tolerance: none.
+t5-gated-asym, mt5-tiny, umt5-tiny, bart-asymmetric, bart-big-vocab, defaults-bart and
+bart-causal in tests/data/activations_*_cpu.jsonl. Tolerance: none.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
+from transformer_calc.graph.families.bart import Bart
 from transformer_calc.graph.families.t5 import T5
 from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
@@ -31,7 +34,9 @@ from transformer_calc.presets import load_model
 from transformer_calc.spec import ModelSpec
 
 T5_CONFIGS = ("t5-big-vocab.json", "t5-gated-asym.json", "mt5-tiny.json", "umt5-tiny.json")
-CONFIGS = T5_CONFIGS
+BART_CONFIGS = ("bart-asymmetric.json", "bart-big-vocab.json", "defaults-bart.json",
+                "bart-causal.json")
+CONFIGS = T5_CONFIGS + BART_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
 
@@ -60,9 +65,11 @@ def _settings(row: dict, **more: object) -> Settings:
 def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert {r["config"] for r in ROWS} == set(CONFIGS)
     assert {_spec(c).model_type for c in T5_CONFIGS} == {"t5", "mt5", "umt5"}
+    assert {_spec(c).model_type for c in BART_CONFIGS} == {"bart"}
     full = [r for r in ROWS if not r.get("lora")]
-    assert len(full) == 32 and len(ROWS) - len(full) == 20
-    assert {r["lora"][1] for r in ROWS if r.get("lora")} == {"all-linear", "wi_0,wi_1,wo"}
+    assert len(full) == 32 + 24 and len(ROWS) - len(full) == 20 + 40
+    assert {r["lora"][1] for r in ROWS if r.get("lora")} == {
+        "all-linear", "wi_0,wi_1,wo", "fc1,fc2", "q_proj,k_proj,v_proj,o_proj", "q_proj,v_proj"}
 
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
@@ -128,6 +135,36 @@ def test_t5_specs_map_to_the_graph() -> None:
     assert not family_of(_spec("mt5-tiny.json")).scale_output
 
 
+def test_bart_specs_map_to_the_graph() -> None:
+    for config in BART_CONFIGS:
+        assert isinstance(family_of(_spec(config)), Bart)
+    assert family_of(_spec("bart-causal.json")).causal_lm
+    base = family_of(load_model("bart-base"))
+    assert isinstance(base, Bart) and (base.Le, base.Ld, base.P) == (6, 6, 1024)
+
+
+def test_bart_for_causal_lm_keeps_its_idle_cross_attention() -> None:
+    # BartForCausalLM's layers build encoder_attn (is_decoder) and never call it: its
+    # parameters count, and peft adapts its q, k, v too (the rows' trainable counts: 12,288
+    # for q,k,v on two layers of d_model 64 = 2 · 2 · 3 · 8 · (64 + 64))
+    fam = family_of(_spec("bart-causal.json"))
+    r = evaluate(fam, Run(2, 8, lora=Lora(8, frozenset({"q_proj", "k_proj", "v_proj"}))))
+    assert r.trainable_params == 2 * 2 * 3 * 8 * (64 + 64) == 12_288
+    assert not any(o.scope.startswith("model.decoder.layers.0.encoder_attn")
+                   for o in r.ops)
+
+
+def test_other_bart_layouts_keep_the_rules() -> None:
+    spec = _spec("bart-asymmetric.json")
+    for other in (spec.replace(norm_position="pre", final_norm=True),
+                  spec.replace(model_type="mbart"), spec.replace(position_offset=0),
+                  spec.replace(embedding_norm=False), spec.replace(bias_o=False),
+                  spec.replace(loss_fp32=True), spec.replace(tie_embeddings=False),
+                  spec.replace(position="sinusoidal")):
+        with pytest.raises(TcalcError, match="no op graph"):
+            family_of(other)
+
+
 def test_other_layouts_keep_the_rules() -> None:
     spec = _spec("t5-gated-asym.json")
     base = {"model_type": "t5", "d_model": 32, "d_ff": 64, "num_heads": 4, "d_kv": 8,
@@ -165,10 +202,28 @@ def _draw(rng: random.Random) -> tuple[T5, Run]:
                     recompute=rng.choice(("none", "none", "selective", "full")))
 
 
-def test_compiled_equals_traced_on_random_configurations() -> None:
+def _draw_bart(rng: random.Random) -> tuple[Bart, Run]:
+    """A random BART (or BartForCausalLM) and run, with the 0/1 edge cases."""
+    H = rng.choice((1, 2, 3))
+    fam = Bart(V=rng.randint(5, 40), P=64, E=H * rng.choice((1, 2, 8)), H=H,
+               F=rng.randint(1, 24), Le=rng.choice((1, 2, 3)), Ld=rng.choice((1, 2, 3)),
+               causal_lm=rng.random() < 0.3, act=rng.choice(("gelu", "relu")),
+               scale_embedding=rng.random() < 0.3, dropout=rng.choice((0.0, 0.1)),
+               attention_dropout=rng.choice((0.0, 0.1)))
+    _, run = _draw(rng)
+    lora = None
+    if rng.random() < 0.5:
+        lora = Lora(rng.choice((1, 4)), frozenset(rng.sample(
+            ("q_proj", "v_proj", "out_proj", "fc1", "fc2", "all-linear"), rng.choice((1, 2)))),
+            rng.choice((0.0, 0.05)))
+    return fam, Run(**{**vars(run), "lora": lora})
+
+
+@pytest.mark.parametrize("draw", [_draw, _draw_bart], ids=["t5", "bart"])
+def test_compiled_equals_traced_on_random_configurations(draw) -> None:  # type: ignore[no-untyped-def]
     rng = random.Random(20261128)  # noqa: S311 (not cryptography)
     for _ in range(120):
-        fam, run = _draw(rng)
+        fam, run = draw(rng)
         assert_compiled_equals_traced(fam, run)
 
 

@@ -47,6 +47,8 @@ _BERT_MODULES = {"q": "query", "k": "key", "v": "value", "up": "intermediate.den
 # T5's projections (self- and cross-attention alike, as peft matches them) and FFN: wi, or
 # wi_0 (the activated gate) and wi_1
 _T5_MODULES = {"q": "q", "k": "k", "v": "v", "o": "o", "gate": "wi_0", "down": "wo"}
+_BART_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj", "up": "fc1",
+                 "down": "fc2"}
 
 FULL_NOTE = ("full recomputation: each layer's input is kept; one layer is rebuilt at a time "
              "in backward")
@@ -138,6 +140,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     on where the model has none is not a probability the graph can know (None)."""
     import dataclasses
 
+    from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.t5 import T5
@@ -148,6 +151,9 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     if isinstance(family, T5):
         on = family.dropout
         off = dataclasses.replace(family, dropout=0.0)
+    elif isinstance(family, Bart):
+        on = family.dropout or family.attention_dropout
+        off = dataclasses.replace(family, dropout=0.0, attention_dropout=0.0)
     elif isinstance(family, Bert):
         on = family.hidden_dropout or family.attention_dropout
         off = dataclasses.replace(family, hidden_dropout=0.0, attention_dropout=0.0)
@@ -184,6 +190,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
           ) -> Lora | None:
     """peft's targets for the roles tcalc resolved, or None where no module-name list gives
     exactly those layers."""
+    from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.llama import Llama
@@ -202,6 +209,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
         table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
     if isinstance(family, T5):
         table = {**_T5_MODULES, "up": "wi_1" if family.gated else "wi"}
+    elif isinstance(family, Bart):
+        table = _BART_MODULES
     if isinstance(family, Moe):
         if peft_moe in ("mixtral", "qwen2_moe"):
             return _converted(family, s, roles, dtype)

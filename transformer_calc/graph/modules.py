@@ -167,6 +167,21 @@ class Builder:
             y = ops.linear(x, w, b)
             return self._lora(name, x, y, out)
 
+    def idle_linear(self, name: str, fan_in: Dim, out: Dim, bias: bool) -> None:
+        """An nn.Linear the forward never calls (BartForCausalLM's cross-attention): its
+        parameters, and peft's adapters where a target names it."""
+        with self.module(name):
+            self.param("weight", out, fan_in)
+            if bias:
+                self.param("bias", out)
+            lora = self.run.lora
+            if lora is not None and lora.adapts(self.trace.scope):
+                r = self["r"]
+                with self.module("lora_A"):
+                    self.param("weight", r, fan_in, adapter=True)
+                with self.module("lora_B"):
+                    self.param("weight", out, r, adapter=True)
+
     def conv1d(self, name: str, x: Tensor, out: Dim) -> Tensor:
         """transformers' Conv1D(nf=out, nx=in): weight (in, out), always a bias."""
         with self.module(name):

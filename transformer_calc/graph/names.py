@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from transformer_calc.breakdown import Row, substitute
 from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
+from transformer_calc.graph.families.bart import Bart
 from transformer_calc.graph.families.bert import HEADS, Bert
 from transformer_calc.graph.families.cohere import Cohere
 from transformer_calc.graph.families.gemma import Gemma
@@ -104,6 +105,22 @@ _T5_ADAPTED = {"q": "q", "k": "k", "v": "v", "o": "o", "wi": "in", "wi_0": "gate
 _T5_NORM_PARTS = {"pow.self": "input_fp32", "rsqrt.result": "rstd", "mul.self": "input",
                   "mul.other": "normalized"}
 _T5_LAYER = re.compile(r"^(encoder|decoder)\.block\.\d+\.layer\.(\d+)(?:\.(.*))?$")
+# BART (families/bart.py): a layer's modules -> (sublayer, part); its linears' adapted names
+_BART_LAYER = re.compile(r"^model\.(encoder|decoder)\.layers\.\d+(?:\.(.*))?$")
+_BART_MODULES = {"self_attn": ("attn", ""), "encoder_attn": ("cross", ""),
+                 "self_attn.q_proj": ("attn", "input"), "self_attn.k_proj": ("attn", "input"),
+                 "self_attn.v_proj": ("attn", "input"),
+                 "self_attn.out_proj": ("attn", "o_input"),
+                 "encoder_attn.q_proj": ("cross", "input"),
+                 "encoder_attn.k_proj": ("cross", "input"),
+                 "encoder_attn.v_proj": ("cross", "input"),
+                 "encoder_attn.out_proj": ("cross", "o_input"),
+                 "fc1": ("ffn", "input"), "fc2": ("ffn", "out_input"),
+                 "self_attn_layer_norm": ("attn", "norm"),
+                 "encoder_attn_layer_norm": ("cross", "norm"),
+                 "final_layer_norm": ("ffn", "norm")}
+_BART_ADAPTED = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "out_proj": "o", "fc1": "in",
+                 "fc2": "out"}
 _TP = frozenset(("H", "Hkv", "F", "Fe", "Fs"))
 _ROPE = "model.rotary_emb"
 _MASK = "decoder.causal_mask"  # the eager (B, 1, T, T) mask, once for the model
@@ -234,6 +251,7 @@ class _Namer:
                              else family.dropout if isinstance(family, T5)
                              else family.attention_dropout) != 0
         self.t5 = isinstance(family, T5)
+        self.bart = isinstance(family, Bart)
         self.encoder = isinstance(family, Bert)
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
@@ -255,6 +273,8 @@ class _Namer:
             return self._encoder(scope, role, s)
         if self.t5:
             return self._t5(scope, role, s)
+        if self.bart:
+            return self._bart(scope, role, s)
         layer = _LAYER.match(scope)
         if layer is None:
             return self._outside(scope, role, s)
@@ -373,6 +393,44 @@ class _Namer:
         if module == "DenseReluDense":
             return prefix + ("inner_dropout_mask" if dropout else "activation")
         return prefix + self._attention(role, s)
+
+    def _bart(self, scope: str, role: str, s: Saved) -> str:
+        """BART's storages: a layer's as its sublayer's (encoder.attn.*, decoder.cross.*,
+        decoder.ffn.*), the encoder's output the cross-attention reads (once for the
+        model), each stack's embeddings, the head's."""
+        st = s.storage
+        layer = _BART_LAYER.match(scope)
+        if layer is None:
+            last = scope.rsplit(".", 1)[-1]
+            if role == "embedding.indices":
+                return "embed.position_ids" if last == "embed_positions" else "embed.token_ids"
+            if last in ("encoder", "decoder") and role in ("mul.other",
+                                                           "native_dropout.result1"):
+                return "embed.dropout_mask"
+            if last == "layernorm_embedding":
+                return "embed." + self._norm("norm", role)
+            return self._outside(scope, role, s)
+        stack, rest = layer.group(1), layer.group(2) or ""
+        if stack == "decoder" and not st.name.startswith("model.decoder"):
+            return "decoder.cross.encoder_output"  # once for the model, read by every layer
+        if not rest:  # the layer's own ops: the activation, the residual dropouts
+            if role in ("mul.other", "native_dropout.result1"):
+                return f"{stack}.residual_dropout_mask"
+            return f"{stack}.ffn.activation"
+        sub, part = _BART_MODULES[rest]
+        prefix = f"{stack}.{sub}."
+        if part == "norm":
+            return prefix + self._norm("norm", role)
+        if not part:
+            return prefix + self._attention(role, s)
+        lora = self.run.lora
+        if lora is not None and lora.adapts(scope):
+            adapted = _lora_part(role, s)
+            if adapted:
+                return f"{prefix}{_BART_ADAPTED[rest.rsplit('.', 1)[-1]]}.{adapted}"
+            if st.op.startswith("sdpa_"):
+                return prefix + "out"
+        return prefix + part
 
     def _outside(self, scope: str, role: str, s: Saved) -> str:
         last = scope.rsplit(".", 1)[-1]
