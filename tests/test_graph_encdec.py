@@ -1,5 +1,5 @@
 """The encoder-decoders' op graphs (transformer_calc/graph/families/t5.py: T5, mT5, UMT5;
-families/bart.py: BART, and BartForCausalLM, its decoder alone), which memory_report reads
+families/bart.py: BART, BartForCausalLM (its decoder alone) and Marian), which memory_report reads
 for them: against every measured CPU row of those model types, to
 the byte, compiled equal to traced, and mapped from their specs strictly.
 
@@ -7,8 +7,14 @@ Fixtures (torch 2.13 CPU, transformers 5.23, peft 0.21.2, saved_tensors_hooks, e
 still held at the end of the forward once, parameters and buffers excluded; measured by
 tools/measure_activations_hf.py, whose forward is model(input_ids=ids, labels=ids,
 use_cache=False): the encoder and the decoder both run T tokens): the rows of t5-big-vocab,
-t5-gated-asym, mt5-tiny, umt5-tiny, bart-asymmetric, bart-big-vocab, defaults-bart and
-bart-causal in tests/data/activations_*_cpu.jsonl. Tolerance: none.
+t5-gated-asym, mt5-tiny, umt5-tiny, bart-asymmetric, bart-big-vocab, defaults-bart,
+bart-causal and marian-unshared in tests/data/activations_*_cpu.jsonl, among them
+tests/data/activations_marian_full_training_cpu.jsonl (Marian's full training), written by
+
+    python tools/measure_activations_hf.py tests/data/hf/variants/marian-unshared.json
+    python tools/measure_activations_hf.py -B 1 -T 128 tests/data/hf/variants/marian-unshared.json
+
+(its tcalc_bytes are what tcalc answered then: the graph's). Tolerance: none.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from transformer_calc.spec import ModelSpec
 
 T5_CONFIGS = ("t5-big-vocab.json", "t5-gated-asym.json", "mt5-tiny.json", "umt5-tiny.json")
 BART_CONFIGS = ("bart-asymmetric.json", "bart-big-vocab.json", "defaults-bart.json",
-                "bart-causal.json")
+                "bart-causal.json", "marian-unshared.json")
 CONFIGS = T5_CONFIGS + BART_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
@@ -65,9 +71,9 @@ def _settings(row: dict, **more: object) -> Settings:
 def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert {r["config"] for r in ROWS} == set(CONFIGS)
     assert {_spec(c).model_type for c in T5_CONFIGS} == {"t5", "mt5", "umt5"}
-    assert {_spec(c).model_type for c in BART_CONFIGS} == {"bart"}
+    assert {_spec(c).model_type for c in BART_CONFIGS} == {"bart", "marian"}
     full = [r for r in ROWS if not r.get("lora")]
-    assert len(full) == 32 + 24 and len(ROWS) - len(full) == 20 + 40
+    assert len(full) == 32 + 24 + 8 and len(ROWS) - len(full) == 20 + 40 + 12
     assert {r["lora"][1] for r in ROWS if r.get("lora")} == {
         "all-linear", "wi_0,wi_1,wo", "fc1,fc2", "q_proj,k_proj,v_proj,o_proj", "q_proj,v_proj"}
 
@@ -139,6 +145,8 @@ def test_bart_specs_map_to_the_graph() -> None:
     for config in BART_CONFIGS:
         assert isinstance(family_of(_spec(config)), Bart)
     assert family_of(_spec("bart-causal.json")).causal_lm
+    marian = family_of(_spec("marian-unshared.json"))
+    assert marian.sinusoidal and not marian.embedding_norm and not marian.shared_tables
     base = family_of(load_model("bart-base"))
     assert isinstance(base, Bart) and (base.Le, base.Ld, base.P) == (6, 6, 1024)
 
@@ -160,7 +168,8 @@ def test_other_bart_layouts_keep_the_rules() -> None:
                   spec.replace(model_type="mbart"), spec.replace(position_offset=0),
                   spec.replace(embedding_norm=False), spec.replace(bias_o=False),
                   spec.replace(loss_fp32=True), spec.replace(tie_embeddings=False),
-                  spec.replace(position="sinusoidal")):
+                  spec.replace(position="sinusoidal"),
+                  _spec("marian-unshared.json").replace(position="learned")):
         with pytest.raises(TcalcError, match="no op graph"):
             family_of(other)
 
@@ -203,13 +212,14 @@ def _draw(rng: random.Random) -> tuple[T5, Run]:
 
 
 def _draw_bart(rng: random.Random) -> tuple[Bart, Run]:
-    """A random BART (or BartForCausalLM) and run, with the 0/1 edge cases."""
+    """A random BART (or BartForCausalLM, or Marian) and run, with the 0/1 edge cases."""
     H = rng.choice((1, 2, 3))
     fam = Bart(V=rng.randint(5, 40), P=64, E=H * rng.choice((1, 2, 8)), H=H,
                F=rng.randint(1, 24), Le=rng.choice((1, 2, 3)), Ld=rng.choice((1, 2, 3)),
                causal_lm=rng.random() < 0.3, act=rng.choice(("gelu", "relu")),
                scale_embedding=rng.random() < 0.3, dropout=rng.choice((0.0, 0.1)),
-               attention_dropout=rng.choice((0.0, 0.1)))
+               attention_dropout=rng.choice((0.0, 0.1)), sinusoidal=rng.random() < 0.3,
+               embedding_norm=rng.random() < 0.7, shared_tables=rng.random() < 0.7)
     _, run = _draw(rng)
     lora = None
     if rng.random() < 0.5:

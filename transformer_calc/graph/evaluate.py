@@ -139,8 +139,8 @@ _READS["t5"] = _METADATA | _COMMON | {
 # the tied lm_head: T5's scale_decoder_outputs, UMT5's tie_word_embeddings, never mT5's)
 _T5S = {"t5": ("first", True), "mt5": ("first", False), "umt5": ("every", True)}
 
-# BART (families/bart.py): BartForConditionalGeneration, or BartForCausalLM (the decoder
-# alone with its idle cross-attention)
+# BART and Marian (families/bart.py): BartForConditionalGeneration, BartForCausalLM (the
+# decoder alone with its idle cross-attention), MarianMTModel
 _READS["bart"] = _METADATA | _COMMON | {
     "arch", "n_encoder_layers", "n_decoder_layers", "d_head", "n_kv_heads", "position_offset",
     "norm_position", "final_norm", "embedding_norm", "loss_fp32", "bias_q", "bias_k",
@@ -193,7 +193,7 @@ def family_of(spec: ModelSpec) -> Family:
                      "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family with Ministral, OLMo, "
                      "BitNet, Nemotron, Apertus, NanoChat and DiffLlama, Cohere 1-2, Gemma "
                      "1-3 and VaultGemma, BERT, RoBERTa, ELECTRA with their masked-LM "
-                     "heads, and the encoder-decoders T5, mT5, UMT5 and BART)")
+                     "heads, and the encoder-decoders T5, mT5, UMT5, BART and Marian)")
 
 
 def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
@@ -401,29 +401,38 @@ def _t5_family(spec: ModelSpec) -> t5.T5 | None:
 
 def _bart_family(spec: ModelSpec) -> bart.Bart | None:
     """BART's layout (spec_from_hf's _seq2seq and _seq2seq_decoder for model_type bart, or
-    a preset without a model type): learned positions with BART's offset of 2, post-norm
-    layers with biases everywhere, layernorm_embedding, no final norms, one token table for
-    both stacks and the head, nn.CrossEntropyLoss in the logits' dtype. Other fairseq-style
-    types (mBART's pre-norm, Marian's sinusoidal positions, ...) keep the rules."""
-    causal = spec.arch == "decoder" and spec.idle_cross_attention
-    if spec.model_type not in ("", "bart") or not (spec.arch == "encoder-decoder" or causal):
+    a preset without a model type): learned positions with BART's offset of 2,
+    layernorm_embedding, one token table for both stacks and the head; Marian's
+    (MarianMTModel): sinusoidal positions, no embedding norm, the stacks' tables shared or
+    not. Both: post-norm layers with biases everywhere, no final norms, the head tied,
+    nn.CrossEntropyLoss in the logits' dtype. Other fairseq-style types (mBART's pre-norm,
+    FSMT's own attention, ...) keep the rules."""
+    causal = (spec.arch == "decoder" and spec.idle_cross_attention
+              and spec.model_type in ("", "bart"))
+    marian = spec.model_type == "marian"
+    if spec.model_type not in ("", "bart", "marian") or not (
+            spec.arch == "encoder-decoder" or causal):
         return None
     E, H = spec.d_model, spec.n_heads
-    if not (spec.position == "learned" and spec.position_offset == 2
-            and spec.norm == "layernorm" and spec.norm_position == "post"
-            and not spec.final_norm and spec.embedding_norm and not spec.loss_fp32
+    layout = ((spec.position, spec.position_offset, spec.embedding_norm) == (
+        ("sinusoidal", 0, False) if marian else ("learned", 2, True))
+        and (spec.tie_encoder_decoder or marian))
+    if not (layout and spec.norm == "layernorm" and spec.norm_position == "post"
+            and not spec.final_norm and not spec.loss_fp32
             and spec.ffn == "plain" and spec.activation in bart.ACTIVATIONS
             and all((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
                      spec.bias_ffn_out))
-            and spec.tie_embeddings and spec.tie_encoder_decoder
-            and spec.n_kv_heads in (None, H) and H and E % H == 0
+            and spec.tie_embeddings and spec.n_kv_heads in (None, H) and H and E % H == 0
             and spec.d_head in (None, E // H) and not _unread(spec, "bart")):
         return None
     pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
     return bart.Bart(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
                      Le=1 if causal else spec.n_encoder_layers,
                      Ld=spec.n_layers if causal else spec.n_decoder_layers, causal_lm=causal,
-                     act=spec.activation, dropout=spec.dropout, attention_dropout=pa)
+                     act=spec.activation, dropout=spec.dropout, attention_dropout=pa,
+                     sinusoidal=marian, embedding_norm=not marian,
+                     shared_tables=spec.tie_encoder_decoder)
+
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (

@@ -1,8 +1,11 @@
-"""BART as transformers 5.23 runs it: models/bart/modeling_bart.py
+"""BART and Marian as transformers 5.23 runs them: models/bart/modeling_bart.py
 (BartForConditionalGeneration, BartModel, BartEncoder, BartDecoder, BartEncoderLayer,
 BartDecoderLayer, BartAttention with eager_attention_forward or
 integrations/sdpa_attention.py, BartScaledWordEmbedding, BartLearnedPositionalEmbedding)
-and BartForCausalLM (the decoder alone, its layers' cross-attention built but idle).
+and BartForCausalLM (the decoder alone, its layers' cross-attention built but idle);
+models/marian/modeling_marian.py (MarianMTModel: BART's layers, sinusoidal positions from a
+frozen table looked up under no_grad, no layernorm_embedding, the encoder's and the
+decoder's token tables apart unless share_encoder_decoder_embeddings).
 
 The measurement's forward is model(input_ids=ids, labels=ids): the encoder reads ids, the
 decoder shift_tokens_right(labels), a new (B, T) int64 tensor (BartForCausalLM: ids
@@ -32,7 +35,11 @@ class Bart:
     encoder layers, Ld decoder layers.
 
     causal_lm: BartForCausalLM (the decoder alone; Le unused, 1); act: activation_function;
-    scale_embedding: the token embeddings times √E (a product that keeps nothing)."""
+    scale_embedding: the token embeddings times √E (a product that keeps nothing);
+    sinusoidal: Marian's frozen position table of P rows (BART's: learned, P + 2 rows);
+    embedding_norm: layernorm_embedding; shared_tables: one token table for both stacks
+    (model.shared), else the encoder's and the decoder's own (the head tied to the
+    decoder's)."""
 
     V: int
     P: int
@@ -46,6 +53,9 @@ class Bart:
     scale_embedding: bool = False
     dropout: float = 0.1
     attention_dropout: float = 0.0
+    sinusoidal: bool = False
+    embedding_norm: bool = True
+    shared_tables: bool = True
 
     def sizes(self) -> dict[str, int]:
         # (one set of symbols per class: BartForCausalLM's Le is 1, no layer reads it)
@@ -68,14 +78,16 @@ def forward(m: Builder, cfg: Bart) -> Tensor:
                 table = m.param("embed_tokens.weight", V, E)
                 h = _decoder(m, cfg, ids, table, None)
         else:
-            table = m.param("shared.weight", V, E)
+            shared = m.param("shared.weight", V, E) if cfg.shared_tables else None
             with m.module("encoder"):
+                table = shared if shared is not None else m.param("embed_tokens.weight", V, E)
                 enc = _encoder(m, cfg, ids, table)
             # shift_tokens_right(labels): new_zeros, the shifted copy, the start token,
             # masked_fill_ (integer ops without a gradient): a new (B, T) int64 tensor
             with tr.no_grad():
                 dec_ids = tr.tensor((B, T), I64, False, name="decoder_input_ids")
             with m.module("decoder"):
+                table = shared if shared is not None else m.param("embed_tokens.weight", V, E)
                 h = _decoder(m, cfg, dec_ids, table, enc)
     with m.module("lm_head"):
         logits = ops.linear(h, table)
@@ -87,27 +99,39 @@ def forward(m: Builder, cfg: Bart) -> Tensor:
 
 def _embed(m: Builder, cfg: Bart, ids: Tensor, table: Tensor, positions: Tensor) -> Tensor:
     """BartScaledWordEmbedding (the lookup times embed_scale, 1.0 unless scale_embedding),
-    plus BartLearnedPositionalEmbedding at positions + 2 (a new int64 tensor the table keeps),
-    layernorm_embedding, dropout."""
+    plus BartLearnedPositionalEmbedding at positions + 2 (a new int64 tensor the table keeps)
+    or MarianSinusoidalPositionalEmbedding (under no_grad: a (T, E) tensor without a
+    gradient), layernorm_embedding, dropout."""
     E = m["E"]
     x = ops.mul(ops.embedding(table, ids), float(E.value) ** 0.5 if cfg.scale_embedding
                 else 1.0)
-    with m.trace.no_grad():
-        shifted = ops.add(positions, 2.0)  # position_ids + self.offset
     with m.module("embed_positions"):
-        table_rows = m["P"] + 2
-        pos = ops.embedding(m.param("weight", table_rows, E), shifted)
-    h = m.layer_norm("layernorm_embedding", ops.add(x, pos))
+        if cfg.sinusoidal:
+            # a frozen nn.Parameter (requires_grad False): not among the parameters tcalc
+            # counts (those that train), so held as the model's buffer-like memory
+            weight = m.trace.tensor((m["P"], E), m.run.dtype, False, "buffer",
+                                    f"{m.trace.scope}.weight")
+            with m.trace.no_grad():
+                pos = ops.embedding(weight, positions)
+        else:
+            with m.trace.no_grad():
+                shifted = ops.add(positions, 2.0)  # position_ids + self.offset
+            pos = ops.embedding(m.param("weight", m["P"] + 2, E), shifted)
+    h = ops.add(x, pos)
+    if cfg.embedding_norm:
+        h = m.layer_norm("layernorm_embedding", h)
     return m.dropout(h, cfg.dropout)
 
 
 def _encoder(m: Builder, cfg: Bart, ids: Tensor, table: Tensor) -> Tensor:
     """BartEncoder.forward: the positions are arange(T).expand(B, -1) (needed for the
-    shape: an expanded view, its + 2 a new (B, T) tensor), then the layers."""
+    shape: an expanded view, its + 2 a new (B, T) tensor; Marian's arange(T)), then the
+    layers."""
     B, T = m["B"], m["T"]
     with m.trace.no_grad():
-        arange = m.trace.tensor((T,), I64, False)
-        positions = ops.expand(ops.unsqueeze(arange, 0), (B, T))
+        positions = m.trace.tensor((T,), I64, False)  # Marian's arange(T)
+        if not cfg.sinusoidal:
+            positions = ops.expand(ops.unsqueeze(positions, 0), (B, T))
     h = _embed(m, cfg, ids, table, positions)
     return m.layers("layers", lambda x: _layer(m, cfg, x, None, None), h, count="Le")
 
@@ -118,7 +142,9 @@ def _decoder(m: Builder, cfg: Bart, ids: Tensor, table: Tensor, enc: Tensor | No
     the layers with the encoder's output (None: BartForCausalLM)."""
     T = m["T"]
     with m.trace.no_grad():
-        positions = ops.unsqueeze(m.trace.tensor((T,), I64, False), 0)
+        positions = m.trace.tensor((T,), I64, False)
+        if not cfg.sinusoidal:  # BartLearnedPositionalEmbedding: position_ids.unsqueeze(0)
+            positions = ops.unsqueeze(positions, 0)
     h = _embed(m, cfg, ids, table, positions)
     mask = causal_mask(m, h) if m.run.attention == "eager" else None
     extras = tuple(t for t in (mask, enc) if t is not None)
