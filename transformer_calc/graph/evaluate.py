@@ -145,7 +145,7 @@ _READS["bart"] = _METADATA | _COMMON | {
     "arch", "n_encoder_layers", "n_decoder_layers", "d_head", "n_kv_heads", "position_offset",
     "norm_position", "final_norm", "embedding_norm", "loss_fp32", "bias_q", "bias_k",
     "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out", "tie_encoder_decoder",
-    "idle_cross_attention"}
+    "idle_cross_attention", "activation_dropout"}
 
 
 @functools.cache
@@ -430,8 +430,8 @@ def _bart_family(spec: ModelSpec) -> bart.Bart | None:
                      Le=1 if causal else spec.n_encoder_layers,
                      Ld=spec.n_layers if causal else spec.n_decoder_layers, causal_lm=causal,
                      act=spec.activation, dropout=spec.dropout, attention_dropout=pa,
-                     sinusoidal=marian, embedding_norm=not marian,
-                     shared_tables=spec.tie_encoder_decoder)
+                     activation_dropout=spec.activation_dropout, sinusoidal=marian,
+                     embedding_norm=not marian, shared_tables=spec.tie_encoder_decoder)
 
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)

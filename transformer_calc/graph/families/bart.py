@@ -12,8 +12,7 @@ decoder shift_tokens_right(labels), a new (B, T) int64 tensor (BartForCausalLM: 
 themselves); both stacks run T tokens. With labels, BartForConditionalGeneration turns
 use_cache off. No attention_mask: the encoder's create_bidirectional_mask returns None, the
 decoder's create_causal_mask (over its torch.ones padding mask) the (B, 1, T, T) mask under
-eager and None under SDPA (is_causal), the cross-attention's mask is None.
-activation_dropout is BartConfig's default, 0 (not in a ModelSpec)."""
+eager and None under SDPA (is_causal), the cross-attention's mask is None."""
 
 from __future__ import annotations
 
@@ -53,6 +52,7 @@ class Bart:
     scale_embedding: bool = False
     dropout: float = 0.1
     attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
     sinusoidal: bool = False
     embedding_norm: bool = True
     shared_tables: bool = True
@@ -157,7 +157,8 @@ def _layer(m: Builder, cfg: Bart, h: Tensor, mask: Tensor | None, enc: Tensor | 
     """BartEncoderLayer / BartDecoderLayer.forward, post-norm: self-attention, dropout,
     residual, self_attn_layer_norm; (the decoder's) encoder_attn over the encoder's output,
     dropout, residual, encoder_attn_layer_norm; fc1, activation, fc2, dropout, residual,
-    final_layer_norm. BartForCausalLM's layers have an encoder_attn that does not run."""
+    final_layer_norm (fc1's activation followed by dropout at activation_dropout).
+    BartForCausalLM's layers have an encoder_attn that does not run."""
     E = m["E"]
     with m.module("self_attn"):
         a = _attention(m, cfg, h, h, mask, causal=decoder, cached=decoder and cfg.causal_lm)
@@ -174,6 +175,7 @@ def _layer(m: Builder, cfg: Bart, h: Tensor, mask: Tensor | None, enc: Tensor | 
             m.param("weight", E)
             m.param("bias", E)
     x = ACTIVATIONS[cfg.act](m.linear("fc1", h, m["F"], True))
+    x = m.dropout(x, cfg.activation_dropout)
     x = m.dropout(m.linear("fc2", x, E, True), cfg.dropout)
     return m.layer_norm("final_layer_norm", ops.add(h, x))
 
