@@ -1,5 +1,6 @@
 """The encoder-decoders' op graphs (transformer_calc/graph/families/t5.py: T5, mT5, UMT5;
-families/bart.py: BART, BartForCausalLM (its decoder alone) and Marian), which memory_report reads
+families/bart.py: BART, BartForCausalLM (its decoder alone) and Marian; families/fsmt.py:
+FSMT), which memory_report reads
 for them: against every measured CPU row of those model types, to
 the byte, compiled equal to traced, and mapped from their specs strictly.
 
@@ -8,7 +9,8 @@ still held at the end of the forward once, parameters and buffers excluded; meas
 tools/measure_activations_hf.py, whose forward is model(input_ids=ids, labels=ids,
 use_cache=False): the encoder and the decoder both run T tokens): the rows of t5-big-vocab,
 t5-gated-asym, mt5-tiny, umt5-tiny, bart-asymmetric, bart-big-vocab, defaults-bart,
-bart-causal, marian-unshared and bart-activation-dropout in
+bart-causal, marian-unshared, bart-activation-dropout and fsmt-tiny (eager only: the
+class has no SDPA path) in
 tests/data/activations_*_cpu.jsonl, among them
 tests/data/activations_marian_full_training_cpu.jsonl (Marian's full training) and
 tests/data/activations_bart_activation_dropout_cpu.jsonl (bart-asymmetric with
@@ -40,6 +42,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.families.bart import Bart
+from transformer_calc.graph.families.fsmt import Fsmt
 from transformer_calc.graph.families.t5 import T5
 from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
@@ -51,7 +54,8 @@ from transformer_calc.spec import ModelSpec
 T5_CONFIGS = ("t5-big-vocab.json", "t5-gated-asym.json", "mt5-tiny.json", "umt5-tiny.json")
 BART_CONFIGS = ("bart-asymmetric.json", "bart-big-vocab.json", "defaults-bart.json",
                 "bart-causal.json", "marian-unshared.json", "bart-activation-dropout.json")
-CONFIGS = T5_CONFIGS + BART_CONFIGS
+FSMT_CONFIGS = ("fsmt-tiny.json",)
+CONFIGS = T5_CONFIGS + BART_CONFIGS + FSMT_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
 
@@ -81,8 +85,10 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert {r["config"] for r in ROWS} == set(CONFIGS)
     assert {_spec(c).model_type for c in T5_CONFIGS} == {"t5", "mt5", "umt5"}
     assert {_spec(c).model_type for c in BART_CONFIGS} == {"bart", "marian"}
+    assert {_spec(c).model_type for c in FSMT_CONFIGS} == {"fsmt"}
     full = [r for r in ROWS if not r.get("lora")]
-    assert len(full) == 32 + 24 + 8 + 8 and len(ROWS) - len(full) == 20 + 40 + 12 + 4
+    assert len(full) == 32 + 24 + 8 + 8 + 4
+    assert len(ROWS) - len(full) == 20 + 40 + 12 + 4 + 6
     assert {r["lora"][1] for r in ROWS if r.get("lora")} == {
         "all-linear", "wi_0,wi_1,wo", "fc1,fc2", "q_proj,k_proj,v_proj,o_proj", "q_proj,v_proj"}
 
@@ -109,7 +115,7 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
 @pytest.mark.parametrize("config", CONFIGS)
 def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
     spec = _spec(config)
-    for attention in ("eager", "sdpa"):
+    for attention in ("eager",) if config in FSMT_CONFIGS else ("eager", "sdpa"):
         for B, T in ((1, 64), (3, 100)):
             r = evaluate(family_of(spec), Run(B, T, F32, "cpu", attention))
             assert r.params == r.trainable_params == count_params(spec).total
@@ -191,6 +197,35 @@ def test_barts_activation_dropout_keeps_its_noise() -> None:
                                   and (r["B"], r["T"]) == (B, T))
 
 
+def test_fsmt_maps_to_its_graph_eager_only() -> None:
+    spec = _spec("fsmt-tiny.json")
+    fam = family_of(spec)
+    assert isinstance(fam, Fsmt) and (fam.V, fam.Vs, fam.offset, fam.tied) == (900, 1000, 2,
+                                                                              False)
+    with pytest.raises(ValueError, match="no SDPA path"):
+        evaluate(fam, Run(2, 8, attention="sdpa"))
+    s = Settings(precision="fp32", batch_size=2, seq_len=64, attention="sdpa", device="cpu")
+    assert graph_costs.graph_activations(spec, s, 64, amp=False, amp16=False,
+                                         adapted_roles=None) is None  # the rules answer
+    for other in (spec.replace(embedding_norm=True), spec.replace(peft_head=False),
+                  spec.replace(bias_o=False), spec.replace(norm_position="pre")):
+        with pytest.raises(TcalcError, match="no op graph"):
+            family_of(other)
+
+
+def test_fsmt_folds_its_time_major_inputs_into_copies() -> None:
+    # FSMT's layers run on (T, B, C) transposes: at B > 1 a linear's input is not
+    # contiguous, and at::matmul folds it into rows anyway when the weight requires a
+    # gradient (should_fold: a copy each, kept by mm), where a frozen base's matmul takes
+    # the batched path and keeps nothing; at B = 1 the transpose is free
+    fam = family_of(_spec("fsmt-tiny.json"))
+    for lora, B, copied in ((None, 1, False), (None, 2, True),
+                            (Lora(8, frozenset({"v_proj"})), 2, False)):
+        ops = evaluate(fam, Run(B, 16, attention="eager", lora=lora)).ops
+        q = [o.op for o in ops if o.scope == "model.encoder.layers.0.self_attn.q_proj"]
+        assert ("clone" in q) == copied, (B, lora, q)
+
+
 def test_other_bart_layouts_keep_the_rules() -> None:
     spec = _spec("bart-asymmetric.json")
     for other in (spec.replace(norm_position="pre", final_norm=True),
@@ -259,7 +294,20 @@ def _draw_bart(rng: random.Random) -> tuple[Bart, Run]:
     return fam, Run(**{**vars(run), "lora": lora})
 
 
-@pytest.mark.parametrize("draw", [_draw, _draw_bart], ids=["t5", "bart"])
+def _draw_fsmt(rng: random.Random) -> tuple[Fsmt, Run]:
+    """A random FSMT and run (eager: its only attention), with the 0/1 edge cases."""
+    H = rng.choice((1, 2, 3))
+    fam = Fsmt(V=rng.randint(5, 40), Vs=rng.randint(5, 40), P=64, E=H * rng.choice((1, 2, 8)),
+               H=H, F=rng.randint(1, 24), Le=rng.choice((1, 2, 3)), Ld=rng.choice((1, 2, 3)),
+               offset=rng.choice((1, 2)), act=rng.choice(("relu", "gelu")),
+               tied=rng.random() < 0.3, dropout=rng.choice((0.0, 0.1)),
+               attention_dropout=rng.choice((0.0, 0.1)),
+               activation_dropout=rng.choice((0.0, 0.1)))
+    _, run = _draw_bart(rng)
+    return fam, Run(**{**vars(run), "attention": "eager"})
+
+
+@pytest.mark.parametrize("draw", [_draw, _draw_bart, _draw_fsmt], ids=["t5", "bart", "fsmt"])
 def test_compiled_equals_traced_on_random_configurations(draw) -> None:  # type: ignore[no-untyped-def]
     rng = random.Random(20261128)  # noqa: S311 (not cryptography)
     for _ in range(120):

@@ -142,6 +142,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 
     from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.t5 import T5
 
@@ -151,7 +152,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     if isinstance(family, T5):
         on = family.dropout
         off = dataclasses.replace(family, dropout=0.0)
-    elif isinstance(family, Bart):
+    elif isinstance(family, Bart | Fsmt):
         on = family.dropout or family.attention_dropout or family.activation_dropout
         off = dataclasses.replace(family, dropout=0.0, attention_dropout=0.0,
                                   activation_dropout=0.0)
@@ -193,6 +194,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     exactly those layers."""
     from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.moe import Moe
@@ -212,6 +214,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
         table = {**_T5_MODULES, "up": "wi_1" if family.gated else "wi"}
     elif isinstance(family, Bart):
         table = _BART_MODULES
+    elif isinstance(family, Fsmt):  # and its output projection, an nn.Linear to peft
+        table = {**_BART_MODULES, "head": "output_projection"}
     if isinstance(family, Moe):
         if peft_moe in ("mixtral", "qwen2_moe"):
             return _converted(family, s, roles, dtype)

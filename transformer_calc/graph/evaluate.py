@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import variants
-from transformer_calc.graph.families import bart, bert, cohere, gemma, gpt2, llama, moe, t5
+from transformer_calc.graph.families import bart, bert, cohere, fsmt, gemma, gpt2, llama, moe, t5
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
@@ -19,13 +19,13 @@ from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
-          | t5.T5 | bart.Bart)
+          | t5.T5 | bart.Bart | fsmt.Fsmt)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
-    t5.T5: t5.forward, bart.Bart: bart.forward}
+    t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward}
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,10 @@ _READS["bart"] = _METADATA | _COMMON | {
     "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out", "tie_encoder_decoder",
     "idle_cross_attention", "activation_dropout"}
 
+# FSMT (families/fsmt.py): FSMTForConditionalGeneration, eager only
+_READS["fsmt"] = _READS["bart"] - {"idle_cross_attention"} | {
+    "encoder_vocab_size", "peft_head", "sdpa_path"}
+
 
 @functools.cache
 def _defaults(family: str) -> tuple[Callable[[ModelSpec], tuple[object, ...]],
@@ -193,7 +197,7 @@ def family_of(spec: ModelSpec) -> Family:
                      "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family with Ministral, OLMo, "
                      "BitNet, Nemotron, Apertus, NanoChat and DiffLlama, Cohere 1-2, Gemma "
                      "1-3 and VaultGemma, BERT, RoBERTa, ELECTRA with their masked-LM "
-                     "heads, and the encoder-decoders T5, mT5, UMT5, BART and Marian)")
+                     "heads, and the encoder-decoders T5, mT5, UMT5, BART, Marian and FSMT)")
 
 
 def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
@@ -434,10 +438,36 @@ def _bart_family(spec: ModelSpec) -> bart.Bart | None:
                      embedding_norm=not marian, shared_tables=spec.tie_encoder_decoder)
 
 
+def _fsmt_family(spec: ModelSpec) -> fsmt.Fsmt | None:
+    """FSMT's layout (spec_from_hf's _fsmt): a token table per stack (the source and
+    target vocabularies), trainable sinusoidal position tables of max_positions +
+    pad_token_id + 1 rows, post-norm layers with biases, no embedding norm, the output
+    projection tied to the decoder's table or not (peft adapts it either way), eager only."""
+    if spec.model_type != "fsmt":
+        return None
+    E, H = spec.d_model, spec.n_heads
+    if not (spec.arch == "encoder-decoder" and spec.position == "learned"
+            and spec.position_offset >= 1 and spec.norm == "layernorm"
+            and spec.norm_position == "post" and not spec.final_norm
+            and not spec.embedding_norm and not spec.loss_fp32 and spec.ffn == "plain"
+            and spec.activation in fsmt.ACTIVATIONS and spec.peft_head
+            and spec.tie_embeddings == spec.tie_encoder_decoder
+            and all((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                     spec.bias_ffn_out))
+            and spec.n_kv_heads in (None, H) and H and E % H == 0
+            and spec.d_head in (None, E // H) and not _unread(spec, "fsmt")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return fsmt.Fsmt(V=spec.vocab_size, Vs=spec.encoder_vocab_size or spec.vocab_size,
+                     P=spec.max_positions, E=E, H=H, F=spec.d_ff, Le=spec.n_encoder_layers,
+                     Ld=spec.n_decoder_layers, offset=spec.position_offset,
+                     act=spec.activation, tied=spec.tie_embeddings, dropout=spec.dropout,
+                     attention_dropout=pa, activation_dropout=spec.activation_dropout)
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _gpt2, _moe_family, _llama_variant, _llama, _bert, _gemma_family,
-    _t5_family, _bart_family)
+    _t5_family, _bart_family, _fsmt_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

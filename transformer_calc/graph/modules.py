@@ -159,10 +159,12 @@ class Builder:
     def tied(self, name: str) -> Tensor:
         return self.trace.params[name]
 
-    def linear(self, name: str, x: Tensor, out: Dim, bias: bool) -> Tensor:
-        """nn.Linear(in, out): weight (out, in)."""
+    def linear(self, name: str, x: Tensor, out: Dim, bias: bool,
+               tied: str = "") -> Tensor:
+        """nn.Linear(in, out): weight (out, in); tied: the weight is that parameter (FSMT's
+        output projection tied to the decoder's table, which peft still adapts)."""
         with self.module(name):
-            w = self.param("weight", out, x.shape[-1])
+            w = self.tied(tied) if tied else self.param("weight", out, x.shape[-1])
             b = self.param("bias", out) if bias else None
             y = ops.linear(x, w, b)
             return self._lora(name, x, y, out)

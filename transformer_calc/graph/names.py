@@ -29,6 +29,7 @@ from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
 from transformer_calc.graph.families.bart import Bart
 from transformer_calc.graph.families.bert import HEADS, Bert
 from transformer_calc.graph.families.cohere import Cohere
+from transformer_calc.graph.families.fsmt import Fsmt
 from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.llama import Llama
@@ -251,7 +252,7 @@ class _Namer:
                              else family.dropout if isinstance(family, T5)
                              else family.attention_dropout) != 0
         self.t5 = isinstance(family, T5)
-        self.bart = isinstance(family, Bart)
+        self.bart = isinstance(family, Bart | Fsmt)
         self.encoder = isinstance(family, Bert)
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
@@ -395,9 +396,9 @@ class _Namer:
         return prefix + self._attention(role, s)
 
     def _bart(self, scope: str, role: str, s: Saved) -> str:
-        """BART's storages: a layer's as its sublayer's (encoder.attn.*, decoder.cross.*,
-        decoder.ffn.*), the encoder's output the cross-attention reads (once for the
-        model), each stack's embeddings, the head's."""
+        """BART's, Marian's and FSMT's storages: a layer's as its sublayer's (encoder.attn.*,
+        decoder.cross.*, decoder.ffn.*), the encoder's output the cross-attention reads
+        (once for the model), each stack's embeddings, the head's."""
         st = s.storage
         layer = _BART_LAYER.match(scope)
         if layer is None:
@@ -409,6 +410,10 @@ class _Namer:
                 return "embed.dropout_mask"
             if last == "layernorm_embedding":
                 return "embed." + self._norm("norm", role)
+            if last == "output_projection":  # FSMT's head, an adapted nn.Linear to peft
+                lora = self.run.lora
+                part = _lora_part(role, s) if lora is not None and lora.adapts(scope) else None
+                return f"head.{part}" if part else "head.input"
             return self._outside(scope, role, s)
         stack, rest = layer.group(1), layer.group(2) or ""
         if stack == "decoder" and not st.name.startswith("model.decoder"):
