@@ -44,6 +44,8 @@ REFERENCE = {
     "t5-small.json": (60_506_624, "T5ForConditionalGeneration"),
     "t5-v1_1-small.json": (60_511_616, "T5ForConditionalGeneration"),
     "variants/bart-asymmetric.json": (2_695_680, "BartForConditionalGeneration"),
+    # ... with activation_dropout 0.1 (no parameter of its own)
+    "variants/bart-activation-dropout.json": (2_695_680, "BartForConditionalGeneration"),
     "variants/bert-untied.json": (1_767_120, "BertForMaskedLM"),
     "variants/bert-big-vocab.json": (2_088_186, "BertForMaskedLM"),
     "variants/hy_v3-tiny.json": (251_936, "HYV3ForCausalLM"),

@@ -1114,6 +1114,9 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
             for k in keys if "att" in k]
     if attn and float(attn[0]) != values["dropout"]:
         values["attention_dropout"] = float(attn[0])
+    if model_type in SEQ2SEQ or model_type == "fsmt":  # after the FFN's activation
+        # (an absent key: the config classes' default, 0.0 in transformers 5.23)
+        values["activation_dropout"] = float(cfg.get("activation_dropout", 0.0))
     from transformer_calc.hf_defaults import (
         ATTN_FP32,
         EXPERTS_EVERY,

@@ -128,6 +128,9 @@ class ModelSpec:
                         "GPT-2, BERT: 0.1)", arch=False)
     attention_dropout: float | None = _f(None, "dropout on the attention probabilities, when "
                                          "it differs from dropout (OPT, BART: 0.0)", arch=False)
+    activation_dropout: float = _f(0.0, "dropout on the FFN's activation output, before its "
+                                   "down projection (BART-style configs' activation_dropout; "
+                                   "bart-base: 0.1)", arch=False)
     softmax_fp32: bool = _f(False, "eager attention computes the softmax in fp32 and casts it "
                             "back (transformers' Llama-style eager attention): a 16-bit model "
                             "keeps both copies", arch=False)
@@ -789,7 +792,8 @@ class ModelSpec:
     @property
     def trains_with_dropout(self) -> bool:
         """Dropout anywhere in training: the residual streams' or the attention's own."""
-        return self.dropout > 0 or (self.attention_dropout or 0.0) > 0
+        return (self.dropout > 0 or (self.attention_dropout or 0.0) > 0
+                or self.activation_dropout > 0)
 
     @property
     def rel_term_count(self) -> int:
@@ -946,6 +950,9 @@ class ModelSpec:
             raise SpecError("n_kv_heads", f"a divisor of n_heads={self.n_heads}", self.n_kv_heads)
         if not 0.0 <= self.dropout < 1.0:
             raise SpecError("dropout", "a probability in [0, 1)", self.dropout)
+        if not 0.0 <= self.activation_dropout < 1.0:
+            raise SpecError("activation_dropout", "a probability in [0, 1)",
+                            self.activation_dropout)
         if self.attention_mechanism != "softmax":
             if self.kv_lora_rank or self.arch == "encoder-decoder":
                 raise SpecError("attention_mechanism", "softmax for latent attention and "

@@ -44,6 +44,11 @@ _GPT2_MODULES = {"qkv": "c_attn", "up": "c_fc", "o": "c_proj", "down": "c_proj",
 # down go together or not at all
 _BERT_MODULES = {"q": "query", "k": "key", "v": "value", "up": "intermediate.dense",
                  "o": "output.dense", "down": "output.dense"}
+# T5's projections (self- and cross-attention alike, as peft matches them) and FFN: wi, or
+# wi_0 (the activated gate) and wi_1
+_T5_MODULES = {"q": "q", "k": "k", "v": "v", "o": "o", "gate": "wi_0", "down": "wo"}
+_BART_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj", "up": "fc1",
+                 "down": "fc2"}
 
 FULL_NOTE = ("full recomputation: each layer's input is kept; one layer is rebuilt at a time "
              "in backward")
@@ -65,6 +70,8 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
         return None
     family = _family(spec)
     if family is None:
+        return None
+    if _t5_cuda_sdpa(family, s):
         return None
     family = _dropout(family, s)
     if family is None:
@@ -119,18 +126,37 @@ def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
             and not s.freeze and not s.bnb_legacy)
 
 
+def _t5_cuda_sdpa(family: Family, s: Settings) -> bool:
+    """T5's SDPA on CUDA: its position bias is a float mask that requires a gradient, which
+    the memory-efficient kernel pads and keeps as it chooses; no GPU measurement shows which
+    (the CPU rows are measured: the flash kernel keeps the mask, the math kernel not)."""
+    from transformer_calc.graph.families.t5 import T5
+
+    return isinstance(family, T5) and s.device == "cuda" and s.attention == "sdpa"
+
+
 def _dropout(family: Family, s: Settings) -> Family | None:
     """The family with dropout as the run has it: the model's own (None), or off (False);
     on where the model has none is not a probability the graph can know (None)."""
     import dataclasses
 
+    from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.families.t5 import T5
 
     if s.dropout is None:
         return family
     off: Family
-    if isinstance(family, Bert):
+    if isinstance(family, T5):
+        on = family.dropout
+        off = dataclasses.replace(family, dropout=0.0)
+    elif isinstance(family, Bart | Fsmt):
+        on = family.dropout or family.attention_dropout or family.activation_dropout
+        off = dataclasses.replace(family, dropout=0.0, attention_dropout=0.0,
+                                  activation_dropout=0.0)
+    elif isinstance(family, Bert):
         on = family.hidden_dropout or family.attention_dropout
         off = dataclasses.replace(family, hidden_dropout=0.0, attention_dropout=0.0)
     elif isinstance(family, GPT2):
@@ -168,11 +194,14 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
           ) -> Lora | None:
     """peft's targets for the roles tcalc resolved, or None where no module-name list gives
     exactly those layers."""
+    from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.mla import MLA_MODULES, Mla, converted_all_linear
     from transformer_calc.graph.families.moe import Moe
+    from transformer_calc.graph.families.t5 import T5
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
 
@@ -184,6 +213,12 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
              _BERT_MODULES if isinstance(family, Bert) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
         table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
+    if isinstance(family, T5):
+        table = {**_T5_MODULES, "up": "wi_1" if family.gated else "wi"}
+    elif isinstance(family, Bart):
+        table = _BART_MODULES
+    elif isinstance(family, Fsmt):  # and its output projection, an nn.Linear to peft
+        table = {**_BART_MODULES, "head": "output_projection"}
     if isinstance(family, Moe):
         if peft_moe in ("mixtral", "qwen2_moe"):
             return _converted(family, s, roles, dtype)

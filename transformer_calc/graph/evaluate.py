@@ -11,7 +11,18 @@ from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import variants
-from transformer_calc.graph.families import bert, cohere, gemma, gpt2, llama, mla, moe
+from transformer_calc.graph.families import (
+    bart,
+    bert,
+    cohere,
+    fsmt,
+    gemma,
+    gpt2,
+    llama,
+    mla,
+    moe,
+    t5,
+)
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
@@ -19,13 +30,13 @@ from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
-          | mla.Mla)
+          | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
-    mla.Mla: mla.forward}
+    mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward}
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,29 @@ _READS["moe"] = _READS["llama"] | {"n_experts", "top_k", "d_ff_expert", "n_share
                                    "d_ff_shared", "shared_expert_gate", "layer_ffn",
                                    "router_topk", "peft_moe", "peft_router_linear"}
 
+# T5, mT5, UMT5 (families/t5.py): the encoder-decoder's own fields (t5_dropouts: the FFN's
+# and the final norm's dropouts; norm_keeps_input: T5LayerNorm's product with its input)
+_READS["t5"] = _METADATA | _COMMON | {
+    "arch", "n_encoder_layers", "n_decoder_layers", "d_head", "n_kv_heads",
+    "relative_buckets", "relative_scope", "t5_dropouts", "norm_keeps_input", "loss_fp32",
+    "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out", "final_norm",
+    "norm_position", "tie_encoder_decoder"}
+# the T5 model types: model_type -> (relative_scope, the decoder's output rescaled before
+# the tied lm_head: T5's scale_decoder_outputs, UMT5's tie_word_embeddings, never mT5's)
+_T5S = {"t5": ("first", True), "mt5": ("first", False), "umt5": ("every", True)}
+
+# BART and Marian (families/bart.py): BartForConditionalGeneration, BartForCausalLM (the
+# decoder alone with its idle cross-attention), MarianMTModel
+_READS["bart"] = _METADATA | _COMMON | {
+    "arch", "n_encoder_layers", "n_decoder_layers", "d_head", "n_kv_heads", "position_offset",
+    "norm_position", "final_norm", "embedding_norm", "loss_fp32", "bias_q", "bias_k",
+    "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out", "tie_encoder_decoder",
+    "idle_cross_attention", "activation_dropout"}
+
+# FSMT (families/fsmt.py): FSMTForConditionalGeneration, eager only
+_READS["fsmt"] = _READS["bart"] - {"idle_cross_attention"} | {
+    "encoder_vocab_size", "peft_head", "sdpa_path"}
+
 
 # the MLA decoders (DeepSeek-V3, MiniCPM3): Llama's fields, the latents' and head widths,
 # DeepSeek-V3's experts and sigmoid router (mtp_layers: modules transformers does not build)
@@ -190,8 +224,8 @@ def family_of(spec: ModelSpec) -> Family:
                      "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family with Ministral, OLMo, "
                      "BitNet, Nemotron, Apertus, NanoChat and DiffLlama, Cohere 1-2, Gemma "
                      "1-3 and VaultGemma, the MoE and latent-attention decoders "
-                     "docs/op-graph.md lists, and BERT, RoBERTa, ELECTRA with their masked-LM "
-                     "heads)")
+                     "docs/op-graph.md lists, BERT, RoBERTa, ELECTRA with their masked-LM "
+                     "heads, and the encoder-decoders T5, mT5, UMT5, BART, Marian and FSMT)")
 
 
 def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
@@ -441,10 +475,101 @@ def _mla(spec: ModelSpec) -> mla.Mla:
                       router="softmax" if longcat else "sigmoid", norm_topk=not longcat,
                       shared_expert=not longcat, grouped=spec.experts_grouped)
 
+
+def _t5_family(spec: ModelSpec) -> t5.T5 | None:
+    """T5ForConditionalGeneration, MT5's and UMT5's layout (spec_from_hf's _t5): relative
+    position buckets (in the first layer's self-attention, UMT5's in every layer's), T5's
+    RMSNorm before each sublayer and after each stack, its dropouts, no biases, one token
+    table for both stacks and the head, nn.CrossEntropyLoss in the logits' dtype. A spec
+    without a model type (a preset) is T5, or UMT5 by its relative scope."""
+    if spec.position != "relative" or spec.arch != "encoder-decoder":
+        return None
+    model_type = spec.model_type or ("umt5" if spec.relative_scope == "every" else "t5")
+    if model_type not in _T5S:
+        return None
+    scope, scale = _T5S[model_type]
+    H, dh = spec.n_heads, spec.head_dim
+    if not (spec.relative_scope == scope and spec.norm == "rmsnorm"
+            and spec.norm_position == "pre" and spec.final_norm and spec.t5_dropouts
+            and spec.norm_keeps_input and not spec.loss_fp32 and spec.tie_embeddings
+            and spec.tie_encoder_decoder and spec.ffn in ("plain", "gated")
+            and spec.activation in t5.ACTIVATIONS and spec.n_kv_heads in (None, H)
+            and not any((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o,
+                         spec.bias_ffn_in, spec.bias_ffn_out))
+            and spec.attention_dropout in (None, spec.dropout)
+            and not _unread(spec, "t5")):
+        return None
+    return t5.T5(V=spec.vocab_size, E=spec.d_model, H=H, dh=dh, F=spec.d_ff,
+                 Nb=spec.relative_buckets, Le=spec.n_encoder_layers, Ld=spec.n_decoder_layers,
+                 gated=spec.ffn == "gated", act=spec.activation, scale_output=scale,
+                 bias_every_layer=scope == "every", dropout=spec.dropout)
+
+def _bart_family(spec: ModelSpec) -> bart.Bart | None:
+    """BART's layout (spec_from_hf's _seq2seq and _seq2seq_decoder for model_type bart, or
+    a preset without a model type): learned positions with BART's offset of 2,
+    layernorm_embedding, one token table for both stacks and the head; Marian's
+    (MarianMTModel): sinusoidal positions, no embedding norm, the stacks' tables shared or
+    not. Both: post-norm layers with biases everywhere, no final norms, the head tied,
+    nn.CrossEntropyLoss in the logits' dtype. Other fairseq-style types (mBART's pre-norm,
+    FSMT's own attention, ...) keep the rules."""
+    causal = (spec.arch == "decoder" and spec.idle_cross_attention
+              and spec.model_type in ("", "bart"))
+    marian = spec.model_type == "marian"
+    if spec.model_type not in ("", "bart", "marian") or not (
+            spec.arch == "encoder-decoder" or causal):
+        return None
+    E, H = spec.d_model, spec.n_heads
+    layout = ((spec.position, spec.position_offset, spec.embedding_norm) == (
+        ("sinusoidal", 0, False) if marian else ("learned", 2, True))
+        and (spec.tie_encoder_decoder or marian))
+    if not (layout and spec.norm == "layernorm" and spec.norm_position == "post"
+            and not spec.final_norm and not spec.loss_fp32
+            and spec.ffn == "plain" and spec.activation in bart.ACTIVATIONS
+            and all((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                     spec.bias_ffn_out))
+            and spec.tie_embeddings and spec.n_kv_heads in (None, H) and H and E % H == 0
+            and spec.d_head in (None, E // H) and not _unread(spec, "bart")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return bart.Bart(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
+                     Le=1 if causal else spec.n_encoder_layers,
+                     Ld=spec.n_layers if causal else spec.n_decoder_layers, causal_lm=causal,
+                     act=spec.activation, dropout=spec.dropout, attention_dropout=pa,
+                     activation_dropout=spec.activation_dropout, sinusoidal=marian,
+                     embedding_norm=not marian, shared_tables=spec.tie_encoder_decoder)
+
+
+def _fsmt_family(spec: ModelSpec) -> fsmt.Fsmt | None:
+    """FSMT's layout (spec_from_hf's _fsmt): a token table per stack (the source and
+    target vocabularies), trainable sinusoidal position tables of max_positions +
+    pad_token_id + 1 rows, post-norm layers with biases, no embedding norm, the output
+    projection tied to the decoder's table or not (peft adapts it either way), eager only."""
+    if spec.model_type != "fsmt":
+        return None
+    E, H = spec.d_model, spec.n_heads
+    if not (spec.arch == "encoder-decoder" and spec.position == "learned"
+            and spec.position_offset >= 1 and spec.norm == "layernorm"
+            and spec.norm_position == "post" and not spec.final_norm
+            and not spec.embedding_norm and not spec.loss_fp32 and spec.ffn == "plain"
+            and spec.activation in fsmt.ACTIVATIONS and spec.peft_head
+            and spec.tie_embeddings == spec.tie_encoder_decoder
+            and all((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                     spec.bias_ffn_out))
+            and spec.n_kv_heads in (None, H) and H and E % H == 0
+            and spec.d_head in (None, E // H) and not _unread(spec, "fsmt")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return fsmt.Fsmt(V=spec.vocab_size, Vs=spec.encoder_vocab_size or spec.vocab_size,
+                     P=spec.max_positions, E=E, H=H, F=spec.d_ff, Le=spec.n_encoder_layers,
+                     Ld=spec.n_decoder_layers, offset=spec.position_offset,
+                     act=spec.activation, tied=spec.tie_embeddings, dropout=spec.dropout,
+                     attention_dropout=pa, activation_dropout=spec.activation_dropout)
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
 # MLA spec, with experts or not, the MLA family's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _mla_family, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
+    _gpt2, _mla_family, _moe_family, _llama_variant, _llama, _bert, _gemma_family,
+    _t5_family, _bart_family, _fsmt_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -76,29 +76,40 @@ class Builder:
         return self.dims[name]
 
     def layers(self, prefix: str, body: Callable[[Tensor], Tensor], h: Tensor,
-               extras: tuple[Tensor, ...] = ()) -> Tensor:
-        """The decoder layers, each called with h and extras (what a checkpoint keeps).
-        Unrolled: L layers. Symbolic: layer i is traced while its state differs from layer
-        i-1's (its input's layout, dtype and requires_grad, which storages outside the
-        layers are already saved); once it repeats, layer i-1 is replayed for the L - i
-        layers left (the replay count a polynomial: L stays a symbol)."""
-        L = self["L"]
+               extras: tuple[Tensor, ...] | Callable[[], tuple[Tensor, ...]] = (),
+               count: str = "L", distinct_first: bool = False) -> Tensor:
+        """The layers, each called with h and extras (what a checkpoint keeps; a function:
+        asked before each layer, for what an earlier layer made, T5's position bias).
+        count: the symbol of how many (an encoder-decoder's two stacks, Le and Ld);
+        layers are numbered on from those traced before (a second stack's follow the
+        first's). distinct_first: the first layer makes what the others are called with,
+        so the second is traced even where its state equals the first's.
+        Unrolled: every layer. Symbolic: layer i is traced while its state differs from
+        layer i-1's (its input's layout, dtype and requires_grad, which storages outside
+        the layers are already saved); once it repeats, layer i-1 is replayed for the
+        layers left (the replay count a polynomial: the count stays a symbol)."""
+        L = self[count]
+        start = len(self.trace.layer_args)
+
+        def args() -> tuple[Tensor, ...]:
+            return (h, *(extras() if callable(extras) else extras))
+
         if not self.symbolic:
             for i in range(L.value):
-                with self.module(f"{prefix}.{i}"), self.trace.in_layer(i, (h, *extras)):
+                with self.module(f"{prefix}.{i}"), self.trace.in_layer(start + i, args()):
                     h = body(h)
             return h
         i, before = 0, None
         while True:
-            state = _layer_state(self.trace, h)
+            state = _layer_state(self.trace, h, args()[1:])
             if state == before:
-                self.trace.replay = {i - 1: L + (-i)}
+                self.trace.replay[start + i - 1] = L + (-i)
                 return h
             if not L.value > i:  # a guard: L > i, or L <= i (and then L = i)
                 return h
-            with self.module(f"{prefix}.{i}"), self.trace.in_layer(i, (h, *extras)):
+            with self.module(f"{prefix}.{i}"), self.trace.in_layer(start + i, args()):
                 h = body(h)
-            before, i = state, i + 1
+            before, i = (None if distinct_first and i == 0 else state), i + 1
 
     def layers_by_kind(self, prefix: str, kinds: str,
                        body: Callable[[Tensor, str], Tensor], h: Tensor,
@@ -148,13 +159,30 @@ class Builder:
     def tied(self, name: str) -> Tensor:
         return self.trace.params[name]
 
-    def linear(self, name: str, x: Tensor, out: Dim, bias: bool) -> Tensor:
-        """nn.Linear(in, out): weight (out, in)."""
+    def linear(self, name: str, x: Tensor, out: Dim, bias: bool,
+               tied: str = "") -> Tensor:
+        """nn.Linear(in, out): weight (out, in); tied: the weight is that parameter (FSMT's
+        output projection tied to the decoder's table, which peft still adapts)."""
         with self.module(name):
-            w = self.param("weight", out, x.shape[-1])
+            w = self.tied(tied) if tied else self.param("weight", out, x.shape[-1])
             b = self.param("bias", out) if bias else None
             y = ops.linear(x, w, b)
             return self._lora(name, x, y, out)
+
+    def idle_linear(self, name: str, fan_in: Dim, out: Dim, bias: bool) -> None:
+        """An nn.Linear the forward never calls (BartForCausalLM's cross-attention): its
+        parameters, and peft's adapters where a target names it."""
+        with self.module(name):
+            self.param("weight", out, fan_in)
+            if bias:
+                self.param("bias", out)
+            lora = self.run.lora
+            if lora is not None and lora.adapts(self.trace.scope):
+                r = self["r"]
+                with self.module("lora_A"):
+                    self.param("weight", r, fan_in, adapter=True)
+                with self.module("lora_B"):
+                    self.param("weight", out, r, adapter=True)
 
     def conv1d(self, name: str, x: Tensor, out: Dim) -> Tensor:
         """transformers' Conv1D(nf=out, nx=in): weight (in, out), always a bias."""
@@ -200,18 +228,20 @@ def _poly_of(x: int) -> Poly:
     return x.poly if isinstance(x, SInt) else Poly.const(x)
 
 
-def _layer_state(tr: Trace, h: Tensor) -> tuple[object, ...]:
+def _layer_state(tr: Trace, h: Tensor, extras: tuple[Tensor, ...] = ()) -> tuple[object, ...]:
     """What a layer's trace depends on besides its own parameters: its input's shape,
-    layout, dtype, requires_grad and storage (and whether that is saved already), and
-    which storages created outside the layers are saved or cast already. Compared by
-    polynomial, so no guard is recorded."""
+    layout, dtype, requires_grad and storage (and whether that is saved already), which
+    storages created outside the layers are saved or cast already, and which of the other
+    tensors it is called with are saved already (T5's position bias, made by the first
+    layer). Compared by polynomial, so no guard is recorded."""
     st = h.storage
     outside = frozenset(k for k, s in tr.saved.items() if s.storage.layer is None)
     shared = {id(p.storage) for p in tr.params.values() if p.storage.layer is None}
     casts = frozenset(k for k in tr.weight_casts if k[0] in shared)
     return (tuple(d.poly for d in h.shape), tuple(_poly_of(x) for x in h.stride),
             _poly_of(h.offset), h.dtype, h.requires_grad, st.kind, st.numel.poly, st.dtype,
-            id(st) in tr.saved, outside, casts)
+            id(st) in tr.saved, outside, casts,
+            tuple(id(t.storage) in tr.saved for t in extras))
 
 
 def causal_lm_loss(logits: Tensor, ids: Tensor, V: Dim) -> Tensor:

@@ -26,12 +26,15 @@ from typing import NamedTuple
 
 from transformer_calc.breakdown import Row, substitute
 from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
+from transformer_calc.graph.families.bart import Bart
 from transformer_calc.graph.families.bert import HEADS, Bert
 from transformer_calc.graph.families.cohere import Cohere
+from transformer_calc.graph.families.fsmt import Fsmt
 from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.moe import Moe
+from transformer_calc.graph.families.t5 import T5
 from transformer_calc.graph.held import quadratic_in_t
 from transformer_calc.graph.modules import Run
 from transformer_calc.graph.symbols import Poly, product
@@ -96,6 +99,33 @@ _ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_p
 # peft's ParamWrapper over a MoE's expert weights, by the weight it wraps: the names
 # lora_activations gives their rows
 _WRAPPED = {"gate_up_proj": "gate_up", "down_proj": "out"}
+# T5 (families/t5.py): a block's sublayers by their index (the decoder's layer.1 is the
+# cross-attention), its linears' inputs and adapted layers, T5LayerNorm's saved tensors (its
+# product with the input keeps the input as it is, the weight's the normalised tensor)
+_T5_SUBLAYERS = {"encoder": ("attn", "ffn"), "decoder": ("attn", "cross", "ffn")}
+_T5_INPUTS = {"q": "input", "k": "input", "v": "input", "o": "o_input", "wi": "input",
+              "wi_0": "input", "wi_1": "input", "wo": "out_input"}
+_T5_ADAPTED = {"q": "q", "k": "k", "v": "v", "o": "o", "wi": "in", "wi_0": "gate",
+               "wi_1": "in", "wo": "out"}
+_T5_NORM_PARTS = {"pow.self": "input_fp32", "rsqrt.result": "rstd", "mul.self": "input",
+                  "mul.other": "normalized"}
+_T5_LAYER = re.compile(r"^(encoder|decoder)\.block\.\d+\.layer\.(\d+)(?:\.(.*))?$")
+# BART (families/bart.py): a layer's modules -> (sublayer, part); its linears' adapted names
+_BART_LAYER = re.compile(r"^model\.(encoder|decoder)\.layers\.\d+(?:\.(.*))?$")
+_BART_MODULES = {"self_attn": ("attn", ""), "encoder_attn": ("cross", ""),
+                 "self_attn.q_proj": ("attn", "input"), "self_attn.k_proj": ("attn", "input"),
+                 "self_attn.v_proj": ("attn", "input"),
+                 "self_attn.out_proj": ("attn", "o_input"),
+                 "encoder_attn.q_proj": ("cross", "input"),
+                 "encoder_attn.k_proj": ("cross", "input"),
+                 "encoder_attn.v_proj": ("cross", "input"),
+                 "encoder_attn.out_proj": ("cross", "o_input"),
+                 "fc1": ("ffn", "input"), "fc2": ("ffn", "out_input"),
+                 "self_attn_layer_norm": ("attn", "norm"),
+                 "encoder_attn_layer_norm": ("cross", "norm"),
+                 "final_layer_norm": ("ffn", "norm")}
+_BART_ADAPTED = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "out_proj": "o", "fc1": "in",
+                 "fc2": "out"}
 _TP = frozenset(("H", "Hkv", "F", "Fe", "Fs"))
 _ROPE = "model.rotary_emb"
 _MASK = "decoder.causal_mask"  # the eager (B, 1, T, T) mask, once for the model
@@ -231,7 +261,10 @@ class _Namer:
         self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma) else \
             _COHERE_NORM_PARTS if isinstance(family, Cohere) else _NORM_PARTS
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2)
+                             else family.dropout if isinstance(family, T5)
                              else family.attention_dropout) != 0
+        self.t5 = isinstance(family, T5)
+        self.bart = isinstance(family, Bart | Fsmt)
         self.encoder = isinstance(family, Bert)
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
@@ -251,6 +284,10 @@ class _Namer:
             return self._checkpoint_input(s)
         if self.encoder:
             return self._encoder(scope, role, s)
+        if self.t5:
+            return self._t5(scope, role, s)
+        if self.bart:
+            return self._bart(scope, role, s)
         layer = _LAYER.match(scope)
         if layer is None:
             return self._outside(scope, role, s)
@@ -321,6 +358,96 @@ class _Namer:
         if role == "gelu.self":
             return "head.mlm.activation"
         return self._outside(scope, role, s)
+
+    def _t5(self, scope: str, role: str, s: Saved) -> str:
+        """T5's storages: a block's as its sublayer's (encoder.attn.*, decoder.cross.*,
+        decoder.ffn.*), the relative buckets, the encoder's output the cross-attention
+        reads (once for the model), each stack's embeddings and final norm, the head's."""
+        st = s.storage
+        stack = scope.split(".", 1)[0]
+        if role == "embedding.indices":
+            # (each stack's token ids: the input ids and the shifted labels)
+            return ("embed.token_ids" if st.name in ("input_ids", "decoder_input_ids")
+                    else f"{stack}.attn.relative_buckets")
+        layer = _T5_LAYER.match(scope)
+        if layer is None:
+            if scope in ("encoder", "decoder") and role in ("mul.other",
+                                                             "native_dropout.result1"):
+                final = any(o.scope.startswith(stack + ".block.")
+                            for o in self.ops[:s.op_index])
+                return f"{stack}.final_dropout_mask" if final else "embed.dropout_mask"
+            if scope.endswith(".final_layer_norm"):
+                return f"{stack}.final_norm.{_T5_NORM_PARTS[role]}"
+            return self._outside(scope, role, s)
+        if stack == "decoder" and not st.name.startswith("decoder"):
+            # the encoder's output, read by every layer's K and V: once for the model
+            return "decoder.cross.encoder_output"
+        sub = _T5_SUBLAYERS[stack][int(layer.group(2))]
+        rest = layer.group(3) or ""
+        module = rest.rsplit(".", 1)[-1]
+        prefix = f"{stack}.{sub}."
+        if role == "where.condition":
+            return prefix + "causal_mask"
+        if rest == "layer_norm":
+            return prefix + "norm." + _T5_NORM_PARTS[role]
+        lora = self.run.lora
+        if module in _T5_INPUTS and lora is not None and lora.adapts(scope):
+            part = _lora_part(role, s)
+            if part:
+                return f"{prefix}{_T5_ADAPTED[module]}.{part}"
+            if st.op.startswith("sdpa_"):
+                return prefix + "out"
+            return prefix + _T5_INPUTS[module]
+        if module in _T5_INPUTS and role == "mm.self":
+            return prefix + _T5_INPUTS[module]
+        dropout = role in ("mul.other", "native_dropout.result1") and st.op == ""
+        if not rest:  # the sublayer's own dropout, before the residual add
+            return prefix + "residual_dropout_mask"
+        if module == "DenseReluDense":
+            return prefix + ("inner_dropout_mask" if dropout else "activation")
+        return prefix + self._attention(role, s)
+
+    def _bart(self, scope: str, role: str, s: Saved) -> str:
+        """BART's, Marian's and FSMT's storages: a layer's as its sublayer's (encoder.attn.*,
+        decoder.cross.*, decoder.ffn.*), the encoder's output the cross-attention reads
+        (once for the model), each stack's embeddings, the head's."""
+        st = s.storage
+        layer = _BART_LAYER.match(scope)
+        if layer is None:
+            last = scope.rsplit(".", 1)[-1]
+            if role == "embedding.indices":
+                return "embed.position_ids" if last == "embed_positions" else "embed.token_ids"
+            if last in ("encoder", "decoder") and role in ("mul.other",
+                                                           "native_dropout.result1"):
+                return "embed.dropout_mask"
+            if last == "layernorm_embedding":
+                return "embed." + self._norm("norm", role)
+            if last == "output_projection":  # FSMT's head, an adapted nn.Linear to peft
+                lora = self.run.lora
+                part = _lora_part(role, s) if lora is not None and lora.adapts(scope) else None
+                return f"head.{part}" if part else "head.input"
+            return self._outside(scope, role, s)
+        stack, rest = layer.group(1), layer.group(2) or ""
+        if stack == "decoder" and not st.name.startswith("model.decoder"):
+            return "decoder.cross.encoder_output"  # once for the model, read by every layer
+        if not rest:  # the layer's own ops: the activation, the residual dropouts
+            if role in ("mul.other", "native_dropout.result1"):
+                return f"{stack}.residual_dropout_mask"
+            return f"{stack}.ffn.activation"
+        sub, part = _BART_MODULES[rest]
+        prefix = f"{stack}.{sub}."
+        if part == "norm":
+            return prefix + self._norm("norm", role)
+        if not part:
+            return prefix + self._attention(role, s)
+        lora = self.run.lora
+        if lora is not None and lora.adapts(scope):
+            adapted = _lora_part(role, s)
+            if adapted:
+                return f"{prefix}{_BART_ADAPTED[rest.rsplit('.', 1)[-1]]}.{adapted}"
+            if st.op.startswith("sdpa_"):
+                return prefix + "out"
+        return prefix + part
 
     def _outside(self, scope: str, role: str, s: Saved) -> str:
         last = scope.rsplit(".", 1)[-1]

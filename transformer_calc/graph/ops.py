@@ -297,10 +297,14 @@ def gt(a: Tensor, b: Scalar) -> Tensor:
     return out
 
 
-def where(condition: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """torch.where(condition, a, b). derivatives.yaml where.self: self: where(condition,
-    grad, 0), other: where(condition, 0, grad): the condition."""
-    out = _pointwise("where", [condition, a, b], promote(a.dtype, b.dtype))
+def where(condition: Tensor, a: Tensor, b: Tensor | Scalar) -> Tensor:
+    """torch.where(condition, a, b) (b a Python number: a's dtype, T5's min_dtype fill).
+    derivatives.yaml where.self: self: where(condition, grad, 0), other: where(condition, 0,
+    grad): the condition."""
+    if not isinstance(b, Tensor):
+        out = _pointwise("where", [condition, a], a.dtype)
+    else:
+        out = _pointwise("where", [condition, a, b], promote(a.dtype, b.dtype))
     a.trace.record("where", out, [("condition", condition, True)])
     return out
 
@@ -439,8 +443,10 @@ def _foldable(t: Tensor) -> bool:
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """at::matmul (_matmul_impl): 2-D @ 2-D is mm; N-D @ 2-D folds the batch into rows when
-    should_fold allows; otherwise both sides are expanded to the common batch and reshaped
-    to 3-D (a copy where computeStride finds no view) for bmm."""
+    should_fold allows (the leading dims contiguous with each other, or the matrix requiring
+    a gradient: then the rows are a reshape, a copy where no view exists); otherwise both
+    sides are expanded to the common batch and reshaped to 3-D (a copy where computeStride
+    finds no view) for bmm."""
     a, b = autocast.cast_inputs("matmul", a, b)
     with autocast.disabled(a.trace):
         return _matmul(a, b)
@@ -449,7 +455,9 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 def _matmul(a: Tensor, b: Tensor) -> Tensor:
     if a.ndim == 2 and b.ndim == 2:
         return mm(a, b)
-    if a.ndim >= 3 and b.ndim == 2 and _foldable(a):
+    # should_fold: also when the matrix requires a gradient (a copy in the forward rather
+    # than a batch-sized expanded operand in the backward), as a linear layer's weight does
+    if a.ndim >= 3 and b.ndim == 2 and (b.requires_grad or _foldable(a)):
         out = mm(reshape(a, (_rows(a), a.shape[-1])), b)
         return _alias(out, a.shape[:-1] + (b.shape[1],), contiguous_strides(
             a.sizes[:-1] + (b.sizes[1],)), "_unsafe_view")

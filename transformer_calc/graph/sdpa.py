@@ -42,7 +42,10 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, is_causal: 
                                  dropout_p: float = 0.0, scale: float | None = None,
                                  enable_gqa: bool = False, mask: Tensor | None = None
                                  ) -> Tensor:
-    q, k, v = autocast.cast_inputs("scaled_dot_product_attention", q, k, v)
+    # (autocast casts every floating argument, a float mask too: T5's position bias)
+    q, k, v, *rest = autocast.cast_inputs("scaled_dot_product_attention", q, k, v,
+                                          *(() if mask is None else (mask,)))
+    mask = rest[0] if rest else None
     if mask is not None and mask.dtype == BOOL:
         mask = _float_mask(mask, q.dtype)
     with autocast.disabled(q.trace):
