@@ -44,6 +44,18 @@ _GPT2_MODULES = {"qkv": "c_attn", "up": "c_fc", "o": "c_proj", "down": "c_proj",
 # down go together or not at all
 _BERT_MODULES = {"q": "query", "k": "key", "v": "value", "up": "intermediate.dense",
                  "o": "output.dense", "down": "output.dense"}
+# the NeoX-style decoders' module names by model type (families/neox.py)
+_NEOX_MODULES = {"gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h",
+                              "down": "dense_4h_to_h"},
+                 "phi": {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "dense",
+                         "up": "fc1", "down": "fc2"},
+                 "stablelm": _MODULES,
+                 "gptj": {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj",
+                          "up": "fc_in", "down": "fc_out"},
+                 "codegen": {"qkv": "qkv_proj", "o": "out_proj", "up": "fc_in",
+                             "down": "fc_out"}}
+_NEOX_MODULES |= {t: _NEOX_MODULES["gpt_neox"]
+                  for t in ("persimmon", "falcon", "gpt_neox_japanese")}
 
 FULL_NOTE = ("full recomputation: each layer's input is kept; one layer is rebuilt at a time "
              "in backward")
@@ -125,7 +137,10 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     import dataclasses
 
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.families.gptj import GPTJ
+    from transformer_calc.graph.families.neox import NeoX
 
     if s.dropout is None:
         return family
@@ -133,9 +148,16 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     if isinstance(family, Bert):
         on = family.hidden_dropout or family.attention_dropout
         off = dataclasses.replace(family, hidden_dropout=0.0, attention_dropout=0.0)
-    elif isinstance(family, GPT2):
+    elif isinstance(family, GPT2 | GPTJ):
         on = family.resid_pdrop or family.embd_pdrop or family.attn_pdrop
         off = dataclasses.replace(family, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    elif isinstance(family, Falcon):
+        on = family.hidden_dropout or family.attention_dropout
+        off = dataclasses.replace(family, hidden_dropout=0.0, attention_dropout=0.0)
+    elif isinstance(family, NeoX):
+        on = family.hidden_dropout or family.embd_dropout or family.attention_dropout
+        off = dataclasses.replace(family, hidden_dropout=0.0, embd_dropout=0.0,
+                                  attention_dropout=0.0)
     else:
         on = family.attention_dropout
         off = dataclasses.replace(family, attention_dropout=0.0)
@@ -169,10 +191,13 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     """peft's targets for the roles tcalc resolved, or None where no module-name list gives
     exactly those layers."""
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.families.gptj import GPTJ
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.mla import MLA_MODULES, Mla, converted_all_linear
     from transformer_calc.graph.families.moe import Moe
+    from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
 
@@ -181,7 +206,9 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     named = {"bf16": BF16, "fp16": F16}.get(s.adapter_dtype)
     dtype = (F16 if s.precision == "fp16" else BF16) if s.fsdp2_mixed else named
     table = (_GPT2_MODULES if isinstance(family, GPT2) else
-             _BERT_MODULES if isinstance(family, Bert) else _MODULES)
+             _BERT_MODULES if isinstance(family, Bert) else
+             _NEOX_MODULES[family.model] if isinstance(family, NeoX | GPTJ) else
+             _NEOX_MODULES["falcon"] if isinstance(family, Falcon) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
         table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
     if isinstance(family, Moe):

@@ -148,12 +148,18 @@ class Builder:
     def tied(self, name: str) -> Tensor:
         return self.trace.params[name]
 
-    def linear(self, name: str, x: Tensor, out: Dim, bias: bool) -> Tensor:
-        """nn.Linear(in, out): weight (out, in)."""
+    def linear(self, name: str, x: Tensor, out: Dim, bias: bool,
+               matmul: bool = False) -> Tensor:
+        """nn.Linear(in, out): weight (out, in). matmul: a subclass whose forward is
+        input @ weight.T, then + bias (Falcon's FalconLinear)."""
         with self.module(name):
             w = self.param("weight", out, x.shape[-1])
             b = self.param("bias", out) if bias else None
-            y = ops.linear(x, w, b)
+            if matmul:
+                y = ops.matmul(x, ops.transpose(w, 0, 1))
+                y = y if b is None else ops.add(y, b)
+            else:
+                y = ops.linear(x, w, b)
             return self._lora(name, x, y, out)
 
     def conv1d(self, name: str, x: Tensor, out: Dim) -> Tensor:
