@@ -127,6 +127,8 @@ DROPOUT_KEYS = {
     "gpt_neox": (("hidden_dropout", "attention_dropout"), 0.0),
     "falcon": (("hidden_dropout", "attention_dropout"), 0.0),
     "phi": (("resid_pdrop", "embd_pdrop", "attention_dropout"), 0.0),
+    "gptj": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.0),
+    "codegen": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.0),
     "modernbert": (("embedding_dropout", "mlp_dropout", "attention_dropout"), 0.0),
     "fsmt": (("dropout", "attention_dropout"), 0.1),
     "t5gemma": (("dropout_rate", "attention_dropout"), 0.0),
@@ -2784,6 +2786,25 @@ class Layout(NamedTuple):
     attn_softcap: float = 0.0  # attn_logit_softcapping's class default (VaultGemma: 50)
     window_default: int = 0  # the class's sliding_window when the file has none
     fp32_math: bool = False  # Beam: the FFN's act · up and the final soft-capping in fp32
+    # the key giving the fraction of each head RoPE rotates, and the class's default
+    # (StableLmConfig: partial_rotary_factor 0.25; "": the whole head)
+    rotary: tuple[str, float] = ("", 1.0)
+    # or the key giving the rotated dims themselves (GPT-J's, CodeGen's rotary_dim, 64 by
+    # default; null: the whole head)
+    rotary_dims: str = ""
+
+
+def _rotary_fraction(c: Config, r: Layout, d_head: int) -> float:
+    """The fraction of each head RoPE rotates, as the record's key gives it."""
+    if r.rotary_dims:
+        dims = c.get(r.rotary_dims, c.table.get(r.rotary_dims, 64))
+        return 1.0 if dims is None or not d_head else min(1.0, dims / d_head)
+    if not r.rotary[0]:
+        return 1.0
+    rope = c.get("rope_parameters", None)  # transformers 5 keeps it there when it writes one
+    if isinstance(rope, dict) and rope.get(r.rotary[0]) is not None:
+        return float(rope[r.rotary[0]])
+    return float(c.get(r.rotary[0], r.rotary[1]))
 
 
 def _generic(c: Config, r: Layout) -> dict[str, Any]:
@@ -2859,7 +2880,8 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         attn_gate_in_q=r.gate_in_q,
         **_bias(qkv, qkv, qkv, o, mlp, mlp),
         tie_embeddings=bool(c.t("tie_word_embeddings")) and not r.untied,
-        last_layer_o_bias=r.o_bias_last, sub_norms=r.sub_norms, differential=r.differential)
+        last_layer_o_bias=r.o_bias_last, sub_norms=r.sub_norms, differential=r.differential,
+        rotary_fraction=_rotary_fraction(c, r, d_head))
     if r.untied and c.t("tie_word_embeddings"):
         c.notes.append(f"config says tie_word_embeddings: true; {r.cls} ties nothing "
                        "(transformers 5.23), so its head is counted apart")
@@ -3166,6 +3188,7 @@ GENERIC: dict[str, Layout] = {
     "exaone4": Layout("Exaone4ForCausalLM", mlp_bias=False, norms="post", qk_norm="head"),
     "stablelm": Layout("StableLmForCausalLM", qkv_bias="use_qkv_bias", o_bias=False,
                        mlp_bias=False, norm="layernorm", norms="parallel_key",
+                       rotary=("partial_rotary_factor", 0.25),
                        refuse=(("qk_layernorm", "per-head LayerNorms are not modelled"),)),
     # PhimoeSparseMoeBlock: sparsemixer picks the best expert, then the best of the rest:
     # two per token whatever num_experts_per_tok says
@@ -3220,7 +3243,8 @@ GENERIC: dict[str, Layout] = {
     "ministral": Layout("MinistralForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False),
     "persimmon": Layout("PersimmonForCausalLM", qkv_bias=True, o_bias=True, mlp_bias=True,
                         ffn="plain", norm="layernorm", qk_norm="head",
-                        qk_norm_key="qk_layernorm", fused_qkv=True),
+                        qk_norm_key="qk_layernorm", fused_qkv=True,
+                        rotary=("partial_rotary_factor", 0.5)),
     "biogpt": Layout("BioGptForCausalLM", qkv_bias=True, o_bias=True, mlp_bias=True,
                      ffn="plain", norm="layernorm", position="learned", position_offset=2),
     "xglm": Layout("XGLMForCausalLM", qkv_bias=True, o_bias=True, mlp_bias=True, ffn="plain",
@@ -3244,11 +3268,12 @@ GENERIC: dict[str, Layout] = {
                          keys=_GPT_KEYS),
     "gptj": Layout("GPTJForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=True,
                    ffn="plain", norm="layernorm", norms="parallel", lm_head_bias=True,
-                   act="activation_function", ffn_default_4x=True, keys=_GPT_KEYS),
+                   act="activation_function", ffn_default_4x=True, keys=_GPT_KEYS,
+                   rotary_dims="rotary_dim"),
     "codegen": Layout("CodeGenForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=True,
                       ffn="plain", norm="layernorm", norms="parallel", lm_head_bias=True,
                       act="activation_function", ffn_default_4x=True, fused_qkv=True,
-                      keys=_GPT_KEYS),
+                      keys=_GPT_KEYS, rotary_dims="rotary_dim"),
     "bloom": Layout("BloomForCausalLM", qkv_bias=True, o_bias=True, mlp_bias=True,
                     ffn="plain", norm="layernorm", position="alibi", embedding_norm=True,
                     fused_qkv=True, act="=gelu_tanh", ffn_default_4x=True,
@@ -3289,6 +3314,7 @@ GENERIC: dict[str, Layout] = {
     "gpt_neox_japanese": Layout("GPTNeoXJapaneseForCausalLM", qkv_bias=False, o_bias=False,
                                 mlp_bias=False, ffn="plain", norm="layernorm", fused_qkv=True,
                                 ffn_ratio="intermediate_multiple_size", o_bias_last=True,
+                                rotary=("rotary_pct", 1.0),
                                 dropout=("hidden_dropout", "attention_dropout")),
     "youtu": Layout("YoutuForCausalLM", mlp_bias=False, mla=True),
     "glm4_moe_lite": Layout("Glm4MoeLiteForCausalLM", mlp_bias=False, mla=True,

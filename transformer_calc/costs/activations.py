@@ -49,6 +49,18 @@ _BERT_MODULES = {"q": "query", "k": "key", "v": "value", "up": "intermediate.den
 _T5_MODULES = {"q": "q", "k": "k", "v": "v", "o": "o", "gate": "wi_0", "down": "wo"}
 _BART_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj", "up": "fc1",
                  "down": "fc2"}
+# the NeoX-style decoders' module names by model type (families/neox.py)
+_NEOX_MODULES = {"gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h",
+                              "down": "dense_4h_to_h"},
+                 "phi": {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "dense",
+                         "up": "fc1", "down": "fc2"},
+                 "stablelm": _MODULES,
+                 "gptj": {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj",
+                          "up": "fc_in", "down": "fc_out"},
+                 "codegen": {"qkv": "qkv_proj", "o": "out_proj", "up": "fc_in",
+                             "down": "fc_out"}}
+_NEOX_MODULES |= {t: _NEOX_MODULES["gpt_neox"]
+                  for t in ("persimmon", "falcon", "gpt_neox_japanese")}
 
 FULL_NOTE = ("full recomputation: each layer's input is kept; one layer is rebuilt at a time "
              "in backward")
@@ -142,8 +154,11 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 
     from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.families.gptj import GPTJ
+    from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.t5 import T5
 
     if s.dropout is None:
@@ -159,9 +174,16 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     elif isinstance(family, Bert):
         on = family.hidden_dropout or family.attention_dropout
         off = dataclasses.replace(family, hidden_dropout=0.0, attention_dropout=0.0)
-    elif isinstance(family, GPT2):
+    elif isinstance(family, GPT2 | GPTJ):
         on = family.resid_pdrop or family.embd_pdrop or family.attn_pdrop
         off = dataclasses.replace(family, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    elif isinstance(family, Falcon):
+        on = family.hidden_dropout or family.attention_dropout
+        off = dataclasses.replace(family, hidden_dropout=0.0, attention_dropout=0.0)
+    elif isinstance(family, NeoX):
+        on = family.hidden_dropout or family.embd_dropout or family.attention_dropout
+        off = dataclasses.replace(family, hidden_dropout=0.0, embd_dropout=0.0,
+                                  attention_dropout=0.0)
     else:
         on = family.attention_dropout
         off = dataclasses.replace(family, attention_dropout=0.0)
@@ -196,11 +218,14 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     exactly those layers."""
     from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.families.gptj import GPTJ
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.mla import MLA_MODULES, Mla, converted_all_linear
     from transformer_calc.graph.families.moe import Moe
+    from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.t5 import T5
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
@@ -210,7 +235,9 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     named = {"bf16": BF16, "fp16": F16}.get(s.adapter_dtype)
     dtype = (F16 if s.precision == "fp16" else BF16) if s.fsdp2_mixed else named
     table = (_GPT2_MODULES if isinstance(family, GPT2) else
-             _BERT_MODULES if isinstance(family, Bert) else _MODULES)
+             _BERT_MODULES if isinstance(family, Bert) else
+             _NEOX_MODULES[family.model] if isinstance(family, NeoX | GPTJ) else
+             _NEOX_MODULES["falcon"] if isinstance(family, Falcon) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
         table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
     if isinstance(family, T5):

@@ -15,12 +15,15 @@ from transformer_calc.graph.families import (
     bart,
     bert,
     cohere,
+    falcon,
     fsmt,
     gemma,
     gpt2,
+    gptj,
     llama,
     mla,
     moe,
+    neox,
     t5,
 )
 from transformer_calc.graph.held import held
@@ -30,13 +33,14 @@ from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
-          | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt)
+          | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt | neox.NeoX | gptj.GPTJ | falcon.Falcon)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
-    mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward}
+    mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward,
+    neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward}
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,24 @@ _READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv"},
                                           "sandwich_norm", "logit_softcapping",
                                           "attn_softcapping", "sliding_window",
                                           "layer_attention", "sdpa_path"}}
+# the NeoX-style decoders (families/neox.py; their softmax_fp32 and rope_concat True, their
+# sdpa_path: read as _neox requires them)
+_READS["neox"] = _METADATA | _COMMON | {
+    "n_kv_heads", "d_head", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in",
+    "bias_ffn_out", "fused_qkv", "rotary_fraction", "parallel_block", "parallel_norms",
+    "lm_head_bias", "qk_norm", "softmax_fp32", "rope_concat", "sdpa_path", "last_layer_o_bias"}
+# GPT-J and CodeGen (families/gptj.py; their attn_fp32, rope_concat True and sdpa_path False:
+# read as _gptj requires them)
+_READS["gptj"] = _METADATA | _COMMON | {
+    "n_kv_heads", "d_head", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in",
+    "bias_ffn_out", "fused_qkv", "rotary_fraction", "parallel_block", "lm_head_bias",
+    "attn_fp32", "rope_concat", "sdpa_path", "softmax_fp32"}
+# Falcon (families/falcon.py; its explicit_mask True and kv_broadcast as the layout has it:
+# read as _falcon requires them)
+_READS["falcon"] = _METADATA | _COMMON | {
+    "n_kv_heads", "d_head", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in",
+    "bias_ffn_out", "fused_qkv", "parallel_block", "parallel_norms", "explicit_mask",
+    "kv_broadcast"}
 # The encoders whose forward bert.py transcribes: model_type -> (the encoder's attribute,
 # the MLM head's layout, position ids counted from the token ids). Other BERT-shaped types
 # (TAPAS's seven token-type tables, BigBird's sparse attention, ...) keep the rules.
@@ -220,12 +242,8 @@ def family_of(spec: ModelSpec) -> Family:
         family = mapper(spec)
         if family is not None:
             return family
-    raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
-                     "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family with Ministral, OLMo, "
-                     "BitNet, Nemotron, Apertus, NanoChat and DiffLlama, Cohere 1-2, Gemma "
-                     "1-3 and VaultGemma, the MoE and latent-attention decoders "
-                     "docs/op-graph.md lists, BERT, RoBERTa, ELECTRA with their masked-LM "
-                     "heads, and the encoder-decoders T5, mT5, UMT5, BART, Marian and FSMT)")
+    raise TcalcError(f"{spec.name}: no op graph for this layout yet (docs/op-graph.md lists "
+                     "the families and model types the graph engine covers)")
 
 
 def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
@@ -565,11 +583,119 @@ def _fsmt_family(spec: ModelSpec) -> fsmt.Fsmt | None:
                      act=spec.activation, tied=spec.tie_embeddings, dropout=spec.dropout,
                      attention_dropout=pa, activation_dropout=spec.activation_dropout)
 
+def _neox(spec: ModelSpec) -> neox.NeoX | None:
+    """A GPT-NeoX, GPT-NeoX-Japanese, StableLM, Phi or Persimmon config (spec_from_hf's
+    fields for them) as its model type's forward runs it: LayerNorms with biases, RoPE over
+    the first int(d_head · rotary_fraction) dims, the model's own projections, biases, MLP
+    and residual layout. Any other layout of these model types is refused."""
+    mt = spec.model_type
+    if mt not in neox.MODELS:
+        return None
+    H, E = spec.n_heads, spec.d_model
+    Hkv = spec.n_kv_heads or H
+    rot = int(spec.head_dim * spec.rotary_fraction)
+    R = rot + rot % 2  # inv_freq = arange(0, rot, 2): cat((freqs, freqs)) is even
+    biases = (spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+              spec.bias_ffn_out)
+    layout = {  # (ffn, fused, qk_norm, parallel norms, biases as each model has them)
+        "gpt_neox": ("plain", True, "none", 2, (spec.bias_q,) * 4 + (True, True)),
+        "stablelm": ("gated", False, "none", 1, (spec.bias_q,) * 3 + (False,) * 3),
+        "phi": ("plain", False, "none", 1, (True,) * 6),
+        "persimmon": ("plain", True, "head", 1, (True,) * 6),
+        "gpt_neox_japanese": ("plain", True, "none", 1, (False,) * 6)}[mt]
+    japanese = mt == neox.JAPANESE  # its own eager attention: no SDPA, softmax as is
+    acts = ("silu",) if mt == "stablelm" else ("gelu", "gelu_new", "relu2")
+    # hidden_dropout for each use: the spec's dropout
+    dropout_keys = mt in ("gpt_neox", neox.JAPANESE)
+    if not (spec.norm == "layernorm" and spec.position == "rope" and spec.ffn == layout[0]
+            and spec.fused_qkv == layout[1] and spec.qk_norm == layout[2]
+            and (spec.parallel_norms == layout[3] or not spec.parallel_block)
+            and biases == layout[4] and spec.activation in acts
+            and spec.norm_position == "pre" and spec.rope_concat
+            and spec.softmax_fp32 != japanese and spec.sdpa_path != japanese
+            and spec.last_layer_o_bias == japanese and spec.lm_head_bias == (mt == "phi")
+            and (mt in ("stablelm", "phi") or Hkv == H)
+            and (mt not in ("persimmon", neox.JAPANESE) or not spec.parallel_block)
+            and H and E % H == 0 and spec.d_head in (None, E // H) and H % Hkv == 0
+            and 1 <= R <= spec.head_dim
+            and (dropout_keys or not (spec.dropout or spec.attention_dropout))
+            and not _unread(spec, "neox")):
+        raise TcalcError(f"{spec.name}: no op graph for this {mt} layout yet")
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return neox.NeoX(V=spec.vocab_size, E=E, H=H, Hkv=Hkv, dh=spec.head_dim, F=spec.d_ff,
+                     L=spec.n_layers, R=R, model=mt, tied=spec.tie_embeddings,
+                     parallel=spec.parallel_block, bias_qkv=spec.bias_q, bias_o=spec.bias_o,
+                     bias_mlp=spec.bias_ffn_in, act=spec.activation, hidden_dropout=p,
+                     attention_dropout=pa, embd_dropout=p if mt == "gpt_neox" else 0.0,
+                     lm_head_bias=spec.lm_head_bias)
+
+
+def _gptj(spec: ModelSpec) -> gptj.GPTJ | None:
+    """A GPT-J or CodeGen config (spec_from_hf's fields for them) as its class runs it: one
+    LayerNorm before parallel attention and MLP, bias-free attention projections (CodeGen's
+    fused, its heads a multiple of mp_num = 4), an MLP and LM head with biases, RoPE over
+    the first rotary_dim dims (an even count). Any other layout of these types is refused."""
+    mt = spec.model_type
+    if mt not in gptj.MODELS:
+        return None
+    H, E = spec.n_heads, spec.d_model
+    R = round(spec.head_dim * spec.rotary_fraction)  # rotary_dim / head_dim, read back
+    if not (spec.norm == "layernorm" and spec.position == "rope" and spec.ffn == "plain"
+            and spec.activation in ("gelu_new", "gelu") and spec.parallel_block
+            and spec.parallel_norms == 1 and spec.norm_position == "pre"
+            and spec.fused_qkv == (mt == "codegen") and spec.attn_fp32 and spec.rope_concat
+            and not spec.sdpa_path and spec.lm_head_bias and not spec.softmax_fp32
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o)
+            and spec.bias_ffn_in and spec.bias_ffn_out
+            and H and E % H == 0 and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and 2 <= R <= spec.head_dim and R % 2 == 0
+            and (mt == "gptj" or H % gptj.MP_NUM == 0)
+            and not _unread(spec, "gptj")):
+        raise TcalcError(f"{spec.name}: no op graph for this {mt} layout yet")
+    p = spec.dropout  # resid_pdrop and embd_pdrop: the larger, as spec_from_hf reads them
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return gptj.GPTJ(V=spec.vocab_size, E=E, H=H, F=spec.d_ff, L=spec.n_layers, R=R,
+                     model=mt, tied=spec.tie_embeddings, act=spec.activation,
+                     resid_pdrop=p, embd_pdrop=p, attn_pdrop=pa)
+
+
+def _falcon(spec: ModelSpec) -> falcon.Falcon | None:
+    """A Falcon config (spec_from_hf's fields: K/V heads broadcast to every head in the new
+    decoder architecture, which is parallel; the old layout's parallel_attn, and its
+    multi_query as one K/V head) as FalconForCausalLM runs it, RoPE or ALiBi, biases all or
+    none. The old layout with one head is refused (multi-query or not: the spec says
+    neither)."""
+    if spec.model_type != "falcon":
+        return None
+    H, E = spec.n_heads, spec.d_model
+    Hkv = spec.n_kv_heads or H
+    new = spec.kv_broadcast
+    biases = {spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+              spec.bias_ffn_out}
+    if not (spec.norm == "layernorm" and spec.position in ("rope", "alibi")
+            and spec.ffn == "plain" and spec.activation == "gelu" and spec.fused_qkv
+            and spec.explicit_mask and spec.norm_position == "pre" and len(biases) == 1
+            and (spec.parallel_block or not new)
+            and spec.parallel_norms in ((1, 2) if new else (1,))
+            and (new or Hkv in (1, H)) and (new or H > 1) and H and E % H == 0
+            and H % Hkv == 0
+            and spec.d_head in (None, E // H) and not _unread(spec, "falcon")):
+        raise TcalcError(f"{spec.name}: no op graph for this falcon layout yet")
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return falcon.Falcon(V=spec.vocab_size, E=E, H=H, Hkv=Hkv, F=spec.d_ff, L=spec.n_layers,
+                         new=new, parallel=spec.parallel_block, norms=spec.parallel_norms,
+                         alibi=spec.position == "alibi", bias=spec.bias_q,
+                         tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
-# MLA spec, with experts or not, the MLA family's)
+# MLA spec, with experts or not, the MLA family's; the NeoX-style model types before the
+# layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _mla_family, _moe_family, _llama_variant, _llama, _bert, _gemma_family,
-    _t5_family, _bart_family, _fsmt_family)
+    _neox, _gptj, _falcon, _gpt2, _mla_family, _moe_family, _llama_variant, _llama,
+    _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -160,13 +160,18 @@ class Builder:
         return self.trace.params[name]
 
     def linear(self, name: str, x: Tensor, out: Dim, bias: bool,
-               tied: str = "") -> Tensor:
+               tied: str = "", matmul: bool = False) -> Tensor:
         """nn.Linear(in, out): weight (out, in); tied: the weight is that parameter (FSMT's
-        output projection tied to the decoder's table, which peft still adapts)."""
+        output projection tied to the decoder's table, which peft still adapts). matmul: a
+        subclass whose forward is input @ weight.T, then + bias (Falcon's FalconLinear)."""
         with self.module(name):
             w = self.tied(tied) if tied else self.param("weight", out, x.shape[-1])
             b = self.param("bias", out) if bias else None
-            y = ops.linear(x, w, b)
+            if matmul:
+                y = ops.matmul(x, ops.transpose(w, 0, 1))
+                y = y if b is None else ops.add(y, b)
+            else:
+                y = ops.linear(x, w, b)
             return self._lora(name, x, y, out)
 
     def idle_linear(self, name: str, fan_in: Dim, out: Dim, bias: bool) -> None:

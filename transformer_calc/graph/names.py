@@ -29,18 +29,22 @@ from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
 from transformer_calc.graph.families.bart import Bart
 from transformer_calc.graph.families.bert import HEADS, Bert
 from transformer_calc.graph.families.cohere import Cohere
+from transformer_calc.graph.families.falcon import Falcon
 from transformer_calc.graph.families.fsmt import Fsmt
 from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.families.gpt2 import GPT2
+from transformer_calc.graph.families.gptj import GPTJ
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.moe import Moe
+from transformer_calc.graph.families.neox import NeoX
 from transformer_calc.graph.families.t5 import T5
 from transformer_calc.graph.held import quadratic_in_t
 from transformer_calc.graph.modules import Run
 from transformer_calc.graph.symbols import Poly, product
 from transformer_calc.graph.trace import OpRecord, Saved
 
-_LAYER = re.compile(r"^(?:transformer\.h|model\.layers)\.(\d+)(?:\.(.*))?$")
+_LAYER = re.compile(
+    r"^(?:transformer\.h|(?:model|gpt_neox|gpt_neox_japanese)\.layers)\.(\d+)(?:\.(.*))?$")
 # the norms, by their module's last name: GPT-2's LayerNorms, Llama's RMSNorms
 _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm",
           "q_norm": "attn.q_norm", "k_norm": "attn.k_norm",
@@ -49,7 +53,11 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "ln_f": "final_norm", "norm": "final_norm", "attn_sub_norm": "attn.sub_norm",
           "ffn_sub_norm": "ffn.sub_norm", "attention_layernorm": "attn.norm",
           "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm",
-          "q_a_layernorm": "attn.q_latent_norm", "kv_a_layernorm": "attn.kv_latent_norm"}
+          "q_a_layernorm": "attn.q_latent_norm", "kv_a_layernorm": "attn.kv_latent_norm",
+          # the NeoX-style decoders' (families/neox.py)
+          "q_layernorm": "attn.q_norm", "k_layernorm": "attn.k_norm",
+          "final_layer_norm": "final_norm", "final_layernorm": "final_norm",
+          "ln_attn": "attn.norm", "ln_mlp": "ffn.norm"}  # (Falcon's two parallel norms)
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -76,7 +84,10 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "shared_expert_gate": "ffn.input", "router": "ffn.input", "wg": "ffn.input",
            "fc1": "ffn.input", "fc2": "ffn.out_input",
            "q_a_proj": "attn.input", "kv_a_proj_with_mqa": "attn.input",
-           "q_b_proj": "attn.q_b_input", "kv_b_proj": "attn.kv_b_input"}
+           "q_b_proj": "attn.q_b_input", "kv_b_proj": "attn.kv_b_input",
+           "query_key_value": "attn.input", "dense": "attn.o_input",
+           "dense_h_to_4h": "ffn.input", "dense_4h_to_h": "ffn.out_input",
+           "out_proj": "attn.o_input", "fc_in": "ffn.input", "fc_out": "ffn.out_input"}
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
             "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
@@ -85,7 +96,10 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
             "down_proj": "ffn.out", "fc1": "ffn.in", "fc2": "ffn.out",
             "shared_expert_gate": "ffn.shared_gate", "router": "ffn.router",
             "wg": "ffn.router", "q_a_proj": "attn.q_a",
-            "q_b_proj": "attn.q_b", "kv_a_proj_with_mqa": "attn.kv_a", "kv_b_proj": "attn.kv_b"}
+            "q_b_proj": "attn.q_b", "kv_a_proj_with_mqa": "attn.kv_a", "kv_b_proj": "attn.kv_b",
+            "query_key_value": "attn.qkv", "dense": "attn.o",
+            "dense_h_to_4h": "ffn.in", "dense_4h_to_h": "ffn.out", "out_proj": "attn.o",
+            "fc_in": "ffn.in", "fc_out": "ffn.out"}
 # BERT-style encoders (families/bert.py): a layer's modules as the decoders' tables above
 # key them (post-norm: the attention output's LayerNorm is tcalc's attn.norm, the layer
 # output's its ffn.norm); their rows are named encoder.* in place of decoder.*
@@ -127,7 +141,8 @@ _BART_MODULES = {"self_attn": ("attn", ""), "encoder_attn": ("cross", ""),
 _BART_ADAPTED = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "out_proj": "o", "fc1": "in",
                  "fc2": "out"}
 _TP = frozenset(("H", "Hkv", "F", "Fe", "Fs"))
-_ROPE = "model.rotary_emb"
+_ROPES = ("model.rotary_emb", "gpt_neox.rotary_emb", "transformer.rotary_emb",
+          "gpt_neox_japanese.rotary_emb")  # the model's RoPE table
 _MASK = "decoder.causal_mask"  # the eager (B, 1, T, T) mask, once for the model
 
 
@@ -140,8 +155,8 @@ def _module(rest: str) -> str:
     return ".".join(parts[-2:]) if parts[-1] == "c_proj" else parts[-1]
 
 
-_ORDER = ("K", "B", "T", "G", "Hkv", "H", "dh", "dn", "dr", "dv", "E", "Ee", "rq", "rkv", "F",
-          "Fe", "Fs", "X", "V", "P", "Ty", "r", "T32", "L")
+_ORDER = ("K", "B", "T", "G", "Hkv", "H", "dh", "R", "dn", "dr", "dv", "E", "Ee", "rq", "rkv",
+          "F", "Fe", "Fs", "X", "V", "P", "Ty", "r", "T32", "L")
 # the graph's symbols as tcalc's formulas name them (the symbols activation_breakdown's rows
 # and explain use)
 SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "n_heads",
@@ -149,13 +164,17 @@ SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "
                 "P": "max_positions", "r": "r", "T32": "T32", "L": "n_layers",
                 "Ee": "d_embed", "Ty": "token_types", "X": "n_experts", "K": "top_k",
                 "Fe": "d_ff_expert", "Fs": "d_ff_shared", "rq": "q_lora_rank",
-                "rkv": "kv_lora_rank", "dn": "d_nope", "dr": "d_rope", "dv": "d_v"}
+                "rkv": "kv_lora_rank", "dn": "d_nope", "dr": "d_rope", "dv": "d_v",
+                "R": "rotary_dims"}
 # what each component is, beside its formula (no symbol names inside: they are words here)
 DESCRIPTIONS = {
     "embed.token_ids": "int64 indices", "embed.position_ids": "int64 positions",
     "embed.dropout_mask": "dropout mask",
     "embed.scale": "the 0-d embedding scale cast to the model's dtype",
     "rope.cos_sin": "cos and sin, once for the model (Gemma 3: a pair per layer type)",
+    "decoder.attn.rope_cos_sin": "sin and cos repeat_interleaved for Q and for K",
+    "decoder.attn.kv_index": "int64 index of K and V in each group",
+    "attn.alibi_mask": "ALiBi's bias as the attention mask, shared by the layers",
     "input": "norm input", "stats": "mean, rstd", "input_fp32": "the fp32 upcast",
     "rstd": "reciprocal std", "normalized": "the weight's mul keeps it",
     "decoder.attn.input": "Q/K/V matmul input",
@@ -251,7 +270,10 @@ class _Namer:
         self.ops = ops
         self.fused = isinstance(family, GPT2)
         # Phi-3's rotary concatenation: Q and K are new tensors, the rotated ones
-        self.rope_concat = getattr(family, "rope_concat", False)
+        # (GPT-NeoX and Persimmon: Q and K rotated out of views of the fused projection)
+        self.rope_concat = getattr(family, "rope_concat", False) or (
+            isinstance(family, NeoX) and family.model in ("gpt_neox", "persimmon")) or (
+            isinstance(family, Falcon) and not family.new)
         # OLMo2: post_attention_layernorm normalises the attention's output, and
         # post_feedforward_layernorm the MLP's (tcalc's attn.norm and ffn.norm)
         self.norms = dict(_NORMS, post_attention_layernorm="attn.norm",
@@ -260,7 +282,7 @@ class _Namer:
             _SANDWICH if getattr(family, "sandwich", False) else _NORMS
         self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma) else \
             _COHERE_NORM_PARTS if isinstance(family, Cohere) else _NORM_PARTS
-        self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2)
+        self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2 | GPTJ)
                              else family.dropout if isinstance(family, T5)
                              else family.attention_dropout) != 0
         self.t5 = isinstance(family, T5)
@@ -295,12 +317,20 @@ class _Namer:
 
     def _in_layer(self, module: str, role: str, s: Saved) -> str:
         scope, st = s.scope, s.storage
-        if st.name == _ROPE:
+        if st.name in _ROPES:
             return "rope.cos_sin"
+        if st.op == "repeat_interleave":  # GPT-J, CodeGen: sin and cos for Q and for K
+            return "decoder.attn.rope_cos_sin"
+        if st.name == "causal_mask" and role.endswith(".attn_mask"):
+            return "attn.alibi_mask"  # Falcon: ALiBi's masked bias, one for the layers
+        if role == "index.indices0" and st.dtype.name == "int64" and not self.moe:
+            return "decoder.attn.kv_index"  # Falcon's qkv[:, :, :, [-2]] and [[-1]]
         lora = self.run.lora
         if module in _ADAPTED and lora is not None and lora.adapts(scope):
             return "decoder." + self._adapter(module, role, s)
         if module in self.norms:
+            if role == "native_layer_norm.input" and st.name.endswith(".query_key_value"):
+                return "decoder.attn.qkv_output"  # Persimmon's q_layernorm: a view of it
             return "decoder." + self._norm(self.norms[module], role, s)
         layer = _LAYER.match(scope)
         rest = (layer.group(2) or "") if layer else ""
@@ -309,7 +339,7 @@ class _Namer:
             return "decoder." + moe
         if module in _INPUTS and role in ("mm.self", "addmm.self"):
             return "decoder." + _INPUTS[module]
-        if module in ("attn", "self_attn"):
+        if module in ("attn", "self_attn", "attention", "self_attention"):
             return "decoder.attn." + self._attention(role, s)
         if module == "act_fn":  # xIELU's module: its alphas (1,) and its tensors
             return "decoder.ffn.activation_mask" if role == "where.condition" else \
@@ -453,7 +483,8 @@ class _Namer:
         last = scope.rsplit(".", 1)[-1]
         if role == "embedding.indices":
             return "embed.position_ids" if last == "wpe" else "embed.token_ids"
-        if scope == "transformer" and role in ("mul.other", "native_dropout.result1"):
+        if scope in ("transformer", "gpt_neox", "model") and role in (
+                "mul.other", "native_dropout.result1"):
             return "embed.dropout_mask"
         if last == "embed_tokens" and role == "mul.other":  # MiniCPM3's cast scale
             return "embed.scale"
@@ -464,7 +495,7 @@ class _Namer:
                 and lora.adapts(scope):
             part = _lora_part(role, s)  # peft's lm_head target (transformer_calc.lora)
             return f"head.lm.{part}" if part else "head.input"
-        if scope == "lm_head" and role == "mm.self":
+        if scope in ("lm_head", "embed_out") and role in ("mm.self", "addmm.self"):
             return "head.input"
         if role == "tanh.result" and not scope:
             return "head.softcap_tanh"  # Gemma 2's final logits: cap · tanh(logits / cap)
@@ -546,7 +577,8 @@ class _Namer:
         T2 = quadratic_in_t(st)
         op, _, part = role.partition(".")
         if op.startswith("sdpa_"):
-            if part in ("query", "key", "value") and st.name.endswith(".qkv_proj"):
+            if part in ("query", "key", "value") and st.name.endswith(
+                    (".qkv_proj", ".query_key_value")):
                 return "qkv_output"  # a view of the fused projection keeps it whole
             if part in ("query", "key") and self.rope_concat:
                 return "qk_rotated"
@@ -555,7 +587,7 @@ class _Namer:
                 cached = self.fused and part != "query" and st.name == s.scope
                 return "kv_cache_copies" if cached else "qkv"
             return {"output": "out", "logsumexp": "logsumexp", "attn_mask": "mask"}[part]
-        if st.name.endswith((".c_attn", ".qkv_proj")):
+        if st.name.endswith((".c_attn", ".qkv_proj", ".query_key_value")):
             return "qkv_output"  # a view of the fused projection's output keeps it whole
         if role in ("softmax.result", "_safe_softmax.result"):
             return "softmax"
@@ -574,6 +606,8 @@ class _Namer:
             return "dropout_output" if self.attn_dropout else "softmax_cast"
         if role == "bmm.mat2":
             return "k" if self._scores(s) else "v"
+        if role in ("baddbmm.batch1", "baddbmm.batch2"):  # GPT-NeoX-Japanese's scores
+            return "q" if role.endswith("1") else "k"
         raise ValueError(f"no component name for {role} in attention")
 
     def _checkpoint_input(self, s: Saved) -> str:
@@ -581,7 +615,7 @@ class _Namer:
         model-level tensors the layers are called with (positions, RoPE's cos and sin, the
         eager mask), once."""
         st = s.storage
-        if st.name == _ROPE:
+        if st.name in _ROPES:
             return "rope.cos_sin"
         if st.name == "causal_mask":
             return _MASK

@@ -612,11 +612,11 @@ def div_(a: Tensor, other: Tensor) -> Tensor:
     return out
 
 
-def index(t: Tensor, indices: list[Tensor]) -> Tensor:
-    """t[i0, i1, ...] with int64 index tensors over its leading dims (advanced indexing, a
-    copy). derivatives.yaml index.Tensor: self: index_backward(..., indices, grad): the
-    indices."""
-    shape = indices[0].shape + t.shape[len(indices):]
+def index(t: Tensor, indices: list[Tensor], dim: int = 0) -> Tensor:
+    """t[i0, i1, ...] with int64 index tensors over its leading dims, or from dim on after
+    full slices (t[:, :, [i]]: advanced indexing, a copy). derivatives.yaml index.Tensor:
+    self: index_backward(..., indices, grad): the indices."""
+    shape = t.shape[:dim] + indices[0].shape + t.shape[dim + len(indices):]
     out = _new(t, shape, t.dtype, t.requires_grad)
     t.trace.record("index", out, [(f"indices{i}", ix, True) for i, ix in enumerate(indices)])
     return out

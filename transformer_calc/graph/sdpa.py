@@ -27,6 +27,11 @@ def kernel(q: Tensor, k: Tensor, dropout_p: float, has_mask: bool, enable_gqa: b
     d = q.sizes[-1]
     dv = v.sizes[-1] if v is not None else d
     same = d == k.sizes[-1] == dv
+    if not enable_gqa and q.shape[-3].poly != k.shape[-3].poly and q.sizes[-3] != k.sizes[-3]:
+        # check_batch_size_and_num_heads_dense: the fused kernels want as many K/V heads as
+        # query heads (or enable_gqa); K/V broadcast over the heads (Falcon-7B's one K/V
+        # head) run the math kernel
+        return "math"
     if q.trace.device == "cpu":
         return "cpu_flash" if dropout_p == 0 and same else "math"
     aligned = d % 8 == 0 and d <= 256
