@@ -69,6 +69,8 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
     family = _dropout(family, s)
     if family is None:
         return None
+    if not _mixer_run(family, s, amp or amp16, adapted_roles):
+        return None
     family = _experts(spec, family, s, amp or amp16)
     if family is None:
         return None
@@ -127,10 +129,14 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     from transformer_calc.graph.families.bert import Bert
     from transformer_calc.graph.families.gpt2 import GPT2
 
+    from transformer_calc.graph.families.mamba import Mamba, Mamba2
+
     if s.dropout is None:
         return family
     off: Family
-    if isinstance(family, Bert):
+    if isinstance(family, Mamba | Mamba2):  # no dropout in these models
+        on, off = 0.0, family
+    elif isinstance(family, Bert):
         on = family.hidden_dropout or family.attention_dropout
         off = dataclasses.replace(family, hidden_dropout=0.0, attention_dropout=0.0)
     elif isinstance(family, GPT2):
@@ -142,6 +148,19 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     if s.dropout:
         return family if on else None
     return off
+
+
+def _mixer_run(family: Family, s: Settings, autocast: bool,
+               adapted_roles: frozenset[str] | None) -> bool:
+    """Whether the graph expresses this run of a recurrent-mixer family: Mamba and
+    Mamba-2 are transcribed as transformers' torch path runs them on the CPU (on CUDA
+    transformers calls the mamba_ssm and causal-conv1d kernels where installed), in full
+    training without autocast (no measured row covers LoRA or autocast over the scans)."""
+    from transformer_calc.graph.families.mamba import Mamba, Mamba2
+
+    if not isinstance(family, Mamba | Mamba2):
+        return True
+    return s.device == "cpu" and not autocast and adapted_roles is None
 
 
 def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Family | None:

@@ -128,6 +128,17 @@ _READS["moe"] = _READS["llama"] | {"n_experts", "top_k", "d_ff_expert", "n_share
                                    "d_ff_shared", "shared_expert_gate", "layer_ffn",
                                    "router_topk", "peft_moe", "peft_router_linear"}
 
+# Mamba and Mamba-2 (MambaForCausalLM, Mamba2ForCausalLM): the mixer's sizes and flags; the
+# attention's bias flags say only that there is none; the cache's state dtype changes no
+# training tensor
+_READS["mamba"] = _METADATA | {"vocab_size", "d_model", "n_layers", "tie_embeddings",
+                               "position", "ffn", "activation", "norm", "sdpa_path", "mixer",
+                               "ssm_inner", "ssm_state", "ssm_conv", "ssm_dt_rank",
+                               "ssm_heads", "ssm_groups", "ssm_chunk", "ssm_conv_bias",
+                               "ssm_bias", "ssm_norm", "ssm_state_dtype", "peft_mamba",
+                               "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in",
+                               "bias_ffn_out"}
+
 
 @functools.cache
 def _defaults(family: str) -> tuple[Callable[[ModelSpec], tuple[object, ...]],
@@ -352,9 +363,34 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
     return variant(spec, _llama) if variant is not None else None
 
 
+def _mamba_family(spec: ModelSpec) -> mamba.Mamba | mamba.Mamba2 | None:
+    """MambaForCausalLM and Mamba2ForCausalLM (model types mamba and mamba2: every layer a
+    mixer, no FFN, RMSNorm), as transformers' torch path runs them. Other layouts with a
+    mixer (the hybrids, Jamba's dt/B/C norms, Falcon-H1's mixer without its norm) have no
+    graph yet."""
+    if spec.mixer == "none" or spec.model_type not in ("mamba", "mamba2"):
+        return None
+    if not (spec.mixer == spec.model_type and spec.norm == "rmsnorm"
+            and spec.position == "none" and not spec.d_ff and not spec.layer_attention
+            and not spec.layer_ffn and not spec.ssm_dt_norms and spec.ssm_in_projs == 1
+            and (spec.mixer == "mamba" or spec.ssm_norm)
+            and not _unread(spec, "mamba")):
+        raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout (the "
+                         "graph engine covers MambaForCausalLM's and Mamba2ForCausalLM's "
+                         "own layout)")
+    V, E, L, N, Kc = (spec.vocab_size, spec.d_model, spec.n_layers, spec.ssm_state,
+                      spec.ssm_conv)
+    flags = (spec.tie_embeddings, spec.ssm_conv_bias, spec.ssm_bias)
+    if spec.mixer == "mamba":
+        return mamba.Mamba(V, E, L, spec.ssm_inner, N, Kc, spec.ssm_dt_rank, *flags)
+    H, G = spec.ssm_heads, spec.ssm_groups
+    return mamba.Mamba2(V, E, L, G, H // G, spec.ssm_inner // H, N, Kc, spec.ssm_chunk,
+                        *flags)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
+    _gpt2, _moe_family, _mamba_family, _llama_variant, _llama, _bert, _gemma_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -31,19 +31,21 @@ from transformer_calc.graph.families.cohere import Cohere
 from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.llama import Llama
+from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.held import quadratic_in_t
 from transformer_calc.graph.modules import Run
 from transformer_calc.graph.symbols import Poly, product
 from transformer_calc.graph.trace import OpRecord, Saved
 
-_LAYER = re.compile(r"^(?:transformer\.h|model\.layers)\.(\d+)(?:\.(.*))?$")
+_LAYER = re.compile(r"^(?:transformer\.h|model\.layers|backbone\.layers)\.(\d+)(?:\.(.*))?$")
 # the norms, by their module's last name: GPT-2's LayerNorms, Llama's RMSNorms
 _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm",
           "q_norm": "attn.q_norm", "k_norm": "attn.k_norm",
           "post_attention_layernorm": "ffn.norm", "pre_feedforward_layernorm": "ffn.norm",
           "query_layernorm": "attn.q_norm", "key_layernorm": "attn.k_norm",
-          "ln_f": "final_norm", "norm": "final_norm", "attn_sub_norm": "attn.sub_norm",
+          "ln_f": "final_norm", "norm": "final_norm", "norm_f": "final_norm",
+          "attn_sub_norm": "attn.sub_norm",
           "ffn_sub_norm": "ffn.sub_norm", "attention_layernorm": "attn.norm",
           "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm"}
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
@@ -112,7 +114,10 @@ SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "
                 "dh": "d_head", "E": "d_model", "F": "d_ff", "V": "vocab_size",
                 "P": "max_positions", "r": "r", "T32": "T32", "L": "n_layers",
                 "Ee": "d_embed", "Ty": "token_types", "X": "n_experts", "K": "top_k",
-                "Fe": "d_ff_expert", "Fs": "d_ff_shared"}
+                "Fe": "d_ff_expert", "Fs": "d_ff_shared", "Di": "ssm_inner",
+                "N": "ssm_state", "Kc": "ssm_conv", "R": "ssm_dt_rank", "Gs": "ssm_groups",
+                "Hg": "heads_per_group", "Ph": "ssm_head_dim", "Q": "ssm_chunk",
+                "Tq": "chunks"}
 # what each component is, beside its formula (no symbol names inside: they are words here)
 DESCRIPTIONS = {
     "embed.token_ids": "int64 indices", "embed.position_ids": "int64 positions",
@@ -160,7 +165,18 @@ DESCRIPTIONS = {
     "decoder.ffn.shared_gate_product": "the shared expert's output and its sigmoid gate",
     "lora_merged_weight": "W + s·B·A, kept", "lora_weight_casts": "A and B, cast",
     "decoder.ffn.expert_weight_casts": "autocast's 16-bit copy of each expert's weight "
-    "slices, made anew per expert (a slice is not a leaf: not in autocast's cache)"}
+    "slices, made anew per expert (a slice is not a leaf: not in autocast's cache)",
+    "decoder.mixer.input": "in_proj input", "decoder.mixer.in_proj_output": "the "
+    "convolution's input, a view of in_proj's output", "decoder.mixer.conv_output":
+    "the padded convolution's output (SiLU input)", "decoder.mixer.x": "x_proj input",
+    "decoder.mixer.x_proj_output": "dt, B and C", "decoder.mixer.dt": "the step sizes "
+    "(softplus, clamp)", "decoder.mixer.decay": "exp of the discretised A, the segment "
+    "sums", "decoder.mixer.chunk_masks": "the segment sums' bool masks",
+    "decoder.mixer.scan_operands": "each step's state (Mamba), the einsums' operands "
+    "(Mamba-2)", "decoder.mixer.scan": "the scan's other products",
+    "decoder.mixer.gated_norm": "y, silu(z), their product in fp32, rstd",
+    "decoder.mixer.gated_norm.normalized": "the group-normed y the weight multiplies",
+    "decoder.mixer.out_proj_input": "out_proj input"}
 
 
 def description(name: str) -> str:
@@ -219,7 +235,8 @@ class _Namer:
         self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma) else \
             _COHERE_NORM_PARTS if isinstance(family, Cohere) else _NORM_PARTS
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2)
-                             else family.attention_dropout) != 0
+                             else getattr(family, "attention_dropout", 0.0)) != 0
+        self.mixer = isinstance(family, Mamba | Mamba2)
         self.encoder = isinstance(family, Bert)
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
@@ -246,6 +263,9 @@ class _Namer:
 
     def _in_layer(self, module: str, role: str, s: Saved) -> str:
         scope, st = s.scope, s.storage
+        if self.mixer:
+            layer = _LAYER.match(scope)
+            return "decoder." + self._mixer((layer.group(2) or "") if layer else "", role, s)
         if st.name == _ROPE:
             return "rope.cos_sin"
         lora = self.run.lora
@@ -372,6 +392,33 @@ class _Namer:
                               or st.name.endswith("shared_expert.down_proj")):
             return "ffn.shared_gate_product"
         return None
+
+    def _mixer(self, rest: str, role: str, s: Saved) -> str:
+        """A Mamba or Mamba-2 layer's storages (families/mamba.py): the block's norm, the
+        projections' inputs, the convolution's input (in_proj's output) and output, the
+        scan's step sizes, decays, states and operands, the gated norm."""
+        st, parts = s.storage, rest.split(".")
+        if parts[0] == "norm":
+            return "mixer." + self._norm("norm", role)
+        sub = parts[1] if len(parts) > 1 else ""
+        if sub == "norm":  # MambaRMSNormGated: the weight's product keeps the normed y
+            normed = role == "mul.other" and st.op == "mul"
+            return "mixer.gated_norm.normalized" if normed else "mixer.gated_norm"
+        inputs = {"in_proj": "input", "x_proj": "x", "dt_proj": "x_proj_output",
+                  "out_proj": "out_proj_input", "conv1d": "in_proj_output"}
+        if sub in inputs and role in ("mm.self", "addmm.self", "convolution.input"):
+            return "mixer." + inputs[sub]
+        if role == "silu.self" and st.op == "convolution":
+            return "mixer.conv_output"
+        if st.op in ("softplus", "clamp") or role in ("softplus.self", "clamp.self"):
+            return "mixer.dt"
+        if role == "exp.result":
+            return "mixer.decay"
+        if role == "masked_fill.mask":
+            return "mixer.chunk_masks"
+        if st.op in ("add", "repeat_interleave", "pad", "clone") or role.startswith("bmm."):
+            return "mixer.scan_operands"  # the loop's states, the einsums' operands
+        return "mixer.scan"
 
     def _norm(self, prefix: str, role: str, s: Saved | None = None) -> str:
         if s is not None and role == "mul.self" and self.norm_parts is _COHERE_NORM_PARTS \
