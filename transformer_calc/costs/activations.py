@@ -128,7 +128,6 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 
     from transformer_calc.graph.families.bert import Bert
     from transformer_calc.graph.families.gpt2 import GPT2
-
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
 
     if s.dropout is None:
