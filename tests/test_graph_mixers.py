@@ -34,7 +34,7 @@ from graph_rows import assert_compiled_equals_traced, measured_rows
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import BF16, DTYPES, F16, F32, Run, evaluate, family_of
-from transformer_calc.graph.compile import cached, clear_cache, evaluate_fast
+from transformer_calc.graph.compile import cached, clear_cache, evaluate_fast, sweep
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
@@ -197,3 +197,12 @@ def test_compiled_equals_traced_on_random_mixer_configurations() -> None:
         hits += len(cached()) == before
     # (a structure's guards pin T = 1, a kernel of 1, B = E and the like: fewer draws share)
     assert hits >= 3
+
+
+def test_a_sweep_over_t_counts_the_chunks() -> None:
+    # Tq = T / Q rounded up is a symbol of its own: a sweep over T recomputes it per point
+    fam = Mamba2(V=30, E=16, L=2, Gs=2, Hg=2, Ph=4, N=3, Kc=3, Q=8)
+    Ts = [5, 8, 9, 16, 17, 33]
+    out = sweep(fam, Run(2, 16, F32, "cpu", "eager"), T=Ts)
+    assert [int(x) for x in out["activation_bytes"]] == [
+        evaluate(fam, Run(2, T, F32, "cpu", "eager")).activation_bytes for T in Ts]
