@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import variants
-from transformer_calc.graph.families import bert, cohere, gemma, gpt2, llama, mamba, moe
+from transformer_calc.graph.families import bamba, bert, cohere, gemma, gpt2, llama, mamba, moe
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
@@ -19,13 +19,14 @@ from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
-          | mamba.Mamba | mamba.Mamba2)
+          | mamba.Mamba | mamba.Mamba2 | bamba.Bamba)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
-    mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward}
+    mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
+    bamba.Bamba: bamba.forward}
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,10 @@ _READS["mamba"] = _METADATA | {"vocab_size", "d_model", "n_layers", "tie_embeddi
                                "ssm_bias", "ssm_norm", "ssm_state_dtype", "peft_mamba",
                                "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in",
                                "bias_ffn_out"}
+
+# Bamba: Llama's attention fields and the Mamba-2 mixer's, the layers' kinds
+_READS["bamba"] = _READS["mamba"] | _COMMON | {
+    "n_kv_heads", "d_head", "softmax_fp32", "rope_concat", "layer_attention"}
 
 
 @functools.cache
@@ -388,9 +393,37 @@ def _mamba_family(spec: ModelSpec) -> mamba.Mamba | mamba.Mamba2 | None:
                         *flags)
 
 
+def _bamba_family(spec: ModelSpec) -> bamba.Bamba | None:
+    """BambaForCausalLM (model type bamba): each layer attention or a Mamba-2 mixer as
+    layer_attention says (F, M), then a gated SiLU MLP; attention biases all or none."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "bamba":
+        return None
+    kinds = layer_kinds_in_order(spec, spec.n_layers)
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    if not (spec.mixer == "mamba2" and spec.norm == "rmsnorm" and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and spec.rope_concat and spec.ssm_norm and not spec.dropout
+            and {k[:2] for k in kinds} <= {"FD", "MD"} and H % Hkv == 0
+            and spec.head_dim >= 2 and spec.bias_ffn_in == spec.bias_ffn_out
+            and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
+            and not _unread(spec, "bamba")):
+        raise TcalcError(f"{spec.name}: no op graph for this bamba layout (the graph "
+                         "engine covers BambaForCausalLM's own layout)")
+    Hs, Gs = spec.ssm_heads, spec.ssm_groups
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return bamba.Bamba(spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, spec.d_ff,
+                       spec.n_layers, Gs, Hs // Gs, spec.ssm_inner // Hs, spec.ssm_state,
+                       spec.ssm_conv, spec.ssm_chunk, "".join(k[0] for k in kinds),
+                       spec.tie_embeddings, spec.bias_q, spec.bias_ffn_in,
+                       spec.ssm_conv_bias, spec.ssm_bias, pa)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _moe_family, _mamba_family, _llama_variant, _llama, _bert, _gemma_family)
+    _gpt2, _moe_family, _mamba_family, _bamba_family, _llama_variant, _llama, _bert, _gemma_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

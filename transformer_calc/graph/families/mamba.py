@@ -88,7 +88,8 @@ def _block(m: Builder, cfg: Mamba | Mamba2, h: Tensor) -> Tensor:
     x = rms_norm(m, "norm", ops.to(h, m.run.dtype))
     residual = ops.to(h, F32)
     with m.module("mixer"):
-        y = _mamba_mixer(m, cfg, x) if isinstance(cfg, Mamba) else _mamba2_mixer(m, cfg, x)
+        y = _mamba_mixer(m, cfg, x) if isinstance(cfg, Mamba) else \
+            mamba2_mixer(m, x, cfg.conv_bias, cfg.bias)
     return ops.add(residual, y)
 
 
@@ -156,28 +157,27 @@ def _selective_scan(m: Builder, u: Tensor, dt: Tensor, A: Tensor, Bm: Tensor, Cm
     return ops.mul(y, ops.silu(z))
 
 
-def _mamba2_mixer(m: Builder, cfg: Mamba2, x: Tensor) -> Tensor:
-    """Mamba2Mixer.forward in training without kernels: in_proj split into the gate, the
-    convolution's channels (x, B, C) and dt; the convolution; the chunked scan; the gated
-    RMSNorm; out_proj."""
+def mamba2_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool) -> Tensor:
+    """Mamba2Mixer.forward in training without kernels (BambaMixer's is the same): in_proj
+    split into the gate, the convolution's channels (x, B, C) and dt; the convolution; the
+    chunked scan; the gated RMSNorm; out_proj. Sizes: the Builder's Gs, Hg, Ph, N, Kc, Q."""
     B, T, E, N = m["B"], m["T"], m["E"], m["N"]
     Gs, Hg, Ph = m["Gs"], m["Hg"], m["Ph"]
     H, Di = Gs * Hg, Gs * Hg * Ph
     conv_dim = Di + 2 * Gs * N
     dtype = x.dtype
-    proj = m.linear("in_proj", x, Di + conv_dim + H, cfg.bias)
+    proj = m.linear("in_proj", x, Di + conv_dim + H, bias)
     A = ops.neg(ops.exp(ops.to(m.param("A_log", H), F32)))
     gate = ops.narrow(proj, -1, 0, Di)
     xbc = ops.narrow(proj, -1, Di.value, conv_dim)
     dt = ops.narrow(proj, -1, Di.value + conv_dim.value, H)
-    xbc = ops.transpose(causal_conv1d(m, ops.transpose(xbc, 1, 2), conv_dim, cfg.conv_bias),
-                        1, 2)
+    xbc = ops.transpose(causal_conv1d(m, ops.transpose(xbc, 1, 2), conv_dim, conv_bias), 1, 2)
     hs, Bm, Cm = (ops.narrow(xbc, -1, start, n) for start, n in (
         (0, Di), (Di.value, Gs * N), (Di.value + Gs.value * N.value, Gs * N)))
     y = _chunk_scan(m, ops.view(hs, (B, T, H, Ph)), dt, A, ops.view(Bm, (B, T, Gs, N)),
                     ops.view(Cm, (B, T, Gs, N)), m.param("D", H), m.param("dt_bias", H))
     y = gated_rms_norm(m, "norm", ops.reshape(y, (B, T, Di)), gate, Gs, Hg * Ph)
-    return m.linear("out_proj", ops.to(y, dtype), E, cfg.bias)
+    return m.linear("out_proj", ops.to(y, dtype), E, bias)
 
 
 def gated_rms_norm(m: Builder, name: str, h: Tensor, gate: Tensor, groups: Dim,
