@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # not a target list peft takes by that name.
 _MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj",
             "up": "up_proj", "down": "down_proj", "qkv": "qkv_proj", "gate_up": "gate_up_proj",
-            "lm_head": "lm_head"}
+            "lm_head": "lm_head", "in_proj": "in_proj", "out_proj": "out_proj"}
 _GPT2_MODULES = {"qkv": "c_attn", "up": "c_fc", "o": "c_proj", "down": "c_proj",
                  "lm_head": "lm_head"}
 # BERT-style encoders (peft matches a target against the path's end after a dot):
@@ -151,15 +151,18 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 
 def _mixer_run(family: Family, s: Settings, autocast: bool,
                adapted_roles: frozenset[str] | None) -> bool:
-    """Whether the graph expresses this run of a recurrent-mixer family: Mamba and
-    Mamba-2 are transcribed as transformers' torch path runs them on the CPU (on CUDA
-    transformers calls the mamba_ssm and causal-conv1d kernels where installed), in full
-    training without autocast (no measured row covers LoRA or autocast over the scans)."""
+    """Whether the graph expresses this run of a recurrent-mixer family: Mamba, Mamba-2
+    and Bamba are transcribed as transformers' torch path runs them on the CPU (on CUDA
+    transformers calls the mamba_ssm and causal-conv1d kernels where installed), without
+    autocast (no measured row covers autocast over the scans); LoRA where measured
+    (Bamba's rows)."""
+    from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
 
-    if not isinstance(family, Mamba | Mamba2):
+    if not isinstance(family, Mamba | Mamba2 | Bamba):
         return True
-    return s.device == "cpu" and not autocast and adapted_roles is None
+    lora_ok = adapted_roles is None or isinstance(family, Bamba)
+    return s.device == "cpu" and not autocast and lora_ok
 
 
 def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Family | None:

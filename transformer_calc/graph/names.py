@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from transformer_calc.breakdown import Row, substitute
 from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
+from transformer_calc.graph.families.bamba import Bamba
 from transformer_calc.graph.families.bert import HEADS, Bert
 from transformer_calc.graph.families.cohere import Cohere
 from transformer_calc.graph.families.gemma import Gemma
@@ -47,7 +48,8 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "ln_f": "final_norm", "norm": "final_norm", "norm_f": "final_norm",
           "attn_sub_norm": "attn.sub_norm",
           "ffn_sub_norm": "ffn.sub_norm", "attention_layernorm": "attn.norm",
-          "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm"}
+          "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm",
+          "final_layernorm": "final_norm", "pre_ff_layernorm": "ffn.norm"}
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -237,6 +239,8 @@ class _Namer:
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2)
                              else getattr(family, "attention_dropout", 0.0)) != 0
         self.mixer = isinstance(family, Mamba | Mamba2)
+        # Bamba: a layer's kind (F attention, M the mixer) names its first norm
+        self.kinds = family.kinds if isinstance(family, Bamba) else ""
         self.encoder = isinstance(family, Bert)
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
@@ -263,9 +267,13 @@ class _Namer:
 
     def _in_layer(self, module: str, role: str, s: Saved) -> str:
         scope, st = s.scope, s.storage
-        if self.mixer:
-            layer = _LAYER.match(scope)
-            return "decoder." + self._mixer((layer.group(2) or "") if layer else "", role, s)
+        layer = _LAYER.match(scope)
+        rest = (layer.group(2) or "") if layer else ""
+        if self.mixer or rest.startswith("mamba"):
+            return "decoder." + self._mixer(rest, role, s)
+        if self.kinds and module == "input_layernorm" and s.layer is not None \
+                and self.kinds[s.layer] == "M":
+            return "decoder." + self._norm("mixer.norm", role)
         if st.name == _ROPE:
             return "rope.cos_sin"
         lora = self.run.lora
@@ -273,8 +281,6 @@ class _Namer:
             return "decoder." + self._adapter(module, role, s)
         if module in self.norms:
             return "decoder." + self._norm(self.norms[module], role, s)
-        layer = _LAYER.match(scope)
-        rest = (layer.group(2) or "") if layer else ""
         moe = self._moe(rest, role, s) if self.moe else None
         if moe is not None:
             return "decoder." + moe
@@ -285,7 +291,7 @@ class _Namer:
         if module == "act_fn":  # xIELU's module: its alphas (1,) and its tensors
             return "decoder.ffn.activation_mask" if role == "where.condition" else \
                 "decoder.ffn.activation"
-        if module == "mlp":
+        if module in ("mlp", "feed_forward"):
             if role in ("mul.other", "native_dropout.result1") and not _has(
                     st.numel.poly, ("F",)):
                 return "decoder.ffn.residual_dropout_mask"
@@ -406,6 +412,11 @@ class _Namer:
             return "mixer.gated_norm.normalized" if normed else "mixer.gated_norm"
         inputs = {"in_proj": "input", "x_proj": "x", "dt_proj": "x_proj_output",
                   "out_proj": "out_proj_input", "conv1d": "in_proj_output"}
+        lora = self.run.lora
+        if sub in ("in_proj", "out_proj", "x_proj") and lora is not None \
+                and lora.adapts(s.scope):
+            part = _lora_part(role, s)
+            return f"mixer.{sub}.{part}" if part else "mixer." + inputs[sub]
         if sub in inputs and role in ("mm.self", "addmm.self", "convolution.input"):
             return "mixer." + inputs[sub]
         if role == "silu.self" and st.op == "convolution":
