@@ -1,6 +1,6 @@
 """The op graph's state-space mixers (transformer_calc/graph/families/mamba.py: Mamba and
-Mamba-2 as transformers 5.23's torch path runs them) against every measured CPU row of their
-configs, to the byte.
+Mamba-2 as transformers 5.23's torch path runs them; families/bamba.py: Bamba's attention and
+Mamba-2 layers) against every measured CPU row of their configs, to the byte.
 
 Fixtures (torch 2.13 CPU, transformers 5.23, saved_tensors_hooks, each storage still held at
 the end of the forward once, parameters excluded):
@@ -15,10 +15,17 @@ the end of the forward once, parameters excluded):
         for bt in "1 37" "2 64"; do set -- $bt
           python tools/measure_activations_hf.py tests/data/hf/variants/$c.json -B $1 -T $2
       done; done | grep -v skipped
-  (the SDPA rows are skipped: neither class has an attention).
+  (the SDPA rows are skipped: neither class has an attention);
+- tests/data/activations_bamba_whole_model_cpu.jsonl: the same command over bamba-tiny.json
+  and bamba-gqa-tied.json (four layers, GQA, no biases, a tied table, Mamba-2 with two groups
+  and chunks of 16), eager and SDPA;
+- bamba-tiny.json's LoRA rows (peft 0.21.2, rank 8) in activations_lora_moe_hybrid_targets_cpu
+  (in_proj; q_proj,v_proj), activations_lora_survey_{qv,attn,mlp,all_linear_rest}_cpu.jsonl,
+  and its mixers' rows in activations_mixers_cpu.jsonl.
 The rows' tcalc_bytes are the per-tensor rules' on the day (memory.activation_breakdown):
-off by -8,196 … +212,348 bytes (−0.3 … +6.4 %) on the whole-model rows, −0.2 … +5.7 % on
-the mixers' rows; the graph meets every row.
+off by -8,196 … +212,348 bytes (−0.3 … +6.4 %) on Mamba's and Mamba-2's whole-model rows,
+−0.2 … +5.7 % on their mixers' rows, −7,484 … +49,874 bytes (−0.9 … +4.0 %) on Bamba's; the
+graph meets every row.
 """
 
 from __future__ import annotations
@@ -29,12 +36,13 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import assert_compiled_equals_traced, measured_rows
+from graph_rows import assert_compiled_equals_traced, measured_rows, row_run
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
-from transformer_calc.graph import BF16, DTYPES, F16, F32, Run, evaluate, family_of
+from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import cached, clear_cache, evaluate_fast, sweep
+from transformer_calc.graph.families.bamba import Bamba
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
@@ -43,14 +51,16 @@ from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
 CONFIGS = ("mamba-mixer.json", "mamba2-mixer.json", "mamba-biases-tied.json",
-           "mamba2-biases-tied.json")
+           "mamba2-biases-tied.json", "bamba-tiny.json", "bamba-gqa-tied.json")
 ROWS = measured_rows(CONFIGS)
 MIXER_ROWS = [r for r in ROWS if r["file"] == "activations_mixers_cpu.jsonl"]
 MODEL_ROWS = [r for r in ROWS if r["file"] != "activations_mixers_cpu.jsonl"]
 
 
 def _id(r: dict) -> str:
-    return "{}-{}-B{}-T{}".format(r["config"].removesuffix(".json"), r["dtype"], r["B"], r["T"])
+    return "{}-{}-{}-B{}-T{}-{}".format(
+        r["config"].removesuffix(".json"), r.get("attention", "mixer"), r["dtype"], r["B"],
+        r["T"], "-".join(map(str, r.get("lora", ()))) or "full")
 
 
 def _spec(config: str) -> ModelSpec:
@@ -58,12 +68,26 @@ def _spec(config: str) -> ModelSpec:
 
 
 def _run(row: dict) -> Run:
-    return Run(row["B"], row["T"], DTYPES[row["dtype"]], "cpu", "eager")
+    return row_run(row) if "attention" in row else Run(row["B"], row["T"],
+                                                       DTYPES[row["dtype"]], "cpu", "eager")
 
 
-def test_the_rows_cover_both_types_dtypes_and_a_padded_chunk() -> None:
-    assert len(MIXER_ROWS) == 12 and len(MODEL_ROWS) == 16
+def _settings(row: dict) -> Settings:
+    lora = {}
+    if row.get("lora"):
+        rank, targets, dropout = row["lora"]
+        lora = dict(lora_rank=rank, lora_dropout=dropout,
+                    lora_targets=tuple(targets.split(",")))
+    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
+                    attention=row["attention"], device="cpu", **lora)  # type: ignore[arg-type]
+
+
+def test_the_rows_cover_the_types_dtypes_lora_and_a_padded_chunk() -> None:
+    assert len(MIXER_ROWS) == 18 and len(MODEL_ROWS) == 32 + 24
     assert {r["config"] for r in MODEL_ROWS} == set(CONFIGS)
+    assert {r["lora"][1] for r in MODEL_ROWS if r.get("lora")} == {
+        "in_proj", "q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj",
+        "gate_proj,up_proj,down_proj", "all-linear"}
     assert {r["dtype"] for r in ROWS} == {"fp32", "bf16"}
     # T = 37, 200 against chunks of 8 and 16: the padded last chunk
     assert any(r["T"] % 16 for r in MIXER_ROWS if r["config"] == "mamba2-mixer.json")
@@ -73,22 +97,23 @@ def test_the_rows_cover_both_types_dtypes_and_a_padded_chunk() -> None:
 def test_mixer_bytes_equal_the_measurement(row: dict) -> None:
     # what the measurement counts: the storages first saved while a mixer module runs
     result = evaluate(family_of(_spec(row["config"])), _run(row))
-    inside = sum(s.nbytes for s in result.saved if ".mixer" in s.scope)
+    inside = sum(s.nbytes for s in result.saved if ".mixer" in s.scope or ".mamba" in s.scope)
     assert inside == row["measured_bytes"]
 
 
 @pytest.mark.parametrize("row", MODEL_ROWS, ids=_id)
 def test_saved_bytes_equal_the_measurement(row: dict) -> None:
     fam = family_of(_spec(row["config"]))
-    assert evaluate(fam, _run(row)).activation_bytes == row["measured_bytes"]
+    result = evaluate(fam, _run(row))
+    assert result.activation_bytes == row["measured_bytes"]
     assert evaluate_fast(fam, _run(row)).activation_bytes == row["measured_bytes"]
+    if "trainable" in row:  # peft's count of the adapters' parameters
+        assert result.trainable_params == row["trainable"][0]
 
 
 @pytest.mark.parametrize("row", MODEL_ROWS, ids=_id)
 def test_memory_report_reads_the_graph(row: dict) -> None:
-    report = memory_report(_spec(row["config"]), Settings(
-        precision=row["dtype"], batch_size=row["B"], seq_len=row["T"], attention="eager",
-        device="cpu"))
+    report = memory_report(_spec(row["config"]), _settings(row))
     assert report.activations.total == row["measured_bytes"]
     assert [r[:2] + r[4:] for r in report.activations.rows] == [
         r[:2] + r[4:] for r in component_rows(family_of(_spec(row["config"])), _run(row))]
@@ -100,7 +125,9 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
 FLOPS = {("mamba-mixer.json", 37): 2_844_672, ("mamba-biases-tied.json", 37): 3_946_176,
          ("mamba2-mixer.json", 37): 3_561_984, ("mamba2-biases-tied.json", 37): 4_533_984,
          ("mamba-mixer.json", 64): 4_918_272, ("mamba-biases-tied.json", 64): 6_823_296,
-         ("mamba2-mixer.json", 64): 5_874_176, ("mamba2-biases-tied.json", 64): 7_842_240}
+         ("mamba2-mixer.json", 64): 5_874_176, ("mamba2-biases-tied.json", 64): 7_842_240,
+         ("bamba-tiny.json", 37): 2_357_952, ("bamba-gqa-tied.json", 37): 6_583_392,
+         ("bamba-tiny.json", 64): 4_519_104, ("bamba-gqa-tied.json", 64): 11_767_808}
 
 
 @pytest.mark.parametrize(("config", "T"), sorted(FLOPS))
@@ -132,8 +159,8 @@ def test_the_scan_keeps_one_state_per_step() -> None:
 
 
 def test_other_mixer_layouts_are_refused() -> None:
-    for config in ("falcon_h1-tiny.json", "bamba-tiny.json", "jamba-tiny.json",
-                   "nemotron_h-tiny.json", "falcon_h1-nonorm.json"):
+    for config in ("falcon_h1-tiny.json", "jamba-tiny.json", "nemotron_h-tiny.json",
+                   "falcon_h1-nonorm.json"):
         with pytest.raises(TcalcError):
             family_of(_spec(config))
     mamba, mamba2 = _spec("mamba-mixer.json"), _spec("mamba2-mixer.json")
@@ -143,6 +170,13 @@ def test_other_mixer_layouts_are_refused() -> None:
         with pytest.raises(TcalcError):
             family_of(replace(spec, **change))  # type: ignore[arg-type]
     assert isinstance(family_of(mamba2), Mamba2)
+    bamba = _spec("bamba-tiny.json")
+    for change in ({"layer_attention": "1S 1M 1F"}, {"dropout": 0.1}, {"ssm_norm": False},
+                   {"bias_o": False}, {"rope_concat": False}):
+        with pytest.raises(TcalcError):
+            family_of(replace(bamba, **change))  # type: ignore[arg-type]
+    fam = family_of(bamba)
+    assert isinstance(fam, Bamba) and fam.kinds == "FMF"
 
 
 def test_cuda_autocast_and_lora_keep_the_rules() -> None:
@@ -160,27 +194,47 @@ def test_cuda_autocast_and_lora_keep_the_rules() -> None:
                adapted_roles=frozenset(("in_proj",))) is None
 
 
-def _settings(rng: random.Random) -> dict:
-    """The structure-fixing choices of a configuration: type, flags, dtype, recomputation."""
-    return {"mamba2": rng.random() < 0.5, "tied": rng.random() < 0.5,
+def _structure(rng: random.Random, kind: str, attention: str = "eager",
+               lora: bool = False) -> dict:
+    """The structure-fixing choices of a configuration: type, flags, dtype, recomputation;
+    Bamba's layer kinds, attention and LoRA targets."""
+    targets = None
+    if lora:
+        targets = (frozenset(rng.choice((("in_proj",), ("q_proj", "v_proj"), ("all-linear",),
+                                         ("out_proj", "gate_proj")))),
+                   rng.choice((0.0, 0.05)))
+    return {"kind": kind, "tied": rng.random() < 0.5,
             "conv_bias": rng.random() < 0.5, "bias": rng.random() < 0.5,
-            "dtype": rng.choice((F32, BF16, F16)), "recompute": rng.choice(("none", "full"))}
+            "dtype": rng.choice((F32, BF16, F16)), "recompute": rng.choice(("none", "full")),
+            "kinds": rng.choice(("FM", "MFM", "MMF", "M")), "attention": attention,
+            "lora": targets}
 
 
-def _draw(rng: random.Random, s: dict) -> tuple[Mamba | Mamba2, Run]:
+def _draw(rng: random.Random, s: dict) -> tuple[Mamba | Mamba2 | Bamba, Run]:
     """Sizes drawn freely, with the 0/1 edge cases (one channel, one state, a kernel of 1,
-    chunks of 1, T = 1, one group or one head per group)."""
+    chunks of 1, T = 1, one group or one head per group, one K/V head)."""
     flags = {"tied": s["tied"], "conv_bias": s["conv_bias"], "bias": s["bias"]}
-    common = {"V": rng.randint(3, 40), "E": rng.randint(1, 24), "L": rng.choice((1, 2, 3)),
-              "N": rng.choice((1, 2, 5)), "Kc": rng.choice((1, 2, 4))}
-    fam: Mamba | Mamba2
-    if s["mamba2"]:
-        fam = Mamba2(Gs=rng.choice((1, 2)), Hg=rng.choice((1, 3)), Ph=rng.choice((1, 4)),
-                     Q=rng.choice((1, 4, 8)), **common, **flags)
+    common = {"V": rng.randint(3, 40), "E": rng.randint(1, 24), "N": rng.choice((1, 2, 5)),
+              "Kc": rng.choice((1, 2, 4))}
+    mixer2 = {"Gs": rng.choice((1, 2)), "Hg": rng.choice((1, 3)), "Ph": rng.choice((1, 4)),
+              "Q": rng.choice((1, 4, 8))}
+    fam: Mamba | Mamba2 | Bamba
+    lora = None
+    if s["kind"] == "bamba":
+        Hkv, G = rng.choice((1, 2)), rng.choice((1, 2))
+        fam = Bamba(H=Hkv * G, Hkv=Hkv, dh=rng.choice((2, 4, 6)), F=rng.randint(1, 20),
+                    L=len(s["kinds"]), kinds=s["kinds"], bias_attn=s["bias"],
+                    bias_mlp=s["conv_bias"], **common, **mixer2, **flags)
+        if s["lora"] is not None:
+            lora = Lora(rng.choice((1, 4)), *s["lora"])
+    elif s["kind"] == "mamba2":
+        fam = Mamba2(L=rng.choice((1, 2, 3)), **common, **mixer2, **flags)
     else:
-        fam = Mamba(Di=rng.choice((1, 3, 16)), R=rng.choice((1, 4)), **common, **flags)
+        fam = Mamba(L=rng.choice((1, 2, 3)), Di=rng.choice((1, 3, 16)), R=rng.choice((1, 4)),
+                    **common, **flags)
     run = Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 7, 8, 17)), s["dtype"], "cpu",
-              "eager", recompute=s["recompute"])
+              s["attention"] if s["kind"] == "bamba" else "eager", lora=lora,
+              recompute=s["recompute"])
     return fam, run
 
 
@@ -189,9 +243,11 @@ def test_compiled_equals_traced_on_random_mixer_configurations() -> None:
     # padding Tq·Q − T) against the reference trace on every output and row name: 120 draws
     clear_cache()
     rng, hits = random.Random(20261128), 0  # noqa: S311 (not cryptography)
-    settings = [_settings(rng) for _ in range(6)]
+    structures = [_structure(rng, k) for k in ("mamba", "mamba", "mamba2", "mamba2")] + [
+        _structure(rng, "bamba", attention, lora) for attention in ("eager", "sdpa")
+        for lora in (False, True)]
     for _ in range(120):
-        fam, run = _draw(rng, rng.choice(settings))
+        fam, run = _draw(rng, rng.choice(structures))
         before = len(cached())
         assert_compiled_equals_traced(fam, run)
         hits += len(cached()) == before
