@@ -151,17 +151,18 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 
 def _mixer_run(family: Family, s: Settings, autocast: bool,
                adapted_roles: frozenset[str] | None) -> bool:
-    """Whether the graph expresses this run of a recurrent-mixer family: Mamba, Mamba-2
-    and Bamba are transcribed as transformers' torch path runs them on the CPU (on CUDA
+    """Whether the graph expresses this run of a recurrent-mixer family: Mamba, Mamba-2,
+    Bamba and Falcon-H1 are transcribed as transformers' torch path runs them on the CPU (on CUDA
     transformers calls the mamba_ssm and causal-conv1d kernels where installed), without
     autocast (no measured row covers autocast over the scans); LoRA where measured
-    (Bamba's rows)."""
+    (Bamba's and Falcon-H1's rows)."""
     from transformer_calc.graph.families.bamba import Bamba
+    from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
 
-    if not isinstance(family, Mamba | Mamba2 | Bamba):
+    if not isinstance(family, Mamba | Mamba2 | Bamba | FalconH1):
         return True
-    lora_ok = adapted_roles is None or isinstance(family, Bamba)
+    lora_ok = adapted_roles is None or isinstance(family, Bamba | FalconH1)
     return s.device == "cpu" and not autocast and lora_ok
 
 

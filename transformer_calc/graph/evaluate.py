@@ -11,7 +11,17 @@ from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import variants
-from transformer_calc.graph.families import bamba, bert, cohere, gemma, gpt2, llama, mamba, moe
+from transformer_calc.graph.families import (
+    bamba,
+    bert,
+    cohere,
+    falcon_h1,
+    gemma,
+    gpt2,
+    llama,
+    mamba,
+    moe,
+)
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
@@ -19,14 +29,14 @@ from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
-          | mamba.Mamba | mamba.Mamba2 | bamba.Bamba)
+          | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
-    bamba.Bamba: bamba.forward}
+    bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward}
 
 
 @dataclass(frozen=True)
@@ -421,9 +431,39 @@ def _bamba_family(spec: ModelSpec) -> bamba.Bamba | None:
                        spec.ssm_conv_bias, spec.ssm_bias, pa)
 
 
+def _falcon_h1_family(spec: ModelSpec) -> falcon_h1.FalconH1 | None:
+    """FalconH1ForCausalLM (model type falcon_h1): every layer the Mamba-2 mixer and
+    attention in parallel (layer_attention P), a gated SiLU MLP; attention biases all or
+    none. (FalconH1Config's mamba_norm_before_gate is not in the spec: its default, True.)"""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "falcon_h1":
+        return None
+    kinds = layer_kinds_in_order(spec, spec.n_layers)
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    if not (spec.mixer == "mamba2" and spec.norm == "rmsnorm" and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.rope_concat and not spec.dropout
+            and {k[:2] for k in kinds} == {"PD"} and H % Hkv == 0
+            and spec.bias_ffn_in == spec.bias_ffn_out
+            and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
+            and not _unread(spec, "bamba")):
+        raise TcalcError(f"{spec.name}: no op graph for this falcon_h1 layout (the graph "
+                         "engine covers FalconH1ForCausalLM's own layout)")
+    Hs, Gs = spec.ssm_heads, spec.ssm_groups
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return falcon_h1.FalconH1(spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim,
+                              spec.d_ff, spec.n_layers, Gs, Hs // Gs, spec.ssm_inner // Hs,
+                              spec.ssm_state, spec.ssm_conv, spec.ssm_chunk,
+                              spec.tie_embeddings, spec.bias_q, spec.bias_ffn_in,
+                              spec.ssm_conv_bias, spec.ssm_bias, spec.ssm_norm, pa)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _moe_family, _mamba_family, _bamba_family, _llama_variant, _llama, _bert, _gemma_family)
+    _gpt2, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family, _llama_variant,
+    _llama, _bert, _gemma_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

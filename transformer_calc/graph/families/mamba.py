@@ -157,16 +157,28 @@ def _selective_scan(m: Builder, u: Tensor, dt: Tensor, A: Tensor, Bm: Tensor, Cm
     return ops.mul(y, ops.silu(z))
 
 
-def mamba2_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool) -> Tensor:
+def mamba2_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
+                 falcon: str = "") -> Tensor:
     """Mamba2Mixer.forward in training without kernels (BambaMixer's is the same): in_proj
     split into the gate, the convolution's channels (x, B, C) and dt; the convolution; the
-    chunked scan; the gated RMSNorm; out_proj. Sizes: the Builder's Gs, Hg, Ph, N, Kc, Q."""
+    chunked scan; the gated RMSNorm; out_proj. Sizes: the Builder's Gs, Hg, Ph, N, Kc, Q.
+    falcon: FalconH1Mixer's (modeling_falcon_h1.py): the input times ssm_in_multiplier,
+    in_proj's output times the mup_vector buffer (a (1, 1, width) copy per layer, kept by the
+    product: model memory, as parameters are), then FalconH1RMSNormGated normalising before the gate ("norm",
+    mamba_rms_norm) or y · silu(z) without a norm ("gate")."""
     B, T, E, N = m["B"], m["T"], m["E"], m["N"]
     Gs, Hg, Ph = m["Gs"], m["Hg"], m["Ph"]
     H, Di = Gs * Hg, Gs * Hg * Ph
     conv_dim = Di + 2 * Gs * N
     dtype = x.dtype
+    if falcon:
+        x = ops.mul(x, 1.0)  # * ssm_in_multiplier
     proj = m.linear("in_proj", x, Di + conv_dim + H, bias)
+    if falcon:  # * mup_vector: a buffer in the model's dtype (the model's memory)
+        one = Dim.const(1)
+        mup = m.trace.tensor((one, one, proj.shape[-1]), dtype, False, "buffer",
+                             "mup_vector")
+        proj = ops.mul(proj, mup)
     A = ops.neg(ops.exp(ops.to(m.param("A_log", H), F32)))
     gate = ops.narrow(proj, -1, 0, Di)
     xbc = ops.narrow(proj, -1, Di.value, conv_dim)
@@ -176,8 +188,28 @@ def mamba2_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool) -> Tensor:
         (0, Di), (Di.value, Gs * N), (Di.value + Gs.value * N.value, Gs * N)))
     y = _chunk_scan(m, ops.view(hs, (B, T, H, Ph)), dt, A, ops.view(Bm, (B, T, Gs, N)),
                     ops.view(Cm, (B, T, Gs, N)), m.param("D", H), m.param("dt_bias", H))
-    y = gated_rms_norm(m, "norm", ops.reshape(y, (B, T, Di)), gate, Gs, Hg * Ph)
+    y = ops.reshape(y, (B, T, Di))
+    if falcon == "gate":
+        y = ops.mul(y, ops.silu(gate))
+    elif falcon:
+        y = _falcon_gated_norm(m, y, gate, Gs, Hg * Ph)
+    else:
+        y = gated_rms_norm(m, "norm", y, gate, Gs, Hg * Ph)
     return m.linear("out_proj", ops.to(y, dtype), E, bias)
+
+
+def _falcon_gated_norm(m: Builder, h: Tensor, gate: Tensor, groups: Dim, width: Dim) -> Tensor:
+    """FalconH1RMSNormGated.forward with norm_before_gate (its default): an RMSNorm over each
+    group in fp32, weight.view(groups, width) times it, then times silu(gate.to(fp32)),
+    .to(the input's dtype)."""
+    with m.module("norm"):
+        w = m.param("weight", h.shape[-1])
+        x = ops.to(h, F32)
+        g = ops.view(x, (*x.shape[:-1], groups, width))
+        g = ops.mul(g, ops.rsqrt(ops.add(ops.mean(ops.pow(g, 2.0)), 1e-6)))
+        g = ops.mul(ops.view(w, (groups, width)), g)
+        x = ops.mul(ops.view(g, x.shape), ops.silu(ops.to(gate, F32)))
+        return ops.to(x, h.dtype)
 
 
 def gated_rms_norm(m: Builder, name: str, h: Tensor, gate: Tensor, groups: Dim,
