@@ -163,9 +163,9 @@ def mamba2_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
     split into the gate, the convolution's channels (x, B, C) and dt; the convolution; the
     chunked scan; the gated RMSNorm; out_proj. Sizes: the Builder's Gs, Hg, Ph, N, Kc, Q.
     falcon: FalconH1Mixer's (modeling_falcon_h1.py): the input times ssm_in_multiplier,
-    in_proj's output times the mup_vector buffer (a (1, 1, width) copy per layer, kept by the
-    product: model memory, as parameters are), then FalconH1RMSNormGated normalising before the gate ("norm",
-    mamba_rms_norm) or y · silu(z) without a norm ("gate")."""
+    in_proj's output times the mup_vector buffer (a (1, 1, width) copy per layer, kept by
+    the product: model memory, as parameters are), then FalconH1RMSNormGated normalising
+    before the gate ("norm", mamba_rms_norm) or y · silu(z) without a norm ("gate")."""
     B, T, E, N = m["B"], m["T"], m["E"], m["N"]
     Gs, Hg, Ph = m["Gs"], m["Hg"], m["Ph"]
     H, Di = Gs * Hg, Gs * Hg * Ph
