@@ -152,17 +152,18 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 def _mixer_run(family: Family, s: Settings, autocast: bool,
                adapted_roles: frozenset[str] | None) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family: Mamba, Mamba-2,
-    Bamba and Falcon-H1 are transcribed as transformers' torch path runs them on the CPU (on CUDA
+    Bamba, Falcon-H1 and Jamba are transcribed as transformers' torch path runs them on the CPU (on CUDA
     transformers calls the mamba_ssm and causal-conv1d kernels where installed), without
     autocast (no measured row covers autocast over the scans); LoRA where measured
-    (Bamba's and Falcon-H1's rows)."""
+    (the hybrids' rows)."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
+    from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
 
-    if not isinstance(family, Mamba | Mamba2 | Bamba | FalconH1):
+    if not isinstance(family, Mamba | Mamba2 | Bamba | FalconH1 | Jamba):
         return True
-    lora_ok = adapted_roles is None or isinstance(family, Bamba | FalconH1)
+    lora_ok = adapted_roles is None or isinstance(family, Bamba | FalconH1 | Jamba)
     return s.device == "cpu" and not autocast and lora_ok
 
 
@@ -173,10 +174,11 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
     autocast's fp32 list, not on the CPU's: no CPU row pins it, tests/test_graph_moe_amp.py)."""
     import dataclasses
 
+    from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.memory import experts_impl
 
-    if not isinstance(family, Moe):
+    if not isinstance(family, Moe | Jamba):
         return family
     impl = experts_impl(spec, s.experts)
     if (autocast and family.router == "sparsemixer") or impl not in ("eager", "grouped_mm"):
@@ -279,7 +281,9 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
     for i, (name, text, stack, note) in enumerate(_templates(st, run)):
         rows.append((name, numbers[2 * i], text, "", numbers[2 * i + 1], stack, note, None, ()))
     notes: tuple[str, ...] = ()
-    if isinstance(family, Moe):  # the experts' path, as the rules say it
+    from transformer_calc.graph.families.jamba import Jamba
+
+    if isinstance(family, Moe | Jamba):  # the experts' path, as the rules say it
         from transformer_calc.memory import EXPERTS_NOTE
 
         impl = "grouped_mm" if family.grouped else "eager"

@@ -18,6 +18,11 @@ from transformer_calc.graph.families import (
     falcon_h1,
     gemma,
     gpt2,
+    jamba,
+    llama,
+    mamba,
+    moe,
+)
     llama,
     mamba,
     moe,
@@ -29,14 +34,14 @@ from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
-          | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1)
+          | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
-    bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward}
+    bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward, jamba.Jamba: jamba.forward}
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,10 @@ _READS["mamba"] = _METADATA | {"vocab_size", "d_model", "n_layers", "tie_embeddi
 # Bamba: Llama's attention fields and the Mamba-2 mixer's, the layers' kinds
 _READS["bamba"] = _READS["mamba"] | _COMMON | {
     "n_kv_heads", "d_head", "softmax_fp32", "rope_concat", "layer_attention"}
+
+# Jamba: Bamba's fields (attention and a mixer), Mamba's dt/B/C norms, the experts
+_READS["jamba"] = _READS["bamba"] | {"layer_ffn", "ssm_dt_norms", "n_experts", "top_k",
+                                     "d_ff_expert"}
 
 
 @functools.cache
@@ -460,10 +469,39 @@ def _falcon_h1_family(spec: ModelSpec) -> falcon_h1.FalconH1 | None:
                               spec.ssm_conv_bias, spec.ssm_bias, spec.ssm_norm, pa)
 
 
+def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
+    """JambaForCausalLM (model type jamba): each layer attention without positions or a
+    Mamba mixer with dt/B/C norms (layer_attention F, M), then a gated SiLU MLP or experts
+    of the same width (layer_ffn D, E) behind a top-k router that is not renormalised."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "jamba":
+        return None
+    kinds = [jamba.KINDS.get((k[0], k[1])) for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    if not (spec.mixer == "mamba" and spec.ssm_dt_norms and spec.norm == "rmsnorm"
+            and spec.position == "none" and spec.ffn == "gated" and spec.activation == "silu"
+            and spec.softmax_fp32 and not spec.dropout and None not in kinds
+            and H % Hkv == 0 and spec.router_topk == "none"
+            and (not spec.n_experts or spec.expert_ff == spec.d_ff)
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "jamba")):
+        raise TcalcError(f"{spec.name}: no op graph for this jamba layout (the graph engine "
+                         "covers JambaForCausalLM's own layout)")
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return jamba.Jamba(spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, spec.d_ff,
+                       spec.n_layers, spec.ssm_inner, spec.ssm_state, spec.ssm_conv,
+                       spec.ssm_dt_rank, max(spec.n_experts, 1), max(spec.top_k, 1),
+                       "".join(k for k in kinds if k), spec.tie_embeddings,
+                       spec.ssm_conv_bias, spec.ssm_bias, pa, spec.experts_grouped)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family, _llama_variant,
-    _llama, _bert, _gemma_family)
+    _gpt2, _jamba_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
+    _llama_variant, _llama, _bert, _gemma_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

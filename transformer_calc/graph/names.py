@@ -31,6 +31,7 @@ from transformer_calc.graph.families.bert import HEADS, Bert
 from transformer_calc.graph.families.cohere import Cohere
 from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.families.gpt2 import GPT2
+from transformer_calc.graph.families.jamba import Jamba
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.moe import Moe
@@ -240,13 +241,15 @@ class _Namer:
                              else getattr(family, "attention_dropout", 0.0)) != 0
         self.mixer = isinstance(family, Mamba | Mamba2)
         # Bamba: a layer's kind (F attention, M the mixer) names its first norm
-        self.kinds = family.kinds if isinstance(family, Bamba) else ""
+        self.kinds = family.kinds if isinstance(family, Bamba) else \
+            family.mixers if isinstance(family, Jamba) else ""
         self.encoder = isinstance(family, Bert)
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
-        self.moe = isinstance(family, Moe)
+        self.moe = isinstance(family, Moe | Jamba)
+        self.jamba = isinstance(family, Jamba)
 
     def _scores(self, s: Saved) -> bool:
         """Whether the op that saved s made the scores (Q·Kᵀ: a T² output) rather than
@@ -277,7 +280,9 @@ class _Namer:
         if st.name == _ROPE:
             return "rope.cos_sin"
         lora = self.run.lora
-        if module in _ADAPTED and lora is not None and lora.adapts(scope):
+        # (Jamba's router is a parameter, not an nn.Linear: peft leaves it)
+        if module in _ADAPTED and lora is not None and lora.adapts(scope) \
+                and not (self.jamba and module == "router"):
             return "decoder." + self._adapter(module, role, s)
         if module in self.norms:
             return "decoder." + self._norm(self.norms[module], role, s)
@@ -365,7 +370,7 @@ class _Namer:
         """A sparse MoE block's storages (families/moe.py): the router's, the experts'
         (whose rows are the K·B·T routed slots), the shared expert's and its gate's."""
         st, parts = s.storage, rest.split(".")
-        where = parts[1] if len(parts) > 1 and parts[0] == "mlp" else ""
+        where = parts[1] if len(parts) > 1 and parts[0] in ("mlp", "feed_forward") else ""
         # peft's ParamWrapper (graph/lora.py): the merged weight the router's linear or the
         # experts' matmuls keep, the factors' 16-bit copies the experts' baddbmm keeps
         if where == "gate" and role == "mm.mat2":

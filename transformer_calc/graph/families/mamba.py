@@ -88,7 +88,7 @@ def _block(m: Builder, cfg: Mamba | Mamba2, h: Tensor) -> Tensor:
     x = rms_norm(m, "norm", ops.to(h, m.run.dtype))
     residual = ops.to(h, F32)
     with m.module("mixer"):
-        y = _mamba_mixer(m, cfg, x) if isinstance(cfg, Mamba) else \
+        y = mamba_mixer(m, x, cfg.conv_bias, cfg.bias) if isinstance(cfg, Mamba) else \
             mamba2_mixer(m, x, cfg.conv_bias, cfg.bias)
     return ops.add(residual, y)
 
@@ -104,25 +104,31 @@ def causal_conv1d(m: Builder, x: Tensor, channels: Dim, bias: bool) -> Tensor:
     return ops.to(ops.silu(ops.narrow(out, 2, 0, T)), x.dtype)
 
 
-def _mamba_mixer(m: Builder, cfg: Mamba, x: Tensor) -> Tensor:
+def mamba_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
+                dt_norms: bool = False) -> Tensor:
     """MambaMixer.forward in training without kernels: in_proj, the convolution over the
     first half (the second is the gate z), x_proj into dt, B, C; dt_proj's weight times dt
-    (a matmul, its bias added inside the scan), the scan, out_proj."""
+    (a matmul, its bias added inside the scan), the scan, out_proj. dt_norms:
+    JambaMambaMixer's RMSNorms over dt, B and C (dt_layernorm, b_layernorm, c_layernorm)
+    after the split. Sizes: the Builder's Di, N, R, Kc."""
     Di, N, R, E = m["Di"], m["N"], m["R"], m["E"]
     dtype = x.dtype
-    proj = ops.transpose(m.linear("in_proj", x, 2 * Di, cfg.bias), 1, 2)
+    proj = ops.transpose(m.linear("in_proj", x, 2 * Di, bias), 1, 2)
     A = ops.neg(ops.exp(ops.to(m.param("A_log", Di, N), F32)))
     hs, gate = ops.split(proj, Di, 1)
-    hs = causal_conv1d(m, hs, Di, cfg.conv_bias)
+    hs = causal_conv1d(m, hs, Di, conv_bias)
     xp = m.linear("x_proj", ops.transpose(hs, 1, 2), R + 2 * N, False)
     dt, Bm, Cm = (ops.narrow(xp, -1, start, n) for start, n in (
         (0, R), (R.value, N), (R.value + N.value, N)))
+    if dt_norms:
+        dt, Bm, Cm = (rms_norm(m, name, t) for name, t in (
+            ("dt_layernorm", dt), ("b_layernorm", Bm), ("c_layernorm", Cm)))
     with m.module("dt_proj"):
         time_step = ops.matmul(m.param("weight", Di, R), ops.transpose(dt, 1, 2))
         dt_bias = ops.to(m.param("bias", Di), F32)
     y = _selective_scan(m, hs, time_step, A, Bm, Cm, ops.to(m.param("D", Di), F32), gate,
                         dt_bias)
-    return m.linear("out_proj", ops.to(ops.transpose(y, 1, 2), dtype), E, cfg.bias)
+    return m.linear("out_proj", ops.to(ops.transpose(y, 1, 2), dtype), E, bias)
 
 
 def _selective_scan(m: Builder, u: Tensor, dt: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor,
