@@ -1,7 +1,8 @@
 """The op graph's state-space mixers (transformer_calc/graph/families/mamba.py: Mamba and
 Mamba-2 as transformers 5.23's torch path runs them; families/bamba.py: Bamba's attention and
-Mamba-2 layers; families/falcon_h1.py: Falcon-H1's parallel mixer and attention) against
-every measured CPU row of their configs, to the byte.
+Mamba-2 layers; families/falcon_h1.py: Falcon-H1's parallel mixer and attention;
+families/jamba.py: Jamba's attention and Mamba layers with MLPs or experts) against every
+measured CPU row of their configs, to the byte.
 
 Fixtures (torch 2.13 CPU, transformers 5.23, saved_tensors_hooks, each storage still held at
 the end of the forward once, parameters excluded):
@@ -20,17 +21,22 @@ the end of the forward once, parameters excluded):
 - tests/data/activations_bamba_whole_model_cpu.jsonl: the same command over bamba-tiny.json
   and bamba-gqa-tied.json (four layers, GQA, no biases, a tied table, Mamba-2 with two groups
   and chunks of 16), eager and SDPA;
-- tests/data/activations_falcon_h1_whole_model_cpu.jsonl: the same command over
-  falcon_h1-tiny.json (its rows carry no tcalc_bytes: the graph answered them already);
+- tests/data/activations_falcon_h1_whole_model_cpu.jsonl and
+  activations_jamba_whole_model_cpu.jsonl: the same command over falcon_h1-tiny.json and
+  jamba-tiny.json (and for Jamba `-B 2 -T 64 --experts grouped_mm`); their rows carry no
+  tcalc_bytes (the graph answered them already);
 - the LoRA rows (peft 0.21.2, rank 8) of bamba-tiny.json and falcon_h1-tiny.json in
-  activations_lora_moe_hybrid_targets_cpu.jsonl (in_proj; q_proj,v_proj) and of those and
-  falcon_h1-nonorm.json in activations_lora_survey_{qv,attn,mlp,all_linear_rest}_cpu.jsonl;
+  activations_lora_moe_hybrid_targets_cpu.jsonl (in_proj; q_proj,v_proj; jamba-tiny.json's
+  too) and of those, jamba-tiny.json and falcon_h1-nonorm.json in
+  activations_lora_survey_{qv,attn,mlp,all_linear_rest}_cpu.jsonl (eager experts);
   falcon_h1-nonorm.json's whole-model rows in activations_sweep_variants_cpu.jsonl; the
-  mixers' rows of bamba-tiny.json and falcon_h1-tiny.json in activations_mixers_cpu.jsonl.
+  mixers' rows of bamba-tiny.json, falcon_h1-tiny.json and jamba-tiny.json in
+  activations_mixers_cpu.jsonl.
 The per-tensor rules (memory.activation_breakdown, memory_report without the graph) on the
 whole-model rows: Mamba −9,220 … +212,348 bytes (−0.3 … +8.3 %), Mamba-2 −14,934 … +8,198
 (−2.1 … +0.3 %), Bamba −7,484 … +19,154 (−0.9 … +4.1 %), Falcon-H1 −788 … +59,558
-(−0.04 … +4.3 %); on the mixers' rows −0.2 … +5.7 %. The graph meets every row.
+(−0.04 … +4.3 %), Jamba −48,132 … +269,308 (−0.8 … +6.6 %); on the mixers' rows
+−1.3 … +8.6 %. The graph meets every row.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, 
 from transformer_calc.graph.compile import cached, clear_cache, evaluate_fast, sweep
 from transformer_calc.graph.families.bamba import Bamba
 from transformer_calc.graph.families.falcon_h1 import FalconH1
+from transformer_calc.graph.families.jamba import Jamba
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
@@ -58,20 +65,29 @@ from transformer_calc.spec import ModelSpec
 
 CONFIGS = ("mamba-mixer.json", "mamba2-mixer.json", "mamba-biases-tied.json",
            "mamba2-biases-tied.json", "bamba-tiny.json", "bamba-gqa-tied.json",
-           "falcon_h1-tiny.json", "falcon_h1-nonorm.json")
+           "falcon_h1-tiny.json", "falcon_h1-nonorm.json", "jamba-tiny.json")
 ROWS = measured_rows(CONFIGS)
 MIXER_ROWS = [r for r in ROWS if r["file"] == "activations_mixers_cpu.jsonl"]
 MODEL_ROWS = [r for r in ROWS if r["file"] != "activations_mixers_cpu.jsonl"]
 
 
 def _id(r: dict) -> str:
-    return "{}-{}-{}-B{}-T{}-{}".format(
+    return "{}-{}-{}-B{}-T{}-{}-{}".format(
         r["config"].removesuffix(".json"), r.get("attention", "mixer"), r["dtype"], r["B"],
-        r["T"], "-".join(map(str, r.get("lora", ()))) or "full")
+        r["T"], r.get("experts", "eager"), "-".join(map(str, r.get("lora", ()))) or "full")
 
 
 def _spec(config: str) -> ModelSpec:
     return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+
+
+def _family(row: dict) -> Mamba | Mamba2 | Bamba | FalconH1 | Jamba:
+    """The row's graph; Jamba's with the experts path the row ran (rows without an experts
+    key ran the tool's default, eager)."""
+    fam = family_of(_spec(row["config"]))
+    if isinstance(fam, Jamba):
+        return replace(fam, grouped=row.get("experts", "eager") == "grouped_mm")
+    return fam  # type: ignore[return-value]
 
 
 def _run(row: dict) -> Run:
@@ -86,11 +102,17 @@ def _settings(row: dict) -> Settings:
         lora = dict(lora_rank=rank, lora_dropout=dropout,
                     lora_targets=tuple(targets.split(",")))
     return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu", **lora)  # type: ignore[arg-type]
+                    attention=row["attention"], device="cpu",
+                    experts=row.get("experts", "eager"), **lora)  # type: ignore[arg-type]
 
 
 def test_the_rows_cover_the_types_dtypes_lora_and_a_padded_chunk() -> None:
-    assert len(MIXER_ROWS) == 24 and len(MODEL_ROWS) == 32 + 24 + 16 + 32
+    # Mamba and Mamba-2; Bamba (whole, LoRA); Falcon-H1 (whole, tiny LoRA, nonorm LoRA and
+    # whole); Jamba (whole, LoRA)
+    assert len(MIXER_ROWS) == 30 and len(MODEL_ROWS) == 16 + (16 + 24) + (8 + 20 + 12 + 8) + (
+        12 + 24)
+    assert {r.get("experts") for r in MODEL_ROWS if r["config"] == "jamba-tiny.json"} == {
+        "eager", "grouped_mm"}
     assert {r["config"] for r in MODEL_ROWS} == set(CONFIGS)
     assert {r["lora"][1] for r in MODEL_ROWS if r.get("lora")} == {
         "in_proj", "q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj",
@@ -105,7 +127,7 @@ def test_mixer_bytes_equal_the_measurement(row: dict) -> None:
     # what the measurement counts: the storages first saved while a mixer module runs,
     # parameters excluded but not buffers: Falcon-H1's mup_vector, (1, 1, in_proj's width)
     # per layer, which the graph keeps as model memory
-    fam = family_of(_spec(row["config"]))
+    fam = _family(row)
     result = evaluate(fam, _run(row))
     inside = sum(s.nbytes for s in result.saved if ".mixer" in s.scope or ".mamba" in s.scope)
     if isinstance(fam, FalconH1):  # in_proj's width: 2·d_inner + 2·groups·state + heads
@@ -117,7 +139,7 @@ def test_mixer_bytes_equal_the_measurement(row: dict) -> None:
 
 @pytest.mark.parametrize("row", MODEL_ROWS, ids=_id)
 def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    fam = family_of(_spec(row["config"]))
+    fam = _family(row)
     result = evaluate(fam, _run(row))
     assert result.activation_bytes == row["measured_bytes"]
     assert evaluate_fast(fam, _run(row)).activation_bytes == row["measured_bytes"]
@@ -130,7 +152,7 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
     report = memory_report(_spec(row["config"]), _settings(row))
     assert report.activations.total == row["measured_bytes"]
     assert [r[:2] + r[4:] for r in report.activations.rows] == [
-        r[:2] + r[4:] for r in component_rows(family_of(_spec(row["config"])), _run(row))]
+        r[:2] + r[4:] for r in component_rows(_family(row), _run(row))]
 
 
 # torch.utils.flop_counter's forward FLOPs at B = 1 (convolutions and the scan's matmuls
@@ -143,13 +165,15 @@ FLOPS = {("mamba-mixer.json", 37): 2_844_672, ("mamba-biases-tied.json", 37): 3_
          ("bamba-tiny.json", 37): 2_357_952, ("bamba-gqa-tied.json", 37): 6_583_392,
          ("bamba-tiny.json", 64): 4_519_104, ("bamba-gqa-tied.json", 64): 11_767_808,
          ("falcon_h1-tiny.json", 37): 7_345_664, ("falcon_h1-nonorm.json", 37): 2_445_568,
-         ("falcon_h1-tiny.json", 64): 13_586_432, ("falcon_h1-nonorm.json", 64): 4_803_328}
+         ("falcon_h1-tiny.json", 64): 13_586_432, ("falcon_h1-nonorm.json", 64): 4_803_328,
+         ("jamba-tiny.json", 37): 20_730_880, ("jamba-tiny.json", 64): 37_623_808}
 
 
 @pytest.mark.parametrize(("config", "T"), sorted(FLOPS))
 def test_params_and_flops_equal_torch(config: str, T: int) -> None:
     spec = _spec(config)
-    r = evaluate(family_of(spec), Run(1, T, F32, "cpu", "eager"))
+    # (Jamba's experts as tools/reference_flops.py runs them: eager)
+    r = evaluate(_family({"config": config}), Run(1, T, F32, "cpu", "eager"))
     assert r.params == r.trainable_params == count_params(spec).total
     assert r.forward_flops == FLOPS[config, T]
 
@@ -175,9 +199,8 @@ def test_the_scan_keeps_one_state_per_step() -> None:
 
 
 def test_other_mixer_layouts_are_refused() -> None:
-    for config in ("jamba-tiny.json", "nemotron_h-tiny.json"):
-        with pytest.raises(TcalcError):
-            family_of(_spec(config))
+    with pytest.raises(TcalcError):
+        family_of(_spec("nemotron_h-tiny.json"))
     mamba, mamba2 = _spec("mamba-mixer.json"), _spec("mamba2-mixer.json")
     for spec, change in ((mamba, {"ssm_dt_norms": True}), (mamba2, {"ssm_norm": False}),
                          (mamba, {"dropout": 0.1}), (mamba2, {"layer_attention": "MF"}),
@@ -196,6 +219,13 @@ def test_other_mixer_layouts_are_refused() -> None:
     for change in ({"layer_attention": "1P 1F"}, {"rope_concat": True}, {"dropout": 0.1}):
         with pytest.raises(TcalcError):
             family_of(replace(falcon, **change))  # type: ignore[arg-type]
+    jamba = _spec("jamba-tiny.json")
+    for change in ({"ssm_dt_norms": False}, {"bias_o": True}, {"router_topk": "renorm"},
+                   {"d_ff_expert": 8}):
+        with pytest.raises(TcalcError):
+            family_of(replace(jamba, **change))  # type: ignore[arg-type]
+    fam_j = family_of(jamba)
+    assert isinstance(fam_j, Jamba) and fam_j.mixers == "MFMF" and fam_j.kinds == "cbcb"
     nonorm = family_of(_spec("falcon_h1-nonorm.json"))
     assert isinstance(nonorm, FalconH1) and not nonorm.norm and family_of(falcon).norm
 
@@ -228,10 +258,12 @@ def _structure(rng: random.Random, kind: str, attention: str = "eager",
             "conv_bias": rng.random() < 0.5, "bias": rng.random() < 0.5,
             "dtype": rng.choice((F32, BF16, F16)), "recompute": rng.choice(("none", "full")),
             "kinds": rng.choice(("FM", "MFM", "MMF", "M")), "attention": attention,
+            "jamba_kinds": rng.choice(("cb", "cbcb", "ad", "d")),
             "lora": targets}
 
 
-def _draw(rng: random.Random, s: dict) -> tuple[Mamba | Mamba2 | Bamba | FalconH1, Run]:
+def _draw(rng: random.Random, s: dict
+          ) -> tuple[Mamba | Mamba2 | Bamba | FalconH1 | Jamba, Run]:
     """Sizes drawn freely, with the 0/1 edge cases (one channel, one state, a kernel of 1,
     chunks of 1, T = 1, one group or one head per group, one K/V head)."""
     flags = {"tied": s["tied"], "conv_bias": s["conv_bias"], "bias": s["bias"]}
@@ -239,9 +271,18 @@ def _draw(rng: random.Random, s: dict) -> tuple[Mamba | Mamba2 | Bamba | FalconH
               "Kc": rng.choice((1, 2, 4))}
     mixer2 = {"Gs": rng.choice((1, 2)), "Hg": rng.choice((1, 3)), "Ph": rng.choice((1, 4)),
               "Q": rng.choice((1, 4, 8))}
-    fam: Mamba | Mamba2 | Bamba | FalconH1
+    fam: Mamba | Mamba2 | Bamba | FalconH1 | Jamba
     lora = None
-    if s["kind"] == "falcon_h1":
+    if s["kind"] == "jamba":
+        Hkv, G = rng.choice((1, 2)), rng.choice((1, 2))
+        X = rng.choice((1, 2, 4))
+        kinds = s["jamba_kinds"]
+        fam = Jamba(H=Hkv * G, Hkv=Hkv, dh=rng.choice((2, 4)), F=rng.randint(1, 20),
+                    L=len(kinds), Di=rng.choice((1, 3, 16)), R=rng.choice((1, 4)), X=X,
+                    K=rng.randint(1, X), kinds=kinds, grouped=s["bias"], **common, **flags)
+        if s["lora"] is not None:
+            lora = Lora(rng.choice((1, 4)), *s["lora"])
+    elif s["kind"] == "falcon_h1":
         Hkv, G = rng.choice((1, 2)), rng.choice((1, 2))
         fam = FalconH1(H=Hkv * G, Hkv=Hkv, dh=rng.choice((2, 4)), F=rng.randint(1, 20),
                        L=rng.choice((1, 2, 3)), bias_attn=s["bias"], bias_mlp=s["conv_bias"],
@@ -261,26 +302,43 @@ def _draw(rng: random.Random, s: dict) -> tuple[Mamba | Mamba2 | Bamba | FalconH
         fam = Mamba(L=rng.choice((1, 2, 3)), Di=rng.choice((1, 3, 16)), R=rng.choice((1, 4)),
                     **common, **flags)
     run = Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 7, 8, 17)), s["dtype"], "cpu",
-              s["attention"] if s["kind"] in ("bamba", "falcon_h1") else "eager", lora=lora,
+              "eager" if s["kind"] in ("mamba", "mamba2") else s["attention"], lora=lora,
               recompute=s["recompute"])
     return fam, run
 
 
 def test_compiled_equals_traced_on_random_mixer_configurations() -> None:
     # the compiled structures (the scan's repeated step as (T − 1)·…, the chunks as Tq, the
-    # padding Tq·Q − T) against the reference trace on every output and row name: 140 draws
+    # padding Tq·Q − T; the hybrids' layer kinds, attention, LoRA, Jamba's experts) against
+    # the reference trace on every output and row name: 160 draws
     clear_cache()
     rng, hits = random.Random(20261128), 0  # noqa: S311 (not cryptography)
     structures = [_structure(rng, k) for k in ("mamba", "mamba", "mamba2", "mamba2")] + [
         _structure(rng, kind, attention, lora) for kind in ("bamba", "falcon_h1")
-        for attention in ("eager", "sdpa") for lora in (False, True)]
-    for _ in range(140):
+        for attention in ("eager", "sdpa") for lora in (False, True)] + [
+        _structure(rng, "jamba", "eager", False), _structure(rng, "jamba", "sdpa", True)]
+    for _ in range(160):
         fam, run = _draw(rng, rng.choice(structures))
         before = len(cached())
         assert_compiled_equals_traced(fam, run)
         hits += len(cached()) == before
-    # (a structure's guards pin T = 1, a kernel of 1, B = E and the like: fewer draws share)
-    assert hits >= 2
+    # (a structure's guards pin T = 1, a kernel of 1, B = E and the like: few draws share)
+    assert hits >= 1
+
+
+def test_a_structure_serves_other_sizes() -> None:
+    # one compiled structure per layout: other B, T, widths and layer counts replay it (B
+    # apart from the heads: B = heads is a guard of its own, a stride order)
+    clear_cache()
+    for fam in (Mamba(V=30, E=16, L=2, Di=32, N=4, Kc=4, R=3),
+                Mamba2(V=30, E=16, L=2, Gs=2, Hg=2, Ph=4, N=3, Kc=3, Q=8)):
+        evaluate_fast(fam, Run(2, 20, BF16, "cpu", "eager"))
+        before = len(cached())
+        bigger = replace(fam, V=50, E=24, L=5, N=6)
+        for run in (Run(3, 27, BF16, "cpu", "eager"), Run(5, 33, BF16, "cpu", "eager")):
+            assert evaluate_fast(bigger, run).activation_bytes == \
+                evaluate(bigger, run).activation_bytes
+        assert len(cached()) == before
 
 
 def test_a_sweep_over_t_counts_the_chunks() -> None:

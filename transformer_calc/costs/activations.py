@@ -151,10 +151,10 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 
 def _mixer_run(family: Family, s: Settings, autocast: bool,
                adapted_roles: frozenset[str] | None) -> bool:
-    """Whether the graph expresses this run of a recurrent-mixer family: Mamba, Mamba-2,
-    Bamba, Falcon-H1 and Jamba are transcribed as transformers' torch path runs them on the CPU (on CUDA
-    transformers calls the mamba_ssm and causal-conv1d kernels where installed), without
-    autocast (no measured row covers autocast over the scans); LoRA where measured
+    """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
+    Bamba, Falcon-H1 and Jamba are transcribed as transformers' torch path runs them on the
+    CPU (on CUDA transformers calls the mamba_ssm and causal-conv1d kernels where installed),
+    without autocast (no measured row covers autocast over the scans); LoRA where measured
     (the hybrids' rows)."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
