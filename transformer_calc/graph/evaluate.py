@@ -425,7 +425,9 @@ def _bamba_family(spec: ModelSpec) -> bamba.Bamba | None:
     if not (spec.mixer == "mamba2" and spec.norm == "rmsnorm" and spec.position == "rope"
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
             and spec.rope_concat and spec.ssm_norm and not spec.dropout
-            and {k[:2] for k in kinds} <= {"FD", "MD"} and H % Hkv == 0
+            and {k[:2] for k in kinds} <= {"FD", "MD"} and H and Hkv and H % Hkv == 0
+            and spec.ssm_heads and spec.ssm_groups and spec.ssm_heads % spec.ssm_groups == 0
+            and spec.ssm_inner % spec.ssm_heads == 0
             and spec.head_dim >= 2 and spec.bias_ffn_in == spec.bias_ffn_out
             and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
             and not _unread(spec, "bamba")):
@@ -454,7 +456,9 @@ def _falcon_h1_family(spec: ModelSpec) -> falcon_h1.FalconH1 | None:
     if not (spec.mixer == "mamba2" and spec.norm == "rmsnorm" and spec.position == "rope"
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
             and not spec.rope_concat and not spec.dropout
-            and {k[:2] for k in kinds} == {"PD"} and H % Hkv == 0
+            and {k[:2] for k in kinds} == {"PD"} and H and Hkv and H % Hkv == 0
+            and spec.ssm_heads and spec.ssm_groups and spec.ssm_heads % spec.ssm_groups == 0
+            and spec.ssm_inner % spec.ssm_heads == 0
             and spec.bias_ffn_in == spec.bias_ffn_out
             and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
             and not _unread(spec, "bamba")):
@@ -483,7 +487,7 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
     if not (spec.mixer == "mamba" and spec.ssm_dt_norms and spec.norm == "rmsnorm"
             and spec.position == "none" and spec.ffn == "gated" and spec.activation == "silu"
             and spec.softmax_fp32 and not spec.dropout and None not in kinds
-            and H % Hkv == 0 and spec.router_topk == "none"
+            and H and Hkv and H % Hkv == 0 and spec.router_topk == "none"
             and (not spec.n_experts or spec.expert_ff == spec.d_ff)
             and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
                      or spec.bias_ffn_in or spec.bias_ffn_out)
