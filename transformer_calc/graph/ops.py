@@ -676,19 +676,6 @@ def function(name: str, inputs: list[Tensor], saved: list[Tensor], out: Tensor) 
 
 
 # -- state-space mixers: convolution, scans, einsum ---------------------------------------------
-def permute(t: Tensor, dims: tuple[int, ...]) -> Tensor:
-    dims = tuple(d % t.ndim for d in dims)
-    return _alias(t, tuple(t.shape[d] for d in dims), tuple(t.stride[d] for d in dims),
-                  "permute")
-
-
-def squeeze(t: Tensor, dim: int) -> Tensor:
-    """t.squeeze(dim) of a size-1 dimension: a view without it."""
-    dim = dim % t.ndim
-    return _alias(t, t.shape[:dim] + t.shape[dim + 1:], t.stride[:dim] + t.stride[dim + 1:],
-                  "squeeze")
-
-
 def conv1d_depthwise(x: Tensor, w: Tensor, b: Tensor | None, padding: int) -> Tensor:
     """F.conv1d(x, w, b, padding=padding, groups=channels) over x (B, C, T), w (C, 1, K): a
     new contiguous (B, C, T + 2·padding − K + 1). derivatives.yaml convolution: input,
