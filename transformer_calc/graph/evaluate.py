@@ -23,10 +23,6 @@ from transformer_calc.graph.families import (
     mamba,
     moe,
 )
-    llama,
-    mamba,
-    moe,
-)
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly

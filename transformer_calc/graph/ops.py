@@ -692,16 +692,6 @@ def conv1d_depthwise(x: Tensor, w: Tensor, b: Tensor | None, padding: int) -> Te
     return out
 
 
-def softplus(a: Tensor) -> Tensor:
-    """derivatives.yaml softplus: self: softplus_backward(grad, self, beta, threshold)."""
-    return _unary_saving("softplus", a, "self")
-
-
-def exp(a: Tensor) -> Tensor:
-    """derivatives.yaml exp: self: grad * result.conj()."""
-    return _unary_saving("exp", a, "result")
-
-
 def clamp(a: Tensor) -> Tensor:
     """clamp(min=..., max=...) with numbers: derivatives.yaml clamp: self:
     clamp_backward(grad, self, min, max) (ClampBackward1 keeps self)."""
