@@ -44,16 +44,6 @@ class Bamba:
     conv_bias: bool = True  # mamba_conv_bias
     bias: bool = False  # mamba_proj_bias: in_proj, out_proj
     attention_dropout: float = 0.0
-    # what llama._mlp reads
-    fused_gate_up: bool = False
-
-    @property
-    def bias_mlp_in(self) -> bool:
-        return self.bias_mlp
-
-    @property
-    def bias_mlp_out(self) -> bool:
-        return self.bias_mlp
 
     def sizes(self) -> dict[str, int]:
         rotated = self.dh // 2  # int(head_dim * partial_rotary_factor)
@@ -117,7 +107,16 @@ def _layer(m: Builder, cfg: Bamba, h: Tensor, kind: str, cos: Tensor, sin: Tenso
             y = _attention(m, cfg, x, cos, sin, mask)
     h = ops.add(h, y)
     x = llama.rms_norm(m, "pre_ff_layernorm", h)
-    return ops.add(h, llama._mlp(m, cfg, x, "feed_forward"))  # type: ignore[arg-type]
+    return ops.add(h, gated_mlp(m, x, cfg.bias_mlp))
+
+
+def gated_mlp(m: Builder, x: Tensor, bias: bool) -> Tensor:
+    """BambaMLP.forward (JambaMLP's is the same): down_proj(silu(gate_proj(x)) *
+    up_proj(x)), in the module feed_forward."""
+    with m.module("feed_forward"):
+        F, E = m["F"], m["E"]
+        gate = ops.silu(m.linear("gate_proj", x, F, bias))
+        return m.linear("down_proj", ops.mul(gate, m.linear("up_proj", x, F, bias)), E, bias)
 
 
 def _attention(m: Builder, cfg: Bamba, x: Tensor, cos: Tensor, sin: Tensor,

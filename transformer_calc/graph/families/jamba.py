@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from transformer_calc.graph import ops
 from transformer_calc.graph.families import llama, moe
+from transformer_calc.graph.families.bamba import gated_mlp
 from transformer_calc.graph.families.mamba import mamba_mixer
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.symbols import Dim
@@ -46,10 +47,7 @@ class Jamba:
     bias: bool = False  # mamba_proj_bias
     attention_dropout: float = 0.0
     grouped: bool = False
-    # what llama._mlp and moe.sparse_moe_block read
-    fused_gate_up: bool = False
-    bias_mlp_in: bool = False
-    bias_mlp_out: bool = False
+    # what moe.sparse_moe_block reads
     shared_expert: bool = False
     shared_mlp: bool = False
     router: str = "qwen"
@@ -106,7 +104,7 @@ def _layer(m: Builder, cfg: Jamba, h: Tensor, kind: str, mask: Tensor | None) ->
     if kind in "bd":
         f = moe.sparse_moe_block(m, cfg, x, "feed_forward", "router")  # type: ignore[arg-type]
     else:
-        f = llama._mlp(m, cfg, x, "feed_forward")  # type: ignore[arg-type]
+        f = gated_mlp(m, x, False)
     return ops.add(h, f)
 
 
