@@ -163,7 +163,9 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
 
     if not isinstance(family, Mamba | Mamba2 | Bamba | FalconH1 | Jamba):
         return True
-    lora_ok = adapted_roles is None or isinstance(family, Bamba | FalconH1 | Jamba)
+    # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
+    lora_ok = adapted_roles is None or (isinstance(family, Bamba | FalconH1 | Jamba)
+                                        and "lm_head" not in adapted_roles)
     return s.device == "cpu" and not autocast and lora_ok
 
 
