@@ -306,6 +306,11 @@ REFERENCE = {
     "variants/mamba-mixer.json": (47_104, "MambaForCausalLM"),
     "variants/mamba2-mixer.json": (46_540, "Mamba2ForCausalLM"),
     "variants/qwen3_5_text-mixer.json": (46_160, "Qwen3_5ForCausalLM"),
+    # the op graph's mixer variants (tests/test_graph_mixers.py): tools/reference_counts.py,
+    # as above
+    "variants/mamba-biases-tied.json": (54_768, "MambaForCausalLM"),
+    "variants/mamba2-biases-tied.json": (56_184, "Mamba2ForCausalLM"),
+    "variants/bamba-gqa-tied.json": (73_056, "BambaForCausalLM"),
     # Switch Transformers' measured variants (tests/data/activations_switch_transformers_cpu
     # .jsonl): `tools/reference_counts.py` (torch 2.13.0+cpu, transformers 5.23.0, meta device)
     "variants/switch_transformers-tiny.json": (453_248,

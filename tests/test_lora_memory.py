@@ -432,13 +432,19 @@ def test_lora_moe_hybrid_fixture_covers_its_target_sets() -> None:
                                      "q_proj,v_proj", "in_proj", "gate", "shared_expert_gate"}
 
 
-def _lora_row_sizes(config: str, targets: tuple[str, ...], precision: str = "fp32"
-                    ) -> dict[str, tuple[int, int]]:
+def _lora_row_sizes(config: str, targets: tuple[str, ...], precision: str = "fp32",
+                    rules: bool = False) -> dict[str, tuple[int, int]]:
+    """memory_report's rows; rules: the per-tensor rules' (lora_activations), where the op
+    graph answers the model (its bytes equal the measurement: tests/test_graph_mixers.py)."""
+    from transformer_calc.costs import activations as graph_costs
+
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
-    r = memory_report(spec, Settings(precision=precision, batch_size=2, seq_len=64,
-                                     device="cpu", use_cache=False, lora_rank=8,
-                                     lora_targets=targets,
-                                     experts="eager"))
+    s = Settings(precision=precision, batch_size=2, seq_len=64, device="cpu",
+                 use_cache=False, lora_rank=8, lora_targets=targets, experts="eager")
+    with pytest.MonkeyPatch.context() as mp:
+        if rules:
+            mp.setattr(graph_costs, "graph_activations", lambda *a, **k: None)
+        r = memory_report(spec, s)
     return {i.name: (i.count, i.repeat) for i in r.activations.items}
 
 
@@ -474,17 +480,17 @@ def test_lora_frozen_mixers_and_projections_keep_what_the_graph_does() -> None:
     q_proj,v_proj: no Mamba layer keeps in_proj's, x_proj's (a copy of its own) or out_proj's
     input, no MoE layer its experts' copies of their tokens; with in_proj adapted its input
     is what the adapter reads, kept."""
-    falcon = _lora_row_sizes("falcon_h1-tiny.json", ("q_proj", "v_proj"))
+    falcon = _lora_row_sizes("falcon_h1-tiny.json", ("q_proj", "v_proj"), rules=True)
     mixer = {n: rep for n, (_, rep) in falcon.items() if ".mixer." in n}
     assert mixer and set(mixer.values()) == {1}
     assert "decoder.mixer.input" not in falcon and "decoder.mixer.out_proj_input" not in falcon
-    jamba = _lora_row_sizes("jamba-tiny.json", ("q_proj", "v_proj"))
+    jamba = _lora_row_sizes("jamba-tiny.json", ("q_proj", "v_proj"), rules=True)
     for row in ("mixer.input", "mixer.x", "mixer.out_proj_input"):
         assert f"decoder.mamba.dense.{row}" not in jamba
     assert "decoder.mamba.dense.mixer.x_fp32" in jamba  # the scan's own x
     assert "decoder.full.moe.ffn.routed_input" not in jamba
     assert jamba["decoder.full.moe.ffn.expert_output"][1] == 2
-    adapted = _lora_row_sizes("jamba-tiny.json", ("in_proj",))
+    adapted = _lora_row_sizes("jamba-tiny.json", ("in_proj",), rules=True)
     assert adapted["decoder.mamba.dense.mixer.input"] == (2 * 64 * 128 * 4, 2)
     assert "decoder.mamba.dense.mixer.out_proj_input" not in adapted
 
@@ -546,7 +552,7 @@ def test_lora_mixer_projection_inputs_follow_their_readers() -> None:
         rows = _lora_row_sizes(config, ("all-linear",), "bf16")
         assert "decoder.mixer.input" not in rows
         assert "decoder.mixer.out_proj_input" not in rows
-    jamba = _lora_row_sizes("jamba-tiny.json", ("all-linear",))
+    jamba = _lora_row_sizes("jamba-tiny.json", ("all-linear",), rules=True)
     assert jamba["decoder.mamba.dense.mixer.out_proj_input"] == (2 * 64 * 128 * 4, 2)
     assert jamba["decoder.mamba.dense.mixer.input"] == (2 * 64 * 128 * 4, 2)
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # not a target list peft takes by that name.
 _MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj",
             "up": "up_proj", "down": "down_proj", "qkv": "qkv_proj", "gate_up": "gate_up_proj",
-            "lm_head": "lm_head"}
+            "lm_head": "lm_head", "in_proj": "in_proj", "out_proj": "out_proj"}
 _GPT2_MODULES = {"qkv": "c_attn", "up": "c_fc", "o": "c_proj", "down": "c_proj",
                  "lm_head": "lm_head"}
 # BERT-style encoders (peft matches a target against the path's end after a dot):
@@ -87,6 +87,8 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
         return None
     family = _dropout(family, s)
     if family is None:
+        return None
+    if not _mixer_run(family, s, amp or amp16, adapted_roles):
         return None
     family = _experts(spec, family, s, amp or amp16)
     if family is None:
@@ -158,13 +160,16 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.gptj import GPTJ
+    from transformer_calc.graph.families.mamba import Mamba, Mamba2
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.t5 import T5
 
     if s.dropout is None:
         return family
     off: Family
-    if isinstance(family, T5):
+    if isinstance(family, Mamba | Mamba2):  # no dropout in these models
+        on, off = 0.0, family
+    elif isinstance(family, T5):
         on = family.dropout
         off = dataclasses.replace(family, dropout=0.0)
     elif isinstance(family, Bart | Fsmt):
@@ -192,6 +197,26 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     return off
 
 
+def _mixer_run(family: Family, s: Settings, autocast: bool,
+               adapted_roles: frozenset[str] | None) -> bool:
+    """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
+    Bamba, Falcon-H1 and Jamba are transcribed as transformers' torch path runs them on the
+    CPU (on CUDA transformers calls the mamba_ssm and causal-conv1d kernels where installed),
+    without autocast (no measured row covers autocast over the scans); LoRA where measured
+    (the hybrids' rows)."""
+    from transformer_calc.graph.families.bamba import Bamba
+    from transformer_calc.graph.families.falcon_h1 import FalconH1
+    from transformer_calc.graph.families.jamba import Jamba
+    from transformer_calc.graph.families.mamba import Mamba, Mamba2
+
+    if not isinstance(family, Mamba | Mamba2 | Bamba | FalconH1 | Jamba):
+        return True
+    # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
+    lora_ok = adapted_roles is None or (isinstance(family, Bamba | FalconH1 | Jamba)
+                                        and "lm_head" not in adapted_roles)
+    return s.device == "cpu" and not autocast and lora_ok
+
+
 def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Family | None:
     """An MoE family with the experts implementation the run uses (memory.experts_impl:
     --experts, or transformers' default), or None where the graph does not model it:
@@ -200,10 +225,11 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
     and so DeepSeek-V3's sigmoid router (its top-k sum) and LongCat-Flash's softmax one."""
     import dataclasses
 
+    from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.memory import experts_impl
 
-    if not isinstance(family, Moe):
+    if not isinstance(family, Moe | Jamba):
         return family
     impl = experts_impl(spec, s.experts)
     if (autocast and family.router in ("sparsemixer", "sigmoid", "softmax")) \
@@ -333,7 +359,9 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
     for i, (name, text, stack, note) in enumerate(_templates(st, run)):
         rows.append((name, numbers[2 * i], text, "", numbers[2 * i + 1], stack, note, None, ()))
     notes: tuple[str, ...] = ()
-    if isinstance(family, Moe):  # the experts' path, as the rules say it
+    from transformer_calc.graph.families.jamba import Jamba
+
+    if isinstance(family, Moe | Jamba):  # the experts' path, as the rules say it
         from transformer_calc.memory import EXPERTS_NOTE
 
         impl = "grouped_mm" if family.grouped else "eager"

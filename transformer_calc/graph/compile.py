@@ -446,6 +446,7 @@ def sweep(family: Family, run: Run, **columns: Sequence[int]) -> dict[str, Any]:
     fixed sizes. With numpy (imported here, only if installed) the columns are int64 arrays
     (object arrays where a value could pass 2**62), else lists of ints."""
     swept = [k for k in SWEPT if k in columns]
+    sizes = family.sizes()
     if not swept or len(swept) != len(columns):
         raise ValueError(f"sweep: only {', '.join(SWEPT)} can be swept")
     try:
@@ -457,6 +458,8 @@ def sweep(family: Family, run: Run, **columns: Sequence[int]) -> dict[str, Any]:
         cols = {k: np.asarray(columns[k], dtype=np.int64) for k in swept}
         if "T" in cols:
             cols["T32"] = -(-cols["T"] // 32) * 32
+            if "Q" in sizes:  # a chunked scan's chunks
+                cols["Tq"] = -(-cols["T"] // sizes["Q"])
         out: dict[str, Any] = {k: np.zeros(len(cols[swept[0]]), dtype=np.int64)
                                for k in OUTPUTS}
         todo: Any = np.arange(len(cols[swept[0]]))
@@ -464,6 +467,8 @@ def sweep(family: Family, run: Run, **columns: Sequence[int]) -> dict[str, Any]:
         cols = {k: list(columns[k]) for k in swept}
         if "T" in cols:
             cols["T32"] = [-(-t // 32) * 32 for t in cols["T"]]
+            if "Q" in sizes:
+                cols["Tq"] = [-(-t // sizes["Q"]) for t in cols["T"]]
         out = {k: [0] * len(cols[swept[0]]) for k in OUTPUTS}
         todo = list(range(len(cols[swept[0]])))
     args = list(cols)

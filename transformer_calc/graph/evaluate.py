@@ -12,15 +12,19 @@ from dataclasses import dataclass
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import variants
 from transformer_calc.graph.families import (
+    bamba,
     bart,
     bert,
     cohere,
     falcon,
+    falcon_h1,
     fsmt,
     gemma,
     gpt2,
     gptj,
+    jamba,
     llama,
+    mamba,
     mla,
     moe,
     neox,
@@ -33,14 +37,17 @@ from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
-          | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt | neox.NeoX | gptj.GPTJ | falcon.Falcon)
+          | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt | neox.NeoX | gptj.GPTJ | falcon.Falcon
+          | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
     mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward,
-    neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward}
+    neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
+    mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
+    bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward, jamba.Jamba: jamba.forward}
 
 
 @dataclass(frozen=True)
@@ -199,6 +206,25 @@ _READS["mla"] = _READS["llama"] | {"kv_lora_rank", "q_lora_rank", "qk_nope_head_
 # that reuse another's top-k)
 _MLAS = ("", "deepseek_v3", "minicpm3", "deepseek_v32", "glm_moe_dsa", "longcat_flash")
 _DSAS = ("", "deepseek_v32", "glm_moe_dsa")
+
+# Mamba and Mamba-2 (MambaForCausalLM, Mamba2ForCausalLM): the mixer's sizes and flags; the
+# attention's bias flags say only that there is none; the cache's state dtype changes no
+# training tensor
+_READS["mamba"] = _METADATA | {"vocab_size", "d_model", "n_layers", "tie_embeddings",
+                               "position", "ffn", "activation", "norm", "sdpa_path", "mixer",
+                               "ssm_inner", "ssm_state", "ssm_conv", "ssm_dt_rank",
+                               "ssm_heads", "ssm_groups", "ssm_chunk", "ssm_conv_bias",
+                               "ssm_bias", "ssm_norm", "ssm_state_dtype", "peft_mamba",
+                               "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in",
+                               "bias_ffn_out"}
+
+# Bamba: Llama's attention fields and the Mamba-2 mixer's, the layers' kinds
+_READS["bamba"] = _READS["mamba"] | _COMMON | {
+    "n_kv_heads", "d_head", "softmax_fp32", "rope_concat", "layer_attention"}
+
+# Jamba: Bamba's fields (attention and a mixer), Mamba's dt/B/C norms, the experts
+_READS["jamba"] = _READS["bamba"] | {"layer_ffn", "ssm_dt_norms", "n_experts", "top_k",
+                                     "d_ff_expert"}
 
 
 @functools.cache
@@ -690,12 +716,129 @@ def _falcon(spec: ModelSpec) -> falcon.Falcon | None:
                          tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa)
 
 
+
+def _mamba_family(spec: ModelSpec) -> mamba.Mamba | mamba.Mamba2 | None:
+    """MambaForCausalLM and Mamba2ForCausalLM (model types mamba and mamba2: every layer a
+    mixer, no FFN, RMSNorm), as transformers' torch path runs them. Other layouts with a
+    mixer (the hybrids, Jamba's dt/B/C norms, Falcon-H1's mixer without its norm) have no
+    graph yet."""
+    if spec.mixer == "none" or spec.model_type not in ("mamba", "mamba2"):
+        return None
+    if not (spec.mixer == spec.model_type and spec.norm == "rmsnorm"
+            and spec.position == "none" and not spec.d_ff and not spec.layer_attention
+            and not spec.layer_ffn and not spec.ssm_dt_norms and spec.ssm_in_projs == 1
+            and (spec.mixer == "mamba" or spec.ssm_norm)
+            and not _unread(spec, "mamba")):
+        raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout (the "
+                         "graph engine covers MambaForCausalLM's and Mamba2ForCausalLM's "
+                         "own layout)")
+    V, E, L, N, Kc = (spec.vocab_size, spec.d_model, spec.n_layers, spec.ssm_state,
+                      spec.ssm_conv)
+    flags = (spec.tie_embeddings, spec.ssm_conv_bias, spec.ssm_bias)
+    if spec.mixer == "mamba":
+        return mamba.Mamba(V, E, L, spec.ssm_inner, N, Kc, spec.ssm_dt_rank, *flags)
+    H, G = spec.ssm_heads, spec.ssm_groups
+    return mamba.Mamba2(V, E, L, G, H // G, spec.ssm_inner // H, N, Kc, spec.ssm_chunk,
+                        *flags)
+
+
+def _bamba_family(spec: ModelSpec) -> bamba.Bamba | None:
+    """BambaForCausalLM (model type bamba): each layer attention or a Mamba-2 mixer as
+    layer_attention says (F, M), then a gated SiLU MLP; attention biases all or none."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "bamba":
+        return None
+    kinds = layer_kinds_in_order(spec, spec.n_layers)
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    if not (spec.mixer == "mamba2" and spec.norm == "rmsnorm" and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and spec.rope_concat and spec.ssm_norm and not spec.dropout
+            and {k[:2] for k in kinds} <= {"FD", "MD"} and H and Hkv and H % Hkv == 0
+            and spec.ssm_heads and spec.ssm_groups and spec.ssm_heads % spec.ssm_groups == 0
+            and spec.ssm_inner % spec.ssm_heads == 0
+            and spec.head_dim >= 2 and spec.bias_ffn_in == spec.bias_ffn_out
+            and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
+            and not _unread(spec, "bamba")):
+        raise TcalcError(f"{spec.name}: no op graph for this bamba layout (the graph "
+                         "engine covers BambaForCausalLM's own layout)")
+    Hs, Gs = spec.ssm_heads, spec.ssm_groups
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return bamba.Bamba(spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, spec.d_ff,
+                       spec.n_layers, Gs, Hs // Gs, spec.ssm_inner // Hs, spec.ssm_state,
+                       spec.ssm_conv, spec.ssm_chunk, "".join(k[0] for k in kinds),
+                       spec.tie_embeddings, spec.bias_q, spec.bias_ffn_in,
+                       spec.ssm_conv_bias, spec.ssm_bias, pa)
+
+
+def _falcon_h1_family(spec: ModelSpec) -> falcon_h1.FalconH1 | None:
+    """FalconH1ForCausalLM (model type falcon_h1): every layer the Mamba-2 mixer and
+    attention in parallel (layer_attention P), a gated SiLU MLP; attention biases all or
+    none. (FalconH1Config's mamba_norm_before_gate is not in the spec: its default, True.)"""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "falcon_h1":
+        return None
+    kinds = layer_kinds_in_order(spec, spec.n_layers)
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    if not (spec.mixer == "mamba2" and spec.norm == "rmsnorm" and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.rope_concat and not spec.dropout
+            and {k[:2] for k in kinds} == {"PD"} and H and Hkv and H % Hkv == 0
+            and spec.ssm_heads and spec.ssm_groups and spec.ssm_heads % spec.ssm_groups == 0
+            and spec.ssm_inner % spec.ssm_heads == 0
+            and spec.bias_ffn_in == spec.bias_ffn_out
+            and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
+            and not _unread(spec, "bamba")):
+        raise TcalcError(f"{spec.name}: no op graph for this falcon_h1 layout (the graph "
+                         "engine covers FalconH1ForCausalLM's own layout)")
+    Hs, Gs = spec.ssm_heads, spec.ssm_groups
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return falcon_h1.FalconH1(spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim,
+                              spec.d_ff, spec.n_layers, Gs, Hs // Gs, spec.ssm_inner // Hs,
+                              spec.ssm_state, spec.ssm_conv, spec.ssm_chunk,
+                              spec.tie_embeddings, spec.bias_q, spec.bias_ffn_in,
+                              spec.ssm_conv_bias, spec.ssm_bias, spec.ssm_norm, pa)
+
+
+def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
+    """JambaForCausalLM (model type jamba): each layer attention without positions or a
+    Mamba mixer with dt/B/C norms (layer_attention F, M), then a gated SiLU MLP or experts
+    of the same width (layer_ffn D, E) behind a top-k router that is not renormalised."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "jamba":
+        return None
+    kinds = [jamba.KINDS.get((k[0], k[1])) for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    if not (spec.mixer == "mamba" and spec.ssm_dt_norms and spec.norm == "rmsnorm"
+            and spec.position == "none" and spec.ffn == "gated" and spec.activation == "silu"
+            and spec.softmax_fp32 and not spec.dropout and None not in kinds
+            and H and Hkv and H % Hkv == 0 and spec.router_topk == "none"
+            and (not spec.n_experts or spec.expert_ff == spec.d_ff)
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "jamba")):
+        raise TcalcError(f"{spec.name}: no op graph for this jamba layout (the graph engine "
+                         "covers JambaForCausalLM's own layout)")
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return jamba.Jamba(spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, spec.d_ff,
+                       spec.n_layers, spec.ssm_inner, spec.ssm_state, spec.ssm_conv,
+                       spec.ssm_dt_rank, max(spec.n_experts, 1), max(spec.top_k, 1),
+                       "".join(k for k in kinds if k), spec.tie_embeddings,
+                       spec.ssm_conv_bias, spec.ssm_bias, pa, spec.experts_grouped)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
-# MLA spec, with experts or not, the MLA family's; the NeoX-style model types before the
-# layouts that would otherwise claim them)
+# MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
+# types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _neox, _gptj, _falcon, _gpt2, _mla_family, _moe_family, _llama_variant, _llama,
-    _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family)
+    _neox, _gptj, _falcon, _gpt2, _mla_family, _jamba_family, _moe_family, _mamba_family,
+    _bamba_family, _falcon_h1_family, _llama_variant, _llama, _bert, _gemma_family,
+    _t5_family, _bart_family, _fsmt_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -39,9 +39,12 @@ class Run:
 
 
 def symbol_values(run: Run, sizes: dict[str, int]) -> dict[str, int]:
-    """The symbols' values: B, T, the family's sizes, r (LoRA's rank) and T32 (T rounded
-    up to a multiple of 32, the memory-efficient kernel's log-sum-exp length)."""
+    """The symbols' values: B, T, the family's sizes, r (LoRA's rank), T32 (T rounded
+    up to a multiple of 32, the memory-efficient kernel's log-sum-exp length) and, with a
+    chunk size Q, Tq (the chunks: T / Q rounded up)."""
     out = {"B": run.batch, "T": run.seq_len, "T32": -(-run.seq_len // 32) * 32, **sizes}
+    if "Q" in sizes:  # a chunked scan's chunks: T / Q rounded up (Mamba-2)
+        out["Tq"] = -(-run.seq_len // sizes["Q"])
     if run.lora is not None:
         out["r"] = run.lora.rank
     for name, v in out.items():

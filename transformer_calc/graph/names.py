@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from transformer_calc.breakdown import Row, substitute
 from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
+from transformer_calc.graph.families.bamba import Bamba
 from transformer_calc.graph.families.bart import Bart
 from transformer_calc.graph.families.bert import HEADS, Bert
 from transformer_calc.graph.families.cohere import Cohere
@@ -34,7 +35,9 @@ from transformer_calc.graph.families.fsmt import Fsmt
 from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.gptj import GPTJ
+from transformer_calc.graph.families.jamba import Jamba
 from transformer_calc.graph.families.llama import Llama
+from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.neox import NeoX
 from transformer_calc.graph.families.t5 import T5
@@ -43,21 +46,23 @@ from transformer_calc.graph.modules import Run
 from transformer_calc.graph.symbols import Poly, product
 from transformer_calc.graph.trace import OpRecord, Saved
 
-_LAYER = re.compile(
-    r"^(?:transformer\.h|(?:model|gpt_neox|gpt_neox_japanese)\.layers)\.(\d+)(?:\.(.*))?$")
+_LAYER = re.compile(r"^(?:transformer\.h|(?:model|gpt_neox|gpt_neox_japanese|backbone)\.layers)"
+                    r"\.(\d+)(?:\.(.*))?$")
 # the norms, by their module's last name: GPT-2's LayerNorms, Llama's RMSNorms
 _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm",
           "q_norm": "attn.q_norm", "k_norm": "attn.k_norm",
           "post_attention_layernorm": "ffn.norm", "pre_feedforward_layernorm": "ffn.norm",
           "query_layernorm": "attn.q_norm", "key_layernorm": "attn.k_norm",
-          "ln_f": "final_norm", "norm": "final_norm", "attn_sub_norm": "attn.sub_norm",
+          "ln_f": "final_norm", "norm": "final_norm", "norm_f": "final_norm",
+          "attn_sub_norm": "attn.sub_norm",
           "ffn_sub_norm": "ffn.sub_norm", "attention_layernorm": "attn.norm",
           "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm",
           "q_a_layernorm": "attn.q_latent_norm", "kv_a_layernorm": "attn.kv_latent_norm",
           # the NeoX-style decoders' (families/neox.py)
           "q_layernorm": "attn.q_norm", "k_layernorm": "attn.k_norm",
           "final_layer_norm": "final_norm", "final_layernorm": "final_norm",
-          "ln_attn": "attn.norm", "ln_mlp": "ffn.norm"}  # (Falcon's two parallel norms)
+          "ln_attn": "attn.norm", "ln_mlp": "ffn.norm",
+          "pre_ff_layernorm": "ffn.norm"}  # (Falcon's two parallel norms)
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -165,7 +170,11 @@ SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "
                 "Ee": "d_embed", "Ty": "token_types", "X": "n_experts", "K": "top_k",
                 "Fe": "d_ff_expert", "Fs": "d_ff_shared", "rq": "q_lora_rank",
                 "rkv": "kv_lora_rank", "dn": "d_nope", "dr": "d_rope", "dv": "d_v",
-                "R": "rotary_dims"}
+                "R": "rotary_dims",
+                "Di": "ssm_inner",
+                "N": "ssm_state", "Kc": "ssm_conv", "Rd": "ssm_dt_rank", "Gs": "ssm_groups",
+                "Hg": "heads_per_group", "Ph": "ssm_head_dim", "Q": "ssm_chunk",
+                "Tq": "chunks"}
 # what each component is, beside its formula (no symbol names inside: they are words here)
 DESCRIPTIONS = {
     "embed.token_ids": "int64 indices", "embed.position_ids": "int64 positions",
@@ -221,7 +230,18 @@ DESCRIPTIONS = {
     "decoder.ffn.shared_gate_product": "the shared expert's output and its sigmoid gate",
     "lora_merged_weight": "W + s·B·A, kept", "lora_weight_casts": "A and B, cast",
     "decoder.ffn.expert_weight_casts": "autocast's 16-bit copy of each expert's weight "
-    "slices, made anew per expert (a slice is not a leaf: not in autocast's cache)"}
+    "slices, made anew per expert (a slice is not a leaf: not in autocast's cache)",
+    "decoder.mixer.input": "in_proj input", "decoder.mixer.in_proj_output": "the "
+    "convolution's input, a view of in_proj's output", "decoder.mixer.conv_output":
+    "the padded convolution's output (SiLU input)", "decoder.mixer.x": "x_proj input",
+    "decoder.mixer.x_proj_output": "dt, B and C", "decoder.mixer.dt": "the step sizes "
+    "(softplus, clamp)", "decoder.mixer.decay": "exp of the discretised A, the segment "
+    "sums", "decoder.mixer.chunk_masks": "the segment sums' bool masks",
+    "decoder.mixer.scan_operands": "each step's state (Mamba), the einsums' operands "
+    "(Mamba-2)", "decoder.mixer.scan": "the scan's other products",
+    "decoder.mixer.gated_norm": "y, silu(z), their product in fp32, rstd",
+    "decoder.mixer.gated_norm.normalized": "the group-normed y the weight multiplies",
+    "decoder.mixer.out_proj_input": "out_proj input"}
 
 
 def description(name: str) -> str:
@@ -284,15 +304,20 @@ class _Namer:
             _COHERE_NORM_PARTS if isinstance(family, Cohere) else _NORM_PARTS
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2 | GPTJ)
                              else family.dropout if isinstance(family, T5)
-                             else family.attention_dropout) != 0
+                             else getattr(family, "attention_dropout", 0.0)) != 0
         self.t5 = isinstance(family, T5)
         self.bart = isinstance(family, Bart | Fsmt)
+        self.mixer = isinstance(family, Mamba | Mamba2)
+        # Bamba: a layer's kind (F attention, M the mixer) names its first norm
+        self.kinds = family.kinds if isinstance(family, Bamba) else \
+            family.mixers if isinstance(family, Jamba) else ""
         self.encoder = isinstance(family, Bert)
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
-        self.moe = isinstance(family, Moe)
+        self.moe = isinstance(family, Moe | Jamba)
+        self.jamba = isinstance(family, Jamba)
 
     def _scores(self, s: Saved) -> bool:
         """Whether the op that saved s made the scores (Q·Kᵀ: a T² output) rather than
@@ -317,6 +342,13 @@ class _Namer:
 
     def _in_layer(self, module: str, role: str, s: Saved) -> str:
         scope, st = s.scope, s.storage
+        layer = _LAYER.match(scope)
+        rest = (layer.group(2) or "") if layer else ""
+        if self.mixer or rest.startswith("mamba"):
+            return "decoder." + self._mixer(rest, role, s)
+        if self.kinds and module == "input_layernorm" and s.layer is not None \
+                and self.kinds[s.layer] == "M":
+            return "decoder." + self._norm("mixer.norm", role)
         if st.name in _ROPES:
             return "rope.cos_sin"
         if st.op == "repeat_interleave":  # GPT-J, CodeGen: sin and cos for Q and for K
@@ -326,14 +358,14 @@ class _Namer:
         if role == "index.indices0" and st.dtype.name == "int64" and not self.moe:
             return "decoder.attn.kv_index"  # Falcon's qkv[:, :, :, [-2]] and [[-1]]
         lora = self.run.lora
-        if module in _ADAPTED and lora is not None and lora.adapts(scope):
+        # (Jamba's router is a parameter, not an nn.Linear: peft leaves it)
+        if module in _ADAPTED and lora is not None and lora.adapts(scope) \
+                and not (self.jamba and module == "router"):
             return "decoder." + self._adapter(module, role, s)
         if module in self.norms:
             if role == "native_layer_norm.input" and st.name.endswith(".query_key_value"):
                 return "decoder.attn.qkv_output"  # Persimmon's q_layernorm: a view of it
             return "decoder." + self._norm(self.norms[module], role, s)
-        layer = _LAYER.match(scope)
-        rest = (layer.group(2) or "") if layer else ""
         moe = self._moe(rest, role, s) if self.moe else None
         if moe is not None:
             return "decoder." + moe
@@ -344,7 +376,7 @@ class _Namer:
         if module == "act_fn":  # xIELU's module: its alphas (1,) and its tensors
             return "decoder.ffn.activation_mask" if role == "where.condition" else \
                 "decoder.ffn.activation"
-        if module in ("mlp", "mlps"):  # (LongCat-Flash's mlps.i)
+        if module in ("mlp", "mlps", "feed_forward"):  # (LongCat-Flash's mlps.i)
             if role in ("mul.other", "native_dropout.result1") and not _has(
                     st.numel.poly, ("F",)):
                 return "decoder.ffn.residual_dropout_mask"
@@ -511,7 +543,7 @@ class _Namer:
         """A sparse MoE block's storages (families/moe.py): the router's, the experts'
         (whose rows are the K·B·T routed slots), the shared expert's and its gate's."""
         st, parts = s.storage, rest.split(".")
-        where = parts[1] if len(parts) > 1 and parts[0] == "mlp" else ""
+        where = parts[1] if len(parts) > 1 and parts[0] in ("mlp", "feed_forward") else ""
         # peft's ParamWrapper (graph/lora.py): the merged weight the router's linear or the
         # experts' matmuls keep, the factors' 16-bit copies the experts' baddbmm keeps
         if where == "gate" and role == "mm.mat2" and st.op != "to":
@@ -549,6 +581,38 @@ class _Namer:
                               or st.name.endswith("shared_expert.down_proj")):
             return "ffn.shared_gate_product"
         return None
+
+    def _mixer(self, rest: str, role: str, s: Saved) -> str:
+        """A Mamba or Mamba-2 layer's storages (families/mamba.py): the block's norm, the
+        projections' inputs, the convolution's input (in_proj's output) and output, the
+        scan's step sizes, decays, states and operands, the gated norm."""
+        st, parts = s.storage, rest.split(".")
+        if parts[0] == "norm":
+            return "mixer." + self._norm("norm", role)
+        sub = parts[1] if len(parts) > 1 else ""
+        if sub == "norm":  # MambaRMSNormGated: the weight's product keeps the normed y
+            normed = role == "mul.other" and st.op == "mul"
+            return "mixer.gated_norm.normalized" if normed else "mixer.gated_norm"
+        inputs = {"in_proj": "input", "x_proj": "x", "dt_proj": "x_proj_output",
+                  "out_proj": "out_proj_input", "conv1d": "in_proj_output"}
+        lora = self.run.lora
+        if sub in ("in_proj", "out_proj", "x_proj") and lora is not None \
+                and lora.adapts(s.scope):
+            part = _lora_part(role, s)
+            return f"mixer.{sub}.{part}" if part else "mixer." + inputs[sub]
+        if sub in inputs and role in ("mm.self", "addmm.self", "convolution.input"):
+            return "mixer." + inputs[sub]
+        if role == "silu.self" and st.op == "convolution":
+            return "mixer.conv_output"
+        if st.op in ("softplus", "clamp") or role in ("softplus.self", "clamp.self"):
+            return "mixer.dt"
+        if role == "exp.result":
+            return "mixer.decay"
+        if role == "masked_fill.mask":
+            return "mixer.chunk_masks"
+        if st.op in ("add", "repeat_interleave", "pad", "clone") or role.startswith("bmm."):
+            return "mixer.scan_operands"  # the loop's states, the einsums' operands
+        return "mixer.scan"
 
     def _norm(self, prefix: str, role: str, s: Saved | None = None) -> str:
         if s is not None and role == "mul.self" and self.norm_parts is _COHERE_NORM_PARTS \

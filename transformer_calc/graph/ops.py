@@ -343,11 +343,14 @@ def gather(t: Tensor, dim: int, index: Tensor) -> Tensor:
     return out
 
 
-def pad(t: Tensor, extra: int, dim: int = -1) -> Tensor:
-    """constant_pad_nd: a new contiguous tensor, the dimension grown by extra."""
+def pad(t: Tensor, extra: Dim | int, dim: int = -1) -> Tensor:
+    """constant_pad_nd: a new contiguous tensor, the dimension grown by extra (no padding:
+    a copy, its layout preserved)."""
     dim = dim % t.ndim
     shape = t.shape[:dim] + (t.shape[dim] + extra,) + t.shape[dim + 1:]
-    out = _new(t, shape, t.dtype, t.requires_grad)
+    none = (extra.value if isinstance(extra, Dim) else extra) == 0
+    out = _new(t, shape, t.dtype, t.requires_grad,
+               preserve_strides(t.sizes, t.stride) if none else None)
     t.trace.record("pad", out)
     return out
 
@@ -455,12 +458,21 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 def _matmul(a: Tensor, b: Tensor) -> Tensor:
     if a.ndim == 2 and b.ndim == 2:
         return mm(a, b)
-    # should_fold: also when the matrix requires a gradient (a copy in the forward rather
-    # than a batch-sized expanded operand in the backward), as a linear layer's weight does
+    # should_fold (ATen's matmul): N-D @ 2-D folds the batch into rows when the matrix
+    # requires a gradient (a copy in the forward rather than a batch-sized expanded operand
+    # in the backward), as a linear layer's weight does, or when the fold is a view; 2-D @
+    # N-D folds when the 2-D operand requires one (measured: torch 2.13, saved_tensors_hooks)
     if a.ndim >= 3 and b.ndim == 2 and (b.requires_grad or _foldable(a)):
         out = mm(reshape(a, (_rows(a), a.shape[-1])), b)
         return _alias(out, a.shape[:-1] + (b.shape[1],), contiguous_strides(
             a.sizes[:-1] + (b.sizes[1],)), "_unsafe_view")
+    if a.ndim == 2 and b.ndim >= 3 and a.requires_grad:
+        # 2-D @ N-D folds b's batch: (bᵀ folded) @ aᵀ, transposed back and made contiguous
+        bt = transpose(b, -1, -2)
+        out = mm(reshape(bt, (_rows(bt), bt.shape[-1])), transpose(a, 0, 1))
+        out = _alias(out, bt.shape[:-1] + (a.shape[0],), contiguous_strides(
+            bt.sizes[:-1] + (a.sizes[0],)), "_unsafe_view")
+        return contiguous(transpose(out, -1, -2))
     batch = _broadcast_batch(a, b)
     nb = Dim.const(1)
     for d in batch:
@@ -668,3 +680,132 @@ def function(name: str, inputs: list[Tensor], saved: list[Tensor], out: Tensor) 
     out.requires_grad = _rg(*inputs) and out.trace.grad_enabled
     out.trace.record(name, out, [(f"saved{i}", t, True) for i, t in enumerate(saved)])
     return out
+
+
+# -- state-space mixers: convolution, scans, einsum ---------------------------------------------
+def conv1d_depthwise(x: Tensor, w: Tensor, b: Tensor | None, padding: int) -> Tensor:
+    """F.conv1d(x, w, b, padding=padding, groups=channels) over x (B, C, T), w (C, 1, K): a
+    new contiguous (B, C, T + 2·padding − K + 1). derivatives.yaml convolution: input,
+    weight, bias: convolution_backward(grad, input, weight, ...): one formula for the three,
+    so input and weight are kept whenever the node exists. FLOPs as
+    torch.utils.flop_counter's conv_flop_count: 2 · B · T_out · C_out · K · C_in/groups."""
+    x, w, b = autocast.cast_linear(x, w, b)
+    K = w.shape[-1]
+    Bn, C, T = x.shape
+    out_t = T + (2 * padding + 1) + Dim(-K.value, -K.poly)
+    out = _new(x, (Bn, C, out_t), x.dtype, _rg(x, w, b))
+    x.trace.record("convolution", out, [("input", x, True), ("weight", w, True)],
+                   flops=2 * Bn * out_t * C * K)
+    return out
+
+
+def clamp(a: Tensor) -> Tensor:
+    """clamp(min=..., max=...) with numbers: derivatives.yaml clamp: self:
+    clamp_backward(grad, self, min, max) (ClampBackward1 keeps self)."""
+    return _unary_saving("clamp", a, "self")
+
+
+def cumsum(a: Tensor) -> Tensor:
+    """derivatives.yaml cumsum: self: cumsum_backward(grad.to(self.scalar_type()), dim):
+    nothing kept; a new contiguous tensor."""
+    out = _new(a, a.shape, a.dtype, a.requires_grad)
+    a.trace.record("cumsum", out)
+    return out
+
+
+def repeat_interleave(t: Tensor, repeats: Dim, dim: int) -> Tensor:
+    """t.repeat_interleave(repeats, dim) with an int count (aten's repeat_interleave_symint:
+    unsqueeze, expand, a contiguous clone flattened): a new tensor, nothing kept."""
+    dim = dim % t.ndim
+    shape = t.shape[:dim] + (t.shape[dim] * repeats,) + t.shape[dim + 1:]
+    out = _new(t, shape, t.dtype, t.requires_grad)
+    t.trace.record("repeat_interleave", out)
+    return out
+
+
+def stack_new(like: Tensor, shape: tuple[Dim, ...], requires_grad: bool) -> Tensor:
+    """torch.stack of the per-step outputs of a loop (stack_backward keeps sizes only): a
+    new contiguous tensor."""
+    out = _new(like, shape, like.dtype, requires_grad)
+    like.trace.record("stack", out)
+    return out
+
+
+def einsum(equation: str, a: Tensor, b: Tensor) -> Tensor:
+    """torch.einsum of two operands as ATen runs it (aten/src/ATen/native/Linear.cpp):
+    each operand permuted to the output's labels then the contracted ones (alphabetical),
+    size-1 dims added where a label is missing; a contracted dim present in one operand
+    only is summed away; sumproduct_pair permutes both to (both, left-only, summed) and
+    (both, summed, right-only), reshapes them to 3-D (a copy where no view exists) and
+    calls bmm (which keeps each for the other's gradient); the result a view of bmm's."""
+    lhs, out_labels = equation.replace(" ", "").split("->")
+    la, lb = lhs.split(",")
+    contracted = sorted(set(la + lb) - set(out_labels))
+    order = list(out_labels) + contracted
+    ops_ = [_einsum_operand(t, labs, order) for t, labs in ((a, la), (b, lb))]
+    left, right = ops_
+    n_out = len(out_labels)
+    sum_dims = []
+    for d in range(n_out, len(order)):
+        sl, sr = left.sizes[d] != 1, right.sizes[d] != 1
+        if sl and sr:
+            sum_dims.append(d)
+        elif sl:
+            left = sum_dim(left, d, keepdim=True)
+        elif sr:
+            right = sum_dim(right, d, keepdim=True)
+    out = _sumproduct_pair(left, right, sum_dims)
+    return view(out, out.shape[:n_out]) if out.ndim > n_out else out
+
+
+def _einsum_operand(t: Tensor, labels: str, order: list[str]) -> Tensor:
+    perm: list[int] = []
+    j = t.ndim
+    for lab in order:
+        if lab in labels:
+            perm.append(labels.index(lab))
+        else:
+            t = unsqueeze(t, -1)
+            perm.append(j)
+            j += 1
+    return permute(t, tuple(perm))
+
+
+def _sumproduct_pair(left: Tensor, right: Tensor, sum_dims: list[int]) -> Tensor:
+    """aten's sumproduct_pair(left, right, sum_dims, keepdim=True)."""
+    if not sum_dims:
+        return mul(left, right)
+    one = Dim.const(1)
+    lro: list[int] = []
+    lo: list[int] = []
+    ro: list[int] = []
+    lro_size, lo_size, ro_size, sum_size = one, one, one, one
+    for i in range(left.ndim):
+        sl, sr = left.sizes[i] != 1, right.sizes[i] != 1
+        if i in sum_dims:
+            if sl and sr:
+                sum_size = sum_size * left.shape[i]
+            elif sl:
+                left = sum_dim(left, i, keepdim=True)
+            elif sr:
+                right = sum_dim(right, i, keepdim=True)
+        elif sl and sr:
+            lro.append(i)
+            lro_size = lro_size * left.shape[i]
+        elif sl:
+            lo.append(i)
+            lo_size = lo_size * left.shape[i]
+        else:
+            ro.append(i)
+            ro_size = ro_size * right.shape[i]
+    out_shape = tuple([left.shape[d] for d in lro] + [left.shape[d] for d in lo]
+                      + [one for _ in sum_dims] + [right.shape[d] for d in ro])
+    lperm = tuple(lro + lo + sum_dims + ro)
+    rperm = tuple(lro + sum_dims + ro + lo)
+    operm = [0] * len(out_shape)
+    for i, d in enumerate(lro + lo + sum_dims + ro):
+        operm[d] = i
+    lhs = reshape(permute(left, lperm), (lro_size, lo_size, sum_size))
+    rhs = reshape(permute(right, rperm), (lro_size, sum_size, ro_size))
+    out = bmm(lhs, rhs)
+    return permute(view(out, out_shape), tuple(operm))

@@ -71,6 +71,7 @@ class Trace:
     # Builder: ("div", H, Hkv) -> G, ("ceil", T, 32) -> T32 (keyed by the operands' polys)
     derived: dict[tuple[str, Poly, Poly], Dim] = field(default_factory=dict)
     _scope: list[str] = field(default_factory=list)
+    _loop_storages: set[int] | None = None  # storages made inside a `loop` (by id)
 
     # -- creation --------------------------------------------------------------------------
     def tensor(self, shape: tuple[Dim, ...], dtype: DType, requires_grad: bool,
@@ -78,6 +79,8 @@ class Trace:
                stride: tuple[int, ...] | None = None) -> Tensor:
         sizes = tuple(d.value for d in shape)
         storage = Storage(numel_of(shape), dtype, kind, name or self.scope, self.layer)
+        if self._loop_storages is not None:
+            self._loop_storages.add(id(storage))
         return Tensor(shape, stride or contiguous_strides(sizes), dtype, storage,
                       requires_grad and self.grad_enabled, self)
 
@@ -123,6 +126,43 @@ class Trace:
         if key not in self.derived:
             raise ValueError(f"no symbol for {op}({a}, {b}): name it in the Builder")
         return self.derived[key]
+
+    @contextmanager
+    def loop(self) -> Iterator[None]:
+        """A Python loop of small ops (Mamba's scan over T): its steps are traced inside
+        this block, and a step traced under `repeat` stands for several."""
+        outer, self._loop_storages = self._loop_storages, set()
+        try:
+            yield
+        finally:
+            self._loop_storages = outer
+
+    @contextmanager
+    def repeat(self, count: Dim) -> Iterator[None]:
+        """One step of a `loop` standing for `count` steps alike: what autograd keeps of
+        each step (the storages first saved during it, made inside the loop: the step's own
+        tensors and the previous step's state it reads) is that step's set times count;
+        its FLOPs likewise. A storage made before the loop and first saved here would be
+        saved once, not per step: refused."""
+        if self._loop_storages is None:
+            raise ValueError("repeat: only inside a loop")
+        before = set(self.saved)
+        flops, flops_poly = self.flops, self.flops_poly
+        layer_flops = self.layer_flops.get(self.layer) if self.layer is not None else None
+        yield
+        for key in self.saved.keys() - before:
+            st = self.saved[key].storage
+            if key not in self._loop_storages:
+                raise ValueError(f"{self.scope}: a loop's step first saves {st.name}, made "
+                                 "before the loop")
+            st.numel = st.numel * count
+        extra = count + (-1)
+        self.flops += (self.flops - flops) * extra.value
+        delta = self.flops_poly - flops_poly
+        self.flops_poly = self.flops_poly + delta * extra.poly
+        if layer_flops is not None and self.layer is not None:
+            self.layer_flops[self.layer] = self.layer_flops[self.layer] + (
+                self.layer_flops[self.layer] - layer_flops) * extra.poly
 
     @contextmanager
     def no_grad(self) -> Iterator[None]:

@@ -103,18 +103,20 @@ def _stack(m: Builder, cfg: Moe, layer: Callable[[Tensor, llama.Mlp], Tensor], h
     return h
 
 
-def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor) -> Tensor:
-    """MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock.forward."""
+def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor, name: str = "mlp",
+                     router: str = "gate") -> Tensor:
+    """MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock.forward
+    (JambaSparseMoeBlock's: the module and its router named feed_forward and router)."""
     B, T, E = x.shape
     N = B * T
-    with m.module("mlp"):
+    with m.module(name):
         # HunYuanMoEV1Moe: hidden_states_mlp = self.shared_mlp(hidden_states), first
         ungated = llama._mlp(m, cfg, x, "shared_mlp", "Fs") if cfg.shared_mlp else None
         flat = ops.view(x, (N, E))  # hidden_states.view(-1, hidden_dim)
         shared = (llama._mlp(m, cfg, flat, "shared_expert", "Fs") if cfg.shared_expert
                   else None)
         weights, chosen = (_sparsemixer(m, flat) if cfg.router == "sparsemixer"
-                           else _router(m, cfg, flat))
+                           else _router(m, cfg, flat, router))
         with m.module("experts"):
             run = _grouped_experts if cfg.grouped else _eager_experts
             out = run(m, flat, chosen, weights)
@@ -126,11 +128,12 @@ def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor) -> Tensor:
         return out if ungated is None else ops.add(out, ungated)
 
 
-def _router(m: Builder, cfg: Moe, flat: Tensor) -> tuple[Tensor, Tensor]:
+def _router(m: Builder, cfg: Moe, flat: Tensor, name: str = "gate"
+            ) -> tuple[Tensor, Tensor]:
     """MixtralTopKRouter / Qwen2MoeTopKRouter.forward: logits = linear(x, weight); softmax
     over the experts in fp32; topk; the top values divided by their sum (in place);
     Qwen's cast back to the logits' dtype. Returns (scores, indices), (B·T, K) each."""
-    with m.module("gate"):
+    with m.module(name):
         if cfg.router == "hunyuan":  # HunYuanMoEV1Gate: self.wg, an nn.Linear
             logits = m.linear("wg", flat, m["X"], False)
         else:
