@@ -170,6 +170,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.moe import Moe
+    from transformer_calc.graph.families.rope_encoder import RopeEncoder
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
 
@@ -178,6 +179,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     named = {"bf16": BF16, "fp16": F16}.get(s.adapter_dtype)
     dtype = (F16 if s.precision == "fp16" else BF16) if s.fsdp2_mixed else named
     table = (_GPT2_MODULES if isinstance(family, GPT2) else
+             _rope_encoder_modules(family) if isinstance(family, RopeEncoder) else
              _BERT_MODULES if isinstance(family, Bert) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
         table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
@@ -197,7 +199,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
         return Lora(s.lora_rank, frozenset(("all-linear",)), s.lora_dropout, dtype)
     if not roles <= table.keys():
         return None
-    if isinstance(family, GPT2 | Bert) and len(roles & {"o", "down"}) == 1:
+    if (isinstance(family, GPT2 | Bert) and not isinstance(family, RopeEncoder)
+            and len(roles & {"o", "down"}) == 1):
         return None  # one of the two c_proj (output.dense) alone
     return Lora(s.lora_rank, frozenset(table[r] for r in roles), s.lora_dropout, dtype)
 
@@ -225,6 +228,13 @@ def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | N
         return None
     return Lora(s.lora_rank, frozenset(table[r] for r in modules), s.lora_dropout, dtype,
                 frozenset(wrapped[r] for r in roles & wrapped.keys()))
+
+
+def _rope_encoder_modules(family: Family) -> dict[str, str]:
+    """GTE's and NomicBERT's module names are Llama's; Jina's plain MLP is fc1, fc2."""
+    if getattr(family, "gated", True):
+        return _MODULES
+    return {**_MODULES, "up": "fc1", "down": "fc2"}
 
 
 def _run(s: Settings, T: int, amp: bool, amp16: bool, lora: Lora | None) -> Run:

@@ -10,20 +10,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
-from transformer_calc.graph import variants
-from transformer_calc.graph.families import bert, cohere, gemma, gpt2, llama, moe
+from transformer_calc.graph.families import bert, gemma, gpt2, llama, moe, rope_encoder
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
 from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
-Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
+Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | rope_encoder.RopeEncoder
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
-    moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward}
+    moe.Moe: moe.forward, gemma.Gemma: gemma.forward,
+    rope_encoder.RopeEncoder: rope_encoder.forward}
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,15 @@ _ENCODERS = {"bert": ("bert", "bert", False), "ernie": ("ernie", "bert", False),
              "xlm-roberta": ("roberta", "roberta", True),
              "data2vec-text": ("data2vec_text", "roberta", True),
              "electra": ("electra", "electra", False)}
+# the rotary encoders (rope_encoder.py): model_type -> (the encoder's attribute, the MLM
+# head's layout, the MLP gated, GteMLP's dropout)
+_ROPE_ENCODERS = {"gte": ("gte", "gte", True, True),
+                  "nomic_bert": ("nomic_bert", "nomic", True, False),
+                  "jina_embeddings_v3": ("roberta", "roberta", False, False)}
+_READS["rope_encoder"] = _METADATA | _COMMON | {
+    "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
+    "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
+    "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
 # The model types whose forward gemma.py transcribes
 _GEMMAS = ("gemma", "gemma2", "gemma3_text", "vaultgemma")
 # the MoE decoders: Llama's fields and the experts' (peft_moe says how peft adapts them:
@@ -211,6 +220,35 @@ def _bert(spec: ModelSpec) -> bert.Bert | None:
     if spec.model_type in _ENCODERS and not _unread(spec, "bert"):
         return _encoder(spec)
     return None
+
+
+def _rope_encoder(spec: ModelSpec) -> rope_encoder.RopeEncoder | None:
+    """GTE, NomicBERT and Jina v3 (spec_from_hf's fields for them): post-norm layers with
+    RoPE over every head dim, GTE's biases (q, k, v, o, the MLP's output) all or none, the
+    gated MLP or Jina's plain one, the MLM head of the model type."""
+    if spec.model_type not in _ROPE_ENCODERS or _unread(spec, "rope_encoder"):
+        return None
+    base, head, gated, mlp_dropout = _ROPE_ENCODERS[spec.model_type]
+    E, H = spec.d_model, spec.n_heads
+    bias = spec.bias_q
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "rope"
+            and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
+            and spec.ffn == ("gated" if gated else "plain")
+            and spec.activation in ("gelu", "silu") and spec.mlm_head and not spec.lm_head
+            and not spec.loss_fp32 and spec.token_types >= 1
+            and spec.ffn_dropout == (mlp_dropout and bool(spec.dropout))
+            and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H)
+            and H and E % H == 0 and spec.d_ff
+            and {spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_out} == {bias}
+            and spec.bias_ffn_in == (bias and not gated)):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return rope_encoder.RopeEncoder(
+        V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E, H=H, F=spec.d_ff,
+        L=spec.n_layers, base=base, head=head, tied=spec.tie_embeddings, hidden_dropout=p,
+        attention_dropout=pa, head_act=spec.activation if head == "nomic" else "gelu",
+        gated=gated, act=spec.activation, bias=bias, mlp_dropout=mlp_dropout)
 
 
 def _gemma_family(spec: ModelSpec) -> gemma.Gemma | None:
@@ -352,7 +390,7 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
+    _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -82,13 +82,21 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
 # BERT-style encoders (families/bert.py): a layer's modules as the decoders' tables above
 # key them (post-norm: the attention output's LayerNorm is tcalc's attn.norm, the layer
 # output's its ffn.norm); their rows are named encoder.* in place of decoder.*
-_ENCODER_LAYER = re.compile(r"^\w+\.encoder\.layer\.(\d+)(?:\.(.*))?$")
+_ENCODER_LAYER = re.compile(r"^\w+\.(?:encoder\.layer|layers)\.(\d+)(?:\.(.*))?$")
 _ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_proj",
                     "attention.self.value": "v_proj", "attention.output.dense": "o_proj",
                     "intermediate.dense": "up_proj", "output.dense": "down_proj",
                     "attention.output.LayerNorm": "ln_1", "output.LayerNorm": "ln_2",
                     "attention.self": "self_attn", "attention.output": "self_attn",
-                    "intermediate": "mlp", "output": "mlp"}
+                    "intermediate": "mlp", "output": "mlp",
+                    # the rotary encoders (families/rope_encoder.py)
+                    "self_attn.q_proj": "q_proj", "self_attn.k_proj": "k_proj",
+                    "self_attn.v_proj": "v_proj", "self_attn.o_proj": "o_proj",
+                    "self_attn": "self_attn", "post_attention_dropout": "self_attn",
+                    "mlp.gate_proj": "gate_proj", "mlp.up_proj": "up_proj",
+                    "mlp.down_proj": "down_proj", "mlp.fc1": "up_proj",
+                    "mlp.fc2": "down_proj", "mlp": "mlp", "post_mlp_dropout": "mlp",
+                    "post_attention_layernorm": "ln_1", "post_mlp_layernorm": "ln_2"}
 # peft's ParamWrapper over a MoE's expert weights, by the weight it wraps: the names
 # lora_activations gives their rows
 _WRAPPED = {"gate_up_proj": "gate_up", "down_proj": "out"}
@@ -246,7 +254,7 @@ class _Namer:
 
     def _in_layer(self, module: str, role: str, s: Saved) -> str:
         scope, st = s.scope, s.storage
-        if st.name == _ROPE:
+        if st.name == _ROPE or st.name.endswith(".rotary_emb"):
             return "rope.cos_sin"
         lora = self.run.lora
         if module in _ADAPTED and lora is not None and lora.adapts(scope):
@@ -269,8 +277,10 @@ class _Namer:
             if role in ("mul.other", "native_dropout.result1") and not _has(
                     st.numel.poly, ("F",)):
                 return "decoder.ffn.residual_dropout_mask"
+            # (GteMLP's dropout on the gated product: its CPU noise is a mul.other, CUDA's
+            # mask native_dropout's; both F wide, kept with the activation)
             if role in ("pow.self", "tanh.result", "silu.self", "gelu.self", "mul.self",
-                        "mul.other", "relu.result"):
+                        "mul.other", "native_dropout.result1"):
                 return "decoder.ffn.activation"
         raise ValueError(f"no component name for {role} saved in {scope} "
                          f"(made in {st.name or 'the model'})")
@@ -306,7 +316,7 @@ class _Namer:
             return "head.mlm." + self._norm("norm", role)
         if part_of_head == "decoder" and role == "addmm.self":
             return "head.mlm.decoder_input"
-        if role == "gelu.self":
+        if role in ("gelu.self", "silu.self"):
             return "head.mlm.activation"
         return self._outside(scope, role, s)
 
@@ -435,7 +445,7 @@ class _Namer:
         model-level tensors the layers are called with (positions, RoPE's cos and sin, the
         eager mask), once."""
         st = s.storage
-        if st.name == _ROPE:
+        if st.name == _ROPE or st.name.endswith(".rotary_emb"):
             return "rope.cos_sin"
         if st.name == "causal_mask":
             return _MASK

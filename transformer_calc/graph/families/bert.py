@@ -27,6 +27,8 @@ from transformer_calc.graph.tensor import I64, Tensor
 # the masked-LM head's modules, by the class's layout: (the head's scope, its dense, its
 # norm, the decoder; whether a bias parameter of the head's own is the tied decoder's)
 HEADS = {"bert": ("cls.predictions", "transform.dense", "transform.LayerNorm", "decoder", True),
+         "nomic": ("cls.predictions", "transform.dense", "transform.layer_norm", "decoder", True),
+         "gte": ("lm_head", "dense", "layer_norm", "decoder", False),
          "roberta": ("lm_head", "dense", "layer_norm", "decoder", True),
          "electra": ("", "generator_predictions.dense", "generator_predictions.LayerNorm",
                      "generator_lm_head", False)}
@@ -55,6 +57,7 @@ class Bert:
     tied: bool = True
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
+    head_act: str = "gelu"  # the MLM head's activation (NomicBERT's: hidden_act, silu)
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "P": self.P, "Ty": self.Ty, "E": self.E, "H": self.H,
@@ -89,7 +92,7 @@ def forward(m: Builder, cfg: Bert) -> Tensor:
             h = m.linear("embeddings_project", h, m["E"], True)
         with m.module("encoder"):
             h = m.layers("layer", lambda x: _layer(m, cfg, x), h)
-    scores = _head(m, cfg, h)
+    scores = head(m, cfg, h)
     return ops.cross_entropy(ops.view(scores, (B * T, V)), ops.view(ids, (B * T,)))
 
 
@@ -150,7 +153,14 @@ def _self_attention(m: Builder, cfg: Bert, x: Tensor) -> Tensor:
     B, T, H, dh = m["B"], m["T"], m["H"], m["dh"]
     q, k, v = (ops.transpose(ops.view(m.linear(name, x, H * dh, True), (B, T, H, dh)), 1, 2)
                for name in ("query", "key", "value"))
-    p, scaling = cfg.attention_dropout, float(dh.value) ** -0.5
+    return bidirectional_attention(m, q, k, v, cfg.attention_dropout)
+
+
+def bidirectional_attention(m: Builder, q: Tensor, k: Tensor, v: Tensor, p: float) -> Tensor:
+    """The attention interface without a mask (q, k, v of (B, H, T, dh)), its output
+    reshaped to (B, T, H·dh) and made contiguous."""
+    B, T, H, dh = m["B"], m["T"], m["H"], m["dh"]
+    scaling = float(dh.value) ** -0.5
     if m.run.attention == "eager":
         # eager_attention_forward (modeling_bert.py): matmul(q, kᵀ) · scaling, no mask,
         # softmax in the scores' dtype, dropout, the product with V, transposed, contiguous
@@ -166,7 +176,7 @@ def _self_attention(m: Builder, cfg: Bert, x: Tensor) -> Tensor:
     return ops.contiguous(ops.reshape(out, (B, T, H * dh)))
 
 
-def _head(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
+def head(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
     """The MLM head: dense, gelu, LayerNorm, then the decoder to the vocabulary with a
     bias. BertLMPredictionHead (transform, decoder; its bias parameter is the decoder's
     bias, tied) and RobertaLMHead: hidden_size wide; ElectraGeneratorPredictions and
@@ -180,7 +190,8 @@ def _head(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
         bias = m.param("bias", V) if shared_bias else None
         # (ACT2FN[hidden_act] in BERT's transform, activations.gelu in RoBERTa's and
         # ELECTRA's: the erf GELU each)
-        x = m.layer_norm(norm, ops.gelu(m.linear(dense, h, width, True)))
+        x = m.linear(dense, h, width, True)
+        x = m.layer_norm(norm, ops.silu(x) if cfg.head_act == "silu" else ops.gelu(x))
         with m.module(decoder):
             w = m.tied(table) if cfg.tied else m.param("weight", V, width)
             if bias is None or not cfg.tied:  # an untied decoder has a bias of its own

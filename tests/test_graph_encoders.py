@@ -1,0 +1,155 @@
+"""The op graphs of the encoders beyond BERT's own layout, which memory_report reads for
+them: the rotary encoders (transformer_calc/graph/families/rope_encoder.py: GTE, NomicBERT,
+Jina v3), against every measured CPU row of their model types, to the byte; compiled
+against traced on random configurations; what family_of maps and what it leaves to the rules.
+
+Fixtures (read, not changed; torch 2.13 CPU, transformers 5.23, peft 0.21.2,
+saved_tensors_hooks, each storage still held at the end of the forward once, parameters and
+buffers excluded; measured by tools/measure_activations_hf.py): the rows of gte-tiny,
+nomic_bert-tiny and jina_embeddings_v3-tiny in tests/data/activations_*_cpu.jsonl (full
+training and peft's LoRA on all-linear, q/k/v/o, gate/up/down and q/v). Tolerance: none.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from conftest import DATA
+from graph_rows import assert_compiled_equals_traced, measured_rows, row_run
+
+from transformer_calc.errors import TcalcError
+from transformer_calc.flops import count_flops
+from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
+from transformer_calc.graph.compile import evaluate_fast
+from transformer_calc.graph.families.rope_encoder import RopeEncoder
+from transformer_calc.hf import spec_from_hf
+from transformer_calc.memory import Settings, memory_report
+from transformer_calc.params import count_params
+from transformer_calc.spec import ModelSpec
+
+ROPE_CONFIGS = ("gte-tiny.json", "nomic_bert-tiny.json", "jina_embeddings_v3-tiny.json")
+CONFIGS = ROPE_CONFIGS
+ROWS = measured_rows(CONFIGS)
+
+
+def _id(r: dict) -> str:
+    return "{}-{}-{}-B{}-T{}-{}".format(r["config"].removesuffix(".json"), r["attention"],
+                                        r["dtype"], r["B"], r["T"],
+                                        "-".join(map(str, r.get("lora") or ())) or "full")
+
+
+def _spec(config: str) -> ModelSpec:
+    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()), config)
+
+
+def _settings(row: dict) -> Settings:
+    lora = {}
+    if row.get("lora"):
+        rank, targets, dropout = row["lora"]
+        names = row.get("tcalc_targets") or targets
+        lora = dict(lora_rank=rank, lora_targets=tuple(names.split(",")), lora_dropout=dropout)
+    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
+                    attention=row["attention"], device="cpu", **lora)  # type: ignore[arg-type]
+
+
+def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
+    assert {r["config"] for r in ROWS} == set(CONFIGS)
+    rope = [r for r in ROWS if r["config"] in ROPE_CONFIGS]
+    assert len(rope) == 24 + 24 + 20
+    assert {r["lora"][1] for r in rope if r.get("lora")} == {
+        "all-linear", "q_proj,k_proj,v_proj,o_proj", "gate_proj,up_proj,down_proj",
+        "q_proj,v_proj"}
+
+
+@pytest.mark.parametrize("row", ROWS, ids=_id)
+def test_saved_bytes_equal_the_measurement(row: dict) -> None:
+    fam = family_of(_spec(row["config"]))
+    traced, compiled = evaluate(fam, row_run(row)), evaluate_fast(fam, row_run(row))
+    assert traced.activation_bytes == compiled.activation_bytes == row["measured_bytes"]
+    if "trainable" in row:  # peft's count of the adapters' parameters
+        assert traced.trainable_params == row["trainable"][0]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=_id)
+def test_memory_report_reads_the_graph(row: dict) -> None:
+    report = memory_report(_spec(row["config"]), _settings(row))
+    assert report.activations.total == row["measured_bytes"]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
+    spec = _spec(config)
+    for attention in ("eager", "sdpa"):
+        for B, T in ((1, 64), (3, 100)):
+            r = evaluate(family_of(spec), Run(B, T, F32, "cpu", attention))
+            assert r.params == r.trainable_params == count_params(spec).total
+            assert r.forward_flops == B * T * count_flops(spec, T).total
+
+
+def test_the_rotary_encoders_layouts() -> None:
+    gte, nomic, jina = (family_of(_spec(c)) for c in ROPE_CONFIGS)
+    assert isinstance(gte, RopeEncoder) and gte.gated and gte.bias and gte.mlp_dropout
+    assert isinstance(nomic, RopeEncoder) and nomic.gated and not nomic.bias
+    assert (nomic.act, nomic.head_act, nomic.head) == ("silu", "silu", "nomic")
+    assert isinstance(jina, RopeEncoder) and not jina.gated and jina.bias
+    assert (jina.base, jina.head) == ("roberta", "roberta")
+
+
+@pytest.mark.parametrize("change", [
+    {"hidden_act": "relu"},
+    {"architectures": ["GteForSequenceClassification"]},
+    {"type_vocab_size": 0},
+], ids=lambda c: "-".join(map(str, c)))
+def test_other_rotary_layouts_keep_the_rules(change: dict) -> None:
+    config = json.loads((DATA / "hf" / "variants" / "gte-tiny.json").read_text())
+    try:
+        spec = spec_from_hf({**config, **change})
+    except TcalcError:
+        return  # not even a spec
+    with pytest.raises(TcalcError, match="no op graph"):
+        family_of(spec)
+
+
+def test_a_rotary_spec_that_says_otherwise_keeps_the_rules() -> None:
+    spec = _spec("gte-tiny.json")
+    assert isinstance(family_of(spec), RopeEncoder)
+    for other in (spec.replace(model_type=""), spec.replace(norm_position="pre"),
+                  spec.replace(bias_o=False), spec.replace(loss_fp32=True),
+                  spec.replace(ffn="plain"), spec.replace(n_kv_heads=1)):
+        with pytest.raises(TcalcError, match="no op graph"):
+            family_of(other)
+
+
+def _draw_rope(rng: random.Random) -> tuple[RopeEncoder, Run]:
+    """A random rotary encoder and run, with the 0/1 edge cases (B = 1, T = 1, one head,
+    one layer, head dims of 2)."""
+    H, dh = rng.choice((1, 2, 3)), rng.choice((2, 4, 8))
+    p = rng.choice((0.0, 0.1))
+    kind = rng.choice(("gte", "nomic", "roberta"))
+    fam = RopeEncoder(V=rng.randint(5, 40), P=64, Ty=rng.choice((1, 2)), E=H * dh, H=H,
+                      F=rng.randint(1, 24), L=rng.choice((1, 2, 3)),
+                      base={"gte": "gte", "nomic": "nomic_bert", "roberta": "roberta"}[kind],
+                      head=kind, tied=rng.random() < 0.5, hidden_dropout=p,
+                      attention_dropout=rng.choice((0.0, p)),
+                      head_act=rng.choice(("gelu", "silu")), gated=kind != "roberta",
+                      act=rng.choice(("gelu", "silu")), bias=rng.random() < 0.5,
+                      mlp_dropout=kind == "gte")
+    device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
+    lora = None
+    if rng.random() < 0.5:
+        lora = Lora(rng.choice((1, 4)), frozenset(rng.sample(
+            ("q_proj", "v_proj", "o_proj", "up_proj", "fc2", "dense", "all-linear"),
+            rng.choice((1, 2)))), rng.choice((0.0, 0.05)))
+    return fam, Run(rng.choice((1, 1, 2, 3)), rng.choice((1, 2, 7, 33)), dtype, device,
+                    rng.choice(("eager", "sdpa")),
+                    autocast=rng.choice((None, BF16)) if device == "cuda" and dtype == F32
+                    else None, lora=lora,
+                    recompute=rng.choice(("none", "none", "selective", "full")))
+
+
+def test_compiled_equals_traced_on_random_rotary_encoders() -> None:
+    rng = random.Random(20261128)  # noqa: S311 (not cryptography)
+    for _ in range(80):
+        assert_compiled_equals_traced(*_draw_rope(rng))
