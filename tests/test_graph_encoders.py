@@ -7,7 +7,10 @@ Fixtures (read, not changed; torch 2.13 CPU, transformers 5.23, peft 0.21.2,
 saved_tensors_hooks, each storage still held at the end of the forward once, parameters and
 buffers excluded; measured by tools/measure_activations_hf.py): the rows of gte-tiny,
 nomic_bert-tiny and jina_embeddings_v3-tiny in tests/data/activations_*_cpu.jsonl (full
-training and peft's LoRA on all-linear, q/k/v/o, gate/up/down and q/v). Tolerance: none.
+training and peft's LoRA on all-linear, q/k/v/o, gate/up/down and q/v); DeBERTa
+(families/deberta.py): the rows of deberta-relative, deberta-c2p-absolute and deberta-p2c
+(eager: DeBERTa has no SDPA path; LoRA on all-linear, in_proj, pos_proj/pos_q_proj).
+Tolerance: none.
 """
 
 from __future__ import annotations
@@ -23,14 +26,17 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
+from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.rope_encoder import RopeEncoder
+from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
 ROPE_CONFIGS = ("gte-tiny.json", "nomic_bert-tiny.json", "jina_embeddings_v3-tiny.json")
-CONFIGS = ROPE_CONFIGS
+DEBERTA_CONFIGS = ("deberta-relative.json", "deberta-c2p-absolute.json", "deberta-p2c.json")
+CONFIGS = ROPE_CONFIGS + DEBERTA_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
 
@@ -58,6 +64,10 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert {r["config"] for r in ROWS} == set(CONFIGS)
     rope = [r for r in ROWS if r["config"] in ROPE_CONFIGS]
     assert len(rope) == 24 + 24 + 20
+    v1 = [r for r in ROWS if r["config"] in DEBERTA_CONFIGS]
+    assert len(v1) == 14 + 8 + 6 and {r["attention"] for r in v1} == {"eager"}
+    assert {r["lora"][1] for r in v1 if r.get("lora")} == {
+        "all-linear", "in_proj", "pos_proj,pos_q_proj"}
     assert {r["lora"][1] for r in rope if r.get("lora")} == {
         "all-linear", "q_proj,k_proj,v_proj,o_proj", "gate_proj,up_proj,down_proj",
         "q_proj,v_proj"}
@@ -78,7 +88,27 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
     assert report.activations.total == row["measured_bytes"]
 
 
-@pytest.mark.parametrize("config", CONFIGS)
+# torch.utils.flop_counter.FlopCounterMode over XForMaskedLM(config).train() forwards
+# (torch 2.13, transformers 5.23, eager) at B=1 T=64 and B=3 T=90: DeBERTa projects its
+# relative table once per batch, not per sequence, so only B = 1 is count_flops' per-token
+# figure (tcalc counts the projections per sequence: B - 1 too many)
+DEBERTA_FLOPS = {"deberta-relative.json": (5_767_168, 23_596_032),
+                 "deberta-c2p-absolute.json": (3_997_696, 18_029_568),
+                 "deberta-p2c.json": (4_980_736, 21_122_048)}
+
+
+@pytest.mark.parametrize("config", DEBERTA_FLOPS)
+def test_deberta_params_and_forward_flops(config: str) -> None:
+    spec = _spec(config)
+    for (B, T), flops in zip(((1, 64), (3, 90)), DEBERTA_FLOPS[config], strict=True):
+        r = evaluate(family_of(spec), Run(B, T, F32, "cpu", "eager"))
+        assert r.params == r.trainable_params == count_params(spec).total
+        assert r.forward_flops == flops
+        if B == 1:
+            assert r.forward_flops == T * count_flops(spec, T).total
+
+
+@pytest.mark.parametrize("config", ROPE_CONFIGS)
 def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
     spec = _spec(config)
     for attention in ("eager", "sdpa"):
@@ -153,3 +183,70 @@ def test_compiled_equals_traced_on_random_rotary_encoders() -> None:
     rng = random.Random(20261128)  # noqa: S311 (not cryptography)
     for _ in range(80):
         assert_compiled_equals_traced(*_draw_rope(rng))
+
+
+def test_debertas_layouts() -> None:
+    relative, absolute, p2c = (family_of(_spec(c)) for c in DEBERTA_CONFIGS)
+    assert isinstance(relative, Deberta) and relative.c2p and relative.p2c
+    assert not relative.position_biased and not relative.token_types and relative.R == 48
+    assert isinstance(absolute, Deberta) and absolute.c2p and not absolute.p2c
+    assert absolute.position_biased and absolute.token_types and absolute.R == 24
+    assert isinstance(p2c, Deberta) and p2c.p2c and not p2c.c2p and p2c.R == 64
+
+
+def test_debertas_span_is_the_shorter_of_t_and_the_table() -> None:
+    # compute_attention_span: each layer projects 2·min(T, R) rows of the relative table
+    # (a view of the whole table through pos_dropout: that is what the projection keeps),
+    # and p2c's gather keeps K times them, (B, H, T, 2·span): past T = R it grows with T
+    # alone, a guard of the compiled structure (T <= R or T > R)
+    fam = family_of(_spec("deberta-p2c.json"))  # R = 64, H = 4, d_model 32, two layers
+    assert isinstance(fam, Deberta)
+    rows = {T: by_name(component_rows(fam, Run(1, T, F32, "cpu", "eager")))
+            for T in (40, 64, 65)}
+    for T, span in ((40, 40), (64, 64), (65, 64)):
+        assert rows[T]["encoder.attn.rel_input"] == 2 * (2 * 64 * 32 * 4)
+        assert rows[T]["encoder.attn.p2c.scores"] == 2 * (4 * T * 2 * span * 4)
+    for T in (40, 64, 65, 90):
+        assert_compiled_equals_traced(fam, Run(2, T, F32, "cpu", "eager"))
+
+
+@pytest.mark.parametrize("change", [
+    {"talking_head": True}, {"hidden_act": "relu"}, {"conv_kernel_size": 3},
+    {"architectures": ["DebertaForSequenceClassification"]},
+], ids=lambda c: "-".join(map(str, c)))
+def test_other_deberta_layouts_keep_the_rules(change: dict) -> None:
+    config = json.loads((DATA / "hf" / "variants" / "deberta-relative.json").read_text())
+    try:
+        spec = spec_from_hf({**config, **change})
+    except TcalcError:
+        return  # not even a spec
+    with pytest.raises(TcalcError, match="no op graph"):
+        family_of(spec)
+
+
+def _draw_deberta(rng: random.Random) -> tuple[Deberta, Run]:
+    H, dh = rng.choice((1, 2, 3)), rng.choice((1, 2, 8))
+    p = rng.choice((0.0, 0.1))
+    terms = rng.choice(((True, True), (True, False), (False, True), (False, False)))
+    fam = Deberta(V=rng.randint(5, 40), P=rng.randint(8, 40), Ty=rng.choice((1, 2)),
+                  E=H * dh, H=H, F=rng.randint(1, 24), L=rng.choice((1, 2, 3)),
+                  base="deberta", head="bert", tied=rng.random() < 0.5, hidden_dropout=p,
+                  attention_dropout=rng.choice((0.0, p)), R=rng.choice((1, 4, 20)),
+                  c2p=terms[0], p2c=terms[1], position_biased=rng.random() < 0.5,
+                  token_types=rng.random() < 0.5)
+    device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
+    lora = None
+    if rng.random() < 0.5:
+        lora = Lora(rng.choice((1, 4)), frozenset(rng.sample(
+            ("in_proj", "pos_proj", "pos_q_proj", "output.dense", "intermediate.dense",
+             "all-linear"), rng.choice((1, 2)))), rng.choice((0.0, 0.05)))
+    return fam, Run(rng.choice((1, 1, 2, 3)), rng.choice((1, 2, 7, 33)), dtype, device,
+                    "eager", autocast=rng.choice((None, BF16))
+                    if device == "cuda" and dtype == F32 else None, lora=lora,
+                    recompute=rng.choice(("none", "none", "selective", "full")))
+
+
+def test_compiled_equals_traced_on_random_debertas() -> None:
+    rng = random.Random(20261129)  # noqa: S311 (not cryptography)
+    for _ in range(80):
+        assert_compiled_equals_traced(*_draw_deberta(rng))

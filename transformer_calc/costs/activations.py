@@ -167,6 +167,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     """peft's targets for the roles tcalc resolved, or None where no module-name list gives
     exactly those layers."""
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.deberta import Deberta
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.moe import Moe
@@ -180,6 +181,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     dtype = (F16 if s.precision == "fp16" else BF16) if s.fsdp2_mixed else named
     table = (_GPT2_MODULES if isinstance(family, GPT2) else
              _rope_encoder_modules(family) if isinstance(family, RopeEncoder) else
+             _deberta_modules(family) if isinstance(family, Deberta) else
              _BERT_MODULES if isinstance(family, Bert) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
         table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
@@ -228,6 +230,14 @@ def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | N
         return None
     return Lora(s.lora_rank, frozenset(table[r] for r in modules), s.lora_dropout, dtype,
                 frozenset(wrapped[r] for r in roles & wrapped.keys()))
+
+
+def _deberta_modules(family: Family) -> dict[str, str]:
+    """DeBERTa's: v1's fused in_proj and pos_proj/pos_q_proj; BERT's intermediate and
+    output dense."""
+    return {"qkv": "in_proj", "in_proj": "in_proj", "pos_key": "pos_proj",
+            "pos_query": "pos_q_proj", "up": "intermediate.dense", "o": "output.dense",
+            "down": "output.dense"}
 
 
 def _rope_encoder_modules(family: Family) -> dict[str, str]:

@@ -10,20 +10,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
-from transformer_calc.graph.families import bert, gemma, gpt2, llama, moe, rope_encoder
+from transformer_calc.graph.families import bert, deberta, gemma, gpt2, llama, moe, rope_encoder
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
 from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
-Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | rope_encoder.RopeEncoder
+Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma
+          | rope_encoder.RopeEncoder | deberta.Deberta)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward,
-    rope_encoder.RopeEncoder: rope_encoder.forward}
+    rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward}
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,11 @@ _READS["rope_encoder"] = _METADATA | _COMMON | {
     "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
     "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
     "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
+_READS["deberta"] = _METADATA | _COMMON | {
+    "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
+    "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "sdpa_path", "norm_manual",
+    "norm_manual_cast", "rel_embeddings", "rel_projections", "rel_terms", "rel_key_bias",
+    "rel_span", "fused_qkv", "bias_k"}
 # The model types whose forward gemma.py transcribes
 _GEMMAS = ("gemma", "gemma2", "gemma3_text", "vaultgemma")
 # the MoE decoders: Llama's fields and the experts' (peft_moe says how peft adapts them:
@@ -249,6 +255,38 @@ def _rope_encoder(spec: ModelSpec) -> rope_encoder.RopeEncoder | None:
         L=spec.n_layers, base=base, head=head, tied=spec.tie_embeddings, hidden_dropout=p,
         attention_dropout=pa, head_act=spec.activation if head == "nomic" else "gelu",
         gated=gated, act=spec.activation, bias=bias, mlp_dropout=mlp_dropout)
+
+
+def _deberta(spec: ModelSpec) -> deberta.Deberta | None:
+    """DeBERTa (v1) as spec_from_hf reads it: in_proj with q_bias and v_bias (fused_qkv, no
+    key bias), DebertaLayerNorm (norm_manual, cast back), post-norm layers with the erf
+    GELU, absolute positions where position_biased_input (position learned, else none),
+    the relative table of 2·max_relative_positions rows projected by pos_proj (c2p, no
+    bias) and pos_q_proj (p2c) over 2·min(T, R) rows, the legacy MLM head."""
+    if spec.model_type != "deberta" or _unread(spec, "deberta"):
+        return None
+    E, H = spec.d_model, spec.n_heads
+    terms = spec.rel_terms.split("|") if spec.rel_terms != "none" else []
+    relative = spec.rel_embeddings > 0
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.norm_manual
+            and spec.norm_manual_cast and spec.position in ("learned", "none")
+            and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
+            and spec.ffn == "plain" and spec.activation == "gelu" and spec.mlm_head
+            and not spec.lm_head and not spec.loss_fp32 and not spec.sdpa_path
+            and spec.fused_qkv and not spec.bias_k and not spec.rel_key_bias
+            and spec.rel_span == "sequence" and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and H and E % H == 0 and spec.d_ff
+            and spec.rel_embeddings % 2 == 0 and (relative or not terms)
+            and spec.rel_projections == (len(terms) if relative else 0)):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return deberta.Deberta(
+        V=spec.vocab_size, P=spec.max_positions, Ty=max(spec.token_types, 1), E=E, H=H,
+        F=spec.d_ff, L=spec.n_layers, base="deberta", head="bert", tied=spec.tie_embeddings,
+        hidden_dropout=p, attention_dropout=pa, R=max(spec.rel_embeddings // 2, 1),
+        c2p=relative and "c2p" in terms, p2c=relative and "p2c" in terms,
+        position_biased=spec.position == "learned", token_types=spec.token_types > 0)
 
 
 def _gemma_family(spec: ModelSpec) -> gemma.Gemma | None:
@@ -390,7 +428,7 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder)
+    _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder, _deberta)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -27,7 +27,7 @@ from typing import NamedTuple
 from transformer_calc.breakdown import Row, substitute
 from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
 from transformer_calc.graph.families.bert import HEADS, Bert
-from transformer_calc.graph.families.cohere import Cohere
+from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.llama import Llama
@@ -59,10 +59,10 @@ _NORM_PARTS = {"native_layer_norm.input": "input", "native_layer_norm.result1": 
                "rsqrt.result": "rstd", "mul.self": "input_fp32", "mul.other": "normalized"}
 _GEMMA_NORM_PARTS = dict(_NORM_PARTS, **{"mul.self": "normalized",
                                          "mul.other": "one_plus_weight"})
-# CohereLayerNorm (families/cohere.py): the centred fp32 input twice (its square's, the
-# normalisation's), 1/std, the normalised tensor the weight multiplies; in a 16-bit model
-# the weight's fp32 copy (a mul.self without T, named weight_fp32)
-_COHERE_NORM_PARTS = dict(_NORM_PARTS, **{"pow.self": "fp32_terms", "mul.self": "fp32_terms"})
+# DebertaLayerNorm, written out in fp32: x - mean (twice: the variance's pow and the
+# division keep one each), sqrt(var + eps), the weight's mul keeps x̂
+_DEBERTA_NORM_PARTS = dict(_NORM_PARTS, **{"pow.self": "centered", "div.self": "centered",
+                                          "sqrt.result": "std", "div.other": "std"})
 # a linear's input, as the base layer keeps it (and a LoRA adapter reading it as it is)
 _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ffn.input",
            "q_proj": "attn.input", "k_proj": "attn.input",
@@ -96,10 +96,17 @@ _ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_p
                     "mlp.gate_proj": "gate_proj", "mlp.up_proj": "up_proj",
                     "mlp.down_proj": "down_proj", "mlp.fc1": "up_proj",
                     "mlp.fc2": "down_proj", "mlp": "mlp", "post_mlp_dropout": "mlp",
-                    "post_attention_layernorm": "ln_1", "post_mlp_layernorm": "ln_2"}
+                    "post_attention_layernorm": "ln_1", "post_mlp_layernorm": "ln_2",
+                    # DeBERTa (families/deberta.py)
+                    "attention.self.in_proj": "qkv_proj",
+                    "attention.self.pos_proj": "pos_proj",
+                    "attention.self.pos_q_proj": "pos_q_proj"}
 # peft's ParamWrapper over a MoE's expert weights, by the weight it wraps: the names
 # lora_activations gives their rows
 _WRAPPED = {"gate_up_proj": "gate_up", "down_proj": "out"}
+# DeBERTa's position projections: the relative table's window is their input
+_INPUTS.update({"pos_proj": "attn.rel_input", "pos_q_proj": "attn.rel_input"})
+_ADAPTED.update({"pos_proj": "attn.pos_k", "pos_q_proj": "attn.pos_q"})
 _TP = frozenset(("H", "Hkv", "F", "Fe", "Fs"))
 _ROPE = "model.rotary_emb"
 _MASK = "decoder.causal_mask"  # the eager (B, 1, T, T) mask, once for the model
@@ -225,7 +232,8 @@ class _Namer:
             if getattr(family, "post_norm", False) else \
             _SANDWICH if getattr(family, "sandwich", False) else _NORMS
         self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma) else \
-            _COHERE_NORM_PARTS if isinstance(family, Cohere) else _NORM_PARTS
+            _DEBERTA_NORM_PARTS if isinstance(family, Deberta) else _NORM_PARTS
+        self.deberta = isinstance(family, Deberta)
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2)
                              else family.attention_dropout) != 0
         self.encoder = isinstance(family, Bert)
@@ -289,6 +297,10 @@ class _Namer:
         """A BERT-style encoder's storage: a layer's as the decoders' (encoder.* names),
         the embeddings', the projection's (ELECTRA), the MLM head's and the loss's."""
         layer = _ENCODER_LAYER.match(scope)
+        if layer is not None and self.deberta:
+            rel = _deberta_attention(layer.group(2) or "", role, s)
+            if rel is not None:
+                return "encoder.attn." + rel
         if layer is not None:
             module = _ENCODER_MODULES.get(layer.group(2) or "")
             if module is None:
@@ -301,6 +313,9 @@ class _Namer:
             return {"word_embeddings": "embed.token_ids",
                     "position_embeddings": "embed.position_ids",
                     "token_type_embeddings": "embed.token_type_ids"}[last]
+        if self.deberta and last == "embeddings" and role == "mul.other" and not _has(
+                s.storage.numel.poly, ("E",)):
+            return "embed.mask"  # DeBERTa's attention mask of ones multiplied in
         if last == "embeddings" and role in ("mul.other", "native_dropout.result1"):
             return "embed.dropout_mask"
         if last == "LayerNorm" and scope.endswith("embeddings.LayerNorm"):
@@ -449,9 +464,28 @@ class _Namer:
             return "rope.cos_sin"
         if st.name == "causal_mask":
             return _MASK
+        if st.name in ("attention_mask", "relative_pos"):  # DeBERTa's, kept by checkpoints
+            return f"encoder.{st.name}"
         if st.dtype.name == "int64":
             return "embed.position_ids"
         return ("encoder" if self.encoder else "decoder") + ".checkpoint_input"
+
+
+def _deberta_attention(rest: str, role: str, s: Saved) -> str | None:
+    """DeBERTa's disentangled attention beside what the decoders' names cover: the 0-d
+    scales, the relative table's dropout, the c2p and p2c products' operands (copies of Q or
+    K and of the position keys or queries), their gathered scores and int64 indices, the
+    negated bool mask; None for the rest."""
+    if rest == "attention.self.pos_dropout":
+        return "rel_dropout_mask"
+    for term in ("c2p", "p2c"):
+        if rest == f"attention.self.{term}":
+            return {"bmm.self": f"{term}.content", "bmm.mat2": f"{term}.position",
+                    "gather.self": f"{term}.scores", "gather.index": f"{term}.index",
+                    "div_.other": "scale"}[role]
+    if rest == "attention.self":
+        return {"div.other": "scale", "masked_fill.mask": "mask"}.get(role)
+    return None
 
 
 def _lora_part(role: str, s: Saved) -> str | None:
