@@ -9,7 +9,9 @@ buffers excluded; measured by tools/measure_activations_hf.py): the rows of gte-
 nomic_bert-tiny and jina_embeddings_v3-tiny in tests/data/activations_*_cpu.jsonl (full
 training and peft's LoRA on all-linear, q/k/v/o, gate/up/down and q/v); DeBERTa
 (families/deberta.py): the rows of deberta-relative, deberta-c2p-absolute and deberta-p2c
-(eager: DeBERTa has no SDPA path; LoRA on all-linear, in_proj, pos_proj/pos_q_proj).
+(eager: DeBERTa has no SDPA path; LoRA on all-linear, in_proj, pos_proj/pos_q_proj),
+and of deberta-v2-relative and deberta-v2-c2p-p2c (LoRA on all-linear and
+query_proj/value_proj; tests/data/activations_deberta_v2_sweep_cpu.jsonl among them).
 Tolerance: none.
 """
 
@@ -36,7 +38,8 @@ from transformer_calc.spec import ModelSpec
 
 ROPE_CONFIGS = ("gte-tiny.json", "nomic_bert-tiny.json", "jina_embeddings_v3-tiny.json")
 DEBERTA_CONFIGS = ("deberta-relative.json", "deberta-c2p-absolute.json", "deberta-p2c.json")
-CONFIGS = ROPE_CONFIGS + DEBERTA_CONFIGS
+DEBERTA_V2_CONFIGS = ("deberta-v2-relative.json", "deberta-v2-c2p-p2c.json")
+CONFIGS = ROPE_CONFIGS + DEBERTA_CONFIGS + DEBERTA_V2_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
 
@@ -68,6 +71,9 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert len(v1) == 14 + 8 + 6 and {r["attention"] for r in v1} == {"eager"}
     assert {r["lora"][1] for r in v1 if r.get("lora")} == {
         "all-linear", "in_proj", "pos_proj,pos_q_proj"}
+    v2 = [r for r in ROWS if r["config"] in DEBERTA_V2_CONFIGS]
+    assert len(v2) == 6 + 8
+    assert {r["lora"][1] for r in v2 if r.get("lora")} == {"all-linear", "query_proj,value_proj"}
     assert {r["lora"][1] for r in rope if r.get("lora")} == {
         "all-linear", "q_proj,k_proj,v_proj,o_proj", "gate_proj,up_proj,down_proj",
         "q_proj,v_proj"}
@@ -94,7 +100,9 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
 # figure (tcalc counts the projections per sequence: B - 1 too many)
 DEBERTA_FLOPS = {"deberta-relative.json": (5_767_168, 23_596_032),
                  "deberta-c2p-absolute.json": (3_997_696, 18_029_568),
-                 "deberta-p2c.json": (4_980_736, 21_122_048)}
+                 "deberta-p2c.json": (4_980_736, 21_122_048),
+                 "deberta-v2-relative.json": (3_407_872, 16_174_080),
+                 "deberta-v2-c2p-p2c.json": (4_194_304, 18_648_064)}
 
 
 @pytest.mark.parametrize("config", DEBERTA_FLOPS)
@@ -194,6 +202,26 @@ def test_debertas_layouts() -> None:
     assert isinstance(p2c, Deberta) and p2c.p2c and not p2c.c2p and p2c.R == 64
 
 
+def test_deberta_v2_layouts() -> None:
+    relative, shared = (family_of(_spec(c)) for c in DEBERTA_V2_CONFIGS)
+    assert isinstance(relative, Deberta) and relative.v2 and relative.relative_table
+    assert not (relative.c2p or relative.p2c or relative.shared_key) and relative.R == 512
+    assert isinstance(shared, Deberta) and shared.c2p and shared.p2c and shared.shared_key
+    assert shared.rel_norm and shared.R == 16
+
+
+def test_deberta_v2_without_terms_keeps_no_table_dropout() -> None:
+    # relative_attention without pos_att_type: pos_dropout runs on the table, but its
+    # output reaches nothing, so autograd frees the noise with its node before the forward
+    # ends; the measurement (B=2 T=64 fp32) is 1,384,972 bytes, and the noise of the
+    # 1,024 × 32 fp32 table in each of the two layers would add 262,144
+    row = next(r for r in ROWS if r["config"] == "deberta-v2-relative.json"
+               and not r.get("lora") and r["dtype"] == "fp32" and r["B"] == 2)
+    names = by_name(component_rows(family_of(_spec(row["config"])), row_run(row)))
+    assert sum(names.values()) == row["measured_bytes"] == 1_384_972
+    assert not any("rel" in n for n in names)
+
+
 def test_debertas_span_is_the_shorter_of_t_and_the_table() -> None:
     # compute_attention_span: each layer projects 2·min(T, R) rows of the relative table
     # (a view of the whole table through pos_dropout: that is what the projection keeps),
@@ -228,18 +256,25 @@ def _draw_deberta(rng: random.Random) -> tuple[Deberta, Run]:
     H, dh = rng.choice((1, 2, 3)), rng.choice((1, 2, 8))
     p = rng.choice((0.0, 0.1))
     terms = rng.choice(((True, True), (True, False), (False, True), (False, False)))
+    v2 = rng.random() < 0.5
     fam = Deberta(V=rng.randint(5, 40), P=rng.randint(8, 40), Ty=rng.choice((1, 2)),
                   E=H * dh, H=H, F=rng.randint(1, 24), L=rng.choice((1, 2, 3)),
                   base="deberta", head="bert", tied=rng.random() < 0.5, hidden_dropout=p,
                   attention_dropout=rng.choice((0.0, p)), R=rng.choice((1, 4, 20)),
                   c2p=terms[0], p2c=terms[1], position_biased=rng.random() < 0.5,
-                  token_types=rng.random() < 0.5)
+                  token_types=rng.random() < 0.5, v2=v2,
+                  relative_table=v2 and rng.random() < 0.7,
+                  shared_key=v2 and rng.random() < 0.5, rel_norm=v2 and rng.random() < 0.5)
+    if v2 and not fam.relative_table:
+        fam = Deberta(**{**vars(fam), "c2p": False, "p2c": False, "shared_key": False,
+                         "rel_norm": False})
     device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
     lora = None
     if rng.random() < 0.5:
         lora = Lora(rng.choice((1, 4)), frozenset(rng.sample(
-            ("in_proj", "pos_proj", "pos_q_proj", "output.dense", "intermediate.dense",
-             "all-linear"), rng.choice((1, 2)))), rng.choice((0.0, 0.05)))
+            ("in_proj", "pos_proj", "pos_q_proj", "query_proj", "pos_key_proj",
+             "output.dense", "intermediate.dense", "all-linear"), rng.choice((1, 2)))),
+            rng.choice((0.0, 0.05)))
     return fam, Run(rng.choice((1, 1, 2, 3)), rng.choice((1, 2, 7, 33)), dtype, device,
                     "eager", autocast=rng.choice((None, BF16))
                     if device == "cuda" and dtype == F32 else None, lora=lora,
@@ -248,5 +283,5 @@ def _draw_deberta(rng: random.Random) -> tuple[Deberta, Run]:
 
 def test_compiled_equals_traced_on_random_debertas() -> None:
     rng = random.Random(20261129)  # noqa: S311 (not cryptography)
-    for _ in range(80):
+    for _ in range(100):
         assert_compiled_equals_traced(*_draw_deberta(rng))

@@ -233,11 +233,14 @@ def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | N
 
 
 def _deberta_modules(family: Family) -> dict[str, str]:
-    """DeBERTa's: v1's fused in_proj and pos_proj/pos_q_proj; BERT's intermediate and
-    output dense."""
+    """DeBERTa's: v1's fused in_proj and pos_proj/pos_q_proj, v2's query/key/value_proj
+    and pos_key_proj/pos_query_proj; BERT's intermediate and output dense."""
+    ffn = {"up": "intermediate.dense", "o": "output.dense", "down": "output.dense"}
+    if getattr(family, "v2", False):
+        return {"q": "query_proj", "k": "key_proj", "v": "value_proj",
+                "pos_key": "pos_key_proj", "pos_query": "pos_query_proj", **ffn}
     return {"qkv": "in_proj", "in_proj": "in_proj", "pos_key": "pos_proj",
-            "pos_query": "pos_q_proj", "up": "intermediate.dense", "o": "output.dense",
-            "down": "output.dense"}
+            "pos_query": "pos_q_proj", **ffn}
 
 
 def _rope_encoder_modules(family: Family) -> dict[str, str]:

@@ -132,7 +132,7 @@ _READS["deberta"] = _METADATA | _COMMON | {
     "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
     "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "sdpa_path", "norm_manual",
     "norm_manual_cast", "rel_embeddings", "rel_projections", "rel_terms", "rel_key_bias",
-    "rel_span", "fused_qkv", "bias_k"}
+    "rel_span", "fused_qkv", "bias_k", "rel_embeddings_norm", "rel_shared_key"}
 # The model types whose forward gemma.py transcribes
 _GEMMAS = ("gemma", "gemma2", "gemma3_text", "vaultgemma")
 # the MoE decoders: Llama's fields and the experts' (peft_moe says how peft adapts them:
@@ -255,6 +255,41 @@ def _rope_encoder(spec: ModelSpec) -> rope_encoder.RopeEncoder | None:
         L=spec.n_layers, base=base, head=head, tied=spec.tie_embeddings, hidden_dropout=p,
         attention_dropout=pa, head_act=spec.activation if head == "nomic" else "gelu",
         gated=gated, act=spec.activation, bias=bias, mlp_dropout=mlp_dropout)
+
+
+def _deberta_v2(spec: ModelSpec) -> deberta.Deberta | None:
+    """DeBERTa-v2 as spec_from_hf reads it: query/key/value projections with biases,
+    nn.LayerNorm, post-norm layers with the erf GELU, absolute positions where
+    position_biased_input, the relative table of rel_embeddings rows (2·position_buckets
+    or 2·max_relative_positions; normed where norm_rel_ebd says layer_norm) projected in
+    full by the attention's own projections (share_att_key) or by one projection per term
+    with a bias; no convolution layer (spec_from_hf refuses it); the legacy MLM head."""
+    if spec.model_type != "deberta-v2" or _unread(spec, "deberta"):
+        return None
+    E, H = spec.d_model, spec.n_heads
+    terms = spec.rel_terms.split("|") if spec.rel_terms != "none" else []
+    relative = spec.rel_embeddings > 0
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and not spec.norm_manual
+            and spec.position in ("learned", "none") and spec.norm_position == "post"
+            and spec.embedding_norm and not spec.final_norm and spec.ffn == "plain"
+            and spec.activation == "gelu" and spec.mlm_head and not spec.lm_head
+            and not spec.loss_fp32 and not spec.sdpa_path and not spec.fused_qkv
+            and spec.bias_k and spec.rel_key_bias and spec.rel_span == "table"
+            and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H) and H
+            and E % H == 0 and spec.d_ff and spec.rel_embeddings % 2 == 0
+            and (relative or not (terms or spec.rel_shared_key or spec.rel_embeddings_norm))
+            and spec.rel_projections == (0 if spec.rel_shared_key or not relative
+                                         else len(terms))):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return deberta.Deberta(
+        V=spec.vocab_size, P=spec.max_positions, Ty=max(spec.token_types, 1), E=E, H=H,
+        F=spec.d_ff, L=spec.n_layers, base="deberta", head="bert", tied=spec.tie_embeddings,
+        hidden_dropout=p, attention_dropout=pa, R=max(spec.rel_embeddings // 2, 1),
+        c2p="c2p" in terms, p2c="p2c" in terms, position_biased=spec.position == "learned",
+        token_types=spec.token_types > 0, v2=True, relative_table=relative,
+        shared_key=spec.rel_shared_key, rel_norm=spec.rel_embeddings_norm)
 
 
 def _deberta(spec: ModelSpec) -> deberta.Deberta | None:
@@ -428,7 +463,7 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder, _deberta)
+    _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder, _deberta, _deberta_v2)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -100,7 +100,12 @@ _ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_p
                     # DeBERTa (families/deberta.py)
                     "attention.self.in_proj": "qkv_proj",
                     "attention.self.pos_proj": "pos_proj",
-                    "attention.self.pos_q_proj": "pos_q_proj"}
+                    "attention.self.pos_q_proj": "pos_q_proj",
+                    "attention.self.query_proj": "q_proj",
+                    "attention.self.key_proj": "k_proj",
+                    "attention.self.value_proj": "v_proj",
+                    "attention.self.pos_key_proj": "pos_proj",
+                    "attention.self.pos_query_proj": "pos_q_proj"}
 # peft's ParamWrapper over a MoE's expert weights, by the weight it wraps: the names
 # lora_activations gives their rows
 _WRAPPED = {"gate_up_proj": "gate_up", "down_proj": "out"}
@@ -320,6 +325,8 @@ class _Namer:
             return "embed.dropout_mask"
         if last == "LayerNorm" and scope.endswith("embeddings.LayerNorm"):
             return "embed." + self._norm("norm", role)
+        if self.deberta and scope.endswith("encoder.LayerNorm"):  # v2's norm_rel_ebd
+            return "encoder.rel_table." + self._norm("norm", role)
         if last == "embeddings_project":  # ELECTRA's projection to hidden_size
             part = _lora_part(role, s) if adapted else None
             return f"embed.project_in.{part}" if part else "embed.project_input"
@@ -478,11 +485,13 @@ def _deberta_attention(rest: str, role: str, s: Saved) -> str | None:
     negated bool mask; None for the rest."""
     if rest == "attention.self.pos_dropout":
         return "rel_dropout_mask"
+    if role.endswith("mm.self") and _has(s.storage.numel.poly, ("R",)):
+        return "rel_input"  # DeBERTa-v2's table through query_proj/key_proj (share_att_key)
     for term in ("c2p", "p2c"):
         if rest == f"attention.self.{term}":
             return {"bmm.self": f"{term}.content", "bmm.mat2": f"{term}.position",
                     "gather.self": f"{term}.scores", "gather.index": f"{term}.index",
-                    "div_.other": "scale"}[role]
+                    "div_.other": "scale", "div.other": "scale"}[role]
     if rest == "attention.self":
         return {"div.other": "scale", "masked_fill.mask": "mask"}.get(role)
     return None

@@ -1,7 +1,11 @@
-"""DeBERTa with its masked-LM head as transformers 5.23 runs it:
+"""DeBERTa and DeBERTa-v2 with their masked-LM heads as transformers 5.23 runs them:
 models/deberta/modeling_deberta.py (DebertaForMaskedLM with the legacy head: DebertaModel,
 DebertaEmbeddings, DebertaLayerNorm, DebertaEncoder, DebertaLayer with
-DisentangledSelfAttention, LegacyDebertaOnlyMLMHead).
+DisentangledSelfAttention, LegacyDebertaOnlyMLMHead) and
+models/deberta_v2/modeling_deberta_v2.py (DebertaV2ForMaskedLM: nn.LayerNorm, separate
+query/key/value projections made contiguous per head, the relative table optionally
+normed once, projected by the attention's own projections (share_att_key) or its own, all
+2·R rows; no convolution layer).
 
 The forward passes no attention mask; DebertaModel makes one of ones, (B, T) in fp32, which
 the embeddings multiply in (their product keeps it) and the encoder turns into a (B, 1, T, T)
@@ -32,10 +36,14 @@ class Deberta(Bert):
     p2c: bool = False
     position_biased: bool = True
     token_types: bool = True
+    v2: bool = False  # DeBERTa-v2's forward (the fields below are v2's)
+    relative_table: bool = False  # v2's relative_attention: the table even without terms
+    shared_key: bool = False  # share_att_key: the table through query_proj and key_proj
+    rel_norm: bool = False  # norm_rel_ebd layer_norm: the table normed once per forward
 
     @property
     def relative(self) -> bool:
-        return self.c2p or self.p2c
+        return self.c2p or self.p2c or self.relative_table
 
     def sizes(self) -> dict[str, int]:
         return {**super().sizes(), "R": self.R}
@@ -63,8 +71,13 @@ def forward(m: Builder, cfg: Deberta) -> Tensor:
                 relative = tr.tensor((one, T, T), I64, False, name="relative_pos")
                 with m.module("rel_embeddings"):
                     rel = m.param("weight", m["R"] * 2, m["E"])
+                if cfg.rel_norm:  # DebertaV2Encoder.get_rel_embedding: LayerNorm(weight)
+                    rel = m.layer_norm("LayerNorm", rel)
+            # (what a layer is called with: the mask, the positions, v2's normed table)
+            extras = (square,) + ((relative,) if relative is not None else ()) + (
+                (rel,) if rel is not None and rel.storage.kind != "param" else ())
             h = m.layers("layer", lambda x: _layer(m, cfg, x, square, relative, rel), h,
-                         (square,) + ((relative,) if relative is not None else ()))
+                         extras)
     scores = head(m, cfg, h)
     return ops.cross_entropy(ops.view(scores, (B * T, V)), ops.view(ids, (B * T,)))
 
@@ -99,7 +112,7 @@ def _embeddings(m: Builder, cfg: Deberta, ids: Tensor, types: Tensor, mask: Tens
                                        m["P"], E))
         if cfg.token_types:
             h = ops.add(h, m.embedding("token_type_embeddings", types, m["Ty"], E))
-        h = layer_norm(m, "LayerNorm", h)
+        h = _norm(m, cfg, "LayerNorm", h)
         h = ops.mul(h, ops.to(ops.unsqueeze(mask, 2), h.dtype))
         return m.dropout(h, cfg.hidden_dropout)
 
@@ -110,7 +123,8 @@ def _layer(m: Builder, cfg: Deberta, h: Tensor, square: Tensor, relative: Tensor
     DebertaIntermediate (dense, gelu), DebertaOutput: post-norm, DebertaLayerNorm."""
     with m.module("attention"):
         with m.module("self"):
-            a = _self_attention(m, cfg, h, square, relative, rel)
+            attention = _self_attention_v2 if cfg.v2 else _self_attention
+            a = attention(m, cfg, h, square, relative, rel)
         a = _output(m, cfg, a, h)
     with m.module("intermediate"):
         x = ops.gelu(m.linear("dense", a, m["F"], True))
@@ -121,7 +135,12 @@ def _output(m: Builder, cfg: Deberta, x: Tensor, residual: Tensor) -> Tensor:
     """DebertaSelfOutput / DebertaOutput: LayerNorm(dropout(dense(x)) + input_tensor)."""
     with m.module("output"):
         x = m.dropout(m.linear("dense", x, m["E"], True), cfg.hidden_dropout)
-        return layer_norm(m, "LayerNorm", ops.add(x, residual))
+        return _norm(m, cfg, "LayerNorm", ops.add(x, residual))
+
+
+def _norm(m: Builder, cfg: Deberta, name: str, x: Tensor) -> Tensor:
+    """DebertaLayerNorm (v1) or nn.LayerNorm (v2)."""
+    return m.layer_norm(name, x) if cfg.v2 else layer_norm(m, name, x)
 
 
 def _heads(m: Builder, x: Tensor) -> Tensor:
@@ -201,4 +220,82 @@ def _disentangled(m: Builder, cfg: Deberta, q: Tensor, k: Tensor, relative: Tens
             p2c = ops.transpose(ops.gather(p2c, -1, index()), -1, -2)
             score = ops.add(p2c, 0.0) if score is None else ops.add(score, p2c)
     assert score is not None
+    return score
+
+
+def _heads_v2(m: Builder, x: Tensor) -> Tensor:
+    """DeBERTa-v2's transpose_for_scores: (n, L, H·dh) viewed as heads, permuted,
+    contiguous (a copy) and viewed as (n·H, L, dh)."""
+    n, length, _ = x.shape
+    x = ops.contiguous(_heads(m, x))
+    return ops.view(x, (n * m["H"], length, m["dh"]))
+
+
+def _self_attention_v2(m: Builder, cfg: Deberta, x: Tensor, square: Tensor,
+                       relative: Tensor | None, rel: Tensor | None) -> Tensor:
+    """DebertaV2's DisentangledSelfAttention.forward: Q, K, V as (B·H, T, dh) copies; the
+    scores bmm(Q, Kᵀ / scale) (the division a new tensor); the relative table through
+    pos_dropout and disentangled_attention_bias; masked_fill with the negated bool mask,
+    softmax in the scores' dtype, dropout, bmm with V, back to (B, T, H·dh)."""
+    B, T, H, dh = m["B"], m["T"], m["H"], m["dh"]
+    q, k, v = (_heads_v2(m, m.linear(name, x, H * dh, True))
+               for name in ("query_proj", "key_proj", "value_proj"))
+    scores = ops.bmm(q, ops.div_tensor(ops.transpose(k, -1, -2), ops.to(_scale(m), q.dtype)))
+    if rel is not None and relative is not None:
+        # (without a term, pos_dropout's output reaches nothing: its node and the noise it
+        # keeps are freed with it before the forward ends, so the graph leaves it out)
+        table = rel
+        if cfg.c2p or cfg.p2c:
+            with m.module("pos_dropout"):
+                table = m.dropout(rel, cfg.hidden_dropout)
+        scores = ops.add(scores, _disentangled_v2(m, cfg, q, k, table))
+    scores = ops.view(scores, (B, H, T, T))
+    with m.trace.no_grad():  # ~(attention_mask.bool()): a new bool tensor per layer
+        negated = m.trace.tensor(square.shape, BOOL, False)
+    probs = m.dropout(ops.softmax(ops.masked_fill(scores, negated)), cfg.attention_dropout)
+    out = ops.bmm(ops.view(probs, (B * H, T, T)), v)
+    out = ops.contiguous(ops.transpose(ops.view(out, (B, H, T, dh)), 1, 2))
+    return ops.view(out, (B, T, H * dh))
+
+
+def _disentangled_v2(m: Builder, cfg: Deberta, q: Tensor, k: Tensor, table: Tensor
+                     ) -> Tensor | float:
+    """DebertaV2's disentangled_attention_bias: the table's 2·R rows (att_span =
+    pos_ebd_size, whatever T), projected by query_proj and key_proj (share_att_key) or
+    pos_key_proj / pos_query_proj, as heads repeated over the batch (new tensors); c2p: Q
+    times the keys, gathered at clamp(relative_pos + R) expanded to (B·H, T, T), divided by
+    its 0-d scale; p2c: K times the queries, gathered, transposed, divided; the terms summed
+    (0 + c2p a new tensor); no term: 0."""
+    B, T, H, dh = m["B"], m["T"], m["H"], m["dh"]
+    one = Dim.const(1)
+    window = ops.unsqueeze(table, 0)  # rel_embeddings[0 : 2·att_span, :]: the whole table
+
+    def positions(name: str) -> Tensor:
+        heads = _heads_v2(m, m.linear(name, window, H * dh, True))
+        # .repeat(B, 1, 1): a new (B·H, 2R, dh) tensor (RepeatBackward0 keeps sizes)
+        out = m.trace.tensor((B * H,) + heads.shape[1:], heads.dtype, heads.requires_grad)
+        m.trace.record("repeat", out)
+        return out
+
+    def index() -> Tensor:  # clamp(±relative_pos + R, ...): a new (1, 1, T, T) int64
+        with m.trace.no_grad():
+            pos = m.trace.tensor((one, T, T), I64, False)
+        return ops.expand(pos, (B * H, T, T))
+
+    keys = queries = None
+    if cfg.shared_key:
+        queries, keys = positions("query_proj"), positions("key_proj")
+    else:
+        keys = positions("pos_key_proj") if cfg.c2p else None
+        queries = positions("pos_query_proj") if cfg.p2c else None
+    score: Tensor | float = 0.0
+    if cfg.c2p and keys is not None:
+        with m.module("c2p"):
+            c2p = ops.gather(ops.bmm(q, ops.transpose(keys, -1, -2)), -1, index())
+            score = ops.div_tensor(c2p, ops.to(_scale(m), c2p.dtype))
+    if cfg.p2c and queries is not None:
+        with m.module("p2c"):
+            p2c = ops.gather(ops.bmm(k, ops.transpose(queries, -1, -2)), -1, index())
+            p2c = ops.div_tensor(ops.transpose(p2c, -1, -2), ops.to(_scale(m), p2c.dtype))
+            score = ops.add(p2c, score) if isinstance(score, float) else ops.add(score, p2c)
     return score
