@@ -11,7 +11,9 @@ training and peft's LoRA on all-linear, q/k/v/o, gate/up/down and q/v); DeBERTa
 (families/deberta.py): the rows of deberta-relative, deberta-c2p-absolute and deberta-p2c
 (eager: DeBERTa has no SDPA path; LoRA on all-linear, in_proj, pos_proj/pos_q_proj),
 and of deberta-v2-relative and deberta-v2-c2p-p2c (LoRA on all-linear and
-query_proj/value_proj; tests/data/activations_deberta_v2_sweep_cpu.jsonl among them).
+query_proj/value_proj; tests/data/activations_deberta_v2_sweep_cpu.jsonl among them);
+BERT's forward with a difference (families/bert.py): bert-generation-tiny
+(BertGenerationDecoder).
 Tolerance: none.
 """
 
@@ -28,6 +30,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
+from transformer_calc.graph.families.bert import Bert
 from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.rope_encoder import RopeEncoder
 from transformer_calc.graph.names import by_name, component_rows
@@ -39,7 +42,9 @@ from transformer_calc.spec import ModelSpec
 ROPE_CONFIGS = ("gte-tiny.json", "nomic_bert-tiny.json", "jina_embeddings_v3-tiny.json")
 DEBERTA_CONFIGS = ("deberta-relative.json", "deberta-c2p-absolute.json", "deberta-p2c.json")
 DEBERTA_V2_CONFIGS = ("deberta-v2-relative.json", "deberta-v2-c2p-p2c.json")
-CONFIGS = ROPE_CONFIGS + DEBERTA_CONFIGS + DEBERTA_V2_CONFIGS
+# BERT's forward with a difference (families/bert.py's options)
+BERT_CONFIGS = ("bert-generation-tiny.json",)
+CONFIGS = ROPE_CONFIGS + DEBERTA_CONFIGS + DEBERTA_V2_CONFIGS + BERT_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
 
@@ -71,6 +76,7 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert len(v1) == 14 + 8 + 6 and {r["attention"] for r in v1} == {"eager"}
     assert {r["lora"][1] for r in v1 if r.get("lora")} == {
         "all-linear", "in_proj", "pos_proj,pos_q_proj"}
+    assert len([r for r in ROWS if r["config"] == "bert-generation-tiny.json"]) == 12
     v2 = [r for r in ROWS if r["config"] in DEBERTA_V2_CONFIGS]
     assert len(v2) == 6 + 8
     assert {r["lora"][1] for r in v2 if r.get("lora")} == {"all-linear", "query_proj,value_proj"}
@@ -116,7 +122,7 @@ def test_deberta_params_and_forward_flops(config: str) -> None:
             assert r.forward_flops == T * count_flops(spec, T).total
 
 
-@pytest.mark.parametrize("config", ROPE_CONFIGS)
+@pytest.mark.parametrize("config", ROPE_CONFIGS + BERT_CONFIGS)
 def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
     spec = _spec(config)
     for attention in ("eager", "sdpa"):
@@ -124,6 +130,19 @@ def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
             r = evaluate(family_of(spec), Run(B, T, F32, "cpu", attention))
             assert r.params == r.trainable_params == count_params(spec).total
             assert r.forward_flops == B * T * count_flops(spec, T).total
+
+
+def test_bert_generation_is_berts_layers_with_a_causal_loss() -> None:
+    # BertGenerationDecoder without is_decoder: BERT's bidirectional layers, no token
+    # types, the decoder alone as the head, ForCausalLMLoss: the logits' shifted labels, a
+    # new (B, T) int64 (a view of the padded (B, T + 1) at B = 1), and in bf16 the logits'
+    # fp32 copy that log_softmax reads
+    fam = family_of(_spec("bert-generation-tiny.json"))
+    assert isinstance(fam, Bert) and fam.causal_loss and not fam.type_table
+    names = {dt: by_name(component_rows(fam, Run(2, 64, dt, "cpu", "eager"))) for dt in (F32, BF16)}
+    assert "embed.token_type_ids" not in names[F32]
+    assert names[F32]["loss.targets"] == 2 * 64 * 8
+    assert names[BF16]["loss.log_softmax"] == names[F32]["loss.log_softmax"] == 2 * 64 * 1000 * 4
 
 
 def test_the_rotary_encoders_layouts() -> None:
@@ -285,3 +304,30 @@ def test_compiled_equals_traced_on_random_debertas() -> None:
     rng = random.Random(20261129)  # noqa: S311 (not cryptography)
     for _ in range(100):
         assert_compiled_equals_traced(*_draw_deberta(rng))
+
+
+def _draw_bert(rng: random.Random) -> tuple[Bert, Run]:
+    """A random encoder of BERT's forward with this file's options (BertGeneration's)."""
+    H, dh = rng.choice((1, 2, 3)), rng.choice((1, 2, 8))
+    p = rng.choice((0.0, 0.1))
+    fam = Bert(V=rng.randint(5, 40), P=64, Ty=1, E=H * dh, H=H, F=rng.randint(1, 24),
+               L=rng.choice((1, 2, 3)), base="bert", head="generation",
+               tied=rng.random() < 0.5, hidden_dropout=p,
+               attention_dropout=rng.choice((0.0, p)), type_table=False, causal_loss=True)
+    device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
+    lora = None
+    if rng.random() < 0.5:
+        lora = Lora(rng.choice((1, 4)), frozenset(rng.sample(
+            ("query", "value", "output.dense", "intermediate.dense", "all-linear"),
+            rng.choice((1, 2)))), rng.choice((0.0, 0.05)))
+    return fam, Run(rng.choice((1, 1, 2, 3)), rng.choice((1, 2, 7, 33)), dtype, device,
+                    rng.choice(("eager", "sdpa")),
+                    autocast=rng.choice((None, BF16)) if device == "cuda" and dtype == F32
+                    else None, lora=lora,
+                    recompute=rng.choice(("none", "none", "selective", "full")))
+
+
+def test_compiled_equals_traced_on_random_bert_variants() -> None:
+    rng = random.Random(20261130)  # noqa: S311 (not cryptography)
+    for _ in range(60):
+        assert_compiled_equals_traced(*_draw_bert(rng))

@@ -124,6 +124,7 @@ _ENCODERS = {"bert": ("bert", "bert", False), "ernie": ("ernie", "bert", False),
 _ROPE_ENCODERS = {"gte": ("gte", "gte", True, True),
                   "nomic_bert": ("nomic_bert", "nomic", True, False),
                   "jina_embeddings_v3": ("roberta", "roberta", False, False)}
+_READS["bert_generation"] = _READS["bert"] | {"lm_head_bias"}
 _READS["rope_encoder"] = _METADATA | _COMMON | {
     "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
     "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
@@ -226,6 +227,28 @@ def _bert(spec: ModelSpec) -> bert.Bert | None:
     if spec.model_type in _ENCODERS and not _unread(spec, "bert"):
         return _encoder(spec)
     return None
+
+
+def _bert_generation(spec: ModelSpec) -> bert.Bert | None:
+    """BertGenerationDecoder (models/bert_generation): BERT's layers (bidirectional unless
+    is_decoder, which spec_from_hf leaves off), word and position embeddings without token
+    types, the decoder alone as the head with lm_head.bias, ForCausalLMLoss in fp32."""
+    if spec.model_type != "bert-generation" or _unread(spec, "bert_generation"):
+        return None
+    E, H = spec.d_model, spec.n_heads
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "learned"
+            and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
+            and spec.ffn == "plain" and spec.activation == "gelu" and spec.lm_head
+            and spec.lm_head_bias and not spec.mlm_head and spec.loss_fp32
+            and spec.token_types == 0 and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and H and E % H == 0 and spec.d_ff):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return bert.Bert(V=spec.vocab_size, P=spec.max_positions, Ty=1, E=E, H=H, F=spec.d_ff,
+                     L=spec.n_layers, base="bert", head="generation",
+                     tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa,
+                     type_table=False, causal_loss=True)
 
 
 def _rope_encoder(spec: ModelSpec) -> rope_encoder.RopeEncoder | None:
@@ -463,7 +486,8 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder, _deberta, _deberta_v2)
+    _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder, _deberta, _deberta_v2,
+    _bert_generation)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -19,7 +19,7 @@ import contextlib
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
-from transformer_calc.graph.modules import Builder
+from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import I64, Tensor
@@ -29,6 +29,7 @@ from transformer_calc.graph.tensor import I64, Tensor
 HEADS = {"bert": ("cls.predictions", "transform.dense", "transform.LayerNorm", "decoder", True),
          "nomic": ("cls.predictions", "transform.dense", "transform.layer_norm", "decoder", True),
          "gte": ("lm_head", "dense", "layer_norm", "decoder", False),
+         "generation": ("lm_head", "", "", "decoder", True),
          "roberta": ("lm_head", "dense", "layer_norm", "decoder", True),
          "electra": ("", "generator_predictions.dense", "generator_predictions.LayerNorm",
                      "generator_lm_head", False)}
@@ -58,6 +59,8 @@ class Bert:
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     head_act: str = "gelu"  # the MLM head's activation (NomicBERT's: hidden_act, silu)
+    type_table: bool = True  # a token-type table (BertGeneration has none)
+    causal_loss: bool = False  # BertGenerationDecoder: ForCausalLMLoss, shifted, in fp32
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "P": self.P, "Ty": self.Ty, "E": self.E, "H": self.H,
@@ -93,6 +96,8 @@ def forward(m: Builder, cfg: Bert) -> Tensor:
         with m.module("encoder"):
             h = m.layers("layer", lambda x: _layer(m, cfg, x), h)
     scores = head(m, cfg, h)
+    if cfg.causal_loss:
+        return causal_lm_loss(scores, ids, V)
     return ops.cross_entropy(ops.view(scores, (B * T, V)), ops.view(ids, (B * T,)))
 
 
@@ -118,10 +123,11 @@ def _embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
             positions = ops.narrow(arange, 1, 0, T)  # self.position_ids[:, 0:T]
         # token_type_ids.expand(position_ids.shape[0], -1), gathered at the positions, then
         # expanded to (B, T): a new (1, T) tensor for BERT's positions, (B, T) for RoBERTa's
-        buffered = ops.expand(zeros, (positions.shape[0], P))
-        types = ops.expand(ops.gather(buffered, 1, positions), (B, T))
         h = m.embedding("word_embeddings", ids, m["V"], width)
-        h = ops.add(h, m.embedding("token_type_embeddings", types, m["Ty"], width))
+        if cfg.type_table:
+            buffered = ops.expand(zeros, (positions.shape[0], P))
+            types = ops.expand(ops.gather(buffered, 1, positions), (B, T))
+            h = ops.add(h, m.embedding("token_type_embeddings", types, m["Ty"], width))
         h = ops.add(h, m.embedding("position_embeddings", positions, P, width))
         return m.dropout(m.layer_norm("LayerNorm", h), cfg.hidden_dropout)
 
@@ -188,6 +194,10 @@ def head(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
     table = f"{cfg.base}.embeddings.word_embeddings.weight"
     with m.module(scope) if scope else contextlib.nullcontext():
         bias = m.param("bias", V) if shared_bias else None
+        if not dense:  # BertGenerationOnlyLMHead: the decoder alone
+            with m.module(decoder):
+                w = m.tied(table) if cfg.tied else m.param("weight", V, width)
+                return ops.linear(h, w, bias if cfg.tied else m.param("bias", V))
         # (ACT2FN[hidden_act] in BERT's transform, activations.gelu in RoBERTa's and
         # ELECTRA's: the erf GELU each)
         x = m.linear(dense, h, width, True)
