@@ -125,6 +125,7 @@ _ROPE_ENCODERS = {"gte": ("gte", "gte", True, True),
                   "nomic_bert": ("nomic_bert", "nomic", True, False),
                   "jina_embeddings_v3": ("roberta", "roberta", False, False)}
 _READS["bert_generation"] = _READS["bert"] | {"lm_head_bias"}
+_READS["layoutlm"] = _READS["bert"] | {"softmax_fp32", "pooler", "layout_positions"}
 _READS["rope_encoder"] = _METADATA | _COMMON | {
     "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
     "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
@@ -185,10 +186,9 @@ def family_of(spec: ModelSpec) -> Family:
         if family is not None:
             return family
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
-                     "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family with Ministral, OLMo, "
-                     "BitNet, Nemotron, Apertus, NanoChat and DiffLlama, Cohere 1-2, Gemma "
-                     "1-3 and VaultGemma, and BERT, RoBERTa, ELECTRA with their masked-LM "
-                     "heads)")
+                     "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family, Gemma 1-3 and "
+                     "VaultGemma, and BERT, RoBERTa, ELECTRA, LayoutLM, DeBERTa (v1, v2), "
+                     "GTE, NomicBERT, Jina v3 with their masked-LM heads)")
 
 
 def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
@@ -249,6 +249,30 @@ def _bert_generation(spec: ModelSpec) -> bert.Bert | None:
                      L=spec.n_layers, base="bert", head="generation",
                      tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa,
                      type_table=False, causal_loss=True)
+
+
+def _layoutlm(spec: ModelSpec) -> bert.Bert | None:
+    """LayoutLMForMaskedLM: BERT's post-norm layers with the 2-D position tables
+    (layout_positions rows), its pooler (run, unread), eager softmax in fp32, the BERT MLM
+    head."""
+    if spec.model_type != "layoutlm" or _unread(spec, "layoutlm"):
+        return None
+    E, H = spec.d_model, spec.n_heads
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "learned"
+            and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
+            and spec.ffn == "plain" and spec.activation == "gelu" and spec.mlm_head
+            and not spec.lm_head and not spec.loss_fp32 and spec.token_types >= 1
+            and spec.softmax_fp32 and spec.pooler and spec.layout_positions > 0
+            and spec.mlm_bias == "bert" and not spec.embed_factorized
+            and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H) and H
+            and E % H == 0 and spec.d_ff):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return bert.LayoutLM(V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E,
+                         H=H, F=spec.d_ff, L=spec.n_layers, base="layoutlm", head="bert",
+                         tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa,
+                         P2=spec.layout_positions)
 
 
 def _rope_encoder(spec: ModelSpec) -> rope_encoder.RopeEncoder | None:
@@ -487,7 +511,7 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder, _deberta, _deberta_v2,
-    _bert_generation)
+    _bert_generation, _layoutlm)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

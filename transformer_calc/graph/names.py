@@ -317,7 +317,11 @@ class _Namer:
         if role == "embedding.indices":
             return {"word_embeddings": "embed.token_ids",
                     "position_embeddings": "embed.position_ids",
-                    "token_type_embeddings": "embed.token_type_ids"}[last]
+                    "token_type_embeddings": "embed.token_type_ids",
+                    # LayoutLM's bbox (B, T, 4) and its heights and widths
+                    "x_position_embeddings": "embed.bbox", "y_position_embeddings":
+                    "embed.bbox", "h_position_embeddings": "embed.bbox_extents",
+                    "w_position_embeddings": "embed.bbox_extents"}[last]
         if self.deberta and last == "embeddings" and role == "mul.other" and not _has(
                 s.storage.numel.poly, ("E",)):
             return "embed.mask"  # DeBERTa's attention mask of ones multiplied in

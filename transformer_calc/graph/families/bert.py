@@ -22,7 +22,7 @@ from transformer_calc.graph import ops
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.symbols import Dim
-from transformer_calc.graph.tensor import I64, Tensor
+from transformer_calc.graph.tensor import F32, I64, Tensor
 
 # the masked-LM head's modules, by the class's layout: (the head's scope, its dense, its
 # norm, the decoder; whether a bias parameter of the head's own is the tied decoder's)
@@ -78,6 +78,19 @@ class Factorized(Bert):
         return {**super().sizes(), "Ee": self.Ee}
 
 
+@dataclass(frozen=True)
+class LayoutLM(Bert):
+    """LayoutLM (models/layoutlm/modeling_layoutlm.py): BERT with the 2-D position tables
+    (x, y, h, w, P2 = max_2d_position_embeddings rows each) read at a bbox of zeros, the
+    extended (B, 1, 1, T) mask added to the scores (eager) or given to SDPA, eager softmax
+    in fp32 cast back."""
+
+    P2: int = 1
+
+    def sizes(self) -> dict[str, int]:
+        return {**super().sizes(), "P2": self.P2}
+
+
 def _width(m: Builder, cfg: Bert) -> Dim:
     """The embeddings' and the MLM head's width."""
     return m["Ee"] if isinstance(cfg, Factorized) else m["E"]
@@ -89,12 +102,23 @@ def forward(m: Builder, cfg: Bert) -> Tensor:
     prediction_scores.view(-1, V) and labels.view(-1), in the scores' dtype."""
     B, T, V = m["B"], m["T"], m["V"]
     ids = m.trace.input((B, T), I64, "input_ids")
+    mask = None
     with m.module(cfg.base):
-        h = _embeddings(m, cfg, ids)
+        if isinstance(cfg, LayoutLM):
+            h = _layout_embeddings(m, cfg, ids)
+            # LayoutLMModel: the ones mask unsqueezed, in the model's dtype, (1 - m) · min:
+            # a (B, 1, 1, T) tensor without a gradient
+            mask = m.trace.tensor((B, Dim.const(1), Dim.const(1), T), m.run.dtype, False,
+                                  name="attention_mask")
+        else:
+            h = _embeddings(m, cfg, ids)
         if isinstance(cfg, Factorized):  # ElectraModel: embeddings_project(embeddings)
             h = m.linear("embeddings_project", h, m["E"], True)
         with m.module("encoder"):
-            h = m.layers("layer", lambda x: _layer(m, cfg, x), h)
+            h = m.layers("layer", lambda x: _layer(m, cfg, x, mask), h,
+                         () if mask is None else (mask,))
+        if isinstance(cfg, LayoutLM):
+            _unused_pooler(m, h)
     scores = head(m, cfg, h)
     if cfg.causal_loss:
         return causal_lm_loss(scores, ids, V)
@@ -132,13 +156,56 @@ def _embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
         return m.dropout(m.layer_norm("LayerNorm", h), cfg.hidden_dropout)
 
 
-def _layer(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
+def _unused_pooler(m: Builder, h: Tensor) -> None:
+    """A pooler the masked-LM loss never reads (LayoutLMModel's: dense and tanh of the first
+    token): its parameters and FLOPs count, but its output reaches nothing, so autograd frees
+    what it saved with it before the forward ends: run without a gradient."""
+    E = m["E"]
+    with m.module("pooler"), m.module("dense"):  # its parameters (and adapters) train
+        m.param("weight", E, E), m.param("bias", E)
+        lora = m.run.lora
+        if lora is not None and lora.adapts(m.trace.scope):
+            with m.module("lora_A"):
+                m.param("weight", m["r"], E, adapter=True)
+            with m.module("lora_B"):
+                m.param("weight", E, m["r"], adapter=True)
+    with m.trace.no_grad(), m.module("pooler"):
+        ops.tanh(m.linear("dense", ops.select(h, 1, 0), E, True))
+
+
+def _layout_embeddings(m: Builder, cfg: LayoutLM, ids: Tensor) -> Tensor:
+    """LayoutLMEmbeddings.forward: word, position (the buffer's slice), the bbox's four
+    coordinates through the x and y tables (views of LayoutLMModel's (B, T, 4) int64 zeros),
+    its height and width (new (B, T) int64 differences) through the h and w tables, and the
+    token types (LayoutLMModel's (B, T) int64 zeros), summed; LayerNorm, dropout."""
+    tr = m.trace
+    B, T, E, P2 = m["B"], m["T"], m["E"], m["P2"]
+    one = Dim.const(1)
+    types = tr.tensor((B, T), I64, False, name="token_type_ids")
+    box = tr.tensor((B, T, Dim.const(4)), I64, False, name="bbox")
+    with m.module("embeddings"):
+        arange = tr.tensor((one, m["P"]), I64, False, "buffer", "position_ids")
+        h = m.embedding("word_embeddings", ids, m["V"], E)
+        h = ops.add(h, m.embedding("position_embeddings", ops.narrow(arange, 1, 0, T),
+                                   m["P"], E))
+        for i, table in enumerate("xyxy"):  # bbox[:, :, i]: a view
+            coordinate = ops.select(box, 2, i)
+            h = ops.add(h, m.embedding(f"{table}_position_embeddings", coordinate, P2, E))
+        for table in "hw":  # bbox[:, :, 3] - bbox[:, :, 1], bbox[:, :, 2] - bbox[:, :, 0]
+            with tr.no_grad():
+                extent = tr.tensor((B, T), I64, False)
+            h = ops.add(h, m.embedding(f"{table}_position_embeddings", extent, P2, E))
+        h = ops.add(h, m.embedding("token_type_embeddings", types, m["Ty"], E))
+        return m.dropout(m.layer_norm("LayerNorm", h), cfg.hidden_dropout)
+
+
+def _layer(m: Builder, cfg: Bert, h: Tensor, mask: Tensor | None = None) -> Tensor:
     """BertLayer.forward: self-attention, then BertSelfOutput (dense, dropout, LayerNorm of
     the sum with the layer's input); BertIntermediate (dense, gelu); BertOutput (dense,
     dropout, LayerNorm of the sum with the attention's output): post-norm."""
     with m.module("attention"):
         with m.module("self"):
-            a = _self_attention(m, cfg, h)
+            a = _self_attention(m, cfg, h, mask)
         a = _output(m, cfg, a, h)
     with m.module("intermediate"):
         x = ops.gelu(m.linear("dense", a, m["F"], True))  # ACT2FN["gelu"]: erf GELU
@@ -152,32 +219,39 @@ def _output(m: Builder, cfg: Bert, x: Tensor, residual: Tensor) -> Tensor:
         return m.layer_norm("LayerNorm", ops.add(x, residual))
 
 
-def _self_attention(m: Builder, cfg: Bert, x: Tensor) -> Tensor:
+def _self_attention(m: Builder, cfg: Bert, x: Tensor, mask: Tensor | None = None) -> Tensor:
     """BertSelfAttention.forward: query, key and value viewed as (B, T, H, dh) and
     transposed, the attention interface, the output reshaped to (B, T, E) and made
     contiguous."""
     B, T, H, dh = m["B"], m["T"], m["H"], m["dh"]
     q, k, v = (ops.transpose(ops.view(m.linear(name, x, H * dh, True), (B, T, H, dh)), 1, 2)
                for name in ("query", "key", "value"))
-    return bidirectional_attention(m, q, k, v, cfg.attention_dropout)
+    return bidirectional_attention(m, q, k, v, cfg.attention_dropout, mask,
+                                   softmax_fp32=isinstance(cfg, LayoutLM))
 
 
-def bidirectional_attention(m: Builder, q: Tensor, k: Tensor, v: Tensor, p: float) -> Tensor:
-    """The attention interface without a mask (q, k, v of (B, H, T, dh)), its output
-    reshaped to (B, T, H·dh) and made contiguous."""
+def bidirectional_attention(m: Builder, q: Tensor, k: Tensor, v: Tensor, p: float,
+                            mask: Tensor | None = None, softmax_fp32: bool = False) -> Tensor:
+    """The attention interface without a causal mask (q, k, v of (B, H, T, dh)), its
+    output reshaped to (B, T, H·dh) and made contiguous. mask: LayoutLM's additive
+    (B, 1, 1, T) mask; softmax_fp32: its eager softmax in fp32, cast back."""
     B, T, H, dh = m["B"], m["T"], m["H"], m["dh"]
     scaling = float(dh.value) ** -0.5
     if m.run.attention == "eager":
         # eager_attention_forward (modeling_bert.py): matmul(q, kᵀ) · scaling, no mask,
         # softmax in the scores' dtype, dropout, the product with V, transposed, contiguous
         w = ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), scaling)
-        w = m.dropout(ops.softmax(w), p)
+        if mask is not None:
+            w = ops.add(w, mask)
+        w = ops.to(ops.softmax(w, F32), q.dtype) if softmax_fp32 else ops.softmax(w)
+        w = m.dropout(w, p)
         out = ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))
     else:
-        # sdpa_attention_forward: no mask, is_causal False (BertSelfAttention.is_causal);
-        # the output reshaped to (B, H, T, dh), transposed and made contiguous
+        # sdpa_attention_forward: is_causal False (BertSelfAttention.is_causal), the mask
+        # (a view of its first T keys) as SDPA's attn_mask; the output reshaped to
+        # (B, H, T, dh), transposed and made contiguous
         out = scaled_dot_product_attention(q, k, v, is_causal=False, dropout_p=p,
-                                           scale=scaling)
+                                           scale=scaling, mask=mask)
         out = ops.contiguous(ops.transpose(ops.reshape(out, (B, H, T, dh)), 1, 2))
     return ops.contiguous(ops.reshape(out, (B, T, H * dh)))
 
