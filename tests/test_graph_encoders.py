@@ -13,7 +13,7 @@ training and peft's LoRA on all-linear, q/k/v/o, gate/up/down and q/v); DeBERTa
 and of deberta-v2-relative and deberta-v2-c2p-p2c (LoRA on all-linear and
 query_proj/value_proj; tests/data/activations_deberta_v2_sweep_cpu.jsonl among them);
 BERT's forward with a difference (families/bert.py): bert-generation-tiny
-(BertGenerationDecoder), layoutlm-tiny.
+(BertGenerationDecoder), layoutlm-tiny, roc_bert-tiny.
 Tolerance: none.
 """
 
@@ -30,7 +30,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
-from transformer_calc.graph.families.bert import Bert, LayoutLM
+from transformer_calc.graph.families.bert import Bert, LayoutLM, RoCBert
 from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.rope_encoder import RopeEncoder
 from transformer_calc.graph.names import by_name, component_rows
@@ -43,7 +43,7 @@ ROPE_CONFIGS = ("gte-tiny.json", "nomic_bert-tiny.json", "jina_embeddings_v3-tin
 DEBERTA_CONFIGS = ("deberta-relative.json", "deberta-c2p-absolute.json", "deberta-p2c.json")
 DEBERTA_V2_CONFIGS = ("deberta-v2-relative.json", "deberta-v2-c2p-p2c.json")
 # BERT's forward with a difference (families/bert.py's options)
-BERT_CONFIGS = ("bert-generation-tiny.json", "layoutlm-tiny.json")
+BERT_CONFIGS = ("bert-generation-tiny.json", "layoutlm-tiny.json", "roc_bert-tiny.json")
 CONFIGS = ROPE_CONFIGS + DEBERTA_CONFIGS + DEBERTA_V2_CONFIGS + BERT_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
@@ -78,6 +78,7 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
         "all-linear", "in_proj", "pos_proj,pos_q_proj"}
     assert len([r for r in ROWS if r["config"] == "bert-generation-tiny.json"]) == 12
     assert len([r for r in ROWS if r["config"] == "layoutlm-tiny.json"]) == 12
+    assert len([r for r in ROWS if r["config"] == "roc_bert-tiny.json"]) == 12
     v2 = [r for r in ROWS if r["config"] in DEBERTA_V2_CONFIGS]
     assert len(v2) == 6 + 8
     assert {r["lora"][1] for r in v2 if r.get("lora")} == {"all-linear", "query_proj,value_proj"}
@@ -165,6 +166,17 @@ def test_layoutlm_keeps_its_bbox_and_not_its_pooler() -> None:
     # peft adapts every module named dense: per layer the attention output, intermediate
     # and output dense, the MLM head's transform, and the pooler's (64 -> 64)
     assert lora.trainable_params == 2 * 8 * (64 + 64 + 64 + 128 + 128 + 64) + 2 * 8 * 128
+
+
+def test_roc_berts_side_tables_are_concatenated() -> None:
+    # RoCBertEmbeddings with concat_input: the word embedding's clone and the shape (70 x
+    # 16) and pronunciation (50 x 24) embeddings of two new (B, T) int64 zero ids, cat into
+    # (B, T, 64 + 16 + 24), which map_inputs_layer keeps
+    fam = family_of(_spec("roc_bert-tiny.json"))
+    assert isinstance(fam, RoCBert) and (fam.Vs, fam.Ds, fam.Vp, fam.Dp) == (70, 16, 50, 24)
+    names = by_name(component_rows(fam, Run(2, 64, F32, "cpu", "eager")))
+    assert names["embed.side_ids"] == 2 * (2 * 64 * 8)
+    assert names["embed.project_input"] == 2 * 64 * (64 + 16 + 24) * 4
 
 
 def test_the_rotary_encoders_layouts() -> None:
@@ -336,10 +348,14 @@ def _draw_bert(rng: random.Random) -> tuple[Bert, Run]:
                L=rng.choice((1, 2, 3)), base="bert", head="generation",
                tied=rng.random() < 0.5, hidden_dropout=p,
                attention_dropout=rng.choice((0.0, p)), type_table=False, causal_loss=True)
-    if rng.random() < 0.5:
-        fam = LayoutLM(**{**vars(fam), "head": "bert", "type_table": True,
-                          "causal_loss": False, "Ty": rng.choice((1, 2))},
-                       P2=rng.randint(1, 30))
+    kind = rng.choice(("generation", "layoutlm", "roc_bert"))
+    bert = {**vars(fam), "head": "bert", "type_table": True, "causal_loss": False,
+            "Ty": rng.choice((1, 2))}
+    if kind == "layoutlm":
+        fam = LayoutLM(**bert, P2=rng.randint(1, 30))
+    elif kind == "roc_bert":
+        fam = RoCBert(**bert, Vs=rng.randint(1, 9), Ds=rng.randint(1, 5),
+                      Vp=rng.randint(1, 9), Dp=rng.randint(1, 5))
     device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
     lora = None
     if rng.random() < 0.5:

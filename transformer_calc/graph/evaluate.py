@@ -126,6 +126,7 @@ _ROPE_ENCODERS = {"gte": ("gte", "gte", True, True),
                   "jina_embeddings_v3": ("roberta", "roberta", False, False)}
 _READS["bert_generation"] = _READS["bert"] | {"lm_head_bias"}
 _READS["layoutlm"] = _READS["bert"] | {"softmax_fp32", "pooler", "layout_positions"}
+_READS["roc_bert"] = _READS["bert"] | {"side_embeddings", "side_concat"}
 _READS["rope_encoder"] = _METADATA | _COMMON | {
     "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
     "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
@@ -249,6 +250,23 @@ def _bert_generation(spec: ModelSpec) -> bert.Bert | None:
                      L=spec.n_layers, base="bert", head="generation",
                      tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa,
                      type_table=False, causal_loss=True)
+
+
+def _roc_bert(spec: ModelSpec) -> bert.Bert | None:
+    """RoCBertForMaskedLM with concat_input: BERT's layout with the shape and pronunciation
+    tables concatenated to the word embedding and mapped back (side_embeddings, in that
+    order)."""
+    if spec.model_type != "roc_bert" or _unread(spec, "roc_bert"):
+        return None
+    tables = spec.side_tables
+    if not (spec.side_concat and len(tables) == 2):
+        return None
+    spec_bert = spec.replace(model_type="bert", side_embeddings="", side_concat=False)
+    family = _encoder(spec_bert) if not _unread(spec_bert, "bert") else None
+    if family is None or type(family) is not bert.Bert:
+        return None
+    (Vs, Ds), (Vp, Dp) = tables
+    return bert.RoCBert(**{**vars(family), "base": "roc_bert"}, Vs=Vs, Ds=Ds, Vp=Vp, Dp=Dp)
 
 
 def _layoutlm(spec: ModelSpec) -> bert.Bert | None:
@@ -511,7 +529,7 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder, _deberta, _deberta_v2,
-    _bert_generation, _layoutlm)
+    _bert_generation, _layoutlm, _roc_bert)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -321,7 +321,10 @@ class _Namer:
                     # LayoutLM's bbox (B, T, 4) and its heights and widths
                     "x_position_embeddings": "embed.bbox", "y_position_embeddings":
                     "embed.bbox", "h_position_embeddings": "embed.bbox_extents",
-                    "w_position_embeddings": "embed.bbox_extents"}[last]
+                    "w_position_embeddings": "embed.bbox_extents",
+                    # RoCBert's shape and pronunciation ids (zeros)
+                    "shape_embed": "embed.side_ids", "pronunciation_embed": "embed.side_ids"
+                    }[last]
         if self.deberta and last == "embeddings" and role == "mul.other" and not _has(
                 s.storage.numel.poly, ("E",)):
             return "embed.mask"  # DeBERTa's attention mask of ones multiplied in
@@ -331,7 +334,8 @@ class _Namer:
             return "embed." + self._norm("norm", role)
         if self.deberta and scope.endswith("encoder.LayerNorm"):  # v2's norm_rel_ebd
             return "encoder.rel_table." + self._norm("norm", role)
-        if last == "embeddings_project":  # ELECTRA's projection to hidden_size
+        if last in ("embeddings_project", "map_inputs_layer"):
+            # ELECTRA's projection to hidden_size; RoCBert's from the concatenated tables
             part = _lora_part(role, s) if adapted else None
             return f"embed.project_in.{part}" if part else "embed.project_input"
         part_of_head = self.head.get(scope)

@@ -91,6 +91,22 @@ class LayoutLM(Bert):
         return {**super().sizes(), "P2": self.P2}
 
 
+@dataclass(frozen=True)
+class RoCBert(Bert):
+    """RoCBert (models/roc_bert/modeling_roc_bert.py, concat_input): the word embedding
+    concatenated with the shape table's (Vs rows, Ds wide) and the pronunciation table's
+    (Vp, Dp), each read at new (B, T) int64 zeros, through map_inputs_layer to E; then the
+    token types and positions added, LayerNorm, dropout."""
+
+    Vs: int = 1
+    Ds: int = 1
+    Vp: int = 1
+    Dp: int = 1
+
+    def sizes(self) -> dict[str, int]:
+        return {**super().sizes(), "Vs": self.Vs, "Ds": self.Ds, "Vp": self.Vp, "Dp": self.Dp}
+
+
 def _width(m: Builder, cfg: Bert) -> Dim:
     """The embeddings' and the MLM head's width."""
     return m["Ee"] if isinstance(cfg, Factorized) else m["E"]
@@ -148,12 +164,26 @@ def _embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
         # token_type_ids.expand(position_ids.shape[0], -1), gathered at the positions, then
         # expanded to (B, T): a new (1, T) tensor for BERT's positions, (B, T) for RoBERTa's
         h = m.embedding("word_embeddings", ids, m["V"], width)
+        if isinstance(cfg, RoCBert):
+            h = _side_tables(m, h)
         if cfg.type_table:
             buffered = ops.expand(zeros, (positions.shape[0], P))
             types = ops.expand(ops.gather(buffered, 1, positions), (B, T))
             h = ops.add(h, m.embedding("token_type_embeddings", types, m["Ty"], width))
         h = ops.add(h, m.embedding("position_embeddings", positions, P, width))
         return m.dropout(m.layer_norm("LayerNorm", h), cfg.hidden_dropout)
+
+
+def _side_tables(m: Builder, h: Tensor) -> Tensor:
+    """RoCBertEmbeddings (concat_input): clone of the word embeddings, cat with the shape
+    and the pronunciation embeddings of zeros(input_shape) ids, map_inputs_layer back to E
+    (which keeps the concatenation); the token types and positions are added after it."""
+    x = ops.clone(h)
+    for table, rows, width in (("shape_embed", "Vs", "Ds"),
+                               ("pronunciation_embed", "Vp", "Dp")):
+        zeros = m.trace.tensor((m["B"], m["T"]), I64, False, name=f"input_{table}_ids")
+        x = ops.cat([x, m.embedding(table, zeros, m[rows], m[width])], -1)
+    return m.linear("map_inputs_layer", x, m["E"], True)
 
 
 def _unused_pooler(m: Builder, h: Tensor) -> None:
