@@ -13,7 +13,8 @@ training and peft's LoRA on all-linear, q/k/v/o, gate/up/down and q/v); DeBERTa
 and of deberta-v2-relative and deberta-v2-c2p-p2c (LoRA on all-linear and
 query_proj/value_proj; tests/data/activations_deberta_v2_sweep_cpu.jsonl among them);
 BERT's forward with a difference (families/bert.py): bert-generation-tiny
-(BertGenerationDecoder), layoutlm-tiny, roc_bert-tiny.
+(BertGenerationDecoder), layoutlm-tiny, roc_bert-tiny; ALBERT (families/albert.py):
+albert-tiny.
 Tolerance: none.
 """
 
@@ -30,6 +31,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
+from transformer_calc.graph.families.albert import Albert
 from transformer_calc.graph.families.bert import Bert, LayoutLM, RoCBert
 from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.rope_encoder import RopeEncoder
@@ -43,7 +45,8 @@ ROPE_CONFIGS = ("gte-tiny.json", "nomic_bert-tiny.json", "jina_embeddings_v3-tin
 DEBERTA_CONFIGS = ("deberta-relative.json", "deberta-c2p-absolute.json", "deberta-p2c.json")
 DEBERTA_V2_CONFIGS = ("deberta-v2-relative.json", "deberta-v2-c2p-p2c.json")
 # BERT's forward with a difference (families/bert.py's options)
-BERT_CONFIGS = ("bert-generation-tiny.json", "layoutlm-tiny.json", "roc_bert-tiny.json")
+BERT_CONFIGS = ("bert-generation-tiny.json", "layoutlm-tiny.json", "roc_bert-tiny.json",
+                "albert-tiny.json")
 CONFIGS = ROPE_CONFIGS + DEBERTA_CONFIGS + DEBERTA_V2_CONFIGS + BERT_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
@@ -79,6 +82,7 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert len([r for r in ROWS if r["config"] == "bert-generation-tiny.json"]) == 12
     assert len([r for r in ROWS if r["config"] == "layoutlm-tiny.json"]) == 12
     assert len([r for r in ROWS if r["config"] == "roc_bert-tiny.json"]) == 12
+    assert len([r for r in ROWS if r["config"] == "albert-tiny.json"]) == 12
     v2 = [r for r in ROWS if r["config"] in DEBERTA_V2_CONFIGS]
     assert len(v2) == 6 + 8
     assert {r["lora"][1] for r in v2 if r.get("lora")} == {"all-linear", "query_proj,value_proj"}
@@ -164,8 +168,10 @@ def test_layoutlm_keeps_its_bbox_and_not_its_pooler() -> None:
     assert r.trainable_params == count_params(_spec("layoutlm-tiny.json")).total
     lora = evaluate(fam, Run(2, 64, F32, "cpu", "eager", lora=Lora(8, frozenset({"dense"}))))
     # peft adapts every module named dense: per layer the attention output, intermediate
-    # and output dense, the MLM head's transform, and the pooler's (64 -> 64)
-    assert lora.trainable_params == 2 * 8 * (64 + 64 + 64 + 128 + 128 + 64) + 2 * 8 * 128
+    # and output dense, the MLM head's transform, and the pooler's (64 -> 64): 10,240
+    # trainable (peft 0.21.2's get_peft_model on LayoutLMForMaskedLM(layoutlm-tiny), r 8)
+    assert lora.trainable_params == 2 * 8 * (64 + 64 + 64 + 128 + 128 + 64) + 2 * 8 * 128 \
+        == 10_240
 
 
 def test_roc_berts_side_tables_are_concatenated() -> None:
@@ -177,6 +183,19 @@ def test_roc_berts_side_tables_are_concatenated() -> None:
     names = by_name(component_rows(fam, Run(2, 64, F32, "cpu", "eager")))
     assert names["embed.side_ids"] == 2 * (2 * 64 * 8)
     assert names["embed.project_input"] == 2 * 64 * (64 + 16 + 24) * 4
+
+
+def test_albert_layers_share_their_weight_sets() -> None:
+    # albert-tiny: 4 layers, 2 sets (num_hidden_groups), layers 0-1 the first, 2-3 the
+    # second; parameters and LoRA's adapters once per set: peft 0.21.2 gives 14,848
+    # trainable for all-linear at r 8 (AlbertForMaskedLM(albert-tiny), get_peft_model)
+    fam = family_of(_spec("albert-tiny.json"))
+    assert isinstance(fam, Albert) and fam.sets == "AABB" and fam.Ee == 32
+    r = evaluate(fam, Run(2, 8, lora=Lora(8, frozenset({"all-linear"}))))
+    assert r.trainable_params == 14_848
+    # each layer keeps its own activations: four layers' worth, whatever the sharing
+    rows = component_rows(fam, Run(2, 64, F32, "cpu", "eager"))
+    assert {row[4] for row in rows if row[0] == "encoder.attn.softmax"} == {4}
 
 
 def test_the_rotary_encoders_layouts() -> None:
@@ -348,11 +367,17 @@ def _draw_bert(rng: random.Random) -> tuple[Bert, Run]:
                L=rng.choice((1, 2, 3)), base="bert", head="generation",
                tied=rng.random() < 0.5, hidden_dropout=p,
                attention_dropout=rng.choice((0.0, p)), type_table=False, causal_loss=True)
-    kind = rng.choice(("generation", "layoutlm", "roc_bert"))
+    kind = rng.choice(("generation", "layoutlm", "roc_bert", "albert"))
     bert = {**vars(fam), "head": "bert", "type_table": True, "causal_loss": False,
             "Ty": rng.choice((1, 2))}
     if kind == "layoutlm":
         fam = LayoutLM(**bert, P2=rng.randint(1, 30))
+    elif kind == "albert":
+        L = fam.L
+        sets = "".join("AB"[i * 2 // (L + 1)] for i in range(L)) if rng.random() < 0.5 \
+            else "A" * L
+        fam = Albert(**{**bert, "base": "albert", "head": "albert", "head_act": "gelu_new"},
+                     Ee=rng.randint(1, 12), sets=sets)
     elif kind == "roc_bert":
         fam = RoCBert(**bert, Vs=rng.randint(1, 9), Ds=rng.randint(1, 5),
                       Vp=rng.randint(1, 9), Dp=rng.randint(1, 5))

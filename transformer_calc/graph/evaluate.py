@@ -10,7 +10,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
-from transformer_calc.graph.families import bert, deberta, gemma, gpt2, llama, moe, rope_encoder
+from transformer_calc.graph.families import (
+    albert,
+    bert,
+    deberta,
+    gemma,
+    gpt2,
+    llama,
+    moe,
+    rope_encoder,
+)
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
@@ -18,13 +27,14 @@ from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma
-          | rope_encoder.RopeEncoder | deberta.Deberta)
+          | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward,
-    rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward}
+    rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward,
+    albert.Albert: albert.forward}
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,7 @@ _ROPE_ENCODERS = {"gte": ("gte", "gte", True, True),
 _READS["bert_generation"] = _READS["bert"] | {"lm_head_bias"}
 _READS["layoutlm"] = _READS["bert"] | {"softmax_fp32", "pooler", "layout_positions"}
 _READS["roc_bert"] = _READS["bert"] | {"side_embeddings", "side_concat"}
+_READS["albert"] = _READS["bert"] | {"layer_groups"}
 _READS["rope_encoder"] = _METADATA | _COMMON | {
     "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
     "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
@@ -250,6 +261,34 @@ def _bert_generation(spec: ModelSpec) -> bert.Bert | None:
                      L=spec.n_layers, base="bert", head="generation",
                      tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa,
                      type_table=False, causal_loss=True)
+
+
+def _albert(spec: ModelSpec) -> albert.Albert | None:
+    """AlbertForMaskedLM: BERT's embeddings of embed_proj_dim (factorized), mapped to
+    d_model in the encoder, post-norm layers with gelu_new whose weights layer_groups sets
+    share (each run by n_layers / layer_groups consecutive layers), the MLM head as wide
+    as the embeddings with gelu_new."""
+    if spec.model_type != "albert" or _unread(spec, "albert"):
+        return None
+    E, H, L = spec.d_model, spec.n_heads, spec.n_layers
+    G = spec.layer_groups or L
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "learned"
+            and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
+            and spec.ffn == "plain" and spec.activation == "gelu_new" and spec.mlm_head
+            and not spec.lm_head and not spec.loss_fp32 and spec.token_types >= 1
+            and spec.embed_factorized and spec.embed_proj_dim and spec.mlm_bias == "bert"
+            and L % G == 0 and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and H and E % H == 0 and spec.d_ff):
+        return None
+    run = L // G  # layers per set of weights
+    sets = "".join(chr(0x41 + i // run if i // run < 26 else 0x100 + i // run)
+                   for i in range(L))
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return albert.Albert(V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E,
+                         H=H, F=spec.d_ff, L=L, base="albert", head="albert",
+                         tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa,
+                         head_act="gelu_new", Ee=spec.embed_proj_dim, sets=sets)
 
 
 def _roc_bert(spec: ModelSpec) -> bert.Bert | None:
@@ -529,7 +568,7 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder, _deberta, _deberta_v2,
-    _bert_generation, _layoutlm, _roc_bert)
+    _bert_generation, _layoutlm, _roc_bert, _albert)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

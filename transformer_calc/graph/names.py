@@ -82,7 +82,8 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
 # BERT-style encoders (families/bert.py): a layer's modules as the decoders' tables above
 # key them (post-norm: the attention output's LayerNorm is tcalc's attn.norm, the layer
 # output's its ffn.norm); their rows are named encoder.* in place of decoder.*
-_ENCODER_LAYER = re.compile(r"^\w+\.(?:encoder\.layer|layers)\.(\d+)(?:\.(.*))?$")
+_ENCODER_LAYER = re.compile(r"^\w+\.(?:encoder\.layer|layers|encoder\.albert_layer_groups"
+                            r"\.\d+\.albert_layers)\.(\d+)(?:\.(.*))?$")
 _ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_proj",
                     "attention.self.value": "v_proj", "attention.output.dense": "o_proj",
                     "intermediate.dense": "up_proj", "output.dense": "down_proj",
@@ -105,7 +106,13 @@ _ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_p
                     "attention.self.key_proj": "k_proj",
                     "attention.self.value_proj": "v_proj",
                     "attention.self.pos_key_proj": "pos_proj",
-                    "attention.self.pos_query_proj": "pos_q_proj"}
+                    "attention.self.pos_query_proj": "pos_q_proj",
+                    # ALBERT (families/albert.py)
+                    "attention.query": "q_proj", "attention.key": "k_proj",
+                    "attention.value": "v_proj", "attention.dense": "o_proj",
+                    "attention.LayerNorm": "ln_1", "attention": "self_attn",
+                    "ffn": "up_proj", "ffn_output": "down_proj", "activation": "mlp",
+                    "full_layer_layer_norm": "ln_2"}
 # peft's ParamWrapper over a MoE's expert weights, by the weight it wraps: the names
 # lora_activations gives their rows
 _WRAPPED = {"gate_up_proj": "gate_up", "down_proj": "out"}
@@ -334,8 +341,9 @@ class _Namer:
             return "embed." + self._norm("norm", role)
         if self.deberta and scope.endswith("encoder.LayerNorm"):  # v2's norm_rel_ebd
             return "encoder.rel_table." + self._norm("norm", role)
-        if last in ("embeddings_project", "map_inputs_layer"):
-            # ELECTRA's projection to hidden_size; RoCBert's from the concatenated tables
+        if last in ("embeddings_project", "map_inputs_layer", "embedding_hidden_mapping_in"):
+            # ELECTRA's projection to hidden_size (ALBERT's in its encoder); RoCBert's from
+            # the concatenated tables
             part = _lora_part(role, s) if adapted else None
             return f"embed.project_in.{part}" if part else "embed.project_input"
         part_of_head = self.head.get(scope)
@@ -346,8 +354,8 @@ class _Namer:
             return "head.mlm." + self._norm("norm", role)
         if part_of_head == "decoder" and role == "addmm.self":
             return "head.mlm.decoder_input"
-        if role in ("gelu.self", "silu.self"):
-            return "head.mlm.activation"
+        if role in ("gelu.self", "silu.self") or last == "activation":
+            return "head.mlm.activation"  # (ALBERT's gelu_new: its ops' tensors)
         return self._outside(scope, role, s)
 
     def _outside(self, scope: str, role: str, s: Saved) -> str:

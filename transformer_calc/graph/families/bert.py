@@ -19,6 +19,7 @@ import contextlib
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
+from transformer_calc.graph.families.gpt2 import new_gelu
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.symbols import Dim
@@ -30,6 +31,7 @@ HEADS = {"bert": ("cls.predictions", "transform.dense", "transform.LayerNorm", "
          "nomic": ("cls.predictions", "transform.dense", "transform.layer_norm", "decoder", True),
          "gte": ("lm_head", "dense", "layer_norm", "decoder", False),
          "generation": ("lm_head", "", "", "decoder", True),
+         "albert": ("predictions", "dense", "LayerNorm", "decoder", True),
          "roberta": ("lm_head", "dense", "layer_norm", "decoder", True),
          "electra": ("", "generator_predictions.dense", "generator_predictions.LayerNorm",
                      "generator_lm_head", False)}
@@ -127,7 +129,7 @@ def forward(m: Builder, cfg: Bert) -> Tensor:
             mask = m.trace.tensor((B, Dim.const(1), Dim.const(1), T), m.run.dtype, False,
                                   name="attention_mask")
         else:
-            h = _embeddings(m, cfg, ids)
+            h = embeddings(m, cfg, ids)
         if isinstance(cfg, Factorized):  # ElectraModel: embeddings_project(embeddings)
             h = m.linear("embeddings_project", h, m["E"], True)
         with m.module("encoder"):
@@ -141,7 +143,7 @@ def forward(m: Builder, cfg: Bert) -> Tensor:
     return ops.cross_entropy(ops.view(scores, (B * T, V)), ops.view(ids, (B * T,)))
 
 
-def _embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
+def embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
     """BertEmbeddings.forward (RobertaEmbeddings'): word + token-type + position embeddings,
     LayerNorm, dropout."""
     tr = m.trace
@@ -305,7 +307,12 @@ def head(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
         # (ACT2FN[hidden_act] in BERT's transform, activations.gelu in RoBERTa's and
         # ELECTRA's: the erf GELU each)
         x = m.linear(dense, h, width, True)
-        x = m.layer_norm(norm, ops.silu(x) if cfg.head_act == "silu" else ops.gelu(x))
+        if cfg.head_act == "gelu_new":  # ALBERT's hidden_act
+            with m.module("activation"):
+                x = new_gelu(x)
+        else:
+            x = ops.silu(x) if cfg.head_act == "silu" else ops.gelu(x)
+        x = m.layer_norm(norm, x)
         with m.module(decoder):
             w = m.tied(table) if cfg.tied else m.param("weight", V, width)
             if bias is None or not cfg.tied:  # an untied decoder has a bias of its own
