@@ -14,7 +14,7 @@ and of deberta-v2-relative and deberta-v2-c2p-p2c (LoRA on all-linear and
 query_proj/value_proj; tests/data/activations_deberta_v2_sweep_cpu.jsonl among them);
 BERT's forward with a difference (families/bert.py): bert-generation-tiny
 (BertGenerationDecoder), layoutlm-tiny, roc_bert-tiny; ALBERT (families/albert.py):
-albert-tiny.
+albert-tiny; ModernBERT (families/modernbert.py): modernbert-tiny.
 Tolerance: none.
 """
 
@@ -34,6 +34,7 @@ from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.families.albert import Albert
 from transformer_calc.graph.families.bert import Bert, LayoutLM, RoCBert
 from transformer_calc.graph.families.deberta import Deberta
+from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.rope_encoder import RopeEncoder
 from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
@@ -46,7 +47,7 @@ DEBERTA_CONFIGS = ("deberta-relative.json", "deberta-c2p-absolute.json", "debert
 DEBERTA_V2_CONFIGS = ("deberta-v2-relative.json", "deberta-v2-c2p-p2c.json")
 # BERT's forward with a difference (families/bert.py's options)
 BERT_CONFIGS = ("bert-generation-tiny.json", "layoutlm-tiny.json", "roc_bert-tiny.json",
-                "albert-tiny.json")
+                "albert-tiny.json", "modernbert-tiny.json")
 CONFIGS = ROPE_CONFIGS + DEBERTA_CONFIGS + DEBERTA_V2_CONFIGS + BERT_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
@@ -83,6 +84,7 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert len([r for r in ROWS if r["config"] == "layoutlm-tiny.json"]) == 12
     assert len([r for r in ROWS if r["config"] == "roc_bert-tiny.json"]) == 12
     assert len([r for r in ROWS if r["config"] == "albert-tiny.json"]) == 12
+    assert len([r for r in ROWS if r["config"] == "modernbert-tiny.json"]) == 12
     v2 = [r for r in ROWS if r["config"] in DEBERTA_V2_CONFIGS]
     assert len(v2) == 6 + 8
     assert {r["lora"][1] for r in v2 if r.get("lora")} == {"all-linear", "query_proj,value_proj"}
@@ -196,6 +198,22 @@ def test_albert_layers_share_their_weight_sets() -> None:
     # each layer keeps its own activations: four layers' worth, whatever the sharing
     rows = component_rows(fam, Run(2, 64, F32, "cpu", "eager"))
     assert {row[4] for row in rows if row[0] == "encoder.attn.softmax"} == {4}
+
+
+def test_modernberts_sliding_mask_from_its_window_on() -> None:
+    # modernbert-tiny: layers F S F, local_attention 256, so the sliding layer's mask is
+    # skipped while T < 128 and built from T = 128 on (measured: B=1 T=128 rows exact
+    # with it); SDPA's bool mask, converted per sliding layer to a float (B, 1, T, T) in the
+    # activations' dtype, is kept by the kernel; eager's is added and kept by nothing
+    fam = family_of(_spec("modernbert-tiny.json"))
+    assert isinstance(fam, ModernBert) and fam.kinds == "FSF" and fam.window == 128
+    for T in (127, 128):
+        sdpa = by_name(component_rows(fam, Run(1, T, BF16, "cpu", "sdpa")))
+        eager = by_name(component_rows(fam, Run(1, T, BF16, "cpu", "eager")))
+        assert sdpa.get("encoder.attn.mask", 0) == (T * T * 2 if T >= 128 else 0)
+        assert "encoder.attn.mask" not in eager
+    for T in (100, 127, 128, 200):
+        assert_compiled_equals_traced(fam, Run(2, T, BF16, "cpu", "sdpa"))
 
 
 def test_the_rotary_encoders_layouts() -> None:
@@ -398,3 +416,29 @@ def test_compiled_equals_traced_on_random_bert_variants() -> None:
     rng = random.Random(20261130)  # noqa: S311 (not cryptography)
     for _ in range(80):
         assert_compiled_equals_traced(*_draw_bert(rng))
+
+
+def _draw_modernbert(rng: random.Random) -> tuple[ModernBert, Run]:
+    H, dh = rng.choice((1, 2, 3)), rng.choice((2, 4, 8))
+    L = rng.choice((1, 2, 3, 4))
+    every = rng.choice((1, 2, 3))
+    fam = ModernBert(V=rng.randint(5, 40), E=H * dh, H=H, F=rng.randint(1, 24), L=L,
+                     kinds="".join("F" if i % every == 0 else "S" for i in range(L)),
+                     window=rng.choice((1, 4, 16)), tied=rng.random() < 0.5)
+    device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
+    lora = None
+    if rng.random() < 0.5:
+        lora = Lora(rng.choice((1, 4)), frozenset(rng.sample(
+            ("Wqkv", "Wo", "Wi", "dense", "all-linear"), rng.choice((1, 2)))),
+            rng.choice((0.0, 0.05)))
+    return fam, Run(rng.choice((1, 1, 2, 3)), rng.choice((1, 2, 7, 33)), dtype, device,
+                    rng.choice(("eager", "sdpa")),
+                    autocast=rng.choice((None, BF16)) if device == "cuda" and dtype == F32
+                    else None, lora=lora,
+                    recompute=rng.choice(("none", "none", "selective", "full")))
+
+
+def test_compiled_equals_traced_on_random_modernberts() -> None:
+    rng = random.Random(20261201)  # noqa: S311 (not cryptography)
+    for _ in range(80):
+        assert_compiled_equals_traced(*_draw_modernbert(rng))

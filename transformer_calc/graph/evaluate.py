@@ -17,6 +17,7 @@ from transformer_calc.graph.families import (
     gemma,
     gpt2,
     llama,
+    modernbert,
     moe,
     rope_encoder,
 )
@@ -27,14 +28,15 @@ from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma
-          | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert)
+          | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
+          | modernbert.ModernBert)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward,
     rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward,
-    albert.Albert: albert.forward}
+    albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward}
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,11 @@ _READS["bert_generation"] = _READS["bert"] | {"lm_head_bias"}
 _READS["layoutlm"] = _READS["bert"] | {"softmax_fp32", "pooler", "layout_positions"}
 _READS["roc_bert"] = _READS["bert"] | {"side_embeddings", "side_concat"}
 _READS["albert"] = _READS["bert"] | {"layer_groups"}
+_READS["modernbert"] = _METADATA | _COMMON | {
+    "arch", "norm_position", "final_norm", "embedding_norm", "lm_head", "mlm_head",
+    "loss_fp32", "n_kv_heads", "d_head", "first_attn_norm", "fused_qkv", "fused_gate_up",
+    "softmax_fp32", "mlm_dense_bias", "mlm_bias", "sliding_window", "layer_attention",
+    "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
 _READS["rope_encoder"] = _METADATA | _COMMON | {
     "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
     "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
@@ -289,6 +296,36 @@ def _albert(spec: ModelSpec) -> albert.Albert | None:
                          H=H, F=spec.d_ff, L=L, base="albert", head="albert",
                          tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa,
                          head_act="gelu_new", Ee=spec.embed_proj_dim, sets=sets)
+
+
+def _modernbert(spec: ModelSpec) -> modernbert.ModernBert | None:
+    """ModernBertForMaskedLM (spec_from_hf's fields for it): pre-norm layers with bias-free
+    LayerNorms, the first without attn_norm, Wqkv and the GeGLU Wi fused and bias-free,
+    RoPE, full and sliding layers as layer_attention says (the window local_attention //
+    2 each side: sliding_window = local_attention + 1), eager softmax in fp32, the head's
+    bias-free dense and GELU, the decoder's own bias, the loss in fp32; no dropout."""
+    if spec.model_type != "modernbert" or _unread(spec, "modernbert"):
+        return None
+    from transformer_calc.plan import layer_kinds_in_order
+
+    E, H = spec.d_model, spec.n_heads
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    if not (spec.arch == "encoder" and spec.norm == "layernorm_nobias"
+            and spec.position == "rope" and spec.norm_position == "pre" and spec.final_norm
+            and spec.embedding_norm and not spec.first_attn_norm and spec.ffn == "gated"
+            and spec.activation == "gelu" and spec.fused_qkv and spec.fused_gate_up
+            and spec.softmax_fp32 and spec.mlm_head and not spec.lm_head and spec.loss_fp32
+            and not spec.mlm_dense_bias and spec.mlm_bias == "decoder" and not spec.dropout
+            and not spec.attention_dropout and not any(
+                (spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                 spec.bias_ffn_out))
+            and set(kinds) <= {"F", "S"} and ("S" not in kinds or spec.sliding_window > 1)
+            and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H) and H
+            and E % H == 0 and spec.d_ff):
+        return None
+    return modernbert.ModernBert(V=spec.vocab_size, E=E, H=H, F=spec.d_ff, L=spec.n_layers,
+                                 kinds=kinds, window=(spec.sliding_window - 1) // 2,
+                                 tied=spec.tie_embeddings)
 
 
 def _roc_bert(spec: ModelSpec) -> bert.Bert | None:
@@ -568,7 +605,7 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder, _deberta, _deberta_v2,
-    _bert_generation, _layoutlm, _roc_bert, _albert)
+    _bert_generation, _layoutlm, _roc_bert, _albert, _modernbert)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -30,7 +30,7 @@ from transformer_calc.graph.families.bert import HEADS, Bert
 from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.families.gpt2 import GPT2
-from transformer_calc.graph.families.llama import Llama
+from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.held import quadratic_in_t
 from transformer_calc.graph.modules import Run
@@ -119,6 +119,10 @@ _WRAPPED = {"gate_up_proj": "gate_up", "down_proj": "out"}
 # DeBERTa's position projections: the relative table's window is their input
 _INPUTS.update({"pos_proj": "attn.rel_input", "pos_q_proj": "attn.rel_input"})
 _ADAPTED.update({"pos_proj": "attn.pos_k", "pos_q_proj": "attn.pos_q"})
+# ModernBERT's modules (families/modernbert.py) as the decoders' tables key them
+_MODERNBERT = {"Wqkv": "qkv_proj", "attn.Wo": "o_proj", "Wi": "gate_up_proj",
+               "mlp.Wo": "down_proj", "attn_norm": "input_layernorm",
+               "mlp_norm": "post_attention_layernorm"}
 _TP = frozenset(("H", "Hkv", "F", "Fe", "Fs"))
 _ROPE = "model.rotary_emb"
 _MASK = "decoder.causal_mask"  # the eager (B, 1, T, T) mask, once for the model
@@ -128,7 +132,7 @@ def _module(rest: str) -> str:
     """A layer-relative scope as the tables above key it: 'self_attn.q_proj' -> 'q_proj',
     'attn.c_proj' and 'mlp.c_proj' kept whole (two modules share the last name)."""
     parts = rest.split(".")
-    return ".".join(parts[-2:]) if parts[-1] == "c_proj" else parts[-1]
+    return ".".join(parts[-2:]) if parts[-1] in ("c_proj", "Wo") else parts[-1]
 
 
 _ORDER = ("K", "B", "T", "G", "Hkv", "H", "dh", "E", "Ee", "F", "Fe", "Fs", "X", "V", "P", "Ty",
@@ -246,6 +250,7 @@ class _Namer:
         self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma) else \
             _DEBERTA_NORM_PARTS if isinstance(family, Deberta) else _NORM_PARTS
         self.deberta = isinstance(family, Deberta)
+        self.modernbert = isinstance(family, ModernBert)
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2)
                              else family.attention_dropout) != 0
         self.encoder = isinstance(family, Bert)
@@ -267,10 +272,39 @@ class _Namer:
             return self._checkpoint_input(s)
         if self.encoder:
             return self._encoder(scope, role, s)
+        if self.modernbert:  # a pre-norm encoder named as the decoders' layers are
+            name = self._modernbert(scope, role, s)
+            return "encoder." + name.removeprefix("decoder.") \
+                if name.startswith("decoder.") else name
         layer = _LAYER.match(scope)
         if layer is None:
             return self._outside(scope, role, s)
         return self._in_layer(_module(layer.group(2) or ""), role, s)
+
+    def _modernbert(self, scope: str, role: str, s: Saved) -> str:
+        """ModernBERT's storages (families/modernbert.py): its layers' by the decoders'
+        tables (_MODERNBERT: Wqkv, Wo, Wi, the norms), the embeddings' norm, the head's."""
+        layer = _LAYER.match(scope)
+        if layer is not None:
+            module = _module(layer.group(2) or "")
+            return self._in_layer(_MODERNBERT.get(module, module), role, s)
+        if scope == "model.embeddings.norm":
+            return "embed." + self._norm("norm", role)
+        if scope == "model.embeddings.tok_embeddings":
+            return "embed.token_ids"
+        if scope == "head.norm":
+            return "head.mlm." + self._norm("norm", role)
+        if scope == "head.dense":
+            part = _lora_part(role, s) if self.run.lora and self.run.lora.adapts(scope) \
+                else None
+            return f"head.mlm.dense.{part}" if part else "head.input"
+        if scope == "head" and role == "gelu.self":
+            return "head.mlm.activation"
+        if scope == "decoder" and role == "addmm.self":
+            return "head.mlm.decoder_input"
+        if scope == "model.final_norm":
+            return "decoder." + self._norm("final_norm", role)
+        return self._outside(scope, role, s)
 
     def _in_layer(self, module: str, role: str, s: Saved) -> str:
         scope, st = s.scope, s.storage
@@ -487,8 +521,8 @@ class _Namer:
             return "rope.cos_sin"
         if st.name == "causal_mask":
             return _MASK
-        if st.name in ("attention_mask", "relative_pos"):  # DeBERTa's, kept by checkpoints
-            return f"encoder.{st.name}"
+        if st.name in ("attention_mask", "relative_pos", "sliding_mask"):
+            return f"encoder.{st.name}"  # DeBERTa's, ModernBERT's, kept by checkpoints
         if st.dtype.name == "int64":
             return "embed.position_ids"
         return ("encoder" if self.encoder else "decoder") + ".checkpoint_input"
