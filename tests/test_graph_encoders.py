@@ -13,7 +13,7 @@ training and peft's LoRA on all-linear, q/k/v/o, gate/up/down and q/v); DeBERTa
 and of deberta-v2-relative and deberta-v2-c2p-p2c (LoRA on all-linear and
 query_proj/value_proj; tests/data/activations_deberta_v2_sweep_cpu.jsonl among them);
 BERT's forward with a difference (families/bert.py): bert-generation-tiny
-(BertGenerationDecoder), layoutlm-tiny, roc_bert-tiny; ALBERT (families/albert.py):
+(BertGenerationDecoder), layoutlm-tiny, roc_bert-tiny, rembert-tiny; ALBERT (families/albert.py):
 albert-tiny; ModernBERT (families/modernbert.py): modernbert-tiny.
 Tolerance: none.
 """
@@ -32,7 +32,7 @@ from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.families.albert import Albert
-from transformer_calc.graph.families.bert import Bert, LayoutLM, RoCBert
+from transformer_calc.graph.families.bert import Bert, LayoutLM, RemBert, RoCBert
 from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.rope_encoder import RopeEncoder
@@ -47,7 +47,7 @@ DEBERTA_CONFIGS = ("deberta-relative.json", "deberta-c2p-absolute.json", "debert
 DEBERTA_V2_CONFIGS = ("deberta-v2-relative.json", "deberta-v2-c2p-p2c.json")
 # BERT's forward with a difference (families/bert.py's options)
 BERT_CONFIGS = ("bert-generation-tiny.json", "layoutlm-tiny.json", "roc_bert-tiny.json",
-                "albert-tiny.json", "modernbert-tiny.json")
+                "albert-tiny.json", "modernbert-tiny.json", "rembert-tiny.json")
 CONFIGS = ROPE_CONFIGS + DEBERTA_CONFIGS + DEBERTA_V2_CONFIGS + BERT_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
@@ -85,6 +85,7 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert len([r for r in ROWS if r["config"] == "roc_bert-tiny.json"]) == 12
     assert len([r for r in ROWS if r["config"] == "albert-tiny.json"]) == 12
     assert len([r for r in ROWS if r["config"] == "modernbert-tiny.json"]) == 12
+    assert len([r for r in ROWS if r["config"] == "rembert-tiny.json"]) == 6
     v2 = [r for r in ROWS if r["config"] in DEBERTA_V2_CONFIGS]
     assert len(v2) == 6 + 8
     assert {r["lora"][1] for r in v2 if r.get("lora")} == {"all-linear", "query_proj,value_proj"}
@@ -385,7 +386,7 @@ def _draw_bert(rng: random.Random) -> tuple[Bert, Run]:
                L=rng.choice((1, 2, 3)), base="bert", head="generation",
                tied=rng.random() < 0.5, hidden_dropout=p,
                attention_dropout=rng.choice((0.0, p)), type_table=False, causal_loss=True)
-    kind = rng.choice(("generation", "layoutlm", "roc_bert", "albert"))
+    kind = rng.choice(("generation", "layoutlm", "roc_bert", "albert", "rembert"))
     bert = {**vars(fam), "head": "bert", "type_table": True, "causal_loss": False,
             "Ty": rng.choice((1, 2))}
     if kind == "layoutlm":
@@ -396,6 +397,9 @@ def _draw_bert(rng: random.Random) -> tuple[Bert, Run]:
             else "A" * L
         fam = Albert(**{**bert, "base": "albert", "head": "albert", "head_act": "gelu_new"},
                      Ee=rng.randint(1, 12), sets=sets)
+    elif kind == "rembert":
+        fam = RemBert(**{**bert, "base": "rembert", "head": "rembert", "tied": False},
+                      Ee=rng.randint(1, 12), Eo=rng.randint(1, 12))
     elif kind == "roc_bert":
         fam = RoCBert(**bert, Vs=rng.randint(1, 9), Ds=rng.randint(1, 5),
                       Vp=rng.randint(1, 9), Dp=rng.randint(1, 5))

@@ -145,6 +145,7 @@ _READS["modernbert"] = _METADATA | _COMMON | {
     "loss_fp32", "n_kv_heads", "d_head", "first_attn_norm", "fused_qkv", "fused_gate_up",
     "softmax_fp32", "mlm_dense_bias", "mlm_bias", "sliding_window", "layer_attention",
     "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
+_READS["rembert"] = _READS["bert"] | {"mlm_width", "sdpa_path"}
 _READS["rope_encoder"] = _METADATA | _COMMON | {
     "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
     "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
@@ -326,6 +327,23 @@ def _modernbert(spec: ModelSpec) -> modernbert.ModernBert | None:
     return modernbert.ModernBert(V=spec.vocab_size, E=E, H=H, F=spec.d_ff, L=spec.n_layers,
                                  kinds=kinds, window=(spec.sliding_window - 1) // 2,
                                  tied=spec.tie_embeddings)
+
+
+def _rembert(spec: ModelSpec) -> bert.Bert | None:
+    """RemBertForMaskedLM: BERT's layout (eager only) with embeddings of embed_proj_dim,
+    embedding_hidden_mapping_in, a head mlm_width wide with a decoder of its own."""
+    if spec.model_type != "rembert" or _unread(spec, "rembert"):
+        return None
+    if not (spec.embed_factorized and spec.embed_proj_dim and spec.mlm_width
+            and spec.mlm_bias == "decoder" and not spec.tie_embeddings and not spec.sdpa_path):
+        return None
+    plain = spec.replace(model_type="bert", embed_factorized=False, embed_proj_dim=None,
+                         mlm_width=None, mlm_bias="bert", sdpa_path=True)
+    family = _encoder(plain) if not _unread(plain, "bert") else None
+    if family is None or type(family) is not bert.Bert:
+        return None
+    return bert.RemBert(**{**vars(family), "base": "rembert", "head": "rembert"},
+                        Ee=spec.embed_proj_dim, Eo=spec.mlm_width)
 
 
 def _roc_bert(spec: ModelSpec) -> bert.Bert | None:
@@ -605,7 +623,7 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder, _deberta, _deberta_v2,
-    _bert_generation, _layoutlm, _roc_bert, _albert, _modernbert)
+    _bert_generation, _layoutlm, _roc_bert, _albert, _modernbert, _rembert)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -32,6 +32,7 @@ HEADS = {"bert": ("cls.predictions", "transform.dense", "transform.LayerNorm", "
          "gte": ("lm_head", "dense", "layer_norm", "decoder", False),
          "generation": ("lm_head", "", "", "decoder", True),
          "albert": ("predictions", "dense", "LayerNorm", "decoder", True),
+         "rembert": ("cls.predictions", "dense", "LayerNorm", "decoder", False),
          "roberta": ("lm_head", "dense", "layer_norm", "decoder", True),
          "electra": ("", "generator_predictions.dense", "generator_predictions.LayerNorm",
                      "generator_lm_head", False)}
@@ -78,6 +79,19 @@ class Factorized(Bert):
 
     def sizes(self) -> dict[str, int]:
         return {**super().sizes(), "Ee": self.Ee}
+
+
+@dataclass(frozen=True)
+class RemBert(Factorized):
+    """RemBERT (models/rembert/modeling_rembert.py): embeddings of input_embedding_size
+    (Ee) with the token types a new (B, T) int64 zeros tensor, the encoder's
+    embedding_hidden_mapping_in to E, BERT's layers (eager), the head output_embedding_size
+    (Eo) wide with a decoder of its own."""
+
+    Eo: int = 1
+
+    def sizes(self) -> dict[str, int]:
+        return {**super().sizes(), "Eo": self.Eo}
 
 
 @dataclass(frozen=True)
@@ -130,9 +144,11 @@ def forward(m: Builder, cfg: Bert) -> Tensor:
                                   name="attention_mask")
         else:
             h = embeddings(m, cfg, ids)
-        if isinstance(cfg, Factorized):  # ElectraModel: embeddings_project(embeddings)
-            h = m.linear("embeddings_project", h, m["E"], True)
+        if isinstance(cfg, Factorized) and not isinstance(cfg, RemBert):
+            h = m.linear("embeddings_project", h, m["E"], True)  # ElectraModel's
         with m.module("encoder"):
+            if isinstance(cfg, RemBert):  # RemBertEncoder: embedding_hidden_mapping_in
+                h = m.linear("embedding_hidden_mapping_in", h, m["E"], True)
             h = m.layers("layer", lambda x: _layer(m, cfg, x, mask), h,
                          () if mask is None else (mask,))
         if isinstance(cfg, LayoutLM):
@@ -169,8 +185,11 @@ def embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
         if isinstance(cfg, RoCBert):
             h = _side_tables(m, h)
         if cfg.type_table:
-            buffered = ops.expand(zeros, (positions.shape[0], P))
-            types = ops.expand(ops.gather(buffered, 1, positions), (B, T))
+            if isinstance(cfg, RemBert):  # zeros(input_shape, long): a new (B, T) tensor
+                types = tr.tensor((B, T), I64, False, name="token_type_ids")
+            else:
+                buffered = ops.expand(zeros, (positions.shape[0], P))
+                types = ops.expand(ops.gather(buffered, 1, positions), (B, T))
             h = ops.add(h, m.embedding("token_type_embeddings", types, m["Ty"], width))
         h = ops.add(h, m.embedding("position_embeddings", positions, P, width))
         return m.dropout(m.layer_norm("LayerNorm", h), cfg.hidden_dropout)
@@ -296,7 +315,7 @@ def head(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
     the token table when tied. Not a LoRA target under peft's all-linear: it is the
     model's output embedding."""
     scope, dense, norm, decoder, shared_bias = HEADS[cfg.head]
-    width, V = _width(m, cfg), m["V"]
+    width, V = m["Eo"] if isinstance(cfg, RemBert) else _width(m, cfg), m["V"]
     table = f"{cfg.base}.embeddings.word_embeddings.weight"
     with m.module(scope) if scope else contextlib.nullcontext():
         bias = m.param("bias", V) if shared_bias else None
