@@ -14,7 +14,8 @@ and of deberta-v2-relative and deberta-v2-c2p-p2c (LoRA on all-linear and
 query_proj/value_proj; tests/data/activations_deberta_v2_sweep_cpu.jsonl among them);
 BERT's forward with a difference (families/bert.py): bert-generation-tiny
 (BertGenerationDecoder), layoutlm-tiny, roc_bert-tiny, rembert-tiny; ALBERT (families/albert.py):
-albert-tiny; ModernBERT (families/modernbert.py): modernbert-tiny.
+albert-tiny; ModernBERT (families/modernbert.py): modernbert-tiny; MPNet
+(families/mpnet.py): mpnet-tiny.
 Tolerance: none.
 """
 
@@ -35,6 +36,7 @@ from transformer_calc.graph.families.albert import Albert
 from transformer_calc.graph.families.bert import Bert, LayoutLM, RemBert, RoCBert
 from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.modernbert import ModernBert
+from transformer_calc.graph.families.mpnet import MPNet
 from transformer_calc.graph.families.rope_encoder import RopeEncoder
 from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
@@ -47,7 +49,8 @@ DEBERTA_CONFIGS = ("deberta-relative.json", "deberta-c2p-absolute.json", "debert
 DEBERTA_V2_CONFIGS = ("deberta-v2-relative.json", "deberta-v2-c2p-p2c.json")
 # BERT's forward with a difference (families/bert.py's options)
 BERT_CONFIGS = ("bert-generation-tiny.json", "layoutlm-tiny.json", "roc_bert-tiny.json",
-                "albert-tiny.json", "modernbert-tiny.json", "rembert-tiny.json")
+                "albert-tiny.json", "modernbert-tiny.json", "rembert-tiny.json",
+                "mpnet-tiny.json")
 CONFIGS = ROPE_CONFIGS + DEBERTA_CONFIGS + DEBERTA_V2_CONFIGS + BERT_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
@@ -86,6 +89,7 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert len([r for r in ROWS if r["config"] == "albert-tiny.json"]) == 12
     assert len([r for r in ROWS if r["config"] == "modernbert-tiny.json"]) == 12
     assert len([r for r in ROWS if r["config"] == "rembert-tiny.json"]) == 6
+    assert len([r for r in ROWS if r["config"] == "mpnet-tiny.json"]) == 6
     v2 = [r for r in ROWS if r["config"] in DEBERTA_V2_CONFIGS]
     assert len(v2) == 6 + 8
     assert {r["lora"][1] for r in v2 if r.get("lora")} == {"all-linear", "query_proj,value_proj"}
@@ -386,7 +390,7 @@ def _draw_bert(rng: random.Random) -> tuple[Bert, Run]:
                L=rng.choice((1, 2, 3)), base="bert", head="generation",
                tied=rng.random() < 0.5, hidden_dropout=p,
                attention_dropout=rng.choice((0.0, p)), type_table=False, causal_loss=True)
-    kind = rng.choice(("generation", "layoutlm", "roc_bert", "albert", "rembert"))
+    kind = rng.choice(("generation", "layoutlm", "roc_bert", "albert", "rembert", "mpnet"))
     bert = {**vars(fam), "head": "bert", "type_table": True, "causal_loss": False,
             "Ty": rng.choice((1, 2))}
     if kind == "layoutlm":
@@ -397,6 +401,9 @@ def _draw_bert(rng: random.Random) -> tuple[Bert, Run]:
             else "A" * L
         fam = Albert(**{**bert, "base": "albert", "head": "albert", "head_act": "gelu_new"},
                      Ee=rng.randint(1, 12), sets=sets)
+    elif kind == "mpnet":
+        fam = MPNet(**{**bert, "base": "mpnet", "head": "roberta", "type_table": False,
+                       "positions_from_ids": True}, Rb=rng.randint(1, 40))
     elif kind == "rembert":
         fam = RemBert(**{**bert, "base": "rembert", "head": "rembert", "tied": False},
                       Ee=rng.randint(1, 12), Eo=rng.randint(1, 12))

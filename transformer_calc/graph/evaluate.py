@@ -19,6 +19,7 @@ from transformer_calc.graph.families import (
     llama,
     modernbert,
     moe,
+    mpnet,
     rope_encoder,
 )
 from transformer_calc.graph.held import held
@@ -29,14 +30,15 @@ from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
-          | modernbert.ModernBert)
+          | modernbert.ModernBert | mpnet.MPNet)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward,
     rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward,
-    albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward}
+    albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward,
+    mpnet.MPNet: mpnet.forward}
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,7 @@ _READS["modernbert"] = _METADATA | _COMMON | {
     "softmax_fp32", "mlm_dense_bias", "mlm_bias", "sliding_window", "layer_attention",
     "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
 _READS["rembert"] = _READS["bert"] | {"mlm_width", "sdpa_path"}
+_READS["mpnet"] = _READS["bert"] | {"relative_bias", "relative_buckets", "sdpa_path"}
 _READS["rope_encoder"] = _METADATA | _COMMON | {
     "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
     "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
@@ -344,6 +347,23 @@ def _rembert(spec: ModelSpec) -> bert.Bert | None:
         return None
     return bert.RemBert(**{**vars(family), "base": "rembert", "head": "rembert"},
                         Ee=spec.embed_proj_dim, Eo=spec.mlm_width)
+
+
+def _mpnet(spec: ModelSpec) -> bert.Bert | None:
+    """MPNetForMaskedLM: BERT's post-norm layers (eager, its own attention code) with the
+    relative position bias of relative_buckets, positions counted from the ids, no token
+    types, RoBERTa's MLM head."""
+    if spec.model_type != "mpnet" or _unread(spec, "mpnet"):
+        return None
+    if not (spec.relative_bias and spec.token_types == 0 and not spec.sdpa_path):
+        return None
+    plain = spec.replace(model_type="roberta", relative_bias=False, token_types=1,
+                         sdpa_path=True)
+    family = _encoder(plain) if not _unread(plain, "bert") else None
+    if family is None or type(family) is not bert.Bert:
+        return None
+    return mpnet.MPNet(**{**vars(family), "base": "mpnet", "type_table": False},
+                       Rb=spec.relative_buckets)
 
 
 def _roc_bert(spec: ModelSpec) -> bert.Bert | None:
@@ -623,7 +643,7 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder, _deberta, _deberta_v2,
-    _bert_generation, _layoutlm, _roc_bert, _albert, _modernbert, _rembert)
+    _bert_generation, _layoutlm, _roc_bert, _albert, _modernbert, _rembert, _mpnet)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

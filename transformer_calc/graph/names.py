@@ -112,7 +112,11 @@ _ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_p
                     "attention.value": "v_proj", "attention.dense": "o_proj",
                     "attention.LayerNorm": "ln_1", "attention": "self_attn",
                     "ffn": "up_proj", "ffn_output": "down_proj", "activation": "mlp",
-                    "full_layer_layer_norm": "ln_2"}
+                    "full_layer_layer_norm": "ln_2",
+                    # MPNet (families/mpnet.py)
+                    "attention.attn.q": "q_proj", "attention.attn.k": "k_proj",
+                    "attention.attn.v": "v_proj", "attention.attn.o": "o_proj",
+                    "attention.attn": "self_attn"}
 # peft's ParamWrapper over a MoE's expert weights, by the weight it wraps: the names
 # lora_activations gives their rows
 _WRAPPED = {"gate_up_proj": "gate_up", "down_proj": "out"}
@@ -364,8 +368,9 @@ class _Namer:
                     "embed.bbox", "h_position_embeddings": "embed.bbox_extents",
                     "w_position_embeddings": "embed.bbox_extents",
                     # RoCBert's shape and pronunciation ids (zeros)
-                    "shape_embed": "embed.side_ids", "pronunciation_embed": "embed.side_ids"
-                    }[last]
+                    "shape_embed": "embed.side_ids", "pronunciation_embed": "embed.side_ids",
+                    # MPNet's relative position buckets, (T, T)
+                    "relative_attention_bias": "encoder.relative_position"}[last]
         if self.deberta and last == "embeddings" and role == "mul.other" and not _has(
                 s.storage.numel.poly, ("E",)):
             return "embed.mask"  # DeBERTa's attention mask of ones multiplied in
