@@ -15,7 +15,18 @@ query_proj/value_proj; tests/data/activations_deberta_v2_sweep_cpu.jsonl among t
 BERT's forward with a difference (families/bert.py): bert-generation-tiny
 (BertGenerationDecoder), layoutlm-tiny, roc_bert-tiny, rembert-tiny; ALBERT (families/albert.py):
 albert-tiny; ModernBERT (families/modernbert.py): modernbert-tiny; MPNet
-(families/mpnet.py): mpnet-tiny.
+(families/mpnet.py): mpnet-tiny. The published classification heads:
+tests/data/activations_encoder_heads_cpu.jsonl, written by (the labels: one random class
+per sequence, or per token)
+
+    V=tests/data/hf/variants
+    python tools/measure_activations_hf.py $V/{bert-seq-cls,bert-token-cls,xlm-roberta-seq-cls}.json
+    python tools/measure_activations_hf.py -B 1 -T 96 --lora 8 \\
+        $V/{bert-seq-cls,xlm-roberta-seq-cls}.json
+    python tools/measure_activations_hf.py -B 3 -T 40 --lora 4 --lora-targets query,value \\
+        --lora-dropout 0.05 $V/bert-seq-cls.json
+
+(its first file's tcalc_bytes are the rules', the rest the graph's).
 Tolerance: none.
 """
 
@@ -51,7 +62,10 @@ DEBERTA_V2_CONFIGS = ("deberta-v2-relative.json", "deberta-v2-c2p-p2c.json")
 BERT_CONFIGS = ("bert-generation-tiny.json", "layoutlm-tiny.json", "roc_bert-tiny.json",
                 "albert-tiny.json", "modernbert-tiny.json", "rembert-tiny.json",
                 "mpnet-tiny.json")
-CONFIGS = ROPE_CONFIGS + DEBERTA_CONFIGS + DEBERTA_V2_CONFIGS + BERT_CONFIGS
+# the published classification heads on BERT's graph (tests/data/activations_encoder_heads_
+# cpu.jsonl)
+HEAD_CONFIGS = ("bert-seq-cls.json", "bert-token-cls.json", "xlm-roberta-seq-cls.json")
+CONFIGS = ROPE_CONFIGS + DEBERTA_CONFIGS + DEBERTA_V2_CONFIGS + BERT_CONFIGS + HEAD_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
 
@@ -90,6 +104,7 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert len([r for r in ROWS if r["config"] == "modernbert-tiny.json"]) == 12
     assert len([r for r in ROWS if r["config"] == "rembert-tiny.json"]) == 6
     assert len([r for r in ROWS if r["config"] == "mpnet-tiny.json"]) == 6
+    assert len([r for r in ROWS if r["config"] in HEAD_CONFIGS]) == 12 + 4 + 8
     v2 = [r for r in ROWS if r["config"] in DEBERTA_V2_CONFIGS]
     assert len(v2) == 6 + 8
     assert {r["lora"][1] for r in v2 if r.get("lora")} == {"all-linear", "query_proj,value_proj"}
@@ -119,6 +134,11 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
 # count_flops' per-token figure (tcalc counts the projections per sequence: B - 1 too
 # many); LayoutLM's pooler runs once per sequence (count_flops rounds it per token)
 PINNED_FLOPS = {"layoutlm-tiny.json": (19_210_240, 84_627_456),
+                # (the classifiers' labels: tools/measure_activations_hf.py's; count_flops
+                # leaves the classification heads out)
+                "bert-seq-cls.json": (142_738_944, 616_395_264),
+                "bert-token-cls.json": (142_770_176, 616_688_640),
+                "xlm-roberta-seq-cls.json": (9_445_760, 43_433_088),
                 "deberta-relative.json": (5_767_168, 23_596_032),
                  "deberta-c2p-absolute.json": (3_997_696, 18_029_568),
                  "deberta-p2c.json": (4_980_736, 21_122_048),
@@ -133,7 +153,7 @@ def test_params_and_measured_forward_flops(config: str) -> None:
         r = evaluate(family_of(spec), Run(B, T, F32, "cpu", "eager"))
         assert r.params == r.trainable_params == count_params(spec).total
         assert r.forward_flops == flops
-        if B == 1:
+        if B == 1 and config not in HEAD_CONFIGS:
             assert r.forward_flops == T * count_flops(spec, T).total
 
 
@@ -219,6 +239,27 @@ def test_modernberts_sliding_mask_from_its_window_on() -> None:
         assert "encoder.attn.mask" not in eager
     for T in (100, 127, 128, 200):
         assert_compiled_equals_traced(fam, Run(2, T, BF16, "cpu", "sdpa"))
+
+
+def test_classification_heads() -> None:
+    # BertForSequenceClassification: the pooler's dense keeps the first token's view, so
+    # the whole last hidden state (B, T, E) (nothing else keeps it without an MLM head);
+    # tanh's output, the dropout's noise and the classifier's input are (B, E); the loss's
+    # labels (B,) int64. BertForTokenClassification: every token's dropout and classifier;
+    # RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj on the first token
+    B, T, E = 2, 64, 256
+    seq, token, roberta = (family_of(_spec(c)) for c in HEAD_CONFIGS)
+    assert isinstance(seq, Bert) and (seq.task, seq.NL, seq.head) == ("seq_cls", 3, "bert")
+    assert (token.task, token.NL) == ("token_cls", 5)
+    assert (roberta.task, roberta.head) == ("seq_cls", "roberta")
+    names = by_name(component_rows(seq, Run(B, T, F32, "cpu", "eager")))
+    assert names["head.pooler.input"] == B * T * E * 4
+    assert names["head.pooler.tanh"] == names["head.cls.input"] == B * E * 4
+    assert names["head.cls.dropout_mask"] == B * E * 4
+    assert names["loss.targets"] == B * 8 and names["loss.log_softmax"] == B * 3 * 4
+    names = by_name(component_rows(token, Run(B, T, F32, "cpu", "eager")))
+    assert names["head.cls.input"] == names["head.cls.dropout_mask"] == B * T * E * 4
+    assert names["loss.targets"] == B * T * 8
 
 
 def test_the_rotary_encoders_layouts() -> None:
@@ -390,7 +431,8 @@ def _draw_bert(rng: random.Random) -> tuple[Bert, Run]:
                L=rng.choice((1, 2, 3)), base="bert", head="generation",
                tied=rng.random() < 0.5, hidden_dropout=p,
                attention_dropout=rng.choice((0.0, p)), type_table=False, causal_loss=True)
-    kind = rng.choice(("generation", "layoutlm", "roc_bert", "albert", "rembert", "mpnet"))
+    kind = rng.choice(("generation", "layoutlm", "roc_bert", "albert", "rembert", "mpnet",
+                       "seq_cls", "token_cls", "roberta_cls"))
     bert = {**vars(fam), "head": "bert", "type_table": True, "causal_loss": False,
             "Ty": rng.choice((1, 2))}
     if kind == "layoutlm":
@@ -401,6 +443,10 @@ def _draw_bert(rng: random.Random) -> tuple[Bert, Run]:
             else "A" * L
         fam = Albert(**{**bert, "base": "albert", "head": "albert", "head_act": "gelu_new"},
                      Ee=rng.randint(1, 12), sets=sets)
+    elif kind in ("seq_cls", "token_cls", "roberta_cls"):
+        fam = Bert(**{**bert, "task": "token_cls" if kind == "token_cls" else "seq_cls",
+                      "head": "roberta" if kind == "roberta_cls" else "bert",
+                      "positions_from_ids": kind == "roberta_cls", "NL": rng.randint(2, 5)})
     elif kind == "mpnet":
         fam = MPNet(**{**bert, "base": "mpnet", "head": "roberta", "type_table": False,
                        "positions_from_ids": True}, Rb=rng.randint(1, 40))

@@ -117,7 +117,8 @@ _READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv"},
                                          "embedding_norm", "token_types", "lm_head",
                                          "mlm_head", "loss_fp32", "embed_proj_dim",
                                          "embed_factorized", "mlm_bias", "n_kv_heads",
-                                         "d_head"},
+                                         "d_head", "classifier", "num_labels", "pooler",
+                                         "classifier_bias"},
           "gemma": _METADATA | _COMMON | {"n_kv_heads", "d_head", "softmax_fp32", "bias_q",
                                           "bias_k", "bias_v", "bias_o", "bias_ffn_in",
                                           "bias_ffn_out", "qk_norm", "norm_fp32",
@@ -524,13 +525,14 @@ def _encoder(spec: ModelSpec) -> bert.Bert | None:
     base, head, from_ids = _ENCODERS[spec.model_type]
     E, H = spec.d_model, spec.n_heads
     electra = head == "electra"
+    task = _encoder_task(spec, head)
     if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "learned"
             and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
-            and spec.ffn == "plain" and spec.activation == "gelu" and spec.mlm_head
+            and spec.ffn == "plain" and spec.activation == "gelu" and task
             and not spec.lm_head and not spec.loss_fp32 and spec.token_types >= 1
             and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H)
             and H and E % H == 0 and spec.d_ff
-            and spec.mlm_bias == ("decoder" if electra else "bert")
+            and (task != "mlm" or spec.mlm_bias == ("decoder" if electra else "bert"))
             and spec.embed_factorized == (electra and spec.embed_proj_dim is not None)):
         return None
     p = spec.dropout
@@ -538,10 +540,30 @@ def _encoder(spec: ModelSpec) -> bert.Bert | None:
     family = bert.Bert(V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E,
                        H=H, F=spec.d_ff, L=spec.n_layers, base=base, head=head,
                        positions_from_ids=from_ids, tied=spec.tie_embeddings,
-                       hidden_dropout=p, attention_dropout=pa)
+                       hidden_dropout=p, attention_dropout=pa, task=task,
+                       NL=max(spec.num_labels, 1))
     if spec.embed_factorized and spec.embed_proj_dim:
         return bert.Factorized(**vars(family), Ee=spec.embed_proj_dim)
     return family
+
+
+def _encoder_task(spec: ModelSpec, head: str) -> str:
+    """The head a BERT-style spec trains, as the graph runs it ("": none it models): the
+    masked-LM head; BertForSequenceClassification's pooler and linear classifier, or
+    RobertaClassificationHead's dense ("dense" in ModelSpec.classifier); a linear
+    classifier per token without a pooler (XForTokenClassification). Both with a biased
+    classifier; ELECTRA's classification head (a GELU) is not modelled. (The spec does not
+    read classifier_dropout: the graph takes hidden_dropout_prob, transformers' default.)"""
+    if spec.mlm_head:
+        return "mlm" if spec.classifier == "none" and not spec.pooler else ""
+    if head == "electra" or not spec.classifier_bias or spec.num_labels < 2:
+        return ""
+    if spec.classifier == "linear":
+        return "seq_cls" if spec.pooler and head == "bert" else \
+            "" if spec.pooler else "token_cls"
+    if spec.classifier == "dense" and head == "roberta" and not spec.pooler:
+        return "seq_cls"
+    return ""
 
 
 def _gemma(spec: ModelSpec) -> gemma.Gemma | None:

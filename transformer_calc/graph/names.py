@@ -140,14 +140,14 @@ def _module(rest: str) -> str:
 
 
 _ORDER = ("K", "B", "T", "G", "Hkv", "H", "dh", "E", "Ee", "F", "Fe", "Fs", "X", "V", "P", "Ty",
-          "r", "T32", "L")
+          "NL", "r", "T32", "L")
 # the graph's symbols as tcalc's formulas name them (the symbols activation_breakdown's rows
 # and explain use)
 SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "n_heads",
                 "dh": "d_head", "E": "d_model", "F": "d_ff", "V": "vocab_size",
                 "P": "max_positions", "r": "r", "T32": "T32", "L": "n_layers",
                 "Ee": "d_embed", "Ty": "token_types", "X": "n_experts", "K": "top_k",
-                "Fe": "d_ff_expert", "Fs": "d_ff_shared"}
+                "Fe": "d_ff_expert", "Fs": "d_ff_shared", "NL": "num_labels"}
 # what each component is, beside its formula (no symbol names inside: they are words here)
 DESCRIPTIONS = {
     "embed.token_ids": "int64 indices", "embed.position_ids": "int64 positions",
@@ -359,6 +359,9 @@ class _Namer:
         last = scope.rsplit(".", 1)[-1]
         lora = self.run.lora
         adapted = lora is not None and lora.adapts(scope)
+        classifier = _classifier(scope, role, s, adapted)
+        if classifier is not None:
+            return classifier
         if role == "embedding.indices":
             return {"word_embeddings": "embed.token_ids",
                     "position_embeddings": "embed.position_ids",
@@ -531,6 +534,34 @@ class _Namer:
         if st.dtype.name == "int64":
             return "embed.position_ids"
         return ("encoder" if self.encoder else "decoder") + ".checkpoint_input"
+
+
+# the classification heads' modules (families/bert.py _classify): BERT's pooler, the
+# dropout before the classifier, the classifier; RoBERTa's classification head
+_CLASSIFIER = {"pooler": "head.pooler", "pooler.dense": "head.pooler", "dropout": "head.cls",
+               "classifier": "head.cls", "classifier.dense": "head.cls.dense",
+               "classifier.out_proj": "head.cls"}
+
+
+def _classifier(scope: str, role: str, s: Saved, adapted: bool) -> str | None:
+    """A classification head's storage: a linear's input (or its adapter's parts), tanh's
+    output, a dropout's noise or mask; None outside the heads."""
+    parts = scope.split(".")
+    where = ".".join(parts[1:]) if parts[0] != "dropout" and parts[0] != "classifier" \
+        else scope
+    prefix = _CLASSIFIER.get(where)
+    if prefix is None:
+        return None
+    if role in ("mul.other", "native_dropout.result1"):
+        return f"{prefix}.dropout_mask"
+    if role == "tanh.result":
+        return f"{prefix}.tanh"
+    part = _lora_part(role, s) if adapted else None
+    if part:
+        return f"{prefix}.{part}"
+    if role in ("mm.self", "addmm.self"):
+        return f"{prefix}.input"
+    raise ValueError(f"no component name for {role} saved in {scope}")
 
 
 def _deberta_attention(rest: str, role: str, s: Saved) -> str | None:

@@ -64,10 +64,15 @@ class Bert:
     head_act: str = "gelu"  # the MLM head's activation (NomicBERT's: hidden_act, silu)
     type_table: bool = True  # a token-type table (BertGeneration has none)
     causal_loss: bool = False  # BertGenerationDecoder: ForCausalLMLoss, shifted, in fp32
+    # the head: mlm (the masked-LM head), seq_cls (XForSequenceClassification: BERT's pooler,
+    # dropout and classifier, RoBERTa's classification head), token_cls
+    # (XForTokenClassification: dropout and classifier per token); NL: num_labels
+    task: str = "mlm"
+    NL: int = 1
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "P": self.P, "Ty": self.Ty, "E": self.E, "H": self.H,
-                "dh": self.E // self.H, "F": self.F, "L": self.L}
+                "dh": self.E // self.H, "F": self.F, "L": self.L, "NL": self.NL}
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,11 @@ def forward(m: Builder, cfg: Bert) -> Tensor:
                          () if mask is None else (mask,))
         if isinstance(cfg, LayoutLM):
             _unused_pooler(m, h)
+        if cfg.task == "seq_cls" and cfg.head == "bert":  # BertModel's pooler
+            with m.module("pooler"):
+                h = ops.tanh(m.linear("dense", ops.select(h, 1, 0), m["E"], True))
+    if cfg.task != "mlm":
+        return _classify(m, cfg, h)
     scores = head(m, cfg, h)
     if cfg.causal_loss:
         return causal_lm_loss(scores, ids, V)
@@ -193,6 +203,30 @@ def embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
             h = ops.add(h, m.embedding("token_type_embeddings", types, m["Ty"], width))
         h = ops.add(h, m.embedding("position_embeddings", positions, P, width))
         return m.dropout(m.layer_norm("LayerNorm", h), cfg.hidden_dropout)
+
+
+def _classify(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
+    """The classification heads and CrossEntropyLoss (single-label: num_labels > 1 and
+    integer labels) over logits.view(-1, num_labels), in the logits' dtype, with the
+    labels (B,) or (B, T), an int64 input. BertForSequenceClassification: dropout of the
+    pooled output (classifier_dropout, else hidden_dropout_prob), classifier;
+    BertForTokenClassification: dropout of every token's state, classifier;
+    RobertaClassificationHead: the first token (features[:, 0, :], a view), dropout, dense,
+    tanh, dropout, out_proj."""
+    B, T, NL, E = m["B"], m["T"], m["NL"], m["E"]
+    p = cfg.hidden_dropout
+    if cfg.task == "seq_cls" and cfg.head == "roberta":
+        with m.module("classifier"):
+            x = m.dropout(ops.select(h, 1, 0), p)
+            x = m.dropout(ops.tanh(m.linear("dense", x, E, True)), p)
+            logits = m.linear("out_proj", x, NL, True)
+    else:
+        with m.module("dropout"):
+            h = m.dropout(h, p)
+        logits = m.linear("classifier", h, NL, True)
+    rows = B if cfg.task == "seq_cls" else B * T
+    labels = m.trace.input((B,) if cfg.task == "seq_cls" else (B, T), I64, "labels")
+    return ops.cross_entropy(ops.view(logits, (rows, NL)), ops.view(labels, (rows,)))
 
 
 def _side_tables(m: Builder, h: Tensor) -> Tensor:
