@@ -15,7 +15,7 @@ query_proj/value_proj; tests/data/activations_deberta_v2_sweep_cpu.jsonl among t
 BERT's forward with a difference (families/bert.py): bert-generation-tiny
 (BertGenerationDecoder), layoutlm-tiny, roc_bert-tiny, rembert-tiny; ALBERT (families/albert.py):
 albert-tiny; ModernBERT (families/modernbert.py): modernbert-tiny; MPNet
-(families/mpnet.py): mpnet-tiny. The published classification heads:
+(families/mpnet.py): mpnet-tiny; XLM (families/xlm.py): xlm-tiny. The published classification heads:
 tests/data/activations_encoder_heads_cpu.jsonl, written by (the labels: one random class
 per sequence, or per token)
 
@@ -49,6 +49,7 @@ from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.mpnet import MPNet
 from transformer_calc.graph.families.rope_encoder import RopeEncoder
+from transformer_calc.graph.families.xlm import XLM
 from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import Settings, memory_report
@@ -61,7 +62,7 @@ DEBERTA_V2_CONFIGS = ("deberta-v2-relative.json", "deberta-v2-c2p-p2c.json")
 # BERT's forward with a difference (families/bert.py's options)
 BERT_CONFIGS = ("bert-generation-tiny.json", "layoutlm-tiny.json", "roc_bert-tiny.json",
                 "albert-tiny.json", "modernbert-tiny.json", "rembert-tiny.json",
-                "mpnet-tiny.json")
+                "mpnet-tiny.json", "xlm-tiny.json")
 # the published classification heads on BERT's graph (tests/data/activations_encoder_heads_
 # cpu.jsonl)
 HEAD_CONFIGS = ("bert-seq-cls.json", "bert-token-cls.json", "xlm-roberta-seq-cls.json")
@@ -104,6 +105,7 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert len([r for r in ROWS if r["config"] == "modernbert-tiny.json"]) == 12
     assert len([r for r in ROWS if r["config"] == "rembert-tiny.json"]) == 6
     assert len([r for r in ROWS if r["config"] == "mpnet-tiny.json"]) == 6
+    assert len([r for r in ROWS if r["config"] == "xlm-tiny.json"]) == 6
     assert len([r for r in ROWS if r["config"] in HEAD_CONFIGS]) == 12 + 4 + 8
     v2 = [r for r in ROWS if r["config"] in DEBERTA_V2_CONFIGS]
     assert len(v2) == 6 + 8
@@ -499,3 +501,40 @@ def test_compiled_equals_traced_on_random_modernberts() -> None:
     rng = random.Random(20261201)  # noqa: S311 (not cryptography)
     for _ in range(80):
         assert_compiled_equals_traced(*_draw_modernbert(rng))
+
+
+def test_xlm_keeps_its_cache_copies_and_masks() -> None:
+    # XLMModel's EncoderDecoderCache, made whatever use_cache says: K and V are the cache's
+    # torch.cat copies; the (B, T, 1) mask copy multiplied in after the embeddings and each
+    # layer, each layer's (B, T) bool mask == 0 for masked_fill_
+    fam = family_of(_spec("xlm-tiny.json"))
+    assert isinstance(fam, XLM)
+    B, T = 2, 64
+    names = by_name(component_rows(fam, Run(B, T, F32, "cpu", "eager")))
+    assert names["embed.mask"] == B * T * 4 and names["encoder.mask"] == 2 * B * T * 4
+    assert names["encoder.attn.mask"] == 2 * B * T
+    assert names["encoder.attn.k"] == names["encoder.attn.v"] == 2 * B * T * 64 * 4
+
+
+def _draw_xlm(rng: random.Random) -> tuple[XLM, Run]:
+    H, dh = rng.choice((1, 2, 3)), rng.choice((1, 2, 8))
+    p = rng.choice((0.0, 0.1))
+    fam = XLM(V=rng.randint(5, 40), P=64, E=H * dh, H=H, F=rng.randint(1, 24),
+              L=rng.choice((1, 2, 3)), tied=rng.random() < 0.5, dropout=p,
+              attention_dropout=rng.choice((0.0, p)))
+    device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
+    lora = None
+    if rng.random() < 0.5:
+        lora = Lora(rng.choice((1, 4)), frozenset(rng.sample(
+            ("q_lin", "v_lin", "out_lin", "lin1", "all-linear"), rng.choice((1, 2)))),
+            rng.choice((0.0, 0.05)))
+    return fam, Run(rng.choice((1, 1, 2, 3)), rng.choice((1, 2, 7, 33)), dtype, device,
+                    "eager", autocast=rng.choice((None, BF16))
+                    if device == "cuda" and dtype == F32 else None, lora=lora,
+                    recompute=rng.choice(("none", "none", "selective", "full")))
+
+
+def test_compiled_equals_traced_on_random_xlms() -> None:
+    rng = random.Random(20261202)  # noqa: S311 (not cryptography)
+    for _ in range(60):
+        assert_compiled_equals_traced(*_draw_xlm(rng))

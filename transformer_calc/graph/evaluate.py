@@ -21,6 +21,7 @@ from transformer_calc.graph.families import (
     moe,
     mpnet,
     rope_encoder,
+    xlm,
 )
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
@@ -30,7 +31,7 @@ from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
-          | modernbert.ModernBert | mpnet.MPNet)
+          | modernbert.ModernBert | mpnet.MPNet | xlm.XLM)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -38,7 +39,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward,
     rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward,
     albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward,
-    mpnet.MPNet: mpnet.forward}
+    mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward}
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,7 @@ _READS["modernbert"] = _METADATA | _COMMON | {
     "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
 _READS["rembert"] = _READS["bert"] | {"mlm_width", "sdpa_path"}
 _READS["mpnet"] = _READS["bert"] | {"relative_bias", "relative_buckets", "sdpa_path"}
+_READS["xlm"] = _READS["bert"] | {"softmax_fp32", "sdpa_path", "lm_head_bias"}
 _READS["rope_encoder"] = _METADATA | _COMMON | {
     "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
     "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
@@ -365,6 +367,29 @@ def _mpnet(spec: ModelSpec) -> bert.Bert | None:
         return None
     return mpnet.MPNet(**{**vars(family), "base": "mpnet", "type_table": False},
                        Rb=spec.relative_buckets)
+
+
+def _xlm(spec: ModelSpec) -> xlm.XLM | None:
+    """XLMWithLMHeadModel (spec_from_hf's fields for model_type xlm): post-norm layers,
+    learned positions, no language embeddings (token_types 0: n_langs 1), eager only, the
+    tied projection with its bias, the loss in the scores' dtype. (spec_from_hf reads
+    neither gelu_activation nor causal: the graph takes their defaults, GELU and
+    bidirectional.)"""
+    if spec.model_type != "xlm" or _unread(spec, "xlm"):
+        return None
+    E, H = spec.d_model, spec.n_heads
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "learned"
+            and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
+            and spec.ffn == "plain" and spec.activation == "gelu" and spec.lm_head
+            and spec.lm_head_bias and not spec.mlm_head and not spec.loss_fp32
+            and spec.softmax_fp32 and not spec.sdpa_path and spec.token_types == 0
+            and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H) and H
+            and E % H == 0 and spec.d_ff):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return xlm.XLM(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
+                   L=spec.n_layers, tied=spec.tie_embeddings, dropout=p, attention_dropout=pa)
 
 
 def _roc_bert(spec: ModelSpec) -> bert.Bert | None:
@@ -665,7 +690,7 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder, _deberta, _deberta_v2,
-    _bert_generation, _layoutlm, _roc_bert, _albert, _modernbert, _rembert, _mpnet)
+    _bert_generation, _layoutlm, _roc_bert, _albert, _modernbert, _rembert, _mpnet, _xlm)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -32,6 +32,7 @@ from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.moe import Moe
+from transformer_calc.graph.families.xlm import XLM
 from transformer_calc.graph.held import quadratic_in_t
 from transformer_calc.graph.modules import Run
 from transformer_calc.graph.symbols import Poly, product
@@ -127,6 +128,9 @@ _ADAPTED.update({"pos_proj": "attn.pos_k", "pos_q_proj": "attn.pos_q"})
 _MODERNBERT = {"Wqkv": "qkv_proj", "attn.Wo": "o_proj", "Wi": "gate_up_proj",
                "mlp.Wo": "down_proj", "attn_norm": "input_layernorm",
                "mlp_norm": "post_attention_layernorm"}
+_XLM = {"q_lin": "q_proj", "k_lin": "k_proj", "v_lin": "v_proj", "out_lin": "o_proj",
+        "lin1": "up_proj", "lin2": "down_proj", "layer_norm1": "ln_1", "layer_norm2": "ln_2",
+        "attention": "self_attn", "ffn": "mlp"}
 _TP = frozenset(("H", "Hkv", "F", "Fe", "Fs"))
 _ROPE = "model.rotary_emb"
 _MASK = "decoder.causal_mask"  # the eager (B, 1, T, T) mask, once for the model
@@ -254,7 +258,9 @@ class _Namer:
         self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma) else \
             _DEBERTA_NORM_PARTS if isinstance(family, Deberta) else _NORM_PARTS
         self.deberta = isinstance(family, Deberta)
-        self.modernbert = isinstance(family, ModernBert)
+        # ModernBERT's and XLM's modules as the decoders' tables key them
+        self.renamed = _MODERNBERT if isinstance(family, ModernBert) else \
+            _XLM if isinstance(family, XLM) else None
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2)
                              else family.attention_dropout) != 0
         self.encoder = isinstance(family, Bert)
@@ -276,7 +282,7 @@ class _Namer:
             return self._checkpoint_input(s)
         if self.encoder:
             return self._encoder(scope, role, s)
-        if self.modernbert:  # a pre-norm encoder named as the decoders' layers are
+        if self.renamed is not None:  # encoders named as the decoders' layers are
             name = self._modernbert(scope, role, s)
             return "encoder." + name.removeprefix("decoder.") \
                 if name.startswith("decoder.") else name
@@ -286,12 +292,30 @@ class _Namer:
         return self._in_layer(_module(layer.group(2) or ""), role, s)
 
     def _modernbert(self, scope: str, role: str, s: Saved) -> str:
-        """ModernBERT's storages (families/modernbert.py): its layers' by the decoders'
-        tables (_MODERNBERT: Wqkv, Wo, Wi, the norms), the embeddings' norm, the head's."""
+        """ModernBERT's storages (families/modernbert.py) and XLM's (families/xlm.py): their
+        layers' by the decoders' tables (_MODERNBERT: Wqkv, Wo, Wi, the norms; _XLM), the
+        embeddings', the heads'."""
+        table = self.renamed or {}
         layer = _LAYER.match(scope)
         if layer is not None:
             module = _module(layer.group(2) or "")
-            return self._in_layer(_MODERNBERT.get(module, module), role, s)
+            if role == "masked_fill.mask":
+                return "decoder.attn.mask"  # XLM's mask == 0
+            if not module and role in ("mul.other", "native_dropout.result1"):
+                # XLM's attention dropout before the residual (in the layer's scope), and
+                # its mask multiplied in after each layer
+                return "decoder.attn.residual_dropout_mask" if _has(
+                    s.storage.numel.poly, ("E",)) else "decoder.mask"
+            return self._in_layer(table.get(module, module), role, s)
+        if scope == "transformer.embeddings" and role == "embedding.indices":
+            return "embed.token_ids"
+        if scope == "transformer.layer_norm_emb":
+            return "embed." + self._norm("norm", role)
+        if scope == "transformer" and role in ("mul.other", "native_dropout.result1"):
+            return "embed.dropout_mask" if _has(s.storage.numel.poly, ("E",)) else \
+                "embed.mask"
+        if scope == "pred_layer.proj" and role == "addmm.self":
+            return "head.input"
         if scope == "model.embeddings.norm":
             return "embed." + self._norm("norm", role)
         if scope == "model.embeddings.tok_embeddings":
