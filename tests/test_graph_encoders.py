@@ -16,8 +16,8 @@ BERT's forward with a difference (families/bert.py): bert-generation-tiny
 (BertGenerationDecoder), layoutlm-tiny, roc_bert-tiny, rembert-tiny; ALBERT (families/albert.py):
 albert-tiny; ModernBERT (families/modernbert.py): modernbert-tiny; MPNet
 (families/mpnet.py): mpnet-tiny; XLM (families/xlm.py): xlm-tiny. The published
-classification heads: tests/data/activations_encoder_heads_cpu.jsonl, written by (the labels: one random class
-per sequence, or per token)
+classification heads: tests/data/activations_encoder_heads_cpu.jsonl, written by (the
+labels: one random class per sequence, or per token)
 
     V=tests/data/hf/variants
     python tools/measure_activations_hf.py $V/{bert-seq-cls,bert-token-cls,xlm-roberta-seq-cls}.json
