@@ -98,13 +98,10 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
             r=rank, lora_dropout=dropout,
             target_modules=targets if targets == "all-linear" else targets.split(",")))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    labels = _labels(counted_class(config), cfg)
     with (torch.autocast("cpu", dtype=torch.bfloat16) if autocast
           else contextlib.nullcontext()):
-        return saved_bytes(model, B, T)["saved_bytes"], trainable
-
-
-    return saved_bytes(model, B, T, labels=_labels(counted_class(config), cfg))["saved_bytes"], \
-        trainable
+        return saved_bytes(model, B, T, labels=labels)["saved_bytes"], trainable
 
 
 def _labels(cls: str, cfg: object) -> Callable[[torch.Tensor], torch.Tensor] | None:
