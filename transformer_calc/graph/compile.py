@@ -298,10 +298,7 @@ class Structure:
                             for m, _ in p.terms for x in m}
                            | {x for layer in self.rebuilt_storages for p in layer
                               for m, _ in p.terms for x in m})
-            # (a tuple even of none: a run that saves nothing, LoRA whose targets match no
-            # module)
-            self._values = _function(["v"], "(" + "".join(e + ", " for e in exprs) + ")",
-                                     {"_max": max},
+            self._values = _function(["v"], _tuple(exprs), {"_max": max},
                                      [f"{x} = v['{x}']" for x in names])
         return self._values(values)
 

@@ -10,9 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
+from transformer_calc.graph import variants
 from transformer_calc.graph.families import (
     albert,
     bert,
+    cohere,
     deberta,
     gemma,
     gpt2,
@@ -29,14 +31,14 @@ from transformer_calc.graph.symbols import Dim, Poly
 from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
-Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma
+Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
-    moe.Moe: moe.forward, gemma.Gemma: gemma.forward,
+    moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
     rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward,
     albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward,
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward}
@@ -212,9 +214,11 @@ def family_of(spec: ModelSpec) -> Family:
         if family is not None:
             return family
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
-                     "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family, Gemma 1-3 and "
-                     "VaultGemma, and BERT, RoBERTa, ELECTRA, LayoutLM, DeBERTa (v1, v2), "
-                     "GTE, NomicBERT, Jina v3 with their masked-LM heads)")
+                     "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family with Ministral, OLMo, "
+                     "BitNet, Nemotron, Apertus, NanoChat and DiffLlama, Cohere 1-2, Gemma "
+                     "1-3 and VaultGemma, and the encoders: BERT, RoBERTa, ELECTRA, ALBERT, "
+                     "LayoutLM, RoCBert, RemBERT, BertGeneration, MPNet, XLM, DeBERTa (v1, "
+                     "v2), ModernBERT, GTE, NomicBERT, Jina v3, with their published heads)")
 
 
 def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
@@ -689,8 +693,9 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _moe_family, _llama, _bert, _gemma_family, _rope_encoder, _deberta, _deberta_v2,
-    _bert_generation, _layoutlm, _roc_bert, _albert, _modernbert, _rembert, _mpnet, _xlm)
+    _gpt2, _moe_family, _llama_variant, _llama, _bert, _gemma_family, _rope_encoder,
+    _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert, _modernbert,
+    _rembert, _mpnet, _xlm)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -27,9 +27,11 @@ from typing import NamedTuple
 from transformer_calc.breakdown import Row, substitute
 from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
 from transformer_calc.graph.families.bert import HEADS, Bert
+from transformer_calc.graph.families.cohere import Cohere
 from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.families.gpt2 import GPT2
+from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.xlm import XLM
@@ -60,6 +62,10 @@ _NORM_PARTS = {"native_layer_norm.input": "input", "native_layer_norm.result1": 
                "rsqrt.result": "rstd", "mul.self": "input_fp32", "mul.other": "normalized"}
 _GEMMA_NORM_PARTS = dict(_NORM_PARTS, **{"mul.self": "normalized",
                                          "mul.other": "one_plus_weight"})
+# CohereLayerNorm (families/cohere.py): the centred fp32 input twice (its square's, the
+# normalisation's), 1/std, the normalised tensor the weight multiplies; in a 16-bit model
+# the weight's fp32 copy (a mul.self without T, named weight_fp32)
+_COHERE_NORM_PARTS = dict(_NORM_PARTS, **{"pow.self": "fp32_terms", "mul.self": "fp32_terms"})
 # DebertaLayerNorm, written out in fp32: x - mean (twice: the variance's pow and the
 # division keep one each), sqrt(var + eps), the weight's mul keeps x̂
 _DEBERTA_NORM_PARTS = dict(_NORM_PARTS, **{"pow.self": "centered", "div.self": "centered",
@@ -256,6 +262,7 @@ class _Namer:
             if getattr(family, "post_norm", False) else \
             _SANDWICH if getattr(family, "sandwich", False) else _NORMS
         self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma) else \
+            _COHERE_NORM_PARTS if isinstance(family, Cohere) else \
             _DEBERTA_NORM_PARTS if isinstance(family, Deberta) else _NORM_PARTS
         self.deberta = isinstance(family, Deberta)
         # ModernBERT's and XLM's modules as the decoders' tables key them
@@ -362,7 +369,7 @@ class _Namer:
             # (GteMLP's dropout on the gated product: its CPU noise is a mul.other, CUDA's
             # mask native_dropout's; both F wide, kept with the activation)
             if role in ("pow.self", "tanh.result", "silu.self", "gelu.self", "mul.self",
-                        "mul.other", "native_dropout.result1"):
+                        "mul.other", "relu.result", "native_dropout.result1"):
                 return "decoder.ffn.activation"
         raise ValueError(f"no component name for {role} saved in {scope} "
                          f"(made in {st.name or 'the model'})")
