@@ -370,7 +370,7 @@ def test_debertas_span_is_the_shorter_of_t_and_the_table() -> None:
     rows = {T: by_name(component_rows(fam, Run(1, T, F32, "cpu", "eager")))
             for T in (40, 64, 65)}
     for T, span in ((40, 40), (64, 64), (65, 64)):
-        assert rows[T]["encoder.attn.rel_input"] == 2 * (2 * 64 * 32 * 4)
+        assert rows[T]["encoder.attn.relative_table"] == 2 * (2 * 64 * 32 * 4)
         assert rows[T]["encoder.attn.p2c.scores"] == 2 * (4 * T * 2 * span * 4)
     for T in (40, 64, 65, 90):
         assert_compiled_equals_traced(fam, Run(2, T, F32, "cpu", "eager"))

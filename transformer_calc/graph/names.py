@@ -128,8 +128,8 @@ _ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_p
 # lora_activations gives their rows
 _WRAPPED = {"gate_up_proj": "gate_up", "down_proj": "out"}
 # DeBERTa's position projections: the relative table's window is their input
-_INPUTS.update({"pos_proj": "attn.rel_input", "pos_q_proj": "attn.rel_input"})
-_ADAPTED.update({"pos_proj": "attn.pos_k", "pos_q_proj": "attn.pos_q"})
+_INPUTS.update({"pos_proj": "attn.relative_table", "pos_q_proj": "attn.relative_table"})
+_ADAPTED.update({"pos_proj": "attn.pos_key", "pos_q_proj": "attn.pos_query"})
 # ModernBERT's modules (families/modernbert.py) as the decoders' tables key them
 _MODERNBERT = {"Wqkv": "qkv_proj", "attn.Wo": "o_proj", "Wi": "gate_up_proj",
                "mlp.Wo": "down_proj", "attn_norm": "input_layernorm",
@@ -601,9 +601,9 @@ def _deberta_attention(rest: str, role: str, s: Saved) -> str | None:
     K and of the position keys or queries), their gathered scores and int64 indices, the
     negated bool mask; None for the rest."""
     if rest == "attention.self.pos_dropout":
-        return "rel_dropout_mask"
+        return "relative_table_dropout_mask"
     if role.endswith("mm.self") and _has(s.storage.numel.poly, ("R",)):
-        return "rel_input"  # DeBERTa-v2's table through query_proj/key_proj (share_att_key)
+        return "relative_table"  # DeBERTa-v2's table through query_proj/key_proj (share_att_key)
     for term in ("c2p", "p2c"):
         if rest == f"attention.self.{term}":
             return {"bmm.self": f"{term}.content", "bmm.mat2": f"{term}.position",
