@@ -215,10 +215,10 @@ def test_the_rules_differ_by_what_the_graph_explains(row: dict) -> None:
     {"model_type": "tapas"},  # seven token-type tables
     {"model_type": "roberta-prelayernorm"},  # pre-norm layers
     {"model_type": "megatron-bert"},
-    {"model_type": "layoutlm"},  # 2-D position tables, a pooler
     {"model_type": "bert", "hidden_act": "relu"},
     {"model_type": "bert", "type_vocab_size": 0},
-    {"model_type": "bert", "architectures": ["BertForSequenceClassification"]},
+    {"model_type": "bert", "architectures": ["BertForSequenceClassification"],
+     "num_labels": 1},  # a regression (MSELoss)
     {"model_type": "electra", "architectures": ["ElectraForSequenceClassification"]},
 ], ids=lambda c: "-".join(str(v) for v in c.values()))
 def test_other_encoders_keep_the_rules(config: dict) -> None:

@@ -57,6 +57,7 @@ import json
 import sys
 import warnings
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -97,9 +98,21 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
             r=rank, lora_dropout=dropout,
             target_modules=targets if targets == "all-linear" else targets.split(",")))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    labels = _labels(counted_class(config), cfg)
     with (torch.autocast("cpu", dtype=torch.bfloat16) if autocast
           else contextlib.nullcontext()):
-        return saved_bytes(model, B, T)["saved_bytes"], trainable
+        return saved_bytes(model, B, T, labels=labels)["saved_bytes"], trainable
+
+
+def _labels(cls: str, cfg: object) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """A classifier's labels (random classes: one per sequence for ForSequenceClassification,
+    one per token for ForTokenClassification), or None (the token ids: a language model's)."""
+    n = getattr(cfg, "num_labels", 2)
+    if cls.endswith("ForSequenceClassification"):
+        return lambda ids: torch.randint(0, n, (ids.shape[0],))
+    if cls.endswith("ForTokenClassification"):
+        return lambda ids: torch.randint(0, n, ids.shape)
+    return None
 
 
 # class-name endings of the recurrent mixer modules (transformers 5.23)

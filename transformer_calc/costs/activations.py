@@ -244,6 +244,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     exactly those layers."""
     from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.deberta import Deberta
     from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
@@ -252,6 +253,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.mla import MLA_MODULES, Mla, converted_all_linear
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.families.neox import NeoX
+    from transformer_calc.graph.families.rope_encoder import RopeEncoder
     from transformer_calc.graph.families.t5 import T5
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
@@ -261,6 +263,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     named = {"bf16": BF16, "fp16": F16}.get(s.adapter_dtype)
     dtype = (F16 if s.precision == "fp16" else BF16) if s.fsdp2_mixed else named
     table = (_GPT2_MODULES if isinstance(family, GPT2) else
+             _rope_encoder_modules(family) if isinstance(family, RopeEncoder) else
+             _deberta_modules(family) if isinstance(family, Deberta) else
              _BERT_MODULES if isinstance(family, Bert) else
              _NEOX_MODULES[family.model] if isinstance(family, NeoX | GPTJ) else
              _NEOX_MODULES["falcon"] if isinstance(family, Falcon) else _MODULES)
@@ -295,7 +299,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
         return Lora(s.lora_rank, frozenset(("all-linear",)), s.lora_dropout, dtype)
     if not roles <= table.keys():
         return None
-    if isinstance(family, GPT2 | Bert) and len(roles & {"o", "down"}) == 1:
+    if (isinstance(family, GPT2 | Bert) and not isinstance(family, RopeEncoder)
+            and len(roles & {"o", "down"}) == 1):
         return None  # one of the two c_proj (output.dense) alone
     return Lora(s.lora_rank, frozenset(table[r] for r in roles), s.lora_dropout, dtype)
 
@@ -327,6 +332,24 @@ def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | N
         return None
     return Lora(s.lora_rank, frozenset(table[r] for r in modules), s.lora_dropout, dtype,
                 frozenset(wrapped[r] for r in roles & wrapped.keys()))
+
+
+def _deberta_modules(family: Family) -> dict[str, str]:
+    """DeBERTa's: v1's fused in_proj and pos_proj/pos_q_proj, v2's query/key/value_proj
+    and pos_key_proj/pos_query_proj; BERT's intermediate and output dense."""
+    ffn = {"up": "intermediate.dense", "o": "output.dense", "down": "output.dense"}
+    if getattr(family, "v2", False):
+        return {"q": "query_proj", "k": "key_proj", "v": "value_proj",
+                "pos_key": "pos_key_proj", "pos_query": "pos_query_proj", **ffn}
+    return {"qkv": "in_proj", "in_proj": "in_proj", "pos_key": "pos_proj",
+            "pos_query": "pos_q_proj", **ffn}
+
+
+def _rope_encoder_modules(family: Family) -> dict[str, str]:
+    """GTE's and NomicBERT's module names are Llama's; Jina's plain MLP is fc1, fc2."""
+    if getattr(family, "gated", True):
+        return _MODULES
+    return {**_MODULES, "up": "fc1", "down": "fc2"}
 
 
 def _run(s: Settings, T: int, amp: bool, amp16: bool, lora: Lora | None) -> Run:
@@ -379,8 +402,9 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
         notes += (SELECTIVE_NOTE,)
     if run.recompute == "full":
         from transformer_calc.graph.families.bert import Bert
+        from transformer_calc.graph.families.modernbert import ModernBert
 
-        stack = "encoder" if isinstance(family, Bert) else "decoder"
+        stack = "encoder" if isinstance(family, Bert | ModernBert) else "decoder"
         rows += _rebuilt(run, st, numbers[2 * len(st.named):], values, stack)
         notes += (FULL_NOTE,)
     # (a partial, not a lambda: reports pickle with their symbols)

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import variants
 from transformer_calc.graph.families import (
+    albert,
     bamba,
     bart,
     bert,
     cohere,
+    deberta,
     falcon,
     falcon_h1,
     fsmt,
@@ -26,9 +28,13 @@ from transformer_calc.graph.families import (
     llama,
     mamba,
     mla,
+    modernbert,
     moe,
+    mpnet,
     neox,
+    rope_encoder,
     t5,
+    xlm,
 )
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
@@ -38,7 +44,9 @@ from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
           | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt | neox.NeoX | gptj.GPTJ | falcon.Falcon
-          | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba)
+          | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba
+          | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
+          | modernbert.ModernBert | mpnet.MPNet | xlm.XLM)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -47,7 +55,10 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward,
     neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
-    bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward, jamba.Jamba: jamba.forward}
+    bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward, jamba.Jamba: jamba.forward,
+    rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward,
+    albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward,
+    mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward}
 
 
 @dataclass(frozen=True)
@@ -126,7 +137,8 @@ _READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv"},
                                          "embedding_norm", "token_types", "lm_head",
                                          "mlm_head", "loss_fp32", "embed_proj_dim",
                                          "embed_factorized", "mlm_bias", "n_kv_heads",
-                                         "d_head"},
+                                         "d_head", "classifier", "num_labels", "pooler",
+                                         "classifier_bias"},
           "gemma": _METADATA | _COMMON | {"n_kv_heads", "d_head", "softmax_fp32", "bias_q",
                                           "bias_k", "bias_v", "bias_o", "bias_ffn_in",
                                           "bias_ffn_out", "qk_norm", "norm_fp32",
@@ -160,6 +172,32 @@ _ENCODERS = {"bert": ("bert", "bert", False), "ernie": ("ernie", "bert", False),
              "xlm-roberta": ("roberta", "roberta", True),
              "data2vec-text": ("data2vec_text", "roberta", True),
              "electra": ("electra", "electra", False)}
+# the rotary encoders (rope_encoder.py): model_type -> (the encoder's attribute, the MLM
+# head's layout, the MLP gated, GteMLP's dropout)
+_ROPE_ENCODERS = {"gte": ("gte", "gte", True, True),
+                  "nomic_bert": ("nomic_bert", "nomic", True, False),
+                  "jina_embeddings_v3": ("roberta", "roberta", False, False)}
+_READS["bert_generation"] = _READS["bert"] | {"lm_head_bias"}
+_READS["layoutlm"] = _READS["bert"] | {"softmax_fp32", "pooler", "layout_positions"}
+_READS["roc_bert"] = _READS["bert"] | {"side_embeddings", "side_concat"}
+_READS["albert"] = _READS["bert"] | {"layer_groups"}
+_READS["modernbert"] = _METADATA | _COMMON | {
+    "arch", "norm_position", "final_norm", "embedding_norm", "lm_head", "mlm_head",
+    "loss_fp32", "n_kv_heads", "d_head", "first_attn_norm", "fused_qkv", "fused_gate_up",
+    "softmax_fp32", "mlm_dense_bias", "mlm_bias", "sliding_window", "layer_attention",
+    "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
+_READS["rembert"] = _READS["bert"] | {"mlm_width", "sdpa_path"}
+_READS["mpnet"] = _READS["bert"] | {"relative_bias", "relative_buckets", "sdpa_path"}
+_READS["xlm"] = _READS["bert"] | {"softmax_fp32", "sdpa_path", "lm_head_bias"}
+_READS["rope_encoder"] = _METADATA | _COMMON | {
+    "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
+    "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
+    "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
+_READS["deberta"] = _METADATA | _COMMON | {
+    "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
+    "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "sdpa_path", "norm_manual",
+    "norm_manual_cast", "rel_embeddings", "rel_projections", "rel_terms", "rel_key_bias",
+    "rel_span", "fused_qkv", "bias_k", "rel_embeddings_norm", "rel_shared_key"}
 # The model types whose forward gemma.py transcribes
 _GEMMAS = ("gemma", "gemma2", "gemma3_text", "vaultgemma")
 # the MoE decoders: Llama's fields and the experts' (peft_moe says how peft adapts them:
@@ -310,6 +348,280 @@ def _bert(spec: ModelSpec) -> bert.Bert | None:
     return None
 
 
+def _bert_generation(spec: ModelSpec) -> bert.Bert | None:
+    """BertGenerationDecoder (models/bert_generation): BERT's layers (bidirectional unless
+    is_decoder, which spec_from_hf leaves off), word and position embeddings without token
+    types, the decoder alone as the head with lm_head.bias, ForCausalLMLoss in fp32."""
+    if spec.model_type != "bert-generation" or _unread(spec, "bert_generation"):
+        return None
+    E, H = spec.d_model, spec.n_heads
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "learned"
+            and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
+            and spec.ffn == "plain" and spec.activation == "gelu" and spec.lm_head
+            and spec.lm_head_bias and not spec.mlm_head and spec.loss_fp32
+            and spec.token_types == 0 and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and H and E % H == 0 and spec.d_ff):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return bert.Bert(V=spec.vocab_size, P=spec.max_positions, Ty=1, E=E, H=H, F=spec.d_ff,
+                     L=spec.n_layers, base="bert", head="generation",
+                     tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa,
+                     type_table=False, causal_loss=True)
+
+
+def _albert(spec: ModelSpec) -> albert.Albert | None:
+    """AlbertForMaskedLM: BERT's embeddings of embed_proj_dim (factorized), mapped to
+    d_model in the encoder, post-norm layers with gelu_new whose weights layer_groups sets
+    share (each run by n_layers / layer_groups consecutive layers), the MLM head as wide
+    as the embeddings with gelu_new."""
+    if spec.model_type != "albert" or _unread(spec, "albert"):
+        return None
+    E, H, L = spec.d_model, spec.n_heads, spec.n_layers
+    G = spec.layer_groups or L
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "learned"
+            and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
+            and spec.ffn == "plain" and spec.activation == "gelu_new" and spec.mlm_head
+            and not spec.lm_head and not spec.loss_fp32 and spec.token_types >= 1
+            and spec.embed_factorized and spec.embed_proj_dim and spec.mlm_bias == "bert"
+            and L % G == 0 and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and H and E % H == 0 and spec.d_ff):
+        return None
+    run = L // G  # layers per set of weights
+    sets = "".join(chr(0x41 + i // run if i // run < 26 else 0x100 + i // run)
+                   for i in range(L))
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return albert.Albert(V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E,
+                         H=H, F=spec.d_ff, L=L, base="albert", head="albert",
+                         tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa,
+                         head_act="gelu_new", Ee=spec.embed_proj_dim, sets=sets)
+
+
+def _modernbert(spec: ModelSpec) -> modernbert.ModernBert | None:
+    """ModernBertForMaskedLM (spec_from_hf's fields for it): pre-norm layers with bias-free
+    LayerNorms, the first without attn_norm, Wqkv and the GeGLU Wi fused and bias-free,
+    RoPE, full and sliding layers as layer_attention says (the window local_attention //
+    2 each side: sliding_window = local_attention + 1), eager softmax in fp32, the head's
+    bias-free dense and GELU, the decoder's own bias, the loss in fp32; no dropout."""
+    if spec.model_type != "modernbert" or _unread(spec, "modernbert"):
+        return None
+    from transformer_calc.plan import layer_kinds_in_order
+
+    E, H = spec.d_model, spec.n_heads
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    if not (spec.arch == "encoder" and spec.norm == "layernorm_nobias"
+            and spec.position == "rope" and spec.norm_position == "pre" and spec.final_norm
+            and spec.embedding_norm and not spec.first_attn_norm and spec.ffn == "gated"
+            and spec.activation == "gelu" and spec.fused_qkv and spec.fused_gate_up
+            and spec.softmax_fp32 and spec.mlm_head and not spec.lm_head and spec.loss_fp32
+            and not spec.mlm_dense_bias and spec.mlm_bias == "decoder" and not spec.dropout
+            and not spec.attention_dropout and not any(
+                (spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                 spec.bias_ffn_out))
+            and set(kinds) <= {"F", "S"} and ("S" not in kinds or spec.sliding_window > 1)
+            and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H) and H
+            and E % H == 0 and spec.d_ff):
+        return None
+    return modernbert.ModernBert(V=spec.vocab_size, E=E, H=H, F=spec.d_ff, L=spec.n_layers,
+                                 kinds=kinds, window=(spec.sliding_window - 1) // 2,
+                                 tied=spec.tie_embeddings)
+
+
+def _rembert(spec: ModelSpec) -> bert.Bert | None:
+    """RemBertForMaskedLM: BERT's layout (eager only) with embeddings of embed_proj_dim,
+    embedding_hidden_mapping_in, a head mlm_width wide with a decoder of its own."""
+    if spec.model_type != "rembert" or _unread(spec, "rembert"):
+        return None
+    if not (spec.embed_factorized and spec.embed_proj_dim and spec.mlm_width
+            and spec.mlm_bias == "decoder" and not spec.tie_embeddings and not spec.sdpa_path):
+        return None
+    plain = spec.replace(model_type="bert", embed_factorized=False, embed_proj_dim=None,
+                         mlm_width=None, mlm_bias="bert", sdpa_path=True)
+    family = _encoder(plain) if not _unread(plain, "bert") else None
+    if family is None or type(family) is not bert.Bert:
+        return None
+    return bert.RemBert(**{**vars(family), "base": "rembert", "head": "rembert"},
+                        Ee=spec.embed_proj_dim, Eo=spec.mlm_width)
+
+
+def _mpnet(spec: ModelSpec) -> bert.Bert | None:
+    """MPNetForMaskedLM: BERT's post-norm layers (eager, its own attention code) with the
+    relative position bias of relative_buckets, positions counted from the ids, no token
+    types, RoBERTa's MLM head."""
+    if spec.model_type != "mpnet" or _unread(spec, "mpnet"):
+        return None
+    if not (spec.relative_bias and spec.token_types == 0 and not spec.sdpa_path):
+        return None
+    plain = spec.replace(model_type="roberta", relative_bias=False, token_types=1,
+                         sdpa_path=True)
+    family = _encoder(plain) if not _unread(plain, "bert") else None
+    if family is None or type(family) is not bert.Bert:
+        return None
+    return mpnet.MPNet(**{**vars(family), "base": "mpnet", "type_table": False},
+                       Rb=spec.relative_buckets)
+
+
+def _xlm(spec: ModelSpec) -> xlm.XLM | None:
+    """XLMWithLMHeadModel (spec_from_hf's fields for model_type xlm): post-norm layers,
+    learned positions, no language embeddings (token_types 0: n_langs 1), eager only, the
+    tied projection with its bias, the loss in the scores' dtype. (spec_from_hf reads
+    neither gelu_activation nor causal: the graph takes their defaults, GELU and
+    bidirectional.)"""
+    if spec.model_type != "xlm" or _unread(spec, "xlm"):
+        return None
+    E, H = spec.d_model, spec.n_heads
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "learned"
+            and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
+            and spec.ffn == "plain" and spec.activation == "gelu" and spec.lm_head
+            and spec.lm_head_bias and not spec.mlm_head and not spec.loss_fp32
+            and spec.softmax_fp32 and not spec.sdpa_path and spec.token_types == 0
+            and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H) and H
+            and E % H == 0 and spec.d_ff):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return xlm.XLM(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
+                   L=spec.n_layers, tied=spec.tie_embeddings, dropout=p, attention_dropout=pa)
+
+
+def _roc_bert(spec: ModelSpec) -> bert.Bert | None:
+    """RoCBertForMaskedLM with concat_input: BERT's layout with the shape and pronunciation
+    tables concatenated to the word embedding and mapped back (side_embeddings, in that
+    order)."""
+    if spec.model_type != "roc_bert" or _unread(spec, "roc_bert"):
+        return None
+    tables = spec.side_tables
+    if not (spec.side_concat and len(tables) == 2):
+        return None
+    spec_bert = spec.replace(model_type="bert", side_embeddings="", side_concat=False)
+    family = _encoder(spec_bert) if not _unread(spec_bert, "bert") else None
+    if family is None or type(family) is not bert.Bert:
+        return None
+    (Vs, Ds), (Vp, Dp) = tables
+    return bert.RoCBert(**{**vars(family), "base": "roc_bert"}, Vs=Vs, Ds=Ds, Vp=Vp, Dp=Dp)
+
+
+def _layoutlm(spec: ModelSpec) -> bert.Bert | None:
+    """LayoutLMForMaskedLM: BERT's post-norm layers with the 2-D position tables
+    (layout_positions rows), its pooler (run, unread), eager softmax in fp32, the BERT MLM
+    head."""
+    if spec.model_type != "layoutlm" or _unread(spec, "layoutlm"):
+        return None
+    E, H = spec.d_model, spec.n_heads
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "learned"
+            and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
+            and spec.ffn == "plain" and spec.activation == "gelu" and spec.mlm_head
+            and not spec.lm_head and not spec.loss_fp32 and spec.token_types >= 1
+            and spec.softmax_fp32 and spec.pooler and spec.layout_positions > 0
+            and spec.mlm_bias == "bert" and not spec.embed_factorized
+            and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H) and H
+            and E % H == 0 and spec.d_ff):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return bert.LayoutLM(V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E,
+                         H=H, F=spec.d_ff, L=spec.n_layers, base="layoutlm", head="bert",
+                         tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa,
+                         P2=spec.layout_positions)
+
+
+def _rope_encoder(spec: ModelSpec) -> rope_encoder.RopeEncoder | None:
+    """GTE, NomicBERT and Jina v3 (spec_from_hf's fields for them): post-norm layers with
+    RoPE over every head dim, GTE's biases (q, k, v, o, the MLP's output) all or none, the
+    gated MLP or Jina's plain one, the MLM head of the model type."""
+    if spec.model_type not in _ROPE_ENCODERS or _unread(spec, "rope_encoder"):
+        return None
+    base, head, gated, mlp_dropout = _ROPE_ENCODERS[spec.model_type]
+    E, H = spec.d_model, spec.n_heads
+    bias = spec.bias_q
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "rope"
+            and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
+            and spec.ffn == ("gated" if gated else "plain")
+            and spec.activation in ("gelu", "silu") and spec.mlm_head and not spec.lm_head
+            and not spec.loss_fp32 and spec.token_types >= 1
+            and spec.ffn_dropout == (mlp_dropout and bool(spec.dropout))
+            and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H)
+            and H and E % H == 0 and spec.d_ff
+            and {spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_out} == {bias}
+            and spec.bias_ffn_in == (bias and not gated)):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return rope_encoder.RopeEncoder(
+        V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E, H=H, F=spec.d_ff,
+        L=spec.n_layers, base=base, head=head, tied=spec.tie_embeddings, hidden_dropout=p,
+        attention_dropout=pa, head_act=spec.activation if head == "nomic" else "gelu",
+        gated=gated, act=spec.activation, bias=bias, mlp_dropout=mlp_dropout)
+
+
+def _deberta_v2(spec: ModelSpec) -> deberta.Deberta | None:
+    """DeBERTa-v2 as spec_from_hf reads it: query/key/value projections with biases,
+    nn.LayerNorm, post-norm layers with the erf GELU, absolute positions where
+    position_biased_input, the relative table of rel_embeddings rows (2·position_buckets
+    or 2·max_relative_positions; normed where norm_rel_ebd says layer_norm) projected in
+    full by the attention's own projections (share_att_key) or by one projection per term
+    with a bias; no convolution layer (spec_from_hf refuses it); the legacy MLM head."""
+    if spec.model_type != "deberta-v2" or _unread(spec, "deberta"):
+        return None
+    E, H = spec.d_model, spec.n_heads
+    terms = spec.rel_terms.split("|") if spec.rel_terms != "none" else []
+    relative = spec.rel_embeddings > 0
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and not spec.norm_manual
+            and spec.position in ("learned", "none") and spec.norm_position == "post"
+            and spec.embedding_norm and not spec.final_norm and spec.ffn == "plain"
+            and spec.activation == "gelu" and spec.mlm_head and not spec.lm_head
+            and not spec.loss_fp32 and not spec.sdpa_path and not spec.fused_qkv
+            and spec.bias_k and spec.rel_key_bias and spec.rel_span == "table"
+            and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H) and H
+            and E % H == 0 and spec.d_ff and spec.rel_embeddings % 2 == 0
+            and (relative or not (terms or spec.rel_shared_key or spec.rel_embeddings_norm))
+            and spec.rel_projections == (0 if spec.rel_shared_key or not relative
+                                         else len(terms))):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return deberta.Deberta(
+        V=spec.vocab_size, P=spec.max_positions, Ty=max(spec.token_types, 1), E=E, H=H,
+        F=spec.d_ff, L=spec.n_layers, base="deberta", head="bert", tied=spec.tie_embeddings,
+        hidden_dropout=p, attention_dropout=pa, R=max(spec.rel_embeddings // 2, 1),
+        c2p="c2p" in terms, p2c="p2c" in terms, position_biased=spec.position == "learned",
+        token_types=spec.token_types > 0, v2=True, relative_table=relative,
+        shared_key=spec.rel_shared_key, rel_norm=spec.rel_embeddings_norm)
+
+
+def _deberta(spec: ModelSpec) -> deberta.Deberta | None:
+    """DeBERTa (v1) as spec_from_hf reads it: in_proj with q_bias and v_bias (fused_qkv, no
+    key bias), DebertaLayerNorm (norm_manual, cast back), post-norm layers with the erf
+    GELU, absolute positions where position_biased_input (position learned, else none),
+    the relative table of 2·max_relative_positions rows projected by pos_proj (c2p, no
+    bias) and pos_q_proj (p2c) over 2·min(T, R) rows, the legacy MLM head."""
+    if spec.model_type != "deberta" or _unread(spec, "deberta"):
+        return None
+    E, H = spec.d_model, spec.n_heads
+    terms = spec.rel_terms.split("|") if spec.rel_terms != "none" else []
+    relative = spec.rel_embeddings > 0
+    if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.norm_manual
+            and spec.norm_manual_cast and spec.position in ("learned", "none")
+            and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
+            and spec.ffn == "plain" and spec.activation == "gelu" and spec.mlm_head
+            and not spec.lm_head and not spec.loss_fp32 and not spec.sdpa_path
+            and spec.fused_qkv and not spec.bias_k and not spec.rel_key_bias
+            and spec.rel_span == "sequence" and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and H and E % H == 0 and spec.d_ff
+            and spec.rel_embeddings % 2 == 0 and (relative or not terms)
+            and spec.rel_projections == (len(terms) if relative else 0)):
+        return None
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return deberta.Deberta(
+        V=spec.vocab_size, P=spec.max_positions, Ty=max(spec.token_types, 1), E=E, H=H,
+        F=spec.d_ff, L=spec.n_layers, base="deberta", head="bert", tied=spec.tie_embeddings,
+        hidden_dropout=p, attention_dropout=pa, R=max(spec.rel_embeddings // 2, 1),
+        c2p=relative and "c2p" in terms, p2c=relative and "p2c" in terms,
+        position_biased=spec.position == "learned", token_types=spec.token_types > 0)
+
+
 def _gemma_family(spec: ModelSpec) -> gemma.Gemma | None:
     if (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
             and spec.activation in ("gelu", "gelu_tanh") and spec.norm_fp32
@@ -331,13 +643,14 @@ def _encoder(spec: ModelSpec) -> bert.Bert | None:
     base, head, from_ids = _ENCODERS[spec.model_type]
     E, H = spec.d_model, spec.n_heads
     electra = head == "electra"
+    task = _encoder_task(spec, head)
     if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "learned"
             and spec.norm_position == "post" and spec.embedding_norm and not spec.final_norm
-            and spec.ffn == "plain" and spec.activation == "gelu" and spec.mlm_head
+            and spec.ffn == "plain" and spec.activation == "gelu" and task
             and not spec.lm_head and not spec.loss_fp32 and spec.token_types >= 1
             and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H)
             and H and E % H == 0 and spec.d_ff
-            and spec.mlm_bias == ("decoder" if electra else "bert")
+            and (task != "mlm" or spec.mlm_bias == ("decoder" if electra else "bert"))
             and spec.embed_factorized == (electra and spec.embed_proj_dim is not None)):
         return None
     p = spec.dropout
@@ -345,10 +658,30 @@ def _encoder(spec: ModelSpec) -> bert.Bert | None:
     family = bert.Bert(V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E,
                        H=H, F=spec.d_ff, L=spec.n_layers, base=base, head=head,
                        positions_from_ids=from_ids, tied=spec.tie_embeddings,
-                       hidden_dropout=p, attention_dropout=pa)
+                       hidden_dropout=p, attention_dropout=pa, task=task,
+                       NL=max(spec.num_labels, 1))
     if spec.embed_factorized and spec.embed_proj_dim:
         return bert.Factorized(**vars(family), Ee=spec.embed_proj_dim)
     return family
+
+
+def _encoder_task(spec: ModelSpec, head: str) -> str:
+    """The head a BERT-style spec trains, as the graph runs it ("": none it models): the
+    masked-LM head; BertForSequenceClassification's pooler and linear classifier, or
+    RobertaClassificationHead's dense ("dense" in ModelSpec.classifier); a linear
+    classifier per token without a pooler (XForTokenClassification). Both with a biased
+    classifier; ELECTRA's classification head (a GELU) is not modelled. (The spec does not
+    read classifier_dropout: the graph takes hidden_dropout_prob, transformers' default.)"""
+    if spec.mlm_head:
+        return "mlm" if spec.classifier == "none" and not spec.pooler else ""
+    if head == "electra" or not spec.classifier_bias or spec.num_labels < 2:
+        return ""
+    if spec.classifier == "linear":
+        return "seq_cls" if spec.pooler and head == "bert" else \
+            "" if spec.pooler else "token_cls"
+    if spec.classifier == "dense" and head == "roberta" and not spec.pooler:
+        return "seq_cls"
+    return ""
 
 
 def _gemma(spec: ModelSpec) -> gemma.Gemma | None:
@@ -838,7 +1171,8 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gpt2, _mla_family, _jamba_family, _moe_family, _mamba_family,
     _bamba_family, _falcon_h1_family, _llama_variant, _llama, _bert, _gemma_family,
-    _t5_family, _bart_family, _fsmt_family)
+    _t5_family, _bart_family, _fsmt_family, _rope_encoder, _deberta, _deberta_v2,
+    _bert_generation, _layoutlm, _roc_bert, _albert, _modernbert, _rembert, _mpnet, _xlm)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -30,6 +30,7 @@ from transformer_calc.graph.families.bamba import Bamba
 from transformer_calc.graph.families.bart import Bart
 from transformer_calc.graph.families.bert import HEADS, Bert
 from transformer_calc.graph.families.cohere import Cohere
+from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.falcon import Falcon
 from transformer_calc.graph.families.fsmt import Fsmt
 from transformer_calc.graph.families.gemma import Gemma
@@ -38,9 +39,11 @@ from transformer_calc.graph.families.gptj import GPTJ
 from transformer_calc.graph.families.jamba import Jamba
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
+from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.neox import NeoX
 from transformer_calc.graph.families.t5 import T5
+from transformer_calc.graph.families.xlm import XLM
 from transformer_calc.graph.held import quadratic_in_t
 from transformer_calc.graph.modules import Run
 from transformer_calc.graph.symbols import Poly, product
@@ -80,6 +83,10 @@ _GEMMA_NORM_PARTS = dict(_NORM_PARTS, **{"mul.self": "normalized",
 # normalisation's), 1/std, the normalised tensor the weight multiplies; in a 16-bit model
 # the weight's fp32 copy (a mul.self without T, named weight_fp32)
 _COHERE_NORM_PARTS = dict(_NORM_PARTS, **{"pow.self": "fp32_terms", "mul.self": "fp32_terms"})
+# DebertaLayerNorm, written out in fp32: x - mean (twice: the variance's pow and the
+# division keep one each), sqrt(var + eps), the weight's mul keeps x̂
+_DEBERTA_NORM_PARTS = dict(_NORM_PARTS, **{"pow.self": "centered", "div.self": "centered",
+                                          "sqrt.result": "std", "div.other": "std"})
 # a linear's input, as the base layer keeps it (and a LoRA adapter reading it as it is)
 _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ffn.input",
            "q_proj": "attn.input", "k_proj": "attn.input",
@@ -108,13 +115,41 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
 # BERT-style encoders (families/bert.py): a layer's modules as the decoders' tables above
 # key them (post-norm: the attention output's LayerNorm is tcalc's attn.norm, the layer
 # output's its ffn.norm); their rows are named encoder.* in place of decoder.*
-_ENCODER_LAYER = re.compile(r"^\w+\.encoder\.layer\.(\d+)(?:\.(.*))?$")
+_ENCODER_LAYER = re.compile(r"^\w+\.(?:encoder\.layer|layers|encoder\.albert_layer_groups"
+                            r"\.\d+\.albert_layers)\.(\d+)(?:\.(.*))?$")
 _ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_proj",
                     "attention.self.value": "v_proj", "attention.output.dense": "o_proj",
                     "intermediate.dense": "up_proj", "output.dense": "down_proj",
                     "attention.output.LayerNorm": "ln_1", "output.LayerNorm": "ln_2",
                     "attention.self": "self_attn", "attention.output": "self_attn",
-                    "intermediate": "mlp", "output": "mlp"}
+                    "intermediate": "mlp", "output": "mlp",
+                    # the rotary encoders (families/rope_encoder.py)
+                    "self_attn.q_proj": "q_proj", "self_attn.k_proj": "k_proj",
+                    "self_attn.v_proj": "v_proj", "self_attn.o_proj": "o_proj",
+                    "self_attn": "self_attn", "post_attention_dropout": "self_attn",
+                    "mlp.gate_proj": "gate_proj", "mlp.up_proj": "up_proj",
+                    "mlp.down_proj": "down_proj", "mlp.fc1": "up_proj",
+                    "mlp.fc2": "down_proj", "mlp": "mlp", "post_mlp_dropout": "mlp",
+                    "post_attention_layernorm": "ln_1", "post_mlp_layernorm": "ln_2",
+                    # DeBERTa (families/deberta.py)
+                    "attention.self.in_proj": "qkv_proj",
+                    "attention.self.pos_proj": "pos_proj",
+                    "attention.self.pos_q_proj": "pos_q_proj",
+                    "attention.self.query_proj": "q_proj",
+                    "attention.self.key_proj": "k_proj",
+                    "attention.self.value_proj": "v_proj",
+                    "attention.self.pos_key_proj": "pos_proj",
+                    "attention.self.pos_query_proj": "pos_q_proj",
+                    # ALBERT (families/albert.py)
+                    "attention.query": "q_proj", "attention.key": "k_proj",
+                    "attention.value": "v_proj", "attention.dense": "o_proj",
+                    "attention.LayerNorm": "ln_1", "attention": "self_attn",
+                    "ffn": "up_proj", "ffn_output": "down_proj", "activation": "mlp",
+                    "full_layer_layer_norm": "ln_2",
+                    # MPNet (families/mpnet.py)
+                    "attention.attn.q": "q_proj", "attention.attn.k": "k_proj",
+                    "attention.attn.v": "v_proj", "attention.attn.o": "o_proj",
+                    "attention.attn": "self_attn"}
 # peft's ParamWrapper over a MoE's expert weights, by the weight it wraps: the names
 # lora_activations gives their rows
 _WRAPPED = {"gate_up_proj": "gate_up", "down_proj": "out"}
@@ -145,6 +180,16 @@ _BART_MODULES = {"self_attn": ("attn", ""), "encoder_attn": ("cross", ""),
                  "final_layer_norm": ("ffn", "norm")}
 _BART_ADAPTED = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "out_proj": "o", "fc1": "in",
                  "fc2": "out"}
+# DeBERTa's position projections: the relative table's window is their input
+_INPUTS.update({"pos_proj": "attn.relative_table", "pos_q_proj": "attn.relative_table"})
+_ADAPTED.update({"pos_proj": "attn.pos_key", "pos_q_proj": "attn.pos_query"})
+# ModernBERT's modules (families/modernbert.py) as the decoders' tables key them
+_MODERNBERT = {"Wqkv": "qkv_proj", "attn.Wo": "o_proj", "Wi": "gate_up_proj",
+               "mlp.Wo": "down_proj", "attn_norm": "input_layernorm",
+               "mlp_norm": "post_attention_layernorm"}
+_XLM = {"q_lin": "q_proj", "k_lin": "k_proj", "v_lin": "v_proj", "out_lin": "o_proj",
+        "lin1": "up_proj", "lin2": "down_proj", "layer_norm1": "ln_1", "layer_norm2": "ln_2",
+        "attention": "self_attn", "ffn": "mlp"}
 _TP = frozenset(("H", "Hkv", "F", "Fe", "Fs"))
 _ROPES = ("model.rotary_emb", "gpt_neox.rotary_emb", "transformer.rotary_emb",
           "gpt_neox_japanese.rotary_emb")  # the model's RoPE table
@@ -157,11 +202,11 @@ def _module(rest: str) -> str:
     parts = rest.split(".")
     if len(parts) > 1 and parts[-1].isdigit():  # a ModuleList's entry (LongCat's self_attn.0)
         parts = parts[:-1]
-    return ".".join(parts[-2:]) if parts[-1] == "c_proj" else parts[-1]
+    return ".".join(parts[-2:]) if parts[-1] in ("c_proj", "Wo") else parts[-1]
 
 
 _ORDER = ("K", "B", "T", "G", "Hkv", "H", "dh", "R", "dn", "dr", "dv", "E", "Ee", "rq", "rkv",
-          "F", "Fe", "Fs", "X", "V", "P", "Ty", "r", "T32", "L")
+          "F", "Fe", "Fs", "X", "V", "P", "Ty", "NL", "r", "T32", "L")
 # the graph's symbols as tcalc's formulas name them (the symbols activation_breakdown's rows
 # and explain use)
 SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "n_heads",
@@ -174,7 +219,7 @@ SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "
                 "Di": "ssm_inner",
                 "N": "ssm_state", "Kc": "ssm_conv", "Rd": "ssm_dt_rank", "Gs": "ssm_groups",
                 "Hg": "heads_per_group", "Ph": "ssm_head_dim", "Q": "ssm_chunk",
-                "Tq": "chunks"}
+                "Tq": "chunks", "NL": "num_labels"}
 # what each component is, beside its formula (no symbol names inside: they are words here)
 DESCRIPTIONS = {
     "embed.token_ids": "int64 indices", "embed.position_ids": "int64 positions",
@@ -301,7 +346,12 @@ class _Namer:
             if getattr(family, "post_norm", False) else \
             _SANDWICH if getattr(family, "sandwich", False) else _NORMS
         self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma) else \
-            _COHERE_NORM_PARTS if isinstance(family, Cohere) else _NORM_PARTS
+            _COHERE_NORM_PARTS if isinstance(family, Cohere) else \
+            _DEBERTA_NORM_PARTS if isinstance(family, Deberta) else _NORM_PARTS
+        self.deberta = isinstance(family, Deberta)
+        # ModernBERT's and XLM's modules as the decoders' tables key them
+        self.renamed = _MODERNBERT if isinstance(family, ModernBert) else \
+            _XLM if isinstance(family, XLM) else None
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2 | GPTJ)
                              else family.dropout if isinstance(family, T5)
                              else getattr(family, "attention_dropout", 0.0)) != 0
@@ -335,10 +385,57 @@ class _Namer:
             return self._t5(scope, role, s)
         if self.bart:
             return self._bart(scope, role, s)
+        if self.renamed is not None:  # encoders named as the decoders' layers are
+            name = self._modernbert(scope, role, s)
+            return "encoder." + name.removeprefix("decoder.") \
+                if name.startswith("decoder.") else name
         layer = _LAYER.match(scope)
         if layer is None:
             return self._outside(scope, role, s)
         return self._in_layer(_module(layer.group(2) or ""), role, s)
+
+    def _modernbert(self, scope: str, role: str, s: Saved) -> str:
+        """ModernBERT's storages (families/modernbert.py) and XLM's (families/xlm.py): their
+        layers' by the decoders' tables (_MODERNBERT: Wqkv, Wo, Wi, the norms; _XLM), the
+        embeddings', the heads'."""
+        table = self.renamed or {}
+        layer = _LAYER.match(scope)
+        if layer is not None:
+            module = _module(layer.group(2) or "")
+            if role == "masked_fill.mask":
+                return "decoder.attn.mask"  # XLM's mask == 0
+            if not module and role in ("mul.other", "native_dropout.result1"):
+                # XLM's attention dropout before the residual (in the layer's scope), and
+                # its mask multiplied in after each layer
+                return "decoder.attn.residual_dropout_mask" if _has(
+                    s.storage.numel.poly, ("E",)) else "decoder.mask"
+            return self._in_layer(table.get(module, module), role, s)
+        if scope == "transformer.embeddings" and role == "embedding.indices":
+            return "embed.token_ids"
+        if scope == "transformer.layer_norm_emb":
+            return "embed." + self._norm("norm", role)
+        if scope == "transformer" and role in ("mul.other", "native_dropout.result1"):
+            return "embed.dropout_mask" if _has(s.storage.numel.poly, ("E",)) else \
+                "embed.mask"
+        if scope == "pred_layer.proj" and role == "addmm.self":
+            return "head.input"
+        if scope == "model.embeddings.norm":
+            return "embed." + self._norm("norm", role)
+        if scope == "model.embeddings.tok_embeddings":
+            return "embed.token_ids"
+        if scope == "head.norm":
+            return "head.mlm." + self._norm("norm", role)
+        if scope == "head.dense":
+            part = _lora_part(role, s) if self.run.lora and self.run.lora.adapts(scope) \
+                else None
+            return f"head.mlm.dense.{part}" if part else "head.input"
+        if scope == "head" and role == "gelu.self":
+            return "head.mlm.activation"
+        if scope == "decoder" and role == "addmm.self":
+            return "head.mlm.decoder_input"
+        if scope == "model.final_norm":
+            return "decoder." + self._norm("final_norm", role)
+        return self._outside(scope, role, s)
 
     def _in_layer(self, module: str, role: str, s: Saved) -> str:
         scope, st = s.scope, s.storage
@@ -349,7 +446,7 @@ class _Namer:
         if self.kinds and module == "input_layernorm" and s.layer is not None \
                 and self.kinds[s.layer] == "M":
             return "decoder." + self._norm("mixer.norm", role)
-        if st.name in _ROPES:
+        if st.name in _ROPES or st.name.endswith(".rotary_emb"):
             return "rope.cos_sin"
         if st.op == "repeat_interleave":  # GPT-J, CodeGen: sin and cos for Q and for K
             return "decoder.attn.rope_cos_sin"
@@ -380,8 +477,10 @@ class _Namer:
             if role in ("mul.other", "native_dropout.result1") and not _has(
                     st.numel.poly, ("F",)):
                 return "decoder.ffn.residual_dropout_mask"
+            # (GteMLP's dropout on the gated product: its CPU noise is a mul.other, CUDA's
+            # mask native_dropout's; both F wide, kept with the activation)
             if role in ("pow.self", "tanh.result", "silu.self", "gelu.self", "mul.self",
-                        "mul.other", "relu.result"):
+                        "mul.other", "relu.result", "native_dropout.result1"):
                 return "decoder.ffn.activation"
         raise ValueError(f"no component name for {role} saved in {scope} "
                          f"(made in {st.name or 'the model'})")
@@ -390,6 +489,10 @@ class _Namer:
         """A BERT-style encoder's storage: a layer's as the decoders' (encoder.* names),
         the embeddings', the projection's (ELECTRA), the MLM head's and the loss's."""
         layer = _ENCODER_LAYER.match(scope)
+        if layer is not None and self.deberta:
+            rel = _deberta_attention(layer.group(2) or "", role, s)
+            if rel is not None:
+                return "encoder.attn." + rel
         if layer is not None:
             module = _ENCODER_MODULES.get(layer.group(2) or "")
             if module is None:
@@ -398,15 +501,33 @@ class _Namer:
         last = scope.rsplit(".", 1)[-1]
         lora = self.run.lora
         adapted = lora is not None and lora.adapts(scope)
+        classifier = _classifier(scope, role, s, adapted)
+        if classifier is not None:
+            return classifier
         if role == "embedding.indices":
             return {"word_embeddings": "embed.token_ids",
                     "position_embeddings": "embed.position_ids",
-                    "token_type_embeddings": "embed.token_type_ids"}[last]
+                    "token_type_embeddings": "embed.token_type_ids",
+                    # LayoutLM's bbox (B, T, 4) and its heights and widths
+                    "x_position_embeddings": "embed.bbox", "y_position_embeddings":
+                    "embed.bbox", "h_position_embeddings": "embed.bbox_extents",
+                    "w_position_embeddings": "embed.bbox_extents",
+                    # RoCBert's shape and pronunciation ids (zeros)
+                    "shape_embed": "embed.side_ids", "pronunciation_embed": "embed.side_ids",
+                    # MPNet's relative position buckets, (T, T)
+                    "relative_attention_bias": "encoder.relative_position"}[last]
+        if self.deberta and last == "embeddings" and role == "mul.other" and not _has(
+                s.storage.numel.poly, ("E",)):
+            return "embed.mask"  # DeBERTa's attention mask of ones multiplied in
         if last == "embeddings" and role in ("mul.other", "native_dropout.result1"):
             return "embed.dropout_mask"
         if last == "LayerNorm" and scope.endswith("embeddings.LayerNorm"):
             return "embed." + self._norm("norm", role)
-        if last == "embeddings_project":  # ELECTRA's projection to hidden_size
+        if self.deberta and scope.endswith("encoder.LayerNorm"):  # v2's norm_rel_ebd
+            return "encoder.rel_table." + self._norm("norm", role)
+        if last in ("embeddings_project", "map_inputs_layer", "embedding_hidden_mapping_in"):
+            # ELECTRA's projection to hidden_size (ALBERT's in its encoder); RoCBert's from
+            # the concatenated tables
             part = _lora_part(role, s) if adapted else None
             return f"embed.project_in.{part}" if part else "embed.project_input"
         part_of_head = self.head.get(scope)
@@ -417,8 +538,8 @@ class _Namer:
             return "head.mlm." + self._norm("norm", role)
         if part_of_head == "decoder" and role == "addmm.self":
             return "head.mlm.decoder_input"
-        if role == "gelu.self":
-            return "head.mlm.activation"
+        if role in ("gelu.self", "silu.self") or last == "activation":
+            return "head.mlm.activation"  # (ALBERT's gelu_new: its ops' tensors)
         return self._outside(scope, role, s)
 
     def _t5(self, scope: str, role: str, s: Saved) -> str:
@@ -679,13 +800,62 @@ class _Namer:
         model-level tensors the layers are called with (positions, RoPE's cos and sin, the
         eager mask), once."""
         st = s.storage
-        if st.name in _ROPES:
+        if st.name in _ROPES or st.name.endswith(".rotary_emb"):
             return "rope.cos_sin"
         if st.name == "causal_mask":
             return _MASK
+        if st.name in ("attention_mask", "relative_pos", "sliding_mask"):
+            return f"encoder.{st.name}"  # DeBERTa's, ModernBERT's, kept by checkpoints
         if st.dtype.name == "int64":
             return "embed.position_ids"
         return ("encoder" if self.encoder else "decoder") + ".checkpoint_input"
+
+
+# the classification heads' modules (families/bert.py _classify): BERT's pooler, the
+# dropout before the classifier, the classifier; RoBERTa's classification head
+_CLASSIFIER = {"pooler": "head.pooler", "pooler.dense": "head.pooler", "dropout": "head.cls",
+               "classifier": "head.cls", "classifier.dense": "head.cls.dense",
+               "classifier.out_proj": "head.cls"}
+
+
+def _classifier(scope: str, role: str, s: Saved, adapted: bool) -> str | None:
+    """A classification head's storage: a linear's input (or its adapter's parts), tanh's
+    output, a dropout's noise or mask; None outside the heads."""
+    parts = scope.split(".")
+    where = ".".join(parts[1:]) if parts[0] != "dropout" and parts[0] != "classifier" \
+        else scope
+    prefix = _CLASSIFIER.get(where)
+    if prefix is None:
+        return None
+    if role in ("mul.other", "native_dropout.result1"):
+        return f"{prefix}.dropout_mask"
+    if role == "tanh.result":
+        return f"{prefix}.tanh"
+    part = _lora_part(role, s) if adapted else None
+    if part:
+        return f"{prefix}.{part}"
+    if role in ("mm.self", "addmm.self"):
+        return f"{prefix}.input"
+    raise ValueError(f"no component name for {role} saved in {scope}")
+
+
+def _deberta_attention(rest: str, role: str, s: Saved) -> str | None:
+    """DeBERTa's disentangled attention beside what the decoders' names cover: the 0-d
+    scales, the relative table's dropout, the c2p and p2c products' operands (copies of Q or
+    K and of the position keys or queries), their gathered scores and int64 indices, the
+    negated bool mask; None for the rest."""
+    if rest == "attention.self.pos_dropout":
+        return "relative_table_dropout_mask"
+    if role.endswith("mm.self") and _has(s.storage.numel.poly, ("R",)):
+        return "relative_table"  # DeBERTa-v2's table through query_proj/key_proj (share_att_key)
+    for term in ("c2p", "p2c"):
+        if rest == f"attention.self.{term}":
+            return {"bmm.self": f"{term}.content", "bmm.mat2": f"{term}.position",
+                    "gather.self": f"{term}.scores", "gather.index": f"{term}.index",
+                    "div_.other": "scale", "div.other": "scale"}[role]
+    if rest == "attention.self":
+        return {"div.other": "scale", "masked_fill.mask": "mask"}.get(role)
+    return None
 
 
 def _lora_part(role: str, s: Saved) -> str | None:

@@ -208,6 +208,31 @@ def div(a: Tensor, b: Scalar) -> Tensor:
     return out
 
 
+def div_tensor(a: Tensor, b: Tensor, inplace: bool = False) -> Tensor:
+    """a / b with a tensor b (a 0-d scale, a norm's std). derivatives.yaml div.Tensor: self:
+    div_tensor_self_backward(grad, other, ...), other: div_tensor_other_backward(grad, self,
+    other): other for either gradient, self for other's. inplace (a /= b): a's dtype and
+    layout, and for other's gradient a clone of the original self."""
+    if inplace:
+        out = Tensor(a.shape, a.stride, a.dtype, a.storage, _rg(a, b), a.trace, a.offset)
+    else:
+        out = _pointwise("div", [a, b])
+    saves: list[tuple[str, Tensor | None, bool]] = [("other", b, _rg(a, b))]
+    if b.requires_grad:
+        self_ = a
+        if inplace:
+            with a.trace.no_grad():
+                self_ = _new(a, a.shape, a.dtype, False, preserve_strides(a.sizes, a.stride))
+        saves.append(("self", self_, True))
+    a.trace.record("div_" if inplace else "div", out, saves)
+    return out
+
+
+def sqrt(a: Tensor) -> Tensor:
+    """derivatives.yaml sqrt: self: grad / (2 * result.conj())."""
+    return _unary_saving("sqrt", a, "result")
+
+
 def pow(a: Tensor, exponent: Scalar) -> Tensor:
     """derivatives.yaml pow.Tensor_Scalar: self: pow_backward(grad, self, exponent)."""
     (a,) = autocast.cast_inputs("pow", a)
@@ -337,9 +362,12 @@ def cat(ts: list[Tensor], dim: int) -> Tensor:
 def gather(t: Tensor, dim: int, index: Tensor) -> Tensor:
     """torch.gather: a new contiguous tensor of the index's shape in t's dtype.
     derivatives.yaml gather: self: gather_backward(grad, self, dim, index, sparse_grad):
-    the index kept for self's gradient (the int64 index is no differentiable input)."""
+    the index and self itself (the formula names self, so autograd keeps it whole: DeBERTa's
+    gathered c2p/p2c scores) kept for self's gradient (the int64 index is no
+    differentiable input)."""
     out = _new(t, index.shape, t.dtype, t.requires_grad)
-    t.trace.record("gather", out, [("index", index, t.requires_grad)])
+    t.trace.record("gather", out, [("index", index, t.requires_grad),
+                                   ("self", t, t.requires_grad)])
     return out
 
 

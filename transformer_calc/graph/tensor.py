@@ -150,10 +150,14 @@ def compute_stride(old_sizes: tuple[int, ...], old_strides: tuple[int, ...],
 
 def preserve_strides(sizes: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
     """empty_like(memory_format=preserve), as `.to`, clone and dropout's noise allocate: the
-    input's strides when it is non-overlapping and dense, else contiguous."""
+    input's strides when it is non-overlapping and dense, else dense strides in the input's
+    order of dimensions (aten/src/ATen/native/TensorFactories.cpp empty_like:
+    infer_dense_strides, which orders them as TensorIterator does: measured, ModernBERT's
+    q.float() of a head view sliced from the fused Wqkv output keeps its (B, T, H, d)
+    order)."""
     if is_non_overlapping_and_dense(sizes, strides):
         return strides
-    return contiguous_strides(sizes)
+    return iterator_strides(sizes, [(sizes, strides, 1)])
 
 
 def broadcast_sizes(*shapes: tuple[int, ...]) -> tuple[int, ...]:

@@ -111,6 +111,16 @@ class Trace:
             self._scope.pop()
 
     @contextmanager
+    def module_path(self, path: str) -> Iterator[None]:
+        """The module scopes replaced by an absolute path: one module run at several places
+        (ALBERT's layer groups, shared by consecutive layers), its parameters named once."""
+        saved, self._scope = self._scope, path.split(".")
+        try:
+            yield
+        finally:
+            self._scope = saved
+
+    @contextmanager
     def in_layer(self, index: int, args: tuple[Tensor, ...]) -> Iterator[None]:
         self.layer, self.layer_args[index] = index, args
         self.layer_flops[index] = Poly(())

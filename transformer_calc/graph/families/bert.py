@@ -19,14 +19,20 @@ import contextlib
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
-from transformer_calc.graph.modules import Builder
+from transformer_calc.graph.families.gpt2 import new_gelu
+from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.symbols import Dim
-from transformer_calc.graph.tensor import I64, Tensor
+from transformer_calc.graph.tensor import F32, I64, Tensor
 
 # the masked-LM head's modules, by the class's layout: (the head's scope, its dense, its
 # norm, the decoder; whether a bias parameter of the head's own is the tied decoder's)
 HEADS = {"bert": ("cls.predictions", "transform.dense", "transform.LayerNorm", "decoder", True),
+         "nomic": ("cls.predictions", "transform.dense", "transform.layer_norm", "decoder", True),
+         "gte": ("lm_head", "dense", "layer_norm", "decoder", False),
+         "generation": ("lm_head", "", "", "decoder", True),
+         "albert": ("predictions", "dense", "LayerNorm", "decoder", True),
+         "rembert": ("cls.predictions", "dense", "LayerNorm", "decoder", False),
          "roberta": ("lm_head", "dense", "layer_norm", "decoder", True),
          "electra": ("", "generator_predictions.dense", "generator_predictions.LayerNorm",
                      "generator_lm_head", False)}
@@ -55,10 +61,18 @@ class Bert:
     tied: bool = True
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
+    head_act: str = "gelu"  # the MLM head's activation (NomicBERT's: hidden_act, silu)
+    type_table: bool = True  # a token-type table (BertGeneration has none)
+    causal_loss: bool = False  # BertGenerationDecoder: ForCausalLMLoss, shifted, in fp32
+    # the head: mlm (the masked-LM head), seq_cls (XForSequenceClassification: BERT's pooler,
+    # dropout and classifier, RoBERTa's classification head), token_cls
+    # (XForTokenClassification: dropout and classifier per token); NL: num_labels
+    task: str = "mlm"
+    NL: int = 1
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "P": self.P, "Ty": self.Ty, "E": self.E, "H": self.H,
-                "dh": self.E // self.H, "F": self.F, "L": self.L}
+                "dh": self.E // self.H, "F": self.F, "L": self.L, "NL": self.NL}
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,48 @@ class Factorized(Bert):
         return {**super().sizes(), "Ee": self.Ee}
 
 
+@dataclass(frozen=True)
+class RemBert(Factorized):
+    """RemBERT (models/rembert/modeling_rembert.py): embeddings of input_embedding_size
+    (Ee) with the token types a new (B, T) int64 zeros tensor, the encoder's
+    embedding_hidden_mapping_in to E, BERT's layers (eager), the head output_embedding_size
+    (Eo) wide with a decoder of its own."""
+
+    Eo: int = 1
+
+    def sizes(self) -> dict[str, int]:
+        return {**super().sizes(), "Eo": self.Eo}
+
+
+@dataclass(frozen=True)
+class LayoutLM(Bert):
+    """LayoutLM (models/layoutlm/modeling_layoutlm.py): BERT with the 2-D position tables
+    (x, y, h, w, P2 = max_2d_position_embeddings rows each) read at a bbox of zeros, the
+    extended (B, 1, 1, T) mask added to the scores (eager) or given to SDPA, eager softmax
+    in fp32 cast back."""
+
+    P2: int = 1
+
+    def sizes(self) -> dict[str, int]:
+        return {**super().sizes(), "P2": self.P2}
+
+
+@dataclass(frozen=True)
+class RoCBert(Bert):
+    """RoCBert (models/roc_bert/modeling_roc_bert.py, concat_input): the word embedding
+    concatenated with the shape table's (Vs rows, Ds wide) and the pronunciation table's
+    (Vp, Dp), each read at new (B, T) int64 zeros, through map_inputs_layer to E; then the
+    token types and positions added, LayerNorm, dropout."""
+
+    Vs: int = 1
+    Ds: int = 1
+    Vp: int = 1
+    Dp: int = 1
+
+    def sizes(self) -> dict[str, int]:
+        return {**super().sizes(), "Vs": self.Vs, "Ds": self.Ds, "Vp": self.Vp, "Dp": self.Dp}
+
+
 def _width(m: Builder, cfg: Bert) -> Dim:
     """The embeddings' and the MLM head's width."""
     return m["Ee"] if isinstance(cfg, Factorized) else m["E"]
@@ -83,17 +139,37 @@ def forward(m: Builder, cfg: Bert) -> Tensor:
     prediction_scores.view(-1, V) and labels.view(-1), in the scores' dtype."""
     B, T, V = m["B"], m["T"], m["V"]
     ids = m.trace.input((B, T), I64, "input_ids")
+    mask = None
     with m.module(cfg.base):
-        h = _embeddings(m, cfg, ids)
-        if isinstance(cfg, Factorized):  # ElectraModel: embeddings_project(embeddings)
-            h = m.linear("embeddings_project", h, m["E"], True)
+        if isinstance(cfg, LayoutLM):
+            h = _layout_embeddings(m, cfg, ids)
+            # LayoutLMModel: the ones mask unsqueezed, in the model's dtype, (1 - m) · min:
+            # a (B, 1, 1, T) tensor without a gradient
+            mask = m.trace.tensor((B, Dim.const(1), Dim.const(1), T), m.run.dtype, False,
+                                  name="attention_mask")
+        else:
+            h = embeddings(m, cfg, ids)
+        if isinstance(cfg, Factorized) and not isinstance(cfg, RemBert):
+            h = m.linear("embeddings_project", h, m["E"], True)  # ElectraModel's
         with m.module("encoder"):
-            h = m.layers("layer", lambda x: _layer(m, cfg, x), h)
-    scores = _head(m, cfg, h)
+            if isinstance(cfg, RemBert):  # RemBertEncoder: embedding_hidden_mapping_in
+                h = m.linear("embedding_hidden_mapping_in", h, m["E"], True)
+            h = m.layers("layer", lambda x: _layer(m, cfg, x, mask), h,
+                         () if mask is None else (mask,))
+        if isinstance(cfg, LayoutLM):
+            _unused_pooler(m, h)
+        if cfg.task == "seq_cls" and cfg.head == "bert":  # BertModel's pooler
+            with m.module("pooler"):
+                h = ops.tanh(m.linear("dense", ops.select(h, 1, 0), m["E"], True))
+    if cfg.task != "mlm":
+        return _classify(m, cfg, h)
+    scores = head(m, cfg, h)
+    if cfg.causal_loss:
+        return causal_lm_loss(scores, ids, V)
     return ops.cross_entropy(ops.view(scores, (B * T, V)), ops.view(ids, (B * T,)))
 
 
-def _embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
+def embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
     """BertEmbeddings.forward (RobertaEmbeddings'): word + token-type + position embeddings,
     LayerNorm, dropout."""
     tr = m.trace
@@ -115,21 +191,106 @@ def _embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
             positions = ops.narrow(arange, 1, 0, T)  # self.position_ids[:, 0:T]
         # token_type_ids.expand(position_ids.shape[0], -1), gathered at the positions, then
         # expanded to (B, T): a new (1, T) tensor for BERT's positions, (B, T) for RoBERTa's
-        buffered = ops.expand(zeros, (positions.shape[0], P))
-        types = ops.expand(ops.gather(buffered, 1, positions), (B, T))
         h = m.embedding("word_embeddings", ids, m["V"], width)
-        h = ops.add(h, m.embedding("token_type_embeddings", types, m["Ty"], width))
+        if isinstance(cfg, RoCBert):
+            h = _side_tables(m, h)
+        if cfg.type_table:
+            if isinstance(cfg, RemBert):  # zeros(input_shape, long): a new (B, T) tensor
+                types = tr.tensor((B, T), I64, False, name="token_type_ids")
+            else:
+                buffered = ops.expand(zeros, (positions.shape[0], P))
+                types = ops.expand(ops.gather(buffered, 1, positions), (B, T))
+            h = ops.add(h, m.embedding("token_type_embeddings", types, m["Ty"], width))
         h = ops.add(h, m.embedding("position_embeddings", positions, P, width))
         return m.dropout(m.layer_norm("LayerNorm", h), cfg.hidden_dropout)
 
 
-def _layer(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
+def _classify(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
+    """The classification heads and CrossEntropyLoss (single-label: num_labels > 1 and
+    integer labels) over logits.view(-1, num_labels), in the logits' dtype, with the
+    labels (B,) or (B, T), an int64 input. BertForSequenceClassification: dropout of the
+    pooled output (classifier_dropout, else hidden_dropout_prob), classifier;
+    BertForTokenClassification: dropout of every token's state, classifier;
+    RobertaClassificationHead: the first token (features[:, 0, :], a view), dropout, dense,
+    tanh, dropout, out_proj."""
+    B, T, NL, E = m["B"], m["T"], m["NL"], m["E"]
+    p = cfg.hidden_dropout
+    if cfg.task == "seq_cls" and cfg.head == "roberta":
+        with m.module("classifier"):
+            x = m.dropout(ops.select(h, 1, 0), p)
+            x = m.dropout(ops.tanh(m.linear("dense", x, E, True)), p)
+            logits = m.linear("out_proj", x, NL, True)
+    else:
+        with m.module("dropout"):
+            h = m.dropout(h, p)
+        logits = m.linear("classifier", h, NL, True)
+    rows = B if cfg.task == "seq_cls" else B * T
+    labels = m.trace.input((B,) if cfg.task == "seq_cls" else (B, T), I64, "labels")
+    return ops.cross_entropy(ops.view(logits, (rows, NL)), ops.view(labels, (rows,)))
+
+
+def _side_tables(m: Builder, h: Tensor) -> Tensor:
+    """RoCBertEmbeddings (concat_input): clone of the word embeddings, cat with the shape
+    and the pronunciation embeddings of zeros(input_shape) ids, map_inputs_layer back to E
+    (which keeps the concatenation); the token types and positions are added after it."""
+    x = ops.clone(h)
+    for table, rows, width in (("shape_embed", "Vs", "Ds"),
+                               ("pronunciation_embed", "Vp", "Dp")):
+        zeros = m.trace.tensor((m["B"], m["T"]), I64, False, name=f"input_{table}_ids")
+        x = ops.cat([x, m.embedding(table, zeros, m[rows], m[width])], -1)
+    return m.linear("map_inputs_layer", x, m["E"], True)
+
+
+def _unused_pooler(m: Builder, h: Tensor) -> None:
+    """A pooler the masked-LM loss never reads (LayoutLMModel's: dense and tanh of the first
+    token): its parameters and FLOPs count, but its output reaches nothing, so autograd frees
+    what it saved with it before the forward ends: run without a gradient."""
+    E = m["E"]
+    with m.module("pooler"), m.module("dense"):  # its parameters (and adapters) train
+        m.param("weight", E, E), m.param("bias", E)
+        lora = m.run.lora
+        if lora is not None and lora.adapts(m.trace.scope):
+            with m.module("lora_A"):
+                m.param("weight", m["r"], E, adapter=True)
+            with m.module("lora_B"):
+                m.param("weight", E, m["r"], adapter=True)
+    with m.trace.no_grad(), m.module("pooler"):
+        ops.tanh(m.linear("dense", ops.select(h, 1, 0), E, True))
+
+
+def _layout_embeddings(m: Builder, cfg: LayoutLM, ids: Tensor) -> Tensor:
+    """LayoutLMEmbeddings.forward: word, position (the buffer's slice), the bbox's four
+    coordinates through the x and y tables (views of LayoutLMModel's (B, T, 4) int64 zeros),
+    its height and width (new (B, T) int64 differences) through the h and w tables, and the
+    token types (LayoutLMModel's (B, T) int64 zeros), summed; LayerNorm, dropout."""
+    tr = m.trace
+    B, T, E, P2 = m["B"], m["T"], m["E"], m["P2"]
+    one = Dim.const(1)
+    types = tr.tensor((B, T), I64, False, name="token_type_ids")
+    box = tr.tensor((B, T, Dim.const(4)), I64, False, name="bbox")
+    with m.module("embeddings"):
+        arange = tr.tensor((one, m["P"]), I64, False, "buffer", "position_ids")
+        h = m.embedding("word_embeddings", ids, m["V"], E)
+        h = ops.add(h, m.embedding("position_embeddings", ops.narrow(arange, 1, 0, T),
+                                   m["P"], E))
+        for i, table in enumerate("xyxy"):  # bbox[:, :, i]: a view
+            coordinate = ops.select(box, 2, i)
+            h = ops.add(h, m.embedding(f"{table}_position_embeddings", coordinate, P2, E))
+        for table in "hw":  # bbox[:, :, 3] - bbox[:, :, 1], bbox[:, :, 2] - bbox[:, :, 0]
+            with tr.no_grad():
+                extent = tr.tensor((B, T), I64, False)
+            h = ops.add(h, m.embedding(f"{table}_position_embeddings", extent, P2, E))
+        h = ops.add(h, m.embedding("token_type_embeddings", types, m["Ty"], E))
+        return m.dropout(m.layer_norm("LayerNorm", h), cfg.hidden_dropout)
+
+
+def _layer(m: Builder, cfg: Bert, h: Tensor, mask: Tensor | None = None) -> Tensor:
     """BertLayer.forward: self-attention, then BertSelfOutput (dense, dropout, LayerNorm of
     the sum with the layer's input); BertIntermediate (dense, gelu); BertOutput (dense,
     dropout, LayerNorm of the sum with the attention's output): post-norm."""
     with m.module("attention"):
         with m.module("self"):
-            a = _self_attention(m, cfg, h)
+            a = _self_attention(m, cfg, h, mask)
         a = _output(m, cfg, a, h)
     with m.module("intermediate"):
         x = ops.gelu(m.linear("dense", a, m["F"], True))  # ACT2FN["gelu"]: erf GELU
@@ -143,30 +304,44 @@ def _output(m: Builder, cfg: Bert, x: Tensor, residual: Tensor) -> Tensor:
         return m.layer_norm("LayerNorm", ops.add(x, residual))
 
 
-def _self_attention(m: Builder, cfg: Bert, x: Tensor) -> Tensor:
+def _self_attention(m: Builder, cfg: Bert, x: Tensor, mask: Tensor | None = None) -> Tensor:
     """BertSelfAttention.forward: query, key and value viewed as (B, T, H, dh) and
     transposed, the attention interface, the output reshaped to (B, T, E) and made
     contiguous."""
     B, T, H, dh = m["B"], m["T"], m["H"], m["dh"]
     q, k, v = (ops.transpose(ops.view(m.linear(name, x, H * dh, True), (B, T, H, dh)), 1, 2)
                for name in ("query", "key", "value"))
-    p, scaling = cfg.attention_dropout, float(dh.value) ** -0.5
+    return bidirectional_attention(m, q, k, v, cfg.attention_dropout, mask,
+                                   softmax_fp32=isinstance(cfg, LayoutLM))
+
+
+def bidirectional_attention(m: Builder, q: Tensor, k: Tensor, v: Tensor, p: float,
+                            mask: Tensor | None = None, softmax_fp32: bool = False) -> Tensor:
+    """The attention interface without a causal mask (q, k, v of (B, H, T, dh)), its
+    output reshaped to (B, T, H·dh) and made contiguous. mask: LayoutLM's additive
+    (B, 1, 1, T) mask; softmax_fp32: its eager softmax in fp32, cast back."""
+    B, T, H, dh = m["B"], m["T"], m["H"], m["dh"]
+    scaling = float(dh.value) ** -0.5
     if m.run.attention == "eager":
         # eager_attention_forward (modeling_bert.py): matmul(q, kᵀ) · scaling, no mask,
         # softmax in the scores' dtype, dropout, the product with V, transposed, contiguous
         w = ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), scaling)
-        w = m.dropout(ops.softmax(w), p)
+        if mask is not None:
+            w = ops.add(w, mask)
+        w = ops.to(ops.softmax(w, F32), q.dtype) if softmax_fp32 else ops.softmax(w)
+        w = m.dropout(w, p)
         out = ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))
     else:
-        # sdpa_attention_forward: no mask, is_causal False (BertSelfAttention.is_causal);
-        # the output reshaped to (B, H, T, dh), transposed and made contiguous
+        # sdpa_attention_forward: is_causal False (BertSelfAttention.is_causal), the mask
+        # (a view of its first T keys) as SDPA's attn_mask; the output reshaped to
+        # (B, H, T, dh), transposed and made contiguous
         out = scaled_dot_product_attention(q, k, v, is_causal=False, dropout_p=p,
-                                           scale=scaling)
+                                           scale=scaling, mask=mask)
         out = ops.contiguous(ops.transpose(ops.reshape(out, (B, H, T, dh)), 1, 2))
     return ops.contiguous(ops.reshape(out, (B, T, H * dh)))
 
 
-def _head(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
+def head(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
     """The MLM head: dense, gelu, LayerNorm, then the decoder to the vocabulary with a
     bias. BertLMPredictionHead (transform, decoder; its bias parameter is the decoder's
     bias, tied) and RobertaLMHead: hidden_size wide; ElectraGeneratorPredictions and
@@ -174,13 +349,23 @@ def _head(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
     the token table when tied. Not a LoRA target under peft's all-linear: it is the
     model's output embedding."""
     scope, dense, norm, decoder, shared_bias = HEADS[cfg.head]
-    width, V = _width(m, cfg), m["V"]
+    width, V = m["Eo"] if isinstance(cfg, RemBert) else _width(m, cfg), m["V"]
     table = f"{cfg.base}.embeddings.word_embeddings.weight"
     with m.module(scope) if scope else contextlib.nullcontext():
         bias = m.param("bias", V) if shared_bias else None
+        if not dense:  # BertGenerationOnlyLMHead: the decoder alone
+            with m.module(decoder):
+                w = m.tied(table) if cfg.tied else m.param("weight", V, width)
+                return ops.linear(h, w, bias if cfg.tied else m.param("bias", V))
         # (ACT2FN[hidden_act] in BERT's transform, activations.gelu in RoBERTa's and
         # ELECTRA's: the erf GELU each)
-        x = m.layer_norm(norm, ops.gelu(m.linear(dense, h, width, True)))
+        x = m.linear(dense, h, width, True)
+        if cfg.head_act == "gelu_new":  # ALBERT's hidden_act
+            with m.module("activation"):
+                x = new_gelu(x)
+        else:
+            x = ops.silu(x) if cfg.head_act == "silu" else ops.gelu(x)
+        x = m.layer_norm(norm, x)
         with m.module(decoder):
             w = m.tied(table) if cfg.tied else m.param("weight", V, width)
             if bias is None or not cfg.tied:  # an untied decoder has a bias of its own
