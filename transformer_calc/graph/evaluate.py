@@ -284,6 +284,7 @@ def _gemma4_family(spec: ModelSpec) -> gemma4.Gemma4 | None:
             and not spec.attn_softcapping and not spec.bias_ffn_in and not spec.bias_ffn_out
             and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
             and not set(kinds) - {"F", "S"} and H % Hkv == 0 and H % Hg == 0
+            and spec.head_dim % 2 == 0 and (spec.global_head_dim or 2) % 2 == 0
             and not (unified and spec.per_layer_input)
             and (not spec.per_layer_input or spec.per_layer_vocab)
             and spec.kv_shared_layers < spec.n_layers
@@ -327,7 +328,7 @@ def _gemma3n_family(spec: ModelSpec) -> gemma3n.Gemma3n | None:
             and spec.sandwich_norm and spec.qk_norm == "head" and spec.value_norm
             and not spec.attn_softcapping and not spec.bias_ffn_in and not spec.bias_ffn_out
             and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
-            and not set(kinds) - {"F", "S"} and H % Hkv == 0
+            and not set(kinds) - {"F", "S"} and H % Hkv == 0 and spec.head_dim % 2 == 0
             and spec.altup_inputs >= 2 and spec.laurel_rank >= 1
             and spec.per_layer_input >= 1 and spec.per_layer_vocab >= 1
             and spec.sparse_ffn_layers <= L and spec.kv_shared_layers < L
