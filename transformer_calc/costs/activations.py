@@ -225,10 +225,16 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
     and so DeepSeek-V3's sigmoid router (its top-k sum) and LongCat-Flash's softmax one."""
     import dataclasses
 
+    from transformer_calc.graph.families.gemma4 import Gemma4
     from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.memory import experts_impl
 
+    if isinstance(family, Gemma4) and family.experts:  # Gemma4TextExperts: either path
+        impl = experts_impl(spec, s.experts)
+        if impl not in ("eager", "grouped_mm"):
+            return None
+        return dataclasses.replace(family, grouped=impl == "grouped_mm")
     if not isinstance(family, Moe | Jamba):
         return family
     impl = experts_impl(spec, s.experts)
@@ -297,12 +303,25 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
                 return Lora(s.lora_rank, converted_all_linear(family), s.lora_dropout, dtype)
     if s.lora_targets == ("all-linear",):
         return Lora(s.lora_rank, frozenset(("all-linear",)), s.lora_dropout, dtype)
+    if _is_gemma3n(family) and "laurel" in roles:  # LAuReL's two linears, one role
+        rest = _lora(family, s, roles - {"laurel"}, peft_moe) if roles - {"laurel"} else None
+        if rest is None and roles - {"laurel"}:
+            return None
+        laurel = frozenset(("linear_left", "linear_right"))
+        return Lora(s.lora_rank, laurel | (rest.targets if rest else frozenset()),
+                    s.lora_dropout, dtype)
     if not roles <= table.keys():
         return None
     if (isinstance(family, GPT2 | Bert) and not isinstance(family, RopeEncoder)
             and len(roles & {"o", "down"}) == 1):
         return None  # one of the two c_proj (output.dense) alone
     return Lora(s.lora_rank, frozenset(table[r] for r in roles), s.lora_dropout, dtype)
+
+
+def _is_gemma3n(family: Family) -> bool:
+    from transformer_calc.graph.families.gemma3n import Gemma3n
+
+    return isinstance(family, Gemma3n)
 
 
 def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | None

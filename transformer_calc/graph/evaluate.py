@@ -22,6 +22,8 @@ from transformer_calc.graph.families import (
     falcon_h1,
     fsmt,
     gemma,
+    gemma3n,
+    gemma4,
     gpt2,
     gptj,
     jamba,
@@ -46,7 +48,8 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt | neox.NeoX | gptj.GPTJ | falcon.Falcon
           | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
-          | modernbert.ModernBert | mpnet.MPNet | xlm.XLM)
+          | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
+          | gemma4.Gemma4)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -58,7 +61,8 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward, jamba.Jamba: jamba.forward,
     rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward,
     albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward,
-    mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward}
+    mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
+    gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward}
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,19 @@ _READS["falcon"] = _METADATA | _COMMON | {
     "n_kv_heads", "d_head", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in",
     "bias_ffn_out", "fused_qkv", "parallel_block", "parallel_norms", "explicit_mask",
     "kv_broadcast"}
+
+# Gemma 4's text decoders (gemma4.py): Gemma's fields, its norms' form and its layouts
+_READS["gemma4"] = _READS["gemma"] | {"norm_mean_square", "global_head_dim", "global_kv_heads",
+                                     "global_k_eq_v", "kv_shared_layers", "kv_shared_wide_ffn",
+                                     "value_norm", "per_layer_input", "per_layer_vocab",
+                                     "n_experts", "top_k", "d_ff_expert", "layer_ffn",
+                                     "moe_beside_dense", "peft_moe"}
+# Gemma 3n's (gemma3n.py): Gemma 4's dense fields and AltUp, LAuReL, the sparse FFN gates
+_READS["gemma3n"] = _READS["gemma4"] - {"global_head_dim", "global_kv_heads", "global_k_eq_v",
+                                         "kv_shared_wide_ffn", "n_experts", "top_k",
+                                         "d_ff_expert", "layer_ffn", "moe_beside_dense",
+                                         "peft_moe"} | {"altup_inputs", "laurel_rank",
+                                                        "sparse_ffn_layers"}
 # The encoders whose forward bert.py transcribes: model_type -> (the encoder's attribute,
 # the MLM head's layout, position ids counted from the token ids). Other BERT-shaped types
 # (TAPAS's seven token-type tables, BigBird's sparse attention, ...) keep the rules.
@@ -629,6 +646,91 @@ def _gemma_family(spec: ModelSpec) -> gemma.Gemma | None:
             and spec.model_type in ("", *_GEMMAS) and not _unread(spec, "gemma")):
         return _gemma(spec)
     return None
+
+
+def _gemma4_family(spec: ModelSpec) -> gemma4.Gemma4 | None:
+    """Gemma 4's text decoders by their model type (Gemma4ForCausalLM,
+    Gemma4UnifiedForCausalLM: the latter has no per-layer inputs) without experts: Gemma4RMSNorm
+    (norm_mean_square with norm_fp32), sandwich norms, q/k norms over each head and v_norm,
+    gelu_tanh, attention biases all or none, layers full or sliding; experts beside the
+    dense MLP in every layer (enable_moe_block), the router an nn.Linear to peft."""
+    if spec.model_type not in ("gemma4_text", "gemma4_unified_text"):
+        return None
+    from transformer_calc.plan import layer_kinds_in_order, parse_pattern
+
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    H, Hkv = spec.n_heads, spec.n_kv_heads or spec.n_heads
+    Hg = spec.global_kv_heads or Hkv
+    unified = spec.model_type == "gemma4_unified_text"
+    if not (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation == "gelu_tanh" and spec.norm_fp32 and spec.norm_mean_square
+            and spec.softmax_fp32 and not spec.dropout and spec.norm_position == "pre"
+            and spec.sandwich_norm and spec.qk_norm == "head" and spec.value_norm
+            and not spec.attn_softcapping and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
+            and not set(kinds) - {"F", "S"} and H % Hkv == 0 and H % Hg == 0
+            and spec.head_dim % 2 == 0 and (spec.global_head_dim or 2) % 2 == 0
+            and not (unified and spec.per_layer_input)
+            and (not spec.per_layer_input or spec.per_layer_vocab)
+            and spec.kv_shared_layers < spec.n_layers
+            and (not spec.n_experts or (
+                spec.moe_beside_dense and spec.top_k and spec.peft_moe == "linear_router"
+                and not unified and set(parse_pattern(spec.layer_ffn or "E", "DEX",
+                                                      spec.n_layers, "layer_ffn")) == {"E"}))
+            and set(kinds[:spec.n_layers - spec.kv_shared_layers]) >= set(
+                kinds[spec.n_layers - spec.kv_shared_layers:])
+            and not _unread(spec, "gemma4")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return gemma4.Gemma4(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=Hkv, dh=spec.head_dim,
+                         F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
+                         bias=spec.bias_q, attention_dropout=pa, sandwich=True,
+                         qk_norm=True, rope_per_kind=True,
+                         final_softcap=spec.logit_softcapping, window=spec.sliding_window,
+                         kinds=kinds if len(set(kinds)) > 1 else kinds[0],
+                         dg=spec.global_head_dim or spec.head_dim, Hg=Hg,
+                         k_eq_v=spec.global_k_eq_v, shared=spec.kv_shared_layers,
+                         wide=spec.kv_shared_wide_ffn, ple=bool(spec.per_layer_input),
+                         Ep=spec.per_layer_input or 1, Vp=spec.per_layer_vocab or 1,
+                         experts=bool(spec.n_experts), X=spec.n_experts or 1,
+                         K=spec.top_k or 1, Fe=spec.expert_ff if spec.n_experts else 1,
+                         grouped=spec.experts_grouped)
+
+
+def _gemma3n_family(spec: ModelSpec) -> gemma3n.Gemma3n | None:
+    """Gemma 3n's text decoder by its model type (Gemma3nForCausalLM): Gemma 4's norms,
+    attention and per-layer inputs (every layer of one head dim) with AltUp's streams,
+    LAuReL and the first layers' sparse FFN gates."""
+    if spec.model_type != "gemma3n_text":
+        return None
+    from transformer_calc.plan import layer_kinds_in_order
+
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    L, H, Hkv = spec.n_layers, spec.n_heads, spec.n_kv_heads or spec.n_heads
+    if not (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation == "gelu_tanh" and spec.norm_fp32 and spec.norm_mean_square
+            and spec.softmax_fp32 and not spec.dropout and spec.norm_position == "pre"
+            and spec.sandwich_norm and spec.qk_norm == "head" and spec.value_norm
+            and not spec.attn_softcapping and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
+            and not set(kinds) - {"F", "S"} and H % Hkv == 0 and spec.head_dim % 2 == 0
+            and spec.altup_inputs >= 2 and spec.laurel_rank >= 1
+            and spec.per_layer_input >= 1 and spec.per_layer_vocab >= 1
+            and spec.sparse_ffn_layers <= L and spec.kv_shared_layers < L
+            and set(kinds[:L - spec.kv_shared_layers]) >= set(kinds[L - spec.kv_shared_layers:])
+            and not _unread(spec, "gemma3n")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return gemma3n.Gemma3n(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=Hkv, dh=spec.head_dim,
+                           F=spec.d_ff, L=L, tied=spec.tie_embeddings, bias=spec.bias_q,
+                           attention_dropout=pa, sandwich=True, qk_norm=True,
+                           rope_per_kind=True, final_softcap=spec.logit_softcapping,
+                           window=spec.sliding_window,
+                           kinds=kinds if len(set(kinds)) > 1 else kinds[0],
+                           dg=spec.head_dim, Hg=Hkv, shared=spec.kv_shared_layers, ple=True,
+                           Ep=spec.per_layer_input, Vp=spec.per_layer_vocab,
+                           streams=spec.altup_inputs, R=spec.laurel_rank,
+                           sparse=spec.sparse_ffn_layers)
 
 
 def _moe_family(spec: ModelSpec) -> moe.Moe | None:
@@ -1169,10 +1271,11 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _neox, _gptj, _falcon, _gpt2, _mla_family, _jamba_family, _moe_family, _mamba_family,
-    _bamba_family, _falcon_h1_family, _llama_variant, _llama, _bert, _gemma_family,
-    _t5_family, _bart_family, _fsmt_family, _rope_encoder, _deberta, _deberta_v2,
-    _bert_generation, _layoutlm, _roc_bert, _albert, _modernbert, _rembert, _mpnet, _xlm)
+    _neox, _gptj, _falcon, _gpt2, _gemma4_family, _gemma3n_family, _mla_family,
+    _jamba_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
+    _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
+    _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
+    _modernbert, _rembert, _mpnet, _xlm)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -34,6 +34,8 @@ from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.falcon import Falcon
 from transformer_calc.graph.families.fsmt import Fsmt
 from transformer_calc.graph.families.gemma import Gemma
+from transformer_calc.graph.families.gemma3n import Gemma3n
+from transformer_calc.graph.families.gemma4 import Gemma4
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.gptj import GPTJ
 from transformer_calc.graph.families.jamba import Jamba
@@ -112,6 +114,14 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
             "query_key_value": "attn.qkv", "dense": "attn.o",
             "dense_h_to_4h": "ffn.in", "dense_4h_to_h": "ffn.out", "out_proj": "attn.o",
             "fc_in": "ffn.in", "fc_out": "ffn.out"}
+# the ops that keep what Gemma 3n's stream rescaling reads (pow, clamp, sqrt, mul, div)
+_RESCALE_ROLES = frozenset(("pow.self", "clamp.self", "sqrt.result", "mul.self", "mul.other",
+                            "div.self", "div.other"))
+# Gemma 4's per-layer input linears: (the adapted layer's name, their input's)
+_GEMMA4_LINEARS = {
+    "per_layer_model_projection": ("embed.project_per_layer", "embed.project_per_layer_input"),
+    "per_layer_input_gate": ("decoder.ple.gate", "decoder.ple.gate_input"),
+    "per_layer_projection": ("decoder.ple.project", "decoder.ple.project_input")}
 # BERT-style encoders (families/bert.py): a layer's modules as the decoders' tables above
 # key them (post-norm: the attention output's LayerNorm is tcalc's attn.norm, the layer
 # output's its ffn.norm); their rows are named encoder.* in place of decoder.*
@@ -368,6 +378,8 @@ class _Namer:
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
         self.moe = isinstance(family, Moe | Jamba)
         self.jamba = isinstance(family, Jamba)
+        self.gemma4 = isinstance(family, Gemma4)
+        self.gemma3n = isinstance(family, Gemma3n)
 
     def _scores(self, s: Saved) -> bool:
         """Whether the op that saved s made the scores (Q·Kᵀ: a T² output) rather than
@@ -379,6 +391,10 @@ class _Namer:
         scope, role = s.scope, s.role
         if role == "checkpoint.input":
             return self._checkpoint_input(s)
+        if self.gemma4:
+            named = self._gemma4(scope, role, s)
+            if named is not None:
+                return named
         if self.encoder:
             return self._encoder(scope, role, s)
         if self.t5:
@@ -660,6 +676,113 @@ class _Namer:
             return "loss.total_weight"
         raise ValueError(f"no component name for {role} saved in {scope or 'the model'}")
 
+    def _gemma4(self, scope: str, role: str, s: Saved) -> str | None:
+        """Gemma 4's own storages (families/gemma4.py): its norms' parts (Gemma4RMSNorm:
+        pow keeps the fp32 input, then the mean square; the product keeps 1/rms; the
+        weight's product its fp32 copy), v_norm, the per-layer inputs and each layer's
+        gated use of them; None: named as Gemma's."""
+        st = s.storage
+        last = scope.rsplit(".", 1)[-1]
+        layer = _LAYER.match(scope)
+        where = "decoder." if layer is not None else ""
+        linear = _GEMMA4_LINEARS.get(last)
+        if linear is not None:  # its input; peft's adapter tensors where it is adapted
+            lora = self.run.lora
+            part = _lora_part(role, s) if lora is not None and lora.adapts(scope) else None
+            return f"{linear[0]}.{part}" if part else linear[1]
+        if layer is not None and layer.group(2) is None and role in ("mul.self", "mul.other"):
+            # hidden_states * per_layer_input: the activation and the per-layer inputs
+            return "embed.per_layer_inputs" if st.layer is None else "decoder.ple.activation"
+        if layer is not None and layer.group(2) is None and role == "gelu.self":
+            return "decoder.ple.activation"
+        rest = (layer.group(2) or "") if layer is not None else ""
+        if self.gemma3n:
+            named = self._gemma3n(scope, rest if layer is not None else None, role, s)
+            if named is not None:
+                return named
+        if rest == "router" or rest.startswith(("router.", "experts")):
+            return "decoder." + self._gemma4_experts(rest, role, s)
+        norm = {"per_layer_projection_norm": "embed.per_layer_norm",
+                "post_per_layer_input_norm": "decoder.ple.norm",
+                "v_norm": "decoder.attn.v_norm",
+                "post_feedforward_layernorm_1": "decoder.ffn.dense_post_norm",
+                "pre_feedforward_layernorm_2": "decoder.ffn.experts_norm",
+                "post_feedforward_layernorm_2": "decoder.ffn.experts_post_norm"}.get(last)
+        if norm is None and (last in self.norms or last == "norm"):
+            norm = (where + self.norms.get(last, "final_norm")) if layer is not None \
+                else "decoder.final_norm"
+        return None if norm is None else _gemma4_norm(norm, role, s)
+
+    def _gemma3n(self, scope: str, rest: str | None, role: str, s: Saved) -> str | None:
+        """Gemma 3n's own storages (families/gemma3n.py): AltUp's (the streams' projections
+        and rescaling outside the layers; per layer the router, the coefficients, the
+        prediction's product, the correction's), LAuReL's and the sparse FFN gate's; None:
+        named as Gemma 4's. rest: the scope within the layer (None outside the layers)."""
+        parts = scope.rsplit(".", 2)
+        lora = self.run.lora
+        adapted = lora is not None and lora.adapts(scope)
+        if rest is None:
+            if len(parts) >= 2 and parts[-2] in ("altup_projections",
+                                                 "altup_unembed_projections"):
+                way = "project" if parts[-2] == "altup_projections" else "unembed"
+                part = _lora_part(role, s) if adapted else None
+                return f"altup.{way}.{part}" if part else f"altup.{way}_input"
+            if scope == "model" and role in _RESCALE_ROLES:
+                return "altup.rescale"  # each stream's magnitude and its rescaled product
+            return None
+        if rest == "altup.router_norm":
+            return _gemma4_norm("decoder.altup.router_norm", role, s)
+        linear = {"altup.modality_router": "router", "altup.prediction_coefs":
+                  "prediction_coefs", "laurel.linear_right": "laurel.right"}.get(rest)
+        if linear is not None:
+            part = _lora_part(role, s) if adapted else None
+            pre = linear if linear.startswith("laurel") else f"altup.{linear}"
+            return f"decoder.{pre}.{part}" if part else f"decoder.{pre}_input"
+        if rest == "laurel.linear_left":  # it reads the attention's normed input
+            part = _lora_part(role, s) if adapted else None
+            return f"decoder.laurel.left.{part}" if part else "decoder.attn.input"
+        if rest == "laurel.post_laurel_norm":
+            return _gemma4_norm("decoder.laurel.norm", role, s)
+        if rest == "altup.correction_coefs":  # F.linear with the clamped weight
+            return "decoder.altup.correction_coefs"
+        if rest == "altup":
+            return {"tanh.result": "decoder.altup.modalities", "bmm.self":
+                    "decoder.altup.predict", "bmm.mat2": "decoder.altup.predict",
+                    "mul.self": "decoder.altup.correct", "mul.other":
+                    "decoder.altup.correct"}.get(role)
+        if rest == "mlp":  # _gaussian_topk
+            return {"std.self": "decoder.ffn.sparse_gate_input",
+                    "std.result": "decoder.ffn.sparse_std",
+                    "mul.other": "decoder.ffn.sparse_z" if not _has(s.storage.numel.poly, (
+                        "F",)) else None,
+                    "relu.result": "decoder.ffn.activation"}.get(role)
+        return None
+
+    def _gemma4_experts(self, rest: str, role: str, s: Saved) -> str:
+        """Gemma 4's router (its weightless norm, the scaled input its linear keeps, the
+        fp32 probabilities, the top-k weights and the per-expert scales gathered) and its
+        experts (named as the MoE family's)."""
+        if rest == "router.norm":
+            named = _gemma4_norm("ffn.router_norm", role, s)
+            if named is None:
+                raise ValueError(f"no component name for {role} in a norm")
+            return named
+        if rest.startswith("router"):
+            lora = self.run.lora
+            scope = s.scope
+            if rest == "router.proj":
+                part = _lora_part(role, s) if lora is not None and lora.adapts(scope) \
+                    else None
+                return f"ffn.router.{part}" if part else "ffn.router_input"
+            if role == "softmax.result":
+                return "ffn.router"
+            return "ffn.router_normed" if role == "mul.self" and \
+                _has(s.storage.numel.poly, ("E",)) else "ffn.router_topk"
+        named = self._moe("mlp." + rest, role, s)
+        if named is None:
+            raise ValueError(f"no component name for {role} saved in {s.scope}")
+        return named
+
     def _moe(self, rest: str, role: str, s: Saved) -> str | None:
         """A sparse MoE block's storages (families/moe.py): the router's, the experts'
         (whose rows are the K·B·T routed slots), the shared expert's and its gate's."""
@@ -855,6 +978,21 @@ def _deberta_attention(rest: str, role: str, s: Saved) -> str | None:
                     "div_.other": "scale", "div.other": "scale"}[role]
     if rest == "attention.self":
         return {"div.other": "scale", "masked_fill.mask": "mask"}.get(role)
+    return None
+
+
+def _gemma4_norm(norm: str, role: str, s: Saved) -> str | None:
+    """Gemma4RMSNorm's saved tensors: pow keeps the fp32 input, then the mean square (made
+    in the norm); the product keeps 1/rms (made in it) and the normalised tensor; the
+    weight's product its fp32 copy of the weight."""
+    st = s.storage
+    mine = st.name == s.scope
+    if role == "pow.self":
+        return f"{norm}.mean_square" if mine else f"{norm}.input_fp32"
+    if role == "mul.other":
+        return f"{norm}.rstd" if mine and st.op == "pow" else f"{norm}.weight_fp32"
+    if role == "mul.self":
+        return f"{norm}.normalized"
     return None
 
 

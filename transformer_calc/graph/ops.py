@@ -200,11 +200,37 @@ def mul(a: Tensor, b: Tensor | Scalar) -> Tensor:
     return out
 
 
-def div(a: Tensor, b: Scalar) -> Tensor:
+def div(a: Tensor, b: Tensor | Scalar) -> Tensor:
     """Division by a Python number (derivatives.yaml div.Scalar: self: grad / other): a new
-    tensor, nothing saved (soft-capping's scores / cap)."""
-    out = _pointwise("div", [a])
-    a.trace.record("div", out)
+    tensor, nothing saved (soft-capping's scores / cap). By a tensor (div.Tensor: self:
+    div_tensor_self_backward(grad, other, ...), other: div_tensor_other_backward(grad, self,
+    other)): other kept for either gradient, self for other's."""
+    if not isinstance(b, Tensor):
+        out = _pointwise("div", [a])
+        a.trace.record("div", out)
+        return out
+    out = _pointwise("div", [a, b])
+    a.trace.record("div", out, [("other", b, a.requires_grad or b.requires_grad),
+                                ("self", a, b.requires_grad)])
+    return out
+
+
+def sqrt(a: Tensor) -> Tensor:
+    """derivatives.yaml sqrt: self: grad / (2 * result)."""
+    return _unary_saving("sqrt", a, "result")
+
+
+def clamp(a: Tensor) -> Tensor:
+    """clamp(min=...) or clamp(min, max) with Python numbers (derivatives.yaml clamp:
+    self: clamp_backward(grad, self, min, max))."""
+    return _unary_saving("clamp", a, "self")
+
+
+def std(a: Tensor) -> Tensor:
+    """std(dim=-1, keepdim=True, unbiased=False) (derivatives.yaml std.correction: self:
+    std_backward(result, grad, self, dim, correction, keepdim)): keeps its input and result."""
+    out = _new(a, a.shape[:-1] + (Dim.const(1),), a.dtype, a.requires_grad)
+    a.trace.record("std", out, [("self", a, True), ("result", out, True)])
     return out
 
 
@@ -226,11 +252,6 @@ def div_tensor(a: Tensor, b: Tensor, inplace: bool = False) -> Tensor:
         saves.append(("self", self_, True))
     a.trace.record("div_" if inplace else "div", out, saves)
     return out
-
-
-def sqrt(a: Tensor) -> Tensor:
-    """derivatives.yaml sqrt: self: grad / (2 * result.conj())."""
-    return _unary_saving("sqrt", a, "result")
 
 
 def pow(a: Tensor, exponent: Scalar) -> Tensor:
@@ -725,12 +746,6 @@ def conv1d_depthwise(x: Tensor, w: Tensor, b: Tensor | None, padding: int) -> Te
     x.trace.record("convolution", out, [("input", x, True), ("weight", w, True)],
                    flops=2 * Bn * out_t * C * K)
     return out
-
-
-def clamp(a: Tensor) -> Tensor:
-    """clamp(min=..., max=...) with numbers: derivatives.yaml clamp: self:
-    clamp_backward(grad, self, min, max) (ClampBackward1 keeps self)."""
-    return _unary_saving("clamp", a, "self")
 
 
 def cumsum(a: Tensor) -> Tensor:

@@ -79,7 +79,7 @@ def forward(m: Builder, cfg: Gemma) -> Tensor:
     tr = m.trace
     ids = tr.input((B, T), I64, "input_ids")
     with m.module("model"):
-        h = _scaled_embedding(m, ids, V, E)
+        h = scaled_embedding(m, "embed_tokens", ids, V, E)
         # position_ids = arange(T) + past_seen_tokens, unsqueezed (one storage)
         positions = tr.tensor((T,), I64, False)
         present = sorted(set(cfg.kinds))
@@ -105,15 +105,15 @@ def forward(m: Builder, cfg: Gemma) -> Tensor:
     return causal_lm_loss(logits, ids, V)
 
 
-def _scaled_embedding(m: Builder, ids: Tensor, V: Dim, E: Dim) -> Tensor:
+def scaled_embedding(m: Builder, name: str, ids: Tensor, V: Dim, E: Dim) -> Tensor:
     """GemmaTextScaledWordEmbedding.forward: embedding(ids) * embed_scale.to(weight.dtype),
     embed_scale a 0-d buffer of sqrt(hidden_size) in the model's dtype (model.to(dtype)
     casts buffers too): the product keeps the scale for the table's gradient, which is the
     buffer itself, not an activation (measured: no 2-byte tensor in a bf16 model)."""
-    with m.module("embed_tokens"):
+    with m.module(name):
         x = ops.embedding(m.param("weight", V, E), ids)
         scale = m.trace.tensor((), m.run.dtype, False, "buffer",
-                               "model.embed_tokens.embed_scale")
+                               f"{m.trace.scope}.embed_scale")
         return ops.mul(x, ops.to(scale, x.dtype))
 
 

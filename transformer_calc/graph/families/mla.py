@@ -302,7 +302,7 @@ def _moe_block(m: Builder, cfg: MlaMoe, x: Tensor) -> Tensor:
         weights, chosen = _softmax_router(m, x) if cfg.longcat else _router(m, cfg, x)
         flat = ops.view(x, (B * T, E))
         with m.module("experts"):
-            run = moe._grouped_experts if cfg.grouped else moe._eager_experts
+            run = moe.grouped_experts if cfg.grouped else moe.eager_experts
             out = ops.view(run(m, flat, chosen, weights), (B, T, E))
         if not cfg.shared_expert:
             return out

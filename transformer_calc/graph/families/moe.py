@@ -118,7 +118,7 @@ def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor, name: str = "mlp",
         weights, chosen = (_sparsemixer(m, flat) if cfg.router == "sparsemixer"
                            else _router(m, cfg, flat, router))
         with m.module("experts"):
-            run = _grouped_experts if cfg.grouped else _eager_experts
+            run = grouped_experts if cfg.grouped else eager_experts
             out = run(m, flat, chosen, weights)
         if shared is not None:
             # F.sigmoid(self.shared_expert_gate(x)) * shared_expert_output
@@ -181,9 +181,11 @@ def _sparsemixer(m: Builder, flat: Tensor) -> tuple[Tensor, Tensor]:
     return ops.cat(multipliers, -1), experts
 
 
-def _eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) -> Tensor:
-    """MixtralExperts.forward (the Qwen experts' is the same), its loop over the experts
-    hit run once for all n = K·B·T slots (module docstring)."""
+def eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
+                  act: Callable[[Tensor], Tensor] = ops.silu) -> Tensor:
+    """MixtralExperts.forward (the Qwen experts' is the same; Gemma4TextExperts' with
+    act GELU), its loop over the experts hit run once for all n = K·B·T slots (module
+    docstring)."""
     gate_up, down = _expert_weights(m, flat.shape[-1])
     n = chosen.shape[0] * chosen.shape[1]
     final = m.trace.tensor(flat.shape, flat.dtype, False)  # torch.zeros_like(hidden_states)
@@ -193,7 +195,7 @@ def _eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) ->
     state = ops.index(flat, [token_idx])
     gate, up = ops.split(ops.linear(state, _expert_slice(m, gate_up())), m["Fe"], -1)
     with m.module("act_fn"):
-        h = ops.silu(gate)
+        h = act(gate)
     h = ops.linear(ops.mul(h, up), _expert_slice(m, down()))
     h = ops.mul(h, ops.unsqueeze(ops.index(weights, [token_idx, top_k_pos]), -1))
     return ops.index_add_(final, token_idx, ops.to(h, final.dtype))
@@ -214,9 +216,10 @@ def _expert_slice(m: Builder, w: Tensor) -> Tensor:
     return ops.select(w, 0, 0)
 
 
-def _grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) -> Tensor:
+def grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
+                    act: Callable[[Tensor], Tensor] = ops.silu) -> Tensor:
     """grouped_mm_experts_forward (integrations/moe.py), the weights not transposed
-    (is_transposed False: weight.transpose(-2, -1), a view)."""
+    (is_transposed False: weight.transpose(-2, -1), a view); act: the experts' act_fn."""
     X, E, Fe = m["X"], flat.shape[-1], m["Fe"]
     read_gate_up, read_down = _expert_weights(m, E)
     N, K = chosen.shape
@@ -236,7 +239,7 @@ def _grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) 
                        offsets)
     gate, up = ops.split(h, Fe, -1)  # _default_apply_gate: act_fn(gate) * up
     with m.module("act_fn"):
-        a = ops.silu(gate)
+        a = act(gate)
     down = read_down()
     h = ops.grouped_mm(ops.to(ops.mul(a, up), down.dtype), ops.transpose(down, -2, -1),
                        offsets)
