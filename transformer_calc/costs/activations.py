@@ -44,6 +44,10 @@ _GPT2_MODULES = {"qkv": "c_attn", "up": "c_fc", "o": "c_proj", "down": "c_proj",
 # down go together or not at all
 _BERT_MODULES = {"q": "query", "k": "key", "v": "value", "up": "intermediate.dense",
                  "o": "output.dense", "down": "output.dense"}
+# OPT (graph/families/opt.py): out_proj, fc1, fc2; "project" is both projections of the
+# embeddings (project_in, project_out), as transformer_calc.lora gives the role
+_OPT_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj", "up": "fc1",
+                "down": "fc2", "project": "project_in"}
 
 FULL_NOTE = ("full recomputation: each layer's input is kept; one layer is rebuilt at a time "
              "in backward")
@@ -170,6 +174,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.moe import Moe
+    from transformer_calc.graph.families.opt import OPT
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
 
@@ -178,7 +183,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     named = {"bf16": BF16, "fp16": F16}.get(s.adapter_dtype)
     dtype = (F16 if s.precision == "fp16" else BF16) if s.fsdp2_mixed else named
     table = (_GPT2_MODULES if isinstance(family, GPT2) else
-             _BERT_MODULES if isinstance(family, Bert) else _MODULES)
+             _BERT_MODULES if isinstance(family, Bert) else
+             _OPT_MODULES if isinstance(family, OPT) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
         table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
     if isinstance(family, Moe):
@@ -199,7 +205,12 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
         return None
     if isinstance(family, GPT2 | Bert) and len(roles & {"o", "down"}) == 1:
         return None  # one of the two c_proj (output.dense) alone
-    return Lora(s.lora_rank, frozenset(table[r] for r in roles), s.lora_dropout, dtype)
+    names = frozenset(table[r] for r in roles)
+    if isinstance(family, OPT) and "project" in roles:
+        if not family.projected:
+            return None
+        names |= {"project_out"}
+    return Lora(s.lora_rank, names, s.lora_dropout, dtype)
 
 
 def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | None

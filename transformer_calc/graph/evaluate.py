@@ -11,19 +11,21 @@ from dataclasses import dataclass
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import variants
-from transformer_calc.graph.families import bert, cohere, gemma, gpt2, llama, moe
+from transformer_calc.graph.families import bert, cohere, gemma, gpt2, llama, moe, opt
 from transformer_calc.graph.held import held
 from transformer_calc.graph.modules import Builder, Run
 from transformer_calc.graph.symbols import Dim, Poly
 from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
-Family = gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
+Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
+          | opt.OPT)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
-    moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward}
+    moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
+    opt.OPT: opt.forward}
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,10 @@ _GEMMAS = ("gemma", "gemma2", "gemma3_text", "vaultgemma")
 _READS["moe"] = _READS["llama"] | {"n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                                    "d_ff_shared", "shared_expert_gate", "layer_ffn",
                                    "router_topk", "peft_moe", "peft_router_linear"}
+# OPT (its biases all or none, as enable_bias sets them)
+_READS["opt"] = _METADATA | _COMMON | {"arch", "position_offset", "norm_position", "final_norm",
+                                       "embed_proj_dim", "softmax_fp32", "bias_q", "bias_k",
+                                       "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
 
 
 @functools.cache
@@ -171,7 +177,7 @@ def family_of(spec: ModelSpec) -> Family:
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
                      "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family with Ministral, OLMo, "
                      "BitNet, Nemotron, Apertus, NanoChat and DiffLlama, Cohere 1-2, Gemma "
-                     "1-3 and VaultGemma, and BERT, RoBERTa, ELECTRA with their masked-LM "
+                     "1-3 and VaultGemma, OPT, and BERT, RoBERTa, ELECTRA with their masked-LM "
                      "heads)")
 
 
@@ -350,9 +356,30 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
     return variant(spec, _llama) if variant is not None else None
 
 
+def _opt(spec: ModelSpec) -> opt.OPT | None:
+    """OPTForCausalLM by its model type (spec_from_hf's _opt): LayerNorm, learned positions
+    offset by 2, a ReLU MLP, the fp32 softmax, biases all on or all off, the final norm
+    only in a pre-norm model; anything else keeps the rules."""
+    biases = {spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+              spec.bias_ffn_out}
+    pre = spec.norm_position == "pre"
+    if not (spec.model_type == "opt" and spec.arch == "decoder" and spec.norm == "layernorm"
+            and spec.position == "learned" and spec.position_offset == opt.POSITION_OFFSET
+            and spec.ffn == "plain" and spec.activation == "relu" and spec.softmax_fp32
+            and spec.norm_position in ("pre", "post") and (pre or not spec.final_norm)
+            and len(biases) == 1 and spec.n_heads and spec.d_model % spec.n_heads == 0
+            and spec.d_ff and not _unread(spec, "opt")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else 0.0
+    return opt.OPT(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model, H=spec.n_heads,
+                   F=spec.d_ff, L=spec.n_layers, Ee=spec.embed_proj_dim or spec.d_model,
+                   tied=spec.tie_embeddings, bias=spec.bias_q, pre_norm=pre,
+                   final_norm=spec.final_norm, dropout=spec.dropout, attention_dropout=pa)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
+    _gpt2, _opt, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

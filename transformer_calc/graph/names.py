@@ -37,7 +37,7 @@ from transformer_calc.graph.modules import Run
 from transformer_calc.graph.symbols import Poly, product
 from transformer_calc.graph.trace import OpRecord, Saved
 
-_LAYER = re.compile(r"^(?:transformer\.h|model\.layers)\.(\d+)(?:\.(.*))?$")
+_LAYER = re.compile(r"^(?:transformer\.h|model\.layers|model\.decoder\.layers)\.(\d+)(?:\.(.*))?$")
 # the norms, by their module's last name: GPT-2's LayerNorms, Llama's RMSNorms
 _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm",
           "q_norm": "attn.q_norm", "k_norm": "attn.k_norm",
@@ -45,7 +45,8 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "query_layernorm": "attn.q_norm", "key_layernorm": "attn.k_norm",
           "ln_f": "final_norm", "norm": "final_norm", "attn_sub_norm": "attn.sub_norm",
           "ffn_sub_norm": "ffn.sub_norm", "attention_layernorm": "attn.norm",
-          "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm"}
+          "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm",
+          "self_attn_layer_norm": "attn.norm", "final_layer_norm": "ffn.norm"}
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -70,7 +71,7 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "c_fc": "ffn.input", "gate_proj": "ffn.input", "up_proj": "ffn.input",
            "mlp.c_proj": "ffn.out_input", "down_proj": "ffn.out_input",
            "shared_expert_gate": "ffn.input", "router": "ffn.input", "wg": "ffn.input",
-           "fc1": "ffn.input", "fc2": "ffn.out_input"}
+           "fc1": "ffn.input", "fc2": "ffn.out_input", "out_proj": "attn.o_input"}
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
             "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
@@ -78,7 +79,7 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
             "gate_proj": "ffn.gate", "up_proj": "ffn.in", "mlp.c_proj": "ffn.out",
             "down_proj": "ffn.out", "fc1": "ffn.in", "fc2": "ffn.out",
             "shared_expert_gate": "ffn.shared_gate", "router": "ffn.router",
-            "wg": "ffn.router"}
+            "wg": "ffn.router", "out_proj": "attn.o"}
 # BERT-style encoders (families/bert.py): a layer's modules as the decoders' tables above
 # key them (post-norm: the attention output's LayerNorm is tcalc's attn.norm, the layer
 # output's its ffn.norm); their rows are named encoder.* in place of decoder.*
@@ -137,6 +138,7 @@ DESCRIPTIONS = {
     "loss.log_softmax": "log-softmax", "loss.targets": "int64 labels",
     "loss.total_weight": "nll_loss's total weight", _MASK: "the eager causal mask",
     "decoder.checkpoint_input": "each layer's input", "lora_input": "the adapter's input",
+    "head.project_input": "project_out's input",
     "embed.token_type_ids": "int64 token types", "embed.project_input": "the projection's "
     "input", "head.mlm.activation": "the head's activation "
     "keeps its input", "head.mlm.decoder_input": "the decoder's input",
@@ -262,6 +264,13 @@ class _Namer:
             return "decoder." + _INPUTS[module]
         if module in ("attn", "self_attn"):
             return "decoder.attn." + self._attention(role, s)
+        if module == "" and role in ("mul.other", "native_dropout.result1"):
+            # OPT's functional dropouts in the layer: after the attention on (B, T, E),
+            # after fc2 on the MLP's (B·T, E) view
+            return "decoder.ffn.residual_dropout_mask" if len(
+                self.ops[s.op_index].shape) == 2 else "decoder.attn.residual_dropout_mask"
+        if module == "" and role == "relu.result":  # OPT's activation_fn: fc2's input
+            return "decoder.ffn.out_input"
         if module == "act_fn":  # xIELU's module: its alphas (1,) and its tensors
             return "decoder.ffn.activation_mask" if role == "where.condition" else \
                 "decoder.ffn.activation"
@@ -313,7 +322,13 @@ class _Namer:
     def _outside(self, scope: str, role: str, s: Saved) -> str:
         last = scope.rsplit(".", 1)[-1]
         if role == "embedding.indices":
-            return "embed.position_ids" if last == "wpe" else "embed.token_ids"
+            return "embed.position_ids" if last in ("wpe", "embed_positions") \
+                else "embed.token_ids"
+        if last in ("project_in", "project_out"):  # OPT's projections of the embeddings
+            lora = self.run.lora
+            part = _lora_part(role, s) if lora is not None and lora.adapts(scope) else None
+            where = "embed" if last == "project_in" else "head"
+            return f"{where}.{last}.{part}" if part else f"{where}.project_input"
         if scope == "transformer" and role in ("mul.other", "native_dropout.result1"):
             return "embed.dropout_mask"
         if last in _NORMS and scope != "model.layers":

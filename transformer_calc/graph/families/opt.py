@@ -1,0 +1,122 @@
+"""OPT as transformers 5.23 runs it: models/opt/modeling_opt.py (OPTForCausalLM, OPTDecoder,
+OPTLearnedPositionalEmbedding, OPTDecoderLayer, OPTAttention with its
+eager_attention_forward or integrations/sdpa_attention.py). Token embeddings of their own
+width (word_embed_proj_dim) projected in and out by bias-free linears where it differs from
+hidden_size; learned positions from a cumulative sum over an all-ones mask, offset by 2;
+layers pre- or post-norm (do_layer_norm_before), the MLP over a (B·T, E) view; Q scaled
+after its projection, the attention called with scaling 1.0. Shared with Llama
+(families/llama.py): the eager and SDPA attention interfaces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformer_calc.graph import ops
+from transformer_calc.graph.families import llama
+from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
+from transformer_calc.graph.symbols import Dim
+from transformer_calc.graph.tensor import I64, Tensor
+
+# OPTLearnedPositionalEmbedding.offset: the table keeps 2 rows before position 0
+POSITION_OFFSET = 2
+
+
+@dataclass(frozen=True)
+class OPT:
+    """OPTConfig's keys that shape the graph. Symbols: V vocab, P positions
+    (max_position_embeddings), E width, H heads, dh = E / H, F ffn_dim, L layers, Ee the
+    token embeddings' width (word_embed_proj_dim; projected when it is not E)."""
+
+    V: int
+    P: int
+    E: int
+    H: int
+    F: int
+    L: int
+    Ee: int
+    tied: bool = True
+    bias: bool = True  # enable_bias
+    pre_norm: bool = True  # do_layer_norm_before
+    final_norm: bool = True  # pre-norm and not _remove_final_layer_norm
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+
+    def sizes(self) -> dict[str, int]:
+        return {"V": self.V, "P": self.P, "E": self.E, "H": self.H, "dh": self.E // self.H,
+                "F": self.F, "L": self.L, "Ee": self.Ee}
+
+    @property
+    def projected(self) -> bool:
+        return self.Ee != self.E
+
+
+def forward(m: Builder, cfg: OPT) -> Tensor:
+    """OPTForCausalLM.forward(input_ids=ids, labels=ids): the loss."""
+    B, T, E, V, Ee = m["B"], m["T"], m["E"], m["V"], m["Ee"]
+    tr = m.trace
+    ids = tr.input((B, T), I64, "input_ids")
+    with m.module("model"), m.module("decoder"):
+        h = m.embedding("embed_tokens", ops.view(ids, (B, T)), V, Ee if cfg.projected else E)
+        # position_ids = (torch.cumsum(ones(B, T), 1) * ones - 1).long(): no grad, (B, T)
+        positions = tr.input((B, T), I64, "position_ids")
+        pos = m.embedding("embed_positions", ops.add(positions, POSITION_OFFSET),
+                          m["P"] + POSITION_OFFSET, E)
+        if cfg.projected:
+            h = m.linear("project_in", h, E, bias=False)
+        h = ops.add(h, pos)
+        mask = causal_mask(m, h) if m.run.attention == "eager" else None
+        extras = (positions,) if mask is None else (positions, mask)
+        h = m.layers("layers", lambda x: _layer(m, cfg, x, mask), h, extras)
+        if cfg.final_norm:
+            h = m.layer_norm("final_layer_norm", h)
+        if cfg.projected:
+            h = m.linear("project_out", h, Ee, bias=False)
+    with m.module("lm_head"):
+        w = m.tied("model.decoder.embed_tokens.weight") if cfg.tied else \
+            m.param("weight", V, Ee if cfg.projected else E)
+        logits = ops.contiguous(ops.linear(h, w))
+    return causal_lm_loss(logits, ids, V)
+
+
+def _layer(m: Builder, cfg: OPT, h: Tensor, mask: Tensor | None) -> Tensor:
+    """OPTDecoderLayer.forward: attention and MLP each added to the residual, the norms
+    before (do_layer_norm_before) or after the sums; the MLP runs on h.reshape(-1, E) and
+    its sum is viewed back to (B, T, E)."""
+    B, T, E = m["B"], m["T"], m["E"]
+    x = m.layer_norm("self_attn_layer_norm", h) if cfg.pre_norm else h
+    a = m.dropout(_attention(m, cfg, x, mask), cfg.dropout)
+    h = ops.add(h, a)
+    if not cfg.pre_norm:
+        h = m.layer_norm("self_attn_layer_norm", h)
+    h = ops.reshape(h, (B * T, E))
+    x = m.layer_norm("final_layer_norm", h) if cfg.pre_norm else h
+    x = ops.relu(m.linear("fc1", x, m["F"], cfg.bias))
+    x = m.dropout(m.linear("fc2", x, E, cfg.bias), cfg.dropout)
+    h = ops.view(ops.add(h, x), (B, T, E))
+    if not cfg.pre_norm:
+        h = m.layer_norm("final_layer_norm", h)
+    return h
+
+
+def _attention(m: Builder, cfg: OPT, x: Tensor, mask: Tensor | None) -> Tensor:
+    """OPTAttention.forward: q_proj(x) * head_dim**-0.5, then K and V, each viewed as
+    (B, T, H, dh) and transposed; the interface called with scaling 1.0; the output
+    reshaped to (B, T, E), contiguous, and out_proj."""
+    B, T, E, H, dh = m["B"], m["T"], m["E"], m["H"], m["dh"]
+    with m.module("self_attn"):
+        q = ops.mul(m.linear("q_proj", x, E, cfg.bias), dh.value ** -0.5)
+
+        def heads(y: Tensor) -> Tensor:
+            return ops.transpose(ops.view(y, (B, T, H, dh)), 1, 2)
+
+        q = heads(q)
+        k = heads(m.linear("k_proj", x, E, cfg.bias))
+        v = heads(m.linear("v_proj", x, E, cfg.bias))
+        if mask is not None:
+            out = llama.eager_attention(m, q, k, v, mask, dropout=cfg.attention_dropout,
+                                        scaling=1.0)
+        else:
+            out = llama.sdpa_attention(q, k, v, Dim.const(1), dropout=cfg.attention_dropout,
+                                       scaling=1.0)
+        out = ops.contiguous(ops.reshape(out, (B, T, E)))
+        return m.linear("out_proj", out, E, cfg.bias)
