@@ -1,4 +1,5 @@
-"""The op graph's decoders with learned positions (transformer_calc/graph/families/opt.py),
+"""The op graph's decoders with learned positions (transformer_calc/graph/families/opt.py: OPT and
+BioGPT),
 which memory_report reads for their model types: against every measured CPU row of their
 configs, to the byte; family_of maps them (and nothing it does not transcribe); the compiled
 path equals the full trace on random configurations.
@@ -32,7 +33,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import clear_cache, evaluate_fast
-from transformer_calc.graph.families.opt import OPT
+from transformer_calc.graph.families.opt import OPT, BioGpt
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import memory_report
@@ -40,7 +41,8 @@ from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
 # config -> its model type
-CONFIGS = {"opt-projected.json": "opt", "opt-nobias-post.json": "opt"}
+CONFIGS = {"opt-projected.json": "opt", "opt-nobias-post.json": "opt",
+           "biogpt-tiny.json": "biogpt"}
 ROWS = measured_rows(tuple(CONFIGS))
 IDS = ["{}-{}-{}-B{}-T{}-{}-{}".format(
     r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
@@ -125,7 +127,7 @@ def test_opt_keeps_its_projections_inputs_and_a_position_per_sequence() -> None:
     # count; position_ids come from a cumulative sum over a (B, T) mask of ones, so the
     # embedding keeps B·T int64 ids (the rules T); the loss's 0-d total_weight and, at B = 1,
     # the padded labels. Full training: -0.6 to -1.8 % in the rules
-    for row in (r for r in ROWS if not r.get("lora")):
+    for row in (r for r in ROWS if not r.get("lora") and r["config"].startswith("opt")):
         fam = family_of(_spec(row["config"]))
         assert isinstance(fam, OPT) and fam.projected
         B, T = row["B"], row["T"]
@@ -136,6 +138,13 @@ def test_opt_keeps_its_projections_inputs_and_a_position_per_sequence() -> None:
         assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
 
 
+def test_biogpt_misses_only_the_losss_small_tensors_in_the_rules() -> None:
+    # the loss's 0-d total_weight and, at B = 1, the padded labels (8 bytes)
+    for row in (r for r in ROWS if r["config"] == "biogpt-tiny.json"):
+        labels = 8 if row["B"] == 1 else 0
+        assert row["measured_bytes"] - _rules(row) == 4 + labels, row
+
+
 # -- which specs map to these graphs ----------------------------------------------------------
 def test_each_config_maps_to_its_flags() -> None:
     post = family_of(_spec("opt-nobias-post.json"))
@@ -144,6 +153,9 @@ def test_each_config_maps_to_its_flags() -> None:
     projected = family_of(_spec("opt-projected.json"))
     assert isinstance(projected, OPT) and projected.bias and projected.tied
     assert projected.Ee == 32 and projected.P == 128
+    biogpt = family_of(_spec("biogpt-tiny.json"))
+    assert isinstance(biogpt, BioGpt) and biogpt.pre_norm and biogpt.bias and biogpt.tied
+    assert biogpt.dropout == biogpt.attention_dropout == 0.1 and not biogpt.projected
 
 
 def test_a_pre_norm_opt_maps_with_its_final_norm() -> None:
@@ -168,18 +180,33 @@ def test_what_opts_graph_does_not_transcribe_keeps_the_rules(change: dict) -> No
     assert not isinstance(fam, OPT)
 
 
+@pytest.mark.parametrize("change", [
+    {"activation": "relu"}, {"softmax_fp32": True}, {"bias_ffn_in": False},
+    {"norm_position": "post"}, {"n_kv_heads": 1}, {"embed_proj_dim": 16},
+    {"model_type": "opt"}])
+def test_what_biogpts_graph_does_not_transcribe_keeps_the_rules(change: dict) -> None:
+    spec = replace(_spec("biogpt-tiny.json"), **change)
+    try:
+        fam = family_of(spec)
+    except TcalcError:  # no family at all: the rules answer
+        return
+    assert not isinstance(fam, BioGpt)
+
+
 # -- the compiled path ------------------------------------------------------------------------
 def test_compiled_equals_traced_on_random_configurations() -> None:
     rng = random.Random(7)  # noqa: S311 (not cryptography)
     clear_cache()
-    for _ in range(24):
+    for _ in range(32):
         H = rng.choice((1, 2, 4))
         E = H * rng.choice((4, 8))
-        fam = OPT(V=rng.choice((16, 40)), P=rng.choice((32, 64)), E=E, H=H,
+        kind = OPT if rng.random() < 0.7 else BioGpt
+        fam = kind(V=rng.choice((16, 40)), P=rng.choice((32, 64)), E=E, H=H,
                   F=rng.choice((8, 24)), L=rng.choice((1, 2, 3)),
-                  Ee=rng.choice((E, E // 2)), tied=rng.random() < 0.5,
-                  bias=rng.random() < 0.5, pre_norm=(pre := rng.random() < 0.5),
-                  final_norm=pre and rng.random() < 0.7,
+                  Ee=rng.choice((E, E // 2)) if kind is OPT else E, tied=rng.random() < 0.5,
+                  bias=rng.random() < 0.5 or kind is BioGpt,
+                  pre_norm=(pre := rng.random() < 0.5 or kind is BioGpt),
+                  final_norm=pre and (rng.random() < 0.7 or kind is BioGpt),
                   dropout=rng.choice((0.0, 0.1)), attention_dropout=rng.choice((0.0, 0.1)))
         targets = rng.choice((None, "all-linear", "q_proj,v_proj", "project_in,fc1,fc2",
                               "out_proj,fc2", "project_out"))

@@ -25,7 +25,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
-    opt.OPT: opt.forward}
+    opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward}
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,11 @@ _GEMMAS = ("gemma", "gemma2", "gemma3_text", "vaultgemma")
 _READS["moe"] = _READS["llama"] | {"n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                                    "d_ff_shared", "shared_expert_gate", "layer_ffn",
                                    "router_topk", "peft_moe", "peft_router_linear"}
-# OPT (its biases all or none, as enable_bias sets them)
+# OPT (its biases all or none, as enable_bias sets them), BioGPT
+_READS["biogpt"] = _METADATA | _COMMON | {"arch", "position_offset", "norm_position",
+                                          "final_norm", "embed_proj_dim", "softmax_fp32",
+                                          "n_kv_heads", "d_head", "bias_q", "bias_k", "bias_v",
+                                          "bias_o", "bias_ffn_in", "bias_ffn_out"}
 _READS["opt"] = _METADATA | _COMMON | {"arch", "position_offset", "norm_position", "final_norm",
                                        "embed_proj_dim", "softmax_fp32", "bias_q", "bias_k",
                                        "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
@@ -177,8 +181,8 @@ def family_of(spec: ModelSpec) -> Family:
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
                      "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family with Ministral, OLMo, "
                      "BitNet, Nemotron, Apertus, NanoChat and DiffLlama, Cohere 1-2, Gemma "
-                     "1-3 and VaultGemma, OPT, and BERT, RoBERTa, ELECTRA with their masked-LM "
-                     "heads)")
+                     "1-3 and VaultGemma, OPT, BioGPT, and BERT, RoBERTa, ELECTRA with their "
+                     "masked-LM heads)")
 
 
 def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
@@ -377,9 +381,30 @@ def _opt(spec: ModelSpec) -> opt.OPT | None:
                    final_norm=spec.final_norm, dropout=spec.dropout, attention_dropout=pa)
 
 
+def _biogpt(spec: ModelSpec) -> opt.BioGpt | None:
+    """BioGptForCausalLM by its model type (spec_from_hf's Layout): pre-norm LayerNorm
+    layers with biases, learned positions offset by 2, an erf-GELU MLP, the scores' own
+    softmax dtype, one dropout probability for the hidden states."""
+    biases = {spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+              spec.bias_ffn_out}
+    if not (spec.model_type == "biogpt" and spec.arch == "decoder"
+            and spec.norm == "layernorm" and spec.norm_position == "pre" and spec.final_norm
+            and spec.position == "learned" and spec.position_offset == opt.POSITION_OFFSET
+            and spec.ffn == "plain" and spec.activation == "gelu" and not spec.softmax_fp32
+            and biases == {True} and spec.n_kv_heads in (None, spec.n_heads)
+            and spec.d_head in (None, spec.head_dim) and not spec.embed_proj_dim
+            and spec.n_heads and spec.d_model % spec.n_heads == 0 and spec.d_ff
+            and not _unread(spec, "biogpt")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return opt.BioGpt(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model,
+                      H=spec.n_heads, F=spec.d_ff, L=spec.n_layers, Ee=spec.d_model,
+                      tied=spec.tie_embeddings, dropout=spec.dropout, attention_dropout=pa)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _opt, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
+    _gpt2, _opt, _biogpt, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

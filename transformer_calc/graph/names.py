@@ -37,7 +37,8 @@ from transformer_calc.graph.modules import Run
 from transformer_calc.graph.symbols import Poly, product
 from transformer_calc.graph.trace import OpRecord, Saved
 
-_LAYER = re.compile(r"^(?:transformer\.h|model\.layers|model\.decoder\.layers)\.(\d+)(?:\.(.*))?$")
+_LAYER = re.compile(r"^(?:transformer\.h|model\.layers|model\.decoder\.layers|biogpt\.layers)"
+                    r"\.(\d+)(?:\.(.*))?$")
 # the norms, by their module's last name: GPT-2's LayerNorms, Llama's RMSNorms
 _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm",
           "q_norm": "attn.q_norm", "k_norm": "attn.k_norm",
@@ -46,7 +47,8 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "ln_f": "final_norm", "norm": "final_norm", "attn_sub_norm": "attn.sub_norm",
           "ffn_sub_norm": "ffn.sub_norm", "attention_layernorm": "attn.norm",
           "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm",
-          "self_attn_layer_norm": "attn.norm", "final_layer_norm": "ffn.norm"}
+          "self_attn_layer_norm": "attn.norm", "final_layer_norm": "ffn.norm",
+          "layer_norm": "final_norm"}
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -271,6 +273,8 @@ class _Namer:
                 self.ops[s.op_index].shape) == 2 else "decoder.attn.residual_dropout_mask"
         if module == "" and role == "relu.result":  # OPT's activation_fn: fc2's input
             return "decoder.ffn.out_input"
+        if module == "" and role == "gelu.self":  # BioGPT's activation_fn: fc1's output
+            return "decoder.ffn.activation"
         if module == "act_fn":  # xIELU's module: its alphas (1,) and its tensors
             return "decoder.ffn.activation_mask" if role == "where.condition" else \
                 "decoder.ffn.activation"
@@ -329,7 +333,7 @@ class _Namer:
             part = _lora_part(role, s) if lora is not None and lora.adapts(scope) else None
             where = "embed" if last == "project_in" else "head"
             return f"{where}.{last}.{part}" if part else f"{where}.project_input"
-        if scope == "transformer" and role in ("mul.other", "native_dropout.result1"):
+        if scope in ("transformer", "biogpt") and role in ("mul.other", "native_dropout.result1"):
             return "embed.dropout_mask"
         if last in _NORMS and scope != "model.layers":
             return "decoder." + self._norm("final_norm", role, s)
@@ -338,7 +342,7 @@ class _Namer:
                 and lora.adapts(scope):
             part = _lora_part(role, s)  # peft's lm_head target (transformer_calc.lora)
             return f"head.lm.{part}" if part else "head.input"
-        if scope == "lm_head" and role == "mm.self":
+        if scope in ("lm_head", "output_projection") and role == "mm.self":
             return "head.input"
         if role == "tanh.result" and not scope:
             return "head.softcap_tanh"  # Gemma 2's final logits: cap · tanh(logits / cap)

@@ -1,10 +1,15 @@
-"""OPT as transformers 5.23 runs it: models/opt/modeling_opt.py (OPTForCausalLM, OPTDecoder,
-OPTLearnedPositionalEmbedding, OPTDecoderLayer, OPTAttention with its
-eager_attention_forward or integrations/sdpa_attention.py). Token embeddings of their own
-width (word_embed_proj_dim) projected in and out by bias-free linears where it differs from
-hidden_size; learned positions from a cumulative sum over an all-ones mask, offset by 2;
-layers pre- or post-norm (do_layer_norm_before), the MLP over a (B·T, E) view; Q scaled
-after its projection, the attention called with scaling 1.0. Shared with Llama
+"""OPT and BioGPT as transformers 5.23 runs them. models/opt/modeling_opt.py
+(OPTForCausalLM, OPTDecoder, OPTLearnedPositionalEmbedding, OPTDecoderLayer, OPTAttention
+with its eager_attention_forward or integrations/sdpa_attention.py): token embeddings of
+their own width (word_embed_proj_dim) projected in and out by bias-free linears where it
+differs from hidden_size; learned positions from a cumulative sum over an all-ones mask,
+offset by 2; layers pre- or post-norm (do_layer_norm_before), the MLP over a (B·T, E) view;
+Q scaled after its projection, the attention called with scaling 1.0.
+models/biogpt/modeling_biogpt.py (BioGptForCausalLM, BioGptModel, BioGptScaledWordEmbedding,
+BioGptLearnedPositionalEmbedding, BioGptDecoderLayer, BioGptAttention): OPT's layer
+pre-norm, the token embeddings times a Python scale (which keeps nothing), positions
+arange(T) offset by 2, dropout on the embeddings' sum, the scaling passed to the attention,
+a softmax in the scores' dtype, the erf GELU and the final layer_norm. Shared with Llama
 (families/llama.py): the eager and SDPA attention interfaces."""
 
 from __future__ import annotations
@@ -48,6 +53,15 @@ class OPT:
     @property
     def projected(self) -> bool:
         return self.Ee != self.E
+
+
+@dataclass(frozen=True)
+class BioGpt(OPT):
+    """BioGptConfig's keys (hidden_dropout_prob as dropout, attention_probs_dropout_prob as
+    attention_dropout); always pre-norm with its final layer_norm, no projections."""
+
+    pre_norm: bool = True
+    final_norm: bool = True
 
 
 def forward(m: Builder, cfg: OPT) -> Tensor:
@@ -104,7 +118,12 @@ def _attention(m: Builder, cfg: OPT, x: Tensor, mask: Tensor | None) -> Tensor:
     reshaped to (B, T, E), contiguous, and out_proj."""
     B, T, E, H, dh = m["B"], m["T"], m["E"], m["H"], m["dh"]
     with m.module("self_attn"):
-        q = ops.mul(m.linear("q_proj", x, E, cfg.bias), dh.value ** -0.5)
+        biogpt = isinstance(cfg, BioGpt)
+        # OPT scales Q after q_proj and calls the interface with scaling 1.0; BioGPT passes
+        # head_dim**-0.5 to it
+        scaling = 1.0 if not biogpt else dh.value ** -0.5
+        q = m.linear("q_proj", x, E, cfg.bias)
+        q = q if biogpt else ops.mul(q, dh.value ** -0.5)
 
         def heads(y: Tensor) -> Tensor:
             return ops.transpose(ops.view(y, (B, T, H, dh)), 1, 2)
@@ -112,11 +131,55 @@ def _attention(m: Builder, cfg: OPT, x: Tensor, mask: Tensor | None) -> Tensor:
         q = heads(q)
         k = heads(m.linear("k_proj", x, E, cfg.bias))
         v = heads(m.linear("v_proj", x, E, cfg.bias))
-        if mask is not None:
+        if mask is not None and biogpt:
+            out = _eager_biogpt(m, q, k, v, mask, cfg.attention_dropout, scaling)
+        elif mask is not None:
             out = llama.eager_attention(m, q, k, v, mask, dropout=cfg.attention_dropout,
-                                        scaling=1.0)
+                                        scaling=scaling)
         else:
             out = llama.sdpa_attention(q, k, v, Dim.const(1), dropout=cfg.attention_dropout,
-                                       scaling=1.0)
+                                       scaling=scaling)
         out = ops.contiguous(ops.reshape(out, (B, T, E)))
         return m.linear("out_proj", out, E, cfg.bias)
+
+
+def _eager_biogpt(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout: float,
+                  scaling: float) -> Tensor:
+    """eager_attention_forward (modeling_biogpt.py): scores · scaling plus the mask, softmax
+    in the scores' dtype, dropout, the product with V, transposed and made contiguous."""
+    w = ops.add(ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), scaling), mask)
+    w = m.dropout(ops.softmax(w), dropout)
+    return ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))
+
+
+def biogpt_forward(m: Builder, cfg: BioGpt) -> Tensor:
+    """BioGptForCausalLM.forward(input_ids=ids, labels=ids): the loss."""
+    B, T, E, V = m["B"], m["T"], m["E"], m["V"]
+    tr = m.trace
+    ids = tr.input((B, T), I64, "input_ids")
+    with m.module("biogpt"):
+        h = ops.mul(m.embedding("embed_tokens", ids, V, E), 1.0)  # · embed_scale
+        # position_ids = torch.arange(T).unsqueeze(0); the table reads position_ids + 2
+        positions = ops.unsqueeze(tr.input((T,), I64, "arange"), 0)
+        pos = m.embedding("embed_positions", ops.add(positions, POSITION_OFFSET),
+                          m["P"] + POSITION_OFFSET, E)
+        h = m.dropout(ops.add(h, pos), cfg.dropout)
+        mask = causal_mask(m, h) if m.run.attention == "eager" else None
+        extras = (positions,) if mask is None else (positions, mask)
+        h = m.layers("layers", lambda x: _biogpt_layer(m, cfg, x, mask), h, extras)
+        h = m.layer_norm("layer_norm", h)
+    with m.module("output_projection"):
+        w = m.tied("biogpt.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
+        logits = ops.linear(h, w)
+    return causal_lm_loss(logits, ids, V)
+
+
+def _biogpt_layer(m: Builder, cfg: BioGpt, h: Tensor, mask: Tensor | None) -> Tensor:
+    """BioGptDecoderLayer.forward: pre-norm attention and MLP (fc1, GELU, activation
+    dropout (BioGptConfig's 0.0), fc2, dropout), each added to the residual."""
+    a = m.dropout(_attention(m, cfg, m.layer_norm("self_attn_layer_norm", h), mask),
+                  cfg.dropout)
+    h = ops.add(h, a)
+    x = ops.gelu(m.linear("fc1", m.layer_norm("final_layer_norm", h), m["F"], cfg.bias))
+    x = m.dropout(m.linear("fc2", x, m["E"], cfg.bias), cfg.dropout)
+    return ops.add(h, x)
