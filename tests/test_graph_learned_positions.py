@@ -1,5 +1,5 @@
-"""The op graph's decoders with learned positions (transformer_calc/graph/families/opt.py: OPT and
-BioGPT),
+"""The op graph's decoders with learned positions (transformer_calc/graph/families/opt.py: OPT,
+BioGPT and XGLM),
 which memory_report reads for their model types: against every measured CPU row of their
 configs, to the byte; family_of maps them (and nothing it does not transcribe); the compiled
 path equals the full trace on random configurations.
@@ -33,7 +33,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import clear_cache, evaluate_fast
-from transformer_calc.graph.families.opt import OPT, BioGpt
+from transformer_calc.graph.families.opt import OPT, BioGpt, Xglm
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import memory_report
@@ -42,7 +42,7 @@ from transformer_calc.spec import ModelSpec
 
 # config -> its model type
 CONFIGS = {"opt-projected.json": "opt", "opt-nobias-post.json": "opt",
-           "biogpt-tiny.json": "biogpt"}
+           "biogpt-tiny.json": "biogpt", "xglm-tiny.json": "xglm"}
 ROWS = measured_rows(tuple(CONFIGS))
 IDS = ["{}-{}-{}-B{}-T{}-{}-{}".format(
     r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
@@ -74,7 +74,9 @@ def test_the_rows_cover_every_config() -> None:
     for config in CONFIGS:
         rows = [r for r in ROWS if r["config"] == config]
         assert any(not r.get("lora") for r in rows) and any(r.get("lora") for r in rows)
-        assert {r["attention"] for r in rows} == {"eager", "sdpa"}
+        # (XGLMForCausalLM has no SDPA path: its rows are eager)
+        assert {r["attention"] for r in rows} == (
+            {"eager"} if config == "xglm-tiny.json" else {"eager", "sdpa"})
         assert {r["dtype"] for r in rows} == {"fp32", "bf16"}
 
 
@@ -138,11 +140,15 @@ def test_opt_keeps_its_projections_inputs_and_a_position_per_sequence() -> None:
         assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
 
 
-def test_biogpt_misses_only_the_losss_small_tensors_in_the_rules() -> None:
-    # the loss's 0-d total_weight and, at B = 1, the padded labels (8 bytes)
-    for row in (r for r in ROWS if r["config"] == "biogpt-tiny.json"):
+@pytest.mark.parametrize("config", ("biogpt-tiny.json", "xglm-tiny.json"))
+def test_biogpt_and_xglm_miss_only_small_tensors_in_the_rules(config: str) -> None:
+    # the loss's 0-d total_weight and, at B = 1, the padded labels (8 bytes); XGLM's
+    # torch.max(scores, torch.full((), finfo.min)) keeps its 0-d fp32 floor in each layer
+    fam = family_of(_spec(config))
+    floors = 4 * fam.L if isinstance(fam, Xglm) else 0
+    for row in (r for r in ROWS if r["config"] == config):
         labels = 8 if row["B"] == 1 else 0
-        assert row["measured_bytes"] - _rules(row) == 4 + labels, row
+        assert row["measured_bytes"] - _rules(row) == 4 + labels + floors, row
 
 
 # -- which specs map to these graphs ----------------------------------------------------------
@@ -156,6 +162,9 @@ def test_each_config_maps_to_its_flags() -> None:
     biogpt = family_of(_spec("biogpt-tiny.json"))
     assert isinstance(biogpt, BioGpt) and biogpt.pre_norm and biogpt.bias and biogpt.tied
     assert biogpt.dropout == biogpt.attention_dropout == 0.1 and not biogpt.projected
+    assert not isinstance(biogpt, Xglm)
+    xglm = family_of(_spec("xglm-tiny.json"))
+    assert isinstance(xglm, Xglm) and xglm.L == 3 and xglm.F == 40 and xglm.tied
 
 
 def test_a_pre_norm_opt_maps_with_its_final_norm() -> None:
@@ -193,25 +202,37 @@ def test_what_biogpts_graph_does_not_transcribe_keeps_the_rules(change: dict) ->
     assert not isinstance(fam, BioGpt)
 
 
+@pytest.mark.parametrize("change", [
+    {"scores_clamped": False}, {"sdpa_path": True}, {"position": "learned"},
+    {"activation": "relu"}, {"norm_position": "post"}, {"model_type": "biogpt"}])
+def test_what_xglms_graph_does_not_transcribe_keeps_the_rules(change: dict) -> None:
+    spec = replace(_spec("xglm-tiny.json"), **change)
+    try:
+        fam = family_of(spec)
+    except TcalcError:  # no family at all: the rules answer
+        return
+    assert not isinstance(fam, Xglm)
+
+
 # -- the compiled path ------------------------------------------------------------------------
 def test_compiled_equals_traced_on_random_configurations() -> None:
     rng = random.Random(7)  # noqa: S311 (not cryptography)
     clear_cache()
-    for _ in range(32):
+    for _ in range(40):
         H = rng.choice((1, 2, 4))
         E = H * rng.choice((4, 8))
-        kind = OPT if rng.random() < 0.7 else BioGpt
+        kind = rng.choice((OPT, OPT, BioGpt, Xglm))
         fam = kind(V=rng.choice((16, 40)), P=rng.choice((32, 64)), E=E, H=H,
                   F=rng.choice((8, 24)), L=rng.choice((1, 2, 3)),
                   Ee=rng.choice((E, E // 2)) if kind is OPT else E, tied=rng.random() < 0.5,
-                  bias=rng.random() < 0.5 or kind is BioGpt,
-                  pre_norm=(pre := rng.random() < 0.5 or kind is BioGpt),
-                  final_norm=pre and (rng.random() < 0.7 or kind is BioGpt),
+                  bias=rng.random() < 0.5 or kind is not OPT,
+                  pre_norm=(pre := rng.random() < 0.5 or kind is not OPT),
+                  final_norm=pre and (rng.random() < 0.7 or kind is not OPT),
                   dropout=rng.choice((0.0, 0.1)), attention_dropout=rng.choice((0.0, 0.1)))
         targets = rng.choice((None, "all-linear", "q_proj,v_proj", "project_in,fc1,fc2",
                               "out_proj,fc2", "project_out"))
         lora = Lora(8, frozenset(targets.split(",")), rng.choice((0.0, 0.1))) \
             if targets else None
         run = Run(rng.choice((1, 2, 3)), rng.choice((5, 8, 16)), rng.choice((F32, BF16)),
-                  "cpu", rng.choice(("eager", "sdpa")), lora=lora)
+                  "cpu", "eager" if kind is Xglm else rng.choice(("eager", "sdpa")), lora=lora)
         assert_compiled_equals_traced(fam, run)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import variants
@@ -181,7 +181,7 @@ def family_of(spec: ModelSpec) -> Family:
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
                      "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family with Ministral, OLMo, "
                      "BitNet, Nemotron, Apertus, NanoChat and DiffLlama, Cohere 1-2, Gemma "
-                     "1-3 and VaultGemma, OPT, BioGPT, and BERT, RoBERTa, ELECTRA with their "
+                     "1-3 and VaultGemma, OPT, BioGPT, XGLM, and BERT, RoBERTa, ELECTRA with their "
                      "masked-LM heads)")
 
 
@@ -402,9 +402,20 @@ def _biogpt(spec: ModelSpec) -> opt.BioGpt | None:
                       tied=spec.tie_embeddings, dropout=spec.dropout, attention_dropout=pa)
 
 
+def _xglm(spec: ModelSpec) -> opt.Xglm | None:
+    """XGLMForCausalLM by its model type: BioGPT's layout with sinusoidal positions and its
+    clamped eager scores (it has no SDPA path)."""
+    if not (spec.model_type == "xglm" and spec.position == "sinusoidal"
+            and spec.scores_clamped and not spec.sdpa_path):
+        return None
+    family = _biogpt(replace(spec, model_type="biogpt", position="learned",
+                             position_offset=2, scores_clamped=False, sdpa_path=True))
+    return opt.Xglm(**vars(family)) if family is not None else None
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _opt, _biogpt, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
+    _gpt2, _opt, _biogpt, _xglm, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -132,8 +132,11 @@ DESCRIPTIONS = {
     "K and V", "decoder.attn.out": "the kernel's output", "decoder.attn.logsumexp":
     "log-sum-exp", "decoder.attn.mask": "attention mask", "decoder.attn.softmax":
     "softmax output", "decoder.attn.dropout_mask": "attention dropout mask",
-    "decoder.attn.dropout_output": "A·V input", "decoder.attn.softmax_cast":
-    "cast back: the A·V input", "decoder.attn.o_input": "output projection input",
+    "decoder.attn.dropout_output": "A·V input",
+    "decoder.attn.scores_clamp_input": "the masked scores, which the clamp's max keeps",
+    "decoder.attn.scores_clamp_floor": "the clamp's 0-d fp32 finfo.min",
+    "decoder.attn.softmax_cast": "cast back: the A·V input",
+    "decoder.attn.o_input": "output projection input",
     "residual_dropout_mask": "dropout mask", "decoder.ffn.input": "FFN input",
     "decoder.ffn.activation": "what the activation keeps",
     "decoder.ffn.out_input": "down projection input", "head.input": "LM head input",
@@ -333,7 +336,8 @@ class _Namer:
             part = _lora_part(role, s) if lora is not None and lora.adapts(scope) else None
             where = "embed" if last == "project_in" else "head"
             return f"{where}.{last}.{part}" if part else f"{where}.project_input"
-        if scope in ("transformer", "biogpt") and role in ("mul.other", "native_dropout.result1"):
+        if scope in ("transformer", "biogpt", "model") and role in ("mul.other",
+                                                                    "native_dropout.result1"):
             return "embed.dropout_mask"
         if last in _NORMS and scope != "model.layers":
             return "decoder." + self._norm("final_norm", role, s)
@@ -437,6 +441,10 @@ class _Namer:
         if role == "exp.result" or (role.startswith("mul.") and not _has(st.numel.poly,
                                                                           ("B",))):
             return "lambda"  # DiffLlama's λ (0-d)
+        if role == "maximum.self":
+            return "scores_clamp_input"  # XGLM: torch.max(scores + mask, finfo.min)
+        if role == "maximum.other":
+            return "scores_clamp_floor"  # its 0-d fp32 finfo.min
         if role == "tanh.result":
             return "softcap_tanh"  # Gemma 2's eager scores: cap · tanh(scores / cap)
         if role in ("mul.other", "native_dropout.result1"):

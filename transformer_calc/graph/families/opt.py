@@ -9,7 +9,12 @@ models/biogpt/modeling_biogpt.py (BioGptForCausalLM, BioGptModel, BioGptScaledWo
 BioGptLearnedPositionalEmbedding, BioGptDecoderLayer, BioGptAttention): OPT's layer
 pre-norm, the token embeddings times a Python scale (which keeps nothing), positions
 arange(T) offset by 2, dropout on the embeddings' sum, the scaling passed to the attention,
-a softmax in the scores' dtype, the erf GELU and the final layer_norm. Shared with Llama
+a softmax in the scores' dtype, the erf GELU and the final layer_norm.
+models/xglm/modeling_xglm.py (XGLMForCausalLM, XGLMModel, XGLMSinusoidalPositionalEmbedding,
+XGLMDecoderLayer, XGLMAttention): BioGPT's layout with a sinusoidal table read under no_grad
+(nothing kept) and its own attention, always eager: Q scaled after q_proj, Q, K and V
+reshaped to (B·H, T, dh) copies, bmm, the mask added, torch.max against a 0-d
+finfo.min, the softmax (in fp32 only for fp16), dropout, bmm, reshaped back. Shared with Llama
 (families/llama.py): the eager and SDPA attention interfaces."""
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from transformer_calc.graph import ops
 from transformer_calc.graph.families import llama
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.symbols import Dim
-from transformer_calc.graph.tensor import I64, Tensor
+from transformer_calc.graph.tensor import F16, F32, I64, Tensor
 
 # OPTLearnedPositionalEmbedding.offset: the table keeps 2 rows before position 0
 POSITION_OFFSET = 2
@@ -62,6 +67,12 @@ class BioGpt(OPT):
 
     pre_norm: bool = True
     final_norm: bool = True
+
+
+@dataclass(frozen=True)
+class Xglm(BioGpt):
+    """XGLMConfig's keys (d_model, attention_heads, ffn_dim, num_layers; dropout,
+    attention_dropout): BioGPT's layout, sinusoidal positions, its own attention."""
 
 
 def forward(m: Builder, cfg: OPT) -> Tensor:
@@ -143,6 +154,25 @@ def _attention(m: Builder, cfg: OPT, x: Tensor, mask: Tensor | None) -> Tensor:
         return m.linear("out_proj", out, E, cfg.bias)
 
 
+def _xglm_attention(m: Builder, cfg: Xglm, x: Tensor, mask: Tensor) -> Tensor:
+    """XGLMAttention.forward (self-attention), as described above."""
+    B, T, E, H, dh = m["B"], m["T"], m["E"], m["H"], m["dh"]
+    with m.module("self_attn"):
+        q = ops.mul(m.linear("q_proj", x, E, cfg.bias), dh.value ** -0.5)
+        k = m.linear("k_proj", x, E, cfg.bias)
+        v = m.linear("v_proj", x, E, cfg.bias)
+        q, k, v = (ops.reshape(ops.transpose(ops.view(t, (B, T, H, dh)), 1, 2), (B * H, T, dh))
+                   for t in (q, k, v))
+        w = ops.view(ops.bmm(q, ops.transpose(k, 1, 2)), (B, H, T, T))
+        # torch.full((), torch.finfo(dtype).min): a Python float, so a 0-d fp32 tensor
+        floor = m.trace.tensor((), F32, False)
+        w = ops.view(ops.maximum(ops.add(w, mask), floor), (B * H, T, T))
+        w = ops.to(ops.softmax(w, F32), w.dtype) if w.dtype == F16 else ops.softmax(w)
+        w = m.dropout(w, cfg.attention_dropout)
+        out = ops.transpose(ops.view(ops.bmm(w, v), (B, H, T, dh)), 1, 2)
+        return m.linear("out_proj", ops.reshape(out, (B, T, E)), E, cfg.bias)
+
+
 def _eager_biogpt(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout: float,
                   scaling: float) -> Tensor:
     """eager_attention_forward (modeling_biogpt.py): scores · scaling plus the mask, softmax
@@ -153,23 +183,28 @@ def _eager_biogpt(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dro
 
 
 def biogpt_forward(m: Builder, cfg: BioGpt) -> Tensor:
-    """BioGptForCausalLM.forward(input_ids=ids, labels=ids): the loss."""
+    """BioGptForCausalLM.forward(input_ids=ids, labels=ids) (XGLMForCausalLM's): the loss."""
     B, T, E, V = m["B"], m["T"], m["E"], m["V"]
     tr = m.trace
+    xglm = isinstance(cfg, Xglm)
+    base, head = ("model", "lm_head") if xglm else ("biogpt", "output_projection")
     ids = tr.input((B, T), I64, "input_ids")
-    with m.module("biogpt"):
+    with m.module(base):
         h = ops.mul(m.embedding("embed_tokens", ids, V, E), 1.0)  # · embed_scale
         # position_ids = torch.arange(T).unsqueeze(0); the table reads position_ids + 2
         positions = ops.unsqueeze(tr.input((T,), I64, "arange"), 0)
-        pos = m.embedding("embed_positions", ops.add(positions, POSITION_OFFSET),
-                          m["P"] + POSITION_OFFSET, E)
+        if xglm:  # weights.index_select(0, position_ids + 2) under no_grad, detached
+            pos = tr.tensor((Dim.const(1), T, E), h.dtype, False)
+        else:
+            pos = m.embedding("embed_positions", ops.add(positions, POSITION_OFFSET),
+                              m["P"] + POSITION_OFFSET, E)
         h = m.dropout(ops.add(h, pos), cfg.dropout)
-        mask = causal_mask(m, h) if m.run.attention == "eager" else None
-        extras = (positions,) if mask is None else (positions, mask)
+        mask = causal_mask(m, h) if m.run.attention == "eager" or xglm else None
+        extras = (() if xglm else (positions,)) + (() if mask is None else (mask,))
         h = m.layers("layers", lambda x: _biogpt_layer(m, cfg, x, mask), h, extras)
         h = m.layer_norm("layer_norm", h)
-    with m.module("output_projection"):
-        w = m.tied("biogpt.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
+    with m.module(head):
+        w = m.tied(f"{base}.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
         logits = ops.linear(h, w)
     return causal_lm_loss(logits, ids, V)
 
@@ -177,8 +212,10 @@ def biogpt_forward(m: Builder, cfg: BioGpt) -> Tensor:
 def _biogpt_layer(m: Builder, cfg: BioGpt, h: Tensor, mask: Tensor | None) -> Tensor:
     """BioGptDecoderLayer.forward: pre-norm attention and MLP (fc1, GELU, activation
     dropout (BioGptConfig's 0.0), fc2, dropout), each added to the residual."""
-    a = m.dropout(_attention(m, cfg, m.layer_norm("self_attn_layer_norm", h), mask),
-                  cfg.dropout)
+    x = m.layer_norm("self_attn_layer_norm", h)
+    a = _xglm_attention(m, cfg, x, mask) if isinstance(cfg, Xglm) and mask is not None else \
+        _attention(m, cfg, x, mask)
+    a = m.dropout(a, cfg.dropout)
     h = ops.add(h, a)
     x = ops.gelu(m.linear("fc1", m.layer_norm("final_layer_norm", h), m["F"], cfg.bias))
     x = m.dropout(m.linear("fc2", x, m["E"], cfg.bias), cfg.dropout)
