@@ -25,7 +25,8 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
-    opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward}
+    opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
+    opt.TrOcr: opt.trocr_forward}
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,11 @@ _READS["moe"] = _READS["llama"] | {"n_experts", "top_k", "d_ff_expert", "n_share
                                    "d_ff_shared", "shared_expert_gate", "layer_ffn",
                                    "router_topk", "peft_moe", "peft_router_linear"}
 # OPT (its biases all or none, as enable_bias sets them), BioGPT
+_READS["trocr"] = _METADATA | _COMMON | {"arch", "position_offset", "norm_position",
+                                         "final_norm", "embedding_norm", "loss_fp32",
+                                         "softmax_fp32", "sdpa_path", "idle_cross_attention",
+                                         "n_kv_heads", "d_head", "bias_q", "bias_k", "bias_v",
+                                         "bias_o", "bias_ffn_in", "bias_ffn_out"}
 _READS["biogpt"] = _METADATA | _COMMON | {"arch", "position_offset", "norm_position",
                                           "final_norm", "embed_proj_dim", "softmax_fp32",
                                           "n_kv_heads", "d_head", "bias_q", "bias_k", "bias_v",
@@ -181,8 +187,8 @@ def family_of(spec: ModelSpec) -> Family:
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (the graph engine covers "
                      "GPT-2, the Llama/Qwen2/Qwen3/OLMo2/Phi-3 family with Ministral, OLMo, "
                      "BitNet, Nemotron, Apertus, NanoChat and DiffLlama, Cohere 1-2, Gemma "
-                     "1-3 and VaultGemma, OPT, BioGPT, XGLM, and BERT, RoBERTa, ELECTRA with their "
-                     "masked-LM heads)")
+                     "1-3 and VaultGemma, OPT, BioGPT, XGLM, TrOCR, and BERT, RoBERTa, "
+                     "ELECTRA with their masked-LM heads)")
 
 
 def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
@@ -413,9 +419,31 @@ def _xglm(spec: ModelSpec) -> opt.Xglm | None:
     return opt.Xglm(**vars(family)) if family is not None else None
 
 
+def _trocr(spec: ModelSpec) -> opt.TrOcr | None:
+    """TrOCRForCausalLM by its model type (spec_from_hf's decoder-only Seq2Seq): learned
+    positions offset by 2, layernorm_embedding, post-norm layers with biases, GELU, the
+    loss in the logits' dtype, eager only; the cross-attention it builds is idle."""
+    biases = {spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+              spec.bias_ffn_out}
+    if not (spec.model_type == "trocr" and spec.arch == "decoder"
+            and spec.norm == "layernorm" and spec.norm_position == "post"
+            and not spec.final_norm and spec.embedding_norm and not spec.loss_fp32
+            and spec.position == "learned" and spec.position_offset == opt.POSITION_OFFSET
+            and spec.ffn == "plain" and spec.activation == "gelu" and not spec.softmax_fp32
+            and not spec.sdpa_path and biases == {True}
+            and spec.n_kv_heads in (None, spec.n_heads) and spec.d_head in (None, spec.head_dim)
+            and spec.n_heads and spec.d_model % spec.n_heads == 0 and spec.d_ff
+            and not _unread(spec, "trocr")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return opt.TrOcr(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model,
+                     H=spec.n_heads, F=spec.d_ff, L=spec.n_layers, Ee=spec.d_model,
+                     tied=spec.tie_embeddings, dropout=spec.dropout, attention_dropout=pa)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _gpt2, _opt, _biogpt, _xglm, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
+    _gpt2, _opt, _biogpt, _xglm, _trocr, _moe_family, _llama_variant, _llama, _bert, _gemma_family)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -270,10 +270,11 @@ class _Namer:
         if module in ("attn", "self_attn"):
             return "decoder.attn." + self._attention(role, s)
         if module == "" and role in ("mul.other", "native_dropout.result1"):
-            # OPT's functional dropouts in the layer: after the attention on (B, T, E),
-            # after fc2 on the MLP's (B·T, E) view
-            return "decoder.ffn.residual_dropout_mask" if len(
-                self.ops[s.op_index].shape) == 2 else "decoder.attn.residual_dropout_mask"
+            # OPT's (BioGPT's, TrOCR's) functional dropouts in the layer: on the attention's
+            # output or on fc2's, as the last op in a module before it says
+            last = next(r.scope for r in reversed(self.ops[:s.op_index]) if r.scope != scope)
+            return "decoder.attn.residual_dropout_mask" if ".self_attn" in last else \
+                "decoder.ffn.residual_dropout_mask"
         if module == "" and role == "relu.result":  # OPT's activation_fn: fc2's input
             return "decoder.ffn.out_input"
         if module == "" and role == "gelu.self":  # BioGPT's activation_fn: fc1's output
@@ -331,12 +332,14 @@ class _Namer:
         if role == "embedding.indices":
             return "embed.position_ids" if last in ("wpe", "embed_positions") \
                 else "embed.token_ids"
+        if last == "layernorm_embedding":  # TrOCR's norm of the embeddings' sum
+            return "embed." + self._norm("norm", role, s)
         if last in ("project_in", "project_out"):  # OPT's projections of the embeddings
             lora = self.run.lora
             part = _lora_part(role, s) if lora is not None and lora.adapts(scope) else None
             where = "embed" if last == "project_in" else "head"
             return f"{where}.{last}.{part}" if part else f"{where}.project_input"
-        if scope in ("transformer", "biogpt", "model") and role in ("mul.other",
+        if scope in ("transformer", "biogpt", "model", "model.decoder") and role in ("mul.other",
                                                                     "native_dropout.result1"):
             return "embed.dropout_mask"
         if last in _NORMS and scope != "model.layers":

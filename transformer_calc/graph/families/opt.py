@@ -70,6 +70,15 @@ class BioGpt(OPT):
 
 
 @dataclass(frozen=True)
+class TrOcr(OPT):
+    """TrOCRConfig's keys (decoder_*; dropout, attention_dropout): learned positions,
+    layernorm_embedding, post-norm layers, XGLM's attention without the clamp."""
+
+    pre_norm: bool = False
+    final_norm: bool = False
+
+
+@dataclass(frozen=True)
 class Xglm(BioGpt):
     """XGLMConfig's keys (d_model, attention_heads, ffn_dim, num_layers; dropout,
     attention_dropout): BioGPT's layout, sinusoidal positions, its own attention."""
@@ -154,8 +163,9 @@ def _attention(m: Builder, cfg: OPT, x: Tensor, mask: Tensor | None) -> Tensor:
         return m.linear("out_proj", out, E, cfg.bias)
 
 
-def _xglm_attention(m: Builder, cfg: Xglm, x: Tensor, mask: Tensor) -> Tensor:
-    """XGLMAttention.forward (self-attention), as described above."""
+def _xglm_attention(m: Builder, cfg: OPT, x: Tensor, mask: Tensor) -> Tensor:
+    """XGLMAttention.forward (self-attention), as described above (TrOCRAttention's: no
+    clamp)."""
     B, T, E, H, dh = m["B"], m["T"], m["E"], m["H"], m["dh"]
     with m.module("self_attn"):
         q = ops.mul(m.linear("q_proj", x, E, cfg.bias), dh.value ** -0.5)
@@ -166,7 +176,10 @@ def _xglm_attention(m: Builder, cfg: Xglm, x: Tensor, mask: Tensor) -> Tensor:
         w = ops.view(ops.bmm(q, ops.transpose(k, 1, 2)), (B, H, T, T))
         # torch.full((), torch.finfo(dtype).min): a Python float, so a 0-d fp32 tensor
         floor = m.trace.tensor((), F32, False)
-        w = ops.view(ops.maximum(ops.add(w, mask), floor), (B * H, T, T))
+        w = ops.add(w, mask)
+        if isinstance(cfg, Xglm):
+            w = ops.maximum(w, floor)
+        w = ops.view(w, (B * H, T, T))
         w = ops.to(ops.softmax(w, F32), w.dtype) if w.dtype == F16 else ops.softmax(w)
         w = m.dropout(w, cfg.attention_dropout)
         out = ops.transpose(ops.view(ops.bmm(w, v), (B, H, T, dh)), 1, 2)
@@ -220,3 +233,37 @@ def _biogpt_layer(m: Builder, cfg: BioGpt, h: Tensor, mask: Tensor | None) -> Te
     x = ops.gelu(m.linear("fc1", m.layer_norm("final_layer_norm", h), m["F"], cfg.bias))
     x = m.dropout(m.linear("fc2", x, m["E"], cfg.bias), cfg.dropout)
     return ops.add(h, x)
+
+
+def trocr_forward(m: Builder, cfg: TrOcr) -> Tensor:
+    """TrOCRForCausalLM.forward(input_ids=ids, labels=ids): the decoder (learned positions
+    arange(T) + 2, layernorm_embedding, dropout), output_projection, and CrossEntropyLoss
+    over logits.view(-1, V) and the labels unshifted, in the logits' dtype."""
+    B, T, E, V = m["B"], m["T"], m["E"], m["V"]
+    tr = m.trace
+    ids = tr.input((B, T), I64, "input_ids")
+    with m.module("model"), m.module("decoder"):
+        h = ops.mul(m.embedding("embed_tokens", ops.view(ids, (B, T)), V, E), 1.0)
+        # TrOCRLearnedPositionalEmbedding: arange(T).expand(B, -1) + 2, a (B, T) tensor
+        positions = ops.expand(tr.input((T,), I64, "arange"), (B, T))
+        pos = m.embedding("embed_positions", ops.add(positions, POSITION_OFFSET),
+                          m["P"] + POSITION_OFFSET, E)
+        h = m.layer_norm("layernorm_embedding", ops.add(h, pos))
+        h = m.dropout(h, cfg.dropout)
+        mask = causal_mask(m, h)
+        h = m.layers("layers", lambda x: _trocr_layer(m, cfg, x, mask), h, (mask,))
+    with m.module("output_projection"):
+        w = m.tied("model.decoder.embed_tokens.weight") if cfg.tied else \
+            m.param("weight", V, E)
+        logits = ops.linear(h, w)
+    return ops.cross_entropy(ops.view(logits, (B * T, V)), ops.view(ids, (B * T,)))
+
+
+def _trocr_layer(m: Builder, cfg: TrOcr, h: Tensor, mask: Tensor) -> Tensor:
+    """TrOCRDecoderLayer.forward (no encoder states): post-norm attention and MLP (fc1,
+    GELU, activation dropout (TrOCRConfig's 0.0), fc2, dropout)."""
+    a = m.dropout(_xglm_attention(m, cfg, h, mask), cfg.dropout)
+    h = m.layer_norm("self_attn_layer_norm", ops.add(h, a))
+    x = ops.gelu(m.linear("fc1", h, m["F"], cfg.bias))
+    x = m.dropout(m.linear("fc2", x, m["E"], cfg.bias), cfg.dropout)
+    return m.layer_norm("final_layer_norm", ops.add(h, x))
