@@ -61,6 +61,10 @@ _NEOX_MODULES = {"gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "den
                              "down": "fc_out"}}
 _NEOX_MODULES |= {t: _NEOX_MODULES["gpt_neox"]
                   for t in ("persimmon", "falcon", "gpt_neox_japanese")}
+# OPT (graph/families/opt.py): out_proj, fc1, fc2; "project" is both projections of the
+# embeddings (project_in, project_out), as transformer_calc.lora gives the role
+_OPT_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj", "up": "fc1",
+                "down": "fc2", "project": "project_in"}
 
 FULL_NOTE = ("full recomputation: each layer's input is kept; one layer is rebuilt at a time "
              "in backward")
@@ -259,6 +263,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.mla import MLA_MODULES, Mla, converted_all_linear
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.families.neox import NeoX
+    from transformer_calc.graph.families.opt import OPT
     from transformer_calc.graph.families.rope_encoder import RopeEncoder
     from transformer_calc.graph.families.t5 import T5
     from transformer_calc.graph.lora import Lora
@@ -272,6 +277,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
              _rope_encoder_modules(family) if isinstance(family, RopeEncoder) else
              _deberta_modules(family) if isinstance(family, Deberta) else
              _BERT_MODULES if isinstance(family, Bert) else
+             _OPT_MODULES if isinstance(family, OPT) else
              _NEOX_MODULES[family.model] if isinstance(family, NeoX | GPTJ) else
              _NEOX_MODULES["falcon"] if isinstance(family, Falcon) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
@@ -315,7 +321,12 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     if (isinstance(family, GPT2 | Bert) and not isinstance(family, RopeEncoder)
             and len(roles & {"o", "down"}) == 1):
         return None  # one of the two c_proj (output.dense) alone
-    return Lora(s.lora_rank, frozenset(table[r] for r in roles), s.lora_dropout, dtype)
+    names = frozenset(table[r] for r in roles)
+    if isinstance(family, OPT) and "project" in roles:
+        if not family.projected:
+            return None
+        names |= {"project_out"}
+    return Lora(s.lora_rank, names, s.lora_dropout, dtype)
 
 
 def _is_gemma3n(family: Family) -> bool:

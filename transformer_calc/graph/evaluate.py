@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import variants
@@ -34,6 +34,7 @@ from transformer_calc.graph.families import (
     moe,
     mpnet,
     neox,
+    opt,
     rope_encoder,
     t5,
     xlm,
@@ -49,7 +50,8 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
-          | gemma4.Gemma4)
+          | gemma4.Gemma4
+          | opt.OPT)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -62,7 +64,9 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward,
     albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward,
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
-    gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward}
+    gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
+    opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
+    opt.TrOcr: opt.trocr_forward}
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,19 @@ _GEMMAS = ("gemma", "gemma2", "gemma3_text", "vaultgemma")
 _READS["moe"] = _READS["llama"] | {"n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                                    "d_ff_shared", "shared_expert_gate", "layer_ffn",
                                    "router_topk", "peft_moe", "peft_router_linear"}
+# OPT (its biases all or none, as enable_bias sets them), BioGPT
+_READS["trocr"] = _METADATA | _COMMON | {"arch", "position_offset", "norm_position",
+                                         "final_norm", "embedding_norm", "loss_fp32",
+                                         "softmax_fp32", "sdpa_path", "idle_cross_attention",
+                                         "n_kv_heads", "d_head", "bias_q", "bias_k", "bias_v",
+                                         "bias_o", "bias_ffn_in", "bias_ffn_out"}
+_READS["biogpt"] = _METADATA | _COMMON | {"arch", "position_offset", "norm_position",
+                                          "final_norm", "embed_proj_dim", "softmax_fp32",
+                                          "n_kv_heads", "d_head", "bias_q", "bias_k", "bias_v",
+                                          "bias_o", "bias_ffn_in", "bias_ffn_out"}
+_READS["opt"] = _METADATA | _COMMON | {"arch", "position_offset", "norm_position", "final_norm",
+                                       "embed_proj_dim", "softmax_fp32", "bias_q", "bias_k",
+                                       "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
 
 # T5, mT5, UMT5 (families/t5.py): the encoder-decoder's own fields (t5_dropouts: the FFN's
 # and the final norm's dropouts; norm_keeps_input: T5LayerNorm's product with its input)
@@ -882,6 +899,81 @@ def _llama_variant(spec: ModelSpec) -> Family | None:
     return variant(spec, _llama) if variant is not None else None
 
 
+def _opt(spec: ModelSpec) -> opt.OPT | None:
+    """OPTForCausalLM by its model type (spec_from_hf's _opt): LayerNorm, learned positions
+    offset by 2, a ReLU MLP, the fp32 softmax, biases all on or all off, the final norm
+    only in a pre-norm model; anything else keeps the rules."""
+    biases = {spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+              spec.bias_ffn_out}
+    pre = spec.norm_position == "pre"
+    if not (spec.model_type == "opt" and spec.arch == "decoder" and spec.norm == "layernorm"
+            and spec.position == "learned" and spec.position_offset == opt.POSITION_OFFSET
+            and spec.ffn == "plain" and spec.activation == "relu" and spec.softmax_fp32
+            and spec.norm_position in ("pre", "post") and (pre or not spec.final_norm)
+            and len(biases) == 1 and spec.n_heads and spec.d_model % spec.n_heads == 0
+            and spec.d_ff and not _unread(spec, "opt")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else 0.0
+    return opt.OPT(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model, H=spec.n_heads,
+                   F=spec.d_ff, L=spec.n_layers, Ee=spec.embed_proj_dim or spec.d_model,
+                   tied=spec.tie_embeddings, bias=spec.bias_q, pre_norm=pre,
+                   final_norm=spec.final_norm, dropout=spec.dropout, attention_dropout=pa)
+
+
+def _biogpt(spec: ModelSpec) -> opt.BioGpt | None:
+    """BioGptForCausalLM by its model type (spec_from_hf's Layout): pre-norm LayerNorm
+    layers with biases, learned positions offset by 2, an erf-GELU MLP, the scores' own
+    softmax dtype, one dropout probability for the hidden states."""
+    biases = {spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+              spec.bias_ffn_out}
+    if not (spec.model_type == "biogpt" and spec.arch == "decoder"
+            and spec.norm == "layernorm" and spec.norm_position == "pre" and spec.final_norm
+            and spec.position == "learned" and spec.position_offset == opt.POSITION_OFFSET
+            and spec.ffn == "plain" and spec.activation == "gelu" and not spec.softmax_fp32
+            and biases == {True} and spec.n_kv_heads in (None, spec.n_heads)
+            and spec.d_head in (None, spec.head_dim) and not spec.embed_proj_dim
+            and spec.n_heads and spec.d_model % spec.n_heads == 0 and spec.d_ff
+            and not _unread(spec, "biogpt")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return opt.BioGpt(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model,
+                      H=spec.n_heads, F=spec.d_ff, L=spec.n_layers, Ee=spec.d_model,
+                      tied=spec.tie_embeddings, dropout=spec.dropout, attention_dropout=pa)
+
+
+def _xglm(spec: ModelSpec) -> opt.Xglm | None:
+    """XGLMForCausalLM by its model type: BioGPT's layout with sinusoidal positions and its
+    clamped eager scores (it has no SDPA path)."""
+    if not (spec.model_type == "xglm" and spec.position == "sinusoidal"
+            and spec.scores_clamped and not spec.sdpa_path):
+        return None
+    family = _biogpt(replace(spec, model_type="biogpt", position="learned",
+                             position_offset=2, scores_clamped=False, sdpa_path=True))
+    return opt.Xglm(**vars(family)) if family is not None else None
+
+
+def _trocr(spec: ModelSpec) -> opt.TrOcr | None:
+    """TrOCRForCausalLM by its model type (spec_from_hf's decoder-only Seq2Seq): learned
+    positions offset by 2, layernorm_embedding, post-norm layers with biases, GELU, the
+    loss in the logits' dtype, eager only; the cross-attention it builds is idle."""
+    biases = {spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+              spec.bias_ffn_out}
+    if not (spec.model_type == "trocr" and spec.arch == "decoder"
+            and spec.norm == "layernorm" and spec.norm_position == "post"
+            and not spec.final_norm and spec.embedding_norm and not spec.loss_fp32
+            and spec.position == "learned" and spec.position_offset == opt.POSITION_OFFSET
+            and spec.ffn == "plain" and spec.activation == "gelu" and not spec.softmax_fp32
+            and not spec.sdpa_path and biases == {True}
+            and spec.n_kv_heads in (None, spec.n_heads) and spec.d_head in (None, spec.head_dim)
+            and spec.n_heads and spec.d_model % spec.n_heads == 0 and spec.d_ff
+            and not _unread(spec, "trocr")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return opt.TrOcr(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model,
+                     H=spec.n_heads, F=spec.d_ff, L=spec.n_layers, Ee=spec.d_model,
+                     tied=spec.tie_embeddings, dropout=spec.dropout, attention_dropout=pa)
+
+
 def _mla_family(spec: ModelSpec) -> mla.Mla | None:
     return _mla(spec) if spec.kv_lora_rank else None
 
@@ -1271,7 +1363,8 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _neox, _gptj, _falcon, _gpt2, _gemma4_family, _gemma3n_family, _mla_family,
+    _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _gemma4_family,
+    _gemma3n_family, _mla_family,
     _jamba_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,

@@ -51,8 +51,8 @@ from transformer_calc.graph.modules import Run
 from transformer_calc.graph.symbols import Poly, product
 from transformer_calc.graph.trace import OpRecord, Saved
 
-_LAYER = re.compile(r"^(?:transformer\.h|(?:model|gpt_neox|gpt_neox_japanese|backbone)\.layers)"
-                    r"\.(\d+)(?:\.(.*))?$")
+_LAYER = re.compile(r"^(?:transformer\.h|(?:model|gpt_neox|gpt_neox_japanese|backbone|biogpt)"
+                    r"\.layers|model\.decoder\.layers)\.(\d+)(?:\.(.*))?$")
 # the norms, by their module's last name: GPT-2's LayerNorms, Llama's RMSNorms
 _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm",
           "q_norm": "attn.q_norm", "k_norm": "attn.k_norm",
@@ -65,9 +65,12 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "q_a_layernorm": "attn.q_latent_norm", "kv_a_layernorm": "attn.kv_latent_norm",
           # the NeoX-style decoders' (families/neox.py)
           "q_layernorm": "attn.q_norm", "k_layernorm": "attn.k_norm",
-          "final_layer_norm": "final_norm", "final_layernorm": "final_norm",
+          "final_layernorm": "final_norm",
           "ln_attn": "attn.norm", "ln_mlp": "ffn.norm",
-          "pre_ff_layernorm": "ffn.norm"}  # (Falcon's two parallel norms)
+          "pre_ff_layernorm": "ffn.norm",  # (Falcon's two parallel norms)
+          # OPT's and BioGPT's (families/opt.py; the model's final norm outside the layers)
+          "self_attn_layer_norm": "attn.norm", "final_layer_norm": "ffn.norm",
+          "layer_norm": "final_norm"}
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -250,14 +253,18 @@ DESCRIPTIONS = {
     "K and V", "decoder.attn.out": "the kernel's output", "decoder.attn.logsumexp":
     "log-sum-exp", "decoder.attn.mask": "attention mask", "decoder.attn.softmax":
     "softmax output", "decoder.attn.dropout_mask": "attention dropout mask",
-    "decoder.attn.dropout_output": "A·V input", "decoder.attn.softmax_cast":
-    "cast back: the A·V input", "decoder.attn.o_input": "output projection input",
+    "decoder.attn.dropout_output": "A·V input",
+    "decoder.attn.scores_clamp_input": "the masked scores, which the clamp's max keeps",
+    "decoder.attn.scores_clamp_floor": "the clamp's 0-d fp32 finfo.min",
+    "decoder.attn.softmax_cast": "cast back: the A·V input",
+    "decoder.attn.o_input": "output projection input",
     "residual_dropout_mask": "dropout mask", "decoder.ffn.input": "FFN input",
     "decoder.ffn.activation": "what the activation keeps",
     "decoder.ffn.out_input": "down projection input", "head.input": "LM head input",
     "loss.log_softmax": "log-softmax", "loss.targets": "int64 labels",
     "loss.total_weight": "nll_loss's total weight", _MASK: "the eager causal mask",
     "decoder.checkpoint_input": "each layer's input", "lora_input": "the adapter's input",
+    "head.project_input": "project_out's input",
     "embed.token_type_ids": "int64 token types", "embed.project_input": "the projection's "
     "input", "head.mlm.activation": "the head's activation "
     "keeps its input", "head.mlm.decoder_input": "the decoder's input",
@@ -486,6 +493,16 @@ class _Namer:
             return "decoder." + _INPUTS[module]
         if module in ("attn", "self_attn", "attention", "self_attention"):
             return "decoder.attn." + self._attention(role, s)
+        if module == "" and role in ("mul.other", "native_dropout.result1"):
+            # OPT's (BioGPT's, TrOCR's) functional dropouts in the layer: on the attention's
+            # output or on fc2's, as the last op in a module before it says
+            last = next(r.scope for r in reversed(self.ops[:s.op_index]) if r.scope != scope)
+            return "decoder.attn.residual_dropout_mask" if ".self_attn" in last else \
+                "decoder.ffn.residual_dropout_mask"
+        if module == "" and role == "relu.result":  # OPT's activation_fn: fc2's input
+            return "decoder.ffn.out_input"
+        if module == "" and role == "gelu.self":  # BioGPT's activation_fn: fc1's output
+            return "decoder.ffn.activation"
         if module == "act_fn":  # xIELU's module: its alphas (1,) and its tensors
             return "decoder.ffn.activation_mask" if role == "where.condition" else \
                 "decoder.ffn.activation"
@@ -651,9 +668,17 @@ class _Namer:
     def _outside(self, scope: str, role: str, s: Saved) -> str:
         last = scope.rsplit(".", 1)[-1]
         if role == "embedding.indices":
-            return "embed.position_ids" if last == "wpe" else "embed.token_ids"
-        if scope in ("transformer", "gpt_neox", "model") and role in (
-                "mul.other", "native_dropout.result1"):
+            return "embed.position_ids" if last in ("wpe", "embed_positions") \
+                else "embed.token_ids"
+        if last == "layernorm_embedding":  # TrOCR's norm of the embeddings' sum
+            return "embed." + self._norm("norm", role, s)
+        if last in ("project_in", "project_out"):  # OPT's projections of the embeddings
+            lora = self.run.lora
+            part = _lora_part(role, s) if lora is not None and lora.adapts(scope) else None
+            where = "embed" if last == "project_in" else "head"
+            return f"{where}.{last}.{part}" if part else f"{where}.project_input"
+        if scope in ("transformer", "gpt_neox", "model", "biogpt", "model.decoder") \
+                and role in ("mul.other", "native_dropout.result1"):
             return "embed.dropout_mask"
         if last == "embed_tokens" and role == "mul.other":  # MiniCPM3's cast scale
             return "embed.scale"
@@ -664,7 +689,8 @@ class _Namer:
                 and lora.adapts(scope):
             part = _lora_part(role, s)  # peft's lm_head target (transformer_calc.lora)
             return f"head.lm.{part}" if part else "head.input"
-        if scope in ("lm_head", "embed_out") and role in ("mm.self", "addmm.self"):
+        if scope in ("lm_head", "embed_out", "output_projection") \
+                and role in ("mm.self", "addmm.self"):
             return "head.input"
         if role == "tanh.result" and not scope:
             return "head.softcap_tanh"  # Gemma 2's final logits: cap · tanh(logits / cap)
@@ -904,6 +930,10 @@ class _Namer:
         if role == "exp.result" or (role.startswith("mul.") and not _has(st.numel.poly,
                                                                           ("B",))):
             return "lambda"  # DiffLlama's λ (0-d)
+        if role == "maximum.self":
+            return "scores_clamp_input"  # XGLM: torch.max(scores + mask, finfo.min)
+        if role == "maximum.other":
+            return "scores_clamp_floor"  # its 0-d fp32 finfo.min
         if role == "tanh.result":
             return "softcap_tanh"  # Gemma 2's eager scores: cap · tanh(scores / cap)
         if role in ("mul.other", "native_dropout.result1"):

@@ -335,6 +335,17 @@ def minimum(a: Tensor, b: Tensor) -> Tensor:
     return out
 
 
+def maximum(a: Tensor, b: Tensor) -> Tensor:
+    """torch.max(a, b), elementwise. derivatives.yaml maximum: self: at::where(self == other,
+    grad / 2, grad).masked_fill_(self < other, 0), other: the same with other: both
+    operands, kept whenever either needs a gradient. A 0-d b of a's category (XGLM's fp32
+    finfo.min) does not promote a dimensioned a (torch.result_type's rule)."""
+    out = _pointwise("maximum", [a, b], a.dtype if a.shape and not b.shape else None)
+    need = _rg(a, b)
+    a.trace.record("maximum", out, [("self", a, need), ("other", b, need)])
+    return out
+
+
 def gt(a: Tensor, b: Scalar) -> Tensor:
     """a > b: a bool tensor, no gradient."""
     out = _pointwise("gt", [a], BOOL)
