@@ -53,3 +53,25 @@ def measured_rows(configs: tuple[str, ...]) -> list[dict]:
             if r.get("config") in configs and "skipped" not in r:
                 rows.append({**r, "file": path.name})
     return rows
+
+
+def cache_hits_on_random_draws(draw, seed: int, draws: int) -> int:  # type: ignore[no-untyped-def]
+    """Compiled against traced on `draws` random (family, run) pairs from `draw(rng)`, and on
+    another size of each (batch + 3, length + 40) from the cache where its guards pass;
+    returns how many of those other sizes the cache served."""
+    import random
+    from dataclasses import replace
+
+    from transformer_calc.graph.compile import cached, clear_cache
+
+    clear_cache()
+    rng, hits = random.Random(seed), 0  # noqa: S311 (not cryptography)
+    for _ in range(draws):
+        fam, run = draw(rng)
+        assert_compiled_equals_traced(fam, run)
+        other = replace(run, batch=run.batch + 3, seq_len=run.seq_len + 40)
+        before = len(cached())
+        assert evaluate_fast(fam, other).activation_bytes == \
+            evaluate(fam, other).activation_bytes
+        hits += len(cached()) == before
+    return hits

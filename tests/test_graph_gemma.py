@@ -24,13 +24,17 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import assert_compiled_equals_traced, measured_rows, row_run
+from graph_rows import (
+    cache_hits_on_random_draws,
+    measured_rows,
+    row_run,
+)
 from test_graph import _row_settings, _rules_report
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
-from transformer_calc.graph.compile import OUTPUTS, cached, clear_cache, evaluate_fast
+from transformer_calc.graph.compile import OUTPUTS, evaluate_fast
 from transformer_calc.graph.families.gemma import Gemma
 from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
@@ -301,18 +305,7 @@ def _draw(rng: random.Random) -> tuple[Gemma, Run]:
 
 
 def test_compiled_equals_traced_on_random_gemma_configurations() -> None:
-    clear_cache()
-    rng, hits = random.Random(20261127), 0  # noqa: S311 (not cryptography)
-    for _ in range(120):
-        fam, run = _draw(rng)
-        assert_compiled_equals_traced(fam, run)
-        # another size of the same settings: from the cache where the guards pass
-        other = replace(run, batch=run.batch + 3, seq_len=run.seq_len + 40)
-        before = len(cached())
-        assert evaluate_fast(fam, other).activation_bytes == \
-            evaluate(fam, other).activation_bytes
-        hits += len(cached()) == before
-    assert hits >= 30
+    assert cache_hits_on_random_draws(_draw, 20261127, 120) >= 30
 
 
 def test_mixed_layers_compile_from_a_few_traced_ones() -> None:

@@ -23,13 +23,17 @@ from dataclasses import fields, replace
 
 import pytest
 from conftest import DATA
-from graph_rows import assert_compiled_equals_traced, measured_rows, row_run
+from graph_rows import (
+    cache_hits_on_random_draws,
+    measured_rows,
+    row_run,
+)
 from test_graph import _row_settings, _rules_report
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
-from transformer_calc.graph.compile import cached, clear_cache, evaluate_fast
+from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.evaluate import trace
 from transformer_calc.graph.families.gemma3n import Gemma3n
 from transformer_calc.graph.families.gemma4 import Gemma4
@@ -248,14 +252,4 @@ def _draw(rng: random.Random) -> tuple[Gemma4, Run]:
 
 
 def test_compiled_equals_traced_on_random_configurations() -> None:
-    clear_cache()
-    rng, hits = random.Random(20261128), 0  # noqa: S311 (not cryptography)
-    for _ in range(80):
-        fam, run = _draw(rng)
-        assert_compiled_equals_traced(fam, run)
-        other = replace(run, batch=run.batch + 3, seq_len=run.seq_len + 40)
-        before = len(cached())
-        assert evaluate_fast(fam, other).activation_bytes == \
-            evaluate(fam, other).activation_bytes
-        hits += len(cached()) == before
-    assert hits >= 10
+    assert cache_hits_on_random_draws(_draw, 20261128, 80) >= 10
