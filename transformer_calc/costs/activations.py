@@ -103,7 +103,21 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
         if lora is None:
             return None
     run = _run(s, T, amp, amp16, lora)
+    if s.freeze and not _parts_agree(spec, family, run):
+        return None
     return _breakdown(spec, family, run)
+
+
+def _parts_agree(spec: ModelSpec, family: Family, run: Run) -> bool:
+    """--freeze: the graph's parameters that still train, by its module paths
+    (graph/parts.py), are count_params' trainable ones, by its row names; where they are not,
+    the graph reads a module's part otherwise and does not answer."""
+    from transformer_calc.graph.compile import evaluate_fast
+    from transformer_calc.params import by_category, count_params
+
+    frozen = sum(n for c, n in by_category(count_params(spec)).items() if c in run.frozen)
+    got = evaluate_fast(family, run)
+    return got.params - got.trainable_params == frozen
 
 
 # specs seen, by identity (a sweep asks about one spec thousands of times; hashing a
@@ -133,7 +147,7 @@ def _family(spec: ModelSpec) -> Family | None:
 def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
     """The settings the graph models: transformers' eager or SDPA attention with torch's
     kernel choice, dense attention (or a pattern whose keys cover the sequence),
-    transformers' layers, an unquantised base, nothing frozen by hand."""
+    transformers' layers, an unquantised base."""
     from transformer_calc.flops import pattern_keys
 
     dense = (pattern is None or getattr(pattern, "kind", "dense") == "dense"
@@ -141,7 +155,7 @@ def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
     return (dense and s.attention in ("eager", "sdpa") and s.sdpa_kernel == "auto"
             and (spec.sdpa_path or s.attention == "eager")
             and s.device in ("cpu", "cuda") and s.activations == "hf" and not s.quant
-            and not s.freeze and not s.bnb_legacy)
+            and not s.bnb_legacy)
 
 
 def _t5_cuda_sdpa(family: Family, s: Settings) -> bool:
@@ -394,7 +408,8 @@ def _run(s: Settings, T: int, amp: bool, amp16: bool, lora: Lora | None) -> Run:
     else:
         dtype, autocast = (F32 if s.act_bytes == 4 else half), None
     return Run(s.batch_size, T, dtype, s.device, s.attention, autocast,
-               use_cache=s.cache_in_training, lora=lora, recompute=s.recompute)
+               use_cache=s.cache_in_training, lora=lora, recompute=s.recompute,
+               frozen=frozenset(s.freeze))
 
 
 def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
