@@ -180,12 +180,14 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     from transformer_calc.graph.families.gptj import GPTJ
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
     from transformer_calc.graph.families.neox import NeoX
+    from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
     from transformer_calc.graph.families.t5 import T5
 
     if s.dropout is None:
         return family
     off: Family
-    if isinstance(family, Mamba | Mamba2):  # no dropout in these models
+    # no dropout in these models (OLMo Hybrid's graph: its attention_dropout 0, as mapped)
+    if isinstance(family, Mamba | Mamba2 | OlmoHybrid):
         on, off = 0.0, family
     elif isinstance(family, T5):
         on = family.dropout
@@ -218,20 +220,27 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 def _mixer_run(family: Family, s: Settings, autocast: bool,
                adapted_roles: frozenset[str] | None) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
-    Bamba, Falcon-H1 and Jamba are transcribed as transformers' torch path runs them on the
-    CPU (on CUDA transformers calls the mamba_ssm and causal-conv1d kernels where installed),
-    without autocast (no measured row covers autocast over the scans); LoRA where measured
-    (the hybrids' rows)."""
+    Bamba, Falcon-H1, Jamba and OLMo Hybrid are transcribed as transformers' torch path runs
+    them on the CPU (on CUDA transformers calls the mamba_ssm, causal-conv1d and fla kernels
+    where installed), without autocast (no measured row covers autocast over the scans);
+    LoRA where measured (the hybrids' rows)."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
+    from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
 
-    if not isinstance(family, Mamba | Mamba2 | Bamba | FalconH1 | Jamba):
+    hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid
+    if not isinstance(family, Mamba | Mamba2 | hybrids):
         return True
     # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
-    lora_ok = adapted_roles is None or (isinstance(family, Bamba | FalconH1 | Jamba)
+    lora_ok = adapted_roles is None or (isinstance(family, hybrids)
                                         and "lm_head" not in adapted_roles)
+    if isinstance(family, OlmoHybrid) and adapted_roles is not None \
+            and s.lora_targets != ("all-linear",) and adapted_roles & {"q", "k", "v", "o"}:
+        # the Gated DeltaNet's q_proj, k_proj, v_proj, o_proj are peft's names too: a
+        # target list adapts both kinds of layer, where tcalc's roles name the attention's
+        lora_ok = False
     return s.device == "cpu" and not autocast and lora_ok
 
 

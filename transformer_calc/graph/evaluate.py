@@ -34,6 +34,7 @@ from transformer_calc.graph.families import (
     moe,
     mpnet,
     neox,
+    olmo_hybrid,
     opt,
     rope_encoder,
     t5,
@@ -51,7 +52,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
-          | opt.OPT)
+          | opt.OPT | olmo_hybrid.OlmoHybrid)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -66,7 +67,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
-    opt.TrOcr: opt.trocr_forward}
+    opt.TrOcr: opt.trocr_forward, olmo_hybrid.OlmoHybrid: olmo_hybrid.forward}
 
 
 @dataclass(frozen=True)
@@ -297,6 +298,11 @@ _READS["bamba"] = _READS["mamba"] | _COMMON | {
 # Jamba: Bamba's fields (attention and a mixer), Mamba's dt/B/C norms, the experts
 _READS["jamba"] = _READS["bamba"] | {"layer_ffn", "ssm_dt_norms", "n_experts", "top_k",
                                      "d_ff_expert"}
+
+# OLMo Hybrid: OLMo 3's attention fields and the Gated DeltaNet's sizes, the layers' kinds
+_READS["olmo_hybrid"] = _READS["llama"] | {
+    "layer_attention", "mixer", "ssm_inner", "ssm_state", "ssm_heads", "ssm_groups",
+    "ssm_conv", "ssm_chunk", "ssm_conv_bias", "ssm_in_projs", "peft_names_shared"}
 
 
 @functools.cache
@@ -1359,13 +1365,47 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
                        spec.ssm_conv_bias, spec.ssm_bias, pa, spec.experts_grouped)
 
 
+def _olmo_hybrid_family(spec: ModelSpec) -> olmo_hybrid.OlmoHybrid | None:
+    """OlmoHybridForCausalLM (model type olmo_hybrid) as transformers' torch path runs it:
+    each layer OLMo 3's attention (RoPE in fp32, or NoPE) or the Gated DeltaNet
+    (layer_attention F, M), then the gated SiLU MLP, no biases."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "olmo_hybrid":
+        return None
+    kinds = layer_kinds_in_order(spec, spec.n_layers)
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    Hv, Hk = spec.ssm_heads, spec.ssm_groups
+    if not (spec.mixer == "gated_deltanet" and spec.norm == "rmsnorm" and spec.norm_fp32
+            and spec.norm_position == "post" and spec.qk_norm == "width"
+            and spec.position in ("rope", "none") and spec.rope_fp32
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and not spec.attention_dropout
+            and {k[:2] for k in kinds} <= {"FD", "MD"} and H and Hkv and H % Hkv == 0
+            and spec.head_dim >= 2 and spec.head_dim % 2 == 0
+            and Hv and Hk and Hv % Hk == 0 and spec.ssm_inner % Hv == 0
+            and spec.ssm_chunk == olmo_hybrid.CHUNK and spec.ssm_in_projs == 6
+            and not spec.ssm_conv_bias and not spec.fused_qkv and not spec.fused_gate_up
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "olmo_hybrid")):
+        raise TcalcError(f"{spec.name}: no op graph for this olmo_hybrid layout (the graph "
+                         "engine covers OlmoHybridForCausalLM's own layout)")
+    return olmo_hybrid.OlmoHybrid(
+        spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, spec.d_ff, spec.n_layers, Hk,
+        Hv, spec.ssm_state, spec.ssm_inner // Hv, spec.ssm_conv,
+        "".join(k[0] for k in kinds), spec.tie_embeddings, spec.position == "rope")
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _gemma4_family,
     _gemma3n_family, _mla_family,
-    _jamba_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
+    _jamba_family, _olmo_hybrid_family, _moe_family, _mamba_family, _bamba_family,
+    _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
     _modernbert, _rembert, _mpnet, _xlm)

@@ -44,6 +44,7 @@ from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.neox import NeoX
+from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
 from transformer_calc.graph.families.t5 import T5
 from transformer_calc.graph.families.xlm import XLM
 from transformer_calc.graph.held import quadratic_in_t
@@ -344,6 +345,45 @@ def _has(p: Poly, symbols: Iterable[str]) -> bool:
     return any(wanted.intersection(m) for m, _ in p.terms)
 
 
+def _deltanet(sub: str, role: str, s: Saved, adapted: bool) -> str:
+    """A Gated DeltaNet's storages (families/olmo_hybrid.py), by its submodule (sub) and
+    the op that made each: the projections' inputs, the convolution's input and output,
+    beta and the decay, the L2-normed q and k, the padded inputs, the chunks' (Q, Q)
+    scores and their other terms, the loop's states and new values, the gated norm."""
+    st, poly = s.storage, s.storage.numel.poly
+    if sub == "o_norm":  # the weight's product keeps the normed output
+        return "mixer.gated_norm.normalized" if role == "mul.other" and st.op == "mul" \
+            else "mixer.gated_norm"
+    if adapted:
+        part = _lora_part(role, s)
+        if part:
+            return f"mixer.{sub}.{part}"
+    if sub == "o_proj":
+        return "mixer.out_proj_input"
+    if sub.endswith("_proj"):
+        return "mixer.input"
+    if role == "convolution.input":
+        return "mixer.in_proj_output"
+    if role == "silu.self" and st.op == "convolution":
+        return "mixer.conv_output"
+    if not _has(poly, ("T", "Tq")):
+        # the loop's states (the zeros it starts from; each chunk's); A_log's decay
+        return "mixer.loop" if _has(poly, ("dv",)) else "mixer.beta_g"
+    if st.op in ("sigmoid", "softplus", "neg") or role == "softplus.self":
+        return "mixer.beta_g"
+    if st.op in ("rsqrt", "to", "repeat_interleave") or role == "mul.self" and st.op == "silu":
+        return "mixer.qk_l2norm"
+    if st.op == "pad":
+        return "mixer.padded_inputs"
+    if role == "masked_fill.mask":
+        return "mixer.chunk_masks"
+    if st.op == "sub":  # each chunk's new values
+        return "mixer.loop"
+    if any(m.count("Q") >= 2 for m, _ in poly.terms):
+        return "mixer.chunk_scores"
+    return "mixer.chunk_terms"
+
+
 class _Namer:
     """Names one trace's saved storages, reading the ops that saved them."""
 
@@ -376,8 +416,13 @@ class _Namer:
         self.bart = isinstance(family, Bart | Fsmt)
         self.mixer = isinstance(family, Mamba | Mamba2)
         # Bamba: a layer's kind (F attention, M the mixer) names its first norm
-        self.kinds = family.kinds if isinstance(family, Bamba) else \
+        self.kinds = family.kinds if isinstance(family, Bamba | OlmoHybrid) else \
             family.mixers if isinstance(family, Jamba) else ""
+        # OLMo Hybrid: OLMo 3's post-norms in the attention layers, pre-norms in the others
+        self.olmo_hybrid = isinstance(family, OlmoHybrid)
+        if self.olmo_hybrid:
+            self.norms = dict(_NORMS, post_attention_layernorm="attn.norm",
+                              post_feedforward_layernorm="ffn.norm")
         self.encoder = isinstance(family, Bert)
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
@@ -466,6 +511,14 @@ class _Namer:
         rest = (layer.group(2) or "") if layer else ""
         if self.mixer or rest.startswith("mamba"):
             return "decoder." + self._mixer(rest, role, s)
+        if self.olmo_hybrid and s.layer is not None and self.kinds[s.layer] == "M":
+            if rest.startswith("linear_attn"):
+                lora = self.run.lora
+                sub = rest.split(".")[1] if "." in rest else ""
+                adapted = sub.endswith("_proj") and lora is not None and lora.adapts(scope)
+                return "decoder." + _deltanet(sub, role, s, adapted)
+            if module == "post_attention_layernorm":  # the MLP's pre-norm there
+                return "decoder." + self._norm("ffn.norm", role)
         if self.kinds and module == "input_layernorm" and s.layer is not None \
                 and self.kinds[s.layer] == "M":
             return "decoder." + self._norm("mixer.norm", role)
@@ -1075,6 +1128,8 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
         pattern, groups = family.pattern, {"D": "dense", "E": "moe"}
     elif isinstance(family, Gemma | Llama) and len(set(family.kinds)) > 1:
         pattern, groups = family.kinds, {"S": "sliding", "F": "full", "N": "nope"}
+    elif isinstance(family, OlmoHybrid) and len(set(family.kinds)) > 1:
+        pattern, groups = family.kinds, {"M": "linear", "F": "full"}
     # (name, in layer, group) -> (layer, replayed) -> [bytes, how many]
     per: dict[tuple[str, bool, str], dict[tuple[int | None, bool], list[Poly]]] = {}
     traced: set[int] = set()  # storages met once: a second item is its layer's replays
