@@ -220,25 +220,26 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 def _mixer_run(family: Family, s: Settings, autocast: bool,
                adapted_roles: frozenset[str] | None) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
-    Bamba, Falcon-H1, Jamba and OLMo Hybrid are transcribed as transformers' torch path runs
-    them on the CPU (on CUDA transformers calls the mamba_ssm, causal-conv1d and fla kernels
-    where installed), without autocast (no measured row covers autocast over the scans);
-    LoRA where measured (the hybrids' rows)."""
+    Bamba, Falcon-H1, Jamba, OLMo Hybrid and Kimi Linear are transcribed as transformers'
+    torch path runs them on the CPU (on CUDA transformers calls the mamba_ssm, causal-conv1d
+    and fla kernels where installed), without autocast (no measured row covers autocast over
+    the scans); LoRA where measured (the hybrids' rows)."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.jamba import Jamba
+    from transformer_calc.graph.families.kimi_linear import KimiLinear
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
     from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
 
-    hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid
+    hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear
     if not isinstance(family, Mamba | Mamba2 | hybrids):
         return True
     # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
     lora_ok = adapted_roles is None or (isinstance(family, hybrids)
                                         and "lm_head" not in adapted_roles)
-    if isinstance(family, OlmoHybrid) and adapted_roles is not None \
+    if isinstance(family, OlmoHybrid | KimiLinear) and adapted_roles is not None \
             and s.lora_targets != ("all-linear",) and adapted_roles & {"q", "k", "v", "o"}:
-        # the Gated DeltaNet's q_proj, k_proj, v_proj, o_proj are peft's names too: a
+        # the delta attention's q_proj, k_proj, v_proj, o_proj are peft's names too: a
         # target list adapts both kinds of layer, where tcalc's roles name the attention's
         lora_ok = False
     return s.device == "cpu" and not autocast and lora_ok

@@ -27,6 +27,7 @@ from transformer_calc.graph.families import (
     gpt2,
     gptj,
     jamba,
+    kimi_linear,
     llama,
     mamba,
     mla,
@@ -52,7 +53,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
-          | opt.OPT | olmo_hybrid.OlmoHybrid)
+          | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -67,7 +68,8 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
-    opt.TrOcr: opt.trocr_forward, olmo_hybrid.OlmoHybrid: olmo_hybrid.forward}
+    opt.TrOcr: opt.trocr_forward, olmo_hybrid.OlmoHybrid: olmo_hybrid.forward,
+    kimi_linear.KimiLinear: kimi_linear.forward}
 
 
 @dataclass(frozen=True)
@@ -303,6 +305,14 @@ _READS["jamba"] = _READS["bamba"] | {"layer_ffn", "ssm_dt_norms", "n_experts", "
 _READS["olmo_hybrid"] = _READS["llama"] | {
     "layer_attention", "mixer", "ssm_inner", "ssm_state", "ssm_heads", "ssm_groups",
     "ssm_conv", "ssm_chunk", "ssm_conv_bias", "ssm_in_projs", "peft_names_shared"}
+
+# Kimi Linear: the latent attention's and the experts' fields, the delta attention's sizes,
+# the layers' kinds
+_READS["kimi_linear"] = _READS["mla"] | {
+    "layer_attention", "layer_ffn", "mixer", "ssm_inner", "ssm_state", "ssm_heads",
+    "ssm_groups", "ssm_conv", "ssm_chunk", "ssm_conv_bias", "ssm_bias", "ssm_norm",
+    "ssm_in_projs", "peft_names_shared", "router_fp32", "router_topk", "n_experts", "top_k",
+    "n_shared_experts", "d_ff_expert", "d_ff_shared"}
 
 
 @functools.cache
@@ -1398,12 +1408,54 @@ def _olmo_hybrid_family(spec: ModelSpec) -> olmo_hybrid.OlmoHybrid | None:
         "".join(k[0] for k in kinds), spec.tie_embeddings, spec.position == "rope")
 
 
+def _kimi_linear_family(spec: ModelSpec) -> kimi_linear.KimiLinear | None:
+    """KimiLinearForCausalLM (model type kimi_linear) as transformers' torch path runs it:
+    each layer latent attention without positions or Kimi Delta Attention (layer_attention
+    F, M), then a dense MLP or DeepSeek-V3's experts (layer_ffn D, E) with the fp32 sigmoid
+    router renormalising its top-k and the shared experts."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "kimi_linear":
+        return None
+    kinds = [kimi_linear.KINDS.get((k[0], k[1]))
+             for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H, dn, dr, dv = spec.n_heads, spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+    X = spec.n_experts
+    Fs = spec.n_shared_experts * spec.shared_ff
+    Hl = spec.ssm_heads
+    if not (spec.mixer == "kda" and spec.norm == "rmsnorm" and spec.position == "none"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and not spec.attention_dropout
+            and spec.norm_position == "pre" and None not in kinds
+            and not spec.q_lora_rank and spec.kv_lora_rank
+            and spec.n_kv_heads in (None, 0, H) and H and min(dn, dr, dv, spec.d_ff) >= 1
+            and Hl and spec.ssm_groups == Hl and spec.ssm_inner == Hl * spec.ssm_state
+            and spec.ssm_chunk == kimi_linear.CHUNK and spec.ssm_in_projs == 3
+            and not spec.ssm_conv_bias and not spec.ssm_bias and spec.ssm_norm
+            and (not X or (spec.router_fp32 and spec.router_topk == "renorm" and Fs > 0))
+            and not (spec.bias_q or spec.bias_v or spec.bias_ffn_in or spec.bias_ffn_out)
+            and spec.bias_k == spec.bias_o
+            and not _unread(spec, "kimi_linear")):
+        raise TcalcError(f"{spec.name}: no op graph for this kimi_linear layout (the graph "
+                         "engine covers KimiLinearForCausalLM's own layout)")
+    layers = "".join(k for k in kinds if k)
+    if X == 0 and set(layers) & {"b", "d"}:
+        raise TcalcError(f"{spec.name}: experts in layer_ffn but no n_experts")
+    return kimi_linear.KimiLinear(
+        V=spec.vocab_size, E=spec.d_model, H=H, Hkv=1, dh=1, F=spec.d_ff, L=spec.n_layers,
+        tied=spec.tie_embeddings, bias_k=spec.bias_k, bias_o=spec.bias_o, q_latent=False,
+        rkv=spec.kv_lora_rank, dn=dn, dr=dr, dv=dv, X=max(X, 1), K=max(spec.top_k, 1),
+        Fe=max(spec.expert_ff, 1), Fs=max(Fs, 1), router="sigmoid", norm_topk=True,
+        shared_expert=True, grouped=spec.experts_grouped, Hl=Hl, dl=spec.ssm_state,
+        Kc=spec.ssm_conv, layers=layers)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _gemma4_family,
-    _gemma3n_family, _mla_family,
+    _gemma3n_family, _kimi_linear_family, _mla_family,
     _jamba_family, _olmo_hybrid_family, _moe_family, _mamba_family, _bamba_family,
     _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,

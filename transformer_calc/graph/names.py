@@ -39,6 +39,8 @@ from transformer_calc.graph.families.gemma4 import Gemma4
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.gptj import GPTJ
 from transformer_calc.graph.families.jamba import Jamba
+from transformer_calc.graph.families.kimi_linear import KINDS as KIMI_KINDS
+from transformer_calc.graph.families.kimi_linear import KimiLinear
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.modernbert import ModernBert
@@ -345,11 +347,13 @@ def _has(p: Poly, symbols: Iterable[str]) -> bool:
     return any(wanted.intersection(m) for m, _ in p.terms)
 
 
-def _deltanet(sub: str, role: str, s: Saved, adapted: bool) -> str:
-    """A Gated DeltaNet's storages (families/olmo_hybrid.py), by its submodule (sub) and
-    the op that made each: the projections' inputs, the convolution's input and output,
-    beta and the decay, the L2-normed q and k, the padded inputs, the chunks' (Q, Q)
-    scores and their other terms, the loop's states and new values, the gated norm."""
+def _deltanet(sub: str, proj: str, role: str, s: Saved, adapted: bool) -> str:
+    """A delta-rule mixer's storages (families/olmo_hybrid.py's Gated DeltaNet,
+    families/kimi_linear.py's Kimi Delta Attention), by its submodule (sub), the projection
+    in it (proj) and the op that made each: the projections' inputs, the convolution's input
+    and output, beta and the decays, the L2-normed q and k, the padded inputs, the chunks'
+    (Q, Q) scores and their other terms, the forward substitution's clones, the loop's
+    states and new values, the gated norm."""
     st, poly = s.storage, s.storage.numel.poly
     if sub == "o_norm":  # the weight's product keeps the normed output
         return "mixer.gated_norm.normalized" if role == "mul.other" and st.op == "mul" \
@@ -357,26 +361,33 @@ def _deltanet(sub: str, role: str, s: Saved, adapted: bool) -> str:
     if adapted:
         part = _lora_part(role, s)
         if part:
-            return f"mixer.{sub}.{part}"
-    if sub == "o_proj":
+            return f"mixer.{proj}.{part}"
+    if proj == "o_proj":
         return "mixer.out_proj_input"
-    if sub.endswith("_proj"):
+    if proj in ("f_b_proj", "g_b_proj"):  # Kimi's gates' low-rank inner inputs
+        return "mixer.gate_inputs"
+    if proj:
         return "mixer.input"
+    if sub == "forget_gate":
+        return "mixer.forget_gate"
     if role == "convolution.input":
         return "mixer.in_proj_output"
     if role == "silu.self" and st.op == "convolution":
         return "mixer.conv_output"
     if not _has(poly, ("T", "Tq")):
         # the loop's states (the zeros it starts from; each chunk's); A_log's decay
-        return "mixer.loop" if _has(poly, ("dv",)) else "mixer.beta_g"
+        return "mixer.loop" if _has(poly, ("dv", "dl")) else "mixer.beta_g"
     if st.op in ("sigmoid", "softplus", "neg") or role == "softplus.self":
         return "mixer.beta_g"
-    if st.op in ("rsqrt", "to", "repeat_interleave") or role == "mul.self" and st.op == "silu":
+    if st.op in ("rsqrt", "sqrt", "to", "repeat_interleave") or (
+            role == "mul.self" and st.op in ("silu", "clone")):
         return "mixer.qk_l2norm"
     if st.op == "pad":
         return "mixer.padded_inputs"
     if role == "masked_fill.mask":
         return "mixer.chunk_masks"
+    if st.op == "clone":  # Kimi's forward substitution: each row's and block's clones
+        return "mixer.solve"
     if st.op == "sub":  # each chunk's new values
         return "mixer.loop"
     if any(m.count("Q") >= 2 for m, _ in poly.terms):
@@ -417,9 +428,12 @@ class _Namer:
         self.mixer = isinstance(family, Mamba | Mamba2)
         # Bamba: a layer's kind (F attention, M the mixer) names its first norm
         self.kinds = family.kinds if isinstance(family, Bamba | OlmoHybrid) else \
-            family.mixers if isinstance(family, Jamba) else ""
-        # OLMo Hybrid: OLMo 3's post-norms in the attention layers, pre-norms in the others
+            family.mixers if isinstance(family, Jamba | KimiLinear) else ""
+        # the delta-rule mixers' module (OLMo Hybrid's, Kimi Linear's); OLMo Hybrid: OLMo 3's
+        # post-norms in the attention layers, pre-norms in the others
         self.olmo_hybrid = isinstance(family, OlmoHybrid)
+        self.delta = "linear_attn" if self.olmo_hybrid else \
+            "self_attn" if isinstance(family, KimiLinear) else ""
         if self.olmo_hybrid:
             self.norms = dict(_NORMS, post_attention_layernorm="attn.norm",
                               post_feedforward_layernorm="ffn.norm")
@@ -511,14 +525,16 @@ class _Namer:
         rest = (layer.group(2) or "") if layer else ""
         if self.mixer or rest.startswith("mamba"):
             return "decoder." + self._mixer(rest, role, s)
-        if self.olmo_hybrid and s.layer is not None and self.kinds[s.layer] == "M":
-            if rest.startswith("linear_attn"):
+        if self.delta and s.layer is not None and self.kinds[s.layer] == "M":
+            if rest.startswith(self.delta):
+                parts = rest.split(".")[1:]
+                proj = next((p for p in parts if p.endswith("_proj")), "")
                 lora = self.run.lora
-                sub = rest.split(".")[1] if "." in rest else ""
-                adapted = sub.endswith("_proj") and lora is not None and lora.adapts(scope)
-                return "decoder." + _deltanet(sub, role, s, adapted)
-            if module == "post_attention_layernorm":  # the MLP's pre-norm there
-                return "decoder." + self._norm("ffn.norm", role)
+                adapted = bool(proj) and lora is not None and lora.adapts(scope)
+                return "decoder." + _deltanet(parts[0] if parts else "", proj, role, s,
+                                              adapted)
+            if self.olmo_hybrid and module == "post_attention_layernorm":
+                return "decoder." + self._norm("ffn.norm", role)  # the MLP's pre-norm
         if self.kinds and module == "input_layernorm" and s.layer is not None \
                 and self.kinds[s.layer] == "M":
             return "decoder." + self._norm("mixer.norm", role)
@@ -1124,7 +1140,11 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
     # the plan's group of each layer where layers differ (plan._group_name: an MoE's dense
     # or moe layers, Gemma 2/3's sliding or full ones), as the rules name their rows
     pattern, groups = "", {}
-    if isinstance(family, Moe) and len(set(family.pattern)) > 1:
+    if isinstance(family, KimiLinear):  # the mixer's and the MLP's kind, as the rules' stacks
+        names = {"F": "full", "M": "linear", "D": "dense", "E": "moe"}
+        groups = {v: f"{names[k[0]]}.{names[k[1]]}" for k, v in KIMI_KINDS.items()}
+        pattern = family.layers if len(set(family.layers)) > 1 else ""
+    elif isinstance(family, Moe) and len(set(family.pattern)) > 1:
         pattern, groups = family.pattern, {"D": "dense", "E": "moe"}
     elif isinstance(family, Gemma | Llama) and len(set(family.kinds)) > 1:
         pattern, groups = family.kinds, {"S": "sliding", "F": "full", "N": "nope"}

@@ -890,3 +890,8 @@ def solve_triangular(a: Tensor, b: Tensor) -> Tensor:
     out = _new(b, b.shape, promote(a.dtype, b.dtype), _rg(a, b), stride)
     b.trace.record("linalg_solve_triangular", out, [("A", a, True), ("result", out, True)])
     return out
+
+
+def log(a: Tensor) -> Tensor:
+    """derivatives.yaml log: self: grad.div(self.conj()): keeps its input."""
+    return _unary_saving("log", a, "self")
