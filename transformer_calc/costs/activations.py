@@ -182,6 +182,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
     from transformer_calc.graph.families.t5 import T5
+    from transformer_calc.graph.families.whisper import Whisper
 
     if s.dropout is None:
         return family
@@ -192,7 +193,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     elif isinstance(family, T5):
         on = family.dropout
         off = dataclasses.replace(family, dropout=0.0)
-    elif isinstance(family, Bart | Fsmt):
+    elif isinstance(family, Bart | Fsmt | Whisper):
         on = family.dropout or family.attention_dropout or family.activation_dropout
         off = dataclasses.replace(family, dropout=0.0, attention_dropout=0.0,
                                   activation_dropout=0.0)
@@ -290,6 +291,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.opt import OPT
     from transformer_calc.graph.families.rope_encoder import RopeEncoder
     from transformer_calc.graph.families.t5 import T5
+    from transformer_calc.graph.families.whisper import Whisper
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
 
@@ -308,7 +310,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
         table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
     if isinstance(family, T5):
         table = {**_T5_MODULES, "up": "wi_1" if family.gated else "wi"}
-    elif isinstance(family, Bart):
+    elif isinstance(family, Bart | Whisper):
         table = _BART_MODULES
     elif isinstance(family, Fsmt):  # and its output projection, an nn.Linear to peft
         table = {**_BART_MODULES, "head": "output_projection"}

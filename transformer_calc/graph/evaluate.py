@@ -39,6 +39,7 @@ from transformer_calc.graph.families import (
     opt,
     rope_encoder,
     t5,
+    whisper,
     xlm,
 )
 from transformer_calc.graph.held import held
@@ -53,7 +54,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
-          | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear)
+          | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear | whisper.Whisper)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -69,7 +70,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
     opt.TrOcr: opt.trocr_forward, olmo_hybrid.OlmoHybrid: olmo_hybrid.forward,
-    kimi_linear.KimiLinear: kimi_linear.forward}
+    kimi_linear.KimiLinear: kimi_linear.forward, whisper.Whisper: whisper.forward}
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,12 @@ _READS["bart"] = _METADATA | _COMMON | {
     "norm_position", "final_norm", "embedding_norm", "loss_fp32", "bias_q", "bias_k",
     "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out", "tie_encoder_decoder",
     "idle_cross_attention", "activation_dropout"}
+
+# Whisper's decoder (families/whisper.py): WhisperForCausalLM, its cross-attention idle
+_READS["whisper"] = _METADATA | _COMMON | {
+    "norm_position", "final_norm", "embedding_norm", "loss_fp32", "bias_q", "bias_k",
+    "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out", "idle_cross_attention",
+    "activation_dropout", "n_kv_heads", "d_head"}
 
 # FSMT (families/fsmt.py): FSMTForConditionalGeneration, eager only
 _READS["fsmt"] = _READS["bart"] - {"idle_cross_attention"} | {
@@ -1152,6 +1159,31 @@ def _fsmt_family(spec: ModelSpec) -> fsmt.Fsmt | None:
                      act=spec.activation, tied=spec.tie_embeddings, dropout=spec.dropout,
                      attention_dropout=pa, activation_dropout=spec.activation_dropout)
 
+def _whisper(spec: ModelSpec) -> whisper.Whisper | None:
+    """WhisperForCausalLM by its model type (spec_from_hf's decoder-only Seq2Seq): learned
+    positions without offset, pre-norm layers with a final norm, k_proj without a bias,
+    the head tied, the loss in the logits' dtype; the cross-attention it builds is idle.
+    WhisperForConditionalGeneration (its audio encoder: a tower) keeps the rules."""
+    if spec.model_type != "whisper":
+        return None
+    E, H = spec.d_model, spec.n_heads
+    if not (spec.arch == "decoder" and spec.idle_cross_attention and spec.norm == "layernorm"
+            and spec.norm_position == "pre" and spec.final_norm and not spec.embedding_norm
+            and not spec.loss_fp32 and spec.position == "learned"
+            and spec.position_offset == 0 and spec.ffn == "plain"
+            and spec.activation in whisper.ACTIVATIONS and spec.tie_embeddings
+            and (spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                 spec.bias_ffn_out) == (True, False, True, True, True, True)
+            and spec.n_kv_heads in (None, H) and H and E % H == 0
+            and spec.d_head in (None, E // H) and spec.d_ff
+            and not _unread(spec, "whisper")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return whisper.Whisper(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
+                           L=spec.n_layers, act=spec.activation, dropout=spec.dropout,
+                           attention_dropout=pa, activation_dropout=spec.activation_dropout)
+
+
 def _neox(spec: ModelSpec) -> neox.NeoX | None:
     """A GPT-NeoX, GPT-NeoX-Japanese, StableLM, Phi or Persimmon config (spec_from_hf's
     fields for them) as its model type's forward runs it: LayerNorms with biases, RoPE over
@@ -1454,7 +1486,7 @@ def _kimi_linear_family(spec: ModelSpec) -> kimi_linear.KimiLinear | None:
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _gemma4_family,
+    _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _whisper, _gemma4_family,
     _gemma3n_family, _kimi_linear_family, _mla_family,
     _jamba_family, _olmo_hybrid_family, _moe_family, _mamba_family, _bamba_family,
     _falcon_h1_family,

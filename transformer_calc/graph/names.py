@@ -739,6 +739,8 @@ class _Namer:
         if role == "embedding.indices":
             return "embed.position_ids" if last in ("wpe", "embed_positions") \
                 else "embed.token_ids"
+        if role == "index.indices0" and last == "embed_positions":  # Whisper's weight[ids]
+            return "embed.position_ids"
         if last == "layernorm_embedding":  # TrOCR's norm of the embeddings' sum
             return "embed." + self._norm("norm", role, s)
         if last in ("project_in", "project_out"):  # OPT's projections of the embeddings
@@ -758,7 +760,7 @@ class _Namer:
                 and lora.adapts(scope):
             part = _lora_part(role, s)  # peft's lm_head target (transformer_calc.lora)
             return f"head.lm.{part}" if part else "head.input"
-        if scope in ("lm_head", "embed_out", "output_projection") \
+        if scope in ("lm_head", "embed_out", "output_projection", "proj_out") \
                 and role in ("mm.self", "addmm.self"):
             return "head.input"
         if role == "tanh.result" and not scope:

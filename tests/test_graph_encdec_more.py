@@ -1,0 +1,148 @@
+"""More encoder-decoders' op graphs, which memory_report reads for them: Whisper's text
+decoder (transformer_calc/graph/families/whisper.py: WhisperForCausalLM, its cross-attention
+built and idle), against every measured CPU row of the model type, to the byte, compiled
+equal to traced, and mapped from their specs strictly.
+
+Fixtures (torch 2.13 CPU, transformers 5.23, peft 0.21.2, saved_tensors_hooks, each storage
+still held at the end of the forward once, parameters and buffers excluded; measured by
+tools/measure_activations_hf.py, whose forward is model(input_ids=ids, labels=ids,
+use_cache=False)): the rows of whisper-tiny in tests/data/activations_*_cpu.jsonl
+(activations_decoders_encoders_cpu.jsonl: full training, eager and SDPA, fp32 and bf16;
+the LoRA surveys' rows). Tolerance: none.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from conftest import DATA
+from graph_rows import (
+    assert_compiled_equals_traced,
+    cache_hits_on_random_draws,
+    measured_rows,
+    row_run,
+)
+
+from transformer_calc.errors import TcalcError
+from transformer_calc.flops import count_flops
+from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
+from transformer_calc.graph.families.whisper import Whisper
+from transformer_calc.graph.names import component_rows
+from transformer_calc.hf import spec_from_hf
+from transformer_calc.memory import Settings, memory_report
+from transformer_calc.params import count_params
+from transformer_calc.spec import ModelSpec
+
+WHISPER_CONFIGS = ("whisper-tiny.json",)
+CONFIGS = WHISPER_CONFIGS
+ROWS = measured_rows(CONFIGS)
+
+
+def _id(r: dict) -> str:
+    return "{}-{}-{}-B{}-T{}-{}".format(r["config"].removesuffix(".json"), r["attention"],
+                                        r["dtype"], r["B"], r["T"],
+                                        "-".join(map(str, r.get("lora") or ())) or "full")
+
+
+def _spec(config: str) -> ModelSpec:
+    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()), config)
+
+
+def _settings(row: dict) -> Settings:
+    lora = {}
+    if row.get("lora"):
+        rank, targets, dropout = row["lora"]
+        lora = dict(lora_rank=rank, lora_targets=tuple(targets.split(",")),
+                    lora_dropout=dropout)
+    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
+                    attention=row["attention"], device="cpu", use_cache=False,
+                    **lora)  # type: ignore[arg-type]
+
+
+def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
+    assert {r["config"] for r in ROWS} == set(CONFIGS)
+    assert {_spec(c).model_type for c in WHISPER_CONFIGS} == {"whisper"}
+    full = [r for r in ROWS if not r.get("lora")]
+    assert len(full) == 8
+    assert len(ROWS) - len(full) == 12
+
+
+@pytest.mark.parametrize("row", ROWS, ids=_id)
+def test_saved_bytes_equal_the_measurement(row: dict) -> None:
+    fam = family_of(_spec(row["config"]))
+    traced = evaluate(fam, row_run(row))
+    compiled = assert_compiled_equals_traced(fam, row_run(row))
+    assert traced.activation_bytes == compiled.activation_bytes == row["measured_bytes"]
+    if "trainable" in row:  # peft's count of the adapters' parameters
+        assert traced.trainable_params == row["trainable"][0]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=_id)
+def test_memory_report_reads_the_graph(row: dict) -> None:
+    report = memory_report(_spec(row["config"]), _settings(row))
+    assert report.activations.total == row["measured_bytes"]
+    fam = family_of(_spec(row["config"]))
+    assert report.activations.rows == tuple(
+        r[:3] + ("",) + r[4:] for r in component_rows(fam, row_run(row)))
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
+    spec = _spec(config)
+    for attention in ("eager", "sdpa"):
+        for B, T in ((1, 64), (3, 100)):
+            r = evaluate(family_of(spec), Run(B, T, F32, "cpu", attention))
+            assert r.params == r.trainable_params == count_params(spec).total
+            assert r.forward_flops == B * T * count_flops(spec, T).total
+
+
+# -- Whisper's decoder ---------------------------------------------------------------------
+def test_whisper_keeps_its_idle_cross_attention_and_its_copied_heads() -> None:
+    # WhisperForCausalLM's layers build encoder_attn and never call it: its parameters
+    # count (k_proj without a bias), and peft adapts its q, k, v too (the rows' trainable
+    # counts: 12,288 for q,k,v on two layers of d_model 64 = 2 · 2 · 3 · 8 · (64 + 64));
+    # the attention makes Q (scaled), K and V contiguous: eager's products keep the copies
+    fam = family_of(_spec("whisper-tiny.json"))
+    assert isinstance(fam, Whisper) and (fam.L, fam.P) == (2, 256)
+    r = evaluate(fam, Run(2, 8, lora=Lora(8, frozenset({"q_proj", "k_proj", "v_proj"}))))
+    assert r.trainable_params == 2 * 2 * 3 * 8 * (64 + 64) == 12_288
+    assert not any(o.scope.startswith("model.decoder.layers.0.encoder_attn") for o in r.ops)
+    ops = evaluate(fam, Run(2, 8, attention="eager")).ops
+    attn = [o.op for o in ops if o.scope == "model.decoder.layers.0.self_attn"]
+    assert attn.count("clone") >= 3
+
+
+def test_whisper_with_its_encoder_keeps_the_rules() -> None:
+    spec = _spec("whisper-tiny.json")
+    data = json.loads((DATA / "hf" / "variants" / "whisper-tiny.json").read_text())
+    full = spec_from_hf({**data, "architectures": ["WhisperForConditionalGeneration"],
+                         "num_mel_bins": 80, "max_source_positions": 32}, "whisper")
+    assert full.tower == "whisper"
+    for other in (full, spec.replace(bias_k=True), spec.replace(norm_position="post"),
+                  spec.replace(final_norm=False), spec.replace(loss_fp32=True),
+                  spec.replace(tie_embeddings=False), spec.replace(position_offset=2),
+                  spec.replace(n_kv_heads=2)):
+        with pytest.raises(TcalcError, match="no op graph"):
+            family_of(other)
+
+
+def _draw_whisper(rng: random.Random) -> tuple[Whisper, Run]:
+    """A random Whisper decoder and run, with the 0/1 edge cases (B = 1, T = 1, one head,
+    one layer, head dims of 1), dropout on or off, LoRA or not."""
+    H = rng.choice((1, 2, 4))
+    fam = Whisper(V=rng.randint(5, 40), P=rng.randint(1, 300), E=H * rng.choice((1, 2, 8)),
+                  H=H, F=rng.randint(1, 24), L=rng.randint(1, 3),
+                  act=rng.choice(("gelu", "relu")), dropout=rng.choice((0.0, 0.1)),
+                  attention_dropout=rng.choice((0.0, 0.1)),
+                  activation_dropout=rng.choice((0.0, 0.1)))
+    lora = rng.choice((None, Lora(rng.randint(1, 8), frozenset({"all-linear"})),
+                       Lora(4, frozenset({"q_proj", "v_proj"}))))
+    return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 17)),
+                    rng.choice((F32, BF16)), "cpu", rng.choice(("eager", "sdpa")),
+                    use_cache=rng.random() < 0.3, lora=lora)
+
+
+def test_whisper_compiled_equals_traced_on_random_draws() -> None:
+    assert cache_hits_on_random_draws(_draw_whisper, 7, 20) > 0
