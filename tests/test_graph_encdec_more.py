@@ -1,14 +1,17 @@
 """More encoder-decoders' op graphs, which memory_report reads for them: Whisper's text
 decoder (transformer_calc/graph/families/whisper.py: WhisperForCausalLM, its cross-attention
-built and idle), against every measured CPU row of the model type, to the byte, compiled
-equal to traced, and mapped from their specs strictly.
+built and idle) and T5Gemma (families/t5gemma.py: T5GemmaForConditionalGeneration, eager
+only), against every measured CPU row of those model types, to the byte, compiled equal to
+traced, and mapped from their specs strictly.
 
 Fixtures (torch 2.13 CPU, transformers 5.23, peft 0.21.2, saved_tensors_hooks, each storage
 still held at the end of the forward once, parameters and buffers excluded; measured by
 tools/measure_activations_hf.py, whose forward is model(input_ids=ids, labels=ids,
-use_cache=False)): the rows of whisper-tiny in tests/data/activations_*_cpu.jsonl
-(activations_decoders_encoders_cpu.jsonl: full training, eager and SDPA, fp32 and bf16;
-the LoRA surveys' rows). Tolerance: none.
+use_cache=False)): the rows of whisper-tiny, t5gemma-tiny and t5gemma-untied in
+tests/data/activations_*_cpu.jsonl (activations_decoders_encoders_cpu.jsonl: Whisper's full
+training, eager and SDPA, fp32 and bf16; activations_t5gemma_gemma3n_dsv4_cpu.jsonl:
+T5Gemma's full training and all-linear LoRA, eager; the LoRA surveys' rows). Tolerance:
+none.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from graph_rows import (
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
+from transformer_calc.graph.families.t5gemma import T5Gemma
 from transformer_calc.graph.families.whisper import Whisper
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
@@ -36,7 +40,9 @@ from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
 WHISPER_CONFIGS = ("whisper-tiny.json",)
-CONFIGS = WHISPER_CONFIGS
+T5GEMMA_CONFIGS = ("t5gemma-tiny.json", "t5gemma-untied.json")
+CONFIGS = WHISPER_CONFIGS + T5GEMMA_CONFIGS
+EAGER_ONLY = T5GEMMA_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
 
@@ -64,9 +70,10 @@ def _settings(row: dict) -> Settings:
 def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert {r["config"] for r in ROWS} == set(CONFIGS)
     assert {_spec(c).model_type for c in WHISPER_CONFIGS} == {"whisper"}
+    assert {_spec(c).model_type for c in T5GEMMA_CONFIGS} == {"t5gemma"}
     full = [r for r in ROWS if not r.get("lora")]
-    assert len(full) == 8
-    assert len(ROWS) - len(full) == 12
+    assert len(full) == 8 + 8
+    assert len(ROWS) - len(full) == 12 + 16
 
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
@@ -91,8 +98,11 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
 @pytest.mark.parametrize("config", CONFIGS)
 def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
     spec = _spec(config)
-    for attention in ("eager", "sdpa"):
-        for B, T in ((1, 64), (3, 100)):
+    # (T5Gemma's sliding layers: up to T = sliding_window, past which tcalc's FLOPs count
+    # the window's keys, where eager attention computes all T)
+    sizes = ((1, 8), (3, 5)) if config in T5GEMMA_CONFIGS else ((1, 64), (3, 100))
+    for attention in ("eager",) if config in EAGER_ONLY else ("eager", "sdpa"):
+        for B, T in sizes:
             r = evaluate(family_of(spec), Run(B, T, F32, "cpu", attention))
             assert r.params == r.trainable_params == count_params(spec).total
             assert r.forward_flops == B * T * count_flops(spec, T).total
@@ -145,4 +155,54 @@ def _draw_whisper(rng: random.Random) -> tuple[Whisper, Run]:
 
 
 def test_whisper_compiled_equals_traced_on_random_draws() -> None:
-    assert cache_hits_on_random_draws(_draw_whisper, 7, 20) > 0
+    assert cache_hits_on_random_draws(_draw_whisper, 7, 12) > 0
+
+
+# -- T5Gemma --------------------------------------------------------------------------------
+def test_t5gemma_maps_to_its_graph_eager_only() -> None:
+    tiny, untied = (family_of(_spec(c)) for c in T5GEMMA_CONFIGS)
+    assert isinstance(tiny, T5Gemma) and (tiny.kinds_e, tiny.kinds_d, tiny.tied) == (
+        "SFS", "SF", True)
+    assert (untied.Ve, untied.V, untied.kinds_e, untied.tied, untied.bias) == (
+        120, 128, "FSSF", False, True)
+    with pytest.raises(ValueError, match="eager attention only"):
+        evaluate(tiny, Run(2, 8, attention="sdpa"))
+    spec = _spec("t5gemma-tiny.json")
+    for other in (spec.replace(sandwich_norm=False), spec.replace(qk_norm="head"),
+                  spec.replace(bias_q=True), spec.replace(bias_ffn_in=True),
+                  spec.replace(norm_fp32=False), spec.replace(tie_encoder_decoder=True),
+                  spec.replace(sdpa_path=True), spec.replace(ffn="plain")):
+        with pytest.raises(TcalcError, match="no op graph"):
+            family_of(other)
+
+
+def test_t5gemma_keeps_each_stacks_normalizer() -> None:
+    # each stack multiplies its embeddings by torch.tensor(hidden_size ** 0.5, dtype): a new
+    # 0-d tensor the product keeps for the table's gradient (full training), none under LoRA
+    fam = family_of(_spec("t5gemma-tiny.json"))
+    for lora, kept in ((None, 2), (Lora(8, frozenset({"q_proj"})), 0)):
+        saved = evaluate(fam, Run(2, 8, BF16, attention="eager", lora=lora)).saved
+        assert sum(s.storage.name == "normalizer" for s in saved) == kept
+
+
+def _draw_t5gemma(rng: random.Random) -> tuple[T5Gemma, Run]:
+    """A random T5Gemma and run (one K/V head or several, layer kinds mixed or not, one
+    layer per stack, B = 1, T = 1), LoRA or not."""
+    Hkv = rng.choice((1, 2))
+    Le, Ld = rng.randint(1, 3), rng.randint(1, 3)
+    fam = T5Gemma(V=rng.randint(5, 40), Ve=rng.randint(5, 40), E=rng.choice((4, 8)),
+                  H=Hkv * rng.choice((1, 2)), Hkv=Hkv, dh=rng.choice((2, 4)),
+                  F=rng.randint(1, 24), Le=Le, Ld=Ld,
+                  kinds_e="".join(rng.choice("FS") for _ in range(Le)),
+                  kinds_d="".join(rng.choice("FS") for _ in range(Ld)),
+                  tied=rng.random() < 0.5, bias=rng.random() < 0.5,
+                  dropout=rng.choice((0.0, 0.1)), attention_dropout=rng.choice((0.0, 0.1)),
+                  attn_softcap=rng.choice((0.0, 50.0)), final_softcap=rng.choice((0.0, 30.0)))
+    lora = rng.choice((None, Lora(rng.randint(1, 8), frozenset({"all-linear"})),
+                       Lora(4, frozenset({"q_proj", "down_proj"}))))
+    return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 17)),
+                    rng.choice((F32, BF16)), "cpu", "eager", lora=lora)
+
+
+def test_t5gemma_compiled_equals_traced_on_random_draws() -> None:
+    assert cache_hits_on_random_draws(_draw_t5gemma, 11, 8) > 0

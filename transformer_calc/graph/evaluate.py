@@ -39,6 +39,7 @@ from transformer_calc.graph.families import (
     opt,
     rope_encoder,
     t5,
+    t5gemma,
     whisper,
     xlm,
 )
@@ -54,7 +55,8 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
-          | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear | whisper.Whisper)
+          | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear | whisper.Whisper
+          | t5gemma.T5Gemma)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -70,7 +72,8 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
     opt.TrOcr: opt.trocr_forward, olmo_hybrid.OlmoHybrid: olmo_hybrid.forward,
-    kimi_linear.KimiLinear: kimi_linear.forward, whisper.Whisper: whisper.forward}
+    kimi_linear.KimiLinear: kimi_linear.forward, whisper.Whisper: whisper.forward,
+    t5gemma.T5Gemma: t5gemma.forward}
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,11 @@ _READS["bart"] = _METADATA | _COMMON | {
     "norm_position", "final_norm", "embedding_norm", "loss_fp32", "bias_q", "bias_k",
     "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out", "tie_encoder_decoder",
     "idle_cross_attention", "activation_dropout"}
+
+# T5Gemma (families/t5gemma.py): Gemma 2's fields, two stacks, a vocabulary each
+_READS["t5gemma"] = _READS["gemma"] | {"arch", "n_encoder_layers", "n_decoder_layers",
+                                       "encoder_vocab_size", "tie_encoder_decoder",
+                                       "ffn_dropout", "max_positions"}
 
 # Whisper's decoder (families/whisper.py): WhisperForCausalLM, its cross-attention idle
 _READS["whisper"] = _METADATA | _COMMON | {
@@ -1159,6 +1167,38 @@ def _fsmt_family(spec: ModelSpec) -> fsmt.Fsmt | None:
                      act=spec.activation, tied=spec.tie_embeddings, dropout=spec.dropout,
                      attention_dropout=pa, activation_dropout=spec.activation_dropout)
 
+def _t5gemma(spec: ModelSpec) -> t5gemma.T5Gemma | None:
+    """T5GemmaForConditionalGeneration by its model type (spec_from_hf's _t5gemma: one width
+    for both stacks, a token table each, the head tied to the decoder's or not): Gemma 2's
+    sandwich-normed layers with soft-capped scores, full or sliding by layer_types (one
+    pattern for both stacks), attention biases all or none, no MLP biases; eager only."""
+    if spec.model_type != "t5gemma":
+        return None
+    from transformer_calc.plan import layer_kinds_in_order
+
+    H, Hkv = spec.n_heads, spec.n_kv_heads or spec.n_heads
+    Le, Ld = spec.n_encoder_layers, spec.n_decoder_layers
+    ke = "".join(k[0] for k in layer_kinds_in_order(spec, Le))
+    kd = "".join(k[0] for k in layer_kinds_in_order(spec, Ld))
+    if not (spec.arch == "encoder-decoder" and spec.norm == "rmsnorm" and spec.norm_fp32
+            and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation in ("gelu", "gelu_tanh") and spec.softmax_fp32
+            and spec.sandwich_norm and spec.qk_norm == "none" and not spec.sdpa_path
+            and not spec.tie_encoder_decoder and spec.ffn_dropout
+            and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
+            and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and not set(ke + kd) - {"F", "S"} and H and H % Hkv == 0
+            and spec.head_dim % 2 == 0 and not _unread(spec, "t5gemma")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return t5gemma.T5Gemma(V=spec.vocab_size, Ve=spec.encoder_vocab_size or spec.vocab_size,
+                           E=spec.d_model, H=H, Hkv=Hkv, dh=spec.head_dim, F=spec.d_ff,
+                           Le=Le, Ld=Ld, kinds_e=ke, kinds_d=kd, tied=spec.tie_embeddings,
+                           bias=spec.bias_q, dropout=spec.dropout, attention_dropout=pa,
+                           attn_softcap=spec.attn_softcapping,
+                           final_softcap=spec.logit_softcapping)
+
+
 def _whisper(spec: ModelSpec) -> whisper.Whisper | None:
     """WhisperForCausalLM by its model type (spec_from_hf's decoder-only Seq2Seq): learned
     positions without offset, pre-norm layers with a final norm, k_proj without a bias,
@@ -1486,8 +1526,8 @@ def _kimi_linear_family(spec: ModelSpec) -> kimi_linear.KimiLinear | None:
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _whisper, _gemma4_family,
-    _gemma3n_family, _kimi_linear_family, _mla_family,
+    _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _whisper, _t5gemma,
+    _gemma4_family, _gemma3n_family, _kimi_linear_family, _mla_family,
     _jamba_family, _olmo_hybrid_family, _moe_family, _mamba_family, _bamba_family,
     _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,

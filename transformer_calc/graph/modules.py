@@ -70,6 +70,7 @@ class Builder:
         self.trace = Trace(run.device, run.autocast)
         self.sizes = symbol_values(run, sizes)
         self.dims: dict[str, Dim] = {}
+        self.layers_end = 0  # the layer indices layers_by_kind used (replayed ones included)
         for name, v in self.sizes.items():
             poly = Poly((((name,), 1),))
             self.dims[name] = Dim(SInt(v, poly) if symbolic else v, poly)
@@ -95,7 +96,7 @@ class Builder:
         the layers are already saved); once it repeats, layer i-1 is replayed for the
         layers left (the replay count a polynomial: the count stays a symbol)."""
         L = self[count]
-        start = len(self.trace.layer_args)
+        start = max(len(self.trace.layer_args), self.layers_end)
 
         def args() -> tuple[Tensor, ...]:
             return (h, *(extras() if callable(extras) else extras))
@@ -132,6 +133,9 @@ class Builder:
             return self.layers(prefix, lambda x: body(x, kind), h, extras(kind))
         traced: dict[tuple[object, ...], tuple[int, Tensor]] = {}
         counts: dict[int, int] = {}
+        # (a second stack's layers follow the first's)
+        start = max(len(self.trace.layer_args), self.layers_end)
+        self.layers_end = start + len(kinds)
         for i, kind in enumerate(kinds):
             state = (kind, *_layer_state(self.trace, h))
             if self.symbolic and state in traced:
@@ -139,12 +143,13 @@ class Builder:
                 counts[j] = counts.get(j, 0) + 1
                 h = self.trace.tensor(out.shape, out.dtype, out.requires_grad,
                                       stride=out.stride)
-                h.storage.layer = i
+                h.storage.layer = start + i
                 continue
-            with self.module(f"{prefix}.{i}"), self.trace.in_layer(i, (h, *extras(kind))):
+            with self.module(f"{prefix}.{i}"), \
+                    self.trace.in_layer(start + i, (h, *extras(kind))):
                 h = body(h, kind)
-            traced[state] = (i, h)
-        self.trace.replay = {j: Dim.const(n) for j, n in counts.items()}
+            traced[state] = (start + i, h)
+        self.trace.replay.update({j: Dim.const(n) for j, n in counts.items()})
         return h
 
     @contextmanager

@@ -48,6 +48,7 @@ from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.neox import NeoX
 from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
 from transformer_calc.graph.families.t5 import T5
+from transformer_calc.graph.families.t5gemma import T5Gemma
 from transformer_calc.graph.families.xlm import XLM
 from transformer_calc.graph.held import quadratic_in_t
 from transformer_calc.graph.modules import Run
@@ -194,6 +195,15 @@ _BART_MODULES = {"self_attn": ("attn", ""), "encoder_attn": ("cross", ""),
                  "self_attn_layer_norm": ("attn", "norm"),
                  "encoder_attn_layer_norm": ("cross", "norm"),
                  "final_layer_norm": ("ffn", "norm")}
+# T5Gemma (families/t5gemma.py): a layer's modules -> its sublayer (and norm)
+_T5GEMMA_LAYER = re.compile(r"^model\.(encoder|decoder)\.layers\.\d+(?:\.(.*))?$")
+_T5GEMMA_SUBLAYERS = {"self_attn": "attn", "cross_attn": "cross", "mlp": "ffn"}
+_T5GEMMA_NORMS = {"pre_self_attn_layernorm": "attn.norm",
+                  "post_self_attn_layernorm": "attn.post_norm",
+                  "pre_cross_attn_layernorm": "cross.norm",
+                  "post_cross_attn_layernorm": "cross.post_norm",
+                  "pre_feedforward_layernorm": "ffn.norm",
+                  "post_feedforward_layernorm": "ffn.post_norm"}
 _BART_ADAPTED = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "out_proj": "o", "fc1": "in",
                  "fc2": "out"}
 # DeBERTa's position projections: the relative table's window is their input
@@ -413,7 +423,7 @@ class _Namer:
                           post_feedforward_layernorm="ffn.norm") \
             if getattr(family, "post_norm", False) else \
             _SANDWICH if getattr(family, "sandwich", False) else _NORMS
-        self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma) else \
+        self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma | T5Gemma) else \
             _COHERE_NORM_PARTS if isinstance(family, Cohere) else \
             _DEBERTA_NORM_PARTS if isinstance(family, Deberta) else _NORM_PARTS
         self.deberta = isinstance(family, Deberta)
@@ -425,6 +435,7 @@ class _Namer:
                              else getattr(family, "attention_dropout", 0.0)) != 0
         self.t5 = isinstance(family, T5)
         self.bart = isinstance(family, Bart | Fsmt)
+        self.t5gemma = isinstance(family, T5Gemma)
         self.mixer = isinstance(family, Mamba | Mamba2)
         # Bamba: a layer's kind (F attention, M the mixer) names its first norm
         self.kinds = family.kinds if isinstance(family, Bamba | OlmoHybrid) else \
@@ -467,6 +478,8 @@ class _Namer:
             return self._t5(scope, role, s)
         if self.bart:
             return self._bart(scope, role, s)
+        if self.t5gemma:
+            return self._t5gemma(scope, role, s)
         if self.renamed is not None:  # encoders named as the decoders' layers are
             name = self._modernbert(scope, role, s)
             return "encoder." + name.removeprefix("decoder.") \
@@ -733,6 +746,49 @@ class _Namer:
             if st.op.startswith("sdpa_"):
                 return prefix + "out"
         return prefix + part
+
+    def _t5gemma(self, scope: str, role: str, s: Saved) -> str:
+        """T5Gemma's storages: a layer's as its sublayer's (encoder.attn.*, decoder.cross.*,
+        decoder.ffn.post_norm.*), the encoder's output the cross-attention reads (once for
+        the model), each stack's embeddings, scale, RoPE tables and final norm, the head's."""
+        st = s.storage
+        if st.name.endswith("rotary_emb"):
+            return "rope.cos_sin"
+        layer = _T5GEMMA_LAYER.match(scope)
+        if layer is None:
+            last = scope.rsplit(".", 1)[-1]
+            if last in ("encoder", "decoder") and role == "mul.other" \
+                    and st.name == "normalizer":
+                return "embed.scale"  # torch.tensor(hidden_size ** 0.5), per stack
+            if last in ("encoder", "decoder") and role in ("mul.other",
+                                                           "native_dropout.result1"):
+                return f"{last}.final_dropout_mask" if st.name.endswith(".norm") \
+                    else "embed.dropout_mask"
+            if last == "norm":
+                return scope.split(".")[1] + "." + self._norm("final_norm", role)
+            if scope == "lm_head.out_proj" and role == "mm.self":
+                return "head.input"
+            return self._outside(scope, role, s)
+        stack, rest = layer.group(1), layer.group(2) or ""
+        if stack == "decoder" and st.name.startswith("model.encoder"):
+            return "decoder.cross.encoder_output"  # once for the model, read by every layer
+        first, _, tail = rest.partition(".")
+        if first in _T5GEMMA_NORMS:
+            return f"{stack}." + self._norm(_T5GEMMA_NORMS[first], role)
+        if not first:  # the layer's residual dropouts
+            return f"{stack}.residual_dropout_mask"
+        sub = _T5GEMMA_SUBLAYERS[first]
+        prefix = f"{stack}.{sub}."
+        if not tail:
+            if sub == "ffn":  # the gate's GELU, the product's dropout
+                return prefix + "activation"
+            return prefix + self._attention(role, s)
+        lora = self.run.lora
+        if lora is not None and lora.adapts(scope):
+            part = _lora_part(role, s)
+            if part:
+                return f"{prefix}{_ADAPTED[tail].split('.')[1]}.{part}"
+        return prefix + _INPUTS[tail].split(".")[1]
 
     def _outside(self, scope: str, role: str, s: Saved) -> str:
         last = scope.rsplit(".", 1)[-1]
