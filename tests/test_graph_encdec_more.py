@@ -1,17 +1,19 @@
 """More encoder-decoders' op graphs, which memory_report reads for them: Whisper's text
 decoder (transformer_calc/graph/families/whisper.py: WhisperForCausalLM, its cross-attention
-built and idle) and T5Gemma (families/t5gemma.py: T5GemmaForConditionalGeneration, eager
-only), against every measured CPU row of those model types, to the byte, compiled equal to
-traced, and mapped from their specs strictly.
+built and idle), T5Gemma (families/t5gemma.py: T5GemmaForConditionalGeneration, eager
+only) and LongT5 with local attention (families/t5.py: LongT5ForConditionalGeneration,
+eager only), against every measured CPU row of those layouts, to the byte, compiled equal
+to traced, and mapped from their specs strictly.
 
 Fixtures (torch 2.13 CPU, transformers 5.23, peft 0.21.2, saved_tensors_hooks, each storage
 still held at the end of the forward once, parameters and buffers excluded; measured by
 tools/measure_activations_hf.py, whose forward is model(input_ids=ids, labels=ids,
-use_cache=False)): the rows of whisper-tiny, t5gemma-tiny and t5gemma-untied in
-tests/data/activations_*_cpu.jsonl (activations_decoders_encoders_cpu.jsonl: Whisper's full
-training, eager and SDPA, fp32 and bf16; activations_t5gemma_gemma3n_dsv4_cpu.jsonl:
-T5Gemma's full training and all-linear LoRA, eager; the LoRA surveys' rows). Tolerance:
-none.
+use_cache=False)): the rows of whisper-tiny, t5gemma-tiny, t5gemma-untied, longt5-local,
+longt5-local-default and longt5-local-nodropout in tests/data/activations_*_cpu.jsonl
+(activations_decoders_encoders_cpu.jsonl: Whisper's full training, eager and SDPA, fp32 and
+bf16; activations_t5gemma_gemma3n_dsv4_cpu.jsonl: T5Gemma's full training and all-linear
+LoRA, eager; activations_longt5_olmo_hybrid_cpu.jsonl: LongT5's full training, eager, T a
+multiple of the block or not; the LoRA surveys' rows). Tolerance: none.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from graph_rows import (
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
+from transformer_calc.graph.families.t5 import T5
 from transformer_calc.graph.families.t5gemma import T5Gemma
 from transformer_calc.graph.families.whisper import Whisper
 from transformer_calc.graph.names import component_rows
@@ -41,8 +44,10 @@ from transformer_calc.spec import ModelSpec
 
 WHISPER_CONFIGS = ("whisper-tiny.json",)
 T5GEMMA_CONFIGS = ("t5gemma-tiny.json", "t5gemma-untied.json")
-CONFIGS = WHISPER_CONFIGS + T5GEMMA_CONFIGS
-EAGER_ONLY = T5GEMMA_CONFIGS
+LONGT5_CONFIGS = ("longt5-local.json", "longt5-local-default.json",
+                  "longt5-local-nodropout.json")
+CONFIGS = WHISPER_CONFIGS + T5GEMMA_CONFIGS + LONGT5_CONFIGS
+EAGER_ONLY = T5GEMMA_CONFIGS + LONGT5_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
 
@@ -71,9 +76,10 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert {r["config"] for r in ROWS} == set(CONFIGS)
     assert {_spec(c).model_type for c in WHISPER_CONFIGS} == {"whisper"}
     assert {_spec(c).model_type for c in T5GEMMA_CONFIGS} == {"t5gemma"}
+    assert {_spec(c).model_type for c in LONGT5_CONFIGS} == {"longt5"}
     full = [r for r in ROWS if not r.get("lora")]
-    assert len(full) == 8 + 8
-    assert len(ROWS) - len(full) == 12 + 16
+    assert len(full) == 8 + 8 + 16
+    assert len(ROWS) - len(full) == 12 + 16 + 6
 
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
@@ -99,8 +105,10 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
 def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
     spec = _spec(config)
     # (T5Gemma's sliding layers: up to T = sliding_window, past which tcalc's FLOPs count
-    # the window's keys, where eager attention computes all T)
-    sizes = ((1, 8), (3, 5)) if config in T5GEMMA_CONFIGS else ((1, 64), (3, 100))
+    # the window's keys, where eager attention computes all T; LongT5's local blocks: T a
+    # multiple of the block, past which the einsums run on padded blocks, pinned below)
+    sizes = ((1, 8), (3, 5)) if config in T5GEMMA_CONFIGS else \
+        ((1, 128), (3, 256)) if config in LONGT5_CONFIGS else ((1, 64), (3, 100))
     for attention in ("eager",) if config in EAGER_ONLY else ("eager", "sdpa"):
         for B, T in sizes:
             r = evaluate(family_of(spec), Run(B, T, F32, "cpu", attention))
@@ -206,3 +214,60 @@ def _draw_t5gemma(rng: random.Random) -> tuple[T5Gemma, Run]:
 
 def test_t5gemma_compiled_equals_traced_on_random_draws() -> None:
     assert cache_hits_on_random_draws(_draw_t5gemma, 11, 8) > 0
+
+
+# -- LongT5 (local attention) ---------------------------------------------------------------
+def test_longt5_local_maps_to_the_t5_graph_eager_only() -> None:
+    local = family_of(_spec("longt5-local.json"))
+    assert isinstance(local, T5) and (local.local_block, local.Le, local.Ld) == (8, 2, 2)
+    assert family_of(_spec("longt5-local-default.json")).local_block == 128  # radius 127
+    with pytest.raises(ValueError, match="eager attention only"):
+        evaluate(local, Run(2, 8, attention="sdpa"))
+    data = json.loads((DATA / "hf" / "variants" / "longt5-tglobal.json").read_text())
+    spec = _spec("longt5-local.json")
+    for other in (spec_from_hf(data, "longt5-tglobal.json"),  # transient-global: the rules
+                  spec.replace(encoder_local_block=0), spec.replace(sdpa_path=True),
+                  _spec("t5-gated-asym.json").replace(encoder_local_block=4)):
+        with pytest.raises(TcalcError, match="no op graph"):
+            family_of(other)
+
+
+def test_longt5_pads_its_blocks_and_keeps_one_merged_bias() -> None:
+    # T = 30 over blocks of 8: q, k, v padded to 32 (four blocks), K and V each three blocks
+    # wide; the first layer's bias plus the fp32 mask is a (B, Tq, H, Q, 3Q) fp32 tensor
+    # passed to the later layers, its (Q, 3Q) buckets kept once by the embedding
+    fam = family_of(_spec("longt5-local.json"))
+    ops = evaluate(fam, Run(2, 30, BF16, attention="eager")).ops
+    pads = [o for o in ops if o.op == "pad" and o.scope.startswith("encoder.block.0.")]
+    assert len(pads) == 3 + 2  # q, k, v to the blocks; K and V by a block on each side
+    bias = [o for o in ops if o.op == "add" and o.scope == "encoder.block.0.layer.0."
+            "LocalSelfAttention" and tuple(d.value for d in o.shape) == (2, 4, 4, 8, 24)]
+    assert bias and bias[0].dtype == F32
+
+
+def test_longt5_forward_flops_count_the_padded_blocks() -> None:
+    # T = 100 over blocks of 8 (longt5-local) and 6 (longt5-local-nodropout): the local
+    # einsums run on 104 and 102 padded tokens. torch 2.13 CPU FlopCounterMode,
+    # transformers 5.23 LongT5ForConditionalGeneration, B = 1, T = 100 source and target
+    # tokens: python tools/reference_flops.py --seq-len 100 <config>
+    for config, flops in (("longt5-local.json", 42_647_552),
+                          ("longt5-local-nodropout.json", 24_431_616)):
+        r = evaluate(family_of(_spec(config)), Run(1, 100, F32, "cpu", "eager"))
+        assert r.forward_flops == flops, config
+
+
+def _draw_longt5(rng: random.Random) -> tuple[T5, Run]:
+    """A random LongT5 with local attention and run: blocks of 1 to 8 tokens, T a multiple
+    of the block or not (padded), one layer per stack, gated or not, LoRA or not."""
+    fam = T5(V=rng.randint(5, 40), E=rng.choice((4, 6)), H=rng.choice((1, 2)),
+             dh=rng.choice((1, 4)), F=rng.randint(1, 24), Nb=rng.choice((1, 8)),
+             Le=rng.randint(1, 3), Ld=rng.randint(1, 2), gated=rng.random() < 0.5,
+             act=rng.choice(("relu", "gelu_new")), dropout=rng.choice((0.0, 0.1)),
+             local_block=rng.choice((1, 3, 8)))
+    lora = rng.choice((None, Lora(rng.randint(1, 8), frozenset({"all-linear"}))))
+    return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 7, 16, 30)),
+                    rng.choice((F32, BF16)), "cpu", "eager", lora=lora)
+
+
+def test_longt5_compiled_equals_traced_on_random_draws() -> None:
+    assert cache_hits_on_random_draws(_draw_longt5, 5, 10) > 0

@@ -703,7 +703,24 @@ class _Namer:
             return prefix + "residual_dropout_mask"
         if module == "DenseReluDense":
             return prefix + ("inner_dropout_mask" if dropout else "activation")
+        if module == "LocalSelfAttention":
+            return prefix + self._local_attention(role, s, dropout)
         return prefix + self._attention(role, s)
+
+    def _local_attention(self, role: str, s: Saved, dropout: bool) -> str:
+        """LongT5's local attention core: its two einsums' operands (bmm's, or a product
+        where the contracted size is 1), the fp32 softmax, the dropout's noise."""
+        if role == "softmax.result":
+            return "softmax"
+        if dropout:
+            return "dropout_mask"
+        out = product(self.ops[s.op_index].shape).poly  # the scores: (Q, 3Q) per block
+        scores = any(m.count("Q") >= 2 for m, _ in out.terms)
+        first = role in ("bmm.self", "mul.self")
+        if not scores:
+            return ("dropout_output" if self.attn_dropout else "softmax_cast") if first \
+                else "v"
+        return "q" if first else "k"
 
     def _bart(self, scope: str, role: str, s: Saved) -> str:
         """BART's, Marian's and FSMT's storages: a layer's as its sublayer's (encoder.attn.*,
