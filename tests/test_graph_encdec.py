@@ -247,8 +247,7 @@ def test_other_layouts_keep_the_rules() -> None:
                   spec.replace(final_norm=False), spec.replace(loss_fp32=True),
                   spec.replace(n_kv_heads=2), spec.replace(attention_dropout=0.0),
                   spec.replace(tie_encoder_decoder=False),
-                  spec_from_hf({**base, "model_type": "longt5",
-                                "encoder_attention_type": "transient-global"})):
+                  spec_from_hf({**base, "model_type": "longt5"}).replace(sdpa_path=True)):
         with pytest.raises(TcalcError, match="no op graph"):
             family_of(other)
 

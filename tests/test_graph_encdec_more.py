@@ -1,15 +1,16 @@
 """More encoder-decoders' op graphs, which memory_report reads for them: Whisper's text
 decoder (transformer_calc/graph/families/whisper.py: WhisperForCausalLM, its cross-attention
 built and idle), T5Gemma (families/t5gemma.py: T5GemmaForConditionalGeneration, eager
-only) and LongT5 with local attention (families/t5.py: LongT5ForConditionalGeneration,
-eager only), against every measured CPU row of those layouts, to the byte, compiled equal
-to traced, and mapped from their specs strictly.
+only) and LongT5 with local and transient-global attention (families/t5.py:
+LongT5ForConditionalGeneration, eager only), against every measured CPU row of those
+layouts, to the byte, compiled equal to traced, and mapped from their specs strictly.
 
 Fixtures (torch 2.13 CPU, transformers 5.23, peft 0.21.2, saved_tensors_hooks, each storage
 still held at the end of the forward once, parameters and buffers excluded; measured by
 tools/measure_activations_hf.py, whose forward is model(input_ids=ids, labels=ids,
 use_cache=False)): the rows of whisper-tiny, t5gemma-tiny, t5gemma-untied, longt5-local,
-longt5-local-default and longt5-local-nodropout in tests/data/activations_*_cpu.jsonl
+longt5-local-default, longt5-local-nodropout, longt5-tglobal and longt5-tglobal-default in
+tests/data/activations_*_cpu.jsonl
 (activations_decoders_encoders_cpu.jsonl: Whisper's full training, eager and SDPA, fp32 and
 bf16; activations_t5gemma_gemma3n_dsv4_cpu.jsonl: T5Gemma's full training and all-linear
 LoRA, eager; activations_longt5_olmo_hybrid_cpu.jsonl: LongT5's full training, eager, T a
@@ -30,13 +31,14 @@ from graph_rows import (
     row_run,
 )
 
+from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.families.t5 import T5
 from transformer_calc.graph.families.t5gemma import T5Gemma
 from transformer_calc.graph.families.whisper import Whisper
-from transformer_calc.graph.names import component_rows
+from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
@@ -45,7 +47,8 @@ from transformer_calc.spec import ModelSpec
 WHISPER_CONFIGS = ("whisper-tiny.json",)
 T5GEMMA_CONFIGS = ("t5gemma-tiny.json", "t5gemma-untied.json")
 LONGT5_CONFIGS = ("longt5-local.json", "longt5-local-default.json",
-                  "longt5-local-nodropout.json")
+                  "longt5-local-nodropout.json", "longt5-tglobal.json",
+                  "longt5-tglobal-default.json")
 CONFIGS = WHISPER_CONFIGS + T5GEMMA_CONFIGS + LONGT5_CONFIGS
 EAGER_ONLY = T5GEMMA_CONFIGS + LONGT5_CONFIGS
 ROWS = measured_rows(CONFIGS)
@@ -78,8 +81,8 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert {_spec(c).model_type for c in T5GEMMA_CONFIGS} == {"t5gemma"}
     assert {_spec(c).model_type for c in LONGT5_CONFIGS} == {"longt5"}
     full = [r for r in ROWS if not r.get("lora")]
-    assert len(full) == 8 + 8 + 16
-    assert len(ROWS) - len(full) == 12 + 16 + 6
+    assert len(full) == 8 + 8 + 16 + 10
+    assert len(ROWS) - len(full) == 12 + 16 + 6 + 4
 
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
@@ -216,17 +219,18 @@ def test_t5gemma_compiled_equals_traced_on_random_draws() -> None:
     assert cache_hits_on_random_draws(_draw_t5gemma, 11, 8) > 0
 
 
-# -- LongT5 (local attention) ---------------------------------------------------------------
-def test_longt5_local_maps_to_the_t5_graph_eager_only() -> None:
+# -- LongT5 (local and transient-global attention) -----------------------------------------
+def test_longt5_maps_to_the_t5_graph_eager_only() -> None:
     local = family_of(_spec("longt5-local.json"))
     assert isinstance(local, T5) and (local.local_block, local.Le, local.Ld) == (8, 2, 2)
     assert family_of(_spec("longt5-local-default.json")).local_block == 128  # radius 127
+    tglobal = family_of(_spec("longt5-tglobal.json"))
+    assert (tglobal.local_block, tglobal.global_block) == (8, 4)
+    assert family_of(_spec("longt5-tglobal-default.json")).global_block == 16
     with pytest.raises(ValueError, match="eager attention only"):
         evaluate(local, Run(2, 8, attention="sdpa"))
-    data = json.loads((DATA / "hf" / "variants" / "longt5-tglobal.json").read_text())
     spec = _spec("longt5-local.json")
-    for other in (spec_from_hf(data, "longt5-tglobal.json"),  # transient-global: the rules
-                  spec.replace(encoder_local_block=0), spec.replace(sdpa_path=True),
+    for other in (spec.replace(encoder_local_block=0), spec.replace(sdpa_path=True),
                   _spec("t5-gated-asym.json").replace(encoder_local_block=4)):
         with pytest.raises(TcalcError, match="no op graph"):
             family_of(other)
@@ -246,12 +250,14 @@ def test_longt5_pads_its_blocks_and_keeps_one_merged_bias() -> None:
 
 
 def test_longt5_forward_flops_count_the_padded_blocks() -> None:
-    # T = 100 over blocks of 8 (longt5-local) and 6 (longt5-local-nodropout): the local
-    # einsums run on 104 and 102 padded tokens. torch 2.13 CPU FlopCounterMode,
-    # transformers 5.23 LongT5ForConditionalGeneration, B = 1, T = 100 source and target
-    # tokens: python tools/reference_flops.py --seq-len 100 <config>
+    # T = 100 over blocks of 8 (longt5-local, longt5-tglobal) and 6
+    # (longt5-local-nodropout): the local einsums run on 104 and 102 padded tokens.
+    # torch 2.13 CPU FlopCounterMode, transformers 5.23 LongT5ForConditionalGeneration,
+    # B = 1, T = 100 source and target tokens:
+    # python tools/reference_flops.py --seq-len 100 <config>
     for config, flops in (("longt5-local.json", 42_647_552),
-                          ("longt5-local-nodropout.json", 24_431_616)):
+                          ("longt5-local-nodropout.json", 24_431_616),
+                          ("longt5-tglobal.json", 45_437_952)):
         r = evaluate(family_of(_spec(config)), Run(1, 100, F32, "cpu", "eager"))
         assert r.forward_flops == flops, config
 
@@ -263,10 +269,25 @@ def _draw_longt5(rng: random.Random) -> tuple[T5, Run]:
              dh=rng.choice((1, 4)), F=rng.randint(1, 24), Nb=rng.choice((1, 8)),
              Le=rng.randint(1, 3), Ld=rng.randint(1, 2), gated=rng.random() < 0.5,
              act=rng.choice(("relu", "gelu_new")), dropout=rng.choice((0.0, 0.1)),
-             local_block=rng.choice((1, 3, 8)))
+             local_block=rng.choice((1, 3, 8)), global_block=rng.choice((0, 0, 1, 4)))
     lora = rng.choice((None, Lora(rng.randint(1, 8), frozenset({"all-linear"}))))
-    return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 7, 16, 30)),
+    return fam, Run(rng.choice((1, 2, 3)), rng.choice((4, 7, 16, 30)),
                     rng.choice((F32, BF16)), "cpu", "eager", lora=lora)
+
+
+def test_longt5_transient_global_sums_its_blocks_and_keeps_side_buckets() -> None:
+    # each layer's global inputs: the einsum keeps the (B, T, Tg) one-hot block ids (bmm's
+    # operand for the hidden states' gradient, with the operands swapped: swap_lo_ro) and
+    # a norm of its own; the first layer's side bias looks up (B, T, Tg) int64 buckets.
+    # Fewer tokens than a global block: no global tokens, left to the rules
+    fam = family_of(_spec("longt5-tglobal.json"))
+    B, T = 2, 64
+    names = by_name(component_rows(fam, Run(B, T, F32, "cpu", "eager")))
+    assert names["encoder.attn.global_one_hot"] == fam.Le * B * T * (T // 4) * 4
+    assert names["encoder.attn.side_buckets"] == B * T * (T // 4) * 8
+    s = Settings(precision="fp32", batch_size=1, seq_len=3, attention="eager", device="cpu")
+    assert graph_costs.graph_activations(_spec("longt5-tglobal.json"), s, 3, amp=False,
+                                         amp16=False, adapted_roles=None) is None
 
 
 def test_longt5_compiled_equals_traced_on_random_draws() -> None:

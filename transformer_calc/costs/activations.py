@@ -87,7 +87,7 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
     family = _family(spec)
     if family is None:
         return None
-    if _t5_cuda_sdpa(family, s):
+    if _t5_cuda_sdpa(family, s) or _no_global_tokens(family, T):
         return None
     family = _dropout(family, s)
     if family is None:
@@ -165,6 +165,14 @@ def _t5_cuda_sdpa(family: Family, s: Settings) -> bool:
     from transformer_calc.graph.families.t5 import T5
 
     return isinstance(family, T5) and s.device == "cuda" and s.attention == "sdpa"
+
+
+def _no_global_tokens(family: Family, T: int) -> bool:
+    """LongT5's transient-global attention over fewer than global_block_size tokens: no
+    global tokens, zero-size side keys the graph does not express (the rules answer)."""
+    from transformer_calc.graph.families.t5 import T5
+
+    return isinstance(family, T5) and family.global_block > T
 
 
 def _dropout(family: Family, s: Settings) -> Family | None:

@@ -253,7 +253,8 @@ _READS["t5"] = _METADATA | _COMMON | {
     "arch", "n_encoder_layers", "n_decoder_layers", "d_head", "n_kv_heads",
     "relative_buckets", "relative_scope", "t5_dropouts", "norm_keeps_input", "loss_fp32",
     "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out", "final_norm",
-    "norm_position", "tie_encoder_decoder", "encoder_local_block", "sdpa_path"}
+    "norm_position", "tie_encoder_decoder", "encoder_local_block", "encoder_global_block",
+    "sdpa_path"}
 # the T5 model types: model_type -> (relative_scope, the decoder's output rescaled before
 # the tied lm_head: T5's scale_decoder_outputs, UMT5's tie_word_embeddings, never mT5's)
 _T5S = {"t5": ("first", True), "mt5": ("first", False), "umt5": ("every", True),
@@ -1102,14 +1103,13 @@ def _t5_family(spec: ModelSpec) -> t5.T5 | None:
             and spec.attention_dropout in (None, spec.dropout)
             and bool(spec.encoder_local_block) == (model_type == "longt5")
             and spec.sdpa_path == (model_type != "longt5")  # LongT5: eager only
-            and not spec.encoder_global_block
             and not _unread(spec, "t5")):
         return None
     return t5.T5(V=spec.vocab_size, E=spec.d_model, H=H, dh=dh, F=spec.d_ff,
                  Nb=spec.relative_buckets, Le=spec.n_encoder_layers, Ld=spec.n_decoder_layers,
                  gated=spec.ffn == "gated", act=spec.activation, scale_output=scale,
                  bias_every_layer=scope == "every", dropout=spec.dropout,
-                 local_block=spec.encoder_local_block)
+                 local_block=spec.encoder_local_block, global_block=spec.encoder_global_block)
 
 def _bart_family(spec: ModelSpec) -> bart.Bart | None:
     """BART's layout (spec_from_hf's _seq2seq and _seq2seq_decoder for model_type bart, or

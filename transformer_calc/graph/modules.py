@@ -43,11 +43,14 @@ class Run:
 
 def symbol_values(run: Run, sizes: dict[str, int]) -> dict[str, int]:
     """The symbols' values: B, T, the family's sizes, r (LoRA's rank), T32 (T rounded
-    up to a multiple of 32, the memory-efficient kernel's log-sum-exp length) and, with a
-    chunk size Q, Tq (the chunks: T / Q rounded up)."""
+    up to a multiple of 32, the memory-efficient kernel's log-sum-exp length), with a
+    chunk size Q, Tq (the chunks: T / Q rounded up), with a global block Gb, Tg (T / Gb
+    rounded down)."""
     out = {"B": run.batch, "T": run.seq_len, "T32": -(-run.seq_len // 32) * 32, **sizes}
     if "Q" in sizes:  # a chunked scan's chunks: T / Q rounded up (Mamba-2)
         out["Tq"] = -(-run.seq_len // sizes["Q"])
+    if "Gb" in sizes:  # LongT5's transient-global blocks: T / Gb rounded down
+        out["Tg"] = run.seq_len // sizes["Gb"]
     if run.lora is not None:
         out["r"] = run.lora.rank
     for name, v in out.items():

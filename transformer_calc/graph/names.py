@@ -666,6 +666,8 @@ class _Namer:
         if role == "embedding.indices":
             # (each stack's token ids: the input ids and the shifted labels)
             return ("embed.token_ids" if st.name in ("input_ids", "decoder_input_ids")
+                    else f"{stack}.attn.side_buckets"  # LongT5's transient-global (B, T, Tg)
+                    if st.name == "side_relative_position_bucket"
                     else f"{stack}.attn.relative_buckets")
         layer = _T5_LAYER.match(scope)
         if layer is None:
@@ -688,6 +690,8 @@ class _Namer:
             return prefix + "causal_mask"
         if rest == "layer_norm":
             return prefix + "norm." + _T5_NORM_PARTS[role]
+        if module == "global_input_layer_norm":  # LongT5's transient-global inputs' norm
+            return prefix + "global_norm." + _T5_NORM_PARTS[role]
         lora = self.run.lora
         if module in _T5_INPUTS and lora is not None and lora.adapts(scope):
             part = _lora_part(role, s)
@@ -703,7 +707,9 @@ class _Namer:
             return prefix + "residual_dropout_mask"
         if module == "DenseReluDense":
             return prefix + ("inner_dropout_mask" if dropout else "activation")
-        if module == "LocalSelfAttention":
+        if module in ("LocalSelfAttention", "TransientGlobalSelfAttention"):
+            if st.name == "one_hot_block_ids":  # the global aggregates' einsum keeps it
+                return prefix + "global_one_hot"
             return prefix + self._local_attention(role, s, dropout)
         return prefix + self._attention(role, s)
 

@@ -826,7 +826,8 @@ def _einsum_operand(t: Tensor, labels: str, order: list[str]) -> Tensor:
 
 
 def _sumproduct_pair(left: Tensor, right: Tensor, sum_dims: list[int]) -> Tensor:
-    """aten's sumproduct_pair(left, right, sum_dims, keepdim=True)."""
+    """aten's sumproduct_pair(left, right, sum_dims, keepdim=True) (torch 2.13's
+    aten/src/ATen/native/Linear.cpp, its swap_lo_ro included)."""
     if not sum_dims:
         return mul(left, right)
     one = Dim.const(1)
@@ -852,6 +853,10 @@ def _sumproduct_pair(left: Tensor, right: Tensor, sum_dims: list[int]) -> Tensor
         else:
             ro.append(i)
             ro_size = ro_size * right.shape[i]
+    if lo and ro and ro[-1] < lo[0]:
+        # swap_lo_ro: the right operand's output dims all come before the left's: bmm runs
+        # with the operands swapped, so its output is laid out in the output's order
+        left, right, lo, ro, lo_size, ro_size = right, left, ro, lo, ro_size, lo_size
     out_shape = tuple([left.shape[d] for d in lro] + [left.shape[d] for d in lo]
                       + [one for _ in sum_dims] + [right.shape[d] for d in ro])
     lperm = tuple(lro + lo + sum_dims + ro)
