@@ -166,7 +166,7 @@ def _draw_whisper(rng: random.Random) -> tuple[Whisper, Run]:
 
 
 def test_whisper_compiled_equals_traced_on_random_draws() -> None:
-    assert cache_hits_on_random_draws(_draw_whisper, 7, 12) > 0
+    assert cache_hits_on_random_draws(_draw_whisper, 7, 8) > 0
 
 
 # -- T5Gemma --------------------------------------------------------------------------------
@@ -216,7 +216,7 @@ def _draw_t5gemma(rng: random.Random) -> tuple[T5Gemma, Run]:
 
 
 def test_t5gemma_compiled_equals_traced_on_random_draws() -> None:
-    assert cache_hits_on_random_draws(_draw_t5gemma, 11, 8) > 0
+    assert cache_hits_on_random_draws(_draw_t5gemma, 11, 5) > 0
 
 
 # -- LongT5 (local and transient-global attention) -----------------------------------------
@@ -291,4 +291,4 @@ def test_longt5_transient_global_sums_its_blocks_and_keeps_side_buckets() -> Non
 
 
 def test_longt5_compiled_equals_traced_on_random_draws() -> None:
-    assert cache_hits_on_random_draws(_draw_longt5, 5, 10) > 0
+    assert cache_hits_on_random_draws(_draw_longt5, 5, 6) > 0
