@@ -21,7 +21,7 @@ from transformer_calc.memory import Settings, memory_report
 QLORA = json.loads((DATA / "peak_qlora_cuda_h100.json").read_text())
 
 
-def _report(monkeypatch: pytest.MonkeyPatch, model: str, **kw: Any
+def _report(monkeypatch: pytest.MonkeyPatch, model: str, spec: Any = None, **kw: Any
             ) -> tuple[Any, Breakdown | None]:
     """memory_report, and what the op graph answered for its activations (None: the rules)."""
     import transformer_calc.costs.activations as activations
@@ -34,10 +34,10 @@ def _report(monkeypatch: pytest.MonkeyPatch, model: str, **kw: Any
         return seen[-1]
 
     monkeypatch.setattr(activations, "graph_activations", spy)
-    config, B, T = LORA_MODELS[model]
+    config, B, T = LORA_MODELS[model] if model else ("", 1, 256)
     settings = {"precision": "bf16", "batch_size": B, "seq_len": T, "attention": "sdpa",
                 "device": "cuda", "lora_rank": 16, **kw}
-    r = memory_report(spec_from_hf(config), Settings(**settings))
+    r = memory_report(spec or spec_from_hf(config), Settings(**settings))
     return r, seen[-1]
 
 
@@ -103,3 +103,20 @@ def test_what_the_graph_does_not_model_keeps_the_rules(
     settings = {"quant": "bnb-nf4", "batch_size": 1, **kw}
     _, graph = _report(monkeypatch, "llama-3.2-1b", **settings)
     assert graph is None
+
+
+def test_gemma_bitsandbytes_bases_through_the_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gemma 2 (the Hub's gemma-2-2b config, eager): every linear but the head quantised; the
+    8-bit base keeps what the 4-bit one does plus each quantised linear's bf16 input (the
+    first layer's q/k/v input needs no gradient; o_proj's, the heads' output made contiguous,
+    n_heads·d_head = 2048 wide, in every layer)."""
+    from transformer_calc.presets import load_model
+
+    spec = load_model(str(DATA / "published_memory" / "gemma-2-2b.json"))
+    E, F, L, T = 2304, 9216, 26, 256
+    got = {}
+    for quant in ("bnb-nf4", "bnb-int8"):
+        r, graph = _report(monkeypatch, "", spec, quant=quant, attention="eager")
+        assert graph is not None
+        got[quant] = r.activations.total
+    assert got["bnb-int8"] - got["bnb-nf4"] == T * 2 * (L * (E + F + 2048) + (L - 1) * E)

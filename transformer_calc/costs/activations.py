@@ -177,13 +177,14 @@ def _bnb(s: Settings) -> str | None:
 def _quantised(family: Family, lora: Lora, s: Settings) -> Lora | None:
     """LoRA over a bitsandbytes base where the family's every Builder.linear is an nn.Linear
     transformers' replace_with_bnb_linear converts (all but the LM head, which the Llama
-    family runs as ops.linear): the Llama family, its own class."""
+    family runs as ops.linear): the Llama and Gemma families, their own classes."""
     import dataclasses
 
+    from transformer_calc.graph.families.gemma import Gemma
     from transformer_calc.graph.families.llama import Llama
 
     quant = _bnb(s)
-    if type(family) is not Llama or quant is None:
+    if type(family) not in (Llama, Gemma) or quant is None:
         return None
     return dataclasses.replace(lora, quant=quant)
 
