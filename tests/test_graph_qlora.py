@@ -96,8 +96,11 @@ def test_peft_bnb_layers_read_the_input_as_it_is_under_autocast(
 
 
 @pytest.mark.parametrize("kw", [{"lightning_bnb": True}, {"precision": "fp32"},
-                                {"adapter_dtype": "bf16"}, {"quant": "gptq"}],
-                         ids=["lightning-layers", "fp32-compute", "bf16-adapters", "gptq"])
+                                {"adapter_dtype": "bf16"}, {"quant": "gptq"},
+                                {"quant": "bnb-int8", "recompute": "full"},
+                                {"bnb_legacy": True, "recompute": "full"}],
+                         ids=["lightning-layers", "fp32-compute", "bf16-adapters", "gptq",
+                              "int8-checkpointed", "legacy-checkpointed"])
 def test_what_the_graph_does_not_model_keeps_the_rules(
         monkeypatch: pytest.MonkeyPatch, kw: dict[str, Any]) -> None:
     settings = {"quant": "bnb-nf4", "batch_size": 1, **kw}

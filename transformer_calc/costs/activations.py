@@ -186,7 +186,13 @@ def _quantised(family: Family, lora: Lora, s: Settings) -> Lora | None:
     quant = _bnb(s)
     if type(family) not in (Llama, Gemma) or quant is None:
         return None
-    return dataclasses.replace(lora, quant=quant)
+    lora = dataclasses.replace(lora, quant=quant)
+    # MatMul4Bit before 0.44 and MatMul8bitLt hold A as a ctx attribute, not through
+    # save_for_backward: non-reentrant checkpointing's saved-tensor hooks do not see it, so
+    # under full recomputation each layer's inputs would stay held; unmeasured, the rules answer
+    if lora.base_keeps_input and s.recompute == "full":
+        return None
+    return lora
 
 
 def _t5_cuda_sdpa(family: Family, s: Settings) -> bool:
