@@ -123,3 +123,33 @@ def test_gemma_bitsandbytes_bases_through_the_graph(monkeypatch: pytest.MonkeyPa
         assert graph is not None
         got[quant] = r.activations.total
     assert got["bnb-int8"] - got["bnb-nf4"] == T * 2 * (L * (E + F + 2048) + (L - 1) * E)
+
+
+def test_compiled_equals_traced_on_random_qlora_draws() -> None:
+    """The compile cache under a bitsandbytes base: compiled against traced on 12 random
+    Llama configurations with each base (graph_rows.cache_hits_on_random_draws)."""
+    import random
+
+    from graph_rows import cache_hits_on_random_draws
+
+    from transformer_calc.graph.families.llama import Llama
+    from transformer_calc.graph.lora import Lora
+    from transformer_calc.graph.modules import Run
+    from transformer_calc.graph.tensor import BF16
+
+    names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+    def draw(rng: random.Random) -> tuple[Llama, Run]:
+        Hkv, G = rng.choice((1, 2)), rng.choice((1, 2))
+        fam = Llama(V=rng.randint(5, 40), E=rng.randint(1, 32), H=Hkv * G, Hkv=Hkv,
+                    dh=rng.choice((2, 4, 8)), F=rng.randint(1, 24), L=rng.choice((1, 2)),
+                    tied=rng.random() < 0.5)
+        targets = frozenset(("all-linear",)) if rng.random() < 0.4 else frozenset(
+            rng.sample(names, rng.choice((1, 2))))
+        lora = Lora(rng.choice((1, 2, 8)), targets, rng.choice((0.0, 0.05)),
+                    quant=rng.choice(("4bit", "4bit-legacy", "int8")))
+        return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 7, 33)), BF16, "cuda",
+                        rng.choice(("eager", "sdpa")), autocast=rng.choice((None, BF16)),
+                        lora=lora, recompute=rng.choice(("none", "selective", "full")))
+
+    assert cache_hits_on_random_draws(draw, 20260611, 12) >= 1
