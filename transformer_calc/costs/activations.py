@@ -4,7 +4,8 @@
 is over, as Breakdown rows named as tcalc names them) from the model's op graph
 (transformer_calc.graph) wherever the graph expresses the run exactly: a family with a
 graph, transformers' eager or SDPA attention, torch's own kernel choice, full training or
-LoRA over an unquantised base. It returns None elsewhere, and the caller keeps its rules.
+LoRA over an unquantised base or a bitsandbytes one (Llama and Gemma families). It returns
+None elsewhere, and the caller keeps its rules.
 
 The graph derives what the rules enumerate: LoRA, recomputation and autocast compose
 because each op states once what it saves (derivatives.yaml) and requires_grad flows from
