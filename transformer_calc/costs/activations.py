@@ -4,7 +4,8 @@
 is over, as Breakdown rows named as tcalc names them) from the model's op graph
 (transformer_calc.graph) wherever the graph expresses the run exactly: a family with a
 graph, transformers' eager or SDPA attention, torch's own kernel choice, full training or
-LoRA over an unquantised base. It returns None elsewhere, and the caller keeps its rules.
+LoRA over an unquantised base or a bitsandbytes one (Llama and Gemma families). It returns
+None elsewhere, and the caller keeps its rules.
 
 The graph derives what the rules enumerate: LoRA, recomputation and autocast compose
 because each op states once what it saves (derivatives.yaml) and requires_grad flows from
@@ -102,6 +103,10 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
         lora = _lora(family, s, adapted_roles, spec.peft_moe)
         if lora is None:
             return None
+        if s.quant:
+            lora = _quantised(family, lora, s)
+            if lora is None:
+                return None
     run = _run(s, T, amp, amp16, lora)
     if s.freeze and not _parts_agree(spec, family, run):
         return None
@@ -147,15 +152,48 @@ def _family(spec: ModelSpec) -> Family | None:
 def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
     """The settings the graph models: transformers' eager or SDPA attention with torch's
     kernel choice, dense attention (or a pattern whose keys cover the sequence),
-    transformers' layers, an unquantised base."""
+    transformers' layers, an unquantised base or a bitsandbytes one (_bnb)."""
     from transformer_calc.flops import pattern_keys
 
     dense = (pattern is None or getattr(pattern, "kind", "dense") == "dense"
              or pattern_keys(pattern, T) == T)  # type: ignore[arg-type]
     return (dense and s.attention in ("eager", "sdpa") and s.sdpa_kernel == "auto"
             and (spec.sdpa_path or s.attention == "eager")
-            and s.device in ("cpu", "cuda") and s.activations == "hf" and not s.quant
-            and not s.bnb_legacy)
+            and s.device in ("cpu", "cuda") and s.activations == "hf"
+            and (not s.quant or _bnb(s) is not None) and (bool(s.quant) or not s.bnb_legacy))
+
+
+def _bnb(s: Settings) -> str | None:
+    """The base's bitsandbytes layers as graph/lora.py's Lora names them, or None where the
+    graph does not model the quantised base: a 16-bit compute dtype (the model's), peft's
+    fp32 adapters; Lightning's layers (its LM head quantised, ctx-held inputs outliving
+    backward) keep the rules."""
+    if s.act_bytes != 2 or s.lightning_bnb or s.adapter_bytes != 4 or s.fsdp2_mixed:
+        return None
+    if s.quant in ("bnb-nf4", "bnb-fp4"):
+        return "4bit-legacy" if s.bnb_legacy else "4bit"
+    return "int8" if s.quant == "bnb-int8" else None
+
+
+def _quantised(family: Family, lora: Lora, s: Settings) -> Lora | None:
+    """LoRA over a bitsandbytes base where the family's every Builder.linear is an nn.Linear
+    transformers' replace_with_bnb_linear converts (all but the LM head, which the Llama
+    family runs as ops.linear): the Llama and Gemma families, their own classes."""
+    import dataclasses
+
+    from transformer_calc.graph.families.gemma import Gemma
+    from transformer_calc.graph.families.llama import Llama
+
+    quant = _bnb(s)
+    if type(family) not in (Llama, Gemma) or quant is None:
+        return None
+    lora = dataclasses.replace(lora, quant=quant)
+    # MatMul4Bit before 0.44 and MatMul8bitLt hold A as a ctx attribute, not through
+    # save_for_backward: non-reentrant checkpointing's saved-tensor hooks do not see it, so
+    # under full recomputation each layer's inputs would stay held; unmeasured, the rules answer
+    if lora.base_keeps_input and s.recompute == "full":
+        return None
+    return lora
 
 
 def _t5_cuda_sdpa(family: Family, s: Settings) -> bool:

@@ -182,6 +182,9 @@ class Builder:
         with self.module(name):
             w = self.tied(tied) if tied else self.param("weight", out, x.shape[-1])
             b = self.param("bias", out) if bias else None
+            lora = self.run.lora
+            if lora is not None and lora.quant and not tied and not matmul:
+                return self._lora(name, x, self._bnb_linear(x, w, b, lora), out, bnb=True)
             if matmul:
                 y = ops.matmul(x, ops.transpose(w, 0, 1))
                 y = y if b is None else ops.add(y, b)
@@ -220,7 +223,17 @@ class Builder:
             return y
         return self._lora("lm_head", x, y, out)
 
-    def _lora(self, name: str, x: Tensor, y: Tensor, out: Dim) -> Tensor:
+    def _bnb_linear(self, x: Tensor, w: Tensor, b: Tensor | None, lora: peft.Lora) -> Tensor:
+        """bitsandbytes' Linear4bit.forward (bitsandbytes/nn/modules.py): the input cast to
+        the compute dtype (the model's 16-bit dtype), MatMul4Bit, the result cast back to the
+        input's dtype; Linear8bitLt.forward: MatMul8bitLt on the input as it is."""
+        if lora.quant == "int8":
+            return ops.bnb_matmul(x, w, b, lora.base_keeps_input)
+        compute = self.run.dtype
+        y = ops.bnb_matmul(ops.to(x, compute), w, b, lora.base_keeps_input)
+        return ops.to(y, x.dtype)
+
+    def _lora(self, name: str, x: Tensor, y: Tensor, out: Dim, bnb: bool = False) -> Tensor:
         lora = self.run.lora
         if lora is None or not lora.adapts(self.trace.scope):  # (inside the module's scope)
             return y
@@ -229,7 +242,7 @@ class Builder:
             a = self.param("weight", r, x.shape[-1], adapter=True)
         with self.module("lora_B"):
             b = self.param("weight", out, r, adapter=True)
-        return peft.adapted(y, x, a, b, lora)
+        return (peft.adapted_bnb if bnb else peft.adapted)(y, x, a, b, lora)
 
     def embedding(self, name: str, ids: Tensor, rows: Dim, width: Dim) -> Tensor:
         with self.module(name):

@@ -584,6 +584,22 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
         return out
 
 
+def bnb_matmul(x: Tensor, w: Tensor, b: Tensor | None, keeps_input: bool) -> Tensor:
+    """One bitsandbytes autograd function over a frozen quantised weight w (out, in), as
+    ONE op: MatMul4Bit (bitsandbytes/autograd/_functions.py) dequantises w to x's dtype and
+    runs F.linear(x, w, b); since 0.44 it keeps only the quantised weight
+    (ctx.tensors = (None, B)), before 0.44 its input too (ctx.tensors = (A, B), whenever A
+    needs a gradient). MatMul8bitLt keeps A likewise in every version (ctx.tensors = (CAt,
+    subA, A): CAt only for the weight's gradient, which a frozen base has none of; subA,
+    the outlier columns above llm_int8_threshold, is data-dependent and not counted). The
+    quantised weight is a parameter, not an activation. FLOPs: the matmul's, 2·rows·in·out
+    (FlopCounterMode sees the F.linear of the dequantised weight)."""
+    out = _new(x, x.shape[:-1] + (w.shape[0],), x.dtype, _rg(x, w, b))
+    x.trace.record("bnb_matmul", out, [("A", x, keeps_input)],
+                   flops=2 * _rows(x) * x.shape[-1] * w.shape[0])
+    return out
+
+
 def conv1d_gpt2(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     """transformers' pytorch_utils.Conv1D.forward: addmm(bias, x.view(-1, nx), weight)
     viewed back (the weight stored (in, out), not transposed)."""
