@@ -3108,6 +3108,8 @@ def _router_topk(c: Config, kind: str) -> str:
         # divided by their sum in place with norm_topk_prob (their configs' default: true);
         # without it none ("none": the op graph leaves the router to the per-tensor rules)
         return "renorm" if c.get("norm_topk_prob", True) else "none"
+    if kind == "dots1":  # Dots1TopkRouter: DeepSeek-V3's, norm_topk_prob false by default
+        return "renorm" if c.get("norm_topk_prob", False) else "none"
     return "renorm_cast" if c.get("norm_topk_prob", False) else "cast"
 
 
@@ -3230,7 +3232,8 @@ GENERIC: dict[str, Layout] = {
     # layers before first_k_dense_replace, then routed experts and one shared MLP of
     # n_shared_experts · moe_intermediate_size. Checks and sliding layers: _dots1
     "dots1": Layout("Dots1ForCausalLM", mlp_bias=False, qk_norm="head",
-                    moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace")),
+                    moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace",
+                            router_topk="dots1")),
     # Hunyuan (HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM): Llama with an RMSNorm over
     # each query and key head (query_layernorm, key_layernorm); the MoE class routes every layer
     # to num_experts experts of intermediate_size beside a shared MLP of the same size. Head

@@ -784,7 +784,57 @@ def _gemma3n_family(spec: ModelSpec) -> gemma3n.Gemma3n | None:
 
 
 def _moe_family(spec: ModelSpec) -> moe.Moe | None:
+    if spec.model_type in _SIGMOID_MOES:
+        return _sigmoid_moe(spec)
     return _moe(spec) if spec.n_experts else None
+
+
+# the Llama-shaped decoders whose router is DeepSeek-V3's sigmoid with its top-k chosen under
+# autograd (moe.sigmoid_router): model_type -> the attention's q/k norm (HYV3Attention's after
+# the transpose, Dots1Attention's Qwen3 one before it)
+_SIGMOID_MOES = {"hy_v3": "head_t", "dots1": "head"}
+
+
+_READS["sigmoid_moe"] = _READS["moe"] | {"router_fp32"}
+
+
+def _sigmoid_moe(spec: ModelSpec) -> moe.Moe:
+    """HYV3ForCausalLM and Dots1ForCausalLM (spec_from_hf's fields for them): Qwen3's
+    attention (RMSNorm per q/k head), dense layers where layer_ffn says D, the others
+    routed by an fp32 sigmoid router (router_fp32) with ungated shared experts of
+    n_shared_experts · moe_intermediate_size (d_ff_shared unset). Dots1's router
+    renormalises with norm_topk_prob (router_topk renorm, else none) and ranks n_group
+    groups first: spec_from_hf does not read n_group and topk_group, so the graph takes
+    Dots1Config's (1 and 1). Anything else is refused."""
+    from transformer_calc.plan import parse_pattern
+
+    hy = spec.model_type == "hy_v3"
+    kinds = parse_pattern(spec.layer_ffn, "DE", spec.n_layers, "layer_ffn") \
+        if spec.layer_ffn else ("E",) * spec.n_layers
+    if not (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation == "silu" and spec.softmax_fp32 and not spec.dropout
+            and spec.qk_norm == "head" and spec.norm_position == "pre" and spec.router_fp32
+            and spec.router_topk in (("none",) if hy else ("none", "renorm"))
+            and spec.n_shared_experts >= 1 and spec.d_ff_shared is None
+            and not spec.fused_qkv and not spec.fused_gate_up and not spec.rope_concat
+            and not spec.norm_fp32 and not spec.rope_fp32 and not spec.bias_ffn_in
+            and not spec.bias_ffn_out and not spec.shared_expert_gate
+            and spec.peft_moe == ("none" if hy else "qwen2_moe")
+            and not spec.peft_router_linear and not _unread(spec, "sigmoid_moe")):
+        raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout yet "
+                         "(the graph engine covers HY-V3's and dots.llm1's defaults)")
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return moe.Moe(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                   dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
+                   bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
+                   bias_o=spec.bias_o, attention_dropout=pa,
+                   qk_norm=_SIGMOID_MOES[spec.model_type],
+                   X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                   Fs=spec.n_shared_experts * spec.shared_ff,
+                   pattern="" if set(kinds) == {"E"} else "".join(kinds),
+                   router=spec.model_type, norm_topk=spec.router_topk == "renorm",
+                   shared_experts=True, grouped=spec.experts_grouped)
 
 
 def _encoder(spec: ModelSpec) -> bert.Bert | None:

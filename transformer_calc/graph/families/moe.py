@@ -50,6 +50,7 @@ from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import BOOL, F32, I32, I64, Tensor
 
 ROUTERS = ("mixtral", "qwen", "sparsemixer")
+SIGMOID_ROUTERS = ("hy_v3", "dots1")
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,10 @@ class Moe(llama.Llama):
     weight an nn.Linear, gate.wg) or "sparsemixer" (PhiMoE: two experts per token sampled
     in training, nn.Linear router). shared_expert: Qwen2-MoE's gated shared expert;
     shared_mlp: HunYuan's, ungated, run first on the block's input. grouped: the grouped_mm
-    experts."""
+    experts. router "hy_v3" (HYV3TopKRouter) and "dots1" (Dots1TopkRouter): DeepSeek-V3's
+    sigmoid of fp32 logits, its top-k chosen with autograd on (sigmoid_router);
+    shared_experts: their ungated MLP of Fs (n_shared · moe_intermediate_size) added after
+    the experts (HYV3MoE, Dots1MoE)."""
 
     X: int = 1
     K: int = 1
@@ -73,6 +77,7 @@ class Moe(llama.Llama):
     norm_topk: bool = True
     shared_expert: bool = False
     shared_mlp: bool = False
+    shared_experts: bool = False
     grouped: bool = False
 
     def sizes(self) -> dict[str, int]:
@@ -116,16 +121,60 @@ def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor, name: str = "mlp",
         shared = (llama._mlp(m, cfg, flat, "shared_expert", "Fs") if cfg.shared_expert
                   else None)
         weights, chosen = (_sparsemixer(m, flat) if cfg.router == "sparsemixer"
+                           else sigmoid_router(m, cfg, flat, router)
+                           if cfg.router in SIGMOID_ROUTERS
                            else _router(m, cfg, flat, router))
         with m.module("experts"):
             run = grouped_experts if cfg.grouped else eager_experts
             out = run(m, flat, chosen, weights)
+        if cfg.shared_experts:
+            out = _shared_experts(m, cfg, x, out)
         if shared is not None:
             # F.sigmoid(self.shared_expert_gate(x)) * shared_expert_output
             gate = ops.sigmoid(m.linear("shared_expert_gate", flat, Dim.const(1), False))
             out = ops.add(out, ops.mul(gate, shared))
         out = ops.reshape(out, (B, T, E))
         return out if ungated is None else ops.add(out, ungated)
+
+
+def _shared_experts(m: Builder, cfg: Moe, x: Tensor, routed: Tensor) -> Tensor:
+    """The ungated shared experts added after the routed ones. HYV3MoE (its config's
+    enable_moe_fp32_combine, on by default: spec_from_hf does not read it, and it keeps
+    nothing either way): (routed_output.float() + self.shared_experts(hidden_states).float())
+    .to(hidden_states.dtype) on the flattened tokens; Dots1MoE: the experts' output viewed
+    back to (B, T, E) plus self.shared_experts(residuals)."""
+    if cfg.router == "dots1":
+        shared = llama._mlp(m, cfg, x, "shared_experts", "Fs")
+        return ops.view(ops.add(ops.view(routed, x.shape), shared), routed.shape)
+    flat = ops.view(x, routed.shape)
+    shared = llama._mlp(m, cfg, flat, "shared_experts", "Fs")
+    return ops.to(ops.add(ops.to(routed, F32), ops.to(shared, F32)), routed.dtype)
+
+
+def sigmoid_router(m: Builder, cfg: Moe, flat: Tensor, name: str = "gate"
+                   ) -> tuple[Tensor, Tensor]:
+    """HYV3TopKRouter / Dots1TopkRouter.forward: router_logits = F.linear(hidden_states
+    .float(), self.weight.float()); scores = sigmoid; the experts ranked on scores +
+    e_score_correction_bias (Dots1's by n_group groups first: topk(2) of each group, summed,
+    topk_group of them scattered into a mask, masked_fill(~mask, -inf)) with torch.topk, all
+    with autograd on but only topk's indices used: every node of the ranking dies with its
+    discarded values, nothing of it stays held (measured: tests/test_graph_moe_more.py), and
+    the indices stay as gather's; the weights scores.gather(1, top_k_index) divided by their
+    sum + 1e-20 (HYV3's always, a new tensor; Dots1's with norm_topk_prob, in place), times
+    the scaling factor (a number). Returns (fp32 weights, indices), (B·T, K) each."""
+    N, X, K = flat.shape[0], m["X"], m["K"]
+    with m.module(name):
+        w = _as_read(m, [("weight", m.param("weight", X, flat.shape[-1]), 1)],
+                     scoped=False)["weight"]()
+        scores = ops.sigmoid(ops.linear(ops.to(flat, F32), ops.to(w, F32)))
+        with m.trace.no_grad():
+            chosen = m.trace.tensor((N, K), I64, False)
+        weights = ops.gather(scores, 1, chosen)
+        if cfg.router == "hy_v3" or cfg.norm_topk:
+            total = ops.add(ops.sum_dim(weights, -1, keepdim=True), 1e-20)
+            weights = ops.div(weights, total) if cfg.router == "hy_v3" else \
+                ops.div_(weights, total)
+        return ops.mul(weights, 1.0), chosen
 
 
 def _router(m: Builder, cfg: Moe, flat: Tensor, name: str = "gate"
