@@ -27,6 +27,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
+from transformer_calc.graph.families.cohere import CohereMoe
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
@@ -34,12 +35,12 @@ from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
-CONFIGS = ("hy_v3-tiny.json", "dots1-tiny.json")
+CONFIGS = ("hy_v3-tiny.json", "dots1-tiny.json", "cohere2_moe-tiny.json")
 # peft 0.21's qwen2_moe conversion (utils/transformers_weight_conversion.py): the targets
 # it moves to target_parameters; all-linear keeps the attention's nn.Linear names
 CONVERSION = {"gate": "gate.weight", "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj",
               "down_proj": "down_proj"}
-CONVERTED_TYPES = ("dots1-tiny.json",)
+CONVERTED_TYPES = ("dots1-tiny.json", "cohere2_moe-tiny.json")
 ATTENTION = frozenset(("q_proj", "k_proj", "v_proj", "o_proj"))
 ROWS = measured_rows(CONFIGS)
 
@@ -87,7 +88,8 @@ def _settings(row: dict) -> Settings:
 
 def test_the_rows_cover_each_type() -> None:
     counts = {c: sum(r["config"] == c for r in ROWS) for c in CONFIGS}
-    assert counts == {"hy_v3-tiny.json": 32, "dots1-tiny.json": 24}
+    assert counts == {"hy_v3-tiny.json": 32, "dots1-tiny.json": 24,
+                      "cohere2_moe-tiny.json": 24}
     assert {r.get("experts", "eager") for r in ROWS} == {"eager", "grouped_mm"}
 
 
@@ -151,6 +153,25 @@ def test_other_layouts_are_refused() -> None:
                 family_of(replace(base, **change))  # type: ignore[arg-type]
     with pytest.raises(TcalcError):
         family_of(replace(hy, router_topk="renorm"))
+    config = json.loads((DATA / "hf" / "variants" / "cohere2_moe-tiny.json").read_text())
+    # Cohere2MoeConfig's dense prefix, its sigmoid selection, its RMSNorm: refused
+    for change in ({"first_k_dense_replace": 1}, {"expert_selection_fn": "sigmoid"},
+                   {"rms_norm_eps": 1e-6}):
+        with pytest.raises(TcalcError):
+            family_of(spec_from_hf({**config, **change}))
+
+
+def test_cohere2_moe_reads_its_layer_kinds() -> None:
+    # Cohere2MoeConfig: sliding_window_pattern 4 (layer i slides unless (i + 1) % 4 == 0,
+    # RoPE only there); a dense prefix of first_k_dense_replace layers by
+    # prefix_dense_sliding_window_pattern 1: full attention with RoPE forced (F)
+    config = json.loads((DATA / "hf" / "variants" / "cohere2_moe-tiny.json").read_text())
+    spec = _spec("cohere2_moe-tiny.json")
+    assert (spec.layer_attention, spec.sliding_window, spec.router_topk) == (
+        "1S 1S 1S 1N", 4096, "topk_softmax")
+    prefixed = spec_from_hf({**config, "first_k_dense_replace": 2, "num_hidden_layers": 6})
+    assert prefixed.layer_attention == "1F 1F 1S 1S 1S 1N"
+    assert prefixed.layer_ffn.replace(" ", "") == "2D4E"
 
 
 def test_autocast_keeps_the_rules() -> None:
@@ -165,7 +186,7 @@ def test_autocast_keeps_the_rules() -> None:
 
 
 def _draw(rng: random.Random) -> tuple[Moe, Run]:
-    kind = rng.choice(("hy_v3", "dots1"))
+    kind = rng.choice(("hy_v3", "dots1", "cohere2_moe"))
     X = rng.randint(1, 6)
     H, G = rng.choice(((2, 1), (4, 2), (4, 4), (6, 3)))
     L = rng.randint(1, 3)
@@ -176,12 +197,19 @@ def _draw(rng: random.Random) -> tuple[Moe, Run]:
               Fe=rng.randint(1, 30), Fs=rng.randint(1, 30), pattern=pattern, router=kind,
               norm_topk=rng.random() < 0.5, shared_experts=True,
               grouped=rng.random() < 0.5)
+    if kind == "cohere2_moe":
+        kinds = "".join(rng.choice("SN") for _ in range(L))
+        fam = CohereMoe(**{**vars(fam), "qk_norm": "none", "pattern": "",
+                           "shared_experts": rng.random() < 0.5,
+                           "kinds": kinds if len(set(kinds)) > 1 else kinds[0],
+                           "window": rng.randint(2, 50), "bias_q": True, "bias_k": True,
+                           "bias_v": True, "bias_o": True})
     lora = None
     if rng.random() < 0.4:
         targets = ("q_proj", "v_proj", "o_proj", "gate_proj", "down_proj")
         lora = Lora(rng.choice((1, 4)), frozenset(rng.sample(targets, rng.choice((1, 2)))),
                     0.0)
-    elif kind == "dots1" and rng.random() < 0.4:
+    elif kind != "hy_v3" and rng.random() < 0.4:
         lora = Lora(rng.choice((1, 4)), frozenset(), 0.0, parameters=frozenset(
             rng.sample(("gate.weight", "gate_up_proj", "down_proj"), rng.choice((1, 2)))))
     return fam, Run(rng.randint(1, 3), rng.randint(2, 40), rng.choice((F32, BF16)), "cpu",
@@ -190,4 +218,4 @@ def _draw(rng: random.Random) -> tuple[Moe, Run]:
 
 
 def test_compiled_equals_traced_on_random_configs() -> None:
-    cache_hits_on_random_draws(_draw, seed=23, draws=16)
+    cache_hits_on_random_draws(_draw, seed=23, draws=24)

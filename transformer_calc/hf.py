@@ -3108,6 +3108,10 @@ def _router_topk(c: Config, kind: str) -> str:
         # divided by their sum in place with norm_topk_prob (their configs' default: true);
         # without it none ("none": the op graph leaves the router to the per-tensor rules)
         return "renorm" if c.get("norm_topk_prob", True) else "none"
+    if kind == "cohere2_moe":  # Cohere2MoeTopKRouter: softmax over the top-k logits (fp32),
+        # cast to the input's dtype; its sigmoid selection is left to the per-tensor rules
+        return "topk_softmax" if c.get("expert_selection_fn", "softmax") == "softmax" \
+            else "none"
     if kind == "dots1":  # Dots1TopkRouter: DeepSeek-V3's, norm_topk_prob false by default
         return "renorm" if c.get("norm_topk_prob", False) else "none"
     return "renorm_cast" if c.get("norm_topk_prob", False) else "cast"
@@ -3518,7 +3522,9 @@ GENERIC: dict[str, Layout] = {
     "bitnet": Layout("BitNetForCausalLM", mlp_bias=False, sub_norms=True,
                      full_width="BitNetAttention's attn_sub_norm is hidden_size wide"),
     "cohere2_moe": Layout("Cohere2MoeForCausalLM", mlp_bias=False, norm="layernorm_nobias",
-                          norms="parallel", moe=Moe(expert_ff="", shared="num_shared_experts")),
+                          norms="parallel", moe=Moe(expert_ff="", shared="num_shared_experts",
+                                                    layer_types="mlp_layer_types",
+                                                    router_topk="cohere2_moe")),
 }
 
 
@@ -3883,6 +3889,44 @@ def _cohere2(c: Config) -> dict[str, Any]:
     return out
 
 
+def _cohere2_moe(c: Config) -> dict[str, Any]:
+    """Cohere2MoeForCausalLM: the generic record with its layers' kinds as Cohere2MoeConfig
+    derives them (without layer_types: the first first_k_dense_replace layers by
+    prefix_dense_sliding_window_pattern, 1, the rest by sliding_window_pattern, 4; layer i
+    of a run slides unless (i + 1) is a multiple of its pattern), its dense layers
+    (mlp_layer_types, or the first first_k_dense_replace), sliding_window 4096. Its
+    attention applies RoPE in sliding layers, and in dense layers when the prefix pattern
+    is 1 (force_rope): full layers are N (no positions) unless forced (F)."""
+    data = dict(c.data)
+    L = c.t("num_hidden_layers")
+    first = data.get("first_k_dense_replace") or 0
+    prefix_every = data.get("prefix_dense_sliding_window_pattern", 1)
+    if isinstance(L, int) and isinstance(first, int):
+        if data.get("layer_types") is None:
+            every = data.get("sliding_window_pattern", 4)
+            data["layer_types"] = [
+                "sliding_attention" if (i + 1) % prefix_every else "full_attention"
+                for i in range(min(first, L))] + [
+                "sliding_attention" if (i + 1) % every else "full_attention"
+                for i in range(L - min(first, L))]
+        if data.get("mlp_layer_types") is None:
+            data["mlp_layer_types"] = ["dense" if i < first else "sparse" for i in range(L)]
+    if "sliding_window" not in data:
+        data["sliding_window"] = 4096
+    out = _generic(c.with_data(data), GENERIC["cohere2_moe"])
+    dense = data.get("mlp_layer_types") or []
+    if "layer_attention" in out and isinstance(L, int):
+        from transformer_calc.plan import parse_pattern
+
+        kinds = list(parse_pattern(out["layer_attention"], "FS", L, "layer_types"))
+        out["layer_attention"] = " ".join(
+            "1F" if k == "F" and dense[i] == "dense" and prefix_every == 1 else
+            "1N" if k == "F" else "1S" for i, k in enumerate(kinds))
+    if data.get("rms_norm_eps") is not None:  # Cohere2MoeRMSNorm, not its LayerNorm
+        out |= {"norm": "rmsnorm", "norm_manual": False}
+    return out
+
+
 def _lfm2(c: Config, moe: bool) -> dict[str, Any]:
     """Lfm2ForCausalLM / Lfm2MoeForCausalLM: the generic record, with the files' tie_embedding
     (their config classes take it over tie_word_embeddings: __post_init__ pops it); the MoE
@@ -3968,7 +4012,8 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
      "dbrx": _dbrx, "kimi_linear": _kimi_linear,
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
-     "ministral": _ministral, "cohere2": _cohere2, "lfm2": partial(_lfm2, moe=False),
+     "ministral": _ministral, "cohere2": _cohere2, "cohere2_moe": _cohere2_moe,
+     "lfm2": partial(_lfm2, moe=False),
      "t5gemma": _t5gemma,
      "gemma3n_text": _gemma3n, "deepseek_v4": _deepseek_v4,
      "lfm2_moe": partial(_lfm2, moe=True)} | hf_more.MAPPERS

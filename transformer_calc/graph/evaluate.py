@@ -62,6 +62,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
+    cohere.CohereMoe: cohere.moe_forward,
     mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward,
     neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
@@ -786,6 +787,8 @@ def _gemma3n_family(spec: ModelSpec) -> gemma3n.Gemma3n | None:
 def _moe_family(spec: ModelSpec) -> moe.Moe | None:
     if spec.model_type in _SIGMOID_MOES:
         return _sigmoid_moe(spec)
+    if spec.model_type == "cohere2_moe":
+        return _cohere_moe(spec)
     return _moe(spec) if spec.n_experts else None
 
 
@@ -796,6 +799,43 @@ _SIGMOID_MOES = {"hy_v3": "head_t", "dots1": "head"}
 
 
 _READS["sigmoid_moe"] = _READS["moe"] | {"router_fp32"}
+_READS["cohere_moe"] = _READS["moe"] | {"norm_manual", "parallel_block", "sliding_window",
+                                        "layer_attention"}
+
+
+def _cohere_moe(spec: ModelSpec) -> cohere.CohereMoe:
+    """Cohere2MoeForCausalLM (spec_from_hf's fields for it): Cohere 2's parallel layers
+    under Cohere2MoeLayerNorm (layernorm_nobias, norm_manual), sliding layers with RoPE and
+    full ones without (layer_attention S and N), every layer's MLP the sparse block with
+    the softmax-over-top-k router (router_topk topk_softmax) and, with num_shared_experts,
+    an ungated shared MLP averaged in. Dense layers (first_k_dense_replace,
+    mlp_layer_types), RMSNorm (rms_norm_eps), the sigmoid selection and anything else
+    are refused."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    if not (spec.norm == "layernorm_nobias" and spec.norm_manual and spec.parallel_block
+            and spec.position == "rope" and spec.ffn == "gated" and spec.activation == "silu"
+            and spec.softmax_fp32 and not spec.dropout and spec.qk_norm == "none"
+            and spec.router_topk == "topk_softmax" and not spec.layer_ffn
+            and not set(kinds) - {"S", "N"} and spec.d_ff_shared is None
+            and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and not spec.shared_expert_gate and spec.peft_moe == "qwen2_moe"
+            and not _unread(spec, "cohere_moe")):
+        raise TcalcError(f"{spec.name}: no op graph for this cohere2_moe layout yet (the "
+                         "graph engine covers Cohere 2 MoE's sparse layers with the softmax "
+                         "router)")
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    shared = spec.n_shared_experts
+    return cohere.CohereMoe(
+        V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H, dh=spec.head_dim,
+        F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings, bias_q=spec.bias_q,
+        bias_k=spec.bias_k, bias_v=spec.bias_v, bias_o=spec.bias_o, attention_dropout=pa,
+        window=spec.sliding_window, kinds=kinds if len(set(kinds)) > 1 else kinds[0],
+        X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+        Fs=shared * spec.shared_ff if shared else 1, router="cohere2_moe",
+        shared_experts=bool(shared), grouped=spec.experts_grouped)
 
 
 def _sigmoid_moe(spec: ModelSpec) -> moe.Moe:

@@ -66,7 +66,8 @@ class Moe(llama.Llama):
     experts. router "hy_v3" (HYV3TopKRouter) and "dots1" (Dots1TopkRouter): DeepSeek-V3's
     sigmoid of fp32 logits, its top-k chosen with autograd on (sigmoid_router);
     shared_experts: their ungated MLP of Fs (n_shared · moe_intermediate_size) added after
-    the experts (HYV3MoE, Dots1MoE)."""
+    the experts (HYV3MoE, Dots1MoE, Cohere2MoeSparseMoeBlock); router "cohere2_moe": a
+    softmax over the top-k logits (cohere.py's CohereMoe)."""
 
     X: int = 1
     K: int = 1
@@ -121,6 +122,8 @@ def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor, name: str = "mlp",
         shared = (llama._mlp(m, cfg, flat, "shared_expert", "Fs") if cfg.shared_expert
                   else None)
         weights, chosen = (_sparsemixer(m, flat) if cfg.router == "sparsemixer"
+                           else _topk_softmax_router(m, flat, router)
+                           if cfg.router == "cohere2_moe"
                            else sigmoid_router(m, cfg, flat, router)
                            if cfg.router in SIGMOID_ROUTERS
                            else _router(m, cfg, flat, router))
@@ -137,6 +140,19 @@ def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor, name: str = "mlp",
         return out if ungated is None else ops.add(out, ungated)
 
 
+def _topk_softmax_router(m: Builder, flat: Tensor, name: str = "gate"
+                         ) -> tuple[Tensor, Tensor]:
+    """Cohere2MoeTopKRouter.forward (expert_selection_fn softmax): router_logits =
+    F.linear(hidden_states, self.weight); torch.topk(router_logits, top_k) (its values
+    used: topk keeps the indices); F.softmax(router_scores, dim=1, dtype=torch.float),
+    .to(hidden_states.dtype). Returns (scores, indices), (B·T, K) each."""
+    with m.module(name):
+        w = _as_read(m, [("weight", m.param("weight", m["X"], flat.shape[-1]), 1)],
+                     scoped=False)["weight"]()
+        values, indices = ops.topk(ops.linear(flat, w), m["K"])
+        return ops.to(ops.softmax(values, F32), flat.dtype), indices
+
+
 def _shared_experts(m: Builder, cfg: Moe, x: Tensor, routed: Tensor) -> Tensor:
     """The ungated shared experts added after the routed ones. HYV3MoE (its config's
     enable_moe_fp32_combine, on by default: spec_from_hf does not read it, and it keeps
@@ -148,6 +164,9 @@ def _shared_experts(m: Builder, cfg: Moe, x: Tensor, routed: Tensor) -> Tensor:
         return ops.view(ops.add(ops.view(routed, x.shape), shared), routed.shape)
     flat = ops.view(x, routed.shape)
     shared = llama._mlp(m, cfg, flat, "shared_experts", "Fs")
+    if cfg.router == "cohere2_moe":  # shared_expert_combination_strategy "average" (its
+        # default; "sum" keeps nothing more): (final_hidden_states + shared_expert_output) / 2
+        return ops.div(ops.add(routed, shared), 2.0)
     return ops.to(ops.add(ops.to(routed, F32), ops.to(shared, F32)), routed.dtype)
 
 
