@@ -1,16 +1,18 @@
-"""More mixture-of-experts decoders on the op graph (transformer_calc/graph/families/moe.py): HY-V3
-(hy_v3) and dots.llm1 (dots1), whose routers are DeepSeek-V3's fp32 sigmoid with their top-k
-ranked under autograd, beside ungated shared experts, against every measured CPU row of their
+"""More mixture-of-experts decoders on the op graph: HY-V3 (hy_v3) and dots.llm1 (dots1) in
+transformer_calc/graph/families/moe.py (DeepSeek-V3's fp32 sigmoid router with its top-k ranked
+under autograd, ungated shared experts), Cohere 2 MoE (cohere2_moe: cohere.py's CohereMoe, a
+softmax over the top-k logits) and Beam (beam.py), against every measured CPU row of their
 configs, to the byte.
 
-Fixtures (read, not changed): the rows of hy_v3-tiny and dots1-tiny in
-tests/data/activations_*_cpu.jsonl, measured by tools/measure_activations_hf.py (torch 2.13 CPU,
-transformers 5.23, peft 0.21.2, saved_tensors_hooks, each storage still held at the end of the
-forward once, parameters excluded); rows without an "experts" key ran transformers' eager
-experts, the others grouped_mm. dots1's LoRA rows naming gate_proj/up_proj/down_proj (and
-all-linear) are converted by peft 0.21 (transformers' qwen2_moe conversion pattern) into
-ParamWrappers over the router's weight and the 3-D experts; HY-V3 is not converted (its
-gate_proj/up_proj/down_proj are the dense and shared MLPs' nn.Linear layers).
+Fixtures (read, not changed): the rows of hy_v3-tiny, dots1-tiny, cohere2_moe-tiny and
+beam-tiny in tests/data/activations_*_cpu.jsonl, measured by tools/measure_activations_hf.py
+(torch 2.13 CPU, transformers 5.23, peft 0.21.2, saved_tensors_hooks, each storage still held
+at the end of the forward once, parameters excluded); rows without an "experts" key ran
+transformers' eager experts, the others grouped_mm. The LoRA rows of dots1, cohere2_moe and
+beam naming gate_proj/up_proj/down_proj (and all-linear) are converted by peft 0.21
+(transformers' qwen2_moe conversion pattern) into ParamWrappers over the router's weight and
+the 3-D experts; HY-V3 is not converted (its gate_proj/up_proj/down_proj are the dense and
+shared MLPs' nn.Linear layers).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
+from transformer_calc.graph.families.beam import Beam
 from transformer_calc.graph.families.cohere import CohereMoe
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.names import component_rows
@@ -35,12 +38,12 @@ from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
-CONFIGS = ("hy_v3-tiny.json", "dots1-tiny.json", "cohere2_moe-tiny.json")
+CONFIGS = ("hy_v3-tiny.json", "dots1-tiny.json", "cohere2_moe-tiny.json", "beam-tiny.json")
 # peft 0.21's qwen2_moe conversion (utils/transformers_weight_conversion.py): the targets
 # it moves to target_parameters; all-linear keeps the attention's nn.Linear names
 CONVERSION = {"gate": "gate.weight", "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj",
               "down_proj": "down_proj"}
-CONVERTED_TYPES = ("dots1-tiny.json", "cohere2_moe-tiny.json")
+CONVERTED_TYPES = ("dots1-tiny.json", "cohere2_moe-tiny.json", "beam-tiny.json")
 ATTENTION = frozenset(("q_proj", "k_proj", "v_proj", "o_proj"))
 ROWS = measured_rows(CONFIGS)
 
@@ -89,7 +92,7 @@ def _settings(row: dict) -> Settings:
 def test_the_rows_cover_each_type() -> None:
     counts = {c: sum(r["config"] == c for r in ROWS) for c in CONFIGS}
     assert counts == {"hy_v3-tiny.json": 32, "dots1-tiny.json": 24,
-                      "cohere2_moe-tiny.json": 24}
+                      "cohere2_moe-tiny.json": 24, "beam-tiny.json": 32}
     assert {r.get("experts", "eager") for r in ROWS} == {"eager", "grouped_mm"}
 
 
@@ -112,10 +115,14 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
+    # parameters: count_params (pinned against transformers on the meta device); FLOPs:
+    # count_flops per token at context T, the graph's matmuls over B·T tokens, the experts'
+    # over the K·B·T routed slots (T below every sliding window, where tcalc counts a
+    # window's keys and the kernels multiply all T, as torch.utils.flop_counter counts them)
     spec = _spec(config)
     for grouped in (False, True):
         fam = replace(family_of(spec), grouped=grouped)
-        for B, T in ((1, 64), (3, 100)):
+        for B, T in ((1, 16), (3, 30)):
             r = evaluate(fam, Run(B, T, F32, "cpu", "sdpa"))
             assert r.params == r.trainable_params == count_params(spec).total
             assert r.forward_flops == B * T * count_flops(spec, T).total
@@ -153,6 +160,12 @@ def test_other_layouts_are_refused() -> None:
                 family_of(replace(base, **change))  # type: ignore[arg-type]
     with pytest.raises(TcalcError):
         family_of(replace(hy, router_topk="renorm"))
+    beam = _spec("beam-tiny.json")
+    for change in ({"n_shared_experts": 1}, {"attn_gate": "none"}, {"sandwich_norm": False},
+                   {"ffn_act_fp32": False}, {"router_fp32": False}, {"rope_fp32": False},
+                   {"layer_attention": "6F"}):
+        with pytest.raises(TcalcError):
+            family_of(replace(beam, **change))  # type: ignore[arg-type]
     config = json.loads((DATA / "hf" / "variants" / "cohere2_moe-tiny.json").read_text())
     # Cohere2MoeConfig's dense prefix, its sigmoid selection, its RMSNorm: refused
     for change in ({"first_k_dense_replace": 1}, {"expert_selection_fn": "sigmoid"},
@@ -186,7 +199,7 @@ def test_autocast_keeps_the_rules() -> None:
 
 
 def _draw(rng: random.Random) -> tuple[Moe, Run]:
-    kind = rng.choice(("hy_v3", "dots1", "cohere2_moe"))
+    kind = rng.choice(("hy_v3", "dots1", "cohere2_moe", "beam"))
     X = rng.randint(1, 6)
     H, G = rng.choice(((2, 1), (4, 2), (4, 4), (6, 3)))
     L = rng.randint(1, 3)
@@ -197,8 +210,12 @@ def _draw(rng: random.Random) -> tuple[Moe, Run]:
               Fe=rng.randint(1, 30), Fs=rng.randint(1, 30), pattern=pattern, router=kind,
               norm_topk=rng.random() < 0.5, shared_experts=True,
               grouped=rng.random() < 0.5)
+    kinds = "".join(rng.choice("SN") for _ in range(L))
+    if kind == "beam":
+        fam = Beam(**{**vars(fam), "shared_experts": False,
+                      "kinds": kinds if len(set(kinds)) > 1 else kinds[0],
+                      "window": rng.randint(2, 50), "softcap": rng.choice((0.0, 30.0))})
     if kind == "cohere2_moe":
-        kinds = "".join(rng.choice("SN") for _ in range(L))
         fam = CohereMoe(**{**vars(fam), "qk_norm": "none", "pattern": "",
                            "shared_experts": rng.random() < 0.5,
                            "kinds": kinds if len(set(kinds)) > 1 else kinds[0],
@@ -218,4 +235,4 @@ def _draw(rng: random.Random) -> tuple[Moe, Run]:
 
 
 def test_compiled_equals_traced_on_random_configs() -> None:
-    cache_hits_on_random_draws(_draw, seed=23, draws=24)
+    cache_hits_on_random_draws(_draw, seed=23, draws=32)

@@ -3515,7 +3515,7 @@ GENERIC: dict[str, Layout] = {
                    sliding_every=6, full_nope=True, softcap=30.0, window_default=512,
                    fp32_math=True,
                    moe=Moe(experts=("num_experts",), layer_types="mlp_layer_types",
-                           dense_first=3)),
+                           dense_first=3, router_topk="deepseek")),
     # BitNet b1.58: Llama's layers with an RMSNorm over the attention output before o_proj
     # and one over the FFN's inner width before down_proj (BitNetAttention, BitNetMLP: the
     # ternary weights are a quantizer's business; the modelling code holds nn.Linear)

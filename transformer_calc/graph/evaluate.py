@@ -15,6 +15,7 @@ from transformer_calc.graph.families import (
     albert,
     bamba,
     bart,
+    beam,
     bert,
     cohere,
     deberta,
@@ -62,7 +63,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
-    cohere.CohereMoe: cohere.moe_forward,
+    cohere.CohereMoe: cohere.moe_forward, beam.Beam: beam.forward,
     mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward,
     neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
@@ -789,6 +790,8 @@ def _moe_family(spec: ModelSpec) -> moe.Moe | None:
         return _sigmoid_moe(spec)
     if spec.model_type == "cohere2_moe":
         return _cohere_moe(spec)
+    if spec.model_type == "beam":
+        return _beam(spec)
     return _moe(spec) if spec.n_experts else None
 
 
@@ -801,6 +804,53 @@ _SIGMOID_MOES = {"hy_v3": "head_t", "dots1": "head"}
 _READS["sigmoid_moe"] = _READS["moe"] | {"router_fp32"}
 _READS["cohere_moe"] = _READS["moe"] | {"norm_manual", "parallel_block", "sliding_window",
                                         "layer_attention"}
+
+
+_READS["beam"] = _READS["sigmoid_moe"] | {
+    "sliding_window", "layer_attention", "sandwich_norm", "attn_gate", "attn_gate_bias",
+    "attn_gate_named_gate_proj", "logit_softcapping", "softcap_fp32", "ffn_act_fp32"}
+
+
+def _beam(spec: ModelSpec) -> beam.Beam:
+    """BeamForCausalLM (spec_from_hf's fields for it): sandwich BeamRMSNorms in fp32
+    (norm_fp32), q/k norms per head, sliding layers with fp32 RoPE (rope_fp32) and full
+    ones without (layer_attention S and N), the per-channel output gate with a bias per head
+    (attn_gate width, attn_gate_bias head), dense layers then experts (layer_ffn) in fp32
+    (ffn_act_fp32), the sigmoid router (router_fp32; router_topk renorm: norm_topk_prob,
+    else none), the logits soft-capped in fp32. spec_from_hf does not read n_group and
+    topk_group: their ranking keeps nothing either way."""
+    from transformer_calc.plan import layer_kinds_in_order, parse_pattern
+
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    ffn = parse_pattern(spec.layer_ffn, "DE", spec.n_layers, "layer_ffn") \
+        if spec.layer_ffn else ("E",) * spec.n_layers
+    if not (spec.norm == "rmsnorm" and spec.norm_fp32 and spec.rope_fp32
+            and spec.position == "rope" and spec.ffn == "gated" and spec.activation == "silu"
+            and spec.softmax_fp32 and not spec.dropout and spec.qk_norm == "head"
+            and spec.norm_position == "pre" and spec.sandwich_norm and spec.router_fp32
+            and spec.attn_gate == "width" and spec.attn_gate_bias == "head"
+            and spec.attn_gate_named_gate_proj and spec.ffn_act_fp32
+            and (spec.softcap_fp32 or not spec.logit_softcapping)
+            and spec.router_topk in ("renorm", "none") and not spec.n_shared_experts
+            and not set(kinds) - {"S", "N"} and spec.sliding_window
+            and not spec.fused_qkv and not spec.fused_gate_up and not spec.rope_concat
+            and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and spec.peft_moe == "qwen2_moe" and not spec.peft_router_linear
+            and not _unread(spec, "beam")):
+        raise TcalcError(f"{spec.name}: no op graph for this beam layout yet (the graph "
+                         "engine covers BeamConfig's layout)")
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return beam.Beam(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                     dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers,
+                     tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
+                     bias_v=spec.bias_v, bias_o=spec.bias_o, attention_dropout=pa,
+                     qk_norm="head", window=spec.sliding_window,
+                     kinds=kinds if len(set(kinds)) > 1 else kinds[0],
+                     X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                     pattern="" if set(ffn) == {"E"} else "".join(ffn), router="beam",
+                     norm_topk=spec.router_topk == "renorm",
+                     softcap=spec.logit_softcapping or 0.0, grouped=spec.experts_grouped)
 
 
 def _cohere_moe(spec: ModelSpec) -> cohere.CohereMoe:

@@ -260,6 +260,9 @@ DESCRIPTIONS = {
     "decoder.attn.input": "Q/K/V matmul input",
     "decoder.attn.qkv_output": "fused output, Q, K and V views of it",
     "decoder.attn.qkv": "the kernel's query, key and value",
+    "decoder.attn.output_gate": "the sigmoid of the per-channel output gate",
+    "decoder.attn.gated_out": "the attention output the gate multiplies",
+    "decoder.attn.query_scale": "the fp32 per-position query scale, shared by the layers",
     "decoder.attn.qk_rotated": "Q and K rotated into new tensors",
     "decoder.attn.q": "Q·Kᵀ keeps Q", "decoder.attn.k": "Q·Kᵀ keeps K",
     "decoder.attn.v": "A·V keeps V", "decoder.attn.kv_cache_copies": "the generation cache's "
@@ -454,6 +457,8 @@ class _Namer:
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
         self.moe = isinstance(family, Moe | Jamba)
+        # Beam's attention output gate (families/beam.py)
+        self.output_gate = type(family).__name__ == "Beam"
         self.jamba = isinstance(family, Jamba)
         self.gemma4 = isinstance(family, Gemma4)
         self.gemma3n = isinstance(family, Gemma3n)
@@ -1075,6 +1080,11 @@ class _Namer:
             return "qkv_output"  # a view of the fused projection's output keeps it whole
         if role in ("softmax.result", "_safe_softmax.result"):
             return "softmax"
+        if self.output_gate and role in ("sigmoid.result", "mul.self"):
+            # Beam: out * sigmoid(gate_proj(x) + gate_bias): the gate and the output
+            return "output_gate" if role == "sigmoid.result" else "gated_out"
+        if self.output_gate and role == "mul.other" and not _has(st.numel.poly, ("B",)):
+            return "query_scale"  # Beam's full layers: q.float() * attention_scaling
         if st.op == "cat" and role.startswith("mul."):
             return "maps_concat"  # DiffLlama: the two calls' outputs, kept by λ's mul
         if role == "exp.result" or (role.startswith("mul.") and not _has(st.numel.poly,

@@ -50,7 +50,7 @@ from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import BOOL, F32, I32, I64, Tensor
 
 ROUTERS = ("mixtral", "qwen", "sparsemixer")
-SIGMOID_ROUTERS = ("hy_v3", "dots1")
+SIGMOID_ROUTERS = ("hy_v3", "dots1", "beam")
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,8 @@ def sigmoid_router(m: Builder, cfg: Moe, flat: Tensor, name: str = "gate"
     discarded values, nothing of it stays held (measured: tests/test_graph_moe_more.py), and
     the indices stay as gather's; the weights scores.gather(1, top_k_index) divided by their
     sum + 1e-20 (HYV3's always, a new tensor; Dots1's with norm_topk_prob, in place), times
-    the scaling factor (a number). Returns (fp32 weights, indices), (B·T, K) each."""
+    the scaling factor (a number). BeamTopKRouter: Dots1's. Returns (fp32 weights,
+    indices), (B·T, K) each."""
     N, X, K = flat.shape[0], m["X"], m["K"]
     with m.module(name):
         w = _as_read(m, [("weight", m.param("weight", X, flat.shape[-1]), 1)],
@@ -193,7 +194,8 @@ def sigmoid_router(m: Builder, cfg: Moe, flat: Tensor, name: str = "gate"
             total = ops.add(ops.sum_dim(weights, -1, keepdim=True), 1e-20)
             weights = ops.div(weights, total) if cfg.router == "hy_v3" else \
                 ops.div_(weights, total)
-        return ops.mul(weights, 1.0), chosen
+        # (BeamTopKRouter leaves the scaling to BeamMoE, on the experts' output)
+        return (weights if cfg.router == "beam" else ops.mul(weights, 1.0)), chosen
 
 
 def _router(m: Builder, cfg: Moe, flat: Tensor, name: str = "gate"
@@ -250,10 +252,11 @@ def _sparsemixer(m: Builder, flat: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
-                  act: Callable[[Tensor], Tensor] = ops.silu) -> Tensor:
+                  act: Callable[[Tensor], Tensor] = ops.silu, fp32_gate: bool = False
+                  ) -> Tensor:
     """MixtralExperts.forward (the Qwen experts' is the same; Gemma4TextExperts' with
     act GELU), its loop over the experts hit run once for all n = K·B·T slots (module
-    docstring)."""
+    docstring). fp32_gate: the class's _apply_gate in fp32 (BeamExperts: _gate)."""
     gate_up, down = _expert_weights(m, flat.shape[-1])
     n = chosen.shape[0] * chosen.shape[1]
     final = m.trace.tensor(flat.shape, flat.dtype, False)  # torch.zeros_like(hidden_states)
@@ -262,9 +265,8 @@ def eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
     top_k_pos, token_idx = (ops.select(pairs, 1, j) for j in (0, 1))
     state = ops.index(flat, [token_idx])
     gate, up = ops.split(ops.linear(state, _expert_slice(m, gate_up())), m["Fe"], -1)
-    with m.module("act_fn"):
-        h = act(gate)
-    h = ops.linear(ops.mul(h, up), _expert_slice(m, down()))
+    h = _gate(m, gate, up, act, fp32_gate)
+    h = ops.linear(h, _expert_slice(m, down()))
     h = ops.mul(h, ops.unsqueeze(ops.index(weights, [token_idx, top_k_pos]), -1))
     return ops.index_add_(final, token_idx, ops.to(h, final.dtype))
 
@@ -285,9 +287,11 @@ def _expert_slice(m: Builder, w: Tensor) -> Tensor:
 
 
 def grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
-                    act: Callable[[Tensor], Tensor] = ops.silu) -> Tensor:
+                    act: Callable[[Tensor], Tensor] = ops.silu, fp32_gate: bool = False
+                    ) -> Tensor:
     """grouped_mm_experts_forward (integrations/moe.py), the weights not transposed
-    (is_transposed False: weight.transpose(-2, -1), a view); act: the experts' act_fn."""
+    (is_transposed False: weight.transpose(-2, -1), a view); act: the experts' act_fn;
+    fp32_gate: the class's _apply_gate in fp32 (_gate)."""
     X, E, Fe = m["X"], flat.shape[-1], m["Fe"]
     read_gate_up, read_down = _expert_weights(m, E)
     N, K = chosen.shape
@@ -305,18 +309,29 @@ def grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
     gate_up = read_gate_up()
     h = ops.grouped_mm(ops.to(selected, gate_up.dtype), ops.transpose(gate_up, -2, -1),
                        offsets)
-    gate, up = ops.split(h, Fe, -1)  # _default_apply_gate: act_fn(gate) * up
-    with m.module("act_fn"):
-        a = act(gate)
+    gate, up = ops.split(h, Fe, -1)  # self._apply_gate
+    a = _gate(m, gate, up, act, fp32_gate)
     down = read_down()
-    h = ops.grouped_mm(ops.to(ops.mul(a, up), down.dtype), ops.transpose(down, -2, -1),
-                       offsets)
+    h = ops.grouped_mm(ops.to(a, down.dtype), ops.transpose(down, -2, -1), offsets)
     weighted = ops.mul(h, ops.unsqueeze(sample_weights, -1))
     with m.trace.no_grad():  # inv_perm[perm] = arange(S)
         inv_perm = m.trace.tensor((n,), I64, False)
     weighted = ops.index(weighted, [inv_perm])
     out = ops.sum_dim(ops.view(weighted, (N, K, E)), 1)
     return ops.to(out, flat.dtype)
+
+
+def _gate(m: Builder, gate: Tensor, up: Tensor, act: Callable[[Tensor], Tensor],
+          fp32: bool) -> Tensor:
+    """_default_apply_gate: act_fn(gate) * up; fp32 (BeamExperts._apply_gate):
+    (act_fn(gate.float()) * up.float()).to(gate.dtype)."""
+    if fp32:
+        with m.module("act_fn"):
+            a = act(ops.to(gate, F32))
+        return ops.to(ops.mul(a, ops.to(up, F32)), gate.dtype)
+    with m.module("act_fn"):
+        a = act(gate)
+    return ops.mul(a, up)
 
 
 Read = Callable[[], Tensor]
