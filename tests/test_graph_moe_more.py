@@ -1,18 +1,19 @@
 """More mixture-of-experts decoders on the op graph: HY-V3 (hy_v3) and dots.llm1 (dots1) in
 transformer_calc/graph/families/moe.py (DeepSeek-V3's fp32 sigmoid router with its top-k ranked
 under autograd, ungated shared experts), Cohere 2 MoE (cohere2_moe: cohere.py's CohereMoe, a
-softmax over the top-k logits) and Beam (beam.py), against every measured CPU row of their
-configs, to the byte.
+softmax over the top-k logits), Beam (beam.py) and GPT-OSS (gpt_oss.py), against every
+measured CPU row of their configs, to the byte.
 
-Fixtures (read, not changed): the rows of hy_v3-tiny, dots1-tiny, cohere2_moe-tiny and
-beam-tiny in tests/data/activations_*_cpu.jsonl, measured by tools/measure_activations_hf.py
-(torch 2.13 CPU, transformers 5.23, peft 0.21.2, saved_tensors_hooks, each storage still held
-at the end of the forward once, parameters excluded); rows without an "experts" key ran
-transformers' eager experts, the others grouped_mm. The LoRA rows of dots1, cohere2_moe and
-beam naming gate_proj/up_proj/down_proj (and all-linear) are converted by peft 0.21
-(transformers' qwen2_moe conversion pattern) into ParamWrappers over the router's weight and
-the 3-D experts; HY-V3 is not converted (its gate_proj/up_proj/down_proj are the dense and
-shared MLPs' nn.Linear layers).
+Fixtures (read, not changed): the rows of hy_v3-tiny, dots1-tiny, cohere2_moe-tiny,
+beam-tiny and gpt_oss-tied-nobias in tests/data/activations_*_cpu.jsonl, measured by
+tools/measure_activations_hf.py (torch 2.13 CPU, transformers 5.23, peft 0.21.2,
+saved_tensors_hooks, each storage still held at the end of the forward once, parameters
+excluded); rows without an "experts" key ran transformers' eager experts, the others
+grouped_mm. The LoRA rows of dots1, cohere2_moe and beam naming gate_proj/up_proj/down_proj
+(and all-linear) are converted by peft 0.21 (transformers' qwen2_moe conversion pattern) into
+ParamWrappers over the router's weight and the 3-D experts; HY-V3 is not converted (its
+gate_proj/up_proj/down_proj are the dense and shared MLPs' nn.Linear layers), nor GPT-OSS
+(gpt_oss.py: its router and experts are parameters; eager attention only, its rows eager).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.families.beam import Beam
 from transformer_calc.graph.families.cohere import CohereMoe
+from transformer_calc.graph.families.gpt_oss import GptOss
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
@@ -38,7 +40,8 @@ from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
-CONFIGS = ("hy_v3-tiny.json", "dots1-tiny.json", "cohere2_moe-tiny.json", "beam-tiny.json")
+CONFIGS = ("hy_v3-tiny.json", "dots1-tiny.json", "cohere2_moe-tiny.json", "beam-tiny.json",
+           "gpt_oss-tied-nobias.json")
 # peft 0.21's qwen2_moe conversion (utils/transformers_weight_conversion.py): the targets
 # it moves to target_parameters; all-linear keeps the attention's nn.Linear names
 CONVERSION = {"gate": "gate.weight", "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj",
@@ -92,7 +95,8 @@ def _settings(row: dict) -> Settings:
 def test_the_rows_cover_each_type() -> None:
     counts = {c: sum(r["config"] == c for r in ROWS) for c in CONFIGS}
     assert counts == {"hy_v3-tiny.json": 32, "dots1-tiny.json": 24,
-                      "cohere2_moe-tiny.json": 24, "beam-tiny.json": 32}
+                      "cohere2_moe-tiny.json": 24, "beam-tiny.json": 32,
+                      "gpt_oss-tied-nobias.json": 12}
     assert {r.get("experts", "eager") for r in ROWS} == {"eager", "grouped_mm"}
 
 
@@ -122,8 +126,8 @@ def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
     spec = _spec(config)
     for grouped in (False, True):
         fam = replace(family_of(spec), grouped=grouped)
-        for B, T in ((1, 16), (3, 30)):
-            r = evaluate(fam, Run(B, T, F32, "cpu", "sdpa"))
+        for B, T in ((1, 8), (3, 5)):
+            r = evaluate(fam, Run(B, T, F32, "cpu", "sdpa" if spec.sdpa_path else "eager"))
             assert r.params == r.trainable_params == count_params(spec).total
             assert r.forward_flops == B * T * count_flops(spec, T).total
 
@@ -166,6 +170,11 @@ def test_other_layouts_are_refused() -> None:
                    {"layer_attention": "6F"}):
         with pytest.raises(TcalcError):
             family_of(replace(beam, **change))  # type: ignore[arg-type]
+    oss = _spec("gpt_oss-tied-nobias.json")
+    for change in ({"attention_sinks": False}, {"router_bias": False}, {"activation": "silu"},
+                   {"sdpa_path": True}, {"norm_fp32": False}, {"n_shared_experts": 1}):
+        with pytest.raises(TcalcError):
+            family_of(replace(oss, **change))  # type: ignore[arg-type]
     config = json.loads((DATA / "hf" / "variants" / "cohere2_moe-tiny.json").read_text())
     # Cohere2MoeConfig's dense prefix, its sigmoid selection, its RMSNorm: refused
     for change in ({"first_k_dense_replace": 1}, {"expert_selection_fn": "sigmoid"},
@@ -199,7 +208,7 @@ def test_autocast_keeps_the_rules() -> None:
 
 
 def _draw(rng: random.Random) -> tuple[Moe, Run]:
-    kind = rng.choice(("hy_v3", "dots1", "cohere2_moe", "beam"))
+    kind = rng.choice(("hy_v3", "dots1", "cohere2_moe", "beam", "gpt_oss"))
     X = rng.randint(1, 6)
     H, G = rng.choice(((2, 1), (4, 2), (4, 4), (6, 3)))
     L = rng.randint(1, 3)
@@ -215,6 +224,11 @@ def _draw(rng: random.Random) -> tuple[Moe, Run]:
         fam = Beam(**{**vars(fam), "shared_experts": False,
                       "kinds": kinds if len(set(kinds)) > 1 else kinds[0],
                       "window": rng.randint(2, 50), "softcap": rng.choice((0.0, 30.0))})
+    if kind == "gpt_oss":
+        kinds = "".join(rng.choice("SF") for _ in range(L))
+        fam = GptOss(**{**vars(fam), "qk_norm": "none", "pattern": "", "shared_experts": False,
+                        "kinds": kinds if len(set(kinds)) > 1 else kinds[0],
+                        "window": rng.randint(2, 50), "router": "gpt_oss"})
     if kind == "cohere2_moe":
         fam = CohereMoe(**{**vars(fam), "qk_norm": "none", "pattern": "",
                            "shared_experts": rng.random() < 0.5,
@@ -226,11 +240,11 @@ def _draw(rng: random.Random) -> tuple[Moe, Run]:
         targets = ("q_proj", "v_proj", "o_proj", "gate_proj", "down_proj")
         lora = Lora(rng.choice((1, 4)), frozenset(rng.sample(targets, rng.choice((1, 2)))),
                     0.0)
-    elif kind != "hy_v3" and rng.random() < 0.4:
+    elif kind not in ("hy_v3", "gpt_oss") and rng.random() < 0.4:
         lora = Lora(rng.choice((1, 4)), frozenset(), 0.0, parameters=frozenset(
             rng.sample(("gate.weight", "gate_up_proj", "down_proj"), rng.choice((1, 2)))))
     return fam, Run(rng.randint(1, 3), rng.randint(2, 40), rng.choice((F32, BF16)), "cpu",
-                    rng.choice(("eager", "sdpa")), lora=lora,
+                    "eager" if kind == "gpt_oss" else rng.choice(("eager", "sdpa")), lora=lora,
                     recompute=rng.choice(("none", "none", "selective", "full")))
 
 

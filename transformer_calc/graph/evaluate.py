@@ -26,6 +26,7 @@ from transformer_calc.graph.families import (
     gemma3n,
     gemma4,
     gpt2,
+    gpt_oss,
     gptj,
     jamba,
     kimi_linear,
@@ -64,6 +65,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
     cohere.CohereMoe: cohere.moe_forward, beam.Beam: beam.forward,
+    gpt_oss.GptOss: gpt_oss.forward,
     mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward,
     neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
@@ -792,6 +794,8 @@ def _moe_family(spec: ModelSpec) -> moe.Moe | None:
         return _cohere_moe(spec)
     if spec.model_type == "beam":
         return _beam(spec)
+    if spec.model_type == "gpt_oss":
+        return _gpt_oss(spec)
     return _moe(spec) if spec.n_experts else None
 
 
@@ -851,6 +855,44 @@ def _beam(spec: ModelSpec) -> beam.Beam:
                      pattern="" if set(ffn) == {"E"} else "".join(ffn), router="beam",
                      norm_topk=spec.router_topk == "renorm",
                      softcap=spec.logit_softcapping or 0.0, grouped=spec.experts_grouped)
+
+
+_READS["gpt_oss"] = _READS["moe"] | {
+    "sdpa_path", "softmax_sink_column", "softmax_row_max", "attention_sinks",
+    "sliding_window", "layer_attention", "router_bias"}
+
+
+def _gpt_oss(spec: ModelSpec) -> gpt_oss.GptOss:
+    """GptOssForCausalLM (spec_from_hf's fields for it): pre-norm layers under GptOssRMSNorm
+    (norm_fp32), eager attention with a sink column per head (attention_sinks, its
+    row maximum subtracted: softmax_sink_column, softmax_row_max), sliding and full layers
+    (layer_attention), experts with biases and the clamped SwiGLU (swiglu_oss) in every
+    layer behind a biased router (router_bias). Anything else is refused."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    if not (spec.norm == "rmsnorm" and spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "swiglu_oss"
+            and not spec.softmax_fp32 and not spec.sdpa_path and spec.attention_sinks
+            and spec.softmax_sink_column and spec.softmax_row_max and spec.router_bias
+            and not spec.dropout and spec.qk_norm == "none" and spec.norm_position == "pre"
+            and not spec.layer_ffn and not spec.n_shared_experts
+            and spec.d_ff_expert is None and spec.router_topk == "none"
+            and not set(kinds) - {"S", "F"} and spec.peft_moe == "none"
+            and not spec.fused_qkv and not spec.fused_gate_up and not spec.rope_concat
+            and not spec.rope_fp32 and not _unread(spec, "gpt_oss")):
+        raise TcalcError(f"{spec.name}: no op graph for this gpt_oss layout yet (the graph "
+                         "engine covers GptOssConfig's layout)")
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return gpt_oss.GptOss(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                          dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers,
+                          tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
+                          bias_v=spec.bias_v, bias_o=spec.bias_o, attention_dropout=pa,
+                          window=spec.sliding_window or 0,
+                          kinds=kinds if len(set(kinds)) > 1 else kinds[0],
+                          X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                          router="gpt_oss", grouped=spec.experts_grouped)
 
 
 def _cohere_moe(spec: ModelSpec) -> cohere.CohereMoe:

@@ -263,6 +263,8 @@ DESCRIPTIONS = {
     "decoder.attn.output_gate": "the sigmoid of the per-channel output gate",
     "decoder.attn.gated_out": "the attention output the gate multiplies",
     "decoder.attn.query_scale": "the fp32 per-position query scale, shared by the layers",
+    "decoder.attn.sink_row_max_index": "int64 index of each row's maximum over the scores "
+    "and the sink column",
     "decoder.attn.qk_rotated": "Q and K rotated into new tensors",
     "decoder.attn.q": "Q·Kᵀ keeps Q", "decoder.attn.k": "Q·Kᵀ keeps K",
     "decoder.attn.v": "A·V keeps V", "decoder.attn.kv_cache_copies": "the generation cache's "
@@ -460,6 +462,7 @@ class _Namer:
         # Beam's attention output gate (families/beam.py)
         self.output_gate = type(family).__name__ == "Beam"
         self.jamba = isinstance(family, Jamba)
+        self.parameter_router = self.jamba or type(family).__name__ == "GptOss"
         self.gemma4 = isinstance(family, Gemma4)
         self.gemma3n = isinstance(family, Gemma3n)
 
@@ -565,9 +568,9 @@ class _Namer:
         if role == "index.indices0" and st.dtype.name == "int64" and not self.moe:
             return "decoder.attn.kv_index"  # Falcon's qkv[:, :, :, [-2]] and [[-1]]
         lora = self.run.lora
-        # (Jamba's router is a parameter, not an nn.Linear: peft leaves it)
+        # (Jamba's and GPT-OSS's routers are parameters, not nn.Linear: peft leaves them)
         if module in _ADAPTED and lora is not None and lora.adapts(scope) \
-                and not (self.jamba and module == "router"):
+                and not (self.parameter_router and module == "router"):
             return "decoder." + self._adapter(module, role, s)
         if module in self.norms:
             if role == "native_layer_norm.input" and st.name.endswith(".query_key_value"):
@@ -978,6 +981,8 @@ class _Namer:
             part = "merged_weight" if st.op == "baddbmm" else "weight_casts"
             return f"ffn.experts.{wrapped}.lora_{part}"
         if where in ("gate", "router"):  # PhiMoE's router: an nn.Linear and sparsemixer
+            if role == "addmm.self":  # GPT-OSS's router: F.linear with its bias
+                return "ffn.input"
             if role == "mm.self":  # DeepSeek-V3's router reads an fp32 copy of a 16-bit input
                 return "ffn.router_fp32_input" if st.op == "to" else "ffn.input"
             if role == "mm.mat2":  # and of its weight
@@ -1090,6 +1095,8 @@ class _Namer:
         if role == "exp.result" or (role.startswith("mul.") and not _has(st.numel.poly,
                                                                           ("B",))):
             return "lambda"  # DiffLlama's λ (0-d)
+        if role == "max.indices":
+            return "sink_row_max_index"  # GPT-OSS: the (scores, sink) row's argmax
         if role == "maximum.self":
             return "scores_clamp_input"  # XGLM: torch.max(scores + mask, finfo.min)
         if role == "maximum.other":
