@@ -1,11 +1,11 @@
 """More mixture-of-experts decoders on the op graph: HY-V3 (hy_v3) and dots.llm1 (dots1) in
 transformer_calc/graph/families/moe.py (DeepSeek-V3's fp32 sigmoid router with its top-k ranked
 under autograd, ungated shared experts), Cohere 2 MoE (cohere2_moe: cohere.py's CohereMoe, a
-softmax over the top-k logits), Beam (beam.py) and GPT-OSS (gpt_oss.py), against every
-measured CPU row of their configs, to the byte.
+softmax over the top-k logits), Beam (beam.py), GPT-OSS (gpt_oss.py) and Flint (flint.py),
+against every measured CPU row of their configs, to the byte.
 
 Fixtures (read, not changed): the rows of hy_v3-tiny, dots1-tiny, cohere2_moe-tiny,
-beam-tiny and gpt_oss-tied-nobias in tests/data/activations_*_cpu.jsonl, measured by
+beam-tiny, gpt_oss-tied-nobias and flint-tiny in tests/data/activations_*_cpu.jsonl, measured by
 tools/measure_activations_hf.py (torch 2.13 CPU, transformers 5.23, peft 0.21.2,
 saved_tensors_hooks, each storage still held at the end of the forward once, parameters
 excluded); rows without an "experts" key ran transformers' eager experts, the others
@@ -13,7 +13,8 @@ grouped_mm. The LoRA rows of dots1, cohere2_moe and beam naming gate_proj/up_pro
 (and all-linear) are converted by peft 0.21 (transformers' qwen2_moe conversion pattern) into
 ParamWrappers over the router's weight and the 3-D experts; HY-V3 is not converted (its
 gate_proj/up_proj/down_proj are the dense and shared MLPs' nn.Linear layers), nor GPT-OSS
-(gpt_oss.py: its router and experts are parameters; eager attention only, its rows eager).
+(gpt_oss.py: its router and experts are parameters; eager attention only, its rows eager) or
+Flint (flint.py: its gate_proj/up_proj/down_proj are the dense and shared MLPs'; eager only).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.families.beam import Beam
 from transformer_calc.graph.families.cohere import CohereMoe
+from transformer_calc.graph.families.flint import Flint
 from transformer_calc.graph.families.gpt_oss import GptOss
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.names import component_rows
@@ -41,7 +43,7 @@ from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
 CONFIGS = ("hy_v3-tiny.json", "dots1-tiny.json", "cohere2_moe-tiny.json", "beam-tiny.json",
-           "gpt_oss-tied-nobias.json")
+           "gpt_oss-tied-nobias.json", "flint-tiny.json")
 # peft 0.21's qwen2_moe conversion (utils/transformers_weight_conversion.py): the targets
 # it moves to target_parameters; all-linear keeps the attention's nn.Linear names
 CONVERSION = {"gate": "gate.weight", "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj",
@@ -96,7 +98,7 @@ def test_the_rows_cover_each_type() -> None:
     counts = {c: sum(r["config"] == c for r in ROWS) for c in CONFIGS}
     assert counts == {"hy_v3-tiny.json": 32, "dots1-tiny.json": 24,
                       "cohere2_moe-tiny.json": 24, "beam-tiny.json": 32,
-                      "gpt_oss-tied-nobias.json": 12}
+                      "gpt_oss-tied-nobias.json": 12, "flint-tiny.json": 12}
     assert {r.get("experts", "eager") for r in ROWS} == {"eager", "grouped_mm"}
 
 
@@ -182,12 +184,31 @@ def test_other_layouts_are_refused() -> None:
                    {"sdpa_path": True}, {"norm_fp32": False}, {"n_shared_experts": 1}):
         with pytest.raises(TcalcError):
             family_of(replace(oss, **change))  # type: ignore[arg-type]
+    fl = _spec("flint-tiny.json")
+    for change in ({"attention_sinks": False}, {"attn_fp32": False}, {"router_fp32": False},
+                   {"router_topk": "renorm"}, {"n_shared_experts": 0}, {"sdpa_path": True}):
+        with pytest.raises(TcalcError):
+            family_of(replace(fl, **change))  # type: ignore[arg-type]
     config = json.loads((DATA / "hf" / "variants" / "cohere2_moe-tiny.json").read_text())
     # Cohere2MoeConfig's dense prefix, its sigmoid selection, its RMSNorm: refused
     for change in ({"first_k_dense_replace": 1}, {"expert_selection_fn": "sigmoid"},
                    {"rms_norm_eps": 1e-6}):
         with pytest.raises(TcalcError):
             family_of(spec_from_hf({**config, **change}))
+
+
+def test_flint_reads_its_layer_kinds_and_router() -> None:
+    # FlintConfig: full attention in layers 0, 1, every fourth from 1 and the last (no RoPE
+    # there: N), sliding elsewhere, window 513; norm_topk_prob true by default; flint-tiny's
+    # shared expert 0 wide (its linears still keep their input)
+    config = json.loads((DATA / "hf" / "variants" / "flint-tiny.json").read_text())
+    spec = _spec("flint-tiny.json")
+    assert (spec.layer_attention, spec.sliding_window, spec.router_topk) == (
+        "2N 1S 1N", 513, "topk_sigmoid_renorm")
+    assert spec_from_hf({**config, "norm_topk_prob": False}).router_topk == "topk_sigmoid"
+    assert spec_from_hf({**config, "num_hidden_layers": 8}).layer_attention == "2N 3S 1N 1S 1N"
+    fam = family_of(spec)
+    assert isinstance(fam, Flint) and not fam.shared_width and fam.pattern == "DEDE"
 
 
 def test_cohere2_moe_reads_its_layer_kinds() -> None:
@@ -215,7 +236,7 @@ def test_autocast_keeps_the_rules() -> None:
 
 
 def _draw(rng: random.Random) -> tuple[Moe, Run]:
-    kind = rng.choice(("hy_v3", "dots1", "cohere2_moe", "beam", "gpt_oss"))
+    kind = rng.choice(("hy_v3", "dots1", "cohere2_moe", "beam", "gpt_oss", "flint"))
     X = rng.randint(1, 6)
     H, G = rng.choice(((2, 1), (4, 2), (4, 4), (6, 3)))
     L = rng.randint(1, 3)
@@ -236,6 +257,10 @@ def _draw(rng: random.Random) -> tuple[Moe, Run]:
         fam = GptOss(**{**vars(fam), "qk_norm": "none", "pattern": "", "shared_experts": False,
                         "kinds": kinds if len(set(kinds)) > 1 else kinds[0],
                         "window": rng.randint(2, 50), "router": "gpt_oss"})
+    if kind == "flint":
+        fam = Flint(**{**vars(fam), "shared_experts": False, "router": "flint",
+                       "kinds": kinds if len(set(kinds)) > 1 else kinds[0],
+                       "window": rng.randint(2, 50), "shared_width": rng.random() < 0.5})
     if kind == "cohere2_moe":
         fam = CohereMoe(**{**vars(fam), "qk_norm": "none", "pattern": "",
                            "shared_experts": rng.random() < 0.5,
@@ -247,11 +272,12 @@ def _draw(rng: random.Random) -> tuple[Moe, Run]:
         targets = ("q_proj", "v_proj", "o_proj", "gate_proj", "down_proj")
         lora = Lora(rng.choice((1, 4)), frozenset(rng.sample(targets, rng.choice((1, 2)))),
                     0.0)
-    elif kind not in ("hy_v3", "gpt_oss") and rng.random() < 0.4:
+    elif kind not in ("hy_v3", "gpt_oss", "flint") and rng.random() < 0.4:
         lora = Lora(rng.choice((1, 4)), frozenset(), 0.0, parameters=frozenset(
             rng.sample(("gate.weight", "gate_up_proj", "down_proj"), rng.choice((1, 2)))))
     return fam, Run(rng.randint(1, 3), rng.randint(2, 40), rng.choice((F32, BF16)), "cpu",
-                    "eager" if kind == "gpt_oss" else rng.choice(("eager", "sdpa")), lora=lora,
+                    "eager" if kind in ("gpt_oss", "flint") else rng.choice(("eager", "sdpa")),
+                    lora=lora,
                     recompute=rng.choice(("none", "none", "selective", "full")))
 
 

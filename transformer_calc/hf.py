@@ -3108,6 +3108,9 @@ def _router_topk(c: Config, kind: str) -> str:
         # divided by their sum in place with norm_topk_prob (their configs' default: true);
         # without it none ("none": the op graph leaves the router to the per-tensor rules)
         return "renorm" if c.get("norm_topk_prob", True) else "none"
+    if kind == "flint":  # FlintTopKRouter: topk of the fp32 sigmoid scores, renormalised
+        # (a new tensor) with norm_topk_prob (FlintConfig's default: true)
+        return "topk_sigmoid_renorm" if c.get("norm_topk_prob", True) else "topk_sigmoid"
     if kind == "cohere2_moe":  # Cohere2MoeTopKRouter: softmax over the top-k logits (fp32),
         # cast to the input's dtype; its sigmoid selection is left to the per-tensor rules
         return "topk_softmax" if c.get("expert_selection_fn", "softmax") == "softmax" \
@@ -3370,7 +3373,7 @@ GENERIC: dict[str, Layout] = {
     "flint": Layout("FlintForCausalLM", mlp_bias=False, qk_norm="head", sinks=True,
                     moe=Moe(shared_ff="shared_expert_intermediate_size",
                             mlp_only="mlp_only_layers", mlp_only_default=(0, 1),
-                            step="decoder_sparse_step")),
+                            step="decoder_sparse_step", router_topk="flint")),
     "ernie4_5_moe": Layout("Ernie4_5_MoeForCausalLM", qkv_bias=False, o_bias=False,
                            mlp_bias=False,
                            refuse=(("use_bias", "biases on attention and the dense and shared "
@@ -3889,6 +3892,26 @@ def _cohere2(c: Config) -> dict[str, Any]:
     return out
 
 
+def _flint(c: Config) -> dict[str, Any]:
+    """FlintForCausalLM: the generic record with its layers' kinds as FlintConfig derives
+    them (without layer_types: full attention in the first two layers, every fourth from
+    the second and the last, sliding elsewhere; sliding_window 513). FlintAttention applies
+    RoPE in sliding layers only: its full layers are N (no positions)."""
+    data = dict(c.data)
+    L = c.t("num_hidden_layers")
+    if data.get("layer_types") is None and isinstance(L, int):
+        data["layer_types"] = ["full_attention" if i < 2 or i % 4 == 1 or i == L - 1
+                               else "sliding_attention" for i in range(L)]
+    if data.get("sliding_window") is None:
+        data["sliding_window"] = 513
+    out = _generic(c.with_data(data), GENERIC["flint"])
+    if "layer_attention" in out:
+        out["layer_attention"] = out["layer_attention"].replace("F", "N")
+    elif isinstance(L, int) and L:
+        out["layer_attention"] = f"{L}N"
+    return out
+
+
 def _cohere2_moe(c: Config) -> dict[str, Any]:
     """Cohere2MoeForCausalLM: the generic record with its layers' kinds as Cohere2MoeConfig
     derives them (without layer_types: the first first_k_dense_replace layers by
@@ -4013,6 +4036,7 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
      "ministral": _ministral, "cohere2": _cohere2, "cohere2_moe": _cohere2_moe,
+     "flint": _flint,
      "lfm2": partial(_lfm2, moe=False),
      "t5gemma": _t5gemma,
      "gemma3n_text": _gemma3n, "deepseek_v4": _deepseek_v4,

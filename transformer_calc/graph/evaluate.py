@@ -21,6 +21,7 @@ from transformer_calc.graph.families import (
     deberta,
     falcon,
     falcon_h1,
+    flint,
     fsmt,
     gemma,
     gemma3n,
@@ -65,7 +66,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
     cohere.CohereMoe: cohere.moe_forward, beam.Beam: beam.forward,
-    gpt_oss.GptOss: gpt_oss.forward,
+    gpt_oss.GptOss: gpt_oss.forward, flint.Flint: flint.forward,
     mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward,
     neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
@@ -796,6 +797,8 @@ def _moe_family(spec: ModelSpec) -> moe.Moe | None:
         return _beam(spec)
     if spec.model_type == "gpt_oss":
         return _gpt_oss(spec)
+    if spec.model_type == "flint":
+        return _flint(spec)
     return _moe(spec) if spec.n_experts else None
 
 
@@ -893,6 +896,51 @@ def _gpt_oss(spec: ModelSpec) -> gpt_oss.GptOss:
                           kinds=kinds if len(set(kinds)) > 1 else kinds[0],
                           X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
                           router="gpt_oss", grouped=spec.experts_grouped)
+
+
+_READS["flint"] = _READS["sigmoid_moe"] | {
+    "sdpa_path", "attn_fp32", "softmax_sink_column", "attention_sinks", "sliding_window",
+    "layer_attention"}
+
+
+def _flint(spec: ModelSpec) -> flint.Flint:
+    """FlintForCausalLM (spec_from_hf's fields for it): pre-norm layers under FlintRMSNorm
+    (norm_fp32), q/k norms per head, eager attention in fp32 (attn_fp32) with a sink
+    column (attention_sinks, softmax_sink_column), sliding layers with RoPE and full ones
+    without (layer_attention S and N), dense layers where layer_ffn says D, the others the
+    fp32 sigmoid router (router_fp32; router_topk topk_sigmoid[_renorm]) with the experts
+    and one ungated shared expert of d_ff_shared (0 allowed). Anything else is refused."""
+    from transformer_calc.plan import layer_kinds_in_order, parse_pattern
+
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    ffn = parse_pattern(spec.layer_ffn, "DE", spec.n_layers, "layer_ffn") \
+        if spec.layer_ffn else ("E",) * spec.n_layers
+    if not (spec.norm == "rmsnorm" and spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and not spec.softmax_fp32
+            and not spec.sdpa_path and spec.attn_fp32 and spec.attention_sinks
+            and spec.softmax_sink_column and not spec.dropout and spec.qk_norm == "head"
+            and spec.norm_position == "pre" and spec.router_fp32
+            and spec.router_topk in ("topk_sigmoid", "topk_sigmoid_renorm")
+            and spec.n_shared_experts == 1 and spec.d_ff_shared is not None
+            and not spec.shared_expert_gate and not set(kinds) - {"S", "N"}
+            and spec.peft_moe == "none" and not spec.fused_qkv and not spec.fused_gate_up
+            and not spec.rope_concat and not spec.rope_fp32 and not spec.bias_ffn_in
+            and not spec.bias_ffn_out and not _unread(spec, "flint")):
+        raise TcalcError(f"{spec.name}: no op graph for this flint layout yet (the graph "
+                         "engine covers FlintConfig's layout)")
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return flint.Flint(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                       dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers,
+                       tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
+                       bias_v=spec.bias_v, bias_o=spec.bias_o, attention_dropout=pa,
+                       qk_norm="head", window=spec.sliding_window or 0,
+                       kinds=kinds if len(set(kinds)) > 1 else kinds[0],
+                       X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                       Fs=spec.d_ff_shared or 1, shared_width=bool(spec.d_ff_shared),
+                       pattern="" if set(ffn) == {"E"} else "".join(ffn), router="flint",
+                       norm_topk=spec.router_topk == "topk_sigmoid_renorm",
+                       grouped=spec.experts_grouped)
 
 
 def _cohere_moe(spec: ModelSpec) -> cohere.CohereMoe:
