@@ -1,20 +1,22 @@
 """More mixture-of-experts decoders on the op graph: HY-V3 (hy_v3) and dots.llm1 (dots1) in
 transformer_calc/graph/families/moe.py (DeepSeek-V3's fp32 sigmoid router with its top-k ranked
 under autograd, ungated shared experts), Cohere 2 MoE (cohere2_moe: cohere.py's CohereMoe, a
-softmax over the top-k logits), Beam (beam.py), GPT-OSS (gpt_oss.py) and Flint (flint.py),
-against every measured CPU row of their configs, to the byte.
+softmax over the top-k logits), Beam (beam.py), GPT-OSS (gpt_oss.py), Flint (flint.py) and
+GraniteMoeSWA (granitemoe_swa.py), against every measured CPU row of their configs, to the
+byte.
 
 Fixtures (read, not changed): the rows of hy_v3-tiny, dots1-tiny, cohere2_moe-tiny,
-beam-tiny, gpt_oss-tied-nobias and flint-tiny in tests/data/activations_*_cpu.jsonl, measured by
-tools/measure_activations_hf.py (torch 2.13 CPU, transformers 5.23, peft 0.21.2,
-saved_tensors_hooks, each storage still held at the end of the forward once, parameters
-excluded); rows without an "experts" key ran transformers' eager experts, the others
-grouped_mm. The LoRA rows of dots1, cohere2_moe and beam naming gate_proj/up_proj/down_proj
-(and all-linear) are converted by peft 0.21 (transformers' qwen2_moe conversion pattern) into
-ParamWrappers over the router's weight and the 3-D experts; HY-V3 is not converted (its
-gate_proj/up_proj/down_proj are the dense and shared MLPs' nn.Linear layers), nor GPT-OSS
-(gpt_oss.py: its router and experts are parameters; eager attention only, its rows eager) or
-Flint (flint.py: its gate_proj/up_proj/down_proj are the dense and shared MLPs'; eager only).
+beam-tiny, gpt_oss-tied-nobias, flint-tiny and granitemoe_swa-tiny in
+tests/data/activations_*_cpu.jsonl, measured by tools/measure_activations_hf.py (torch 2.13
+CPU, transformers 5.23, peft 0.21.2, saved_tensors_hooks, each storage still held at the end
+of the forward once, parameters excluded); rows without an "experts" key ran transformers'
+eager experts, the others grouped_mm. The LoRA rows of dots1, cohere2_moe and beam naming
+gate_proj/up_proj/down_proj (and all-linear) are converted by peft 0.21 (transformers'
+qwen2_moe conversion pattern) into ParamWrappers over the router's weight and the 3-D
+experts; HY-V3's are not (its gate_proj/up_proj/down_proj are the dense and shared MLPs'
+nn.Linear layers), nor GPT-OSS's (gpt_oss.py: its router and experts are parameters),
+Flint's (its gate_proj/up_proj/down_proj the dense and shared MLPs') or GraniteMoeSWA's; those
+three run eager attention only, as their rows do.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from transformer_calc.graph.families.beam import Beam
 from transformer_calc.graph.families.cohere import CohereMoe
 from transformer_calc.graph.families.flint import Flint
 from transformer_calc.graph.families.gpt_oss import GptOss
+from transformer_calc.graph.families.granitemoe_swa import GraniteMoeSwa
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
@@ -43,7 +46,7 @@ from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
 CONFIGS = ("hy_v3-tiny.json", "dots1-tiny.json", "cohere2_moe-tiny.json", "beam-tiny.json",
-           "gpt_oss-tied-nobias.json", "flint-tiny.json")
+           "gpt_oss-tied-nobias.json", "flint-tiny.json", "granitemoe_swa-tiny.json")
 # peft 0.21's qwen2_moe conversion (utils/transformers_weight_conversion.py): the targets
 # it moves to target_parameters; all-linear keeps the attention's nn.Linear names
 CONVERSION = {"gate": "gate.weight", "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj",
@@ -98,7 +101,8 @@ def test_the_rows_cover_each_type() -> None:
     counts = {c: sum(r["config"] == c for r in ROWS) for c in CONFIGS}
     assert counts == {"hy_v3-tiny.json": 32, "dots1-tiny.json": 24,
                       "cohere2_moe-tiny.json": 24, "beam-tiny.json": 32,
-                      "gpt_oss-tied-nobias.json": 12, "flint-tiny.json": 12}
+                      "gpt_oss-tied-nobias.json": 12, "flint-tiny.json": 12,
+                      "granitemoe_swa-tiny.json": 10}
     assert {r.get("experts", "eager") for r in ROWS} == {"eager", "grouped_mm"}
 
 
@@ -189,6 +193,11 @@ def test_other_layouts_are_refused() -> None:
                    {"router_topk": "renorm"}, {"n_shared_experts": 0}, {"sdpa_path": True}):
         with pytest.raises(TcalcError):
             family_of(replace(fl, **change))  # type: ignore[arg-type]
+    granite = _spec("granitemoe_swa-tiny.json")
+    for change in ({"attention_sinks": False}, {"softmax_sink_lse": False},
+                   {"n_shared_experts": 1}, {"sdpa_path": True}, {"router_topk": "none"}):
+        with pytest.raises(TcalcError):
+            family_of(replace(granite, **change))  # type: ignore[arg-type]
     config = json.loads((DATA / "hf" / "variants" / "cohere2_moe-tiny.json").read_text())
     # Cohere2MoeConfig's dense prefix, its sigmoid selection, its RMSNorm: refused
     for change in ({"first_k_dense_replace": 1}, {"expert_selection_fn": "sigmoid"},
@@ -209,6 +218,21 @@ def test_flint_reads_its_layer_kinds_and_router() -> None:
     assert spec_from_hf({**config, "num_hidden_layers": 8}).layer_attention == "2N 3S 1N 1S 1N"
     fam = family_of(spec)
     assert isinstance(fam, Flint) and not fam.shared_width and fam.pattern == "DEDE"
+
+
+def test_granitemoe_swa_reads_its_layer_kinds() -> None:
+    # GraniteMoeSWAConfig: full attention every fourth layer from the first, sliding
+    # elsewhere, window 128; layer_rope_theta 0: no RoPE (a full layer only)
+    from transformer_calc.errors import SpecError
+
+    config = json.loads((DATA / "hf" / "variants" / "granitemoe_swa-tiny.json").read_text())
+    assert (_spec("granitemoe_swa-tiny.json").layer_attention,
+            _spec("granitemoe_swa-tiny.json").sliding_window) == ("1F 1S 1S", 128)
+    nope = spec_from_hf({**config, "layer_rope_theta": [0, 1e4, 1e4]})
+    assert nope.layer_attention == "1N 1S 1S"
+    for thetas in ([1e4, 0, 1e4], [1e4, 1e4, 5e5]):
+        with pytest.raises(SpecError, match="layer_rope_theta"):
+            spec_from_hf({**config, "layer_rope_theta": thetas})
 
 
 def test_cohere2_moe_reads_its_layer_kinds() -> None:
@@ -236,7 +260,8 @@ def test_autocast_keeps_the_rules() -> None:
 
 
 def _draw(rng: random.Random) -> tuple[Moe, Run]:
-    kind = rng.choice(("hy_v3", "dots1", "cohere2_moe", "beam", "gpt_oss", "flint"))
+    kind = rng.choice(("hy_v3", "dots1", "cohere2_moe", "beam", "gpt_oss", "flint",
+                       "granitemoe_swa"))
     X = rng.randint(1, 6)
     H, G = rng.choice(((2, 1), (4, 2), (4, 4), (6, 3)))
     L = rng.randint(1, 3)
@@ -261,6 +286,12 @@ def _draw(rng: random.Random) -> tuple[Moe, Run]:
         fam = Flint(**{**vars(fam), "shared_experts": False, "router": "flint",
                        "kinds": kinds if len(set(kinds)) > 1 else kinds[0],
                        "window": rng.randint(2, 50), "shared_width": rng.random() < 0.5})
+    if kind == "granitemoe_swa":
+        kinds = "".join(rng.choice("FSN") for _ in range(L))
+        fam = GraniteMoeSwa(**{**vars(fam), "qk_norm": "none", "pattern": "",
+                               "shared_experts": False, "router": "granitemoe_swa",
+                               "kinds": kinds if len(set(kinds)) > 1 else kinds[0],
+                               "window": rng.randint(2, 50)})
     if kind == "cohere2_moe":
         fam = CohereMoe(**{**vars(fam), "qk_norm": "none", "pattern": "",
                            "shared_experts": rng.random() < 0.5,
@@ -272,11 +303,12 @@ def _draw(rng: random.Random) -> tuple[Moe, Run]:
         targets = ("q_proj", "v_proj", "o_proj", "gate_proj", "down_proj")
         lora = Lora(rng.choice((1, 4)), frozenset(rng.sample(targets, rng.choice((1, 2)))),
                     0.0)
-    elif kind not in ("hy_v3", "gpt_oss", "flint") and rng.random() < 0.4:
+    elif kind not in ("hy_v3", "gpt_oss", "flint", "granitemoe_swa") and rng.random() < 0.4:
         lora = Lora(rng.choice((1, 4)), frozenset(), 0.0, parameters=frozenset(
             rng.sample(("gate.weight", "gate_up_proj", "down_proj"), rng.choice((1, 2)))))
     return fam, Run(rng.randint(1, 3), rng.randint(2, 40), rng.choice((F32, BF16)), "cpu",
-                    "eager" if kind in ("gpt_oss", "flint") else rng.choice(("eager", "sdpa")),
+                    "eager" if kind in ("gpt_oss", "flint", "granitemoe_swa")
+                    else rng.choice(("eager", "sdpa")),
                     lora=lora,
                     recompute=rng.choice(("none", "none", "selective", "full")))
 

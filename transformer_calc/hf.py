@@ -3108,6 +3108,8 @@ def _router_topk(c: Config, kind: str) -> str:
         # divided by their sum in place with norm_topk_prob (their configs' default: true);
         # without it none ("none": the op graph leaves the router to the per-tensor rules)
         return "renorm" if c.get("norm_topk_prob", True) else "none"
+    if kind == "granitemoe_swa":  # GraniteMoeSWATopKRouter: topk of the fp32 logits, softmax
+        return "topk_softmax"
     if kind == "flint":  # FlintTopKRouter: topk of the fp32 sigmoid scores, renormalised
         # (a new tensor) with norm_topk_prob (FlintConfig's default: true)
         return "topk_sigmoid_renorm" if c.get("norm_topk_prob", True) else "topk_sigmoid"
@@ -3211,7 +3213,8 @@ GENERIC: dict[str, Layout] = {
     "granitemoe_swa": Layout("GraniteMoeSWAForCausalLM", fused_gate_up=True, mlp_bias=False,
                              sinks=True,
                              moe=Moe(expert_ff="", shared_ff="shared_intermediate_size",
-                                     shared_absent_at_zero=True)),
+                                     shared_absent_at_zero=True,
+                                     router_topk="granitemoe_swa")),
     "granitemoeshared": Layout("GraniteMoeSharedForCausalLM", fused_gate_up=True, mlp_bias=False,
                                moe=Moe(expert_ff="", shared_ff="shared_intermediate_size",
                                      shared_absent_at_zero=True)),
@@ -3892,6 +3895,35 @@ def _cohere2(c: Config) -> dict[str, Any]:
     return out
 
 
+def _granitemoe_swa(c: Config) -> dict[str, Any]:
+    """GraniteMoeSWAForCausalLM: the generic record with its layers' kinds as
+    GraniteMoeSWAConfig derives them (without layer_types: full attention every fourth layer
+    from the first, sliding elsewhere; sliding_window 128) and layer_rope_theta (0: no RoPE,
+    N; a full layer only, and one base for the rest, are modelled)."""
+    data = dict(c.data)
+    L = c.t("num_hidden_layers")
+    if data.get("layer_types") is None and isinstance(L, int):
+        data["layer_types"] = ["full_attention" if i % 4 == 0 else "sliding_attention"
+                               for i in range(L)]
+    if "sliding_window" not in data:
+        data["sliding_window"] = 128
+    out = _generic(c.with_data(data), GENERIC["granitemoe_swa"])
+    thetas = data.get("layer_rope_theta")
+    if isinstance(L, int) and L and "layer_attention" in out:
+        from transformer_calc.plan import parse_pattern
+
+        kinds = list(parse_pattern(out["layer_attention"], "FS", L, "layer_types"))
+        if isinstance(thetas, list) and len(thetas) == L:
+            if len({t for t in thetas if t}) > 1 or any(
+                    not t and k != "F" for t, k in zip(thetas, kinds, strict=True)):
+                raise SpecError("layer_rope_theta", "one RoPE base, or 0 on full-attention "
+                                "layers (several bases, or a sliding layer without RoPE, are "
+                                "not modelled)", thetas, source=c.where)
+            kinds = ["N" if not t else k for t, k in zip(thetas, kinds, strict=True)]
+        out["layer_attention"] = " ".join(f"1{k}" for k in kinds)
+    return out
+
+
 def _flint(c: Config) -> dict[str, Any]:
     """FlintForCausalLM: the generic record with its layers' kinds as FlintConfig derives
     them (without layer_types: full attention in the first two layers, every fourth from
@@ -4036,7 +4068,7 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
      "ministral": _ministral, "cohere2": _cohere2, "cohere2_moe": _cohere2_moe,
-     "flint": _flint,
+     "flint": _flint, "granitemoe_swa": _granitemoe_swa,
      "lfm2": partial(_lfm2, moe=False),
      "t5gemma": _t5gemma,
      "gemma3n_text": _gemma3n, "deepseek_v4": _deepseek_v4,

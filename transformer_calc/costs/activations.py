@@ -277,7 +277,7 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
         return family
     impl = experts_impl(spec, s.experts)
     if (autocast and family.router in ("sparsemixer", "sigmoid", "softmax", "hy_v3", "dots1",
-                                       "beam", "gpt_oss", "flint")) \
+                                       "beam", "gpt_oss", "flint", "granitemoe_swa")) \
             or impl not in ("eager", "grouped_mm"):
         return None
     return dataclasses.replace(family, grouped=impl == "grouped_mm")

@@ -29,6 +29,7 @@ from transformer_calc.graph.families import (
     gpt2,
     gpt_oss,
     gptj,
+    granitemoe_swa,
     jamba,
     kimi_linear,
     llama,
@@ -67,6 +68,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
     cohere.CohereMoe: cohere.moe_forward, beam.Beam: beam.forward,
     gpt_oss.GptOss: gpt_oss.forward, flint.Flint: flint.forward,
+    granitemoe_swa.GraniteMoeSwa: granitemoe_swa.forward,
     mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward,
     neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
@@ -799,6 +801,8 @@ def _moe_family(spec: ModelSpec) -> moe.Moe | None:
         return _gpt_oss(spec)
     if spec.model_type == "flint":
         return _flint(spec)
+    if spec.model_type == "granitemoe_swa":
+        return _granitemoe_swa(spec)
     return _moe(spec) if spec.n_experts else None
 
 
@@ -941,6 +945,42 @@ def _flint(spec: ModelSpec) -> flint.Flint:
                        pattern="" if set(ffn) == {"E"} else "".join(ffn), router="flint",
                        norm_topk=spec.router_topk == "topk_sigmoid_renorm",
                        grouped=spec.experts_grouped)
+
+
+_READS["granitemoe_swa"] = _READS["moe"] | {
+    "sdpa_path", "softmax_sink_lse", "attention_sinks", "sliding_window", "layer_attention"}
+
+
+def _granitemoe_swa(spec: ModelSpec) -> granitemoe_swa.GraniteMoeSwa:
+    """GraniteMoeSWAForCausalLM (spec_from_hf's fields for it): pre-norm layers under
+    RMSNorm, eager attention with the per-head sink applied after it (attention_sinks,
+    softmax_sink_lse), full and sliding layers (layer_attention F, S; N where
+    layer_rope_theta is 0), experts in every layer behind the softmax-over-top-k router
+    (router_topk topk_softmax), no shared MLP. Anything else is refused."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    if not (spec.norm == "rmsnorm" and not spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.sdpa_path and spec.attention_sinks and spec.softmax_sink_lse
+            and not spec.dropout and spec.qk_norm == "none" and spec.norm_position == "pre"
+            and spec.router_topk == "topk_softmax" and not spec.n_shared_experts
+            and not spec.layer_ffn and not set(kinds) - {"F", "S", "N"}
+            and spec.peft_moe == "none" and not spec.fused_qkv and not spec.rope_concat
+            and not spec.rope_fp32 and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and not _unread(spec, "granitemoe_swa")):
+        raise TcalcError(f"{spec.name}: no op graph for this granitemoe_swa layout yet (the "
+                         "graph engine covers GraniteMoeSWAConfig's layout without a shared "
+                         "MLP)")
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return granitemoe_swa.GraniteMoeSwa(
+        V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H, dh=spec.head_dim,
+        F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings, bias_q=spec.bias_q,
+        bias_k=spec.bias_k, bias_v=spec.bias_v, bias_o=spec.bias_o, attention_dropout=pa,
+        window=spec.sliding_window or 0, kinds=kinds if len(set(kinds)) > 1 else kinds[0],
+        X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff, router="granitemoe_swa",
+        grouped=spec.experts_grouped)
 
 
 def _cohere_moe(spec: ModelSpec) -> cohere.CohereMoe:

@@ -263,6 +263,9 @@ DESCRIPTIONS = {
     "decoder.attn.output_gate": "the sigmoid of the per-channel output gate",
     "decoder.attn.gated_out": "the attention output the gate multiplies",
     "decoder.attn.query_scale": "the fp32 per-position query scale, shared by the layers",
+    "decoder.attn.sink_lse": "the scores' logsumexp per row",
+    "decoder.attn.sink_scale": "the sigmoid sink scale (fp32) and its cast",
+    "decoder.attn.sink_scaled_out": "the attention output the sink scale multiplies",
     "decoder.attn.sink_row_max_index": "int64 index of each row's maximum over the scores "
     "and the sink column",
     "decoder.attn.qk_rotated": "Q and K rotated into new tensors",
@@ -462,7 +465,10 @@ class _Namer:
         # Beam's attention output gate (families/beam.py)
         self.output_gate = type(family).__name__ == "Beam"
         self.jamba = isinstance(family, Jamba)
-        self.parameter_router = self.jamba or type(family).__name__ == "GptOss"
+        self.parameter_router = self.jamba or type(family).__name__ in (
+            "GptOss", "GraniteMoeSwa")
+        # GraniteMoeSWA's sink, applied after attention (families/granitemoe_swa.py)
+        self.sink_lse = type(family).__name__ == "GraniteMoeSwa"
         self.gemma4 = isinstance(family, Gemma4)
         self.gemma3n = isinstance(family, Gemma3n)
 
@@ -971,7 +977,8 @@ class _Namer:
         """A sparse MoE block's storages (families/moe.py): the router's, the experts'
         (whose rows are the K·B·T routed slots), the shared expert's and its gate's."""
         st, parts = s.storage, rest.split(".")
-        where = parts[1] if len(parts) > 1 and parts[0] in ("mlp", "feed_forward") else ""
+        where = parts[1] if len(parts) > 1 and parts[0] in (
+            "mlp", "feed_forward", "block_sparse_moe") else ""
         # peft's ParamWrapper (graph/lora.py): the merged weight the router's linear or the
         # experts' matmuls keep, the factors' 16-bit copies the experts' baddbmm keeps
         if where == "gate" and role == "mm.mat2" and st.op != "to":
@@ -1085,6 +1092,12 @@ class _Namer:
             return "qkv_output"  # a view of the fused projection's output keeps it whole
         if role in ("softmax.result", "_safe_softmax.result"):
             return "softmax"
+        if self.sink_lse and role in ("logsumexp.self", "logsumexp.result",
+                                      "sigmoid.result", "mul.self", "mul.other"):
+            # GraniteMoeSWA: logsumexp keeps the masked scores and itself; the sink scale
+            # sigmoid((lse - sinks).float()) and the output it multiplies
+            return {"logsumexp.self": "scores", "logsumexp.result": "sink_lse",
+                    "mul.self": "sink_scaled_out"}.get(role, "sink_scale")
         if self.output_gate and role in ("sigmoid.result", "mul.self"):
             # Beam: out * sigmoid(gate_proj(x) + gate_bias): the gate and the output
             return "output_gate" if role == "sigmoid.result" else "gated_out"

@@ -668,6 +668,14 @@ def topk(a: Tensor, k: Dim) -> tuple[Tensor, Tensor]:
     return values, indices
 
 
+def logsumexp(a: Tensor) -> Tensor:
+    """torch.logsumexp(a, dim=-1) (GraniteMoeSWA's sink scale). derivatives.yaml logsumexp:
+    self: logsumexp_backward(grad, self, result, dim, keepdim): its input and result."""
+    out = _new(a, a.shape[:-1], a.dtype, a.requires_grad)
+    a.trace.record("logsumexp", out, [("self", a, True), ("result", out, True)])
+    return out
+
+
 def max_dim(a: Tensor) -> Tensor:
     """a.max(dim=-1, keepdim=True).values (GPT-OSS's sink logits: the row's maximum).
     derivatives.yaml max.dim: self: value_selecting_reduction_backward_symint(grad, dim,
