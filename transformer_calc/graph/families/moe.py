@@ -130,7 +130,7 @@ def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor, name: str = "mlp",
         with m.module("experts"):
             run = grouped_experts if cfg.grouped else eager_experts
             out = run(m, flat, chosen, weights)
-        if cfg.shared_experts:
+        if getattr(cfg, "shared_experts", False):  # (Jamba's config is not a Moe)
             out = _shared_experts(m, cfg, x, out)
         if shared is not None:
             # F.sigmoid(self.shared_expert_gate(x)) * shared_expert_output
