@@ -1024,8 +1024,8 @@ def _sigmoid_moe(spec: ModelSpec) -> moe.Moe:
     routed by an fp32 sigmoid router (router_fp32) with ungated shared experts of
     n_shared_experts · moe_intermediate_size (d_ff_shared unset). Dots1's router
     renormalises with norm_topk_prob (router_topk renorm, else none) and ranks n_group
-    groups first: spec_from_hf does not read n_group and topk_group, so the graph takes
-    Dots1Config's (1 and 1). Anything else is refused."""
+    groups first (spec_from_hf does not read n_group and topk_group: that ranking keeps
+    nothing either way, moe.sigmoid_router). Anything else is refused."""
     from transformer_calc.plan import parse_pattern
 
     hy = spec.model_type == "hy_v3"
