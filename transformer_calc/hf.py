@@ -3108,6 +3108,17 @@ def _router_topk(c: Config, kind: str) -> str:
         # divided by their sum in place with norm_topk_prob (their configs' default: true);
         # without it none ("none": the op graph leaves the router to the per-tensor rules)
         return "renorm" if c.get("norm_topk_prob", True) else "none"
+    if kind == "granitemoe_swa":  # GraniteMoeSWATopKRouter: topk of the fp32 logits, softmax
+        return "topk_softmax"
+    if kind == "flint":  # FlintTopKRouter: topk of the fp32 sigmoid scores, renormalised
+        # (a new tensor) with norm_topk_prob (FlintConfig's default: true)
+        return "topk_sigmoid_renorm" if c.get("norm_topk_prob", True) else "topk_sigmoid"
+    if kind == "cohere2_moe":  # Cohere2MoeTopKRouter: softmax over the top-k logits (fp32),
+        # cast to the input's dtype; its sigmoid selection is left to the per-tensor rules
+        return "topk_softmax" if c.get("expert_selection_fn", "softmax") == "softmax" \
+            else "none"
+    if kind == "dots1":  # Dots1TopkRouter: DeepSeek-V3's, norm_topk_prob false by default
+        return "renorm" if c.get("norm_topk_prob", False) else "none"
     return "renorm_cast" if c.get("norm_topk_prob", False) else "cast"
 
 
@@ -3202,7 +3213,8 @@ GENERIC: dict[str, Layout] = {
     "granitemoe_swa": Layout("GraniteMoeSWAForCausalLM", fused_gate_up=True, mlp_bias=False,
                              sinks=True,
                              moe=Moe(expert_ff="", shared_ff="shared_intermediate_size",
-                                     shared_absent_at_zero=True)),
+                                     shared_absent_at_zero=True,
+                                     router_topk="granitemoe_swa")),
     "granitemoeshared": Layout("GraniteMoeSharedForCausalLM", fused_gate_up=True, mlp_bias=False,
                                moe=Moe(expert_ff="", shared_ff="shared_intermediate_size",
                                      shared_absent_at_zero=True)),
@@ -3230,7 +3242,8 @@ GENERIC: dict[str, Layout] = {
     # layers before first_k_dense_replace, then routed experts and one shared MLP of
     # n_shared_experts · moe_intermediate_size. Checks and sliding layers: _dots1
     "dots1": Layout("Dots1ForCausalLM", mlp_bias=False, qk_norm="head",
-                    moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace")),
+                    moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace",
+                            router_topk="dots1")),
     # Hunyuan (HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM): Llama with an RMSNorm over
     # each query and key head (query_layernorm, key_layernorm); the MoE class routes every layer
     # to num_experts experts of intermediate_size beside a shared MLP of the same size. Head
@@ -3363,7 +3376,7 @@ GENERIC: dict[str, Layout] = {
     "flint": Layout("FlintForCausalLM", mlp_bias=False, qk_norm="head", sinks=True,
                     moe=Moe(shared_ff="shared_expert_intermediate_size",
                             mlp_only="mlp_only_layers", mlp_only_default=(0, 1),
-                            step="decoder_sparse_step")),
+                            step="decoder_sparse_step", router_topk="flint")),
     "ernie4_5_moe": Layout("Ernie4_5_MoeForCausalLM", qkv_bias=False, o_bias=False,
                            mlp_bias=False,
                            refuse=(("use_bias", "biases on attention and the dense and shared "
@@ -3508,14 +3521,16 @@ GENERIC: dict[str, Layout] = {
                    sliding_every=6, full_nope=True, softcap=30.0, window_default=512,
                    fp32_math=True,
                    moe=Moe(experts=("num_experts",), layer_types="mlp_layer_types",
-                           dense_first=3)),
+                           dense_first=3, router_topk="deepseek")),
     # BitNet b1.58: Llama's layers with an RMSNorm over the attention output before o_proj
     # and one over the FFN's inner width before down_proj (BitNetAttention, BitNetMLP: the
     # ternary weights are a quantizer's business; the modelling code holds nn.Linear)
     "bitnet": Layout("BitNetForCausalLM", mlp_bias=False, sub_norms=True,
                      full_width="BitNetAttention's attn_sub_norm is hidden_size wide"),
     "cohere2_moe": Layout("Cohere2MoeForCausalLM", mlp_bias=False, norm="layernorm_nobias",
-                          norms="parallel", moe=Moe(expert_ff="", shared="num_shared_experts")),
+                          norms="parallel", moe=Moe(expert_ff="", shared="num_shared_experts",
+                                                    layer_types="mlp_layer_types",
+                                                    router_topk="cohere2_moe")),
 }
 
 
@@ -3880,6 +3895,93 @@ def _cohere2(c: Config) -> dict[str, Any]:
     return out
 
 
+def _granitemoe_swa(c: Config) -> dict[str, Any]:
+    """GraniteMoeSWAForCausalLM: the generic record with its layers' kinds as
+    GraniteMoeSWAConfig derives them (without layer_types: full attention every fourth layer
+    from the first, sliding elsewhere; sliding_window 128) and layer_rope_theta (0: no RoPE,
+    N; a full layer only, and one base for the rest, are modelled)."""
+    data = dict(c.data)
+    L = c.t("num_hidden_layers")
+    if data.get("layer_types") is None and isinstance(L, int):
+        data["layer_types"] = ["full_attention" if i % 4 == 0 else "sliding_attention"
+                               for i in range(L)]
+    if "sliding_window" not in data:
+        data["sliding_window"] = 128
+    out = _generic(c.with_data(data), GENERIC["granitemoe_swa"])
+    thetas = data.get("layer_rope_theta")
+    if isinstance(L, int) and L and "layer_attention" in out:
+        from transformer_calc.plan import parse_pattern
+
+        kinds = list(parse_pattern(out["layer_attention"], "FS", L, "layer_types"))
+        if isinstance(thetas, list) and len(thetas) == L:
+            if len({t for t in thetas if t}) > 1 or any(
+                    not t and k != "F" for t, k in zip(thetas, kinds, strict=True)):
+                raise SpecError("layer_rope_theta", "one RoPE base, or 0 on full-attention "
+                                "layers (several bases, or a sliding layer without RoPE, are "
+                                "not modelled)", thetas, source=c.where)
+            kinds = ["N" if not t else k for t, k in zip(thetas, kinds, strict=True)]
+        out["layer_attention"] = " ".join(f"1{k}" for k in kinds)
+    return out
+
+
+def _flint(c: Config) -> dict[str, Any]:
+    """FlintForCausalLM: the generic record with its layers' kinds as FlintConfig derives
+    them (without layer_types: full attention in the first two layers, every fourth from
+    the second and the last, sliding elsewhere; sliding_window 513). FlintAttention applies
+    RoPE in sliding layers only: its full layers are N (no positions)."""
+    data = dict(c.data)
+    L = c.t("num_hidden_layers")
+    if data.get("layer_types") is None and isinstance(L, int):
+        data["layer_types"] = ["full_attention" if i < 2 or i % 4 == 1 or i == L - 1
+                               else "sliding_attention" for i in range(L)]
+    if data.get("sliding_window") is None:
+        data["sliding_window"] = 513
+    out = _generic(c.with_data(data), GENERIC["flint"])
+    if "layer_attention" in out:
+        out["layer_attention"] = out["layer_attention"].replace("F", "N")
+    elif isinstance(L, int) and L:
+        out["layer_attention"] = f"{L}N"
+    return out
+
+
+def _cohere2_moe(c: Config) -> dict[str, Any]:
+    """Cohere2MoeForCausalLM: the generic record with its layers' kinds as Cohere2MoeConfig
+    derives them (without layer_types: the first first_k_dense_replace layers by
+    prefix_dense_sliding_window_pattern, 1, the rest by sliding_window_pattern, 4; layer i
+    of a run slides unless (i + 1) is a multiple of its pattern), its dense layers
+    (mlp_layer_types, or the first first_k_dense_replace), sliding_window 4096. Its
+    attention applies RoPE in sliding layers, and in dense layers when the prefix pattern
+    is 1 (force_rope): full layers are N (no positions) unless forced (F)."""
+    data = dict(c.data)
+    L = c.t("num_hidden_layers")
+    first = data.get("first_k_dense_replace") or 0
+    prefix_every = data.get("prefix_dense_sliding_window_pattern", 1)
+    if isinstance(L, int) and isinstance(first, int):
+        if data.get("layer_types") is None:
+            every = data.get("sliding_window_pattern", 4)
+            data["layer_types"] = [
+                "sliding_attention" if (i + 1) % prefix_every else "full_attention"
+                for i in range(min(first, L))] + [
+                "sliding_attention" if (i + 1) % every else "full_attention"
+                for i in range(L - min(first, L))]
+        if data.get("mlp_layer_types") is None:
+            data["mlp_layer_types"] = ["dense" if i < first else "sparse" for i in range(L)]
+    if "sliding_window" not in data:
+        data["sliding_window"] = 4096
+    out = _generic(c.with_data(data), GENERIC["cohere2_moe"])
+    dense = data.get("mlp_layer_types") or []
+    if "layer_attention" in out and isinstance(L, int):
+        from transformer_calc.plan import parse_pattern
+
+        kinds = list(parse_pattern(out["layer_attention"], "FS", L, "layer_types"))
+        out["layer_attention"] = " ".join(
+            "1F" if k == "F" and dense[i] == "dense" and prefix_every == 1 else
+            "1N" if k == "F" else "1S" for i, k in enumerate(kinds))
+    if data.get("rms_norm_eps") is not None:  # Cohere2MoeRMSNorm, not its LayerNorm
+        out |= {"norm": "rmsnorm", "norm_manual": False}
+    return out
+
+
 def _lfm2(c: Config, moe: bool) -> dict[str, Any]:
     """Lfm2ForCausalLM / Lfm2MoeForCausalLM: the generic record, with the files' tie_embedding
     (their config classes take it over tie_word_embeddings: __post_init__ pops it); the MoE
@@ -3965,7 +4067,9 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
      "dbrx": _dbrx, "kimi_linear": _kimi_linear,
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
-     "ministral": _ministral, "cohere2": _cohere2, "lfm2": partial(_lfm2, moe=False),
+     "ministral": _ministral, "cohere2": _cohere2, "cohere2_moe": _cohere2_moe,
+     "flint": _flint, "granitemoe_swa": _granitemoe_swa,
+     "lfm2": partial(_lfm2, moe=False),
      "t5gemma": _t5gemma,
      "gemma3n_text": _gemma3n, "deepseek_v4": _deepseek_v4,
      "lfm2_moe": partial(_lfm2, moe=True)} | hf_more.MAPPERS

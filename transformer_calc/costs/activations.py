@@ -297,7 +297,8 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
     --experts, or transformers' default), or None where the graph does not model it:
     PhiMoE under autocast (sparsemixer's softmax of the 16-bit router logits is on CUDA
     autocast's fp32 list, not on the CPU's: no CPU row pins it, tests/test_graph_moe_amp.py),
-    and so DeepSeek-V3's sigmoid router (its top-k sum) and LongCat-Flash's softmax one."""
+    and so DeepSeek-V3's sigmoid router (its top-k sum; HY-V3's and dots.llm1's) and
+    LongCat-Flash's softmax one."""
     import dataclasses
 
     from transformer_calc.graph.families.gemma4 import Gemma4
@@ -313,7 +314,8 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
     if not isinstance(family, Moe | Jamba):
         return family
     impl = experts_impl(spec, s.experts)
-    if (autocast and family.router in ("sparsemixer", "sigmoid", "softmax")) \
+    if (autocast and family.router in ("sparsemixer", "sigmoid", "softmax", "hy_v3", "dots1",
+                                       "beam", "gpt_oss", "flint", "granitemoe_swa")) \
             or impl not in ("eager", "grouped_mm"):
         return None
     return dataclasses.replace(family, grouped=impl == "grouped_mm")

@@ -15,17 +15,21 @@ from transformer_calc.graph.families import (
     albert,
     bamba,
     bart,
+    beam,
     bert,
     cohere,
     deberta,
     falcon,
     falcon_h1,
+    flint,
     fsmt,
     gemma,
     gemma3n,
     gemma4,
     gpt2,
+    gpt_oss,
     gptj,
+    granitemoe_swa,
     jamba,
     kimi_linear,
     llama,
@@ -62,6 +66,9 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
 _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
+    cohere.CohereMoe: cohere.moe_forward, beam.Beam: beam.forward,
+    gpt_oss.GptOss: gpt_oss.forward, flint.Flint: flint.forward,
+    granitemoe_swa.GraniteMoeSwa: granitemoe_swa.forward,
     mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward,
     neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
@@ -784,7 +791,270 @@ def _gemma3n_family(spec: ModelSpec) -> gemma3n.Gemma3n | None:
 
 
 def _moe_family(spec: ModelSpec) -> moe.Moe | None:
+    if spec.model_type in _SIGMOID_MOES:
+        return _sigmoid_moe(spec)
+    if spec.model_type == "cohere2_moe":
+        return _cohere_moe(spec)
+    if spec.model_type == "beam":
+        return _beam(spec)
+    if spec.model_type == "gpt_oss":
+        return _gpt_oss(spec)
+    if spec.model_type == "flint":
+        return _flint(spec)
+    if spec.model_type == "granitemoe_swa":
+        return _granitemoe_swa(spec)
     return _moe(spec) if spec.n_experts else None
+
+
+# the Llama-shaped decoders whose router is DeepSeek-V3's sigmoid with its top-k chosen under
+# autograd (moe.sigmoid_router): model_type -> the attention's q/k norm (HYV3Attention's after
+# the transpose, Dots1Attention's Qwen3 one before it)
+_SIGMOID_MOES = {"hy_v3": "head_t", "dots1": "head"}
+
+
+_READS["sigmoid_moe"] = _READS["moe"] | {"router_fp32"}
+_READS["cohere_moe"] = _READS["moe"] | {"norm_manual", "parallel_block", "sliding_window",
+                                        "layer_attention"}
+
+
+_READS["beam"] = _READS["sigmoid_moe"] | {
+    "sliding_window", "layer_attention", "sandwich_norm", "attn_gate", "attn_gate_bias",
+    "attn_gate_named_gate_proj", "logit_softcapping", "softcap_fp32", "ffn_act_fp32"}
+
+
+def _beam(spec: ModelSpec) -> beam.Beam:
+    """BeamForCausalLM (spec_from_hf's fields for it): sandwich BeamRMSNorms in fp32
+    (norm_fp32), q/k norms per head, sliding layers with fp32 RoPE (rope_fp32) and full
+    ones without (layer_attention S and N), the per-channel output gate with a bias per head
+    (attn_gate width, attn_gate_bias head), dense layers then experts (layer_ffn) in fp32
+    (ffn_act_fp32), the sigmoid router (router_fp32; router_topk renorm: norm_topk_prob,
+    else none), the logits soft-capped in fp32. spec_from_hf does not read n_group and
+    topk_group: their ranking keeps nothing either way."""
+    from transformer_calc.plan import layer_kinds_in_order, parse_pattern
+
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    ffn = parse_pattern(spec.layer_ffn, "DE", spec.n_layers, "layer_ffn") \
+        if spec.layer_ffn else ("E",) * spec.n_layers
+    if not (spec.norm == "rmsnorm" and spec.norm_fp32 and spec.rope_fp32
+            and spec.position == "rope" and spec.ffn == "gated" and spec.activation == "silu"
+            and spec.softmax_fp32 and not spec.dropout and spec.qk_norm == "head"
+            and spec.norm_position == "pre" and spec.sandwich_norm and spec.router_fp32
+            and spec.attn_gate == "width" and spec.attn_gate_bias == "head"
+            and spec.attn_gate_named_gate_proj and spec.ffn_act_fp32
+            and (spec.softcap_fp32 or not spec.logit_softcapping)
+            and spec.router_topk in ("renorm", "none") and not spec.n_shared_experts
+            and not set(kinds) - {"S", "N"} and spec.sliding_window
+            and not spec.fused_qkv and not spec.fused_gate_up and not spec.rope_concat
+            and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and spec.peft_moe == "qwen2_moe" and not spec.peft_router_linear
+            and not _unread(spec, "beam")):
+        raise TcalcError(f"{spec.name}: no op graph for this beam layout yet (the graph "
+                         "engine covers BeamConfig's layout)")
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return beam.Beam(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                     dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers,
+                     tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
+                     bias_v=spec.bias_v, bias_o=spec.bias_o, attention_dropout=pa,
+                     qk_norm="head", window=spec.sliding_window,
+                     kinds=kinds if len(set(kinds)) > 1 else kinds[0],
+                     X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                     pattern="" if set(ffn) == {"E"} else "".join(ffn), router="beam",
+                     norm_topk=spec.router_topk == "renorm",
+                     softcap=spec.logit_softcapping or 0.0, grouped=spec.experts_grouped)
+
+
+_READS["gpt_oss"] = _READS["moe"] | {
+    "sdpa_path", "softmax_sink_column", "softmax_row_max", "attention_sinks",
+    "sliding_window", "layer_attention", "router_bias"}
+
+
+def _gpt_oss(spec: ModelSpec) -> gpt_oss.GptOss:
+    """GptOssForCausalLM (spec_from_hf's fields for it): pre-norm layers under GptOssRMSNorm
+    (norm_fp32), eager attention with a sink column per head (attention_sinks, its
+    row maximum subtracted: softmax_sink_column, softmax_row_max), sliding and full layers
+    (layer_attention), experts with biases and the clamped SwiGLU (swiglu_oss) in every
+    layer behind a biased router (router_bias). Anything else is refused."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    if not (spec.norm == "rmsnorm" and spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "swiglu_oss"
+            and not spec.softmax_fp32 and not spec.sdpa_path and spec.attention_sinks
+            and spec.softmax_sink_column and spec.softmax_row_max and spec.router_bias
+            and not spec.dropout and spec.qk_norm == "none" and spec.norm_position == "pre"
+            and not spec.layer_ffn and not spec.n_shared_experts
+            and spec.d_ff_expert is None and spec.router_topk == "none"
+            and not set(kinds) - {"S", "F"} and spec.peft_moe == "none"
+            and not spec.fused_qkv and not spec.fused_gate_up and not spec.rope_concat
+            and not spec.rope_fp32 and not _unread(spec, "gpt_oss")):
+        raise TcalcError(f"{spec.name}: no op graph for this gpt_oss layout yet (the graph "
+                         "engine covers GptOssConfig's layout)")
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return gpt_oss.GptOss(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                          dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers,
+                          tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
+                          bias_v=spec.bias_v, bias_o=spec.bias_o, attention_dropout=pa,
+                          window=spec.sliding_window or 0,
+                          kinds=kinds if len(set(kinds)) > 1 else kinds[0],
+                          X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                          router="gpt_oss", grouped=spec.experts_grouped)
+
+
+_READS["flint"] = _READS["sigmoid_moe"] | {
+    "sdpa_path", "attn_fp32", "softmax_sink_column", "attention_sinks", "sliding_window",
+    "layer_attention"}
+
+
+def _flint(spec: ModelSpec) -> flint.Flint:
+    """FlintForCausalLM (spec_from_hf's fields for it): pre-norm layers under FlintRMSNorm
+    (norm_fp32), q/k norms per head, eager attention in fp32 (attn_fp32) with a sink
+    column (attention_sinks, softmax_sink_column), sliding layers with RoPE and full ones
+    without (layer_attention S and N), dense layers where layer_ffn says D, the others the
+    fp32 sigmoid router (router_fp32; router_topk topk_sigmoid[_renorm]) with the experts
+    and one ungated shared expert of d_ff_shared (0 allowed). Anything else is refused."""
+    from transformer_calc.plan import layer_kinds_in_order, parse_pattern
+
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    ffn = parse_pattern(spec.layer_ffn, "DE", spec.n_layers, "layer_ffn") \
+        if spec.layer_ffn else ("E",) * spec.n_layers
+    if not (spec.norm == "rmsnorm" and spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and not spec.softmax_fp32
+            and not spec.sdpa_path and spec.attn_fp32 and spec.attention_sinks
+            and spec.softmax_sink_column and not spec.dropout and spec.qk_norm == "head"
+            and spec.norm_position == "pre" and spec.router_fp32
+            and spec.router_topk in ("topk_sigmoid", "topk_sigmoid_renorm")
+            and spec.n_shared_experts == 1 and spec.d_ff_shared is not None
+            and not spec.shared_expert_gate and not set(kinds) - {"S", "N"}
+            and spec.peft_moe == "none" and not spec.fused_qkv and not spec.fused_gate_up
+            and not spec.rope_concat and not spec.rope_fp32 and not spec.bias_ffn_in
+            and not spec.bias_ffn_out and not _unread(spec, "flint")):
+        raise TcalcError(f"{spec.name}: no op graph for this flint layout yet (the graph "
+                         "engine covers FlintConfig's layout)")
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return flint.Flint(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                       dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers,
+                       tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
+                       bias_v=spec.bias_v, bias_o=spec.bias_o, attention_dropout=pa,
+                       qk_norm="head", window=spec.sliding_window or 0,
+                       kinds=kinds if len(set(kinds)) > 1 else kinds[0],
+                       X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                       Fs=spec.d_ff_shared or 1, shared_width=bool(spec.d_ff_shared),
+                       pattern="" if set(ffn) == {"E"} else "".join(ffn), router="flint",
+                       norm_topk=spec.router_topk == "topk_sigmoid_renorm",
+                       grouped=spec.experts_grouped)
+
+
+_READS["granitemoe_swa"] = _READS["moe"] | {
+    "sdpa_path", "softmax_sink_lse", "attention_sinks", "sliding_window", "layer_attention"}
+
+
+def _granitemoe_swa(spec: ModelSpec) -> granitemoe_swa.GraniteMoeSwa:
+    """GraniteMoeSWAForCausalLM (spec_from_hf's fields for it): pre-norm layers under
+    RMSNorm, eager attention with the per-head sink applied after it (attention_sinks,
+    softmax_sink_lse), full and sliding layers (layer_attention F, S; N where
+    layer_rope_theta is 0), experts in every layer behind the softmax-over-top-k router
+    (router_topk topk_softmax), no shared MLP. Anything else is refused."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    if not (spec.norm == "rmsnorm" and not spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.sdpa_path and spec.attention_sinks and spec.softmax_sink_lse
+            and not spec.dropout and spec.qk_norm == "none" and spec.norm_position == "pre"
+            and spec.router_topk == "topk_softmax" and not spec.n_shared_experts
+            and not spec.layer_ffn and not set(kinds) - {"F", "S", "N"}
+            and spec.peft_moe == "none" and not spec.fused_qkv and not spec.rope_concat
+            and not spec.rope_fp32 and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and not _unread(spec, "granitemoe_swa")):
+        raise TcalcError(f"{spec.name}: no op graph for this granitemoe_swa layout yet (the "
+                         "graph engine covers GraniteMoeSWAConfig's layout without a shared "
+                         "MLP)")
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return granitemoe_swa.GraniteMoeSwa(
+        V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H, dh=spec.head_dim,
+        F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings, bias_q=spec.bias_q,
+        bias_k=spec.bias_k, bias_v=spec.bias_v, bias_o=spec.bias_o, attention_dropout=pa,
+        window=spec.sliding_window or 0, kinds=kinds if len(set(kinds)) > 1 else kinds[0],
+        X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff, router="granitemoe_swa",
+        grouped=spec.experts_grouped)
+
+
+def _cohere_moe(spec: ModelSpec) -> cohere.CohereMoe:
+    """Cohere2MoeForCausalLM (spec_from_hf's fields for it): Cohere 2's parallel layers
+    under Cohere2MoeLayerNorm (layernorm_nobias, norm_manual), sliding layers with RoPE and
+    full ones without (layer_attention S and N), every layer's MLP the sparse block with
+    the softmax-over-top-k router (router_topk topk_softmax) and, with num_shared_experts,
+    an ungated shared MLP averaged in. Dense layers (first_k_dense_replace,
+    mlp_layer_types), RMSNorm (rms_norm_eps), the sigmoid selection and anything else
+    are refused."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    if not (spec.norm == "layernorm_nobias" and spec.norm_manual and spec.parallel_block
+            and spec.position == "rope" and spec.ffn == "gated" and spec.activation == "silu"
+            and spec.softmax_fp32 and not spec.dropout and spec.qk_norm == "none"
+            and spec.router_topk == "topk_softmax" and not spec.layer_ffn
+            and not set(kinds) - {"S", "N"} and spec.d_ff_shared is None
+            and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and not spec.shared_expert_gate and spec.peft_moe == "qwen2_moe"
+            and not _unread(spec, "cohere_moe")):
+        raise TcalcError(f"{spec.name}: no op graph for this cohere2_moe layout yet (the "
+                         "graph engine covers Cohere 2 MoE's sparse layers with the softmax "
+                         "router)")
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    shared = spec.n_shared_experts
+    return cohere.CohereMoe(
+        V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H, dh=spec.head_dim,
+        F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings, bias_q=spec.bias_q,
+        bias_k=spec.bias_k, bias_v=spec.bias_v, bias_o=spec.bias_o, attention_dropout=pa,
+        window=spec.sliding_window, kinds=kinds if len(set(kinds)) > 1 else kinds[0],
+        X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+        Fs=shared * spec.shared_ff if shared else 1, router="cohere2_moe",
+        shared_experts=bool(shared), grouped=spec.experts_grouped)
+
+
+def _sigmoid_moe(spec: ModelSpec) -> moe.Moe:
+    """HYV3ForCausalLM and Dots1ForCausalLM (spec_from_hf's fields for them): Qwen3's
+    attention (RMSNorm per q/k head), dense layers where layer_ffn says D, the others
+    routed by an fp32 sigmoid router (router_fp32) with ungated shared experts of
+    n_shared_experts · moe_intermediate_size (d_ff_shared unset). Dots1's router
+    renormalises with norm_topk_prob (router_topk renorm, else none) and ranks n_group
+    groups first (spec_from_hf does not read n_group and topk_group: that ranking keeps
+    nothing either way, moe.sigmoid_router). Anything else is refused."""
+    from transformer_calc.plan import parse_pattern
+
+    hy = spec.model_type == "hy_v3"
+    kinds = parse_pattern(spec.layer_ffn, "DE", spec.n_layers, "layer_ffn") \
+        if spec.layer_ffn else ("E",) * spec.n_layers
+    if not (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation == "silu" and spec.softmax_fp32 and not spec.dropout
+            and spec.qk_norm == "head" and spec.norm_position == "pre" and spec.router_fp32
+            and spec.router_topk in (("none",) if hy else ("none", "renorm"))
+            and spec.n_shared_experts >= 1 and spec.d_ff_shared is None
+            and not spec.fused_qkv and not spec.fused_gate_up and not spec.rope_concat
+            and not spec.norm_fp32 and not spec.rope_fp32 and not spec.bias_ffn_in
+            and not spec.bias_ffn_out and not spec.shared_expert_gate
+            and spec.peft_moe == ("none" if hy else "qwen2_moe")
+            and not spec.peft_router_linear and not _unread(spec, "sigmoid_moe")):
+        raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout yet "
+                         "(the graph engine covers HY-V3's and dots.llm1's defaults)")
+    H = spec.n_heads
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return moe.Moe(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                   dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
+                   bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
+                   bias_o=spec.bias_o, attention_dropout=pa,
+                   qk_norm=_SIGMOID_MOES[spec.model_type],
+                   X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                   Fs=spec.n_shared_experts * spec.shared_ff,
+                   pattern="" if set(kinds) == {"E"} else "".join(kinds),
+                   router=spec.model_type, norm_topk=spec.router_topk == "renorm",
+                   shared_experts=True, grouped=spec.experts_grouped)
 
 
 def _encoder(spec: ModelSpec) -> bert.Bert | None:

@@ -260,6 +260,14 @@ DESCRIPTIONS = {
     "decoder.attn.input": "Q/K/V matmul input",
     "decoder.attn.qkv_output": "fused output, Q, K and V views of it",
     "decoder.attn.qkv": "the kernel's query, key and value",
+    "decoder.attn.output_gate": "the sigmoid of the per-channel output gate",
+    "decoder.attn.gated_out": "the attention output the gate multiplies",
+    "decoder.attn.query_scale": "the fp32 per-position query scale, shared by the layers",
+    "decoder.attn.sink_lse": "the scores' logsumexp per row",
+    "decoder.attn.sink_scale": "the sigmoid sink scale (fp32) and its cast",
+    "decoder.attn.sink_scaled_out": "the attention output the sink scale multiplies",
+    "decoder.attn.sink_row_max_index": "int64 index of each row's maximum over the scores "
+    "and the sink column",
     "decoder.attn.qk_rotated": "Q and K rotated into new tensors",
     "decoder.attn.q": "Q·Kᵀ keeps Q", "decoder.attn.k": "Q·Kᵀ keeps K",
     "decoder.attn.v": "A·V keeps V", "decoder.attn.kv_cache_copies": "the generation cache's "
@@ -454,7 +462,13 @@ class _Namer:
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
         self.moe = isinstance(family, Moe | Jamba)
+        # Beam's attention output gate (families/beam.py)
+        self.output_gate = type(family).__name__ == "Beam"
         self.jamba = isinstance(family, Jamba)
+        self.parameter_router = self.jamba or type(family).__name__ in (
+            "GptOss", "GraniteMoeSwa")
+        # GraniteMoeSWA's sink, applied after attention (families/granitemoe_swa.py)
+        self.sink_lse = type(family).__name__ == "GraniteMoeSwa"
         self.gemma4 = isinstance(family, Gemma4)
         self.gemma3n = isinstance(family, Gemma3n)
 
@@ -560,9 +574,9 @@ class _Namer:
         if role == "index.indices0" and st.dtype.name == "int64" and not self.moe:
             return "decoder.attn.kv_index"  # Falcon's qkv[:, :, :, [-2]] and [[-1]]
         lora = self.run.lora
-        # (Jamba's router is a parameter, not an nn.Linear: peft leaves it)
+        # (Jamba's and GPT-OSS's routers are parameters, not nn.Linear: peft leaves them)
         if module in _ADAPTED and lora is not None and lora.adapts(scope) \
-                and not (self.jamba and module == "router"):
+                and not (self.parameter_router and module == "router"):
             return "decoder." + self._adapter(module, role, s)
         if module in self.norms:
             if role == "native_layer_norm.input" and st.name.endswith(".query_key_value"):
@@ -963,7 +977,8 @@ class _Namer:
         """A sparse MoE block's storages (families/moe.py): the router's, the experts'
         (whose rows are the K·B·T routed slots), the shared expert's and its gate's."""
         st, parts = s.storage, rest.split(".")
-        where = parts[1] if len(parts) > 1 and parts[0] in ("mlp", "feed_forward") else ""
+        where = parts[1] if len(parts) > 1 and parts[0] in (
+            "mlp", "feed_forward", "block_sparse_moe") else ""
         # peft's ParamWrapper (graph/lora.py): the merged weight the router's linear or the
         # experts' matmuls keep, the factors' 16-bit copies the experts' baddbmm keeps
         if where == "gate" and role == "mm.mat2" and st.op != "to":
@@ -973,6 +988,8 @@ class _Namer:
             part = "merged_weight" if st.op == "baddbmm" else "weight_casts"
             return f"ffn.experts.{wrapped}.lora_{part}"
         if where in ("gate", "router"):  # PhiMoE's router: an nn.Linear and sparsemixer
+            if role == "addmm.self":  # GPT-OSS's router: F.linear with its bias
+                return "ffn.input"
             if role == "mm.self":  # DeepSeek-V3's router reads an fp32 copy of a 16-bit input
                 return "ffn.router_fp32_input" if st.op == "to" else "ffn.input"
             if role == "mm.mat2":  # and of its weight
@@ -1075,11 +1092,24 @@ class _Namer:
             return "qkv_output"  # a view of the fused projection's output keeps it whole
         if role in ("softmax.result", "_safe_softmax.result"):
             return "softmax"
+        if self.sink_lse and role in ("logsumexp.self", "logsumexp.result",
+                                      "sigmoid.result", "mul.self", "mul.other"):
+            # GraniteMoeSWA: logsumexp keeps the masked scores and itself; the sink scale
+            # sigmoid((lse - sinks).float()) and the output it multiplies
+            return {"logsumexp.self": "scores", "logsumexp.result": "sink_lse",
+                    "mul.self": "sink_scaled_out"}.get(role, "sink_scale")
+        if self.output_gate and role in ("sigmoid.result", "mul.self"):
+            # Beam: out * sigmoid(gate_proj(x) + gate_bias): the gate and the output
+            return "output_gate" if role == "sigmoid.result" else "gated_out"
+        if self.output_gate and role == "mul.other" and not _has(st.numel.poly, ("B",)):
+            return "query_scale"  # Beam's full layers: q.float() * attention_scaling
         if st.op == "cat" and role.startswith("mul."):
             return "maps_concat"  # DiffLlama: the two calls' outputs, kept by λ's mul
         if role == "exp.result" or (role.startswith("mul.") and not _has(st.numel.poly,
                                                                           ("B",))):
             return "lambda"  # DiffLlama's λ (0-d)
+        if role == "max.indices":
+            return "sink_row_max_index"  # GPT-OSS: the (scores, sink) row's argmax
         if role == "maximum.self":
             return "scores_clamp_input"  # XGLM: torch.max(scores + mask, finfo.min)
         if role == "maximum.other":

@@ -684,6 +684,26 @@ def topk(a: Tensor, k: Dim) -> tuple[Tensor, Tensor]:
     return values, indices
 
 
+def logsumexp(a: Tensor) -> Tensor:
+    """torch.logsumexp(a, dim=-1) (GraniteMoeSWA's sink scale). derivatives.yaml logsumexp:
+    self: logsumexp_backward(grad, self, result, dim, keepdim): its input and result."""
+    out = _new(a, a.shape[:-1], a.dtype, a.requires_grad)
+    a.trace.record("logsumexp", out, [("self", a, True), ("result", out, True)])
+    return out
+
+
+def max_dim(a: Tensor) -> Tensor:
+    """a.max(dim=-1, keepdim=True).values (GPT-OSS's sink logits: the row's maximum).
+    derivatives.yaml max.dim: self: value_selecting_reduction_backward_symint(grad, dim,
+    indices, ...): the int64 indices (values and indices (..., 1), new)."""
+    shape = a.shape[:-1] + (Dim.const(1),)
+    values = _new(a, shape, a.dtype, a.requires_grad)
+    with a.trace.no_grad():
+        indices = _new(a, shape, I64, False)
+    a.trace.record("max", values, [("indices", indices, True)])
+    return values
+
+
 def div_(a: Tensor, other: Tensor) -> Tensor:
     """a /= other, in place (the router's renormalisation). derivatives.yaml div.Tensor:
     self: div_tensor_self_backward(grad, other, ...), other: div_tensor_other_backward(grad,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
-from transformer_calc.graph.families import llama
+from transformer_calc.graph.families import llama, moe
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import F32, I64, Tensor
@@ -35,9 +35,24 @@ class Cohere(llama.Llama):
     cohere_qk_norm: bool = False
 
 
-def forward(m: Builder, cfg: Cohere) -> Tensor:
+@dataclass(frozen=True)
+class CohereMoe(Cohere, moe.Moe):
+    """Cohere 2 MoE (models/cohere2_moe/modeling_cohere2_moe.py): Cohere 2's layers (the
+    same Cohere2MoeLayerNorm, RoPE in the sliding layers only) with Cohere2MoeSparseMoeBlock
+    for the MLP: moe.Moe's X, K, Fe (intermediate_size), Fs and router "cohere2_moe"
+    (Cohere2MoeTopKRouter with expert_selection_fn softmax); shared_experts: its
+    Cohere2MoeMLP of intermediate_size · num_shared_experts."""
+
+
+def moe_forward(m: Builder, cfg: CohereMoe) -> Tensor:
+    """Cohere2MoeForCausalLM.forward(input_ids=ids, labels=ids): every layer's MLP a
+    Cohere2MoeSparseMoeBlock (moe.sparse_moe_block)."""
+    return forward(m, cfg, lambda m, c, x: moe.sparse_moe_block(m, cfg, x))
+
+
+def forward(m: Builder, cfg: Cohere, mlp: llama.Mlp = llama._mlp) -> Tensor:
     """CohereForCausalLM.forward(input_ids=ids, labels=ids) (Cohere2ForCausalLM): the
-    loss."""
+    loss. mlp: each layer's (Cohere 2 MoE's experts)."""
     B, T, E, V = m["B"], m["T"], m["E"], m["V"]
     tr = m.trace
     ids = tr.input((B, T), I64, "input_ids")
@@ -52,7 +67,8 @@ def forward(m: Builder, cfg: Cohere) -> Tensor:
             return (positions, cos, sin) + (() if mask is None else (mask,))
 
         h = m.layers_by_kind("layers", cfg.kinds,
-                             lambda x, kind: _layer(m, cfg, x, cos, sin, masks[kind], kind),
+                             lambda x, kind: _layer(m, cfg, x, cos, sin, masks[kind], kind,
+                                                    mlp),
                              h, extras)
         h = layer_norm(m, "norm", h, (E,))
     with m.module("lm_head"):
@@ -76,12 +92,12 @@ def layer_norm(m: Builder, name: str, h: Tensor, shape: tuple[Dim, ...]) -> Tens
 
 
 def _layer(m: Builder, cfg: Cohere, h: Tensor, cos: Tensor, sin: Tensor,
-           mask: Tensor | None, kind: str) -> Tensor:
+           mask: Tensor | None, kind: str, mlp: llama.Mlp) -> Tensor:
     """CohereDecoderLayer.forward: x = input_layernorm(h); h + self_attn(x) + mlp(x)."""
     x = layer_norm(m, "input_layernorm", h, (m["E"],))
     with m.module("self_attn"):
         a = _attention(m, cfg, x, cos, sin, mask, rotate=kind != "N")
-    return ops.add(ops.add(h, a), llama._mlp(m, cfg, x))
+    return ops.add(ops.add(h, a), mlp(m, cfg, x))
 
 
 def _attention(m: Builder, cfg: Cohere, x: Tensor, cos: Tensor, sin: Tensor,

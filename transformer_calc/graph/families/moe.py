@@ -50,6 +50,7 @@ from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import BOOL, F32, I32, I64, Tensor
 
 ROUTERS = ("mixtral", "qwen", "sparsemixer")
+SIGMOID_ROUTERS = ("hy_v3", "dots1", "beam")
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,11 @@ class Moe(llama.Llama):
     weight an nn.Linear, gate.wg) or "sparsemixer" (PhiMoE: two experts per token sampled
     in training, nn.Linear router). shared_expert: Qwen2-MoE's gated shared expert;
     shared_mlp: HunYuan's, ungated, run first on the block's input. grouped: the grouped_mm
-    experts."""
+    experts. router "hy_v3" (HYV3TopKRouter) and "dots1" (Dots1TopkRouter): DeepSeek-V3's
+    sigmoid of fp32 logits, its top-k chosen with autograd on (sigmoid_router);
+    shared_experts: their ungated MLP of Fs (n_shared · moe_intermediate_size) added after
+    the experts (HYV3MoE, Dots1MoE, Cohere2MoeSparseMoeBlock); router "cohere2_moe": a
+    softmax over the top-k logits (cohere.py's CohereMoe)."""
 
     X: int = 1
     K: int = 1
@@ -73,6 +78,7 @@ class Moe(llama.Llama):
     norm_topk: bool = True
     shared_expert: bool = False
     shared_mlp: bool = False
+    shared_experts: bool = False
     grouped: bool = False
 
     def sizes(self) -> dict[str, int]:
@@ -116,16 +122,80 @@ def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor, name: str = "mlp",
         shared = (llama._mlp(m, cfg, flat, "shared_expert", "Fs") if cfg.shared_expert
                   else None)
         weights, chosen = (_sparsemixer(m, flat) if cfg.router == "sparsemixer"
+                           else _topk_softmax_router(m, flat, router)
+                           if cfg.router == "cohere2_moe"
+                           else sigmoid_router(m, cfg, flat, router)
+                           if cfg.router in SIGMOID_ROUTERS
                            else _router(m, cfg, flat, router))
         with m.module("experts"):
             run = grouped_experts if cfg.grouped else eager_experts
             out = run(m, flat, chosen, weights)
+        if getattr(cfg, "shared_experts", False):  # (Jamba's config is not a Moe)
+            out = _shared_experts(m, cfg, x, out)
         if shared is not None:
             # F.sigmoid(self.shared_expert_gate(x)) * shared_expert_output
             gate = ops.sigmoid(m.linear("shared_expert_gate", flat, Dim.const(1), False))
             out = ops.add(out, ops.mul(gate, shared))
         out = ops.reshape(out, (B, T, E))
         return out if ungated is None else ops.add(out, ungated)
+
+
+def _topk_softmax_router(m: Builder, flat: Tensor, name: str = "gate"
+                         ) -> tuple[Tensor, Tensor]:
+    """Cohere2MoeTopKRouter.forward (expert_selection_fn softmax): router_logits =
+    F.linear(hidden_states, self.weight); torch.topk(router_logits, top_k) (its values
+    used: topk keeps the indices); F.softmax(router_scores, dim=1, dtype=torch.float),
+    .to(hidden_states.dtype). Returns (scores, indices), (B·T, K) each."""
+    with m.module(name):
+        w = _as_read(m, [("weight", m.param("weight", m["X"], flat.shape[-1]), 1)],
+                     scoped=False)["weight"]()
+        values, indices = ops.topk(ops.linear(flat, w), m["K"])
+        return ops.to(ops.softmax(values, F32), flat.dtype), indices
+
+
+def _shared_experts(m: Builder, cfg: Moe, x: Tensor, routed: Tensor) -> Tensor:
+    """The ungated shared experts added after the routed ones. HYV3MoE (its config's
+    enable_moe_fp32_combine, on by default: spec_from_hf does not read it, and it keeps
+    nothing either way): (routed_output.float() + self.shared_experts(hidden_states).float())
+    .to(hidden_states.dtype) on the flattened tokens; Dots1MoE: the experts' output viewed
+    back to (B, T, E) plus self.shared_experts(residuals)."""
+    if cfg.router == "dots1":
+        shared = llama._mlp(m, cfg, x, "shared_experts", "Fs")
+        return ops.view(ops.add(ops.view(routed, x.shape), shared), routed.shape)
+    flat = ops.view(x, routed.shape)
+    shared = llama._mlp(m, cfg, flat, "shared_experts", "Fs")
+    if cfg.router == "cohere2_moe":  # shared_expert_combination_strategy "average" (its
+        # default; "sum" keeps nothing more): (final_hidden_states + shared_expert_output) / 2
+        return ops.div(ops.add(routed, shared), 2.0)
+    return ops.to(ops.add(ops.to(routed, F32), ops.to(shared, F32)), routed.dtype)
+
+
+def sigmoid_router(m: Builder, cfg: Moe, flat: Tensor, name: str = "gate"
+                   ) -> tuple[Tensor, Tensor]:
+    """HYV3TopKRouter / Dots1TopkRouter.forward: router_logits = F.linear(hidden_states
+    .float(), self.weight.float()); scores = sigmoid; the experts ranked on scores +
+    e_score_correction_bias (Dots1's by n_group groups first: topk(2) of each group, summed,
+    topk_group of them scattered into a mask, masked_fill(~mask, -inf)) with torch.topk, all
+    with autograd on but only topk's indices used: every node of the ranking dies with its
+    discarded values, nothing of it stays held (measured: tests/test_graph_moe_more.py), and
+    the indices stay as gather's; the weights scores.gather(1, top_k_index) divided by their
+    sum + 1e-20 (HYV3's always, a new tensor; Dots1's with norm_topk_prob, in place), times
+    the scaling factor (a number). BeamTopKRouter: Dots1's. Returns (fp32 weights,
+    indices), (B·T, K) each."""
+    N, X, K = flat.shape[0], m["X"], m["K"]
+    with m.module(name):
+        w = _as_read(m, [("weight", m.param("weight", X, flat.shape[-1]), 1)],
+                     scoped=False)["weight"]()
+        scores = ops.sigmoid(ops.linear(ops.to(flat, F32), ops.to(w, F32)))
+        with m.trace.no_grad():
+            chosen = m.trace.tensor((N, K), I64, False)
+        weights = ops.gather(scores, 1, chosen)
+        if cfg.router == "hy_v3" or cfg.norm_topk:
+            total = ops.add(ops.sum_dim(weights, -1, keepdim=True), 1e-20)
+            weights = ops.div(weights, total) if cfg.router == "hy_v3" else \
+                ops.div_(weights, total)
+        # (BeamTopKRouter leaves the scaling to BeamMoE, on the experts' output)
+        return (weights if cfg.router == "beam" else ops.mul(weights, 1.0)), chosen
 
 
 def _router(m: Builder, cfg: Moe, flat: Tensor, name: str = "gate"
@@ -182,10 +252,11 @@ def _sparsemixer(m: Builder, flat: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
-                  act: Callable[[Tensor], Tensor] = ops.silu) -> Tensor:
+                  act: Callable[[Tensor], Tensor] = ops.silu, fp32_gate: bool = False
+                  ) -> Tensor:
     """MixtralExperts.forward (the Qwen experts' is the same; Gemma4TextExperts' with
     act GELU), its loop over the experts hit run once for all n = K·B·T slots (module
-    docstring)."""
+    docstring). fp32_gate: the class's _apply_gate in fp32 (BeamExperts: _gate)."""
     gate_up, down = _expert_weights(m, flat.shape[-1])
     n = chosen.shape[0] * chosen.shape[1]
     final = m.trace.tensor(flat.shape, flat.dtype, False)  # torch.zeros_like(hidden_states)
@@ -194,9 +265,8 @@ def eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
     top_k_pos, token_idx = (ops.select(pairs, 1, j) for j in (0, 1))
     state = ops.index(flat, [token_idx])
     gate, up = ops.split(ops.linear(state, _expert_slice(m, gate_up())), m["Fe"], -1)
-    with m.module("act_fn"):
-        h = act(gate)
-    h = ops.linear(ops.mul(h, up), _expert_slice(m, down()))
+    h = _gate(m, gate, up, act, fp32_gate)
+    h = ops.linear(h, _expert_slice(m, down()))
     h = ops.mul(h, ops.unsqueeze(ops.index(weights, [token_idx, top_k_pos]), -1))
     return ops.index_add_(final, token_idx, ops.to(h, final.dtype))
 
@@ -217,9 +287,11 @@ def _expert_slice(m: Builder, w: Tensor) -> Tensor:
 
 
 def grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
-                    act: Callable[[Tensor], Tensor] = ops.silu) -> Tensor:
+                    act: Callable[[Tensor], Tensor] = ops.silu, fp32_gate: bool = False
+                    ) -> Tensor:
     """grouped_mm_experts_forward (integrations/moe.py), the weights not transposed
-    (is_transposed False: weight.transpose(-2, -1), a view); act: the experts' act_fn."""
+    (is_transposed False: weight.transpose(-2, -1), a view); act: the experts' act_fn;
+    fp32_gate: the class's _apply_gate in fp32 (_gate)."""
     X, E, Fe = m["X"], flat.shape[-1], m["Fe"]
     read_gate_up, read_down = _expert_weights(m, E)
     N, K = chosen.shape
@@ -237,18 +309,29 @@ def grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
     gate_up = read_gate_up()
     h = ops.grouped_mm(ops.to(selected, gate_up.dtype), ops.transpose(gate_up, -2, -1),
                        offsets)
-    gate, up = ops.split(h, Fe, -1)  # _default_apply_gate: act_fn(gate) * up
-    with m.module("act_fn"):
-        a = act(gate)
+    gate, up = ops.split(h, Fe, -1)  # self._apply_gate
+    a = _gate(m, gate, up, act, fp32_gate)
     down = read_down()
-    h = ops.grouped_mm(ops.to(ops.mul(a, up), down.dtype), ops.transpose(down, -2, -1),
-                       offsets)
+    h = ops.grouped_mm(ops.to(a, down.dtype), ops.transpose(down, -2, -1), offsets)
     weighted = ops.mul(h, ops.unsqueeze(sample_weights, -1))
     with m.trace.no_grad():  # inv_perm[perm] = arange(S)
         inv_perm = m.trace.tensor((n,), I64, False)
     weighted = ops.index(weighted, [inv_perm])
     out = ops.sum_dim(ops.view(weighted, (N, K, E)), 1)
     return ops.to(out, flat.dtype)
+
+
+def _gate(m: Builder, gate: Tensor, up: Tensor, act: Callable[[Tensor], Tensor],
+          fp32: bool) -> Tensor:
+    """_default_apply_gate: act_fn(gate) * up; fp32 (BeamExperts._apply_gate):
+    (act_fn(gate.float()) * up.float()).to(gate.dtype)."""
+    if fp32:
+        with m.module("act_fn"):
+            a = act(ops.to(gate, F32))
+        return ops.to(ops.mul(a, ops.to(up, F32)), gate.dtype)
+    with m.module("act_fn"):
+        a = act(gate)
+    return ops.mul(a, up)
 
 
 Read = Callable[[], Tensor]
