@@ -3432,7 +3432,9 @@ GENERIC: dict[str, Layout] = {
                             period=("expert_layer_period", "expert_layer_offset"))),
     # Qwen3-Next / Qwen3.5: Gated DeltaNet in 3 of 4 layers; the others full attention with
     # QK-norm and an output gate (q_proj doubled); torch_chunk_gated_delta_rule's chunk is 64
+    # (Qwen3NextConfig's, Qwen3_5TextConfig's partial_rotary_factor: 0.25)
     **{t: Layout(cls, mlp_bias=False, qk_norm="head", gate=("width", "none"), gate_in_q=True,
+                 rotary=("partial_rotary_factor", 0.25),
                  refuse=(("attention_bias", "the output gate's half of q_proj's bias is not "
                           "modelled"),),
                  ssm=Ssm("gated_deltanet", layers="layer_types", expand="",

@@ -35,6 +35,7 @@ from transformer_calc.graph.families import (
     mpnet,
     neox,
     opt,
+    qwen3_next,
     rope_encoder,
     t5,
     xlm,
@@ -51,7 +52,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
-          | opt.OPT)
+          | opt.OPT | qwen3_next.Qwen3Next)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -66,7 +67,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
-    opt.TrOcr: opt.trocr_forward}
+    opt.TrOcr: opt.trocr_forward, qwen3_next.Qwen3Next: qwen3_next.forward}
 
 
 @dataclass(frozen=True)
@@ -297,6 +298,13 @@ _READS["bamba"] = _READS["mamba"] | _COMMON | {
 # Jamba: Bamba's fields (attention and a mixer), Mamba's dt/B/C norms, the experts
 _READS["jamba"] = _READS["bamba"] | {"layer_ffn", "ssm_dt_norms", "n_experts", "top_k",
                                      "d_ff_expert"}
+
+# Qwen3-Next, Qwen3.5, Qwen3.5-MoE: the gated attention's and the Gated DeltaNet's fields,
+# the experts'
+_READS["qwen3_next"] = _READS["moe"] | {
+    "attn_gate_in_q", "attn_gate", "ssm_in_projs", "layer_attention", "mixer", "ssm_inner",
+    "ssm_state", "ssm_heads", "ssm_groups", "ssm_conv", "ssm_chunk", "ssm_conv_bias",
+    "rotary_fraction"}
 
 
 @functools.cache
@@ -1359,12 +1367,60 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
                        spec.ssm_conv_bias, spec.ssm_bias, pa, spec.experts_grouped)
 
 
+def _qwen3_next_family(spec: ModelSpec) -> qwen3_next.Qwen3Next | None:
+    """Qwen3NextForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM (model types
+    qwen3_next, qwen3_5_text, qwen3_5_moe_text): each layer gated attention or a Gated
+    DeltaNet (layer_attention F, M), then the gated SiLU MLP or Qwen-style experts with a
+    gated shared expert (layer_ffn D, E); no biases."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    types = {"qwen3_next": 2, "qwen3_5_text": 4, "qwen3_5_moe_text": 4}
+    if spec.model_type not in types:
+        return None
+    L = spec.n_layers
+    kinds = [qwen3_next.KINDS.get((k[0], k[1])) for k in layer_kinds_in_order(spec, L)]
+    H, dh = spec.n_heads, spec.head_dim
+    Hkv = spec.n_kv_heads or H
+    rotated = int(dh * spec.rotary_fraction)  # Qwen3NextRotaryEmbedding's inv_freq width
+    Dr = 2 * -(-rotated // 2)
+    Hv, Hk = spec.ssm_heads, spec.ssm_groups
+    deltanet = any(k in ("c", "d") for k in kinds)
+    experts = any(k in ("b", "d") for k in kinds)
+    if not (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation == "silu" and spec.softmax_fp32 and spec.rope_concat
+            and spec.norm_fp32 and spec.qk_norm == "head" and spec.attn_gate == "width"
+            and spec.attn_gate_in_q and not spec.dropout and None not in kinds
+            and (not deltanet or (spec.mixer == "gated_deltanet"
+                                  and spec.ssm_in_projs == types[spec.model_type]
+                                  and Hk and Hv % Hk == 0 and spec.ssm_inner % Hv == 0
+                                  and spec.ssm_chunk == 64 and not spec.ssm_conv_bias))
+            and (H == 0 or (Hkv and H % Hkv == 0 and 0 < Dr < dh))
+            and (not experts or (spec.router_topk == "none" and spec.n_shared_experts == 1
+                                 and spec.shared_expert_gate and spec.shared_ff > 0))
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "qwen3_next")):
+        raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout (the "
+                         "graph engine covers the layouts transformers' own classes build)")
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return qwen3_next.Qwen3Next(
+        V=spec.vocab_size, E=spec.d_model, H=max(H, 1), Hkv=max(Hkv, 1), dh=max(dh, 1),
+        F=spec.d_ff, L=L, tied=spec.tie_embeddings, attention_dropout=pa,
+        X=max(spec.n_experts, 1), K=max(spec.top_k, 1), Fe=max(spec.expert_ff, 1),
+        Fs=max(spec.shared_ff, 1), router="qwen", norm_topk=True, shared_expert=True,
+        grouped=spec.experts_grouped, Hk=max(Hk, 1), Hr=max(Hv // max(Hk, 1), 1),
+        Dk=max(spec.ssm_state, 1), Dv=max(spec.ssm_inner // max(Hv, 1), 1),
+        Kc=max(spec.ssm_conv, 1), Q=spec.ssm_chunk or 64, Dr=max(Dr, 1),
+        kinds="".join(k for k in kinds if k), split_proj=types[spec.model_type] == 4,
+        batch_rope=spec.model_type != "qwen3_next")
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _gemma4_family,
-    _gemma3n_family, _mla_family,
+    _gemma3n_family, _mla_family, _qwen3_next_family,
     _jamba_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,

@@ -44,6 +44,7 @@ from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.neox import NeoX
+from transformer_calc.graph.families.qwen3_next import Qwen3Next
 from transformer_calc.graph.families.t5 import T5
 from transformer_calc.graph.families.xlm import XLM
 from transformer_calc.graph.held import quadratic_in_t
@@ -377,7 +378,9 @@ class _Namer:
         self.mixer = isinstance(family, Mamba | Mamba2)
         # Bamba: a layer's kind (F attention, M the mixer) names its first norm
         self.kinds = family.kinds if isinstance(family, Bamba) else \
-            family.mixers if isinstance(family, Jamba) else ""
+            family.mixers if isinstance(family, Jamba) else \
+            "".join("M" if k in "cd" else "F" for k in family.kinds) \
+            if isinstance(family, Qwen3Next) else ""
         self.encoder = isinstance(family, Bert)
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
@@ -385,6 +388,7 @@ class _Namer:
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
         self.moe = isinstance(family, Moe | Jamba)
         self.jamba = isinstance(family, Jamba)
+        self.out_gate = isinstance(family, Qwen3Next)
         self.gemma4 = isinstance(family, Gemma4)
         self.gemma3n = isinstance(family, Gemma3n)
 
@@ -466,6 +470,9 @@ class _Namer:
         rest = (layer.group(2) or "") if layer else ""
         if self.mixer or rest.startswith("mamba"):
             return "decoder." + self._mixer(rest, role, s)
+        if rest.startswith("linear_attn"):  # Qwen3-Next's Gated DeltaNet: a mixer's names
+            return "decoder." + self._mixer(rest.replace("linear_attn", "mixer", 1),
+                                            role, s)
         if self.kinds and module == "input_layernorm" and s.layer is not None \
                 and self.kinds[s.layer] == "M":
             return "decoder." + self._norm("mixer.norm", role)
@@ -925,6 +932,11 @@ class _Namer:
             return "qkv_output"  # a view of the fused projection's output keeps it whole
         if role in ("softmax.result", "_safe_softmax.result"):
             return "softmax"
+        if role == "sigmoid.result" or self.out_gate and role == "mul.other" \
+                and st.op == "sigmoid":
+            return "out_gate"  # Qwen3-Next: the output times sigmoid(gate)
+        if self.out_gate and role == "mul.self" and not quadratic_in_t(st):
+            return "out"
         if st.op == "cat" and role.startswith("mul."):
             return "maps_concat"  # DiffLlama: the two calls' outputs, kept by λ's mul
         if role == "exp.result" or (role.startswith("mul.") and not _has(st.numel.poly,
@@ -1073,7 +1085,8 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
     pattern, groups = "", {}
     if isinstance(family, Moe) and len(set(family.pattern)) > 1:
         pattern, groups = family.pattern, {"D": "dense", "E": "moe"}
-    elif isinstance(family, Gemma | Llama) and len(set(family.kinds)) > 1:
+    elif isinstance(family, Gemma | Llama) and len(set(family.kinds)) > 1 \
+            and not isinstance(family, Qwen3Next):  # (its kinds: mixer and MLP, unnamed)
         pattern, groups = family.kinds, {"S": "sliding", "F": "full", "N": "nope"}
     # (name, in layer, group) -> (layer, replayed) -> [bytes, how many]
     per: dict[tuple[str, bool, str], dict[tuple[int | None, bool], list[Poly]]] = {}

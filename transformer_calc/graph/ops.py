@@ -759,6 +759,19 @@ def conv1d_depthwise(x: Tensor, w: Tensor, b: Tensor | None, padding: int) -> Te
     return out
 
 
+def solve_triangular(a: Tensor, b: Tensor) -> Tensor:
+    """torch.linalg.solve_triangular(A, B, upper=False, unitriangular=True): X with A·X = B,
+    a new (..., n, k) tensor in LAPACK's column-major layout (the last two dims' strides
+    swapped; measured). derivatives.yaml linalg_solve_triangular: self, B:
+    linalg_solve_triangular_backward(grad, self, result, ...): A and the result kept
+    whenever the node exists. torch.utils.flop_counter has no formula for it: no FLOPs."""
+    sizes = tuple(d.value for d in b.shape)
+    cs = contiguous_strides(sizes[:-2] + (sizes[-1], sizes[-2]))
+    out = _new(b, b.shape, b.dtype, _rg(a, b), cs[:-2] + (cs[-1], cs[-2]))
+    b.trace.record("linalg_solve_triangular", out, [("self", a, True), ("result", out, True)])
+    return out
+
+
 def cumsum(a: Tensor) -> Tensor:
     """derivatives.yaml cumsum: self: cumsum_backward(grad.to(self.scalar_type()), dim):
     nothing kept; a new contiguous tensor."""
