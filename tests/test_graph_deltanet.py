@@ -214,6 +214,7 @@ def test_other_layouts_are_refused() -> None:
                          (next_spec, {"ssm_chunk": 32}), (next_spec, {"ssm_conv_bias": True}),
                          (next_spec, {"mixer": "mamba2"}), (next_spec, {"ssm_in_projs": 4}),
                          (next_spec, {"dropout": 0.1}), (next_spec, {"router_topk": "renorm"}),
+                         (next_spec, {"router_topk": "none"}),
                          (next_spec, {"n_shared_experts": 0}),
                          (text, {"rotary_fraction": 1.0}), (text, {"qk_norm": "none"}),
                          (text, {"norm_fp32": False}), (moe, {"ssm_dt_norms": True})):

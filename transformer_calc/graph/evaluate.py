@@ -1395,7 +1395,8 @@ def _qwen3_next_family(spec: ModelSpec) -> qwen3_next.Qwen3Next | None:
                                   and Hk and Hv % Hk == 0 and spec.ssm_inner % Hv == 0
                                   and spec.ssm_chunk == 64 and not spec.ssm_conv_bias))
             and (H == 0 or (Hkv and H % Hkv == 0 and 0 < Dr < dh))
-            and (not experts or (spec.router_topk == "none" and spec.n_shared_experts == 1
+            and (not experts or (spec.router_topk in ("renorm_cast", "cast")
+                                 and spec.n_shared_experts == 1
                                  and spec.shared_expert_gate and spec.shared_ff > 0))
             and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
                      or spec.bias_ffn_in or spec.bias_ffn_out)
@@ -1407,7 +1408,8 @@ def _qwen3_next_family(spec: ModelSpec) -> qwen3_next.Qwen3Next | None:
         V=spec.vocab_size, E=spec.d_model, H=max(H, 1), Hkv=max(Hkv, 1), dh=max(dh, 1),
         F=spec.d_ff, L=L, tied=spec.tie_embeddings, attention_dropout=pa,
         X=max(spec.n_experts, 1), K=max(spec.top_k, 1), Fe=max(spec.expert_ff, 1),
-        Fs=max(spec.shared_ff, 1), router="qwen", norm_topk=True, shared_expert=True,
+        Fs=max(spec.shared_ff, 1), router="qwen", norm_topk=spec.router_topk != "cast",
+        shared_expert=True,
         grouped=spec.experts_grouped, Hk=max(Hk, 1), Hr=max(Hv // max(Hk, 1), 1),
         Dk=max(spec.ssm_state, 1), Dv=max(spec.ssm_inner // max(Hv, 1), 1),
         Kc=max(spec.ssm_conv, 1), Q=spec.ssm_chunk or 64, Dr=max(Dr, 1),
