@@ -17,9 +17,9 @@ tools/measure_activations_hf.py, its docstring has the commands):
   B 1 and 2) and with LoRA in the survey files.
 The per-tensor rules (memory_report without the graph, on main before this family) on the
 whole-model rows: Qwen3-Next −2,564 … +85,324 bytes (−0.11 … +5.32 %), Qwen3.5 −308 …
-+37,612 (−0.09 … +3.03 %), Qwen3.5-MoE −10,692 … +26,236 (−0.64 … +1.72 %); on the mixers'
-rows of qwen3_5_text-mixer.json −4.3 … +6.2 % (the fixture's tcalc_bytes). The graph meets
-every row.
++37,612 (−0.09 … +3.03 %), Qwen3.5-MoE −10,692 … +26,236 (−0.64 … +1.72 %); their mixer
+rows (tools/measure_activations_hf.py's mixer_rows) met the 12 mixers' rows already. The
+graph meets every row.
 """
 
 from __future__ import annotations
