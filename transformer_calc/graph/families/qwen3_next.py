@@ -45,7 +45,8 @@ class Qwen3Next(moe.Moe):
     Kc linear_conv_kernel_dim, Q the delta rule's chunk (64; the run adds Tq, the chunks),
     Dr the rotated width of a head (2·⌈int(dh · partial_rotary_factor) / 2⌉).
     kinds: each layer's letter of KINDS. split_proj: Qwen3.5's four input projections
-    (else in_proj_qkvz and in_proj_ba); batch_rope: Qwen3.5's RoPE tables, (B, T, Dr)."""
+    (else in_proj_qkvz and in_proj_ba); batch_rope: Qwen3.5's RoPE tables, (B, T, Dr).
+    The Gated DeltaNet is the torch fallback's: fla's CUDA kernels are not modelled."""
 
     Hk: int = 1
     Hr: int = 1
@@ -78,8 +79,8 @@ def forward(m: Builder, cfg: Qwen3Next) -> Tensor:
         mask = causal_mask(m, h) if m.run.attention == "eager" else None
 
         def extras(kind: str) -> tuple[Tensor, ...]:
-            full = kind in "ab" and mask is not None
-            return (positions, cos, sin) + ((mask,) if full else ())  # type: ignore[operator]
+            full = mask if kind in "ab" else None
+            return (positions, cos, sin) + (() if full is None else (full,))
 
         def layer(x: Tensor, kind: str) -> Tensor:
             return _layer(m, cfg, x, kind, cos, sin, mask)
