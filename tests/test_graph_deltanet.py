@@ -15,6 +15,14 @@ tools/measure_activations_hf.py, its docstring has the commands):
   qwen3_5_text-mixer.json with LoRA in those files; qwen3_5_moe_text-attn.json (attention
   layers only, experts in each) in activations_deberta_v2_sweep_cpu.jsonl (full training,
   B 1 and 2) and with LoRA in the survey files.
+- tests/data/frozen_parts_gated_deltanet_activations_cpu.jsonl: --freeze (tcalc's parts:
+  the Gated DeltaNet's linear_attn is a mixer, the gated attention attention), written by
+      python tools/measure_activations_hf.py --freeze PARTS \
+          tests/data/hf/variants/{qwen3_next-tiny,qwen3_5_text-tiny}.json
+      # PARTS: mixers; attention
+      python tools/measure_activations_hf.py --freeze mixers -B 1 -T 200 \
+          tests/data/hf/variants/qwen3_5_text-mixer.json
+  (its tcalc_bytes column is what tcalc printed on the day and is not read here).
 The per-tensor rules (memory_report without the graph, on main before this family) on the
 whole-model rows: Qwen3-Next −2,564 … +85,324 bytes (−0.11 … +5.32 %), Qwen3.5 −308 …
 +37,612 (−0.09 … +3.03 %), Qwen3.5-MoE −10,692 … +26,236 (−0.64 … +1.72 %); their mixer
@@ -144,6 +152,26 @@ def test_memory_report_reads_the_graph(row: dict) -> None:
     if not row.get("lora"):  # the Gated DeltaNet's rows named as a mixer's
         assert any(r[0].startswith("decoder.mixer.") for r in report.activations.rows) == (
             any(k in "cd" for k in _family(row["config"]).kinds))
+
+
+FROZEN = [json.loads(line) for line in (
+    DATA / "frozen_parts_gated_deltanet_activations_cpu.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("row", FROZEN, ids=lambda r: _id(r) + "-" + "+".join(r["freeze"]))
+def test_frozen_parts_equal_the_measurement(row: dict) -> None:
+    fam = replace(_family(row["config"]), grouped=row.get("experts") == "grouped_mm")
+    result = evaluate(fam, replace(row_run(row), frozen=frozenset(row["freeze"])))
+    assert result.activation_bytes == row["measured_bytes"]
+    assert result.trainable_params == row["trainable"][0]
+
+
+def test_memory_report_reads_frozen_parts() -> None:
+    # --freeze end to end: the graph's trainable parameters agree with count_params' (the
+    # Gated DeltaNet's linear_attn read as a mixer, graph/parts.py), so the graph answers
+    row = FROZEN[0]
+    s = replace(_settings(row), freeze=tuple(row["freeze"]))
+    assert memory_report(_spec(row["config"]), s).activations.total == row["measured_bytes"]
 
 
 def test_qwen3_next_lora_as_peft_converts_it() -> None:
