@@ -110,7 +110,7 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
 
 def part(name: str) -> str:
     """The part of the model a parameter belongs to, by the module names transformers gives
-    (embeddings, attention, ffn, norms, heads): what --freeze names, classified here from
+    (embeddings, attention, mixers, ffn, norms, heads): what --freeze names, classified here from
     the real module tree; each row records the frozen count beside tcalc's."""
     modules = [m.lower() for m in name.split(".")[:-1]]
     if modules and ("norm" in modules[-1] or modules[-1].startswith("ln_")):
@@ -120,6 +120,10 @@ def part(name: str) -> str:
         return "heads"
     if any("embed" in m or m in ("wte", "wpe", "shared") for m in modules):
         return "embeddings"
+    # (the recurrent mixers' modules, as MIXER_CLASSES' instances are named: Qwen3-Next's
+    # linear_attn is a mixer, not attention)
+    if any(m in ("mixer", "mamba", "linear_attn") for m in modules):
+        return "mixers"
     if any("attn" in m or "attention" in m for m in modules):
         return "attention"
     return "ffn"

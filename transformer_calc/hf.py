@@ -2550,8 +2550,9 @@ class Moe(NamedTuple):
     routes: int = 0  # experts per token the class always routes to, whatever top_k says
     # the router's top-k values (spec.router_topk): "renorm" (Mixtral), "sparsemixer"
     # (PhiMoE), "qwen" (cast, and renormalised where the config's norm_topk_prob says so),
-    # "deepseek" (fp32 sigmoid scores, renormalised where norm_topk_prob says so), "" (not
-    # read)
+    # "qwen_renorm" (Qwen3-Next's: qwen's, norm_topk_prob true unless the file says),
+    # "renorm_cast" (Qwen3.5-MoE's, always renormalised), "deepseek" (fp32 sigmoid scores,
+    # renormalised where norm_topk_prob says so), "" (not read)
     router_topk: str = ""
     # the class reads top_k only in its router's forward (DeepseekV2TopkRouter): a null one
     # builds (parameters counted) but cannot run (FLOPs and memory refused naming the key)
@@ -3100,7 +3101,8 @@ def _router_topk(c: Config, kind: str) -> str:
     """spec.router_topk: MixtralTopKRouter always renormalises; PhimoeTopKRouter samples
     two experts (sparsemixer); Qwen2MoeTopKRouter, Qwen3MoeTopKRouter and OlmoeTopKRouter
     cast to the logits' dtype, renormalising with norm_topk_prob (their configs' default:
-    false); DeepSeek-V3's sigmoid router keeps fp32."""
+    false; Qwen3-Next's: true, "qwen_renorm"; Qwen3.5-MoE's router always does,
+    "renorm_cast"); DeepSeek-V3's sigmoid router keeps fp32."""
     if kind in ("renorm", "sparsemixer"):  # PhiMoE's sparsemixer: two experts, sampled
         return kind
     if kind == "deepseek":
@@ -3119,7 +3121,11 @@ def _router_topk(c: Config, kind: str) -> str:
             else "none"
     if kind == "dots1":  # Dots1TopkRouter: DeepSeek-V3's, norm_topk_prob false by default
         return "renorm" if c.get("norm_topk_prob", False) else "none"
-    return "renorm_cast" if c.get("norm_topk_prob", False) else "cast"
+    if kind == "renorm_cast":  # Qwen3_5MoeTopKRouter: always renormalised, then cast
+        return kind
+    # Qwen2-MoE's router (Qwen3NextTopKRouter too: its config's norm_topk_prob true by
+    # default)
+    return "renorm_cast" if c.get("norm_topk_prob", kind == "qwen_renorm") else "cast"
 
 
 # GPT-2's spelling of the standard keys (GPTBigCode, OpenAI GPT, GPT-J, CodeGen)
@@ -3449,7 +3455,9 @@ GENERIC: dict[str, Layout] = {
                             period=("expert_layer_period", "expert_layer_offset"))),
     # Qwen3-Next / Qwen3.5: Gated DeltaNet in 3 of 4 layers; the others full attention with
     # QK-norm and an output gate (q_proj doubled); torch_chunk_gated_delta_rule's chunk is 64
+    # (Qwen3NextConfig's, Qwen3_5TextConfig's partial_rotary_factor: 0.25)
     **{t: Layout(cls, mlp_bias=False, qk_norm="head", gate=("width", "none"), gate_in_q=True,
+                 rotary=("partial_rotary_factor", 0.25),
                  refuse=(("attention_bias", "the output gate's half of q_proj's bias is not "
                           "modelled"),),
                  ssm=Ssm("gated_deltanet", layers="layer_types", expand="",
@@ -3462,10 +3470,12 @@ GENERIC: dict[str, Layout] = {
        for t, cls, moe, in_projs in (
            ("qwen3_next", "Qwen3NextForCausalLM",
             Moe(shared_ff="shared_expert_intermediate_size", shared_gate=True,
-                mlp_only="mlp_only_layers", step="decoder_sparse_step"), 2),
+                mlp_only="mlp_only_layers", step="decoder_sparse_step",
+                router_topk="qwen_renorm"), 2),
            ("qwen3_5_text", "Qwen3_5ForCausalLM", None, 4),
            ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM",
-            Moe(shared_ff="shared_expert_intermediate_size", shared_gate=True), 4))},
+            Moe(shared_ff="shared_expert_intermediate_size", shared_gate=True,
+                router_topk="renorm_cast"), 4))},
     # Falcon-H1: attention and Mamba-2 in parallel in every layer (their outputs summed), then
     # the MLP; muP multipliers scale activations and hold no parameters
     "falcon_h1": Layout("FalconH1ForCausalLM",

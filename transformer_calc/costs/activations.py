@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from transformer_calc.graph.compile import Structure
     from transformer_calc.graph.evaluate import Family
     from transformer_calc.graph.families.moe import Moe
+    from transformer_calc.graph.families.qwen3_next import Qwen3Next
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.modules import Run
     from transformer_calc.graph.tensor import DType
@@ -267,17 +268,25 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 def _mixer_run(family: Family, s: Settings, autocast: bool,
                adapted_roles: frozenset[str] | None) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
-    Bamba, Falcon-H1, Jamba, OLMo Hybrid and Kimi Linear are transcribed as transformers'
-    torch path runs them on the CPU (on CUDA transformers calls the mamba_ssm, causal-conv1d
-    and fla kernels where installed), without autocast (no measured row covers autocast over
-    the scans); LoRA where measured (the hybrids' rows)."""
+    Bamba, Falcon-H1, Jamba, OLMo Hybrid, Kimi Linear, Qwen3-Next and Qwen3.5 are transcribed
+    as transformers' torch path runs them on the CPU (on CUDA transformers calls the
+    mamba_ssm, causal-conv1d and fla kernels where installed), without autocast (no measured
+    row covers autocast over the scans); LoRA where measured (the hybrids' rows)."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.kimi_linear import KimiLinear
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
     from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
+    from transformer_calc.graph.families.qwen3_next import Qwen3Next
 
+    if isinstance(family, Qwen3Next):
+        # the Gated DeltaNet's torch fallbacks (the CPU's; on CUDA transformers calls fla's
+        # and causal-conv1d's kernels where installed), not under autocast (no row
+        # measures it); an attention-only Qwen3.5-MoE runs no fallback
+        mixer = "c" in family.kinds or "d" in family.kinds
+        lora_ok = adapted_roles is None or "lm_head" not in adapted_roles
+        return (s.device == "cpu" or not mixer) and not autocast and lora_ok
     hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear
     if not isinstance(family, Mamba | Mamba2 | hybrids):
         return True
@@ -337,6 +346,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.opt import OPT
+    from transformer_calc.graph.families.qwen3_next import Qwen3Next
     from transformer_calc.graph.families.rope_encoder import RopeEncoder
     from transformer_calc.graph.families.t5 import T5
     from transformer_calc.graph.families.whisper import Whisper
@@ -362,6 +372,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
         table = _BART_MODULES
     elif isinstance(family, Fsmt):  # and its output projection, an nn.Linear to peft
         table = {**_BART_MODULES, "head": "output_projection"}
+    if isinstance(family, Qwen3Next):
+        return _qwen3_next_lora(family, s, roles, peft_moe, dtype)
     if isinstance(family, Moe):
         if peft_moe in ("mixtral", "qwen2_moe"):
             return _converted(family, s, roles, dtype)
@@ -407,6 +419,36 @@ def _is_gemma3n(family: Family) -> bool:
     from transformer_calc.graph.families.gemma3n import Gemma3n
 
     return isinstance(family, Gemma3n)
+
+
+def _qwen3_next_lora(family: Qwen3Next, s: Settings, roles: frozenset[str], peft_moe: str,
+                     dtype: DType | None) -> Lora | None:
+    """peft's targets on Qwen3-Next and Qwen3.5: the Gated DeltaNet's input projections
+    (tcalc's in_proj role) by their own names; Qwen3-Next converted as the qwen2_moe pattern
+    (_converted); Qwen3.5-MoE not converted: its experts left alone, gate_proj, up_proj and
+    down_proj naming the shared expert's linears (the shared role: those the targets name)."""
+    from dataclasses import replace
+
+    from transformer_calc.graph.lora import Lora
+
+    in_proj = frozenset(("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")
+                        if family.split_proj else ("in_proj_qkvz", "in_proj_ba"))
+    extra = in_proj if "in_proj" in roles else frozenset()
+    if peft_moe == "qwen2_moe":
+        lora = _converted(family, s, roles - {"in_proj"}, dtype)
+        return None if lora is None else replace(lora, targets=lora.targets | extra)
+    if s.lora_targets == ("all-linear",):
+        return Lora(s.lora_rank, frozenset(("all-linear",)), s.lora_dropout, dtype)
+    table = {**_MODULES, "shared_gate": "shared_expert_gate"}
+    if "shared" in roles:
+        named = frozenset(s.lora_targets) & {"gate_proj", "up_proj", "down_proj"}
+        if not named:
+            return None
+        extra |= named
+    rest = roles - {"in_proj", "shared"}
+    if not rest <= table.keys():
+        return None
+    return Lora(s.lora_rank, frozenset(table[r] for r in rest) | extra, s.lora_dropout, dtype)
 
 
 def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | None

@@ -41,6 +41,7 @@ from transformer_calc.graph.families import (
     neox,
     olmo_hybrid,
     opt,
+    qwen3_next,
     rope_encoder,
     t5,
     t5gemma,
@@ -60,7 +61,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
           | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear | whisper.Whisper
-          | t5gemma.T5Gemma)
+          | t5gemma.T5Gemma | qwen3_next.Qwen3Next)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -80,7 +81,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
     opt.TrOcr: opt.trocr_forward, olmo_hybrid.OlmoHybrid: olmo_hybrid.forward,
     kimi_linear.KimiLinear: kimi_linear.forward, whisper.Whisper: whisper.forward,
-    t5gemma.T5Gemma: t5gemma.forward}
+    t5gemma.T5Gemma: t5gemma.forward, qwen3_next.Qwen3Next: qwen3_next.forward}
 
 
 @dataclass(frozen=True)
@@ -337,6 +338,12 @@ _READS["kimi_linear"] = _READS["mla"] | {
     "ssm_groups", "ssm_conv", "ssm_chunk", "ssm_conv_bias", "ssm_bias", "ssm_norm",
     "ssm_in_projs", "peft_names_shared", "router_fp32", "router_topk", "n_experts", "top_k",
     "n_shared_experts", "d_ff_expert", "d_ff_shared"}
+# Qwen3-Next, Qwen3.5, Qwen3.5-MoE: the gated attention's and the Gated DeltaNet's fields,
+# the experts'
+_READS["qwen3_next"] = _READS["moe"] | {
+    "attn_gate_in_q", "attn_gate", "ssm_in_projs", "layer_attention", "mixer", "ssm_inner",
+    "ssm_state", "ssm_heads", "ssm_groups", "ssm_conv", "ssm_chunk", "ssm_conv_bias",
+    "rotary_fraction"}
 
 
 @functools.cache
@@ -1795,6 +1802,54 @@ def _kimi_linear_family(spec: ModelSpec) -> kimi_linear.KimiLinear | None:
         Fe=max(spec.expert_ff, 1), Fs=max(Fs, 1), router="sigmoid", norm_topk=True,
         shared_expert=True, grouped=spec.experts_grouped, Hl=Hl, dl=spec.ssm_state,
         Kc=spec.ssm_conv, layers=layers)
+def _qwen3_next_family(spec: ModelSpec) -> qwen3_next.Qwen3Next | None:
+    """Qwen3NextForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM (model types
+    qwen3_next, qwen3_5_text, qwen3_5_moe_text): each layer gated attention or a Gated
+    DeltaNet (layer_attention F, M), then the gated SiLU MLP or Qwen-style experts with a
+    gated shared expert (layer_ffn D, E); no biases."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    types = {"qwen3_next": 2, "qwen3_5_text": 4, "qwen3_5_moe_text": 4}
+    if spec.model_type not in types:
+        return None
+    L = spec.n_layers
+    kinds = [qwen3_next.KINDS.get((k[0], k[1])) for k in layer_kinds_in_order(spec, L)]
+    H, dh = spec.n_heads, spec.head_dim
+    Hkv = spec.n_kv_heads or H
+    rotated = int(dh * spec.rotary_fraction)  # Qwen3NextRotaryEmbedding's inv_freq width
+    Dr = 2 * -(-rotated // 2)
+    Hv, Hk = spec.ssm_heads, spec.ssm_groups
+    deltanet = any(k in ("c", "d") for k in kinds)
+    experts = any(k in ("b", "d") for k in kinds)
+    if not (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation == "silu" and spec.softmax_fp32 and spec.rope_concat
+            and spec.norm_fp32 and spec.qk_norm == "head" and spec.attn_gate == "width"
+            and spec.attn_gate_in_q and not spec.dropout and None not in kinds
+            and (not deltanet or (spec.mixer == "gated_deltanet"
+                                  and spec.ssm_in_projs == types[spec.model_type]
+                                  and Hk and Hv % Hk == 0 and spec.ssm_inner % Hv == 0
+                                  and spec.ssm_chunk == 64 and not spec.ssm_conv_bias))
+            and (H == 0 or (Hkv and H % Hkv == 0 and 0 < Dr < dh))
+            and (not experts or (spec.router_topk in ("renorm_cast", "cast")
+                                 and spec.n_shared_experts == 1
+                                 and spec.shared_expert_gate and spec.shared_ff > 0))
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "qwen3_next")):
+        raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout (the "
+                         "graph engine covers the layouts transformers' own classes build)")
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return qwen3_next.Qwen3Next(
+        V=spec.vocab_size, E=spec.d_model, H=max(H, 1), Hkv=max(Hkv, 1), dh=max(dh, 1),
+        F=spec.d_ff, L=L, tied=spec.tie_embeddings, attention_dropout=pa,
+        X=max(spec.n_experts, 1), K=max(spec.top_k, 1), Fe=max(spec.expert_ff, 1),
+        Fs=max(spec.shared_ff, 1), router="qwen", norm_topk=spec.router_topk != "cast",
+        shared_expert=True,
+        grouped=spec.experts_grouped, Hk=max(Hk, 1), Hr=max(Hv // max(Hk, 1), 1),
+        Dk=max(spec.ssm_state, 1), Dv=max(spec.ssm_inner // max(Hv, 1), 1),
+        Kc=max(spec.ssm_conv, 1), Q=spec.ssm_chunk or 64, Dr=max(Dr, 1),
+        kinds="".join(k for k in kinds if k), split_proj=types[spec.model_type] == 4,
+        batch_rope=spec.model_type != "qwen3_next")
 
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
@@ -1802,7 +1857,7 @@ def _kimi_linear_family(spec: ModelSpec) -> kimi_linear.KimiLinear | None:
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _whisper, _t5gemma,
-    _gemma4_family, _gemma3n_family, _kimi_linear_family, _mla_family,
+    _gemma4_family, _gemma3n_family, _kimi_linear_family, _mla_family, _qwen3_next_family,
     _jamba_family, _olmo_hybrid_family, _moe_family, _mamba_family, _bamba_family,
     _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,

@@ -47,6 +47,7 @@ from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.neox import NeoX
 from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
+from transformer_calc.graph.families.qwen3_next import Qwen3Next
 from transformer_calc.graph.families.t5 import T5
 from transformer_calc.graph.families.t5gemma import T5Gemma
 from transformer_calc.graph.families.xlm import XLM
@@ -447,7 +448,9 @@ class _Namer:
         self.mixer = isinstance(family, Mamba | Mamba2)
         # Bamba: a layer's kind (F attention, M the mixer) names its first norm
         self.kinds = family.kinds if isinstance(family, Bamba | OlmoHybrid) else \
-            family.mixers if isinstance(family, Jamba | KimiLinear) else ""
+            family.mixers if isinstance(family, Jamba | KimiLinear) else \
+            "".join("M" if k in "cd" else "F" for k in family.kinds) \
+            if isinstance(family, Qwen3Next) else ""
         # the delta-rule mixers' module (OLMo Hybrid's, Kimi Linear's); OLMo Hybrid: OLMo 3's
         # post-norms in the attention layers, pre-norms in the others
         self.olmo_hybrid = isinstance(family, OlmoHybrid)
@@ -469,6 +472,7 @@ class _Namer:
             "GptOss", "GraniteMoeSwa")
         # GraniteMoeSWA's sink, applied after attention (families/granitemoe_swa.py)
         self.sink_lse = type(family).__name__ == "GraniteMoeSwa"
+        self.out_gate = isinstance(family, Qwen3Next)
         self.gemma4 = isinstance(family, Gemma4)
         self.gemma3n = isinstance(family, Gemma3n)
 
@@ -562,6 +566,9 @@ class _Namer:
                                               adapted)
             if self.olmo_hybrid and module == "post_attention_layernorm":
                 return "decoder." + self._norm("ffn.norm", role)  # the MLP's pre-norm
+        if rest.startswith("linear_attn"):  # Qwen3-Next's Gated DeltaNet: a mixer's names
+            return "decoder." + self._mixer(rest.replace("linear_attn", "mixer", 1),
+                                            role, s)
         if self.kinds and module == "input_layernorm" and s.layer is not None \
                 and self.kinds[s.layer] == "M":
             return "decoder." + self._norm("mixer.norm", role)
@@ -1103,6 +1110,11 @@ class _Namer:
             return "output_gate" if role == "sigmoid.result" else "gated_out"
         if self.output_gate and role == "mul.other" and not _has(st.numel.poly, ("B",)):
             return "query_scale"  # Beam's full layers: q.float() * attention_scaling
+        if self.out_gate and (role == "sigmoid.result"
+                              or role == "mul.other" and st.op == "sigmoid"):
+            return "out_gate"  # Qwen3-Next: the output times sigmoid(gate)
+        if self.out_gate and role == "mul.self" and not quadratic_in_t(st):
+            return "out"
         if st.op == "cat" and role.startswith("mul."):
             return "maps_concat"  # DiffLlama: the two calls' outputs, kept by λ's mul
         if role == "exp.result" or (role.startswith("mul.") and not _has(st.numel.poly,
@@ -1259,7 +1271,8 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
         pattern = family.layers if len(set(family.layers)) > 1 else ""
     elif isinstance(family, Moe) and len(set(family.pattern)) > 1:
         pattern, groups = family.pattern, {"D": "dense", "E": "moe"}
-    elif isinstance(family, Gemma | Llama) and len(set(family.kinds)) > 1:
+    elif isinstance(family, Gemma | Llama) and len(set(family.kinds)) > 1 \
+            and not isinstance(family, Qwen3Next):  # (its kinds: mixer and MLP, unnamed)
         pattern, groups = family.kinds, {"S": "sliding", "F": "full", "N": "nope"}
     elif isinstance(family, OlmoHybrid) and len(set(family.kinds)) > 1:
         pattern, groups = family.kinds, {"M": "linear", "F": "full"}

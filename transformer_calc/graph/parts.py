@@ -27,7 +27,7 @@ def part(path: str) -> str:
         return "heads"
     if any("embed" in m or m in ("wte", "wpe", "shared") for m in modules):
         return "embeddings"
-    if any("attn" in m or "attention" in m for m in modules):
+    if any(("attn" in m or "attention" in m) and m not in _MIXERS for m in modules):
         return "attention"
     if any(m in _MIXERS for m in modules):
         return "mixers"
