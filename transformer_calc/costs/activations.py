@@ -229,18 +229,19 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 def _mixer_run(family: Family, s: Settings, autocast: bool,
                adapted_roles: frozenset[str] | None) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
-    Bamba, Falcon-H1, Jamba, OLMo Hybrid and Kimi Linear are transcribed as transformers'
-    torch path runs them on the CPU (on CUDA transformers calls the mamba_ssm, causal-conv1d
-    and fla kernels where installed), without autocast (no measured row covers autocast over
-    the scans); LoRA where measured (the hybrids' rows)."""
+    Bamba, Falcon-H1, Jamba, Nemotron-H, OLMo Hybrid and Kimi Linear are transcribed as
+    transformers' torch path runs them on the CPU (on CUDA transformers calls the mamba_ssm,
+    causal-conv1d and fla kernels where installed), without autocast (no measured row covers
+    autocast over the scans); LoRA where measured (the hybrids' rows)."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.kimi_linear import KimiLinear
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
+    from transformer_calc.graph.families.nemotron_h import NemotronH
     from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
 
-    hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear
+    hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear | NemotronH
     if not isinstance(family, Mamba | Mamba2 | hybrids):
         return True
     # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
@@ -268,6 +269,13 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
     from transformer_calc.memory import experts_impl
 
     if isinstance(family, Gemma4) and family.experts:  # Gemma4TextExperts: either path
+        impl = experts_impl(spec, s.experts)
+        if impl not in ("eager", "grouped_mm"):
+            return None
+        return dataclasses.replace(family, grouped=impl == "grouped_mm")
+    from transformer_calc.graph.families.nemotron_h import NemotronH
+
+    if isinstance(family, NemotronH):  # NemotronHExperts: its own loop or grouped_mm
         impl = experts_impl(spec, s.experts)
         if impl not in ("eager", "grouped_mm"):
             return None
@@ -334,6 +342,10 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
             if not roles & {"gate", "up", "down"}:
                 return None
             roles = roles - {"shared"}
+    if _is_nemotron_h(family) and "shared" in roles:  # its shared MLP's up_proj, down_proj
+        if not roles & {"up", "down"}:
+            return None
+        roles = roles - {"shared"}
     if isinstance(family, Mla):  # the latent attention's projections
         table = {**table, **MLA_MODULES}
         if peft_moe in ("mixtral", "qwen2_moe") and not isinstance(family, Moe):
@@ -361,6 +373,12 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
             return None
         names |= {"project_out"}
     return Lora(s.lora_rank, names, s.lora_dropout, dtype)
+
+
+def _is_nemotron_h(family: Family) -> bool:
+    from transformer_calc.graph.families.nemotron_h import NemotronH
+
+    return isinstance(family, NemotronH)
 
 
 def _is_gemma3n(family: Family) -> bool:
@@ -448,11 +466,14 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
         rows.append((name, numbers[2 * i], text, "", numbers[2 * i + 1], stack, note, None, ()))
     notes: tuple[str, ...] = ()
     from transformer_calc.graph.families.jamba import Jamba
+    from transformer_calc.graph.families.nemotron_h import NemotronH
 
-    if isinstance(family, Moe | Jamba):  # the experts' path, as the rules say it
+    if isinstance(family, Moe | Jamba) or (isinstance(family, NemotronH)
+                                           and "E" in family.kinds):
         from transformer_calc.memory import EXPERTS_NOTE
 
-        impl = "grouped_mm" if family.grouped else "eager"
+        # (the experts' path, as the rules say it)
+        impl = "grouped_mm" if getattr(family, "grouped", False) else "eager"
         notes += (f"experts run transformers' {impl} path"
                   + (" (this class's default)" if impl != "eager" else "") + ": "
                   + EXPERTS_NOTE[impl],)

@@ -34,6 +34,7 @@ from transformer_calc.graph.families import (
     modernbert,
     moe,
     mpnet,
+    nemotron_h,
     neox,
     olmo_hybrid,
     opt,
@@ -52,6 +53,7 @@ from transformer_calc.spec import ModelSpec
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
           | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt | neox.NeoX | gptj.GPTJ | falcon.Falcon
           | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba
+          | nemotron_h.NemotronH
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
@@ -66,6 +68,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
     bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward, jamba.Jamba: jamba.forward,
+    nemotron_h.NemotronH: nemotron_h.forward,
     rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward,
     albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward,
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
@@ -291,12 +294,13 @@ _READS["mla"] = _READS["llama"] | {"kv_lora_rank", "q_lora_rank", "qk_nope_head_
                                    "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                                    "d_ff_shared", "layer_ffn", "router_topk", "router_fp32",
                                    "peft_moe", "index_heads", "index_head_dim", "index_topk",
-                                   "moe_beside_dense", "moe_shortcut", "peft_router_linear"}
+                                   "moe_beside_dense", "moe_shortcut", "peft_router_linear",
+                                   "moe_post_norm"}
 # the model types whose forward mla.py transcribes ("": a preset, read as DeepSeek-V3, or
 # with an indexer as V3.2), and those with DSA's indexer (GLM-MoE-DSA: V3.2's layers, its
 # indexer's RoPE interleaved, which keeps nothing either way; spec_from_hf refuses its layers
 # that reuse another's top-k)
-_MLAS = ("", "deepseek_v3", "minicpm3", "deepseek_v32", "glm_moe_dsa", "longcat_flash")
+_MLAS = ("", "deepseek_v3", "minicpm3", "deepseek_v32", "glm_moe_dsa", "longcat_flash", "axk1")
 _DSAS = ("", "deepseek_v32", "glm_moe_dsa")
 
 # Mamba and Mamba-2 (MambaForCausalLM, Mamba2ForCausalLM): the mixer's sizes and flags; the
@@ -330,6 +334,11 @@ _READS["kimi_linear"] = _READS["mla"] | {
     "ssm_groups", "ssm_conv", "ssm_chunk", "ssm_conv_bias", "ssm_bias", "ssm_norm",
     "ssm_in_projs", "peft_names_shared", "router_fp32", "router_topk", "n_experts", "top_k",
     "n_shared_experts", "d_ff_expert", "d_ff_shared"}
+# Nemotron-H: Bamba's fields (attention and a Mamba-2 mixer), the MLP and experts layers,
+# DeepSeek-V3's router, NemotronHRMSNorm's fp32 product
+_READS["nemotron_h"] = _READS["bamba"] | {"layer_ffn", "n_experts", "top_k", "d_ff_expert",
+                                          "n_shared_experts", "d_ff_shared", "router_topk",
+                                          "router_fp32", "norm_fp32"}
 
 
 @functools.cache
@@ -1018,7 +1027,7 @@ def _mla(spec: ModelSpec) -> mla.Mla:
     on, with the fp32 sigmoid router renormalising its top-k (router_topk renorm:
     norm_topk_prob) and shared experts; DeepSeek-V3.2's and GLM-MoE-DSA's lightning indexer;
     LongCat-Flash's paired sublayers with its shortcut MoE. Other MLA types (DeepSeek-V2's
-    complex RoPE, A.X K1's norm after the experts, LongCat-Flash's zero experts...) are
+    complex RoPE, LongCat-Flash's zero experts...) are
     refused."""
     from transformer_calc.plan import parse_pattern
 
@@ -1031,6 +1040,8 @@ def _mla(spec: ModelSpec) -> mla.Mla:
     # one's MLP and added after the second, no shared experts, no zero experts (identity
     # experts save by the routing)
     longcat = spec.model_type == "longcat_flash"
+    # A.X K1: DeepSeek-V3's layers, a norm after each MoE block (moe_post_norm)
+    axk1 = spec.model_type == "axk1"
     X = spec.n_experts
     Fs = spec.n_shared_experts * spec.shared_ff  # moe_intermediate_size · n_shared_experts
     if not (spec.model_type in _MLAS and spec.norm == "rmsnorm" and spec.position == "rope"
@@ -1052,10 +1063,11 @@ def _mla(spec: ModelSpec) -> mla.Mla:
                                  and spec.q_lora_rank > 0 and spec.n_layers % 2 == 0
                                  and spec.layer_ffn == "1E 1D *"))
             and spec.peft_router_linear == longcat
+            and spec.moe_post_norm == axk1 and (not axk1 or spec.q_lora_rank > 0)
             and not _unread(spec, "mla")):
         raise TcalcError(f"{spec.name}: no op graph for this latent-attention layout yet (the "
-                         "graph engine covers DeepSeek-V3, V3.2, GLM-MoE-DSA, LongCat-Flash and "
-                         "MiniCPM3)")
+                         "graph engine covers DeepSeek-V3, V3.2, GLM-MoE-DSA, LongCat-Flash, "
+                         "A.X K1 and MiniCPM3)")
     L = spec.n_layers // 2 if longcat else spec.n_layers
     kinds = ("E",) * L if longcat else \
         parse_pattern(spec.layer_ffn, "DEX", L, "layer_ffn") if spec.layer_ffn \
@@ -1077,7 +1089,8 @@ def _mla(spec: ModelSpec) -> mla.Mla:
     return mla.MlaMoe(**vars(family), X=X, K=spec.top_k, Fe=spec.expert_ff, Fs=max(Fs, 1),
                       pattern="" if set(kinds) == {"E"} else "".join(kinds),
                       router="softmax" if longcat else "sigmoid", norm_topk=not longcat,
-                      shared_expert=not longcat, grouped=spec.experts_grouped)
+                      shared_expert=not longcat, grouped=spec.experts_grouped,
+                      moe_norm=axk1)
 
 
 def _t5_family(spec: ModelSpec) -> t5.T5 | None:
@@ -1525,6 +1538,42 @@ def _kimi_linear_family(spec: ModelSpec) -> kimi_linear.KimiLinear | None:
         Fe=max(spec.expert_ff, 1), Fs=max(Fs, 1), router="sigmoid", norm_topk=True,
         shared_expert=True, grouped=spec.experts_grouped, Hl=Hl, dl=spec.ssm_state,
         Kc=spec.ssm_conv, layers=layers)
+def _nemotron_h_family(spec: ModelSpec) -> nemotron_h.NemotronH | None:
+    """NemotronHForCausalLM (model type nemotron_h): each layer one block whose mixer is the
+    Mamba-2 mixer, attention without positions, a squared-ReLU MLP or the experts (ungated,
+    behind DeepSeek-V3's fp32 sigmoid router with norm_topk_prob, one shared MLP), as
+    layer_attention and layer_ffn say (MX, FX, XD, XE); no biases outside the mixer."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "nemotron_h":
+        return None
+    pairs = {"MX": "M", "FX": "F", "XD": "D", "XE": "E"}
+    kinds = [pairs.get(k[:2]) for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    moe = "E" in kinds
+    if not (spec.mixer == "mamba2" and spec.norm == "rmsnorm" and spec.norm_fp32
+            and spec.position == "none" and spec.ffn == "plain" and spec.activation == "relu2"
+            and spec.softmax_fp32 and spec.ssm_norm and not spec.dropout and None not in kinds
+            and H and Hkv and H % Hkv == 0 and spec.head_dim >= 1
+            and spec.ssm_heads and spec.ssm_groups and spec.ssm_heads % spec.ssm_groups == 0
+            and spec.ssm_inner % spec.ssm_heads == 0
+            and (not moe or (spec.router_fp32 and spec.router_topk == "renorm"
+                             and spec.n_shared_experts == 1 and spec.expert_ff >= 1
+                             and spec.shared_ff >= 1 and spec.top_k >= 1))
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "nemotron_h")):
+        raise TcalcError(f"{spec.name}: no op graph for this nemotron_h layout (the graph "
+                         "engine covers NemotronHForCausalLM's own layout)")
+    Hs, Gs = spec.ssm_heads, spec.ssm_groups
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return nemotron_h.NemotronH(
+        spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, max(spec.d_ff, 1),
+        spec.n_layers, Gs, Hs // Gs, spec.ssm_inner // Hs, spec.ssm_state, spec.ssm_conv,
+        spec.ssm_chunk, max(spec.n_experts, 1), max(spec.top_k, 1), max(spec.expert_ff, 1),
+        max(spec.shared_ff, 1), "".join(k for k in kinds if k), spec.tie_embeddings,
+        spec.ssm_conv_bias, spec.ssm_bias, pa, grouped=spec.experts_grouped)
 
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
@@ -1533,8 +1582,8 @@ def _kimi_linear_family(spec: ModelSpec) -> kimi_linear.KimiLinear | None:
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _whisper, _t5gemma,
     _gemma4_family, _gemma3n_family, _kimi_linear_family, _mla_family,
-    _jamba_family, _olmo_hybrid_family, _moe_family, _mamba_family, _bamba_family,
-    _falcon_h1_family,
+    _jamba_family, _olmo_hybrid_family, _nemotron_h_family,
+    _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
     _modernbert, _rembert, _mpnet, _xlm)

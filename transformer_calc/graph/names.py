@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import NamedTuple
 
 from transformer_calc.breakdown import Row, substitute
@@ -45,6 +46,7 @@ from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.moe import Moe
+from transformer_calc.graph.families.nemotron_h import NemotronH
 from transformer_calc.graph.families.neox import NeoX
 from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
 from transformer_calc.graph.families.t5 import T5
@@ -67,6 +69,7 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "ffn_sub_norm": "ffn.sub_norm", "attention_layernorm": "attn.norm",
           "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm",
           "q_a_layernorm": "attn.q_latent_norm", "kv_a_layernorm": "attn.kv_latent_norm",
+          "post_mlp_layernorm": "ffn.post_norm",  # A.X K1: over the MoE block's output
           # the NeoX-style decoders' (families/neox.py)
           "q_layernorm": "attn.q_norm", "k_layernorm": "attn.k_norm",
           "final_layernorm": "final_norm",
@@ -220,6 +223,25 @@ _TP = frozenset(("H", "Hkv", "F", "Fe", "Fs"))
 _ROPES = ("model.rotary_emb", "gpt_neox.rotary_emb", "transformer.rotary_emb",
           "gpt_neox_japanese.rotary_emb")  # the model's RoPE table
 _MASK = "decoder.causal_mask"  # the eager (B, 1, T, T) mask, once for the model
+
+
+def _nemotron_scope(s: Saved, kinds: str) -> Saved:
+    """A Nemotron-H layer's storage with its scope as the hybrids' layers name theirs: the
+    block's norm as input_layernorm (the mixer's, attention's) or post_attention_layernorm
+    (the MLP's, experts'), the mixer as mamba, self_attn or mlp."""
+    layer = _LAYER.match(s.scope)
+    if layer is None:
+        return s
+    kind = kinds[int(layer.group(1))]
+    head, rest = s.scope[:layer.start(2) if layer.group(2) else len(s.scope)], \
+        layer.group(2) or ""
+    first, _, tail = rest.partition(".")
+    if first == "norm":
+        first = "input_layernorm" if kind in "MF" else "post_attention_layernorm"
+    elif first == "mixer":
+        first = {"M": "mamba", "F": "self_attn"}.get(kind, "mlp")
+    scope = head + ".".join(p for p in (first, tail) if p)
+    return replace(s, scope=scope)
 
 
 def _module(rest: str) -> str:
@@ -453,7 +475,11 @@ class _Namer:
             scope, dense, norm, decoder, _ = HEADS[family.head]
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
-        self.moe = isinstance(family, Moe | Jamba)
+        self.moe = isinstance(family, Moe | Jamba | NemotronH)
+        # Nemotron-H: every layer's module is `mixer`, named by the layer's kind
+        self.nemotron = family.kinds if isinstance(family, NemotronH) else ""
+        if self.nemotron:
+            self.kinds = self.nemotron
         self.jamba = isinstance(family, Jamba)
         self.gemma4 = isinstance(family, Gemma4)
         self.gemma3n = isinstance(family, Gemma3n)
@@ -468,6 +494,9 @@ class _Namer:
         scope, role = s.scope, s.role
         if role == "checkpoint.input":
             return self._checkpoint_input(s)
+        if self.nemotron:
+            s = _nemotron_scope(s, self.nemotron)
+            scope = s.scope
         if self.gemma4:
             named = self._gemma4(scope, role, s)
             if named is not None:
