@@ -48,6 +48,7 @@ from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
+from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
 from transformer_calc.graph.families.mla import MlaMoe
 from transformer_calc.graph.families.nemotron_h import NemotronH
 from transformer_calc.graph.names import component_rows
@@ -285,3 +286,109 @@ def _axk1_draw(rng: random.Random) -> tuple[MlaMoe, Run]:
 
 def test_compiled_equals_traced_on_random_axk1_configurations() -> None:
     assert cache_hits_on_random_draws(_axk1_draw, 20261128, 20) >= 1
+
+
+# -- MiMo-V2-Flash ----------------------------------------------------------------------------
+MIMO_CONFIGS = ("mimo_v2_flash-tiny.json", "mimo_v2_flash-types.json")
+MIMO_ROWS = measured_rows(MIMO_CONFIGS)
+
+
+def _mimo(row: dict) -> MiMoV2Flash:
+    fam = family_of(_spec(row["config"]))
+    assert isinstance(fam, MiMoV2Flash)
+    return replace(fam, grouped=row.get("experts", "eager") == "grouped_mm")
+
+
+def test_the_mimo_rows_cover_its_layouts() -> None:
+    assert len(MIMO_ROWS) == 16 + 12
+    assert {r.get("experts", "eager") for r in MIMO_ROWS} == {"eager", "grouped_mm"}
+    assert {r["attention"] for r in MIMO_ROWS} == {"eager"}
+    tiny, types = (family_of(_spec(c)) for c in MIMO_CONFIGS)
+    assert isinstance(tiny, MiMoV2Flash) and isinstance(types, MiMoV2Flash)
+    # tiny: full, five sliding, full, sliding; a dense first layer; V heads narrower than
+    # Q/K's; types: its own layer types and a dense second layer, q/k/v biases, tied
+    assert tiny.attention_kinds == "FSSSSFS" and tiny.kinds == "addddbd"
+    assert (tiny.dh, tiny.dv, tiny.Hkv, tiny.Dr) == (24, 16, 2, 8)
+    assert types.kinds == "dadb" and types.bias_qkv and types.tied and types.dv == types.dh
+
+
+@pytest.mark.parametrize("row", MIMO_ROWS, ids=_id)
+def test_mimo_saved_bytes_equal_the_measurement(row: dict) -> None:
+    result = evaluate(_mimo(row), row_run(row))
+    assert result.activation_bytes == row["measured_bytes"]
+    assert evaluate_fast(_mimo(row), row_run(row)).activation_bytes == row["measured_bytes"]
+    if "trainable" in row:
+        assert result.trainable_params == row["trainable"][0]
+    report = memory_report(_spec(row["config"]), _settings(row))
+    assert report.activations.total == row["measured_bytes"]
+
+
+# tools/reference_flops.py --seq-len T tests/data/hf/variants/mimo_v2_flash-{tiny,types}.json
+# (torch 2.13, transformers 5.23, eager experts)
+MIMO_FLOPS = {("mimo_v2_flash-tiny.json", 37): 28_846_976,
+              ("mimo_v2_flash-tiny.json", 64): 57_638_912,
+              ("mimo_v2_flash-types.json", 37): 5_697_408,
+              ("mimo_v2_flash-types.json", 64): 11_182_080}
+
+
+@pytest.mark.parametrize(("config", "T"), sorted(MIMO_FLOPS))
+def test_mimo_params_and_flops_equal_torch(config: str, T: int) -> None:
+    r = evaluate(_mimo({"config": config}), Run(1, T, F32, "cpu", "eager"))
+    assert r.params == r.trainable_params == count_params(_spec(config)).total
+    assert r.forward_flops == MIMO_FLOPS[config, T]
+
+
+def test_other_mimo_layouts_are_refused() -> None:
+    spec = _spec("mimo_v2_flash-tiny.json")
+    for change in ({"rotary_fraction": 1.0}, {"router_topk": "none"}, {"bias_o": True},
+                   {"attention_sinks": False}, {"global_kv_heads": 3},
+                   {"n_shared_experts": 1}, {"qk_norm": "head"}, {"dropout": 0.1}):
+        with pytest.raises(TcalcError):
+            family_of(replace(spec, **change))  # type: ignore[arg-type]
+    # no SDPA path in the class; autocast over its sigmoid router is unmeasured
+    ask = graph_costs.graph_activations
+    cpu = Settings(precision="bf16", batch_size=2, seq_len=16, attention="eager",
+                   device="cpu")
+    assert ask(spec, cpu, 16, amp=False, amp16=False, adapted_roles=None) is not None
+    assert ask(spec, cpu, 16, amp=True, amp16=False, adapted_roles=None) is None
+
+
+def test_the_sinks_column_and_the_row_max() -> None:
+    # per sliding layer: the scores with the sink column, softmaxed (B·H·T·(T + 1)), the
+    # contiguous copy of its first T columns the product with V reads (B·H·T·T); the row
+    # max's int64 index (B·H·T·8) on every layer
+    fam = _mimo({"config": "mimo_v2_flash-types.json"})
+    B, T, H = 2, 16, fam.H
+    r = evaluate(fam, Run(B, T, F32, "cpu", "eager"))
+    softmax = [s for s in r.saved if s.role == "softmax.result"]
+    assert sorted(s.nbytes for s in softmax) == sorted(
+        B * H * T * (T + (k == "S")) * 4 for k in fam.attention_kinds)
+    index = [s for s in r.saved if s.role == "max.indices"]
+    assert [s.nbytes for s in index] == [B * H * T * 8] * fam.L
+
+
+def _mimo_draw(rng: random.Random) -> tuple[MiMoV2Flash, Run]:
+    """MiMo-V2-Flash structures: layer kinds in some order, sizes drawn freely (one K/V
+    head, dv ≠ dh, one expert), either experts path, LoRA or not."""
+    Hkv = rng.choice((1, 2))
+    dh = rng.choice((4, 6, 8))
+    X = rng.choice((1, 2, 4))
+    fam = MiMoV2Flash(V=rng.randint(5, 40), E=rng.randint(1, 24), H=2 * Hkv * rng.choice((1, 2)),
+                      Hkv=Hkv, dh=dh, dv=rng.choice((dh, 3)), F=rng.randint(1, 20),
+                      L=0, Dr=rng.choice((2, 4)), X=X, K=rng.randint(1, X),
+                      Fe=rng.randint(1, 12), kinds=rng.choice(("adb", "d", "cab", "bd")),
+                      tied=rng.random() < 0.5, bias_qkv=rng.random() < 0.5,
+                      grouped=rng.random() < 0.5)
+    fam = replace(fam, L=len(fam.kinds))
+    lora = None
+    if rng.random() < 0.4:
+        lora = Lora(rng.choice((1, 4)), frozenset(rng.choice(
+            (("q_proj", "v_proj"), ("gate_proj", "up_proj", "down_proj"), ("all-linear",)))),
+            rng.choice((0.0, 0.05)))
+    return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 7, 17)),
+                    rng.choice((F32, BF16, F16)), "cpu", "eager", lora=lora,
+                    recompute=rng.choice(("none", "full")))
+
+
+def test_compiled_equals_traced_on_random_mimo_configurations() -> None:
+    assert cache_hits_on_random_draws(_mimo_draw, 20261128, 20) >= 1

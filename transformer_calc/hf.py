@@ -2521,9 +2521,20 @@ def _mimo_v2_flash(c: Config) -> dict[str, Any]:
     if "E" in ffn:
         out |= {"n_experts": c.first(("n_routed_experts", "num_local_experts"), 256),
                 "top_k": c.get("num_experts_per_tok", 8),
-                "d_ff_expert": c.get("moe_intermediate_size", 2048)}
+                "d_ff_expert": c.get("moe_intermediate_size", 2048),
+                "router_topk": _router_topk(c, "deepseek")}
         if "D" in ffn:
             out["layer_ffn"] = _runs(ffn)
+    # the rotated share of each head (MiMoV2FlashRotaryEmbedding: partial_rotary_factor per
+    # layer type, 0.334 by default); one value where the types agree, else left unread
+    rope = c.data.get("rope_parameters")
+    if rope is None:
+        rope = {t: {} for t in set(types)}
+    if isinstance(rope, dict) and all(isinstance(rope.get(t), dict) for t in set(types)):
+        factors = {rope[t].get("partial_rotary_factor", 0.334) for t in set(types)}
+        if len(factors) == 1 and all(isinstance(f, int | float) and 0 < f < 1
+                                     for f in factors):
+            out["rotary_fraction"] = float(factors.pop())
     return out
 
 

@@ -273,11 +273,13 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
         if impl not in ("eager", "grouped_mm"):
             return None
         return dataclasses.replace(family, grouped=impl == "grouped_mm")
+    from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
     from transformer_calc.graph.families.nemotron_h import NemotronH
 
-    if isinstance(family, NemotronH):  # NemotronHExperts: its own loop or grouped_mm
+    if isinstance(family, NemotronH | MiMoV2Flash):  # their experts' loop or grouped_mm
         impl = experts_impl(spec, s.experts)
-        if impl not in ("eager", "grouped_mm"):
+        # (MiMo-V2-Flash's sigmoid router under autocast: DeepSeek-V3's, unmeasured)
+        if impl not in ("eager", "grouped_mm") or (autocast and isinstance(family, MiMoV2Flash)):
             return None
         return dataclasses.replace(family, grouped=impl == "grouped_mm")
     if not isinstance(family, Moe | Jamba):
@@ -466,10 +468,12 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
         rows.append((name, numbers[2 * i], text, "", numbers[2 * i + 1], stack, note, None, ()))
     notes: tuple[str, ...] = ()
     from transformer_calc.graph.families.jamba import Jamba
+    from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
     from transformer_calc.graph.families.nemotron_h import NemotronH
 
     if isinstance(family, Moe | Jamba) or (isinstance(family, NemotronH)
-                                           and "E" in family.kinds):
+                                           and "E" in family.kinds) or (
+            isinstance(family, MiMoV2Flash) and set(family.kinds) & {"b", "d"}):
         from transformer_calc.memory import EXPERTS_NOTE
 
         # (the experts' path, as the rules say it)

@@ -30,6 +30,7 @@ from transformer_calc.graph.families import (
     kimi_linear,
     llama,
     mamba,
+    mimo_v2_flash,
     mla,
     modernbert,
     moe,
@@ -53,7 +54,7 @@ from transformer_calc.spec import ModelSpec
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
           | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt | neox.NeoX | gptj.GPTJ | falcon.Falcon
           | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba
-          | nemotron_h.NemotronH
+          | nemotron_h.NemotronH | mimo_v2_flash.MiMoV2Flash
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
@@ -69,6 +70,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
     bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward, jamba.Jamba: jamba.forward,
     nemotron_h.NemotronH: nemotron_h.forward,
+    mimo_v2_flash.MiMoV2Flash: mimo_v2_flash.forward,
     rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward,
     albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward,
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
@@ -339,6 +341,14 @@ _READS["kimi_linear"] = _READS["mla"] | {
 _READS["nemotron_h"] = _READS["bamba"] | {"layer_ffn", "n_experts", "top_k", "d_ff_expert",
                                           "n_shared_experts", "d_ff_shared", "router_topk",
                                           "router_fp32", "norm_fp32"}
+
+# MiMo-V2-Flash: Llama's fields, the sliding layers' sinks and doubled K/V heads, V's own
+# width, the partial RoPE, DeepSeek-V3's router over experts without shared ones
+_READS["mimo_v2_flash"] = _READS["llama"] | {
+    "global_kv_heads", "v_head_dim", "attention_sinks", "sinks_sliding_only",
+    "softmax_sink_column", "softmax_row_max", "sliding_window", "layer_attention",
+    "rotary_fraction", "n_experts", "top_k", "d_ff_expert", "layer_ffn", "router_topk",
+    "router_fp32", "sdpa_path"}
 
 
 @functools.cache
@@ -1555,7 +1565,7 @@ def _nemotron_h_family(spec: ModelSpec) -> nemotron_h.NemotronH | None:
     if not (spec.mixer == "mamba2" and spec.norm == "rmsnorm" and spec.norm_fp32
             and spec.position == "none" and spec.ffn == "plain" and spec.activation == "relu2"
             and spec.softmax_fp32 and spec.ssm_norm and not spec.dropout and None not in kinds
-            and H and Hkv and H % Hkv == 0 and spec.head_dim >= 1
+            and not spec.rope_concat and H and Hkv and H % Hkv == 0 and spec.head_dim >= 1
             and spec.ssm_heads and spec.ssm_groups and spec.ssm_heads % spec.ssm_groups == 0
             and spec.ssm_inner % spec.ssm_heads == 0
             and (not moe or (spec.router_fp32 and spec.router_topk == "renorm"
@@ -1576,13 +1586,58 @@ def _nemotron_h_family(spec: ModelSpec) -> nemotron_h.NemotronH | None:
         spec.ssm_conv_bias, spec.ssm_bias, pa, grouped=spec.experts_grouped)
 
 
+def _mimo_v2_flash_family(spec: ModelSpec) -> mimo_v2_flash.MiMoV2Flash | None:
+    """MiMoV2FlashForCausalLM (model type mimo_v2_flash), eager attention only: full layers
+    of global_kv_heads K/V heads, sliding ones of twice as many (n_kv_heads) with sinks; Q/K
+    heads of d_head, V heads of v_head_dim; RoPE over int(d_head · rotary_fraction) of each
+    head; a dense gated SiLU MLP or experts behind DeepSeek-V3's fp32 sigmoid router that
+    renormalises (norm_topk_prob), no shared experts; q/k/v biases all or none."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "mimo_v2_flash":
+        return None
+    kinds = [mimo_v2_flash.KINDS.get((k[0], k[1]))
+             for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H = spec.n_heads
+    sliding = any(k in ("c", "d") for k in kinds)
+    Hkv = spec.global_kv_heads or 0 if sliding else spec.n_kv_heads or H
+    dh = spec.head_dim
+    dv = spec.v_head_dim or dh
+    Dr = int(dh * spec.rotary_fraction)
+    moe = any(k in ("b", "d") for k in kinds)
+    if not (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation == "silu" and spec.rope_concat and not spec.sdpa_path
+            and spec.norm_position == "pre" and not spec.dropout and None not in kinds
+            and not (spec.softmax_fp32 or spec.fused_qkv or spec.fused_gate_up
+                     or spec.norm_fp32 or spec.rope_fp32) and spec.qk_norm == "none"
+            and spec.attention_sinks == sliding and spec.sinks_sliding_only == sliding
+            and spec.softmax_sink_column and spec.softmax_row_max
+            and Hkv >= 1 and (spec.n_kv_heads or H) == (2 * Hkv if sliding else Hkv)
+            and H % (2 * Hkv if sliding else Hkv) == 0 and dh >= 1
+            and spec.rotary_fraction < 1 and 2 <= Dr <= dh and Dr % 2 == 0
+            and spec.bias_q == spec.bias_k == spec.bias_v and not spec.bias_o
+            and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and (not moe or (spec.router_fp32 and spec.router_topk == "renorm"
+                             and spec.expert_ff >= 1 and spec.top_k >= 1
+                             and not spec.n_shared_experts))
+            and not _unread(spec, "mimo_v2_flash")):
+        raise TcalcError(f"{spec.name}: no op graph for this mimo_v2_flash layout (the graph "
+                         "engine covers MiMoV2FlashForCausalLM's own layout, eager attention)")
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return mimo_v2_flash.MiMoV2Flash(
+        spec.vocab_size, spec.d_model, H, Hkv, dh, dv, max(spec.d_ff, 1), spec.n_layers, Dr,
+        max(spec.n_experts, 1), max(spec.top_k, 1), max(spec.expert_ff, 1),
+        "".join(k for k in kinds if k), spec.tie_embeddings, spec.bias_q, pa,
+        grouped=spec.experts_grouped)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _whisper, _t5gemma,
     _gemma4_family, _gemma3n_family, _kimi_linear_family, _mla_family,
-    _jamba_family, _olmo_hybrid_family, _nemotron_h_family,
+    _jamba_family, _olmo_hybrid_family, _nemotron_h_family, _mimo_v2_flash_family,
     _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,

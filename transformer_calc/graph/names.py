@@ -44,6 +44,7 @@ from transformer_calc.graph.families.kimi_linear import KINDS as KIMI_KINDS
 from transformer_calc.graph.families.kimi_linear import KimiLinear
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
+from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
 from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.nemotron_h import NemotronH
@@ -310,6 +311,8 @@ DESCRIPTIONS = {
     "decoder.attn.maps_concat": "the two calls' outputs concatenated",
     "decoder.attn.lambda": "λ, 0-d",
     "decoder.attn.softcap_tanh": "tanh of the scores / cap",
+    "decoder.attn.row_max_index": "int64 index of each row's max (scores less it)",
+    "decoder.ffn.post_norm.input_fp32": "the MoE output's fp32 upcast (its norm)",
     "head.softcap_tanh": "tanh of the logits / cap",
     "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output",
     "decoder.ffn.router": "router scores (softmax; DeepSeek's sigmoid)",
@@ -475,7 +478,7 @@ class _Namer:
             scope, dense, norm, decoder, _ = HEADS[family.head]
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
-        self.moe = isinstance(family, Moe | Jamba | NemotronH)
+        self.moe = isinstance(family, Moe | Jamba | NemotronH | MiMoV2Flash)
         # Nemotron-H: every layer's module is `mixer`, named by the layer's kind
         self.nemotron = family.kinds if isinstance(family, NemotronH) else ""
         if self.nemotron:
@@ -1115,6 +1118,8 @@ class _Namer:
             return "scores_clamp_floor"  # its 0-d fp32 finfo.min
         if role == "tanh.result":
             return "softcap_tanh"  # Gemma 2's eager scores: cap · tanh(scores / cap)
+        if role == "max.indices":
+            return "row_max_index"  # MiMo-V2-Flash: the scores less their row's max
         if role in ("mul.other", "native_dropout.result1"):
             return "dropout_mask" if T2 else "residual_dropout_mask"
         if role == "bmm.self":

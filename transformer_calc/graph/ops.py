@@ -693,6 +693,18 @@ def topk(a: Tensor, k: Dim) -> tuple[Tensor, Tensor]:
     return values, indices
 
 
+def max_dim(a: Tensor) -> Tensor:
+    """a.max(dim=-1, keepdim=True).values. derivatives.yaml max.dim: self:
+    value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(),
+    keepdim): the int64 indices (values and indices (..., 1), new)."""
+    shape = a.shape[:-1] + (Dim.const(1),)
+    values = _new(a, shape, a.dtype, a.requires_grad)
+    with a.trace.no_grad():
+        indices = _new(a, shape, I64, False)
+    a.trace.record("max", values, [("indices", indices, True)])
+    return values
+
+
 def div_(a: Tensor, other: Tensor) -> Tensor:
     """a /= other, in place (the router's renormalisation). derivatives.yaml div.Tensor:
     self: div_tensor_self_backward(grad, other, ...), other: div_tensor_other_backward(grad,
