@@ -1,6 +1,8 @@
 """The op graph's hybrid and latent-attention MoE types against every measured CPU row of their
-configs, to the byte: Nemotron-H (transformer_calc/graph/families/nemotron_h.py) and A.X K1
-(families/mla.py, DeepSeek-V3's layers with post_mlp_layernorm after each MoE block).
+configs, to the byte: Nemotron-H (transformer_calc/graph/families/nemotron_h.py), A.X K1
+(families/mla.py, DeepSeek-V3's layers with post_mlp_layernorm after each MoE block),
+MiMo-V2-Flash (families/mimo_v2_flash.py) and MiniMax-M3's text decoder
+(families/minimax_m3.py).
 
 Fixtures (read, not changed; torch 2.13 CPU, transformers 5.23, peft 0.21.2 rank 8,
 saved_tensors_hooks, each storage still held at the end of the forward once, parameters
@@ -26,12 +28,22 @@ transformers' eager experts):
   all_linear_rest}_cpu.jsonl (LoRA), and activations_axk1_grouped_cpu.jsonl (grouped_mm:
   `python tools/measure_activations_hf.py tests/data/hf/variants/axk1-tiny.json --experts
   grouped_mm`, tcalc_bytes dropped).
+- mimo_v2_flash-tiny.json (full and sliding layers, V heads narrower than Q/K's, a dense
+  first layer) and mimo_v2_flash-types.json (its own layer_types and mlp_layer_types, q/k/v
+  biases, tied): activations_decoders_encoders_cpu.jsonl (whole model, eager: the class has
+  no SDPA path), activations_moe_grouped_cpu.jsonl (grouped_mm), activations_lora_survey_
+  {qv,attn,mlp,all_linear_rest}_cpu.jsonl (LoRA);
+- minimax_m3_vl_text-tiny.json (two MoE layers, one shared MLP each):
+  activations_sweep_variants_cpu.jsonl (whole model) and activations_lora_survey_{qv,attn,
+  mlp,all_linear_rest}_cpu.jsonl (LoRA), eager experts.
 The per-tensor rules (memory.activation_breakdown, memory_report without the graph) on
 these rows: Nemotron-H tiny whole model −19,376 … −616 bytes (−1.9 … −0.05 %), LoRA
 −13,614 … +7,592 (−2.8 … +1.0 %), mixers +208 … +2,652 (+0.03 … +0.3 %); the MTP config
 whole model −88,364 … +10,188 (−3.0 … +0.5 %), mixers −35,890 … +9,176 (−1.6 … +0.9 %);
-A.X K1 whole model −15,372 … −9,220 (−0.4 %), LoRA −11,268 … −9,220 (−0.7 … −0.4 %). The
-graph meets every row.
+A.X K1 whole model −15,372 … −9,220 (−0.4 %), LoRA −11,268 … −9,220 (−0.7 … −0.4 %);
+MiMo-V2-Flash whole model −17,412 … +80,884 (−0.3 … +1.9 %), LoRA −19,460 … −5,124
+(−0.8 … −0.3 %); MiniMax-M3 whole model −7,756 … −7,748 (−1.1 … −0.6 %), LoRA −7,684 …
++9,788 (−1.2 … +1.8 %). The graph meets every row.
 """
 
 from __future__ import annotations
@@ -49,6 +61,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
+from transformer_calc.graph.families.minimax_m3 import MiniMaxM3
 from transformer_calc.graph.families.mla import MlaMoe
 from transformer_calc.graph.families.nemotron_h import NemotronH
 from transformer_calc.graph.names import component_rows
@@ -392,3 +405,76 @@ def _mimo_draw(rng: random.Random) -> tuple[MiMoV2Flash, Run]:
 
 def test_compiled_equals_traced_on_random_mimo_configurations() -> None:
     assert cache_hits_on_random_draws(_mimo_draw, 20261128, 20) >= 1
+
+
+# -- MiniMax-M3 (text) ---------------------------------------------------------------------------
+M3_ROWS = measured_rows(("minimax_m3_vl_text-tiny.json",))
+
+
+def test_the_minimax_m3_rows_cover_its_paths() -> None:
+    assert len(M3_ROWS) == 8 + 16
+    assert {r["attention"] for r in M3_ROWS} == {"eager", "sdpa"}
+    fam = family_of(_spec("minimax_m3_vl_text-tiny.json"))
+    # every layer's MLP the experts; the whole head rotated (rotary_dim is not read)
+    assert isinstance(fam, MiniMaxM3) and fam.pattern == "EE" and fam.Dr == fam.dh == 16
+
+
+@pytest.mark.parametrize("row", M3_ROWS, ids=_id)
+def test_minimax_m3_saved_bytes_equal_the_measurement(row: dict) -> None:
+    fam = family_of(_spec(row["config"]))
+    result = evaluate(fam, row_run(row))
+    assert result.activation_bytes == row["measured_bytes"]
+    if "trainable" in row:
+        assert result.trainable_params == row["trainable"][0]
+    report = memory_report(_spec(row["config"]), _settings(row))
+    assert report.activations.total == row["measured_bytes"]
+
+
+# tools/reference_flops.py --seq-len T tests/data/hf/variants/minimax_m3_vl_text-tiny.json
+# (torch 2.13, transformers 5.23, eager experts)
+M3_FLOPS = {37: 1_346_208, 64: 2_770_944}
+
+
+@pytest.mark.parametrize("T", sorted(M3_FLOPS))
+def test_minimax_m3_params_and_flops_equal_torch(T: int) -> None:
+    spec = _spec("minimax_m3_vl_text-tiny.json")
+    r = evaluate(family_of(spec), Run(1, T, F32, "cpu", "eager"))
+    assert r.params == r.trainable_params == count_params(spec).total
+    assert r.forward_flops == M3_FLOPS[T]
+
+
+def test_other_minimax_m3_layouts_are_refused() -> None:
+    spec = _spec("minimax_m3_vl_text-tiny.json")
+    for change in ({"qk_norm": "none"}, {"activation": "silu"}, {"n_shared_experts": 0},
+                   {"bias_o": True}, {"norm_fp32": False}, {"fused_gate_up": False}):
+        with pytest.raises(TcalcError):
+            family_of(replace(spec, **change))  # type: ignore[arg-type]
+    # grouped_mm experts (the class's default) and autocast keep the rules: unmeasured
+    ask = graph_costs.graph_activations
+    cpu = Settings(precision="fp32", batch_size=2, seq_len=16, attention="eager",
+                   device="cpu", experts="eager")
+    assert ask(spec, cpu, 16, amp=False, amp16=False, adapted_roles=None) is not None
+    assert ask(spec, replace(cpu, experts="grouped_mm"), 16, amp=False, amp16=False,
+               adapted_roles=None) is None
+
+
+def _m3_draw(rng: random.Random) -> tuple[MiniMaxM3, Run]:
+    """MiniMax-M3 structures: dense and MoE layers, partial or whole RoPE, GQA or not."""
+    Hkv, X = rng.choice((1, 2)), rng.choice((1, 2, 4))
+    dh = rng.choice((4, 8))
+    pattern = rng.choice(("EE", "DE", "E", "DED"))
+    fam = MiniMaxM3(V=rng.randint(5, 40), E=rng.randint(1, 24), H=Hkv * rng.choice((1, 2)),
+                    Hkv=Hkv, dh=dh, F=rng.randint(1, 20), L=len(pattern),
+                    Dr=rng.choice((2, dh)), X=X, K=rng.randint(1, X), Fe=rng.randint(1, 12),
+                    Fs=rng.randint(1, 12), pattern=pattern, tied=rng.random() < 0.5)
+    lora = None
+    if rng.random() < 0.4:
+        lora = Lora(rng.choice((1, 4)), frozenset(rng.choice(
+            (("q_proj", "v_proj"), ("down_proj",), ("all-linear",)))), rng.choice((0.0, 0.05)))
+    return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 7, 17)),
+                    rng.choice((F32, BF16, F16)), "cpu", rng.choice(("eager", "sdpa")),
+                    lora=lora, recompute=rng.choice(("none", "full")))
+
+
+def test_compiled_equals_traced_on_random_minimax_m3_configurations() -> None:
+    assert cache_hits_on_random_draws(_m3_draw, 20261128, 12) >= 1

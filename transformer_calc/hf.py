@@ -3342,9 +3342,12 @@ GENERIC: dict[str, Layout] = {
                                 expert_ff="", shared="moe_num_shared_experts")),
     "kolibri1": Layout("Kolibri1ForCausalLM", mlp_bias=False, norms="sandwich",
                        qk_norm="head", moe=Moe(shared_ff="shared_expert_intermediate_size")),
-    # MiniMax-M3: gpt-oss's clamped SwiGLU in every MLP (swiglu_alpha, swiglu_limit)
+    # MiniMax-M3: gpt-oss's clamped SwiGLU in every MLP (swiglu_alpha, swiglu_limit); its
+    # text RoPE rotates int(head_dim · rope_parameters' partial_rotary_factor) of each head
+    # (rotary_dim is not read)
     "minimax_m3_vl_text": Layout("MiniMaxM3VLForCausalLM", fused_gate_up=True, mlp_bias=False,
                                  qk_norm="head", act="=swiglu_oss",
+                                 rotary=("partial_rotary_factor", 1.0),
                                  dense_ff="dense_intermediate_size",
                                  moe=Moe(expert_ff="intermediate_size",
                                          shared_ff="shared_intermediate_size",

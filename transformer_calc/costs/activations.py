@@ -274,8 +274,11 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
             return None
         return dataclasses.replace(family, grouped=impl == "grouped_mm")
     from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
+    from transformer_calc.graph.families.minimax_m3 import MiniMaxM3
     from transformer_calc.graph.families.nemotron_h import NemotronH
 
+    if isinstance(family, MiniMaxM3):  # its experts' own loop (grouped_mm: unmeasured)
+        return family if experts_impl(spec, s.experts) == "eager" and not autocast else None
     if isinstance(family, NemotronH | MiMoV2Flash):  # their experts' loop or grouped_mm
         impl = experts_impl(spec, s.experts)
         # (MiMo-V2-Flash's sigmoid router under autocast: DeepSeek-V3's, unmeasured)
@@ -357,6 +360,16 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
                 return Lora(s.lora_rank, converted_all_linear(family), s.lora_dropout, dtype)
     if s.lora_targets == ("all-linear",):
         return Lora(s.lora_rank, frozenset(("all-linear",)), s.lora_dropout, dtype)
+    if _is_minimax_m3(family) and "shared" in roles:
+        # its shared MLP's gate_up_proj and down_proj (the dense layers' names too): which
+        # of them the targets name (peft matches gate_proj or up_proj to neither)
+        wanted = {t.removesuffix("_proj") for t in s.lora_targets}
+        shared = {n for n in ("gate_up_proj", "down_proj") if n.removesuffix("_proj") in wanted}
+        rest = _lora(family, s, roles - {"shared"}, peft_moe) if roles - {"shared"} else None
+        if not shared or (rest is None and roles - {"shared"}):
+            return None
+        return Lora(s.lora_rank, frozenset(shared) | (rest.targets if rest else frozenset()),
+                    s.lora_dropout, dtype)
     if _is_gemma3n(family) and "laurel" in roles:  # LAuReL's two linears, one role
         rest = _lora(family, s, roles - {"laurel"}, peft_moe) if roles - {"laurel"} else None
         if rest is None and roles - {"laurel"}:
@@ -381,6 +394,12 @@ def _is_nemotron_h(family: Family) -> bool:
     from transformer_calc.graph.families.nemotron_h import NemotronH
 
     return isinstance(family, NemotronH)
+
+
+def _is_minimax_m3(family: Family) -> bool:
+    from transformer_calc.graph.families.minimax_m3 import MiniMaxM3
+
+    return isinstance(family, MiniMaxM3)
 
 
 def _is_gemma3n(family: Family) -> bool:

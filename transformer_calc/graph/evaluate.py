@@ -31,6 +31,7 @@ from transformer_calc.graph.families import (
     llama,
     mamba,
     mimo_v2_flash,
+    minimax_m3,
     mla,
     modernbert,
     moe,
@@ -54,7 +55,7 @@ from transformer_calc.spec import ModelSpec
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
           | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt | neox.NeoX | gptj.GPTJ | falcon.Falcon
           | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba
-          | nemotron_h.NemotronH | mimo_v2_flash.MiMoV2Flash
+          | nemotron_h.NemotronH | mimo_v2_flash.MiMoV2Flash | minimax_m3.MiniMaxM3
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
@@ -71,6 +72,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward, jamba.Jamba: jamba.forward,
     nemotron_h.NemotronH: nemotron_h.forward,
     mimo_v2_flash.MiMoV2Flash: mimo_v2_flash.forward,
+    minimax_m3.MiniMaxM3: minimax_m3.forward,
     rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward,
     albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward,
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
@@ -349,6 +351,12 @@ _READS["mimo_v2_flash"] = _READS["llama"] | {
     "softmax_sink_column", "softmax_row_max", "sliding_window", "layer_attention",
     "rotary_fraction", "n_experts", "top_k", "d_ff_expert", "layer_ffn", "router_topk",
     "router_fp32", "sdpa_path"}
+
+# MiniMax-M3's text decoder: Llama's fields, the experts' with a shared MLP, the dense
+# layers' width
+_READS["minimax_m3"] = _READS["llama"] | {
+    "rotary_fraction", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
+    "d_ff_shared", "layer_ffn", "sdpa_path"}
 
 
 @functools.cache
@@ -1631,6 +1639,43 @@ def _mimo_v2_flash_family(spec: ModelSpec) -> mimo_v2_flash.MiMoV2Flash | None:
         grouped=spec.experts_grouped)
 
 
+def _minimax_m3_family(spec: ModelSpec) -> minimax_m3.MiniMaxM3 | None:
+    """MiniMaxM3VLForCausalLM (model type minimax_m3_vl_text): full attention layers (the
+    Lightning Indexer's sparse layers are refused by spec_from_hf) with Gemma-style RMSNorms
+    over each head of Q and K, RoPE over int(head_dim · rotary_fraction) of each head; the
+    clamped SwiGLU in every MLP (activation swiglu_oss, fused gate_up_proj); a dense MLP or
+    the experts behind a sigmoid router with one shared MLP, as layer_ffn says; no
+    biases."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "minimax_m3_vl_text":
+        return None
+    kinds = [k[1] for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    dh = spec.head_dim
+    Dr = int(dh * spec.rotary_fraction)
+    if not (spec.norm == "rmsnorm" and spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "swiglu_oss"
+            and spec.fused_gate_up and spec.qk_norm == "head" and spec.rope_concat
+            and spec.softmax_fp32 and spec.norm_position == "pre" and not spec.dropout
+            and not (spec.fused_qkv or spec.rope_fp32) and set(kinds) <= {"D", "E"}
+            and H and Hkv and H % Hkv == 0 and dh >= 2 and 2 <= Dr <= dh and Dr % 2 == 0
+            and spec.d_ff >= 1
+            and ("E" not in kinds or (spec.n_shared_experts == 1 and spec.shared_ff >= 1
+                                      and spec.expert_ff >= 1 and spec.top_k >= 1))
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "minimax_m3")):
+        raise TcalcError(f"{spec.name}: no op graph for this minimax_m3_vl_text layout (the "
+                         "graph engine covers MiniMaxM3VLForCausalLM's full-attention layers)")
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return minimax_m3.MiniMaxM3(
+        spec.vocab_size, spec.d_model, H, Hkv, dh, spec.d_ff, spec.n_layers, Dr,
+        max(spec.n_experts, 1), max(spec.top_k, 1), max(spec.expert_ff, 1),
+        max(spec.shared_ff, 1), "".join(kinds), spec.tie_embeddings, pa)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
@@ -1638,7 +1683,7 @@ _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _whisper, _t5gemma,
     _gemma4_family, _gemma3n_family, _kimi_linear_family, _mla_family,
     _jamba_family, _olmo_hybrid_family, _nemotron_h_family, _mimo_v2_flash_family,
-    _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
+    _minimax_m3_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
     _modernbert, _rembert, _mpnet, _xlm)

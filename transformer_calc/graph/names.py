@@ -45,6 +45,7 @@ from transformer_calc.graph.families.kimi_linear import KimiLinear
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
+from transformer_calc.graph.families.minimax_m3 import MiniMaxM3
 from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.nemotron_h import NemotronH
@@ -478,7 +479,7 @@ class _Namer:
             scope, dense, norm, decoder, _ = HEADS[family.head]
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
-        self.moe = isinstance(family, Moe | Jamba | NemotronH | MiMoV2Flash)
+        self.moe = isinstance(family, Moe | Jamba | NemotronH | MiMoV2Flash | MiniMaxM3)
         # Nemotron-H: every layer's module is `mixer`, named by the layer's kind
         self.nemotron = family.kinds if isinstance(family, NemotronH) else ""
         if self.nemotron:
@@ -627,7 +628,8 @@ class _Namer:
             # (GteMLP's dropout on the gated product: its CPU noise is a mul.other, CUDA's
             # mask native_dropout's; both F wide, kept with the activation)
             if role in ("pow.self", "tanh.result", "silu.self", "gelu.self", "mul.self",
-                        "mul.other", "relu.result", "native_dropout.result1"):
+                        "mul.other", "relu.result", "native_dropout.result1",
+                        "clamp.self", "sigmoid.result"):  # (MiniMax-M3's clamped SwiGLU)
                 return "decoder.ffn.activation"
         raise ValueError(f"no component name for {role} saved in {scope} "
                          f"(made in {st.name or 'the model'})")
