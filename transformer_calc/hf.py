@@ -2521,9 +2521,20 @@ def _mimo_v2_flash(c: Config) -> dict[str, Any]:
     if "E" in ffn:
         out |= {"n_experts": c.first(("n_routed_experts", "num_local_experts"), 256),
                 "top_k": c.get("num_experts_per_tok", 8),
-                "d_ff_expert": c.get("moe_intermediate_size", 2048)}
+                "d_ff_expert": c.get("moe_intermediate_size", 2048),
+                "router_topk": _router_topk(c, "deepseek")}
         if "D" in ffn:
             out["layer_ffn"] = _runs(ffn)
+    # the rotated share of each head (MiMoV2FlashRotaryEmbedding: partial_rotary_factor per
+    # layer type, 0.334 by default); one value where the types agree, else left unread
+    rope = c.data.get("rope_parameters")
+    if rope is None:
+        rope = {t: {} for t in set(types)}
+    if isinstance(rope, dict) and all(isinstance(rope.get(t), dict) for t in set(types)):
+        factors = {rope[t].get("partial_rotary_factor", 0.334) for t in set(types)}
+        if len(factors) == 1 and all(isinstance(f, int | float) and 0 < f < 1
+                                     for f in factors):
+            out["rotary_fraction"] = float(factors.pop())
     return out
 
 
@@ -3350,9 +3361,12 @@ GENERIC: dict[str, Layout] = {
                                 expert_ff="", shared="moe_num_shared_experts")),
     "kolibri1": Layout("Kolibri1ForCausalLM", mlp_bias=False, norms="sandwich",
                        qk_norm="head", moe=Moe(shared_ff="shared_expert_intermediate_size")),
-    # MiniMax-M3: gpt-oss's clamped SwiGLU in every MLP (swiglu_alpha, swiglu_limit)
+    # MiniMax-M3: gpt-oss's clamped SwiGLU in every MLP (swiglu_alpha, swiglu_limit); its
+    # text RoPE rotates int(head_dim · rope_parameters' partial_rotary_factor) of each head
+    # (rotary_dim is not read)
     "minimax_m3_vl_text": Layout("MiniMaxM3VLForCausalLM", fused_gate_up=True, mlp_bias=False,
                                  qk_norm="head", act="=swiglu_oss",
+                                 rotary=("partial_rotary_factor", 1.0),
                                  dense_ff="dense_intermediate_size",
                                  moe=Moe(expert_ff="intermediate_size",
                                          shared_ff="shared_intermediate_size",
@@ -3427,7 +3441,8 @@ GENERIC: dict[str, Layout] = {
                                  state="ssm_state_size", heads="mamba_num_heads",
                                  head_dim="mamba_head_dim"),
                          moe=Moe(experts=("n_routed_experts",), shared=1,
-                                 shared_ff="moe_shared_expert_intermediate_size")),
+                                 shared_ff="moe_shared_expert_intermediate_size",
+                                 router_topk="deepseek")),
     **{t: Layout(cls, mlp_bias="mlp_bias" if t == "bamba" else False,
                  ff_key="" if t == "bamba" else "shared_intermediate_size",
                  ssm=Ssm("mamba2", layers="bamba" if t == "bamba" else "layer_types_all",

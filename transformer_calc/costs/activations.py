@@ -268,15 +268,16 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 def _mixer_run(family: Family, s: Settings, autocast: bool,
                adapted_roles: frozenset[str] | None) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
-    Bamba, Falcon-H1, Jamba, OLMo Hybrid, Kimi Linear, Qwen3-Next and Qwen3.5 are transcribed
-    as transformers' torch path runs them on the CPU (on CUDA transformers calls the
-    mamba_ssm, causal-conv1d and fla kernels where installed), without autocast (no measured
-    row covers autocast over the scans); LoRA where measured (the hybrids' rows)."""
+    Bamba, Falcon-H1, Jamba, Nemotron-H, OLMo Hybrid, Kimi Linear, Qwen3-Next and Qwen3.5 are
+    transcribed as transformers' torch path runs them on the CPU (on CUDA transformers calls
+    the mamba_ssm, causal-conv1d and fla kernels where installed), without autocast (no
+    measured row covers autocast over the scans); LoRA where measured (the hybrids' rows)."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.kimi_linear import KimiLinear
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
+    from transformer_calc.graph.families.nemotron_h import NemotronH
     from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
     from transformer_calc.graph.families.qwen3_next import Qwen3Next
 
@@ -287,7 +288,7 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
         mixer = "c" in family.kinds or "d" in family.kinds
         lora_ok = adapted_roles is None or "lm_head" not in adapted_roles
         return (s.device == "cpu" or not mixer) and not autocast and lora_ok
-    hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear
+    hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear | NemotronH
     if not isinstance(family, Mamba | Mamba2 | hybrids):
         return True
     # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
@@ -318,6 +319,18 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
     if isinstance(family, Gemma4) and family.experts:  # Gemma4TextExperts: either path
         impl = experts_impl(spec, s.experts)
         if impl not in ("eager", "grouped_mm"):
+            return None
+        return dataclasses.replace(family, grouped=impl == "grouped_mm")
+    from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
+    from transformer_calc.graph.families.minimax_m3 import MiniMaxM3
+    from transformer_calc.graph.families.nemotron_h import NemotronH
+
+    if isinstance(family, MiniMaxM3):  # its experts' own loop (grouped_mm: unmeasured)
+        return family if experts_impl(spec, s.experts) == "eager" and not autocast else None
+    if isinstance(family, NemotronH | MiMoV2Flash):  # their experts' loop or grouped_mm
+        impl = experts_impl(spec, s.experts)
+        # (MiMo-V2-Flash's sigmoid router under autocast: DeepSeek-V3's, unmeasured)
+        if impl not in ("eager", "grouped_mm") or (autocast and isinstance(family, MiMoV2Flash)):
             return None
         return dataclasses.replace(family, grouped=impl == "grouped_mm")
     if not isinstance(family, Moe | Jamba):
@@ -386,6 +399,10 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
             if not roles & {"gate", "up", "down"}:
                 return None
             roles = roles - {"shared"}
+    if _is_nemotron_h(family) and "shared" in roles:  # its shared MLP's up_proj, down_proj
+        if not roles & {"up", "down"}:
+            return None
+        roles = roles - {"shared"}
     if isinstance(family, Mla):  # the latent attention's projections
         table = {**table, **MLA_MODULES}
         if peft_moe in ("mixtral", "qwen2_moe") and not isinstance(family, Moe):
@@ -395,6 +412,16 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
                 return Lora(s.lora_rank, converted_all_linear(family), s.lora_dropout, dtype)
     if s.lora_targets == ("all-linear",):
         return Lora(s.lora_rank, frozenset(("all-linear",)), s.lora_dropout, dtype)
+    if _is_minimax_m3(family) and "shared" in roles:
+        # its shared MLP's gate_up_proj and down_proj (the dense layers' names too): which
+        # of them the targets name (peft matches gate_proj or up_proj to neither)
+        wanted = {t.removesuffix("_proj") for t in s.lora_targets}
+        shared = {n for n in ("gate_up_proj", "down_proj") if n.removesuffix("_proj") in wanted}
+        rest = _lora(family, s, roles - {"shared"}, peft_moe) if roles - {"shared"} else None
+        if not shared or (rest is None and roles - {"shared"}):
+            return None
+        return Lora(s.lora_rank, frozenset(shared) | (rest.targets if rest else frozenset()),
+                    s.lora_dropout, dtype)
     if _is_gemma3n(family) and "laurel" in roles:  # LAuReL's two linears, one role
         rest = _lora(family, s, roles - {"laurel"}, peft_moe) if roles - {"laurel"} else None
         if rest is None and roles - {"laurel"}:
@@ -413,6 +440,18 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
             return None
         names |= {"project_out"}
     return Lora(s.lora_rank, names, s.lora_dropout, dtype)
+
+
+def _is_nemotron_h(family: Family) -> bool:
+    from transformer_calc.graph.families.nemotron_h import NemotronH
+
+    return isinstance(family, NemotronH)
+
+
+def _is_minimax_m3(family: Family) -> bool:
+    from transformer_calc.graph.families.minimax_m3 import MiniMaxM3
+
+    return isinstance(family, MiniMaxM3)
 
 
 def _is_gemma3n(family: Family) -> bool:
@@ -530,11 +569,16 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
         rows.append((name, numbers[2 * i], text, "", numbers[2 * i + 1], stack, note, None, ()))
     notes: tuple[str, ...] = ()
     from transformer_calc.graph.families.jamba import Jamba
+    from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
+    from transformer_calc.graph.families.nemotron_h import NemotronH
 
-    if isinstance(family, Moe | Jamba):  # the experts' path, as the rules say it
+    if isinstance(family, Moe | Jamba) or (isinstance(family, NemotronH)
+                                           and "E" in family.kinds) or (
+            isinstance(family, MiMoV2Flash) and set(family.kinds) & {"b", "d"}):
         from transformer_calc.memory import EXPERTS_NOTE
 
-        impl = "grouped_mm" if family.grouped else "eager"
+        # (the experts' path, as the rules say it)
+        impl = "grouped_mm" if getattr(family, "grouped", False) else "eager"
         notes += (f"experts run transformers' {impl} path"
                   + (" (this class's default)" if impl != "eager" else "") + ": "
                   + EXPERTS_NOTE[impl],)

@@ -34,10 +34,13 @@ from transformer_calc.graph.families import (
     kimi_linear,
     llama,
     mamba,
+    mimo_v2_flash,
+    minimax_m3,
     mla,
     modernbert,
     moe,
     mpnet,
+    nemotron_h,
     neox,
     olmo_hybrid,
     opt,
@@ -57,6 +60,7 @@ from transformer_calc.spec import ModelSpec
 Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
           | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt | neox.NeoX | gptj.GPTJ | falcon.Falcon
           | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba
+          | nemotron_h.NemotronH | mimo_v2_flash.MiMoV2Flash | minimax_m3.MiniMaxM3
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
@@ -74,6 +78,9 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
     bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward, jamba.Jamba: jamba.forward,
+    nemotron_h.NemotronH: nemotron_h.forward,
+    mimo_v2_flash.MiMoV2Flash: mimo_v2_flash.forward,
+    minimax_m3.MiniMaxM3: minimax_m3.forward,
     rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward,
     albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward,
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
@@ -299,12 +306,13 @@ _READS["mla"] = _READS["llama"] | {"kv_lora_rank", "q_lora_rank", "qk_nope_head_
                                    "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
                                    "d_ff_shared", "layer_ffn", "router_topk", "router_fp32",
                                    "peft_moe", "index_heads", "index_head_dim", "index_topk",
-                                   "moe_beside_dense", "moe_shortcut", "peft_router_linear"}
+                                   "moe_beside_dense", "moe_shortcut", "peft_router_linear",
+                                   "moe_post_norm"}
 # the model types whose forward mla.py transcribes ("": a preset, read as DeepSeek-V3, or
 # with an indexer as V3.2), and those with DSA's indexer (GLM-MoE-DSA: V3.2's layers, its
 # indexer's RoPE interleaved, which keeps nothing either way; spec_from_hf refuses its layers
 # that reuse another's top-k)
-_MLAS = ("", "deepseek_v3", "minicpm3", "deepseek_v32", "glm_moe_dsa", "longcat_flash")
+_MLAS = ("", "deepseek_v3", "minicpm3", "deepseek_v32", "glm_moe_dsa", "longcat_flash", "axk1")
 _DSAS = ("", "deepseek_v32", "glm_moe_dsa")
 
 # Mamba and Mamba-2 (MambaForCausalLM, Mamba2ForCausalLM): the mixer's sizes and flags; the
@@ -344,6 +352,25 @@ _READS["qwen3_next"] = _READS["moe"] | {
     "attn_gate_in_q", "attn_gate", "ssm_in_projs", "layer_attention", "mixer", "ssm_inner",
     "ssm_state", "ssm_heads", "ssm_groups", "ssm_conv", "ssm_chunk", "ssm_conv_bias",
     "rotary_fraction"}
+# Nemotron-H: Bamba's fields (attention and a Mamba-2 mixer), the MLP and experts layers,
+# DeepSeek-V3's router, NemotronHRMSNorm's fp32 product
+_READS["nemotron_h"] = _READS["bamba"] | {"layer_ffn", "n_experts", "top_k", "d_ff_expert",
+                                          "n_shared_experts", "d_ff_shared", "router_topk",
+                                          "router_fp32", "norm_fp32"}
+
+# MiMo-V2-Flash: Llama's fields, the sliding layers' sinks and doubled K/V heads, V's own
+# width, the partial RoPE, DeepSeek-V3's router over experts without shared ones
+_READS["mimo_v2_flash"] = _READS["llama"] | {
+    "global_kv_heads", "v_head_dim", "attention_sinks", "sinks_sliding_only",
+    "softmax_sink_column", "softmax_row_max", "sliding_window", "layer_attention",
+    "rotary_fraction", "n_experts", "top_k", "d_ff_expert", "layer_ffn", "router_topk",
+    "router_fp32", "sdpa_path"}
+
+# MiniMax-M3's text decoder: Llama's fields, the experts' with a shared MLP, the dense
+# layers' width
+_READS["minimax_m3"] = _READS["llama"] | {
+    "rotary_fraction", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
+    "d_ff_shared", "layer_ffn", "sdpa_path"}
 
 
 @functools.cache
@@ -1295,7 +1322,7 @@ def _mla(spec: ModelSpec) -> mla.Mla:
     on, with the fp32 sigmoid router renormalising its top-k (router_topk renorm:
     norm_topk_prob) and shared experts; DeepSeek-V3.2's and GLM-MoE-DSA's lightning indexer;
     LongCat-Flash's paired sublayers with its shortcut MoE. Other MLA types (DeepSeek-V2's
-    complex RoPE, A.X K1's norm after the experts, LongCat-Flash's zero experts...) are
+    complex RoPE, LongCat-Flash's zero experts...) are
     refused."""
     from transformer_calc.plan import parse_pattern
 
@@ -1308,6 +1335,8 @@ def _mla(spec: ModelSpec) -> mla.Mla:
     # one's MLP and added after the second, no shared experts, no zero experts (identity
     # experts save by the routing)
     longcat = spec.model_type == "longcat_flash"
+    # A.X K1: DeepSeek-V3's layers, a norm after each MoE block (moe_post_norm)
+    axk1 = spec.model_type == "axk1"
     X = spec.n_experts
     Fs = spec.n_shared_experts * spec.shared_ff  # moe_intermediate_size · n_shared_experts
     if not (spec.model_type in _MLAS and spec.norm == "rmsnorm" and spec.position == "rope"
@@ -1329,10 +1358,11 @@ def _mla(spec: ModelSpec) -> mla.Mla:
                                  and spec.q_lora_rank > 0 and spec.n_layers % 2 == 0
                                  and spec.layer_ffn == "1E 1D *"))
             and spec.peft_router_linear == longcat
+            and spec.moe_post_norm == axk1 and (not axk1 or spec.q_lora_rank > 0)
             and not _unread(spec, "mla")):
         raise TcalcError(f"{spec.name}: no op graph for this latent-attention layout yet (the "
-                         "graph engine covers DeepSeek-V3, V3.2, GLM-MoE-DSA, LongCat-Flash and "
-                         "MiniCPM3)")
+                         "graph engine covers DeepSeek-V3, V3.2, GLM-MoE-DSA, LongCat-Flash, "
+                         "A.X K1 and MiniCPM3)")
     L = spec.n_layers // 2 if longcat else spec.n_layers
     kinds = ("E",) * L if longcat else \
         parse_pattern(spec.layer_ffn, "DEX", L, "layer_ffn") if spec.layer_ffn \
@@ -1354,7 +1384,8 @@ def _mla(spec: ModelSpec) -> mla.Mla:
     return mla.MlaMoe(**vars(family), X=X, K=spec.top_k, Fe=spec.expert_ff, Fs=max(Fs, 1),
                       pattern="" if set(kinds) == {"E"} else "".join(kinds),
                       router="softmax" if longcat else "sigmoid", norm_topk=not longcat,
-                      shared_expert=not longcat, grouped=spec.experts_grouped)
+                      shared_expert=not longcat, grouped=spec.experts_grouped,
+                      moe_norm=axk1)
 
 
 def _t5_family(spec: ModelSpec) -> t5.T5 | None:
@@ -1850,6 +1881,124 @@ def _qwen3_next_family(spec: ModelSpec) -> qwen3_next.Qwen3Next | None:
         Kc=max(spec.ssm_conv, 1), Q=spec.ssm_chunk or 64, Dr=max(Dr, 1),
         kinds="".join(k for k in kinds if k), split_proj=types[spec.model_type] == 4,
         batch_rope=spec.model_type != "qwen3_next")
+def _nemotron_h_family(spec: ModelSpec) -> nemotron_h.NemotronH | None:
+    """NemotronHForCausalLM (model type nemotron_h): each layer one block whose mixer is the
+    Mamba-2 mixer, attention without positions, a squared-ReLU MLP or the experts (ungated,
+    behind DeepSeek-V3's fp32 sigmoid router with norm_topk_prob, one shared MLP), as
+    layer_attention and layer_ffn say (MX, FX, XD, XE); no biases outside the mixer."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "nemotron_h":
+        return None
+    pairs = {"MX": "M", "FX": "F", "XD": "D", "XE": "E"}
+    kinds = [pairs.get(k[:2]) for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    moe = "E" in kinds
+    if not (spec.mixer == "mamba2" and spec.norm == "rmsnorm" and spec.norm_fp32
+            and spec.position == "none" and spec.ffn == "plain" and spec.activation == "relu2"
+            and spec.softmax_fp32 and spec.ssm_norm and not spec.dropout and None not in kinds
+            and not spec.rope_concat and H and Hkv and H % Hkv == 0 and spec.head_dim >= 1
+            and spec.ssm_heads and spec.ssm_groups and spec.ssm_heads % spec.ssm_groups == 0
+            and spec.ssm_inner % spec.ssm_heads == 0
+            and (not moe or (spec.router_fp32 and spec.router_topk == "renorm"
+                             and spec.n_shared_experts == 1 and spec.expert_ff >= 1
+                             and spec.shared_ff >= 1 and spec.top_k >= 1))
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "nemotron_h")):
+        raise TcalcError(f"{spec.name}: no op graph for this nemotron_h layout (the graph "
+                         "engine covers NemotronHForCausalLM's own layout)")
+    Hs, Gs = spec.ssm_heads, spec.ssm_groups
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return nemotron_h.NemotronH(
+        spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, max(spec.d_ff, 1),
+        spec.n_layers, Gs, Hs // Gs, spec.ssm_inner // Hs, spec.ssm_state, spec.ssm_conv,
+        spec.ssm_chunk, max(spec.n_experts, 1), max(spec.top_k, 1), max(spec.expert_ff, 1),
+        max(spec.shared_ff, 1), "".join(k for k in kinds if k), spec.tie_embeddings,
+        spec.ssm_conv_bias, spec.ssm_bias, pa, grouped=spec.experts_grouped)
+
+
+def _mimo_v2_flash_family(spec: ModelSpec) -> mimo_v2_flash.MiMoV2Flash | None:
+    """MiMoV2FlashForCausalLM (model type mimo_v2_flash), eager attention only: full layers
+    of global_kv_heads K/V heads, sliding ones of twice as many (n_kv_heads) with sinks; Q/K
+    heads of d_head, V heads of v_head_dim; RoPE over int(d_head · rotary_fraction) of each
+    head; a dense gated SiLU MLP or experts behind DeepSeek-V3's fp32 sigmoid router that
+    renormalises (norm_topk_prob), no shared experts; q/k/v biases all or none."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "mimo_v2_flash":
+        return None
+    kinds = [mimo_v2_flash.KINDS.get((k[0], k[1]))
+             for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H = spec.n_heads
+    sliding = any(k in ("c", "d") for k in kinds)
+    Hkv = spec.global_kv_heads or 0 if sliding else spec.n_kv_heads or H
+    dh = spec.head_dim
+    dv = spec.v_head_dim or dh
+    Dr = int(dh * spec.rotary_fraction)
+    moe = any(k in ("b", "d") for k in kinds)
+    if not (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation == "silu" and spec.rope_concat and not spec.sdpa_path
+            and spec.norm_position == "pre" and not spec.dropout and None not in kinds
+            and not (spec.softmax_fp32 or spec.fused_qkv or spec.fused_gate_up
+                     or spec.norm_fp32 or spec.rope_fp32) and spec.qk_norm == "none"
+            and spec.attention_sinks == sliding and spec.sinks_sliding_only == sliding
+            and spec.softmax_sink_column and spec.softmax_row_max
+            and Hkv >= 1 and (spec.n_kv_heads or H) == (2 * Hkv if sliding else Hkv)
+            and H % (2 * Hkv if sliding else Hkv) == 0 and dh >= 1
+            and spec.rotary_fraction < 1 and 2 <= Dr <= dh and Dr % 2 == 0
+            and spec.bias_q == spec.bias_k == spec.bias_v and not spec.bias_o
+            and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and (not moe or (spec.router_fp32 and spec.router_topk == "renorm"
+                             and spec.expert_ff >= 1 and spec.top_k >= 1
+                             and not spec.n_shared_experts))
+            and not _unread(spec, "mimo_v2_flash")):
+        raise TcalcError(f"{spec.name}: no op graph for this mimo_v2_flash layout (the graph "
+                         "engine covers MiMoV2FlashForCausalLM's own layout, eager attention)")
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return mimo_v2_flash.MiMoV2Flash(
+        spec.vocab_size, spec.d_model, H, Hkv, dh, dv, max(spec.d_ff, 1), spec.n_layers, Dr,
+        max(spec.n_experts, 1), max(spec.top_k, 1), max(spec.expert_ff, 1),
+        "".join(k for k in kinds if k), spec.tie_embeddings, spec.bias_q, pa,
+        grouped=spec.experts_grouped)
+
+
+def _minimax_m3_family(spec: ModelSpec) -> minimax_m3.MiniMaxM3 | None:
+    """MiniMaxM3VLForCausalLM (model type minimax_m3_vl_text): full attention layers (the
+    Lightning Indexer's sparse layers are refused by spec_from_hf) with Gemma-style RMSNorms
+    over each head of Q and K, RoPE over int(head_dim · rotary_fraction) of each head; the
+    clamped SwiGLU in every MLP (activation swiglu_oss, fused gate_up_proj); a dense MLP or
+    the experts behind a sigmoid router with one shared MLP, as layer_ffn says; no
+    biases."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "minimax_m3_vl_text":
+        return None
+    kinds = [k[1] for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    dh = spec.head_dim
+    Dr = int(dh * spec.rotary_fraction)
+    if not (spec.norm == "rmsnorm" and spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "swiglu_oss"
+            and spec.fused_gate_up and spec.qk_norm == "head" and spec.rope_concat
+            and spec.softmax_fp32 and spec.norm_position == "pre" and not spec.dropout
+            and not (spec.fused_qkv or spec.rope_fp32) and set(kinds) <= {"D", "E"}
+            and H and Hkv and H % Hkv == 0 and dh >= 2 and 2 <= Dr <= dh and Dr % 2 == 0
+            and spec.d_ff >= 1
+            and ("E" not in kinds or (spec.n_shared_experts == 1 and spec.shared_ff >= 1
+                                      and spec.expert_ff >= 1 and spec.top_k >= 1))
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "minimax_m3")):
+        raise TcalcError(f"{spec.name}: no op graph for this minimax_m3_vl_text layout (the "
+                         "graph engine covers MiniMaxM3VLForCausalLM's full-attention layers)")
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return minimax_m3.MiniMaxM3(
+        spec.vocab_size, spec.d_model, H, Hkv, dh, spec.d_ff, spec.n_layers, Dr,
+        max(spec.n_experts, 1), max(spec.top_k, 1), max(spec.expert_ff, 1),
+        max(spec.shared_ff, 1), "".join(kinds), spec.tie_embeddings, pa)
 
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
@@ -1857,9 +2006,10 @@ def _qwen3_next_family(spec: ModelSpec) -> qwen3_next.Qwen3Next | None:
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _whisper, _t5gemma,
+    _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _whisper, _t5gemma,
     _gemma4_family, _gemma3n_family, _kimi_linear_family, _mla_family, _qwen3_next_family,
-    _jamba_family, _olmo_hybrid_family, _moe_family, _mamba_family, _bamba_family,
-    _falcon_h1_family,
+    _jamba_family, _olmo_hybrid_family, _nemotron_h_family, _mimo_v2_flash_family,
+    _minimax_m3_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
     _modernbert, _rembert, _mpnet, _xlm)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import NamedTuple
 
 from transformer_calc.breakdown import Row, substitute
@@ -43,8 +44,11 @@ from transformer_calc.graph.families.kimi_linear import KINDS as KIMI_KINDS
 from transformer_calc.graph.families.kimi_linear import KimiLinear
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
+from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
+from transformer_calc.graph.families.minimax_m3 import MiniMaxM3
 from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.moe import Moe
+from transformer_calc.graph.families.nemotron_h import NemotronH
 from transformer_calc.graph.families.neox import NeoX
 from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
 from transformer_calc.graph.families.qwen3_next import Qwen3Next
@@ -68,6 +72,7 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "ffn_sub_norm": "ffn.sub_norm", "attention_layernorm": "attn.norm",
           "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm",
           "q_a_layernorm": "attn.q_latent_norm", "kv_a_layernorm": "attn.kv_latent_norm",
+          "post_mlp_layernorm": "ffn.post_norm",  # A.X K1: over the MoE block's output
           # the NeoX-style decoders' (families/neox.py)
           "q_layernorm": "attn.q_norm", "k_layernorm": "attn.k_norm",
           "final_layernorm": "final_norm",
@@ -223,6 +228,25 @@ _ROPES = ("model.rotary_emb", "gpt_neox.rotary_emb", "transformer.rotary_emb",
 _MASK = "decoder.causal_mask"  # the eager (B, 1, T, T) mask, once for the model
 
 
+def _nemotron_scope(s: Saved, kinds: str) -> Saved:
+    """A Nemotron-H layer's storage with its scope as the hybrids' layers name theirs: the
+    block's norm as input_layernorm (the mixer's, attention's) or post_attention_layernorm
+    (the MLP's, experts'), the mixer as mamba, self_attn or mlp."""
+    layer = _LAYER.match(s.scope)
+    if layer is None:
+        return s
+    kind = kinds[int(layer.group(1))]
+    head, rest = s.scope[:layer.start(2) if layer.group(2) else len(s.scope)], \
+        layer.group(2) or ""
+    first, _, tail = rest.partition(".")
+    if first == "norm":
+        first = "input_layernorm" if kind in "MF" else "post_attention_layernorm"
+    elif first == "mixer":
+        first = {"M": "mamba", "F": "self_attn"}.get(kind, "mlp")
+    scope = head + ".".join(p for p in (first, tail) if p)
+    return replace(s, scope=scope)
+
+
 def _module(rest: str) -> str:
     """A layer-relative scope as the tables above key it: 'self_attn.q_proj' -> 'q_proj',
     'attn.c_proj' and 'mlp.c_proj' kept whole (two modules share the last name)."""
@@ -297,6 +321,8 @@ DESCRIPTIONS = {
     "decoder.attn.maps_concat": "the two calls' outputs concatenated",
     "decoder.attn.lambda": "λ, 0-d",
     "decoder.attn.softcap_tanh": "tanh of the scores / cap",
+    "decoder.attn.row_max_index": "int64 index of each row's max (scores less it)",
+    "decoder.ffn.post_norm.input_fp32": "the MoE output's fp32 upcast (its norm)",
     "head.softcap_tanh": "tanh of the logits / cap",
     "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output",
     "decoder.ffn.router": "router scores (softmax; DeepSeek's sigmoid)",
@@ -464,7 +490,11 @@ class _Namer:
             scope, dense, norm, decoder, _ = HEADS[family.head]
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
-        self.moe = isinstance(family, Moe | Jamba)
+        self.moe = isinstance(family, Moe | Jamba | NemotronH | MiMoV2Flash | MiniMaxM3)
+        # Nemotron-H: every layer's module is `mixer`, named by the layer's kind
+        self.nemotron = family.kinds if isinstance(family, NemotronH) else ""
+        if self.nemotron:
+            self.kinds = self.nemotron
         # Beam's attention output gate (families/beam.py)
         self.output_gate = type(family).__name__ == "Beam"
         self.jamba = isinstance(family, Jamba)
@@ -486,6 +516,9 @@ class _Namer:
         scope, role = s.scope, s.role
         if role == "checkpoint.input":
             return self._checkpoint_input(s)
+        if self.nemotron:
+            s = _nemotron_scope(s, self.nemotron)
+            scope = s.scope
         if self.gemma4:
             named = self._gemma4(scope, role, s)
             if named is not None:
@@ -616,7 +649,8 @@ class _Namer:
             # (GteMLP's dropout on the gated product: its CPU noise is a mul.other, CUDA's
             # mask native_dropout's; both F wide, kept with the activation)
             if role in ("pow.self", "tanh.result", "silu.self", "gelu.self", "mul.self",
-                        "mul.other", "relu.result", "native_dropout.result1"):
+                        "mul.other", "relu.result", "native_dropout.result1",
+                        "clamp.self", "sigmoid.result"):  # (MiniMax-M3's clamped SwiGLU)
                 return "decoder.ffn.activation"
         raise ValueError(f"no component name for {role} saved in {scope} "
                          f"(made in {st.name or 'the model'})")
@@ -1128,6 +1162,8 @@ class _Namer:
             return "scores_clamp_floor"  # its 0-d fp32 finfo.min
         if role == "tanh.result":
             return "softcap_tanh"  # Gemma 2's eager scores: cap · tanh(scores / cap)
+        if role == "max.indices":
+            return "row_max_index"  # MiMo-V2-Flash: the scores less their row's max
         if role in ("mul.other", "native_dropout.result1"):
             return "dropout_mask" if T2 else "residual_dropout_mask"
         if role == "bmm.self":

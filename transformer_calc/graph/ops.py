@@ -404,15 +404,40 @@ def gather(t: Tensor, dim: int, index: Tensor) -> Tensor:
 
 
 def pad(t: Tensor, extra: Dim | int, dim: int = -1) -> Tensor:
-    """constant_pad_nd: a new contiguous tensor, the dimension grown by extra (no padding:
-    a copy, its layout preserved)."""
+    """constant_pad_nd: a new tensor, the dimension grown by extra, allocated in the input's
+    suggest_memory_format (PadNd.cpp): channels-last where a 4-D input's strides are
+    channels-last-like (a (B, T, H, P) view of a transposed convolution output), else
+    contiguous (no padding: a copy, its layout preserved)."""
     dim = dim % t.ndim
     shape = t.shape[:dim] + (t.shape[dim] + extra,) + t.shape[dim + 1:]
     none = (extra.value if isinstance(extra, Dim) else extra) == 0
-    out = _new(t, shape, t.dtype, t.requires_grad,
-               preserve_strides(t.sizes, t.stride) if none else None)
+    stride = preserve_strides(t.sizes, t.stride) if none else \
+        _channels_last_strides(tuple(d.value for d in shape)) \
+        if t.ndim == 4 and _channels_last_like(t.sizes, t.stride) else None
+    out = _new(t, shape, t.dtype, t.requires_grad, stride)
     t.trace.record("pad", out)
     return out
+
+
+def _channels_last_like(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """c10's is_channels_last_strides_2d_s4 (MemoryFormat.h): the strides of dims 1, 3, 2, 0
+    non-decreasing (a size-1 dim's not multiplied), NCHW where ambiguous."""
+    lowest = 0
+    if strides[1] == 0:
+        return False
+    for d in (1, 3, 2, 0):
+        if sizes[d] == 0 or strides[d] < lowest:
+            return False
+        if d == 0 and lowest == strides[1]:
+            return False
+        lowest = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
+    return True
+
+
+def _channels_last_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """get_channels_last_strides_2d: C fastest, then W, H, N."""
+    n, c, h, w = (max(s, 1) for s in sizes)
+    return (h * w * c, 1, w * c, c)
 
 
 # -- softmax, dropout ---------------------------------------------------------------------------

@@ -95,7 +95,7 @@ def _layer(m: Builder, cfg: Jamba, h: Tensor, kind: str, mask: Tensor | None) ->
     x = llama.rms_norm(m, "input_layernorm", h)
     if kind in "ab":
         with m.module("self_attn"):
-            y = _attention(m, cfg, x, mask)
+            y = attention_without_positions(m, x, mask, cfg.attention_dropout)
     else:
         with m.module("mamba"):
             y = mamba_mixer(m, x, cfg.conv_bias, cfg.bias, dt_norms=True)
@@ -108,8 +108,10 @@ def _layer(m: Builder, cfg: Jamba, h: Tensor, kind: str, mask: Tensor | None) ->
     return ops.add(h, f)
 
 
-def _attention(m: Builder, cfg: Jamba, x: Tensor, mask: Tensor | None) -> Tensor:
-    """JambaAttention.forward: Llama's without a rotation, no biases."""
+def attention_without_positions(m: Builder, x: Tensor, mask: Tensor | None,
+                                dropout: float) -> Tensor:
+    """JambaAttention.forward (NemotronHAttention's is the same): Llama's without a
+    rotation, no biases."""
     B, T, H, Hkv, dh = m["B"], m["T"], m["H"], m["Hkv"], m["dh"]
 
     def heads(name: str, n: Dim) -> Tensor:
@@ -120,9 +122,9 @@ def _attention(m: Builder, cfg: Jamba, x: Tensor, mask: Tensor | None) -> Tensor
     G, scaling = m["G"], float(dh.value) ** -0.5
     if mask is not None:
         out = llama.eager_attention(m, q, llama.repeat_kv(k, G), llama.repeat_kv(v, G), mask,
-                                    dropout=cfg.attention_dropout, scaling=scaling)
+                                    dropout=dropout, scaling=scaling)
     else:
-        out = llama.sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout,
+        out = llama.sdpa_attention(q, k, v, G, dropout=dropout,
                                    scaling=scaling)
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
     return m.linear("o_proj", out, m["E"], False)

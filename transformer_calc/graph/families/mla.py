@@ -40,6 +40,10 @@ with their MLPs, the MoE (LongcatFlashTopkRouter: softmax over an nn.Linear clas
 fp32 weight, no shared experts) on the first one's MLP input, added after the second; the
 query and key latents scaled (mla_scale_q_lora, mla_scale_kv_lora).
 
+models/axk1/modeling_axk1.py: DeepSeek-V3's layers with a query latent always, its MoE block's
+output normalised by post_mlp_layernorm (an RMSNorm in the mlp module), the MoE layers those
+mlp_layer_types calls sparse.
+
 models/minicpm3/modeling_minicpm3.py: the same attention with rotate_half's RoPE, the
 embedding times a 0-d scale buffer (MiniCPM3ScaledWordEmbedding), each residual branch times
 scale_depth / sqrt(num_hidden_layers), the final hidden state divided by logits_scaling before
@@ -98,6 +102,8 @@ class MlaMoe(Mla, moe.Moe):
     Fs (Fs the shared experts' width, n_shared_experts · moe_intermediate_size; shared_expert
     whether there are any), pattern (D dense, E experts; "" all E), grouped; router
     "sigmoid" (DeepSeek's, norm_topk: norm_topk_prob) or "softmax" (LongCat-Flash's)."""
+
+    moe_norm: bool = False  # A.X K1 (AXK1MoE): post_mlp_layernorm over the block's output
 
     def sizes(self) -> dict[str, int]:
         return {**Mla.sizes(self), "X": self.X, "K": self.K, "Fe": self.Fe, "Fs": self.Fs}
@@ -304,9 +310,11 @@ def _moe_block(m: Builder, cfg: MlaMoe, x: Tensor) -> Tensor:
         with m.module("experts"):
             run = moe.grouped_experts if cfg.grouped else moe.eager_experts
             out = ops.view(run(m, flat, chosen, weights), (B, T, E))
-        if not cfg.shared_expert:
-            return out
-        return ops.add(out, llama._mlp(m, cfg, x, "shared_experts", "Fs"))
+        if cfg.shared_expert:
+            out = ops.add(out, llama._mlp(m, cfg, x, "shared_experts", "Fs"))
+        if cfg.moe_norm:  # AXK1MoE: self.post_mlp_layernorm(hidden_states)
+            out = llama.rms_norm(m, "post_mlp_layernorm", out)
+        return out
 
 
 def _router(m: Builder, cfg: MlaMoe, x: Tensor) -> tuple[Tensor, Tensor]:
