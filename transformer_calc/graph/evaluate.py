@@ -30,6 +30,7 @@ from transformer_calc.graph.families import (
     llama,
     mamba,
     mla,
+    mllama,
     modernbert,
     moe,
     mpnet,
@@ -66,7 +67,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
-    opt.TrOcr: opt.trocr_forward}
+    opt.TrOcr: opt.trocr_forward, mllama.Mllama: mllama.forward}
 
 
 @dataclass(frozen=True)
@@ -362,6 +363,8 @@ def _llama(spec: ModelSpec) -> llama.Llama | None:
             and spec.qk_norm in ("none", "head", "width")
             and spec.norm_position in ("pre", "post")
             and not _unread(spec, "llama")):
+        return None
+    if spec.head_dim % 2:  # rotate_half splits a head in halves (torch fails on odd ones)
         return None
     H = spec.n_heads
     pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
