@@ -140,8 +140,9 @@ def _draw_mllama(rng: random.Random) -> tuple[Mllama, Run]:
         lora = Lora(rng.choice((1, 4)), frozenset(rng.sample(
             ("q_proj", "v_proj", "o_proj", "up_proj", "down_proj", "all-linear"), 2)))
     return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 7, 33)), dtype, device,
-                    rng.choice(("eager", "sdpa")), lora=lora,
-                    recompute=rng.choice(("none", "selective", "full")))
+                    rng.choice(("eager", "sdpa")),
+                    autocast=rng.choice((None, BF16)) if device == "cuda" and dtype == F32
+                    else None, lora=lora, recompute=rng.choice(("none", "selective", "full")))
 
 
 def test_compiled_equals_traced_on_random_mllamas() -> None:
@@ -246,10 +247,10 @@ def _draw_encoder(rng: random.Random) -> tuple[Bert, Run]:
         lora = Lora(rng.choice((1, 4)), frozenset(rng.sample(
             ("query", "value", "dense", "all-linear"), rng.choice((1, 2)))),
             rng.choice((0.0, 0.05)))
-    device = rng.choice(("cpu", "cuda"))
-    return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 7, 33)),
-                    rng.choice((F32, BF16, F16)), device, "eager", lora=lora,
-                    recompute=rng.choice(("none", "selective", "full")))
+    device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, BF16, F16))
+    return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 7, 33)), dtype, device, "eager",
+                    autocast=rng.choice((None, BF16)) if device == "cuda" and dtype == F32
+                    else None, lora=lora, recompute=rng.choice(("none", "selective", "full")))
 
 
 def test_compiled_equals_traced_on_random_encoders() -> None:
