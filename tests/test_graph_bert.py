@@ -212,7 +212,8 @@ def test_the_rules_differ_by_what_the_graph_explains(row: dict) -> None:
 
 # -- what family_of maps, and what it leaves to the rules -------------------------------------
 @pytest.mark.parametrize("config", [
-    {"model_type": "tapas"},  # seven token-type tables
+    # TAPAS's positions per cell read the column and row tables: two tables are not a model
+    {"model_type": "tapas", "type_vocab_sizes": [3, 256]},
     {"model_type": "roberta-prelayernorm"},  # pre-norm layers
     {"model_type": "megatron-bert"},
     {"model_type": "bert", "hidden_act": "relu"},

@@ -41,9 +41,13 @@ def recorded(model: torch.nn.Module) -> Iterator[dict[int, int]]:
     """Every storage autograd saves for backward within it and still holds at its end (once;
     parameters and buffers out: a saved view of a buffer, like GPT-Neo's causal-mask table,
     is the model's memory, allocated with it, not an activation), by
-    torch.autograd.graph.saved_tensors_hooks: storage pointer -> bytes, filled at the exit."""
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    params |= {b.untyped_storage().data_ptr() for b in model.buffers()}
+    torch.autograd.graph.saved_tensors_hooks: storage pointer -> bytes, filled at the exit.
+    The parameters and buffers are held until then: a module that replaces a buffer in its
+    forward (I-BERT's QuantAct: self.x_min = ...) would otherwise free the old storage, and
+    an activation allocated at its address was taken for the buffer (measured: I-BERT bf16,
+    a (B, T, 1) std or the loss's 0-d total_weight left out, by the run's allocations)."""
+    held = [*model.parameters(), *model.buffers()]
+    params = {t.untyped_storage().data_ptr() for t in held}
     storages: dict[int, int] = {}
     packed: list[tuple[weakref.ref[torch.Tensor], int, int]] = []
 

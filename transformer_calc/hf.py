@@ -3619,6 +3619,8 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
     if yoso:
         c.refuse("use_expectation", lambda v: not v, "YOSO's LSH cumulation runs CUDA kernels, "
                  "not modelled; its expectation attention is")
+        c.refuse("conv_window", lambda v: True, "YOSO's depthwise convolution over V is not "
+                 "modelled")
     if not r.factorized and c.t("embedding_size") not in (None, t("hidden_size")):
         raise SpecError("embedding_size", f"equal to hidden_size={t('hidden_size')} (a "
                         "projected embedding is not modelled for this type)",
@@ -3670,6 +3672,10 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
             raise SpecError("inner_group_num", "an integer >= 1", inner, source=c.where)
         extra["layer_groups"] = G * inner
         L *= inner
+    if r.type_vocab_sizes:  # TapasEmbeddings: a table per entry, positions per cell
+        sizes = c.t("type_vocab_sizes")
+        extra |= {"type_tables": len(sizes) if isinstance(sizes, (list, tuple)) else 0,
+                  "cell_positions": c.flag("reset_position_index_per_cell")}
     return extra | dict(arch="encoder", vocab_size=t("vocab_size"), d_model=t("hidden_size"),
                 n_layers=L, n_heads=t("num_attention_heads"),
                 d_head=t("head_dim") if r.head_dim else None,
@@ -3691,7 +3697,10 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
                 lm_head=r.head == "bias", lm_head_bias=r.head == "bias", pooler=r.pooler,
                 mlm_head=r.head == "mlm",
                 layers_nn_linear=not r.quant_linear, tie_embeddings=tied,
-                ffn_dropout=r.ffn_dropout, norm_int=r.quant_linear, yoso_expectation=yoso)
+                ffn_dropout=r.ffn_dropout,
+                # IntLayerNorm written out where quant_mode is off (IBertConfig's default)
+                norm_int=r.quant_linear and not c.t("quant_mode", False),
+                yoso_expectation=yoso)
 
 
 def _token_types(c: Config, r: Encoder) -> int:

@@ -2339,6 +2339,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {'absent:audioflamingo3': {'attention_drop
            'max_position_embeddings': 1024,
            'num_attention_heads': 12,
            'num_hidden_layers': 12,
+           'reset_position_index_per_cell': True,
            'tie_word_embeddings': True,
            'type_vocab_sizes': (3, 256, 256, 2, 256, 256, 10),
            'vocab_size': 30522},

@@ -563,6 +563,11 @@ class ModelSpec:
                                         "head's (FSMT: src_vocab_size; with "
                                         "tie_encoder_decoder false)", minimum=1)
     token_types: int = _f(0, "token-type (segment) vocabulary; 0 = none", minimum=0)
+    type_tables: int = _f(0, "TAPAS: token_types split over this many tables (type_vocab_sizes), "
+                          "each read at its column of one (B, T, tables) id tensor and summed; "
+                          "0 = one table", minimum=0, arch=False)
+    cell_positions: bool = _f(False, "TAPAS's reset_position_index_per_cell: position ids "
+                              "restart at each table cell (a (B, T) index tensor)", arch=False)
     layout_positions: int = _f(0, "LayoutLM's 2-D position tables (x, y, height, width), "
                                "rows in each; 0 = none", minimum=0)
     extra_token_rows: int = _f(0, "rows of the token table beyond vocab_size, which the head "

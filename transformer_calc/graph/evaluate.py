@@ -37,6 +37,7 @@ from transformer_calc.graph.families import (
     mimo_v2_flash,
     minimax_m3,
     mla,
+    mllama,
     modernbert,
     moe,
     mpnet,
@@ -88,7 +89,8 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
     opt.TrOcr: opt.trocr_forward, olmo_hybrid.OlmoHybrid: olmo_hybrid.forward,
     kimi_linear.KimiLinear: kimi_linear.forward, whisper.Whisper: whisper.forward,
-    t5gemma.T5Gemma: t5gemma.forward, qwen3_next.Qwen3Next: qwen3_next.forward}
+    t5gemma.T5Gemma: t5gemma.forward, qwen3_next.Qwen3Next: qwen3_next.forward,
+    mllama.Mllama: mllama.forward}
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,8 @@ _READS["gemma3n"] = _READS["gemma4"] - {"global_head_dim", "global_kv_heads", "g
                                                         "sparse_ffn_layers"}
 # The encoders whose forward bert.py transcribes: model_type -> (the encoder's attribute,
 # the MLM head's layout, position ids counted from the token ids). Other BERT-shaped types
-# (TAPAS's seven token-type tables, BigBird's sparse attention, ...) keep the rules.
+# (BigBird's sparse attention, ...) keep the rules; TAPAS, I-BERT and YOSO map through
+# their own mappers (_tapas, _ibert, _yoso).
 _ENCODERS = {"bert": ("bert", "bert", False), "ernie": ("ernie", "bert", False),
              "roberta": ("roberta", "roberta", True),
              "camembert": ("roberta", "roberta", True),
@@ -232,6 +235,9 @@ _READS["modernbert"] = _METADATA | _COMMON | {
 _READS["rembert"] = _READS["bert"] | {"mlm_width", "sdpa_path"}
 _READS["mpnet"] = _READS["bert"] | {"relative_bias", "relative_buckets", "sdpa_path"}
 _READS["xlm"] = _READS["bert"] | {"softmax_fp32", "sdpa_path", "lm_head_bias"}
+_READS["tapas"] = _READS["bert"] | {"type_tables", "cell_positions", "sdpa_path"}
+_READS["ibert"] = _READS["bert"] | {"norm_int", "layers_nn_linear", "sdpa_path"}
+_READS["yoso"] = _READS["bert"] | {"yoso_expectation", "position_offset", "sdpa_path"}
 _READS["rope_encoder"] = _METADATA | _COMMON | {
     "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
     "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
@@ -437,6 +443,8 @@ def _llama(spec: ModelSpec) -> llama.Llama | None:
             and spec.norm_position in ("pre", "post")
             and not _unread(spec, "llama")):
         return None
+    if spec.head_dim % 2:  # rotate_half splits a head in halves (torch fails on odd ones)
+        return None
     H = spec.n_heads
     pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
     return llama.Llama(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
@@ -591,6 +599,55 @@ def _xlm(spec: ModelSpec) -> xlm.XLM | None:
     pa = spec.attention_dropout if spec.attention_dropout is not None else p
     return xlm.XLM(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
                    L=spec.n_layers, tied=spec.tie_embeddings, dropout=p, attention_dropout=pa)
+
+
+def _bert_shaped(spec: ModelSpec, family: str, **plain: object) -> bert.Bert | None:
+    """The BERT graph a spec of model type `family` maps to once its own fields are set to
+    BERT's (`plain`, with the model type whose layout it shares); None where that is not
+    plain BERT's."""
+    if spec.model_type != family or _unread(spec, family):
+        return None
+    bare = spec.replace(**plain)
+    result = _encoder(bare) if not _unread(bare, "bert") else None
+    return result if type(result) is bert.Bert else None
+
+
+def _tapas(spec: ModelSpec) -> bert.Bert | None:
+    """TapasForMaskedLM (eager only): BERT's layout with type_tables token-type tables of
+    token_types rows in all, positions per table cell (cell_positions: TapasEmbeddings reads
+    the column and row tables' ids, so three tables at least)."""
+    if not (spec.type_tables >= (3 if spec.cell_positions else 1) and not spec.sdpa_path):
+        return None
+    family = _bert_shaped(spec, "tapas", model_type="bert", type_tables=0,
+                          cell_positions=False, sdpa_path=True)
+    if family is None:
+        return None
+    return bert.Tapas(**{**vars(family), "base": "tapas"}, tables=spec.type_tables,
+                      cell_positions=spec.cell_positions)
+
+
+def _ibert(spec: ModelSpec) -> bert.Bert | None:
+    """IBertForMaskedLM with quant_mode off (norm_int; eager only): RoBERTa's layout with
+    QuantLinear projections in the layers (layers_nn_linear False) and IntLayerNorm."""
+    if not (spec.norm_int and not spec.layers_nn_linear and not spec.sdpa_path):
+        return None
+    family = _bert_shaped(spec, "ibert", model_type="roberta", norm_int=False,
+                          layers_nn_linear=True, sdpa_path=True)
+    return None if family is None else bert.IBert(**{**vars(family), "base": "ibert"})
+
+
+def _yoso(spec: ModelSpec) -> bert.Bert | None:
+    """YosoForMaskedLM (eager only): BERT's layout with the expectation attention
+    (yoso_expectation; no attention dropout) and a position table position_offset (2) rows
+    longer than max_positions."""
+    if not (spec.yoso_expectation and spec.position_offset == 2 and not spec.sdpa_path):
+        return None
+    family = _bert_shaped(spec, "yoso", model_type="bert", yoso_expectation=False,
+                          position_offset=0, sdpa_path=True)
+    if family is None:
+        return None
+    return bert.Yoso(**{**vars(family), "base": "yoso", "P": family.P + 2,
+                        "attention_dropout": 0.0})
 
 
 def _roc_bert(spec: ModelSpec) -> bert.Bert | None:
@@ -2012,7 +2069,7 @@ _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _minimax_m3_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
-    _modernbert, _rembert, _mpnet, _xlm)
+    _modernbert, _rembert, _mpnet, _xlm, _tapas, _ibert, _yoso)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

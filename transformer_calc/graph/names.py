@@ -29,7 +29,7 @@ from transformer_calc.breakdown import Row, substitute
 from transformer_calc.graph.evaluate import Family, Result, evaluate, symbols
 from transformer_calc.graph.families.bamba import Bamba
 from transformer_calc.graph.families.bart import Bart
-from transformer_calc.graph.families.bert import HEADS, Bert
+from transformer_calc.graph.families.bert import HEADS, Bert, IBert, Yoso
 from transformer_calc.graph.families.cohere import Cohere
 from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.falcon import Falcon
@@ -102,6 +102,18 @@ _COHERE_NORM_PARTS = dict(_NORM_PARTS, **{"pow.self": "fp32_terms", "mul.self": 
 # division keep one each), sqrt(var + eps), the weight's mul keeps x̂
 _DEBERTA_NORM_PARTS = dict(_NORM_PARTS, **{"pow.self": "centered", "div.self": "centered",
                                           "sqrt.result": "std", "div.other": "std"})
+# I-BERT's IntLayerNorm (quant_mode off), written out in the activations' dtype: x - mean
+# (kept by its square and the division) and the normalised tensor the weight multiplies, as
+# the rules name them (terms), and sqrt(eps + var) (std)
+_INT_NORM_PARTS = dict(_NORM_PARTS, **{"pow.self": "terms", "div.self": "terms",
+                                       "mul.self": "terms", "sqrt.result": "std",
+                                       "div.other": "std"})
+# YOSO's expectation attention (families/yoso.py): what YosoCumulation saves (the int32
+# mask, twice; the expectation; the normalised Q and K; V's copy) and the l2 norms
+_YOSO_PARTS = {"YosoCumulation.saved0": "mask", "YosoCumulation.saved2": "expectation",
+               "YosoCumulation.saved3": "qk_normalised", "YosoCumulation.saved4": "qk_normalised",
+               "YosoCumulation.saved5": "qkv", "linalg_vector_norm.result": "norms",
+               "div.other": "norms"}
 # a linear's input, as the base layer keeps it (and a LoRA adapter reading it as it is)
 _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ffn.input",
            "q_proj": "attn.input", "k_proj": "attn.input",
@@ -460,7 +472,9 @@ class _Namer:
             _SANDWICH if getattr(family, "sandwich", False) else _NORMS
         self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma | T5Gemma) else \
             _COHERE_NORM_PARTS if isinstance(family, Cohere) else \
-            _DEBERTA_NORM_PARTS if isinstance(family, Deberta) else _NORM_PARTS
+            _DEBERTA_NORM_PARTS if isinstance(family, Deberta) else \
+            _INT_NORM_PARTS if isinstance(family, IBert) else _NORM_PARTS
+        self.yoso = isinstance(family, Yoso)
         self.deberta = isinstance(family, Deberta)
         # ModernBERT's and XLM's modules as the decoders' tables key them
         self.renamed = _MODERNBERT if isinstance(family, ModernBert) else \
@@ -1116,6 +1130,10 @@ class _Namer:
     def _attention(self, role: str, s: Saved) -> str:
         """The attention core, eager or SDPA (its fused kernels or its math ops)."""
         st = s.storage
+        if self.yoso and role == "linalg_vector_norm.self":  # a copy of Q or K, or the output
+            return "qkv" if st.op == "clone" else "output"
+        if self.yoso and role in _YOSO_PARTS:
+            return _YOSO_PARTS[role]
         T2 = quadratic_in_t(st)
         op, _, part = role.partition(".")
         if op.startswith("sdpa_"):

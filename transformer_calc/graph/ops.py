@@ -226,6 +226,24 @@ def clamp(a: Tensor) -> Tensor:
     return _unary_saving("clamp", a, "self")
 
 
+def acos(a: Tensor) -> Tensor:
+    """derivatives.yaml acos: self: grad * -((-self * self + 1).rsqrt()). On autocast's
+    fp32 list (autocast_mode.h AT_FORALL_FP32)."""
+    (a,) = autocast.cast_inputs("acos", a)
+    return _unary_saving("acos", a, "self")
+
+
+def vector_norm(a: Tensor) -> Tensor:
+    """a.norm(p=2, dim=-1, keepdim=True) (linalg_vector_norm; derivatives.yaml: self:
+    linalg_vector_norm_backward(grad, self, ord, result, dim, keepdim)): keeps its input and
+    result. Under autocast norm.ScalarOpt_dim is fp32_append_dtype (autocast_mode.h): the
+    input as it is, the norm computed and returned in fp32."""
+    dtype = F32 if autocast.lower_precision(a.trace) is not None else a.dtype
+    out = _new(a, a.shape[:-1] + (Dim.const(1),), dtype, a.requires_grad)
+    a.trace.record("linalg_vector_norm", out, [("self", a, True), ("result", out, True)])
+    return out
+
+
 def std(a: Tensor) -> Tensor:
     """std(dim=-1, keepdim=True, unbiased=False) (derivatives.yaml std.correction: self:
     std_backward(result, grad, self, dim, correction, keepdim)): keeps its input and result."""

@@ -138,10 +138,25 @@ def _diffllama(spec: ModelSpec, base: Base) -> Llama | None:
     return None if family is None else replace(family, differential=True)
 
 
+def _mllama(spec: ModelSpec, base: Base) -> Llama | None:
+    """MllamaForCausalLM without images: Llama's layers where the self-attention layers are
+    (n_layers), the idle cross-attention layers (idle_cross_layers) built beside them, the
+    token table extra_token_rows longer than the vocabulary."""
+    from transformer_calc.graph.families.mllama import Mllama
+
+    if not (spec.idle_cross_layers and spec.extra_token_rows):
+        return None
+    family = base(replace(spec, idle_cross_layers=0, extra_token_rows=0))
+    if family is None:
+        return None
+    return Mllama(**{**vars(family), "extra_rows": spec.extra_token_rows},
+                  Lc=spec.idle_cross_layers)
+
+
 # the Llama-shaped model types whose differences from Llama the Llama graph (or Cohere's)
 # transcribes: model_type -> its mapper (asked before evaluate._llama, which reads none of
 # their fields)
 MAPPERS: dict[str, Callable[[ModelSpec, Base], Llama | None]] = {
     "qwen3": _sliding, "ministral": _sliding, "olmo": _olmo, "bitnet": _bitnet,
     "nemotron": _nemotron, "apertus": _apertus, "nanochat": _nanochat, "cohere": _cohere,
-    "cohere2": _cohere, "diffllama": _diffllama}
+    "cohere2": _cohere, "diffllama": _diffllama, "mllama": _mllama}

@@ -19,6 +19,7 @@ import contextlib
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
+from transformer_calc.graph.families import yoso
 from transformer_calc.graph.families.gpt2 import new_gelu
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
@@ -128,6 +129,40 @@ class RoCBert(Bert):
         return {**super().sizes(), "Vs": self.Vs, "Ds": self.Ds, "Vp": self.Vp, "Dp": self.Dp}
 
 
+@dataclass(frozen=True)
+class Tapas(Bert):
+    """TAPAS (models/tapas/modeling_tapas.py, TapasForMaskedLM): BERT's layers (eager; the
+    scores divided by sqrt(dh)) after TapasEmbeddings: word and position embeddings, then a
+    token-type table per type_vocab_sizes entry (`tables` of them), each read at its column
+    of TapasModel's (B, T, tables) int64 zeros, added in place. The spec knows the tables'
+    rows in all (Ty): one (Ty, E) table read once per entry, parameter for parameter.
+    cell_positions (reset_position_index_per_cell): the positions restart at each table
+    cell, integer ops without a gradient ending in torch.min(...), a new (B, T) int64
+    tensor; otherwise arange(T) unsqueezed and expanded over B (T int64)."""
+
+    tables: int = 7
+    cell_positions: bool = True
+
+
+@dataclass(frozen=True)
+class IBert(Bert):
+    """I-BERT with quant_mode off (models/ibert/modeling_ibert.py, IBertForMaskedLM,
+    quant_modules.py): RoBERTa's layout, positions counted from the ids, the token types a
+    new (B, T) int64 zeros tensor; QuantLinear runs F.linear (not an nn.Linear: peft adapts
+    none of the layers' projections); QuantAct returns identity + x, records running
+    minima and maxima without a gradient; IntLayerNorm written out (int_layer_norm);
+    IntGELU is nn.GELU, IntSoftmax softmax; the head is RoBERTa's (nn.Linear, nn.LayerNorm)."""
+
+
+@dataclass(frozen=True)
+class Yoso(Bert):
+    """YOSO (models/yoso/modeling_yoso.py, YosoForMaskedLM): BERT's embeddings (the
+    positions the buffer's slice, from 2 on; the token types a view of the buffer), BERT's
+    layers with YOSO's expectation attention (families/yoso.py) over YosoModel's (B, T)
+    fp32 ones mask, BERT's MLM head. P: the position table's rows,
+    max_position_embeddings + 2."""
+
+
 def _width(m: Builder, cfg: Bert) -> Dim:
     """The embeddings' and the MLM head's width."""
     return m["Ee"] if isinstance(cfg, Factorized) else m["E"]
@@ -147,8 +182,12 @@ def forward(m: Builder, cfg: Bert) -> Tensor:
             # a (B, 1, 1, T) tensor without a gradient
             mask = m.trace.tensor((B, Dim.const(1), Dim.const(1), T), m.run.dtype, False,
                                   name="attention_mask")
+        elif isinstance(cfg, Tapas):
+            h = _tapas_embeddings(m, cfg, ids)
         else:
             h = embeddings(m, cfg, ids)
+        if isinstance(cfg, Yoso):  # YosoModel: torch.ones((B, T)), fp32, no gradient
+            mask = m.trace.tensor((B, T), F32, False, name="attention_mask")
         if isinstance(cfg, Factorized) and not isinstance(cfg, RemBert):
             h = m.linear("embeddings_project", h, m["E"], True)  # ElectraModel's
         with m.module("encoder"):
@@ -195,14 +234,16 @@ def embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
         if isinstance(cfg, RoCBert):
             h = _side_tables(m, h)
         if cfg.type_table:
-            if isinstance(cfg, RemBert):  # zeros(input_shape, long): a new (B, T) tensor
+            if isinstance(cfg, RemBert | IBert):  # zeros(input_shape, long): new (B, T)
                 types = tr.tensor((B, T), I64, False, name="token_type_ids")
+            elif isinstance(cfg, Yoso):  # the buffer's [:, :T], expanded: a view of it
+                types = ops.expand(ops.narrow(zeros, 1, 0, T), (B, T))
             else:
                 buffered = ops.expand(zeros, (positions.shape[0], P))
                 types = ops.expand(ops.gather(buffered, 1, positions), (B, T))
             h = ops.add(h, m.embedding("token_type_embeddings", types, m["Ty"], width))
         h = ops.add(h, m.embedding("position_embeddings", positions, P, width))
-        return m.dropout(m.layer_norm("LayerNorm", h), cfg.hidden_dropout)
+        return m.dropout(_norm(m, cfg, "LayerNorm", h), cfg.hidden_dropout)
 
 
 def _classify(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
@@ -258,6 +299,29 @@ def _unused_pooler(m: Builder, h: Tensor) -> None:
         ops.tanh(m.linear("dense", ops.select(h, 1, 0), E, True))
 
 
+def _tapas_embeddings(m: Builder, cfg: Tapas, ids: Tensor) -> Tensor:
+    """TapasEmbeddings.forward: position ids (per cell, or arange(T) expanded), the word
+    and position embeddings summed, each token-type table's embedding of its column of the
+    (B, T, tables) ids added in place; LayerNorm, dropout."""
+    tr = m.trace
+    B, T, E = m["B"], m["T"], m["E"]
+    types = tr.tensor((B, T, Dim.const(cfg.tables)), I64, False, name="token_type_ids")
+    with m.module("embeddings"):
+        if cfg.cell_positions:  # IndexMap, reduce_min, gather, torch.min: integer ops
+            with tr.no_grad():
+                positions = tr.tensor((B, T), I64, False, name="position_ids")
+        else:  # torch.arange(T).unsqueeze(0).expand(input_shape)
+            arange = tr.tensor((T,), I64, False, name="position_ids")
+            positions = ops.expand(ops.unsqueeze(arange, 0), (B, T))
+        h = m.embedding("word_embeddings", ids, m["V"], E)
+        h = ops.add(h, m.embedding("position_embeddings", positions, m["P"], E))
+        with m.module("token_type_embeddings"):
+            table = m.param("weight", m["Ty"], E)
+            for i in range(cfg.tables):  # embeddings += token_type_embeddings_i(ids[..., i])
+                h = ops.add(h, ops.embedding(table, ops.select(types, 2, i)))
+        return m.dropout(m.layer_norm("LayerNorm", h), cfg.hidden_dropout)
+
+
 def _layout_embeddings(m: Builder, cfg: LayoutLM, ids: Tensor) -> Tensor:
     """LayoutLMEmbeddings.forward: word, position (the buffer's slice), the bbox's four
     coordinates through the x and y tables (views of LayoutLMModel's (B, T, 4) int64 zeros),
@@ -293,15 +357,40 @@ def _layer(m: Builder, cfg: Bert, h: Tensor, mask: Tensor | None = None) -> Tens
             a = _self_attention(m, cfg, h, mask)
         a = _output(m, cfg, a, h)
     with m.module("intermediate"):
-        x = ops.gelu(m.linear("dense", a, m["F"], True))  # ACT2FN["gelu"]: erf GELU
+        x = ops.gelu(_dense(m, cfg, "dense", a, m["F"]))  # ACT2FN["gelu"]: erf GELU
     return _output(m, cfg, x, a)
+
+
+def _dense(m: Builder, cfg: Bert, name: str, x: Tensor, out: Dim) -> Tensor:
+    """The layers' nn.Linear with a bias; I-BERT's QuantLinear (F.linear with its weight
+    and bias), which peft does not adapt."""
+    if not isinstance(cfg, IBert):
+        return m.linear(name, x, out, True)
+    with m.module(name):
+        return ops.linear(x, m.param("weight", out, x.shape[-1]), m.param("bias", out))
+
+
+def _norm(m: Builder, cfg: Bert, name: str, x: Tensor) -> Tensor:
+    """nn.LayerNorm, or I-BERT's IntLayerNorm.forward with quant_mode off: mean =
+    x.mean(axis=2, keepdim=True); y = x - mean; var = torch.mean(y ** 2, ...); x = y /
+    torch.sqrt(self.eps + var); x * self.weight + self.bias (y kept by the square and the
+    division, the std by the division and its sqrt, the normalised tensor by the weight's
+    product)."""
+    if not isinstance(cfg, IBert):
+        return m.layer_norm(name, x)
+    with m.module(name):
+        E = x.shape[-1]
+        w, b = m.param("weight", E), m.param("bias", E)
+        y = ops.sub(x, ops.mean(x))
+        std = ops.sqrt(ops.add(ops.mean(ops.pow(y, 2.0)), 1e-12))
+        return ops.add(ops.mul(ops.div(y, std), w), b)
 
 
 def _output(m: Builder, cfg: Bert, x: Tensor, residual: Tensor) -> Tensor:
     """BertSelfOutput / BertOutput: LayerNorm(dropout(dense(x)) + input_tensor)."""
     with m.module("output"):
-        x = m.dropout(m.linear("dense", x, m["E"], True), cfg.hidden_dropout)
-        return m.layer_norm("LayerNorm", ops.add(x, residual))
+        x = m.dropout(_dense(m, cfg, "dense", x, m["E"]), cfg.hidden_dropout)
+        return _norm(m, cfg, "LayerNorm", ops.add(x, residual))
 
 
 def _self_attention(m: Builder, cfg: Bert, x: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -309,8 +398,11 @@ def _self_attention(m: Builder, cfg: Bert, x: Tensor, mask: Tensor | None = None
     transposed, the attention interface, the output reshaped to (B, T, E) and made
     contiguous."""
     B, T, H, dh = m["B"], m["T"], m["H"], m["dh"]
-    q, k, v = (ops.transpose(ops.view(m.linear(name, x, H * dh, True), (B, T, H, dh)), 1, 2)
+    q, k, v = (ops.transpose(ops.view(_dense(m, cfg, name, x, H * dh), (B, T, H, dh)), 1, 2)
                for name in ("query", "key", "value"))
+    if isinstance(cfg, Yoso):
+        assert mask is not None
+        return yoso.expectation_attention(m, q, k, v, mask)
     return bidirectional_attention(m, q, k, v, cfg.attention_dropout, mask,
                                    softmax_fp32=isinstance(cfg, LayoutLM))
 

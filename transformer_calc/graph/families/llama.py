@@ -75,6 +75,7 @@ class Llama:
     sub_norms: bool = False  # BitNet: attn_sub_norm before o_proj, ffn_sub_norm before down
     window: int = 0  # sliding_window (Qwen3, Ministral: the layers whose kind is S)
     kinds: str = "F"  # each layer's attention, F full or S sliding (one letter: all)
+    extra_rows: int = 0  # token-table rows beyond V, which the head does not predict (Mllama)
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
@@ -96,7 +97,7 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
     tr = m.trace
     ids = tr.input((B, T), I64, "input_ids")
     with m.module("model"):
-        h = m.embedding("embed_tokens", ids, V, E)
+        h = m.embedding("embed_tokens", ids, V + cfg.extra_rows if cfg.extra_rows else V, E)
         # cache_position = arange(T); position_ids its unsqueezed view (one storage),
         # passed to the layers with cos, sin and their mask
         positions = tr.tensor((m["T"],), I64, False)
