@@ -26,6 +26,7 @@ from transformer_calc.graph.families import (
     gemma4,
     gpt2,
     gptj,
+    gptlike,
     jamba,
     llama,
     mamba,
@@ -51,7 +52,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
-          | opt.OPT)
+          | opt.OPT | gptlike.GPTBigCode | gptlike.OpenAIGPT)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -66,7 +67,8 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
-    opt.TrOcr: opt.trocr_forward}
+    opt.TrOcr: opt.trocr_forward,
+    gptlike.GPTBigCode: gptlike.bigcode_forward, gptlike.OpenAIGPT: gptlike.openai_forward}
 
 
 @dataclass(frozen=True)
@@ -298,6 +300,12 @@ _READS["bamba"] = _READS["mamba"] | _COMMON | {
 _READS["jamba"] = _READS["bamba"] | {"layer_ffn", "ssm_dt_norms", "n_experts", "top_k",
                                      "d_ff_expert"}
 
+# GPT-2's relatives (families/gptlike.py): their norms' place, the fused c_attn, the biases
+# each has (read as _gpt_bigcode and _openai_gpt require them)
+_READS["gptlike"] = _METADATA | _COMMON | {
+    "fused_qkv", "n_kv_heads", "d_head", "softmax_fp32", "sdpa_path", "norm_position",
+    "final_norm", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
+
 
 @functools.cache
 def _defaults(family: str) -> tuple[Callable[[ModelSpec], tuple[object, ...]],
@@ -354,6 +362,36 @@ def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
     return gpt2.GPT2(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model, H=spec.n_heads,
                      F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
                      resid_pdrop=p, embd_pdrop=p, attn_pdrop=pa)
+
+
+def _gptlike(spec: ModelSpec) -> gptlike.GPTBigCode | gptlike.OpenAIGPT | None:
+    """GPTBigCode (multi-head) and OpenAI GPT configs as spec_from_hf reads them: learned
+    positions, LayerNorms, the fused c_attn and every bias; GPTBigCode pre-norm with a
+    final norm and the tanh GELU, OpenAI GPT post-norm without one, gelu_new, F = 4·E, eager
+    only. Any other layout of these model types is refused."""
+    mt = spec.model_type
+    if mt not in ("gpt_bigcode", "openai-gpt"):
+        return None
+    H, E = spec.n_heads, spec.d_model
+    bigcode = mt == "gpt_bigcode"
+    if not (spec.norm == "layernorm" and spec.position == "learned" and spec.ffn == "plain"
+            and spec.fused_qkv and H and E % H == 0 and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and spec.d_ff
+            and all((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                     spec.bias_ffn_out))
+            and (spec.activation, spec.norm_position, spec.final_norm, spec.sdpa_path,
+                 spec.softmax_fp32) == (("gelu_tanh", "pre", True, True, True) if bigcode
+                                        else ("gelu_new", "post", False, False, False))
+            and (bigcode or spec.d_ff == 4 * E)
+            and not _unread(spec, "gptlike")):
+        raise TcalcError(f"{spec.name}: no op graph for this {mt} layout yet (GPTBigCode's "
+                         "multi_query among them)")
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    kind = gptlike.GPTBigCode if bigcode else gptlike.OpenAIGPT
+    return kind(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
+                L=spec.n_layers, tied=spec.tie_embeddings, resid_pdrop=p, embd_pdrop=p,
+                attn_pdrop=pa)
 
 
 def _llama(spec: ModelSpec) -> llama.Llama | None:
@@ -1363,7 +1401,7 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _gemma4_family,
+    _neox, _gptj, _falcon, _gptlike, _gpt2, _opt, _biogpt, _xglm, _trocr, _gemma4_family,
     _gemma3n_family, _mla_family,
     _jamba_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,

@@ -1,0 +1,137 @@
+"""GPT-2's relatives with learned positions, as transformers 5.23 runs them.
+
+- models/gpt_bigcode/modeling_gpt_bigcode.py (GPTBigCodeForCausalLM, GPTBigCodeModel,
+  GPTBigCodeBlock, GPTBigCodeAttention with its eager_attention_forward or
+  integrations/sdpa_attention.py, GPTBigCodeMLP): GPT-2's pre-norm block with nn.Linear
+  layers; the fused c_attn viewed as (B, T, H, 3·dh), transposed and split into each head's
+  Q, K and V (multi-head; multi_query's single K/V head is not transcribed); the softmax in
+  fp32 cast back; the tanh GELU.
+- models/openai/modeling_openai.py (OpenAIGPTLMHeadModel, OpenAIGPTModel, Block, Attention,
+  MLP): post-norm blocks (ln_1 after the attention's sum, ln_2 after the MLP's) without a
+  final norm; position ids a slice of a buffer; Conv1D c_attn split, K permuted to
+  (B, H, dh, T); the scores divided by sqrt(dh), multiplied by the tril buffer's slice and
+  offset by -1e4 where it is 0; a softmax in the scores' dtype; gelu_new."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformer_calc.graph import ops
+from transformer_calc.graph.families import llama
+from transformer_calc.graph.families.gpt2 import GPT2, new_gelu
+from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
+from transformer_calc.graph.symbols import Dim
+from transformer_calc.graph.tensor import I64, Tensor
+
+
+@dataclass(frozen=True)
+class GPTBigCode(GPT2):
+    """GPTBigCodeConfig's keys (multi_query false): GPT-2's symbols and dropouts."""
+
+
+@dataclass(frozen=True)
+class OpenAIGPT(GPT2):
+    """OpenAIGPTConfig's keys: GPT-2's symbols (F = 4·E, MLP(4 * nx)) and dropouts."""
+
+
+def bigcode_forward(m: Builder, cfg: GPTBigCode) -> Tensor:
+    """GPTBigCodeForCausalLM.forward(input_ids=ids, labels=ids): the loss."""
+    B, T, E, V = m["B"], m["T"], m["E"], m["V"]
+    tr = m.trace
+    ids = tr.input((B, T), I64, "input_ids")
+    with m.module("transformer"):
+        h = m.embedding("wte", ids, V, E)
+        # position_ids = (torch.arange(T) + past_seen_tokens).unsqueeze(0)
+        positions = ops.unsqueeze(ops.add(tr.input((T,), I64, "arange"), 0), 0)
+        mask = causal_mask(m, h) if m.run.attention == "eager" else None
+        h = ops.add(h, m.embedding("wpe", positions, m["P"], E))
+        h = m.dropout(h, cfg.embd_pdrop)
+        extras = (positions,) if mask is None else (positions, mask)
+        h = m.layers("h", lambda x: _bigcode_block(m, cfg, x, mask), h, extras)
+        h = m.layer_norm("ln_f", h)
+    with m.module("lm_head"):
+        w = m.tied("transformer.wte.weight") if cfg.tied else m.param("weight", V, E)
+        logits = m.lm_head_lora(h, ops.linear(h, w), V)
+    return causal_lm_loss(logits, ids, V)
+
+
+def _bigcode_block(m: Builder, cfg: GPTBigCode, h: Tensor, mask: Tensor | None) -> Tensor:
+    """GPTBigCodeBlock.forward: pre-norm attention and MLP (c_fc, tanh GELU, c_proj,
+    dropout), each added to the residual."""
+    a = _bigcode_attention(m, cfg, m.layer_norm("ln_1", h), mask)
+    h = ops.add(a, h)
+    with m.module("mlp"):
+        x = ops.gelu(m.linear("c_fc", m.layer_norm("ln_2", h), m["F"], True))
+        x = m.dropout(m.linear("c_proj", x, m["E"], True), cfg.resid_pdrop)
+    return ops.add(h, x)
+
+
+def _bigcode_attention(m: Builder, cfg: GPTBigCode, x: Tensor, mask: Tensor | None) -> Tensor:
+    """GPTBigCodeAttention.forward (self-attention, multi-head): c_attn(x).view(B, T, H,
+    3·dh).transpose(1, 2).split(dh, dim=3); the interface called with head_dim**-0.5; the
+    output reshaped to (B, T, E), contiguous, c_proj, resid_dropout."""
+    B, T, E, H, dh = m["B"], m["T"], m["E"], m["H"], m["dh"]
+    with m.module("attn"):
+        qkv = m.linear("c_attn", x, 3 * (H * dh), True)
+        qkv = ops.transpose(ops.view(qkv, (B, T, H, 3 * dh)), 1, 2)
+        q, k, v = ops.split(qkv, dh, 3)
+        scaling = dh.value ** -0.5
+        if mask is not None:
+            out = llama.eager_attention(m, q, k, v, mask, dropout=cfg.attn_pdrop,
+                                        scaling=scaling)
+        else:
+            out = llama.sdpa_attention(q, k, v, Dim.const(1), dropout=cfg.attn_pdrop,
+                                       scaling=scaling)
+        out = ops.contiguous(ops.reshape(out, (B, T, E)))
+        return m.dropout(m.linear("c_proj", out, E, True), cfg.resid_pdrop)
+
+
+def openai_forward(m: Builder, cfg: OpenAIGPT) -> Tensor:
+    """OpenAIGPTLMHeadModel.forward(input_ids=ids, labels=ids): the loss."""
+    B, T, E, V, P = m["B"], m["T"], m["E"], m["V"], m["P"]
+    tr = m.trace
+    ids = tr.input((B, T), I64, "input_ids")
+    with m.module("transformer"):
+        # position_ids = self.position_ids[None, :T]: a view of the arange(P) buffer
+        table = tr.tensor((P,), I64, False, "buffer", "position_ids")
+        positions = ops.narrow(ops.unsqueeze(table, 0), 1, 0, T)
+        h = m.embedding("tokens_embed", ops.view(ids, (B, T)), V, E)
+        h = ops.add(h, m.embedding("positions_embed", positions, P, E))
+        h = m.dropout(ops.add(h, 0), cfg.embd_pdrop)  # + token_type_embeds (0)
+        h = m.layers("h", lambda x: _openai_block(m, cfg, x), h, (positions,))
+    with m.module("lm_head"):
+        w = m.tied("transformer.tokens_embed.weight") if cfg.tied else m.param("weight", V, E)
+        logits = m.lm_head_lora(h, ops.linear(h, w), V)
+    return causal_lm_loss(logits, ids, V)
+
+
+def _openai_block(m: Builder, cfg: OpenAIGPT, x: Tensor) -> Tensor:
+    """Block.forward: n = ln_1(x + attn(x)); ln_2(n + mlp(n)), the MLP c_fc, gelu_new,
+    c_proj, dropout."""
+    n = m.layer_norm("ln_1", ops.add(x, _openai_attention(m, cfg, x)))
+    with m.module("mlp"):
+        y = m.conv1d("c_fc", n, m["F"])
+        y = m.dropout(m.conv1d("c_proj", new_gelu(y), m["E"]), cfg.resid_pdrop)
+    return m.layer_norm("ln_2", ops.add(n, y))
+
+
+def _openai_attention(m: Builder, cfg: OpenAIGPT, x: Tensor) -> Tensor:
+    """Attention.forward and _attn: Q and V permuted to (B, H, T, dh), K to (B, H, dh, T);
+    w = q @ k / sqrt(dh); b = the tril buffer's [:, :, :T, :T]; w * b + -1e4 * (1 - b);
+    softmax; dropout; @ v; merge_heads (permute, contiguous, view); c_proj; dropout."""
+    B, T, E, H, dh, P = m["B"], m["T"], m["E"], m["H"], m["dh"], m["P"]
+    one = Dim.const(1)
+    with m.module("attn"):
+        qkv = m.conv1d("c_attn", x, 3 * (H * dh))
+        q, k, v = (ops.view(t, (B, T, H, dh)) for t in ops.split(qkv, H * dh, 2))
+        q, v = (ops.permute(t, (0, 2, 1, 3)) for t in (q, v))
+        k = ops.permute(k, (0, 2, 3, 1))
+        w = ops.div(ops.matmul(q, k), dh.value ** 0.5)
+        bias = m.trace.tensor((one, one, P, P), x.dtype, False, "buffer", "bias")
+        b = ops.narrow(ops.narrow(bias, 2, 0, T), 3, 0, T)
+        off = ops.mul(ops.sub(b, 1.0), 1e4)  # -1e4 * (1 - b): no grad, nothing kept
+        w = ops.add(ops.mul(w, b), off)
+        w = m.dropout(ops.softmax(w), cfg.attn_pdrop)
+        out = ops.contiguous(ops.permute(ops.matmul(w, v), (0, 2, 1, 3)))
+        out = ops.view(out, (B, T, E))
+        return m.dropout(m.conv1d("c_proj", out, E), cfg.resid_pdrop)
