@@ -432,9 +432,10 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
         notes += (SELECTIVE_NOTE,)
     if run.recompute == "full":
         from transformer_calc.graph.families.bert import Bert
-        from transformer_calc.graph.families.modernbert import ModernBert
+        from transformer_calc.graph.families.modernbert import ModernBert, ModernBertDecoder
 
-        stack = "encoder" if isinstance(family, Bert | ModernBert) else "decoder"
+        stack = "encoder" if isinstance(family, Bert | ModernBert) \
+            and not isinstance(family, ModernBertDecoder) else "decoder"
         rows += _rebuilt(run, st, numbers[2 * len(st.named):], values, stack)
         notes += (FULL_NOTE,)
     # (a partial, not a lambda: reports pickle with their symbols)

@@ -68,7 +68,8 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
     opt.TrOcr: opt.trocr_forward,
-    gptlike.GPTBigCode: gptlike.bigcode_forward, gptlike.OpenAIGPT: gptlike.openai_forward}
+    gptlike.GPTBigCode: gptlike.bigcode_forward, gptlike.OpenAIGPT: gptlike.openai_forward,
+    modernbert.ModernBertDecoder: modernbert.decoder_forward}
 
 
 @dataclass(frozen=True)
@@ -498,6 +499,34 @@ def _modernbert(spec: ModelSpec) -> modernbert.ModernBert | None:
     return modernbert.ModernBert(V=spec.vocab_size, E=E, H=H, F=spec.d_ff, L=spec.n_layers,
                                  kinds=kinds, window=(spec.sliding_window - 1) // 2,
                                  tied=spec.tie_embeddings)
+
+
+def _modernbert_decoder(spec: ModelSpec) -> modernbert.ModernBertDecoder | None:
+    """ModernBertDecoderForCausalLM (spec_from_hf's fields for it): ModernBERT's layers with
+    q/k/v_proj, causal full and sliding layers (sliding_window = local_attention // 2), the
+    head's bias-free dense and GELU, the tied decoder's bias, ForCausalLMLoss; no dropout."""
+    if spec.model_type != "modernbert-decoder":
+        return None
+    from transformer_calc.plan import layer_kinds_in_order
+
+    E, H = spec.d_model, spec.n_heads
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    if not (spec.arch == "decoder" and spec.norm == "layernorm_nobias"
+            and spec.position == "rope" and spec.norm_position == "pre" and spec.final_norm
+            and spec.embedding_norm and not spec.first_attn_norm and spec.ffn == "gated"
+            and spec.activation == "gelu" and not spec.fused_qkv and spec.fused_gate_up
+            and spec.softmax_fp32 and spec.mlm_head and not spec.lm_head
+            and not spec.mlm_dense_bias and spec.mlm_bias == "decoder" and not spec.dropout
+            and not spec.attention_dropout and not any(
+                (spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                 spec.bias_ffn_out))
+            and set(kinds) <= {"F", "S"} and ("S" not in kinds or spec.sliding_window > 0)
+            and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H) and H
+            and E % H == 0 and spec.d_ff and not _unread(spec, "modernbert")):
+        raise TcalcError(f"{spec.name}: no op graph for this modernbert-decoder layout yet")
+    return modernbert.ModernBertDecoder(V=spec.vocab_size, E=E, H=H, F=spec.d_ff,
+                                        L=spec.n_layers, kinds=kinds,
+                                        window=spec.sliding_window, tied=spec.tie_embeddings)
 
 
 def _rembert(spec: ModelSpec) -> bert.Bert | None:
@@ -1406,7 +1435,7 @@ _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _jamba_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
-    _modernbert, _rembert, _mpnet, _xlm)
+    _modernbert, _modernbert_decoder, _rembert, _mpnet, _xlm)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

@@ -41,7 +41,7 @@ from transformer_calc.graph.families.gptj import GPTJ
 from transformer_calc.graph.families.jamba import Jamba
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
-from transformer_calc.graph.families.modernbert import ModernBert
+from transformer_calc.graph.families.modernbert import ModernBert, ModernBertDecoder
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.neox import NeoX
 from transformer_calc.graph.families.t5 import T5
@@ -367,6 +367,7 @@ class _Namer:
             _DEBERTA_NORM_PARTS if isinstance(family, Deberta) else _NORM_PARTS
         self.deberta = isinstance(family, Deberta)
         # ModernBERT's and XLM's modules as the decoders' tables key them
+        self.causal = isinstance(family, ModernBertDecoder)  # its layers are a decoder's
         self.renamed = _MODERNBERT if isinstance(family, ModernBert) else \
             _XLM if isinstance(family, XLM) else None
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2 | GPTJ)
@@ -411,7 +412,7 @@ class _Namer:
         if self.renamed is not None:  # encoders named as the decoders' layers are
             name = self._modernbert(scope, role, s)
             return "encoder." + name.removeprefix("decoder.") \
-                if name.startswith("decoder.") else name
+                if name.startswith("decoder.") and not self.causal else name
         layer = _LAYER.match(scope)
         if layer is None:
             return self._outside(scope, role, s)
@@ -422,6 +423,8 @@ class _Namer:
         layers' by the decoders' tables (_MODERNBERT: Wqkv, Wo, Wi, the norms; _XLM), the
         embeddings', the heads'."""
         table = self.renamed or {}
+        if scope.startswith("lm_head"):  # ModernBertDecoderForCausalLM's prediction head
+            scope = "head" + scope.removeprefix("lm_head")
         layer = _LAYER.match(scope)
         if layer is not None:
             module = _module(layer.group(2) or "")
