@@ -31,7 +31,7 @@ from transformer_calc.graph.families.gptlike import GPTBigCode, OpenAIGPT
 from transformer_calc.graph.families.modernbert import ModernBertDecoder
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import memory_report
+from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
@@ -133,6 +133,25 @@ def test_modernbert_decoder_keeps_a_rope_table_per_sequence_and_layer_type() -> 
         tables = (2 * 2 * B - 2) * T * dh * itemsize
         labels = 8 if B == 1 else 0
         assert row["measured_bytes"] - _rules(row) == tables + 4 + labels, row
+
+
+@pytest.mark.parametrize("config", ["modernbert-decoder-tiny.json", "modernbert-tiny.json"])
+def test_modernberts_lora_roles_reach_their_modules(config: str) -> None:
+    # tcalc's roles o, down and gate_up are ModernBERT's attn.Wo, mlp.Wo and Wi (peft matches
+    # a target against the module path's end after a dot): each role adapts its L linears,
+    # and the saved bytes are the graph's for those targets, never a run without adapters
+    spec = _spec(config)
+    fam = family_of(spec)
+    for roles, targets in ((("o",), "attn.Wo"), (("down",), "mlp.Wo"), (("gate_up",), "Wi"),
+                           (("o", "down"), "attn.Wo,mlp.Wo")):
+        settings = Settings(batch_size=2, seq_len=64, device="cpu", attention="sdpa",
+                            lora_rank=8, lora_targets=roles, lora_dropout=0.0)
+        run = Run(2, 64, F32, "cpu", "sdpa", lora=Lora(8, frozenset(targets.split(",")), 0.0))
+        result = evaluate(fam, run)
+        widths = {"attn.Wo": (fam.E, fam.E), "mlp.Wo": (fam.F, fam.E), "Wi": (fam.E, 2 * fam.F)}
+        assert result.trainable_params == sum(
+            fam.L * 8 * (i + o) for i, o in (widths[t] for t in targets.split(",")))
+        assert memory_report(spec, settings).activations.total == result.activation_bytes
 
 
 # -- which specs map to these graphs ----------------------------------------------------------

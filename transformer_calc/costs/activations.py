@@ -61,6 +61,10 @@ _NEOX_MODULES = {"gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "den
                              "down": "fc_out"}}
 _NEOX_MODULES |= {t: _NEOX_MODULES["gpt_neox"]
                   for t in ("persimmon", "falcon", "gpt_neox_japanese")}
+# ModernBERT and its decoder (graph/families/modernbert.py): Wqkv or q/k/v_proj, the
+# attention's and the MLP's Wo told apart by their module, the fused GeGLU Wi
+_MODERNBERT_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "qkv": "Wqkv",
+                       "o": "attn.Wo", "gate_up": "Wi", "down": "mlp.Wo"}
 # OPT (graph/families/opt.py): out_proj, fc1, fc2; "project" is both projections of the
 # embeddings (project_in, project_out), as transformer_calc.lora gives the role
 _OPT_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj", "up": "fc1",
@@ -261,6 +265,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.gptj import GPTJ
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.mla import MLA_MODULES, Mla, converted_all_linear
+    from transformer_calc.graph.families.modernbert import ModernBert
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.opt import OPT
@@ -278,6 +283,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
              _deberta_modules(family) if isinstance(family, Deberta) else
              _BERT_MODULES if isinstance(family, Bert) else
              _OPT_MODULES if isinstance(family, OPT) else
+             _MODERNBERT_MODULES if isinstance(family, ModernBert) else
              _NEOX_MODULES[family.model] if isinstance(family, NeoX | GPTJ) else
              _NEOX_MODULES["falcon"] if isinstance(family, Falcon) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
