@@ -1,5 +1,5 @@
 """The op graph's GPT-like decoders (transformer_calc/graph/families/gptlike.py: GPTBigCode,
-OpenAI GPT; families/modernbert.py: ModernBERT's decoder), which memory_report reads for
+OpenAI GPT, CTRL; families/modernbert.py: ModernBERT's decoder), which memory_report reads for
 their model types: against every measured CPU row of their configs, to the byte; family_of
 maps them (and nothing it does not transcribe); parameters and FLOPs equal tcalc's counts;
 the compiled path equals the full trace on random configurations.
@@ -27,7 +27,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
-from transformer_calc.graph.families.gptlike import GPTBigCode, OpenAIGPT
+from transformer_calc.graph.families.gptlike import Ctrl, GPTBigCode, OpenAIGPT
 from transformer_calc.graph.families.modernbert import ModernBertDecoder
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
@@ -37,7 +37,7 @@ from transformer_calc.spec import ModelSpec
 
 # config -> the family its model type maps to
 CONFIGS = {"gpt_bigcode-mha.json": GPTBigCode, "openai-gpt-tiny.json": OpenAIGPT,
-           "modernbert-decoder-tiny.json": ModernBertDecoder}
+           "modernbert-decoder-tiny.json": ModernBertDecoder, "ctrl-tiny.json": Ctrl}
 ROWS = measured_rows(tuple(CONFIGS))
 IDS = ["{}-{}-{}-B{}-T{}-{}".format(
     r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
@@ -118,6 +118,27 @@ def test_gpt_bigcode_math_kernel_copies_q_and_k_at_one_sequence() -> None:
         assert row["measured_bytes"] - _rules(row) == 4 + labels + copies, row
 
 
+def test_ctrl_misses_only_small_tensors_in_the_rules() -> None:
+    # the loss's 0-d total_weight and, at B = 1, the padded labels
+    for row in (r for r in ROWS if r["config"] == "ctrl-tiny.json"):
+        labels = 8 if row["B"] == 1 else 0
+        assert row["measured_bytes"] - _rules(row) == 4 + labels, row
+
+
+def test_ctrls_lora_roles_reach_its_modules() -> None:
+    # tcalc's roles name CTRL's Wq, Wk, Wv, dense and ffn.0, ffn.2 (peft's path ends)
+    spec = _spec("ctrl-tiny.json")
+    fam = family_of(spec)
+    for roles, targets in ((("q", "v"), "Wq,Wv"), (("o", "up", "down"), "dense,ffn.0,ffn.2")):
+        settings = Settings(batch_size=2, seq_len=64, device="cpu", attention="sdpa",
+                            lora_rank=8, lora_targets=roles, lora_dropout=0.0)
+        run = Run(2, 64, F32, "cpu", "sdpa", lora=Lora(8, frozenset(targets.split(",")), 0.0))
+        result = evaluate(fam, run)
+        assert result.trainable_params == fam.L * 8 * (
+            4 * fam.E if roles == ("q", "v") else 2 * fam.E + 2 * (fam.E + fam.F))
+        assert memory_report(spec, settings).activations.total == result.activation_bytes
+
+
 def test_modernbert_decoder_keeps_a_rope_table_per_sequence_and_layer_type() -> None:
     # ModernBertDecoderModel: position_ids = arange(T).unsqueeze(0).expand(B, -1), so each
     # layer type's cos and sin (its rotary_emb call, cast to the activations' dtype) are
@@ -168,7 +189,10 @@ def test_modernberts_lora_roles_reach_their_modules(config: str) -> None:
     ("modernbert-decoder-tiny.json", {"fused_qkv": True}),
     ("modernbert-decoder-tiny.json", {"bias_q": True}),
     ("modernbert-decoder-tiny.json", {"first_attn_norm": True}),
-    ("modernbert-decoder-tiny.json", {"activation": "silu"})])
+    ("modernbert-decoder-tiny.json", {"activation": "silu"}),
+    ("ctrl-tiny.json", {"attention_dropout": 0.1}), ("ctrl-tiny.json", {"lm_head_bias": False}),
+    ("ctrl-tiny.json", {"position": "learned"}), ("ctrl-tiny.json", {"activation": "gelu"}),
+    ("ctrl-tiny.json", {"softmax_fp32": True})])
 def test_what_the_graphs_do_not_transcribe_keeps_the_rules(config: str, change: dict) -> None:
     with pytest.raises(TcalcError, match="no op graph"):
         family_of(replace(_spec(config), **change))
@@ -181,17 +205,22 @@ def test_gpt2_keeps_its_own_graph() -> None:
 
 # -- the compiled path ------------------------------------------------------------------------
 def _draw(rng):  # type: ignore[no-untyped-def]
-    kind = rng.choice((GPTBigCode, OpenAIGPT, ModernBertDecoder))
+    kind = rng.choice((GPTBigCode, OpenAIGPT, ModernBertDecoder, Ctrl))
     H = rng.choice((1, 2, 4))
     E = H * rng.choice((4, 8))
     L = rng.choice((1, 2, 3))
     V = rng.choice((16, 40))
-    fam: GPTBigCode | OpenAIGPT | ModernBertDecoder
+    fam: GPTBigCode | OpenAIGPT | ModernBertDecoder | Ctrl
     if kind is ModernBertDecoder:
         fam = ModernBertDecoder(V=V, E=E, H=H, F=rng.choice((8, 24)), L=L,
                                 kinds="".join(rng.choice("FS") for _ in range(L)),
                                 window=rng.choice((4, 8, 64)), tied=rng.random() < 0.5)
         targets = rng.choice((None, "all-linear", "q_proj,v_proj", "Wi,Wo"))
+    elif kind is Ctrl:
+        p = rng.choice((0.0, 0.1))
+        fam = Ctrl(V=V, P=64, E=E, H=H, F=rng.choice((8, 24)), L=L, tied=rng.random() < 0.5,
+                   resid_pdrop=p, embd_pdrop=p)
+        targets = rng.choice((None, "all-linear", "Wq,Wv", "dense,ffn.2", "lm_head"))
     else:
         p = rng.choice((0.0, 0.1))
         fam = kind(V=V, P=rng.choice((64, 128)), E=E, H=H,

@@ -65,6 +65,9 @@ _NEOX_MODULES |= {t: _NEOX_MODULES["gpt_neox"]
 # attention's and the MLP's Wo told apart by their module, the fused GeGLU Wi
 _MODERNBERT_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "qkv": "Wqkv",
                        "o": "attn.Wo", "gate_up": "Wi", "down": "mlp.Wo"}
+# CTRL (graph/families/gptlike.py): Wq, Wk, Wv, dense; the MLP an nn.Sequential
+_CTRL_MODULES = {"q": "Wq", "k": "Wk", "v": "Wv", "o": "dense", "up": "ffn.0",
+                 "down": "ffn.2", "lm_head": "lm_head"}
 # OPT (graph/families/opt.py): out_proj, fc1, fc2; "project" is both projections of the
 # embeddings (project_in, project_out), as transformer_calc.lora gives the role
 _OPT_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj", "up": "fc1",
@@ -168,6 +171,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.gptj import GPTJ
+    from transformer_calc.graph.families.gptlike import Ctrl
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.t5 import T5
@@ -190,6 +194,9 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     elif isinstance(family, GPT2 | GPTJ):
         on = family.resid_pdrop or family.embd_pdrop or family.attn_pdrop
         off = dataclasses.replace(family, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    elif isinstance(family, Ctrl):  # (no dropout on its scores)
+        on = family.resid_pdrop or family.embd_pdrop
+        off = dataclasses.replace(family, resid_pdrop=0.0, embd_pdrop=0.0)
     elif isinstance(family, Falcon):
         on = family.hidden_dropout or family.attention_dropout
         off = dataclasses.replace(family, hidden_dropout=0.0, attention_dropout=0.0)
@@ -263,6 +270,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.gptj import GPTJ
+    from transformer_calc.graph.families.gptlike import Ctrl
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.mla import MLA_MODULES, Mla, converted_all_linear
     from transformer_calc.graph.families.modernbert import ModernBert
@@ -284,6 +292,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
              _BERT_MODULES if isinstance(family, Bert) else
              _OPT_MODULES if isinstance(family, OPT) else
              _MODERNBERT_MODULES if isinstance(family, ModernBert) else
+             _CTRL_MODULES if isinstance(family, Ctrl) else
              _NEOX_MODULES[family.model] if isinstance(family, NeoX | GPTJ) else
              _NEOX_MODULES["falcon"] if isinstance(family, Falcon) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2

@@ -52,7 +52,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
-          | opt.OPT | gptlike.GPTBigCode | gptlike.OpenAIGPT)
+          | opt.OPT | gptlike.GPTBigCode | gptlike.OpenAIGPT | gptlike.Ctrl)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -69,6 +69,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
     opt.TrOcr: opt.trocr_forward,
     gptlike.GPTBigCode: gptlike.bigcode_forward, gptlike.OpenAIGPT: gptlike.openai_forward,
+    gptlike.Ctrl: gptlike.ctrl_forward,
     modernbert.ModernBertDecoder: modernbert.decoder_forward}
 
 
@@ -305,7 +306,8 @@ _READS["jamba"] = _READS["bamba"] | {"layer_ffn", "ssm_dt_norms", "n_experts", "
 # each has (read as _gpt_bigcode and _openai_gpt require them)
 _READS["gptlike"] = _METADATA | _COMMON | {
     "fused_qkv", "n_kv_heads", "d_head", "softmax_fp32", "sdpa_path", "norm_position",
-    "final_norm", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
+    "final_norm", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out",
+    "lm_head_bias"}
 
 
 @functools.cache
@@ -393,6 +395,29 @@ def _gptlike(spec: ModelSpec) -> gptlike.GPTBigCode | gptlike.OpenAIGPT | None:
     return kind(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
                 L=spec.n_layers, tied=spec.tie_embeddings, resid_pdrop=p, embd_pdrop=p,
                 attn_pdrop=pa)
+
+
+def _ctrl(spec: ModelSpec) -> gptlike.Ctrl | None:
+    """CTRLLMHeadModel (spec_from_hf's fields for it): sinusoidal positions, pre-norm layers
+    with biased projections, the ReLU MLP, the final norm, an LM head with a bias; its
+    attention never drops. Any other ctrl layout is refused."""
+    if spec.model_type != "ctrl":
+        return None
+    H, E = spec.n_heads, spec.d_model
+    if not (spec.norm == "layernorm" and spec.position == "sinusoidal" and spec.ffn == "plain"
+            and spec.activation == "relu" and not spec.fused_qkv and spec.lm_head_bias
+            and spec.norm_position == "pre" and spec.final_norm and not spec.softmax_fp32
+            and spec.sdpa_path and not spec.attention_dropout
+            and all((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                     spec.bias_ffn_out))
+            and H and E % H == 0 and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and spec.d_ff
+            and not _unread(spec, "gptlike")):
+        raise TcalcError(f"{spec.name}: no op graph for this ctrl layout yet")
+    p = spec.dropout
+    return gptlike.Ctrl(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
+                        L=spec.n_layers, tied=spec.tie_embeddings, resid_pdrop=p,
+                        embd_pdrop=p)
 
 
 def _llama(spec: ModelSpec) -> llama.Llama | None:
@@ -1430,7 +1455,7 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _neox, _gptj, _falcon, _gptlike, _gpt2, _opt, _biogpt, _xglm, _trocr, _gemma4_family,
+    _neox, _gptj, _falcon, _gptlike, _ctrl, _gpt2, _opt, _biogpt, _xglm, _trocr, _gemma4_family,
     _gemma3n_family, _mla_family,
     _jamba_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,

@@ -38,6 +38,7 @@ from transformer_calc.graph.families.gemma3n import Gemma3n
 from transformer_calc.graph.families.gemma4 import Gemma4
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.gptj import GPTJ
+from transformer_calc.graph.families.gptlike import Ctrl
 from transformer_calc.graph.families.jamba import Jamba
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
@@ -203,6 +204,11 @@ _MODERNBERT = {"Wqkv": "qkv_proj", "attn.Wo": "o_proj", "Wi": "gate_up_proj",
 _XLM = {"q_lin": "q_proj", "k_lin": "k_proj", "v_lin": "v_proj", "out_lin": "o_proj",
         "lin1": "up_proj", "lin2": "down_proj", "layer_norm1": "ln_1", "layer_norm2": "ln_2",
         "attention": "self_attn", "ffn": "mlp"}
+# CTRL's layer modules (families/gptlike.py) as the decoders' tables name them
+_CTRL = {"multi_head_attention.Wq": "q_proj", "multi_head_attention.Wk": "k_proj",
+         "multi_head_attention.Wv": "v_proj", "multi_head_attention.dense": "o_proj",
+         "multi_head_attention": "self_attn", "ffn.0": "up_proj", "ffn.2": "down_proj",
+         "ffn": "mlp", "layernorm1": "ln_1", "layernorm2": "ln_2"}
 _TP = frozenset(("H", "Hkv", "F", "Fe", "Fs"))
 _ROPES = ("model.rotary_emb", "gpt_neox.rotary_emb", "transformer.rotary_emb",
           "gpt_neox_japanese.rotary_emb")  # the model's RoPE table
@@ -368,6 +374,7 @@ class _Namer:
         self.deberta = isinstance(family, Deberta)
         # ModernBERT's and XLM's modules as the decoders' tables key them
         self.causal = isinstance(family, ModernBertDecoder)  # its layers are a decoder's
+        self.ctrl = isinstance(family, Ctrl)
         self.renamed = _MODERNBERT if isinstance(family, ModernBert) else \
             _XLM if isinstance(family, XLM) else None
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2 | GPTJ)
@@ -409,6 +416,8 @@ class _Namer:
             return self._t5(scope, role, s)
         if self.bart:
             return self._bart(scope, role, s)
+        if self.ctrl:
+            return self._ctrl(scope, role, s)
         if self.renamed is not None:  # encoders named as the decoders' layers are
             name = self._modernbert(scope, role, s)
             return "encoder." + name.removeprefix("decoder.") \
@@ -417,6 +426,21 @@ class _Namer:
         if layer is None:
             return self._outside(scope, role, s)
         return self._in_layer(_module(layer.group(2) or ""), role, s)
+
+    def _ctrl(self, scope: str, role: str, s: Saved) -> str:
+        """CTRL's storages: its layers' modules by _CTRL, the layer's two functional
+        dropouts by the module that ran before (the attention's dense or the MLP's)."""
+        layer = _LAYER.match(scope)
+        if layer is None:
+            if scope == "transformer.layernorm":
+                return "decoder." + self._norm("final_norm", role)
+            return self._outside(scope, role, s)
+        rest = layer.group(2) or ""
+        if not rest and role in ("mul.other", "native_dropout.result1"):
+            last = next(r.scope for r in reversed(self.ops[:s.op_index]) if r.scope != scope)
+            return "decoder.attn.residual_dropout_mask" if ".multi_head_attention" in last \
+                else "decoder.ffn.residual_dropout_mask"
+        return self._in_layer(_CTRL.get(rest, rest), role, s)
 
     def _modernbert(self, scope: str, role: str, s: Saved) -> str:
         """ModernBERT's storages (families/modernbert.py) and XLM's (families/xlm.py): their

@@ -10,7 +10,13 @@
   MLP): post-norm blocks (ln_1 after the attention's sum, ln_2 after the MLP's) without a
   final norm; position ids a slice of a buffer; Conv1D c_attn split, K permuted to
   (B, H, dh, T); the scores divided by sqrt(dh), multiplied by the tril buffer's slice and
-  offset by -1e4 where it is 0; a softmax in the scores' dtype; gelu_new."""
+  offset by -1e4 where it is 0; a softmax in the scores' dtype; gelu_new.
+- models/ctrl/modeling_ctrl.py (CTRLLMHeadModel, CTRLModel, EncoderLayer, MultiHeadAttention
+  with its eager_attention_forward or integrations/sdpa_attention.py,
+  point_wise_feed_forward_network): the token embeddings times sqrt(E) plus rows of a
+  sinusoidal buffer (no grad), pre-norm layers with biased Wq/Wk/Wv/dense, the softmax in
+  the scores' dtype, no dropout on the scores, a ReLU MLP (ffn.0, ffn.2), the final
+  layernorm and a biased LM head."""
 
 from __future__ import annotations
 
@@ -84,6 +90,72 @@ def _bigcode_attention(m: Builder, cfg: GPTBigCode, x: Tensor, mask: Tensor | No
                                        scaling=scaling)
         out = ops.contiguous(ops.reshape(out, (B, T, E)))
         return m.dropout(m.linear("c_proj", out, E, True), cfg.resid_pdrop)
+
+
+@dataclass(frozen=True)
+class Ctrl:
+    """CTRLConfig's keys (n_embd, n_head, dff as F, n_layer, n_positions; resid_pdrop and
+    embd_pdrop; its attention is called with dropout 0.0). GPT-2's symbols."""
+
+    V: int
+    P: int
+    E: int
+    H: int
+    F: int
+    L: int
+    tied: bool = True
+    resid_pdrop: float = 0.1
+    embd_pdrop: float = 0.1
+
+    def sizes(self) -> dict[str, int]:
+        return {"V": self.V, "P": self.P, "E": self.E, "H": self.H, "dh": self.E // self.H,
+                "F": self.F, "L": self.L}
+
+
+def ctrl_forward(m: Builder, cfg: Ctrl) -> Tensor:
+    """CTRLLMHeadModel.forward(input_ids=ids, labels=ids): the loss."""
+    B, T, E, V = m["B"], m["T"], m["E"], m["V"]
+    tr = m.trace
+    ids = tr.input((B, T), I64, "input_ids")
+    with m.module("transformer"):
+        h = m.embedding("w", ids, V, E)
+        mask = causal_mask(m, h) if m.run.attention == "eager" else None
+        h = ops.mul(h, float(E.value) ** 0.5)  # inputs_embeds *= np.sqrt(d_model_size)
+        # pos_encoding[position_ids, :]: a buffer indexed, no grad; + token_type_embeds (0)
+        pos = tr.tensor((Dim.const(1), T, E), h.dtype, False)
+        h = m.dropout(ops.add(ops.add(h, pos), 0), cfg.embd_pdrop)
+        h = m.layers("h", lambda x: _ctrl_layer(m, cfg, x, mask), h,
+                     () if mask is None else (mask,))
+        h = m.layer_norm("layernorm", h)
+    with m.module("lm_head"):
+        w = m.tied("transformer.w.weight") if cfg.tied else m.param("weight", V, E)
+        logits = m.lm_head_lora(h, ops.linear(h, w, m.param("bias", V)), V)
+    return causal_lm_loss(logits, ids, V)
+
+
+def _ctrl_layer(m: Builder, cfg: Ctrl, x: Tensor, mask: Tensor | None) -> Tensor:
+    """EncoderLayer.forward: out1 = x + dropout1(mha(layernorm1(x))); out1 +
+    dropout2(ffn(layernorm2(out1)))."""
+    B, T, E, H, dh = m["B"], m["T"], m["E"], m["H"], m["dh"]
+    normed = m.layer_norm("layernorm1", x)
+    with m.module("multi_head_attention"):
+        q, k, v = (ops.transpose(ops.view(m.linear(name, normed, E, True), (B, T, H, dh)), 1, 2)
+                   for name in ("Wq", "Wk", "Wv"))
+        scaling = dh.value ** -0.5
+        if mask is not None:  # eager_attention_forward (modeling_ctrl.py): softmax as is
+            w = ops.add(ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), scaling), mask)
+            w = m.dropout(ops.softmax(w), 0.0)
+            out = ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))
+        else:
+            out = llama.sdpa_attention(q, k, v, Dim.const(1), dropout=0.0, scaling=scaling)
+        out = ops.contiguous(ops.reshape(out, (B, T, E)))
+        a = m.linear("dense", out, E, True)
+    out1 = ops.add(x, m.dropout(a, cfg.resid_pdrop))
+    out2 = m.layer_norm("layernorm2", out1)
+    with m.module("ffn"):
+        y = ops.relu(m.linear("0", out2, m["F"], True))
+        y = m.linear("2", y, E, True)
+    return ops.add(out1, m.dropout(y, cfg.resid_pdrop))
 
 
 def openai_forward(m: Builder, cfg: OpenAIGPT) -> Tensor:
