@@ -1,8 +1,8 @@
 """The op graph's GPT-like decoders (transformer_calc/graph/families/gptlike.py: GPTBigCode,
-OpenAI GPT, CTRL; families/modernbert.py: ModernBERT's decoder), which memory_report reads for
-their model types: against every measured CPU row of their configs, to the byte; family_of
-maps them (and nothing it does not transcribe); parameters and FLOPs equal tcalc's counts;
-the compiled path equals the full trace on random configurations.
+OpenAI GPT, CTRL, GPT-Neo; families/modernbert.py: ModernBERT's decoder), which
+memory_report reads for their model types: against every measured CPU row of their configs,
+to the byte; family_of maps them (and nothing it does not transcribe); parameters and FLOPs
+equal tcalc's counts; the compiled path equals the full trace on random configurations.
 
 Fixtures (read, not changed): the rows of the configs below in tests/data/activations_*.jsonl
 (full training and peft LoRA, eager and SDPA where the model has it, fp32 and bf16), all
@@ -27,7 +27,7 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
-from transformer_calc.graph.families.gptlike import Ctrl, GPTBigCode, OpenAIGPT
+from transformer_calc.graph.families.gptlike import Ctrl, GPTBigCode, GPTNeo, OpenAIGPT
 from transformer_calc.graph.families.modernbert import ModernBertDecoder
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
@@ -37,7 +37,8 @@ from transformer_calc.spec import ModelSpec
 
 # config -> the family its model type maps to
 CONFIGS = {"gpt_bigcode-mha.json": GPTBigCode, "openai-gpt-tiny.json": OpenAIGPT,
-           "modernbert-decoder-tiny.json": ModernBertDecoder, "ctrl-tiny.json": Ctrl}
+           "modernbert-decoder-tiny.json": ModernBertDecoder, "ctrl-tiny.json": Ctrl,
+           "gpt_neo-local.json": GPTNeo}
 ROWS = measured_rows(tuple(CONFIGS))
 IDS = ["{}-{}-{}-B{}-T{}-{}".format(
     r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
@@ -118,9 +119,11 @@ def test_gpt_bigcode_math_kernel_copies_q_and_k_at_one_sequence() -> None:
         assert row["measured_bytes"] - _rules(row) == 4 + labels + copies, row
 
 
-def test_ctrl_misses_only_small_tensors_in_the_rules() -> None:
-    # the loss's 0-d total_weight and, at B = 1, the padded labels
-    for row in (r for r in ROWS if r["config"] == "ctrl-tiny.json"):
+@pytest.mark.parametrize("config", ["ctrl-tiny.json", "gpt_neo-local.json"])
+def test_ctrl_and_gpt_neo_miss_only_small_tensors_in_the_rules(config: str) -> None:
+    # the loss's 0-d total_weight and, at B = 1, the padded labels (GPT-Neo's fp32 Q and K
+    # copies and its bool pattern, a buffer, the rules have right)
+    for row in (r for r in ROWS if r["config"] == config):
         labels = 8 if row["B"] == 1 else 0
         assert row["measured_bytes"] - _rules(row) == 4 + labels, row
 
@@ -192,10 +195,22 @@ def test_modernberts_lora_roles_reach_their_modules(config: str) -> None:
     ("modernbert-decoder-tiny.json", {"activation": "silu"}),
     ("ctrl-tiny.json", {"attention_dropout": 0.1}), ("ctrl-tiny.json", {"lm_head_bias": False}),
     ("ctrl-tiny.json", {"position": "learned"}), ("ctrl-tiny.json", {"activation": "gelu"}),
-    ("ctrl-tiny.json", {"softmax_fp32": True})])
+    ("ctrl-tiny.json", {"softmax_fp32": True}),
+    ("gpt_neo-local.json", {"attn_fp32": False}), ("gpt_neo-local.json", {"bias_q": True}),
+    ("gpt_neo-local.json", {"sdpa_path": True}), ("gpt_neo-local.json", {"n_kv_heads": 1}),
+    ("gpt_neo-local.json", {"activation": "gelu"})])
 def test_what_the_graphs_do_not_transcribe_keeps_the_rules(config: str, change: dict) -> None:
     with pytest.raises(TcalcError, match="no op graph"):
         family_of(replace(_spec(config), **change))
+
+
+def test_gpt_neo_reads_its_residual_and_embedding_dropout() -> None:
+    # GPTNeoConfig's resid_dropout and embed_dropout (0.0 by default) beside attention_dropout
+    data = json.loads((DATA / "hf" / "variants" / "gpt_neo-local.json").read_text())
+    fam = family_of(spec_from_hf(data | {"resid_dropout": 0.1}))
+    assert isinstance(fam, GPTNeo) and (fam.dropout, fam.attention_dropout) == (0.1, 0.0)
+    fam = family_of(spec_from_hf(data | {"attention_dropout": 0.2}))
+    assert isinstance(fam, GPTNeo) and (fam.dropout, fam.attention_dropout) == (0.0, 0.2)
 
 
 def test_gpt2_keeps_its_own_graph() -> None:
@@ -205,12 +220,12 @@ def test_gpt2_keeps_its_own_graph() -> None:
 
 # -- the compiled path ------------------------------------------------------------------------
 def _draw(rng):  # type: ignore[no-untyped-def]
-    kind = rng.choice((GPTBigCode, OpenAIGPT, ModernBertDecoder, Ctrl))
+    kind = rng.choice((GPTBigCode, OpenAIGPT, ModernBertDecoder, Ctrl, GPTNeo))
     H = rng.choice((1, 2, 4))
     E = H * rng.choice((4, 8))
     L = rng.choice((1, 2, 3))
     V = rng.choice((16, 40))
-    fam: GPTBigCode | OpenAIGPT | ModernBertDecoder | Ctrl
+    fam: GPTBigCode | OpenAIGPT | ModernBertDecoder | Ctrl | GPTNeo
     if kind is ModernBertDecoder:
         fam = ModernBertDecoder(V=V, E=E, H=H, F=rng.choice((8, 24)), L=L,
                                 kinds="".join(rng.choice("FS") for _ in range(L)),
@@ -221,6 +236,10 @@ def _draw(rng):  # type: ignore[no-untyped-def]
         fam = Ctrl(V=V, P=64, E=E, H=H, F=rng.choice((8, 24)), L=L, tied=rng.random() < 0.5,
                    resid_pdrop=p, embd_pdrop=p)
         targets = rng.choice((None, "all-linear", "Wq,Wv", "dense,ffn.2", "lm_head"))
+    elif kind is GPTNeo:
+        fam = GPTNeo(V=V, P=64, E=E, H=H, F=rng.choice((8, 24)), L=L, tied=rng.random() < 0.5,
+                     dropout=rng.choice((0.0, 0.1)), attention_dropout=rng.choice((0.0, 0.1)))
+        targets = rng.choice((None, "all-linear", "q_proj,v_proj", "out_proj,c_fc"))
     else:
         p = rng.choice((0.0, 0.1))
         fam = kind(V=V, P=rng.choice((64, 128)), E=E, H=H,

@@ -113,7 +113,7 @@ LAYER_KEYS = frozenset({"num_hidden_layers", "n_layer", "n_layers", "num_layers"
 FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct", "resid_pdrop", "embd_pdrop",
                         "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob",
                         "dropout", "attention_dropout", "dropout_rate", "hidden_dropout",
-                        "activation_dropout"})
+                        "activation_dropout", "resid_dropout", "embed_dropout"})
 # Where each model type keeps its dropout probability (training), and its class default.
 DROPOUT_KEYS = {
     "dbrx": (("resid_pdrop", "emb_pdrop", "attn_pdrop"), 0.0),
@@ -140,6 +140,7 @@ DROPOUT_KEYS = {
     "gpt-sw3": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
     "gpt_bigcode": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
     "openai-gpt": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
+    "gpt_neo": (("resid_dropout", "embed_dropout", "attention_dropout"), 0.0),
 }
 
 # Config classes whose attention dropout defaults to 0.0 while the rest defaults to 0.1

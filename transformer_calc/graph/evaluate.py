@@ -52,7 +52,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
-          | opt.OPT | gptlike.GPTBigCode | gptlike.OpenAIGPT | gptlike.Ctrl)
+          | opt.OPT | gptlike.GPTBigCode | gptlike.OpenAIGPT | gptlike.Ctrl | gptlike.GPTNeo)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -69,7 +69,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
     opt.TrOcr: opt.trocr_forward,
     gptlike.GPTBigCode: gptlike.bigcode_forward, gptlike.OpenAIGPT: gptlike.openai_forward,
-    gptlike.Ctrl: gptlike.ctrl_forward,
+    gptlike.Ctrl: gptlike.ctrl_forward, gptlike.GPTNeo: gptlike.neo_forward,
     modernbert.ModernBertDecoder: modernbert.decoder_forward}
 
 
@@ -307,7 +307,7 @@ _READS["jamba"] = _READS["bamba"] | {"layer_ffn", "ssm_dt_norms", "n_experts", "
 _READS["gptlike"] = _METADATA | _COMMON | {
     "fused_qkv", "n_kv_heads", "d_head", "softmax_fp32", "sdpa_path", "norm_position",
     "final_norm", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out",
-    "lm_head_bias"}
+    "lm_head_bias", "attn_fp32"}
 
 
 @functools.cache
@@ -418,6 +418,30 @@ def _ctrl(spec: ModelSpec) -> gptlike.Ctrl | None:
     return gptlike.Ctrl(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
                         L=spec.n_layers, tied=spec.tie_embeddings, resid_pdrop=p,
                         embd_pdrop=p)
+
+
+def _gpt_neo(spec: ModelSpec) -> gptlike.GPTNeo | None:
+    """GPTNeoForCausalLM (spec_from_hf's fields for it): learned positions, pre-norm layers,
+    bias-free q/k/v_proj, a biased out_proj, its fp32 eager attention, gelu_new. Any other
+    gpt_neo layout is refused."""
+    if spec.model_type != "gpt_neo":
+        return None
+    H, E = spec.n_heads, spec.d_model
+    if not (spec.norm == "layernorm" and spec.position == "learned" and spec.ffn == "plain"
+            and spec.activation == "gelu_new" and not spec.fused_qkv and spec.attn_fp32
+            and not spec.sdpa_path and not spec.softmax_fp32 and spec.norm_position == "pre"
+            and spec.final_norm and not spec.lm_head_bias
+            and (spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                 spec.bias_ffn_out) == (False, False, False, True, True, True)
+            and H and E % H == 0 and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and spec.d_ff
+            and not _unread(spec, "gptlike")):
+        raise TcalcError(f"{spec.name}: no op graph for this gpt_neo layout yet")
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return gptlike.GPTNeo(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
+                          L=spec.n_layers, tied=spec.tie_embeddings, dropout=p,
+                          attention_dropout=pa)
 
 
 def _llama(spec: ModelSpec) -> llama.Llama | None:
@@ -1455,7 +1479,8 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _neox, _gptj, _falcon, _gptlike, _ctrl, _gpt2, _opt, _biogpt, _xglm, _trocr, _gemma4_family,
+    _neox, _gptj, _falcon, _gptlike, _ctrl, _gpt_neo, _gpt2, _opt, _biogpt, _xglm, _trocr,
+    _gemma4_family,
     _gemma3n_family, _mla_family,
     _jamba_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,

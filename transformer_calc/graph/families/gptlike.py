@@ -16,7 +16,12 @@
   point_wise_feed_forward_network): the token embeddings times sqrt(E) plus rows of a
   sinusoidal buffer (no grad), pre-norm layers with biased Wq/Wk/Wv/dense, the softmax in
   the scores' dtype, no dropout on the scores, a ReLU MLP (ffn.0, ffn.2), the final
-  layernorm and a biased LM head."""
+  layernorm and a biased LM head.
+- models/gpt_neo/modeling_gpt_neo.py (GPTNeoForCausalLM, GPTNeoModel, GPTNeoBlock,
+  GPTNeoAttention, GPTNeoSelfAttention, GPTNeoMLP; eager only): GPT-2's layout with bias-free
+  q/k/v_proj and a biased out_proj; Q and K cast to fp32 and multiplied unscaled; the
+  global or local causal pattern a bool buffer (torch.where keeps only it: the model's
+  memory), the model's causal mask added, the softmax in fp32 cast to V's dtype."""
 
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from transformer_calc.graph.families import llama
 from transformer_calc.graph.families.gpt2 import GPT2, new_gelu
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.symbols import Dim
-from transformer_calc.graph.tensor import I64, Tensor
+from transformer_calc.graph.tensor import BOOL, F32, I64, Tensor
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,74 @@ def _ctrl_layer(m: Builder, cfg: Ctrl, x: Tensor, mask: Tensor | None) -> Tensor
         y = ops.relu(m.linear("0", out2, m["F"], True))
         y = m.linear("2", y, E, True)
     return ops.add(out1, m.dropout(y, cfg.resid_pdrop))
+
+
+@dataclass(frozen=True)
+class GPTNeo:
+    """GPTNeoConfig's keys (hidden_size, num_heads, intermediate_size or 4·E, num_layers,
+    max_position_embeddings; resid_dropout and embed_dropout as dropout, attention_dropout).
+    Local and global layers keep the same tensors (their windows differ in a buffer only).
+    GPT-2's symbols."""
+
+    V: int
+    P: int
+    E: int
+    H: int
+    F: int
+    L: int
+    tied: bool = True
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+
+    def sizes(self) -> dict[str, int]:
+        return {"V": self.V, "P": self.P, "E": self.E, "H": self.H, "dh": self.E // self.H,
+                "F": self.F, "L": self.L}
+
+
+def neo_forward(m: Builder, cfg: GPTNeo) -> Tensor:
+    """GPTNeoForCausalLM.forward(input_ids=ids, labels=ids): the loss."""
+    B, T, E, V = m["B"], m["T"], m["E"], m["V"]
+    tr = m.trace
+    ids = tr.input((B, T), I64, "input_ids")
+    with m.module("transformer"):
+        h = m.embedding("wte", ids, V, E)
+        positions = ops.unsqueeze(ops.add(tr.input((T,), I64, "arange"), 0), 0)
+        mask = causal_mask(m, h)  # create_causal_mask: eager's (B, 1, T, T)
+        h = m.dropout(ops.add(h, m.embedding("wpe", positions, m["P"], E)), cfg.dropout)
+        h = m.layers("h", lambda x: _neo_block(m, cfg, x, mask), h, (mask,))
+        h = m.layer_norm("ln_f", h)
+    with m.module("lm_head"):
+        w = m.tied("transformer.wte.weight") if cfg.tied else m.param("weight", V, E)
+        logits = m.lm_head_lora(h, ops.linear(h, w), V)
+    return causal_lm_loss(logits, ids, V)
+
+
+def _neo_block(m: Builder, cfg: GPTNeo, h: Tensor, mask: Tensor) -> Tensor:
+    """GPTNeoBlock.forward: pre-norm attention and MLP (c_fc, gelu_new, c_proj, dropout)."""
+    h = ops.add(_neo_attention(m, cfg, m.layer_norm("ln_1", h), mask), h)
+    with m.module("mlp"):
+        x = new_gelu(m.linear("c_fc", m.layer_norm("ln_2", h), m["F"], True))
+        x = m.dropout(m.linear("c_proj", x, m["E"], True), cfg.dropout)
+    return ops.add(h, x)
+
+
+def _neo_attention(m: Builder, cfg: GPTNeo, x: Tensor, mask: Tensor) -> Tensor:
+    """GPTNeoSelfAttention.forward and _attn, as described above; _merge_heads (permute,
+    contiguous, view), out_proj, resid_dropout."""
+    B, T, E, H, dh, P = m["B"], m["T"], m["E"], m["H"], m["dh"], m["P"]
+    one = Dim.const(1)
+    with m.module("attn"), m.module("attention"):
+        q, k, v = (ops.permute(ops.view(m.linear(name, x, E, False), (B, T, H, dh)), (0, 2, 1, 3))
+                   for name in ("q_proj", "k_proj", "v_proj"))
+        w = ops.matmul(ops.to(q, F32), ops.transpose(ops.to(k, F32), -1, -2))
+        bias = m.trace.tensor((one, one, P, P), BOOL, False, "buffer", "bias")
+        causal = ops.narrow(ops.narrow(bias, 2, 0, T), 3, 0, T)
+        floor = m.trace.tensor((), F32, False)  # torch.tensor(finfo.min)
+        w = ops.add(ops.where(causal, w, floor), mask)
+        w = m.dropout(ops.to(ops.softmax(w), v.dtype), cfg.attention_dropout)
+        out = ops.contiguous(ops.permute(ops.matmul(w, v), (0, 2, 1, 3)))
+        out = m.linear("out_proj", ops.view(out, (B, T, E)), E, True)
+        return m.dropout(out, cfg.dropout)
 
 
 def openai_forward(m: Builder, cfg: OpenAIGPT) -> Tensor:
