@@ -52,7 +52,8 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
-          | opt.OPT | gptlike.GPTBigCode | gptlike.OpenAIGPT | gptlike.Ctrl | gptlike.GPTNeo)
+          | opt.OPT | gptlike.GPTBigCode | gptlike.OpenAIGPT | gptlike.Ctrl | gptlike.GPTNeo
+          | gptlike.Mpt)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -70,6 +71,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     opt.TrOcr: opt.trocr_forward,
     gptlike.GPTBigCode: gptlike.bigcode_forward, gptlike.OpenAIGPT: gptlike.openai_forward,
     gptlike.Ctrl: gptlike.ctrl_forward, gptlike.GPTNeo: gptlike.neo_forward,
+    gptlike.Mpt: gptlike.mpt_forward,
     modernbert.ModernBertDecoder: modernbert.decoder_forward}
 
 
@@ -442,6 +444,27 @@ def _gpt_neo(spec: ModelSpec) -> gptlike.GPTNeo | None:
     return gptlike.GPTNeo(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
                           L=spec.n_layers, tied=spec.tie_embeddings, dropout=p,
                           attention_dropout=pa)
+
+
+def _mpt(spec: ModelSpec) -> gptlike.Mpt | None:
+    """MptForCausalLM (spec_from_hf's fields for it): ALiBi, bias-free LayerNorms and
+    linears, the fused Wqkv, the erf GELU MLP 4·E wide (MptMLP ignores expansion_ratio, so
+    another d_ff is refused), its eager attention. Any other mpt layout is refused."""
+    if spec.model_type != "mpt":
+        return None
+    H, E = spec.n_heads, spec.d_model
+    if not (spec.norm == "layernorm_nobias" and spec.position == "alibi" and spec.ffn == "plain"
+            and spec.activation == "gelu" and spec.fused_qkv and not spec.sdpa_path
+            and spec.softmax_fp32 and spec.norm_position == "pre" and spec.final_norm
+            and not spec.lm_head_bias and spec.d_ff == 4 * E
+            and not any((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                         spec.bias_ffn_out))
+            and spec.attention_dropout in (None, spec.dropout)
+            and H and E % H == 0 and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and not _unread(spec, "gptlike")):
+        raise TcalcError(f"{spec.name}: no op graph for this mpt layout yet")
+    return gptlike.Mpt(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, L=spec.n_layers,
+                       tied=spec.tie_embeddings, dropout=spec.dropout)
 
 
 def _llama(spec: ModelSpec) -> llama.Llama | None:
@@ -1479,7 +1502,8 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _neox, _gptj, _falcon, _gptlike, _ctrl, _gpt_neo, _gpt2, _opt, _biogpt, _xglm, _trocr,
+    _neox, _gptj, _falcon, _gptlike, _ctrl, _gpt_neo, _mpt, _gpt2, _opt, _biogpt, _xglm,
+    _trocr,
     _gemma4_family,
     _gemma3n_family, _mla_family,
     _jamba_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,

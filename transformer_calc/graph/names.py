@@ -52,7 +52,8 @@ from transformer_calc.graph.modules import Run
 from transformer_calc.graph.symbols import Poly, product
 from transformer_calc.graph.trace import OpRecord, Saved
 
-_LAYER = re.compile(r"^(?:transformer\.h|(?:model|gpt_neox|gpt_neox_japanese|backbone|biogpt)"
+_LAYER = re.compile(r"^(?:transformer\.h|transformer\.blocks"
+                    r"|(?:model|gpt_neox|gpt_neox_japanese|backbone|biogpt)"
                     r"\.layers|model\.decoder\.layers)\.(\d+)(?:\.(.*))?$")
 # the norms, by their module's last name: GPT-2's LayerNorms, Llama's RMSNorms
 _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm",
@@ -71,7 +72,8 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "pre_ff_layernorm": "ffn.norm",  # (Falcon's two parallel norms)
           # OPT's and BioGPT's (families/opt.py; the model's final norm outside the layers)
           "self_attn_layer_norm": "attn.norm", "final_layer_norm": "ffn.norm",
-          "layer_norm": "final_norm"}
+          "layer_norm": "final_norm",
+          "norm_1": "attn.norm", "norm_2": "ffn.norm"}  # (MPT's)
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -105,7 +107,8 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "q_b_proj": "attn.q_b_input", "kv_b_proj": "attn.kv_b_input",
            "query_key_value": "attn.input", "dense": "attn.o_input",
            "dense_h_to_4h": "ffn.input", "dense_4h_to_h": "ffn.out_input",
-           "out_proj": "attn.o_input", "fc_in": "ffn.input", "fc_out": "ffn.out_input"}
+           "out_proj": "attn.o_input", "fc_in": "ffn.input", "fc_out": "ffn.out_input",
+           "Wqkv": "attn.input"}  # (MPT's)
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
             "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
@@ -117,7 +120,7 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
             "q_b_proj": "attn.q_b", "kv_a_proj_with_mqa": "attn.kv_a", "kv_b_proj": "attn.kv_b",
             "query_key_value": "attn.qkv", "dense": "attn.o",
             "dense_h_to_4h": "ffn.in", "dense_4h_to_h": "ffn.out", "out_proj": "attn.o",
-            "fc_in": "ffn.in", "fc_out": "ffn.out"}
+            "fc_in": "ffn.in", "fc_out": "ffn.out", "Wqkv": "attn.qkv"}
 # the ops that keep what Gemma 3n's stream rescaling reads (pow, clamp, sqrt, mul, div)
 _RESCALE_ROLES = frozenset(("pow.self", "clamp.self", "sqrt.result", "mul.self", "mul.other",
                             "div.self", "div.other"))
@@ -524,8 +527,8 @@ class _Namer:
             # OPT's (BioGPT's, TrOCR's) functional dropouts in the layer: on the attention's
             # output or on fc2's, as the last op in a module before it says
             last = next(r.scope for r in reversed(self.ops[:s.op_index]) if r.scope != scope)
-            return "decoder.attn.residual_dropout_mask" if ".self_attn" in last else \
-                "decoder.ffn.residual_dropout_mask"
+            return "decoder.attn.residual_dropout_mask" if ".self_attn" in last \
+                or ".attn." in last else "decoder.ffn.residual_dropout_mask"  # (MPT's attn)
         if module == "" and role == "relu.result":  # OPT's activation_fn: fc2's input
             return "decoder.ffn.out_input"
         if module == "" and role == "gelu.self":  # BioGPT's activation_fn: fc1's output
@@ -533,7 +536,7 @@ class _Namer:
         if module == "act_fn":  # xIELU's module: its alphas (1,) and its tensors
             return "decoder.ffn.activation_mask" if role == "where.condition" else \
                 "decoder.ffn.activation"
-        if module in ("mlp", "mlps", "feed_forward"):  # (LongCat-Flash's mlps.i)
+        if module in ("mlp", "mlps", "feed_forward", "ffn"):  # (LongCat-Flash's mlps.i)
             if role in ("mul.other", "native_dropout.result1") and not _has(
                     st.numel.poly, ("F",)):
                 return "decoder.ffn.residual_dropout_mask"
@@ -948,8 +951,10 @@ class _Namer:
                 cached = self.fused and part != "query" and st.name == s.scope
                 return "kv_cache_copies" if cached else "qkv"
             return {"output": "out", "logsumexp": "logsumexp", "attn_mask": "mask"}[part]
-        if st.name.endswith((".c_attn", ".qkv_proj", ".query_key_value")):
+        if st.name.endswith((".c_attn", ".qkv_proj", ".query_key_value", ".Wqkv")):
             return "qkv_output"  # a view of the fused projection's output keeps it whole
+        if role == "masked_fill.mask":
+            return "mask"  # MPT's causal mask cast to bool, one for the layers
         if role in ("softmax.result", "_safe_softmax.result"):
             return "softmax"
         if st.op == "cat" and role.startswith("mul."):

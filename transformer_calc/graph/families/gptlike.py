@@ -21,7 +21,13 @@
   GPTNeoAttention, GPTNeoSelfAttention, GPTNeoMLP; eager only): GPT-2's layout with bias-free
   q/k/v_proj and a biased out_proj; Q and K cast to fp32 and multiplied unscaled; the
   global or local causal pattern a bool buffer (torch.where keeps only it: the model's
-  memory), the model's causal mask added, the softmax in fp32 cast to V's dtype."""
+  memory), the model's causal mask added, the softmax in fp32 cast to V's dtype.
+- models/mpt/modeling_mpt.py (MptForCausalLM, MptModel, MptBlock, MptAttention, MptMLP;
+  eager only): no positions but ALiBi, an fp32 (H, 1, max_seq_len) tensor built each
+  forward and added to the scores (so they turn fp32), the causal mask cast to bool and
+  masked_fill'd (kept by every layer, one storage), the softmax over the fp32 scores cast
+  to V's dtype; bias-free LayerNorms and linears, the fused Wqkv chunked into views, an erf
+  GELU MLP 4·E wide; attn_config.attn_pdrop is every dropout of the layers."""
 
 from __future__ import annotations
 
@@ -229,6 +235,83 @@ def _neo_attention(m: Builder, cfg: GPTNeo, x: Tensor, mask: Tensor) -> Tensor:
         out = ops.contiguous(ops.permute(ops.matmul(w, v), (0, 2, 1, 3)))
         out = m.linear("out_proj", ops.view(out, (B, T, E)), E, True)
         return m.dropout(out, cfg.dropout)
+
+
+@dataclass(frozen=True)
+class Mpt:
+    """MptConfig's keys (d_model, n_heads, n_layers, max_seq_len as P; F = 4·E, MptMLP's
+    width; dropout: attn_config.attn_pdrop). GPT-2's symbols."""
+
+    V: int
+    P: int
+    E: int
+    H: int
+    L: int
+    tied: bool = True
+    dropout: float = 0.0
+
+    @property
+    def attention_dropout(self) -> float:  # (the scores' dropout is attn_pdrop too)
+        return self.dropout
+
+    def sizes(self) -> dict[str, int]:
+        return {"V": self.V, "P": self.P, "E": self.E, "H": self.H, "dh": self.E // self.H,
+                "F": 4 * self.E, "L": self.L}
+
+
+def mpt_forward(m: Builder, cfg: Mpt) -> Tensor:
+    """MptForCausalLM.forward(input_ids=ids, labels=ids): the loss."""
+    B, T, E, V, H, P = m["B"], m["T"], m["E"], m["V"], m["H"], m["P"]
+    tr = m.trace
+    one = Dim.const(1)
+    ids = tr.input((B, T), I64, "input_ids")
+    with m.module("transformer"):
+        h = m.embedding("wte", ids, V, E)
+        # build_mpt_alibi_tensor(H, max_seq_len): int32 positions times fp32 slopes, no grad
+        alibi = tr.tensor((H, one, P), F32, False, name="alibi")
+        with tr.no_grad():  # create_causal_mask(...).to(torch.bool)
+            mask = ops.to(causal_mask(m, h), BOOL)
+        h = m.layers("blocks", lambda x: _mpt_block(m, cfg, x, alibi, mask), h, (alibi, mask))
+        h = _norm_no_bias(m, "norm_f", h)
+    with m.module("lm_head"):
+        w = m.tied("transformer.wte.weight") if cfg.tied else m.param("weight", V, E)
+        logits = m.lm_head_lora(h, ops.linear(h, w), V)
+    return causal_lm_loss(logits, ids, V)
+
+
+def _norm_no_bias(m: Builder, name: str, x: Tensor) -> Tensor:
+    """nn.LayerNorm with its bias set to None: the weight alone."""
+    with m.module(name):
+        return ops.layer_norm(x, m.param("weight", x.shape[-1]), None)
+
+
+def _mpt_block(m: Builder, cfg: Mpt, h: Tensor, alibi: Tensor, mask: Tensor) -> Tensor:
+    """MptBlock.forward: resid_attn_dropout(attn(norm_1(h))) + h; MptMLP(norm_2(h), h):
+    down_proj(gelu(up_proj(x))), dropout, plus the residual."""
+    a = _mpt_attention(m, cfg, _norm_no_bias(m, "norm_1", h), alibi, mask)
+    h = ops.add(m.dropout(a, cfg.dropout), h)
+    x = _norm_no_bias(m, "norm_2", h)
+    with m.module("ffn"):
+        x = m.linear("down_proj", ops.gelu(m.linear("up_proj", x, m["F"], False)), m["E"], False)
+        return ops.add(m.dropout(x, cfg.dropout), h)
+
+
+def _mpt_attention(m: Builder, cfg: Mpt, x: Tensor, alibi: Tensor, mask: Tensor) -> Tensor:
+    """MptAttention.forward: Wqkv(x).chunk(3, dim=2), each reshaped (a view) to (B, T, H, dh)
+    and transposed; Q·Kᵀ · softmax_scale plus the alibi's last T positions; masked_fill;
+    softmax(scores.float()) cast to V's dtype; dropout; · V; permute, contiguous, view;
+    out_proj."""
+    B, T, E, H, dh, P = m["B"], m["T"], m["E"], m["H"], m["dh"], m["P"]
+    with m.module("attn"):
+        qkv = m.linear("Wqkv", x, 3 * (H * dh), False)
+        q, k, v = (ops.transpose(ops.reshape(t, (B, T, H, dh)), 1, 2)
+                   for t in ops.split(qkv, H * dh, 2))
+        w = ops.mul(ops.matmul(q, ops.transpose(k, -1, -2)), dh.value ** -0.5)
+        w = ops.add(w, ops.narrow(alibi, 2, P.value - T.value, T))
+        w = ops.masked_fill(w, mask)
+        w = m.dropout(ops.to(ops.softmax(ops.to(w, F32)), v.dtype), cfg.dropout)
+        out = ops.contiguous(ops.permute(ops.matmul(w, v), (0, 2, 1, 3)))
+        return m.linear("out_proj", ops.view(out, (B, T, E)), E, False)
 
 
 def openai_forward(m: Builder, cfg: OpenAIGPT) -> Tensor:
