@@ -53,7 +53,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
           | opt.OPT | gptlike.GPTBigCode | gptlike.OpenAIGPT | gptlike.Ctrl | gptlike.GPTNeo
-          | gptlike.Mpt)
+          | gptlike.Mpt | gptlike.GraniteSwa)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -71,7 +71,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     opt.TrOcr: opt.trocr_forward,
     gptlike.GPTBigCode: gptlike.bigcode_forward, gptlike.OpenAIGPT: gptlike.openai_forward,
     gptlike.Ctrl: gptlike.ctrl_forward, gptlike.GPTNeo: gptlike.neo_forward,
-    gptlike.Mpt: gptlike.mpt_forward,
+    gptlike.Mpt: gptlike.mpt_forward, gptlike.GraniteSwa: gptlike.granite_swa_forward,
     modernbert.ModernBertDecoder: modernbert.decoder_forward}
 
 
@@ -465,6 +465,25 @@ def _mpt(spec: ModelSpec) -> gptlike.Mpt | None:
         raise TcalcError(f"{spec.name}: no op graph for this mpt layout yet")
     return gptlike.Mpt(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, L=spec.n_layers,
                        tied=spec.tie_embeddings, dropout=spec.dropout)
+
+
+def _granite_swa(spec: ModelSpec) -> gptlike.GraniteSwa | None:
+    """GraniteSWAForCausalLM (spec_from_hf's fields for it): Llama's layers with its eager
+    attention's sinks applied after the softmax (softmax_sink_lse), no SDPA path; its
+    dropout is the attention's. Any other granite_swa layout is refused."""
+    if spec.model_type != "granite_swa":
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    base = None
+    if spec.attention_sinks and spec.softmax_sink_lse and not spec.sdpa_path \
+            and not spec.fused_qkv and spec.qk_norm == "none" and spec.norm_position == "pre":
+        base = _llama(replace(spec, attention_sinks=False, softmax_sink_lse=False,
+                              sdpa_path=True, dropout=0.0, attention_dropout=None))
+    if base is None or any((base.bias_q, base.bias_k, base.bias_v, base.bias_o,
+                            base.bias_mlp_in, base.bias_mlp_out)):
+        raise TcalcError(f"{spec.name}: no op graph for this granite_swa layout yet")
+    fields = {f: getattr(base, f) for f in ("V", "E", "H", "Hkv", "dh", "F", "L", "tied")}
+    return gptlike.GraniteSwa(**fields, attention_dropout=pa)
 
 
 def _llama(spec: ModelSpec) -> llama.Llama | None:
@@ -1502,7 +1521,8 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _neox, _gptj, _falcon, _gptlike, _ctrl, _gpt_neo, _mpt, _gpt2, _opt, _biogpt, _xglm,
+    _neox, _gptj, _falcon, _gptlike, _ctrl, _gpt_neo, _mpt, _granite_swa, _gpt2, _opt,
+    _biogpt, _xglm,
     _trocr,
     _gemma4_family,
     _gemma3n_family, _mla_family,

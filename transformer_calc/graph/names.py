@@ -212,6 +212,11 @@ _CTRL = {"multi_head_attention.Wq": "q_proj", "multi_head_attention.Wk": "k_proj
          "multi_head_attention.Wv": "v_proj", "multi_head_attention.dense": "o_proj",
          "multi_head_attention": "self_attn", "ffn.0": "up_proj", "ffn.2": "down_proj",
          "ffn": "mlp", "layernorm1": "ln_1", "layernorm2": "ln_2"}
+# Granite SWA's sink (families/gptlike.py): what its logsumexp, sigmoid and the output's
+# scaling keep
+_SINK_ROLES = {"logsumexp.self": "sink_scores", "logsumexp.result": "sink_lse",
+               "sigmoid.result": "sink_scale", "mul.self": "sink_input",
+               "mul.other": "sink_scale_cast"}
 _TP = frozenset(("H", "Hkv", "F", "Fe", "Fs"))
 _ROPES = ("model.rotary_emb", "gpt_neox.rotary_emb", "transformer.rotary_emb",
           "gpt_neox_japanese.rotary_emb")  # the model's RoPE table
@@ -284,6 +289,10 @@ DESCRIPTIONS = {
     "decoder.attn.maps_concat": "the two calls' outputs concatenated",
     "decoder.attn.lambda": "λ, 0-d",
     "decoder.attn.softcap_tanh": "tanh of the scores / cap",
+    "decoder.attn.sink_scores": "the masked scores, which the sink's logsumexp keeps",
+    "decoder.attn.sink_lse": "the scores' logsumexp", "decoder.attn.sink_scale":
+    "sigmoid(lse − sink) in fp32", "decoder.attn.sink_input": "A·V, which the sink's scale "
+    "multiplies", "decoder.attn.sink_scale_cast": "the sink's scale cast to A·V's dtype",
     "head.softcap_tanh": "tanh of the logits / cap",
     "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output",
     "decoder.ffn.router": "router scores (softmax; DeepSeek's sigmoid)",
@@ -968,6 +977,11 @@ class _Namer:
             return "scores_clamp_floor"  # its 0-d fp32 finfo.min
         if role == "tanh.result":
             return "softcap_tanh"  # Gemma 2's eager scores: cap · tanh(scores / cap)
+        sink = _SINK_ROLES.get(role)  # Granite SWA's sink after the attention (its scale
+        # a (B, H, T, 1) mul.other, beside a dropout's T² mask)
+        if sink is not None and (role != "mul.other" or not (T2 or _has(st.numel.poly,
+                                                                       ("dh",)))):
+            return sink
         if role in ("mul.other", "native_dropout.result1"):
             return "dropout_mask" if T2 else "residual_dropout_mask"
         if role == "bmm.self":

@@ -27,7 +27,13 @@
   forward and added to the scores (so they turn fp32), the causal mask cast to bool and
   masked_fill'd (kept by every layer, one storage), the softmax over the fp32 scores cast
   to V's dtype; bias-free LayerNorms and linears, the fused Wqkv chunked into views, an erf
-  GELU MLP 4·E wide; attn_config.attn_pdrop is every dropout of the layers."""
+  GELU MLP 4·E wide; attn_config.attn_pdrop is every dropout of the layers.
+- models/granite_swa/modeling_granite_swa.py (GraniteSWAForCausalLM, GraniteSWAModel,
+  GraniteSWADecoderLayer, GraniteSWAAttention with its eager_attention_forward; eager only):
+  Llama's layers (families/llama.py) with Granite's multipliers (the embeddings', each
+  sublayer's output before the residual add, the logits divided by logits_scaling: Python
+  numbers, nothing kept) and a learned sink per head applied after the attention:
+  sigmoid(logsumexp(scores) - sinks) in fp32 scales the output."""
 
 from __future__ import annotations
 
@@ -312,6 +318,71 @@ def _mpt_attention(m: Builder, cfg: Mpt, x: Tensor, alibi: Tensor, mask: Tensor)
         w = m.dropout(ops.to(ops.softmax(ops.to(w, F32)), v.dtype), cfg.dropout)
         out = ops.contiguous(ops.permute(ops.matmul(w, v), (0, 2, 1, 3)))
         return m.linear("out_proj", ops.view(out, (B, T, E)), E, False)
+
+
+@dataclass(frozen=True)
+class GraniteSwa(llama.Llama):
+    """GraniteSWAConfig's keys: Llama's. Its sliding layers' eager mask is another (B, 1, T,
+    T) input the size of the causal one, kept by nothing, so every layer reads one mask."""
+
+
+def granite_swa_forward(m: Builder, cfg: GraniteSwa) -> Tensor:
+    """GraniteSWAForCausalLM.forward(input_ids=ids, labels=ids): the loss."""
+    B, T, E, V = m["B"], m["T"], m["E"], m["V"]
+    tr = m.trace
+    ids = tr.input((B, T), I64, "input_ids")
+    with m.module("model"):
+        h = ops.mul(m.embedding("embed_tokens", ids, V, E), 1.0)  # · embedding_multiplier
+        positions = tr.tensor((T,), I64, False)
+        # one rotary_embs entry per distinct theta (one here), as LlamaRotaryEmbedding
+        cos, sin = llama.rotary_tables(m, h)
+        mask = causal_mask(m, h)
+        h = m.layers("layers", lambda x: _granite_layer(m, cfg, x, cos, sin, mask), h,
+                     (positions, cos, sin, mask))
+        h = llama.rms_norm(m, "norm", h)
+    with m.module("lm_head"):
+        w = m.tied("model.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
+        logits = m.lm_head_lora(h, ops.linear(h, w), V)
+    return causal_lm_loss(ops.div(logits, 1.0), ids, V)  # / logits_scaling
+
+
+def _granite_layer(m: Builder, cfg: GraniteSwa, h: Tensor, cos: Tensor, sin: Tensor,
+                   mask: Tensor) -> Tensor:
+    """GraniteSWADecoderLayer.forward: h + attn(norm(h)) · residual_multiplier, then the
+    MLP's output likewise."""
+    with m.module("self_attn"):
+        a = _granite_attention(m, cfg, llama.rms_norm(m, "input_layernorm", h), cos, sin, mask)
+    h = ops.add(h, ops.mul(a, 1.0))
+    x = llama.rms_norm(m, "post_attention_layernorm", h)
+    return ops.add(h, ops.mul(llama._mlp(m, cfg, x), 1.0))
+
+
+def _granite_attention(m: Builder, cfg: GraniteSwa, x: Tensor, cos: Tensor, sin: Tensor,
+                       mask: Tensor) -> Tensor:
+    """GraniteSWAAttention.forward with its eager_attention_forward: scores · scaling plus
+    the mask; lse = logsumexp(scores); sink_scale = (lse - sinks.view(1, -1, 1)).to(fp32)
+    .sigmoid(); softmax in fp32 cast back, dropout, · V; times
+    sink_scale.unsqueeze(-1).to(the output's dtype); transposed, contiguous; o_proj."""
+    B, T, H, Hkv, dh, G = m["B"], m["T"], m["H"], m["Hkv"], m["dh"], m["G"]
+
+    def heads(name: str, n: Dim) -> Tensor:
+        return ops.transpose(ops.view(m.linear(name, x, n * dh, False), (B, T, n, dh)), 1, 2)
+
+    q, k, v = heads("q_proj", H), heads("k_proj", Hkv), heads("v_proj", Hkv)
+    cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
+    q, k = (llama.apply_rotary(t, cos, sin) for t in (q, k))
+    if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
+        k, v = (ops.cat([t], -2) for t in (k, v))
+    k, v = llama.repeat_kv(k, G), llama.repeat_kv(v, G)
+    w = ops.add(ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), 1.0), mask)  # · scaling
+    sinks = ops.view(m.param("sinks", H), (Dim.const(1), H, Dim.const(1)))
+    scale = ops.sigmoid(ops.to(ops.sub(ops.logsumexp(w), sinks), F32))
+    w = m.dropout(ops.to(ops.softmax(w, F32), q.dtype), cfg.attention_dropout)
+    out = ops.matmul(w, v)
+    out = ops.mul(out, ops.to(ops.unsqueeze(scale, -1), out.dtype))
+    out = ops.contiguous(ops.transpose(out, 1, 2))
+    out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
+    return m.linear("o_proj", out, m["E"], False)
 
 
 def openai_forward(m: Builder, cfg: OpenAIGPT) -> Tensor:
