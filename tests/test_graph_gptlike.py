@@ -8,7 +8,14 @@ Fixtures (read, not changed): the rows of the configs below in tests/data/activa
 (full training and peft LoRA, eager and SDPA where the model has it, fp32 and bf16), all
 measured by tools/measure_activations_hf.py: torch 2.13 CPU, transformers 5.23, peft 0.21.2,
 saved_tensors_hooks, use_cache=False, each storage still held at the end of the forward
-once, parameters and buffers excluded.
+once, parameters and buffers excluded. activations_gptlike_cache_cpu.jsonl holds the same
+forward with use_cache=True (transformers' DynamicCache in training: K and V concatenated
+onto the empty cache, contiguous copies), written by
+
+    python tools/measure_activations_hf.py --use-cache tests/data/hf/variants/{gpt_bigcode-mha,\
+        ctrl-tiny,gpt_neo-local,mpt-tiny,granite_swa-tiny,modernbert-decoder-tiny,\
+        openai-gpt-tiny}.json
+    python tools/measure_activations_hf.py --use-cache -B 1 -T 128 (the same configs)
 
 Tolerance: none.
 """
@@ -20,7 +27,8 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import cache_hits_on_random_draws, measured_rows, row_run
+from graph_rows import cache_hits_on_random_draws, measured_rows
+from graph_rows import row_run as _row_run
 from test_graph import _row_settings, _rules_report
 
 from transformer_calc.errors import TcalcError
@@ -48,9 +56,17 @@ CONFIGS = {"gpt_bigcode-mha.json": GPTBigCode, "openai-gpt-tiny.json": OpenAIGPT
            "gpt_neo-local.json": GPTNeo, "mpt-tiny.json": Mpt,
            "granite_swa-tiny.json": GraniteSwa}
 ROWS = measured_rows(tuple(CONFIGS))
-IDS = ["{}-{}-{}-B{}-T{}-{}".format(
+IDS = ["{}-{}-{}-B{}-T{}-{}{}".format(
     r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-    "-".join(map(str, r.get("lora", ()))) or "full") for r in ROWS]
+    "-".join(map(str, r.get("lora", ()))) or "full", "-cache" if r.get("use_cache") else "")
+    for r in ROWS]
+# the rows without transformers' generation cache (what the rules are compared on)
+PLAIN = [r for r in ROWS if not r.get("use_cache")]
+
+
+def row_run(row: dict) -> Run:
+    """The row's Run, with transformers' use_cache as the row ran it."""
+    return replace(_row_run(row), use_cache=row.get("use_cache", False))
 
 
 def _spec(config: str) -> ModelSpec:
@@ -108,7 +124,7 @@ def test_openai_gpt_keeps_no_position_ids_and_the_rules_miss_the_loss_weight() -
     # memory: the embedding's saved indices are no activation), which the rules count as
     # T int64s (under LoRA the embeddings keep nothing either way); the rules leave out the
     # loss's 0-d total_weight (4 bytes) and, at B = 1, the padded labels (8)
-    for row in (r for r in ROWS if r["config"] == "openai-gpt-tiny.json"):
+    for row in (r for r in PLAIN if r["config"] == "openai-gpt-tiny.json"):
         ids = 0 if row.get("lora") else row["T"] * 8
         labels = 8 if row["B"] == 1 else 0
         assert _rules(row) - row["measured_bytes"] == ids - 4 - labels, row
@@ -119,7 +135,7 @@ def test_gpt_bigcode_math_kernel_copies_q_and_k_at_one_sequence() -> None:
     # in fp32 at B = 1, where the math kernel (dropout on the scores) multiplies Q·Kᵀ over the
     # fused c_attn's views, contiguous copies of Q and K (B·T·E each, every layer): -5.1 %
     fam = family_of(_spec("gpt_bigcode-mha.json"))
-    for row in (r for r in ROWS if r["config"] == "gpt_bigcode-mha.json"):
+    for row in (r for r in PLAIN if r["config"] == "gpt_bigcode-mha.json"):
         B, T = row["B"], row["T"]
         copies = 2 * fam.L * B * T * fam.E * 4 \
             if (row["attention"], row["dtype"], B) == ("sdpa", "fp32", 1) else 0
@@ -131,7 +147,7 @@ def test_gpt_bigcode_math_kernel_copies_q_and_k_at_one_sequence() -> None:
 def test_ctrl_and_gpt_neo_miss_only_small_tensors_in_the_rules(config: str) -> None:
     # the loss's 0-d total_weight and, at B = 1, the padded labels (GPT-Neo's fp32 Q and K
     # copies and its bool pattern, a buffer, the rules have right)
-    for row in (r for r in ROWS if r["config"] == config):
+    for row in (r for r in PLAIN if r["config"] == config):
         labels = 8 if row["B"] == 1 else 0
         assert row["measured_bytes"] - _rules(row) == 4 + labels, row
 
@@ -154,7 +170,7 @@ def test_mpt_keeps_its_causal_mask_as_bool() -> None:
     # MptModel casts create_causal_mask's (B, 1, T, T) mask to bool, and every layer's
     # masked_fill keeps it (one storage), which the rules leave out; and the loss's
     # total_weight, the padded labels at B = 1. -0.6 to -1.2 % in the rules
-    for row in (r for r in ROWS if r["config"] == "mpt-tiny.json"):
+    for row in (r for r in PLAIN if r["config"] == "mpt-tiny.json"):
         B, T = row["B"], row["T"]
         labels = 8 if B == 1 else 0
         assert row["measured_bytes"] - _rules(row) == B * T * T + 4 + labels, row
@@ -178,7 +194,7 @@ def test_granite_swa_keeps_its_sink_scale_cast() -> None:
     # labels at B = 1. -0.13 to -0.21 % in the rules under bf16
     fam = family_of(_spec("granite_swa-tiny.json"))
     assert isinstance(fam, GraniteSwa)
-    for row in (r for r in ROWS if r["config"] == "granite_swa-tiny.json"):
+    for row in (r for r in PLAIN if r["config"] == "granite_swa-tiny.json"):
         B, T = row["B"], row["T"]
         mlp_only = row.get("lora", [0, ""])[1] == "gate_proj,up_proj,down_proj"
         layers = fam.L - 1 if mlp_only else fam.L
@@ -196,7 +212,7 @@ def test_modernbert_decoder_keeps_a_rope_table_per_sequence_and_layer_type() -> 
     fam = family_of(_spec("modernbert-decoder-tiny.json"))
     assert isinstance(fam, ModernBertDecoder) and fam.kinds == "FSF" and fam.window == 128
     dh = fam.E // fam.H
-    for row in (r for r in ROWS if r["config"] == "modernbert-decoder-tiny.json"):
+    for row in (r for r in PLAIN if r["config"] == "modernbert-decoder-tiny.json"):
         B, T = row["B"], row["T"]
         itemsize = 4 if row["dtype"] == "fp32" else 2
         tables = (2 * 2 * B - 2) * T * dh * itemsize
@@ -221,6 +237,24 @@ def test_modernberts_lora_roles_reach_their_modules(config: str) -> None:
         assert result.trainable_params == sum(
             fam.L * 8 * (i + o) for i, o in (widths[t] for t in targets.split(",")))
         assert memory_report(spec, settings).activations.total == result.activation_bytes
+
+
+def test_the_generation_cache_copies_k_and_v_where_matmul_would_not() -> None:
+    # use_cache=True in training: each layer's K and V concatenated onto the empty cache,
+    # contiguous copies that the scores' and the output's matmuls keep. Where those matmuls
+    # copy their non-contiguous operands anyway (B = 2 here, and GPTBigCode's SDPA math
+    # kernel at B = 1, whose own Q and K copies then go) the cache changes nothing; at B = 1
+    # GPTBigCode's and MPT's fused views are foldable, so the copies are new storages
+    cached = {(r["config"], r["attention"], r["dtype"], r["B"]): r["measured_bytes"]
+              for r in ROWS if r.get("use_cache")}
+    plain = {(r["config"], r["attention"], r["dtype"], r["B"]): r["measured_bytes"]
+             for r in PLAIN if not r.get("lora")}
+    changed = {k: cached[k] - plain[k] for k in cached if cached[k] != plain[k]}
+    assert changed == {("gpt_bigcode-mha.json", "eager", "fp32", 1): 131072,
+                       ("gpt_bigcode-mha.json", "eager", "bf16", 1): 65536,
+                       ("gpt_bigcode-mha.json", "sdpa", "fp32", 1): -131072,
+                       ("mpt-tiny.json", "eager", "fp32", 1): 131072,
+                       ("mpt-tiny.json", "eager", "bf16", 1): 65536}
 
 
 # -- which specs map to these graphs ----------------------------------------------------------

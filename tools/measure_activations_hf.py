@@ -74,7 +74,7 @@ DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
 
 def measure(config: dict, attention: str, dtype: str, B: int, T: int,
             lora: tuple[int, str, float] | None = None, experts: str = "eager",
-            autocast: bool = False) -> tuple[int, int]:
+            autocast: bool = False, use_cache: bool = False) -> tuple[int, int]:
     """Saved bytes, and the parameters that train (all of them; under LoRA, peft's);
     autocast: the forward (and its loss) inside torch.autocast("cpu", torch.bfloat16)."""
     import contextlib
@@ -101,7 +101,8 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
     labels = _labels(counted_class(config), cfg)
     with (torch.autocast("cpu", dtype=torch.bfloat16) if autocast
           else contextlib.nullcontext()):
-        return saved_bytes(model, B, T, labels=labels)["saved_bytes"], trainable
+        return saved_bytes(model, B, T, labels=labels, use_cache=use_cache)["saved_bytes"], \
+            trainable
 
 
 def _labels(cls: str, cfg: object) -> Callable[[torch.Tensor], torch.Tensor] | None:
@@ -188,6 +189,8 @@ def main() -> None:
     ap.add_argument("--autocast", action="store_true",
                     help="an fp32 model under CPU autocast to bf16 (rows: dtype fp32, "
                          "autocast bf16)")
+    ap.add_argument("--use-cache", action="store_true",
+                    help="the forward with use_cache=True (the rows say so)")
     args = ap.parse_args()
     if args.mixers:
         for path in args.configs:
@@ -211,7 +214,7 @@ def main() -> None:
                 lora = (args.lora, args.lora_targets, args.lora_dropout) if args.lora else None
                 try:
                     got, trainable = measure(config, attention, dtype, args.B, args.T, lora,
-                                             args.experts, args.autocast)
+                                             args.experts, args.autocast, args.use_cache)
                 except ValueError as e:  # e.g. a class without an SDPA path
                     print(json.dumps({"config": path.name, "attention": attention,
                                       "dtype": dtype, "skipped": str(e)[:100]}))
@@ -224,10 +227,12 @@ def main() -> None:
                     device="cuda" if args.autocast else "cpu",
                     lora_rank=args.lora, lora_targets=tuple(
                         (args.tcalc_targets or args.lora_targets).split(",")),
-                    lora_dropout=args.lora_dropout, experts=args.experts))
+                    lora_dropout=args.lora_dropout, experts=args.experts,
+                    use_cache=args.use_cache))
                 est = report.activations.total
                 print(json.dumps({"config": path.name, "attention": attention, "dtype": dtype,
                                   **({"autocast": "bf16"} if args.autocast else {}),
+                                  **({"use_cache": True} if args.use_cache else {}),
                                   "B": args.B, "T": args.T, "lora": list(lora or ()),
                                   **({"tcalc_targets": args.tcalc_targets}
                                      if args.tcalc_targets else {}),

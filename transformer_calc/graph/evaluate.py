@@ -476,7 +476,8 @@ def _granite_swa(spec: ModelSpec) -> gptlike.GraniteSwa | None:
     pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
     base = None
     if spec.attention_sinks and spec.softmax_sink_lse and not spec.sdpa_path \
-            and not spec.fused_qkv and spec.qk_norm == "none" and spec.norm_position == "pre":
+            and not spec.fused_qkv and spec.qk_norm == "none" and spec.norm_position == "pre" \
+            and spec.head_dim % 2 == 0:  # (rotate_half halves each head)
         base = _llama(replace(spec, attention_sinks=False, softmax_sink_lse=False,
                               sdpa_path=True, dropout=0.0, attention_dropout=None))
     if base is None or any((base.bias_q, base.bias_k, base.bias_v, base.bias_o,
@@ -613,7 +614,8 @@ def _modernbert_decoder(spec: ModelSpec) -> modernbert.ModernBertDecoder | None:
                  spec.bias_ffn_out))
             and set(kinds) <= {"F", "S"} and ("S" not in kinds or spec.sliding_window > 0)
             and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H) and H
-            and E % H == 0 and spec.d_ff and not _unread(spec, "modernbert")):
+            and E % H == 0 and (E // H) % 2 == 0 and spec.d_ff
+            and not _unread(spec, "modernbert")):  # (rotate_half halves each head)
         raise TcalcError(f"{spec.name}: no op graph for this modernbert-decoder layout yet")
     return modernbert.ModernBertDecoder(V=spec.vocab_size, E=E, H=H, F=spec.d_ff,
                                         L=spec.n_layers, kinds=kinds,

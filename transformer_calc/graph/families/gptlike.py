@@ -98,6 +98,8 @@ def _bigcode_attention(m: Builder, cfg: GPTBigCode, x: Tensor, mask: Tensor | No
         qkv = m.linear("c_attn", x, 3 * (H * dh), True)
         qkv = ops.transpose(ops.view(qkv, (B, T, H, 3 * dh)), 1, 2)
         q, k, v = ops.split(qkv, dh, 3)
+        if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
+            k, v = (ops.cat([t], -2) for t in (k, v))
         scaling = dh.value ** -0.5
         if mask is not None:
             out = llama.eager_attention(m, q, k, v, mask, dropout=cfg.attn_pdrop,
@@ -158,6 +160,8 @@ def _ctrl_layer(m: Builder, cfg: Ctrl, x: Tensor, mask: Tensor | None) -> Tensor
     with m.module("multi_head_attention"):
         q, k, v = (ops.transpose(ops.view(m.linear(name, normed, E, True), (B, T, H, dh)), 1, 2)
                    for name in ("Wq", "Wk", "Wv"))
+        if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
+            k, v = (ops.cat([t], -2) for t in (k, v))
         scaling = dh.value ** -0.5
         if mask is not None:  # eager_attention_forward (modeling_ctrl.py): softmax as is
             w = ops.add(ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), scaling), mask)
@@ -232,6 +236,8 @@ def _neo_attention(m: Builder, cfg: GPTNeo, x: Tensor, mask: Tensor) -> Tensor:
     with m.module("attn"), m.module("attention"):
         q, k, v = (ops.permute(ops.view(m.linear(name, x, E, False), (B, T, H, dh)), (0, 2, 1, 3))
                    for name in ("q_proj", "k_proj", "v_proj"))
+        if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
+            k, v = (ops.cat([t], -2) for t in (k, v))
         w = ops.matmul(ops.to(q, F32), ops.transpose(ops.to(k, F32), -1, -2))
         bias = m.trace.tensor((one, one, P, P), BOOL, False, "buffer", "bias")
         causal = ops.narrow(ops.narrow(bias, 2, 0, T), 3, 0, T)
@@ -312,6 +318,8 @@ def _mpt_attention(m: Builder, cfg: Mpt, x: Tensor, alibi: Tensor, mask: Tensor)
         qkv = m.linear("Wqkv", x, 3 * (H * dh), False)
         q, k, v = (ops.transpose(ops.reshape(t, (B, T, H, dh)), 1, 2)
                    for t in ops.split(qkv, H * dh, 2))
+        if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
+            k, v = (ops.cat([t], -2) for t in (k, v))
         w = ops.mul(ops.matmul(q, ops.transpose(k, -1, -2)), dh.value ** -0.5)
         w = ops.add(w, ops.narrow(alibi, 2, P.value - T.value, T))
         w = ops.masked_fill(w, mask)

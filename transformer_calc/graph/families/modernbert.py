@@ -222,6 +222,8 @@ def _decoder_layer(m: Builder, cfg: ModernBertDecoder, h: Tensor,
                    for name in ("q_proj", "k_proj", "v_proj"))
         cos, sin = (ops.unsqueeze(t, 1) for t in table)
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        if m.use_cache:  # (Dynamic|DynamicSlidingWindow)Layer.update: a torch.cat copy
+            k, v = (ops.cat([t], -2) for t in (k, v))
         scaling = float(dh.value) ** -0.5
         if mask is not None and m.run.attention == "eager":
             out = llama.eager_attention(m, q, k, v, mask, dropout=cfg.attention_dropout,
