@@ -17,6 +17,9 @@ onto the empty cache, contiguous copies), written by
         openai-gpt-tiny}.json
     python tools/measure_activations_hf.py --use-cache -B 1 -T 128 (the same configs)
 
+and activations_gpt_bigcode_mqa_cpu.jsonl (gpt_bigcode-mqa.json: gpt_bigcode-mha.json with
+multi_query true) by the same tool: B=2 T=64, -B 1 -T 128, --lora 8, --use-cache -B 1 -T 128.
+
 Tolerance: none.
 """
 
@@ -51,7 +54,8 @@ from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
 # config -> the family its model type maps to
-CONFIGS = {"gpt_bigcode-mha.json": GPTBigCode, "openai-gpt-tiny.json": OpenAIGPT,
+CONFIGS = {"gpt_bigcode-mha.json": GPTBigCode, "gpt_bigcode-mqa.json": GPTBigCode,
+           "openai-gpt-tiny.json": OpenAIGPT,
            "modernbert-decoder-tiny.json": ModernBertDecoder, "ctrl-tiny.json": Ctrl,
            "gpt_neo-local.json": GPTNeo, "mpt-tiny.json": Mpt,
            "granite_swa-tiny.json": GraniteSwa}
@@ -259,7 +263,7 @@ def test_the_generation_cache_copies_k_and_v_where_matmul_would_not() -> None:
 
 # -- which specs map to these graphs ----------------------------------------------------------
 @pytest.mark.parametrize(("config", "change"), [
-    ("gpt_bigcode-mha.json", {"n_kv_heads": 1}), ("gpt_bigcode-mha.json", {"activation": "gelu"}),
+    ("gpt_bigcode-mha.json", {"n_kv_heads": 2}), ("gpt_bigcode-mha.json", {"activation": "gelu"}),
     ("gpt_bigcode-mha.json", {"bias_o": False}), ("gpt_bigcode-mha.json", {"fused_qkv": False}),
     ("gpt_bigcode-mha.json", {"norm_position": "post"}),
     ("gpt_bigcode-mha.json", {"qk_norm": "head"}),
@@ -342,6 +346,8 @@ def _draw(rng):  # type: ignore[no-untyped-def]
                    F=4 * E if kind is OpenAIGPT else rng.choice((8, 24)), L=L,
                    tied=rng.random() < 0.5, resid_pdrop=p, embd_pdrop=p,
                    attn_pdrop=rng.choice((0.0, 0.1)))
+        if kind is GPTBigCode and H > 1 and rng.random() < 0.5:
+            fam = replace(fam, multi_query=True)
         targets = rng.choice((None, "all-linear", "c_attn", "c_fc,c_proj"))
     lora = Lora(8, frozenset(targets.split(",")), rng.choice((0.0, 0.1))) if targets else None
     run = Run(rng.choice((1, 2, 3)), rng.choice((5, 8, 16)), rng.choice((F32, BF16)), "cpu",

@@ -379,8 +379,10 @@ def _gptlike(spec: ModelSpec) -> gptlike.GPTBigCode | gptlike.OpenAIGPT | None:
         return None
     H, E = spec.n_heads, spec.d_model
     bigcode = mt == "gpt_bigcode"
+    multi_query = bigcode and spec.n_kv_heads == 1 and H > 1  # GPTBigCode's multi_query
     if not (spec.norm == "layernorm" and spec.position == "learned" and spec.ffn == "plain"
-            and spec.fused_qkv and H and E % H == 0 and spec.n_kv_heads in (None, H)
+            and spec.fused_qkv and H and E % H == 0
+            and (spec.n_kv_heads in (None, H) or multi_query)
             and spec.d_head in (None, E // H) and spec.d_ff
             and all((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
                      spec.bias_ffn_out))
@@ -389,14 +391,17 @@ def _gptlike(spec: ModelSpec) -> gptlike.GPTBigCode | gptlike.OpenAIGPT | None:
                                         else ("gelu_new", "post", False, False, False))
             and (bigcode or spec.d_ff == 4 * E)
             and not _unread(spec, "gptlike")):
-        raise TcalcError(f"{spec.name}: no op graph for this {mt} layout yet (GPTBigCode's "
-                         "multi_query among them)")
+        raise TcalcError(f"{spec.name}: no op graph for this {mt} layout yet")
     p = spec.dropout
     pa = spec.attention_dropout if spec.attention_dropout is not None else p
-    kind = gptlike.GPTBigCode if bigcode else gptlike.OpenAIGPT
-    return kind(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
-                L=spec.n_layers, tied=spec.tie_embeddings, resid_pdrop=p, embd_pdrop=p,
-                attn_pdrop=pa)
+    if bigcode:
+        return gptlike.GPTBigCode(V=spec.vocab_size, P=spec.max_positions, E=E, H=H,
+                                  F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
+                                  resid_pdrop=p, embd_pdrop=p, attn_pdrop=pa,
+                                  multi_query=multi_query)
+    return gptlike.OpenAIGPT(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
+                             L=spec.n_layers, tied=spec.tie_embeddings, resid_pdrop=p,
+                             embd_pdrop=p, attn_pdrop=pa)
 
 
 def _ctrl(spec: ModelSpec) -> gptlike.Ctrl | None:

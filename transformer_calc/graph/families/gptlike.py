@@ -4,8 +4,8 @@
   GPTBigCodeBlock, GPTBigCodeAttention with its eager_attention_forward or
   integrations/sdpa_attention.py, GPTBigCodeMLP): GPT-2's pre-norm block with nn.Linear
   layers; the fused c_attn viewed as (B, T, H, 3·dh), transposed and split into each head's
-  Q, K and V (multi-head; multi_query's single K/V head is not transcribed); the softmax in
-  fp32 cast back; the tanh GELU.
+  Q, K and V, or (multi_query) unsqueezed and split into Q and one K/V head, repeated for
+  eager (repeat_kv) and SDPA's own GQA; the softmax in fp32 cast back; the tanh GELU.
 - models/openai/modeling_openai.py (OpenAIGPTLMHeadModel, OpenAIGPTModel, Block, Attention,
   MLP): post-norm blocks (ln_1 after the attention's sum, ln_2 after the MLP's) without a
   final norm; position ids a slice of a buffer; Conv1D c_attn split, K permuted to
@@ -49,7 +49,14 @@ from transformer_calc.graph.tensor import BOOL, F32, I64, Tensor
 
 @dataclass(frozen=True)
 class GPTBigCode(GPT2):
-    """GPTBigCodeConfig's keys (multi_query false): GPT-2's symbols and dropouts."""
+    """GPTBigCodeConfig's keys: GPT-2's symbols and dropouts; multi_query: one K/V head."""
+
+    multi_query: bool = False
+
+    def sizes(self) -> dict[str, int]:
+        """GPT-2's, with Hkv K/V heads (1 under multi_query) and G = H / Hkv."""
+        kv = 1 if self.multi_query else self.H
+        return super().sizes() | {"Hkv": kv, "G": self.H // kv}
 
 
 @dataclass(frozen=True)
@@ -95,17 +102,26 @@ def _bigcode_attention(m: Builder, cfg: GPTBigCode, x: Tensor, mask: Tensor | No
     output reshaped to (B, T, E), contiguous, c_proj, resid_dropout."""
     B, T, E, H, dh = m["B"], m["T"], m["E"], m["H"], m["dh"]
     with m.module("attn"):
-        qkv = m.linear("c_attn", x, 3 * (H * dh), True)
-        qkv = ops.transpose(ops.view(qkv, (B, T, H, 3 * dh)), 1, 2)
-        q, k, v = ops.split(qkv, dh, 3)
+        if cfg.multi_query:  # c_attn(x).unsqueeze(1).split((E, dh, dh), dim=3)
+            qkv = ops.unsqueeze(m.linear("c_attn", x, (H + 2) * dh, True), 1)
+            q = ops.narrow(qkv, 3, 0, H * dh)
+            k, v = (ops.view(ops.narrow(qkv, 3, (H.value + i) * dh.value, dh),
+                             (B, m["Hkv"], T, dh)) for i in (0, 1))
+            q = ops.transpose(ops.view(q, (B, T, H, dh)), 1, 2)
+        else:  # .view(B, T, H, 3·dh).transpose(1, 2).split(3 * [dh], dim=3)
+            qkv = m.linear("c_attn", x, 3 * (H * dh), True)
+            qkv = ops.transpose(ops.view(qkv, (B, T, H, 3 * dh)), 1, 2)
+            q, k, v = ops.split(qkv, dh, 3)
+        groups = m["G"]  # num_key_value_groups
         if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
             k, v = (ops.cat([t], -2) for t in (k, v))
         scaling = dh.value ** -0.5
         if mask is not None:
+            k, v = llama.repeat_kv(k, groups), llama.repeat_kv(v, groups)
             out = llama.eager_attention(m, q, k, v, mask, dropout=cfg.attn_pdrop,
                                         scaling=scaling)
         else:
-            out = llama.sdpa_attention(q, k, v, Dim.const(1), dropout=cfg.attn_pdrop,
+            out = llama.sdpa_attention(q, k, v, groups, dropout=cfg.attn_pdrop,
                                        scaling=scaling)
         out = ops.contiguous(ops.reshape(out, (B, T, E)))
         return m.dropout(m.linear("c_proj", out, E, True), cfg.resid_pdrop)
