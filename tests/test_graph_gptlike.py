@@ -303,9 +303,23 @@ def test_gpt_neo_reads_its_residual_and_embedding_dropout() -> None:
     assert isinstance(fam, GPTNeo) and (fam.dropout, fam.attention_dropout) == (0.0, 0.2)
 
 
-def test_gpt2_keeps_its_own_graph() -> None:
-    spec = spec_from_hf(json.loads((DATA / "hf" / "gpt2.json").read_text()))
-    assert type(family_of(spec)).__name__ == "GPT2"
+def test_only_these_model_types_map_to_these_graphs() -> None:
+    mapped: dict[str, set[str]] = {}
+    for path in sorted((DATA / "hf").rglob("*.json")):
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or "model_type" not in data:
+            continue
+        try:
+            fam = family_of(spec_from_hf(data))
+        except TcalcError:
+            continue
+        mapped.setdefault(type(fam).__name__, set()).add(data["model_type"])
+    assert {k: mapped[k] for k in ("GPTBigCode", "OpenAIGPT", "ModernBertDecoder", "Ctrl",
+                                   "GPTNeo", "Mpt", "GraniteSwa")} == {
+        "GPTBigCode": {"gpt_bigcode"}, "OpenAIGPT": {"openai-gpt"},
+        "ModernBertDecoder": {"modernbert-decoder"}, "Ctrl": {"ctrl"}, "GPTNeo": {"gpt_neo"},
+        "Mpt": {"mpt"}, "GraniteSwa": {"granite_swa"}}
+    assert "gpt2" in mapped["GPT2"] and not mapped["GPT2"] & {"gpt_bigcode", "openai-gpt"}
 
 
 # -- the compiled path ------------------------------------------------------------------------
