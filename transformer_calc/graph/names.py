@@ -38,7 +38,7 @@ from transformer_calc.graph.families.gemma3n import Gemma3n
 from transformer_calc.graph.families.gemma4 import Gemma4
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.gptj import GPTJ
-from transformer_calc.graph.families.gptlike import Ctrl
+from transformer_calc.graph.families.gptlike import Ctrl, GraniteSwa
 from transformer_calc.graph.families.jamba import Jamba
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
@@ -387,6 +387,7 @@ class _Namer:
         # ModernBERT's and XLM's modules as the decoders' tables key them
         self.causal = isinstance(family, ModernBertDecoder)  # its layers are a decoder's
         self.ctrl = isinstance(family, Ctrl)
+        self.sink = isinstance(family, GraniteSwa)
         self.renamed = _MODERNBERT if isinstance(family, ModernBert) else \
             _XLM if isinstance(family, XLM) else None
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2 | GPTJ)
@@ -977,8 +978,8 @@ class _Namer:
             return "scores_clamp_floor"  # its 0-d fp32 finfo.min
         if role == "tanh.result":
             return "softcap_tanh"  # Gemma 2's eager scores: cap · tanh(scores / cap)
-        sink = _SINK_ROLES.get(role)  # Granite SWA's sink after the attention (its scale
-        # a (B, H, T, 1) mul.other, beside a dropout's T² mask)
+        sink = _SINK_ROLES.get(role) if self.sink else None  # Granite SWA's sink after
+        # the attention (its scale a (B, H, T, 1) mul.other, beside a dropout's T² mask)
         if sink is not None and (role != "mul.other" or not (T2 or _has(st.numel.poly,
                                                                        ("dh",)))):
             return sink
