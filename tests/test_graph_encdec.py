@@ -247,7 +247,7 @@ def test_other_layouts_keep_the_rules() -> None:
                   spec.replace(final_norm=False), spec.replace(loss_fp32=True),
                   spec.replace(n_kv_heads=2), spec.replace(attention_dropout=0.0),
                   spec.replace(tie_encoder_decoder=False),
-                  spec_from_hf({**base, "model_type": "longt5"})):
+                  spec_from_hf({**base, "model_type": "longt5"}).replace(sdpa_path=True)):
         with pytest.raises(TcalcError, match="no op graph"):
             family_of(other)
 
@@ -310,7 +310,7 @@ def _draw_fsmt(rng: random.Random) -> tuple[Fsmt, Run]:
 @pytest.mark.parametrize("draw", [_draw, _draw_bart, _draw_fsmt], ids=["t5", "bart", "fsmt"])
 def test_compiled_equals_traced_on_random_configurations(draw) -> None:  # type: ignore[no-untyped-def]
     rng = random.Random(20261128)  # noqa: S311 (not cryptography)
-    for _ in range(120):
+    for _ in range(40):
         fam, run = draw(rng)
         assert_compiled_equals_traced(fam, run)
 

@@ -248,7 +248,8 @@ def test_the_generation_cache_copies_k_and_v_where_matmul_would_not() -> None:
     # contiguous copies that the scores' and the output's matmuls keep. Where those matmuls
     # copy their non-contiguous operands anyway (B = 2 here, and GPTBigCode's SDPA math
     # kernel at B = 1, whose own Q and K copies then go) the cache changes nothing; at B = 1
-    # GPTBigCode's and MPT's fused views are foldable, so the copies are new storages
+    # GPTBigCode's and MPT's fused views are foldable, so the copies are new storages (under
+    # multi_query the one K/V head's, repeated afterwards)
     cached = {(r["config"], r["attention"], r["dtype"], r["B"]): r["measured_bytes"]
               for r in ROWS if r.get("use_cache")}
     plain = {(r["config"], r["attention"], r["dtype"], r["B"]): r["measured_bytes"]
@@ -257,6 +258,8 @@ def test_the_generation_cache_copies_k_and_v_where_matmul_would_not() -> None:
     assert changed == {("gpt_bigcode-mha.json", "eager", "fp32", 1): 131072,
                        ("gpt_bigcode-mha.json", "eager", "bf16", 1): 65536,
                        ("gpt_bigcode-mha.json", "sdpa", "fp32", 1): -131072,
+                       ("gpt_bigcode-mqa.json", "eager", "fp32", 1): 32768,
+                       ("gpt_bigcode-mqa.json", "eager", "bf16", 1): 16384,
                        ("mpt-tiny.json", "eager", "fp32", 1): 131072,
                        ("mpt-tiny.json", "eager", "bf16", 1): 65536}
 

@@ -4,7 +4,8 @@
 is over, as Breakdown rows named as tcalc names them) from the model's op graph
 (transformer_calc.graph) wherever the graph expresses the run exactly: a family with a
 graph, transformers' eager or SDPA attention, torch's own kernel choice, full training or
-LoRA over an unquantised base. It returns None elsewhere, and the caller keeps its rules.
+LoRA over an unquantised base or a bitsandbytes one (Llama and Gemma families). It returns
+None elsewhere, and the caller keeps its rules.
 
 The graph derives what the rules enumerate: LoRA, recomputation and autocast compose
 because each op states once what it saves (derivatives.yaml) and requires_grad flows from
@@ -100,7 +101,7 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
     family = _family(spec)
     if family is None:
         return None
-    if _t5_cuda_sdpa(family, s):
+    if _t5_cuda_sdpa(family, s) or _no_global_tokens(family, T):
         return None
     family = _dropout(family, s)
     if family is None:
@@ -115,8 +116,26 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
         lora = _lora(family, s, adapted_roles, spec.peft_moe)
         if lora is None:
             return None
+        if s.quant:
+            lora = _quantised(family, lora, s)
+            if lora is None:
+                return None
     run = _run(s, T, amp, amp16, lora)
+    if s.freeze and not _parts_agree(spec, family, run):
+        return None
     return _breakdown(spec, family, run)
+
+
+def _parts_agree(spec: ModelSpec, family: Family, run: Run) -> bool:
+    """--freeze: the graph's parameters that still train, by its module paths
+    (graph/parts.py), are count_params' trainable ones, by its row names; where they are not,
+    the graph reads a module's part otherwise and does not answer."""
+    from transformer_calc.graph.compile import evaluate_fast
+    from transformer_calc.params import by_category, count_params
+
+    frozen = sum(n for c, n in by_category(count_params(spec)).items() if c in run.frozen)
+    got = evaluate_fast(family, run)
+    return got.params - got.trainable_params == frozen
 
 
 # specs seen, by identity (a sweep asks about one spec thousands of times; hashing a
@@ -146,15 +165,48 @@ def _family(spec: ModelSpec) -> Family | None:
 def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
     """The settings the graph models: transformers' eager or SDPA attention with torch's
     kernel choice, dense attention (or a pattern whose keys cover the sequence),
-    transformers' layers, an unquantised base, nothing frozen by hand."""
+    transformers' layers, an unquantised base or a bitsandbytes one (_bnb)."""
     from transformer_calc.flops import pattern_keys
 
     dense = (pattern is None or getattr(pattern, "kind", "dense") == "dense"
              or pattern_keys(pattern, T) == T)  # type: ignore[arg-type]
     return (dense and s.attention in ("eager", "sdpa") and s.sdpa_kernel == "auto"
             and (spec.sdpa_path or s.attention == "eager")
-            and s.device in ("cpu", "cuda") and s.activations == "hf" and not s.quant
-            and not s.freeze and not s.bnb_legacy)
+            and s.device in ("cpu", "cuda") and s.activations == "hf"
+            and (not s.quant or _bnb(s) is not None) and (bool(s.quant) or not s.bnb_legacy))
+
+
+def _bnb(s: Settings) -> str | None:
+    """The base's bitsandbytes layers as graph/lora.py's Lora names them, or None where the
+    graph does not model the quantised base: a 16-bit compute dtype (the model's), peft's
+    fp32 adapters; Lightning's layers (its LM head quantised, ctx-held inputs outliving
+    backward) keep the rules."""
+    if s.act_bytes != 2 or s.lightning_bnb or s.adapter_bytes != 4 or s.fsdp2_mixed:
+        return None
+    if s.quant in ("bnb-nf4", "bnb-fp4"):
+        return "4bit-legacy" if s.bnb_legacy else "4bit"
+    return "int8" if s.quant == "bnb-int8" else None
+
+
+def _quantised(family: Family, lora: Lora, s: Settings) -> Lora | None:
+    """LoRA over a bitsandbytes base where the family's every Builder.linear is an nn.Linear
+    transformers' replace_with_bnb_linear converts (all but the LM head, which the Llama
+    family runs as ops.linear): the Llama and Gemma families, their own classes."""
+    import dataclasses
+
+    from transformer_calc.graph.families.gemma import Gemma
+    from transformer_calc.graph.families.llama import Llama
+
+    quant = _bnb(s)
+    if type(family) not in (Llama, Gemma) or quant is None:
+        return None
+    lora = dataclasses.replace(lora, quant=quant)
+    # MatMul4Bit before 0.44 and MatMul8bitLt hold A as a ctx attribute, not through
+    # save_for_backward: non-reentrant checkpointing's saved-tensor hooks do not see it, so
+    # under full recomputation each layer's inputs would stay held; unmeasured, the rules answer
+    if lora.base_keeps_input and s.recompute == "full":
+        return None
+    return lora
 
 
 def _t5_cuda_sdpa(family: Family, s: Settings) -> bool:
@@ -164,6 +216,14 @@ def _t5_cuda_sdpa(family: Family, s: Settings) -> bool:
     from transformer_calc.graph.families.t5 import T5
 
     return isinstance(family, T5) and s.device == "cuda" and s.attention == "sdpa"
+
+
+def _no_global_tokens(family: Family, T: int) -> bool:
+    """LongT5's transient-global attention over fewer than global_block_size tokens: no
+    global tokens, zero-size side keys the graph does not express (the rules answer)."""
+    from transformer_calc.graph.families.t5 import T5
+
+    return isinstance(family, T5) and family.global_block > T
 
 
 def _dropout(family: Family, s: Settings) -> Family | None:
@@ -180,17 +240,20 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     from transformer_calc.graph.families.gptlike import Ctrl, GPTNeo, Mpt
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
     from transformer_calc.graph.families.neox import NeoX
+    from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
     from transformer_calc.graph.families.t5 import T5
+    from transformer_calc.graph.families.whisper import Whisper
 
     if s.dropout is None:
         return family
     off: Family
-    if isinstance(family, Mamba | Mamba2):  # no dropout in these models
+    # no dropout in these models (OLMo Hybrid's graph: its attention_dropout 0, as mapped)
+    if isinstance(family, Mamba | Mamba2 | OlmoHybrid):
         on, off = 0.0, family
     elif isinstance(family, T5):
         on = family.dropout
         off = dataclasses.replace(family, dropout=0.0)
-    elif isinstance(family, Bart | Fsmt):
+    elif isinstance(family, Bart | Fsmt | Whisper):
         on = family.dropout or family.attention_dropout or family.activation_dropout
         off = dataclasses.replace(family, dropout=0.0, attention_dropout=0.0,
                                   activation_dropout=0.0)
@@ -227,20 +290,28 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 def _mixer_run(family: Family, s: Settings, autocast: bool,
                adapted_roles: frozenset[str] | None) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
-    Bamba, Falcon-H1 and Jamba are transcribed as transformers' torch path runs them on the
-    CPU (on CUDA transformers calls the mamba_ssm and causal-conv1d kernels where installed),
-    without autocast (no measured row covers autocast over the scans); LoRA where measured
-    (the hybrids' rows)."""
+    Bamba, Falcon-H1, Jamba, OLMo Hybrid and Kimi Linear are transcribed as transformers'
+    torch path runs them on the CPU (on CUDA transformers calls the mamba_ssm, causal-conv1d
+    and fla kernels where installed), without autocast (no measured row covers autocast over
+    the scans); LoRA where measured (the hybrids' rows)."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.jamba import Jamba
+    from transformer_calc.graph.families.kimi_linear import KimiLinear
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
+    from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
 
-    if not isinstance(family, Mamba | Mamba2 | Bamba | FalconH1 | Jamba):
+    hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear
+    if not isinstance(family, Mamba | Mamba2 | hybrids):
         return True
     # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
-    lora_ok = adapted_roles is None or (isinstance(family, Bamba | FalconH1 | Jamba)
+    lora_ok = adapted_roles is None or (isinstance(family, hybrids)
                                         and "lm_head" not in adapted_roles)
+    if isinstance(family, OlmoHybrid | KimiLinear) and adapted_roles is not None \
+            and s.lora_targets != ("all-linear",) and adapted_roles & {"q", "k", "v", "o"}:
+        # the delta attention's q_proj, k_proj, v_proj, o_proj are peft's names too: a
+        # target list adapts both kinds of layer, where tcalc's roles name the attention's
+        lora_ok = False
     return s.device == "cpu" and not autocast and lora_ok
 
 
@@ -291,6 +362,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.opt import OPT
     from transformer_calc.graph.families.rope_encoder import RopeEncoder
     from transformer_calc.graph.families.t5 import T5
+    from transformer_calc.graph.families.whisper import Whisper
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
 
@@ -313,7 +385,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
         table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
     if isinstance(family, T5):
         table = {**_T5_MODULES, "up": "wi_1" if family.gated else "wi"}
-    elif isinstance(family, Bart):
+    elif isinstance(family, Bart | Whisper):
         table = _BART_MODULES
     elif isinstance(family, Fsmt):  # and its output projection, an nn.Linear to peft
         table = {**_BART_MODULES, "head": "output_projection"}
@@ -423,7 +495,8 @@ def _run(s: Settings, T: int, amp: bool, amp16: bool, lora: Lora | None) -> Run:
     else:
         dtype, autocast = (F32 if s.act_bytes == 4 else half), None
     return Run(s.batch_size, T, dtype, s.device, s.attention, autocast,
-               use_cache=s.cache_in_training, lora=lora, recompute=s.recompute)
+               use_cache=s.cache_in_training, lora=lora, recompute=s.recompute,
+               frozen=frozenset(s.freeze))
 
 
 def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:

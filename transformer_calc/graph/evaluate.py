@@ -28,6 +28,7 @@ from transformer_calc.graph.families import (
     gptj,
     gptlike,
     jamba,
+    kimi_linear,
     llama,
     mamba,
     mla,
@@ -35,9 +36,12 @@ from transformer_calc.graph.families import (
     moe,
     mpnet,
     neox,
+    olmo_hybrid,
     opt,
     rope_encoder,
     t5,
+    t5gemma,
+    whisper,
     xlm,
 )
 from transformer_calc.graph.held import held
@@ -52,8 +56,9 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
-          | opt.OPT | gptlike.GPTBigCode | gptlike.OpenAIGPT | gptlike.Ctrl | gptlike.GPTNeo
-          | gptlike.Mpt | gptlike.GraniteSwa)
+          | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear | whisper.Whisper
+          | t5gemma.T5Gemma | gptlike.GPTBigCode | gptlike.OpenAIGPT | gptlike.Ctrl
+          | gptlike.GPTNeo | gptlike.Mpt | gptlike.GraniteSwa)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -68,7 +73,9 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
-    opt.TrOcr: opt.trocr_forward,
+    opt.TrOcr: opt.trocr_forward, olmo_hybrid.OlmoHybrid: olmo_hybrid.forward,
+    kimi_linear.KimiLinear: kimi_linear.forward, whisper.Whisper: whisper.forward,
+    t5gemma.T5Gemma: t5gemma.forward,
     gptlike.GPTBigCode: gptlike.bigcode_forward, gptlike.OpenAIGPT: gptlike.openai_forward,
     gptlike.Ctrl: gptlike.ctrl_forward, gptlike.GPTNeo: gptlike.neo_forward,
     gptlike.Mpt: gptlike.mpt_forward, gptlike.GraniteSwa: gptlike.granite_swa_forward,
@@ -252,10 +259,12 @@ _READS["t5"] = _METADATA | _COMMON | {
     "arch", "n_encoder_layers", "n_decoder_layers", "d_head", "n_kv_heads",
     "relative_buckets", "relative_scope", "t5_dropouts", "norm_keeps_input", "loss_fp32",
     "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out", "final_norm",
-    "norm_position", "tie_encoder_decoder"}
+    "norm_position", "tie_encoder_decoder", "encoder_local_block", "encoder_global_block",
+    "sdpa_path"}
 # the T5 model types: model_type -> (relative_scope, the decoder's output rescaled before
 # the tied lm_head: T5's scale_decoder_outputs, UMT5's tie_word_embeddings, never mT5's)
-_T5S = {"t5": ("first", True), "mt5": ("first", False), "umt5": ("every", True)}
+_T5S = {"t5": ("first", True), "mt5": ("first", False), "umt5": ("every", True),
+        "longt5": ("first", True)}
 
 # BART and Marian (families/bart.py): BartForConditionalGeneration, BartForCausalLM (the
 # decoder alone with its idle cross-attention), MarianMTModel
@@ -264,6 +273,17 @@ _READS["bart"] = _METADATA | _COMMON | {
     "norm_position", "final_norm", "embedding_norm", "loss_fp32", "bias_q", "bias_k",
     "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out", "tie_encoder_decoder",
     "idle_cross_attention", "activation_dropout"}
+
+# T5Gemma (families/t5gemma.py): Gemma 2's fields, two stacks, a vocabulary each
+_READS["t5gemma"] = _READS["gemma"] | {"arch", "n_encoder_layers", "n_decoder_layers",
+                                       "encoder_vocab_size", "tie_encoder_decoder",
+                                       "ffn_dropout", "max_positions"}
+
+# Whisper's decoder (families/whisper.py): WhisperForCausalLM, its cross-attention idle
+_READS["whisper"] = _METADATA | _COMMON | {
+    "norm_position", "final_norm", "embedding_norm", "loss_fp32", "bias_q", "bias_k",
+    "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out", "idle_cross_attention",
+    "activation_dropout", "n_kv_heads", "d_head"}
 
 # FSMT (families/fsmt.py): FSMTForConditionalGeneration, eager only
 _READS["fsmt"] = _READS["bart"] - {"idle_cross_attention"} | {
@@ -303,6 +323,19 @@ _READS["bamba"] = _READS["mamba"] | _COMMON | {
 # Jamba: Bamba's fields (attention and a mixer), Mamba's dt/B/C norms, the experts
 _READS["jamba"] = _READS["bamba"] | {"layer_ffn", "ssm_dt_norms", "n_experts", "top_k",
                                      "d_ff_expert"}
+
+# OLMo Hybrid: OLMo 3's attention fields and the Gated DeltaNet's sizes, the layers' kinds
+_READS["olmo_hybrid"] = _READS["llama"] | {
+    "layer_attention", "mixer", "ssm_inner", "ssm_state", "ssm_heads", "ssm_groups",
+    "ssm_conv", "ssm_chunk", "ssm_conv_bias", "ssm_in_projs", "peft_names_shared"}
+
+# Kimi Linear: the latent attention's and the experts' fields, the delta attention's sizes,
+# the layers' kinds
+_READS["kimi_linear"] = _READS["mla"] | {
+    "layer_attention", "layer_ffn", "mixer", "ssm_inner", "ssm_state", "ssm_heads",
+    "ssm_groups", "ssm_conv", "ssm_chunk", "ssm_conv_bias", "ssm_bias", "ssm_norm",
+    "ssm_in_projs", "peft_names_shared", "router_fp32", "router_topk", "n_experts", "top_k",
+    "n_shared_experts", "d_ff_expert", "d_ff_shared"}
 
 # GPT-2's relatives (families/gptlike.py): their norms' place, the fused c_attn, the biases
 # each has (read as _gpt_bigcode and _openai_gpt require them)
@@ -1233,12 +1266,15 @@ def _t5_family(spec: ModelSpec) -> t5.T5 | None:
             and not any((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o,
                          spec.bias_ffn_in, spec.bias_ffn_out))
             and spec.attention_dropout in (None, spec.dropout)
+            and bool(spec.encoder_local_block) == (model_type == "longt5")
+            and spec.sdpa_path == (model_type != "longt5")  # LongT5: eager only
             and not _unread(spec, "t5")):
         return None
     return t5.T5(V=spec.vocab_size, E=spec.d_model, H=H, dh=dh, F=spec.d_ff,
                  Nb=spec.relative_buckets, Le=spec.n_encoder_layers, Ld=spec.n_decoder_layers,
                  gated=spec.ffn == "gated", act=spec.activation, scale_output=scale,
-                 bias_every_layer=scope == "every", dropout=spec.dropout)
+                 bias_every_layer=scope == "every", dropout=spec.dropout,
+                 local_block=spec.encoder_local_block, global_block=spec.encoder_global_block)
 
 def _bart_family(spec: ModelSpec) -> bart.Bart | None:
     """BART's layout (spec_from_hf's _seq2seq and _seq2seq_decoder for model_type bart, or
@@ -1300,6 +1336,63 @@ def _fsmt_family(spec: ModelSpec) -> fsmt.Fsmt | None:
                      Ld=spec.n_decoder_layers, offset=spec.position_offset,
                      act=spec.activation, tied=spec.tie_embeddings, dropout=spec.dropout,
                      attention_dropout=pa, activation_dropout=spec.activation_dropout)
+
+def _t5gemma(spec: ModelSpec) -> t5gemma.T5Gemma | None:
+    """T5GemmaForConditionalGeneration by its model type (spec_from_hf's _t5gemma: one width
+    for both stacks, a token table each, the head tied to the decoder's or not): Gemma 2's
+    sandwich-normed layers with soft-capped scores, full or sliding by layer_types (one
+    pattern for both stacks), attention biases all or none, no MLP biases; eager only."""
+    if spec.model_type != "t5gemma":
+        return None
+    from transformer_calc.plan import layer_kinds_in_order
+
+    H, Hkv = spec.n_heads, spec.n_kv_heads or spec.n_heads
+    Le, Ld = spec.n_encoder_layers, spec.n_decoder_layers
+    ke = "".join(k[0] for k in layer_kinds_in_order(spec, Le))
+    kd = "".join(k[0] for k in layer_kinds_in_order(spec, Ld))
+    if not (spec.arch == "encoder-decoder" and spec.norm == "rmsnorm" and spec.norm_fp32
+            and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation in ("gelu", "gelu_tanh") and spec.softmax_fp32
+            and spec.sandwich_norm and spec.qk_norm == "none" and not spec.sdpa_path
+            and not spec.tie_encoder_decoder and spec.ffn_dropout
+            and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
+            and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and not set(ke + kd) - {"F", "S"} and H and H % Hkv == 0
+            and spec.head_dim % 2 == 0 and not _unread(spec, "t5gemma")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return t5gemma.T5Gemma(V=spec.vocab_size, Ve=spec.encoder_vocab_size or spec.vocab_size,
+                           E=spec.d_model, H=H, Hkv=Hkv, dh=spec.head_dim, F=spec.d_ff,
+                           Le=Le, Ld=Ld, kinds_e=ke, kinds_d=kd, tied=spec.tie_embeddings,
+                           bias=spec.bias_q, dropout=spec.dropout, attention_dropout=pa,
+                           attn_softcap=spec.attn_softcapping,
+                           final_softcap=spec.logit_softcapping)
+
+
+def _whisper(spec: ModelSpec) -> whisper.Whisper | None:
+    """WhisperForCausalLM by its model type (spec_from_hf's decoder-only Seq2Seq): learned
+    positions without offset, pre-norm layers with a final norm, k_proj without a bias,
+    the head tied, the loss in the logits' dtype; the cross-attention it builds is idle.
+    WhisperForConditionalGeneration (its audio encoder: a tower) keeps the rules."""
+    if spec.model_type != "whisper":
+        return None
+    E, H = spec.d_model, spec.n_heads
+    if not (spec.arch == "decoder" and spec.idle_cross_attention and spec.norm == "layernorm"
+            and spec.norm_position == "pre" and spec.final_norm and not spec.embedding_norm
+            and not spec.loss_fp32 and spec.position == "learned"
+            and spec.position_offset == 0 and spec.ffn == "plain"
+            and spec.activation in whisper.ACTIVATIONS and spec.tie_embeddings
+            and (spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                 spec.bias_ffn_out) == (True, False, True, True, True, True)
+            and spec.n_kv_heads in (None, H) and H and E % H == 0
+            and spec.d_head in (None, E // H) and spec.d_ff
+            and not _unread(spec, "whisper")):
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return whisper.Whisper(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
+                           L=spec.n_layers, act=spec.activation, dropout=spec.dropout,
+                           attention_dropout=pa, activation_dropout=spec.activation_dropout)
+
 
 def _neox(spec: ModelSpec) -> neox.NeoX | None:
     """A GPT-NeoX, GPT-NeoX-Japanese, StableLM, Phi or Persimmon config (spec_from_hf's
@@ -1524,16 +1617,90 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
                        spec.ssm_conv_bias, spec.ssm_bias, pa, spec.experts_grouped)
 
 
+def _olmo_hybrid_family(spec: ModelSpec) -> olmo_hybrid.OlmoHybrid | None:
+    """OlmoHybridForCausalLM (model type olmo_hybrid) as transformers' torch path runs it:
+    each layer OLMo 3's attention (RoPE in fp32, or NoPE) or the Gated DeltaNet
+    (layer_attention F, M), then the gated SiLU MLP, no biases."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "olmo_hybrid":
+        return None
+    kinds = layer_kinds_in_order(spec, spec.n_layers)
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    Hv, Hk = spec.ssm_heads, spec.ssm_groups
+    if not (spec.mixer == "gated_deltanet" and spec.norm == "rmsnorm" and spec.norm_fp32
+            and spec.norm_position == "post" and spec.qk_norm == "width"
+            and spec.position in ("rope", "none") and spec.rope_fp32
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and not spec.attention_dropout
+            and {k[:2] for k in kinds} <= {"FD", "MD"} and H and Hkv and H % Hkv == 0
+            and spec.head_dim >= 2 and spec.head_dim % 2 == 0
+            and Hv and Hk and Hv % Hk == 0 and spec.ssm_inner % Hv == 0
+            and spec.ssm_chunk == olmo_hybrid.CHUNK and spec.ssm_in_projs == 6
+            and not spec.ssm_conv_bias and not spec.fused_qkv and not spec.fused_gate_up
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "olmo_hybrid")):
+        raise TcalcError(f"{spec.name}: no op graph for this olmo_hybrid layout (the graph "
+                         "engine covers OlmoHybridForCausalLM's own layout)")
+    return olmo_hybrid.OlmoHybrid(
+        spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, spec.d_ff, spec.n_layers, Hk,
+        Hv, spec.ssm_state, spec.ssm_inner // Hv, spec.ssm_conv,
+        "".join(k[0] for k in kinds), spec.tie_embeddings, spec.position == "rope")
+
+
+def _kimi_linear_family(spec: ModelSpec) -> kimi_linear.KimiLinear | None:
+    """KimiLinearForCausalLM (model type kimi_linear) as transformers' torch path runs it:
+    each layer latent attention without positions or Kimi Delta Attention (layer_attention
+    F, M), then a dense MLP or DeepSeek-V3's experts (layer_ffn D, E) with the fp32 sigmoid
+    router renormalising its top-k and the shared experts."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "kimi_linear":
+        return None
+    kinds = [kimi_linear.KINDS.get((k[0], k[1]))
+             for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H, dn, dr, dv = spec.n_heads, spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+    X = spec.n_experts
+    Fs = spec.n_shared_experts * spec.shared_ff
+    Hl = spec.ssm_heads
+    if not (spec.mixer == "kda" and spec.norm == "rmsnorm" and spec.position == "none"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and not spec.attention_dropout
+            and spec.norm_position == "pre" and None not in kinds
+            and not spec.q_lora_rank and spec.kv_lora_rank
+            and spec.n_kv_heads in (None, 0, H) and H and min(dn, dr, dv, spec.d_ff) >= 1
+            and Hl and spec.ssm_groups == Hl and spec.ssm_inner == Hl * spec.ssm_state
+            and spec.ssm_chunk == kimi_linear.CHUNK and spec.ssm_in_projs == 3
+            and not spec.ssm_conv_bias and not spec.ssm_bias and spec.ssm_norm
+            and (not X or (spec.router_fp32 and spec.router_topk == "renorm" and Fs > 0))
+            and not (spec.bias_q or spec.bias_v or spec.bias_ffn_in or spec.bias_ffn_out)
+            and spec.bias_k == spec.bias_o
+            and not _unread(spec, "kimi_linear")):
+        raise TcalcError(f"{spec.name}: no op graph for this kimi_linear layout (the graph "
+                         "engine covers KimiLinearForCausalLM's own layout)")
+    layers = "".join(k for k in kinds if k)
+    if X == 0 and set(layers) & {"b", "d"}:
+        raise TcalcError(f"{spec.name}: experts in layer_ffn but no n_experts")
+    return kimi_linear.KimiLinear(
+        V=spec.vocab_size, E=spec.d_model, H=H, Hkv=1, dh=1, F=spec.d_ff, L=spec.n_layers,
+        tied=spec.tie_embeddings, bias_k=spec.bias_k, bias_o=spec.bias_o, q_latent=False,
+        rkv=spec.kv_lora_rank, dn=dn, dr=dr, dv=dv, X=max(X, 1), K=max(spec.top_k, 1),
+        Fe=max(spec.expert_ff, 1), Fs=max(Fs, 1), router="sigmoid", norm_topk=True,
+        shared_expert=True, grouped=spec.experts_grouped, Hl=Hl, dl=spec.ssm_state,
+        Kc=spec.ssm_conv, layers=layers)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gptlike, _ctrl, _gpt_neo, _mpt, _granite_swa, _gpt2, _opt,
-    _biogpt, _xglm,
-    _trocr,
-    _gemma4_family,
-    _gemma3n_family, _mla_family,
-    _jamba_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
+    _biogpt, _xglm, _trocr, _whisper, _t5gemma,
+    _gemma4_family, _gemma3n_family, _kimi_linear_family, _mla_family,
+    _jamba_family, _olmo_hybrid_family, _moe_family, _mamba_family, _bamba_family,
+    _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
     _modernbert, _modernbert_decoder, _rembert, _mpnet, _xlm)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from transformer_calc.graph import ops
+from transformer_calc.graph import autocast, ops
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import DType, Tensor
 
@@ -43,6 +43,15 @@ class Lora:
     dropout: float = 0.0
     dtype: DType | None = None
     parameters: frozenset[str] = frozenset()
+    # the base's bitsandbytes layers (transformers' replace_with_bnb_linear: every nn.Linear
+    # but the LM head): "" none, "4bit" (MatMul4Bit since 0.44), "4bit-legacy" (before 0.44),
+    # "int8" (MatMul8bitLt)
+    quant: str = ""
+
+    @property
+    def base_keeps_input(self) -> bool:
+        """Whether the quantised base's autograd function keeps its input (ops.bnb_matmul)."""
+        return self.quant in ("4bit-legacy", "int8")
 
     def adapts(self, module: str) -> bool:
         """Whether peft adapts the module at this path: a target names it whole or ends it
@@ -65,6 +74,28 @@ def adapted(result: Tensor, x: Tensor, a: Tensor, b: Tensor, lora: Lora) -> Tens
     delta = ops.linear(ops.linear(ops.dropout(x, lora.dropout), a), b)
     result = ops.add(result, ops.mul(delta, LORA_ALPHA / lora.rank))
     return ops.to(result, result_dtype)
+
+
+def adapted_bnb(result: Tensor, x: Tensor, a: Tensor, b: Tensor, lora: Lora) -> Tensor:
+    """peft 0.21's bitsandbytes layers (peft/tuners/lora/bnb.py, Linear4bit.forward and
+    Linear8bitLt.forward) after the base layer's result: 4-bit clones the result ("for 4bit,
+    we need to defensively clone"); requires_conversion = not torch.is_autocast_enabled(),
+    so the input is cast to the adapters' dtype, and the adapters' output back to the
+    result's, only outside autocast; dropout, A, B, the scale, the add."""
+    if lora.quant != "int8":
+        result = ops.clone(result)
+    conversion = autocast.lower_precision(x.trace) is None
+    if conversion:
+        x = ops.to(x, a.dtype)
+    out = ops.linear(ops.linear(ops.dropout(x, lora.dropout), a), b)
+    scale = LORA_ALPHA / lora.rank
+    if lora.quant != "int8":  # 4-bit scales first, 8-bit casts first
+        out = ops.mul(out, scale)
+    if conversion:
+        out = ops.to(out, result.dtype)
+    if lora.quant == "int8":
+        out = ops.mul(out, scale)
+    return ops.add(result, out)
 
 
 def expert_factors(w: Tensor, a: Tensor, b: Tensor, R: Dim) -> tuple[Tensor, Tensor]:

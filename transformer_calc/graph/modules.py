@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from transformer_calc.graph import lora as peft
 from transformer_calc.graph import ops
+from transformer_calc.graph.parts import part
 from transformer_calc.graph.symbols import Dim, Poly, SInt
 from transformer_calc.graph.tensor import F32, DType, Tensor
 from transformer_calc.graph.trace import Trace
@@ -36,15 +37,20 @@ class Run:
     use_cache: bool = False
     lora: peft.Lora | None = None
     recompute: str = "none"
+    # the parts of the model that do not train (--freeze: graph/parts.py's categories)
+    frozen: frozenset[str] = frozenset()
 
 
 def symbol_values(run: Run, sizes: dict[str, int]) -> dict[str, int]:
     """The symbols' values: B, T, the family's sizes, r (LoRA's rank), T32 (T rounded
-    up to a multiple of 32, the memory-efficient kernel's log-sum-exp length) and, with a
-    chunk size Q, Tq (the chunks: T / Q rounded up)."""
+    up to a multiple of 32, the memory-efficient kernel's log-sum-exp length), with a
+    chunk size Q, Tq (the chunks: T / Q rounded up), with a global block Gb, Tg (T / Gb
+    rounded down)."""
     out = {"B": run.batch, "T": run.seq_len, "T32": -(-run.seq_len // 32) * 32, **sizes}
     if "Q" in sizes:  # a chunked scan's chunks: T / Q rounded up (Mamba-2)
         out["Tq"] = -(-run.seq_len // sizes["Q"])
+    if "Gb" in sizes:  # LongT5's transient-global blocks: T / Gb rounded down
+        out["Tg"] = run.seq_len // sizes["Gb"]
     if run.lora is not None:
         out["r"] = run.lora.rank
     for name, v in out.items():
@@ -67,6 +73,7 @@ class Builder:
         self.trace = Trace(run.device, run.autocast)
         self.sizes = symbol_values(run, sizes)
         self.dims: dict[str, Dim] = {}
+        self.layers_end = 0  # the layer indices layers_by_kind used (replayed ones included)
         for name, v in self.sizes.items():
             poly = Poly((((name,), 1),))
             self.dims[name] = Dim(SInt(v, poly) if symbolic else v, poly)
@@ -92,7 +99,7 @@ class Builder:
         the layers are already saved); once it repeats, layer i-1 is replayed for the
         layers left (the replay count a polynomial: the count stays a symbol)."""
         L = self[count]
-        start = len(self.trace.layer_args)
+        start = max(len(self.trace.layer_args), self.layers_end)
 
         def args() -> tuple[Tensor, ...]:
             return (h, *(extras() if callable(extras) else extras))
@@ -129,6 +136,9 @@ class Builder:
             return self.layers(prefix, lambda x: body(x, kind), h, extras(kind))
         traced: dict[tuple[object, ...], tuple[int, Tensor]] = {}
         counts: dict[int, int] = {}
+        # (a second stack's layers follow the first's)
+        start = max(len(self.trace.layer_args), self.layers_end)
+        self.layers_end = start + len(kinds)
         for i, kind in enumerate(kinds):
             state = (kind, *_layer_state(self.trace, h))
             if self.symbolic and state in traced:
@@ -136,12 +146,13 @@ class Builder:
                 counts[j] = counts.get(j, 0) + 1
                 h = self.trace.tensor(out.shape, out.dtype, out.requires_grad,
                                       stride=out.stride)
-                h.storage.layer = i
+                h.storage.layer = start + i
                 continue
-            with self.module(f"{prefix}.{i}"), self.trace.in_layer(i, (h, *extras(kind))):
+            with self.module(f"{prefix}.{i}"), \
+                    self.trace.in_layer(start + i, (h, *extras(kind))):
                 h = body(h, kind)
-            traced[state] = (i, h)
-        self.trace.replay = {j: Dim.const(n) for j, n in counts.items()}
+            traced[state] = (start + i, h)
+        self.trace.replay.update({j: Dim.const(n) for j, n in counts.items()})
         return h
 
     @contextmanager
@@ -150,13 +161,14 @@ class Builder:
             yield
 
     def param(self, name: str, *shape: Dim, adapter: bool = False) -> Tensor:
-        """A parameter of the model's dtype that trains (LoRA: only the adapters, in fp32
-        unless the run gathers them in 16-bit)."""
+        """A parameter of the model's dtype that trains unless its part is frozen (LoRA: only
+        the adapters, in fp32 unless the run gathers them in 16-bit)."""
         lora = self.run.lora
-        trainable = adapter or lora is None
+        full = f"{self.trace.scope}.{name}" if self.trace.scope else name
+        trainable = adapter or (lora is None
+                                and not (self.run.frozen and part(full) in self.run.frozen))
         dtype = ((lora.dtype if lora is not None and lora.dtype else F32) if adapter
                  else self.run.dtype)
-        full = f"{self.trace.scope}.{name}" if self.trace.scope else name
         return self.trace.param(full, shape, dtype, trainable)
 
     def tied(self, name: str) -> Tensor:
@@ -170,6 +182,9 @@ class Builder:
         with self.module(name):
             w = self.tied(tied) if tied else self.param("weight", out, x.shape[-1])
             b = self.param("bias", out) if bias else None
+            lora = self.run.lora
+            if lora is not None and lora.quant and not tied and not matmul:
+                return self._lora(name, x, self._bnb_linear(x, w, b, lora), out, bnb=True)
             if matmul:
                 y = ops.matmul(x, ops.transpose(w, 0, 1))
                 y = y if b is None else ops.add(y, b)
@@ -208,7 +223,17 @@ class Builder:
             return y
         return self._lora("lm_head", x, y, out)
 
-    def _lora(self, name: str, x: Tensor, y: Tensor, out: Dim) -> Tensor:
+    def _bnb_linear(self, x: Tensor, w: Tensor, b: Tensor | None, lora: peft.Lora) -> Tensor:
+        """bitsandbytes' Linear4bit.forward (bitsandbytes/nn/modules.py): the input cast to
+        the compute dtype (the model's 16-bit dtype), MatMul4Bit, the result cast back to the
+        input's dtype; Linear8bitLt.forward: MatMul8bitLt on the input as it is."""
+        if lora.quant == "int8":
+            return ops.bnb_matmul(x, w, b, lora.base_keeps_input)
+        compute = self.run.dtype
+        y = ops.bnb_matmul(ops.to(x, compute), w, b, lora.base_keeps_input)
+        return ops.to(y, x.dtype)
+
+    def _lora(self, name: str, x: Tensor, y: Tensor, out: Dim, bnb: bool = False) -> Tensor:
         lora = self.run.lora
         if lora is None or not lora.adapts(self.trace.scope):  # (inside the module's scope)
             return y
@@ -217,7 +242,7 @@ class Builder:
             a = self.param("weight", r, x.shape[-1], adapter=True)
         with self.module("lora_B"):
             b = self.param("weight", out, r, adapter=True)
-        return peft.adapted(y, x, a, b, lora)
+        return (peft.adapted_bnb if bnb else peft.adapted)(y, x, a, b, lora)
 
     def embedding(self, name: str, ids: Tensor, rows: Dim, width: Dim) -> Tensor:
         with self.module(name):

@@ -40,12 +40,16 @@ from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.gptj import GPTJ
 from transformer_calc.graph.families.gptlike import Ctrl, GraniteSwa
 from transformer_calc.graph.families.jamba import Jamba
+from transformer_calc.graph.families.kimi_linear import KINDS as KIMI_KINDS
+from transformer_calc.graph.families.kimi_linear import KimiLinear
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.modernbert import ModernBert, ModernBertDecoder
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.neox import NeoX
+from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
 from transformer_calc.graph.families.t5 import T5
+from transformer_calc.graph.families.t5gemma import T5Gemma
 from transformer_calc.graph.families.xlm import XLM
 from transformer_calc.graph.held import quadratic_in_t
 from transformer_calc.graph.modules import Run
@@ -195,6 +199,15 @@ _BART_MODULES = {"self_attn": ("attn", ""), "encoder_attn": ("cross", ""),
                  "self_attn_layer_norm": ("attn", "norm"),
                  "encoder_attn_layer_norm": ("cross", "norm"),
                  "final_layer_norm": ("ffn", "norm")}
+# T5Gemma (families/t5gemma.py): a layer's modules -> its sublayer (and norm)
+_T5GEMMA_LAYER = re.compile(r"^model\.(encoder|decoder)\.layers\.\d+(?:\.(.*))?$")
+_T5GEMMA_SUBLAYERS = {"self_attn": "attn", "cross_attn": "cross", "mlp": "ffn"}
+_T5GEMMA_NORMS = {"pre_self_attn_layernorm": "attn.norm",
+                  "post_self_attn_layernorm": "attn.post_norm",
+                  "pre_cross_attn_layernorm": "cross.norm",
+                  "post_cross_attn_layernorm": "cross.post_norm",
+                  "pre_feedforward_layernorm": "ffn.norm",
+                  "post_feedforward_layernorm": "ffn.post_norm"}
 _BART_ADAPTED = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "out_proj": "o", "fc1": "in",
                  "fc2": "out"}
 # DeBERTa's position projections: the relative table's window is their input
@@ -362,6 +375,54 @@ def _has(p: Poly, symbols: Iterable[str]) -> bool:
     return any(wanted.intersection(m) for m, _ in p.terms)
 
 
+def _deltanet(sub: str, proj: str, role: str, s: Saved, adapted: bool) -> str:
+    """A delta-rule mixer's storages (families/olmo_hybrid.py's Gated DeltaNet,
+    families/kimi_linear.py's Kimi Delta Attention), by its submodule (sub), the projection
+    in it (proj) and the op that made each: the projections' inputs, the convolution's input
+    and output, beta and the decays, the L2-normed q and k, the padded inputs, the chunks'
+    (Q, Q) scores and their other terms, the forward substitution's clones, the loop's
+    states and new values, the gated norm."""
+    st, poly = s.storage, s.storage.numel.poly
+    if sub == "o_norm":  # the weight's product keeps the normed output
+        return "mixer.gated_norm.normalized" if role == "mul.other" and st.op == "mul" \
+            else "mixer.gated_norm"
+    if adapted:
+        part = _lora_part(role, s)
+        if part:
+            return f"mixer.{proj}.{part}"
+    if proj == "o_proj":
+        return "mixer.out_proj_input"
+    if proj in ("f_b_proj", "g_b_proj"):  # Kimi's gates' low-rank inner inputs
+        return "mixer.gate_inputs"
+    if proj:
+        return "mixer.input"
+    if sub == "forget_gate":
+        return "mixer.forget_gate"
+    if role == "convolution.input":
+        return "mixer.in_proj_output"
+    if role == "silu.self" and st.op == "convolution":
+        return "mixer.conv_output"
+    if not _has(poly, ("T", "Tq")):
+        # the loop's states (the zeros it starts from; each chunk's); A_log's decay
+        return "mixer.loop" if _has(poly, ("dv", "dl")) else "mixer.beta_g"
+    if st.op in ("sigmoid", "softplus", "neg") or role == "softplus.self":
+        return "mixer.beta_g"
+    if st.op in ("rsqrt", "sqrt", "to", "repeat_interleave") or (
+            role == "mul.self" and st.op in ("silu", "clone")):
+        return "mixer.qk_l2norm"
+    if st.op == "pad":
+        return "mixer.padded_inputs"
+    if role == "masked_fill.mask":
+        return "mixer.chunk_masks"
+    if st.op == "clone":  # Kimi's forward substitution: each row's and block's clones
+        return "mixer.solve"
+    if st.op == "sub":  # each chunk's new values
+        return "mixer.loop"
+    if any(m.count("Q") >= 2 for m, _ in poly.terms):
+        return "mixer.chunk_scores"
+    return "mixer.chunk_terms"
+
+
 class _Namer:
     """Names one trace's saved storages, reading the ops that saved them."""
 
@@ -380,7 +441,7 @@ class _Namer:
                           post_feedforward_layernorm="ffn.norm") \
             if getattr(family, "post_norm", False) else \
             _SANDWICH if getattr(family, "sandwich", False) else _NORMS
-        self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma) else \
+        self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma | T5Gemma) else \
             _COHERE_NORM_PARTS if isinstance(family, Cohere) else \
             _DEBERTA_NORM_PARTS if isinstance(family, Deberta) else _NORM_PARTS
         self.deberta = isinstance(family, Deberta)
@@ -395,10 +456,19 @@ class _Namer:
                              else getattr(family, "attention_dropout", 0.0)) != 0
         self.t5 = isinstance(family, T5)
         self.bart = isinstance(family, Bart | Fsmt)
+        self.t5gemma = isinstance(family, T5Gemma)
         self.mixer = isinstance(family, Mamba | Mamba2)
         # Bamba: a layer's kind (F attention, M the mixer) names its first norm
-        self.kinds = family.kinds if isinstance(family, Bamba) else \
-            family.mixers if isinstance(family, Jamba) else ""
+        self.kinds = family.kinds if isinstance(family, Bamba | OlmoHybrid) else \
+            family.mixers if isinstance(family, Jamba | KimiLinear) else ""
+        # the delta-rule mixers' module (OLMo Hybrid's, Kimi Linear's); OLMo Hybrid: OLMo 3's
+        # post-norms in the attention layers, pre-norms in the others
+        self.olmo_hybrid = isinstance(family, OlmoHybrid)
+        self.delta = "linear_attn" if self.olmo_hybrid else \
+            "self_attn" if isinstance(family, KimiLinear) else ""
+        if self.olmo_hybrid:
+            self.norms = dict(_NORMS, post_attention_layernorm="attn.norm",
+                              post_feedforward_layernorm="ffn.norm")
         self.encoder = isinstance(family, Bert)
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
@@ -431,6 +501,8 @@ class _Namer:
             return self._bart(scope, role, s)
         if self.ctrl:
             return self._ctrl(scope, role, s)
+        if self.t5gemma:
+            return self._t5gemma(scope, role, s)
         if self.renamed is not None:  # encoders named as the decoders' layers are
             name = self._modernbert(scope, role, s)
             return "encoder." + name.removeprefix("decoder.") \
@@ -506,6 +578,16 @@ class _Namer:
         rest = (layer.group(2) or "") if layer else ""
         if self.mixer or rest.startswith("mamba"):
             return "decoder." + self._mixer(rest, role, s)
+        if self.delta and s.layer is not None and self.kinds[s.layer] == "M":
+            if rest.startswith(self.delta):
+                parts = rest.split(".")[1:]
+                proj = next((p for p in parts if p.endswith("_proj")), "")
+                lora = self.run.lora
+                adapted = bool(proj) and lora is not None and lora.adapts(scope)
+                return "decoder." + _deltanet(parts[0] if parts else "", proj, role, s,
+                                              adapted)
+            if self.olmo_hybrid and module == "post_attention_layernorm":
+                return "decoder." + self._norm("ffn.norm", role)  # the MLP's pre-norm
         if self.kinds and module == "input_layernorm" and s.layer is not None \
                 and self.kinds[s.layer] == "M":
             return "decoder." + self._norm("mixer.norm", role)
@@ -529,7 +611,7 @@ class _Namer:
         moe = self._moe(rest, role, s) if self.moe else None
         if moe is not None:
             return "decoder." + moe
-        if module in _INPUTS and role in ("mm.self", "addmm.self"):
+        if module in _INPUTS and role in ("mm.self", "addmm.self", "bnb_matmul.A"):
             return "decoder." + _INPUTS[module]
         if module in ("attn", "self_attn", "attention", "self_attention"):
             return "decoder.attn." + self._attention(role, s)
@@ -624,6 +706,8 @@ class _Namer:
         if role == "embedding.indices":
             # (each stack's token ids: the input ids and the shifted labels)
             return ("embed.token_ids" if st.name in ("input_ids", "decoder_input_ids")
+                    else f"{stack}.attn.side_buckets"  # LongT5's transient-global (B, T, Tg)
+                    if st.name == "side_relative_position_bucket"
                     else f"{stack}.attn.relative_buckets")
         layer = _T5_LAYER.match(scope)
         if layer is None:
@@ -646,6 +730,8 @@ class _Namer:
             return prefix + "causal_mask"
         if rest == "layer_norm":
             return prefix + "norm." + _T5_NORM_PARTS[role]
+        if module == "global_input_layer_norm":  # LongT5's transient-global inputs' norm
+            return prefix + "global_norm." + _T5_NORM_PARTS[role]
         lora = self.run.lora
         if module in _T5_INPUTS and lora is not None and lora.adapts(scope):
             part = _lora_part(role, s)
@@ -661,7 +747,26 @@ class _Namer:
             return prefix + "residual_dropout_mask"
         if module == "DenseReluDense":
             return prefix + ("inner_dropout_mask" if dropout else "activation")
+        if module in ("LocalSelfAttention", "TransientGlobalSelfAttention"):
+            if st.name == "one_hot_block_ids":  # the global aggregates' einsum keeps it
+                return prefix + "global_one_hot"
+            return prefix + self._local_attention(role, s, dropout)
         return prefix + self._attention(role, s)
+
+    def _local_attention(self, role: str, s: Saved, dropout: bool) -> str:
+        """LongT5's local attention core: its two einsums' operands (bmm's, or a product
+        where the contracted size is 1), the fp32 softmax, the dropout's noise."""
+        if role == "softmax.result":
+            return "softmax"
+        if dropout:
+            return "dropout_mask"
+        out = product(self.ops[s.op_index].shape).poly  # the scores: (Q, 3Q) per block
+        scores = any(m.count("Q") >= 2 for m, _ in out.terms)
+        first = role in ("bmm.self", "mul.self")
+        if not scores:
+            return ("dropout_output" if self.attn_dropout else "softmax_cast") if first \
+                else "v"
+        return "q" if first else "k"
 
     def _bart(self, scope: str, role: str, s: Saved) -> str:
         """BART's, Marian's and FSMT's storages: a layer's as its sublayer's (encoder.attn.*,
@@ -705,11 +810,56 @@ class _Namer:
                 return prefix + "out"
         return prefix + part
 
+    def _t5gemma(self, scope: str, role: str, s: Saved) -> str:
+        """T5Gemma's storages: a layer's as its sublayer's (encoder.attn.*, decoder.cross.*,
+        decoder.ffn.post_norm.*), the encoder's output the cross-attention reads (once for
+        the model), each stack's embeddings, scale, RoPE tables and final norm, the head's."""
+        st = s.storage
+        if st.name.endswith("rotary_emb"):
+            return "rope.cos_sin"
+        layer = _T5GEMMA_LAYER.match(scope)
+        if layer is None:
+            last = scope.rsplit(".", 1)[-1]
+            if last in ("encoder", "decoder") and role == "mul.other" \
+                    and st.name == "normalizer":
+                return "embed.scale"  # torch.tensor(hidden_size ** 0.5), per stack
+            if last in ("encoder", "decoder") and role in ("mul.other",
+                                                           "native_dropout.result1"):
+                return f"{last}.final_dropout_mask" if st.name.endswith(".norm") \
+                    else "embed.dropout_mask"
+            if last == "norm":
+                return scope.split(".")[1] + "." + self._norm("final_norm", role)
+            if scope == "lm_head.out_proj" and role == "mm.self":
+                return "head.input"
+            return self._outside(scope, role, s)
+        stack, rest = layer.group(1), layer.group(2) or ""
+        if stack == "decoder" and st.name.startswith("model.encoder"):
+            return "decoder.cross.encoder_output"  # once for the model, read by every layer
+        first, _, tail = rest.partition(".")
+        if first in _T5GEMMA_NORMS:
+            return f"{stack}." + self._norm(_T5GEMMA_NORMS[first], role)
+        if not first:  # the layer's residual dropouts
+            return f"{stack}.residual_dropout_mask"
+        sub = _T5GEMMA_SUBLAYERS[first]
+        prefix = f"{stack}.{sub}."
+        if not tail:
+            if sub == "ffn":  # the gate's GELU, the product's dropout
+                return prefix + "activation"
+            return prefix + self._attention(role, s)
+        lora = self.run.lora
+        if lora is not None and lora.adapts(scope):
+            part = _lora_part(role, s)
+            if part:
+                return f"{prefix}{_ADAPTED[tail].split('.')[1]}.{part}"
+        return prefix + _INPUTS[tail].split(".")[1]
+
     def _outside(self, scope: str, role: str, s: Saved) -> str:
         last = scope.rsplit(".", 1)[-1]
         if role == "embedding.indices":
             return "embed.position_ids" if last in ("wpe", "embed_positions") \
                 else "embed.token_ids"
+        if role == "index.indices0" and last == "embed_positions":  # Whisper's weight[ids]
+            return "embed.position_ids"
         if last == "layernorm_embedding":  # TrOCR's norm of the embeddings' sum
             return "embed." + self._norm("norm", role, s)
         if last in ("project_in", "project_out"):  # OPT's projections of the embeddings
@@ -729,7 +879,7 @@ class _Namer:
                 and lora.adapts(scope):
             part = _lora_part(role, s)  # peft's lm_head target (transformer_calc.lora)
             return f"head.lm.{part}" if part else "head.input"
-        if scope in ("lm_head", "embed_out", "output_projection") \
+        if scope in ("lm_head", "embed_out", "output_projection", "proj_out") \
                 and role in ("mm.self", "addmm.self"):
             return "head.input"
         if role == "tanh.result" and not scope:
@@ -1079,6 +1229,8 @@ def _lora_part(role: str, s: Saved) -> str | None:
     dropout's output, made in the layer); None: the input as the base layer reads it."""
     if role in ("mul.other", "native_dropout.result1"):
         return "lora_dropout_mask"
+    if role == "bnb_matmul.A":  # a bitsandbytes base's input (ops.bnb_matmul)
+        return None
     if role not in ("mm.self", "addmm.self"):
         raise ValueError(f"no component name for {role} in the adapted {s.scope}")
     if _has(s.storage.numel.poly, ("r",)):
@@ -1118,10 +1270,16 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
     # the plan's group of each layer where layers differ (plan._group_name: an MoE's dense
     # or moe layers, Gemma 2/3's sliding or full ones), as the rules name their rows
     pattern, groups = "", {}
-    if isinstance(family, Moe) and len(set(family.pattern)) > 1:
+    if isinstance(family, KimiLinear):  # the mixer's and the MLP's kind, as the rules' stacks
+        names = {"F": "full", "M": "linear", "D": "dense", "E": "moe"}
+        groups = {v: f"{names[k[0]]}.{names[k[1]]}" for k, v in KIMI_KINDS.items()}
+        pattern = family.layers if len(set(family.layers)) > 1 else ""
+    elif isinstance(family, Moe) and len(set(family.pattern)) > 1:
         pattern, groups = family.pattern, {"D": "dense", "E": "moe"}
     elif isinstance(family, Gemma | Llama) and len(set(family.kinds)) > 1:
         pattern, groups = family.kinds, {"S": "sliding", "F": "full", "N": "nope"}
+    elif isinstance(family, OlmoHybrid) and len(set(family.kinds)) > 1:
+        pattern, groups = family.kinds, {"M": "linear", "F": "full"}
     # (name, in layer, group) -> (layer, replayed) -> [bytes, how many]
     per: dict[tuple[str, bool, str], dict[tuple[int | None, bool], list[Poly]]] = {}
     traced: set[int] = set()  # storages met once: a second item is its layer's replays

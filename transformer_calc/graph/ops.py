@@ -594,6 +594,22 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
         return out
 
 
+def bnb_matmul(x: Tensor, w: Tensor, b: Tensor | None, keeps_input: bool) -> Tensor:
+    """One bitsandbytes autograd function over a frozen quantised weight w (out, in), as
+    ONE op: MatMul4Bit (bitsandbytes/autograd/_functions.py) dequantises w to x's dtype and
+    runs F.linear(x, w, b); since 0.44 it keeps only the quantised weight
+    (ctx.tensors = (None, B)), before 0.44 its input too (ctx.tensors = (A, B), whenever A
+    needs a gradient). MatMul8bitLt keeps A likewise in every version (ctx.tensors = (CAt,
+    subA, A): CAt only for the weight's gradient, which a frozen base has none of; subA,
+    the outlier columns above llm_int8_threshold, is data-dependent and not counted). The
+    quantised weight is a parameter, not an activation. FLOPs: the matmul's, 2·rows·in·out
+    (FlopCounterMode sees the F.linear of the dequantised weight)."""
+    out = _new(x, x.shape[:-1] + (w.shape[0],), x.dtype, _rg(x, w, b))
+    x.trace.record("bnb_matmul", out, [("A", x, keeps_input)],
+                   flops=2 * _rows(x) * x.shape[-1] * w.shape[0])
+    return out
+
+
 def conv1d_gpt2(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     """transformers' pytorch_utils.Conv1D.forward: addmm(bias, x.view(-1, nx), weight)
     viewed back (the weight stored (in, out), not transposed)."""
@@ -836,7 +852,8 @@ def _einsum_operand(t: Tensor, labels: str, order: list[str]) -> Tensor:
 
 
 def _sumproduct_pair(left: Tensor, right: Tensor, sum_dims: list[int]) -> Tensor:
-    """aten's sumproduct_pair(left, right, sum_dims, keepdim=True)."""
+    """aten's sumproduct_pair(left, right, sum_dims, keepdim=True) (torch 2.13's
+    aten/src/ATen/native/Linear.cpp, its swap_lo_ro included)."""
     if not sum_dims:
         return mul(left, right)
     one = Dim.const(1)
@@ -862,6 +879,10 @@ def _sumproduct_pair(left: Tensor, right: Tensor, sum_dims: list[int]) -> Tensor
         else:
             ro.append(i)
             ro_size = ro_size * right.shape[i]
+    if lo and ro and ro[-1] < lo[0]:
+        # swap_lo_ro: the right operand's output dims all come before the left's: bmm runs
+        # with the operands swapped, so its output is laid out in the output's order
+        left, right, lo, ro, lo_size, ro_size = right, left, ro, lo, ro_size, lo_size
     out_shape = tuple([left.shape[d] for d in lro] + [left.shape[d] for d in lo]
                       + [one for _ in sum_dims] + [right.shape[d] for d in ro])
     lperm = tuple(lro + lo + sum_dims + ro)
@@ -873,3 +894,35 @@ def _sumproduct_pair(left: Tensor, right: Tensor, sum_dims: list[int]) -> Tensor
     rhs = reshape(permute(right, rperm), (lro_size, sum_size, ro_size))
     out = bmm(lhs, rhs)
     return permute(view(out, out_shape), tuple(operm))
+
+
+# -- chunked delta rules: triangular solves, contiguous casts --------------------------------------
+def to_contiguous(t: Tensor, dtype: DType) -> Tensor:
+    """Tensor.to(dtype, memory_format=torch.contiguous_format): the tensor itself where the
+    dtype is already dtype (aten's to_will_alias: suggest_memory_format is contiguous for
+    any tensor not laid out channels-last), else a contiguous copy (ToCopyBackward0 keeps
+    nothing)."""
+    if t.dtype == dtype:
+        return t
+    out = _new(t, t.shape, dtype, t.requires_grad and dtype.floating)
+    t.trace.record("to", out)
+    return out
+
+
+def solve_triangular(a: Tensor, b: Tensor) -> Tensor:
+    """torch.linalg.solve_triangular(a, b, upper=False, unitriangular=True): the result laid
+    out column-major in its last two dimensions (LAPACK's trsm writes it so; measured).
+    derivatives.yaml linalg_solve_triangular: self, A: linalg_solve_triangular_backward(grad,
+    A, result, ...): one formula for both inputs, so A and the result are kept whenever the
+    node exists. No FLOPs (torch.utils.flop_counter has no formula for it)."""
+    sizes = tuple(d.value for d in b.shape)
+    inner = contiguous_strides(sizes[:-2] + (sizes[-1], sizes[-2]))
+    stride = inner[:-2] + (inner[-1], inner[-2])
+    out = _new(b, b.shape, promote(a.dtype, b.dtype), _rg(a, b), stride)
+    b.trace.record("linalg_solve_triangular", out, [("A", a, True), ("result", out, True)])
+    return out
+
+
+def log(a: Tensor) -> Tensor:
+    """derivatives.yaml log: self: grad.div(self.conj()): keeps its input."""
+    return _unary_saving("log", a, "self")

@@ -395,7 +395,7 @@ def repeat_kv(x: Tensor, groups: Dim) -> Tensor:
     return ops.reshape(x, (B, Hkv * groups, T, dh))
 
 
-def eager_attention(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, *,
+def eager_attention(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *,
                     dropout: float, scaling: float, softcap: float = 0.0) -> Tensor:
     """eager_attention_forward (modeling_llama.py): scores · scaling plus the mask,
     softmax in fp32 cast back to the query's dtype, dropout, the product with V,
@@ -404,7 +404,8 @@ def eager_attention(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, *
     w = ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), scaling)
     if softcap:
         w = ops.mul(ops.tanh(ops.div(w, softcap)), softcap)
-    w = ops.add(w, mask)
+    if mask is not None:  # (T5Gemma's cross-attention has none)
+        w = ops.add(w, mask)
     w = ops.to(ops.softmax(w, F32), q.dtype)
     w = m.dropout(w, dropout)
     return ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))

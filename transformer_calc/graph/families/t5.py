@@ -4,7 +4,9 @@ T5LayerCrossAttention, T5Attention with its relative position bias, eager_attent
 or integrations/sdpa_attention.py with create_position_bias_mask, T5LayerFF with
 T5DenseActDense or T5DenseGatedActDense, T5LayerNorm); models/mt5/modeling_mt5.py (the
 same code); models/umt5/modeling_umt5.py (a relative position bias in every layer's
-self-attention, cross-attention's zero bias made in every layer).
+self-attention, cross-attention's zero bias made in every layer);
+models/longt5/modeling_longt5.py (LongT5ForConditionalGeneration: T5's decoder, the encoder's
+self-attention LongT5LocalAttention over blocks of local_radius + 1 tokens, eager only).
 
 The measurement's forward is model(input_ids=ids, labels=ids): the encoder reads ids, the
 decoder _shift_right(labels), a new (B, T) int64 tensor; both stacks run T tokens (the
@@ -38,7 +40,11 @@ class T5:
 
     gated: feed_forward_proj "gated-*" (wi_0, wi_1); act: dense_act_fn; scale_output: the
     decoder's output times d_model^-0.5 before the tied lm_head (T5's scale_decoder_outputs,
-    UMT5's tie_word_embeddings); bias_every_layer: UMT5's relative bias in each layer."""
+    UMT5's tie_word_embeddings); bias_every_layer: UMT5's relative bias in each layer;
+    local_block: LongT5's local attention in the encoder, blocks of Q = local_radius + 1
+    tokens (symbol Tq: the blocks, T / Q rounded up); global_block: with it, LongT5's
+    transient-global attention, every block also attending the sums of each Gb tokens
+    (symbol Tg: T / Gb rounded down)."""
 
     V: int
     E: int
@@ -53,10 +59,15 @@ class T5:
     scale_output: bool = True
     bias_every_layer: bool = False
     dropout: float = 0.1
+    local_block: int = 0
+    global_block: int = 0
 
     def sizes(self) -> dict[str, int]:
+        local = {"Q": self.local_block} if self.local_block else {}
+        if self.global_block:
+            local["Gb"] = self.global_block
         return {"V": self.V, "E": self.E, "H": self.H, "dh": self.dh, "F": self.F,
-                "Nb": self.Nb, "Le": self.Le, "Ld": self.Ld}
+                "Nb": self.Nb, "Le": self.Le, "Ld": self.Ld, **local}
 
 
 def forward(m: Builder, cfg: T5) -> Tensor:
@@ -90,6 +101,15 @@ def _stack(m: Builder, cfg: T5, ids: Tensor, shared: Tensor, enc: Tensor | None)
     decoder = enc is not None
     h = m.dropout(ops.embedding(shared, ids), cfg.dropout)
     mask = causal_mask(m, h) if decoder and m.run.attention == "eager" else None
+    if cfg.local_block and not decoder:
+        # LongT5Stack: _get_local_attention_mask over torch.ones(B, T): a (B, 1, Tq, Q, 3Q)
+        # bool mask, no gradient
+        if m.run.attention != "eager":
+            raise ValueError("LongT5 runs eager attention only (transformers 5.23)")
+        one, Q = Dim.const(1), m["Q"]
+        mask = m.trace.input((m["B"], one, m["Tq"], Q, Q * 3), BOOL, "local_attention_mask")
+        if cfg.global_block:  # transient-global: the (B, T) float attention_mask of ones
+            mask = m.trace.input((m["B"], m["T"]), F32, "attention_mask")
     biases: list[Tensor] = []
 
     def block(x: Tensor) -> Tensor:
@@ -134,6 +154,11 @@ def _self_attention(m: Builder, cfg: T5, h: Tensor, mask: Tensor | None,
     """T5LayerSelfAttention.forward: layer_norm, SelfAttention (is_causal in the decoder),
     h + dropout(output); the position bias returned for the next blocks."""
     x = t5_layer_norm(m, "layer_norm", h)
+    if cfg.local_block and not decoder:  # LongT5LayerLocalSelfAttention
+        name = "TransientGlobalSelfAttention" if cfg.global_block else "LocalSelfAttention"
+        with m.module(name):
+            out, bias = _local_attention(m, cfg, x, bias)
+        return ops.add(h, m.dropout(out, cfg.dropout)), bias
     with m.module("SelfAttention"):
         out, bias = _attention(m, cfg, x, x, mask, bias, causal=decoder,
                                relative=True, cached=decoder)
@@ -186,6 +211,98 @@ def _attention(m: Builder, cfg: T5, x: Tensor, kv: Tensor, mask: Tensor | None,
         out = _sdpa(m, cfg, q, k, v, bias, causal)
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
     return m.linear("o", out, m["E"], False), bias
+
+
+def _local_attention(m: Builder, cfg: T5, x: Tensor, bias: Tensor | None
+                     ) -> tuple[Tensor, Tensor]:
+    """LongT5LocalAttention.forward (LongT5TransientGlobalAttention.forward: _global first):
+    q, k, v viewed as (B, T, H, dh); _split_into_blocks (padded to Tq·Q where T is no
+    multiple of Q: F.pad, a new tensor; reshaped to (B, Tq, Q, H, dh));
+    _concatenate_3_blocks for K and V (padded by a block on each side, three slices
+    concatenated: (B, Tq, 3Q, H, dh), a new tensor); the scores
+    einsum("...qhd,...khd->...hqk"); the first layer's bias: compute_bias(Q) ((Q, 3Q)
+    buckets through relative_attention_bias, permuted, (1, 1, H, Q, 3Q)) plus
+    torch.where(local mask > 0, 0.0, -1e10) (a new fp32 tensor) transposed: a
+    (B, Tq, H, Q, 3Q) tensor in the promoted dtype, which the later layers are passed;
+    scores += bias (in place: the scores' dtype); softmax(scores.float()).type_as(scores);
+    dropout; einsum("...hqk,...khd->...qhd") with V; made contiguous, viewed
+    (B, Tq·Q, H·dh), the first T tokens (a view), o."""
+    B, T, H, dh, Q, Tq = m["B"], m["T"], m["H"], m["dh"], m["Q"], m["Tq"]
+    pad = Tq * Q + Dim(-T.value, -T.poly)  # -T % Q
+
+    def heads(y: Tensor) -> Tensor:
+        return ops.view(y, (B, y.shape[1], H, dh))
+
+    def blocks(y: Tensor) -> Tensor:  # _split_into_blocks(dim=1)
+        if pad.value > 0:
+            y = ops.pad(y, pad, 1)
+        return ops.reshape(y, (B, Tq, Q, *y.shape[2:]))
+
+    def three(y: Tensor) -> Tensor:  # _concatenate_3_blocks(block_dim=1, sequence_dim=2)
+        y = ops.pad(y, 2, 1)
+        return ops.cat([ops.narrow(y, 1, i, Tq) for i in range(3)], 2)
+
+    side = _global_inputs(m, x) if cfg.global_block else None
+    q = blocks(heads(m.linear("q", x, H * dh, False)))
+    k = three(blocks(heads(m.linear("k", x, H * dh, False))))
+    v = three(blocks(heads(m.linear("v", x, H * dh, False))))
+    if side is not None:
+        # side K and V: k and v over the global inputs, unsqueeze(1).repeat over the
+        # blocks (a new tensor), concatenated after the three blocks: (B, Tq, 3Q + Tg, H, dh)
+        Tg = m["Tg"]
+        sk, sv = (ops.contiguous(ops.expand(ops.unsqueeze(heads(m.linear(n, side, H * dh,
+                                                                          False)), 1),
+                                            (B, Tq, Tg, H, dh))) for n in ("k", "v"))
+        k, v = ops.cat([k, sk], 2), ops.cat([v, sv], 2)
+    scores = ops.einsum("bnqhd,bnkhd->bnhqk", q, k)
+    if bias is None:
+        one = Dim.const(1)
+        with m.trace.no_grad():
+            buckets = m.trace.tensor((Q, Q * 3), I64, False, name="relative_position_bucket")
+            neg = m.trace.tensor((B, one, Tq, Q, Q * 3), F32, False)  # torch.where(...)
+        values = m.embedding("relative_attention_bias", buckets, m["Nb"], H)
+        values = ops.permute(values, (2, 0, 1))
+        values = ops.unsqueeze(ops.unsqueeze(values, 0), 0)
+        bias = ops.add(values, ops.transpose(neg, 1, 2))
+        if side is not None:
+            bias = ops.cat([ops.to(bias, scores.dtype), _side_bias(m, pad, scores)], -1)
+    w = ops.to(ops.add(scores, bias), scores.dtype)  # scores += position_bias
+    w = ops.to(ops.softmax(ops.to(w, F32)), w.dtype)
+    w = m.dropout(w, cfg.dropout)
+    out = ops.einsum("bnhqk,bnkhd->bnqhd", w, v)
+    out = ops.view(ops.contiguous(out), (B, Tq * Q, H * dh))
+    out = ops.narrow(out, 1, 0, T)
+    return m.linear("o", out, m["E"], False), bias
+
+
+def _global_inputs(m: Builder, x: Tensor) -> Tensor:
+    """LongT5TransientGlobalAttention's global inputs: _make_global_fixed_block_ids (integer
+    and float ops over the mask, no gradient); _create_global_aggregates: one_hot(block ids,
+    Tg + 1)[:, :, :-1] cast to x's dtype (a new (B, T, Tg) tensor) and
+    einsum("...nd,...ng->...gd", x, it); global_input_layer_norm."""
+    B, T, Tg = m["B"], m["T"], m["Tg"]
+    with m.trace.no_grad():
+        one_hot = m.trace.tensor((B, T, Tg), x.dtype, False, name="one_hot_block_ids")
+    return t5_layer_norm(m, "global_input_layer_norm",
+                         ops.einsum("bnd,bng->bgd", x, one_hot))
+
+
+def _side_bias(m: Builder, pad: Dim, scores: Tensor) -> Tensor:
+    """compute_side_bias: torch.where(side mask > 0, 0.0, -1e10) (a new fp32 (B, 1, T, Tg)
+    tensor), the (B, T, Tg) side buckets through global_relative_attention_bias (the
+    embedding keeps them), permuted to (B, H, T, Tg), their sum; _split_into_blocks over T
+    (padded where T is no multiple of Q), transposed to (B, Tq, H, Q, Tg), cast to the
+    scores' dtype."""
+    B, T, H, Tg = m["B"], m["T"], m["H"], m["Tg"]
+    with m.trace.no_grad():
+        neg = m.trace.tensor((B, Dim.const(1), T, Tg), F32, False)
+        buckets = m.trace.tensor((B, T, Tg), I64, False, name="side_relative_position_bucket")
+    side = m.embedding("global_relative_attention_bias", buckets, m["Nb"], H)
+    side = ops.add(neg, ops.permute(side, (0, 3, 1, 2)))
+    if pad.value > 0:
+        side = ops.pad(side, pad, 2)
+    side = ops.transpose(ops.reshape(side, (B, H, m["Tq"], m["Q"], Tg)), 1, 2)
+    return ops.to(side, scores.dtype)
 
 
 def _compute_bias(m: Builder, T: Dim) -> Tensor:
