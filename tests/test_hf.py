@@ -125,6 +125,7 @@ REFERENCE = {
     "variants/openai-gpt-tiny.json": (39_808, "OpenAIGPTLMHeadModel"),
     "variants/xlm-tiny.json": (124_800, "XLMWithLMHeadModel"),
     "variants/gpt_bigcode-mha.json": (69_040, "GPTBigCodeForCausalLM"),
+    "variants/gpt_bigcode-mqa.json": (56_560, "GPTBigCodeForCausalLM"),
     "variants/flint-tiny.json": (206_816, "FlintForCausalLM"),
     "variants/nanochat-tiny.json": (16_640, "NanoChatForCausalLM"),
     "variants/granite_swa-tiny.json": (341_152, "GraniteSWAForCausalLM"),

@@ -78,10 +78,11 @@ def input_vocab(cfg: object) -> int:
 
 
 def saved_bytes(model: torch.nn.Module, B: int, T: int, device: str = "cpu",
-                labels: Callable[[torch.Tensor], torch.Tensor] | None = None
-                ) -> dict[str, int]:
+                labels: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                use_cache: bool = False) -> dict[str, int]:
     """labels: the labels as a function of the token ids (default: the ids themselves, a
-    language model's; a classifier's are its classes')."""
+    language model's; a classifier's are its classes'). use_cache: the forward's flag (the
+    generation cache transformers builds in training when it is on)."""
     torch.manual_seed(0)
     ids = torch.randint(0, input_vocab(model.config), (B, T), device=device)
     # use_cache=False: no generation cache in training (a hybrid's first layer may have no
@@ -93,7 +94,7 @@ def saved_bytes(model: torch.nn.Module, B: int, T: int, device: str = "cpu",
     # (measured counting what autograd still holds after the forward).
     with recorded(model) as storages:
         loss = model(input_ids=ids, labels=ids if labels is None else labels(ids),
-                     use_cache=False).loss
+                     use_cache=use_cache).loss
     total = sum(storages.values())
     del loss
     return {"saved_bytes": total, "storages": len(storages)}

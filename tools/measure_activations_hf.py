@@ -74,7 +74,8 @@ DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
 
 def measure(config: dict, attention: str, dtype: str, B: int, T: int,
             lora: tuple[int, str, float] | None = None, experts: str = "eager",
-            autocast: bool = False, freeze: tuple[str, ...] = ()) -> tuple[int, int]:
+            autocast: bool = False, freeze: tuple[str, ...] = (),
+            use_cache: bool = False) -> tuple[int, int]:
     """Saved bytes, and the parameters that train (all of them; under LoRA, peft's; with
     freeze, those outside the parts named, `part`); autocast: the forward (and its loss)
     inside torch.autocast("cpu", torch.bfloat16)."""
@@ -105,7 +106,8 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
     labels = _labels(counted_class(config), cfg)
     with (torch.autocast("cpu", dtype=torch.bfloat16) if autocast
           else contextlib.nullcontext()):
-        return saved_bytes(model, B, T, labels=labels)["saved_bytes"], trainable
+        return saved_bytes(model, B, T, labels=labels, use_cache=use_cache)["saved_bytes"], \
+            trainable
 
 
 def part(name: str) -> str:
@@ -213,6 +215,8 @@ def main() -> None:
     ap.add_argument("--autocast", action="store_true",
                     help="an fp32 model under CPU autocast to bf16 (rows: dtype fp32, "
                          "autocast bf16)")
+    ap.add_argument("--use-cache", action="store_true",
+                    help="the forward with use_cache=True (the rows say so)")
     ap.add_argument("--freeze", default="",
                     help="parts that do not train (comma-separated: embeddings, attention, "
                          "ffn, norms, heads), as tcalc's --freeze")
@@ -240,7 +244,8 @@ def main() -> None:
                 lora = (args.lora, args.lora_targets, args.lora_dropout) if args.lora else None
                 try:
                     got, trainable = measure(config, attention, dtype, args.B, args.T, lora,
-                                             args.experts, args.autocast, freeze)
+                                             args.experts, args.autocast, freeze,
+                                             args.use_cache)
                 except ValueError as e:  # e.g. a class without an SDPA path
                     print(json.dumps({"config": path.name, "attention": attention,
                                       "dtype": dtype, "skipped": str(e)[:100]}))
@@ -257,6 +262,7 @@ def main() -> None:
                 est = report.activations.total
                 print(json.dumps({"config": path.name, "attention": attention, "dtype": dtype,
                                   **({"autocast": "bf16"} if args.autocast else {}),
+                                  **({"use_cache": True} if args.use_cache else {}),
                                   "B": args.B, "T": args.T, "lora": list(lora or ()),
                                   **({"tcalc_targets": args.tcalc_targets}
                                      if args.tcalc_targets else {}),

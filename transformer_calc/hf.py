@@ -113,7 +113,7 @@ LAYER_KEYS = frozenset({"num_hidden_layers", "n_layer", "n_layers", "num_layers"
 FLOAT_KEYS = frozenset({"partial_rotary_factor", "rotary_pct", "resid_pdrop", "embd_pdrop",
                         "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob",
                         "dropout", "attention_dropout", "dropout_rate", "hidden_dropout",
-                        "activation_dropout"})
+                        "activation_dropout", "resid_dropout", "embed_dropout"})
 # Where each model type keeps its dropout probability (training), and its class default.
 DROPOUT_KEYS = {
     "dbrx": (("resid_pdrop", "emb_pdrop", "attn_pdrop"), 0.0),
@@ -140,6 +140,7 @@ DROPOUT_KEYS = {
     "gpt-sw3": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
     "gpt_bigcode": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
     "openai-gpt": (("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.1),
+    "gpt_neo": (("resid_dropout", "embed_dropout", "attention_dropout"), 0.0),
 }
 
 # Config classes whose attention dropout defaults to 0.0 while the rest defaults to 0.1
@@ -250,6 +251,22 @@ class Config:
             raise SpecError(key, "one of " + ", ".join(sorted(ACTIVATIONS)), name,
                             source=self.where)
         return ACTIVATIONS[name]
+
+
+def _mpt_attn_config(c: Config) -> dict[str, Any]:
+    """MptConfig.attn_config (a mapping, transformers 5.23's MptAttentionConfig): attn_pdrop
+    is every dropout MptBlock and MptMLP apply (on the scores, the attention's output and the
+    MLP's); clip_qkv clamps Wqkv's output, a kept tensor tcalc does not model: refused."""
+    a = c.data.get("attn_config") or {}
+    if not isinstance(a, dict):
+        raise SpecError("attn_config", "a mapping", a, source=c.where)
+    if a.get("clip_qkv"):
+        raise SpecError("attn_config.clip_qkv", "null or absent (MptAttention's clamp of the "
+                        "fused projection is not modelled)", a["clip_qkv"], source=c.where)
+    p = a.get("attn_pdrop", 0.0)
+    if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p < 1:
+        raise SpecError("attn_config.attn_pdrop", "a probability in [0, 1)", p, source=c.where)
+    return {"dropout": float(p)} if p else {}
 
 
 def _table(model_type: str) -> dict[str, Any]:
@@ -1116,6 +1133,8 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
             for k in keys if "att" in k]
     if attn and float(attn[0]) != values["dropout"]:
         values["attention_dropout"] = float(attn[0])
+    if model_type == "mpt":
+        values |= _mpt_attn_config(cfg)
     if model_type in SEQ2SEQ or model_type == "fsmt":  # after the FFN's activation
         # (an absent key: the config classes' default, 0.0 in transformers 5.23)
         values["activation_dropout"] = float(cfg.get("activation_dropout", 0.0))

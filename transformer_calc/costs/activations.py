@@ -63,6 +63,19 @@ _NEOX_MODULES = {"gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "den
                              "down": "fc_out"}}
 _NEOX_MODULES |= {t: _NEOX_MODULES["gpt_neox"]
                   for t in ("persimmon", "falcon", "gpt_neox_japanese")}
+# ModernBERT and its decoder (graph/families/modernbert.py): Wqkv or q/k/v_proj, the
+# attention's and the MLP's Wo told apart by their module, the fused GeGLU Wi
+_MODERNBERT_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "qkv": "Wqkv",
+                       "o": "attn.Wo", "gate_up": "Wi", "down": "mlp.Wo"}
+# CTRL (graph/families/gptlike.py): Wq, Wk, Wv, dense; the MLP an nn.Sequential
+_CTRL_MODULES = {"q": "Wq", "k": "Wk", "v": "Wv", "o": "dense", "up": "ffn.0",
+                 "down": "ffn.2", "lm_head": "lm_head"}
+# GPT-Neo (graph/families/gptlike.py): q/k/v_proj and out_proj, GPT-2's c_fc and c_proj
+_GPT_NEO_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj",
+                    "up": "c_fc", "down": "c_proj", "lm_head": "lm_head"}
+# MPT (graph/families/gptlike.py): the fused Wqkv, out_proj, up_proj and down_proj
+_MPT_MODULES = {"qkv": "Wqkv", "o": "out_proj", "up": "up_proj", "down": "down_proj",
+                "lm_head": "lm_head"}
 # OPT (graph/families/opt.py): out_proj, fc1, fc2; "project" is both projections of the
 # embeddings (project_in, project_out), as transformer_calc.lora gives the role
 _OPT_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj", "up": "fc1",
@@ -225,6 +238,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.gptj import GPTJ
+    from transformer_calc.graph.families.gptlike import Ctrl, GPTNeo, Mpt
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
@@ -250,6 +264,15 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     elif isinstance(family, GPT2 | GPTJ):
         on = family.resid_pdrop or family.embd_pdrop or family.attn_pdrop
         off = dataclasses.replace(family, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    elif isinstance(family, Ctrl):  # (no dropout on its scores)
+        on = family.resid_pdrop or family.embd_pdrop
+        off = dataclasses.replace(family, resid_pdrop=0.0, embd_pdrop=0.0)
+    elif isinstance(family, Mpt):  # attn_config.attn_pdrop, every one of them
+        on = family.dropout
+        off = dataclasses.replace(family, dropout=0.0)
+    elif isinstance(family, GPTNeo):
+        on = family.dropout or family.attention_dropout
+        off = dataclasses.replace(family, dropout=0.0, attention_dropout=0.0)
     elif isinstance(family, Falcon):
         on = family.hidden_dropout or family.attention_dropout
         off = dataclasses.replace(family, hidden_dropout=0.0, attention_dropout=0.0)
@@ -354,8 +377,10 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.gptj import GPTJ
+    from transformer_calc.graph.families.gptlike import Ctrl, GPTNeo, Mpt
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.mla import MLA_MODULES, Mla, converted_all_linear
+    from transformer_calc.graph.families.modernbert import ModernBert
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.opt import OPT
@@ -375,6 +400,10 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
              _deberta_modules(family) if isinstance(family, Deberta) else
              _BERT_MODULES if isinstance(family, Bert) else
              _OPT_MODULES if isinstance(family, OPT) else
+             _MODERNBERT_MODULES if isinstance(family, ModernBert) else
+             _CTRL_MODULES if isinstance(family, Ctrl) else
+             _GPT_NEO_MODULES if isinstance(family, GPTNeo) else
+             _MPT_MODULES if isinstance(family, Mpt) else
              _NEOX_MODULES[family.model] if isinstance(family, NeoX | GPTJ) else
              _NEOX_MODULES["falcon"] if isinstance(family, Falcon) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
@@ -593,9 +622,10 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
         notes += (SELECTIVE_NOTE,)
     if run.recompute == "full":
         from transformer_calc.graph.families.bert import Bert
-        from transformer_calc.graph.families.modernbert import ModernBert
+        from transformer_calc.graph.families.modernbert import ModernBert, ModernBertDecoder
 
-        stack = "encoder" if isinstance(family, Bert | ModernBert) else "decoder"
+        stack = "encoder" if isinstance(family, Bert | ModernBert) \
+            and not isinstance(family, ModernBertDecoder) else "decoder"
         rows += _rebuilt(run, st, numbers[2 * len(st.named):], values, stack)
         notes += (FULL_NOTE,)
     # (a partial, not a lambda: reports pickle with their symbols)

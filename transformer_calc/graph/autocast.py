@@ -20,7 +20,7 @@ LOWER_PRECISION = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear"
                              "scaled_dot_product_attention"})
 # KERNEL_CUDA(..., fp32) and fp32_set_opt_dtype (softmax, log_softmax, sum, ...)
 FP32 = frozenset({"pow", "rsqrt", "layer_norm", "nll_loss", "cross_entropy", "softmax",
-                  "log_softmax", "_safe_softmax", "acos"})
+                  "log_softmax", "_safe_softmax", "acos", "logsumexp"})
 
 
 def _active(trace: Trace) -> bool:

@@ -29,6 +29,7 @@ from transformer_calc.graph.families import (
     gpt2,
     gpt_oss,
     gptj,
+    gptlike,
     granitemoe_swa,
     jamba,
     kimi_linear,
@@ -66,7 +67,8 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4
           | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear | whisper.Whisper
-          | t5gemma.T5Gemma | qwen3_next.Qwen3Next)
+          | t5gemma.T5Gemma | qwen3_next.Qwen3Next | gptlike.GPTBigCode | gptlike.OpenAIGPT
+          | gptlike.Ctrl | gptlike.GPTNeo | gptlike.Mpt | gptlike.GraniteSwa)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -90,7 +92,11 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     opt.TrOcr: opt.trocr_forward, olmo_hybrid.OlmoHybrid: olmo_hybrid.forward,
     kimi_linear.KimiLinear: kimi_linear.forward, whisper.Whisper: whisper.forward,
     t5gemma.T5Gemma: t5gemma.forward, qwen3_next.Qwen3Next: qwen3_next.forward,
-    mllama.Mllama: mllama.forward}
+    mllama.Mllama: mllama.forward,
+    gptlike.GPTBigCode: gptlike.bigcode_forward, gptlike.OpenAIGPT: gptlike.openai_forward,
+    gptlike.Ctrl: gptlike.ctrl_forward, gptlike.GPTNeo: gptlike.neo_forward,
+    gptlike.Mpt: gptlike.mpt_forward, gptlike.GraniteSwa: gptlike.granite_swa_forward,
+    modernbert.ModernBertDecoder: modernbert.decoder_forward}
 
 
 @dataclass(frozen=True)
@@ -378,6 +384,13 @@ _READS["minimax_m3"] = _READS["llama"] | {
     "rotary_fraction", "n_experts", "top_k", "d_ff_expert", "n_shared_experts",
     "d_ff_shared", "layer_ffn", "sdpa_path"}
 
+# GPT-2's relatives (families/gptlike.py): their norms' place, the fused c_attn, the biases
+# each has (read as _gpt_bigcode and _openai_gpt require them)
+_READS["gptlike"] = _METADATA | _COMMON | {
+    "fused_qkv", "n_kv_heads", "d_head", "softmax_fp32", "sdpa_path", "norm_position",
+    "final_norm", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out",
+    "lm_head_bias", "attn_fp32"}
+
 
 @functools.cache
 def _defaults(family: str) -> tuple[Callable[[ModelSpec], tuple[object, ...]],
@@ -434,6 +447,129 @@ def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
     return gpt2.GPT2(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model, H=spec.n_heads,
                      F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
                      resid_pdrop=p, embd_pdrop=p, attn_pdrop=pa)
+
+
+def _gptlike(spec: ModelSpec) -> gptlike.GPTBigCode | gptlike.OpenAIGPT | None:
+    """GPTBigCode (multi-head) and OpenAI GPT configs as spec_from_hf reads them: learned
+    positions, LayerNorms, the fused c_attn and every bias; GPTBigCode pre-norm with a
+    final norm and the tanh GELU, OpenAI GPT post-norm without one, gelu_new, F = 4·E, eager
+    only. Any other layout of these model types is refused."""
+    mt = spec.model_type
+    if mt not in ("gpt_bigcode", "openai-gpt"):
+        return None
+    H, E = spec.n_heads, spec.d_model
+    bigcode = mt == "gpt_bigcode"
+    multi_query = bigcode and spec.n_kv_heads == 1 and H > 1  # GPTBigCode's multi_query
+    if not (spec.norm == "layernorm" and spec.position == "learned" and spec.ffn == "plain"
+            and spec.fused_qkv and H and E % H == 0
+            and (spec.n_kv_heads in (None, H) or multi_query)
+            and spec.d_head in (None, E // H) and spec.d_ff
+            and all((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                     spec.bias_ffn_out))
+            and (spec.activation, spec.norm_position, spec.final_norm, spec.sdpa_path,
+                 spec.softmax_fp32) == (("gelu_tanh", "pre", True, True, True) if bigcode
+                                        else ("gelu_new", "post", False, False, False))
+            and (bigcode or spec.d_ff == 4 * E)
+            and not _unread(spec, "gptlike")):
+        raise TcalcError(f"{spec.name}: no op graph for this {mt} layout yet")
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    if bigcode:
+        return gptlike.GPTBigCode(V=spec.vocab_size, P=spec.max_positions, E=E, H=H,
+                                  F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
+                                  resid_pdrop=p, embd_pdrop=p, attn_pdrop=pa,
+                                  multi_query=multi_query)
+    return gptlike.OpenAIGPT(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
+                             L=spec.n_layers, tied=spec.tie_embeddings, resid_pdrop=p,
+                             embd_pdrop=p, attn_pdrop=pa)
+
+
+def _ctrl(spec: ModelSpec) -> gptlike.Ctrl | None:
+    """CTRLLMHeadModel (spec_from_hf's fields for it): sinusoidal positions, pre-norm layers
+    with biased projections, the ReLU MLP, the final norm, an LM head with a bias; its
+    attention never drops. Any other ctrl layout is refused."""
+    if spec.model_type != "ctrl":
+        return None
+    H, E = spec.n_heads, spec.d_model
+    if not (spec.norm == "layernorm" and spec.position == "sinusoidal" and spec.ffn == "plain"
+            and spec.activation == "relu" and not spec.fused_qkv and spec.lm_head_bias
+            and spec.norm_position == "pre" and spec.final_norm and not spec.softmax_fp32
+            and spec.sdpa_path and not spec.attention_dropout
+            and all((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                     spec.bias_ffn_out))
+            and H and E % H == 0 and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and spec.d_ff
+            and not _unread(spec, "gptlike")):
+        raise TcalcError(f"{spec.name}: no op graph for this ctrl layout yet")
+    p = spec.dropout
+    return gptlike.Ctrl(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
+                        L=spec.n_layers, tied=spec.tie_embeddings, resid_pdrop=p,
+                        embd_pdrop=p)
+
+
+def _gpt_neo(spec: ModelSpec) -> gptlike.GPTNeo | None:
+    """GPTNeoForCausalLM (spec_from_hf's fields for it): learned positions, pre-norm layers,
+    bias-free q/k/v_proj, a biased out_proj, its fp32 eager attention, gelu_new. Any other
+    gpt_neo layout is refused."""
+    if spec.model_type != "gpt_neo":
+        return None
+    H, E = spec.n_heads, spec.d_model
+    if not (spec.norm == "layernorm" and spec.position == "learned" and spec.ffn == "plain"
+            and spec.activation == "gelu_new" and not spec.fused_qkv and spec.attn_fp32
+            and not spec.sdpa_path and not spec.softmax_fp32 and spec.norm_position == "pre"
+            and spec.final_norm and not spec.lm_head_bias
+            and (spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                 spec.bias_ffn_out) == (False, False, False, True, True, True)
+            and H and E % H == 0 and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and spec.d_ff
+            and not _unread(spec, "gptlike")):
+        raise TcalcError(f"{spec.name}: no op graph for this gpt_neo layout yet")
+    p = spec.dropout
+    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    return gptlike.GPTNeo(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
+                          L=spec.n_layers, tied=spec.tie_embeddings, dropout=p,
+                          attention_dropout=pa)
+
+
+def _mpt(spec: ModelSpec) -> gptlike.Mpt | None:
+    """MptForCausalLM (spec_from_hf's fields for it): ALiBi, bias-free LayerNorms and
+    linears, the fused Wqkv, the erf GELU MLP 4·E wide (MptMLP ignores expansion_ratio, so
+    another d_ff is refused), its eager attention. Any other mpt layout is refused."""
+    if spec.model_type != "mpt":
+        return None
+    H, E = spec.n_heads, spec.d_model
+    if not (spec.norm == "layernorm_nobias" and spec.position == "alibi" and spec.ffn == "plain"
+            and spec.activation == "gelu" and spec.fused_qkv and not spec.sdpa_path
+            and spec.softmax_fp32 and spec.norm_position == "pre" and spec.final_norm
+            and not spec.lm_head_bias and spec.d_ff == 4 * E
+            and not any((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                         spec.bias_ffn_out))
+            and spec.attention_dropout in (None, spec.dropout)
+            and H and E % H == 0 and spec.n_kv_heads in (None, H)
+            and spec.d_head in (None, E // H) and not _unread(spec, "gptlike")):
+        raise TcalcError(f"{spec.name}: no op graph for this mpt layout yet")
+    return gptlike.Mpt(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, L=spec.n_layers,
+                       tied=spec.tie_embeddings, dropout=spec.dropout)
+
+
+def _granite_swa(spec: ModelSpec) -> gptlike.GraniteSwa | None:
+    """GraniteSWAForCausalLM (spec_from_hf's fields for it): Llama's layers with its eager
+    attention's sinks applied after the softmax (softmax_sink_lse), no SDPA path; its
+    dropout is the attention's. Any other granite_swa layout is refused."""
+    if spec.model_type != "granite_swa":
+        return None
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    base = None
+    if spec.attention_sinks and spec.softmax_sink_lse and not spec.sdpa_path \
+            and not spec.fused_qkv and spec.qk_norm == "none" and spec.norm_position == "pre" \
+            and spec.head_dim % 2 == 0:  # (rotate_half halves each head)
+        base = _llama(replace(spec, attention_sinks=False, softmax_sink_lse=False,
+                              sdpa_path=True, dropout=0.0, attention_dropout=None))
+    if base is None or any((base.bias_q, base.bias_k, base.bias_v, base.bias_o,
+                            base.bias_mlp_in, base.bias_mlp_out)):
+        raise TcalcError(f"{spec.name}: no op graph for this granite_swa layout yet")
+    fields = {f: getattr(base, f) for f in ("V", "E", "H", "Hkv", "dh", "F", "L", "tied")}
+    return gptlike.GraniteSwa(**fields, attention_dropout=pa)
 
 
 def _llama(spec: ModelSpec) -> llama.Llama | None:
@@ -542,6 +678,35 @@ def _modernbert(spec: ModelSpec) -> modernbert.ModernBert | None:
     return modernbert.ModernBert(V=spec.vocab_size, E=E, H=H, F=spec.d_ff, L=spec.n_layers,
                                  kinds=kinds, window=(spec.sliding_window - 1) // 2,
                                  tied=spec.tie_embeddings)
+
+
+def _modernbert_decoder(spec: ModelSpec) -> modernbert.ModernBertDecoder | None:
+    """ModernBertDecoderForCausalLM (spec_from_hf's fields for it): ModernBERT's layers with
+    q/k/v_proj, causal full and sliding layers (sliding_window = local_attention // 2), the
+    head's bias-free dense and GELU, the tied decoder's bias, ForCausalLMLoss; no dropout."""
+    if spec.model_type != "modernbert-decoder":
+        return None
+    from transformer_calc.plan import layer_kinds_in_order
+
+    E, H = spec.d_model, spec.n_heads
+    kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
+    if not (spec.arch == "decoder" and spec.norm == "layernorm_nobias"
+            and spec.position == "rope" and spec.norm_position == "pre" and spec.final_norm
+            and spec.embedding_norm and not spec.first_attn_norm and spec.ffn == "gated"
+            and spec.activation == "gelu" and not spec.fused_qkv and spec.fused_gate_up
+            and spec.softmax_fp32 and spec.mlm_head and not spec.lm_head
+            and not spec.mlm_dense_bias and spec.mlm_bias == "decoder" and not spec.dropout
+            and not spec.attention_dropout and not any(
+                (spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                 spec.bias_ffn_out))
+            and set(kinds) <= {"F", "S"} and ("S" not in kinds or spec.sliding_window > 0)
+            and spec.n_kv_heads in (None, H) and spec.d_head in (None, E // H) and H
+            and E % H == 0 and (E // H) % 2 == 0 and spec.d_ff
+            and not _unread(spec, "modernbert")):  # (rotate_half halves each head)
+        raise TcalcError(f"{spec.name}: no op graph for this modernbert-decoder layout yet")
+    return modernbert.ModernBertDecoder(V=spec.vocab_size, E=E, H=H, F=spec.d_ff,
+                                        L=spec.n_layers, kinds=kinds,
+                                        window=spec.sliding_window, tied=spec.tie_embeddings)
 
 
 def _rembert(spec: ModelSpec) -> bert.Bert | None:
@@ -2062,14 +2227,14 @@ def _minimax_m3_family(spec: ModelSpec) -> minimax_m3.MiniMaxM3 | None:
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _whisper, _t5gemma,
-    _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _whisper, _t5gemma,
+    _neox, _gptj, _falcon, _gptlike, _ctrl, _gpt_neo, _mpt, _granite_swa, _gpt2, _opt,
+    _biogpt, _xglm, _trocr, _whisper, _t5gemma,
     _gemma4_family, _gemma3n_family, _kimi_linear_family, _mla_family, _qwen3_next_family,
     _jamba_family, _olmo_hybrid_family, _nemotron_h_family, _mimo_v2_flash_family,
     _minimax_m3_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
-    _modernbert, _rembert, _mpnet, _xlm, _tapas, _ibert, _yoso)
+    _modernbert, _modernbert_decoder, _rembert, _mpnet, _xlm, _tapas, _ibert, _yoso)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

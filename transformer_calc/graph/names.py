@@ -39,6 +39,7 @@ from transformer_calc.graph.families.gemma3n import Gemma3n
 from transformer_calc.graph.families.gemma4 import Gemma4
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.gptj import GPTJ
+from transformer_calc.graph.families.gptlike import Ctrl, GraniteSwa
 from transformer_calc.graph.families.jamba import Jamba
 from transformer_calc.graph.families.kimi_linear import KINDS as KIMI_KINDS
 from transformer_calc.graph.families.kimi_linear import KimiLinear
@@ -46,7 +47,7 @@ from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
 from transformer_calc.graph.families.minimax_m3 import MiniMaxM3
-from transformer_calc.graph.families.modernbert import ModernBert
+from transformer_calc.graph.families.modernbert import ModernBert, ModernBertDecoder
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.nemotron_h import NemotronH
 from transformer_calc.graph.families.neox import NeoX
@@ -60,7 +61,8 @@ from transformer_calc.graph.modules import Run
 from transformer_calc.graph.symbols import Poly, product
 from transformer_calc.graph.trace import OpRecord, Saved
 
-_LAYER = re.compile(r"^(?:transformer\.h|(?:model|gpt_neox|gpt_neox_japanese|backbone|biogpt)"
+_LAYER = re.compile(r"^(?:transformer\.h|transformer\.blocks"
+                    r"|(?:model|gpt_neox|gpt_neox_japanese|backbone|biogpt)"
                     r"\.layers|model\.decoder\.layers)\.(\d+)(?:\.(.*))?$")
 # the norms, by their module's last name: GPT-2's LayerNorms, Llama's RMSNorms
 _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm",
@@ -80,7 +82,8 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "pre_ff_layernorm": "ffn.norm",  # (Falcon's two parallel norms)
           # OPT's and BioGPT's (families/opt.py; the model's final norm outside the layers)
           "self_attn_layer_norm": "attn.norm", "final_layer_norm": "ffn.norm",
-          "layer_norm": "final_norm"}
+          "layer_norm": "final_norm",
+          "norm_1": "attn.norm", "norm_2": "ffn.norm"}  # (MPT's)
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -126,7 +129,8 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "q_b_proj": "attn.q_b_input", "kv_b_proj": "attn.kv_b_input",
            "query_key_value": "attn.input", "dense": "attn.o_input",
            "dense_h_to_4h": "ffn.input", "dense_4h_to_h": "ffn.out_input",
-           "out_proj": "attn.o_input", "fc_in": "ffn.input", "fc_out": "ffn.out_input"}
+           "out_proj": "attn.o_input", "fc_in": "ffn.input", "fc_out": "ffn.out_input",
+           "Wqkv": "attn.input"}  # (MPT's)
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
             "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
@@ -138,7 +142,7 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
             "q_b_proj": "attn.q_b", "kv_a_proj_with_mqa": "attn.kv_a", "kv_b_proj": "attn.kv_b",
             "query_key_value": "attn.qkv", "dense": "attn.o",
             "dense_h_to_4h": "ffn.in", "dense_4h_to_h": "ffn.out", "out_proj": "attn.o",
-            "fc_in": "ffn.in", "fc_out": "ffn.out"}
+            "fc_in": "ffn.in", "fc_out": "ffn.out", "Wqkv": "attn.qkv"}
 # the ops that keep what Gemma 3n's stream rescaling reads (pow, clamp, sqrt, mul, div)
 _RESCALE_ROLES = frozenset(("pow.self", "clamp.self", "sqrt.result", "mul.self", "mul.other",
                             "div.self", "div.other"))
@@ -234,6 +238,16 @@ _MODERNBERT = {"Wqkv": "qkv_proj", "attn.Wo": "o_proj", "Wi": "gate_up_proj",
 _XLM = {"q_lin": "q_proj", "k_lin": "k_proj", "v_lin": "v_proj", "out_lin": "o_proj",
         "lin1": "up_proj", "lin2": "down_proj", "layer_norm1": "ln_1", "layer_norm2": "ln_2",
         "attention": "self_attn", "ffn": "mlp"}
+# CTRL's layer modules (families/gptlike.py) as the decoders' tables name them
+_CTRL = {"multi_head_attention.Wq": "q_proj", "multi_head_attention.Wk": "k_proj",
+         "multi_head_attention.Wv": "v_proj", "multi_head_attention.dense": "o_proj",
+         "multi_head_attention": "self_attn", "ffn.0": "up_proj", "ffn.2": "down_proj",
+         "ffn": "mlp", "layernorm1": "ln_1", "layernorm2": "ln_2"}
+# Granite SWA's sink (families/gptlike.py): what its logsumexp, sigmoid and the output's
+# scaling keep
+_SINK_ROLES = {"logsumexp.self": "sink_scores", "logsumexp.result": "sink_lse",
+               "sigmoid.result": "sink_scale", "mul.self": "sink_input",
+               "mul.other": "sink_scale_cast"}
 _TP = frozenset(("H", "Hkv", "F", "Fe", "Fs"))
 _ROPES = ("model.rotary_emb", "gpt_neox.rotary_emb", "transformer.rotary_emb",
           "gpt_neox_japanese.rotary_emb")  # the model's RoPE table
@@ -335,6 +349,9 @@ DESCRIPTIONS = {
     "decoder.attn.softcap_tanh": "tanh of the scores / cap",
     "decoder.attn.row_max_index": "int64 index of each row's max (scores less it)",
     "decoder.ffn.post_norm.input_fp32": "the MoE output's fp32 upcast (its norm)",
+    "decoder.attn.sink_scores": "the masked scores, which the sink's logsumexp keeps",
+    "decoder.attn.sink_input": "A·V, which the sink's scale "
+    "multiplies", "decoder.attn.sink_scale_cast": "the sink's scale cast to A·V's dtype",
     "head.softcap_tanh": "tanh of the logits / cap",
     "lora_dropout_mask": "the adapter's dropout mask", "lora_a_output": "lora_A's output",
     "decoder.ffn.router": "router scores (softmax; DeepSeek's sigmoid)",
@@ -477,6 +494,9 @@ class _Namer:
         self.yoso = isinstance(family, Yoso)
         self.deberta = isinstance(family, Deberta)
         # ModernBERT's and XLM's modules as the decoders' tables key them
+        self.causal = isinstance(family, ModernBertDecoder)  # its layers are a decoder's
+        self.ctrl = isinstance(family, Ctrl)
+        self.sink = isinstance(family, GraniteSwa)
         self.renamed = _MODERNBERT if isinstance(family, ModernBert) else \
             _XLM if isinstance(family, XLM) else None
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2 | GPTJ)
@@ -543,22 +563,41 @@ class _Namer:
             return self._t5(scope, role, s)
         if self.bart:
             return self._bart(scope, role, s)
+        if self.ctrl:
+            return self._ctrl(scope, role, s)
         if self.t5gemma:
             return self._t5gemma(scope, role, s)
         if self.renamed is not None:  # encoders named as the decoders' layers are
             name = self._modernbert(scope, role, s)
             return "encoder." + name.removeprefix("decoder.") \
-                if name.startswith("decoder.") else name
+                if name.startswith("decoder.") and not self.causal else name
         layer = _LAYER.match(scope)
         if layer is None:
             return self._outside(scope, role, s)
         return self._in_layer(_module(layer.group(2) or ""), role, s)
+
+    def _ctrl(self, scope: str, role: str, s: Saved) -> str:
+        """CTRL's storages: its layers' modules by _CTRL, the layer's two functional
+        dropouts by the module that ran before (the attention's dense or the MLP's)."""
+        layer = _LAYER.match(scope)
+        if layer is None:
+            if scope == "transformer.layernorm":
+                return "decoder." + self._norm("final_norm", role)
+            return self._outside(scope, role, s)
+        rest = layer.group(2) or ""
+        if not rest and role in ("mul.other", "native_dropout.result1"):
+            last = next(r.scope for r in reversed(self.ops[:s.op_index]) if r.scope != scope)
+            return "decoder.attn.residual_dropout_mask" if ".multi_head_attention" in last \
+                else "decoder.ffn.residual_dropout_mask"
+        return self._in_layer(_CTRL.get(rest, rest), role, s)
 
     def _modernbert(self, scope: str, role: str, s: Saved) -> str:
         """ModernBERT's storages (families/modernbert.py) and XLM's (families/xlm.py): their
         layers' by the decoders' tables (_MODERNBERT: Wqkv, Wo, Wi, the norms; _XLM), the
         embeddings', the heads'."""
         table = self.renamed or {}
+        if scope.startswith("lm_head"):  # ModernBertDecoderForCausalLM's prediction head
+            scope = "head" + scope.removeprefix("lm_head")
         layer = _LAYER.match(scope)
         if layer is not None:
             module = _module(layer.group(2) or "")
@@ -647,8 +686,8 @@ class _Namer:
             # OPT's (BioGPT's, TrOCR's) functional dropouts in the layer: on the attention's
             # output or on fc2's, as the last op in a module before it says
             last = next(r.scope for r in reversed(self.ops[:s.op_index]) if r.scope != scope)
-            return "decoder.attn.residual_dropout_mask" if ".self_attn" in last else \
-                "decoder.ffn.residual_dropout_mask"
+            return "decoder.attn.residual_dropout_mask" if ".self_attn" in last \
+                or ".attn." in last else "decoder.ffn.residual_dropout_mask"  # (MPT's attn)
         if module == "" and role == "relu.result":  # OPT's activation_fn: fc2's input
             return "decoder.ffn.out_input"
         if module == "" and role == "gelu.self":  # BioGPT's activation_fn: fc1's output
@@ -656,7 +695,7 @@ class _Namer:
         if module == "act_fn":  # xIELU's module: its alphas (1,) and its tensors
             return "decoder.ffn.activation_mask" if role == "where.condition" else \
                 "decoder.ffn.activation"
-        if module in ("mlp", "mlps", "feed_forward"):  # (LongCat-Flash's mlps.i)
+        if module in ("mlp", "mlps", "feed_forward", "ffn"):  # (LongCat-Flash's mlps.i)
             if role in ("mul.other", "native_dropout.result1") and not _has(
                     st.numel.poly, ("F",)):
                 return "decoder.ffn.residual_dropout_mask"
@@ -1147,8 +1186,10 @@ class _Namer:
                 cached = self.fused and part != "query" and st.name == s.scope
                 return "kv_cache_copies" if cached else "qkv"
             return {"output": "out", "logsumexp": "logsumexp", "attn_mask": "mask"}[part]
-        if st.name.endswith((".c_attn", ".qkv_proj", ".query_key_value")):
+        if st.name.endswith((".c_attn", ".qkv_proj", ".query_key_value", ".Wqkv")):
             return "qkv_output"  # a view of the fused projection's output keeps it whole
+        if role == "masked_fill.mask":
+            return "mask"  # MPT's causal mask cast to bool, one for the layers
         if role in ("softmax.result", "_safe_softmax.result"):
             return "softmax"
         if self.sink_lse and role in ("logsumexp.self", "logsumexp.result",
@@ -1182,6 +1223,11 @@ class _Namer:
             return "softcap_tanh"  # Gemma 2's eager scores: cap · tanh(scores / cap)
         if role == "max.indices":
             return "row_max_index"  # MiMo-V2-Flash: the scores less their row's max
+        sink = _SINK_ROLES.get(role) if self.sink else None  # Granite SWA's sink after
+        # the attention (its scale a (B, H, T, 1) mul.other, beside a dropout's T² mask)
+        if sink is not None and (role != "mul.other" or not (T2 or _has(st.numel.poly,
+                                                                       ("dh",)))):
+            return sink
         if role in ("mul.other", "native_dropout.result1"):
             return "dropout_mask" if T2 else "residual_dropout_mask"
         if role == "bmm.self":

@@ -393,6 +393,16 @@ def mean(a: Tensor, dim: int = -1) -> Tensor:
     return out
 
 
+def logsumexp(a: Tensor) -> Tensor:
+    """torch.logsumexp(a, dim=-1) (keepdim False). derivatives.yaml logsumexp: self:
+    logsumexp_backward(grad, self, result, dim, keepdim): the input and the result. On
+    autocast's fp32 list (AT_FORALL_FP32)."""
+    (a,) = autocast.cast_inputs("logsumexp", a)
+    out = _new(a, a.shape[:-1], a.dtype, a.requires_grad)
+    a.trace.record("logsumexp", out, [("self", a, True), ("result", out, True)])
+    return out
+
+
 def cat(ts: list[Tensor], dim: int) -> Tensor:
     """cat: cat_tensors_backward keeps sizes only; a contiguous result in the widest dtype
     (autocast's promote list)."""
@@ -725,14 +735,6 @@ def topk(a: Tensor, k: Dim) -> tuple[Tensor, Tensor]:
         indices = _new(a, shape, I64, False)
     a.trace.record("topk", values, [("indices", indices, True)])
     return values, indices
-
-
-def logsumexp(a: Tensor) -> Tensor:
-    """torch.logsumexp(a, dim=-1) (GraniteMoeSWA's sink scale). derivatives.yaml logsumexp:
-    self: logsumexp_backward(grad, self, result, dim, keepdim): its input and result."""
-    out = _new(a, a.shape[:-1], a.dtype, a.requires_grad)
-    a.trace.record("logsumexp", out, [("self", a, True), ("result", out, True)])
-    return out
 
 
 def max_dim(a: Tensor) -> Tensor:

@@ -156,3 +156,82 @@ def _attention(m: Builder, x: Tensor, table: tuple[Tensor, Tensor],
         out = ops.contiguous(ops.transpose(ops.reshape(out, (B, H, T, dh)), 1, 2))
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
     return m.linear("Wo", out, m["E"], False)
+
+
+@dataclass(frozen=True)
+class ModernBertDecoder(ModernBert):
+    """ModernBertDecoderConfig's keys: ModernBert's symbols; kinds F (full causal) or S
+    (sliding causal); window: sliding_window (local_attention // 2), the reach back."""
+
+
+def decoder_forward(m: Builder, cfg: ModernBertDecoder) -> Tensor:
+    """ModernBertDecoderForCausalLM.forward(input_ids=ids, labels=ids)
+    (models/modernbert_decoder/modeling_modernbert_decoder.py): the embeddings' norm (their
+    dropout and every other one 0.0: identities); position_ids arange(T) expanded to (B, T),
+    so each layer type's cos/sin (no grad) is (B, T, dh); create_causal_mask and
+    create_sliding_window_causal_mask as Llama's layers read them; ModernBertDecoderLayer
+    (the first without attn_norm) with q/k/v_proj, ModernBERT's fp32 RoPE, eager_attention_
+    forward (softmax in fp32) or SDPA; final_norm; lm_head (dense, GELU, norm), the decoder
+    tied with its bias; ForCausalLMLoss."""
+    from transformer_calc.graph.families import llama
+    from transformer_calc.graph.modules import causal_lm_loss
+
+    B, T, V, E, dh = m["B"], m["T"], m["V"], m["E"], m["dh"]
+    tr = m.trace
+    ids = tr.input((B, T), I64, "input_ids")
+    with m.module("model"):
+        with m.module("embeddings"):
+            h = _norm(m, "norm", m.embedding("tok_embeddings", ids, V, E))
+        positions = ops.expand(ops.unsqueeze(tr.tensor((T,), I64, False), 0), (B, T))
+        masks = {k: llama.attention_mask(m, h, k, cfg.window) for k in sorted(set(cfg.kinds))}
+        tables: dict[str, tuple[Tensor, Tensor]] = {}
+        with tr.no_grad(), m.module("rotary_emb"):
+            for kind in sorted(set(cfg.kinds)):  # emb.cos() * scaling, .to(x.dtype)
+                pair = [ops.to(ops.mul(tr.tensor((B, T, dh), F32, False), 1.0), h.dtype)
+                        for _ in range(2)]
+                tables[kind] = (pair[0], pair[1])
+        kinds = "".join(k.lower() if i == 0 else k for i, k in enumerate(cfg.kinds))
+        if len(set(kinds)) == 1:
+            kinds = kinds[0]
+
+        def extras(kind: str) -> tuple[Tensor, ...]:
+            mask = masks[kind.upper()]
+            return (positions, *tables[kind.upper()]) + (() if mask is None else (mask,))
+
+        h = m.layers_by_kind("layers", kinds, lambda x, kind: _decoder_layer(
+            m, cfg, x, tables[kind.upper()], masks[kind.upper()], kind.islower()), h, extras)
+        h = _norm(m, "final_norm", h)
+    with m.module("lm_head"):
+        h = _norm(m, "norm", ops.gelu(m.linear("dense", h, E, False)))
+    with m.module("decoder"):
+        w = m.tied("model.embeddings.tok_embeddings.weight") if cfg.tied \
+            else m.param("weight", V, E)
+        logits = ops.linear(h, w, m.param("bias", V))
+    return causal_lm_loss(logits, ids, V)
+
+
+def _decoder_layer(m: Builder, cfg: ModernBertDecoder, h: Tensor,
+                   table: tuple[Tensor, Tensor], mask: Tensor | None, first: bool) -> Tensor:
+    """ModernBertDecoderLayer.forward: h + attn(attn_norm(h)), h + mlp(mlp_norm(h))."""
+    from transformer_calc.graph.families import llama
+
+    B, T, H, dh = m["B"], m["T"], m["H"], m["dh"]
+    x = h if first else _norm(m, "attn_norm", h)
+    with m.module("attn"):
+        q, k, v = (ops.transpose(ops.view(m.linear(name, x, H * dh, False), (B, T, H, dh)), 1, 2)
+                   for name in ("q_proj", "k_proj", "v_proj"))
+        cos, sin = (ops.unsqueeze(t, 1) for t in table)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        if m.use_cache:  # (Dynamic|DynamicSlidingWindow)Layer.update: a torch.cat copy
+            k, v = (ops.cat([t], -2) for t in (k, v))
+        scaling = float(dh.value) ** -0.5
+        if mask is not None and m.run.attention == "eager":
+            out = llama.eager_attention(m, q, k, v, mask, dropout=cfg.attention_dropout,
+                                        scaling=scaling)
+        else:
+            out = llama.sdpa_attention(q, k, v, Dim.const(1), dropout=cfg.attention_dropout,
+                                       scaling=scaling, mask=mask)
+        out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
+        a = m.linear("Wo", out, m["E"], False)
+    h = ops.add(h, a)
+    return ops.add(h, _mlp(m, _norm(m, "mlp_norm", h)))
