@@ -164,6 +164,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.gptj import GPTJ
+    from transformer_calc.graph.families.lfm2 import Lfm2
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.t5 import T5
@@ -171,7 +172,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     if s.dropout is None:
         return family
     off: Family
-    if isinstance(family, Mamba | Mamba2):  # no dropout in these models
+    if isinstance(family, Mamba | Mamba2 | Lfm2):  # no dropout in these models
         on, off = 0.0, family
     elif isinstance(family, T5):
         on = family.dropout
@@ -211,8 +212,16 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.jamba import Jamba
+    from transformer_calc.graph.families.lfm2 import Lfm2
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
 
+    if isinstance(family, Lfm2):
+        # LFM2's short convolution: causal_conv1d_fn's torch fallback, what the CPU runs (on
+        # CUDA the kernels hub's causal-conv1d where installed); no measured row covers
+        # autocast. A model of convolutions alone says no head_dim, which the rotary table
+        # every checkpointed layer keeps has: full recomputation keeps the rules
+        return s.device == "cpu" and not autocast and (
+            "F" in family.mixers or s.recompute != "full")
     if not isinstance(family, Mamba | Mamba2 | Bamba | FalconH1 | Jamba):
         return True
     # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
@@ -259,6 +268,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.gptj import GPTJ
+    from transformer_calc.graph.families.lfm2 import Lfm2
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.mla import MLA_MODULES, Mla, converted_all_linear
     from transformer_calc.graph.families.moe import Moe
@@ -282,6 +292,13 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
              _NEOX_MODULES["falcon"] if isinstance(family, Falcon) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
         table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
+    if isinstance(family, Lfm2):
+        # Lfm2MLP's w1, w3, w2; the attention's output projection and the convolution's are
+        # both out_proj to peft: in a model of both, o and out_proj go together or not at all
+        both = len(set(family.mixers)) == 2
+        if both and s.lora_targets != ("all-linear",) and len(roles & {"o", "out_proj"}) == 1:
+            return None
+        table = {**_MODULES, "gate": "w1", "up": "w3", "down": "w2", "o": "out_proj"}
     if isinstance(family, T5):
         table = {**_T5_MODULES, "up": "wi_1" if family.gated else "wi"}
     elif isinstance(family, Bart):

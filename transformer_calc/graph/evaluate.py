@@ -27,6 +27,7 @@ from transformer_calc.graph.families import (
     gpt2,
     gptj,
     jamba,
+    lfm2,
     llama,
     mamba,
     mla,
@@ -50,7 +51,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
-          | gemma4.Gemma4
+          | gemma4.Gemma4 | lfm2.Lfm2
           | opt.OPT)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
@@ -66,7 +67,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
-    opt.TrOcr: opt.trocr_forward}
+    opt.TrOcr: opt.trocr_forward, lfm2.Lfm2: lfm2.forward}
 
 
 @dataclass(frozen=True)
@@ -1359,13 +1360,49 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
                        spec.ssm_conv_bias, spec.ssm_bias, pa, spec.experts_grouped)
 
 
+
+# LFM2 (Lfm2ForCausalLM): Llama's attention fields with q/k norms over each head, the short
+# convolution's kernel and bias, the layers' kinds
+_READS["lfm2"] = _METADATA | _COMMON | {
+    "n_kv_heads", "d_head", "softmax_fp32", "qk_norm", "layer_attention", "mixer", "ssm_conv",
+    "ssm_conv_bias", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
+
+
+def _lfm2_family(spec: ModelSpec) -> lfm2.Lfm2 | None:
+    """Lfm2ForCausalLM (model type lfm2): each layer the gated short convolution or
+    attention (layer_attention M, F), then Lfm2MLP; no biases but the convolution's
+    (conv_bias: the convolution, in_proj and out_proj); even head dims (rotate_half)."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "lfm2":
+        return None
+    kinds = [lfm2.KINDS.get((k[0], k[1:2])) for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    dh = spec.head_dim if H else 2
+    if not (spec.mixer == "short_conv" and spec.norm == "rmsnorm" and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and spec.qk_norm == "head" and not spec.dropout and not spec.attention_dropout
+            and None not in kinds and (not H or (Hkv and H % Hkv == 0 and dh % 2 == 0))
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "lfm2")):
+        raise TcalcError(f"{spec.name}: no op graph for this lfm2 layout (the graph engine "
+                         "covers Lfm2ForCausalLM's own layout)")
+    # (a model of convolutions alone still builds its attention's sizes: Lfm2Config's
+    # defaults stand in where the spec has no heads)
+    return lfm2.Lfm2(spec.vocab_size, spec.d_model, H or 1, Hkv or 1, dh, spec.d_ff,
+                     spec.n_layers, spec.ssm_conv, "".join(k for k in kinds if k),
+                     spec.tie_embeddings, spec.ssm_conv_bias)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _gemma4_family,
     _gemma3n_family, _mla_family,
-    _jamba_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
+    _jamba_family, _lfm2_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
     _modernbert, _rembert, _mpnet, _xlm)

@@ -39,6 +39,7 @@ from transformer_calc.graph.families.gemma4 import Gemma4
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.gptj import GPTJ
 from transformer_calc.graph.families.jamba import Jamba
+from transformer_calc.graph.families.lfm2 import Lfm2
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.modernbert import ModernBert
@@ -70,7 +71,10 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "pre_ff_layernorm": "ffn.norm",  # (Falcon's two parallel norms)
           # OPT's and BioGPT's (families/opt.py; the model's final norm outside the layers)
           "self_attn_layer_norm": "attn.norm", "final_layer_norm": "ffn.norm",
-          "layer_norm": "final_norm"}
+          "layer_norm": "final_norm",
+          # LFM2's (families/lfm2.py): the operator's and the MLP's, the model's last
+          "operator_norm": "attn.norm", "ffn_norm": "ffn.norm",
+          "embedding_norm": "final_norm"}
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -104,7 +108,8 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "q_b_proj": "attn.q_b_input", "kv_b_proj": "attn.kv_b_input",
            "query_key_value": "attn.input", "dense": "attn.o_input",
            "dense_h_to_4h": "ffn.input", "dense_4h_to_h": "ffn.out_input",
-           "out_proj": "attn.o_input", "fc_in": "ffn.input", "fc_out": "ffn.out_input"}
+           "out_proj": "attn.o_input", "fc_in": "ffn.input", "fc_out": "ffn.out_input",
+           "w1": "ffn.input", "w3": "ffn.input", "w2": "ffn.out_input"}
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
             "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
@@ -116,7 +121,8 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
             "q_b_proj": "attn.q_b", "kv_a_proj_with_mqa": "attn.kv_a", "kv_b_proj": "attn.kv_b",
             "query_key_value": "attn.qkv", "dense": "attn.o",
             "dense_h_to_4h": "ffn.in", "dense_4h_to_h": "ffn.out", "out_proj": "attn.o",
-            "fc_in": "ffn.in", "fc_out": "ffn.out"}
+            "fc_in": "ffn.in", "fc_out": "ffn.out", "w1": "ffn.gate", "w3": "ffn.in",
+            "w2": "ffn.out"}
 # the ops that keep what Gemma 3n's stream rescaling reads (pow, clamp, sqrt, mul, div)
 _RESCALE_ROLES = frozenset(("pow.self", "clamp.self", "sqrt.result", "mul.self", "mul.other",
                             "div.self", "div.other"))
@@ -303,7 +309,8 @@ DESCRIPTIONS = {
     "(Mamba-2)", "decoder.mixer.scan": "the scan's other products",
     "decoder.mixer.gated_norm": "y, silu(z), their product in fp32, rstd",
     "decoder.mixer.gated_norm.normalized": "the group-normed y the weight multiplies",
-    "decoder.mixer.out_proj_input": "out_proj input"}
+    "decoder.mixer.out_proj_input": "out_proj input",
+    "decoder.mixer.conv_input": "B ⊙ x, the short convolution's input"}
 
 
 def description(name: str) -> str:
@@ -377,7 +384,8 @@ class _Namer:
         self.mixer = isinstance(family, Mamba | Mamba2)
         # Bamba: a layer's kind (F attention, M the mixer) names its first norm
         self.kinds = family.kinds if isinstance(family, Bamba) else \
-            family.mixers if isinstance(family, Jamba) else ""
+            family.mixers if isinstance(family, Jamba | Lfm2) else ""
+        self.short_conv = isinstance(family, Lfm2)
         self.encoder = isinstance(family, Bert)
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
@@ -466,7 +474,10 @@ class _Namer:
         rest = (layer.group(2) or "") if layer else ""
         if self.mixer or rest.startswith("mamba"):
             return "decoder." + self._mixer(rest, role, s)
-        if self.kinds and module == "input_layernorm" and s.layer is not None \
+        if self.short_conv and rest.startswith("conv"):
+            return "decoder." + self._short_conv(rest, role, s)
+        if self.kinds and module in ("input_layernorm", "operator_norm") \
+                and s.layer is not None \
                 and self.kinds[s.layer] == "M":
             return "decoder." + self._norm("mixer.norm", role)
         if st.name in _ROPES or st.name.endswith(".rotary_emb"):
@@ -883,6 +894,24 @@ class _Namer:
         if st.op in ("add", "repeat_interleave", "pad", "clone") or role.startswith("bmm."):
             return "mixer.scan_operands"  # the loop's states, the einsums' operands
         return "mixer.scan"
+
+    def _short_conv(self, rest: str, role: str, s: Saved) -> str:
+        """LFM2's short convolution (families/lfm2.py): in_proj's input and output (B, C and
+        x, views), B·x (the convolution's input), the convolution's output (C's product
+        keeps it), out_proj's input; an adapted in_proj's or out_proj's adapter."""
+        sub = rest.split(".")[1] if "." in rest else ""
+        lora = self.run.lora
+        inputs = {"in_proj": "mixer.input", "out_proj": "mixer.out_proj_input"}
+        if sub in inputs:
+            part = _lora_part(role, s) if lora is not None and lora.adapts(s.scope) else None
+            return f"mixer.{sub}.{part}" if part else inputs[sub]
+        if role == "convolution.input":
+            return "mixer.conv_input"
+        if s.storage.op == "convolution":
+            return "mixer.conv_output"
+        if s.storage.name.endswith(".in_proj"):
+            return "mixer.in_proj_output"
+        raise ValueError(f"no component name for {role} saved in {s.scope}")
 
     def _norm(self, prefix: str, role: str, s: Saved | None = None) -> str:
         if s is not None and role == "mul.self" and self.norm_parts is _COHERE_NORM_PARTS \

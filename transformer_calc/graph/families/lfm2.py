@@ -1,0 +1,156 @@
+"""LFM2 as transformers 5.23 runs it on the CPU: models/lfm2/modeling_lfm2.py
+(Lfm2ForCausalLM, Lfm2Model, Lfm2DecoderLayer, Lfm2RMSNorm, Lfm2RotaryEmbedding,
+Lfm2Attention with q_layernorm and k_layernorm over each head, Lfm2MLP's w1, w3, w2, and
+Lfm2ShortConv.forward with causal_conv1d_fn's torch fallback, the kernels hub's
+causal-conv1d not installed). Each layer is a gated short convolution or attention
+(layer_types), then the SwiGLU MLP; the model's last norm is embedding_norm."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from transformer_calc.graph import ops
+from transformer_calc.graph.families import llama
+from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
+from transformer_calc.graph.symbols import Dim
+from transformer_calc.graph.tensor import I64, Tensor
+
+# a layer's kind as one letter (Builder.layers_by_kind): its operator (F attention, M the
+# short convolution) and its FFN (D the MLP, E the experts: families/lfm2_moe.py)
+KINDS = {("F", "D"): "a", ("F", "E"): "b", ("M", "D"): "c", ("M", "E"): "d"}
+
+
+# the experts' block (families/lfm2_moe.py): (builder, config, ffn_norm's output) -> output
+Ffn = Callable[[Builder, "Lfm2", Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class Lfm2:
+    """Lfm2Config's sizes. Symbols: V, E, H, Hkv, dh, F, L, G = H / Hkv as Llama's (F the
+    MLP's width after Lfm2MLP's block_auto_adjust_ff_dim); Kc conv_L_cache, the
+    convolution's kernel. kinds: each layer's letter of KINDS. conv_bias: the convolution's,
+    in_proj's and out_proj's biases."""
+
+    V: int
+    E: int
+    H: int
+    Hkv: int
+    dh: int
+    F: int
+    L: int
+    Kc: int
+    kinds: str
+    tied: bool = True
+    conv_bias: bool = False
+
+    def sizes(self) -> dict[str, int]:
+        return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
+                "F": self.F, "L": self.L, "G": self.H // self.Hkv, "Kc": self.Kc}
+
+    @property
+    def mixers(self) -> str:
+        """Each layer's operator, F or M (names.py's first norms)."""
+        back = {v: k for k, v in KINDS.items()}
+        return "".join(back[k][0] for k in self.kinds)
+
+
+def forward(m: Builder, cfg: Lfm2, ffn: Ffn | None = None) -> Tensor:
+    """Lfm2ForCausalLM.forward(input_ids=ids, labels=ids, use_cache=False): the loss.
+    ffn: the experts' block (families/lfm2_moe.py) for the layers whose kind has them."""
+    B, T, E, V = m["B"], m["T"], m["E"], m["V"]
+    tr = m.trace
+    ids = tr.input((B, T), I64, "input_ids")
+    with m.module("model"):
+        h = m.embedding("embed_tokens", ids, V, E)
+        # position_ids = arange(T).unsqueeze(0); causal_mask_mapping: create_causal_mask for
+        # the attention layers, create_recurrent_attention_mask (None without padding) for
+        # the convolutions; cos and sin once, whatever the layers
+        positions = tr.tensor((T,), I64, False)
+        mask = causal_mask(m, h) if m.run.attention == "eager" else None
+        cos, sin = llama.rotary_tables(m, h)
+
+        def extras(kind: str) -> tuple[Tensor, ...]:
+            return (positions, cos, sin) + ((mask,) if kind in "ab" and mask is not None
+                                            else ())
+
+        def layer(x: Tensor, kind: str) -> Tensor:
+            return _layer(m, cfg, x, kind, cos, sin, mask, ffn)
+
+        h = m.layers_by_kind("layers", cfg.kinds, layer, h, extras)
+        h = llama.rms_norm(m, "embedding_norm", h)
+    with m.module("lm_head"):
+        w = m.tied("model.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
+        logits = m.lm_head_lora(h, ops.linear(h, w), V)
+    return causal_lm_loss(logits, ids, V)
+
+
+def _layer(m: Builder, cfg: Lfm2, h: Tensor, kind: str, cos: Tensor, sin: Tensor,
+           mask: Tensor | None, ffn: Ffn | None) -> Tensor:
+    """Lfm2DecoderLayer.forward: operator_norm, attention or the convolution, the
+    residual (output + residual); ffn_norm, the MLP (or the experts), the residual."""
+    x = llama.rms_norm(m, "operator_norm", h)
+    if kind in "ab":
+        with m.module("self_attn"):
+            y = _attention(m, x, cos, sin, mask)
+    else:
+        with m.module("conv"):
+            y = short_conv(m, x, cfg.conv_bias)
+    h = ops.add(y, h)
+    x = llama.rms_norm(m, "ffn_norm", h)
+    f = ffn(m, cfg, x) if kind in "bd" and ffn is not None else mlp(m, x, "F")
+    return ops.add(h, f)
+
+
+def mlp(m: Builder, x: Tensor, width: str) -> Tensor:
+    """Lfm2MLP.forward: w2(silu(w1(x)) * w3(x)), no biases, in the module feed_forward."""
+    with m.module("feed_forward"):
+        F, E = m[width], m["E"]
+        gate = ops.silu(m.linear("w1", x, F, False))
+        return m.linear("w2", ops.mul(gate, m.linear("w3", x, F, False)), E, False)
+
+
+def short_conv(m: Builder, x: Tensor, bias: bool) -> Tensor:
+    """Lfm2ShortConv.forward without a cache: BCx = in_proj(x).transpose(-1, -2), chunked in
+    three along the channels (views: B, C, x); B * x; causal_conv1d_fn's fallback:
+    F.conv1d(Bx.to(weight's dtype), weight (squeezed and unsqueezed: views), bias,
+    padding=K − 1, groups=E)[:, :, :T], no activation, .to(Bx's dtype); C times it;
+    transposed, made contiguous, out_proj."""
+    E, Kc, T = m["E"], m["Kc"], m["T"]
+    bcx = ops.transpose(m.linear("in_proj", x, 3 * E, bias), -1, -2)
+    b, c, xs = ops.split(bcx, E, -2)
+    bx = ops.mul(b, xs)
+    with m.module("conv"):
+        w = m.param("weight", E, Dim.const(1), Kc)
+        conv_b = m.param("bias", E) if bias else None
+        out = ops.conv1d_depthwise(ops.to(bx, w.dtype), w, conv_b, Kc.value - 1)
+    out = ops.to(ops.narrow(out, 2, 0, T), bx.dtype)
+    y = ops.contiguous(ops.transpose(ops.mul(c, out), -1, -2))
+    return m.linear("out_proj", y, E, bias)
+
+
+def _attention(m: Builder, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None
+               ) -> Tensor:
+    """Lfm2Attention.forward: q_layernorm(q_proj(x).view(heads)).transpose(1, 2), K alike,
+    V viewed; RoPE; eager or SDPA attention (dropout 0); reshape, contiguous, out_proj."""
+    B, T, H, Hkv, dh = m["B"], m["T"], m["H"], m["Hkv"], m["dh"]
+
+    def heads(name: str, n: Dim, norm: str = "") -> Tensor:
+        y = ops.view(m.linear(name, x, n * dh, False), (B, T, n, dh))
+        if norm:
+            y = llama.rms_norm(m, norm, y)
+        return ops.transpose(y, 1, 2)
+
+    q = heads("q_proj", H, "q_layernorm")
+    k = heads("k_proj", Hkv, "k_layernorm")
+    v = heads("v_proj", Hkv)
+    cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
+    q, k = llama.apply_rotary(q, cos, sin), llama.apply_rotary(k, cos, sin)
+    G, scaling = m["G"], float(dh.value) ** -0.5
+    if mask is not None:
+        out = llama.eager_attention(m, q, llama.repeat_kv(k, G), llama.repeat_kv(v, G), mask,
+                                    dropout=0.0, scaling=scaling)
+    else:
+        out = llama.sdpa_attention(q, k, v, G, dropout=0.0, scaling=scaling)
+    out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
+    return m.linear("out_proj", out, m["E"], False)
