@@ -240,10 +240,16 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
 
     from transformer_calc.graph.families.gemma4 import Gemma4
     from transformer_calc.graph.families.jamba import Jamba
+    from transformer_calc.graph.families.lfm2 import Lfm2Moe
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.memory import experts_impl
 
     if isinstance(family, Gemma4) and family.experts:  # Gemma4TextExperts: either path
+        impl = experts_impl(spec, s.experts)
+        if impl not in ("eager", "grouped_mm"):
+            return None
+        return dataclasses.replace(family, grouped=impl == "grouped_mm")
+    if isinstance(family, Lfm2Moe):  # Mixtral's experts integration (no autocast here)
         impl = experts_impl(spec, s.experts)
         if impl not in ("eager", "grouped_mm"):
             return None
@@ -430,8 +436,9 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
         rows.append((name, numbers[2 * i], text, "", numbers[2 * i + 1], stack, note, None, ()))
     notes: tuple[str, ...] = ()
     from transformer_calc.graph.families.jamba import Jamba
+    from transformer_calc.graph.families.lfm2 import Lfm2Moe
 
-    if isinstance(family, Moe | Jamba):  # the experts' path, as the rules say it
+    if isinstance(family, Moe | Jamba | Lfm2Moe):  # the experts' path, as the rules say it
         from transformer_calc.memory import EXPERTS_NOTE
 
         impl = "grouped_mm" if family.grouped else "eager"

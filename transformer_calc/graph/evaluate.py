@@ -51,7 +51,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
-          | gemma4.Gemma4 | lfm2.Lfm2
+          | gemma4.Gemma4 | lfm2.Lfm2 | lfm2.Lfm2Moe
           | opt.OPT)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
@@ -67,7 +67,8 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
-    opt.TrOcr: opt.trocr_forward, lfm2.Lfm2: lfm2.forward}
+    opt.TrOcr: opt.trocr_forward, lfm2.Lfm2: lfm2.forward,
+    lfm2.Lfm2Moe: lfm2.moe_forward}
 
 
 @dataclass(frozen=True)
@@ -1366,16 +1367,21 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
 _READS["lfm2"] = _METADATA | _COMMON | {
     "n_kv_heads", "d_head", "softmax_fp32", "qk_norm", "layer_attention", "mixer", "ssm_conv",
     "ssm_conv_bias", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
+# LFM2-MoE: LFM2's fields, the layers' FFN kinds, the experts' sizes
+_READS["lfm2_moe"] = _READS["lfm2"] | {"layer_ffn", "n_experts", "top_k", "d_ff_expert"}
 
 
 def _lfm2_family(spec: ModelSpec) -> lfm2.Lfm2 | None:
-    """Lfm2ForCausalLM (model type lfm2): each layer the gated short convolution or
-    attention (layer_attention M, F), then Lfm2MLP; no biases but the convolution's
-    (conv_bias: the convolution, in_proj and out_proj); even head dims (rotate_half)."""
+    """Lfm2ForCausalLM and Lfm2MoeForCausalLM (model types lfm2, lfm2_moe): each layer the
+    gated short convolution or attention (layer_attention M, F), then the MLP or (lfm2_moe,
+    layer_ffn E) the experts behind the sigmoid router with its expert bias; no biases but
+    the convolution's (conv_bias: the convolution, in_proj and out_proj); even head dims
+    (rotate_half)."""
     from transformer_calc.plan import layer_kinds_in_order
 
-    if spec.model_type != "lfm2":
+    if spec.model_type not in ("lfm2", "lfm2_moe"):
         return None
+    moe = spec.model_type == "lfm2_moe"
     kinds = [lfm2.KINDS.get((k[0], k[1:2])) for k in layer_kinds_in_order(spec, spec.n_layers)]
     H = spec.n_heads
     Hkv = spec.n_kv_heads or H
@@ -1384,16 +1390,22 @@ def _lfm2_family(spec: ModelSpec) -> lfm2.Lfm2 | None:
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
             and spec.qk_norm == "head" and not spec.dropout and not spec.attention_dropout
             and None not in kinds and (not H or (Hkv and H % Hkv == 0 and dh % 2 == 0))
+            and (moe or not any(k and k in "bd" for k in kinds))
             and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
                      or spec.bias_ffn_in or spec.bias_ffn_out)
-            and not _unread(spec, "lfm2")):
-        raise TcalcError(f"{spec.name}: no op graph for this lfm2 layout (the graph engine "
-                         "covers Lfm2ForCausalLM's own layout)")
+            and not _unread(spec, spec.model_type)):
+        raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout (the "
+                         "graph engine covers Lfm2ForCausalLM's and Lfm2MoeForCausalLM's "
+                         "own layouts)")
     # (a model of convolutions alone still builds its attention's sizes: Lfm2Config's
     # defaults stand in where the spec has no heads)
-    return lfm2.Lfm2(spec.vocab_size, spec.d_model, H or 1, Hkv or 1, dh, spec.d_ff,
-                     spec.n_layers, spec.ssm_conv, "".join(k for k in kinds if k),
-                     spec.tie_embeddings, spec.ssm_conv_bias)
+    args = (spec.vocab_size, spec.d_model, H or 1, Hkv or 1, dh, spec.d_ff or 1,
+            spec.n_layers, spec.ssm_conv, "".join(k for k in kinds if k),
+            spec.tie_embeddings, spec.ssm_conv_bias)
+    if moe:
+        return lfm2.Lfm2Moe(*args, X=max(spec.n_experts, 1), K=max(spec.top_k, 1),
+                            Fe=spec.expert_ff or 1, grouped=spec.experts_grouped)
+    return lfm2.Lfm2(*args)
 
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an

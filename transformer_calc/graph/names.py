@@ -39,7 +39,7 @@ from transformer_calc.graph.families.gemma4 import Gemma4
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.gptj import GPTJ
 from transformer_calc.graph.families.jamba import Jamba
-from transformer_calc.graph.families.lfm2 import Lfm2
+from transformer_calc.graph.families.lfm2 import Lfm2, Lfm2Moe
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.modernbert import ModernBert
@@ -391,7 +391,7 @@ class _Namer:
             scope, dense, norm, decoder, _ = HEADS[family.head]
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
-        self.moe = isinstance(family, Moe | Jamba)
+        self.moe = isinstance(family, Moe | Jamba | Lfm2Moe)
         self.jamba = isinstance(family, Jamba)
         self.gemma4 = isinstance(family, Gemma4)
         self.gemma3n = isinstance(family, Gemma3n)

@@ -14,7 +14,7 @@ from transformer_calc.graph import ops
 from transformer_calc.graph.families import llama
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.symbols import Dim
-from transformer_calc.graph.tensor import I64, Tensor
+from transformer_calc.graph.tensor import F32, I64, Tensor
 
 # a layer's kind as one letter (Builder.layers_by_kind): its operator (F attention, M the
 # short convolution) and its FFN (D the MLP, E the experts: families/lfm2_moe.py)
@@ -154,3 +154,52 @@ def _attention(m: Builder, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | N
         out = llama.sdpa_attention(q, k, v, G, dropout=0.0, scaling=scaling)
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
     return m.linear("out_proj", out, m["E"], False)
+
+
+@dataclass(frozen=True)
+class Lfm2Moe(Lfm2):
+    """Lfm2MoeConfig's sizes (models/lfm2_moe/modeling_lfm2_moe.py: Lfm2MoeForCausalLM, the
+    layers LFM2's, the first num_dense_layers with Lfm2MoeMLP of F, the rest with
+    Lfm2MoeSparseMoeBlock). Symbols beside LFM2's: X experts, K per token, Fe
+    moe_intermediate_size. kinds: each layer's letter of KINDS. grouped: the grouped_mm
+    experts (families/moe.py, the same integration as Mixtral's)."""
+
+    X: int = 1
+    K: int = 1
+    Fe: int = 1
+    grouped: bool = False
+
+    def sizes(self) -> dict[str, int]:
+        return {**super().sizes(), "X": self.X, "K": self.K, "Fe": self.Fe}
+
+
+def moe_forward(m: Builder, cfg: Lfm2Moe) -> Tensor:
+    """Lfm2MoeForCausalLM.forward(input_ids=ids, labels=ids, use_cache=False): LFM2's, the
+    sparse layers' FFN the experts."""
+    return forward(m, cfg, _sparse_moe_block)  # type: ignore[arg-type]
+
+
+def _sparse_moe_block(m: Builder, cfg: Lfm2Moe, x: Tensor) -> Tensor:
+    """Lfm2MoeSparseMoeBlock.forward (use_expert_bias, norm_topk_prob, the config's
+    defaults): Lfm2MoeTopKRouter.forward: logits = F.linear(x, weight), sigmoid; the
+    expert_bias buffer (fp32, zeros) added to choose the top k (the sum fp32: a new
+    tensor), the chosen sigmoids gathered (type_as the logits: the same dtype), divided by
+    their sum + 1e-6, times routed_scaling_factor (a Python number); then Lfm2MoeExperts
+    (Mixtral's: families/moe.py)."""
+    from transformer_calc.graph.families import moe
+
+    B, T, E = x.shape
+    X, K = m["X"], m["K"]
+    with m.module("feed_forward"):
+        flat = ops.view(x, (B * T, E))
+        bias = m.trace.tensor((X,), F32, False, "buffer", f"{m.trace.scope}.expert_bias")
+        with m.module("gate"):
+            probs = ops.sigmoid(ops.linear(flat, m.param("weight", X, E)))
+            _, chosen = ops.topk(ops.add(probs, bias), K)
+            weights = ops.gather(probs, 1, chosen)
+            weights = ops.div(weights, ops.add(ops.sum_dim(weights, -1, keepdim=True), 1e-6))
+            weights = ops.mul(weights, 1.0)  # * routed_scaling_factor
+        with m.module("experts"):
+            run = moe.grouped_experts if cfg.grouped else moe.eager_experts
+            out = run(m, flat, chosen, weights)
+        return ops.reshape(out, (B, T, E))
