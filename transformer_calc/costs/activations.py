@@ -23,6 +23,7 @@ from transformer_calc.errors import TcalcError
 if TYPE_CHECKING:
     from transformer_calc.graph.compile import Structure
     from transformer_calc.graph.evaluate import Family
+    from transformer_calc.graph.families.minimax import Minimax
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.modules import Run
@@ -166,13 +167,14 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     from transformer_calc.graph.families.gptj import GPTJ
     from transformer_calc.graph.families.lfm2 import Lfm2
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
+    from transformer_calc.graph.families.minimax import Minimax
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.t5 import T5
 
     if s.dropout is None:
         return family
     off: Family
-    if isinstance(family, Mamba | Mamba2 | Lfm2):  # no dropout in these models
+    if isinstance(family, Mamba | Mamba2 | Lfm2 | Minimax):  # none (MiniMax's: refused)
         on, off = 0.0, family
     elif isinstance(family, T5):
         on = family.dropout
@@ -214,7 +216,12 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
     from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.lfm2 import Lfm2
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
+    from transformer_calc.graph.families.minimax import Minimax
 
+    if isinstance(family, Minimax):
+        # MiniMax's lightning attention: its Python loop over blocks, what the CPU rows ran
+        # (no measured row on CUDA or under autocast)
+        return s.device == "cpu" and not autocast
     if isinstance(family, Lfm2):
         # LFM2's short convolution: causal_conv1d_fn's torch fallback, what the CPU runs (on
         # CUDA the kernels hub's causal-conv1d where installed); no measured row covers
@@ -241,6 +248,7 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
     from transformer_calc.graph.families.gemma4 import Gemma4
     from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.lfm2 import Lfm2Moe
+    from transformer_calc.graph.families.minimax import Minimax
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.memory import experts_impl
 
@@ -249,7 +257,7 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
         if impl not in ("eager", "grouped_mm"):
             return None
         return dataclasses.replace(family, grouped=impl == "grouped_mm")
-    if isinstance(family, Lfm2Moe):  # Mixtral's experts integration (no autocast here)
+    if isinstance(family, Lfm2Moe | Minimax):  # Mixtral's experts (no autocast here)
         impl = experts_impl(spec, s.experts)
         if impl not in ("eager", "grouped_mm"):
             return None
@@ -276,6 +284,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.gptj import GPTJ
     from transformer_calc.graph.families.lfm2 import Lfm2
     from transformer_calc.graph.families.llama import Llama
+    from transformer_calc.graph.families.minimax import Minimax
     from transformer_calc.graph.families.mla import MLA_MODULES, Mla, converted_all_linear
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.families.neox import NeoX
@@ -298,6 +307,13 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
              _NEOX_MODULES["falcon"] if isinstance(family, Falcon) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
         table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
+    if isinstance(family, Minimax):
+        # Mixtral's experts and router, which peft 0.21 converts (its all-linear too:
+        # measured, minimax-mixer.json), beside the lightning layers' nn.Linear
+        if peft_moe != "mixtral":
+            return None
+        return _converted(family, s, roles, dtype, {"output_gate": "output_gate",
+                                                    "qkv_proj": "qkv_proj"})
     if isinstance(family, Lfm2):
         # Lfm2MLP's w1, w3, w2; the attention's output projection and the convolution's are
         # both out_proj to peft: in a model of both, o and out_proj go together or not at all
@@ -358,8 +374,8 @@ def _is_gemma3n(family: Family) -> bool:
     return isinstance(family, Gemma3n)
 
 
-def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | None
-               ) -> Lora | None:
+def _converted(family: Moe | Minimax, s: Settings, roles: frozenset[str],
+               dtype: DType | None, modules_of: dict[str, str] | None = None) -> Lora | None:
     """peft 0.21's targets for a MoE whose layout it converts (Mixtral's, the qwen2_moe
     pattern's: utils/transformers_weight_conversion.py, _convert_peft_config_moe): the
     router's and the experts' names (gate, w1/w3/w2 or gate_proj/up_proj/down_proj) become
@@ -367,14 +383,15 @@ def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | N
     down_proj), and leave target_modules (a dense MLP's gate_proj/up_proj/down_proj is not
     adapted: transformer_calc.lora.adapted_layers gives no such role). roles: the router,
     experts.gate_up, experts.out and the nn.Linear layers' roles. None where peft refuses a
-    ParamWrapper (dropout) or computes it otherwise (16-bit adapters on the CPU)."""
+    ParamWrapper (dropout) or computes it otherwise (16-bit adapters on the CPU).
+    modules_of: the family's own module names beside Llama's (MiniMax's output_gate)."""
     from transformer_calc.graph.lora import Lora
 
     wrapped = {"router": "gate.weight", "experts.gate_up": "gate_up_proj",
                "experts.out": "down_proj"}
     from transformer_calc.graph.families.mla import MLA_MODULES, Mla
 
-    table = {**_MODULES, "shared_gate": "shared_expert_gate"}
+    table = {**_MODULES, "shared_gate": "shared_expert_gate", **(modules_of or {})}
     if isinstance(family, Mla):  # DeepSeek-V3's latent attention
         table.update(MLA_MODULES)
     if family.router == "hunyuan":  # its router is an nn.Linear: gate.wg, adapted as one
@@ -437,8 +454,10 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
     notes: tuple[str, ...] = ()
     from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.lfm2 import Lfm2Moe
+    from transformer_calc.graph.families.minimax import Minimax
 
-    if isinstance(family, Moe | Jamba | Lfm2Moe):  # the experts' path, as the rules say it
+    # the experts' path, as the rules say it
+    if isinstance(family, Moe | Jamba | Lfm2Moe | Minimax):
         from transformer_calc.memory import EXPERTS_NOTE
 
         impl = "grouped_mm" if family.grouped else "eager"

@@ -30,6 +30,7 @@ from transformer_calc.graph.families import (
     lfm2,
     llama,
     mamba,
+    minimax,
     mla,
     modernbert,
     moe,
@@ -51,7 +52,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
-          | gemma4.Gemma4 | lfm2.Lfm2 | lfm2.Lfm2Moe
+          | gemma4.Gemma4 | lfm2.Lfm2 | lfm2.Lfm2Moe | minimax.Minimax
           | opt.OPT)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
@@ -68,7 +69,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
     opt.TrOcr: opt.trocr_forward, lfm2.Lfm2: lfm2.forward,
-    lfm2.Lfm2Moe: lfm2.moe_forward}
+    lfm2.Lfm2Moe: lfm2.moe_forward, minimax.Minimax: minimax.forward}
 
 
 @dataclass(frozen=True)
@@ -1408,13 +1409,54 @@ def _lfm2_family(spec: ModelSpec) -> lfm2.Lfm2 | None:
     return lfm2.Lfm2(*args)
 
 
+
+# MiniMax (MiniMaxForCausalLM): Llama's attention fields, the lightning layers' heads and
+# blocks, the experts and peft's conversion of them (the cache's state dtype changes no
+# training tensor)
+_READS["minimax"] = _METADATA | _COMMON | {
+    "n_kv_heads", "d_head", "softmax_fp32", "layer_attention", "mixer", "ssm_inner",
+    "ssm_heads", "ssm_chunk", "ssm_state_dtype", "n_experts", "top_k", "d_ff_expert",
+    "peft_moe", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
+
+
+def _minimax_family(spec: ModelSpec) -> minimax.Minimax | None:
+    """MiniMaxForCausalLM (model type minimax): each layer attention or lightning attention
+    (layer_attention F, M) of the same heads and head_dim, then the experts behind
+    Mixtral's router; no biases; even head dims (rotate_half)."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "minimax":
+        return None
+    kinds = layer_kinds_in_order(spec, spec.n_layers)
+    H = spec.n_heads or spec.ssm_heads
+    Hkv = spec.n_kv_heads or H
+    dh = spec.ssm_inner // H if H else 0
+    if not (spec.mixer == "lightning" and spec.norm == "rmsnorm" and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and not spec.attention_dropout
+            and {k[:2] for k in kinds} <= {"FE", "ME"} and H and Hkv and H % Hkv == 0
+            and spec.ssm_heads == H and spec.ssm_inner == H * dh and dh % 2 == 0
+            and (not spec.n_heads or spec.head_dim == dh) and spec.ssm_chunk >= 1
+            and spec.n_experts >= 1 and spec.top_k >= 1 and spec.router_topk == "none"
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "minimax")):
+        raise TcalcError(f"{spec.name}: no op graph for this minimax layout (the graph "
+                         "engine covers MiniMaxForCausalLM's own layout)")
+    return minimax.Minimax(spec.vocab_size, spec.d_model, H, Hkv, dh, spec.n_layers,
+                           spec.n_experts, spec.top_k, spec.expert_ff, spec.ssm_chunk,
+                           "".join(k[0] for k in kinds), spec.tie_embeddings,
+                           spec.experts_grouped)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _gemma4_family,
     _gemma3n_family, _mla_family,
-    _jamba_family, _lfm2_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
+    _jamba_family, _lfm2_family, _minimax_family, _moe_family, _mamba_family, _bamba_family,
+    _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
     _modernbert, _rembert, _mpnet, _xlm)

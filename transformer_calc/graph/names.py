@@ -42,6 +42,7 @@ from transformer_calc.graph.families.jamba import Jamba
 from transformer_calc.graph.families.lfm2 import Lfm2, Lfm2Moe
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
+from transformer_calc.graph.families.minimax import Minimax
 from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.neox import NeoX
@@ -384,14 +385,15 @@ class _Namer:
         self.mixer = isinstance(family, Mamba | Mamba2)
         # Bamba: a layer's kind (F attention, M the mixer) names its first norm
         self.kinds = family.kinds if isinstance(family, Bamba) else \
-            family.mixers if isinstance(family, Jamba | Lfm2) else ""
+            family.mixers if isinstance(family, Jamba | Lfm2 | Minimax) else ""
         self.short_conv = isinstance(family, Lfm2)
         self.encoder = isinstance(family, Bert)
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
-        self.moe = isinstance(family, Moe | Jamba | Lfm2Moe)
+        self.moe = isinstance(family, Moe | Jamba | Lfm2Moe | Minimax)
+        self.lightning = isinstance(family, Minimax)
         self.jamba = isinstance(family, Jamba)
         self.gemma4 = isinstance(family, Gemma4)
         self.gemma3n = isinstance(family, Gemma3n)
@@ -476,6 +478,9 @@ class _Namer:
             return "decoder." + self._mixer(rest, role, s)
         if self.short_conv and rest.startswith("conv"):
             return "decoder." + self._short_conv(rest, role, s)
+        if self.lightning and rest.startswith("self_attn") and s.layer is not None \
+                and self.kinds[s.layer] == "M":
+            return "decoder." + self._lightning(rest, role, s)
         if self.kinds and module in ("input_layernorm", "operator_norm") \
                 and s.layer is not None \
                 and self.kinds[s.layer] == "M":
@@ -912,6 +917,32 @@ class _Namer:
         if s.storage.name.endswith(".in_proj"):
             return "mixer.in_proj_output"
         raise ValueError(f"no component name for {role} saved in {s.scope}")
+
+    def _lightning(self, rest: str, role: str, s: Saved) -> str:
+        """MiniMax's lightning attention (families/minimax.py): its input, silu's input (the
+        fused projection's output), the blocks' operands (their copies of Q, K, V and the
+        decayed Q, K, the masked scores), the states entering the blocks and their decays,
+        the output norm, the sigmoid gate and its product, out_proj's input; an adapted
+        projection's adapter."""
+        st, sub = s.storage, rest.split(".")[1] if "." in rest else ""
+        lora = self.run.lora
+        inputs = {"qkv_proj": "mixer.input", "output_gate": "mixer.input",
+                  "out_proj": "mixer.out_proj_input"}
+        if sub in inputs:
+            part = _lora_part(role, s) if lora is not None and lora.adapts(s.scope) else None
+            return f"mixer.{sub}.{part}" if part else inputs[sub]
+        if sub == "norm":
+            return "mixer.out_norm." + _NORM_PARTS[role]
+        if role == "silu.self":
+            return "mixer.qkv_output"
+        if role == "sigmoid.result" or st.op == "sigmoid" or st.name.endswith(".norm"):
+            return "mixer.gate"
+        if st.op in ("add", "expand") or role == "mul.other":
+            return "mixer.block_states"  # the states entering the blocks, their decays
+        if quadratic_in_t(st) or _has(st.numel.poly, ("Q",)) and not _has(
+                st.numel.poly, ("dh",)):
+            return "mixer.block_scores"
+        return "mixer.block_copies"
 
     def _norm(self, prefix: str, role: str, s: Saved | None = None) -> str:
         if s is not None and role == "mul.self" and self.norm_parts is _COHERE_NORM_PARTS \
