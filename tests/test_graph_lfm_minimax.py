@@ -1,6 +1,6 @@
-"""The op graph's LFM2 family (transformer_calc/graph/families/lfm2.py: Lfm2ForCausalLM and
-Lfm2MoeForCausalLM as transformers 5.23 runs them on the CPU, the short convolution through
-causal_conv1d_fn's torch fallback) and MiniMax (families/minimax.py: MiniMaxForCausalLM, its
+"""The op graph's LFM2 family (transformer_calc/graph/families/lfm2.py: Lfm2ForCausalLM,
+Lfm2MoeForCausalLM and Lfm3ForCausalLM as transformers 5.23 runs them on the CPU, the short
+convolution through causal_conv1d_fn's torch fallback) and MiniMax (families/minimax.py: MiniMaxForCausalLM, its
 lightning attention's Python loop over blocks, Mixtral's experts) against every measured CPU
 row of their configs, to the byte.
 
@@ -23,6 +23,9 @@ still held at the end of the forward once, parameters excluded):
   convolution with 8 experts, 2 per token, behind the sigmoid router with its expert bias):
   the whole model's in activations_moe_dense_kimi_linear_cpu.jsonl (B 2 T 64, B 1 T 128)
   and the LoRA rows (eager experts) in activations_lora_survey_{qv,attn,all_linear_rest}_cpu.jsonl;
+- lfm3-tiny.json (convolutions, full attention, a sliding layer of 32; sandwich norms, the
+  attention gate, fp32 RoPE): the whole model's in activations_decoders_encoders_cpu.jsonl
+  (B 2 T 64, B 1 T 128) and the LoRA rows in the same LoRA fixtures;
 - minimax-tiny.json (attention, lightning, attention; blocks of 8) and minimax-mixer.json
   (one lightning layer, blocks of 16): their whole-model rows in
   activations_lfm2_minimax_whole_model_cpu.jsonl, written as LFM2's (B 1 T 37: a short last
@@ -32,9 +35,9 @@ still held at the end of the forward once, parameters excluded):
   (`tools/measure_activations_hf.py --mixers`: the bytes first saved inside Lfm2ShortConv and
   MiniMaxLightningAttention).
 The per-tensor rules (memory_report without the graph) on the whole-model rows: LFM2's 36
-−12 … +4,604 bytes (−0.01 … +2.1 %), LFM2-MoE's 20 −7,180 … +16,892 (−0.3 … +2.4 %), none
-exact; MiniMax's 36 −8,756 … +12,764 (−0.8 … +1.1 %), none exact. The graph meets every
-row.
+−12 … +4,604 bytes (−0.01 … +2.1 %), LFM2-MoE's 20 −7,180 … +16,892 (−0.3 … +2.4 %),
+LFM3's 20 −16,396 … +74,748 (−0.4 … +2.7 %), MiniMax's 36 −8,756 … +12,764 (−0.8 …
++1.1 %); none exact. The graph meets every row.
 """
 
 from __future__ import annotations
@@ -58,8 +61,8 @@ from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
-CONFIGS = ("lfm2-tiny.json", "lfm2-mixer.json", "lfm2_moe-tiny.json", "minimax-tiny.json",
-           "minimax-mixer.json")
+CONFIGS = ("lfm2-tiny.json", "lfm2-mixer.json", "lfm2_moe-tiny.json", "lfm3-tiny.json",
+           "minimax-tiny.json", "minimax-mixer.json")
 # (the q_proj,v_proj rows of lfm2-tiny and minimax-tiny are in two fixture files: once here)
 ROWS = list({json.dumps({k: v for k, v in r.items() if k != "file"}, sort_keys=True): r
              for r in measured_rows(CONFIGS)}.values())
@@ -122,6 +125,7 @@ def test_the_rows_cover_the_types_dtypes_and_lora() -> None:
     assert {r["lora"][1] for r in minimax if r.get("lora")} == {
         "q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "all-linear"}
     assert len([r for r in MODEL_ROWS if r["config"] == "lfm2_moe-tiny.json"]) == 20
+    assert len([r for r in MODEL_ROWS if r["config"] == "lfm3-tiny.json"]) == 20
     assert {r["lora"][1] for r in lfm2 if r.get("lora")} == {
         "q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "all-linear"}
     assert {(r["attention"], r["dtype"]) for r in lfm2} == {
@@ -165,6 +169,7 @@ def test_saved_bytes_and_memory_report_equal_the_measurement(row: dict) -> None:
 FLOPS = {("lfm2-tiny.json", 37): 1_663_104, ("lfm2-tiny.json", 64): 3_097_344,
          ("lfm2-mixer.json", 37): 2_742_912, ("lfm2-mixer.json", 64): 4_743_936,
          ("lfm2_moe-tiny.json", 37): 7_579_136, ("lfm2_moe-tiny.json", 64): 13_551_104,
+         ("lfm3-tiny.json", 37): 25_936_896, ("lfm3-tiny.json", 64): 45_732_864,
          ("minimax-tiny.json", 37): 7_649_536, ("minimax-tiny.json", 64): 14_123_008,
          ("minimax-mixer.json", 37): 3_339_008, ("minimax-mixer.json", 64): 5_799_936}
 
@@ -191,6 +196,15 @@ def test_other_layouts_are_refused() -> None:
     assert isinstance(fam_moe, Lfm2Moe) and fam_moe.kinds == "cbd" and fam_moe.Fe == 32
     with pytest.raises(TcalcError):  # experts where LFM2 has none
         family_of(replace(lfm2, layer_ffn="1D 1E", n_experts=4, top_k=2))
+    lfm3 = _spec("lfm3-tiny.json")
+    fam3 = family_of(lfm3)
+    assert isinstance(fam3, Lfm2) and fam3.lfm3 and fam3.mixers == "MMFMSM" and fam3.window == 32
+    for change in ({"sandwich_norm": False}, {"attn_gate": "none"}, {"rope_fp32": False},
+                   {"attn_gate_bias": "head"}):
+        with pytest.raises(TcalcError):
+            family_of(replace(lfm3, **change))  # type: ignore[arg-type]
+    with pytest.raises(TcalcError):  # LFM2 has no sliding layers
+        family_of(replace(lfm2, layer_attention="1M 1S", sliding_window=16))
     minimax = _spec("minimax-tiny.json")
     fam_m = family_of(minimax)
     assert isinstance(fam_m, Minimax) and fam_m.kinds == "FMF" and fam_m.Q == 8
@@ -236,12 +250,13 @@ def _draw_lfm2(rng):  # type: ignore[no-untyped-def]
     K/V head, one expert); the layers' kinds (with experts: LFM2-MoE, eager or grouped),
     dtype, attention, LoRA and recomputation."""
     Hkv, G = rng.choice((1, 2)), rng.choice((1, 2))
-    kinds = rng.choice(("ca", "ac", "c", "a", "cca", "cbd", "bd", "d"))
+    kinds = rng.choice(("ca", "ac", "c", "a", "cca", "cbd", "bd", "d", "csca", "sa", "cs"))
+    lfm3 = "s" in kinds or rng.random() < 0.2
     sizes = dict(V=rng.randint(3, 40), E=rng.randint(1, 24), H=Hkv * G, Hkv=Hkv,
                  dh=rng.choice((2, 4)), F=rng.randint(1, 20), L=len(kinds),
                  Kc=rng.choice((1, 2, 4)), kinds=kinds, tied=rng.random() < 0.5,
                  conv_bias=rng.random() < 0.5)
-    fam: Lfm2 = Lfm2(**sizes)  # type: ignore[arg-type]
+    fam: Lfm2 = Lfm2(**sizes, lfm3=lfm3, window=rng.choice((1, 5, 40)))  # type: ignore[arg-type]
     if set(kinds) & set("bd"):
         X = rng.choice((1, 2, 4))
         fam = Lfm2Moe(**sizes, X=X, K=rng.randint(1, X), Fe=rng.randint(1, 12),  # type: ignore[arg-type]

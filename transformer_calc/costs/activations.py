@@ -225,10 +225,11 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
     if isinstance(family, Lfm2):
         # LFM2's short convolution: causal_conv1d_fn's torch fallback, what the CPU runs (on
         # CUDA the kernels hub's causal-conv1d where installed); no measured row covers
-        # autocast. A model of convolutions alone says no head_dim, which the rotary table
-        # every checkpointed layer keeps has: full recomputation keeps the rules
+        # autocast. An LFM2 of convolutions alone says no head_dim, which the rotary table
+        # every checkpointed layer keeps has: full recomputation keeps the rules (LFM3's
+        # convolutions get no table)
         return s.device == "cpu" and not autocast and (
-            "F" in family.mixers or s.recompute != "full")
+            "F" in family.mixers or family.lfm3 or s.recompute != "full")
     if not isinstance(family, Mamba | Mamba2 | Bamba | FalconH1 | Jamba):
         return True
     # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
@@ -315,12 +316,16 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
         return _converted(family, s, roles, dtype, {"output_gate": "output_gate",
                                                     "qkv_proj": "qkv_proj"})
     if isinstance(family, Lfm2):
-        # Lfm2MLP's w1, w3, w2; the attention's output projection and the convolution's are
-        # both out_proj to peft: in a model of both, o and out_proj go together or not at all
-        both = len(set(family.mixers)) == 2
-        if both and s.lora_targets != ("all-linear",) and len(roles & {"o", "out_proj"}) == 1:
-            return None
-        table = {**_MODULES, "gate": "w1", "up": "w3", "down": "w2", "o": "out_proj"}
+        # Lfm2MLP's w1, w3, w2; LFM2's attention output projection and its convolution's
+        # are both out_proj to peft: in a model of both, o and out_proj go together or not
+        # at all (LFM3's attention has o_proj, and its gate g_proj)
+        table = {**_MODULES, "gate": "w1", "up": "w3", "down": "w2", "attn_gate": "g_proj"}
+        if not family.lfm3:
+            both = len(set(family.mixers)) == 2
+            if both and s.lora_targets != ("all-linear",) \
+                    and len(roles & {"o", "out_proj"}) == 1:
+                return None
+            table["o"] = "out_proj"
     if isinstance(family, T5):
         table = {**_T5_MODULES, "up": "wi_1" if family.gated else "wi"}
     elif isinstance(family, Bart):

@@ -1370,19 +1370,22 @@ _READS["lfm2"] = _METADATA | _COMMON | {
     "ssm_conv_bias", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
 # LFM2-MoE: LFM2's fields, the layers' FFN kinds, the experts' sizes
 _READS["lfm2_moe"] = _READS["lfm2"] | {"layer_ffn", "n_experts", "top_k", "d_ff_expert"}
+# LFM3: LFM2's fields, its sandwich norms, attention gate, fp32 RoPE and sliding layers
+_READS["lfm3"] = _READS["lfm2"] | {"sandwich_norm", "attn_gate", "rope_fp32", "sliding_window"}
 
 
 def _lfm2_family(spec: ModelSpec) -> lfm2.Lfm2 | None:
-    """Lfm2ForCausalLM and Lfm2MoeForCausalLM (model types lfm2, lfm2_moe): each layer the
-    gated short convolution or attention (layer_attention M, F), then the MLP or (lfm2_moe,
-    layer_ffn E) the experts behind the sigmoid router with its expert bias; no biases but
-    the convolution's (conv_bias: the convolution, in_proj and out_proj); even head dims
-    (rotate_half)."""
+    """Lfm2ForCausalLM, Lfm2MoeForCausalLM and Lfm3ForCausalLM (model types lfm2, lfm2_moe,
+    lfm3): each layer the gated short convolution or attention (layer_attention M, F; LFM3
+    also S, sliding), then the MLP or (lfm2_moe, layer_ffn E) the experts behind the sigmoid
+    router with its expert bias; no biases but the convolution's (conv_bias: the
+    convolution, in_proj and out_proj); even head dims (rotate_half). LFM3: its sandwich
+    norms, per-head attention gate and fp32 RoPE, as Lfm3Config's defaults have them."""
     from transformer_calc.plan import layer_kinds_in_order
 
-    if spec.model_type not in ("lfm2", "lfm2_moe"):
+    if spec.model_type not in ("lfm2", "lfm2_moe", "lfm3"):
         return None
-    moe = spec.model_type == "lfm2_moe"
+    moe, lfm3 = spec.model_type == "lfm2_moe", spec.model_type == "lfm3"
     kinds = [lfm2.KINDS.get((k[0], k[1:2])) for k in layer_kinds_in_order(spec, spec.n_layers)]
     H = spec.n_heads
     Hkv = spec.n_kv_heads or H
@@ -1392,6 +1395,10 @@ def _lfm2_family(spec: ModelSpec) -> lfm2.Lfm2 | None:
             and spec.qk_norm == "head" and not spec.dropout and not spec.attention_dropout
             and None not in kinds and (not H or (Hkv and H % Hkv == 0 and dh % 2 == 0))
             and (moe or not any(k and k in "bd" for k in kinds))
+            and (lfm3 or "s" not in kinds)
+            and (spec.sandwich_norm, spec.attn_gate, spec.rope_fp32) == (
+                (True, "head", True) if lfm3 else (False, "none", False))
+            and (not lfm3 or "s" not in kinds or spec.sliding_window > 0)
             and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
                      or spec.bias_ffn_in or spec.bias_ffn_out)
             and not _unread(spec, spec.model_type)):
@@ -1406,7 +1413,7 @@ def _lfm2_family(spec: ModelSpec) -> lfm2.Lfm2 | None:
     if moe:
         return lfm2.Lfm2Moe(*args, X=max(spec.n_experts, 1), K=max(spec.top_k, 1),
                             Fe=spec.expert_ff or 1, grouped=spec.experts_grouped)
-    return lfm2.Lfm2(*args)
+    return lfm2.Lfm2(*args, lfm3=lfm3, window=spec.sliding_window if lfm3 else 0)
 
 
 

@@ -75,7 +75,8 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "layer_norm": "final_norm",
           # LFM2's (families/lfm2.py): the operator's and the MLP's, the model's last
           "operator_norm": "attn.norm", "ffn_norm": "ffn.norm",
-          "embedding_norm": "final_norm"}
+          "embedding_norm": "final_norm", "post_operator_norm": "attn.post_norm",
+          "post_ffn_norm": "ffn.post_norm"}
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -110,7 +111,7 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "query_key_value": "attn.input", "dense": "attn.o_input",
            "dense_h_to_4h": "ffn.input", "dense_4h_to_h": "ffn.out_input",
            "out_proj": "attn.o_input", "fc_in": "ffn.input", "fc_out": "ffn.out_input",
-           "w1": "ffn.input", "w3": "ffn.input", "w2": "ffn.out_input"}
+           "w1": "ffn.input", "w3": "ffn.input", "w2": "ffn.out_input", "g_proj": "attn.input"}
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
             "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
@@ -123,7 +124,7 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
             "query_key_value": "attn.qkv", "dense": "attn.o",
             "dense_h_to_4h": "ffn.in", "dense_4h_to_h": "ffn.out", "out_proj": "attn.o",
             "fc_in": "ffn.in", "fc_out": "ffn.out", "w1": "ffn.gate", "w3": "ffn.in",
-            "w2": "ffn.out"}
+            "w2": "ffn.out", "g_proj": "attn.gate"}
 # the ops that keep what Gemma 3n's stream rescaling reads (pow, clamp, sqrt, mul, div)
 _RESCALE_ROLES = frozenset(("pow.self", "clamp.self", "sqrt.result", "mul.self", "mul.other",
                             "div.self", "div.other"))
@@ -311,7 +312,9 @@ DESCRIPTIONS = {
     "decoder.mixer.gated_norm": "y, silu(z), their product in fp32, rstd",
     "decoder.mixer.gated_norm.normalized": "the group-normed y the weight multiplies",
     "decoder.mixer.out_proj_input": "out_proj input",
-    "decoder.mixer.conv_input": "B ⊙ x, the short convolution's input"}
+    "decoder.mixer.conv_input": "B ⊙ x, the short convolution's input",
+    "decoder.attn.output_gate": "sigmoid of the gate's projection, one per head",
+    "decoder.attn.gated_output": "the attention's output the gate multiplies"}
 
 
 def description(name: str) -> str:
@@ -481,10 +484,17 @@ class _Namer:
         if self.lightning and rest.startswith("self_attn") and s.layer is not None \
                 and self.kinds[s.layer] == "M":
             return "decoder." + self._lightning(rest, role, s)
-        if self.kinds and module in ("input_layernorm", "operator_norm") \
+        if self.kinds and module in ("input_layernorm", "operator_norm",
+                                     "post_operator_norm") \
                 and s.layer is not None \
                 and self.kinds[s.layer] == "M":
-            return "decoder." + self._norm("mixer.norm", role)
+            where = "mixer.post_norm" if module.startswith("post") else "mixer.norm"
+            return "decoder." + self._norm(where, role)
+        if self.short_conv and module == "self_attn" and (role == "sigmoid.result" or role in (
+                "mul.self", "mul.other") and st.op == "sigmoid"):
+            return "decoder.attn.output_gate"  # LFM3's sigmoid(g_proj(x)), per head
+        if self.short_conv and module == "self_attn" and role == "mul.self":
+            return "decoder.attn.gated_output"  # the attention's output the gate scales
         if st.name in _ROPES or st.name.endswith(".rotary_emb"):
             return "rope.cos_sin"
         if st.op == "repeat_interleave":  # GPT-J, CodeGen: sin and cos for Q and for K

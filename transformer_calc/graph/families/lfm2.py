@@ -3,7 +3,12 @@
 Lfm2Attention with q_layernorm and k_layernorm over each head, Lfm2MLP's w1, w3, w2, and
 Lfm2ShortConv.forward with causal_conv1d_fn's torch fallback, the kernels hub's
 causal-conv1d not installed). Each layer is a gated short convolution or attention
-(layer_types), then the SwiGLU MLP; the model's last norm is embedding_norm."""
+(layer_types), then the SwiGLU MLP; the model's last norm is embedding_norm.
+LFM2-MoE (models/lfm2_moe/modeling_lfm2_moe.py): the same layers, the sparse ones' FFN
+Mixtral's experts behind a sigmoid router. LFM3 (models/lfm3/modeling_lfm3.py,
+Lfm3ForCausalLM): the same layers with sandwich norms (post_operator_norm, post_ffn_norm),
+full or sliding attention, each kind its own fp32 RoPE table (Lfm3RotaryEmbedding: the
+rotation in fp32, cast back), q_norm and k_norm, and a sigmoid gate per head (g_proj)."""
 
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ from transformer_calc.graph.tensor import F32, I64, Tensor
 
 # a layer's kind as one letter (Builder.layers_by_kind): its operator (F attention, M the
 # short convolution) and its FFN (D the MLP, E the experts: families/lfm2_moe.py)
-KINDS = {("F", "D"): "a", ("F", "E"): "b", ("M", "D"): "c", ("M", "E"): "d"}
+KINDS = {("F", "D"): "a", ("F", "E"): "b", ("M", "D"): "c", ("M", "E"): "d", ("S", "D"): "s"}
+OPERATOR = {v: k[0] for k, v in KINDS.items()}  # a kind's letter -> F, S or M
 
 
 # the experts' block (families/lfm2_moe.py): (builder, config, ffn_norm's output) -> output
@@ -43,6 +49,8 @@ class Lfm2:
     kinds: str
     tied: bool = True
     conv_bias: bool = False
+    lfm3: bool = False  # Lfm3ForCausalLM's layers (module docstring)
+    window: int = 0  # LFM3's sliding_window (the layers whose kind is s)
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
@@ -50,9 +58,8 @@ class Lfm2:
 
     @property
     def mixers(self) -> str:
-        """Each layer's operator, F or M (names.py's first norms)."""
-        back = {v: k for k, v in KINDS.items()}
-        return "".join(back[k][0] for k in self.kinds)
+        """Each layer's operator, F, S or M (names.py's first norms)."""
+        return "".join(OPERATOR[k] for k in self.kinds)
 
 
 def forward(m: Builder, cfg: Lfm2, ffn: Ffn | None = None) -> Tensor:
@@ -67,15 +74,18 @@ def forward(m: Builder, cfg: Lfm2, ffn: Ffn | None = None) -> Tensor:
         # the attention layers, create_recurrent_attention_mask (None without padding) for
         # the convolutions; cos and sin once, whatever the layers
         positions = tr.tensor((T,), I64, False)
-        mask = causal_mask(m, h) if m.run.attention == "eager" else None
-        cos, sin = llama.rotary_tables(m, h)
+        masks, tables = _masks_and_tables(m, cfg, h)
 
         def extras(kind: str) -> tuple[Tensor, ...]:
-            return (positions, cos, sin) + ((mask,) if kind in "ab" and mask is not None
-                                            else ())
+            op = OPERATOR[kind]
+            mask = masks.get(op)
+            table = tables.get(op, tables.get("M", ()))
+            return (positions, *table) + (() if mask is None else (mask,))
 
         def layer(x: Tensor, kind: str) -> Tensor:
-            return _layer(m, cfg, x, kind, cos, sin, mask, ffn)
+            op = OPERATOR[kind]
+            cos, sin = tables.get(op) or tables["F"]
+            return _layer(m, cfg, x, kind, cos, sin, masks.get(op), ffn)
 
         h = m.layers_by_kind("layers", cfg.kinds, layer, h, extras)
         h = llama.rms_norm(m, "embedding_norm", h)
@@ -85,20 +95,46 @@ def forward(m: Builder, cfg: Lfm2, ffn: Ffn | None = None) -> Tensor:
     return causal_lm_loss(logits, ids, V)
 
 
+def _masks_and_tables(m: Builder, cfg: Lfm2, h: Tensor
+                      ) -> tuple[dict[str, Tensor | None], dict[str, tuple[Tensor, ...]]]:
+    """causal_mask_mapping by operator (create_causal_mask for attention; LFM3's sliding
+    layers create_sliding_window_causal_mask; the convolutions
+    create_recurrent_attention_mask, None without padding), then the rotary tables: LFM2's
+    one pair in the activations' dtype, passed to every layer ("M": the convolutions'
+    too); LFM3's fp32 pair per attention kind in use (_rope_type_labels: full, then
+    sliding; the convolutions get None)."""
+    ops_in_use = set(cfg.mixers)
+    if not cfg.lfm3:
+        mask = causal_mask(m, h) if m.run.attention == "eager" else None
+        pair = llama.rotary_tables(m, h)
+        return {"F": mask}, {"F": pair, "M": pair}
+    masks = {op: llama.attention_mask(m, h, op, cfg.window)
+             for op in sorted(ops_in_use - {"M"})}
+    tables = {op: llama.rotary_tables(m, h, fp32=True) for op in ("F", "S")
+              if op in ops_in_use}
+    return masks, tables  # type: ignore[return-value]
+
+
 def _layer(m: Builder, cfg: Lfm2, h: Tensor, kind: str, cos: Tensor, sin: Tensor,
            mask: Tensor | None, ffn: Ffn | None) -> Tensor:
     """Lfm2DecoderLayer.forward: operator_norm, attention or the convolution, the
-    residual (output + residual); ffn_norm, the MLP (or the experts), the residual."""
+    residual (output + residual); ffn_norm, the MLP (or the experts), the residual.
+    Lfm3DecoderLayer.forward: each sublayer's output normalised (post_operator_norm,
+    post_ffn_norm) before its residual add."""
     x = llama.rms_norm(m, "operator_norm", h)
-    if kind in "ab":
+    if OPERATOR[kind] != "M":
         with m.module("self_attn"):
-            y = _attention(m, x, cos, sin, mask)
+            y = _attention(m, cfg, x, cos, sin, mask)
     else:
         with m.module("conv"):
             y = short_conv(m, x, cfg.conv_bias)
+    if cfg.lfm3:
+        y = llama.rms_norm(m, "post_operator_norm", y)
     h = ops.add(y, h)
     x = llama.rms_norm(m, "ffn_norm", h)
     f = ffn(m, cfg, x) if kind in "bd" and ffn is not None else mlp(m, x, "F")
+    if cfg.lfm3:
+        f = llama.rms_norm(m, "post_ffn_norm", f)
     return ops.add(h, f)
 
 
@@ -129,11 +165,16 @@ def short_conv(m: Builder, x: Tensor, bias: bool) -> Tensor:
     return m.linear("out_proj", y, E, bias)
 
 
-def _attention(m: Builder, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None
-               ) -> Tensor:
+def _attention(m: Builder, cfg: Lfm2, x: Tensor, cos: Tensor, sin: Tensor,
+               mask: Tensor | None) -> Tensor:
     """Lfm2Attention.forward: q_layernorm(q_proj(x).view(heads)).transpose(1, 2), K alike,
-    V viewed; RoPE; eager or SDPA attention (dropout 0); reshape, contiguous, out_proj."""
+    V viewed; RoPE; eager or SDPA attention (dropout 0); reshape, contiguous, out_proj.
+    Lfm3Attention.forward: q_norm and k_norm; RoPE against fp32 tables, each product cast
+    back (.to(q's dtype)); the (B, T, H, dh) output times sigmoid(g_proj(x)).unsqueeze(-1);
+    o_proj. SDPA with a sliding mask repeats K and V (no GQA with a mask)."""
     B, T, H, Hkv, dh = m["B"], m["T"], m["H"], m["Hkv"], m["dh"]
+    q_norm, k_norm, o_proj = ("q_norm", "k_norm", "o_proj") if cfg.lfm3 else (
+        "q_layernorm", "k_layernorm", "out_proj")
 
     def heads(name: str, n: Dim, norm: str = "") -> Tensor:
         y = ops.view(m.linear(name, x, n * dh, False), (B, T, n, dh))
@@ -141,19 +182,22 @@ def _attention(m: Builder, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | N
             y = llama.rms_norm(m, norm, y)
         return ops.transpose(y, 1, 2)
 
-    q = heads("q_proj", H, "q_layernorm")
-    k = heads("k_proj", Hkv, "k_layernorm")
+    q = heads("q_proj", H, q_norm)
+    k = heads("k_proj", Hkv, k_norm)
     v = heads("v_proj", Hkv)
     cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
-    q, k = llama.apply_rotary(q, cos, sin), llama.apply_rotary(k, cos, sin)
+    q, k = (ops.to(llama.apply_rotary(t, cos, sin), t.dtype) for t in (q, k))
     G, scaling = m["G"], float(dh.value) ** -0.5
-    if mask is not None:
+    if m.run.attention == "eager":
+        assert mask is not None
         out = llama.eager_attention(m, q, llama.repeat_kv(k, G), llama.repeat_kv(v, G), mask,
                                     dropout=0.0, scaling=scaling)
     else:
-        out = llama.sdpa_attention(q, k, v, G, dropout=0.0, scaling=scaling)
+        out = llama.sdpa_attention(q, k, v, G, dropout=0.0, scaling=scaling, mask=mask)
+    if cfg.lfm3:  # attn_output * torch.sigmoid(self.g_proj(hidden_states)).unsqueeze(-1)
+        out = ops.mul(out, ops.unsqueeze(ops.sigmoid(m.linear("g_proj", x, H, False)), -1))
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
-    return m.linear("out_proj", out, m["E"], False)
+    return m.linear(o_proj, out, m["E"], False)
 
 
 @dataclass(frozen=True)
