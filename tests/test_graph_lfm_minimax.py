@@ -1,8 +1,8 @@
 """The op graph's LFM2 family (transformer_calc/graph/families/lfm2.py: Lfm2ForCausalLM,
 Lfm2MoeForCausalLM and Lfm3ForCausalLM as transformers 5.23 runs them on the CPU, the short
-convolution through causal_conv1d_fn's torch fallback) and MiniMax (families/minimax.py: MiniMaxForCausalLM, its
-lightning attention's Python loop over blocks, Mixtral's experts) against every measured CPU
-row of their configs, to the byte.
+convolution through causal_conv1d_fn's torch fallback) and MiniMax (families/minimax.py:
+MiniMaxForCausalLM, its lightning attention's Python loop over blocks, Mixtral's experts)
+against every measured CPU row of their configs, to the byte.
 
 Fixtures (torch 2.13 CPU, transformers 5.23, peft 0.21.2, saved_tensors_hooks, each storage
 still held at the end of the forward once, parameters excluded):
