@@ -79,13 +79,11 @@ def forward(m: Builder, cfg: Lfm2, ffn: Ffn | None = None) -> Tensor:
         def extras(kind: str) -> tuple[Tensor, ...]:
             op = OPERATOR[kind]
             mask = masks.get(op)
-            table = tables.get(op, tables.get("M", ()))
-            return (positions, *table) + (() if mask is None else (mask,))
+            return (positions, *tables.get(op, ())) + (() if mask is None else (mask,))
 
         def layer(x: Tensor, kind: str) -> Tensor:
             op = OPERATOR[kind]
-            cos, sin = tables.get(op) or tables["F"]
-            return _layer(m, cfg, x, kind, cos, sin, masks.get(op), ffn)
+            return _layer(m, cfg, x, kind, tables.get(op), masks.get(op), ffn)
 
         h = m.layers_by_kind("layers", cfg.kinds, layer, h, extras)
         h = llama.rms_norm(m, "embedding_norm", h)
@@ -96,7 +94,7 @@ def forward(m: Builder, cfg: Lfm2, ffn: Ffn | None = None) -> Tensor:
 
 
 def _masks_and_tables(m: Builder, cfg: Lfm2, h: Tensor
-                      ) -> tuple[dict[str, Tensor | None], dict[str, tuple[Tensor, ...]]]:
+                      ) -> tuple[dict[str, Tensor | None], dict[str, tuple[Tensor, Tensor]]]:
     """causal_mask_mapping by operator (create_causal_mask for attention; LFM3's sliding
     layers create_sliding_window_causal_mask; the convolutions
     create_recurrent_attention_mask, None without padding), then the rotary tables: LFM2's
@@ -108,23 +106,23 @@ def _masks_and_tables(m: Builder, cfg: Lfm2, h: Tensor
         mask = causal_mask(m, h) if m.run.attention == "eager" else None
         pair = llama.rotary_tables(m, h)
         return {"F": mask}, {"F": pair, "M": pair}
-    masks = {op: llama.attention_mask(m, h, op, cfg.window)
-             for op in sorted(ops_in_use - {"M"})}
-    tables = {op: llama.rotary_tables(m, h, fp32=True) for op in ("F", "S")
-              if op in ops_in_use}
-    return masks, tables  # type: ignore[return-value]
+    masks: dict[str, Tensor | None] = {op: llama.attention_mask(m, h, op, cfg.window)
+                                       for op in sorted(ops_in_use - {"M"})}
+    tables: dict[str, tuple[Tensor, Tensor]] = {
+        op: llama.rotary_tables(m, h, fp32=True) for op in ("F", "S") if op in ops_in_use}
+    return masks, tables
 
 
-def _layer(m: Builder, cfg: Lfm2, h: Tensor, kind: str, cos: Tensor, sin: Tensor,
+def _layer(m: Builder, cfg: Lfm2, h: Tensor, kind: str, rope: tuple[Tensor, Tensor] | None,
            mask: Tensor | None, ffn: Ffn | None) -> Tensor:
     """Lfm2DecoderLayer.forward: operator_norm, attention or the convolution, the
     residual (output + residual); ffn_norm, the MLP (or the experts), the residual.
     Lfm3DecoderLayer.forward: each sublayer's output normalised (post_operator_norm,
     post_ffn_norm) before its residual add."""
     x = llama.rms_norm(m, "operator_norm", h)
-    if OPERATOR[kind] != "M":
+    if rope is not None and OPERATOR[kind] != "M":
         with m.module("self_attn"):
-            y = _attention(m, cfg, x, cos, sin, mask)
+            y = _attention(m, cfg, x, *rope, mask)
     else:
         with m.module("conv"):
             y = short_conv(m, x, cfg.conv_bias)

@@ -14,6 +14,7 @@ the layer, which drops it: what only that state's ops save is freed with it."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
@@ -186,14 +187,8 @@ def _block(m: Builder, q: Tensor, k: Tensor, v: Tensor, decays: tuple[Tensor, ..
     inter = ops.matmul(ops.mul(cq, cqd), state)
     out = ops.add(inter, intra)
     tr = m.trace
-    with tr.no_grad() if not kept else _nothing():
+    with tr.no_grad() if not kept else nullcontext():
         block_decay = ops.exp(ops.mul(ops.neg(slope), 1.0))  # · n, a Python int
         update = ops.matmul(ops.transpose(ops.mul(ck, ckd), -1, -2), cv)
         state = ops.add(ops.mul(state, block_decay), update)
     return state, out
-
-
-def _nothing():  # type: ignore[no-untyped-def]
-    from contextlib import nullcontext
-
-    return nullcontext()
