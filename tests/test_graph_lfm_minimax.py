@@ -21,8 +21,10 @@ still held at the end of the forward once, parameters excluded):
   activations_lora_survey_{qv,attn,all_linear_rest}_cpu.jsonl;
 - lfm2_moe-tiny.json's (a convolution layer with the dense MLP, then attention and a
   convolution with 8 experts, 2 per token, behind the sigmoid router with its expert bias):
-  the whole model's in activations_moe_dense_kimi_linear_cpu.jsonl (B 2 T 64, B 1 T 128)
-  and the LoRA rows (eager experts) in activations_lora_survey_{qv,attn,all_linear_rest}_cpu.jsonl;
+  the whole model's in activations_moe_dense_kimi_linear_cpu.jsonl (B 2 T 64, B 1 T 128),
+  and with the grouped_mm experts in activations_lfm2_minimax_whole_model_cpu.jsonl
+  (`tools/measure_activations_hf.py tests/data/hf/variants/{minimax,lfm2_moe}-tiny.json
+  -B 2 -T 64 --experts grouped_mm`, minimax-tiny's too), and the LoRA rows (eager experts) in activations_lora_survey_{qv,attn,all_linear_rest}_cpu.jsonl;
 - lfm3-tiny.json (convolutions, full attention, a sliding layer of 32; sandwich norms, the
   attention gate, fp32 RoPE): the whole model's in activations_decoders_encoders_cpu.jsonl
   (B 2 T 64, B 1 T 128) and the LoRA rows in the same LoRA fixtures;
@@ -34,8 +36,8 @@ still held at the end of the forward once, parameters excluded):
 - lfm2-mixer.json's and minimax-mixer.json's mixer rows in activations_mixers_cpu.jsonl
   (`tools/measure_activations_hf.py --mixers`: the bytes first saved inside Lfm2ShortConv and
   MiniMaxLightningAttention).
-The per-tensor rules (memory_report without the graph) on the whole-model rows: LFM2's 36
-−12 … +4,604 bytes (−0.01 … +2.1 %), LFM2-MoE's 20 −7,180 … +16,892 (−0.3 … +2.4 %),
+The per-tensor rules (memory_report without the graph) on the whole-model rows: LFM2's 32
+−12 … +4,604 bytes (−0.01 … +2.1 %), LFM2-MoE's 24 −7,180 … +16,892 (−0.3 … +2.4 %),
 LFM3's 20 −16,396 … +74,748 (−0.4 … +2.7 %), MiniMax's 36 −8,756 … +12,764 (−0.8 …
 +1.1 %); none exact. The graph meets every row.
 """
@@ -121,10 +123,12 @@ def test_the_rows_cover_the_types_dtypes_and_lora() -> None:
     lfm2 = [r for r in MODEL_ROWS if r["config"].startswith("lfm2-")]
     assert len(lfm2) == 16 + 16 and len(MIXER_ROWS) == 12
     minimax = [r for r in MODEL_ROWS if r["config"].startswith("minimax")]
-    assert len(minimax) == 16 + 16
+    assert len(minimax) == 16 + 16 + 4
     assert {r["lora"][1] for r in minimax if r.get("lora")} == {
         "q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "all-linear"}
-    assert len([r for r in MODEL_ROWS if r["config"] == "lfm2_moe-tiny.json"]) == 20
+    assert len([r for r in MODEL_ROWS if r["config"] == "lfm2_moe-tiny.json"]) == 20 + 4
+    assert {r.get("experts") for r in MODEL_ROWS if r["config"] == "lfm2_moe-tiny.json"} == {
+        "eager", "grouped_mm"}
     assert len([r for r in MODEL_ROWS if r["config"] == "lfm3-tiny.json"]) == 20
     assert {r["lora"][1] for r in lfm2 if r.get("lora")} == {
         "q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "all-linear"}
