@@ -305,7 +305,7 @@ def _draw(rng: random.Random) -> tuple[Gemma, Run]:
 
 
 def test_compiled_equals_traced_on_random_gemma_configurations() -> None:
-    assert cache_hits_on_random_draws(_draw, 20261127, 120) >= 30
+    assert cache_hits_on_random_draws(_draw, 20261127, 40) >= 15
 
 
 def test_mixed_layers_compile_from_a_few_traced_ones() -> None:

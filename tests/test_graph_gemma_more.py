@@ -252,4 +252,4 @@ def _draw(rng: random.Random) -> tuple[Gemma4, Run]:
 
 
 def test_compiled_equals_traced_on_random_configurations() -> None:
-    assert cache_hits_on_random_draws(_draw, 20261128, 80) >= 10
+    assert cache_hits_on_random_draws(_draw, 20261128, 40) >= 8

@@ -24,7 +24,8 @@ still held at the end of the forward once, parameters excluded):
   the whole model's in activations_moe_dense_kimi_linear_cpu.jsonl (B 2 T 64, B 1 T 128),
   and with the grouped_mm experts in activations_lfm2_minimax_whole_model_cpu.jsonl
   (`tools/measure_activations_hf.py tests/data/hf/variants/{minimax,lfm2_moe}-tiny.json
-  -B 2 -T 64 --experts grouped_mm`, minimax-tiny's too), and the LoRA rows (eager experts) in activations_lora_survey_{qv,attn,all_linear_rest}_cpu.jsonl;
+  -B 2 -T 64 --experts grouped_mm`, minimax-tiny's too), and the LoRA rows (eager
+  experts) in activations_lora_survey_{qv,attn,all_linear_rest}_cpu.jsonl;
 - lfm3-tiny.json (convolutions, full attention, a sliding layer of 32; sandwich norms, the
   attention gate, fp32 RoPE): the whole model's in activations_decoders_encoders_cpu.jsonl
   (B 2 T 64, B 1 T 128) and the LoRA rows in the same LoRA fixtures;

@@ -310,20 +310,17 @@ def _draw(rng: random.Random, s: dict
 def test_compiled_equals_traced_on_random_mixer_configurations() -> None:
     # the compiled structures (the scan's repeated step as (T − 1)·…, the chunks as Tq, the
     # padding Tq·Q − T; the hybrids' layer kinds, attention, LoRA, Jamba's experts) against
-    # the reference trace on every output and row name: 160 draws
+    # the reference trace on every output and row name: 60 draws (that a structure serves
+    # other sizes: test_a_structure_serves_other_sizes; its guards pin T = 1, a kernel of 1,
+    # B = E and the like, so few random draws share one)
     clear_cache()
-    rng, hits = random.Random(20261128), 0  # noqa: S311 (not cryptography)
+    rng = random.Random(20261128)  # noqa: S311 (not cryptography)
     structures = [_structure(rng, k) for k in ("mamba", "mamba", "mamba2", "mamba2")] + [
         _structure(rng, kind, attention, lora) for kind in ("bamba", "falcon_h1")
         for attention in ("eager", "sdpa") for lora in (False, True)] + [
         _structure(rng, "jamba", "eager", False), _structure(rng, "jamba", "sdpa", True)]
-    for _ in range(160):
-        fam, run = _draw(rng, rng.choice(structures))
-        before = len(cached())
-        assert_compiled_equals_traced(fam, run)
-        hits += len(cached()) == before
-    # (a structure's guards pin T = 1, a kernel of 1, B = E and the like: few draws share)
-    assert hits >= 1
+    for _ in range(60):
+        assert_compiled_equals_traced(*_draw(rng, rng.choice(structures)))
 
 
 def test_a_structure_serves_other_sizes() -> None:

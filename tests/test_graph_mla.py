@@ -46,13 +46,17 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import assert_compiled_equals_traced, measured_rows, row_run
+from graph_rows import (
+    cache_hits_on_random_draws,
+    measured_rows,
+    row_run,
+)
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
-from transformer_calc.graph.compile import cached, clear_cache, evaluate_fast
+from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.families.mla import Mla, MlaMoe, converted_all_linear
 from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
@@ -339,13 +343,11 @@ def _mla_draw(rng: random.Random, s: dict) -> tuple[Mla, Run]:
 
 def test_compiled_equals_traced_on_random_mla_configurations() -> None:
     # the compiled structures (the latents' and head widths as symbols, the kernel's
-    # head-dim guards, dense/sparse patterns unrolled) against the reference trace: 120 draws
-    clear_cache()
-    rng, hits, draws = random.Random(20261128), 0, 120  # noqa: S311 (not cryptography)
-    settings = [_mla_settings(rng) for _ in range(16)]
-    for _ in range(draws):
-        fam, run = _mla_draw(rng, rng.choice(settings))
-        before = len(cached())
-        assert_compiled_equals_traced(fam, run)
-        hits += len(cached()) == before
-    assert hits >= 3
+    # head-dim guards, dense/sparse patterns unrolled) against the reference trace: 30 draws,
+    # and each at other sizes from the cache
+    settings = [_mla_settings(random.Random(20261128 + i)) for i in range(16)]  # noqa: S311
+
+    def draw(rng: random.Random):  # type: ignore[no-untyped-def]
+        return _mla_draw(rng, rng.choice(settings))
+
+    assert cache_hits_on_random_draws(draw, 20261128, 30) >= 3

@@ -318,9 +318,9 @@ def _moe_draw(rng: random.Random, s: dict) -> tuple[Moe, Run]:
 
 def test_compiled_equals_traced_on_random_moe_configurations() -> None:
     # the compiled structures (K·B·T slots as a polynomial, dense/sparse patterns unrolled,
-    # all-sparse stacks replayed) against the reference trace on every output: 160 draws
+    # all-sparse stacks replayed) against the reference trace on every output: 60 draws
     clear_cache()
-    rng, hits, draws = random.Random(20261127), 0, 160  # noqa: S311 (not cryptography)
+    rng, hits, draws = random.Random(20261127), 0, 60  # noqa: S311 (not cryptography)
     settings = [_moe_settings(rng) for _ in range(16)]
     for _ in range(draws):
         fam, run = _moe_draw(rng, rng.choice(settings))
@@ -328,4 +328,4 @@ def test_compiled_equals_traced_on_random_moe_configurations() -> None:
         assert_compiled_equals_traced(fam, run)
         hits += len(cached()) == before
     # (a structure's guards pin K = 1, K = X, B = E and the like: fewer draws share one)
-    assert hits >= 3
+    assert hits >= 2

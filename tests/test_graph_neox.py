@@ -423,4 +423,4 @@ def _draw(rng: random.Random) -> tuple[NeoX | GPTJ | Falcon, Run]:
 
 
 def test_compiled_equals_traced_on_random_neox_configurations() -> None:
-    assert cache_hits_on_random_draws(_draw, 20261128, 200) >= 30
+    assert cache_hits_on_random_draws(_draw, 20261128, 40) >= 12

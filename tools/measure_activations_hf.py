@@ -74,9 +74,10 @@ DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
 
 def measure(config: dict, attention: str, dtype: str, B: int, T: int,
             lora: tuple[int, str, float] | None = None, experts: str = "eager",
-            autocast: bool = False) -> tuple[int, int]:
-    """Saved bytes, and the parameters that train (all of them; under LoRA, peft's);
-    autocast: the forward (and its loss) inside torch.autocast("cpu", torch.bfloat16)."""
+            autocast: bool = False, freeze: tuple[str, ...] = ()) -> tuple[int, int]:
+    """Saved bytes, and the parameters that train (all of them; under LoRA, peft's; with
+    freeze, those outside the parts named, `part`); autocast: the forward (and its loss)
+    inside torch.autocast("cpu", torch.bfloat16)."""
     import contextlib
 
     import transformers
@@ -97,11 +98,31 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
         model = peft.get_peft_model(model, peft.LoraConfig(
             r=rank, lora_dropout=dropout,
             target_modules=targets if targets == "all-linear" else targets.split(",")))
+    for name, p in model.named_parameters():
+        if part(name) in freeze:
+            p.requires_grad_(False)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     labels = _labels(counted_class(config), cfg)
     with (torch.autocast("cpu", dtype=torch.bfloat16) if autocast
           else contextlib.nullcontext()):
         return saved_bytes(model, B, T, labels=labels)["saved_bytes"], trainable
+
+
+def part(name: str) -> str:
+    """The part of the model a parameter belongs to, by the module names transformers gives
+    (embeddings, attention, ffn, norms, heads): what --freeze names, classified here from
+    the real module tree; each row records the frozen count beside tcalc's."""
+    modules = [m.lower() for m in name.split(".")[:-1]]
+    if modules and ("norm" in modules[-1] or modules[-1].startswith("ln_")):
+        return "norms"
+    # (BERT's pooler and prediction head sit under the model: bert.pooler, cls.predictions)
+    if any(m in ("lm_head", "score", "classifier", "pooler", "cls") for m in modules[:2]):
+        return "heads"
+    if any("embed" in m or m in ("wte", "wpe", "shared") for m in modules):
+        return "embeddings"
+    if any("attn" in m or "attention" in m for m in modules):
+        return "attention"
+    return "ffn"
 
 
 def _labels(cls: str, cfg: object) -> Callable[[torch.Tensor], torch.Tensor] | None:
@@ -188,7 +209,11 @@ def main() -> None:
     ap.add_argument("--autocast", action="store_true",
                     help="an fp32 model under CPU autocast to bf16 (rows: dtype fp32, "
                          "autocast bf16)")
+    ap.add_argument("--freeze", default="",
+                    help="parts that do not train (comma-separated: embeddings, attention, "
+                         "ffn, norms, heads), as tcalc's --freeze")
     args = ap.parse_args()
+    freeze = tuple(x for x in args.freeze.split(",") if x)
     if args.mixers:
         for path in args.configs:
             config = json.loads(path.read_text())
@@ -211,7 +236,7 @@ def main() -> None:
                 lora = (args.lora, args.lora_targets, args.lora_dropout) if args.lora else None
                 try:
                     got, trainable = measure(config, attention, dtype, args.B, args.T, lora,
-                                             args.experts, args.autocast)
+                                             args.experts, args.autocast, freeze)
                 except ValueError as e:  # e.g. a class without an SDPA path
                     print(json.dumps({"config": path.name, "attention": attention,
                                       "dtype": dtype, "skipped": str(e)[:100]}))
@@ -224,7 +249,7 @@ def main() -> None:
                     device="cuda" if args.autocast else "cpu",
                     lora_rank=args.lora, lora_targets=tuple(
                         (args.tcalc_targets or args.lora_targets).split(",")),
-                    lora_dropout=args.lora_dropout, experts=args.experts))
+                    lora_dropout=args.lora_dropout, experts=args.experts, freeze=freeze))
                 est = report.activations.total
                 print(json.dumps({"config": path.name, "attention": attention, "dtype": dtype,
                                   **({"autocast": "bf16"} if args.autocast else {}),
@@ -235,7 +260,8 @@ def main() -> None:
                                   # the adapters' parameters, peft's and tcalc's: the same
                                   # layers adapted on both sides
                                   **({"trainable": [trainable, report.trainable_params]}
-                                     if lora else {}),
+                                     if lora or freeze else {}),
+                                  **({"freeze": list(freeze)} if freeze else {}),
                                   "measured_bytes": got,
                                   "tcalc_bytes": est,
                                   "error_pct": round(100 * (est - got) / got, 1)}))

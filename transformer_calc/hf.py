@@ -2046,7 +2046,11 @@ def _kimi_linear(c: Config) -> dict[str, Any]:
                 "d_ff_expert": v.get("moe_intermediate_size", 0),
                 "n_shared_experts": S or 1, "d_ff_shared": v.get("moe_intermediate_size", 0)
                 if S else 0,
-                "layer_ffn": _runs(["E" if t == "sparse" else "D" for t in mlp])}
+                "layer_ffn": _runs(["E" if t == "sparse" else "D" for t in mlp]),
+                # KimiLinearTopkRouter: DeepSeek-V3's (norm_topk_prob, spelled
+                # moe_renormalize in the checkpoints' files; the config's default true)
+                "router_topk": "renorm" if v.data.get(
+                    "moe_renormalize", v.data.get("norm_topk_prob", True)) else "none"}
     return out
 
 

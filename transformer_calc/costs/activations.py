@@ -104,7 +104,21 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
         if lora is None:
             return None
     run = _run(s, T, amp, amp16, lora)
+    if s.freeze and not _parts_agree(spec, family, run):
+        return None
     return _breakdown(spec, family, run)
+
+
+def _parts_agree(spec: ModelSpec, family: Family, run: Run) -> bool:
+    """--freeze: the graph's parameters that still train, by its module paths
+    (graph/parts.py), are count_params' trainable ones, by its row names; where they are not,
+    the graph reads a module's part otherwise and does not answer."""
+    from transformer_calc.graph.compile import evaluate_fast
+    from transformer_calc.params import by_category, count_params
+
+    frozen = sum(n for c, n in by_category(count_params(spec)).items() if c in run.frozen)
+    got = evaluate_fast(family, run)
+    return got.params - got.trainable_params == frozen
 
 
 # specs seen, by identity (a sweep asks about one spec thousands of times; hashing a
@@ -134,7 +148,7 @@ def _family(spec: ModelSpec) -> Family | None:
 def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
     """The settings the graph models: transformers' eager or SDPA attention with torch's
     kernel choice, dense attention (or a pattern whose keys cover the sequence),
-    transformers' layers, an unquantised base, nothing frozen by hand."""
+    transformers' layers, an unquantised base."""
     from transformer_calc.flops import pattern_keys
 
     dense = (pattern is None or getattr(pattern, "kind", "dense") == "dense"
@@ -142,7 +156,7 @@ def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
     return (dense and s.attention in ("eager", "sdpa") and s.sdpa_kernel == "auto"
             and (spec.sdpa_path or s.attention == "eager")
             and s.device in ("cpu", "cuda") and s.activations == "hf" and not s.quant
-            and not s.freeze and not s.bnb_legacy)
+            and not s.bnb_legacy)
 
 
 def _t5_cuda_sdpa(family: Family, s: Settings) -> bool:
@@ -169,12 +183,15 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
     from transformer_calc.graph.families.minimax import Minimax
     from transformer_calc.graph.families.neox import NeoX
+    from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
     from transformer_calc.graph.families.t5 import T5
 
     if s.dropout is None:
         return family
     off: Family
-    if isinstance(family, Mamba | Mamba2 | Lfm2 | Minimax):  # none (MiniMax's: refused)
+    # no dropout in these models (OLMo Hybrid's graph: its attention_dropout 0, as mapped;
+    # MiniMax's: refused)
+    if isinstance(family, Mamba | Mamba2 | OlmoHybrid | Lfm2 | Minimax):
         on, off = 0.0, family
     elif isinstance(family, T5):
         on = family.dropout
@@ -207,16 +224,18 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 def _mixer_run(family: Family, s: Settings, autocast: bool,
                adapted_roles: frozenset[str] | None) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
-    Bamba, Falcon-H1 and Jamba are transcribed as transformers' torch path runs them on the
-    CPU (on CUDA transformers calls the mamba_ssm and causal-conv1d kernels where installed),
-    without autocast (no measured row covers autocast over the scans); LoRA where measured
-    (the hybrids' rows)."""
+    Bamba, Falcon-H1, Jamba, OLMo Hybrid and Kimi Linear are transcribed as transformers'
+    torch path runs them on the CPU (on CUDA transformers calls the mamba_ssm, causal-conv1d
+    and fla kernels where installed), without autocast (no measured row covers autocast over
+    the scans); LoRA where measured (the hybrids' rows)."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.jamba import Jamba
+    from transformer_calc.graph.families.kimi_linear import KimiLinear
     from transformer_calc.graph.families.lfm2 import Lfm2
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
     from transformer_calc.graph.families.minimax import Minimax
+    from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
 
     if isinstance(family, Minimax):
         # MiniMax's lightning attention: its Python loop over blocks, what the CPU rows ran
@@ -230,11 +249,17 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
         # convolutions get no table)
         return s.device == "cpu" and not autocast and (
             "F" in family.mixers or family.lfm3 or s.recompute != "full")
-    if not isinstance(family, Mamba | Mamba2 | Bamba | FalconH1 | Jamba):
+    hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear
+    if not isinstance(family, Mamba | Mamba2 | hybrids):
         return True
     # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
-    lora_ok = adapted_roles is None or (isinstance(family, Bamba | FalconH1 | Jamba)
+    lora_ok = adapted_roles is None or (isinstance(family, hybrids)
                                         and "lm_head" not in adapted_roles)
+    if isinstance(family, OlmoHybrid | KimiLinear) and adapted_roles is not None \
+            and s.lora_targets != ("all-linear",) and adapted_roles & {"q", "k", "v", "o"}:
+        # the delta attention's q_proj, k_proj, v_proj, o_proj are peft's names too: a
+        # target list adapts both kinds of layer, where tcalc's roles name the attention's
+        lora_ok = False
     return s.device == "cpu" and not autocast and lora_ok
 
 
@@ -439,7 +464,8 @@ def _run(s: Settings, T: int, amp: bool, amp16: bool, lora: Lora | None) -> Run:
     else:
         dtype, autocast = (F32 if s.act_bytes == 4 else half), None
     return Run(s.batch_size, T, dtype, s.device, s.attention, autocast,
-               use_cache=s.cache_in_training, lora=lora, recompute=s.recompute)
+               use_cache=s.cache_in_training, lora=lora, recompute=s.recompute,
+               frozen=frozenset(s.freeze))
 
 
 def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:

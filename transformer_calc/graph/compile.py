@@ -57,7 +57,8 @@ def static_key(family: Family, run: Run) -> tuple[object, ...]:
                                           tuple(sorted(lora.parameters)))
     return (cls.__name__, flags, run.dtype.name, run.device, run.attention,
             run.autocast.name if run.autocast else None,
-            run.use_cache and run.recompute != "full", run.recompute, adapters)
+            run.use_cache and run.recompute != "full", run.recompute, adapters,
+            tuple(sorted(run.frozen)))
 
 
 # -- guards: normal form and what the rest implies ------------------------------------------------

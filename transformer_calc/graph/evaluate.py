@@ -27,6 +27,7 @@ from transformer_calc.graph.families import (
     gpt2,
     gptj,
     jamba,
+    kimi_linear,
     lfm2,
     llama,
     mamba,
@@ -36,6 +37,7 @@ from transformer_calc.graph.families import (
     moe,
     mpnet,
     neox,
+    olmo_hybrid,
     opt,
     rope_encoder,
     t5,
@@ -53,7 +55,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
           | gemma4.Gemma4 | lfm2.Lfm2 | lfm2.Lfm2Moe | minimax.Minimax
-          | opt.OPT)
+          | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -68,7 +70,8 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
-    opt.TrOcr: opt.trocr_forward, lfm2.Lfm2: lfm2.forward,
+    opt.TrOcr: opt.trocr_forward, olmo_hybrid.OlmoHybrid: olmo_hybrid.forward,
+    kimi_linear.KimiLinear: kimi_linear.forward, lfm2.Lfm2: lfm2.forward,
     lfm2.Lfm2Moe: lfm2.moe_forward, minimax.Minimax: minimax.forward}
 
 
@@ -300,6 +303,19 @@ _READS["bamba"] = _READS["mamba"] | _COMMON | {
 # Jamba: Bamba's fields (attention and a mixer), Mamba's dt/B/C norms, the experts
 _READS["jamba"] = _READS["bamba"] | {"layer_ffn", "ssm_dt_norms", "n_experts", "top_k",
                                      "d_ff_expert"}
+
+# OLMo Hybrid: OLMo 3's attention fields and the Gated DeltaNet's sizes, the layers' kinds
+_READS["olmo_hybrid"] = _READS["llama"] | {
+    "layer_attention", "mixer", "ssm_inner", "ssm_state", "ssm_heads", "ssm_groups",
+    "ssm_conv", "ssm_chunk", "ssm_conv_bias", "ssm_in_projs", "peft_names_shared"}
+
+# Kimi Linear: the latent attention's and the experts' fields, the delta attention's sizes,
+# the layers' kinds
+_READS["kimi_linear"] = _READS["mla"] | {
+    "layer_attention", "layer_ffn", "mixer", "ssm_inner", "ssm_state", "ssm_heads",
+    "ssm_groups", "ssm_conv", "ssm_chunk", "ssm_conv_bias", "ssm_bias", "ssm_norm",
+    "ssm_in_projs", "peft_names_shared", "router_fp32", "router_topk", "n_experts", "top_k",
+    "n_shared_experts", "d_ff_expert", "d_ff_shared"}
 
 
 @functools.cache
@@ -1362,6 +1378,79 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
                        spec.ssm_conv_bias, spec.ssm_bias, pa, spec.experts_grouped)
 
 
+def _olmo_hybrid_family(spec: ModelSpec) -> olmo_hybrid.OlmoHybrid | None:
+    """OlmoHybridForCausalLM (model type olmo_hybrid) as transformers' torch path runs it:
+    each layer OLMo 3's attention (RoPE in fp32, or NoPE) or the Gated DeltaNet
+    (layer_attention F, M), then the gated SiLU MLP, no biases."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "olmo_hybrid":
+        return None
+    kinds = layer_kinds_in_order(spec, spec.n_layers)
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    Hv, Hk = spec.ssm_heads, spec.ssm_groups
+    if not (spec.mixer == "gated_deltanet" and spec.norm == "rmsnorm" and spec.norm_fp32
+            and spec.norm_position == "post" and spec.qk_norm == "width"
+            and spec.position in ("rope", "none") and spec.rope_fp32
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and not spec.attention_dropout
+            and {k[:2] for k in kinds} <= {"FD", "MD"} and H and Hkv and H % Hkv == 0
+            and spec.head_dim >= 2 and spec.head_dim % 2 == 0
+            and Hv and Hk and Hv % Hk == 0 and spec.ssm_inner % Hv == 0
+            and spec.ssm_chunk == olmo_hybrid.CHUNK and spec.ssm_in_projs == 6
+            and not spec.ssm_conv_bias and not spec.fused_qkv and not spec.fused_gate_up
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "olmo_hybrid")):
+        raise TcalcError(f"{spec.name}: no op graph for this olmo_hybrid layout (the graph "
+                         "engine covers OlmoHybridForCausalLM's own layout)")
+    return olmo_hybrid.OlmoHybrid(
+        spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, spec.d_ff, spec.n_layers, Hk,
+        Hv, spec.ssm_state, spec.ssm_inner // Hv, spec.ssm_conv,
+        "".join(k[0] for k in kinds), spec.tie_embeddings, spec.position == "rope")
+
+
+def _kimi_linear_family(spec: ModelSpec) -> kimi_linear.KimiLinear | None:
+    """KimiLinearForCausalLM (model type kimi_linear) as transformers' torch path runs it:
+    each layer latent attention without positions or Kimi Delta Attention (layer_attention
+    F, M), then a dense MLP or DeepSeek-V3's experts (layer_ffn D, E) with the fp32 sigmoid
+    router renormalising its top-k and the shared experts."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "kimi_linear":
+        return None
+    kinds = [kimi_linear.KINDS.get((k[0], k[1]))
+             for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H, dn, dr, dv = spec.n_heads, spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+    X = spec.n_experts
+    Fs = spec.n_shared_experts * spec.shared_ff
+    Hl = spec.ssm_heads
+    if not (spec.mixer == "kda" and spec.norm == "rmsnorm" and spec.position == "none"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and not spec.attention_dropout
+            and spec.norm_position == "pre" and None not in kinds
+            and not spec.q_lora_rank and spec.kv_lora_rank
+            and spec.n_kv_heads in (None, 0, H) and H and min(dn, dr, dv, spec.d_ff) >= 1
+            and Hl and spec.ssm_groups == Hl and spec.ssm_inner == Hl * spec.ssm_state
+            and spec.ssm_chunk == kimi_linear.CHUNK and spec.ssm_in_projs == 3
+            and not spec.ssm_conv_bias and not spec.ssm_bias and spec.ssm_norm
+            and (not X or (spec.router_fp32 and spec.router_topk == "renorm" and Fs > 0))
+            and not (spec.bias_q or spec.bias_v or spec.bias_ffn_in or spec.bias_ffn_out)
+            and spec.bias_k == spec.bias_o
+            and not _unread(spec, "kimi_linear")):
+        raise TcalcError(f"{spec.name}: no op graph for this kimi_linear layout (the graph "
+                         "engine covers KimiLinearForCausalLM's own layout)")
+    layers = "".join(k for k in kinds if k)
+    if X == 0 and set(layers) & {"b", "d"}:
+        raise TcalcError(f"{spec.name}: experts in layer_ffn but no n_experts")
+    return kimi_linear.KimiLinear(
+        V=spec.vocab_size, E=spec.d_model, H=H, Hkv=1, dh=1, F=spec.d_ff, L=spec.n_layers,
+        tied=spec.tie_embeddings, bias_k=spec.bias_k, bias_o=spec.bias_o, q_latent=False,
+        rkv=spec.kv_lora_rank, dn=dn, dr=dr, dv=dv, X=max(X, 1), K=max(spec.top_k, 1),
+        Fe=max(spec.expert_ff, 1), Fs=max(Fs, 1), router="sigmoid", norm_topk=True,
+        shared_expert=True, grouped=spec.experts_grouped, Hl=Hl, dl=spec.ssm_state,
+        Kc=spec.ssm_conv, layers=layers)
 
 # LFM2 (Lfm2ForCausalLM): Llama's attention fields with q/k norms over each head, the short
 # convolution's kernel and bias, the layers' kinds
@@ -1461,8 +1550,9 @@ def _minimax_family(spec: ModelSpec) -> minimax.Minimax | None:
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gpt2, _opt, _biogpt, _xglm, _trocr, _gemma4_family,
-    _gemma3n_family, _mla_family,
-    _jamba_family, _lfm2_family, _minimax_family, _moe_family, _mamba_family, _bamba_family,
+    _gemma3n_family, _kimi_linear_family, _mla_family,
+    _jamba_family, _olmo_hybrid_family, _lfm2_family, _minimax_family, _moe_family,
+    _mamba_family, _bamba_family,
     _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,

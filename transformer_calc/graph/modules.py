@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from transformer_calc.graph import lora as peft
 from transformer_calc.graph import ops
+from transformer_calc.graph.parts import part
 from transformer_calc.graph.symbols import Dim, Poly, SInt
 from transformer_calc.graph.tensor import F32, DType, Tensor
 from transformer_calc.graph.trace import Trace
@@ -36,6 +37,8 @@ class Run:
     use_cache: bool = False
     lora: peft.Lora | None = None
     recompute: str = "none"
+    # the parts of the model that do not train (--freeze: graph/parts.py's categories)
+    frozen: frozenset[str] = frozenset()
 
 
 def symbol_values(run: Run, sizes: dict[str, int]) -> dict[str, int]:
@@ -150,13 +153,14 @@ class Builder:
             yield
 
     def param(self, name: str, *shape: Dim, adapter: bool = False) -> Tensor:
-        """A parameter of the model's dtype that trains (LoRA: only the adapters, in fp32
-        unless the run gathers them in 16-bit)."""
+        """A parameter of the model's dtype that trains unless its part is frozen (LoRA: only
+        the adapters, in fp32 unless the run gathers them in 16-bit)."""
         lora = self.run.lora
-        trainable = adapter or lora is None
+        full = f"{self.trace.scope}.{name}" if self.trace.scope else name
+        trainable = adapter or (lora is None
+                                and not (self.run.frozen and part(full) in self.run.frozen))
         dtype = ((lora.dtype if lora is not None and lora.dtype else F32) if adapter
                  else self.run.dtype)
-        full = f"{self.trace.scope}.{name}" if self.trace.scope else name
         return self.trace.param(full, shape, dtype, trainable)
 
     def tied(self, name: str) -> Tensor:

@@ -39,6 +39,8 @@ from transformer_calc.graph.families.gemma4 import Gemma4
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.gptj import GPTJ
 from transformer_calc.graph.families.jamba import Jamba
+from transformer_calc.graph.families.kimi_linear import KINDS as KIMI_KINDS
+from transformer_calc.graph.families.kimi_linear import KimiLinear
 from transformer_calc.graph.families.lfm2 import Lfm2, Lfm2Moe
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
@@ -46,6 +48,7 @@ from transformer_calc.graph.families.minimax import Minimax
 from transformer_calc.graph.families.modernbert import ModernBert
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.neox import NeoX
+from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
 from transformer_calc.graph.families.t5 import T5
 from transformer_calc.graph.families.xlm import XLM
 from transformer_calc.graph.held import quadratic_in_t
@@ -355,6 +358,54 @@ def _has(p: Poly, symbols: Iterable[str]) -> bool:
     return any(wanted.intersection(m) for m, _ in p.terms)
 
 
+def _deltanet(sub: str, proj: str, role: str, s: Saved, adapted: bool) -> str:
+    """A delta-rule mixer's storages (families/olmo_hybrid.py's Gated DeltaNet,
+    families/kimi_linear.py's Kimi Delta Attention), by its submodule (sub), the projection
+    in it (proj) and the op that made each: the projections' inputs, the convolution's input
+    and output, beta and the decays, the L2-normed q and k, the padded inputs, the chunks'
+    (Q, Q) scores and their other terms, the forward substitution's clones, the loop's
+    states and new values, the gated norm."""
+    st, poly = s.storage, s.storage.numel.poly
+    if sub == "o_norm":  # the weight's product keeps the normed output
+        return "mixer.gated_norm.normalized" if role == "mul.other" and st.op == "mul" \
+            else "mixer.gated_norm"
+    if adapted:
+        part = _lora_part(role, s)
+        if part:
+            return f"mixer.{proj}.{part}"
+    if proj == "o_proj":
+        return "mixer.out_proj_input"
+    if proj in ("f_b_proj", "g_b_proj"):  # Kimi's gates' low-rank inner inputs
+        return "mixer.gate_inputs"
+    if proj:
+        return "mixer.input"
+    if sub == "forget_gate":
+        return "mixer.forget_gate"
+    if role == "convolution.input":
+        return "mixer.in_proj_output"
+    if role == "silu.self" and st.op == "convolution":
+        return "mixer.conv_output"
+    if not _has(poly, ("T", "Tq")):
+        # the loop's states (the zeros it starts from; each chunk's); A_log's decay
+        return "mixer.loop" if _has(poly, ("dv", "dl")) else "mixer.beta_g"
+    if st.op in ("sigmoid", "softplus", "neg") or role == "softplus.self":
+        return "mixer.beta_g"
+    if st.op in ("rsqrt", "sqrt", "to", "repeat_interleave") or (
+            role == "mul.self" and st.op in ("silu", "clone")):
+        return "mixer.qk_l2norm"
+    if st.op == "pad":
+        return "mixer.padded_inputs"
+    if role == "masked_fill.mask":
+        return "mixer.chunk_masks"
+    if st.op == "clone":  # Kimi's forward substitution: each row's and block's clones
+        return "mixer.solve"
+    if st.op == "sub":  # each chunk's new values
+        return "mixer.loop"
+    if any(m.count("Q") >= 2 for m, _ in poly.terms):
+        return "mixer.chunk_scores"
+    return "mixer.chunk_terms"
+
+
 class _Namer:
     """Names one trace's saved storages, reading the ops that saved them."""
 
@@ -387,9 +438,17 @@ class _Namer:
         self.bart = isinstance(family, Bart | Fsmt)
         self.mixer = isinstance(family, Mamba | Mamba2)
         # Bamba: a layer's kind (F attention, M the mixer) names its first norm
-        self.kinds = family.kinds if isinstance(family, Bamba) else \
-            family.mixers if isinstance(family, Jamba | Lfm2 | Minimax) else ""
+        self.kinds = family.kinds if isinstance(family, Bamba | OlmoHybrid) else \
+            family.mixers if isinstance(family, Jamba | KimiLinear | Lfm2 | Minimax) else ""
         self.short_conv = isinstance(family, Lfm2)
+        # the delta-rule mixers' module (OLMo Hybrid's, Kimi Linear's); OLMo Hybrid: OLMo 3's
+        # post-norms in the attention layers, pre-norms in the others
+        self.olmo_hybrid = isinstance(family, OlmoHybrid)
+        self.delta = "linear_attn" if self.olmo_hybrid else \
+            "self_attn" if isinstance(family, KimiLinear) else ""
+        if self.olmo_hybrid:
+            self.norms = dict(_NORMS, post_attention_layernorm="attn.norm",
+                              post_feedforward_layernorm="ffn.norm")
         self.encoder = isinstance(family, Bert)
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
@@ -479,6 +538,16 @@ class _Namer:
         rest = (layer.group(2) or "") if layer else ""
         if self.mixer or rest.startswith("mamba"):
             return "decoder." + self._mixer(rest, role, s)
+        if self.delta and s.layer is not None and self.kinds[s.layer] == "M":
+            if rest.startswith(self.delta):
+                parts = rest.split(".")[1:]
+                proj = next((p for p in parts if p.endswith("_proj")), "")
+                lora = self.run.lora
+                adapted = bool(proj) and lora is not None and lora.adapts(scope)
+                return "decoder." + _deltanet(parts[0] if parts else "", proj, role, s,
+                                              adapted)
+            if self.olmo_hybrid and module == "post_attention_layernorm":
+                return "decoder." + self._norm("ffn.norm", role)  # the MLP's pre-norm
         if self.short_conv and rest.startswith("conv"):
             return "decoder." + self._short_conv(rest, role, s)
         if self.lightning and rest.startswith("self_attn") and s.layer is not None \
@@ -1141,10 +1210,16 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
     # the plan's group of each layer where layers differ (plan._group_name: an MoE's dense
     # or moe layers, Gemma 2/3's sliding or full ones), as the rules name their rows
     pattern, groups = "", {}
-    if isinstance(family, Moe) and len(set(family.pattern)) > 1:
+    if isinstance(family, KimiLinear):  # the mixer's and the MLP's kind, as the rules' stacks
+        names = {"F": "full", "M": "linear", "D": "dense", "E": "moe"}
+        groups = {v: f"{names[k[0]]}.{names[k[1]]}" for k, v in KIMI_KINDS.items()}
+        pattern = family.layers if len(set(family.layers)) > 1 else ""
+    elif isinstance(family, Moe) and len(set(family.pattern)) > 1:
         pattern, groups = family.pattern, {"D": "dense", "E": "moe"}
     elif isinstance(family, Gemma | Llama) and len(set(family.kinds)) > 1:
         pattern, groups = family.kinds, {"S": "sliding", "F": "full", "N": "nope"}
+    elif isinstance(family, OlmoHybrid) and len(set(family.kinds)) > 1:
+        pattern, groups = family.kinds, {"M": "linear", "F": "full"}
     # (name, in layer, group) -> (layer, replayed) -> [bytes, how many]
     per: dict[tuple[str, bool, str], dict[tuple[int | None, bool], list[Poly]]] = {}
     traced: set[int] = set()  # storages met once: a second item is its layer's replays

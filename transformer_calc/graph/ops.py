@@ -863,3 +863,35 @@ def _sumproduct_pair(left: Tensor, right: Tensor, sum_dims: list[int]) -> Tensor
     rhs = reshape(permute(right, rperm), (lro_size, sum_size, ro_size))
     out = bmm(lhs, rhs)
     return permute(view(out, out_shape), tuple(operm))
+
+
+# -- chunked delta rules: triangular solves, contiguous casts --------------------------------------
+def to_contiguous(t: Tensor, dtype: DType) -> Tensor:
+    """Tensor.to(dtype, memory_format=torch.contiguous_format): the tensor itself where the
+    dtype is already dtype (aten's to_will_alias: suggest_memory_format is contiguous for
+    any tensor not laid out channels-last), else a contiguous copy (ToCopyBackward0 keeps
+    nothing)."""
+    if t.dtype == dtype:
+        return t
+    out = _new(t, t.shape, dtype, t.requires_grad and dtype.floating)
+    t.trace.record("to", out)
+    return out
+
+
+def solve_triangular(a: Tensor, b: Tensor) -> Tensor:
+    """torch.linalg.solve_triangular(a, b, upper=False, unitriangular=True): the result laid
+    out column-major in its last two dimensions (LAPACK's trsm writes it so; measured).
+    derivatives.yaml linalg_solve_triangular: self, A: linalg_solve_triangular_backward(grad,
+    A, result, ...): one formula for both inputs, so A and the result are kept whenever the
+    node exists. No FLOPs (torch.utils.flop_counter has no formula for it)."""
+    sizes = tuple(d.value for d in b.shape)
+    inner = contiguous_strides(sizes[:-2] + (sizes[-1], sizes[-2]))
+    stride = inner[:-2] + (inner[-1], inner[-2])
+    out = _new(b, b.shape, promote(a.dtype, b.dtype), _rg(a, b), stride)
+    b.trace.record("linalg_solve_triangular", out, [("A", a, True), ("result", out, True)])
+    return out
+
+
+def log(a: Tensor) -> Tensor:
+    """derivatives.yaml log: self: grad.div(self.conj()): keeps its input."""
+    return _unary_saving("log", a, "self")
