@@ -24,6 +24,7 @@ from transformer_calc.errors import TcalcError
 if TYPE_CHECKING:
     from transformer_calc.graph.compile import Structure
     from transformer_calc.graph.evaluate import Family
+    from transformer_calc.graph.families.minimax import Minimax
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.families.qwen3_next import Qwen3Next
     from transformer_calc.graph.lora import Lora
@@ -239,7 +240,9 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.gptj import GPTJ
     from transformer_calc.graph.families.gptlike import Ctrl, GPTNeo, Mpt
+    from transformer_calc.graph.families.lfm2 import Lfm2
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
+    from transformer_calc.graph.families.minimax import Minimax
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
     from transformer_calc.graph.families.t5 import T5
@@ -248,8 +251,9 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     if s.dropout is None:
         return family
     off: Family
-    # no dropout in these models (OLMo Hybrid's graph: its attention_dropout 0, as mapped)
-    if isinstance(family, Mamba | Mamba2 | OlmoHybrid):
+    # no dropout in these models (OLMo Hybrid's graph: its attention_dropout 0, as mapped;
+    # MiniMax's: refused)
+    if isinstance(family, Mamba | Mamba2 | OlmoHybrid | Lfm2 | Minimax):
         on, off = 0.0, family
     elif isinstance(family, T5):
         on = family.dropout
@@ -299,7 +303,9 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.kimi_linear import KimiLinear
+    from transformer_calc.graph.families.lfm2 import Lfm2
     from transformer_calc.graph.families.mamba import Mamba, Mamba2
+    from transformer_calc.graph.families.minimax import Minimax
     from transformer_calc.graph.families.nemotron_h import NemotronH
     from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
     from transformer_calc.graph.families.qwen3_next import Qwen3Next
@@ -311,6 +317,18 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
         mixer = "c" in family.kinds or "d" in family.kinds
         lora_ok = adapted_roles is None or "lm_head" not in adapted_roles
         return (s.device == "cpu" or not mixer) and not autocast and lora_ok
+    if isinstance(family, Minimax):
+        # MiniMax's lightning attention: its Python loop over blocks, what the CPU rows ran
+        # (no measured row on CUDA or under autocast)
+        return s.device == "cpu" and not autocast
+    if isinstance(family, Lfm2):
+        # LFM2's short convolution: causal_conv1d_fn's torch fallback, what the CPU runs (on
+        # CUDA the kernels hub's causal-conv1d where installed); no measured row covers
+        # autocast. An LFM2 of convolutions alone says no head_dim, which the rotary table
+        # every checkpointed layer keeps has: full recomputation keeps the rules (LFM3's
+        # convolutions get no table)
+        return s.device == "cpu" and not autocast and (
+            "F" in family.mixers or family.lfm3 or s.recompute != "full")
     hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear | NemotronH
     if not isinstance(family, Mamba | Mamba2 | hybrids):
         return True
@@ -336,6 +354,8 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
 
     from transformer_calc.graph.families.gemma4 import Gemma4
     from transformer_calc.graph.families.jamba import Jamba
+    from transformer_calc.graph.families.lfm2 import Lfm2Moe
+    from transformer_calc.graph.families.minimax import Minimax
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.memory import experts_impl
 
@@ -354,6 +374,11 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
         impl = experts_impl(spec, s.experts)
         # (MiMo-V2-Flash's sigmoid router under autocast: DeepSeek-V3's, unmeasured)
         if impl not in ("eager", "grouped_mm") or (autocast and isinstance(family, MiMoV2Flash)):
+            return None
+        return dataclasses.replace(family, grouped=impl == "grouped_mm")
+    if isinstance(family, Lfm2Moe | Minimax):  # Mixtral's experts (no autocast here)
+        impl = experts_impl(spec, s.experts)
+        if impl not in ("eager", "grouped_mm"):
             return None
         return dataclasses.replace(family, grouped=impl == "grouped_mm")
     if not isinstance(family, Moe | Jamba):
@@ -378,7 +403,9 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.gptj import GPTJ
     from transformer_calc.graph.families.gptlike import Ctrl, GPTNeo, Mpt
+    from transformer_calc.graph.families.lfm2 import Lfm2
     from transformer_calc.graph.families.llama import Llama
+    from transformer_calc.graph.families.minimax import Minimax
     from transformer_calc.graph.families.mla import MLA_MODULES, Mla, converted_all_linear
     from transformer_calc.graph.families.modernbert import ModernBert
     from transformer_calc.graph.families.moe import Moe
@@ -408,6 +435,24 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
              _NEOX_MODULES["falcon"] if isinstance(family, Falcon) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
         table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
+    if isinstance(family, Minimax):
+        # Mixtral's experts and router, which peft 0.21 converts (its all-linear too:
+        # measured, minimax-mixer.json), beside the lightning layers' nn.Linear
+        if peft_moe != "mixtral":
+            return None
+        return _converted(family, s, roles, dtype, {"output_gate": "output_gate",
+                                                    "qkv_proj": "qkv_proj"})
+    if isinstance(family, Lfm2):
+        # Lfm2MLP's w1, w3, w2; LFM2's attention output projection and its convolution's
+        # are both out_proj to peft: in a model of both, o and out_proj go together or not
+        # at all (LFM3's attention has o_proj, and its gate g_proj)
+        table = {**_MODULES, "gate": "w1", "up": "w3", "down": "w2", "attn_gate": "g_proj"}
+        if not family.lfm3:
+            both = len(set(family.mixers)) == 2
+            if both and s.lora_targets != ("all-linear",) \
+                    and len(roles & {"o", "out_proj"}) == 1:
+                return None
+            table["o"] = "out_proj"
     if isinstance(family, T5):
         table = {**_T5_MODULES, "up": "wi_1" if family.gated else "wi"}
     elif isinstance(family, Bart | Whisper):
@@ -519,8 +564,8 @@ def _qwen3_next_lora(family: Qwen3Next, s: Settings, roles: frozenset[str], peft
     return Lora(s.lora_rank, frozenset(table[r] for r in rest) | extra, s.lora_dropout, dtype)
 
 
-def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | None
-               ) -> Lora | None:
+def _converted(family: Moe | Minimax, s: Settings, roles: frozenset[str],
+               dtype: DType | None, modules_of: dict[str, str] | None = None) -> Lora | None:
     """peft 0.21's targets for a MoE whose layout it converts (Mixtral's, the qwen2_moe
     pattern's: utils/transformers_weight_conversion.py, _convert_peft_config_moe): the
     router's and the experts' names (gate, w1/w3/w2 or gate_proj/up_proj/down_proj) become
@@ -528,14 +573,15 @@ def _converted(family: Moe, s: Settings, roles: frozenset[str], dtype: DType | N
     down_proj), and leave target_modules (a dense MLP's gate_proj/up_proj/down_proj is not
     adapted: transformer_calc.lora.adapted_layers gives no such role). roles: the router,
     experts.gate_up, experts.out and the nn.Linear layers' roles. None where peft refuses a
-    ParamWrapper (dropout) or computes it otherwise (16-bit adapters on the CPU)."""
+    ParamWrapper (dropout) or computes it otherwise (16-bit adapters on the CPU).
+    modules_of: the family's own module names beside Llama's (MiniMax's output_gate)."""
     from transformer_calc.graph.lora import Lora
 
     wrapped = {"router": "gate.weight", "experts.gate_up": "gate_up_proj",
                "experts.out": "down_proj"}
     from transformer_calc.graph.families.mla import MLA_MODULES, Mla
 
-    table = {**_MODULES, "shared_gate": "shared_expert_gate"}
+    table = {**_MODULES, "shared_gate": "shared_expert_gate", **(modules_of or {})}
     if isinstance(family, Mla):  # DeepSeek-V3's latent attention
         table.update(MLA_MODULES)
     if family.router == "hunyuan":  # its router is an nn.Linear: gate.wg, adapted as one
@@ -598,11 +644,14 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
         rows.append((name, numbers[2 * i], text, "", numbers[2 * i + 1], stack, note, None, ()))
     notes: tuple[str, ...] = ()
     from transformer_calc.graph.families.jamba import Jamba
+    from transformer_calc.graph.families.lfm2 import Lfm2Moe
     from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
+    from transformer_calc.graph.families.minimax import Minimax
     from transformer_calc.graph.families.nemotron_h import NemotronH
 
-    if isinstance(family, Moe | Jamba) or (isinstance(family, NemotronH)
-                                           and "E" in family.kinds) or (
+    # the experts' path, as the rules say it
+    if isinstance(family, Moe | Jamba | Lfm2Moe | Minimax) or (
+            isinstance(family, NemotronH) and "E" in family.kinds) or (
             isinstance(family, MiMoV2Flash) and set(family.kinds) & {"b", "d"}):
         from transformer_calc.memory import EXPERTS_NOTE
 

@@ -33,9 +33,11 @@ from transformer_calc.graph.families import (
     granitemoe_swa,
     jamba,
     kimi_linear,
+    lfm2,
     llama,
     mamba,
     mimo_v2_flash,
+    minimax,
     minimax_m3,
     mla,
     mllama,
@@ -65,7 +67,7 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
           | nemotron_h.NemotronH | mimo_v2_flash.MiMoV2Flash | minimax_m3.MiniMaxM3
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
-          | gemma4.Gemma4
+          | gemma4.Gemma4 | lfm2.Lfm2 | lfm2.Lfm2Moe | minimax.Minimax
           | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear | whisper.Whisper
           | t5gemma.T5Gemma | qwen3_next.Qwen3Next | gptlike.GPTBigCode | gptlike.OpenAIGPT
           | gptlike.Ctrl | gptlike.GPTNeo | gptlike.Mpt | gptlike.GraniteSwa)
@@ -96,7 +98,8 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     gptlike.GPTBigCode: gptlike.bigcode_forward, gptlike.OpenAIGPT: gptlike.openai_forward,
     gptlike.Ctrl: gptlike.ctrl_forward, gptlike.GPTNeo: gptlike.neo_forward,
     gptlike.Mpt: gptlike.mpt_forward, gptlike.GraniteSwa: gptlike.granite_swa_forward,
-    modernbert.ModernBertDecoder: modernbert.decoder_forward}
+    modernbert.ModernBertDecoder: modernbert.decoder_forward, lfm2.Lfm2: lfm2.forward,
+    lfm2.Lfm2Moe: lfm2.moe_forward, minimax.Minimax: minimax.forward}
 
 
 @dataclass(frozen=True)
@@ -2222,6 +2225,98 @@ def _minimax_m3_family(spec: ModelSpec) -> minimax_m3.MiniMaxM3 | None:
         max(spec.n_experts, 1), max(spec.top_k, 1), max(spec.expert_ff, 1),
         max(spec.shared_ff, 1), "".join(kinds), spec.tie_embeddings, pa)
 
+# LFM2 (Lfm2ForCausalLM): Llama's attention fields with q/k norms over each head, the short
+# convolution's kernel and bias, the layers' kinds
+_READS["lfm2"] = _METADATA | _COMMON | {
+    "n_kv_heads", "d_head", "softmax_fp32", "qk_norm", "layer_attention", "mixer", "ssm_conv",
+    "ssm_conv_bias", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
+# LFM2-MoE: LFM2's fields, the layers' FFN kinds, the experts' sizes
+_READS["lfm2_moe"] = _READS["lfm2"] | {"layer_ffn", "n_experts", "top_k", "d_ff_expert"}
+# LFM3: LFM2's fields, its sandwich norms, attention gate, fp32 RoPE and sliding layers
+_READS["lfm3"] = _READS["lfm2"] | {"sandwich_norm", "attn_gate", "rope_fp32", "sliding_window"}
+
+
+def _lfm2_family(spec: ModelSpec) -> lfm2.Lfm2 | None:
+    """Lfm2ForCausalLM, Lfm2MoeForCausalLM and Lfm3ForCausalLM (model types lfm2, lfm2_moe,
+    lfm3): each layer the gated short convolution or attention (layer_attention M, F; LFM3
+    also S, sliding), then the MLP or (lfm2_moe, layer_ffn E) the experts behind the sigmoid
+    router with its expert bias; no biases but the convolution's (conv_bias: the
+    convolution, in_proj and out_proj); even head dims (rotate_half). LFM3: its sandwich
+    norms, per-head attention gate and fp32 RoPE, as Lfm3Config's defaults have them."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type not in ("lfm2", "lfm2_moe", "lfm3"):
+        return None
+    moe, lfm3 = spec.model_type == "lfm2_moe", spec.model_type == "lfm3"
+    kinds = [lfm2.KINDS.get((k[0], k[1:2])) for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H = spec.n_heads
+    Hkv = spec.n_kv_heads or H
+    dh = spec.head_dim if H else 2
+    if not (spec.mixer == "short_conv" and spec.norm == "rmsnorm" and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and spec.qk_norm == "head" and not spec.dropout and not spec.attention_dropout
+            and None not in kinds and (not H or (Hkv and H % Hkv == 0 and dh % 2 == 0))
+            and (moe or not any(k and k in "bd" for k in kinds))
+            and (lfm3 or "s" not in kinds)
+            and (spec.sandwich_norm, spec.attn_gate, spec.rope_fp32) == (
+                (True, "head", True) if lfm3 else (False, "none", False))
+            and (not lfm3 or "s" not in kinds or spec.sliding_window > 0)
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, spec.model_type)):
+        raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout (the "
+                         "graph engine covers Lfm2ForCausalLM's and Lfm2MoeForCausalLM's "
+                         "own layouts)")
+    # (a model of convolutions alone still builds its attention's sizes: Lfm2Config's
+    # defaults stand in where the spec has no heads)
+    args = (spec.vocab_size, spec.d_model, H or 1, Hkv or 1, dh, spec.d_ff or 1,
+            spec.n_layers, spec.ssm_conv, "".join(k for k in kinds if k),
+            spec.tie_embeddings, spec.ssm_conv_bias)
+    if moe:
+        return lfm2.Lfm2Moe(*args, X=max(spec.n_experts, 1), K=max(spec.top_k, 1),
+                            Fe=spec.expert_ff or 1, grouped=spec.experts_grouped)
+    return lfm2.Lfm2(*args, lfm3=lfm3, window=spec.sliding_window if lfm3 else 0)
+
+
+
+# MiniMax (MiniMaxForCausalLM): Llama's attention fields, the lightning layers' heads and
+# blocks, the experts and peft's conversion of them (the cache's state dtype changes no
+# training tensor)
+_READS["minimax"] = _METADATA | _COMMON | {
+    "n_kv_heads", "d_head", "softmax_fp32", "layer_attention", "mixer", "ssm_inner",
+    "ssm_heads", "ssm_chunk", "ssm_state_dtype", "n_experts", "top_k", "d_ff_expert",
+    "peft_moe", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
+
+
+def _minimax_family(spec: ModelSpec) -> minimax.Minimax | None:
+    """MiniMaxForCausalLM (model type minimax): each layer attention or lightning attention
+    (layer_attention F, M) of the same heads and head_dim, then the experts behind
+    Mixtral's router; no biases; even head dims (rotate_half)."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "minimax":
+        return None
+    kinds = layer_kinds_in_order(spec, spec.n_layers)
+    H = spec.n_heads or spec.ssm_heads
+    Hkv = spec.n_kv_heads or H
+    dh = spec.ssm_inner // H if H else 0
+    if not (spec.mixer == "lightning" and spec.norm == "rmsnorm" and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and not spec.attention_dropout
+            and {k[:2] for k in kinds} <= {"FE", "ME"} and H and Hkv and H % Hkv == 0
+            and spec.ssm_heads == H and spec.ssm_inner == H * dh and dh % 2 == 0
+            and (not spec.n_heads or spec.head_dim == dh) and spec.ssm_chunk >= 1
+            and spec.n_experts >= 1 and spec.top_k >= 1 and spec.router_topk == "none"
+            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
+                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _unread(spec, "minimax")):
+        raise TcalcError(f"{spec.name}: no op graph for this minimax layout (the graph "
+                         "engine covers MiniMaxForCausalLM's own layout)")
+    return minimax.Minimax(spec.vocab_size, spec.d_model, H, Hkv, dh, spec.n_layers,
+                           spec.n_experts, spec.top_k, spec.expert_ff, spec.ssm_chunk,
+                           "".join(k[0] for k in kinds), spec.tie_embeddings,
+                           spec.experts_grouped)
+
 
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
@@ -2231,7 +2326,8 @@ _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _biogpt, _xglm, _trocr, _whisper, _t5gemma,
     _gemma4_family, _gemma3n_family, _kimi_linear_family, _mla_family, _qwen3_next_family,
     _jamba_family, _olmo_hybrid_family, _nemotron_h_family, _mimo_v2_flash_family,
-    _minimax_m3_family, _moe_family, _mamba_family, _bamba_family, _falcon_h1_family,
+    _minimax_m3_family, _lfm2_family, _minimax_family, _moe_family, _mamba_family,
+    _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
     _modernbert, _modernbert_decoder, _rembert, _mpnet, _xlm, _tapas, _ibert, _yoso)

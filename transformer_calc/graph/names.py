@@ -43,9 +43,11 @@ from transformer_calc.graph.families.gptlike import Ctrl, GraniteSwa
 from transformer_calc.graph.families.jamba import Jamba
 from transformer_calc.graph.families.kimi_linear import KINDS as KIMI_KINDS
 from transformer_calc.graph.families.kimi_linear import KimiLinear
+from transformer_calc.graph.families.lfm2 import Lfm2, Lfm2Moe
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
+from transformer_calc.graph.families.minimax import Minimax
 from transformer_calc.graph.families.minimax_m3 import MiniMaxM3
 from transformer_calc.graph.families.modernbert import ModernBert, ModernBertDecoder
 from transformer_calc.graph.families.moe import Moe
@@ -83,7 +85,11 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           # OPT's and BioGPT's (families/opt.py; the model's final norm outside the layers)
           "self_attn_layer_norm": "attn.norm", "final_layer_norm": "ffn.norm",
           "layer_norm": "final_norm",
-          "norm_1": "attn.norm", "norm_2": "ffn.norm"}  # (MPT's)
+          "norm_1": "attn.norm", "norm_2": "ffn.norm",  # (MPT's)
+          # LFM2's (families/lfm2.py): the operator's and the MLP's, the model's last
+          "operator_norm": "attn.norm", "ffn_norm": "ffn.norm",
+          "embedding_norm": "final_norm", "post_operator_norm": "attn.post_norm",
+          "post_ffn_norm": "ffn.post_norm"}
 # Gemma 2/3's sandwich: the attention's and the MLP's outputs normed before the residual add
 _SANDWICH = dict(_NORMS, post_attention_layernorm="attn.post_norm",
                  post_feedforward_layernorm="ffn.post_norm")
@@ -130,7 +136,8 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "query_key_value": "attn.input", "dense": "attn.o_input",
            "dense_h_to_4h": "ffn.input", "dense_4h_to_h": "ffn.out_input",
            "out_proj": "attn.o_input", "fc_in": "ffn.input", "fc_out": "ffn.out_input",
-           "Wqkv": "attn.input"}  # (MPT's)
+           "Wqkv": "attn.input",  # (MPT's)
+           "w1": "ffn.input", "w3": "ffn.input", "w2": "ffn.out_input", "g_proj": "attn.input"}
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
             "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
@@ -142,7 +149,8 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
             "q_b_proj": "attn.q_b", "kv_a_proj_with_mqa": "attn.kv_a", "kv_b_proj": "attn.kv_b",
             "query_key_value": "attn.qkv", "dense": "attn.o",
             "dense_h_to_4h": "ffn.in", "dense_4h_to_h": "ffn.out", "out_proj": "attn.o",
-            "fc_in": "ffn.in", "fc_out": "ffn.out", "Wqkv": "attn.qkv"}
+            "fc_in": "ffn.in", "fc_out": "ffn.out", "Wqkv": "attn.qkv", "w1": "ffn.gate",
+            "w3": "ffn.in", "w2": "ffn.out", "g_proj": "attn.gate"}
 # the ops that keep what Gemma 3n's stream rescaling reads (pow, clamp, sqrt, mul, div)
 _RESCALE_ROLES = frozenset(("pow.self", "clamp.self", "sqrt.result", "mul.self", "mul.other",
                             "div.self", "div.other"))
@@ -311,7 +319,7 @@ DESCRIPTIONS = {
     "decoder.attn.input": "Q/K/V matmul input",
     "decoder.attn.qkv_output": "fused output, Q, K and V views of it",
     "decoder.attn.qkv": "the kernel's query, key and value",
-    "decoder.attn.output_gate": "the sigmoid of the per-channel output gate",
+    "decoder.attn.output_gate": "the sigmoid of the output gate (per channel, or per head)",
     "decoder.attn.gated_out": "the attention output the gate multiplies",
     "decoder.attn.query_scale": "the fp32 per-position query scale, shared by the layers",
     "decoder.attn.sink_lse": "the scores' logsumexp per row",
@@ -380,7 +388,9 @@ DESCRIPTIONS = {
     "(Mamba-2)", "decoder.mixer.scan": "the scan's other products",
     "decoder.mixer.gated_norm": "y, silu(z), their product in fp32, rstd",
     "decoder.mixer.gated_norm.normalized": "the group-normed y the weight multiplies",
-    "decoder.mixer.out_proj_input": "out_proj input"}
+    "decoder.mixer.out_proj_input": "out_proj input",
+    "decoder.mixer.conv_input": "B ⊙ x, the short convolution's input",
+    "decoder.attn.gated_output": "the attention's output the gate multiplies"}
 
 
 def description(name: str) -> str:
@@ -508,9 +518,10 @@ class _Namer:
         self.mixer = isinstance(family, Mamba | Mamba2)
         # Bamba: a layer's kind (F attention, M the mixer) names its first norm
         self.kinds = family.kinds if isinstance(family, Bamba | OlmoHybrid) else \
-            family.mixers if isinstance(family, Jamba | KimiLinear) else \
+            family.mixers if isinstance(family, Jamba | KimiLinear | Lfm2 | Minimax) else \
             "".join("M" if k in "cd" else "F" for k in family.kinds) \
             if isinstance(family, Qwen3Next) else ""
+        self.short_conv = isinstance(family, Lfm2)
         # the delta-rule mixers' module (OLMo Hybrid's, Kimi Linear's); OLMo Hybrid: OLMo 3's
         # post-norms in the attention layers, pre-norms in the others
         self.olmo_hybrid = isinstance(family, OlmoHybrid)
@@ -524,7 +535,9 @@ class _Namer:
             scope, dense, norm, decoder, _ = HEADS[family.head]
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
-        self.moe = isinstance(family, Moe | Jamba | NemotronH | MiMoV2Flash | MiniMaxM3)
+        self.moe = isinstance(family, Moe | Jamba | NemotronH | MiMoV2Flash | MiniMaxM3
+                              | Lfm2Moe | Minimax)
+        self.lightning = isinstance(family, Minimax)
         # Nemotron-H: every layer's module is `mixer`, named by the layer's kind
         self.nemotron = family.kinds if isinstance(family, NemotronH) else ""
         if self.nemotron:
@@ -655,9 +668,22 @@ class _Namer:
         if rest.startswith("linear_attn"):  # Qwen3-Next's Gated DeltaNet: a mixer's names
             return "decoder." + self._mixer(rest.replace("linear_attn", "mixer", 1),
                                             role, s)
-        if self.kinds and module == "input_layernorm" and s.layer is not None \
+        if self.short_conv and rest.startswith("conv"):
+            return "decoder." + self._short_conv(rest, role, s)
+        if self.lightning and rest.startswith("self_attn") and s.layer is not None \
                 and self.kinds[s.layer] == "M":
-            return "decoder." + self._norm("mixer.norm", role)
+            return "decoder." + self._lightning(rest, role, s)
+        if self.kinds and module in ("input_layernorm", "operator_norm",
+                                     "post_operator_norm") \
+                and s.layer is not None \
+                and self.kinds[s.layer] == "M":
+            where = "mixer.post_norm" if module.startswith("post") else "mixer.norm"
+            return "decoder." + self._norm(where, role)
+        if self.short_conv and module == "self_attn" and (role == "sigmoid.result" or role in (
+                "mul.self", "mul.other") and st.op == "sigmoid"):
+            return "decoder.attn.output_gate"  # LFM3's sigmoid(g_proj(x)), per head
+        if self.short_conv and module == "self_attn" and role == "mul.self":
+            return "decoder.attn.gated_output"  # the attention's output the gate scales
         if st.name in _ROPES or st.name.endswith(".rotary_emb"):
             return "rope.cos_sin"
         if st.op == "repeat_interleave":  # GPT-J, CodeGen: sin and cos for Q and for K
@@ -1144,6 +1170,50 @@ class _Namer:
         if st.op in ("add", "repeat_interleave", "pad", "clone") or role.startswith("bmm."):
             return "mixer.scan_operands"  # the loop's states, the einsums' operands
         return "mixer.scan"
+
+    def _short_conv(self, rest: str, role: str, s: Saved) -> str:
+        """LFM2's short convolution (families/lfm2.py): in_proj's input and output (B, C and
+        x, views), B·x (the convolution's input), the convolution's output (C's product
+        keeps it), out_proj's input; an adapted in_proj's or out_proj's adapter."""
+        sub = rest.split(".")[1] if "." in rest else ""
+        lora = self.run.lora
+        inputs = {"in_proj": "mixer.input", "out_proj": "mixer.out_proj_input"}
+        if sub in inputs:
+            part = _lora_part(role, s) if lora is not None and lora.adapts(s.scope) else None
+            return f"mixer.{sub}.{part}" if part else inputs[sub]
+        if role == "convolution.input":
+            return "mixer.conv_input"
+        if s.storage.op == "convolution":
+            return "mixer.conv_output"
+        if s.storage.name.endswith(".in_proj"):
+            return "mixer.in_proj_output"
+        raise ValueError(f"no component name for {role} saved in {s.scope}")
+
+    def _lightning(self, rest: str, role: str, s: Saved) -> str:
+        """MiniMax's lightning attention (families/minimax.py): its input, silu's input (the
+        fused projection's output), the blocks' operands (their copies of Q, K, V and the
+        decayed Q, K, the masked scores), the states entering the blocks and their decays,
+        the output norm, the sigmoid gate and its product, out_proj's input; an adapted
+        projection's adapter."""
+        st, sub = s.storage, rest.split(".")[1] if "." in rest else ""
+        lora = self.run.lora
+        inputs = {"qkv_proj": "mixer.input", "output_gate": "mixer.input",
+                  "out_proj": "mixer.out_proj_input"}
+        if sub in inputs:
+            part = _lora_part(role, s) if lora is not None and lora.adapts(s.scope) else None
+            return f"mixer.{sub}.{part}" if part else inputs[sub]
+        if sub == "norm":
+            return "mixer.out_norm." + _NORM_PARTS[role]
+        if role == "silu.self":
+            return "mixer.qkv_output"
+        if role == "sigmoid.result" or st.op == "sigmoid" or st.name.endswith(".norm"):
+            return "mixer.gate"
+        if st.op in ("add", "expand") or role == "mul.other":
+            return "mixer.block_states"  # the states entering the blocks, their decays
+        if quadratic_in_t(st) or _has(st.numel.poly, ("Q",)) and not _has(
+                st.numel.poly, ("dh",)):
+            return "mixer.block_scores"
+        return "mixer.block_copies"
 
     def _norm(self, prefix: str, role: str, s: Saved | None = None) -> str:
         if s is not None and role == "mul.self" and self.norm_parts is _COHERE_NORM_PARTS \
