@@ -75,10 +75,12 @@ DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
 def measure(config: dict, attention: str, dtype: str, B: int, T: int,
             lora: tuple[int, str, float] | None = None, experts: str = "eager",
             autocast: bool = False, freeze: tuple[str, ...] = (),
-            use_cache: bool = False) -> tuple[int, int]:
+            use_cache: bool = False, sdpa_kernel: str = "auto") -> tuple[int, int]:
     """Saved bytes, and the parameters that train (all of them; under LoRA, peft's; with
     freeze, those outside the parts named, `part`); autocast: the forward (and its loss)
-    inside torch.autocast("cpu", torch.bfloat16)."""
+    inside torch.autocast("cpu", torch.bfloat16); sdpa_kernel: the forward inside
+    torch.nn.attention.sdpa_kernel (math: SDPBackend.MATH, cpu_flash: FLASH_ATTENTION, the
+    CPU's flash kernel)."""
     import contextlib
 
     import transformers
@@ -104,8 +106,14 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
             p.requires_grad_(False)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     labels = _labels(counted_class(config), cfg)
+    from torch.nn.attention import SDPBackend
+    from torch.nn.attention import sdpa_kernel as forced
+
+    backends = {"math": SDPBackend.MATH, "cpu_flash": SDPBackend.FLASH_ATTENTION}
     with (torch.autocast("cpu", dtype=torch.bfloat16) if autocast
-          else contextlib.nullcontext()):
+          else contextlib.nullcontext()), \
+            (forced(backends[sdpa_kernel]) if sdpa_kernel != "auto"
+             else contextlib.nullcontext()):
         return saved_bytes(model, B, T, labels=labels, use_cache=use_cache)["saved_bytes"], \
             trainable
 
@@ -220,6 +228,9 @@ def main() -> None:
     ap.add_argument("--freeze", default="",
                     help="parts that do not train (comma-separated: embeddings, attention, "
                          "ffn, norms, heads), as tcalc's --freeze")
+    ap.add_argument("--sdpa-kernel", default="auto", choices=("auto", "math", "cpu_flash"),
+                    help="the SDPA kernel torch.nn.attention.sdpa_kernel forces (SDPA rows "
+                         "only), as tcalc's --sdpa-kernel")
     args = ap.parse_args()
     freeze = tuple(x for x in args.freeze.split(",") if x)
     if args.mixers:
@@ -239,13 +250,13 @@ def main() -> None:
     for path in args.configs:
         config = json.loads(path.read_text())
         spec = spec_from_hf(config, str(path))
-        for attention in ("eager", "sdpa"):
+        for attention in ("eager", "sdpa") if args.sdpa_kernel == "auto" else ("sdpa",):
             for dtype in ("fp32",) if args.autocast else DTYPES:
                 lora = (args.lora, args.lora_targets, args.lora_dropout) if args.lora else None
                 try:
                     got, trainable = measure(config, attention, dtype, args.B, args.T, lora,
                                              args.experts, args.autocast, freeze,
-                                             args.use_cache)
+                                             args.use_cache, args.sdpa_kernel)
                 except ValueError as e:  # e.g. a class without an SDPA path
                     print(json.dumps({"config": path.name, "attention": attention,
                                       "dtype": dtype, "skipped": str(e)[:100]}))
@@ -258,11 +269,14 @@ def main() -> None:
                     device="cuda" if args.autocast else "cpu",
                     lora_rank=args.lora, lora_targets=tuple(
                         (args.tcalc_targets or args.lora_targets).split(",")),
-                    lora_dropout=args.lora_dropout, experts=args.experts, freeze=freeze))
+                    lora_dropout=args.lora_dropout, experts=args.experts, freeze=freeze,
+                    sdpa_kernel=args.sdpa_kernel))
                 est = report.activations.total
                 print(json.dumps({"config": path.name, "attention": attention, "dtype": dtype,
                                   **({"autocast": "bf16"} if args.autocast else {}),
                                   **({"use_cache": True} if args.use_cache else {}),
+                                  **({"sdpa_kernel": args.sdpa_kernel}
+                                     if args.sdpa_kernel != "auto" else {}),
                                   "B": args.B, "T": args.T, "lora": list(lora or ()),
                                   **({"tcalc_targets": args.tcalc_targets}
                                      if args.tcalc_targets else {}),

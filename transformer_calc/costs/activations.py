@@ -172,7 +172,7 @@ def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
 
     dense = (pattern is None or getattr(pattern, "kind", "dense") == "dense"
              or pattern_keys(pattern, T) == T)  # type: ignore[arg-type]
-    return (dense and s.attention in ("eager", "sdpa") and s.sdpa_kernel == "auto"
+    return (dense and s.attention in ("eager", "sdpa")
             and (spec.sdpa_path or s.attention == "eager")
             and s.device in ("cpu", "cuda") and s.activations == "hf"
             and (not s.quant or _bnb(s) is not None) and (bool(s.quant) or not s.bnb_legacy))
@@ -625,7 +625,8 @@ def _run(s: Settings, T: int, amp: bool, amp16: bool, lora: Lora | None) -> Run:
         dtype, autocast = (F32 if s.act_bytes == 4 else half), None
     return Run(s.batch_size, T, dtype, s.device, s.attention, autocast,
                use_cache=s.cache_in_training, lora=lora, recompute=s.recompute,
-               frozen=frozenset(s.freeze))
+               frozen=frozenset(s.freeze),
+               sdpa_kernel=s.sdpa_kernel if s.attention == "sdpa" else "auto")
 
 
 def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:

@@ -58,7 +58,7 @@ def static_key(family: Family, run: Run) -> tuple[object, ...]:
     return (cls.__name__, flags, run.dtype.name, run.device, run.attention,
             run.autocast.name if run.autocast else None,
             run.use_cache and run.recompute != "full", run.recompute, adapters,
-            tuple(sorted(run.frozen)))
+            tuple(sorted(run.frozen)), run.sdpa_kernel)
 
 
 # -- guards: normal form and what the rest implies ------------------------------------------------

@@ -39,6 +39,8 @@ class Run:
     recompute: str = "none"
     # the parts of the model that do not train (--freeze: graph/parts.py's categories)
     frozen: frozenset[str] = frozenset()
+    # the SDPA kernel torch.nn.attention.sdpa_kernel forces (--sdpa-kernel), "auto": torch's
+    sdpa_kernel: str = "auto"
 
 
 def symbol_values(run: Run, sizes: dict[str, int]) -> dict[str, int]:
@@ -70,7 +72,7 @@ class Builder:
         self.run = run
         self.symbolic = symbolic
         self.use_cache = run.use_cache and run.recompute != "full"
-        self.trace = Trace(run.device, run.autocast)
+        self.trace = Trace(run.device, run.autocast, sdpa_kernel=run.sdpa_kernel)
         self.sizes = symbol_values(run, sizes)
         self.dims: dict[str, Dim] = {}
         self.layers_end = 0  # the layer indices layers_by_kind used (replayed ones included)

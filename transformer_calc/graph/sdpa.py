@@ -13,6 +13,7 @@ attention, _scaled_dot_product_efficient_attention); the output is allocated as
 
 from __future__ import annotations
 
+from transformer_calc.errors import TcalcError
 from transformer_calc.graph import autocast, ops
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import BF16, BOOL, F16, F32, DType, Tensor, preserve_strides
@@ -27,6 +28,8 @@ def kernel(q: Tensor, k: Tensor, dropout_p: float, has_mask: bool, enable_gqa: b
     d = q.sizes[-1]
     dv = v.sizes[-1] if v is not None else d
     same = d == k.sizes[-1] == dv
+    if q.trace.sdpa_kernel != "auto":
+        return _forced(q, k, dropout_p, has_mask, enable_gqa, dv)
     if not enable_gqa and q.shape[-3].poly != k.shape[-3].poly and q.sizes[-3] != k.sizes[-3]:
         # check_batch_size_and_num_heads_dense: the fused kernels want as many K/V heads as
         # query heads (or enable_gqa); K/V broadcast over the heads (Falcon-7B's one K/V
@@ -41,6 +44,42 @@ def kernel(q: Tensor, k: Tensor, dropout_p: float, has_mask: bool, enable_gqa: b
     if aligned and d == k.sizes[-1] and dv % 8 == 0 and not gqa:
         return "efficient"
     return "math"
+
+
+def _forced(q: Tensor, k: Tensor, dropout_p: float, has_mask: bool, enable_gqa: bool,
+            dv: object) -> str:
+    """The kernel torch.nn.attention.sdpa_kernel forces (--sdpa-kernel), refused where torch
+    raises "No available kernel" for these inputs (torch 2.13's sdp_utils_cpp.cpp
+    use_flash_attention_cpp; cuda/sdp_utils.cpp use_flash_attention,
+    use_mem_efficient_attention)."""
+    name, device = q.trace.sdpa_kernel, q.trace.device
+    d = q.sizes[-1]
+    if name == "math":
+        return name
+    if (name == "cpu_flash") != (device == "cpu"):
+        raise TcalcError(f"--sdpa-kernel {name}: not a kernel torch has on {device}")
+    why = ""
+    grouped = q.shape[-3].poly != k.shape[-3].poly and q.sizes[-3] != k.sizes[-3]
+    if grouped and not enable_gqa:  # check_batch_size_and_num_heads_dense
+        why = "the key/value heads broadcast over the query heads (no enable_gqa)"
+    elif name == "efficient" and grouped:  # check_batch_size_and_num_heads_dense<false>
+        why = "grouped key/value heads (enable_gqa); flash (16-bit) or math"
+    elif name in ("flash", "cpu_flash") and not d == k.sizes[-1] == dv:
+        why = "query, key and value of different head dims"  # check_head_dim_size_*
+    elif name == "efficient" and (d != k.sizes[-1] or d % 8 or dv % 8):  # type: ignore[operator]
+        why = "head dims not multiples of 8"  # check_head_dim_size_mem_efficient
+    elif name == "flash" and (d % 8 or d > 256):
+        why = "a head dim not a multiple of 8 up to 256"  # check_head_dim_size_flash
+    elif name == "flash" and q.dtype not in (BF16, F16):
+        why = "fp32 inputs; it takes fp16 or bf16 only"  # check_flash_attention_datatype
+    elif name == "flash" and has_mask:
+        why = "an attention mask; it takes none"  # check_for_attn_mask
+    elif name == "cpu_flash" and dropout_p:
+        why = "dropout; it takes none"  # check_for_dropout
+    if why:
+        raise TcalcError(f"--sdpa-kernel {name}: torch's kernel refuses this model's "
+                         f"attention: {why}")
+    return name
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool,

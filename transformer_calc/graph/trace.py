@@ -52,6 +52,7 @@ class Trace:
 
     device: str = "cpu"
     autocast: DType | None = None
+    sdpa_kernel: str = "auto"  # the kernel torch.nn.attention.sdpa_kernel forces (graph/sdpa.py)
     ops: list[OpRecord] = field(default_factory=list)
     saved: dict[int, Saved] = field(default_factory=dict)
     params: dict[str, Tensor] = field(default_factory=dict)
