@@ -327,7 +327,8 @@ def test_the_sdpa_kernel_can_be_forced(cli) -> None:
     assert T2["decoder.attn.softmax"] == 12 * 12 * 512 * 512 * 4  # the T² probabilities
     assert math["activations"]["bytes"] > auto["activations"]["bytes"]
     for args, message in (
-            (["--sdpa-kernel", "flash"], "--sdpa-kernel flash: takes fp16 or bf16 only"),
+            (["--sdpa-kernel", "flash"], "--sdpa-kernel flash: torch's kernel refuses this "
+                                         "model's attention: fp32 inputs"),
             (["--sdpa-kernel", "cpu_flash"], "--sdpa-kernel cpu_flash: not a kernel torch "
                                              "has on cuda"),
     ):
@@ -336,7 +337,7 @@ def test_the_sdpa_kernel_can_be_forced(cli) -> None:
             f"Error: {message}")
     r = cli("memory", "llama-3-8b", "--attention", "sdpa", "--precision", "fp32",
             "--sdpa-kernel", "efficient", code=2)
-    assert "takes no grouped K/V heads (llama-3-8b: 8 for 32 query heads)" in r.stderr
+    assert "refuses this model's attention: grouped key/value heads" in r.stderr
     r = cli("memory", "gpt2", "--sdpa-kernel", "math", code=2)
     assert r.stderr == "Error: --sdpa-kernel: applies to --attention sdpa\n"
 

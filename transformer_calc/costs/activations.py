@@ -664,7 +664,8 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
     if run.attention == "sdpa":  # the execution profile, shown
         from transformer_calc.memory import KERNELS
 
-        notes += tuple(f"sdpa on {run.device} runs {k} (as torch picks it): {KERNELS[k]}"
+        how = "as torch picks it" if run.sdpa_kernel == "auto" else "forced by --sdpa-kernel"
+        notes += tuple(f"sdpa on {run.device} runs {k} ({how}): {KERNELS[k]}"
                        for k in sorted(st.kernels))
     if run.lora is not None:
         notes += (LORA_NOTE,)
