@@ -158,12 +158,13 @@ def evaluate(family: Family, run: Run) -> Result:
 
 
 # The ModelSpec fields each family's graph reads (or that change no tensor: the spec's
-# metadata, the positions a model may reach, how MoE experts would be stored). A spec with
+# metadata, the positions a model may reach, how MoE experts would be stored, the format a
+# checkpoint stores its weights in). A spec with
 # any other field away from its default describes a forward the graph does not transcribe
 # (Phi-3's fused projections, MLA, a recurrent mixer, attention sinks...): refused.
 _METADATA = frozenset(("name", "description", "source", "expected_params",
                        "expected_params_source", "note", "module_names", "max_positions",
-                       "experts_grouped", "model_type"))
+                       "experts_grouped", "model_type", "weight_format"))
 _COMMON = frozenset(("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "tie_embeddings",
                      "position", "ffn", "activation", "norm", "dropout", "attention_dropout"))
 _READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv"},
