@@ -390,7 +390,14 @@ DESCRIPTIONS = {
     "decoder.mixer.gated_norm.normalized": "the group-normed y the weight multiplies",
     "decoder.mixer.out_proj_input": "out_proj input",
     "decoder.mixer.conv_input": "B ⊙ x, the short convolution's input",
-    "decoder.attn.gated_output": "the attention's output the gate multiplies"}
+    "decoder.attn.gated_output": "the attention's output the gate multiplies",
+    "decoder.mixer.scan_output": "the scan's output, kept by the fused kernel",
+    "decoder.mixer.norm_rstd": "the gated RMSNorm's rstd, fp32",
+    "decoder.mixer.A": "A = −exp(A_log) in fp32"}
+
+# mamba_ssm's MambaSplitConv1dScanCombinedFn: each activation it saves -> its row
+KERNEL_ROWS = {"zxbcdt": "mixer.in_proj_output", "out_x": "mixer.scan_output",
+               "rstd": "mixer.norm_rstd", "A": "mixer.A"}
 
 
 def description(name: str) -> str:
@@ -1144,6 +1151,8 @@ class _Namer:
         projections' inputs, the convolution's input (in_proj's output) and output, the
         scan's step sizes, decays, states and operands, the gated norm."""
         st, parts = s.storage, rest.split(".")
+        if role.startswith("MambaSplitConv1dScanCombinedFn."):  # the CUDA kernel's saved set
+            return KERNEL_ROWS[role.split(".", 1)[1]]
         if parts[0] == "norm":
             return "mixer." + self._norm("norm", role)
         sub = parts[1] if len(parts) > 1 else ""

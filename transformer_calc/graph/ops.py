@@ -824,6 +824,36 @@ def function(name: str, inputs: list[Tensor], saved: list[Tensor], out: Tensor) 
 
 
 # -- state-space mixers: convolution, scans, einsum ---------------------------------------------
+def mamba_split_conv1d_scan_combined(zxbcdt: Tensor, A: Tensor, weights: list[Tensor],
+                                     heads: tuple[Dim, Dim], groups: Dim, norm: bool,
+                                     out_features: Dim) -> Tensor:
+    """mamba_ssm's MambaSplitConv1dScanCombinedFn (mamba_ssm 2.3.2.post1,
+    ops/triton/ssd_combined.py, state-spaces/mamba e9594ce) as ONE op, with out_proj fused:
+    zxbcdt (B, T, width) in_proj's output; A (H,) fp32; weights the parameters it reads
+    (conv1d, dt_bias, D, the gated norm's, out_proj's); heads (H, P). Its forward splits
+    zxbcdt, runs causal_conv1d_fwd, _mamba_chunk_scan_combined_fwd, the gated RMSNorm
+    (_layer_norm_fwd, when norm) and F.linear into out_proj, a new (B, T, out_features) in
+    zxbcdt's dtype. ctx.save_for_backward(zxbcdt, conv1d_weight, conv1d_bias, out_x, A, D,
+    dt_bias, initial_states, seq_idx, rmsnorm_weight, rstd, outproj_weight, outproj_bias):
+    the activations among them are zxbcdt, out_x (the scan's output, (B, T, H, P) in x's
+    dtype), A and rstd ((groups · B·T,) fp32; None without the norm); the convolution and
+    the scan are recomputed in backward. From the kernel's source, not measured on a GPU.
+    FLOPs as FlopCounterMode counts the custom op: only the fused F.linear, 2·B·T·H·P·out
+    (the Triton and causal-conv1d kernels are not aten ops)."""
+    B, T = zxbcdt.shape[0], zxbcdt.shape[1]
+    H, P = heads
+    tr = zxbcdt.trace
+    out_x = tr.tensor((B, T, H, P), zxbcdt.dtype, False)
+    rstd = tr.tensor((groups * B * T,), F32, False) if norm else None
+    out = _new(zxbcdt, (B, T, out_features), zxbcdt.dtype,
+               _rg(zxbcdt, A, *weights) and tr.grad_enabled)
+    tr.record("MambaSplitConv1dScanCombinedFn", out,
+              [("zxbcdt", zxbcdt, True), ("out_x", out_x, True), ("A", A, True),
+               ("rstd", rstd, True)] + [("weight", w, True) for w in weights],
+              flops=2 * B * T * H * P * out_features)
+    return out
+
+
 def conv1d_depthwise(x: Tensor, w: Tensor, b: Tensor | None, padding: int) -> Tensor:
     """F.conv1d(x, w, b, padding=padding, groups=channels) over x (B, C, T), w (C, 1, K): a
     new contiguous (B, C, T + 2·padding − K + 1). derivatives.yaml convolution: input,

@@ -186,6 +186,9 @@ def mamba2_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
                              "mup_vector")
         proj = ops.mul(proj, mup)
     A = ops.neg(ops.exp(ops.to(m.param("A_log", H), F32)))
+    if m.run.device == "cuda":  # training on CUDA: mamba_ssm's fused kernel
+        return _split_conv1d_scan_combined(m, proj, A, conv_dim, conv_bias, bias,
+                                           falcon != "gate")
     gate = ops.narrow(proj, -1, 0, Di)
     xbc = ops.narrow(proj, -1, Di.value, conv_dim)
     dt = ops.narrow(proj, -1, Di.value + conv_dim.value, H)
@@ -202,6 +205,29 @@ def mamba2_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
     else:
         y = gated_rms_norm(m, "norm", y, gate, Gs, Hg * Ph)
     return m.linear("out_proj", ops.to(y, dtype), E, bias)
+
+
+def _split_conv1d_scan_combined(m: Builder, proj: Tensor, A: Tensor, conv_dim: Dim,
+                                conv_bias: bool, bias: bool, norm: bool) -> Tensor:
+    """Mamba2Mixer.forward in training on CUDA (BambaMixer's and FalconH1Mixer's are the
+    same): mamba2_split_conv1d_scan_combined(projected_states, conv1d.weight.squeeze(1),
+    conv1d.bias, dt_bias, A, D, ..., rmsnorm_weight=norm.weight (Falcon-H1: None without
+    mamba_rms_norm), outproj_weight=out_proj.weight, outproj_bias=out_proj.bias,
+    norm_before_gate=False): mamba_ssm's MambaSplitConv1dScanCombinedFn, one op
+    (ops.mamba_split_conv1d_scan_combined) that returns out_proj's output."""
+    Gs, Hg, Ph, E = m["Gs"], m["Hg"], m["Ph"], m["E"]
+    H, Di = Gs * Hg, Gs * Hg * Ph
+    with m.module("conv1d"):
+        weights = [m.param("weight", conv_dim, Dim.const(1), m["Kc"])]
+        weights += [m.param("bias", conv_dim)] if conv_bias else []
+    weights += [m.param("dt_bias", H), m.param("D", H)]
+    if norm:
+        with m.module("norm"):
+            weights.append(m.param("weight", Di))
+    with m.module("out_proj"):
+        weights.append(m.param("weight", E, Di))
+        weights += [m.param("bias", E)] if bias else []
+    return ops.mamba_split_conv1d_scan_combined(proj, A, weights, (H, Ph), Gs, norm, E)
 
 
 def _falcon_gated_norm(m: Builder, h: Tensor, gate: Tensor, groups: Dim, width: Dim) -> Tensor:
