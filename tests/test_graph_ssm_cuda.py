@@ -1,7 +1,8 @@
-"""The op graph's Mamba-2, Bamba and Falcon-H1 mixers on CUDA: transformers 5.23's
+"""The op graph's Mamba, Mamba-2, Bamba and Falcon-H1 mixers on CUDA: transformers 5.23's
 Mamba2Mixer, BambaMixer and FalconH1Mixer in training call mamba2_split_conv1d_scan_combined
 (mamba_ssm's MambaSplitConv1dScanCombinedFn, out_proj fused) where the kernel is installed,
-and the graph answers with it as ONE op (ops.mamba_split_conv1d_scan_combined).
+MambaMixer mamba_inner_fn (MambaInnerFn, checkpoint_lvl 1, out_proj fused), and the graph
+answers with each as ONE op (ops.mamba_split_conv1d_scan_combined, ops.mamba_inner).
 
 Its saved set is transcribed from mamba_ssm 2.3.2.post1, ops/triton/ssd_combined.py
 (state-spaces/mamba e9594ce1): ctx.save_for_backward(zxbcdt, conv1d_weight, conv1d_bias,
@@ -31,6 +32,7 @@ from transformer_calc.memory import Settings, activation_breakdown, memory_repor
 
 CONFIGS = ("mamba2-tiny.json", "mamba2-biases-tied.json", "bamba-tiny.json",
            "bamba-gqa-tied.json", "falcon_h1-tiny.json", "falcon_h1-nonorm.json")
+MAMBA = ("mamba-tiny.json", "mamba-biases-tied.json", "mamba-mixer.json")
 NOTE = "from the kernel's source, not measured on a GPU"
 KERNEL = "MambaSplitConv1dScanCombinedFn"
 
@@ -149,3 +151,71 @@ def test_lora_and_autocast_on_cuda_keep_the_rules() -> None:
     assert graph_activations(spec, cuda, 64, amp=True, amp16=False, adapted_roles=None) is None
     assert graph_activations(spec, cuda, 64, amp=False, amp16=False,
                              adapted_roles=frozenset(("in_proj",))) is None
+
+
+def _inner_bytes(cfg: dict, B: int, T: int, a: int) -> dict[str, int]:
+    """One Mamba layer's activations MambaInnerFn saves, from the config's own keys."""
+    Di, N, R = cfg["expand"] * cfg["hidden_size"], cfg["state_size"], cfg["time_step_rank"]
+    return {"in_proj_output": B * 2 * Di * T * a,  # xz
+            "x_proj_output": B * T * (R + 2 * N) * a,  # x_dbl
+            "A": Di * N * 4, "B_C": 2 * B * N * T * a,
+            "scan_intermediates": B * Di * -(-T // 2048) * 2 * N * 4,
+            "scan_output": B * Di * T * a}  # out
+
+
+@pytest.mark.parametrize("name", MAMBA)
+@pytest.mark.parametrize(("precision", "T"), [("fp32", 19), ("bf16", 2049)])
+def test_mamba_inner_rows_are_its_saved_set(name: str, precision: str, T: int) -> None:
+    cfg = json.loads((DATA / "hf" / "variants" / name).read_text())
+    spec = spec_from_hf(cfg)
+    B, a = 2, 4 if precision == "fp32" else 2
+    r = memory_report(spec, Settings(precision=precision, device="cuda", batch_size=B,
+                                     seq_len=T, dropout=False))
+    rows = {row[0].rsplit(".", 1)[-1]: row for row in r.activations.rows
+            if ".mixer." in row[0]}
+    want = _inner_bytes(cfg, B, T, a)
+    Di = cfg["expand"] * cfg["hidden_size"]
+    if a == 2:  # D.float() and dt_proj.bias.float(): copies of 16-bit parameters
+        want["D_dt_bias"] = 2 * Di * 4
+    L = cfg["num_hidden_layers"]
+    for part, n in want.items():
+        assert (rows[part][1], rows[part][4], rows[part][6]) == (n, L, NOTE), part
+    assert ("D_dt_bias" in rows) == (a == 2)
+    assert not {"conv_output", "dt", "scan_operands", "scan", "out_proj_input"} & rows.keys()
+    # the rules transcribe the same source: they agree on xz, x_dbl, out and the
+    # intermediates, keep out_proj's input as well (F.linear runs inside the Function:
+    # nothing of it is saved) and leave out A, B, C and the fp32 copies
+    rules = activation_breakdown(spec, B, T, act_bytes=a, device="cuda", dropout=False)
+    ruled = {row[0].rsplit(".", 1)[-1]: row[1] for row in rules.rows if ".mixer." in row[0]}
+    for part in ("input", "in_proj_output", "x_proj_output", "scan_output",
+                 "scan_intermediates"):
+        assert ruled[part] == rows[part][1], part
+    assert ruled["out_proj_input"] == B * T * Di * a
+
+
+def test_mamba_inner_flops_are_its_aten_matmuls() -> None:
+    cfg = json.loads((DATA / "hf" / "variants" / "mamba-tiny.json").read_text())
+    fam = family_of(spec_from_hf(cfg))
+    B, T = 2, 19
+    kernels = [o for o in evaluate(fam, Run(B, T, BF16, "cuda", "eager")).ops
+               if o.op == "MambaInnerFn"]
+    Di, N, R, E = 128, 4, 4, 64
+    assert len(kernels) == 3 and all(
+        o.flops == 2 * B * T * Di * (R + 2 * N) + 2 * Di * R * B * T + 2 * B * T * Di * E
+        for o in kernels)
+
+
+def test_compiled_equals_traced_on_random_mamba_cuda_draws() -> None:
+    from transformer_calc.graph.families.mamba import Mamba
+
+    rng = random.Random(20261129)  # noqa: S311 (not cryptography)
+    for _ in range(12):
+        fam = Mamba(V=rng.randint(3, 40), E=rng.randint(1, 24), L=rng.choice((1, 2)),
+                    Di=rng.choice((1, 3, 16)), N=rng.choice((1, 2, 5)),
+                    Kc=rng.choice((1, 2, 4)), R=rng.choice((1, 4)),
+                    tied=rng.random() < 0.5, conv_bias=rng.random() < 0.5,
+                    bias=rng.random() < 0.5)
+        run = Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 7, 17, 2049)),
+                  rng.choice((F32, BF16)), "cuda", "eager",
+                  recompute=rng.choice(("none", "full")))
+        assert_compiled_equals_traced(fam, run)

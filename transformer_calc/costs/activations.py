@@ -300,8 +300,8 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
     transcribed as transformers' torch path runs them on the CPU, without autocast (no
     measured row covers autocast over the scans); LoRA where measured (the hybrids' rows). On
     CUDA transformers calls the mamba_ssm, causal-conv1d and fla kernels where installed: the
-    graph transcribes Mamba-2's, Bamba's and Falcon-H1's fused kernel (from its source, not
-    measured on a GPU); the others keep the rules there."""
+    graph transcribes Mamba's MambaInnerFn and Mamba-2's, Bamba's and Falcon-H1's fused
+    kernel (from their source, not measured on a GPU); the others keep the rules there."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.jamba import Jamba
@@ -343,9 +343,9 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
         # the delta attention's q_proj, k_proj, v_proj, o_proj are peft's names too: a
         # target list adapts both kinds of layer, where tcalc's roles name the attention's
         lora_ok = False
-    if s.device == "cuda":  # mamba_ssm's fused kernel (families/mamba.py), without LoRA
+    if s.device == "cuda":  # mamba_ssm's fused kernels (families/mamba.py), without LoRA
         # (peft's out_proj adapter is bypassed: the kernel reads out_proj.weight itself)
-        return isinstance(family, Mamba2 | Bamba | FalconH1) and not autocast \
+        return isinstance(family, Mamba | Mamba2 | Bamba | FalconH1) and not autocast \
             and adapted_roles is None
     return s.device == "cpu" and not autocast and lora_ok
 
