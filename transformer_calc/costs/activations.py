@@ -88,6 +88,7 @@ SELECTIVE_NOTE = "selective recomputation: the attention probabilities are recom
 LORA_NOTE = ("LoRA: the frozen base keeps only what its inputs' gradients need; each adapter "
              "keeps its input and the B·T·r output of lora_A")
 KEPT_NOTE = "kept per layer (full recomputation)"
+KERNEL_NOTE = "from the kernel's source, not measured on a GPU"
 
 
 def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16: bool,
@@ -296,9 +297,11 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
                adapted_roles: frozenset[str] | None) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
     Bamba, Falcon-H1, Jamba, Nemotron-H, OLMo Hybrid, Kimi Linear, Qwen3-Next and Qwen3.5 are
-    transcribed as transformers' torch path runs them on the CPU (on CUDA transformers calls
-    the mamba_ssm, causal-conv1d and fla kernels where installed), without autocast (no
-    measured row covers autocast over the scans); LoRA where measured (the hybrids' rows)."""
+    transcribed as transformers' torch path runs them on the CPU, without autocast (no
+    measured row covers autocast over the scans); LoRA where measured (the hybrids' rows). On
+    CUDA transformers calls the mamba_ssm, causal-conv1d and fla kernels where installed: the
+    graph transcribes Mamba's MambaInnerFn and Mamba-2's, Bamba's and Falcon-H1's fused
+    kernel (from their source, not measured on a GPU); the others keep the rules there."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.jamba import Jamba
@@ -340,6 +343,10 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
         # the delta attention's q_proj, k_proj, v_proj, o_proj are peft's names too: a
         # target list adapts both kinds of layer, where tcalc's roles name the attention's
         lora_ok = False
+    if s.device == "cuda":  # mamba_ssm's fused kernels (families/mamba.py), without LoRA
+        # (peft's out_proj adapter is bypassed: the kernel reads out_proj.weight itself)
+        return isinstance(family, Mamba | Mamba2 | Bamba | FalconH1) and not autocast \
+            and adapted_roles is None
     return s.device == "cpu" and not autocast and lora_ok
 
 
@@ -686,14 +693,16 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
 
 def _templates(st: Structure, run: Run) -> tuple[tuple[str, str, str, str], ...]:
     """Each named row's name, formula, stack and note, written once per structure."""
-    from transformer_calc.graph.names import row_of
+    from transformer_calc.graph.names import KERNEL_ROWS, row_of
 
     if st.templates is None:
         out = []
         for named in st.named:
             row = row_of(named, 0, 0)
             note = KEPT_NOTE if (run.recompute == "full" and named.name in (
-                "decoder.checkpoint_input", "encoder.checkpoint_input")) else row[6]
+                "decoder.checkpoint_input", "encoder.checkpoint_input")) else \
+                KERNEL_NOTE if (run.device == "cuda" and named.name.split(".", 1)[-1]
+                                in KERNEL_ROWS.values()) else row[6]
             out.append((row[0], row[2], row[5], note))
         st.templates = tuple(out)
     return st.templates

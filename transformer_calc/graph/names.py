@@ -390,7 +390,26 @@ DESCRIPTIONS = {
     "decoder.mixer.gated_norm.normalized": "the group-normed y the weight multiplies",
     "decoder.mixer.out_proj_input": "out_proj input",
     "decoder.mixer.conv_input": "B ⊙ x, the short convolution's input",
-    "decoder.attn.gated_output": "the attention's output the gate multiplies"}
+    "decoder.attn.gated_output": "the attention's output the gate multiplies",
+    "decoder.mixer.scan_output": "the scan's output, kept by the fused kernel",
+    "decoder.mixer.norm_rstd": "the gated RMSNorm's rstd, fp32",
+    "decoder.mixer.A": "A = −exp(A_log) in fp32",
+    "decoder.mixer.B_C": "B and C, contiguous copies", "decoder.mixer.D_dt_bias": "D and "
+    "dt_proj's bias as fp32 copies", "decoder.mixer.scan_intermediates": "the scan's state "
+    "per 2048-token chunk, fp32"}
+
+# mamba_ssm's MambaSplitConv1dScanCombinedFn and MambaInnerFn: each activation they save ->
+# its row
+KERNEL_ROWS = {"MambaSplitConv1dScanCombinedFn.zxbcdt": "mixer.in_proj_output",
+               "MambaSplitConv1dScanCombinedFn.out_x": "mixer.scan_output",
+               "MambaSplitConv1dScanCombinedFn.rstd": "mixer.norm_rstd",
+               "MambaSplitConv1dScanCombinedFn.A": "mixer.A",
+               "MambaInnerFn.xz": "mixer.in_proj_output",
+               "MambaInnerFn.x_dbl": "mixer.x_proj_output", "MambaInnerFn.A": "mixer.A",
+               "MambaInnerFn.B": "mixer.B_C", "MambaInnerFn.C": "mixer.B_C",
+               "MambaInnerFn.D": "mixer.D_dt_bias", "MambaInnerFn.delta_bias": "mixer.D_dt_bias",
+               "MambaInnerFn.scan_intermediates": "mixer.scan_intermediates",
+               "MambaInnerFn.out": "mixer.scan_output"}
 
 
 def description(name: str) -> str:
@@ -1144,6 +1163,8 @@ class _Namer:
         projections' inputs, the convolution's input (in_proj's output) and output, the
         scan's step sizes, decays, states and operands, the gated norm."""
         st, parts = s.storage, rest.split(".")
+        if role in KERNEL_ROWS:  # a CUDA kernel's saved set
+            return KERNEL_ROWS[role]
         if parts[0] == "norm":
             return "mixer." + self._norm("norm", role)
         sub = parts[1] if len(parts) > 1 else ""

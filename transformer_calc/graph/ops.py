@@ -824,6 +824,73 @@ def function(name: str, inputs: list[Tensor], saved: list[Tensor], out: Tensor) 
 
 
 # -- state-space mixers: convolution, scans, einsum ---------------------------------------------
+def mamba_split_conv1d_scan_combined(zxbcdt: Tensor, A: Tensor, weights: list[Tensor],
+                                     heads: tuple[Dim, Dim], groups: Dim, norm: bool,
+                                     out_features: Dim) -> Tensor:
+    """mamba_ssm's MambaSplitConv1dScanCombinedFn (mamba_ssm 2.3.2.post1,
+    ops/triton/ssd_combined.py, state-spaces/mamba e9594ce) as ONE op, with out_proj fused:
+    zxbcdt (B, T, width) in_proj's output; A (H,) fp32; weights the parameters it reads
+    (conv1d, dt_bias, D, the gated norm's, out_proj's); heads (H, P). Its forward splits
+    zxbcdt, runs causal_conv1d_fwd, _mamba_chunk_scan_combined_fwd, the gated RMSNorm
+    (_layer_norm_fwd, when norm) and F.linear into out_proj, a new (B, T, out_features) in
+    zxbcdt's dtype. ctx.save_for_backward(zxbcdt, conv1d_weight, conv1d_bias, out_x, A, D,
+    dt_bias, initial_states, seq_idx, rmsnorm_weight, rstd, outproj_weight, outproj_bias):
+    the activations among them are zxbcdt, out_x (the scan's output, (B, T, H, P) in x's
+    dtype), A and rstd ((groups · B·T,) fp32; None without the norm); the convolution and
+    the scan are recomputed in backward. From the kernel's source, not measured on a GPU.
+    FLOPs as FlopCounterMode counts the custom op: only the fused F.linear, 2·B·T·H·P·out
+    (the Triton and causal-conv1d kernels are not aten ops)."""
+    B, T = zxbcdt.shape[0], zxbcdt.shape[1]
+    H, P = heads
+    tr = zxbcdt.trace
+    out_x = tr.tensor((B, T, H, P), zxbcdt.dtype, False)
+    rstd = tr.tensor((groups * B * T,), F32, False) if norm else None
+    out = _new(zxbcdt, (B, T, out_features), zxbcdt.dtype,
+               _rg(zxbcdt, A, *weights) and tr.grad_enabled)
+    tr.record("MambaSplitConv1dScanCombinedFn", out,
+              [("zxbcdt", zxbcdt, True), ("out_x", out_x, True), ("A", A, True),
+               ("rstd", rstd, True)] + [("weight", w, True) for w in weights],
+              flops=2 * B * T * H * P * out_features)
+    return out
+
+
+def mamba_inner(xz: Tensor, A: Tensor, D: Tensor, delta_bias: Tensor, weights: list[Tensor],
+                out_bias: Tensor | None, dt_rank: Dim, out_features: Dim, chunks: Dim
+                ) -> Tensor:
+    """mamba_ssm's MambaInnerFn (mamba_ssm 2.3.2.post1, ops/selective_scan_interface.py,
+    state-spaces/mamba e9594ce; checkpoint_lvl 1) as ONE op, with out_proj fused: xz
+    (B, 2·Di, T) in_proj's output made contiguous, A (Di, N) fp32, D and delta_bias (Di,)
+    fp32, weights the parameters it keeps (conv1d, x_proj, dt_proj, out_proj), out_bias
+    out_proj's fp32 bias (read, not kept). Its forward
+    runs causal_conv1d_fwd, x_dbl = F.linear(conv1d_out, x_proj_weight) (B·T, R + 2N),
+    delta = dt_proj_weight @ x_dbl[:, :R].t(), B and C as contiguous (B, 1, N, T) copies,
+    selective_scan_cuda.fwd (out (B, Di, T) like delta; scan_intermediates (B, Di,
+    ⌈T / 2048⌉, 2N) in A's fp32: csrc/selective_scan/selective_scan.cpp) and F.linear into
+    out_proj. ctx.save_for_backward(xz, conv1d_weight, conv1d_bias, x_dbl, x_proj_weight,
+    delta_proj_weight, out_proj_weight, conv1d_out=None, delta=None, A, B, C, D, delta_bias,
+    scan_intermediates, ..., out): conv1d_out and delta are recomputed. From the kernel's
+    source, not measured on a GPU. FLOPs as FlopCounterMode counts the custom op: its
+    three aten matmuls (x_proj, dt_proj, out_proj), not the CUDA extensions' conv and scan."""
+    Bn, Di2, T = xz.shape
+    Di = A.shape[0]
+    N = A.shape[1]
+    tr = xz.trace
+    x_dbl = tr.tensor((Bn * T, dt_rank + 2 * N), xz.dtype, False)
+    one = Dim.const(1)
+    Bm, Cm = (tr.tensor((Bn, one, N, T), xz.dtype, False) for _ in range(2))
+    inter = tr.tensor((Bn, Di, chunks, 2 * N), F32, False)
+    out_scan = tr.tensor((Bn, Di, T), xz.dtype, False)
+    out = _new(xz, (Bn, T, out_features), xz.dtype,
+               _rg(xz, A, D, delta_bias, out_bias, *weights) and tr.grad_enabled)
+    saves = [("xz", xz), ("x_dbl", x_dbl), ("A", A), ("B", Bm), ("C", Cm), ("D", D),
+             ("delta_bias", delta_bias), ("scan_intermediates", inter), ("out", out_scan)]
+    tr.record("MambaInnerFn", out, [(r, t, True) for r, t in saves]
+              + [("weight", w, True) for w in weights],
+              flops=2 * Bn * T * Di * (dt_rank + 2 * N) + 2 * Di * dt_rank * Bn * T
+              + 2 * Bn * T * Di * out_features)
+    return out
+
+
 def conv1d_depthwise(x: Tensor, w: Tensor, b: Tensor | None, padding: int) -> Tensor:
     """F.conv1d(x, w, b, padding=padding, groups=channels) over x (B, C, T), w (C, 1, K): a
     new contiguous (B, C, T + 2·padding − K + 1). derivatives.yaml convolution: input,

@@ -39,8 +39,9 @@ class Mamba:
     bias: bool = False  # use_bias: in_proj and out_proj
 
     def sizes(self) -> dict[str, int]:
+        # Q: the CUDA scan's chunk of 2048 tokens (its scan_intermediates, ⌈T / Q⌉ each)
         return {"V": self.V, "E": self.E, "L": self.L, "Di": self.Di, "N": self.N,
-                "Kc": self.Kc, "Rd": self.R}
+                "Kc": self.Kc, "Rd": self.R, "Q": 2048}
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,8 @@ def mamba_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
     dtype = x.dtype
     proj = ops.transpose(m.linear("in_proj", x, 2 * Di, bias), 1, 2)
     A = ops.neg(ops.exp(ops.to(m.param("A_log", Di, N), F32)))
+    if m.run.device == "cuda" and not dt_norms:  # training on CUDA: mamba_ssm's kernel
+        return _mamba_inner(m, proj, A, conv_bias, bias)
     hs, gate = ops.split(proj, Di, 1)
     hs = causal_conv1d(m, hs, Di, conv_bias)
     xp = m.linear("x_proj", ops.transpose(hs, 1, 2), R + 2 * N, False)
@@ -129,6 +132,29 @@ def mamba_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
     y = _selective_scan(m, hs, time_step, A, Bm, Cm, ops.to(m.param("D", Di), F32), gate,
                         dt_bias)
     return m.linear("out_proj", ops.to(ops.transpose(y, 1, 2), dtype), E, bias)
+
+
+def _mamba_inner(m: Builder, proj: Tensor, A: Tensor, conv_bias: bool, bias: bool) -> Tensor:
+    """MambaMixer.forward in training on CUDA: mamba_inner_fn(projected_states,
+    conv1d.weight, conv1d.bias, x_proj.weight, dt_proj.weight, out_proj.weight,
+    out_proj.bias.float(), A, None, None, D.float(), delta_bias=dt_proj.bias.float(),
+    delta_softplus=True): mamba_ssm's MambaInnerFn, one op (ops.mamba_inner) that makes
+    xz contiguous and returns out_proj's output."""
+    Di, N, R, E, Kc = m["Di"], m["N"], m["Rd"], m["E"], m["Kc"]
+    with m.module("conv1d"):
+        weights = [m.param("weight", Di, Dim.const(1), Kc)]
+        weights += [m.param("bias", Di)] if conv_bias else []
+    with m.module("x_proj"):
+        weights.append(m.param("weight", R + 2 * N, Di))
+    with m.module("dt_proj"):
+        weights.append(m.param("weight", Di, R))
+        delta_bias = ops.to(m.param("bias", Di), F32)
+    with m.module("out_proj"):
+        weights.append(m.param("weight", E, Di))
+        out_bias = ops.to(m.param("bias", E), F32) if bias else None
+    D = ops.to(m.param("D", Di), F32)
+    return ops.mamba_inner(ops.contiguous(proj), A, D, delta_bias, weights, out_bias, R, E,
+                           m["Tq"])
 
 
 def _selective_scan(m: Builder, u: Tensor, dt: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor,
@@ -186,6 +212,9 @@ def mamba2_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
                              "mup_vector")
         proj = ops.mul(proj, mup)
     A = ops.neg(ops.exp(ops.to(m.param("A_log", H), F32)))
+    if m.run.device == "cuda":  # training on CUDA: mamba_ssm's fused kernel
+        return _split_conv1d_scan_combined(m, proj, A, conv_dim, conv_bias, bias,
+                                           falcon != "gate")
     gate = ops.narrow(proj, -1, 0, Di)
     xbc = ops.narrow(proj, -1, Di.value, conv_dim)
     dt = ops.narrow(proj, -1, Di.value + conv_dim.value, H)
@@ -202,6 +231,29 @@ def mamba2_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
     else:
         y = gated_rms_norm(m, "norm", y, gate, Gs, Hg * Ph)
     return m.linear("out_proj", ops.to(y, dtype), E, bias)
+
+
+def _split_conv1d_scan_combined(m: Builder, proj: Tensor, A: Tensor, conv_dim: Dim,
+                                conv_bias: bool, bias: bool, norm: bool) -> Tensor:
+    """Mamba2Mixer.forward in training on CUDA (BambaMixer's and FalconH1Mixer's are the
+    same): mamba2_split_conv1d_scan_combined(projected_states, conv1d.weight.squeeze(1),
+    conv1d.bias, dt_bias, A, D, ..., rmsnorm_weight=norm.weight (Falcon-H1: None without
+    mamba_rms_norm), outproj_weight=out_proj.weight, outproj_bias=out_proj.bias,
+    norm_before_gate=False): mamba_ssm's MambaSplitConv1dScanCombinedFn, one op
+    (ops.mamba_split_conv1d_scan_combined) that returns out_proj's output."""
+    Gs, Hg, Ph, E = m["Gs"], m["Hg"], m["Ph"], m["E"]
+    H, Di = Gs * Hg, Gs * Hg * Ph
+    with m.module("conv1d"):
+        weights = [m.param("weight", conv_dim, Dim.const(1), m["Kc"])]
+        weights += [m.param("bias", conv_dim)] if conv_bias else []
+    weights += [m.param("dt_bias", H), m.param("D", H)]
+    if norm:
+        with m.module("norm"):
+            weights.append(m.param("weight", Di))
+    with m.module("out_proj"):
+        weights.append(m.param("weight", E, Di))
+        weights += [m.param("bias", E)] if bias else []
+    return ops.mamba_split_conv1d_scan_combined(proj, A, weights, (H, Ph), Gs, norm, E)
 
 
 def _falcon_gated_norm(m: Builder, h: Tensor, gate: Tensor, groups: Dim, width: Dim) -> Tensor:
