@@ -79,6 +79,9 @@ def test_parts_by_module_path() -> None:
     assert part("bert.encoder.layer.0.output.dense.weight") == "ffn"
     assert part("bert.pooler.dense.weight") == "heads"
     assert part("lm_head.weight") == "heads"
+    # a head is the model's own module (top level, or the base model's pooler), not a
+    # module of that name inside a layer
+    assert part("model.decoder.proj_out.weight") == "ffn"
     assert part("backbone.layers.0.mixer.in_proj.weight") == "mixers"
 
 

@@ -23,7 +23,7 @@ def part(path: str) -> str:
         return "norms"
     if not modules:
         return "ffn"
-    if modules[0] in _HEADS or (len(modules) > 1 and modules[1] in _HEADS):
+    if any(m in _HEADS for m in modules[:2]):  # a head, or the model's pooler
         return "heads"
     if any("embed" in m or m in ("wte", "wpe", "shared") for m in modules):
         return "embeddings"
