@@ -797,3 +797,16 @@ def test_lm_head_is_a_target_all_linear_leaves_out() -> None:
 def test_a_model_without_an_lm_head_refuses_it(cli) -> None:
     out = cli("memory", "bert-base", "--lora", "8", "--lora-targets", "lm_head", code=2)
     assert "has no linear layer 'lm_head'" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_lora_on_phimoes_router_is_refused_as_peft_fails_on_it(cli) -> None:
+    # PhimoeTopKRouter is an nn.Linear whose forward returns a tuple: peft 0.21's
+    # lora.Linear raises on it (tools/measure_activations_hf.py --lora 8 on phimoe-top1.json:
+    # AttributeError in peft/tuners/lora/layer.py); all-linear adapts it, so tcalc refuses
+    config = str(DATA / "hf" / "variants" / "phimoe-top1.json")
+    r = cli("memory", config, "--lora", "8", "--precision", "bf16", code=2)
+    assert r.stderr.startswith("Error: --lora-targets: peft 0.21 cannot adapt phimoe-top1's "
+                               "router") and r.stderr.count("\n") == 1
+    ok = cli("memory", config, "--lora", "8", "--lora-targets", "q_proj,v_proj",
+             "--precision", "bf16")
+    assert ok.exit_code == 0
