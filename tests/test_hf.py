@@ -947,3 +947,13 @@ def test_an_explicit_null_size_is_refused_by_its_key(cli, tmp_path) -> None:
                    "refuses null here)\n")
     path.write_text('{"model_type": "gpt2", "n_inner": null}')
     assert cli.json("params", str(path))["total_params"] == 124_439_808
+
+
+def test_mpts_mlp_is_four_times_wide_whatever_expansion_ratio_says(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # MptMLP builds Linear(hidden_size, 4 * hidden_size) (transformers 5.23 modeling_mpt.py):
+    # mpt-tiny.json with "expansion_ratio": 2 has 52,544 parameters (MptForCausalLM on the
+    # meta device, transformers 5.23.0, torch 2.13), as without it
+    config = json.loads((DATA / "hf" / "variants" / "mpt-tiny.json").read_text())
+    path = tmp_path / "mpt-x2.json"
+    path.write_text(json.dumps({**config, "expansion_ratio": 2}))
+    assert count_params(load_model(str(path))).total == 52_544

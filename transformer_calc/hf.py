@@ -3334,7 +3334,9 @@ GENERIC: dict[str, Layout] = {
                           ("num_attention_heads", "n_head"))),
     "mpt": Layout("MptForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,
                   ffn="plain", norm="layernorm_nobias", position="alibi", fused_qkv=True,
-                  act="=gelu", ffn_ratio="expansion_ratio",
+                  # MptMLP is 4 · d_model wide whatever expansion_ratio says (transformers
+                  # 5.23's modeling_mpt.py builds Linear(hidden_size, 4 * hidden_size))
+                  act="=gelu", ffn_default_4x=True,
                   keys=(("hidden_size", "d_model"), ("num_hidden_layers", "n_layers"),
                         ("num_attention_heads", "n_heads"),
                         ("max_position_embeddings", "max_seq_len"))),
