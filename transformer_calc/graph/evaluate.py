@@ -420,6 +420,12 @@ def _defaults(family: str) -> tuple[Callable[[ModelSpec], tuple[object, ...]],
     return getter, tuple(names), tuple(defaults)
 
 
+def _biased(spec: ModelSpec) -> bool:
+    """Whether any projection has a bias (the families whose modelling code has none)."""
+    return (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o or spec.bias_ffn_in
+            or spec.bias_ffn_out)
+
+
 def _unread(spec: ModelSpec, family: str) -> list[str]:
     """The spec's fields away from their defaults that the family's graph does not read."""
     getter, names, defaults = _defaults(family)
@@ -1973,8 +1979,7 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
             and spec.softmax_fp32 and not spec.dropout and None not in kinds
             and H and Hkv and H % Hkv == 0 and spec.router_topk == "none"
             and (not spec.n_experts or spec.expert_ff == spec.d_ff)
-            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
-                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _biased(spec)
             and not _unread(spec, "jamba")):
         raise TcalcError(f"{spec.name}: no op graph for this jamba layout (the graph engine "
                          "covers JambaForCausalLM's own layout)")
@@ -2008,8 +2013,7 @@ def _olmo_hybrid_family(spec: ModelSpec) -> olmo_hybrid.OlmoHybrid | None:
             and Hv and Hk and Hv % Hk == 0 and spec.ssm_inner % Hv == 0
             and spec.ssm_chunk == olmo_hybrid.CHUNK and spec.ssm_in_projs == 6
             and not spec.ssm_conv_bias and not spec.fused_qkv and not spec.fused_gate_up
-            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
-                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _biased(spec)
             and not _unread(spec, "olmo_hybrid")):
         raise TcalcError(f"{spec.name}: no op graph for this olmo_hybrid layout (the graph "
                          "engine covers OlmoHybridForCausalLM's own layout)")
@@ -2090,8 +2094,7 @@ def _qwen3_next_family(spec: ModelSpec) -> qwen3_next.Qwen3Next | None:
             and (not experts or (spec.router_topk in ("renorm_cast", "cast")
                                  and spec.n_shared_experts == 1
                                  and spec.shared_expert_gate and spec.shared_ff > 0))
-            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
-                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _biased(spec)
             and not _unread(spec, "qwen3_next")):
         raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout (the "
                          "graph engine covers the layouts transformers' own classes build)")
@@ -2130,8 +2133,7 @@ def _nemotron_h_family(spec: ModelSpec) -> nemotron_h.NemotronH | None:
             and (not moe or (spec.router_fp32 and spec.router_topk == "renorm"
                              and spec.n_shared_experts == 1 and spec.expert_ff >= 1
                              and spec.shared_ff >= 1 and spec.top_k >= 1))
-            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
-                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _biased(spec)
             and not _unread(spec, "nemotron_h")):
         raise TcalcError(f"{spec.name}: no op graph for this nemotron_h layout (the graph "
                          "engine covers NemotronHForCausalLM's own layout)")
@@ -2215,8 +2217,7 @@ def _minimax_m3_family(spec: ModelSpec) -> minimax_m3.MiniMaxM3 | None:
             and spec.d_ff >= 1
             and ("E" not in kinds or (spec.n_shared_experts == 1 and spec.shared_ff >= 1
                                       and spec.expert_ff >= 1 and spec.top_k >= 1))
-            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
-                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _biased(spec)
             and not _unread(spec, "minimax_m3")):
         raise TcalcError(f"{spec.name}: no op graph for this minimax_m3_vl_text layout (the "
                          "graph engine covers MiniMaxM3VLForCausalLM's full-attention layers)")
@@ -2262,8 +2263,7 @@ def _lfm2_family(spec: ModelSpec) -> lfm2.Lfm2 | None:
             and (spec.sandwich_norm, spec.attn_gate, spec.rope_fp32) == (
                 (True, "head", True) if lfm3 else (False, "none", False))
             and (not lfm3 or "s" not in kinds or spec.sliding_window > 0)
-            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
-                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _biased(spec)
             and not _unread(spec, spec.model_type)):
         raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout (the "
                          "graph engine covers Lfm2ForCausalLM's and Lfm2MoeForCausalLM's "
@@ -2308,8 +2308,7 @@ def _minimax_family(spec: ModelSpec) -> minimax.Minimax | None:
             and spec.ssm_heads == H and spec.ssm_inner == H * dh and dh % 2 == 0
             and (not spec.n_heads or spec.head_dim == dh) and spec.ssm_chunk >= 1
             and spec.n_experts >= 1 and spec.top_k >= 1 and spec.router_topk == "none"
-            and not (spec.bias_q or spec.bias_k or spec.bias_v or spec.bias_o
-                     or spec.bias_ffn_in or spec.bias_ffn_out)
+            and not _biased(spec)
             and not _unread(spec, "minimax")):
         raise TcalcError(f"{spec.name}: no op graph for this minimax layout (the graph "
                          "engine covers MiniMaxForCausalLM's own layout)")
