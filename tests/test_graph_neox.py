@@ -318,7 +318,6 @@ def test_only_the_neox_model_types_map_to_the_neox_graph() -> None:
     ("stablelm-parallel.json", dict(bias_o=True)),
     ("stablelm-parallel.json", dict(qk_norm="head")),
     ("phi-gqa-tied.json", dict(lm_head_bias=False)),
-    ("phi-gqa-tied.json", dict(dropout=0.1)),
     ("persimmon-qknorm.json", dict(qk_norm="none")),
     ("persimmon-qknorm.json", dict(parallel_block=True)),
     ("gptj-tiny.json", dict(parallel_block=False)),

@@ -234,6 +234,12 @@ REFERENCE = {
     "variants/neox-sequential-nobias.json": (1_308_672, "GPTNeoXForCausalLM"),
     "variants/opt-nobias-post.json": (1_896_960, "OPTForCausalLM"),
     "variants/phi-gqa-tied.json": (1_113_320, "PhiForCausalLM"),
+    # the embeddings' dropout apart (tools/reference_counts.py, transformers 5.23, meta device)
+    "variants/phi-dropout-resid.json": (1_113_320, "PhiForCausalLM"),
+    "variants/phi-dropout-embd.json": (1_113_320, "PhiForCausalLM"),
+    "variants/gpt2-dropout-resid.json": (172_288, "GPT2LMHeadModel"),
+    "variants/gpt_neo-dropout-resid.json": (12_640, "GPTNeoForCausalLM"),
+    "variants/gptj-dropout-embd.json": (197_888, "GPTJForCausalLM"),
     "variants/qwen2-null-kv.json": (1_825_536, "Qwen2ForCausalLM"),
     "variants/qwen2-untied.json": (1_693_952, "Qwen2ForCausalLM"),
     "variants/qwen3-qknorm.json": (568_480, "Qwen3ForCausalLM"),

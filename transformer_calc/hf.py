@@ -1129,6 +1129,13 @@ def spec_from_hf(data: dict[str, Any], where: str = "config.json", name: str = "
     # record has any (GPT-NeoX-Japanese: hidden_dropout 0.0 beside attention_dropout 0.1)
     rest = [p for k, p in zip(keys, probs, strict=True) if "att" not in k]
     values["dropout"] = float(max(rest or probs)) if probs else 0.0
+    # the embeddings' own key beside the residual's (Phi-2: embd_pdrop 0.0, resid_pdrop 0.1):
+    # dropout is then the residual's and embed_dropout the embeddings'
+    emb = [float(p) for k, p in zip(keys, probs, strict=True) if "emb" in k]
+    resid = [float(p) for k, p in zip(keys, probs, strict=True)
+             if "att" not in k and "emb" not in k]
+    if emb and resid and emb[0] != max(resid):
+        values["dropout"], values["embed_dropout"] = max(resid), emb[0]
     attn = [cfg.get(k, class_default.get(k, ATTENTION_DROPOUT_DEFAULTS.get(model_type, default)))
             for k in keys if "att" in k]
     if attn and float(attn[0]) != values["dropout"]:

@@ -126,6 +126,9 @@ class ModelSpec:
                                      arch=False)
     dropout: float = _f(0.0, "dropout probability in training (0: no dropout masks are kept; "
                         "GPT-2, BERT: 0.1)", arch=False)
+    embed_dropout: float | None = _f(None, "dropout on the embeddings' output, when it "
+                                     "differs from dropout (Phi-2: embd_pdrop 0.0 beside "
+                                     "resid_pdrop 0.1)", arch=False)
     attention_dropout: float | None = _f(None, "dropout on the attention probabilities, when "
                                          "it differs from dropout (OPT, BART: 0.0)", arch=False)
     activation_dropout: float = _f(0.0, "dropout on the FFN's activation output, before its "
@@ -803,7 +806,7 @@ class ModelSpec:
     def trains_with_dropout(self) -> bool:
         """Dropout anywhere in training: the residual streams' or the attention's own."""
         return (self.dropout > 0 or (self.attention_dropout or 0.0) > 0
-                or self.activation_dropout > 0)
+                or (self.embed_dropout or 0.0) > 0 or self.activation_dropout > 0)
 
     @property
     def rel_term_count(self) -> int:
@@ -960,6 +963,8 @@ class ModelSpec:
             raise SpecError("n_kv_heads", f"a divisor of n_heads={self.n_heads}", self.n_kv_heads)
         if not 0.0 <= self.dropout < 1.0:
             raise SpecError("dropout", "a probability in [0, 1)", self.dropout)
+        if self.embed_dropout is not None and not 0.0 <= self.embed_dropout < 1.0:
+            raise SpecError("embed_dropout", "a probability in [0, 1)", self.embed_dropout)
         if not 0.0 <= self.activation_dropout < 1.0:
             raise SpecError("activation_dropout", "a probability in [0, 1)",
                             self.activation_dropout)

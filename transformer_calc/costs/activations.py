@@ -276,8 +276,9 @@ def _dropout(family: Family, s: Settings) -> Family | None:
         on = family.dropout
         off = dataclasses.replace(family, dropout=0.0)
     elif isinstance(family, GPTNeo):
-        on = family.dropout or family.attention_dropout
-        off = dataclasses.replace(family, dropout=0.0, attention_dropout=0.0)
+        on = family.dropout or family.attention_dropout or family.embed_dropout
+        off = dataclasses.replace(family, dropout=0.0, attention_dropout=0.0,
+                                  embed_dropout=0.0)
     elif isinstance(family, Falcon):
         on = family.hidden_dropout or family.attention_dropout
         off = dataclasses.replace(family, hidden_dropout=0.0, attention_dropout=0.0)

@@ -167,7 +167,7 @@ _METADATA = frozenset(("name", "description", "source", "expected_params",
                        "experts_grouped", "model_type", "weight_format"))
 _COMMON = frozenset(("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "tie_embeddings",
                      "position", "ffn", "activation", "norm", "dropout", "attention_dropout"))
-_READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv"},
+_READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv", "embed_dropout"},
           "llama": _METADATA | _COMMON | {"n_kv_heads", "d_head", "softmax_fp32", "bias_q",
                                           "bias_k", "bias_v", "bias_o", "bias_ffn_in",
                                           "bias_ffn_out", "fused_qkv", "fused_gate_up",
@@ -189,13 +189,13 @@ _READS = {"gpt2": _METADATA | _COMMON | {"fused_qkv"},
                                           "layer_attention", "sdpa_path"}}
 # the NeoX-style decoders (families/neox.py; their softmax_fp32 and rope_concat True, their
 # sdpa_path: read as _neox requires them)
-_READS["neox"] = _METADATA | _COMMON | {
+_READS["neox"] = _METADATA | _COMMON | {"embed_dropout",
     "n_kv_heads", "d_head", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in",
     "bias_ffn_out", "fused_qkv", "rotary_fraction", "parallel_block", "parallel_norms",
     "lm_head_bias", "qk_norm", "softmax_fp32", "rope_concat", "sdpa_path", "last_layer_o_bias"}
 # GPT-J and CodeGen (families/gptj.py; their attn_fp32, rope_concat True and sdpa_path False:
 # read as _gptj requires them)
-_READS["gptj"] = _METADATA | _COMMON | {
+_READS["gptj"] = _METADATA | _COMMON | {"embed_dropout",
     "n_kv_heads", "d_head", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in",
     "bias_ffn_out", "fused_qkv", "rotary_fraction", "parallel_block", "lm_head_bias",
     "attn_fp32", "rope_concat", "sdpa_path", "softmax_fp32"}
@@ -390,7 +390,7 @@ _READS["minimax_m3"] = _READS["llama"] | {
 
 # GPT-2's relatives (families/gptlike.py): their norms' place, the fused c_attn, the biases
 # each has (read as _gpt_bigcode and _openai_gpt require them)
-_READS["gptlike"] = _METADATA | _COMMON | {
+_READS["gptlike"] = _METADATA | _COMMON | {"embed_dropout",
     "fused_qkv", "n_kv_heads", "d_head", "softmax_fp32", "sdpa_path", "norm_position",
     "final_norm", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out",
     "lm_head_bias", "attn_fp32"}
@@ -426,6 +426,11 @@ def _biased(spec: ModelSpec) -> bool:
             or spec.bias_ffn_out)
 
 
+def _embed_dropout(spec: ModelSpec) -> float:
+    """The embeddings' dropout: its own key's where the file gives one apart, else dropout."""
+    return spec.dropout if spec.embed_dropout is None else spec.embed_dropout
+
+
 def _unread(spec: ModelSpec, family: str) -> list[str]:
     """The spec's fields away from their defaults that the family's graph does not read."""
     getter, names, defaults = _defaults(family)
@@ -456,7 +461,7 @@ def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
     pa = spec.attention_dropout if spec.attention_dropout is not None else p
     return gpt2.GPT2(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model, H=spec.n_heads,
                      F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
-                     resid_pdrop=p, embd_pdrop=p, attn_pdrop=pa)
+                     resid_pdrop=p, embd_pdrop=_embed_dropout(spec), attn_pdrop=pa)
 
 
 def _gptlike(spec: ModelSpec) -> gptlike.GPTBigCode | gptlike.OpenAIGPT | None:
@@ -487,11 +492,12 @@ def _gptlike(spec: ModelSpec) -> gptlike.GPTBigCode | gptlike.OpenAIGPT | None:
     if bigcode:
         return gptlike.GPTBigCode(V=spec.vocab_size, P=spec.max_positions, E=E, H=H,
                                   F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
-                                  resid_pdrop=p, embd_pdrop=p, attn_pdrop=pa,
+                                  resid_pdrop=p, embd_pdrop=_embed_dropout(spec),
+                                  attn_pdrop=pa,
                                   multi_query=multi_query)
     return gptlike.OpenAIGPT(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
                              L=spec.n_layers, tied=spec.tie_embeddings, resid_pdrop=p,
-                             embd_pdrop=p, attn_pdrop=pa)
+                             embd_pdrop=_embed_dropout(spec), attn_pdrop=pa)
 
 
 def _ctrl(spec: ModelSpec) -> gptlike.Ctrl | None:
@@ -514,7 +520,7 @@ def _ctrl(spec: ModelSpec) -> gptlike.Ctrl | None:
     p = spec.dropout
     return gptlike.Ctrl(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
                         L=spec.n_layers, tied=spec.tie_embeddings, resid_pdrop=p,
-                        embd_pdrop=p)
+                        embd_pdrop=_embed_dropout(spec))
 
 
 def _gpt_neo(spec: ModelSpec) -> gptlike.GPTNeo | None:
@@ -538,7 +544,7 @@ def _gpt_neo(spec: ModelSpec) -> gptlike.GPTNeo | None:
     pa = spec.attention_dropout if spec.attention_dropout is not None else p
     return gptlike.GPTNeo(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
                           L=spec.n_layers, tied=spec.tie_embeddings, dropout=p,
-                          attention_dropout=pa)
+                          attention_dropout=pa, embed_dropout=_embed_dropout(spec))
 
 
 def _mpt(spec: ModelSpec) -> gptlike.Mpt | None:
@@ -1792,7 +1798,7 @@ def _neox(spec: ModelSpec) -> neox.NeoX | None:
     japanese = mt == neox.JAPANESE  # its own eager attention: no SDPA, softmax as is
     acts = ("silu",) if mt == "stablelm" else ("gelu", "gelu_new", "relu2")
     # hidden_dropout for each use: the spec's dropout
-    dropout_keys = mt in ("gpt_neox", neox.JAPANESE)
+    dropout_keys = mt in ("gpt_neox", neox.JAPANESE, "phi")
     if not (spec.norm == "layernorm" and spec.position == "rope" and spec.ffn == layout[0]
             and spec.fused_qkv == layout[1] and spec.qk_norm == layout[2]
             and (spec.parallel_norms == layout[3] or not spec.parallel_block)
@@ -1813,7 +1819,8 @@ def _neox(spec: ModelSpec) -> neox.NeoX | None:
                      L=spec.n_layers, R=R, model=mt, tied=spec.tie_embeddings,
                      parallel=spec.parallel_block, bias_qkv=spec.bias_q, bias_o=spec.bias_o,
                      bias_mlp=spec.bias_ffn_in, act=spec.activation, hidden_dropout=p,
-                     attention_dropout=pa, embd_dropout=p if mt == "gpt_neox" else 0.0,
+                     attention_dropout=pa,
+                     embd_dropout=_embed_dropout(spec) if mt in ("gpt_neox", "phi") else 0.0,
                      lm_head_bias=spec.lm_head_bias)
 
 
@@ -1839,11 +1846,11 @@ def _gptj(spec: ModelSpec) -> gptj.GPTJ | None:
             and (mt == "gptj" or H % gptj.MP_NUM == 0)
             and not _unread(spec, "gptj")):
         raise TcalcError(f"{spec.name}: no op graph for this {mt} layout yet")
-    p = spec.dropout  # resid_pdrop and embd_pdrop: the larger, as spec_from_hf reads them
+    p = spec.dropout  # resid_pdrop
     pa = spec.attention_dropout if spec.attention_dropout is not None else p
     return gptj.GPTJ(V=spec.vocab_size, E=E, H=H, F=spec.d_ff, L=spec.n_layers, R=R,
                      model=mt, tied=spec.tie_embeddings, act=spec.activation,
-                     resid_pdrop=p, embd_pdrop=p, attn_pdrop=pa)
+                     resid_pdrop=p, embd_pdrop=_embed_dropout(spec), attn_pdrop=pa)
 
 
 def _falcon(spec: ModelSpec) -> falcon.Falcon | None:

@@ -198,7 +198,7 @@ def _ctrl_layer(m: Builder, cfg: Ctrl, x: Tensor, mask: Tensor | None) -> Tensor
 @dataclass(frozen=True)
 class GPTNeo:
     """GPTNeoConfig's keys (hidden_size, num_heads, intermediate_size or 4·E, num_layers,
-    max_position_embeddings; resid_dropout and embed_dropout as dropout, attention_dropout).
+    max_position_embeddings; resid_dropout as dropout, embed_dropout, attention_dropout).
     Local and global layers keep the same tensors (their windows differ in a buffer only).
     GPT-2's symbols."""
 
@@ -211,6 +211,7 @@ class GPTNeo:
     tied: bool = True
     dropout: float = 0.0
     attention_dropout: float = 0.0
+    embed_dropout: float = 0.0
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "P": self.P, "E": self.E, "H": self.H, "dh": self.E // self.H,
@@ -226,7 +227,7 @@ def neo_forward(m: Builder, cfg: GPTNeo) -> Tensor:
         h = m.embedding("wte", ids, V, E)
         positions = ops.unsqueeze(ops.add(tr.input((T,), I64, "arange"), 0), 0)
         mask = causal_mask(m, h)  # create_causal_mask: eager's (B, 1, T, T)
-        h = m.dropout(ops.add(h, m.embedding("wpe", positions, m["P"], E)), cfg.dropout)
+        h = m.dropout(ops.add(h, m.embedding("wpe", positions, m["P"], E)), cfg.embed_dropout)
         h = m.layers("h", lambda x: _neo_block(m, cfg, x, mask), h, (mask,))
         h = m.layer_norm("ln_f", h)
     with m.module("lm_head"):
