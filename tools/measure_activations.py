@@ -92,9 +92,18 @@ def saved_bytes(model: torch.nn.Module, B: int, T: int, device: str = "cpu",
     # (activations_gpt2_cpu.json), measured without this flag, is that default forward:
     # 206,246,412 bytes at B=1 T=128 eager fp32 with the cache, 196,809,228 without
     # (measured counting what autograd still holds after the forward).
+    import inspect
+
     with recorded(model) as storages:
-        loss = model(input_ids=ids, labels=ids if labels is None else labels(ids),
-                     use_cache=use_cache).loss
+        if "labels" in inspect.signature(model.forward).parameters:
+            loss = model(input_ids=ids, labels=ids if labels is None else labels(ids),
+                         use_cache=use_cache).loss
+        else:  # a base model (BertModel...): the sum of its outputs, whose backward keeps
+            # sizes only, so what is recorded is the model's own
+            out = model(input_ids=ids, use_cache=use_cache)
+            loss = sum(t.sum() for t in (out.last_hidden_state,
+                                         getattr(out, "pooler_output", None)) if t is not None)
+            del out
     total = sum(storages.values())
     del loss
     return {"saved_bytes": total, "storages": len(storages)}

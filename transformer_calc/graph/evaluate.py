@@ -1353,7 +1353,7 @@ def _encoder(spec: ModelSpec) -> bert.Bert | None:
                        H=H, F=spec.d_ff, L=spec.n_layers, base=base, head=head,
                        positions_from_ids=from_ids, tied=spec.tie_embeddings,
                        hidden_dropout=p, attention_dropout=pa, task=task,
-                       NL=max(spec.num_labels, 1))
+                       NL=max(spec.num_labels, 1), pooler=task == "base" and spec.pooler)
     if spec.embed_factorized and spec.embed_proj_dim:
         return bert.Factorized(**vars(family), Ee=spec.embed_proj_dim)
     return family
@@ -1368,6 +1368,8 @@ def _encoder_task(spec: ModelSpec, head: str) -> str:
     read classifier_dropout: the graph takes hidden_dropout_prob, transformers' default.)"""
     if spec.mlm_head:
         return "mlm" if spec.classifier == "none" and not spec.pooler else ""
+    if spec.classifier == "none":  # the base model (AutoModel), BERT's pooler or none
+        return "base" if head != "electra" or not spec.pooler else ""
     if head == "electra" or not spec.classifier_bias or spec.num_labels < 2:
         return ""
     if spec.classifier == "linear":

@@ -67,9 +67,11 @@ class Bert:
     causal_loss: bool = False  # BertGenerationDecoder: ForCausalLMLoss, shifted, in fp32
     # the head: mlm (the masked-LM head), seq_cls (XForSequenceClassification: BERT's pooler,
     # dropout and classifier, RoBERTa's classification head), token_cls
-    # (XForTokenClassification: dropout and classifier per token); NL: num_labels
+    # (XForTokenClassification: dropout and classifier per token), base (XModel: the
+    # encoder, its pooler where pooler, under a loss of the user's); NL: num_labels
     task: str = "mlm"
     NL: int = 1
+    pooler: bool = False  # the base model's pooler (BertModel(add_pooling_layer=True))
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "P": self.P, "Ty": self.Ty, "E": self.E, "H": self.H,
@@ -200,6 +202,8 @@ def forward(m: Builder, cfg: Bert) -> Tensor:
         if cfg.task == "seq_cls" and cfg.head == "bert":  # BertModel's pooler
             with m.module("pooler"):
                 h = ops.tanh(m.linear("dense", ops.select(h, 1, 0), m["E"], True))
+        elif cfg.task == "base":
+            return _base_outputs(m, cfg, h)
     if cfg.task != "mlm":
         return _classify(m, cfg, h)
     scores = head(m, cfg, h)
@@ -268,6 +272,20 @@ def _classify(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
     rows = B if cfg.task == "seq_cls" else B * T
     labels = m.trace.input((B,) if cfg.task == "seq_cls" else (B, T), I64, "labels")
     return ops.cross_entropy(ops.view(logits, (rows, NL)), ops.view(labels, (rows,)))
+
+
+def _base_outputs(m: Builder, cfg: Bert, h: Tensor) -> Tensor:
+    """A base model (BertModel, RobertaModel, ElectraModel...) has no loss: the user's own
+    head and loss read its outputs, and are not counted. The graph closes it as
+    tools/measure_activations_hf.py measures it: the sum of last_hidden_state and of the
+    pooler's output (BertPooler: tanh of dense of the first token, a view of the last
+    hidden state), whose backward keeps sizes only, so what is saved is the model's own."""
+    loss = ops.sum_dim(ops.view(h, (m["B"] * m["T"] * m["E"],)), 0)
+    if not cfg.pooler:
+        return loss
+    with m.module("pooler"):
+        pooled = ops.tanh(m.linear("dense", ops.select(h, 1, 0), m["E"], True))
+    return ops.add(loss, ops.sum_dim(ops.view(pooled, (m["B"] * m["E"],)), 0))
 
 
 def _side_tables(m: Builder, h: Tensor) -> Tensor:
