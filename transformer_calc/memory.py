@@ -2444,11 +2444,13 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         fsdp2_mixed = s.fsdp2_mixed
         amp = s.mixed and adapters is None and s.recipe not in SIXTEEN_BIT_RECIPES \
             and not fsdp2_mixed
-        acts = _saved_activations(spec, s, T, p, adapters is not None, amp, pattern,
-                                  amp16=s.mixed and (adapters is not None or fsdp2_mixed)
-                                  and s.precision != "fp32")
-        if s.activations == "megatron":
+        if s.activations == "megatron":  # Megatron-LM's formula, not what autograd keeps
+            spec.require_training_memory()
             acts = megatron_activations(spec, s, T)
+        else:
+            acts = _saved_activations(spec, s, T, p, adapters is not None, amp, pattern,
+                                      amp16=s.mixed and (adapters is not None or fsdp2_mixed)
+                                      and s.precision != "fp32")
         acts = _loss_saved(spec, s, acts, T)
         notes = acts.notes
         if spec.index_heads and adapters is None:
