@@ -246,6 +246,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     from transformer_calc.graph.families.minimax import Minimax
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
+    from transformer_calc.graph.families.paper import Paper
     from transformer_calc.graph.families.t5 import T5
     from transformer_calc.graph.families.whisper import Whisper
 
@@ -272,7 +273,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     elif isinstance(family, Ctrl):  # (no dropout on its scores)
         on = family.resid_pdrop or family.embd_pdrop
         off = dataclasses.replace(family, resid_pdrop=0.0, embd_pdrop=0.0)
-    elif isinstance(family, Mpt):  # attn_config.attn_pdrop, every one of them
+    elif isinstance(family, Paper | Mpt):  # one dropout throughout (MPT: attn_pdrop)
         on = family.dropout
         off = dataclasses.replace(family, dropout=0.0)
     elif isinstance(family, GPTNeo):

@@ -48,6 +48,7 @@ from transformer_calc.graph.families import (
     neox,
     olmo_hybrid,
     opt,
+    paper,
     qwen3_next,
     rope_encoder,
     t5,
@@ -61,7 +62,7 @@ from transformer_calc.graph.symbols import Dim, Poly
 from transformer_calc.graph.trace import OpRecord, Saved
 from transformer_calc.spec import ModelSpec
 
-Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
+Family = (gpt2.GPT2 | paper.Paper | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
           | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt | neox.NeoX | gptj.GPTJ | falcon.Falcon
           | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba
           | nemotron_h.NemotronH | mimo_v2_flash.MiMoV2Flash | minimax_m3.MiniMaxM3
@@ -74,7 +75,8 @@ Family = (gpt2.GPT2 | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.C
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
-    gpt2.GPT2: gpt2.forward, llama.Llama: llama.forward, bert.Bert: bert.forward,
+    gpt2.GPT2: gpt2.forward, paper.Paper: paper.forward, llama.Llama: llama.forward,
+    bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
     cohere.CohereMoe: cohere.moe_forward, beam.Beam: beam.forward,
     gpt_oss.GptOss: gpt_oss.forward, flint.Flint: flint.forward,
@@ -390,6 +392,9 @@ _READS["minimax_m3"] = _READS["llama"] | {
 
 # GPT-2's relatives (families/gptlike.py): their norms' place, the fused c_attn, the biases
 # each has (read as _gpt_bigcode and _openai_gpt require them)
+_READS["paper"] = _METADATA | _COMMON | {
+    "arch", "n_encoder_layers", "n_decoder_layers", "norm_position", "fused_qkv",
+    "activation_dropout"}
 _READS["gptlike"] = _METADATA | _COMMON | {"embed_dropout",
     "fused_qkv", "n_kv_heads", "d_head", "softmax_fp32", "sdpa_path", "norm_position",
     "final_norm", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out",
@@ -450,6 +455,30 @@ def family_of(spec: ModelSpec) -> Family:
             return family
     raise TcalcError(f"{spec.name}: no op graph for this layout yet (docs/op-graph.md lists "
                      "the families and model types the graph engine covers)")
+
+
+def _paper(spec: ModelSpec) -> paper.Paper | None:
+    """The paper's Transformer as torch.nn.Transformer builds it (families/paper.py; the
+    transformer-base and transformer-big presets): no transformers model type, post-norm
+    layers with the stacks' final norms, the fused in_proj with biases, ReLU, one token
+    table for both stacks and the output, sinusoidal positions, one dropout throughout."""
+    if not (spec.arch == "encoder-decoder" and not spec.model_type
+            and spec.position == "sinusoidal" and spec.activation == "relu"
+            and spec.norm == "layernorm" and spec.norm_position == "post" and spec.final_norm
+            and spec.ffn == "plain" and spec.fused_qkv and spec.tie_embeddings
+            and spec.tie_encoder_decoder and all(
+                (spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                 spec.bias_ffn_out))
+            and spec.n_heads and spec.d_model % spec.n_heads == 0
+            and spec.n_kv_heads in (None, spec.n_heads)
+            and spec.d_head in (None, spec.d_model // spec.n_heads)
+            and spec.attention_dropout in (None, spec.dropout)
+            and spec.activation_dropout in (0.0, spec.dropout)
+            and not _unread(spec, "paper")):
+        return None
+    return paper.Paper(V=spec.vocab_size, E=spec.d_model, H=spec.n_heads, F=spec.d_ff,
+                       Le=spec.n_encoder_layers, Ld=spec.n_decoder_layers,
+                       dropout=spec.dropout)
 
 
 def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
@@ -2338,6 +2367,7 @@ _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _minimax_m3_family, _lfm2_family, _minimax_family, _moe_family, _mamba_family,
     _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
+    _paper,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
     _modernbert, _modernbert_decoder, _rembert, _mpnet, _xlm, _tapas, _ibert, _yoso)
 

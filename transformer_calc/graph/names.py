@@ -54,6 +54,7 @@ from transformer_calc.graph.families.moe import Moe
 from transformer_calc.graph.families.nemotron_h import NemotronH
 from transformer_calc.graph.families.neox import NeoX
 from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
+from transformer_calc.graph.families.paper import Paper
 from transformer_calc.graph.families.qwen3_next import Qwen3Next
 from transformer_calc.graph.families.t5 import T5
 from transformer_calc.graph.families.t5gemma import T5Gemma
@@ -234,6 +235,14 @@ _T5GEMMA_NORMS = {"pre_self_attn_layernorm": "attn.norm",
                   "post_cross_attn_layernorm": "cross.post_norm",
                   "pre_feedforward_layernorm": "ffn.norm",
                   "post_feedforward_layernorm": "ffn.post_norm"}
+# torch.nn.Transformer (families/paper.py): a layer's modules -> (sublayer, part) per stack
+_PAPER_LAYER = re.compile(r"^transformer\.(encoder|decoder)\.layers\.\d+(?:\.(.*))?$")
+_PAPER_MODULES = {"self_attn": ("attn", ""), "multihead_attn": ("cross", ""),
+                  "self_attn.out_proj": ("attn", "o_input"),
+                  "multihead_attn.out_proj": ("cross", "o_input"),
+                  "linear1": ("ffn", "input"), "linear2": ("ffn", "out_input")}
+_PAPER_NORMS = {"encoder": {"norm1": "attn", "norm2": "ffn"},
+                "decoder": {"norm1": "attn", "norm2": "cross", "norm3": "ffn"}}
 _BART_ADAPTED = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "out_proj": "o", "fc1": "in",
                  "fc2": "out"}
 # DeBERTa's position projections: the relative table's window is their input
@@ -317,6 +326,9 @@ DESCRIPTIONS = {
     "input": "norm input", "stats": "mean, rstd", "input_fp32": "the fp32 upcast",
     "rstd": "reciprocal std", "normalized": "the weight's mul keeps it",
     "decoder.attn.input": "Q/K/V matmul input",
+    "decoder.cross.input": "Q matmul input",
+    "decoder.cross.kv_input": "the encoder's output copied for K and V, per layer",
+    "decoder.ffn.dropout_mask": "the FFN's inner dropout mask",
     "decoder.attn.qkv_output": "fused output, Q, K and V views of it",
     "decoder.attn.qkv": "the kernel's query, key and value",
     "decoder.attn.output_gate": "the sigmoid of the output gate (per channel, or per head)",
@@ -529,10 +541,11 @@ class _Namer:
         self.renamed = _MODERNBERT if isinstance(family, ModernBert) else \
             _XLM if isinstance(family, XLM) else None
         self.attn_dropout = (family.attn_pdrop if isinstance(family, GPT2 | GPTJ)
-                             else family.dropout if isinstance(family, T5)
+                             else family.dropout if isinstance(family, T5 | Paper)
                              else getattr(family, "attention_dropout", 0.0)) != 0
         self.t5 = isinstance(family, T5)
         self.bart = isinstance(family, Bart | Fsmt)
+        self.paper = isinstance(family, Paper)
         self.t5gemma = isinstance(family, T5Gemma)
         self.mixer = isinstance(family, Mamba | Mamba2)
         # Bamba: a layer's kind (F attention, M the mixer) names its first norm
@@ -595,6 +608,8 @@ class _Namer:
             return self._t5(scope, role, s)
         if self.bart:
             return self._bart(scope, role, s)
+        if self.paper:
+            return self._paper(scope, role, s)
         if self.ctrl:
             return self._ctrl(scope, role, s)
         if self.t5gemma:
@@ -922,6 +937,39 @@ class _Namer:
             if st.op.startswith("sdpa_"):
                 return prefix + "out"
         return prefix + part
+
+    def _paper(self, scope: str, role: str, s: Saved) -> str:
+        """torch.nn.Transformer's storages: a layer's as its sublayer's (encoder.attn.*,
+        decoder.cross.*, decoder.ffn.*), nn.MultiheadAttention's copies of its transposed
+        inputs (the cross-attention's of the encoder's output, per layer), the stacks' final
+        norms, the embeddings' dropout, the output projection's input."""
+        layer = _PAPER_LAYER.match(scope)
+        if layer is None:
+            if not scope and role == "mul.other":
+                return "embed.dropout_mask"
+            if not scope and role == "mm.self":
+                return "head.input"  # F.linear(out, embed.weight)
+            stack = scope.removeprefix("transformer.").removesuffix(".norm")
+            if scope.endswith(".norm") and stack in ("encoder", "decoder"):
+                return f"{stack}." + self._norm("final_norm", role)
+            return self._outside(scope, role, s)
+        stack, rest = layer.group(1), layer.group(2) or ""
+        if not rest:  # the layer's ReLU and dropouts (the FFN's inner one is F wide)
+            if role == "relu.result":
+                return f"{stack}.ffn.activation"
+            inner = _has(s.storage.numel.poly, ("F",))
+            return f"{stack}.ffn.dropout_mask" if inner else f"{stack}.residual_dropout_mask"
+        if rest in _PAPER_NORMS[stack]:
+            return f"{stack}.{_PAPER_NORMS[stack][rest]}." + self._norm("norm", role)
+        sub, part = _PAPER_MODULES[rest]
+        if part:
+            return f"{stack}.{sub}.{part}"
+        if role in ("mm.self", "addmm.self"):  # in_proj's input (copied from its (T, B,
+            # E) view, unless B = 1 makes that view contiguous)
+            width = product(self.ops[s.op_index].shape).poly
+            kv = sub == "cross" and any(c == 2 for _, c in width.terms)
+            return f"{stack}.{sub}.kv_input" if kv else f"{stack}.{sub}.input"
+        return f"{stack}.{sub}." + self._attention(role, s)
 
     def _t5gemma(self, scope: str, role: str, s: Saved) -> str:
         """T5Gemma's storages: a layer's as its sublayer's (encoder.attn.*, decoder.cross.*,

@@ -124,9 +124,14 @@ def _fused(name: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> T
     # made contiguous as heads (Phi-3's and StableLM's rotary concatenation, MLA's
     # query): then the output's transpose back is a copy (measured on Phi-3 and StableLM)
     btHd = (T.value * H.value * dv.value, dv.value, H.value * dv.value, 1)
-    out = tr.tensor((B, H, T, dv), q.dtype, ops._rg(q, k, v),
-                    stride=None if q.is_contiguous() and H.value > 1 and T.value > 1
-                    else btHd)
+    if name == "cpu_flash" and dv.value == d.value:
+        # the CPU kernel's output is empty_like(query) (torch 2.13, measured: a query in
+        # (T, B, H, d) memory, nn.MultiheadAttention's, gives an output in that memory;
+        # a packed one, not dense, dense strides in its order: (B, T, H, d))
+        stride: tuple[int, ...] | None = preserve_strides(q.sizes, q.stride)
+    else:
+        stride = None if q.is_contiguous() and H.value > 1 and T.value > 1 else btHd
+    out = tr.tensor((B, H, T, dv), q.dtype, ops._rg(q, k, v), stride=stride)
     if name == "cpu_flash":
         lse = tr.tensor((B, H, T), F32, False, stride=(T.value * H.value, 1, H.value))
     elif name == "efficient":
