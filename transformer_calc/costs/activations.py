@@ -420,6 +420,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.opt import OPT
+    from transformer_calc.graph.families.paper import Paper
     from transformer_calc.graph.families.qwen3_next import Qwen3Next
     from transformer_calc.graph.families.rope_encoder import RopeEncoder
     from transformer_calc.graph.families.t5 import T5
@@ -427,6 +428,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
 
+    if isinstance(family, Paper):  # peft's LoRA of nn.MultiheadAttention: not measured
+        return None
     # FSDP2 under --mixed gathers every parameter, the adapters too, in 16-bit; torchtune and
     # LitGPT make the adapters in the model's dtype (--adapter-dtype)
     named = {"bf16": BF16, "fp16": F16}.get(s.adapter_dtype)

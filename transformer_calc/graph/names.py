@@ -945,7 +945,7 @@ class _Namer:
         norms, the embeddings' dropout, the output projection's input."""
         layer = _PAPER_LAYER.match(scope)
         if layer is None:
-            if not scope and role == "mul.other":
+            if not scope and role in ("mul.other", "native_dropout.result1"):
                 return "embed.dropout_mask"
             if not scope and role == "mm.self":
                 return "head.input"  # F.linear(out, embed.weight)
