@@ -53,6 +53,9 @@ def symbol_values(run: Run, sizes: dict[str, int]) -> dict[str, int]:
         out["Tq"] = -(-run.seq_len // sizes["Q"])
     if "Gb" in sizes:  # LongT5's transient-global blocks: T / Gb rounded down
         out["Tg"] = run.seq_len // sizes["Gb"]
+    for rate, windows in (("Mc", "Wc"), ("Mh", "Wh")):  # DeepSeek-V4's compressed
+        if rate in sizes:  # entries: one per rate tokens, T / rate rounded down
+            out[windows] = run.seq_len // sizes[rate]
     if run.lora is not None:
         out["r"] = run.lora.rank
     for name, v in out.items():
