@@ -46,6 +46,7 @@ from transformer_calc.graph.families.kimi_linear import KimiLinear
 from transformer_calc.graph.families.lfm2 import Lfm2, Lfm2Moe
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
+from transformer_calc.graph.families.deepseek_v4 import DeepseekV4
 from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
 from transformer_calc.graph.families.minimax import Minimax
 from transformer_calc.graph.families.minimax_m3 import MiniMaxM3
@@ -279,6 +280,80 @@ def _nemotron_scope(s: Saved, kinds: str) -> Saved:
         first = {"M": "mamba", "F": "self_attn"}.get(kind, "mlp")
     scope = head + ".".join(p for p in (first, tail) if p)
     return replace(s, scope=scope)
+
+
+# DeepSeek-V4's RMSNorms (DeepseekV4RMSNorm: the weight's product in fp32), by module
+_V4_NORMS = {"input_layernorm": "attn.norm", "post_attention_layernorm": "ffn.norm",
+             "self_attn.q_a_norm": "attn.q_a_norm", "self_attn.kv_norm": "attn.kv_norm",
+             "self_attn.compressor.kv_norm": "attn.compressor_norm"}
+# its hyper-connections' storages by role (families/deepseek_v4.py): the streams (or their
+# fp32 copy), the weightless norm (1/rms, its cast, the normed streams the projection
+# reads), the projection's fp32 weight, its outputs and sigmoids, the Sinkhorn divisions
+_V4_HC = {"pow.self": "streams", "rsqrt.result": "norm", "mm.self": "norm",
+          "mm.mat2": "weight_fp32", "sigmoid.result": "weights", "softmax.result": "sinkhorn",
+          "div.self": "sinkhorn", "div.other": "sinkhorn"}
+# its attention core's and compressors' storages by role
+_V4_ATTN = {"max.indices": "row_max_indices", "softmax.result": "probs",
+            "bmm.mat2": "kv", "pow.self": "q_b_norm", "rsqrt.result": "q_b_norm"}
+
+
+def _deepseek_v4(scope: str, role: str, s: Saved) -> str | None:
+    """DeepSeek-V4's storages (families/deepseek_v4.py) named as the rules name them, or
+    None for those the generic names cover (the embeddings, the experts, the loss)."""
+    st = s.storage
+    layer = _LAYER.match(scope)
+    rest = (layer.group(2) or "") if layer else ""
+    if scope == "model.hc_head":
+        return "head.hc." + ("weight_fp32" if role == "mul.other" and st.op == "to" else
+                             "streams" if role == "mul.other" else
+                             "weights" if role in ("mul.self", "sigmoid.result") else
+                             _V4_HC[role])
+    if layer is None:
+        return None
+    if rest in _V4_NORMS:
+        return "decoder." + _NORM_PARTS_V4.get(role, "normalized").join(
+            (_V4_NORMS[rest] + ".", ""))
+    hc = rest.split(".")[0]
+    if hc in ("attn_hc", "ffn_hc"):
+        if rest.endswith(".mix"):
+            return f"decoder.{hc}.mix"
+        if role == "mul.other":  # the collapse's streams, or the norm's 1/rms cast
+            return f"decoder.{hc}." + ("norm" if st.op == "to" else "streams")
+        if role == "mul.self":  # the projection's output the scales read, or pre
+            return f"decoder.{hc}.weights"
+        return f"decoder.{hc}.{_V4_HC[role]}"
+    if rest in ("self_attn.q_a_proj", "self_attn.kv_proj") or rest.startswith(
+            "self_attn.compressor.") and role == "mm.self":
+        return "decoder.attn.input"
+    if rest == "self_attn.q_b_proj":
+        return "decoder.attn.q_b_input"
+    if rest == "self_attn.o_a_proj":
+        return "decoder.attn.o_a_input"
+    if rest == "self_attn.o_b_proj":
+        return "decoder.attn.o_b_input"
+    if rest == "self_attn.compressor":
+        if role == "mul.other" and not st.dtype.floating or st.op == "":
+            return "decoder.attn.compressor_rope_cos_sin"
+        return "decoder.attn." + ("compressor_kv" if role == "mul.self" else
+                                  "compressor_weights")
+    if rest == "self_attn":
+        if role == "mul.other" and st.op == "":  # cos and sin, repeat_interleaved
+            return "decoder.attn.rope_cos_sin"
+        if role in ("mul.self", "mul.other"):  # q_b's output and 1/rms (cast)
+            return "decoder.attn.q_b_norm"
+        if role == "bmm.self":  # the rotated Q (a cat) or V repeated
+            return "decoder.attn." + ("q" if st.op == "cat" else "kv")
+        return "decoder.attn." + _V4_ATTN[role]
+    if rest == "mlp.gate":
+        return "decoder.ffn." + ("input" if role == "mm.self" else "router")
+    if rest.startswith("mlp.shared_experts"):
+        return "decoder.ffn.shared." + ("out_input" if role == "mm.self" else
+                                        "clamp_inputs" if role == "clamp.self" else
+                                        "activation")
+    return None
+
+
+_NORM_PARTS_V4 = {"pow.self": "input_fp32", "rsqrt.result": "rstd", "mul.other": "normalized"}
 
 
 def _module(rest: str) -> str:
@@ -555,7 +630,7 @@ class _Namer:
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
         self.moe = isinstance(family, Moe | Jamba | NemotronH | MiMoV2Flash | MiniMaxM3
-                              | Lfm2Moe | Minimax)
+                              | Lfm2Moe | Minimax | DeepseekV4)
         self.lightning = isinstance(family, Minimax)
         # Nemotron-H: every layer's module is `mixer`, named by the layer's kind
         self.nemotron = family.kinds if isinstance(family, NemotronH) else ""
@@ -571,6 +646,7 @@ class _Namer:
         self.out_gate = isinstance(family, Qwen3Next)
         self.gemma4 = isinstance(family, Gemma4)
         self.gemma3n = isinstance(family, Gemma3n)
+        self.deepseek_v4 = isinstance(family, DeepseekV4)
 
     def _scores(self, s: Saved) -> bool:
         """Whether the op that saved s made the scores (Q·Kᵀ: a T² output) rather than
@@ -582,6 +658,10 @@ class _Namer:
         scope, role = s.scope, s.role
         if role == "checkpoint.input":
             return self._checkpoint_input(s)
+        if self.deepseek_v4:
+            named = _deepseek_v4(scope, role, s)
+            if named is not None:
+                return named
         if self.nemotron:
             s = _nemotron_scope(s, self.nemotron)
             scope = s.scope

@@ -125,18 +125,23 @@ def _layer(m: Builder, cfg: DeepseekV4, h: Tensor, kind: str, mask: Tensor) -> T
     post, comb, collapsed = _hyper_connection(m, cfg, "attn_hc", h)
     x = llama.rms_norm(m, "input_layernorm", collapsed, fp32_weight=True)
     with m.module("self_attn"):
-        h = _mix(post, comb, _attention(m, cfg, x, kind, mask), h)
+        out = _attention(m, cfg, x, kind, mask)
+    h = _mix(m, "attn_hc", post, comb, out, h)
     post, comb, collapsed = _hyper_connection(m, cfg, "ffn_hc", h)
     x = llama.rms_norm(m, "post_attention_layernorm", collapsed, fp32_weight=True)
-    return _mix(post, comb, _moe_block(m, cfg, x), h)
+    return _mix(m, "ffn_hc", post, comb, _moe_block(m, cfg, x), h)
 
 
-def _mix(post: Tensor, comb: Tensor, out: Tensor, streams: Tensor) -> Tensor:
+def _mix(m: Builder, hc: str, post: Tensor, comb: Tensor, out: Tensor, streams: Tensor
+         ) -> Tensor:
     """post.to(dtype).unsqueeze(-1) * out.unsqueeze(-2) + torch.matmul(comb.to(dtype)
-    .transpose(-1, -2), hidden_states)."""
+    .transpose(-1, -2), hidden_states) (the decoder layer's, named here by its
+    hyper-connection)."""
     dtype = streams.dtype
-    spread = ops.mul(ops.unsqueeze(ops.to(post, dtype), -1), ops.unsqueeze(out, -2))
-    return ops.add(spread, ops.matmul(ops.transpose(ops.to(comb, dtype), -1, -2), streams))
+    with m.module(hc), m.module("mix"):
+        spread = ops.mul(ops.unsqueeze(ops.to(post, dtype), -1), ops.unsqueeze(out, -2))
+        mixed = ops.matmul(ops.transpose(ops.to(comb, dtype), -1, -2), streams)
+        return ops.add(spread, mixed)
 
 
 def _unweighted_norm(x: Tensor) -> Tensor:
@@ -252,7 +257,7 @@ def _grouped_linear(m: Builder, x: Tensor) -> Tensor:
     Ro = m["Ro"]
     with m.module("o_a_proj"):
         w = ops.transpose(ops.view(m.param("weight", Og * Ro, Dg), (Og, Ro, Dg)), 1, 2)
-    y = ops.bmm(ops.transpose(ops.reshape(x, (B * T, Og, Dg)), 0, 1), w)
+        y = ops.bmm(ops.transpose(ops.reshape(x, (B * T, Og, Dg)), 0, 1), w)
     y = ops.reshape(ops.transpose(y, 0, 1), (B, T, Og, Ro))
     return ops.reshape(y, (B, T, Og * Ro))
 
