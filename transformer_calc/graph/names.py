@@ -379,7 +379,12 @@ SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "
                 "Di": "ssm_inner",
                 "N": "ssm_state", "Kc": "ssm_conv", "Rd": "ssm_dt_rank", "Gs": "ssm_groups",
                 "Hg": "heads_per_group", "Ph": "ssm_head_dim", "Q": "ssm_chunk",
-                "Tq": "chunks", "NL": "num_labels"}
+                "Tq": "chunks", "NL": "num_labels",
+                # DeepSeek-V4 (families/deepseek_v4.py)
+                "Ns": "hc_streams", "Og": "o_groups", "Ro": "o_lora_rank",
+                "Dg": "o_group_width", "Mc": "compress_csa", "Mh": "compress_hca",
+                "Wc": "csa_entries", "Wh": "hca_entries", "Ih": "csa_index_heads",
+                "Id": "csa_index_dim"}
 # what each component is, beside its formula (no symbol names inside: they are words here)
 DESCRIPTIONS = {
     "embed.token_ids": "int64 indices", "embed.position_ids": "int64 positions",

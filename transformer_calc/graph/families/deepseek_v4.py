@@ -17,7 +17,7 @@ DeepseekV4Experts and DeepseekV4MLP). Eager attention only (the class has no oth
   final norm.
 - DeepseekV4RMSNorm multiplies its weight in fp32 and casts once (Olmo2RMSNorm's ops).
 - The attention: q_a_proj, q_a_norm, q_b_proj, a weightless norm over each head; one
-  K=V head (kv_proj, kv_norm); interleaved RoPE on each head's last Dr channels
+  K=V head (kv_proj, kv_norm); interleaved RoPE on each head's last R channels
   (cos and sin repeat_interleaved anew at each call, the rotation in fp32, cast back,
   concatenated after the rest); the Q and H layers append compressed entries to the
   keys (their compressor); repeat_kv to every head, the scores with the (sliding-window
@@ -54,9 +54,9 @@ EPS = 1e-6  # rms_norm_eps and hc_eps (their defaults; neither changes a byte)
 
 @dataclass(frozen=True)
 class DeepseekV4:
-    """DeepseekV4Config's sizes. Symbols: V vocab, E hidden, H heads, dh head_dim, Rq
-    q_lora_rank, Og o_groups, Ro o_lora_rank, Dg = H·dh / Og (a group's width), Dr the
-    rotated width, N hc_mult, X experts, K per token, Fe moe_intermediate_size, Mc and Mh
+    """DeepseekV4Config's sizes. Symbols: V vocab, E hidden, H heads, dh head_dim, rq
+    q_lora_rank, Og o_groups, Ro o_lora_rank, Dg = H·dh / Og (a group's width), R the
+    rotated width, Ns hc_mult, X experts, K per token, Fe moe_intermediate_size, Mc and Mh
     the CSA and HCA compress rates (their windows Wc = T // Mc, Wh = T // Mh), Ih and Id
     the indexer's heads and head width. kinds: each layer's attention, S (sliding), Q
     (compressed sparse) or H (heavily compressed). iters: hc_sinkhorn_iters. grouped: the
@@ -66,11 +66,11 @@ class DeepseekV4:
     E: int
     H: int
     dh: int
-    Rq: int
+    rq: int
     Og: int
     Ro: int
-    Dr: int
-    N: int
+    R: int
+    Ns: int
     X: int
     K: int
     Fe: int
@@ -85,29 +85,26 @@ class DeepseekV4:
     grouped: bool = False
 
     def sizes(self) -> dict[str, int]:
-        out = {"V": self.V, "E": self.E, "H": self.H, "dh": self.dh, "Rq": self.Rq,
-               "Og": self.Og, "Ro": self.Ro, "Dg": self.H * self.dh // self.Og,
-               "Dr": self.Dr, "N": self.N, "X": self.X, "K": self.K, "Fe": self.Fe,
-               "L": len(self.kinds)}
-        if "Q" in self.kinds:  # (their windows: T // rate, symbols of their own)
-            out.update(Mc=self.Mc, Ih=self.Ih, Id=self.Id)
-        if "H" in self.kinds:
-            out["Mh"] = self.Mh
-        return out
+        # (the windows, Wc = T // Mc and Wh = T // Mh, are symbols of their own: Builder)
+        return {"V": self.V, "E": self.E, "H": self.H, "dh": self.dh, "rq": self.rq,
+                "Og": self.Og, "Ro": self.Ro, "Dg": self.H * self.dh // self.Og,
+                "R": self.R, "Ns": self.Ns, "X": self.X, "K": self.K, "Fe": self.Fe,
+                "Mc": self.Mc, "Mh": self.Mh, "Ih": self.Ih, "Id": self.Id,
+                "L": len(self.kinds)}
 
 
 def forward(m: Builder, cfg: DeepseekV4) -> Tensor:
     """DeepseekV4ForCausalLM.forward(input_ids=ids, labels=ids): the loss."""
-    B, T, E, V, N = m["B"], m["T"], m["E"], m["V"], m["N"]
+    B, T, E, V, N = m["B"], m["T"], m["E"], m["V"], m["Ns"]
     tr = m.trace
     ids = tr.input((B, T), I64, "input_ids")
     with m.module("model"):
         x = m.embedding("embed_tokens", ids, V, E)
         positions = tr.tensor((T,), I64, False)  # arange(T).unsqueeze(0)
         mask = causal_mask(m, x)  # create_sliding_window_causal_mask: every layer's
-        # position_embeddings["main"] and ["compress"]: (1, T, Dr / 2) each, no grad
+        # position_embeddings["main"] and ["compress"]: (1, T, R / 2) each, no grad
         with tr.no_grad(), m.module("rotary_emb"):
-            tables = tuple(tr.tensor((Dim.const(1), T, m["Dr"].halved()), x.dtype, False)
+            tables = tuple(tr.tensor((Dim.const(1), T, m["R"].halved()), x.dtype, False)
                            for _ in range(4))
         h = ops.contiguous(ops.expand(ops.unsqueeze(x, 2), (B, T, N, E)))
         h = m.layers_by_kind("layers", cfg.kinds, lambda y, k: _layer(m, cfg, y, k, mask), h,
@@ -197,19 +194,19 @@ def _hyper_head(m: Builder, h: Tensor) -> Tensor:
 
 def _rotary(m: Builder, x: Tensor, rows: Dim, batch: Dim | None = None) -> Tensor:
     """apply_rotary_pos_emb: cos and sin repeat_interleave(2)-ed and unsqueezed, new
-    (batch or 1, 1, rows, Dr) tensors in the model's dtype (no grad); x's last Dr channels
+    (batch or 1, 1, rows, R) tensors in the model's dtype (no grad); x's last R channels
     rotated in fp32 ((rope.float() * cos) + (rotate_half(rope).float() * sin), each mul
     keeping its table), cast back and concatenated after the rest. rotate_half: the odd and
     even channels stacked and flattened, a new tensor (written as a cat: neither keeps
     anything)."""
-    Dr, one = m["Dr"], Dim.const(1)
+    R, one = m["R"], Dim.const(1)
     with m.trace.no_grad():
-        cos, sin = (m.trace.tensor((batch or one, one, rows, Dr), m.run.dtype, False)
+        cos, sin = (m.trace.tensor((batch or one, one, rows, R), m.run.dtype, False)
                     for _ in range(2))
     d = x.shape[-1]
-    rest = d + Dr * -1
-    rope = ops.narrow(x, -1, rest.value, Dr)
-    half = Dr.halved()
+    rest = d + R * -1
+    rope = ops.narrow(x, -1, rest.value, R)
+    half = R.halved()
     odd, even = ops.narrow(rope, -1, 0, half), ops.narrow(rope, -1, half.value, half)
     rotated_half = ops.cat([ops.neg(even), odd], -1)
     rotated = ops.add(ops.mul(ops.to(rope, F32), cos), ops.mul(ops.to(rotated_half, F32), sin))
@@ -222,7 +219,7 @@ def _rotary(m: Builder, x: Tensor, rows: Dim, batch: Dim | None = None) -> Tenso
 def _attention(m: Builder, cfg: DeepseekV4, x: Tensor, kind: str, mask: Tensor) -> Tensor:
     """DeepseekV4Attention.forward with eager_attention_forward (module docstring)."""
     B, T, H, dh = m["B"], m["T"], m["H"], m["dh"]
-    q_residual = llama.rms_norm(m, "q_a_norm", m.linear("q_a_proj", x, m["Rq"], False),
+    q_residual = llama.rms_norm(m, "q_a_norm", m.linear("q_a_proj", x, m["rq"], False),
                                 fp32_weight=True)
     q = ops.view(m.linear("q_b_proj", q_residual, H * dh, False), (B, T, H, dh))
     q = _rotary(m, _unweighted_norm(ops.transpose(q, 1, 2)), T)
@@ -293,6 +290,9 @@ def _compressor(m: Builder, x: Tensor, q_residual: Tensor, csa: bool) -> Tensor:
     docstring): the compressed entries, (B, 1, W, dh)."""
     dh = m["dh"]
     rate, W = (m["Mc"], m["Wc"]) if csa else (m["Mh"], m["Wh"])
+    if not m["T"].value >= rate.value:  # (a guard: T >= rate, recorded where symbolic)
+        raise ValueError("fewer tokens than a compress rate: no compressed entry, which "
+                         "the graph does not express")
     with m.module("compressor"):
         kv, gate = _windows(m, x, 2 * dh if csa else dh, rate, W, csa)
         compressed = _pool(m, kv, gate, W)
