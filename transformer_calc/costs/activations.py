@@ -234,8 +234,8 @@ def _deepseek_v4_run(family: Family, s: Settings, T: int, autocast: bool,
     if not isinstance(family, DeepseekV4):
         return True
     rates = [r for k, r in (("Q", family.Mc), ("H", family.Mh)) if k in family.kinds]
-    return s.device == "cpu" and not autocast and adapted_roles is None and T >= max(
-        rates, default=1)
+    return s.device == "cpu" and not autocast and adapted_roles is None and max(
+        rates, default=1) <= T
 
 
 def _no_global_tokens(family: Family, T: int) -> bool:

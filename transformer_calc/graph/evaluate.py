@@ -2362,7 +2362,7 @@ def _deepseek_v4_family(spec: ModelSpec) -> deepseek_v4.DeepseekV4 | None:
             and g >= 1 and (H * dh) % g == 0 and spec.o_lora_rank >= 1
             and spec.q_lora_rank >= 1 and spec.hc_streams >= 1 and spec.hc_sinkhorn_iters >= 1
             and set(kinds) <= {"S", "Q", "H"} and len(kinds) == spec.n_layers
-            and spec.n_experts >= 1 and spec.top_k >= 1 and spec.d_ff_expert >= 1
+            and spec.n_experts >= 1 and spec.top_k >= 1 and spec.expert_ff >= 1
             and spec.n_shared_experts == 1 and spec.compress_csa >= 1
             and spec.compress_hca >= 1
             and ("Q" not in kinds or (spec.csa_index_heads >= 1 and spec.csa_index_dim >= 2))
@@ -2373,7 +2373,7 @@ def _deepseek_v4_family(spec: ModelSpec) -> deepseek_v4.DeepseekV4 | None:
     pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
     return deepseek_v4.DeepseekV4(
         spec.vocab_size, spec.d_model, H, dh, spec.q_lora_rank, g, spec.o_lora_rank, Dr,
-        spec.hc_streams, spec.n_experts, spec.top_k, spec.d_ff_expert, spec.compress_csa,
+        spec.hc_streams, spec.n_experts, spec.top_k, spec.expert_ff, spec.compress_csa,
         spec.compress_hca, max(spec.csa_index_heads, 1), max(spec.csa_index_dim, 2),
         "".join(kinds), spec.hc_sinkhorn_iters, spec.tie_embeddings, pa,
         grouped=spec.experts_grouped)

@@ -32,6 +32,7 @@ from transformer_calc.graph.families.bart import Bart
 from transformer_calc.graph.families.bert import HEADS, Bert, IBert, Yoso
 from transformer_calc.graph.families.cohere import Cohere
 from transformer_calc.graph.families.deberta import Deberta
+from transformer_calc.graph.families.deepseek_v4 import DeepseekV4
 from transformer_calc.graph.families.falcon import Falcon
 from transformer_calc.graph.families.fsmt import Fsmt
 from transformer_calc.graph.families.gemma import Gemma
@@ -46,7 +47,6 @@ from transformer_calc.graph.families.kimi_linear import KimiLinear
 from transformer_calc.graph.families.lfm2 import Lfm2, Lfm2Moe
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
-from transformer_calc.graph.families.deepseek_v4 import DeepseekV4
 from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
 from transformer_calc.graph.families.minimax import Minimax
 from transformer_calc.graph.families.minimax_m3 import MiniMaxM3
