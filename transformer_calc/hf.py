@@ -2455,8 +2455,18 @@ def _deepseek_v4(c: Config) -> dict[str, Any]:
     c.notes.append("its multi-token-prediction layers (num_nextn_predict_layers) are not "
                    "built by transformers 5.23: not counted")
     letters = [_V4_KINDS[t] for t in types[:L]]
+    dh = c.get("head_dim", 512)
+    # DeepseekV4Config.__post_init__: partial_rotary_factor, else the legacy
+    # qk_rope_head_dim / head_dim, else 64 / 512 (the rotated width: its inv_freq's pairs)
+    rope = c.data.get("partial_rotary_factor")
+    if rope is None:
+        legacy = c.data.get("qk_rope_head_dim")
+        rope = legacy / dh if isinstance(legacy, int) and legacy > 0 and dh else 64 / 512
+    if isinstance(rope, bool) or not isinstance(rope, int | float) or not 0 < rope <= 1:
+        raise SpecError("partial_rotary_factor", "a number in (0, 1]", rope, source=c.where)
     return dict(arch="decoder", vocab_size=c.get("vocab_size", 129280), d_model=E, n_layers=L,
-                n_heads=H, n_kv_heads=1, d_head=c.get("head_dim", 512), d_ff=0,
+                rotary_fraction=float(rope),
+                n_heads=H, n_kv_heads=1, d_head=dh, d_ff=0,
                 max_positions=c.get("max_position_embeddings", 1048576), position="rope",
                 ffn="gated", activation="silu", norm="rmsnorm", norm_position="pre",
                 tie_embeddings=c.get("tie_word_embeddings", False),

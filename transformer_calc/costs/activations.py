@@ -104,7 +104,8 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
     family = _family(spec)
     if family is None:
         return None
-    if _t5_cuda_sdpa(family, s) or _no_global_tokens(family, T):
+    if _t5_cuda_sdpa(family, s) or _no_global_tokens(family, T) \
+            or not _deepseek_v4_run(family, s, T, amp or amp16, adapted_roles):
         return None
     family = _dropout(family, s)
     if family is None:
@@ -219,6 +220,22 @@ def _t5_cuda_sdpa(family: Family, s: Settings) -> bool:
     from transformer_calc.graph.families.t5 import T5
 
     return isinstance(family, T5) and s.device == "cuda" and s.attention == "sdpa"
+
+
+def _deepseek_v4_run(family: Family, s: Settings, T: int, autocast: bool,
+                     adapted_roles: frozenset[str] | None) -> bool:
+    """Whether the graph expresses this run of DeepSeek-V4 (families/deepseek_v4.py): what
+    the measured rows ran, the CPU without autocast and without LoRA (peft's Linear over
+    its grouped o_a_proj is not DeepseekV4GroupedLinear's bmm), and at least one entry per
+    compressor (fewer tokens than a compress rate: new_zeros entries the graph does not
+    express; the rules answer)."""
+    from transformer_calc.graph.families.deepseek_v4 import DeepseekV4
+
+    if not isinstance(family, DeepseekV4):
+        return True
+    rates = [r for k, r in (("Q", family.Mc), ("H", family.Mh)) if k in family.kinds]
+    return s.device == "cpu" and not autocast and adapted_roles is None and max(
+        rates, default=1) <= T
 
 
 def _no_global_tokens(family: Family, T: int) -> bool:
@@ -379,7 +396,9 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
 
     if isinstance(family, MiniMaxM3):  # its experts' own loop (grouped_mm: unmeasured)
         return family if experts_impl(spec, s.experts) == "eager" and not autocast else None
-    if isinstance(family, NemotronH | MiMoV2Flash):  # their experts' loop or grouped_mm
+    from transformer_calc.graph.families.deepseek_v4 import DeepseekV4
+
+    if isinstance(family, NemotronH | MiMoV2Flash | DeepseekV4):  # their loop or grouped_mm
         impl = experts_impl(spec, s.experts)
         # (MiMo-V2-Flash's sigmoid router under autocast: DeepSeek-V3's, unmeasured)
         if impl not in ("eager", "grouped_mm") or (autocast and isinstance(family, MiMoV2Flash)):
@@ -656,6 +675,7 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
     for i, (name, text, stack, note) in enumerate(_templates(st, run)):
         rows.append((name, numbers[2 * i], text, "", numbers[2 * i + 1], stack, note, None, ()))
     notes: tuple[str, ...] = ()
+    from transformer_calc.graph.families.deepseek_v4 import DeepseekV4
     from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.lfm2 import Lfm2Moe
     from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
@@ -665,7 +685,8 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
     # the experts' path, as the rules say it
     if isinstance(family, Moe | Jamba | Lfm2Moe | Minimax) or (
             isinstance(family, NemotronH) and "E" in family.kinds) or (
-            isinstance(family, MiMoV2Flash) and set(family.kinds) & {"b", "d"}):
+            isinstance(family, MiMoV2Flash) and set(family.kinds) & {"b", "d"}) or (
+            isinstance(family, DeepseekV4)):
         from transformer_calc.memory import EXPERTS_NOTE
 
         # (the experts' path, as the rules say it)

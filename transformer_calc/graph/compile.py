@@ -25,7 +25,7 @@ from typing import Any
 
 from transformer_calc.graph.evaluate import Family, trace
 from transformer_calc.graph.held import held, totals
-from transformer_calc.graph.modules import Run, symbol_values
+from transformer_calc.graph.modules import WINDOWS, Run, symbol_values
 from transformer_calc.graph.names import NamedRow, named_rows, tensor_parallel
 from transformer_calc.graph.symbols import Coef, Guard, Monomial, Poly, recording
 
@@ -461,6 +461,9 @@ def sweep(family: Family, run: Run, **columns: Sequence[int]) -> dict[str, Any]:
             cols["T32"] = -(-cols["T"] // 32) * 32
             if "Q" in sizes:  # a chunked scan's chunks
                 cols["Tq"] = -(-cols["T"] // sizes["Q"])
+            for rate, windows in WINDOWS:  # DeepSeek-V4's compressed entries
+                if rate in sizes:
+                    cols[windows] = np.maximum(cols["T"] // sizes[rate], 1)
         out: dict[str, Any] = {k: np.zeros(len(cols[swept[0]]), dtype=np.int64)
                                for k in OUTPUTS}
         todo: Any = np.arange(len(cols[swept[0]]))
@@ -470,6 +473,9 @@ def sweep(family: Family, run: Run, **columns: Sequence[int]) -> dict[str, Any]:
             cols["T32"] = [-(-t // 32) * 32 for t in cols["T"]]
             if "Q" in sizes:
                 cols["Tq"] = [-(-t // sizes["Q"]) for t in cols["T"]]
+            for rate, windows in WINDOWS:
+                if rate in sizes:
+                    cols[windows] = [max(t // sizes[rate], 1) for t in cols["T"]]
         out = {k: [0] * len(cols[swept[0]]) for k in OUTPUTS}
         todo = list(range(len(cols[swept[0]])))
     args = list(cols)

@@ -19,6 +19,7 @@ from transformer_calc.graph.families import (
     bert,
     cohere,
     deberta,
+    deepseek_v4,
     falcon,
     falcon_h1,
     flint,
@@ -71,7 +72,8 @@ Family = (gpt2.GPT2 | paper.Paper | llama.Llama | bert.Bert | moe.Moe | gemma.Ge
           | gemma4.Gemma4 | lfm2.Lfm2 | lfm2.Lfm2Moe | minimax.Minimax
           | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear | whisper.Whisper
           | t5gemma.T5Gemma | qwen3_next.Qwen3Next | gptlike.GPTBigCode | gptlike.OpenAIGPT
-          | gptlike.Ctrl | gptlike.GPTNeo | gptlike.Mpt | gptlike.GraniteSwa)
+          | gptlike.Ctrl | gptlike.GPTNeo | gptlike.Mpt | gptlike.GraniteSwa
+          | deepseek_v4.DeepseekV4)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -101,7 +103,8 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     gptlike.Ctrl: gptlike.ctrl_forward, gptlike.GPTNeo: gptlike.neo_forward,
     gptlike.Mpt: gptlike.mpt_forward, gptlike.GraniteSwa: gptlike.granite_swa_forward,
     modernbert.ModernBertDecoder: modernbert.decoder_forward, lfm2.Lfm2: lfm2.forward,
-    lfm2.Lfm2Moe: lfm2.moe_forward, minimax.Minimax: minimax.forward}
+    lfm2.Lfm2Moe: lfm2.moe_forward, minimax.Minimax: minimax.forward,
+    deepseek_v4.DeepseekV4: deepseek_v4.forward}
 
 
 @dataclass(frozen=True)
@@ -2356,13 +2359,63 @@ def _minimax_family(spec: ModelSpec) -> minimax.Minimax | None:
                            spec.experts_grouped)
 
 
+# DeepSeek-V4 (DeepseekV4ForCausalLM): its attention's ranks, groups and compressors, the
+# hyper-connections' streams, the experts and the shared one, the rotated fraction
+_READS["deepseek_v4"] = _METADATA | _COMMON | {
+    "n_kv_heads", "d_head", "q_lora_rank", "attention_sinks", "sliding_window",
+    "layer_attention", "n_experts", "top_k", "d_ff_expert", "n_shared_experts", "hc_streams",
+    "compress_csa", "compress_hca", "csa_index_heads", "csa_index_dim", "csa_index_topk",
+    "o_groups", "o_lora_rank", "swiglu_clamp", "hc_sinkhorn_iters", "norm_fp32",
+    "softmax_sink_column", "softmax_row_max", "sdpa_path", "rotary_fraction", "norm_position",
+    "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
+
+
+def _deepseek_v4_family(spec: ModelSpec) -> deepseek_v4.DeepseekV4 | None:
+    """DeepseekV4ForCausalLM (model type deepseek_v4), eager attention only: one K=V head
+    over a sliding window with sinks, low-rank Q, the grouped low-rank output, compressed
+    entries on its Q and H layers, hc_streams residual streams, experts behind the
+    sqrt-softplus router with one shared expert, the clamped SwiGLU; no biases."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "deepseek_v4":
+        return None
+    kinds = [k[0] for k in layer_kinds_in_order(spec, spec.n_layers)]
+    H, dh, g = spec.n_heads, spec.head_dim, spec.o_groups
+    dim = int(dh * spec.rotary_fraction)  # the rotated width: inv_freq's pairs, doubled
+    Dr = 2 * ((dim + 1) // 2)
+    if not (spec.norm == "rmsnorm" and spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.swiglu_clamp
+            and spec.norm_position == "pre" and not spec.dropout and not spec.sdpa_path
+            and spec.attention_sinks and spec.softmax_sink_column and spec.softmax_row_max
+            and spec.n_kv_heads == 1 and H >= 1 and dh >= 2 and 2 <= Dr <= dh
+            and g >= 1 and (H * dh) % g == 0 and spec.o_lora_rank >= 1
+            and spec.q_lora_rank >= 1 and spec.hc_streams >= 1 and spec.hc_sinkhorn_iters >= 1
+            and set(kinds) <= {"S", "Q", "H"} and len(kinds) == spec.n_layers
+            and spec.n_experts >= 1 and spec.top_k >= 1 and spec.expert_ff >= 1
+            and spec.n_shared_experts == 1 and spec.compress_csa >= 1
+            and spec.compress_hca >= 1
+            and ("Q" not in kinds or (spec.csa_index_heads >= 1 and spec.csa_index_dim >= 2))
+            and not _biased(spec)
+            and not _unread(spec, "deepseek_v4")):
+        raise TcalcError(f"{spec.name}: no op graph for this deepseek_v4 layout (the graph "
+                         "engine covers DeepseekV4ForCausalLM's own layout, eager attention)")
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return deepseek_v4.DeepseekV4(
+        spec.vocab_size, spec.d_model, H, dh, spec.q_lora_rank, g, spec.o_lora_rank, Dr,
+        spec.hc_streams, spec.n_experts, spec.top_k, spec.expert_ff, spec.compress_csa,
+        spec.compress_hca, max(spec.csa_index_heads, 1), max(spec.csa_index_dim, 2),
+        "".join(kinds), spec.hc_sinkhorn_iters, spec.tie_embeddings, pa,
+        grouped=spec.experts_grouped)
+
+
 # the mappers family_of asks, in order (a MoE spec is the experts' family, not Llama's; an
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gptlike, _ctrl, _gpt_neo, _mpt, _granite_swa, _gpt2, _opt,
     _biogpt, _xglm, _trocr, _whisper, _t5gemma,
-    _gemma4_family, _gemma3n_family, _kimi_linear_family, _mla_family, _qwen3_next_family,
+    _gemma4_family, _gemma3n_family, _kimi_linear_family, _deepseek_v4_family, _mla_family,
+    _qwen3_next_family,
     _jamba_family, _olmo_hybrid_family, _nemotron_h_family, _mimo_v2_flash_family,
     _minimax_m3_family, _lfm2_family, _minimax_family, _moe_family, _mamba_family,
     _bamba_family, _falcon_h1_family,

@@ -16,6 +16,8 @@ from transformer_calc.graph.tensor import F32, DType, Tensor
 from transformer_calc.graph.trace import Trace
 
 RECOMPUTE = ("none", "selective", "full")
+# DeepSeek-V4's compress rates and their windows' symbols, T // rate
+WINDOWS = (("Mc", "Wc"), ("Mh", "Wh"))
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,10 @@ def symbol_values(run: Run, sizes: dict[str, int]) -> dict[str, int]:
         out["Tq"] = -(-run.seq_len // sizes["Q"])
     if "Gb" in sizes:  # LongT5's transient-global blocks: T / Gb rounded down
         out["Tg"] = run.seq_len // sizes["Gb"]
+    for rate, windows in WINDOWS:  # DeepSeek-V4's compressed entries: one per rate
+        if rate in sizes:  # tokens, T / rate rounded down (at least 1: a layout without
+            # that compressor has no such term, one with it guards T >= rate)
+            out[windows] = max(run.seq_len // sizes[rate], 1)
     if run.lora is not None:
         out["r"] = run.lora.rank
     for name, v in out.items():

@@ -32,6 +32,7 @@ from transformer_calc.graph.families.bart import Bart
 from transformer_calc.graph.families.bert import HEADS, Bert, IBert, Yoso
 from transformer_calc.graph.families.cohere import Cohere
 from transformer_calc.graph.families.deberta import Deberta
+from transformer_calc.graph.families.deepseek_v4 import DeepseekV4
 from transformer_calc.graph.families.falcon import Falcon
 from transformer_calc.graph.families.fsmt import Fsmt
 from transformer_calc.graph.families.gemma import Gemma
@@ -290,6 +291,80 @@ def _nemotron_scope(s: Saved, kinds: str) -> Saved:
     return replace(s, scope=scope)
 
 
+# DeepSeek-V4's RMSNorms (DeepseekV4RMSNorm: the weight's product in fp32), by module
+_V4_NORMS = {"input_layernorm": "attn.norm", "post_attention_layernorm": "ffn.norm",
+             "self_attn.q_a_norm": "attn.q_a_norm", "self_attn.kv_norm": "attn.kv_norm",
+             "self_attn.compressor.kv_norm": "attn.compressor_norm"}
+# its hyper-connections' storages by role (families/deepseek_v4.py): the streams (or their
+# fp32 copy), the weightless norm (1/rms, its cast, the normed streams the projection
+# reads), the projection's fp32 weight, its outputs and sigmoids, the Sinkhorn divisions
+_V4_HC = {"pow.self": "streams", "rsqrt.result": "norm", "mm.self": "norm",
+          "mm.mat2": "weight_fp32", "sigmoid.result": "weights", "softmax.result": "sinkhorn",
+          "div.self": "sinkhorn", "div.other": "sinkhorn"}
+# its attention core's and compressors' storages by role
+_V4_ATTN = {"max.indices": "row_max_indices", "softmax.result": "probs",
+            "bmm.mat2": "kv", "pow.self": "q_b_norm", "rsqrt.result": "q_b_norm"}
+
+
+def _deepseek_v4(scope: str, role: str, s: Saved) -> str | None:
+    """DeepSeek-V4's storages (families/deepseek_v4.py) named as the rules name them, or
+    None for those the generic names cover (the embeddings, the experts, the loss)."""
+    st = s.storage
+    layer = _LAYER.match(scope)
+    rest = (layer.group(2) or "") if layer else ""
+    if scope == "model.hc_head":
+        return "head.hc." + ("weight_fp32" if role == "mul.other" and st.op == "to" else
+                             "streams" if role == "mul.other" else
+                             "weights" if role in ("mul.self", "sigmoid.result") else
+                             _V4_HC[role])
+    if layer is None:
+        return None
+    if rest in _V4_NORMS:
+        return "decoder." + _NORM_PARTS_V4.get(role, "normalized").join(
+            (_V4_NORMS[rest] + ".", ""))
+    hc = rest.split(".")[0]
+    if hc in ("attn_hc", "ffn_hc"):
+        if rest.endswith(".mix"):
+            return f"decoder.{hc}.mix"
+        if role == "mul.other":  # the collapse's streams, or the norm's 1/rms cast
+            return f"decoder.{hc}." + ("norm" if st.op == "to" else "streams")
+        if role == "mul.self":  # the projection's output the scales read, or pre
+            return f"decoder.{hc}.weights"
+        return f"decoder.{hc}.{_V4_HC[role]}"
+    if rest in ("self_attn.q_a_proj", "self_attn.kv_proj") or rest.startswith(
+            "self_attn.compressor.") and role == "mm.self":
+        return "decoder.attn.input"
+    if rest == "self_attn.q_b_proj":
+        return "decoder.attn.q_b_input"
+    if rest == "self_attn.o_a_proj":
+        return "decoder.attn.o_a_input"
+    if rest == "self_attn.o_b_proj":
+        return "decoder.attn.o_b_input"
+    if rest == "self_attn.compressor":
+        if role == "mul.other" and not st.dtype.floating or st.op == "":
+            return "decoder.attn.compressor_rope_cos_sin"
+        return "decoder.attn." + ("compressor_kv" if role == "mul.self" else
+                                  "compressor_weights")
+    if rest == "self_attn":
+        if role == "mul.other" and st.op == "":  # cos and sin, repeat_interleaved
+            return "decoder.attn.rope_cos_sin"
+        if role in ("mul.self", "mul.other"):  # q_b's output and 1/rms (cast)
+            return "decoder.attn.q_b_norm"
+        if role == "bmm.self":  # the rotated Q (a cat) or V repeated
+            return "decoder.attn." + ("q" if st.op == "cat" else "kv")
+        return "decoder.attn." + _V4_ATTN[role]
+    if rest == "mlp.gate":
+        return "decoder.ffn." + ("input" if role == "mm.self" else "router")
+    if rest.startswith("mlp.shared_experts"):
+        return "decoder.ffn.shared." + ("out_input" if role == "mm.self" else
+                                        "clamp_inputs" if role == "clamp.self" else
+                                        "activation")
+    return None
+
+
+_NORM_PARTS_V4 = {"pow.self": "input_fp32", "rsqrt.result": "rstd", "mul.other": "normalized"}
+
+
 def _module(rest: str) -> str:
     """A layer-relative scope as the tables above key it: 'self_attn.q_proj' -> 'q_proj',
     'attn.c_proj' and 'mlp.c_proj' kept whole (two modules share the last name)."""
@@ -313,7 +388,12 @@ SYMBOL_NAMES = {"B": "B", "T": "T", "G": "n_groups", "Hkv": "n_kv_heads", "H": "
                 "Di": "ssm_inner",
                 "N": "ssm_state", "Kc": "ssm_conv", "Rd": "ssm_dt_rank", "Gs": "ssm_groups",
                 "Hg": "heads_per_group", "Ph": "ssm_head_dim", "Q": "ssm_chunk",
-                "Tq": "chunks", "NL": "num_labels"}
+                "Tq": "chunks", "NL": "num_labels",
+                # DeepSeek-V4 (families/deepseek_v4.py)
+                "Ns": "hc_streams", "Og": "o_groups", "Ro": "o_lora_rank",
+                "Dg": "o_group_width", "Mc": "compress_csa", "Mh": "compress_hca",
+                "Wc": "csa_entries", "Wh": "hca_entries", "Ih": "csa_index_heads",
+                "Id": "csa_index_dim"}
 # what each component is, beside its formula (no symbol names inside: they are words here)
 DESCRIPTIONS = {
     "embed.token_ids": "int64 indices", "embed.position_ids": "int64 positions",
@@ -568,7 +648,7 @@ class _Namer:
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
         self.moe = isinstance(family, Moe | Jamba | NemotronH | MiMoV2Flash | MiniMaxM3
-                              | Lfm2Moe | Minimax)
+                              | Lfm2Moe | Minimax | DeepseekV4)
         self.lightning = isinstance(family, Minimax)
         # Nemotron-H: every layer's module is `mixer`, named by the layer's kind
         self.nemotron = family.kinds if isinstance(family, NemotronH) else ""
@@ -584,6 +664,7 @@ class _Namer:
         self.out_gate = isinstance(family, Qwen3Next)
         self.gemma4 = isinstance(family, Gemma4)
         self.gemma3n = isinstance(family, Gemma3n)
+        self.deepseek_v4 = isinstance(family, DeepseekV4)
 
     def _scores(self, s: Saved) -> bool:
         """Whether the op that saved s made the scores (Q·Kᵀ: a T² output) rather than
@@ -595,6 +676,10 @@ class _Namer:
         scope, role = s.scope, s.role
         if role == "checkpoint.input":
             return self._checkpoint_input(s)
+        if self.deepseek_v4:
+            named = _deepseek_v4(scope, role, s)
+            if named is not None:
+                return named
         if self.nemotron:
             s = _nemotron_scope(s, self.nemotron)
             scope = s.scope

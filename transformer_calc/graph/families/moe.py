@@ -252,11 +252,12 @@ def _sparsemixer(m: Builder, flat: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
-                  act: Callable[[Tensor], Tensor] = ops.silu, fp32_gate: bool = False
-                  ) -> Tensor:
+                  act: Callable[[Tensor], Tensor] = ops.silu, fp32_gate: bool = False,
+                  apply_gate: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
     """MixtralExperts.forward (the Qwen experts' is the same; Gemma4TextExperts' with
     act GELU), its loop over the experts hit run once for all n = K·B·T slots (module
-    docstring). fp32_gate: the class's _apply_gate in fp32 (BeamExperts: _gate)."""
+    docstring). fp32_gate: the class's _apply_gate in fp32 (BeamExperts: _gate);
+    apply_gate: a class's own _apply_gate(gate, up) (DeepseekV4Experts' clamps)."""
     gate_up, down = _expert_weights(m, flat.shape[-1])
     n = chosen.shape[0] * chosen.shape[1]
     final = m.trace.tensor(flat.shape, flat.dtype, False)  # torch.zeros_like(hidden_states)
@@ -265,7 +266,7 @@ def eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
     top_k_pos, token_idx = (ops.select(pairs, 1, j) for j in (0, 1))
     state = ops.index(flat, [token_idx])
     gate, up = ops.split(ops.linear(state, _expert_slice(m, gate_up())), m["Fe"], -1)
-    h = _gate(m, gate, up, act, fp32_gate)
+    h = apply_gate(gate, up) if apply_gate else _gate(m, gate, up, act, fp32_gate)
     h = ops.linear(h, _expert_slice(m, down()))
     h = ops.mul(h, ops.unsqueeze(ops.index(weights, [token_idx, top_k_pos]), -1))
     return ops.index_add_(final, token_idx, ops.to(h, final.dtype))
@@ -287,11 +288,11 @@ def _expert_slice(m: Builder, w: Tensor) -> Tensor:
 
 
 def grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
-                    act: Callable[[Tensor], Tensor] = ops.silu, fp32_gate: bool = False
-                    ) -> Tensor:
+                    act: Callable[[Tensor], Tensor] = ops.silu, fp32_gate: bool = False,
+                    apply_gate: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
     """grouped_mm_experts_forward (integrations/moe.py), the weights not transposed
     (is_transposed False: weight.transpose(-2, -1), a view); act: the experts' act_fn;
-    fp32_gate: the class's _apply_gate in fp32 (_gate)."""
+    fp32_gate: the class's _apply_gate in fp32 (_gate); apply_gate: a class's own."""
     X, E, Fe = m["X"], flat.shape[-1], m["Fe"]
     read_gate_up, read_down = _expert_weights(m, E)
     N, K = chosen.shape
@@ -310,7 +311,7 @@ def grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
     h = ops.grouped_mm(ops.to(selected, gate_up.dtype), ops.transpose(gate_up, -2, -1),
                        offsets)
     gate, up = ops.split(h, Fe, -1)  # self._apply_gate
-    a = _gate(m, gate, up, act, fp32_gate)
+    a = apply_gate(gate, up) if apply_gate else _gate(m, gate, up, act, fp32_gate)
     down = read_down()
     h = ops.grouped_mm(ops.to(a, down.dtype), ops.transpose(down, -2, -1), offsets)
     weighted = ops.mul(h, ops.unsqueeze(sample_weights, -1))
