@@ -109,7 +109,9 @@ def test_compiled_equals_traced_on_random_draws() -> None:
 
 
 @pytest.mark.parametrize("settings", [
-    dict(), dict(precision="bf16"), dict(recompute="full"), dict(recompute="selective"),
+    dict(), dict(mixed=True, precision="bf16"), dict(mixed=True, precision="bf16", batch_size=1),
+    dict(precision="bf16"),
+    dict(recompute="full"), dict(recompute="selective"),
     dict(tp=2, gpus=2, precision="bf16"), dict(device="cpu", precision="fp32"),
     dict(precision="bf16", attention="eager")], ids=str)
 def test_the_presets_runs_read_the_graph(settings: dict,
@@ -123,5 +125,5 @@ def test_the_presets_runs_read_the_graph(settings: dict,
     from transformer_calc.memory import Settings
 
     report = memory_report(load_model("transformer-big"),
-                           Settings(batch_size=2, seq_len=256, **settings))
+                           Settings(**{"batch_size": 2, "seq_len": 256, **settings}))
     assert report.activations.total > 0

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from transformer_calc.graph.tensor import F32, DType, Tensor, preserve_strides
+from transformer_calc.graph.tensor import F32, DType, Tensor, numel_of, preserve_strides
 
 if TYPE_CHECKING:
     from transformer_calc.graph.trace import Trace
@@ -48,7 +48,10 @@ def _cast(t: Tensor, dtype: DType) -> Tensor:
     if not t.dtype.floating or t.dtype == dtype:
         return t
     tr = t.trace
-    if t.storage.kind != "param":
+    # cached_cast caches a leaf that requires grad: the parameter itself, not a slice of it
+    # (nn.MultiheadAttention's w_q and w_kv of in_proj_weight are cast at every call)
+    whole = t.offset == 0 and numel_of(t.shape).value == t.storage.numel.value
+    if t.storage.kind != "param" or not whole:
         return ops.to(t, dtype)
     key = (id(t.storage), dtype)
     if key not in tr.weight_casts:

@@ -408,6 +408,8 @@ DESCRIPTIONS = {
     "decoder.attn.input": "Q/K/V matmul input",
     "decoder.cross.input": "Q matmul input",
     "decoder.cross.kv_input": "the encoder's output copied for K and V, per layer",
+    "decoder.cross.weight_cast": "autocast's 16-bit copies of in_proj_weight's slices (a "
+    "slice is cast at every call: only a parameter itself is cached)",
     "decoder.ffn.dropout_mask": "the FFN's inner dropout mask",
     "decoder.attn.qkv_output": "fused output, Q, K and V views of it",
     "decoder.attn.qkv": "the kernel's query, key and value",
@@ -1049,6 +1051,8 @@ class _Namer:
         sub, part = _PAPER_MODULES[rest]
         if part:
             return f"{stack}.{sub}.{part}"
+        if role in ("mm.mat2", "addmm.mat2"):  # autocast's cast of an in_proj slice
+            return f"{stack}.{sub}.weight_cast"
         if role in ("mm.self", "addmm.self"):  # in_proj's input (copied from its (T, B,
             # E) view, unless B = 1 makes that view contiguous)
             width = product(self.ops[s.op_index].shape).poly
