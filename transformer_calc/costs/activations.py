@@ -89,6 +89,10 @@ LORA_NOTE = ("LoRA: the frozen base keeps only what its inputs' gradients need; 
              "keeps its input and the B·T·r output of lora_A")
 KEPT_NOTE = "kept per layer (full recomputation)"
 KERNEL_NOTE = "from the kernel's source, not measured on a GPU"
+FLASH_NOTE = ("flash_attention_2 runs flash-attn 2's FlashAttnFunc: it keeps q, k, v (K/V "
+              "heads not repeated), the output and a B·H·T log-sum-exp in fp32, and a 16-byte "
+              "RNG state; a sliding window is its window_size (from the kernel's source, not "
+              "measured on a GPU)")
 
 
 def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16: bool,
@@ -103,6 +107,8 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
         return None
     family = _family(spec)
     if family is None:
+        return None
+    if s.attention == "flash" and not _flash_attention_2(spec, family):
         return None
     if _t5_cuda_sdpa(family, s) or _no_global_tokens(family, T):
         return None
@@ -167,16 +173,36 @@ def _family(spec: ModelSpec) -> Family | None:
 
 def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
     """The settings the graph models: transformers' eager or SDPA attention with torch's
-    kernel choice, dense attention (or a pattern whose keys cover the sequence),
-    transformers' layers, an unquantised base or a bitsandbytes one (_bnb)."""
+    kernel choice or its flash_attention_2 on CUDA (_flash_attention_2), dense attention
+    (or a pattern whose keys cover the sequence: --attention-pattern describes a
+    block-sparse kernel transformers does not run), transformers' layers, an unquantised
+    base or a bitsandbytes one (_bnb)."""
     from transformer_calc.flops import pattern_keys
 
     dense = (pattern is None or getattr(pattern, "kind", "dense") == "dense"
              or pattern_keys(pattern, T) == T)  # type: ignore[arg-type]
-    return (dense and s.attention in ("eager", "sdpa")
-            and (spec.sdpa_path or s.attention == "eager")
+    flash = s.attention == "flash" and s.device == "cuda"
+    return (dense and (s.attention in ("eager", "sdpa") or flash)
+            and (spec.sdpa_path or s.attention != "sdpa")
             and s.device in ("cpu", "cuda") and s.activations == "hf"
             and (not s.quant or _bnb(s) is not None) and (bool(s.quant) or not s.bnb_legacy))
+
+
+def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
+    """Whether the graph runs this model under transformers' flash_attention_2: its class
+    takes it (_supports_flash_attn, hf_defaults.NO_FLASH lists those that do not: the rules
+    answer them, as for a class without an SDPA path) and the family's forward has the
+    flash branch (graph/flash.py): the Llama graph and the MoE families on its layers,
+    DiffLlama's two attention calls aside."""
+    from transformer_calc.graph.families.llama import Llama
+    from transformer_calc.graph.families.moe import Moe
+    from transformer_calc.hf_defaults import NO_FLASH
+
+    if spec.model_type in NO_FLASH:
+        return False
+    if type(family) is Llama:
+        return not family.differential
+    return type(family) is Moe
 
 
 def _bnb(s: Settings) -> str | None:
@@ -679,6 +705,8 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
         how = "as torch picks it" if run.sdpa_kernel == "auto" else "forced by --sdpa-kernel"
         notes += tuple(f"sdpa on {run.device} runs {k} ({how}): {KERNELS[k]}"
                        for k in sorted(st.kernels))
+    if run.attention == "flash":
+        notes += (FLASH_NOTE,)
     if run.lora is not None:
         notes += (LORA_NOTE,)
     if run.recompute == "selective":
