@@ -76,6 +76,38 @@ def test_the_kernel_keeps_what_flash_attn_func_saves(dtype: object) -> None:
     assert flash.activation_bytes == sdpa.activation_bytes + L * 16
 
 
+def _attn_rows(spec: ModelSpec, run: Run) -> dict[str, int]:
+    """The attention's rows summed over the layer kinds (decoder.sliding.attn.qkv, ...)."""
+    out: dict[str, int] = {}
+    for name, nbytes in by_name(component_rows(family_of(spec), run)).items():
+        if ".attn." in name:
+            part = name.rsplit(".attn.", 1)[1]
+            out[part] = out.get(part, 0) + nbytes
+    return out
+
+
+@pytest.mark.parametrize(("config", "sizes"), [
+    # (L, H, Hkv, d, what q, k, v keep: GPT-2's are views of c_attn's (B, T, 3·E) output)
+    ("gpt2-n-inner.json", (2, 8, 8, 32)),
+    ("gemma2-bias-untied.json", (4, 4, 2, 16)),  # soft-capped: SDPA refuses, flash not
+    ("gemma3_text-layer-types.json", (4, 4, 1, 32)),  # sliding and full layers
+    ("vaultgemma-tiny.json", None)])
+def test_the_other_families_keep_the_same_set(config: str, sizes: tuple[int, ...] | None
+                                               ) -> None:
+    spec = _spec(config)
+    fam = family_of(spec)
+    if sizes is None:
+        sizes = (fam.L, fam.H, fam.Hkv, fam.dh)  # type: ignore[union-attr]
+    L, H, Hkv, d = sizes
+    B, T = 2, 64
+    rows = _attn_rows(spec, Run(B, T, BF16, "cuda", "flash"))
+    assert rows["qkv"] == L * B * T * (H + 2 * Hkv) * d * 2
+    assert rows["out"] == L * B * T * H * d * 2
+    assert rows["logsumexp"] == L * B * H * T * 4
+    assert rows["rng_state"] == L * 16
+    assert "mask" not in rows
+
+
 def test_a_head_dim_off_the_multiple_of_8_is_padded() -> None:
     # head_dim 20: q, k, v padded to 24 (F.pad: new tensors, kept instead of the unpadded
     # ones), out_padded (B, T, H, 24) and its [..., :20] view, which the reshape before

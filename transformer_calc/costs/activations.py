@@ -192,8 +192,10 @@ def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
     """Whether the graph runs this model under transformers' flash_attention_2: its class
     takes it (_supports_flash_attn, hf_defaults.NO_FLASH lists those that do not: the rules
     answer them, as for a class without an SDPA path) and the family's forward has the
-    flash branch (graph/flash.py): the Llama graph and the MoE families on its layers,
-    DiffLlama's two attention calls aside."""
+    flash branch (graph/flash.py): the Llama graph and the MoE families on its layers
+    (DiffLlama's two attention calls aside), Gemma 1-3 and VaultGemma, GPT-2."""
+    from transformer_calc.graph.families.gemma import Gemma
+    from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.hf_defaults import NO_FLASH
@@ -202,7 +204,7 @@ def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
         return False
     if type(family) is Llama:
         return not family.differential
-    return type(family) is Moe
+    return type(family) in (Moe, Gemma, GPT2)
 
 
 def _bnb(s: Settings) -> str | None:
