@@ -108,6 +108,37 @@ def test_the_other_families_keep_the_same_set(config: str, sizes: tuple[int, ...
     assert "mask" not in rows
 
 
+@pytest.mark.parametrize("config", ["neox-sequential-nobias.json", "phi-gqa-tied.json",
+                                    "stablelm-parallel.json", "persimmon-qknorm.json",
+                                    "cohere-qknorm.json", "cohere2-tiny.json",
+                                    "cohere2_moe-tiny.json", "mixtral-top1.json"])
+def test_flash_differs_from_sdpas_flash_kernel_by_the_rng_state(config: str) -> None:
+    # where SDPA on CUDA runs its flash kernel (16-bit, no mask, GQA in the kernel) it keeps
+    # what FlashAttnFunc keeps but the (2,) int64 RNG state
+    fam = family_of(_spec(config))
+    flash = by_name(component_rows(fam, Run(2, 64, BF16, "cuda", "flash")))
+    sdpa = by_name(component_rows(fam, Run(2, 64, BF16, "cuda", "sdpa")))
+    rng = {n: flash.pop(n) for n in list(flash) if n.endswith("attn.rng_state")}
+    assert sum(rng.values()) == 16 * fam.L  # type: ignore[union-attr]
+    assert flash == sdpa
+
+
+def test_the_latent_attentions_value_is_padded_to_the_querys_head_dim() -> None:
+    # minicpm3-tiny: 3 layers, H 2, query/key heads of dq = 64 + 32, values of dv = 8.
+    # flash_attention_forward pads V to dq (F.pad: a new tensor the kernel keeps) and crops
+    # the output (attn_output[..., :v_head_dim], a view), which the reshape before o_proj
+    # copies; SDPA's memory-efficient kernel takes dv as it is
+    spec = _spec("minicpm3-tiny.json")
+    L, H, dq, dv, B, T = 3, 2, 96, 8, 2, 64
+    rows = by_name(component_rows(family_of(spec), Run(B, T, BF16, "cuda", "flash")))
+    assert rows["decoder.attn.qkv"] == L * B * T * 3 * H * dq * 2
+    assert rows["decoder.attn.out"] == L * B * T * H * dq * 2
+    assert rows["decoder.attn.o_input"] == L * B * T * H * dv * 2
+    # FLOPs as flops.py counts them: scores over dq, values over dv (the padding is zeros)
+    r = evaluate(family_of(spec), Run(B, T, BF16, "cuda", "flash"))
+    assert r.forward_flops == B * T * count_flops(spec, T).total
+
+
 def test_a_head_dim_off_the_multiple_of_8_is_padded() -> None:
     # head_dim 20: q, k, v padded to 24 (F.pad: new tensors, kept instead of the unpadded
     # ones), out_padded (B, T, H, 24) and its [..., :20] view, which the reshape before
@@ -175,11 +206,13 @@ def test_fp32_into_the_kernel_is_refused() -> None:
 
 def test_families_without_the_flash_branch_keep_the_rules() -> None:
     s = Settings(precision="bf16", seq_len=64, attention="flash")
-    assert activations.graph_activations(load_model("gpt2"), s, 64, amp=False, amp16=False,
-                                         adapted_roles=None) is None
-    # DiffLlama's two attention calls over V's halves: not on the graph's flash branch
-    assert activations.graph_activations(_spec("diffllama-tiny.json"), s, 64, amp=False,
-                                         amp16=False, adapted_roles=None) is None
+    # GPT-J's, Falcon's and GPT-Neo's classes run FlashAttention2 classes of their own (not
+    # transcribed); DiffLlama two attention calls over V's halves; GPT-NeoX-Japanese's class
+    # has no flash_attention_2 (_supports_flash_attn false: hf_defaults.NO_FLASH)
+    for config in ("gptj-tiny.json", "falcon-new-rope.json", "gpt_neo-local.json",
+                   "diffllama-tiny.json", "gpt_neox_japanese-tiny.json"):
+        assert activations.graph_activations(_spec(config), s, 64, amp=False, amp16=False,
+                                             adapted_roles=None) is None, config
     # the MoE family runs Llama's attention: on the graph
     for config in ("mixtral-top1.json", "qwen2_moe-tiny.json"):
         acts = activations.graph_activations(_spec(config), s, 64, amp=False, amp16=False,

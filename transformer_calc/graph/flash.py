@@ -16,14 +16,19 @@ query meets min(T, sliding_window) keys. The output is (B, T, H, d), not transpo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import autocast, ops
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import F32, Tensor
 
+if TYPE_CHECKING:
+    from transformer_calc.graph.modules import Builder
 
-def flash_attention_forward(q: Tensor, k: Tensor, v: Tensor, *, sliding_window: int = 0,
-                            softcap: float = 0.0) -> Tensor:
+
+def flash_attention_forward(m: Builder, q: Tensor, k: Tensor, v: Tensor, *,
+                            sliding_window: int = 0, softcap: float = 0.0) -> Tensor:
     """flash_attention_forward over q (B, H, T, d), k and v (B, Hkv, S, d): the attention's
     output (B, T, H, dv). The kernel regenerates its dropout from rng_state, so the
     dropout probability changes nothing saved; softcap is a kernel argument too (no
@@ -35,10 +40,12 @@ def flash_attention_forward(q: Tensor, k: Tensor, v: Tensor, *, sliding_window: 
     d, dv = q.shape[-1], v.shape[-1]
     if dv.value != d.value:  # pad `value` up to the query head dim (MLA)
         v = ops.pad(v, d + dv * -1)
-    target = autocast.lower_precision(q.trace) if q.dtype == F32 else None
-    if target is not None:  # fa_peft_integration_check
+    if q.dtype == F32:  # get_target_dtype, then fa_peft_integration_check
+        # (the model's dtype is its linears' weights'; peft's lora.Linear puts the base
+        # layer, in that dtype, before its fp32 adapters in module.modules())
+        target = autocast.lower_precision(q.trace) or m.run.dtype
         q, k, v = (ops.to(t, target) for t in (q, k, v))
     S = k.shape[1]
     keys = Dim.const(sliding_window) if sliding_window and S.value > sliding_window else S
-    out = ops.flash_attn_func(q, k, v, keys)
+    out = ops.flash_attn_func(q, k, v, keys, dv)
     return ops.narrow(out, -1, 0, dv) if dv.value != d.value else out

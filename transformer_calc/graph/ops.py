@@ -824,7 +824,8 @@ def function(name: str, inputs: list[Tensor], saved: list[Tensor], out: Tensor) 
     return out
 
 
-def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, keys: Dim) -> Tensor:
+def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, keys: Dim, dv: Dim | None = None
+                    ) -> Tensor:
     """flash-attn 2.x's flash_attn_func, FlashAttnFunc (flash-attn 2.8.4,
     flash_attn/flash_attn_interface.py, Dao-AILab/flash-attention 0251105) as ONE op: q
     (B, T, H, d), k and v (B, S, Hkv, d), K/V heads not repeated (the kernel groups them).
@@ -835,7 +836,8 @@ def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, keys: Dim) -> Tensor:
     mask is regenerated from it in backward); ctx.save_for_backward(q, k, v, out_padded,
     softmax_lse, rng_state). It returns out_padded[..., :d], a view. keys: the keys a
     query meets (S, or the sliding window window_size bounds it to). FLOPs: the score and
-    value products over those keys, 2·B·H·T·keys·d each over the unpadded head dim, as
+    value products over those keys, 2·B·H·T·keys·d and 2·B·H·T·keys·dv over the model's
+    head dims (dv: the value's before transformers padded it; the padding is zeros), as
     flops.py counts attention (FlopCounterMode has no formula for the custom op and counts
     none). From the kernel's source, not measured on a GPU."""
     B, T, H, d = q.shape
@@ -858,7 +860,7 @@ def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, keys: Dim) -> Tensor:
     tr.record("FlashAttnFunc", out_padded,
               [("q", q, True), ("k", k, True), ("v", v, True), ("out_padded", out_padded, True),
                ("softmax_lse", lse, True), ("rng_state", rng_state, True)],
-              flops=4 * B * H * T * keys * d)
+              flops=2 * B * H * T * keys * d + 2 * B * H * T * keys * (dv or d))
     return narrow(out_padded, -1, 0, d) if extra else out_padded
 
 

@@ -185,7 +185,7 @@ def _attention(m: Builder, cfg: Gemma, x: Tensor, rope: tuple[Tensor, Tensor],
                               dropout=cfg.attention_dropout, scaling=scaling,
                               softcap=cfg.attn_softcap)
     elif m.run.attention == "flash":
-        out = flash_attention_forward(q, k, v, sliding_window=window,
+        out = flash_attention_forward(m, q, k, v, sliding_window=window,
                                       softcap=cfg.attn_softcap)
     else:
         out = sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout, scaling=scaling,

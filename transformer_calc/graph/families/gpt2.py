@@ -94,7 +94,7 @@ def _attention(m: Builder, cfg: GPT2, x: Tensor, mask: Tensor | None) -> Tensor:
         if mask is not None:
             out = _eager(m, cfg, q, k, v, mask)
         elif m.run.attention == "flash":  # flash_attention_2: (B, T, H, dh) out
-            out = flash_attention_forward(q, k, v)
+            out = flash_attention_forward(m, q, k, v)
         else:
             # sdpa_attention_forward: no mask (is_causal), the output made contiguous
             out = scaled_dot_product_attention(q, k, v, is_causal=True,

@@ -329,7 +329,7 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
         out = eager_attention(m, q, repeat_kv(k, G), repeat_kv(v, G), mask,
                               dropout=cfg.attention_dropout, scaling=scaling)
     elif m.run.attention == "flash":
-        out = flash_attention_forward(q, k, v, sliding_window=window)
+        out = flash_attention_forward(m, q, k, v, sliding_window=window)
     else:
         out = sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout, scaling=scaling,
                              mask=mask)
