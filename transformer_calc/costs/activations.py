@@ -194,15 +194,18 @@ def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
     answer them, as for a class without an SDPA path) and the family's forward has the
     flash branch (graph/flash.py): the Llama graph and the MoE families on its layers
     (DiffLlama's two attention calls aside), Gemma 1-3 and VaultGemma, GPT-2, the
-    NeoX-style decoders (GPT-NeoX, Phi, StableLM, Persimmon), Cohere 1-2 and the latent
-    attention (DeepSeek-V2/V3 and their kin, V padded to the query's head dim)."""
+    NeoX-style decoders (GPT-NeoX, Phi, StableLM, Persimmon), Cohere 1-2, the latent
+    attention (DeepSeek-V2/V3 and their kin, V padded to the query's head dim), OPT, BioGPT
+    and GPTBigCode."""
     from transformer_calc.graph.families.cohere import Cohere, CohereMoe
     from transformer_calc.graph.families.gemma import Gemma
     from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.families.gptlike import GPTBigCode
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.mla import Mla, MlaMoe
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.families.neox import NeoX
+    from transformer_calc.graph.families.opt import OPT, BioGpt
     from transformer_calc.hf_defaults import NO_FLASH
 
     if spec.model_type in NO_FLASH:
@@ -211,7 +214,8 @@ def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
         return not family.differential
     if type(family) in (Mla, MlaMoe):  # (DSA's indexer builds a mask: no flash path)
         return not family.indexer
-    return type(family) in (Moe, Gemma, GPT2, NeoX, Cohere, CohereMoe)
+    return type(family) in (Moe, Gemma, GPT2, NeoX, Cohere, CohereMoe, OPT, BioGpt,
+                            GPTBigCode)
 
 
 def _bnb(s: Settings) -> str | None:
