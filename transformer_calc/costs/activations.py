@@ -195,8 +195,11 @@ def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
     flash branch (graph/flash.py): the Llama graph and the MoE families on its layers
     (DiffLlama's two attention calls aside), Gemma 1-3 and VaultGemma, GPT-2, the
     NeoX-style decoders (GPT-NeoX, Phi, StableLM, Persimmon), Cohere 1-2, the latent
-    attention (DeepSeek-V2/V3 and their kin, V padded to the query's head dim), OPT, BioGPT
-    and GPTBigCode."""
+    attention (DeepSeek-V2/V3 and their kin, V padded to the query's head dim), OPT,
+    BioGPT, GPTBigCode, and the BERT-style encoders (bidirectional: the kernel's causal
+    off)."""
+    from transformer_calc.graph.families.albert import Albert
+    from transformer_calc.graph.families.bert import Bert, Factorized, RoCBert
     from transformer_calc.graph.families.cohere import Cohere, CohereMoe
     from transformer_calc.graph.families.gemma import Gemma
     from transformer_calc.graph.families.gpt2 import GPT2
@@ -206,6 +209,7 @@ def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.opt import OPT, BioGpt
+    from transformer_calc.graph.families.rope_encoder import RopeEncoder
     from transformer_calc.hf_defaults import NO_FLASH
 
     if spec.model_type in NO_FLASH:
@@ -215,7 +219,7 @@ def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
     if type(family) in (Mla, MlaMoe):  # (DSA's indexer builds a mask: no flash path)
         return not family.indexer
     return type(family) in (Moe, Gemma, GPT2, NeoX, Cohere, CohereMoe, OPT, BioGpt,
-                            GPTBigCode)
+                            GPTBigCode, Bert, Factorized, RoCBert, Albert, RopeEncoder)
 
 
 def _bnb(s: Settings) -> str | None:
