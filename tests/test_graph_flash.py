@@ -128,6 +128,20 @@ def test_flash_differs_from_sdpas_flash_kernel_by_the_rng_state(config: str) -> 
     assert flash == sdpa
 
 
+@pytest.mark.parametrize(("config", "calls"), [
+    ("marian-unshared.json", 2 + 2 * 3),  # the encoder's 2 layers, the decoder's 3 (self
+    # and cross-attention)
+    ("bart-causal.json", 2), ("whisper-tiny.json", 2)])  # BartForCausalLM, Whisper's decoder
+def test_encoder_decoders_keep_what_sdpas_flash_kernel_keeps_and_the_rng_state(
+        config: str, calls: int) -> None:
+    fam = family_of(_spec(config))
+    flash = by_name(component_rows(fam, Run(2, 64, BF16, "cuda", "flash")))
+    sdpa = by_name(component_rows(fam, Run(2, 64, BF16, "cuda", "sdpa")))
+    rng = {n: flash.pop(n) for n in list(flash) if n.endswith(".rng_state")}
+    assert sum(rng.values()) == 16 * calls
+    assert flash == sdpa
+
+
 def test_the_latent_attentions_value_is_padded_to_the_querys_head_dim() -> None:
     # minicpm3-tiny: 3 layers, H 2, query/key heads of dq = 64 + 32, values of dv = 8.
     # flash_attention_forward pads V to dq (F.pad: a new tensor the kernel keeps) and crops

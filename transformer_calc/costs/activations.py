@@ -196,9 +196,10 @@ def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
     (DiffLlama's two attention calls aside), Gemma 1-3 and VaultGemma, GPT-2, the
     NeoX-style decoders (GPT-NeoX, Phi, StableLM, Persimmon), Cohere 1-2, the latent
     attention (DeepSeek-V2/V3 and their kin, V padded to the query's head dim), OPT,
-    BioGPT, GPTBigCode, and the BERT-style encoders (bidirectional: the kernel's causal
-    off)."""
+    BioGPT, GPTBigCode, the BERT-style encoders (bidirectional: the kernel's causal off),
+    BART and its kin, Whisper's decoder."""
     from transformer_calc.graph.families.albert import Albert
+    from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert, Factorized, RoCBert
     from transformer_calc.graph.families.cohere import Cohere, CohereMoe
     from transformer_calc.graph.families.gemma import Gemma
@@ -210,6 +211,7 @@ def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.opt import OPT, BioGpt
     from transformer_calc.graph.families.rope_encoder import RopeEncoder
+    from transformer_calc.graph.families.whisper import Whisper
     from transformer_calc.hf_defaults import NO_FLASH
 
     if spec.model_type in NO_FLASH:
@@ -219,7 +221,8 @@ def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
     if type(family) in (Mla, MlaMoe):  # (DSA's indexer builds a mask: no flash path)
         return not family.indexer
     return type(family) in (Moe, Gemma, GPT2, NeoX, Cohere, CohereMoe, OPT, BioGpt,
-                            GPTBigCode, Bert, Factorized, RoCBert, Albert, RopeEncoder)
+                            GPTBigCode, Bert, Factorized, RoCBert, Albert, RopeEncoder, Bart,
+                            Whisper)
 
 
 def _bnb(s: Settings) -> str | None:
