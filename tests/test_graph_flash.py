@@ -259,3 +259,29 @@ def _draw(rng: random.Random) -> tuple[Llama, Run]:
 def test_compiled_equals_traced_on_random_flash_runs() -> None:
     # window 4 or 16 against T 1 ... 73: both sides of the window's guard
     assert cache_hits_on_random_draws(_draw, 20261128, 16) >= 2
+
+
+def test_a_sparse_pattern_under_a_fused_kernel_keeps_the_dense_set() -> None:
+    # --attention-pattern names a block-sparse kernel transformers does not run: where the
+    # run's kernel keeps no score tensor (flash-attn, SDPA's flash or memory-efficient) that
+    # kernel keeps the dense set and the pattern saves compute, not memory (the rules' note);
+    # eager attention and SDPA's math kernel keep scores, which the rules answer for
+    from transformer_calc.flops import AttentionPattern
+
+    spec, T = load_model("gpt2"), 512
+    local = AttentionPattern("local", window=64)
+    for kw in ({"attention": "flash"}, {"attention": "sdpa"},
+               {"attention": "sdpa", "precision": "fp32"}):
+        s = Settings(**{"precision": "bf16", "seq_len": T, "batch_size": 2, **kw})  # type: ignore[arg-type]
+        sparse = activations.graph_activations(spec, s, T, amp=False, amp16=False,
+                                               adapted_roles=None, pattern=local)
+        dense = activations.graph_activations(spec, s, T, amp=False, amp16=False,
+                                              adapted_roles=None)
+        assert sparse is not None and dense is not None
+        assert sparse.total == dense.total
+        assert "saves compute, not memory" in sparse.notes[-1], kw
+    for kw in ({"attention": "eager"}, {"attention": "sdpa", "device": "cpu"}):  # (dropout:
+        # the CPU's math kernel)
+        s = Settings(**{"precision": "bf16", "seq_len": T, "batch_size": 2, **kw})  # type: ignore[arg-type]
+        assert activations.graph_activations(spec, s, T, amp=False, amp16=False,
+                                             adapted_roles=None, pattern=local) is None, kw
