@@ -285,3 +285,25 @@ def test_a_sparse_pattern_under_a_fused_kernel_keeps_the_dense_set() -> None:
         s = Settings(**{"precision": "bf16", "seq_len": T, "batch_size": 2, **kw})  # type: ignore[arg-type]
         assert activations.graph_activations(spec, s, T, amp=False, amp16=False,
                                              adapted_roles=None, pattern=local) is None, kw
+
+
+@pytest.mark.parametrize("config", ["gemma4_text-tiny.json", "gemma3n_text-tiny.json"])
+def test_sliding_layers_keep_no_mask_and_no_repeated_kv(config: str) -> None:
+    # T = 64 over a window of 32 (Gemma 4) or 8 (Gemma 3n): SDPA gets sdpa_mask's bool mask
+    # on the sliding layers, runs the memory-efficient kernel with K/V repeated to every
+    # head and keeps the mask as a float (B, 1, T, T); flash-attn takes the window as
+    # window_size and keeps K/V as they are, and no mask
+    fam = family_of(_spec(config))
+    flash = by_name(component_rows(fam, Run(2, 64, BF16, "cuda", "flash")))
+    sdpa = by_name(component_rows(fam, Run(2, 64, BF16, "cuda", "sdpa")))
+    assert "decoder.sliding.attn.mask" in sdpa and "decoder.sliding.attn.mask" not in flash
+    assert flash["decoder.sliding.attn.qkv"] < sdpa["decoder.sliding.attn.qkv"]
+    assert flash["decoder.full.attn.qkv"] == sdpa["decoder.full.attn.qkv"]
+    r = evaluate(fam, Run(2, 64, BF16, "cuda", "flash"))
+    assert r.forward_flops == 2 * 64 * count_flops(_spec(config), 64).total
+
+
+def test_a_head_dim_over_256_is_refused() -> None:
+    # gemma4_text-moe's full layers: global_head_dim 512 (mha_fwd: head_size <= 256)
+    with pytest.raises(TcalcError, match="head dims up to 256"):
+        evaluate(family_of(_spec("gemma4_text-moe.json")), Run(2, 64, BF16, "cuda", "flash"))

@@ -220,17 +220,19 @@ def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
 def _flash_branch(family: Family) -> bool:
     """Whether the family's forward runs every attention through one call of transformers'
     attention interface, with the flash branch (graph/flash.py): the Llama graph and the
-    MoE families on its layers (DiffLlama's two calls over V's halves aside), Gemma 1-3 and
-    VaultGemma, GPT-2, the NeoX-style decoders (GPT-NeoX, Phi, StableLM, Persimmon), Cohere
-    1-2, the latent attention (DeepSeek-V2/V3 and their kin, V padded to the query's head
-    dim; DSA's indexer builds a mask: no flash path), OPT, BioGPT, GPTBigCode, the
-    BERT-style encoders (bidirectional: the kernel's causal off), BART and its kin,
-    Whisper's decoder."""
+    MoE families on its layers (DiffLlama's two calls over V's halves aside), Gemma 1-3,
+    VaultGemma, Gemma 3n and Gemma 4 (text), GPT-2, the NeoX-style decoders (GPT-NeoX, Phi,
+    StableLM, Persimmon), Cohere 1-2, the latent attention (DeepSeek-V2/V3 and their kin,
+    V padded to the query's head dim; DSA's indexer builds a mask: no flash path), OPT,
+    BioGPT, GPTBigCode, the BERT-style encoders (bidirectional: the kernel's causal off),
+    BART and its kin, Whisper's decoder."""
     from transformer_calc.graph.families.albert import Albert
     from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert, Factorized, RoCBert
     from transformer_calc.graph.families.cohere import Cohere, CohereMoe
     from transformer_calc.graph.families.gemma import Gemma
+    from transformer_calc.graph.families.gemma3n import Gemma3n
+    from transformer_calc.graph.families.gemma4 import Gemma4
     from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.gptlike import GPTBigCode
     from transformer_calc.graph.families.llama import Llama
@@ -245,9 +247,9 @@ def _flash_branch(family: Family) -> bool:
         return not family.differential
     if type(family) in (Mla, MlaMoe):
         return not family.indexer  # type: ignore[union-attr]
-    return type(family) in (Moe, Gemma, GPT2, NeoX, Cohere, CohereMoe, OPT, BioGpt,
-                            GPTBigCode, Bert, Factorized, RoCBert, Albert, RopeEncoder, Bart,
-                            Whisper)
+    return type(family) in (Moe, Gemma, Gemma4, Gemma3n, GPT2, NeoX, Cohere, CohereMoe, OPT,
+                            BioGpt, GPTBigCode, Bert, Factorized, RoCBert, Albert,
+                            RopeEncoder, Bart, Whisper)
 
 
 def _bnb(s: Settings) -> str | None:
