@@ -196,6 +196,18 @@ def no_sdpa_types() -> list[str]:
             if not getattr(getattr(transformers, HEAD_CLASS[t]), "_supports_sdpa", False)]
 
 
+def no_flash_types() -> list[str]:
+    """The model types whose counted class has no flash_attention_2 path
+    (``_supports_flash_attn`` false): transformers refuses attn_implementation=
+    "flash_attention_2" for them."""
+    import transformers
+
+    from transformer_calc.hf import HEAD_CLASS, MAPPERS
+
+    return [t for t in sorted(MAPPERS)
+            if not getattr(getattr(transformers, HEAD_CLASS[t]), "_supports_flash_attn", False)]
+
+
 def loss_no_upcast_types() -> list[str]:
     """The model types whose counted class takes its loss without self.loss_function (whose
     ForCausalLMLoss and ForMaskedLMLoss upcast the logits to fp32): nn.CrossEntropyLoss or
@@ -471,7 +483,9 @@ def main() -> None:
               ("LOSS_NO_UPCAST", "# Losses taken in the activation dtype (no fp32 upcast of the "
                "logits)", loss_no_upcast_types()),
               ("NO_SDPA", "# Classes without an SDPA path (`_supports_sdpa` false): transformers "
-               "runs them eager", no_sdpa_types())))
+               "runs them eager", no_sdpa_types()),
+              ("NO_FLASH", "# Classes without a flash_attention_2 path (`_supports_flash_attn` "
+               "false)", no_flash_types())))
           + "\n\n# LoRA on a mixture of experts: the model types peft converts (router and fused\n"
           + "# experts adapted), by pattern (peft.utils.transformers_weight_conversion)\n"
           + "PEFT_MOE: dict[str, str] = "

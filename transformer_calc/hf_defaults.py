@@ -2627,6 +2627,16 @@ NO_SDPA: frozenset[str] = frozenset(
  'rembert', 'roformer', 'switch_transformers', 't5gemma', 'tapas', 'trocr', 'vaultgemma',
  'xglm', 'xlm', 'xlnet', 'yoso'])
 
+# Classes without a flash_attention_2 path (`_supports_flash_attn` false)
+NO_FLASH: frozenset[str] = frozenset(
+['big_bird', 'bigbird_pegasus', 'bloom', 'codegen', 'convbert', 'deberta', 'deberta-v2',
+ 'deepseek_v32', 'deepseek_v4', 'falcon_mamba', 'flaubert', 'fnet', 'fsmt', 'funnel',
+ 'glm_moe_dsa', 'gpt_neox_japanese', 'ibert', 'layoutlm', 'llama4_text', 'longformer',
+ 'longt5', 'luke', 'mamba', 'mamba2', 'megatron-bert', 'minimax_m3_vl_text', 'mllama',
+ 'mpnet', 'mpt', 'mra', 'mt5', 'mvp', 'nllb-moe', 'nystromformer', 'openai-gpt', 'rembert',
+ 'roformer', 'switch_transformers', 't5', 'tapas', 'trocr', 'umt5', 'xglm', 'xlm', 'xlnet',
+ 'yoso'])
+
 # LoRA on a mixture of experts: the model types peft converts (router and fused
 # experts adapted), by pattern (peft.utils.transformers_weight_conversion)
 PEFT_MOE: dict[str, str] = {'afmoe': 'qwen2_moe',

@@ -89,6 +89,10 @@ LORA_NOTE = ("LoRA: the frozen base keeps only what its inputs' gradients need; 
              "keeps its input and the B·T·r output of lora_A")
 KEPT_NOTE = "kept per layer (full recomputation)"
 KERNEL_NOTE = "from the kernel's source, not measured on a GPU"
+FLASH_NOTE = ("flash_attention_2 runs flash-attn 2's FlashAttnFunc: it keeps q, k, v (K/V "
+              "heads not repeated), the output and a B·H·T log-sum-exp in fp32, and a 16-byte "
+              "RNG state; a sliding window is its window_size (from the kernel's source, not "
+              "measured on a GPU)")
 
 
 def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16: bool,
@@ -104,6 +108,10 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
     family = _family(spec)
     if family is None:
         return None
+    if s.attention == "flash" and not _flash_attention_2(spec, family):
+        return None
+    if _sparse_note(pattern, T) and not _flash_branch(family):
+        return None  # (a family whose attention is not one interface call throughout)
     if _t5_cuda_sdpa(family, s) or _no_global_tokens(family, T) \
             or not _deepseek_v4_run(family, s, T, amp or amp16, adapted_roles):
         return None
@@ -127,7 +135,25 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
     run = _run(s, T, amp, amp16, lora)
     if s.freeze and not _parts_agree(spec, family, run):
         return None
-    return _breakdown(spec, family, run)
+    return _breakdown(spec, family, run, _sparse_note(pattern, T))
+
+
+def _sparse_note(pattern: object, T: int) -> str:
+    """An --attention-pattern whose keys do not cover the sequence: the rules' note (memory.
+    activation_breakdown's), which the graph answers only where its kernel keeps no score
+    tensor (a block-sparse flash kernel keeps what the dense one keeps; the pattern saves
+    compute, not memory); "" for dense attention."""
+    from transformer_calc.flops import pattern_keys
+
+    if pattern is None or getattr(pattern, "kind", "dense") == "dense":
+        return ""
+    keys = pattern_keys(pattern, T)  # type: ignore[arg-type]
+    if keys == T:
+        return ""
+    return (f"attention pattern {pattern.describe()}: {keys:,} keys per query of "  # type: ignore[attr-defined]
+            f"{T:,}; the kernel keeps no score tensor, so the pattern saves compute, not "
+            "memory (a block-sparse flash kernel keeps the output and log-sum-exp as the "
+            "dense one does)")
 
 
 def _parts_agree(spec: ModelSpec, family: Family, run: Run) -> bool:
@@ -168,16 +194,63 @@ def _family(spec: ModelSpec) -> Family | None:
 
 def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
     """The settings the graph models: transformers' eager or SDPA attention with torch's
-    kernel choice, dense attention (or a pattern whose keys cover the sequence),
-    transformers' layers, an unquantised base or a bitsandbytes one (_bnb)."""
-    from transformer_calc.flops import pattern_keys
-
-    dense = (pattern is None or getattr(pattern, "kind", "dense") == "dense"
-             or pattern_keys(pattern, T) == T)  # type: ignore[arg-type]
-    return (dense and s.attention in ("eager", "sdpa")
-            and (spec.sdpa_path or s.attention == "eager")
+    kernel choice or its flash_attention_2 on CUDA (_flash_attention_2), dense attention
+    or a pattern whose keys cover the sequence, or one under SDPA or flash_attention_2
+    (--attention-pattern describes a block-sparse kernel transformers does not run: a
+    fused kernel's saved set is the dense one's, _breakdown; eager's masked T² scores are
+    not the block-sparse softmax the rules describe), transformers' layers, an
+    unquantised base or a bitsandbytes one (_bnb)."""
+    dense = s.attention != "eager" or not _sparse_note(pattern, T)
+    flash = s.attention == "flash" and s.device == "cuda"
+    return (dense and (s.attention in ("eager", "sdpa") or flash)
+            and (spec.sdpa_path or s.attention != "sdpa")
             and s.device in ("cpu", "cuda") and s.activations == "hf"
             and (not s.quant or _bnb(s) is not None) and (bool(s.quant) or not s.bnb_legacy))
+
+
+def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
+    """Whether the graph runs this model under transformers' flash_attention_2: its class
+    takes it (_supports_flash_attn, hf_defaults.NO_FLASH lists those that do not: the rules
+    answer them, as for a class without an SDPA path) and the family's forward has the
+    flash branch (_flash_branch)."""
+    from transformer_calc.hf_defaults import NO_FLASH
+
+    return spec.model_type not in NO_FLASH and _flash_branch(family)
+
+
+def _flash_branch(family: Family) -> bool:
+    """Whether the family's forward runs every attention through one call of transformers'
+    attention interface, with the flash branch (graph/flash.py): the Llama graph and the
+    MoE families on its layers (DiffLlama's two calls over V's halves aside), Gemma 1-3,
+    VaultGemma, Gemma 3n and Gemma 4 (text), GPT-2, the NeoX-style decoders (GPT-NeoX, Phi,
+    StableLM, Persimmon), Cohere 1-2, the latent attention (DeepSeek-V2/V3 and their kin,
+    V padded to the query's head dim; DSA's indexer builds a mask: no flash path), OPT,
+    BioGPT, GPTBigCode, the BERT-style encoders (bidirectional: the kernel's causal off),
+    BART and its kin, Whisper's decoder."""
+    from transformer_calc.graph.families.albert import Albert
+    from transformer_calc.graph.families.bart import Bart
+    from transformer_calc.graph.families.bert import Bert, Factorized, RoCBert
+    from transformer_calc.graph.families.cohere import Cohere, CohereMoe
+    from transformer_calc.graph.families.gemma import Gemma
+    from transformer_calc.graph.families.gemma3n import Gemma3n
+    from transformer_calc.graph.families.gemma4 import Gemma4
+    from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.families.gptlike import GPTBigCode
+    from transformer_calc.graph.families.llama import Llama
+    from transformer_calc.graph.families.mla import Mla, MlaMoe
+    from transformer_calc.graph.families.moe import Moe
+    from transformer_calc.graph.families.neox import NeoX
+    from transformer_calc.graph.families.opt import OPT, BioGpt
+    from transformer_calc.graph.families.rope_encoder import RopeEncoder
+    from transformer_calc.graph.families.whisper import Whisper
+
+    if type(family) is Llama:
+        return not family.differential
+    if type(family) in (Mla, MlaMoe):
+        return not family.indexer  # type: ignore[union-attr]
+    return type(family) in (Moe, Gemma, Gemma4, Gemma3n, GPT2, NeoX, Cohere, CohereMoe, OPT,
+                            BioGpt, GPTBigCode, Bert, Factorized, RoCBert, Albert,
+                            RopeEncoder, Bart, Whisper)
 
 
 def _bnb(s: Settings) -> str | None:
@@ -660,7 +733,8 @@ def _run(s: Settings, T: int, amp: bool, amp16: bool, lora: Lora | None) -> Run:
                sdpa_kernel=s.sdpa_kernel if s.attention == "sdpa" else "auto")
 
 
-def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
+def _breakdown(spec: ModelSpec, family: Family, run: Run, sparse_note: str = ""
+               ) -> Breakdown | None:
     from transformer_calc.graph.compile import compile_run
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.modules import symbol_values
@@ -668,6 +742,8 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
 
     values = symbol_values(run, family.sizes())
     st = compile_run(family, run)
+    if sparse_note and run.attention == "sdpa" and (not st.kernels or "math" in st.kernels):
+        return None  # the math kernel keeps T² probabilities: the rules' sparse softmax
     numbers = st.named_values(values)
     rows: list[Row] = []
     # (a replayed layer's storages are its traced layer's, so their rows merge: every row's
@@ -700,6 +776,10 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
         how = "as torch picks it" if run.sdpa_kernel == "auto" else "forced by --sdpa-kernel"
         notes += tuple(f"sdpa on {run.device} runs {k} ({how}): {KERNELS[k]}"
                        for k in sorted(st.kernels))
+    if run.attention == "flash":
+        notes += (FLASH_NOTE,)
+    if sparse_note:
+        notes += (sparse_note,)
     if run.lora is not None:
         notes += (LORA_NOTE,)
     if run.recompute == "selective":

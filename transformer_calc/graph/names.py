@@ -425,7 +425,8 @@ DESCRIPTIONS = {
     "decoder.attn.q": "Q·Kᵀ keeps Q", "decoder.attn.k": "Q·Kᵀ keeps K",
     "decoder.attn.v": "A·V keeps V", "decoder.attn.kv_cache_copies": "the generation cache's "
     "K and V", "decoder.attn.out": "the kernel's output", "decoder.attn.logsumexp":
-    "log-sum-exp", "decoder.attn.mask": "attention mask", "decoder.attn.softmax":
+    "log-sum-exp", "decoder.attn.rng_state": "flash-attn's (2,) int64 RNG state",
+    "decoder.attn.mask": "attention mask", "decoder.attn.softmax":
     "softmax output", "decoder.attn.dropout_mask": "attention dropout mask",
     "decoder.attn.dropout_output": "A·V input",
     "decoder.attn.scores_clamp_input": "the masked scores, which the clamp's max keeps",
@@ -492,6 +493,9 @@ DESCRIPTIONS = {
     "dt_proj's bias as fp32 copies", "decoder.mixer.scan_intermediates": "the scan's state "
     "per 2048-token chunk, fp32"}
 
+# flash-attn's FlashAttnFunc: what it saves, as the SDPA kernels' roles
+_FLASH_PARTS = {"q": "query", "k": "key", "v": "value", "out_padded": "output",
+                "softmax_lse": "logsumexp"}
 # mamba_ssm's MambaSplitConv1dScanCombinedFn and MambaInnerFn: each activation they save ->
 # its row
 KERNEL_ROWS = {"MambaSplitConv1dScanCombinedFn.zxbcdt": "mixer.in_proj_output",
@@ -1390,7 +1394,7 @@ class _Namer:
         part = _lora_part(role, s)
         if part:
             return f"{ad}.{part}"
-        if s.storage.op.startswith("sdpa_"):
+        if s.storage.op.startswith("sdpa_") or s.storage.op == "FlashAttnFunc":
             return "attn.out"  # o_proj reads the kernel's output itself
         return _INPUTS[module]
 
@@ -1403,6 +1407,10 @@ class _Namer:
             return _YOSO_PARTS[role]
         T2 = quadratic_in_t(st)
         op, _, part = role.partition(".")
+        if op == "FlashAttnFunc":  # flash-attn's saved set (ops.flash_attn_func)
+            if part == "rng_state":
+                return "rng_state"
+            op, part = "sdpa_flash", _FLASH_PARTS[part]
         if op.startswith("sdpa_"):
             if part in ("query", "key", "value") and st.name.endswith(
                     (".qkv_proj", ".query_key_value")):

@@ -7,6 +7,7 @@ Each function takes and returns `Tensor`s of one `Trace` (the tensors carry it).
 
 from __future__ import annotations
 
+from transformer_calc.errors import TcalcError
 from transformer_calc.graph import autocast
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import (
@@ -821,6 +822,46 @@ def function(name: str, inputs: list[Tensor], saved: list[Tensor], out: Tensor) 
     out.requires_grad = _rg(*inputs) and out.trace.grad_enabled
     out.trace.record(name, out, [(f"saved{i}", t, True) for i, t in enumerate(saved)])
     return out
+
+
+def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, keys: Dim, dv: Dim | None = None
+                    ) -> Tensor:
+    """flash-attn 2.x's flash_attn_func, FlashAttnFunc (flash-attn 2.8.4,
+    flash_attn/flash_attn_interface.py, Dao-AILab/flash-attention 0251105) as ONE op: q
+    (B, T, H, d), k and v (B, S, Hkv, d), K/V heads not repeated (the kernel groups them).
+    Head dims not a multiple of 8 are padded first (F.pad: new tensors); the kernel
+    (csrc/flash_attn/flash_api.cpp mha_fwd) allocates out_padded = empty_like(q) (the
+    query's strides: (B, H, T, d) memory for a query transposed from heads), softmax_lse
+    (B, H, T) fp32 and rng_state (2,) int64 (allocated whatever dropout_p is: the dropout
+    mask is regenerated from it in backward); ctx.save_for_backward(q, k, v, out_padded,
+    softmax_lse, rng_state). It returns out_padded[..., :d], a view. keys: the keys a
+    query meets (S, or the sliding window window_size bounds it to). FLOPs: the score and
+    value products over those keys, 2·B·H·T·keys·d and 2·B·H·T·keys·dv over the model's
+    head dims (dv: the value's before transformers padded it; the padding is zeros), as
+    flops.py counts attention (FlopCounterMode has no formula for the custom op and counts
+    none). From the kernel's source, not measured on a GPU."""
+    B, T, H, d = q.shape
+    tr = q.trace
+    if q.dtype == F32 or not q.dtype.floating:
+        raise TcalcError("--attention flash: flash-attn takes fp16 or bf16 only (mha_fwd); "
+                         "this run gives it fp32 (--precision bf16 or fp16, or --mixed)")
+    if d.value > 256:
+        raise TcalcError(f"--attention flash: flash-attn takes head dims up to 256 "
+                         f"(mha_fwd), this model's are {d.value}")
+    rg = _rg(q, k, v) and tr.grad_enabled
+    # maybe_contiguous: a last dim of stride 1 is all the kernel asks
+    q, k, v = (t if t.stride[-1] == 1 else contiguous(t) for t in (q, k, v))
+    extra = -d.value % 8  # head_size_og % 8 != 0: q, k, v padded to a multiple of 8
+    if extra:
+        q, k, v = (pad(t, extra) for t in (q, k, v))
+    out_padded = tr.tensor(q.shape, q.dtype, rg, stride=preserve_strides(q.sizes, q.stride))
+    lse = tr.tensor((B, H, T), F32, False)
+    rng_state = tr.tensor((Dim.const(2),), I64, False)
+    tr.record("FlashAttnFunc", out_padded,
+              [("q", q, True), ("k", k, True), ("v", v, True), ("out_padded", out_padded, True),
+               ("softmax_lse", lse, True), ("rng_state", rng_state, True)],
+              flops=2 * B * H * T * keys * d + 2 * B * H * T * keys * (dv or d))
+    return narrow(out_padded, -1, 0, d) if extra else out_padded
 
 
 # -- state-space mixers: convolution, scans, einsum ---------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_mask
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.symbols import Dim
@@ -199,6 +200,9 @@ def _attention(m: Builder, cfg: Bart, x: Tensor, kv: Tensor, mask: Tensor | None
             w = ops.add(w, mask)
         w = m.dropout(ops.softmax(w), p)
         out = ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))
+    elif m.run.attention == "flash":  # flash_attention_2: (B, T, H, dh) out, no mask,
+        # causal for the decoder's self-attention (the keys: the source's, as many)
+        out = flash_attention_forward(m, q, k, v)
     else:
         # sdpa_attention_forward: no mask, is_causal for the decoder's self-attention
         out = scaled_dot_product_attention(q, k, v, is_causal=causal and T.value > 1,

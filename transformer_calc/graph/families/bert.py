@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from transformer_calc.graph import ops
 from transformer_calc.graph.families import yoso
 from transformer_calc.graph.families.gpt2 import new_gelu
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.symbols import Dim
@@ -441,6 +442,9 @@ def bidirectional_attention(m: Builder, q: Tensor, k: Tensor, v: Tensor, p: floa
         w = ops.to(ops.softmax(w, F32), q.dtype) if softmax_fp32 else ops.softmax(w)
         w = m.dropout(w, p)
         out = ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))
+    elif m.run.attention == "flash":  # flash_attention_2, causal False: (B, T, H, dh) out
+        assert mask is None
+        out = flash_attention_forward(m, q, k, v)
     else:
         # sdpa_attention_forward: is_causal False (BertSelfAttention.is_causal), the mask
         # (a view of its first T keys) as SDPA's attn_mask; the output reshaped to

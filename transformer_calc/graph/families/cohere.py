@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from transformer_calc.graph import ops
 from transformer_calc.graph.families import llama, moe
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import F32, I64, Tensor
@@ -96,15 +97,17 @@ def _layer(m: Builder, cfg: Cohere, h: Tensor, cos: Tensor, sin: Tensor,
     """CohereDecoderLayer.forward: x = input_layernorm(h); h + self_attn(x) + mlp(x)."""
     x = layer_norm(m, "input_layernorm", h, (m["E"],))
     with m.module("self_attn"):
-        a = _attention(m, cfg, x, cos, sin, mask, rotate=kind != "N")
+        a = _attention(m, cfg, x, cos, sin, mask, rotate=kind != "N",
+                       window=cfg.window if kind == "S" else 0)
     return ops.add(ops.add(h, a), mlp(m, cfg, x))
 
 
 def _attention(m: Builder, cfg: Cohere, x: Tensor, cos: Tensor, sin: Tensor,
-               mask: Tensor | None, *, rotate: bool) -> Tensor:
+               mask: Tensor | None, *, rotate: bool, window: int = 0) -> Tensor:
     """CohereAttention.forward: q, k, v viewed as heads, q_norm and k_norm on those views
     (use_qk_norm), transposed, RoPE (Cohere2Attention: in sliding layers only), (the
-    cache's copies), eager or SDPA attention, o_proj."""
+    cache's copies), eager, SDPA or flash_attention_2 attention (window: a sliding layer's
+    sliding_window, the kernel's), o_proj."""
     B, T, H, Hkv, dh = m["B"], m["T"], m["H"], m["Hkv"], m["dh"]
 
     def heads(name: str, n: Dim, bias: bool, norm: str = "") -> Tensor:
@@ -127,6 +130,8 @@ def _attention(m: Builder, cfg: Cohere, x: Tensor, cos: Tensor, sin: Tensor,
         assert mask is not None
         out = llama.eager_attention(m, q, llama.repeat_kv(k, G), llama.repeat_kv(v, G), mask,
                                     dropout=cfg.attention_dropout, scaling=scaling)
+    elif m.run.attention == "flash":
+        out = flash_attention_forward(m, q, k, v, sliding_window=window)
     else:
         out = llama.sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout,
                                    scaling=scaling, mask=mask)

@@ -32,6 +32,7 @@ from transformer_calc.graph.families.llama import (
     rotary_tables,
     sdpa_attention,
 )
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import F32, I64, Tensor
@@ -94,7 +95,8 @@ def forward(m: Builder, cfg: Gemma) -> Tensor:
             return (positions, *tables[kind]) + (() if mask is None else (mask,))
 
         h = m.layers_by_kind("layers", cfg.kinds,
-                             lambda x, kind: _layer(m, cfg, x, tables[kind], masks[kind]),
+                             lambda x, kind: _layer(m, cfg, x, tables[kind], masks[kind],
+                                                    cfg.window if kind == "S" else 0),
                              h, extras)
         h = rms_norm(m, "norm", h)
     with m.module("lm_head"):
@@ -130,12 +132,13 @@ def rms_norm(m: Builder, name: str, x: Tensor) -> Tensor:
 
 
 def _layer(m: Builder, cfg: Gemma, h: Tensor, rope: tuple[Tensor, Tensor],
-           mask: Tensor | None) -> Tensor:
+           mask: Tensor | None, window: int = 0) -> Tensor:
     """GemmaDecoderLayer.forward (VaultGemma's: the MLP's norm is pre_feedforward_layernorm);
     Gemma2DecoderLayer / Gemma3DecoderLayer: the attention's and the MLP's outputs normed
-    too (post_attention_layernorm, post_feedforward_layernorm) before the residual adds."""
+    too (post_attention_layernorm, post_feedforward_layernorm) before the residual adds.
+    window: a sliding layer's sliding_window (0: full attention)."""
     with m.module("self_attn"):
-        a = _attention(m, cfg, rms_norm(m, "input_layernorm", h), rope, mask)
+        a = _attention(m, cfg, rms_norm(m, "input_layernorm", h), rope, mask, window)
     if cfg.sandwich:
         a = rms_norm(m, "post_attention_layernorm", a)
     h = ops.add(h, a)
@@ -155,10 +158,11 @@ def _mlp(m: Builder, x: Tensor) -> Tensor:
 
 
 def _attention(m: Builder, cfg: Gemma, x: Tensor, rope: tuple[Tensor, Tensor],
-               mask: Tensor | None) -> Tensor:
+               mask: Tensor | None, window: int = 0) -> Tensor:
     """GemmaAttention.forward (Gemma2Attention, Gemma3Attention, VaultGemmaAttention):
     projections viewed as heads and transposed, Gemma 3's q_norm and k_norm on those,
-    RoPE, (the cache's copies), eager or SDPA attention, o_proj."""
+    RoPE, (the cache's copies), eager, SDPA or flash_attention_2 attention (the window and
+    Gemma 2's softcap the kernel's arguments), o_proj."""
     B, T, H, Hkv, dh = m["B"], m["T"], m["H"], m["Hkv"], m["dh"]
 
     def heads(name: str, n: Dim) -> Tensor:
@@ -180,6 +184,9 @@ def _attention(m: Builder, cfg: Gemma, x: Tensor, rope: tuple[Tensor, Tensor],
         out = eager_attention(m, q, repeat_kv(k, G), repeat_kv(v, G), mask,
                               dropout=cfg.attention_dropout, scaling=scaling,
                               softcap=cfg.attn_softcap)
+    elif m.run.attention == "flash":
+        out = flash_attention_forward(m, q, k, v, sliding_window=window,
+                                      softcap=cfg.attn_softcap)
     else:
         out = sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout, scaling=scaling,
                              mask=mask)

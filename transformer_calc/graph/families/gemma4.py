@@ -47,6 +47,7 @@ from transformer_calc.graph.families.llama import (
     rotary_tables,
     sdpa_attention,
 )
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import F32, I64, Tensor
@@ -278,6 +279,9 @@ def attention(m: Builder, cfg: Gemma4, x: Tensor, kind: str, mode: str,
         assert mask is not None
         out = eager_attention(m, q, repeat_kv(k, G), repeat_kv(v, G), mask,
                               dropout=cfg.attention_dropout, scaling=1.0)
+    elif m.run.attention == "flash":  # flash_attention_2: the window the kernel's
+        out = flash_attention_forward(m, q, k, v,
+                                      sliding_window=cfg.window if kind == "S" else 0)
     else:
         out = sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout, scaling=1.0,
                              mask=mask)

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.tensor import I64, Tensor
@@ -92,6 +93,8 @@ def _attention(m: Builder, cfg: GPT2, x: Tensor, mask: Tensor | None) -> Tensor:
             k, v = (ops.cat([t], -2) for t in (k, v))
         if mask is not None:
             out = _eager(m, cfg, q, k, v, mask)
+        elif m.run.attention == "flash":  # flash_attention_2: (B, T, H, dh) out
+            out = flash_attention_forward(m, q, k, v)
         else:
             # sdpa_attention_forward: no mask (is_causal), the output made contiguous
             out = scaled_dot_product_attention(q, k, v, is_causal=True,

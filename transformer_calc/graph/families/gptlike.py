@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from transformer_calc.graph import ops
 from transformer_calc.graph.families import llama
 from transformer_calc.graph.families.gpt2 import GPT2, new_gelu
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import BOOL, F32, I64, Tensor
@@ -120,6 +121,8 @@ def _bigcode_attention(m: Builder, cfg: GPTBigCode, x: Tensor, mask: Tensor | No
             k, v = llama.repeat_kv(k, groups), llama.repeat_kv(v, groups)
             out = llama.eager_attention(m, q, k, v, mask, dropout=cfg.attn_pdrop,
                                         scaling=scaling)
+        elif m.run.attention == "flash":  # flash_attention_2: (B, T, H, dh) out
+            out = flash_attention_forward(m, q, k, v)
         else:
             out = llama.sdpa_attention(q, k, v, groups, dropout=cfg.attn_pdrop,
                                        scaling=scaling)

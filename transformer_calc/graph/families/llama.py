@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.graph import autocast, ops
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.symbols import Dim
@@ -112,7 +113,8 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
             return (positions, cos, sin) + (() if mask is None else (mask,))
 
         def layer(x: Tensor, mlp: Mlp, kind: str = "F") -> Tensor:
-            return _layer(m, cfg, x, cos, sin, masks[kind], mlp)
+            return _layer(m, cfg, x, cos, sin, masks[kind], mlp,
+                          cfg.window if kind == "S" else 0)
 
         if stack is None:
             h = m.layers_by_kind("layers", cfg.kinds, lambda x, k: layer(x, _mlp, k), h,
@@ -132,10 +134,11 @@ def attention_mask(m: Builder, like: Tensor, kind: str, window: int) -> Tensor |
     """causal_mask_mapping[kind] (masking_utils.py): eager, a (B, 1, T, T) float mask in the
     embeddings' dtype; SDPA, none for full attention (is_causal), and for sliding attention
     none while T < sliding_window (_ignore_causal_mask_sdpa), else sdpa_mask's (1, 1, T, T)
-    bool mask expanded over B."""
+    bool mask expanded over B; flash_attention_2, none (flash_attention_mask without
+    padding: the kernel's causal flag and window_size instead)."""
     if m.run.attention == "eager":
         return causal_mask(m, like)
-    if kind != "S" or not m["T"].value >= window:
+    if m.run.attention == "flash" or kind != "S" or not m["T"].value >= window:
         return None
     one, T = Dim.const(1), m["T"]
     mask = m.trace.input((one, one, T, T), BOOL, "causal_mask")
@@ -174,18 +177,19 @@ def rms_norm(m: Builder, name: str, h: Tensor, fp32_weight: bool = False) -> Ten
 
 
 def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor,
-           mask: Tensor | None, mlp: Mlp) -> Tensor:
+           mask: Tensor | None, mlp: Mlp, window: int = 0) -> Tensor:
     """LlamaDecoderLayer.forward: pre-norm attention and MLP around the residual;
-    Olmo2DecoderLayer.forward: each sublayer's output normalised, then added."""
+    Olmo2DecoderLayer.forward: each sublayer's output normalised, then added. window: a
+    sliding layer's sliding_window (0: full attention)."""
     if cfg.post_norm:
         with m.module("self_attn"):
-            a = _attention(m, cfg, h, cos, sin, mask)
+            a = _attention(m, cfg, h, cos, sin, mask, window)
         h = ops.add(h, rms_norm(m, "post_attention_layernorm", a, cfg.norm_fp32))
         return ops.add(h, rms_norm(m, "post_feedforward_layernorm", mlp(m, cfg, h),
                                    cfg.norm_fp32))
     attn_norm, ffn_norm = cfg.norm_names
     with m.module("self_attn"):
-        a = _attention(m, cfg, _norm(m, cfg, attn_norm, h), cos, sin, mask)
+        a = _attention(m, cfg, _norm(m, cfg, attn_norm, h), cos, sin, mask, window)
     h = ops.add(h, a)
     return ops.add(h, mlp(m, cfg, _norm(m, cfg, ffn_norm, h)))
 
@@ -273,8 +277,10 @@ def _xielu(m: Builder, x: Tensor) -> Tensor:
 
 
 def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
-               mask: Tensor | None) -> Tensor:
-    """LlamaAttention.forward: projections viewed as heads, RoPE, (cache), attention, o."""
+               mask: Tensor | None, window: int = 0) -> Tensor:
+    """LlamaAttention.forward: projections viewed as heads, RoPE, (cache), attention
+    (eager, SDPA or flash_attention_2, graph/flash.py: K/V not repeated, its (B, T, H, d)
+    output made contiguous by the reshape), o."""
     B, T, H, Hkv, dh = m["B"], m["T"], m["H"], m["Hkv"], m["dh"]
 
     def heads(y: Tensor, n: Dim, norm: str = "") -> Tensor:
@@ -322,6 +328,8 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
         assert mask is not None
         out = eager_attention(m, q, repeat_kv(k, G), repeat_kv(v, G), mask,
                               dropout=cfg.attention_dropout, scaling=scaling)
+    elif m.run.attention == "flash":
+        out = flash_attention_forward(m, q, k, v, sliding_window=window)
     else:
         out = sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout, scaling=scaling,
                              mask=mask)

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 
 from transformer_calc.graph import ops
 from transformer_calc.graph.families import llama, moe
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.symbols import Dim
@@ -243,6 +244,9 @@ def _attention(m: Builder, cfg: Mla, x: Tensor, cos: Tensor, sin: Tensor,
     if mask is not None and m.run.attention == "eager":
         out = llama.eager_attention(m, query, key, value, mask,
                                     dropout=cfg.attention_dropout, scaling=scaling)
+    elif m.run.attention == "flash":  # V padded to the query's head dim, the output cropped
+        assert mask is None
+        out = flash_attention_forward(m, query, key, value)
     else:  # sdpa_attention_forward: is_causal without a mask, the output transposed back
         out = scaled_dot_product_attention(query, key, value, is_causal=mask is None,
                                            dropout_p=cfg.attention_dropout, scale=scaling,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from transformer_calc.graph import ops
 from transformer_calc.graph.families import llama
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import F16, F32, I64, Tensor
@@ -156,6 +157,8 @@ def _attention(m: Builder, cfg: OPT, x: Tensor, mask: Tensor | None) -> Tensor:
         elif mask is not None:
             out = llama.eager_attention(m, q, k, v, mask, dropout=cfg.attention_dropout,
                                         scaling=scaling)
+        elif m.run.attention == "flash":  # flash_attention_2: (B, T, H, dh) out
+            out = flash_attention_forward(m, q, k, v)
         else:
             out = llama.sdpa_attention(q, k, v, Dim.const(1), dropout=cfg.attention_dropout,
                                        scaling=scaling)

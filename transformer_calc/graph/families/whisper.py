@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_mask
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.tensor import I64, Tensor
@@ -122,6 +123,9 @@ def _attention(m: Builder, cfg: Whisper, x: Tensor, mask: Tensor | None) -> Tens
             w = ops.add(w, mask)
         w = m.dropout(ops.softmax(w), p)
         out = ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))
+    elif m.run.attention == "flash":  # flash_attention_2: (B, T, H, dh) out, no mask; its
+        # out_padded follows the contiguous (B, H, T, dh) query: the reshape copies
+        out = flash_attention_forward(m, q, k, v)
     else:
         # sdpa_attention_forward: no mask, is_causal (q_length > 1), scale 1.0
         out = scaled_dot_product_attention(q, k, v, is_causal=T.value > 1, dropout_p=p,
