@@ -56,6 +56,7 @@ from transformer_calc.graph.families.neox import NeoX
 from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
 from transformer_calc.graph.families.paper import Paper
 from transformer_calc.graph.families.qwen3_next import Qwen3Next
+from transformer_calc.graph.families.switch import Switch
 from transformer_calc.graph.families.t5 import T5
 from transformer_calc.graph.families.t5gemma import T5Gemma
 from transformer_calc.graph.families.xlm import XLM
@@ -1544,6 +1545,9 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
         pattern = family.layers if len(set(family.layers)) > 1 else ""
     elif isinstance(family, Moe) and len(set(family.pattern)) > 1:
         pattern, groups = family.pattern, {"D": "dense", "E": "moe"}
+    elif isinstance(family, Switch) and len(set(family.kinds_e + family.kinds_d)) > 1:
+        # (the encoder's layers numbered first, the decoder's after them)
+        pattern, groups = family.kinds_e + family.kinds_d, {"D": "dense", "E": "moe"}
     elif isinstance(family, Gemma | Llama) and len(set(family.kinds)) > 1 \
             and not isinstance(family, Qwen3Next):  # (its kinds: mixer and MLP, unnamed)
         pattern, groups = family.kinds, {"S": "sliding", "F": "full", "N": "nope"}
@@ -1592,7 +1596,7 @@ def row_of(r: NamedRow, nbytes: int, repeat: int) -> Row:
     stack = r.name.split(".", 1)[0] if r.in_layer else ""  # decoder or encoder
     if r.group:  # the layer's group where layers differ (an MoE's decoder.dense, .moe)
         stack = f"{stack}.{r.group}"
-    name = r.name.replace("decoder.", stack + ".", 1) if r.group else r.name
+    name = f"{stack}.{r.name.split('.', 1)[1]}" if r.group else r.name
     return (name, nbytes, text, "", repeat, stack, "tp" if _has(r.nbytes, _TP) else "", None,
             ())
 
