@@ -94,6 +94,8 @@ def test_memory_report_reads_the_graph_compiled(row: dict) -> None:
     compiled = assert_compiled_equals_traced(fam, row_run(row))
     report = memory_report(_spec(row["config"]), _settings(row))
     assert report.activations.total == compiled.activation_bytes == row["measured_bytes"]
+    if "trainable" in row:  # peft's count (the rules' adapters: each expert's, the router's)
+        assert report.trainable_params == row["trainable"][0]
     assert report.activations.rows == tuple(
         r[:3] + ("",) + r[4:] for r in component_rows(fam, row_run(row)))
 
@@ -136,7 +138,7 @@ def test_maps_each_stacks_layers_strictly_eager_only() -> None:
                   spec.replace(tie_embeddings=False), spec.replace(relative_scope="every"),
                   spec.replace(norm_position="post"), spec.replace(loss_fp32=True),
                   spec.replace(ffn="gated"), spec.replace(d_ff_expert=32),
-                  spec.replace(attention_dropout=0.2)):
+                  spec.replace(attention_dropout=0.2), spec.replace(peft_moe="none")):
         with pytest.raises(TcalcError, match="no op graph"):
             family_of(other)
 

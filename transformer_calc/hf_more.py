@@ -159,10 +159,11 @@ def _switch_transformers(c: Config) -> dict[str, Any]:
     if isinstance(jitter, bool) or not isinstance(jitter, (int, float)):
         raise SpecError("router_jitter_noise", "a number", jitter, source=c.where)
     # the router multiplies its input by uniform noise in training when router_jitter_noise
-    # is above 0 (SwitchTransformersTop1Router), keeping the noise for backward
+    # is above 0 (SwitchTransformersTop1Router), keeping the noise for backward; its
+    # classifier and each expert's wi and wo are nn.Linear modules peft adapts one by one
     return out | {"n_experts": c.t("num_experts"), "top_k": 1,
                   "router_bias": bool(c.t("router_bias")), "layer_ffn": pattern,
-                  "router_jitter": jitter > 0}
+                  "router_jitter": jitter > 0, "peft_moe": "linear_experts"}
 
 
 MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {

@@ -298,7 +298,7 @@ _T5S = {"t5": ("first", True), "mt5": ("first", False), "umt5": ("every", True),
 
 # Switch Transformers (families/switch.py): T5's fields, the experts' and where they sit
 _READS["switch"] = _READS["t5"] | {"n_experts", "top_k", "router_bias", "router_jitter",
-                                   "router_fp32", "layer_ffn"}
+                                   "router_fp32", "layer_ffn", "peft_moe"}
 
 # BART and Marian (families/bart.py): BartForConditionalGeneration, BartForCausalLM (the
 # decoder alone with its idle cross-attention), MarianMTModel
@@ -1717,7 +1717,7 @@ def _switch(spec: ModelSpec) -> switch.Switch | None:
             and not _biased(spec) and spec.attention_dropout in (None, spec.dropout)
             and not spec.sdpa_path and Le >= 1 and Ld >= 1
             and (not sparse or (spec.n_experts >= 1 and spec.top_k == 1
-                                and spec.router_fp32))
+                                and spec.router_fp32 and spec.peft_moe == "linear_experts"))
             and not _unread(spec, "switch")):
         raise TcalcError(f"{spec.name}: no op graph for this switch_transformers layout (the "
                          "graph engine covers SwitchTransformersForConditionalGeneration's "
