@@ -121,8 +121,9 @@ def test_cli_reports_the_same_activations(cli) -> None:
 # SDPA the explicit masks and the broadcast K/V, −20.2 % and −4.8 % without them); OPT with
 # a narrower embedding (project_in/out), the same shapes.
 # activations_switch_transformers_cpu.jsonl (the same versions and tool): Switch Transformers,
-# experts every other layer and in every layer (a biased router, gelu_new), B=2 T=64 and B=1
-# T=128, fp32 and bf16, eager (SwitchTransformersForConditionalGeneration has no SDPA path);
+# experts every other layer and in every layer (a biased router, gelu_new), B=2 T=64, B=1
+# T=128 and B=3 T=24, fp32 and bf16, eager (SwitchTransformersForConditionalGeneration has no
+# SDPA path);
 # expert_capacity 256, so that no token is dropped: −0.1 to 0.0 % (its router's fp32 input
 # and jitter noise kept, as DeepSeek-V3's and DBRX's)
 # activations_qwen2_moe_qwen3_next_cpu.jsonl (the same versions and tool): Qwen2-MoE (a dense

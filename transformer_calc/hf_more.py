@@ -155,14 +155,22 @@ def _switch_transformers(c: Config) -> dict[str, Any]:
     pattern = _one_pattern(c, "num_sparse_decoder_layers", stacks)
     if not pattern:
         return out
+    capacity = c.t("expert_capacity", 64)  # SwitchTransformersConfig's
+    if isinstance(capacity, int) and not isinstance(capacity, bool):
+        # SwitchTransformersTop1Router masks a token out once its expert has taken
+        # expert_capacity tokens of the sequence (cumsum over T): which ones is data
+        c.notes.append(f"the router drops the tokens an expert takes past expert_capacity "
+                       f"({capacity}) in a sequence; memory and FLOPs count every token (exact "
+                       f"up to {capacity} tokens per sequence, an upper bound past it)")
     jitter = c.t("router_jitter_noise", 0.01)  # SwitchTransformersConfig's
     if isinstance(jitter, bool) or not isinstance(jitter, (int, float)):
         raise SpecError("router_jitter_noise", "a number", jitter, source=c.where)
     # the router multiplies its input by uniform noise in training when router_jitter_noise
-    # is above 0 (SwitchTransformersTop1Router), keeping the noise for backward
+    # is above 0 (SwitchTransformersTop1Router), keeping the noise for backward; its
+    # classifier and each expert's wi and wo are nn.Linear modules peft adapts one by one
     return out | {"n_experts": c.t("num_experts"), "top_k": 1,
                   "router_bias": bool(c.t("router_bias")), "layer_ffn": pattern,
-                  "router_jitter": jitter > 0}
+                  "router_jitter": jitter > 0, "peft_moe": "linear_experts"}
 
 
 MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {

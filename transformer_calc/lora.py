@@ -148,6 +148,12 @@ def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
             # PEFT's MoE conversion adapts its weight
             if moe and take("router"):
                 out.append(Adapted(base, "router", shape[1], shape[0], 1, 1, repeat, stack))
+        elif role == "experts" and moe == "linear_experts":
+            # each expert's own nn.Linear layers (Switch Transformers' wi and wo, named as
+            # the dense MLP's): one adapter of rank r each, X of them
+            X, fan_out, fan_in = shape
+            if take("experts", "down" if part == "out" else "up"):
+                out.append(Adapted(base, "experts", fan_in, fan_out, X, 1, repeat, stack))
         elif role == "experts":
             # 3-D parameters (n_experts, out, in), adapted only by PEFT's MoE conversion: gate
             # and up are one gate_up_proj (rank 2·r), down has rank r

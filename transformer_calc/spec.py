@@ -669,9 +669,12 @@ class ModelSpec:
                              "included (A.X K1's post_mlp_layernorm; dense layers have none)")
     peft_moe: str = _f("none", "how PEFT adapts this MoE with LoRA (peft 0.21's transformers-5 "
                        "conversion): mixtral or qwen2_moe (router + fused experts), none "
-                       "(experts and router untouched), or linear_router (the router is an "
-                       "nn.Linear: Llama 4, PhiMoE)",
-                       choices=("none", "mixtral", "qwen2_moe", "linear_router"))
+                       "(experts and router untouched), linear_router (the router is an "
+                       "nn.Linear: Llama 4, PhiMoE) or linear_experts (the router and each "
+                       "expert's layers are nn.Linear modules, adapted one by one: Switch "
+                       "Transformers)",
+                       choices=("none", "mixtral", "qwen2_moe", "linear_router",
+                                "linear_experts"))
     peft_router_linear: bool = _f(False, "the router of a converted MoE is an nn.Linear module "
                                   "PEFT adapts as any linear layer (HunYuan's gate.wg, "
                                   "LongCat-Flash's router.classifier), not a parametrised "

@@ -52,6 +52,7 @@ from transformer_calc.graph.families import (
     paper,
     qwen3_next,
     rope_encoder,
+    switch,
     t5,
     t5gemma,
     whisper,
@@ -73,7 +74,7 @@ Family = (gpt2.GPT2 | paper.Paper | llama.Llama | bert.Bert | moe.Moe | gemma.Ge
           | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear | whisper.Whisper
           | t5gemma.T5Gemma | qwen3_next.Qwen3Next | gptlike.GPTBigCode | gptlike.OpenAIGPT
           | gptlike.Ctrl | gptlike.GPTNeo | gptlike.Mpt | gptlike.GraniteSwa
-          | deepseek_v4.DeepseekV4)
+          | deepseek_v4.DeepseekV4 | switch.Switch)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -84,6 +85,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     gpt_oss.GptOss: gpt_oss.forward, flint.Flint: flint.forward,
     granitemoe_swa.GraniteMoeSwa: granitemoe_swa.forward,
     mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward,
+    switch.Switch: switch.forward,
     neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
     bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward, jamba.Jamba: jamba.forward,
@@ -295,6 +297,10 @@ _READS["t5"] = _METADATA | _COMMON | {
 # the tied lm_head: T5's scale_decoder_outputs, UMT5's tie_word_embeddings, never mT5's)
 _T5S = {"t5": ("first", True), "mt5": ("first", False), "umt5": ("every", True),
         "longt5": ("first", True)}
+
+# Switch Transformers (families/switch.py): T5's fields, the experts' and where they sit
+_READS["switch"] = _READS["t5"] | {"n_experts", "top_k", "router_bias", "router_jitter",
+                                   "router_fp32", "layer_ffn", "peft_moe"}
 
 # BART and Marian (families/bart.py): BartForConditionalGeneration, BartForCausalLM (the
 # decoder alone with its idle cross-attention), MarianMTModel
@@ -1691,6 +1697,40 @@ def _t5_family(spec: ModelSpec) -> t5.T5 | None:
                  bias_every_layer=scope == "every", dropout=spec.dropout,
                  local_block=spec.encoder_local_block, global_block=spec.encoder_global_block)
 
+def _switch(spec: ModelSpec) -> switch.Switch | None:
+    """SwitchTransformersForConditionalGeneration by its model type (spec_from_hf's
+    _switch_transformers: T5's mapping, one FFN pattern over both stacks): T5's layout (its
+    relative buckets in the first layer, RMS norms, dropouts, no biases, one tied table) with
+    a plain FFN, experts of d_ff behind the fp32 top-1 router; eager only."""
+    from transformer_calc.plan import parse_pattern
+
+    if spec.model_type != "switch_transformers":
+        return None
+    H, Le, Ld = spec.n_heads, spec.n_encoder_layers, spec.n_decoder_layers
+    kinds = ["".join(parse_pattern(spec.layer_ffn, "DE", n, "layer_ffn")) if spec.layer_ffn
+             else "D" * n for n in (Le, Ld)]
+    sparse = any("E" in k for k in kinds)
+    if not (spec.arch == "encoder-decoder" and spec.position == "relative"
+            and spec.relative_scope == "first" and spec.norm == "rmsnorm"
+            and spec.norm_position == "pre" and spec.final_norm and spec.t5_dropouts
+            and spec.norm_keeps_input and not spec.loss_fp32 and spec.tie_embeddings
+            and spec.tie_encoder_decoder and spec.ffn == "plain"
+            and spec.activation in t5.ACTIVATIONS and spec.n_kv_heads in (None, H)
+            and not _biased(spec) and spec.attention_dropout in (None, spec.dropout)
+            and not spec.sdpa_path and Le >= 1 and Ld >= 1
+            and (not sparse or (spec.n_experts >= 1 and spec.top_k == 1
+                                and spec.router_fp32 and spec.peft_moe == "linear_experts"))
+            and not _unread(spec, "switch")):
+        raise TcalcError(f"{spec.name}: no op graph for this switch_transformers layout (the "
+                         "graph engine covers SwitchTransformersForConditionalGeneration's "
+                         "own layout)")
+    return switch.Switch(V=spec.vocab_size, E=spec.d_model, H=H, dh=spec.head_dim,
+                         F=spec.d_ff, Nb=spec.relative_buckets, Le=Le, Ld=Ld,
+                         act=spec.activation, dropout=spec.dropout, X=max(spec.n_experts, 1),
+                         kinds_e=kinds[0], kinds_d=kinds[1], router_bias=spec.router_bias,
+                         jitter=spec.router_jitter)
+
+
 def _bart_family(spec: ModelSpec) -> bart.Bart | None:
     """BART's layout (spec_from_hf's _seq2seq and _seq2seq_decoder for model_type bart, or
     a preset without a model type): learned positions with BART's offset of 2,
@@ -2413,7 +2453,7 @@ def _deepseek_v4_family(spec: ModelSpec) -> deepseek_v4.DeepseekV4 | None:
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _neox, _gptj, _falcon, _gptlike, _ctrl, _gpt_neo, _mpt, _granite_swa, _gpt2, _opt,
-    _biogpt, _xglm, _trocr, _whisper, _t5gemma,
+    _biogpt, _xglm, _trocr, _whisper, _t5gemma, _switch,
     _gemma4_family, _gemma3n_family, _kimi_linear_family, _deepseek_v4_family, _mla_family,
     _qwen3_next_family,
     _jamba_family, _olmo_hybrid_family, _nemotron_h_family, _mimo_v2_flash_family,

@@ -131,17 +131,18 @@ class Builder:
 
     def layers_by_kind(self, prefix: str, kinds: str,
                        body: Callable[[Tensor, str], Tensor], h: Tensor,
-                       extras: Callable[[str], tuple[Tensor, ...]]) -> Tensor:
+                       extras: Callable[[str], tuple[Tensor, ...]], count: str = "L") -> Tensor:
         """Decoder layers whose forward depends on the layer's kind (one letter each, as
         ModelSpec.layer_attention spells them: Gemma 2/3's sliding and full layers read
         another mask and, Gemma 3, another RoPE table), each called with h and its kind's
         extras. One kind (a single letter: every layer) is `layers`. Mixed kinds (a family
         flag, so the structure key fixes L): every layer traced; symbolic, a layer whose kind
         and state (as `layers` compares them) match a traced layer's is that layer replayed
-        once more, its output a new tensor laid out as the traced layer's."""
+        once more, its output a new tensor laid out as the traced layer's. count: the layers'
+        symbol where there is one kind (an encoder-decoder's stacks: Le, Ld)."""
         if len(set(kinds)) == 1:
             kind = kinds[0]
-            return self.layers(prefix, lambda x: body(x, kind), h, extras(kind))
+            return self.layers(prefix, lambda x: body(x, kind), h, extras(kind), count)
         traced: dict[tuple[object, ...], tuple[int, Tensor]] = {}
         counts: dict[int, int] = {}
         # (a second stack's layers follow the first's)
@@ -183,13 +184,17 @@ class Builder:
         return self.trace.params[name]
 
     def linear(self, name: str, x: Tensor, out: Dim, bias: bool,
-               tied: str = "", matmul: bool = False) -> Tensor:
+               tied: str = "", matmul: bool = False, cast: DType | None = None) -> Tensor:
         """nn.Linear(in, out): weight (out, in); tied: the weight is that parameter (FSMT's
         output projection tied to the decoder's table, which peft still adapts). matmul: a
-        subclass whose forward is input @ weight.T, then + bias (Falcon's FalconLinear)."""
+        subclass whose forward is input @ weight.T, then + bias (Falcon's FalconLinear).
+        cast: the module converted to that dtype in the forward (Module.to: Switch
+        Transformers' router), its parameters read as new tensors of it."""
         with self.module(name):
             w = self.tied(tied) if tied else self.param("weight", out, x.shape[-1])
             b = self.param("bias", out) if bias else None
+            if cast is not None:
+                w, b = ops.to(w, cast), None if b is None else ops.to(b, cast)
             lora = self.run.lora
             if lora is not None and lora.quant and not tied and not matmul:
                 return self._lora(name, x, self._bnb_linear(x, w, b, lora), out, bnb=True)

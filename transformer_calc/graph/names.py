@@ -57,6 +57,7 @@ from transformer_calc.graph.families.neox import NeoX
 from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
 from transformer_calc.graph.families.paper import Paper
 from transformer_calc.graph.families.qwen3_next import Qwen3Next
+from transformer_calc.graph.families.switch import Switch
 from transformer_calc.graph.families.t5 import T5
 from transformer_calc.graph.families.t5gemma import T5Gemma
 from transformer_calc.graph.families.xlm import XLM
@@ -949,6 +950,8 @@ class _Namer:
             return prefix + "causal_mask"
         if rest == "layer_norm":
             return prefix + "norm." + _T5_NORM_PARTS[role]
+        if rest.startswith(("mlp.router", "mlp.experts")):  # Switch Transformers' sparse MLP
+            return prefix + self._switch_mlp(scope, rest, role, s)
         if module == "global_input_layer_norm":  # LongT5's transient-global inputs' norm
             return prefix + "global_norm." + _T5_NORM_PARTS[role]
         lora = self.run.lora
@@ -964,13 +967,45 @@ class _Namer:
         dropout = role in ("mul.other", "native_dropout.result1") and st.op == ""
         if not rest:  # the sublayer's own dropout, before the residual add
             return prefix + "residual_dropout_mask"
-        if module == "DenseReluDense":
+        if module in ("DenseReluDense", "mlp"):  # (Switch Transformers' dense MLP: mlp)
             return prefix + ("inner_dropout_mask" if dropout else "activation")
         if module in ("LocalSelfAttention", "TransientGlobalSelfAttention"):
             if st.name == "one_hot_block_ids":  # the global aggregates' einsum keeps it
                 return prefix + "global_one_hot"
             return prefix + self._local_attention(role, s, dropout)
         return prefix + self._attention(role, s)
+
+    def _switch_mlp(self, scope: str, rest: str, role: str, s: Saved) -> str:
+        """Switch Transformers' sparse MLP (families/switch.py): the router's jitter noise,
+        its input (or fp32 copy) and fp32 weight, softmax and top index; the experts' (their
+        loop run by expert_0 for all tokens) named as the MoE family's; peft's adapters'."""
+        st, parts = s.storage, rest.split(".")
+        lora = self.run.lora
+        if role.endswith("mm.mat2"):  # a 16-bit model's classifier, made fp32
+            return "router_fp32_weight"
+        part = _lora_part(role, s) if parts[-1] in ("classifier", "wi", "wo") and \
+            lora is not None and lora.adapts(scope) else None
+        if parts[1] == "router":
+            if part:
+                return f"router.{part}"
+            if role == "mul_.other":
+                return "router_jitter"
+            if role in ("mm.self", "addmm.self"):
+                return "router_fp32_input" if st.op == "to" else "input"
+            return "router" if role == "softmax.result" else "router_topk"
+        if part:
+            return f"experts.{_T5_ADAPTED[parts[-1]]}.{part}"
+        if not st.dtype.floating:
+            return "expert_index"
+        if role == "index_add_.source":
+            return "expert_scatter"
+        if st.op == "index":  # the tokens' copies, the routing weights gathered
+            return "routed_input" if role.endswith("mm.self") else "routing_weight"
+        if role.endswith("mm.self"):
+            return "out_input"
+        if role in ("mul.other", "native_dropout.result1") and st.op == "":
+            return "inner_dropout_mask"
+        return "activation" if _has(st.numel.poly, ("F",)) else "expert_output"
 
     def _local_attention(self, role: str, s: Saved, dropout: bool) -> str:
         """LongT5's local attention core: its two einsums' operands (bmm's, or a product
@@ -1607,6 +1642,9 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
         pattern = family.layers if len(set(family.layers)) > 1 else ""
     elif isinstance(family, Moe) and len(set(family.pattern)) > 1:
         pattern, groups = family.pattern, {"D": "dense", "E": "moe"}
+    elif isinstance(family, Switch) and len(set(family.kinds_e + family.kinds_d)) > 1:
+        # (the encoder's layers numbered first, the decoder's after them)
+        pattern, groups = family.kinds_e + family.kinds_d, {"D": "dense", "E": "moe"}
     elif isinstance(family, Gemma | Llama) and len(set(family.kinds)) > 1 \
             and not isinstance(family, Qwen3Next):  # (its kinds: mixer and MLP, unnamed)
         pattern, groups = family.kinds, {"S": "sliding", "F": "full", "N": "nope"}
@@ -1655,7 +1693,7 @@ def row_of(r: NamedRow, nbytes: int, repeat: int) -> Row:
     stack = r.name.split(".", 1)[0] if r.in_layer else ""  # decoder or encoder
     if r.group:  # the layer's group where layers differ (an MoE's decoder.dense, .moe)
         stack = f"{stack}.{r.group}"
-    name = r.name.replace("decoder.", stack + ".", 1) if r.group else r.name
+    name = f"{stack}.{r.name.split('.', 1)[1]}" if r.group else r.name
     return (name, nbytes, text, "", repeat, stack, "tp" if _has(r.nbytes, _TP) else "", None,
             ())
 

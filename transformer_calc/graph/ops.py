@@ -273,6 +273,21 @@ def div_tensor(a: Tensor, b: Tensor, inplace: bool = False) -> Tensor:
     return out
 
 
+def mul_(a: Tensor, other: Tensor) -> Tensor:
+    """a *= other, in place (Switch Transformers' router jitter). derivatives.yaml mul.Tensor
+    (mul_ runs its formulas): self: mul_tensor_backward(grad, other, ...), other:
+    mul_tensor_backward(grad, self, ...): other kept for self's gradient; for other's, an
+    in-place op keeps a clone of the original self. a's dtype and layout."""
+    out = Tensor(a.shape, a.stride, a.dtype, a.storage, _rg(a, other), a.trace, a.offset)
+    saves: list[tuple[str, Tensor | None, bool]] = [("other", other, a.requires_grad)]
+    if other.requires_grad:
+        with a.trace.no_grad():
+            original = _new(a, a.shape, a.dtype, False, preserve_strides(a.sizes, a.stride))
+        saves.append(("self", original, True))
+    a.trace.record("mul_", out, saves)
+    return out
+
+
 def pow(a: Tensor, exponent: Scalar) -> Tensor:
     """derivatives.yaml pow.Tensor_Scalar: self: pow_backward(grad, self, exponent)."""
     (a,) = autocast.cast_inputs("pow", a)

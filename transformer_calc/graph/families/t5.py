@@ -70,22 +70,27 @@ class T5:
                 "Nb": self.Nb, "Le": self.Le, "Ld": self.Ld, **local}
 
 
-def forward(m: Builder, cfg: T5) -> Tensor:
+Stack = Callable[[Builder, T5, Tensor, Tensor, Tensor | None], Tensor]
+
+
+def forward(m: Builder, cfg: T5, stack: Stack | None = None) -> Tensor:
     """T5ForConditionalGeneration.forward(input_ids=ids, labels=ids): the encoder, the
     decoder over the shifted labels, the rescaled output, the tied lm_head and
-    CrossEntropyLoss over lm_logits.view(-1, V) and labels.view(-1) in the logits' dtype."""
+    CrossEntropyLoss over lm_logits.view(-1, V) and labels.view(-1) in the logits' dtype.
+    stack: a model's own T5Stack (Switch Transformers', families/switch.py)."""
+    stack = stack or _stack
     B, T, E, V = m["B"], m["T"], m["E"], m["V"]
     tr = m.trace
     ids = tr.input((B, T), I64, "input_ids")
     shared = m.param("shared.weight", V, E)
     with m.module("encoder"):
-        enc = _stack(m, cfg, ids, shared, None)
+        enc = stack(m, cfg, ids, shared, None)
     # _shift_right(labels): new_zeros, the shifted copy, the start token, masked_fill_
     # (integer ops without a gradient): a new (B, T) int64 tensor
     with tr.no_grad():
         dec_ids = tr.tensor((B, T), I64, False, name="decoder_input_ids")
     with m.module("decoder"):
-        h = _stack(m, cfg, dec_ids, shared, enc)
+        h = stack(m, cfg, dec_ids, shared, enc)
     if cfg.scale_output:  # sequence_output * (model_dim ** -0.5)
         h = ops.mul(h, float(E.value) ** -0.5)
     with m.module("lm_head"):
