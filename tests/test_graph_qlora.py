@@ -95,17 +95,30 @@ def test_peft_bnb_layers_read_the_input_as_it_is_under_autocast(
     assert not any(row[0].endswith(".lora_input") for row in mixed.rows)
 
 
-@pytest.mark.parametrize("kw", [{"lightning_bnb": True}, {"precision": "fp32"},
-                                {"adapter_dtype": "bf16"}, {"quant": "gptq"},
+@pytest.mark.parametrize("kw", [{"lightning_bnb": True, "bnb_legacy": True},
+                                {"lightning_bnb": True, "quant": "bnb-int8"}, {"quant": "gptq"},
                                 {"quant": "bnb-int8", "recompute": "full"},
                                 {"bnb_legacy": True, "recompute": "full"}],
-                         ids=["lightning-layers", "fp32-compute", "bf16-adapters", "gptq",
+                         ids=["lightning-legacy", "lightning-int8", "gptq",
                               "int8-checkpointed", "legacy-checkpointed"])
 def test_what_the_graph_does_not_model_keeps_the_rules(
         monkeypatch: pytest.MonkeyPatch, kw: dict[str, Any]) -> None:
     settings = {"quant": "bnb-nf4", "batch_size": 1, **kw}
     _, graph = _report(monkeypatch, "llama-3.2-1b", **settings)
     assert graph is None
+
+
+@pytest.mark.parametrize("kw", [{"lightning_bnb": True}, {"precision": "fp32"},
+                                {"adapter_dtype": "bf16"}],
+                         ids=["lightning-4bit", "fp32-compute", "bf16-adapters"])
+def test_the_graph_answers_every_compute_and_adapter_dtype(
+        monkeypatch: pytest.MonkeyPatch, kw: dict[str, Any]) -> None:
+    """A 32-bit compute dtype and 16-bit adapters are the graph's dtypes (the CPU rows of
+    tests/test_graph_quant.py measure fp32 compute); Lightning's 4-bit head since 0.44 keeps
+    nothing a plain frozen head does not."""
+    settings = {"quant": "bnb-nf4", "batch_size": 1, **kw}
+    r, graph = _report(monkeypatch, "llama-3.2-1b", **settings)
+    assert graph is not None and r.activations.total == graph.total
 
 
 def test_gemma_bitsandbytes_bases_through_the_graph(monkeypatch: pytest.MonkeyPatch) -> None:

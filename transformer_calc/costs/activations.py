@@ -4,7 +4,7 @@
 is over, as Breakdown rows named as tcalc names them) from the model's op graph
 (transformer_calc.graph) wherever the graph expresses the run exactly: a family with a
 graph, transformers' eager or SDPA attention, torch's own kernel choice, full training or
-LoRA over an unquantised base or a bitsandbytes one (Llama and Gemma families). It returns
+LoRA over an unquantised base, a bitsandbytes one or torchtune's NF4 one. It returns
 None elsewhere, and the caller keeps its rules.
 
 The graph derives what the rules enumerate: LoRA, recomputation and autocast compose
@@ -120,7 +120,7 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
         if lora is None:
             return None
         if s.quant:
-            lora = _quantised(family, lora, s)
+            lora = _quantised(spec, family, lora, s, amp or amp16)
             if lora is None:
                 return None
     run = _run(s, T, amp, amp16, lora)
@@ -168,7 +168,7 @@ def _family(spec: ModelSpec) -> Family | None:
 def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
     """The settings the graph models: transformers' eager or SDPA attention with torch's
     kernel choice, dense attention (or a pattern whose keys cover the sequence),
-    transformers' layers, an unquantised base or a bitsandbytes one (_bnb)."""
+    transformers' layers, an unquantised base or one _bnb names."""
     from transformer_calc.flops import pattern_keys
 
     dense = (pattern is None or getattr(pattern, "kind", "dense") == "dense"
@@ -180,28 +180,63 @@ def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
 
 
 def _bnb(s: Settings) -> str | None:
-    """The base's bitsandbytes layers as graph/lora.py's Lora names them, or None where the
-    graph does not model the quantised base: a 16-bit compute dtype (the model's), peft's
-    fp32 adapters; Lightning's layers (its LM head quantised, ctx-held inputs outliving
-    backward) keep the rules."""
-    if s.act_bytes != 2 or s.lightning_bnb or s.adapter_bytes != 4 or s.fsdp2_mixed:
-        return None
+    """The base's quantised layers as graph/lora.py's Lora names them, or None where the graph
+    does not model them: torchtune's torchao NF4 ("nf4": its recipe's --qlora); bitsandbytes'
+    4-bit (before or since 0.44) or 8-bit layers, computed in the model's dtype (16- or
+    32-bit), under peft's adapters of any dtype. Lightning's layers quantise the LM head
+    too: where the base keeps its inputs (8-bit, 4-bit before 0.44) that head's input is kept
+    as well, which the graph's plain head does not say (the rules answer)."""
+    if s.recipe == "torchtune" and s.quant == "bnb-nf4":
+        return "nf4"
     if s.quant in ("bnb-nf4", "bnb-fp4"):
-        return "4bit-legacy" if s.bnb_legacy else "4bit"
-    return "int8" if s.quant == "bnb-int8" else None
+        quant = "4bit-legacy" if s.bnb_legacy else "4bit"
+    else:
+        quant = "int8" if s.quant == "bnb-int8" else ""
+    if not quant or (s.lightning_bnb and quant != "4bit"):
+        return None
+    return quant
 
 
-def _quantised(family: Family, lora: Lora, s: Settings) -> Lora | None:
-    """LoRA over a bitsandbytes base where the family's every Builder.linear is an nn.Linear
-    transformers' replace_with_bnb_linear converts (all but the LM head, which the Llama
-    family runs as ops.linear): the Llama and Gemma families, their own classes."""
+# model types whose class names modules to keep in fp32 (transformers 5.23:
+# _keep_in_fp32_modules, e.g. T5's "wo"): from_pretrained with a quantization_config leaves
+# them out of replace_with_bnb_linear and loads them in fp32 under a 16-bit dtype, which the
+# graph's one model dtype does not say
+_KEEP_IN_FP32 = frozenset(("afmoe", "axk2", "deepseek_v32", "deepseek_v4", "glm_moe_dsa",
+                           "gpt_oss", "longcat_flash", "mistral_large4", "mt5", "pop2piano",
+                           "t5", "udop", "umt5"))
+
+
+def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bool
+               ) -> Lora | None:
+    """LoRA over a quantised base: every Builder.linear and Builder.conv1d of a family is an
+    nn.Linear or Conv1D that transformers' replace_with_bnb_linear converts (the LM heads,
+    which it leaves out, are ops.linear; Falcon's FalconLinear, a subclass it does not
+    convert, is Builder.linear(matmul=True)); torchtune's NF4 over its model in bf16, no
+    autocast. The families whose quantised CPU rows the graph reproduces
+    (tests/data/quantised_base_activations_cpu.jsonl): Llama (but Phi-3's fused qkv_proj
+    under SDPA), Gemma, GPT-2, BERT, Falcon, OPT, the dense MLA decoders, GPT-NeoX under
+    eager attention. The MoE families (Mixtral, Qwen2-MoE, Jamba: every measured row 1-5 %
+    above the graph) and a fused QKV under SDPA (GPT-NeoX, Phi-3: the measured rows hold
+    B·H·T² more per layer than the graph and the rules say) keep the rules."""
     import dataclasses
 
+    from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.gemma import Gemma
+    from transformer_calc.graph.families.gpt2 import GPT2
     from transformer_calc.graph.families.llama import Llama
+    from transformer_calc.graph.families.mla import Mla
+    from transformer_calc.graph.families.neox import NeoX
+    from transformer_calc.graph.families.opt import OPT
 
     quant = _bnb(s)
-    if type(family) not in (Llama, Gemma) or quant is None:
+    if quant is None or spec.model_type in _KEEP_IN_FP32 or (quant == "nf4" and amp):
+        return None
+    measured = (type(family) in (Llama, Gemma, GPT2, Falcon, OPT) and not (
+        isinstance(family, Llama) and family.fused_qkv and s.attention == "sdpa")) or (
+        type(family) is Mla and not spec.n_experts) or (
+        type(family) is Bert) or (type(family) is NeoX and s.attention == "eager")
+    if not measured:
         return None
     lora = dataclasses.replace(lora, quant=quant)
     # MatMul4Bit before 0.44 and MatMul8bitLt hold A as a ctx attribute, not through

@@ -185,6 +185,8 @@ class Builder:
             w = self.tied(tied) if tied else self.param("weight", out, x.shape[-1])
             b = self.param("bias", out) if bias else None
             lora = self.run.lora
+            if lora is not None and lora.quant == "nf4":  # torchtune's NF4 linears
+                return self._lora(name, x, ops.nf4_linear(x, w, b), out)
             if lora is not None and lora.quant and not tied and not matmul:
                 return self._lora(name, x, self._bnb_linear(x, w, b, lora), out, bnb=True)
             if matmul:
@@ -214,6 +216,12 @@ class Builder:
         with self.module(name):
             w = self.param("weight", x.shape[-1], out)
             b = self.param("bias", out)
+            lora = self.run.lora
+            if lora is not None and lora.quant and lora.quant != "nf4":
+                # replace_with_bnb_linear converts a Conv1D too, its weight transposed to
+                # (out, in) (transformers/integrations/bitsandbytes.py)
+                y = self._bnb_linear(x, ops.transpose(w, 0, 1), b, lora)
+                return self._lora(name, x, y, out, bnb=True)
             y = ops.conv1d_gpt2(x, w, b)
             return self._lora(name, x, y, out)
 
