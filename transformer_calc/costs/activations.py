@@ -215,17 +215,21 @@ def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bo
     autocast. The families whose quantised CPU rows the graph reproduces
     (tests/data/quantised_base_activations_cpu.jsonl): Llama (but Phi-3's fused qkv_proj
     under SDPA), Gemma, GPT-2, BERT, Falcon, OPT, the dense MLA decoders, GPT-NeoX under
-    eager attention. The MoE families (Mixtral, Qwen2-MoE, Jamba: every measured row 1-5 %
-    above the graph) and a fused QKV under SDPA (GPT-NeoX, Phi-3: the measured rows hold
-    B·H·T² more per layer than the graph and the rules say) keep the rules."""
+    eager attention, the MoE decoders whose router is a parameter (Mixtral's, Qwen2-MoE's:
+    nothing replace_with_bnb_linear converts there but the nn.Linear layers) and Jamba (its
+    mixer calls dt_proj on a quantised model). A fused QKV under SDPA (GPT-NeoX, Phi-3) keeps
+    the rules: the measured rows, with or without quantisation, hold the fused projection's
+    whole output for V where the graph holds V's third. The rest is unmeasured."""
     import dataclasses
 
     from transformer_calc.graph.families.bert import Bert
     from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.gemma import Gemma
     from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.mla import Mla
+    from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.opt import OPT
 
@@ -235,7 +239,10 @@ def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bo
     measured = (type(family) in (Llama, Gemma, GPT2, Falcon, OPT) and not (
         isinstance(family, Llama) and family.fused_qkv and s.attention == "sdpa")) or (
         type(family) is Mla and not spec.n_experts) or (
-        type(family) is Bert) or (type(family) is NeoX and s.attention == "eager")
+        type(family) is Bert) or (type(family) is NeoX and s.attention == "eager") or (
+        isinstance(family, Moe | Jamba) and type(family) in (Moe, Jamba)
+        and family.router in ("mixtral", "qwen")
+        and not spec.peft_router_linear)
     if not measured:
         return None
     lora = dataclasses.replace(lora, quant=quant)
