@@ -183,18 +183,13 @@ def _bnb(s: Settings) -> str | None:
     """The base's quantised layers as graph/lora.py's Lora names them, or None where the graph
     does not model them: torchtune's torchao NF4 ("nf4": its recipe's --qlora); bitsandbytes'
     4-bit (before or since 0.44) or 8-bit layers, computed in the model's dtype (16- or
-    32-bit), under peft's adapters of any dtype. Lightning's layers quantise the LM head
-    too: where the base keeps its inputs (8-bit, 4-bit before 0.44) that head's input is kept
-    as well, which the graph's plain head does not say (the rules answer)."""
+    32-bit), under peft's adapters of any dtype (Lightning's 4-bit layers quantise the LM
+    head too: _quantised)."""
     if s.recipe == "torchtune" and s.quant == "bnb-nf4":
         return "nf4"
     if s.quant in ("bnb-nf4", "bnb-fp4"):
-        quant = "4bit-legacy" if s.bnb_legacy else "4bit"
-    else:
-        quant = "int8" if s.quant == "bnb-int8" else ""
-    if not quant or (s.lightning_bnb and quant != "4bit"):
-        return None
-    return quant
+        return "4bit-legacy" if s.bnb_legacy else "4bit"
+    return "int8" if s.quant == "bnb-int8" else None
 
 
 # model types whose class names modules to keep in fp32 (transformers 5.23:
@@ -245,7 +240,12 @@ def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bo
         and not spec.peft_router_linear)
     if not measured:
         return None
-    lora = dataclasses.replace(lora, quant=quant)
+    # Lightning's BitsandbytesPrecision replaces every nn.Linear, the LM head's too (4-bit:
+    # Builder.head), where the head is one the families build with Builder.head
+    head = s.lightning_bnb and quant.startswith("4bit")
+    if head and type(family) not in (Llama, Gemma, Falcon):
+        return None
+    lora = dataclasses.replace(lora, quant=quant, head=head)
     # MatMul4Bit before 0.44 and MatMul8bitLt hold A as a ctx attribute, not through
     # save_for_backward: non-reentrant checkpointing's saved-tensor hooks do not see it, so
     # under full recomputation each layer's inputs would stay held; unmeasured, the rules answer

@@ -48,6 +48,8 @@ class Lora:
     # (before 0.44), "int8" (MatMul8bitLt; on the CPU in training MatMul8bitFp, which keeps
     # its input too); or torchtune's torchao NF4 linears, "nf4" (ops.nf4_linear)
     quant: str = ""
+    # the LM head quantised with them (Lightning's layers: Builder.head)
+    head: bool = False
 
     @property
     def base_keeps_input(self) -> bool:

@@ -233,6 +233,19 @@ class Builder:
             return y
         return self._lora("lm_head", x, y, out)
 
+    def head(self, x: Tensor, w: Tensor, out: Dim) -> Tensor:
+        """The LM head, inside its module: an F.linear (transformers' replace_with_bnb_linear
+        leaves the output embedding out), or, where the run quantises it too (Lightning's
+        BitsandbytesPrecision replaces every nn.Linear: Lora.head), the bitsandbytes layer;
+        then its adapter where a target names it."""
+        lora = self.run.lora
+        if lora is None or not (lora.head and lora.quant):
+            return self.lm_head_lora(x, ops.linear(x, w), out)
+        y = self._bnb_linear(x, w, None, lora)
+        if "all-linear" in lora.targets:
+            return y
+        return self._lora("lm_head", x, y, out, bnb=True)
+
     def _bnb_linear(self, x: Tensor, w: Tensor, b: Tensor | None, lora: peft.Lora) -> Tensor:
         """bitsandbytes' Linear4bit.forward (bitsandbytes/nn/modules.py): the input cast to
         the compute dtype (the model's 16-bit dtype), MatMul4Bit, the result cast back to the
