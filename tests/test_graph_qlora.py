@@ -95,17 +95,48 @@ def test_peft_bnb_layers_read_the_input_as_it_is_under_autocast(
     assert not any(row[0].endswith(".lora_input") for row in mixed.rows)
 
 
-@pytest.mark.parametrize("kw", [{"lightning_bnb": True}, {"precision": "fp32"},
-                                {"adapter_dtype": "bf16"}, {"quant": "gptq"},
+@pytest.mark.parametrize("kw", [{"quant": "gptq"},
                                 {"quant": "bnb-int8", "recompute": "full"},
                                 {"bnb_legacy": True, "recompute": "full"}],
-                         ids=["lightning-layers", "fp32-compute", "bf16-adapters", "gptq",
-                              "int8-checkpointed", "legacy-checkpointed"])
+                         ids=["gptq", "int8-checkpointed", "legacy-checkpointed"])
 def test_what_the_graph_does_not_model_keeps_the_rules(
         monkeypatch: pytest.MonkeyPatch, kw: dict[str, Any]) -> None:
     settings = {"quant": "bnb-nf4", "batch_size": 1, **kw}
     _, graph = _report(monkeypatch, "llama-3.2-1b", **settings)
     assert graph is None
+
+
+@pytest.mark.parametrize("kw", [{"lightning_bnb": True}, {"precision": "fp32"},
+                                {"adapter_dtype": "bf16"},
+                                {"lightning_bnb": True, "bnb_legacy": True},
+                                {"lightning_bnb": True, "quant": "bnb-int8"}],
+                         ids=["lightning-4bit", "fp32-compute", "bf16-adapters",
+                              "lightning-legacy", "lightning-int8"])
+def test_the_graph_answers_every_compute_and_adapter_dtype(
+        monkeypatch: pytest.MonkeyPatch, kw: dict[str, Any]) -> None:
+    """A 32-bit compute dtype and 16-bit adapters are the graph's dtypes (the CPU rows of
+    tests/test_graph_quant.py measure fp32 compute); Lightning's 4-bit head since 0.44 keeps
+    nothing a plain frozen head does not."""
+    settings = {"quant": "bnb-nf4", "batch_size": 1, **kw}
+    r, graph = _report(monkeypatch, "llama-3.2-1b", **settings)
+    assert graph is not None and r.activations.total == graph.total
+
+
+def test_lightning_quantises_the_head_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning's BitsandbytesPrecision replaces the LM head as well (Builder.head): before
+    bitsandbytes 0.44 its MatMul4Bit keeps the head's bf16 input, B·T·E·2 (the final norm's
+    output, kept by nothing else), which transformers' unquantised head does not; since 0.44
+    the two keep the same."""
+    E, T = 2048, LORA_MODELS["llama-3.2-1b"][2]
+    got = {}
+    for lightning in (False, True):
+        for legacy in (False, True):
+            r, graph = _report(monkeypatch, "llama-3.2-1b", batch_size=1, quant="bnb-nf4",
+                               lightning_bnb=lightning, bnb_legacy=legacy)
+            assert graph is not None
+            got[lightning, legacy] = r.activations.total
+    assert got[True, True] - got[False, True] == T * E * 2
+    assert got[True, False] == got[False, False]
 
 
 def test_gemma_bitsandbytes_bases_through_the_graph(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,8 +157,9 @@ def test_gemma_bitsandbytes_bases_through_the_graph(monkeypatch: pytest.MonkeyPa
 
 
 def test_compiled_equals_traced_on_random_qlora_draws() -> None:
-    """The compile cache under a bitsandbytes base: compiled against traced on 12 random
-    Llama configurations with each base (graph_rows.cache_hits_on_random_draws)."""
+    """The compile cache under a quantised base: compiled against traced on 16 random
+    Llama configurations with each base, Lightning's quantised head among them
+    (graph_rows.cache_hits_on_random_draws)."""
     import random
 
     from graph_rows import cache_hits_on_random_draws
@@ -146,10 +178,12 @@ def test_compiled_equals_traced_on_random_qlora_draws() -> None:
                     tied=rng.random() < 0.5)
         targets = frozenset(("all-linear",)) if rng.random() < 0.4 else frozenset(
             rng.sample(names, rng.choice((1, 2))))
+        quant = rng.choice(("4bit", "4bit-legacy", "int8", "nf4"))
         lora = Lora(rng.choice((1, 2, 8)), targets, rng.choice((0.0, 0.05)),
-                    quant=rng.choice(("4bit", "4bit-legacy", "int8")))
+                    BF16 if quant == "nf4" else None, quant=quant,
+                    head=quant.startswith("4bit") and rng.random() < 0.5)
         return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 7, 33)), BF16, "cuda",
                         rng.choice(("eager", "sdpa")), autocast=rng.choice((None, BF16)),
                         lora=lora, recompute=rng.choice(("none", "selective", "full")))
 
-    assert cache_hits_on_random_draws(draw, 20260611, 12) >= 1
+    assert cache_hits_on_random_draws(draw, 20260611, 16) >= 1

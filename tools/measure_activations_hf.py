@@ -38,6 +38,19 @@ by
     python tools/measure_activations_hf.py --autocast \
         tests/data/hf/variants/hunyuan_v1_moe-tiny.json
 
+--quant bnb-nf4|bnb-fp4|bnb-int8 (with --lora): the base loaded as transformers loads a
+bitsandbytes checkpoint (the random weights saved, then from_pretrained with a
+BitsAndBytesConfig: replace_with_bnb_linear's own choice of layers, the compute dtype the
+row's dtype), then peft's LoRA; the rows count, beside what the saved-tensor hooks see, what
+the bitsandbytes autograd functions hold on ctx (MatMul8bitFp's ctx.A, the CPU's int8 path
+in training; MatMul8bitLt's and MatMul4Bit's ctx.tensors), which the hooks do not see.
+tests/data/quantised_base_activations_cpu.jsonl (bitsandbytes 0.50.2) was written by
+
+    for q in bnb-nf4 bnb-int8; do python tools/measure_activations_hf.py --lora 8 --quant $q \
+        tests/data/hf/variants/{llama-head-dim,gemma-gqa,gpt2-n-inner,bert-seq-cls,\
+t5-gated-asym,falcon-new-rope,mixtral-top1,qwen2_moe-tiny,opt-projected,\
+neox-sequential-nobias,phi3-gqa-tied,deepseek_v3-all-dense,jamba-tiny}.json; done
+
 --mixers: only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
 Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's
 mixer rows; B ∈ {1, 2} and three lengths, fp32 and bf16, on transformers' torch path (the
@@ -75,7 +88,8 @@ DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
 def measure(config: dict, attention: str, dtype: str, B: int, T: int,
             lora: tuple[int, str, float] | None = None, experts: str = "eager",
             autocast: bool = False, freeze: tuple[str, ...] = (),
-            use_cache: bool = False, sdpa_kernel: str = "auto") -> tuple[int, int]:
+            use_cache: bool = False, sdpa_kernel: str = "auto", quant: str = ""
+            ) -> tuple[int, int]:
     """Saved bytes, and the parameters that train (all of them; under LoRA, peft's; with
     freeze, those outside the parts named, `part`); autocast: the forward (and its loss)
     inside torch.autocast("cpu", torch.bfloat16); sdpa_kernel: the forward inside
@@ -94,6 +108,8 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
     torch.manual_seed(0)
     model = getattr(transformers, counted_class(config))(cfg)
     model = model.to(DTYPES[dtype][0]).train()
+    if quant:
+        model = _quantised(model, cfg, DTYPES[dtype][0], quant).train()
     if lora:  # peft's defaults but rank, targets and dropout (adapters stay fp32)
         import peft
 
@@ -114,8 +130,57 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
           else contextlib.nullcontext()), \
             (forced(backends[sdpa_kernel]) if sdpa_kernel != "auto"
              else contextlib.nullcontext()):
+        if quant:
+            return _saved_with_ctx(model, B, T, labels, use_cache), trainable
         return saved_bytes(model, B, T, labels=labels, use_cache=use_cache)["saved_bytes"], \
             trainable
+
+
+def _quantised(model, cfg, dtype, quant: str):  # type: ignore[no-untyped-def]
+    """The model as from_pretrained loads it with a BitsAndBytesConfig (its defaults but the
+    quant type and the compute dtype): its weights saved, then loaded quantised on the CPU."""
+    import tempfile
+
+    import transformers
+
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(d)
+        q = (transformers.BitsAndBytesConfig(load_in_8bit=True) if quant == "bnb-int8" else
+             transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtype,
+                                             bnb_4bit_quant_type=quant.removeprefix("bnb-")))
+        return type(model).from_pretrained(d, config=cfg, dtype=dtype, device_map="cpu",
+                                           quantization_config=q)
+
+
+def _saved_with_ctx(model, B: int, T: int, labels, use_cache: bool) -> int:  # type: ignore[no-untyped-def]
+    """saved_bytes, and the storages bitsandbytes' autograd functions hold on ctx (ctx.A,
+    ctx.tensors: attributes of the backward node, out of the saved-tensor hooks' sight),
+    each storage once, parameters out."""
+    from measure_activations import input_vocab, recorded
+
+    params = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    torch.manual_seed(0)
+    ids = torch.randint(0, input_vocab(model.config), (B, T))
+    with recorded(model) as storages:
+        loss = model(input_ids=ids, labels=ids if labels is None else labels(ids),
+                     use_cache=use_cache).loss
+    held: dict[int, int] = {}
+    stack, seen = [loss.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if type(node).__name__.startswith(("MatMul8bit", "MatMul4Bit")):
+            kept = [getattr(node, "A", None), *(getattr(node, "tensors", None) or ())]
+            for t in kept:
+                if isinstance(t, torch.Tensor):
+                    s = t.untyped_storage()
+                    if s.data_ptr() not in params:
+                        held[s.data_ptr()] = s.nbytes()
+        stack += [n for n, _ in node.next_functions]
+    del loss
+    return sum({**storages, **held}.values())
 
 
 def part(name: str) -> str:
@@ -137,6 +202,12 @@ def part(name: str) -> str:
     if any("attn" in m or "attention" in m for m in modules):
         return "attention"
     return "ffn"
+
+
+def _bnb_version() -> str:
+    import bitsandbytes
+
+    return str(bitsandbytes.__version__)
 
 
 def _labels(cls: str, cfg: object) -> Callable[[torch.Tensor], torch.Tensor] | None:
@@ -228,6 +299,9 @@ def main() -> None:
     ap.add_argument("--freeze", default="",
                     help="parts that do not train (comma-separated: embeddings, attention, "
                          "ffn, norms, heads), as tcalc's --freeze")
+    ap.add_argument("--quant", default="", choices=("", "bnb-nf4", "bnb-fp4", "bnb-int8"),
+                    help="the base in bitsandbytes' format (with --lora), computed in the "
+                         "row's dtype")
     ap.add_argument("--sdpa-kernel", default="auto", choices=("auto", "math", "cpu_flash"),
                     help="the SDPA kernel torch.nn.attention.sdpa_kernel forces (SDPA rows "
                          "only), as tcalc's --sdpa-kernel")
@@ -256,7 +330,7 @@ def main() -> None:
                 try:
                     got, trainable = measure(config, attention, dtype, args.B, args.T, lora,
                                              args.experts, args.autocast, freeze,
-                                             args.use_cache, args.sdpa_kernel)
+                                             args.use_cache, args.sdpa_kernel, args.quant)
                 except ValueError as e:  # e.g. a class without an SDPA path
                     print(json.dumps({"config": path.name, "attention": attention,
                                       "dtype": dtype, "skipped": str(e)[:100]}))
@@ -270,13 +344,16 @@ def main() -> None:
                     lora_rank=args.lora, lora_targets=tuple(
                         (args.tcalc_targets or args.lora_targets).split(",")),
                     lora_dropout=args.lora_dropout, experts=args.experts, freeze=freeze,
-                    sdpa_kernel=args.sdpa_kernel))
+                    sdpa_kernel=args.sdpa_kernel, quant=args.quant,
+                    double_quant=not args.quant.startswith("bnb-") or args.quant == "bnb-int8"))
                 est = report.activations.total
                 print(json.dumps({"config": path.name, "attention": attention, "dtype": dtype,
                                   **({"autocast": "bf16"} if args.autocast else {}),
                                   **({"use_cache": True} if args.use_cache else {}),
                                   **({"sdpa_kernel": args.sdpa_kernel}
                                      if args.sdpa_kernel != "auto" else {}),
+                                  **({"quant": args.quant, "bitsandbytes": _bnb_version()}
+                                     if args.quant else {}),
                                   "B": args.B, "T": args.T, "lora": list(lora or ()),
                                   **({"tcalc_targets": args.tcalc_targets}
                                      if args.tcalc_targets else {}),

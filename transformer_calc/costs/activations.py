@@ -4,7 +4,7 @@
 is over, as Breakdown rows named as tcalc names them) from the model's op graph
 (transformer_calc.graph) wherever the graph expresses the run exactly: a family with a
 graph, transformers' eager or SDPA attention, torch's own kernel choice, full training or
-LoRA over an unquantised base or a bitsandbytes one (Llama and Gemma families). It returns
+LoRA over an unquantised base, a bitsandbytes one or torchtune's NF4 one. It returns
 None elsewhere, and the caller keeps its rules.
 
 The graph derives what the rules enumerate: LoRA, recomputation and autocast compose
@@ -129,7 +129,7 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
         if lora is None:
             return None
         if s.quant:
-            lora = _quantised(family, lora, s)
+            lora = _quantised(spec, family, lora, s, amp or amp16)
             if lora is None:
                 return None
     run = _run(s, T, amp, amp16, lora)
@@ -254,30 +254,72 @@ def _flash_branch(family: Family) -> bool:
 
 
 def _bnb(s: Settings) -> str | None:
-    """The base's bitsandbytes layers as graph/lora.py's Lora names them, or None where the
-    graph does not model the quantised base: a 16-bit compute dtype (the model's), peft's
-    fp32 adapters; Lightning's layers (its LM head quantised, ctx-held inputs outliving
-    backward) keep the rules."""
-    if s.act_bytes != 2 or s.lightning_bnb or s.adapter_bytes != 4 or s.fsdp2_mixed:
-        return None
+    """The base's quantised layers as graph/lora.py's Lora names them, or None where the graph
+    does not model them: torchtune's torchao NF4 ("nf4": its recipe's --qlora); bitsandbytes'
+    4-bit (before or since 0.44) or 8-bit layers, computed in the model's dtype (16- or
+    32-bit), under peft's adapters of any dtype (Lightning's 4-bit layers quantise the LM
+    head too: _quantised)."""
+    if s.recipe == "torchtune" and s.quant == "bnb-nf4":
+        return "nf4"
     if s.quant in ("bnb-nf4", "bnb-fp4"):
         return "4bit-legacy" if s.bnb_legacy else "4bit"
     return "int8" if s.quant == "bnb-int8" else None
 
 
-def _quantised(family: Family, lora: Lora, s: Settings) -> Lora | None:
-    """LoRA over a bitsandbytes base where the family's every Builder.linear is an nn.Linear
-    transformers' replace_with_bnb_linear converts (all but the LM head, which the Llama
-    family runs as ops.linear): the Llama and Gemma families, their own classes."""
+# model types whose class names modules to keep in fp32 (transformers 5.23:
+# _keep_in_fp32_modules, e.g. T5's "wo"): from_pretrained with a quantization_config leaves
+# them out of replace_with_bnb_linear and loads them in fp32 under a 16-bit dtype, which the
+# graph's one model dtype does not say
+_KEEP_IN_FP32 = frozenset(("afmoe", "axk2", "deepseek_v32", "deepseek_v4", "glm_moe_dsa",
+                           "gpt_oss", "longcat_flash", "mistral_large4", "mt5", "pop2piano",
+                           "t5", "udop", "umt5"))
+
+
+def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bool
+               ) -> Lora | None:
+    """LoRA over a quantised base: every Builder.linear and Builder.conv1d of a family is an
+    nn.Linear or Conv1D that transformers' replace_with_bnb_linear converts (the LM heads,
+    which it leaves out, are ops.linear; Falcon's FalconLinear, a subclass it does not
+    convert, is Builder.linear(matmul=True)); torchtune's NF4 over its model in bf16, no
+    autocast. The families whose quantised CPU rows the graph reproduces
+    (tests/data/quantised_base_activations_cpu.jsonl): Llama (but Phi-3's fused qkv_proj
+    under SDPA), Gemma, GPT-2, BERT, Falcon, OPT, the dense MLA decoders, GPT-NeoX under
+    eager attention, the MoE decoders whose router is a parameter (Mixtral's, Qwen2-MoE's:
+    nothing replace_with_bnb_linear converts there but the nn.Linear layers) and Jamba (its
+    mixer calls dt_proj on a quantised model). A fused QKV under SDPA (GPT-NeoX, Phi-3) keeps
+    the rules: the measured rows, with or without quantisation, hold the fused projection's
+    whole output for V where the graph holds V's third. The rest is unmeasured."""
     import dataclasses
 
+    from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.gemma import Gemma
+    from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.llama import Llama
+    from transformer_calc.graph.families.mla import Mla
+    from transformer_calc.graph.families.moe import Moe
+    from transformer_calc.graph.families.neox import NeoX
+    from transformer_calc.graph.families.opt import OPT
 
     quant = _bnb(s)
-    if type(family) not in (Llama, Gemma) or quant is None:
+    if quant is None or spec.model_type in _KEEP_IN_FP32 or (quant == "nf4" and amp):
         return None
-    lora = dataclasses.replace(lora, quant=quant)
+    measured = (type(family) in (Llama, Gemma, GPT2, Falcon, OPT) and not (
+        isinstance(family, Llama) and family.fused_qkv and s.attention == "sdpa")) or (
+        type(family) is Mla and not spec.n_experts) or (
+        type(family) is Bert) or (type(family) is NeoX and s.attention == "eager") or (
+        isinstance(family, Moe | Jamba) and type(family) in (Moe, Jamba)
+        and family.router in ("mixtral", "qwen")
+        and not spec.peft_router_linear)
+    if not measured:
+        return None
+    # Lightning's BitsandbytesPrecision replaces every nn.Linear, the LM head's too (4-bit:
+    # Builder.head), where the head is one the families build with Builder.head
+    head = s.lightning_bnb and quant.startswith("4bit")
+    if head and type(family) not in (Llama, Gemma, Falcon):
+        return None
+    lora = dataclasses.replace(lora, quant=quant, head=head)
     # MatMul4Bit before 0.44 and MatMul8bitLt hold A as a ctx attribute, not through
     # save_for_backward: non-reentrant checkpointing's saved-tensor hooks do not see it, so
     # under full recomputation each layer's inputs would stay held; unmeasured, the rules answer

@@ -54,7 +54,8 @@ def static_key(family: Family, run: Run) -> tuple[object, ...]:
     lora = run.lora
     adapters = None if lora is None else (tuple(sorted(lora.targets)), lora.dropout != 0,
                                           lora.dtype.name if lora.dtype else None,
-                                          tuple(sorted(lora.parameters)), lora.quant)
+                                          tuple(sorted(lora.parameters)), lora.quant,
+                                          lora.head)
     return (cls.__name__, flags, run.dtype.name, run.device, run.attention,
             run.autocast.name if run.autocast else None,
             run.use_cache and run.recompute != "full", run.recompute, adapters,

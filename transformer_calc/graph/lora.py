@@ -44,9 +44,12 @@ class Lora:
     dtype: DType | None = None
     parameters: frozenset[str] = frozenset()
     # the base's bitsandbytes layers (transformers' replace_with_bnb_linear: every nn.Linear
-    # but the LM head): "" none, "4bit" (MatMul4Bit since 0.44), "4bit-legacy" (before 0.44),
-    # "int8" (MatMul8bitLt)
+    # and Conv1D but the LM head): "" none, "4bit" (MatMul4Bit since 0.44), "4bit-legacy"
+    # (before 0.44), "int8" (MatMul8bitLt; on the CPU in training MatMul8bitFp, which keeps
+    # its input too); or torchtune's torchao NF4 linears, "nf4" (ops.nf4_linear)
     quant: str = ""
+    # the LM head quantised with them (Lightning's layers: Builder.head)
+    head: bool = False
 
     @property
     def base_keeps_input(self) -> bool:

@@ -196,6 +196,8 @@ class Builder:
             if cast is not None:
                 w, b = ops.to(w, cast), None if b is None else ops.to(b, cast)
             lora = self.run.lora
+            if lora is not None and lora.quant == "nf4":  # torchtune's NF4 linears
+                return self._lora(name, x, ops.nf4_linear(x, w, b), out)
             if lora is not None and lora.quant and not tied and not matmul:
                 return self._lora(name, x, self._bnb_linear(x, w, b, lora), out, bnb=True)
             if matmul:
@@ -225,6 +227,12 @@ class Builder:
         with self.module(name):
             w = self.param("weight", x.shape[-1], out)
             b = self.param("bias", out)
+            lora = self.run.lora
+            if lora is not None and lora.quant and lora.quant != "nf4":
+                # replace_with_bnb_linear converts a Conv1D too, its weight transposed to
+                # (out, in) (transformers/integrations/bitsandbytes.py)
+                y = self._bnb_linear(x, ops.transpose(w, 0, 1), b, lora)
+                return self._lora(name, x, y, out, bnb=True)
             y = ops.conv1d_gpt2(x, w, b)
             return self._lora(name, x, y, out)
 
@@ -235,6 +243,19 @@ class Builder:
         if lora is None or "all-linear" in lora.targets:
             return y
         return self._lora("lm_head", x, y, out)
+
+    def head(self, x: Tensor, w: Tensor, out: Dim) -> Tensor:
+        """The LM head, inside its module: an F.linear (transformers' replace_with_bnb_linear
+        leaves the output embedding out), or, where the run quantises it too (Lightning's
+        BitsandbytesPrecision replaces every nn.Linear: Lora.head), the bitsandbytes layer;
+        then its adapter where a target names it."""
+        lora = self.run.lora
+        if lora is None or not (lora.head and lora.quant):
+            return self.lm_head_lora(x, ops.linear(x, w), out)
+        y = self._bnb_linear(x, w, None, lora)
+        if "all-linear" in lora.targets:
+            return y
+        return self._lora("lm_head", x, y, out, bnb=True)
 
     def _bnb_linear(self, x: Tensor, w: Tensor, b: Tensor | None, lora: peft.Lora) -> Tensor:
         """bitsandbytes' Linear4bit.forward (bitsandbytes/nn/modules.py): the input cast to

@@ -690,6 +690,10 @@ class _Namer:
         if self.nemotron:
             s = _nemotron_scope(s, self.nemotron)
             scope = s.scope
+        if role == "bnb_matmul.A":
+            # a bitsandbytes linear's input (ops.bnb_matmul), named as the input of the
+            # nn.Linear (Conv1D) it replaces
+            role = "mm.self"
         if self.gemma4:
             named = self._gemma4(scope, role, s)
             if named is not None:
@@ -830,7 +834,7 @@ class _Namer:
         moe = self._moe(rest, role, s) if self.moe else None
         if moe is not None:
             return "decoder." + moe
-        if module in _INPUTS and role in ("mm.self", "addmm.self", "bnb_matmul.A"):
+        if module in _INPUTS and role in ("mm.self", "addmm.self"):
             return "decoder." + _INPUTS[module]
         if module in ("attn", "self_attn", "attention", "self_attention"):
             return "decoder.attn." + self._attention(role, s)
@@ -1595,8 +1599,6 @@ def _lora_part(role: str, s: Saved) -> str | None:
     dropout's output, made in the layer); None: the input as the base layer reads it."""
     if role in ("mul.other", "native_dropout.result1"):
         return "lora_dropout_mask"
-    if role == "bnb_matmul.A":  # a bitsandbytes base's input (ops.bnb_matmul)
-        return None
     if role not in ("mm.self", "addmm.self"):
         raise ValueError(f"no component name for {role} in the adapted {s.scope}")
     if _has(s.storage.numel.poly, ("r",)):

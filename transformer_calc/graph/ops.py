@@ -669,6 +669,21 @@ def bnb_matmul(x: Tensor, w: Tensor, b: Tensor | None, keeps_input: bool) -> Ten
     return out
 
 
+def nf4_linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """torchao's linear_nf4 over a frozen NF4Tensor weight w (out, in), as torchtune's
+    LoRALinear and FrozenNF4Linear call it (then + bias): LinearNF4.forward
+    (torchao/quantization/quantize_/workflows/nf4/nf4_tensor.py, pytorch/ao
+    36027d82d1ad9949597ea16002ff4940374b1b94) is ctx.save_for_backward(weight) and
+    F.linear(input, weight.to(input.dtype)): it keeps the quantised weight alone (a parameter,
+    not an activation), never its input; its backward is grad_output @ weight.to(dtype).
+    FLOPs: the F.linear's, 2·rows·in·out."""
+    out = _new(x, x.shape[:-1] + (w.shape[0],), x.dtype, _rg(x, w, None))
+    x.trace.record("nf4_linear", out, [], flops=2 * _rows(x) * x.shape[-1] * w.shape[0])
+    if b is not None:
+        return add(out, b)
+    return out
+
+
 def conv1d_gpt2(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     """transformers' pytorch_utils.Conv1D.forward: addmm(bias, x.view(-1, nx), weight)
     viewed back (the weight stored (in, out), not transposed)."""

@@ -78,7 +78,7 @@ def forward(m: Builder, cfg: Falcon) -> Tensor:
     with m.module("lm_head"):
         w = m.tied("transformer.word_embeddings.weight") if cfg.tied \
             else m.param("weight", V, E)
-        logits = ops.linear(h, w)
+        logits = m.head(h, w, V)
     return causal_lm_loss(logits, ids, V)
 
 

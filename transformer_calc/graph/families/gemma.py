@@ -101,7 +101,7 @@ def forward(m: Builder, cfg: Gemma) -> Tensor:
         h = rms_norm(m, "norm", h)
     with m.module("lm_head"):
         w = m.tied("model.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
-        logits = m.lm_head_lora(h, ops.linear(h, w), V)
+        logits = m.head(h, w, V)
     if cfg.final_softcap:  # logits / cap, tanh, * cap
         logits = ops.mul(ops.tanh(ops.div(logits, cfg.final_softcap)), cfg.final_softcap)
     return causal_lm_loss(logits, ids, V)

@@ -126,9 +126,19 @@ def mamba_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
     if dt_norms:
         dt, Bm, Cm = (rms_norm(m, name, t) for name, t in (
             ("dt_layernorm", dt), ("b_layernorm", Bm), ("c_layernorm", Cm)))
-    with m.module("dt_proj"):
-        time_step = ops.matmul(m.param("weight", Di, R), ops.transpose(dt, 1, 2))
-        dt_bias = ops.to(m.param("bias", Di), F32)
+    if dt_norms and m.run.lora is not None and m.run.lora.quant:
+        # JambaMambaMixer on a quantised model (config._is_quantized): "a hack to properly
+        # call the nn.Linear module", (dt_proj(time_step) - dt_proj.bias).transpose(1, 2):
+        # the bitsandbytes layer, and peft's adapter on it, run
+        out = m.linear("dt_proj", dt, Di, True)
+        with m.module("dt_proj"):
+            b = m.tied(f"{m.trace.scope}.bias")
+            time_step = ops.transpose(ops.sub(out, b), 1, 2)
+            dt_bias = ops.to(b, F32)
+    else:
+        with m.module("dt_proj"):
+            time_step = ops.matmul(m.param("weight", Di, R), ops.transpose(dt, 1, 2))
+            dt_bias = ops.to(m.param("bias", Di), F32)
     y = _selective_scan(m, hs, time_step, A, Bm, Cm, ops.to(m.param("D", Di), F32), gate,
                         dt_bias)
     return m.linear("out_proj", ops.to(ops.transpose(y, 1, 2), dtype), E, bias)
