@@ -199,7 +199,7 @@ def _expressible(spec: ModelSpec, s: Settings, T: int, pattern: object) -> bool:
     (--attention-pattern describes a block-sparse kernel transformers does not run: a
     fused kernel's saved set is the dense one's, _breakdown; eager's masked T² scores are
     not the block-sparse softmax the rules describe), transformers' layers, an
-    unquantised base or a bitsandbytes one (_bnb)."""
+    unquantised base or one _bnb names."""
     dense = s.attention != "eager" or not _sparse_note(pattern, T)
     flash = s.attention == "flash" and s.device == "cuda"
     return (dense and (s.attention in ("eager", "sdpa") or flash)
