@@ -390,6 +390,12 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
         if impl not in ("eager", "grouped_mm"):
             return None
         return dataclasses.replace(family, grouped=impl == "grouped_mm")
+    from transformer_calc.graph.families.llama4 import Llama4
+
+    if isinstance(family, Llama4):
+        # Llama4TextExperts' own bmm over every token, whatever the experts implementation
+        # (no row measures autocast)
+        return None if autocast else family
     if not isinstance(family, Moe | Jamba):
         return family
     impl = experts_impl(spec, s.experts)
@@ -481,6 +487,9 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
         table = {**_MODULES, "shared_gate": "shared_expert_gate"}
         if peft_moe == "linear_router":  # PhiMoE's PhimoeTopKRouter is an nn.Linear
             table["router"] = "router"
+        if family.router == "llama4" and ("router" in roles
+                                          or s.lora_targets == ("all-linear",)):
+            return None  # Llama4Router returns a tuple: peft 0.21's lora.Linear fails on it
         if "shared" in roles:  # the shared expert's gate/up/down: the names those roles give
             if not roles & {"gate", "up", "down"}:
                 return None

@@ -107,6 +107,8 @@ def _attention(m: Builder, cfg: Llama4, x: Tensor, freqs: Tensor, mask: Tensor |
     else:  # attn_temperature_tuning on the NoPE layers
         q = _temperature(m, q)
     q, k = ops.transpose(q, 1, 2), ops.transpose(k, 1, 2)
+    if m.use_cache:  # DynamicLayer / DynamicSlidingWindowLayer.update: torch.cat, a copy
+        k, v = (ops.cat([t], -2) for t in (k, v))
     G = m["G"]
     scaling = float(dh.value) ** -0.5
     if m.run.attention == "eager":
