@@ -487,9 +487,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
         table = {**_MODULES, "shared_gate": "shared_expert_gate"}
         if peft_moe == "linear_router":  # PhiMoE's PhimoeTopKRouter is an nn.Linear
             table["router"] = "router"
-        if family.router == "llama4" and ("router" in roles
-                                          or s.lora_targets == ("all-linear",)):
-            return None  # Llama4Router returns a tuple: peft 0.21's lora.Linear fails on it
+        if family.router == "llama4":
+            return _llama4_lora(s, roles, dtype, table)
         if "shared" in roles:  # the shared expert's gate/up/down: the names those roles give
             if not roles & {"gate", "up", "down"}:
                 return None
@@ -535,6 +534,25 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
             return None
         names |= {"project_out"}
     return Lora(s.lora_rank, names, s.lora_dropout, dtype)
+
+
+def _llama4_lora(s: Settings, roles: frozenset[str], dtype: DType | None,
+                 table: dict[str, str]) -> Lora | None:
+    """peft's targets on Llama 4: the shared expert's gate_proj, up_proj, down_proj (the
+    shared role: those the targets name, which the dense layers' share) and the attention's;
+    None over the router (Llama4Router returns a tuple: peft 0.21's lora.Linear fails on it,
+    all-linear too)."""
+    from transformer_calc.graph.lora import Lora
+
+    if "router" in roles or s.lora_targets == ("all-linear",):
+        return None
+    named = frozenset(s.lora_targets) & {"gate_proj", "up_proj", "down_proj"}
+    if "shared" in roles and not named:
+        return None
+    rest = roles - {"shared"}
+    if not rest <= table.keys():
+        return None
+    return Lora(s.lora_rank, frozenset(table[r] for r in rest) | named, s.lora_dropout, dtype)
 
 
 def _is_nemotron_h(family: Family) -> bool:
