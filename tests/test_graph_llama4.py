@@ -25,9 +25,10 @@ whatever the experts implementation):
             --lora-targets $t; done
       python tools/measure_activations_hf.py $V/llama4_text-chunked.json -B 2 -T 7
   (T 7, under the chunk of 8; their tcalc_bytes dropped: the graph answered them already).
-The per-tensor rules (memory.activation_breakdown, memory_report without the graph) on the
-first config's 20 rows: −524 … +21,244 bytes (−0.02 … +0.93 %); on the rest see
-test_the_rules_missed_these_rows. The graph meets every row.
+The per-tensor rules (memory.activation_breakdown, memory_report without the graph, use_cache
+as each row ran) on llama4_text-chunked's 32 rows: −524 … +21,244 bytes (−0.02 … +0.93 %);
+on llama4_text-moe-every-layer's 20: −524 … +80,124 bytes (−0.04 … +7.3 %, the most on its LoRA rows
+whose gate_proj, up_proj, down_proj name the shared expert alone). The graph meets every row.
 """
 
 from __future__ import annotations
