@@ -695,8 +695,9 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run) -> Breakdown:
             isinstance(family, MiMoV2Flash) and set(family.kinds) & {"b", "d"}):
         from transformer_calc.memory import EXPERTS_NOTE
 
-        # (the experts' path, as the rules say it)
-        impl = "grouped_mm" if getattr(family, "grouped", False) else "eager"
+        # (the experts' path, as the rules say it; Llama 4's every expert on every token)
+        impl = "every_expert" if getattr(family, "router", "") == "llama4" else \
+            "grouped_mm" if getattr(family, "grouped", False) else "eager"
         notes += (f"experts run transformers' {impl} path"
                   + (" (this class's default)" if impl != "eager" else "") + ": "
                   + EXPERTS_NOTE[impl],)
