@@ -281,6 +281,7 @@ REFERENCE = {
     "variants/gemma3_text-layer-types.json": (187_968, "Gemma3ForCausalLM"),
     "variants/gpt_oss-tied-nobias.json": (455_520, "GptOssForCausalLM"),
     "variants/llama4_text-chunked.json": (226_368, "Llama4ForCausalLM"),
+    "variants/llama4_text-moe-every-layer.json": (78_312, "Llama4ForCausalLM"),
     "variants/olmo2-gqa.json": (161_984, "Olmo2ForCausalLM"),
     "variants/phi3-gqa-tied.json": (154_432, "Phi3ForCausalLM"),
     "variants/qwen3-sliding-bias.json": (205_120, "Qwen3ForCausalLM"),

@@ -2398,13 +2398,16 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
                              "modelled: peft 0.21's all-linear fails in its grouped output "
                              "projection, and named targets match its compressors' layers too")
         adapters = lora_params(spec, p, s.lora_rank, s.lora_targets) if s.lora_rank else None
-        if adapters is not None and spec.router_topk == "sparsemixer" and any(
+        if adapters is not None and (spec.router_topk == "sparsemixer"
+                                     or spec.model_type == "llama4_text") and any(
                 a.role == "router" for a in adapted_layers(spec, p, s.lora_targets)):
-            # PhimoeTopKRouter is an nn.Linear whose forward returns a tuple: peft 0.21's
-            # lora.Linear fails on it (measured: tools/measure_activations_hf.py --lora 8 on
-            # phimoe-top1.json, AttributeError in peft/tuners/lora/layer.py)
+            # PhimoeTopKRouter and Llama4Router are nn.Linear whose forward returns a tuple:
+            # peft 0.21's lora.Linear fails on it (measured: tools/measure_activations_hf.py
+            # --lora 8 on phimoe-top1.json; peft.get_peft_model over llama4_text-chunked.json
+            # with all-linear or router, AttributeError in peft/tuners/lora/layer.py)
+            which = "PhiMoE's" if spec.router_topk == "sparsemixer" else "Llama 4's"
             raise TcalcError(f"--lora-targets: peft 0.21 cannot adapt {spec.name}'s router "
-                             "(PhiMoE's router returns a tuple, which peft's LoRA layer "
+                             f"({which} router returns a tuple, which peft's LoRA layer "
                              "fails on); name targets without it, e.g. "
                              "q_proj,k_proj,v_proj,o_proj")
         trainable = (adapters.total if adapters is not None else

@@ -524,6 +524,12 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
         if impl not in ("eager", "grouped_mm"):
             return None
         return dataclasses.replace(family, grouped=impl == "grouped_mm")
+    from transformer_calc.graph.families.llama4 import Llama4
+
+    if isinstance(family, Llama4):
+        # Llama4TextExperts' own bmm over every token, whatever the experts implementation
+        # (no row measures autocast)
+        return None if autocast else family
     if not isinstance(family, Moe | Jamba):
         return family
     impl = experts_impl(spec, s.experts)
@@ -615,6 +621,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
         table = {**_MODULES, "shared_gate": "shared_expert_gate"}
         if peft_moe == "linear_router":  # PhiMoE's PhimoeTopKRouter is an nn.Linear
             table["router"] = "router"
+        if family.router == "llama4":
+            return _llama4_lora(s, roles, dtype, table)
         if "shared" in roles:  # the shared expert's gate/up/down: the names those roles give
             if not roles & {"gate", "up", "down"}:
                 return None
@@ -660,6 +668,25 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
             return None
         names |= {"project_out"}
     return Lora(s.lora_rank, names, s.lora_dropout, dtype)
+
+
+def _llama4_lora(s: Settings, roles: frozenset[str], dtype: DType | None,
+                 table: dict[str, str]) -> Lora | None:
+    """peft's targets on Llama 4: the shared expert's gate_proj, up_proj, down_proj (the
+    shared role: those the targets name, which the dense layers' share) and the attention's;
+    None over the router (Llama4Router returns a tuple: peft 0.21's lora.Linear fails on it,
+    all-linear too)."""
+    from transformer_calc.graph.lora import Lora
+
+    if "router" in roles or s.lora_targets == ("all-linear",):
+        return None
+    named = frozenset(s.lora_targets) & {"gate_proj", "up_proj", "down_proj"}
+    if "shared" in roles and not named:
+        return None
+    rest = roles - {"shared"}
+    if not rest <= table.keys():
+        return None
+    return Lora(s.lora_rank, frozenset(table[r] for r in rest) | named, s.lora_dropout, dtype)
 
 
 def _is_nemotron_h(family: Family) -> bool:
@@ -807,8 +834,9 @@ def _breakdown(spec: ModelSpec, family: Family, run: Run, sparse_note: str = ""
             isinstance(family, DeepseekV4)):
         from transformer_calc.memory import EXPERTS_NOTE
 
-        # (the experts' path, as the rules say it)
-        impl = "grouped_mm" if getattr(family, "grouped", False) else "eager"
+        # (the experts' path, as the rules say it; Llama 4's every expert on every token)
+        impl = "every_expert" if getattr(family, "router", "") == "llama4" else \
+            "grouped_mm" if getattr(family, "grouped", False) else "eager"
         notes += (f"experts run transformers' {impl} path"
                   + (" (this class's default)" if impl != "eager" else "") + ": "
                   + EXPERTS_NOTE[impl],)

@@ -36,6 +36,7 @@ from transformer_calc.graph.families import (
     kimi_linear,
     lfm2,
     llama,
+    llama4,
     mamba,
     mimo_v2_flash,
     minimax,
@@ -74,7 +75,7 @@ Family = (gpt2.GPT2 | paper.Paper | llama.Llama | bert.Bert | moe.Moe | gemma.Ge
           | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear | whisper.Whisper
           | t5gemma.T5Gemma | qwen3_next.Qwen3Next | gptlike.GPTBigCode | gptlike.OpenAIGPT
           | gptlike.Ctrl | gptlike.GPTNeo | gptlike.Mpt | gptlike.GraniteSwa
-          | deepseek_v4.DeepseekV4 | switch.Switch)
+          | deepseek_v4.DeepseekV4 | switch.Switch | llama4.Llama4)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -106,7 +107,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     gptlike.Mpt: gptlike.mpt_forward, gptlike.GraniteSwa: gptlike.granite_swa_forward,
     modernbert.ModernBertDecoder: modernbert.decoder_forward, lfm2.Lfm2: lfm2.forward,
     lfm2.Lfm2Moe: lfm2.moe_forward, minimax.Minimax: minimax.forward,
-    deepseek_v4.DeepseekV4: deepseek_v4.forward}
+    deepseek_v4.DeepseekV4: deepseek_v4.forward, llama4.Llama4: llama4.forward}
 
 
 @dataclass(frozen=True)
@@ -1101,6 +1102,8 @@ def _gemma3n_family(spec: ModelSpec) -> gemma3n.Gemma3n | None:
 
 
 def _moe_family(spec: ModelSpec) -> moe.Moe | None:
+    if spec.model_type == "llama4_text":
+        return _llama4(spec)
     if spec.model_type in _SIGMOID_MOES:
         return _sigmoid_moe(spec)
     if spec.model_type == "cohere2_moe":
@@ -1125,6 +1128,48 @@ _SIGMOID_MOES = {"hy_v3": "head_t", "dots1": "head"}
 _READS["sigmoid_moe"] = _READS["moe"] | {"router_fp32"}
 _READS["cohere_moe"] = _READS["moe"] | {"norm_manual", "parallel_block", "sliding_window",
                                         "layer_attention"}
+
+
+# Llama 4's text decoder: the MoE fields, its experts over every token, the layers' kinds
+# (chunked with RoPE, NoPE), the chunk
+_READS["llama4"] = _READS["moe"] | {"experts_every_token", "attention_chunk",
+                                    "layer_attention"}
+
+
+def _llama4(spec: ModelSpec) -> llama4.Llama4:
+    """Llama4ForCausalLM (spec_from_hf's fields for it): pre-norm LlamaRMSNorm layers,
+    chunked RoPE layers (C; their L2 q/k norms where qk_norm is l2) and NoPE ones (N),
+    dense layers of d_ff and Llama4TextMoe ones (layer_ffn) with every expert on every token
+    (experts_every_token), the sigmoid of the top-k logits, one shared expert as wide as an
+    expert. Anything else (a chunk of null, whose "chunked" layers transformers 5.23 cannot
+    mask, other norms or routers) is refused."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    kinds = layer_kinds_in_order(spec, spec.n_layers)
+    attn, ffn = "".join(k[0] for k in kinds), "".join(k[1] for k in kinds)
+    if not (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+            and spec.activation == "silu" and not spec.norm_fp32 and not spec.softmax_fp32
+            and spec.qk_norm in ("l2", "none") and spec.norm_position == "pre"
+            and spec.experts_every_token and not spec.experts_grouped
+            and spec.attention_chunk >= 1 and not set(attn) - {"C", "N"}
+            and not set(ffn) - {"D", "E"} and spec.n_shared_experts == 1
+            and spec.d_ff_shared in (None, spec.expert_ff) and not spec.shared_expert_gate
+            and spec.router_topk == "none" and spec.peft_moe == "linear_router"
+            and not spec.peft_router_linear and not spec.fused_qkv
+            and not spec.fused_gate_up and not spec.rope_concat and not spec.rope_fp32
+            and not spec.bias_ffn_in and not spec.bias_ffn_out and not spec.dropout
+            and not _unread(spec, "llama4")):
+        raise TcalcError(f"{spec.name}: no op graph for this llama4_text layout yet (the "
+                         "graph engine covers Llama4TextConfig's layout)")
+    H = spec.n_heads
+    return llama4.Llama4(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                         dh=spec.head_dim, F=spec.d_ff or 1, L=spec.n_layers,
+                         tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
+                         bias_v=spec.bias_v, bias_o=spec.bias_o,
+                         attention_dropout=spec.attention_dropout or 0.0,
+                         window=spec.attention_chunk, kinds=attn, X=spec.n_experts,
+                         K=spec.top_k, Fe=spec.expert_ff, pattern=ffn, router="llama4",
+                         l2_qk=spec.qk_norm == "l2")
 
 
 _READS["beam"] = _READS["sigmoid_moe"] | {

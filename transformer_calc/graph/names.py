@@ -46,6 +46,7 @@ from transformer_calc.graph.families.kimi_linear import KINDS as KIMI_KINDS
 from transformer_calc.graph.families.kimi_linear import KimiLinear
 from transformer_calc.graph.families.lfm2 import Lfm2, Lfm2Moe
 from transformer_calc.graph.families.llama import Llama
+from transformer_calc.graph.families.llama4 import Llama4
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
 from transformer_calc.graph.families.mimo_v2_flash import MiMoV2Flash
 from transformer_calc.graph.families.minimax import Minimax
@@ -549,6 +550,24 @@ def _has(p: Poly, symbols: Iterable[str]) -> bool:
     return any(wanted.intersection(m) for m, _ in p.terms)
 
 
+def _llama4(rest: str, role: str, s: Saved, pattern: str) -> str | None:
+    """Llama 4's own storages (families/llama4.py): the L2 norms' fp32 input and 1/rms (Q's
+    and K's, told apart by their heads), the NoPE layers' temperature scales, Llama4TextMoe's
+    routing products (the tokens repeated per expert, the scores' column) and the experts'
+    input; None for the rest, which Llama's and the MoE's names cover."""
+    st = s.storage
+    if rest.endswith("self_attn.qk_norm"):
+        return "attn.k_l2norm" if _has(st.numel.poly, ("Hkv",)) else "attn.q_l2norm"
+    if rest == "self_attn" and role == "mul.other" and not _has(st.numel.poly, ("B",)):
+        return "attn.temperature_scales"  # attn_scales, fp32 (T,)
+    in_moe = s.layer is not None and pattern[s.layer] == "E"
+    if in_moe and rest == "feed_forward" and role in ("mul.self", "mul.other"):
+        return "ffn.routing_products"
+    if in_moe and rest == "feed_forward.experts" and role == "bmm.self":
+        return "ffn.out_input" if _has(st.numel.poly, ("Fe",)) else "ffn.routed_input"
+    return None
+
+
 def _deltanet(sub: str, proj: str, role: str, s: Saved, adapted: bool) -> str:
     """A delta-rule mixer's storages (families/olmo_hybrid.py's Gated DeltaNet,
     families/kimi_linear.py's Kimi Delta Attention), by its submodule (sub), the projection
@@ -672,6 +691,7 @@ class _Namer:
         self.gemma4 = isinstance(family, Gemma4)
         self.gemma3n = isinstance(family, Gemma3n)
         self.deepseek_v4 = isinstance(family, DeepseekV4)
+        self.llama4 = family.pattern if isinstance(family, Llama4) else ""
 
     def _scores(self, s: Saved) -> bool:
         """Whether the op that saved s made the scores (Q·Kᵀ: a T² output) rather than
@@ -831,6 +851,9 @@ class _Namer:
             if role == "native_layer_norm.input" and st.name.endswith(".query_key_value"):
                 return "decoder.attn.qkv_output"  # Persimmon's q_layernorm: a view of it
             return "decoder." + self._norm(self.norms[module], role, s)
+        llama4 = _llama4(rest, role, s, self.llama4) if self.llama4 else None
+        if llama4 is not None:
+            return "decoder." + llama4
         moe = self._moe(rest, role, s) if self.moe else None
         if moe is not None:
             return "decoder." + moe
@@ -1628,6 +1651,20 @@ class NamedRow(NamedTuple):
     group: str = ""  # the layer kind where layers differ (an MoE's "dense", "moe")
 
 
+def _llama4_groups(family: Llama4) -> tuple[str, dict[str, str]]:
+    """Llama 4's layers by kind (a letter each) and the plan's group name of each kind:
+    the parts that differ, chunked or nope, dense or moe."""
+    kinds = list(zip(family.kinds, family.pattern, strict=True))
+    vary_a, vary_f = len(set(family.kinds)) > 1, len(set(family.pattern)) > 1
+    if not (vary_a or vary_f):
+        return "", {}
+    letters = {("C", "D"): "c", ("C", "E"): "C", ("N", "D"): "n", ("N", "E"): "N"}
+    groups = {letters[a, f]: ".".join(([{"C": "chunked", "N": "nope"}[a]] if vary_a else [])
+                                      + ([{"D": "dense", "E": "moe"}[f]] if vary_f else []))
+              for a, f in set(kinds)}
+    return "".join(letters[k] for k in kinds), groups
+
+
 def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
                held: Iterable[tuple[Saved, Poly]]) -> tuple[NamedRow, ...]:
     """The held storages (each with how many such storages: 1, or a replayed layer's
@@ -1642,6 +1679,8 @@ def named_rows(family: Family, run: Run, ops: Sequence[OpRecord],
         names = {"F": "full", "M": "linear", "D": "dense", "E": "moe"}
         groups = {v: f"{names[k[0]]}.{names[k[1]]}" for k, v in KIMI_KINDS.items()}
         pattern = family.layers if len(set(family.layers)) > 1 else ""
+    elif isinstance(family, Llama4):  # its chunked and NoPE, dense and MoE layers
+        pattern, groups = _llama4_groups(family)
     elif isinstance(family, Moe) and len(set(family.pattern)) > 1:
         pattern, groups = family.pattern, {"D": "dense", "E": "moe"}
     elif isinstance(family, Switch) and len(set(family.kinds_e + family.kinds_d)) > 1:

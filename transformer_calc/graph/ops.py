@@ -12,6 +12,7 @@ from transformer_calc.graph import autocast
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import (
     BOOL,
+    C64,
     F32,
     I64,
     DType,
@@ -114,6 +115,25 @@ def slice_step(t: Tensor, dim: int, start: int, length: Dim, step: int) -> Tenso
     stride = t.stride[:dim] + (t.stride[dim] * step,) + t.stride[dim + 1:]
     return _alias(t, t.shape[:dim] + (length,) + t.shape[dim + 1:], stride, "slice",
                   start * t.stride[dim])
+
+
+def view_as_complex(t: Tensor) -> Tensor:
+    """torch.view_as_complex: a (..., 2) float32 tensor whose last dim has stride 1 as the
+    complex64 (...) view of the same storage (its other strides halved)."""
+    if t.dtype != F32 or t.sizes[-1] != 2 or t.stride[-1] != 1:
+        raise ValueError(f"view_as_complex of {t.dtype.name} {t.sizes} strides {t.stride}")
+    out = Tensor(t.shape[:-1], tuple(s // 2 for s in t.stride[:-1]), C64, t.storage,
+                 t.requires_grad and t.trace.grad_enabled, t.trace, t.offset // 2)
+    t.trace.record("view_as_complex", out)
+    return out
+
+
+def view_as_real(t: Tensor) -> Tensor:
+    """torch.view_as_real: a complex64 tensor as the float32 (..., 2) view of its storage."""
+    out = Tensor(t.shape + (Dim.const(2),), tuple(s * 2 for s in t.stride) + (1,), F32,
+                 t.storage, t.requires_grad and t.trace.grad_enabled, t.trace, t.offset * 2)
+    t.trace.record("view_as_real", out)
+    return out
 
 
 def split(t: Tensor, size: Dim, dim: int) -> list[Tensor]:
@@ -343,7 +363,7 @@ def exp(a: Tensor) -> Tensor:
     return _unary_saving("exp", a, "result")
 
 
-def repeat(t: Tensor, dim: int, times: int) -> Tensor:
+def repeat(t: Tensor, dim: int, times: int | Dim) -> Tensor:
     """Tensor.repeat with times along dim (1 elsewhere): a new contiguous tensor;
     derivatives.yaml repeat: self: repeat_backward(grad, repeats, self.sym_sizes()) keeps
     sizes only."""
@@ -843,6 +863,16 @@ def scatter(a: Tensor, index_: Tensor) -> Tensor:
     grad.scatter(dim, index, 0): the index."""
     out = _new(a, a.shape, a.dtype, a.requires_grad)
     a.trace.record("scatter", out, [("index", index_, True)])
+    return out
+
+
+def scatter_(a: Tensor, index_: Tensor, src: Tensor) -> Tensor:
+    """a.scatter_(-1, index, src), in place (Llama4Router's scores over a -inf full_like).
+    derivatives.yaml scatter.src: self: grad.scatter(dim, index, 0), src: grad.gather(dim,
+    index): the index, for either."""
+    out = Tensor(a.shape, a.stride, a.dtype, a.storage, _rg(a, src) and a.trace.grad_enabled,
+                 a.trace, a.offset)
+    a.trace.record("scatter_", out, [("index", index_, True)])
     return out
 
 

@@ -24,6 +24,7 @@ F16 = DType("float16", 2, True)
 I64 = DType("int64", 8, False)
 I32 = DType("int32", 4, False)
 BOOL = DType("bool", 1, False)
+C64 = DType("complex64", 8, True)  # Llama 4's RoPE (torch.polar, view_as_complex)
 DTYPES = {"fp32": F32, "bf16": BF16, "fp16": F16}
 
 
