@@ -270,7 +270,7 @@ def main() -> None:
                     lora_rank=args.lora, lora_targets=tuple(
                         (args.tcalc_targets or args.lora_targets).split(",")),
                     lora_dropout=args.lora_dropout, experts=args.experts, freeze=freeze,
-                    sdpa_kernel=args.sdpa_kernel))
+                    sdpa_kernel=args.sdpa_kernel, use_cache=args.use_cache))
                 est = report.activations.total
                 print(json.dumps({"config": path.name, "attention": attention, "dtype": dtype,
                                   **({"autocast": "bf16"} if args.autocast else {}),
