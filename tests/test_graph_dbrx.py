@@ -8,9 +8,10 @@ excluded; tools/measure_activations_hf.py wrote them, DbrxExperts' own loop):
   the top values' 1-norm): activations_moe_dense_kimi_linear_cpu.jsonl (whole model, eager
   and SDPA, fp32 and bf16, B 2 T 64 and B 1 T 128), activations_lora_survey_all_linear_rest_
   cpu.jsonl (LoRA all-linear);
-- activations_dbrx_cache_targets_mqa_cpu.jsonl: dbrx-tiny.json with use_cache=True and with
-  LoRA target lists, and dbrx-mqa-p2.json (one K/V head, 3 experts top-1, no jitter, the top
-  value's 2-norm, attn_pdrop 0.1), written by
+- activations_dbrx_layouts_cpu.jsonl: dbrx-tiny.json with use_cache=True and with LoRA target
+  lists, dbrx-mqa-p2.json (one K/V head, 3 experts top-1, no jitter, the top value's 2-norm,
+  attn_pdrop 0.1) and dbrx-dropout.json (resid_pdrop 0.1; emb_pdrop 0.2, which DbrxModel
+  never applies), written by
       for bt in "2 64" "1 128"; do set -- $bt
         python tools/measure_activations_hf.py tests/data/hf/variants/dbrx-tiny.json \\
             -B $1 -T $2 --use-cache; done
@@ -20,11 +21,12 @@ excluded; tools/measure_activations_hf.py wrote them, DbrxExperts' own loop):
           --lora-targets out_proj,lm_head --tcalc-targets o,lm_head
       python tools/measure_activations_hf.py tests/data/hf/variants/dbrx-mqa-p2.json
       python tools/measure_activations_hf.py tests/data/hf/variants/dbrx-mqa-p2.json --lora 8
+      python tools/measure_activations_hf.py tests/data/hf/variants/dbrx-dropout.json
   (their tcalc_bytes dropped: the graph answers them).
 The per-tensor rules (memory.activation_breakdown and lora_activations, memory_report without
-the graph) on these 36 rows: dbrx-tiny 7,172 bytes short in fp32 and 2,564 in bf16
-(-0.68 ... -0.16 %), dbrx-mqa-p2 4,100 and 1,028 short (-0.23 ... -0.07 %). The graph meets
-every row.
+the graph) on these 40 rows: dbrx-tiny 7,172 bytes short in fp32 and 2,564 in bf16
+(-0.68 ... -0.16 %), dbrx-mqa-p2 4,100 and 1,028 short (-0.23 ... -0.07 %), dbrx-dropout
++1.09 ... +1.54 % (an embedding dropout mask DBRX never makes). The graph meets every row.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
-CONFIGS = ("dbrx-tiny.json", "dbrx-mqa-p2.json")
+CONFIGS = ("dbrx-tiny.json", "dbrx-mqa-p2.json", "dbrx-dropout.json")
 ROWS = measured_rows(CONFIGS)
 
 
@@ -81,7 +83,7 @@ def _settings(row: dict) -> Settings:
 
 
 def test_the_rows_cover_the_layouts() -> None:
-    assert len(ROWS) == 12 + 16 + 8
+    assert len(ROWS) == 12 + 16 + 8 + 4
     assert {r["attention"] for r in ROWS} == {"eager", "sdpa"}
     assert {r["dtype"] for r in ROWS} == {"fp32", "bf16"}
     assert {r["lora"][1] for r in ROWS if r.get("lora")} == {
@@ -91,6 +93,8 @@ def test_the_rows_cover_the_layouts() -> None:
     assert isinstance(tiny, Dbrx) and isinstance(p2, Dbrx)
     assert (tiny.Hkv, tiny.K, tiny.jitter, tiny.attention_dropout) == (2, 2, True, 0.0)
     assert (p2.Hkv, p2.K, p2.jitter, p2.attention_dropout) == (1, 1, False, 0.1)
+    dropout = family_of(_spec("dbrx-dropout.json"))
+    assert isinstance(dropout, Dbrx) and (dropout.dropout, dropout.attention_dropout) == (0.1, 0)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
@@ -123,6 +127,17 @@ def test_what_the_router_and_the_clamp_keep() -> None:
     assert names["decoder.ffn.routing_weight"] == 2 * (K * N * 4)
     assert names["decoder.ffn.router_jitter"] == 2 * (N * 64 * 4)
     assert names["decoder.attn.qkv_clamp_input"] == 2 * (N * (64 + 2 * 2 * 16) * 4)
+
+
+def test_dropout_off_is_dbrx_tiny() -> None:
+    # dbrx-dropout.json is dbrx-tiny.json with resid_pdrop and emb_pdrop: with dropout off
+    # (Settings.dropout False) the report is dbrx-tiny's measured row
+    row = next(r for r in ROWS if r["config"] == "dbrx-tiny.json" and not r.get("lora")
+               and r["attention"] == "eager" and r["dtype"] == "bf16" and r["B"] == 2
+               and not r.get("use_cache"))
+    settings = replace(_settings(row), dropout=False)
+    assert memory_report(_spec("dbrx-dropout.json"), settings).activations.total == \
+        row["measured_bytes"]
 
 
 def test_memory_report_rows_are_the_graphs() -> None:
@@ -171,7 +186,7 @@ def test_spec_from_hf_reads_the_routers_norm() -> None:
 
 
 @pytest.mark.parametrize("change", [
-    {"qkv_clamp": False}, {"router_topk": "renorm"}, {"dropout": 0.1},
+    {"qkv_clamp": False}, {"router_topk": "renorm"},
     {"activation": "gelu"}, {"bias_o": True}, {"norm": "layernorm"}, {"fused_qkv": False},
     {"n_shared_experts": 1}, {"layer_ffn": "1D 1E"}, {"peft_moe": "mixtral"},
     {"tie_embeddings": True}, {"qk_norm": "head"}, {"sliding_window": 8}])
@@ -213,7 +228,7 @@ def _draw(rng):  # type: ignore[no-untyped-def]
     fam = Dbrx(V=rng.choice((16, 40)), E=H * dh, H=H, Hkv=Hkv, dh=dh, F=Fe,
                L=rng.choice((1, 2, 3)), attention_dropout=rng.choice((0.0, 0.1)), X=X,
                K=rng.choice(range(1, X + 1)), Fe=Fe, router="dbrx",
-               jitter=rng.random() < 0.5)
+               jitter=rng.random() < 0.5, dropout=rng.choice((0.0, 0.1)))
     targets = rng.choice((None, "all-linear", "Wqkv,router.layer", "out_proj,lm_head"))
     lora = Lora(8, frozenset(targets.split(",")), rng.choice((0.0, 0.1))) if targets else None
     run = Run(rng.choice((1, 2, 3)), rng.choice((5, 8, 16)), rng.choice((F32, BF16)), "cpu",

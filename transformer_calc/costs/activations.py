@@ -239,6 +239,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 
     from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.dbrx import Dbrx
     from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
@@ -276,6 +277,9 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     elif isinstance(family, Ctrl):  # (no dropout on its scores)
         on = family.resid_pdrop or family.embd_pdrop
         off = dataclasses.replace(family, resid_pdrop=0.0, embd_pdrop=0.0)
+    elif isinstance(family, Dbrx):  # resid_pdrop and attn_pdrop
+        on = family.dropout or family.attention_dropout
+        off = dataclasses.replace(family, dropout=0.0, attention_dropout=0.0)
     elif isinstance(family, Paper | Mpt):  # one dropout throughout (MPT: attn_pdrop)
         on = family.dropout
         off = dataclasses.replace(family, dropout=0.0)

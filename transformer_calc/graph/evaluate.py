@@ -1252,7 +1252,8 @@ def _flint(spec: ModelSpec) -> flint.Flint:
 
 
 # DBRX: Llama's fields, the experts', the clamped QKV and the router's jitter
-_READS["dbrx"] = _READS["moe"] | {"qkv_clamp", "router_jitter"}
+# (embed_dropout: DBRX's emb_pdrop, which DbrxModel never applies)
+_READS["dbrx"] = _READS["moe"] | {"qkv_clamp", "router_jitter", "embed_dropout"}
 
 
 def _dbrx(spec: ModelSpec) -> dbrx.Dbrx:
@@ -1261,14 +1262,15 @@ def _dbrx(spec: ModelSpec) -> dbrx.Dbrx:
     bias-free linears, every layer's experts (SiLU, d_ff_expert the FFN's width) behind
     router.layer, an nn.Linear (peft_moe linear_router), its top-k softmax values divided by
     their p-norm (router_topk pnorm), the input jittered where moe_jitter_eps is set
-    (router_jitter), resid_pdrop 0 (spec.dropout). Anything else is refused."""
+    (router_jitter), resid_pdrop's dropouts (spec.dropout; emb_pdrop, embed_dropout, is
+    applied by no forward). Anything else is refused."""
     H, E = spec.n_heads, spec.d_model
     Hkv = spec.n_kv_heads or H
     if not (spec.norm == "layernorm_nobias" and spec.position == "rope"
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
             and spec.fused_qkv and spec.qkv_clamp and spec.router_topk == "pnorm"
             and spec.peft_moe == "linear_router" and not spec.peft_router_linear
-            and not spec.dropout and spec.norm_position == "pre" and spec.qk_norm == "none"
+            and spec.norm_position == "pre" and spec.qk_norm == "none"
             and not spec.layer_ffn and not spec.n_shared_experts and not spec.fused_gate_up
             and not spec.rope_concat and not spec.norm_fp32 and not spec.rope_fp32
             and not _biased(spec) and not spec.tie_embeddings
@@ -1282,7 +1284,7 @@ def _dbrx(spec: ModelSpec) -> dbrx.Dbrx:
     return dbrx.Dbrx(V=spec.vocab_size, E=E, H=H, Hkv=Hkv, dh=E // H, F=spec.d_ff,
                      L=spec.n_layers, attention_dropout=pa, X=spec.n_experts, K=spec.top_k,
                      Fe=spec.expert_ff, router="dbrx", jitter=spec.router_jitter,
-                     grouped=False)
+                     dropout=spec.dropout, grouped=False)
 
 
 _READS["granitemoe_swa"] = _READS["moe"] | {

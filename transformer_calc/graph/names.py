@@ -311,6 +311,8 @@ def _dbrx_scope(s: Saved) -> Saved:
     else:
         if rest == "ffn":
             rest = "mlp.gate"
+        elif rest == "norm_attn_norm":  # the attention's residual dropout: the layer's own
+            return replace(s, scope=s.scope[:layer.start(2) - 1])
     return replace(s, scope=s.scope[:layer.start(2)] + rest)
 
 

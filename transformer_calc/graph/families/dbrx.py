@@ -30,10 +30,13 @@ from transformer_calc.graph.tensor import I64, Tensor
 @dataclass(frozen=True)
 class Dbrx(moe.Moe):
     """moe.Moe's sizes (X moe_num_experts, K moe_top_k, Fe ffn_hidden_size; F = Fe) and
-    Llama's (Hkv kv_n_heads); jitter: moe_jitter_eps is set. router "dbrx" (its top values
-    divided by their norm: moe_normalize_expert_weights set, as family_of requires)."""
+    Llama's (Hkv kv_n_heads, attention_dropout attn_pdrop); jitter: moe_jitter_eps is set;
+    dropout: resid_pdrop, after the attention and after the FFN (emb_pdrop is read by no
+    forward). router "dbrx" (its top values divided by their norm:
+    moe_normalize_expert_weights set, as family_of requires)."""
 
     jitter: bool = True
+    dropout: float = 0.0
 
 
 def forward(m: Builder, cfg: Dbrx) -> Tensor:
@@ -63,15 +66,15 @@ def _norm(m: Builder, name: str, h: Tensor) -> Tensor:
 
 def _block(m: Builder, cfg: Dbrx, h: Tensor, cos: Tensor, sin: Tensor,
            mask: Tensor | None) -> Tensor:
-    """DbrxBlock.forward: DbrxNormAttentionNorm (norm_1, attention, the residual, norm_2),
-    DbrxFFN, the residual (resid_pdrop's dropouts: 0, as family_of requires)."""
+    """DbrxBlock.forward: DbrxNormAttentionNorm (norm_1, attention, dropout with
+    resid_pdrop, the residual, norm_2), DbrxFFN, dropout with resid_pdrop, the residual."""
     with m.module("norm_attn_norm"):
         x = _norm(m, "norm_1", h)
         with m.module("attn"):
             a = _attention(m, cfg, x, cos, sin, mask)
-        h = ops.add(a, h)
+        h = ops.add(m.dropout(a, cfg.dropout), h)
         x = _norm(m, "norm_2", h)
-    return ops.add(h, _ffn(m, cfg, x))
+    return ops.add(h, m.dropout(_ffn(m, cfg, x), cfg.dropout))
 
 
 def _attention(m: Builder, cfg: Dbrx, x: Tensor, cos: Tensor, sin: Tensor,
