@@ -4,7 +4,8 @@ repeat_kv, eager_attention_forward, DbrxFFN, DbrxRouter, DbrxExperts, DbrxExpert
 
 Every block: nn.LayerNorm without a bias (norm_1), the fused Wqkv clamped to ±clip_qkv (the
 clamp keeps the projection's output) and split into Q, K and V (views), Llama's RoPE and
-attention (GQA with kv_n_heads), out_proj, the residual; norm_2; DbrxFFN: the router's input
+attention (GQA with kv_n_heads), out_proj, resid_pdrop's dropout, the residual; norm_2;
+DbrxFFN (then resid_pdrop's dropout and the residual): the router's input
 multiplied in place by uniform noise in training where moe_jitter_eps is set (the multiply
 keeps the noise), router.layer (an nn.Linear), softmax over the experts in the logits' dtype,
 topk, the top values divided by their moe_normalize_expert_weights-norm (torch.norm: a
