@@ -170,6 +170,10 @@ REFERENCE = {
     "variants/longcat_flash-tiny.json": (236_256, "LongcatFlashForCausalLM"),
     # DBRX: sub-configs, fused Wqkv clamped (clip_qkv), 4 experts top-2 with router jitter
     "variants/dbrx-tiny.json": (90_944, "DbrxForCausalLM"),
+    # ... one K/V head, top-1 of 3 experts, no jitter, the top value's 2-norm, attn_pdrop 0.1
+    "variants/dbrx-mqa-p2.json": (88_768, "DbrxForCausalLM"),
+    # ... dbrx-tiny with resid_pdrop 0.1 and emb_pdrop 0.2 (which DbrxModel never applies)
+    "variants/dbrx-dropout.json": (90_944, "DbrxForCausalLM"),
     # T5Gemma: encoder 3 and decoder 2 layers, a table each, the head tied to the decoder's
     "variants/t5gemma-tiny.json": (196_224, "T5GemmaForConditionalGeneration"),
     # ... vocabularies 120 and 128, an untied head, biases, F S S F in both stacks

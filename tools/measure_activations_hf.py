@@ -344,7 +344,7 @@ def main() -> None:
                     lora_rank=args.lora, lora_targets=tuple(
                         (args.tcalc_targets or args.lora_targets).split(",")),
                     lora_dropout=args.lora_dropout, experts=args.experts, freeze=freeze,
-                    sdpa_kernel=args.sdpa_kernel, quant=args.quant,
+                    sdpa_kernel=args.sdpa_kernel, use_cache=args.use_cache, quant=args.quant,
                     double_quant=not args.quant.startswith("bnb-") or args.quant == "bnb-int8"))
                 est = report.activations.total
                 print(json.dumps({"config": path.name, "attention": attention, "dtype": dtype,

@@ -1962,6 +1962,11 @@ def _dbrx(c: Config) -> dict[str, Any]:
     clip = a.data.get("clip_qkv")
     if clip is not None and (isinstance(clip, bool) or not isinstance(clip, int | float)):
         raise SpecError("clip_qkv", "a number or null", clip, source=a.where)
+    # DbrxFFNConfig.moe_normalize_expert_weights (default 1.0; null: not normalised)
+    p_norm = (c.data.get("ffn_config") or {}).get("moe_normalize_expert_weights", 1.0)
+    if p_norm is not None and (isinstance(p_norm, bool) or not isinstance(p_norm, int | float)):
+        raise SpecError("moe_normalize_expert_weights", "a number or null", p_norm,
+                        source=f.where)
     if clip is None:
         c.notes.append("clip_qkv is null: transformers 5.23's DbrxAttention then cannot run a "
                        "forward (torch.clamp with neither bound); counted as built")
@@ -1978,6 +1983,9 @@ def _dbrx(c: Config) -> dict[str, Any]:
                 n_experts=f.get("moe_num_experts", 0), top_k=f.get("moe_top_k", 0),
                 d_ff_expert=F, qkv_clamp=clip is not None,
                 router_jitter=f.data.get("moe_jitter_eps") is not None,
+                # DbrxFFN.route_tokens_to_experts: the top-k softmax values divided by their
+                # p-norm unless moe_normalize_expert_weights is null (left to the rules)
+                router_topk="pnorm" if p_norm is not None else "none",
                 # DbrxRouter.layer is an nn.Linear: all-linear adapts it (the experts are
                 # plain 2-D parameters, which it does not)
                 peft_moe="linear_router")

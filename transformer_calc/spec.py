@@ -654,10 +654,12 @@ class ModelSpec:
                           "(Cohere 2 MoE: a softmax over the top-k logits, cast to the "
                           "model's dtype), topk_sigmoid and topk_sigmoid_renorm (Flint: the "
                           "top-k of the fp32 sigmoid scores, divided by their sum with "
-                          "norm_topk_prob); none: not read (the op graph leaves the model to "
-                          "the per-tensor rules)",
+                          "norm_topk_prob), pnorm (DBRX: divided by their p-norm, "
+                          "moe_normalize_expert_weights); none: not read (the op graph leaves "
+                          "the model to the per-tensor rules)",
                           choices=("none", "renorm", "cast", "renorm_cast", "sparsemixer",
-                                   "topk_softmax", "topk_sigmoid", "topk_sigmoid_renorm"))
+                                   "topk_softmax", "topk_sigmoid", "topk_sigmoid_renorm",
+                                   "pnorm"))
     attn_experts: bool = _f(False, "the attention's query and output projections are experts "
                             "too (JetMoE's mixture of attention heads, JetMoeMoA): n_experts "
                             "pairs, each n_kv_heads · d_head wide, top_k of them per token "

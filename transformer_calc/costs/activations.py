@@ -77,6 +77,9 @@ _GPT_NEO_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"
 # MPT (graph/families/gptlike.py): the fused Wqkv, out_proj, up_proj and down_proj
 _MPT_MODULES = {"qkv": "Wqkv", "o": "out_proj", "up": "up_proj", "down": "down_proj",
                 "lm_head": "lm_head"}
+# DBRX (graph/families/dbrx.py): the fused Wqkv, out_proj, the router's nn.Linear (its
+# experts are plain parameters no target reaches), the LM head
+_DBRX_MODULES = {"qkv": "Wqkv", "o": "out_proj", "router": "router.layer", "lm_head": "lm_head"}
 # OPT (graph/families/opt.py): out_proj, fc1, fc2; "project" is both projections of the
 # embeddings (project_in, project_out), as transformer_calc.lora gives the role
 _OPT_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj", "up": "fc1",
@@ -368,6 +371,7 @@ def _dropout(family: Family, s: Settings) -> Family | None:
 
     from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.dbrx import Dbrx
     from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
@@ -405,6 +409,9 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     elif isinstance(family, Ctrl):  # (no dropout on its scores)
         on = family.resid_pdrop or family.embd_pdrop
         off = dataclasses.replace(family, resid_pdrop=0.0, embd_pdrop=0.0)
+    elif isinstance(family, Dbrx):  # resid_pdrop and attn_pdrop
+        on = family.dropout or family.attention_dropout
+        off = dataclasses.replace(family, dropout=0.0, attention_dropout=0.0)
     elif isinstance(family, Paper | Mpt):  # one dropout throughout (MPT: attn_pdrop)
         on = family.dropout
         off = dataclasses.replace(family, dropout=0.0)
@@ -534,7 +541,7 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
         return family
     impl = experts_impl(spec, s.experts)
     if (autocast and family.router in ("sparsemixer", "sigmoid", "softmax", "hy_v3", "dots1",
-                                       "beam", "gpt_oss", "flint", "granitemoe_swa")) \
+                                       "beam", "gpt_oss", "flint", "granitemoe_swa", "dbrx")) \
             or impl not in ("eager", "grouped_mm"):
         return None
     return dataclasses.replace(family, grouped=impl == "grouped_mm")
@@ -546,6 +553,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     exactly those layers."""
     from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.dbrx import Dbrx
     from transformer_calc.graph.families.deberta import Deberta
     from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.fsmt import Fsmt
@@ -613,7 +621,9 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
         table = {**_BART_MODULES, "head": "output_projection"}
     if isinstance(family, Qwen3Next):
         return _qwen3_next_lora(family, s, roles, peft_moe, dtype)
-    if isinstance(family, Moe):
+    if isinstance(family, Dbrx):  # Wqkv, out_proj, router.layer: its only nn.Linear
+        table = _DBRX_MODULES
+    elif isinstance(family, Moe):
         if peft_moe in ("mixtral", "qwen2_moe"):
             return _converted(family, s, roles, dtype)
         # (Qwen2-MoE's experts are left alone: its gate/up/down are the dense and

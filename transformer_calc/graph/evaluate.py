@@ -18,6 +18,7 @@ from transformer_calc.graph.families import (
     beam,
     bert,
     cohere,
+    dbrx,
     deberta,
     deepseek_v4,
     falcon,
@@ -75,7 +76,7 @@ Family = (gpt2.GPT2 | paper.Paper | llama.Llama | bert.Bert | moe.Moe | gemma.Ge
           | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear | whisper.Whisper
           | t5gemma.T5Gemma | qwen3_next.Qwen3Next | gptlike.GPTBigCode | gptlike.OpenAIGPT
           | gptlike.Ctrl | gptlike.GPTNeo | gptlike.Mpt | gptlike.GraniteSwa
-          | deepseek_v4.DeepseekV4 | switch.Switch | llama4.Llama4)
+          | deepseek_v4.DeepseekV4 | switch.Switch | llama4.Llama4 | dbrx.Dbrx)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -107,7 +108,8 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     gptlike.Mpt: gptlike.mpt_forward, gptlike.GraniteSwa: gptlike.granite_swa_forward,
     modernbert.ModernBertDecoder: modernbert.decoder_forward, lfm2.Lfm2: lfm2.forward,
     lfm2.Lfm2Moe: lfm2.moe_forward, minimax.Minimax: minimax.forward,
-    deepseek_v4.DeepseekV4: deepseek_v4.forward, llama4.Llama4: llama4.forward}
+    deepseek_v4.DeepseekV4: deepseek_v4.forward, llama4.Llama4: llama4.forward,
+    dbrx.Dbrx: dbrx.forward}
 
 
 @dataclass(frozen=True)
@@ -1116,6 +1118,8 @@ def _moe_family(spec: ModelSpec) -> moe.Moe | None:
         return _flint(spec)
     if spec.model_type == "granitemoe_swa":
         return _granitemoe_swa(spec)
+    if spec.model_type == "dbrx":
+        return _dbrx(spec)
     return _moe(spec) if spec.n_experts else None
 
 
@@ -1300,6 +1304,42 @@ def _flint(spec: ModelSpec) -> flint.Flint:
                        pattern="" if set(ffn) == {"E"} else "".join(ffn), router="flint",
                        norm_topk=spec.router_topk == "topk_sigmoid_renorm",
                        grouped=spec.experts_grouped)
+
+
+# DBRX: Llama's fields, the experts', the clamped QKV and the router's jitter
+# (embed_dropout: DBRX's emb_pdrop, which DbrxModel never applies)
+_READS["dbrx"] = _READS["moe"] | {"qkv_clamp", "router_jitter", "embed_dropout"}
+
+
+def _dbrx(spec: ModelSpec) -> dbrx.Dbrx:
+    """DbrxForCausalLM (spec_from_hf's fields for it): pre-norm blocks under LayerNorms
+    without a bias, the fused Wqkv clamped (qkv_clamp; a null clip_qkv cannot run), RoPE,
+    bias-free linears, every layer's experts (SiLU, d_ff_expert the FFN's width) behind
+    router.layer, an nn.Linear (peft_moe linear_router), its top-k softmax values divided by
+    their p-norm (router_topk pnorm), the input jittered where moe_jitter_eps is set
+    (router_jitter), resid_pdrop's dropouts (spec.dropout; emb_pdrop, embed_dropout, is
+    applied by no forward). Anything else is refused."""
+    H, E = spec.n_heads, spec.d_model
+    Hkv = spec.n_kv_heads or H
+    if not (spec.norm == "layernorm_nobias" and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and spec.fused_qkv and spec.qkv_clamp and spec.router_topk == "pnorm"
+            and spec.peft_moe == "linear_router" and not spec.peft_router_linear
+            and spec.norm_position == "pre" and spec.qk_norm == "none"
+            and not spec.layer_ffn and not spec.n_shared_experts and not spec.fused_gate_up
+            and not spec.rope_concat and not spec.norm_fp32 and not spec.rope_fp32
+            and not _biased(spec) and not spec.tie_embeddings
+            and spec.d_ff_expert in (None, spec.d_ff)
+            and H and E % H == 0 and H % Hkv == 0 and spec.d_head in (None, E // H)
+            and (E // H) % 2 == 0 and not _unread(spec, "dbrx")):
+        raise TcalcError(f"{spec.name}: no op graph for this dbrx layout yet (the graph "
+                         "engine covers DbrxConfig's layout with clip_qkv and "
+                         "moe_normalize_expert_weights set)")
+    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    return dbrx.Dbrx(V=spec.vocab_size, E=E, H=H, Hkv=Hkv, dh=E // H, F=spec.d_ff,
+                     L=spec.n_layers, attention_dropout=pa, X=spec.n_experts, K=spec.top_k,
+                     Fe=spec.expert_ff, router="dbrx", jitter=spec.router_jitter,
+                     dropout=spec.dropout, grouped=False)
 
 
 _READS["granitemoe_swa"] = _READS["moe"] | {

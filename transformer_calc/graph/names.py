@@ -31,6 +31,7 @@ from transformer_calc.graph.families.bamba import Bamba
 from transformer_calc.graph.families.bart import Bart
 from transformer_calc.graph.families.bert import HEADS, Bert, IBert, Yoso
 from transformer_calc.graph.families.cohere import Cohere
+from transformer_calc.graph.families.dbrx import Dbrx
 from transformer_calc.graph.families.deberta import Deberta
 from transformer_calc.graph.families.deepseek_v4 import DeepseekV4
 from transformer_calc.graph.families.falcon import Falcon
@@ -365,6 +366,29 @@ def _deepseek_v4(scope: str, role: str, s: Saved) -> str | None:
 
 
 _NORM_PARTS_V4 = {"pow.self": "input_fp32", "rsqrt.result": "rstd", "mul.other": "normalized"}
+# DBRX's block modules (families/dbrx.py) as the decoders' tables key them: the norms and
+# attention out of norm_attn_norm, the FFN as an MoE block's mlp, its routing (run in DbrxFFN
+# itself) as the router's gate, router.layer as the router's linear
+_DBRX = (("norm_attn_norm.attn", "self_attn"), ("norm_attn_norm.", ""),
+         ("ffn.router.layer", "mlp.router"), ("ffn.experts", "mlp.experts"))
+
+
+def _dbrx_scope(s: Saved) -> Saved:
+    """A DBRX block's storage with its scope as the MoE decoders' layers name theirs."""
+    layer = _LAYER.match(s.scope)
+    if layer is None or not layer.group(2):
+        return s
+    rest = layer.group(2)
+    for old, new in _DBRX:
+        if rest.startswith(old):
+            rest = new + rest[len(old):]
+            break
+    else:
+        if rest == "ffn":
+            rest = "mlp.gate"
+        elif rest == "norm_attn_norm":  # the attention's residual dropout: the layer's own
+            return replace(s, scope=s.scope[:layer.start(2) - 1])
+    return replace(s, scope=s.scope[:layer.start(2)] + rest)
 
 
 def _module(rest: str) -> str:
@@ -676,6 +700,7 @@ class _Namer:
         self.moe = isinstance(family, Moe | Jamba | NemotronH | MiMoV2Flash | MiniMaxM3
                               | Lfm2Moe | Minimax | DeepseekV4)
         self.lightning = isinstance(family, Minimax)
+        self.dbrx = isinstance(family, Dbrx)
         # Nemotron-H: every layer's module is `mixer`, named by the layer's kind
         self.nemotron = family.kinds if isinstance(family, NemotronH) else ""
         if self.nemotron:
@@ -714,6 +739,13 @@ class _Namer:
             # a bitsandbytes linear's input (ops.bnb_matmul), named as the input of the
             # nn.Linear (Conv1D) it replaces
             role = "mm.self"
+        if self.dbrx:
+            if role == "clamp.self":  # qkv_states.clamp(±clip_qkv): Wqkv's output
+                return "decoder.attn.qkv_clamp_input"
+            if role == "mul_.other":  # the router's jitter: hidden_states *= noise
+                return "decoder.ffn.router_jitter"
+            s = _dbrx_scope(s)
+            scope = s.scope
         if self.gemma4:
             named = self._gemma4(scope, role, s)
             if named is not None:
