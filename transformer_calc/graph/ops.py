@@ -221,15 +221,6 @@ def mul(a: Tensor, b: Tensor | Scalar) -> Tensor:
     return out
 
 
-def mul_(a: Tensor, b: Tensor) -> Tensor:
-    """a *= b, in place, with b a tensor that needs no gradient (DBRX's router jitter: the
-    noise). derivatives.yaml mul.Tensor: self: mul_tensor_backward(grad, other, ...): other
-    kept for self's gradient (self's original only for other's, which it does not need)."""
-    out = Tensor(a.shape, a.stride, a.dtype, a.storage, _rg(a, b), a.trace, a.offset)
-    a.trace.record("mul_", out, [("other", b, a.requires_grad)])
-    return out
-
-
 def div(a: Tensor, b: Tensor | Scalar) -> Tensor:
     """Division by a Python number (derivatives.yaml div.Scalar: self: grad / other): a new
     tensor, nothing saved (soft-capping's scores / cap). By a tensor (div.Tensor: self:
@@ -303,8 +294,8 @@ def div_tensor(a: Tensor, b: Tensor, inplace: bool = False) -> Tensor:
 
 
 def mul_(a: Tensor, other: Tensor) -> Tensor:
-    """a *= other, in place (Switch Transformers' router jitter). derivatives.yaml mul.Tensor
-    (mul_ runs its formulas): self: mul_tensor_backward(grad, other, ...), other:
+    """a *= other, in place (Switch Transformers' and DBRX's router jitter). derivatives.yaml
+    mul.Tensor (mul_ runs its formulas): self: mul_tensor_backward(grad, other, ...), other:
     mul_tensor_backward(grad, self, ...): other kept for self's gradient; for other's, an
     in-place op keeps a clone of the original self. a's dtype and layout."""
     out = Tensor(a.shape, a.stride, a.dtype, a.storage, _rg(a, other), a.trace, a.offset)
