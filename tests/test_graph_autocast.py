@@ -121,12 +121,13 @@ def test_compiled_equals_traced_under_cpu_autocast(row: dict,
                                  and r.get("experts") != "grouped_mm"], ids=_id)
 def test_cuda_autocast_reads_the_graph_but_on_mamba_ssm_kernels(
         row: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    # CUDA: the same families from CUDA's lists, except where transformers calls kernels
-    # the graph does not transcribe under autocast (mamba_ssm's, whose custom_fwd casts
-    # inside the Function; fla's and causal-conv1d's, modelled on the CPU's torch path only)
+    # CUDA: the same families from CUDA's lists (mamba_ssm's fused kernels with their own
+    # casts: test_mamba_ssm_kernels_keep_their_weight_casts_under_cuda_autocast), except
+    # where transformers calls kernels the graph has only on the CPU's torch path (fla's,
+    # causal-conv1d's, MiniMax's lightning loop): the rules answer there, as without autocast
     fam, _ = _chosen(row, monkeypatch, "cuda")
-    cpu_only = ("mamba", "mamba2", "bamba", "falcon_h1", "jamba", "nemotron_h", "olmo_hybrid",
-                "kimi_linear", "qwen3_next", "qwen3_5_text", "lfm2", "minimax-tiny")
+    cpu_only = ("jamba", "nemotron_h", "olmo_hybrid", "kimi_linear", "qwen3_next",
+                "qwen3_5_text", "lfm2", "minimax-tiny")
     assert (fam is None) == row["config"].startswith(cpu_only)
 
 
@@ -171,3 +172,25 @@ def test_phimoe_cuda_graph_differs_from_the_cpu_row_by_cudas_softmax(
     cuda = sum(s.nbytes for s in evaluate(fam, replace(run, device="cuda")).saved)
     BT, X, L = row["B"] * row["T"], 4, 2
     assert cuda - row["measured_bytes"] == L * (2 * BT * X + 2 * BT + 2 * BT) * (4 - 2)
+
+
+@pytest.mark.parametrize("config", ["mamba-mixer.json", "mamba2-tiny.json"])
+def test_mamba_ssm_kernels_keep_their_weight_casts_under_cuda_autocast(config: str) -> None:
+    # mamba_ssm 2.3.2.post1 (state-spaces/mamba e9594ce, from its source, not measured on a
+    # GPU): under torch.is_autocast_enabled() MambaInnerFn.forward casts x_proj_weight,
+    # delta_proj_weight and out_proj_weight to the autocast dtype and saves the copies
+    # (out_proj_bias is cast but not saved); MambaSplitConv1dScanCombinedFn.forward casts
+    # outproj_weight and outproj_bias and saves both. Per layer, in bf16, from the config:
+    cfg = json.loads((DATA / "hf" / "variants" / config).read_text())
+    E, L, N = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["state_size"]
+    Di = cfg["expand"] * E
+    if cfg["model_type"] == "mamba":
+        R = cfg["time_step_rank"]
+        per_layer = (R + 2 * N) * Di + Di * R + E * Di
+    else:  # use_bias false: the weight alone
+        per_layer = E * cfg["num_heads"] * cfg["head_dim"]
+    fam = graph_costs._family(spec_from_hf(cfg))
+    for dtype, amp, copies in ((F32, BF16, 2 * L * per_layer), (BF16, None, 0)):
+        saved = evaluate(fam, Run(2, 64, dtype, "cuda", "eager", amp)).saved
+        assert sum(s.nbytes for s in saved if s.role.endswith("Fn.weight")
+                   and s.storage.kind == "activation") == copies

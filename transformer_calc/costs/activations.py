@@ -109,7 +109,7 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
     family = _dropout(family, s)
     if family is None:
         return None
-    if not _mixer_run(family, s, amp or amp16, adapted_roles):
+    if not _mixer_run(family, s, adapted_roles):
         return None
     family = _experts(spec, family, s)
     if family is None:
@@ -295,17 +295,15 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     return off
 
 
-def _mixer_run(family: Family, s: Settings, autocast: bool,
-               adapted_roles: frozenset[str] | None) -> bool:
+def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
     Bamba, Falcon-H1, Jamba, Nemotron-H, OLMo Hybrid, Kimi Linear, Qwen3-Next and Qwen3.5 are
     transcribed as transformers' torch path runs them on the CPU, with or without autocast
     (tests/data/autocast_activations_mixers_cpu.jsonl); LoRA where measured (the hybrids'
     rows). On CUDA transformers calls the mamba_ssm, causal-conv1d and fla kernels where
     installed: the graph transcribes Mamba's MambaInnerFn and Mamba-2's, Bamba's and
-    Falcon-H1's fused kernel (from their source, not measured on a GPU), without autocast
-    (mamba_ssm's custom_fwd casts inside the kernel's Function, which the graph does not
-    transcribe); the others keep the rules there."""
+    Falcon-H1's fused kernel, their weight casts under autocast included (from their
+    source, not measured on a GPU); the others keep the rules there."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.jamba import Jamba
@@ -348,8 +346,7 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
         lora_ok = False
     if s.device == "cuda":  # mamba_ssm's fused kernels (families/mamba.py), without LoRA
         # (peft's out_proj adapter is bypassed: the kernel reads out_proj.weight itself)
-        return isinstance(family, Mamba | Mamba2 | Bamba | FalconH1) and not autocast \
-            and adapted_roles is None
+        return isinstance(family, Mamba | Mamba2 | Bamba | FalconH1) and adapted_roles is None
     return s.device == "cpu" and lora_ok
 
 
