@@ -64,7 +64,13 @@ measured) was written by
         $V/{deepseek_v3-no-q-lora-bias,hy_v3-tiny,gpt_oss-tied-nobias,mimo_v2_flash-tiny,\
         nemotron_h-tiny,lfm2_moe-tiny}.json
 
-(the rows the measurement skipped, classes without SDPA, left out).
+(the rows the measurement skipped, classes without SDPA, left out), and
+tests/data/autocast_activations_deberta_v2_cpu.jsonl (torch.bmm at the top level, a LayerNorm
+over a 16-bit input) by
+
+    python tools/measure_activations_hf.py --autocast $V/deberta-v2-c2p-p2c.json
+
+(its SDPA row skipped).
 
 --mixers: only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
 Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's

@@ -684,10 +684,13 @@ def layer_norm(x: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
     result1, result2, weight, bias, ...): input, mean, rstd, weight and bias whenever the
     node exists (a weight is a parameter, kept as the model's own memory, unless it was
     computed: NemotronLayerNorm1P's weight + 1). mean and rstd are (..., 1): fp32 on CUDA
-    (acc type), the input's dtype on the CPU."""
+    (acc type), the input's dtype on the CPU, the weight's where the two differ (a 16-bit
+    input under autocast with an fp32 weight: layer_norm_cpu's mixed type, measured)."""
     (x,) = autocast.cast_inputs("layer_norm", x)
     out = _new(x, x.shape, x.dtype, _rg(x, w, b))
     stats_dtype = F32 if x.trace.device == "cuda" else x.dtype
+    if x.trace.device == "cpu" and w is not None and w.dtype != x.dtype:
+        stats_dtype = w.dtype
     stats = x.shape[:-1] + (Dim.const(1),)
     mean_ = _new(x, stats, stats_dtype, False)
     rstd = _new(x, stats, stats_dtype, False)
