@@ -255,9 +255,10 @@ def test_other_layouts_are_refused() -> None:
     assert _family("qwen3_5_moe_text-attn.json").kinds == "bbb"
 
 
-def test_cuda_and_autocast_keep_the_rules() -> None:
+def test_cuda_keeps_the_rules_and_cpu_autocast_reads_the_graph() -> None:
     # on CUDA transformers runs fla's chunk_gated_delta_rule and causal-conv1d where
-    # installed (not modelled): the rules answer; an attention-only Qwen3.5-MoE runs none
+    # installed (not modelled): the rules answer; an attention-only Qwen3.5-MoE runs none.
+    # CPU autocast: tests/test_graph_autocast.py
     ask = graph_costs.graph_activations
     cpu = Settings(precision="bf16", batch_size=2, seq_len=64, attention="sdpa",
                    device="cpu")
@@ -265,10 +266,11 @@ def test_cuda_and_autocast_keep_the_rules() -> None:
                             ("qwen3_5_moe_text-attn.json", True)):
         spec = _spec(config)
         assert ask(spec, cpu, 64, amp=False, amp16=False, adapted_roles=None) is not None
-        assert ask(spec, cpu, 64, amp=True, amp16=False, adapted_roles=None) is None
-        cuda = ask(spec, replace(cpu, device="cuda"), 64, amp=False, amp16=False,
-                   adapted_roles=None)
-        assert (cuda is not None) == on_cuda
+        assert ask(spec, cpu, 64, amp=True, amp16=False, adapted_roles=None) is not None
+        for amp in (False, True):
+            cuda = ask(spec, replace(cpu, device="cuda"), 64, amp=amp, amp16=False,
+                       adapted_roles=None)
+            assert (cuda is not None) == on_cuda
 
 
 def _draw(rng: random.Random, s: dict) -> tuple[Qwen3Next, Run]:

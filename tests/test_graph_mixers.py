@@ -229,16 +229,18 @@ def test_other_mixer_layouts_are_refused() -> None:
     assert isinstance(nonorm, FalconH1) and not nonorm.norm and family_of(falcon).norm
 
 
-def test_cuda_autocast_and_lora_keep_the_rules() -> None:
-    # no measured row covers autocast over the scans or LoRA; on CUDA the graph runs
-    # mamba_ssm's kernels (tests/test_graph_ssm_cuda.py)
+def test_lora_keeps_the_rules() -> None:
+    # no measured row covers LoRA; on CUDA the graph runs mamba_ssm's kernels
+    # (tests/test_graph_ssm_cuda.py), under autocast too (tests/test_graph_autocast.py)
     spec = _spec("mamba-mixer.json")
     cpu = Settings(precision="bf16", batch_size=2, seq_len=64, attention="eager",
                    device="cpu")
     ask = graph_costs.graph_activations
     assert ask(spec, cpu, 64, amp=False, amp16=False, adapted_roles=None) is not None
-    assert ask(spec, cpu, 64, amp=True, amp16=False, adapted_roles=None) is None
+    assert ask(spec, cpu, 64, amp=True, amp16=False, adapted_roles=None) is not None
     assert ask(spec, replace(cpu, device="cuda"), 64, amp=False, amp16=False,
+               adapted_roles=None) is not None
+    assert ask(spec, replace(cpu, device="cuda"), 64, amp=True, amp16=False,
                adapted_roles=None) is not None
     assert ask(spec, cpu, 64, amp=False, amp16=False,
                adapted_roles=frozenset(("in_proj",))) is None

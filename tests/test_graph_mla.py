@@ -265,33 +265,32 @@ AUTOCAST = [json.loads(line) for line in
 
 
 @pytest.mark.parametrize("row", AUTOCAST, ids=lambda r: f"{r['config']}-{r['attention']}")
-def test_the_cuda_graph_under_autocast_meets_the_cpu_autocast_rows(row: dict) -> None:
+def test_the_graph_under_autocast_meets_the_cpu_autocast_rows(row: dict) -> None:
     # tests/data/autocast_activations_mla_cpu.jsonl: fp32 models under
     # torch.autocast("cpu", torch.bfloat16) (tools/measure_activations_hf.py --autocast
     # tests/data/hf/variants/{deepseek_v3-all-dense,minicpm3-tiny}.json), every storage the
-    # hooks saw, autocast's saved weight copies included. The graph's autocast is CUDA's; the
-    # two devices cast the same ops here (tests/test_graph_moe_amp.py: the fp32 list's ops
-    # read fp32 already, the latents' norms upcasting first). SDPA's kernel is chosen per
-    # device: MiniCPM3's 96-wide query over an 8-wide value runs CUDA's memory-efficient
-    # kernel but the CPU's math, so that row is the CPU graph's, not pinned here.
+    # hooks saw, autocast's saved weight copies included: the CPU graph (the CPU's lists).
+    # The CUDA graph casts the same ops here (the fp32 list's ops read fp32 already, the
+    # latents' norms upcasting first), but SDPA's kernel is chosen per device: MiniCPM3's
+    # 96-wide query over an 8-wide value runs CUDA's memory-efficient kernel, the CPU's math.
     fam = family_of(_spec(row["config"]))
-    run = Run(row["B"], row["T"], F32, "cuda", row["attention"], BF16)
-    result = evaluate(fam, run)
-    graph = sum(s.nbytes for s in result.saved)  # (the biases' casts are cached, not saved)
+    run = Run(row["B"], row["T"], F32, "cpu", row["attention"], BF16)
+    assert sum(s.nbytes for s in evaluate(fam, run).saved) == row["measured_bytes"]
+    cuda = replace(run, device="cuda")
+    graph = sum(s.nbytes for s in evaluate(fam, cuda).saved)
     if row["config"] == "minicpm3-tiny.json" and row["attention"] == "sdpa":
-        assert result.ops and "efficient" in evaluate_fast(fam, run).structure.kernels
+        assert "efficient" in evaluate_fast(fam, cuda).structure.kernels
         assert graph != row["measured_bytes"]
     else:
         assert graph == row["measured_bytes"]
 
 
-def test_autocast_keeps_the_experts_on_the_rules_but_not_a_dense_mla() -> None:
+def test_autocast_reads_the_graph_with_experts_and_without() -> None:
+    # DeepSeek-V3's sigmoid router under autocast: tests/test_graph_autocast.py
     s = Settings(precision="bf16", batch_size=2, seq_len=64, attention="sdpa", device="cuda")
-    for config, graph in (("deepseek_v3-no-q-lora-bias.json", False),
-                          ("deepseek_v3-all-dense.json", True)):
-        got = graph_costs.graph_activations(_spec(config), s, 64, amp=True, amp16=False,
-                                            adapted_roles=None)
-        assert (got is not None) == graph
+    for config in ("deepseek_v3-no-q-lora-bias.json", "deepseek_v3-all-dense.json"):
+        assert graph_costs.graph_activations(_spec(config), s, 64, amp=True, amp16=False,
+                                             adapted_roles=None) is not None
 
 
 def _mla_settings(rng: random.Random) -> dict:

@@ -248,15 +248,15 @@ def test_cohere2_moe_reads_its_layer_kinds() -> None:
     assert prefixed.layer_ffn.replace(" ", "") == "2D4E"
 
 
-def test_autocast_keeps_the_rules() -> None:
-    # the sigmoid routers under autocast have no measured CPU row: the graph does not answer
+def test_autocast_reads_the_graph() -> None:
+    # the sigmoid routers under autocast: CPU autocast rows (tests/test_graph_autocast.py)
     from transformer_calc.costs import activations as graph_costs
 
     row = next(r for r in ROWS if not r.get("lora"))
     spec = _spec(row["config"])
-    fam = family_of(spec)
-    assert graph_costs._experts(spec, fam, _settings(row), False) is not None
-    assert graph_costs._experts(spec, fam, _settings(row), True) is None
+    s = replace(_settings(row), precision="bf16", mixed=True)
+    assert graph_costs.graph_activations(spec, s, row["T"], amp=True, amp16=False,
+                                         adapted_roles=None) is not None
 
 
 def _draw(rng: random.Random) -> tuple[Moe, Run]:

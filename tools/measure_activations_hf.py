@@ -50,6 +50,39 @@ tests/data/quantised_base_activations_cpu.jsonl (bitsandbytes 0.50.2) was writte
         tests/data/hf/variants/{llama-head-dim,gemma-gqa,gpt2-n-inner,bert-seq-cls,\
 t5-gated-asym,falcon-new-rope,mixtral-top1,qwen2_moe-tiny,opt-projected,\
 neox-sequential-nobias,phi3-gqa-tied,deepseek_v3-all-dense,jamba-tiny}.json; done
+tests/data/autocast_activations_routers_mixers_cpu.jsonl (the routers and recurrent mixers;
+its tcalc_bytes under --lora are tcalc's --mixed LoRA, a 16-bit base, not the fp32 base
+measured) was written by
+
+    V=tests/data/hf/variants
+    python tools/measure_activations_hf.py --autocast $V/{deepseek_v3-no-q-lora-bias,\
+        longcat_flash-tiny,hy_v3-tiny,dots1-tiny,beam-tiny,gpt_oss-tied-nobias,flint-tiny,\
+        granitemoe_swa-tiny,minimax_m3_vl_text-tiny,mimo_v2_flash-tiny,mamba-mixer,\
+        mamba2-mixer,bamba-tiny,falcon_h1-tiny,jamba-tiny,nemotron_h-tiny,olmo_hybrid-tiny,\
+        kimi_linear-tiny,qwen3_next-tiny,qwen3_5_text-tiny,lfm2-tiny,lfm2_moe-tiny,\
+        minimax-tiny}.json
+    python tools/measure_activations_hf.py --autocast -B 1 -T 37 $V/{phimoe-top1,\
+        deepseek_v3-no-q-lora-bias,hy_v3-tiny,gpt_oss-tied-nobias,mamba-mixer,mamba2-mixer,\
+        bamba-tiny,falcon_h1-tiny,jamba-tiny,nemotron_h-tiny,olmo_hybrid-tiny,\
+        kimi_linear-tiny,qwen3_next-tiny,lfm2-tiny,minimax-tiny}.json
+    python tools/measure_activations_hf.py --autocast --lora 8 --lora-targets q_proj,v_proj \
+        $V/{deepseek_v3-no-q-lora-bias,longcat_flash-tiny,gpt_oss-tied-nobias,\
+        granitemoe_swa-tiny,mimo_v2_flash-tiny,bamba-tiny,falcon_h1-tiny,jamba-tiny,\
+        nemotron_h-tiny,qwen3_next-tiny,qwen3_5_text-tiny,lfm2-tiny,minimax-tiny,\
+        minimax_m3_vl_text-tiny}.json
+    python tools/measure_activations_hf.py --autocast --lora 8 \
+        $V/{dots1-tiny,beam-tiny,flint-tiny,jamba-tiny}.json
+    python tools/measure_activations_hf.py --autocast --experts grouped_mm \
+        $V/{deepseek_v3-no-q-lora-bias,hy_v3-tiny,gpt_oss-tied-nobias,mimo_v2_flash-tiny,\
+        nemotron_h-tiny,lfm2_moe-tiny}.json
+
+(the rows the measurement skipped, classes without SDPA, left out), and
+tests/data/autocast_activations_deberta_v2_cpu.jsonl (torch.bmm at the top level, a LayerNorm
+over a 16-bit input) by
+
+    python tools/measure_activations_hf.py --autocast $V/deberta-v2-c2p-p2c.json
+
+(its SDPA row skipped).
 
 --mixers: only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
 Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's
@@ -338,9 +371,7 @@ def main() -> None:
                 report = memory_report(spec, Settings(
                     precision="fp32" if dtype == "fp32" and not args.autocast else "bf16",
                     mixed=args.autocast, batch_size=args.B,
-                    # (tcalc's autocast is CUDA's: on the CPU it casts nothing)
-                    seq_len=args.T, attention=attention,
-                    device="cuda" if args.autocast else "cpu",
+                    seq_len=args.T, attention=attention, device="cpu",
                     lora_rank=args.lora, lora_targets=tuple(
                         (args.tcalc_targets or args.lora_targets).split(",")),
                     lora_dropout=args.lora_dropout, experts=args.experts, freeze=freeze,

@@ -121,9 +121,9 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
     family = _dropout(family, s)
     if family is None:
         return None
-    if not _mixer_run(family, s, amp or amp16, adapted_roles):
+    if not _mixer_run(family, s, adapted_roles):
         return None
-    family = _experts(spec, family, s, amp or amp16)
+    family = _experts(spec, family, s)
     if family is None:
         return None
     lora = None
@@ -434,15 +434,15 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     return off
 
 
-def _mixer_run(family: Family, s: Settings, autocast: bool,
-               adapted_roles: frozenset[str] | None) -> bool:
+def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
     Bamba, Falcon-H1, Jamba, Nemotron-H, OLMo Hybrid, Kimi Linear, Qwen3-Next and Qwen3.5 are
-    transcribed as transformers' torch path runs them on the CPU, without autocast (no
-    measured row covers autocast over the scans); LoRA where measured (the hybrids' rows). On
-    CUDA transformers calls the mamba_ssm, causal-conv1d and fla kernels where installed: the
-    graph transcribes Mamba's MambaInnerFn and Mamba-2's, Bamba's and Falcon-H1's fused
-    kernel (from their source, not measured on a GPU); the others keep the rules there."""
+    transcribed as transformers' torch path runs them on the CPU, with or without autocast
+    (tests/data/autocast_activations_mixers_cpu.jsonl); LoRA where measured (the hybrids'
+    rows). On CUDA transformers calls the mamba_ssm, causal-conv1d and fla kernels where
+    installed: the graph transcribes Mamba's MambaInnerFn and Mamba-2's, Bamba's and
+    Falcon-H1's fused kernel, their weight casts under autocast included (from their
+    source, not measured on a GPU); the others keep the rules there."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.jamba import Jamba
@@ -456,22 +456,21 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
 
     if isinstance(family, Qwen3Next):
         # the Gated DeltaNet's torch fallbacks (the CPU's; on CUDA transformers calls fla's
-        # and causal-conv1d's kernels where installed), not under autocast (no row
-        # measures it); an attention-only Qwen3.5-MoE runs no fallback
+        # and causal-conv1d's kernels where installed); an attention-only Qwen3.5-MoE runs
+        # no fallback
         mixer = "c" in family.kinds or "d" in family.kinds
         lora_ok = adapted_roles is None or "lm_head" not in adapted_roles
-        return (s.device == "cpu" or not mixer) and not autocast and lora_ok
+        return (s.device == "cpu" or not mixer) and lora_ok
     if isinstance(family, Minimax):
         # MiniMax's lightning attention: its Python loop over blocks, what the CPU rows ran
-        # (no measured row on CUDA or under autocast)
-        return s.device == "cpu" and not autocast
+        # (no measured row on CUDA)
+        return s.device == "cpu"
     if isinstance(family, Lfm2):
         # LFM2's short convolution: causal_conv1d_fn's torch fallback, what the CPU runs (on
-        # CUDA the kernels hub's causal-conv1d where installed); no measured row covers
-        # autocast. An LFM2 of convolutions alone says no head_dim, which the rotary table
-        # every checkpointed layer keeps has: full recomputation keeps the rules (LFM3's
-        # convolutions get no table)
-        return s.device == "cpu" and not autocast and (
+        # CUDA the kernels hub's causal-conv1d where installed). An LFM2 of convolutions
+        # alone says no head_dim, which the rotary table every checkpointed layer keeps has:
+        # full recomputation keeps the rules (LFM3's convolutions get no table)
+        return s.device == "cpu" and (
             "F" in family.mixers or family.lfm3 or s.recompute != "full")
     hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear | NemotronH
     if not isinstance(family, Mamba | Mamba2 | hybrids):
@@ -486,18 +485,13 @@ def _mixer_run(family: Family, s: Settings, autocast: bool,
         lora_ok = False
     if s.device == "cuda":  # mamba_ssm's fused kernels (families/mamba.py), without LoRA
         # (peft's out_proj adapter is bypassed: the kernel reads out_proj.weight itself)
-        return isinstance(family, Mamba | Mamba2 | Bamba | FalconH1) and not autocast \
-            and adapted_roles is None
-    return s.device == "cpu" and not autocast and lora_ok
+        return isinstance(family, Mamba | Mamba2 | Bamba | FalconH1) and adapted_roles is None
+    return s.device == "cpu" and lora_ok
 
 
-def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Family | None:
+def _experts(spec: ModelSpec, family: Family, s: Settings) -> Family | None:
     """An MoE family with the experts implementation the run uses (memory.experts_impl:
-    --experts, or transformers' default), or None where the graph does not model it:
-    PhiMoE under autocast (sparsemixer's softmax of the 16-bit router logits is on CUDA
-    autocast's fp32 list, not on the CPU's: no CPU row pins it, tests/test_graph_moe_amp.py),
-    and so DeepSeek-V3's sigmoid router (its top-k sum; HY-V3's and dots.llm1's) and
-    LongCat-Flash's softmax one."""
+    --experts, or transformers' default), or None where the graph does not model it."""
     import dataclasses
 
     from transformer_calc.graph.families.gemma4 import Gemma4
@@ -517,16 +511,15 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
     from transformer_calc.graph.families.nemotron_h import NemotronH
 
     if isinstance(family, MiniMaxM3):  # its experts' own loop (grouped_mm: unmeasured)
-        return family if experts_impl(spec, s.experts) == "eager" and not autocast else None
+        return family if experts_impl(spec, s.experts) == "eager" else None
     from transformer_calc.graph.families.deepseek_v4 import DeepseekV4
 
     if isinstance(family, NemotronH | MiMoV2Flash | DeepseekV4):  # their loop or grouped_mm
         impl = experts_impl(spec, s.experts)
-        # (MiMo-V2-Flash's sigmoid router under autocast: DeepSeek-V3's, unmeasured)
-        if impl not in ("eager", "grouped_mm") or (autocast and isinstance(family, MiMoV2Flash)):
+        if impl not in ("eager", "grouped_mm"):
             return None
         return dataclasses.replace(family, grouped=impl == "grouped_mm")
-    if isinstance(family, Lfm2Moe | Minimax):  # Mixtral's experts (no autocast here)
+    if isinstance(family, Lfm2Moe | Minimax):  # Mixtral's experts
         impl = experts_impl(spec, s.experts)
         if impl not in ("eager", "grouped_mm"):
             return None
@@ -540,9 +533,8 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
     if not isinstance(family, Moe | Jamba):
         return family
     impl = experts_impl(spec, s.experts)
-    if (autocast and family.router in ("sparsemixer", "sigmoid", "softmax", "hy_v3", "dots1",
-                                       "beam", "gpt_oss", "flint", "granitemoe_swa", "dbrx")) \
-            or impl not in ("eager", "grouped_mm"):
+    # (DBRX under autocast: no row measures it)
+    if (autocast and family.router == "dbrx") or impl not in ("eager", "grouped_mm"):
         return None
     return dataclasses.replace(family, grouped=impl == "grouped_mm")
 

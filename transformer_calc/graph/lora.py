@@ -87,7 +87,7 @@ def adapted_bnb(result: Tensor, x: Tensor, a: Tensor, b: Tensor, lora: Lora) -> 
     result's, only outside autocast; dropout, A, B, the scale, the add."""
     if lora.quant != "int8":
         result = ops.clone(result)
-    conversion = autocast.lower_precision(x.trace) is None
+    conversion = autocast.cuda_enabled(x.trace) is None
     if conversion:
         x = ops.to(x, a.dtype)
     out = ops.linear(ops.linear(ops.dropout(x, lora.dropout), a), b)

@@ -250,7 +250,6 @@ def clamp(a: Tensor) -> Tensor:
 def acos(a: Tensor) -> Tensor:
     """derivatives.yaml acos: self: grad * -((-self * self + 1).rsqrt()). On autocast's
     fp32 list (autocast_mode.h AT_FORALL_FP32)."""
-    (a,) = autocast.cast_inputs("acos", a)
     return _unary_saving("acos", a, "self")
 
 
@@ -258,8 +257,9 @@ def vector_norm(a: Tensor) -> Tensor:
     """a.norm(p=2, dim=-1, keepdim=True) (linalg_vector_norm; derivatives.yaml: self:
     linalg_vector_norm_backward(grad, self, ord, result, dim, keepdim)): keeps its input and
     result. Under autocast norm.ScalarOpt_dim is fp32_append_dtype (autocast_mode.h): the
-    input as it is, the norm computed and returned in fp32."""
-    dtype = F32 if autocast.lower_precision(a.trace) is not None else a.dtype
+    input as it is, the norm computed and returned in fp32 (on CUDA; the CPU's autocast
+    leaves it alone)."""
+    dtype = autocast.fp32_append_dtype(a)
     out = _new(a, a.shape[:-1] + (Dim.const(1),), dtype, a.requires_grad)
     a.trace.record("linalg_vector_norm", out, [("self", a, True), ("result", out, True)])
     return out
@@ -317,6 +317,9 @@ def pow(a: Tensor, exponent: Scalar) -> Tensor:
 
 
 def _unary_saving(op: str, a: Tensor, role: str) -> Tensor:
+    """A unary op keeping its input or result; under autocast its input cast first where the
+    device's fp32 list names it (CUDA's exp, log, softplus, expm1, rsqrt, acos)."""
+    (a,) = autocast.cast_inputs(op, a)
     out = _pointwise(op, [a])
     a.trace.record(op, out, [(role, a if role == "self" else out, True)])
     return out
@@ -324,7 +327,6 @@ def _unary_saving(op: str, a: Tensor, role: str) -> Tensor:
 
 def rsqrt(a: Tensor) -> Tensor:
     """derivatives.yaml rsqrt: self: -0.5 * grad * result.pow(3)."""
-    (a,) = autocast.cast_inputs("rsqrt", a)
     return _unary_saving("rsqrt", a, "result")
 
 
@@ -441,7 +443,8 @@ def logsumexp(a: Tensor) -> Tensor:
 
 def cat(ts: list[Tensor], dim: int) -> Tensor:
     """cat: cat_tensors_backward keeps sizes only; a contiguous result in the widest dtype
-    (autocast's promote list)."""
+    (the CPU autocast's promote list casts the narrower inputs to it first)."""
+    ts = list(autocast.cast_inputs("cat", *ts))
     dim = dim % ts[0].ndim
     width = ts[0].shape[dim]
     for t in ts[1:]:
@@ -549,7 +552,10 @@ def dropout(a: Tensor, p: float) -> Tensor:
 def mm(a: Tensor, b: Tensor, op: str = "mm", bias: Tensor | None = None) -> Tensor:
     """derivatives.yaml mm: self: mm_mat1_backward(grad, mat2, ...) keeps mat2 when self
     needs a gradient... and self for mat2's: each operand for the other's. addmm the same
-    (bias: grad alone). FLOPs 2·m·k·n (flop_counter's mm_flop / addmm_flop)."""
+    (bias: grad alone). FLOPs 2·m·k·n (flop_counter's mm_flop / addmm_flop). On autocast's
+    lower-precision list (called at the top level: torch.mm; inside matmul and linear
+    autocast has cast already)."""
+    a, b = autocast.cast_inputs(op, a, b)
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     out = _new(a, (m, n), a.dtype, _rg(a, b, bias))
     a.trace.record(op, out, [("mat2", b, a.requires_grad), ("self", a, b.requires_grad)],
@@ -559,7 +565,9 @@ def mm(a: Tensor, b: Tensor, op: str = "mm", bias: Tensor | None = None) -> Tens
 
 def bmm(a: Tensor, b: Tensor) -> Tensor:
     """derivatives.yaml bmm: self: grad.bmm(mat2.transpose(1, 2)), mat2:
-    self.transpose(1, 2).bmm(grad). FLOPs 2·b·m·k·n (flop_counter's bmm_flop)."""
+    self.transpose(1, 2).bmm(grad). FLOPs 2·b·m·k·n (flop_counter's bmm_flop). On
+    autocast's lower-precision list (torch.bmm at the top level; einsum's bmm on the CPU)."""
+    a, b = autocast.cast_inputs("bmm", a, b)
     nb, m, k, n = a.shape[0], a.shape[1], a.shape[2], b.shape[2]
     out = _new(a, (nb, m, n), a.dtype, _rg(a, b))
     a.trace.record("bmm", out, [("mat2", b, a.requires_grad), ("self", a, b.requires_grad)],
@@ -727,10 +735,13 @@ def layer_norm(x: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
     result1, result2, weight, bias, ...): input, mean, rstd, weight and bias whenever the
     node exists (a weight is a parameter, kept as the model's own memory, unless it was
     computed: NemotronLayerNorm1P's weight + 1). mean and rstd are (..., 1): fp32 on CUDA
-    (acc type), the input's dtype on the CPU."""
+    (acc type), the input's dtype on the CPU, the weight's where the two differ (a 16-bit
+    input under autocast with an fp32 weight: layer_norm_cpu's mixed type, measured)."""
     (x,) = autocast.cast_inputs("layer_norm", x)
     out = _new(x, x.shape, x.dtype, _rg(x, w, b))
     stats_dtype = F32 if x.trace.device == "cuda" else x.dtype
+    if x.trace.device == "cpu" and w is not None and w.dtype != x.dtype:
+        stats_dtype = w.dtype
     stats = x.shape[:-1] + (Dim.const(1),)
     mean_ = _new(x, stats, stats_dtype, False)
     rstd = _new(x, stats, stats_dtype, False)
@@ -769,7 +780,9 @@ def select(t: Tensor, dim: int, index: int) -> Tensor:
 
 def sum_dim(a: Tensor, dim: int, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
     """sum.dim_IntList: sum_backward(grad, self.sym_sizes(), ...) keeps sizes only; dtype:
-    the result's (torch.sum(..., dtype=...))."""
+    the result's (torch.sum(..., dtype=...)); CUDA's autocast sets fp32 where none is given
+    (fp32_set_opt_dtype)."""
+    dtype = autocast.opt_dtype("sum", a, dtype)
     dim = dim % a.ndim
     rest = (Dim.const(1),) if keepdim else ()
     out = _new(a, a.shape[:dim] + rest + a.shape[dim + 1:], dtype or a.dtype, a.requires_grad)
@@ -1010,8 +1023,9 @@ def conv1d_depthwise(x: Tensor, w: Tensor, b: Tensor | None, padding: int) -> Te
 
 def cumsum(a: Tensor) -> Tensor:
     """derivatives.yaml cumsum: self: cumsum_backward(grad.to(self.scalar_type()), dim):
-    nothing kept; a new contiguous tensor."""
-    out = _new(a, a.shape, a.dtype, a.requires_grad)
+    nothing kept; a new contiguous tensor (fp32 under CUDA's autocast: fp32_set_opt_dtype)."""
+    dtype = autocast.opt_dtype("cumsum", a, None) or a.dtype
+    out = _new(a, a.shape, dtype, a.requires_grad)
     a.trace.record("cumsum", out)
     return out
 
@@ -1040,7 +1054,17 @@ def einsum(equation: str, a: Tensor, b: Tensor) -> Tensor:
     size-1 dims added where a label is missing; a contracted dim present in one operand
     only is summed away; sumproduct_pair permutes both to (both, left-only, summed) and
     (both, summed, right-only), reshapes them to 3-D (a copy where no view exists) and
-    calls bmm (which keeps each for the other's gradient); the result a view of bmm's."""
+    calls bmm (which keeps each for the other's gradient); the result a view of bmm's.
+    Autocast: on CUDA's lower-precision list (both operands cast, the parts run as they
+    are); on the CPU's on neither, so its bmm casts its 3-D operands."""
+    if not autocast.listed("einsum", a.trace):
+        return _einsum(equation, a, b)
+    a, b = autocast.cast_inputs("einsum", a, b)
+    with autocast.disabled(a.trace):
+        return _einsum(equation, a, b)
+
+
+def _einsum(equation: str, a: Tensor, b: Tensor) -> Tensor:
     lhs, out_labels = equation.replace(" ", "").split("->")
     la, lb = lhs.split(",")
     contracted = sorted(set(la + lb) - set(out_labels))

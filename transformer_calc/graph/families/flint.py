@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from transformer_calc.graph import ops
+from transformer_calc.graph import autocast, ops
 from transformer_calc.graph.families import llama, moe
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.symbols import Dim
@@ -91,7 +91,8 @@ def _attention(m: Builder, cfg: Flint, x: Tensor, cos: Tensor, sin: Tensor,
     assert mask is not None  # eager only
     G = m["G"]
     k, v = llama.repeat_kv(k, G), llama.repeat_kv(v, G)
-    w = ops.matmul(ops.to(q, F32), ops.transpose(ops.to(k, F32), 2, 3))
+    with autocast.disabled(m.trace):  # maybe_autocast(enabled=False)
+        w = ops.matmul(ops.to(q, F32), ops.transpose(ops.to(k, F32), 2, 3))
     w = ops.add(ops.mul(w, float(dh.value) ** -0.5), mask)
     sinks = ops.expand(ops.view(m.param("sinks", H), (one, H, one, one)), (B, H, T, one))
     probs = ops.narrow(ops.softmax(ops.cat([w, sinks], -1)), -1, 0, T)  # [..., :-1]
@@ -111,7 +112,9 @@ def _sparse_block(m: Builder, cfg: Flint, x: Tensor) -> Tensor:
             # F.linear(hidden_states.float(), self.weight.float()) with autocast off;
             # topk(router_logits.sigmoid(), top_k) (its values used: the indices kept)
             w = m.param("weight", m["X"], E)
-            scores = ops.sigmoid(ops.linear(ops.to(flat, F32), ops.to(w, F32)))
+            with autocast.disabled(m.trace):
+                logits = ops.linear(ops.to(flat, F32), ops.to(w, F32))
+            scores = ops.sigmoid(logits)
             weights, chosen = ops.topk(scores, m["K"])
             if cfg.norm_topk:  # routing_weights / routing_weights.sum(dim=-1, keepdim=True)
                 weights = ops.div(weights, ops.sum_dim(weights, -1, keepdim=True))

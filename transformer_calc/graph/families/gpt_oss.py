@@ -146,7 +146,8 @@ def _eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) ->
     """GptOssExperts.forward, its loop over the experts hit run once for the n = K·B·T
     slots (moe.py's docstring): hidden_states[token_idx] @ gate_up_proj[e] +
     gate_up_proj_bias[e]; the gate; @ down_proj[e] + down_proj_bias[e]; times
-    routing_weights[token_idx, top_k_pos, None]; .to(the hidden dtype), index_add_."""
+    routing_weights[token_idx, top_k_pos, None]; .to(the hidden dtype), index_add_. Under
+    autocast the matmul casts each expert's weight slices anew (moe._expert_slice)."""
     gate_up, gate_up_bias, down, down_bias = _weights(m, flat.shape[-1])
     n = chosen.shape[0] * chosen.shape[1]
     final = m.trace.tensor(flat.shape, flat.dtype, False)  # torch.zeros_like
@@ -154,9 +155,9 @@ def _eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor) ->
         pairs = m.trace.tensor((n, Dim.const(2)), I64, False)
     top_k_pos, token_idx = (ops.select(pairs, 1, j) for j in (0, 1))
     state = ops.index(flat, [token_idx])
-    h = ops.add(ops.matmul(state, ops.select(gate_up, 0, 0)), ops.select(gate_up_bias, 0, 0))
+    h = ops.add(ops.matmul(state, moe._expert_slice(m, gate_up)), ops.select(gate_up_bias, 0, 0))
     h = _apply_gate(h, m["Fe"])
-    h = ops.add(ops.matmul(h, ops.select(down, 0, 0)), ops.select(down_bias, 0, 0))
+    h = ops.add(ops.matmul(h, moe._expert_slice(m, down)), ops.select(down_bias, 0, 0))
     h = ops.mul(h, ops.unsqueeze(ops.index(weights, [token_idx, top_k_pos]), -1))
     return ops.index_add_(final, token_idx, ops.to(h, final.dtype))
 

@@ -50,7 +50,7 @@ class Jamba:
     # what moe.sparse_moe_block reads
     shared_expert: bool = False
     shared_mlp: bool = False
-    router: str = "qwen"
+    router: str = "jamba"
     norm_topk: bool = False
 
     def sizes(self) -> dict[str, int]:

@@ -215,8 +215,10 @@ def chunk_delta_rule(m: Builder, q: Tensor, k: Tensor, v: Tensor, g: Tensor, bet
     value = ops.matmul(attn, v_beta)
     k_cumdecay = ops.matmul(attn, ops.mul(k_beta, ops.exp(g)))
     with tr.no_grad():
-        state = tr.tensor((B, m["Hl"], dl, dl), F32, False)  # torch.zeros
-        out = tr.tensor(value.shape, F32, False)  # zeros_like(value)
+        # torch.zeros(..., dtype=value.dtype): 16-bit under autocast (attn @ v_beta), so
+        # both matmuls reading it keep the one tensor
+        state = tr.tensor((B, m["Hl"], dl, dl), value.dtype, False)
+        out = tr.tensor(value.shape, value.dtype, False)  # zeros_like(value)
         upper = tr.tensor((Q, Q), BOOL, False)  # triu(diagonal=1), made anew
     # the chunks traced: the first two, a third standing for all but the last, and the
     # last (its state update dead: what it saves is freed)

@@ -212,12 +212,13 @@ def _norm(m: Builder, cfg: Llama, name: str, h: Tensor) -> Tensor:
 
 def _layer_norm_1p(m: Builder, name: str, h: Tensor) -> Tensor:
     """NemotronLayerNorm1P.forward: F.layer_norm(input, shape, self.weight + 1.0, bias), its
-    arguments first cast to autocast's dtype when autocast is on (_cast_if_autocast_enabled:
-    .to copies), then run with autocast off (so in 16 bits under autocast)."""
+    arguments first cast to autocast's dtype when CUDA's autocast is on
+    (_cast_if_autocast_enabled reads torch.is_autocast_enabled(), CUDA's: .to copies), then
+    run with autocast off (so in 16 bits under CUDA's autocast, as they are on the CPU's)."""
     with m.module(name):
         E, tr = h.shape[-1], h.trace
         args = [h, ops.add(m.param("weight", E), 1.0), m.param("bias", E)]
-        half = autocast.lower_precision(tr)
+        half = autocast.cuda_enabled(tr)
         if half is not None:
             args = [ops.to(t, half) for t in args]
         with autocast.disabled(tr):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-from transformer_calc.graph import ops
+from transformer_calc.graph import autocast, ops
 from transformer_calc.graph.families.llama import rms_norm
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.symbols import Dim
@@ -155,13 +155,16 @@ def _mamba_inner(m: Builder, proj: Tensor, A: Tensor, conv_bias: bool, bias: boo
         weights = [m.param("weight", Di, Dim.const(1), Kc)]
         weights += [m.param("bias", Di)] if conv_bias else []
     with m.module("x_proj"):
-        weights.append(m.param("weight", R + 2 * N, Di))
+        x_proj = m.param("weight", R + 2 * N, Di)
     with m.module("dt_proj"):
-        weights.append(m.param("weight", Di, R))
+        dt_proj = m.param("weight", Di, R)
         delta_bias = ops.to(m.param("bias", Di), F32)
     with m.module("out_proj"):
-        weights.append(m.param("weight", E, Di))
+        out_proj = m.param("weight", E, Di)
         out_bias = ops.to(m.param("bias", E), F32) if bias else None
+    # under CUDA's autocast its forward casts x_proj, dt_proj and out_proj's weights (the
+    # copies kept) and out_proj's bias (read only)
+    weights += _kernel_casts(m, [x_proj, dt_proj, out_proj])
     D = ops.to(m.param("D", Di), F32)
     return ops.mamba_inner(ops.contiguous(proj), A, D, delta_bias, weights, out_bias, R, E,
                            m["Tq"])
@@ -261,9 +264,23 @@ def _split_conv1d_scan_combined(m: Builder, proj: Tensor, A: Tensor, conv_dim: D
         with m.module("norm"):
             weights.append(m.param("weight", Di))
     with m.module("out_proj"):
-        weights.append(m.param("weight", E, Di))
-        weights += [m.param("bias", E)] if bias else []
+        out_proj = [m.param("weight", E, Di)] + ([m.param("bias", E)] if bias else [])
+    # under autocast (torch.is_autocast_enabled(), CUDA's) its forward casts outproj_weight
+    # and outproj_bias to the autocast dtype (plain .to copies) and saves those
+    weights += _kernel_casts(m, out_proj)
     return ops.mamba_split_conv1d_scan_combined(proj, A, weights, (H, Ph), Gs, norm, E)
+
+
+def _kernel_casts(m: Builder, weights: list[Tensor]) -> list[Tensor]:
+    """The weights a mamba_ssm Function's forward reads: under CUDA's autocast
+    (torch.is_autocast_enabled()) each cast with .to(torch.get_autocast_gpu_dtype()), a
+    copy made inside the forward (no grad: the Function's own) that its
+    ctx.save_for_backward keeps; the parameters themselves otherwise."""
+    half = autocast.cuda_enabled(m.trace)
+    if half is None:
+        return weights
+    with m.trace.no_grad():
+        return [ops.to(w, half) for w in weights]
 
 
 def _falcon_gated_norm(m: Builder, h: Tensor, gate: Tensor, groups: Dim, width: Dim) -> Tensor:

@@ -144,13 +144,14 @@ def lightning(m: Builder, x: Tensor) -> Tensor:
 
 def _blocks(m: Builder, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """The loop over blocks (q, k, v (B, H, T, dh) views): the buffers slope_rate (H, 1, 1),
-    query_decay and key_decay (H, Q, 1), diagonal_decay (1, H, Q, Q), in the model's dtype;
-    the state zeros (B, H, dh, dh); per block _block. Returns the outputs concatenated."""
+    query_decay and key_decay (H, Q, 1), diagonal_decay (1, H, Q, Q), in the model's dtype
+    (fp32 under autocast over fp32 weights); the state zeros (B, H, dh, dh) in V's; per
+    block _block. Returns the outputs concatenated."""
     B, T, H, dh, Q, Tq = m["B"], m["T"], m["H"], m["dh"], m["Q"], m["Tq"]
-    tr, dtype, one = m.trace, q.dtype, Dim.const(1)
+    tr, one = m.trace, Dim.const(1)
 
     def buffer(name: str, *shape: Dim) -> Tensor:
-        return tr.tensor(shape, dtype, False, "buffer", f"{tr.scope}.{name}")
+        return tr.tensor(shape, m.run.dtype, False, "buffer", f"{tr.scope}.{name}")
 
     decays = (buffer("slope_rate", H, one, one), buffer("query_decay", H, Q, one),
               buffer("key_decay", H, Q, one), buffer("diagonal_decay", one, H, Q, Q))
@@ -158,7 +159,7 @@ def _blocks(m: Builder, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     last = T + Q + Dim(-(Tq * Q).value, -(Tq * Q).poly)
     rg = q.requires_grad
     with tr.loop():
-        state = tr.tensor((B, H, dh, dh), dtype, False)  # torch.zeros
+        state = tr.tensor((B, H, dh, dh), v.dtype, False)  # torch.zeros
         if Tq.value > 1:
             state, out = _block(m, q, k, v, decays, state, 0, Q, True)
             if Tq.value > 2:

@@ -202,7 +202,8 @@ def _router(m: Builder, cfg: Moe, flat: Tensor, name: str = "gate"
             ) -> tuple[Tensor, Tensor]:
     """MixtralTopKRouter / Qwen2MoeTopKRouter.forward: logits = linear(x, weight); softmax
     over the experts in fp32; topk; the top values divided by their sum (in place);
-    Qwen's cast back to the logits' dtype. Returns (scores, indices), (B·T, K) each."""
+    Qwen's cast back to the logits' dtype, Jamba's to the input's. Returns (scores,
+    indices), (B·T, K) each."""
     with m.module(name):
         if cfg.router == "hunyuan":  # HunYuanMoEV1Gate: self.wg, an nn.Linear
             logits = m.linear("wg", flat, m["X"], False)
@@ -216,6 +217,8 @@ def _router(m: Builder, cfg: Moe, flat: Tensor, name: str = "gate"
             values = ops.div_(values, ops.sum_dim(values, -1, keepdim=True))
         if cfg.router in ("qwen", "hunyuan"):
             values = ops.to(values, logits.dtype)
+        elif cfg.router == "jamba":  # JambaTopKRouter: .to(hidden_states.dtype), fp32
+            values = ops.to(values, flat.dtype)  # under autocast where the logits are not
     return values, indices
 
 
