@@ -123,7 +123,7 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
         return None
     if not _mixer_run(family, s, adapted_roles):
         return None
-    family = _experts(spec, family, s)
+    family = _experts(spec, family, s, amp or amp16)
     if family is None:
         return None
     lora = None
@@ -489,9 +489,10 @@ def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None
     return s.device == "cpu" and lora_ok
 
 
-def _experts(spec: ModelSpec, family: Family, s: Settings) -> Family | None:
+def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Family | None:
     """An MoE family with the experts implementation the run uses (memory.experts_impl:
-    --experts, or transformers' default), or None where the graph does not model it."""
+    --experts, or transformers' default), or None where the graph does not model it (Llama 4
+    and DBRX under autocast: no row measures them)."""
     import dataclasses
 
     from transformer_calc.graph.families.gemma4 import Gemma4
