@@ -45,14 +45,14 @@ def row_run(row: dict) -> Run:
 
 
 def row_id(row: dict) -> str:
-    """A measured row as a test reads it: config, attention, dtype, B, T, the experts'
-    implementation where the row names one, the LoRA (rank, targets, dropout) or full, and
-    the fixture file it came from."""
-    experts = [row["experts"]] if "experts" in row else []
+    """A measured row as a test reads it: config, attention (where the row ran a whole
+    model), dtype, B, T, the experts' implementation where the row names one, the LoRA
+    (rank, targets, dropout) or full, and the fixture file it came from."""
+    parts = [row["config"].removesuffix(".json"), row.get("attention"), row["dtype"],
+             f"B{row['B']}", f"T{row['T']}", row.get("experts"),
+             "-".join(map(str, row.get("lora") or ())) or "full"]
     where = f" ({row['file']})" if "file" in row else ""
-    return "-".join([row["config"].removesuffix(".json"), row["attention"], row["dtype"],
-                     f"B{row['B']}", f"T{row['T']}", *experts,
-                     "-".join(map(str, row.get("lora") or ())) or "full"]) + where
+    return "-".join(p for p in parts if p) + where
 
 
 def row_settings(row: dict, **more: object) -> Settings:
