@@ -21,7 +21,7 @@ trace's (report_rows), and a row's own assertions go in the function handed to e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from typing import Literal
 
@@ -62,15 +62,16 @@ def row_settings(row: dict, **more: object) -> Settings:
     module names are no alias of a role); the experts as the row ran them (the measuring
     tool's default: transformers' eager loop); the generation cache where the row built it
     (use_cache; off otherwise, as the tool runs); the parts the row froze (freeze)."""
-    lora = {}
+    fields: dict = dict(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
+                        attention=row["attention"], device="cpu",
+                        experts=row.get("experts", "eager"),
+                        use_cache=bool(row.get("use_cache")),
+                        freeze=tuple(row.get("freeze", ())))
     if row.get("lora"):
         rank, targets, dropout = row["lora"]
-        lora = dict(lora_rank=rank, lora_dropout=dropout,
-                    lora_targets=tuple((row.get("tcalc_targets") or targets).split(",")))
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu",
-                    experts=row.get("experts", "eager"), use_cache=bool(row.get("use_cache")),
-                    freeze=tuple(row.get("freeze", ())), **{**lora, **more})  # type: ignore[arg-type]
+        fields.update(lora_rank=rank, lora_dropout=dropout,
+                      lora_targets=tuple((row.get("tcalc_targets") or targets).split(",")))
+    return Settings(**{**fields, **more})
 
 
 @cache
@@ -87,18 +88,24 @@ def spec_of(config: str) -> ModelSpec:
 
 
 def every_row(rows: Iterable[dict], check: Callable[[dict], object],
-              ids: Callable[[dict], str] = row_id) -> None:
-    """check(row) on every row; fails once, naming each failing row (its id, and what was
-    expected and what came back, or the error it raised)."""
+              ids: Callable[[dict], str] | Sequence[str] = row_id) -> None:
+    """check(row) on every row (ids: each row's name, or a function that names a row);
+    fails once, naming each failing row (its id, and what was expected and what came back,
+    or the error it raised)."""
+    import pytest
+
     rows = list(rows)
     assert rows, "no rows to check"
+    names = list(map(ids, rows)) if callable(ids) else list(ids)
+    assert len(names) == len(rows)
     failures = []
-    for row in rows:
+    for name, row in zip(names, rows, strict=True):
         try:
             check(row)
-        except Exception as e:  # (every row is checked; each failure is reported below)
+        # (every row is checked; each failure is reported below, pytest.raises' too)
+        except (Exception, pytest.fail.Exception) as e:
             what = str(e) if isinstance(e, AssertionError) else f"{type(e).__name__}: {e}"
-            failures.append(f"{ids(row)}: {what}")
+            failures.append(f"{name}: {what}")
     assert not failures, f"{len(failures)} of {len(rows)} rows fail:\n" + "\n".join(failures)
 
 
