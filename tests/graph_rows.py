@@ -115,12 +115,13 @@ def check_measured(row: dict, fam: Family, run: Run, spec: ModelSpec | None = No
                    report_rows: Literal["formula", "names"] | None = "formula") -> Result:
     """A measured row (tests/data/activations_*_cpu.jsonl) against the graph, to the byte:
     the trace's saved bytes and, where the row has peft's count, its trainable parameters;
-    the compiled structure's saved bytes (compiled="bytes"), or every output and named row
-    of it against the trace (compiled="traced", assert_compiled_equals_traced); with a spec,
-    memory_report for the row's settings (row_settings unless given): its total, and its
-    rows as the trace names them, with their formulas (report_rows="formula"; the numbers
-    shown in them are memory_report's to leave out) or without (report_rows="names": the
-    names, bytes, layers, stacks and notes). Returns the trace."""
+    the compiled structure's saved bytes and trainable parameters (compiled="bytes"), or
+    every output and named row of it against the trace (compiled="traced",
+    assert_compiled_equals_traced); with a spec, memory_report for the row's settings
+    (row_settings unless given): its total, and its rows as the trace names them, with their
+    formulas (report_rows="formula"; the numbers shown in them are memory_report's to leave
+    out) or without (report_rows="names": the names, bytes, layers, stacks and notes).
+    Returns the trace."""
     want = row["measured_bytes"]
     traced = evaluate(fam, run)
     assert traced.activation_bytes == want, \
@@ -131,8 +132,13 @@ def check_measured(row: dict, fam: Family, run: Run, spec: ModelSpec | None = No
     if compiled == "traced":
         assert_compiled_equals_traced(fam, run, traced)
     elif compiled == "bytes":
-        got = evaluate_fast(fam, run).activation_bytes
-        assert got == want, f"compiled saved bytes: measured {want:,}, got {got:,}"
+        fast = evaluate_fast(fam, run)
+        assert fast.activation_bytes == want, \
+            f"compiled saved bytes: measured {want:,}, got {fast.activation_bytes:,}"
+        if "trainable" in row:
+            assert fast.trainable_params == row["trainable"][0], \
+                f"compiled trainable parameters: peft {row['trainable'][0]:,}, " \
+                f"got {fast.trainable_params:,}"
     if spec is None:
         return traced
     from transformer_calc.memory import memory_report
