@@ -171,7 +171,9 @@ def assert_compiled_equals_traced(fam: Family, run: Run, ref: Result | None = No
     fast = evaluate_fast(fam, run)
     ref = ref if ref is not None else evaluate(fam, run)
     for k in OUTPUTS:
-        assert getattr(fast, k) == getattr(ref, k), (k, fam, run, fast.structure.key)
+        assert getattr(fast, k) == getattr(ref, k), \
+            f"compiled {k}: traced {getattr(ref, k)}, got {getattr(fast, k)} ({fam}, {run}, " \
+            f"{fast.structure.key})"
     st, values = fast.structure, symbol_values(run, fam.sizes())
     numbers = st.named_values(values)
     compiled: dict[str, int] = {}
@@ -179,8 +181,12 @@ def assert_compiled_equals_traced(fam: Family, run: Run, ref: Result | None = No
         name = row_of(named, 0, 0)[0]
         compiled[name] = compiled.get(name, 0) + numbers[2 * i] * numbers[2 * i + 1]
     # (rows of no bytes, a zero-width layer's, are left out on both sides)
-    assert {n: b for n, b in compiled.items() if b} == {
-        n: b for n, b in by_name(component_rows(fam, run, ref)).items() if b}, (fam, run)
+    traced = {n: b for n, b in by_name(component_rows(fam, run, ref)).items() if b}
+    compiled = {n: b for n, b in compiled.items() if b}
+    assert compiled == traced, "compiled rows by name differ from the trace's: " + ", ".join(
+        f"{n}: traced {traced.get(n)}, got {compiled.get(n)}"
+        for n in sorted(set(traced) | set(compiled)) if traced.get(n) != compiled.get(n)
+    ) + f" ({fam}, {run})"
     return fast
 
 
