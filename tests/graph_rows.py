@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
-from typing import Literal
+from typing import Any, Literal
 
 from transformer_calc.graph import DTYPES, Lora, Run, evaluate
 from transformer_calc.graph.compile import OUTPUTS, evaluate_fast
@@ -90,9 +90,10 @@ def spec_of(config: str) -> ModelSpec:
     return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()), config)
 
 
-def every_row(rows: Iterable[dict], check: Callable[[dict], object],
-              ids: Callable[[dict], str] | Sequence[str] = row_id) -> None:
-    """check(row) on every row (ids: each row's name, or a function that names a row);
+def every_row(rows: Iterable[Any], check: Callable[[Any], object],
+              ids: Callable[[Any], str] | Sequence[str] = row_id) -> None:
+    """check(row) on every row (a measured row, or any pinned case; ids: each row's name,
+    or a function that names a row);
     fails once, naming each failing row (its id, and what was expected and what came back,
     or the error it raised)."""
     import pytest
