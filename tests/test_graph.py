@@ -27,7 +27,7 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import measured_rows
+from graph_rows import check_measured, every_row, measured_rows, row_settings, spec_of
 from test_lora_memory import LORA_MODELS
 from test_peak import MIB
 from test_peak import RECIPES as PEAK_RECIPES
@@ -79,12 +79,13 @@ def _rows() -> list[dict]:
 
 
 ROWS = _rows()
+GPT2_PRESET = load_model("gpt2")
 
 
 def _spec(config: str) -> ModelSpec:
     if config == "gpt2":
-        return load_model("gpt2")  # GPT2Config(), as the grid measured it
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+        return GPT2_PRESET  # GPT2Config(), as the grid measured it
+    return spec_of(config)
 
 
 def _run(row: dict) -> Run:
@@ -107,14 +108,11 @@ def test_the_rows_cover_both_families_full_training_and_lora() -> None:
         "gate_proj,up_proj,down_proj", "q_proj,k_proj,v_proj,o_proj"}
 
 
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: "{}-{}-{}-B{}-T{}-{}".format(
-    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-    "-".join(map(str, r.get("lora", ()))) or "full"))
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    result = evaluate(family_of(_spec(row["config"])), _run(row))
-    assert result.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert result.trainable_params == row["trainable"][0]
+def test_every_row_equals_the_measurement() -> None:
+    # the trace and the compiled structure (and peft's trainable count on both) and
+    # memory_report (its total, and its rows as the trace names them), each to the byte
+    every_row(ROWS, lambda row: check_measured(
+        row, family_of(_spec(row["config"])), _run(row), _spec(row["config"])))
 
 
 @pytest.mark.parametrize("config", ("gpt2", *CONFIGS))
@@ -234,14 +232,7 @@ def test_the_engine_imports_neither_torch_nor_yaml() -> None:
 
 
 # -- the compiled path (compile.py): polynomials per structure, checked against the trace --------
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: "{}-{}-{}-B{}-T{}-{}".format(
-    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-    "-".join(map(str, r.get("lora", ()))) or "full"))
-def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
-    result = evaluate_fast(family_of(_spec(row["config"])), _run(row))
-    assert result.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:
-        assert result.trainable_params == row["trainable"][0]
+# (the measured rows through the compiled structures: test_every_row_equals_the_measurement)
 
 
 def _settings(rng: random.Random) -> dict:
@@ -390,15 +381,7 @@ def test_guards_are_recorded_and_sizes_stay_polynomials() -> None:
 
 
 # -- component names (names.py): the rows activation_breakdown writes, from the graph ---------
-def _row_settings(row: dict) -> Settings:
-    lora = {}
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        lora = dict(lora_rank=rank, lora_targets=tuple(targets.split(",")),
-                    lora_dropout=dropout)
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu",
-                    use_cache=row.get("use_cache", False), **lora)  # type: ignore[arg-type]
+_row_settings = row_settings  # (the name the family test files import)
 
 
 def _rules_report(spec: ModelSpec, s: Settings):  # type: ignore[no-untyped-def]
@@ -412,17 +395,6 @@ def _rules_report(spec: ModelSpec, s: Settings):  # type: ignore[no-untyped-def]
 def _tcalc_rows(row: dict) -> tuple:  # type: ignore[type-arg]
     """The rules' activation rows for a fixture row's settings."""
     return _rules_report(_spec(row["config"]), _row_settings(row)).activations.rows
-
-
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: "{}-{}-{}-B{}-T{}-{}".format(
-    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-    "-".join(map(str, r.get("lora", ()))) or "full"))
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    report = memory_report(_spec(row["config"]), _row_settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    fam = family_of(_spec(row["config"]))
-    assert report.activations.rows == tuple(
-        r[:3] + ("",) + r[4:] for r in component_rows(fam, _run(row)))
 
 
 def _v_view_keeps_c_attn(row: dict, fam: GPT2 | Llama) -> bool:
@@ -480,10 +452,11 @@ NAME_DIFFERENCES: dict[str, tuple[str, Callable[[dict, GPT2 | Llama], int]]] = {
 }
 
 
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: "{}-{}-{}-B{}-T{}-{}".format(
-    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-    "-".join(map(str, r.get("lora", ()))) or "full"))
-def test_component_names_match_activation_breakdown(row: dict) -> None:
+def test_component_names_match_activation_breakdown() -> None:
+    every_row(ROWS, _names_explained)
+
+
+def _names_explained(row: dict) -> None:
     fam = family_of(_spec(row["config"]))
     rows = component_rows(fam, _run(row))
     assert sum(r[1] * r[4] for r in rows) == row["measured_bytes"]

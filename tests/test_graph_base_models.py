@@ -23,26 +23,25 @@ import json
 
 import pytest
 from conftest import DATA
-from graph_rows import row_run
-from test_graph import _row_settings
+from graph_rows import (
+    check_measured,
+    every_row,
+    row_run,
+    spec_of,
+)
 
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import evaluate, family_of
-from transformer_calc.graph.compile import evaluate_fast
-from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import memory_report
 from transformer_calc.params import count_params
 from transformer_calc.presets import load_model
 from transformer_calc.spec import ModelSpec
 
 ROWS = [json.loads(line) for line in
         (DATA / "activations_base_models_cpu.jsonl").read_text().splitlines()]
-IDS = ["{}-{}-{}-{}".format(r["config"].removesuffix(".json"), r["attention"], r["dtype"],
-                            "-".join(map(str, r["lora"])) or "full") for r in ROWS]
 
 
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def test_the_rows_cover_three_base_classes_with_and_without_a_pooler() -> None:
@@ -53,20 +52,12 @@ def test_the_rows_cover_three_base_classes_with_and_without_a_pooler() -> None:
         "electra-base-model.json": ("base", False)}
 
 
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_the_graph_equals_the_measurement(row: dict) -> None:
-    fam = family_of(_spec(row["config"]))
-    result = evaluate(fam, row_run(row))
-    assert result.activation_bytes == row["measured_bytes"]
-    assert evaluate_fast(fam, row_run(row)).activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert result.trainable_params == row["trainable"][0]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    assert memory_report(_spec(row["config"]), _row_settings(row)).activations.total == \
-        row["measured_bytes"]
+def test_the_graph_and_memory_report_equal_the_measurement() -> None:
+    # the trace and the compiled structure (and peft's trainable count), and memory_report's
+    # total, each to the byte
+    every_row(ROWS, lambda row: check_measured(
+        row, family_of(_spec(row["config"])), row_run(row), _spec(row["config"]),
+        report_rows=None))
 
 
 @pytest.mark.parametrize("name", ["bert-base", "bert-large", "roberta-base", "roberta-large"])

@@ -24,13 +24,18 @@ peft's beside tcalc's). Tolerance: none.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable
 
 import pytest
-from conftest import DATA
-from graph_rows import measured_rows, row_run
+from graph_rows import (
+    check_measured,
+    every_row,
+    measured_rows,
+    row_run,
+    row_settings,
+    spec_of,
+)
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
@@ -57,25 +62,8 @@ def _rows() -> list[dict]:
 ROWS = _rows()
 
 
-def _id(r: dict) -> str:
-    return "{}-{}-{}-B{}-T{}-{}".format(r["config"].removesuffix(".json"), r["attention"],
-                                        r["dtype"], r["B"], r["T"],
-                                        "-".join(map(str, r.get("lora") or ())) or "full")
-
-
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()), config)
-
-
-def _settings(row: dict) -> Settings:
-    lora = {}
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        # tcalc's roles where peft's module names are no alias (intermediate.dense: up)
-        names = row.get("tcalc_targets") or targets
-        lora = dict(lora_rank=rank, lora_targets=tuple(names.split(",")), lora_dropout=dropout)
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu", **lora)  # type: ignore[arg-type]
+    return spec_of(config)
 
 
 def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
@@ -88,22 +76,11 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
         "all-linear", "intermediate.dense", "query,value"}
 
 
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    fam = family_of(_spec(row["config"]))
-    traced, compiled = evaluate(fam, row_run(row)), evaluate_fast(fam, row_run(row))
-    assert traced.activation_bytes == compiled.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert traced.trainable_params == row["trainable"][0]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    report = memory_report(_spec(row["config"]), _settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    fam = family_of(_spec(row["config"]))
-    assert report.activations.rows == tuple(
-        r[:3] + ("",) + r[4:] for r in component_rows(fam, row_run(row)))
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure and memory_report (its
+    # total, and its rows as the trace names them), each to the byte
+    every_row(ROWS, lambda row: check_measured(
+        row, family_of(_spec(row["config"])), row_run(row), _spec(row["config"])))
 
 
 def test_peft_adapts_every_linear_but_the_decoder() -> None:
@@ -157,7 +134,7 @@ def test_robertas_positions_are_counted_from_the_ids() -> None:
 def _rules_rows(row: dict) -> tuple:  # type: ignore[type-arg]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(graph_costs, "graph_activations", lambda *a, **k: None)
-        return memory_report(_spec(row["config"]), _settings(row)).activations.rows
+        return memory_report(_spec(row["config"]), row_settings(row)).activations.rows
 
 
 def _first_layer_dropout(row: dict, fam: Bert) -> int:
@@ -200,8 +177,11 @@ NAME_DIFFERENCES: dict[str, tuple[str, Callable[[dict, Bert], int]]] = {
 }
 
 
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_the_rules_differ_by_what_the_graph_explains(row: dict) -> None:
+def test_the_rules_differ_by_what_the_graph_explains() -> None:
+    every_row(ROWS, _differences_explained)
+
+
+def _differences_explained(row: dict) -> None:
     fam = family_of(_spec(row["config"]))
     ours, rules = by_name(component_rows(fam, row_run(row))), by_name(_rules_rows(row))
     assert sum(ours.values()) == row["measured_bytes"]

@@ -38,13 +38,21 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import cache_hits_on_random_draws, measured_rows, row_run
+from graph_rows import (
+    cache_hits_on_random_draws,
+    check_measured,
+    every_row,
+    measured_rows,
+    row_id,
+    row_run,
+    row_settings,
+    spec_of,
+)
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.families.qwen3_next import Qwen3Next
-from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
@@ -56,32 +64,14 @@ MIXER_ROWS = [r for r in ROWS if r["file"] == "activations_mixers_cpu.jsonl"]
 MODEL_ROWS = [r for r in ROWS if r["file"] != "activations_mixers_cpu.jsonl"]
 
 
-def _id(r: dict) -> str:
-    return "{}-{}-{}-B{}-T{}-{}".format(
-        r["config"].removesuffix(".json"), r.get("attention", "mixer"), r["dtype"], r["B"],
-        r["T"], "-".join(map(str, r.get("lora", ()))) or "full")
-
-
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def _family(config: str) -> Qwen3Next:
     fam = family_of(_spec(config))
     assert isinstance(fam, Qwen3Next)
     return fam
-
-
-def _settings(row: dict) -> Settings:
-    lora = {}
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        # (tcalc_targets: the same layers in tcalc's role names)
-        lora = dict(lora_rank=rank, lora_dropout=dropout,
-                    lora_targets=tuple(row.get("tcalc_targets", targets).split(",")))
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu",
-                    experts=row.get("experts", "eager"), **lora)  # type: ignore[arg-type]
 
 
 def test_the_rows_cover_the_types_dtypes_lora_and_the_chunks() -> None:
@@ -100,8 +90,11 @@ def test_the_rows_cover_the_types_dtypes_lora_and_the_chunks() -> None:
     assert {-(-r["T"] // 64) for r in MIXER_ROWS} == {1, 2, 4}
 
 
-@pytest.mark.parametrize("row", MIXER_ROWS, ids=_id)
-def test_mixer_bytes_equal_the_measurement(row: dict) -> None:
+def test_mixer_bytes_equal_the_measurement() -> None:
+    every_row(MIXER_ROWS, _mixer_bytes)
+
+
+def _mixer_bytes(row: dict) -> None:
     # what the measurement counts: the storages first saved while a Gated DeltaNet runs
     result = evaluate(_family(row["config"]), Run(row["B"], row["T"], DTYPES[row["dtype"]],
                                                   "cpu", "eager"))
@@ -129,14 +122,12 @@ def _run(row: dict) -> Run:
     return run
 
 
-@pytest.mark.parametrize("row", MODEL_ROWS, ids=_id)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    # (the experts as the row ran them: eager, the tool's default)
-    fam = replace(_family(row["config"]), grouped=row.get("experts") == "grouped_mm")
-    result = evaluate(fam, _run(row))
-    assert result.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert result.trainable_params == row["trainable"][0]
+def test_saved_bytes_equal_the_measurement() -> None:
+    # the trace and peft's trainable count (the experts as the row ran them: eager, the
+    # tool's default)
+    every_row(MODEL_ROWS, lambda row: check_measured(row, replace(
+        _family(row["config"]), grouped=row.get("experts") == "grouped_mm"), _run(row),
+        compiled=None))
 
 
 # memory_report end to end (peft's targets from tcalc's roles, the compiled structure):
@@ -145,9 +136,12 @@ REPORTED = list({(r["config"], str(r.get("lora"))): r for r in MODEL_ROWS}.value
 REPORTED = [r for r in REPORTED if r["config"] != "qwen3_5_text-tiny.json"]
 
 
-@pytest.mark.parametrize("row", REPORTED, ids=_id)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    report = memory_report(_spec(row["config"]), _settings(row))
+def test_memory_report_reads_the_graph() -> None:
+    every_row(REPORTED, _reported)
+
+
+def _reported(row: dict) -> None:
+    report = memory_report(_spec(row["config"]), row_settings(row))
     assert report.activations.total == row["measured_bytes"]
     if not row.get("lora"):  # the Gated DeltaNet's rows named as a mixer's
         assert any(r[0].startswith("decoder.mixer.") for r in report.activations.rows) == (
@@ -158,8 +152,11 @@ FROZEN = [json.loads(line) for line in (
     DATA / "frozen_parts_gated_deltanet_activations_cpu.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("row", FROZEN, ids=lambda r: _id(r) + "-" + "+".join(r["freeze"]))
-def test_frozen_parts_equal_the_measurement(row: dict) -> None:
+def test_frozen_parts_equal_the_measurement() -> None:
+    every_row(FROZEN, _frozen_parts, ids=lambda r: row_id(r) + "-" + "+".join(r["freeze"]))
+
+
+def _frozen_parts(row: dict) -> None:
     fam = replace(_family(row["config"]), grouped=row.get("experts") == "grouped_mm")
     result = evaluate(fam, replace(row_run(row), frozen=frozenset(row["freeze"])))
     assert result.activation_bytes == row["measured_bytes"]
@@ -170,7 +167,8 @@ def test_memory_report_reads_frozen_parts() -> None:
     # --freeze end to end: the graph's trainable parameters agree with count_params' (the
     # Gated DeltaNet's linear_attn read as a mixer, graph/parts.py), so the graph answers
     row = FROZEN[0]
-    s = replace(_settings(row), freeze=tuple(row["freeze"]))
+    s = row_settings(row)
+    assert s.freeze == tuple(row["freeze"])
     assert memory_report(_spec(row["config"]), s).activations.total == row["measured_bytes"]
 
 
@@ -180,7 +178,7 @@ def test_qwen3_next_lora_as_peft_converts_it() -> None:
     # Gated DeltaNet's in_proj_qkvz and in_proj_ba are tcalc's in_proj role
     spec = _spec("qwen3_next-tiny.json")
     fam = _family("qwen3_next-tiny.json")
-    s = _settings({"dtype": "fp32", "B": 2, "T": 64, "attention": "eager",
+    s = row_settings({"dtype": "fp32", "B": 2, "T": 64, "attention": "eager",
                    "lora": [8, "all-linear", 0.0]})
     lora = graph_costs._lora(fam, s, frozenset(("q", "k", "v", "o", "in_proj", "out_proj",
                                                 "shared_gate", "router", "experts.gate_up",

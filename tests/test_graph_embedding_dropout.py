@@ -21,20 +21,20 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import row_run
-from test_graph import _row_settings
+from graph_rows import (
+    check_measured,
+    every_row,
+    row_run,
+    spec_of,
+)
 
 from transformer_calc.errors import TcalcError
-from transformer_calc.graph import evaluate, family_of
-from transformer_calc.graph.compile import evaluate_fast
+from transformer_calc.graph import family_of
 from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import memory_report
 from transformer_calc.spec import ModelSpec, SpecError
 
 ROWS = [json.loads(line) for line in
         (DATA / "activations_embedding_dropout_cpu.jsonl").read_text().splitlines()]
-IDS = ["{}-{}-{}".format(r["config"].removesuffix(".json"), r["attention"], r["dtype"])
-       for r in ROWS]
 
 
 def _data(config: str) -> dict:
@@ -42,7 +42,7 @@ def _data(config: str) -> dict:
 
 
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(_data(config))
+    return spec_of(config)
 
 
 def test_the_rows_cover_each_family_and_both_ways_round() -> None:
@@ -54,17 +54,12 @@ def test_the_rows_cover_each_family_and_both_ways_round() -> None:
         ("gptj-dropout-embd.json", 0.0, 0.1)}
 
 
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_the_graph_equals_the_measurement(row: dict) -> None:
-    fam = family_of(_spec(row["config"]))
-    assert evaluate(fam, row_run(row)).activation_bytes == row["measured_bytes"]
-    assert evaluate_fast(fam, row_run(row)).activation_bytes == row["measured_bytes"]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    report = memory_report(_spec(row["config"]), _row_settings(row))
-    assert report.activations.total == row["measured_bytes"]
+def test_the_graph_and_memory_report_equal_the_measurement() -> None:
+    # the trace and the compiled structure (and peft's trainable count), and memory_report's
+    # total, each to the byte
+    every_row(ROWS, lambda row: check_measured(
+        row, family_of(_spec(row["config"])), row_run(row), _spec(row["config"]),
+        report_rows=None))
 
 
 def test_one_probability_for_both_keeps_one_dropout() -> None:

@@ -32,30 +32,31 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import cache_hits_on_random_draws, measured_rows, row_run
-from test_graph import _row_settings
+from graph_rows import (
+    cache_hits_on_random_draws,
+    check_measured,
+    every_row,
+    measured_rows,
+    row_run,
+    spec_of,
+)
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
-from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.families.bert import Bert, IBert, Tapas, Yoso
 from transformer_calc.graph.families.mllama import Mllama
 from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
 CONFIGS = ("mllama-tiny.json", "tapas-tiny.json", "ibert-tiny.json", "yoso-tiny.json")
 ROWS = measured_rows(CONFIGS)
-IDS = ["{}-{}-{}-B{}-T{}-{}".format(
-    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-    "-".join(map(str, r.get("lora", ()))) or "full") for r in ROWS]
 
 
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def test_the_rows_cover_every_config() -> None:
@@ -64,19 +65,12 @@ def test_the_rows_cover_every_config() -> None:
                       "yoso-tiny.json": 6}
 
 
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    fam = family_of(_spec(row["config"]))
-    traced, compiled = evaluate(fam, row_run(row)), evaluate_fast(fam, row_run(row))
-    assert traced.activation_bytes == compiled.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert traced.trainable_params == row["trainable"][0]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    report = memory_report(_spec(row["config"]), _row_settings(row))
-    assert report.activations.total == row["measured_bytes"]
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure and memory_report's
+    # total, each to the byte
+    every_row(ROWS, lambda row: check_measured(
+        row, family_of(_spec(row["config"])), row_run(row), _spec(row["config"]),
+        report_rows=None))
 
 
 # torch.utils.flop_counter.FlopCounterMode over XForMaskedLM(config).train()'s forward with

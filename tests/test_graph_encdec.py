@@ -30,12 +30,17 @@ activation_dropout 0.1), written by
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 
 import pytest
-from conftest import DATA
-from graph_rows import assert_compiled_equals_traced, measured_rows, row_run
+from graph_rows import (
+    assert_compiled_equals_traced,
+    check_measured,
+    every_row,
+    measured_rows,
+    row_run,
+    spec_of,
+)
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
@@ -59,26 +64,8 @@ CONFIGS = T5_CONFIGS + BART_CONFIGS + FSMT_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
 
-def _id(r: dict) -> str:
-    return "{}-{}-{}-B{}-T{}-{}".format(r["config"].removesuffix(".json"), r["attention"],
-                                        r["dtype"], r["B"], r["T"],
-                                        "-".join(map(str, r.get("lora") or ())) or "full")
-
-
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()), config)
-
-
-def _settings(row: dict, **more: object) -> Settings:
-    lora = {}
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        # tcalc's roles where peft's module names are no alias (T5's wi_0: gate)
-        names = row.get("tcalc_targets") or targets
-        lora = dict(lora_rank=rank, lora_targets=tuple(names.split(",")), lora_dropout=dropout)
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu", use_cache=False,
-                    **lora, **more)  # type: ignore[arg-type]
+    return spec_of(config)
 
 
 def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
@@ -93,23 +80,13 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
         "all-linear", "wi_0,wi_1,wo", "fc1,fc2", "q_proj,k_proj,v_proj,o_proj", "q_proj,v_proj"}
 
 
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    fam = family_of(_spec(row["config"]))
-    traced = evaluate(fam, row_run(row))
-    compiled = assert_compiled_equals_traced(fam, row_run(row))
-    assert traced.activation_bytes == compiled.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert traced.trainable_params == row["trainable"][0]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    report = memory_report(_spec(row["config"]), _settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    fam = family_of(_spec(row["config"]))
-    assert report.activations.rows == tuple(
-        r[:3] + ("",) + r[4:] for r in component_rows(fam, row_run(row)))
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure against the trace on
+    # every output and named row, and memory_report (its total, and its rows as the trace
+    # names them), each to the byte
+    every_row(ROWS, lambda row: check_measured(
+        row, family_of(_spec(row["config"])), row_run(row), _spec(row["config"]),
+        compiled="traced"))
 
 
 @pytest.mark.parametrize("config", CONFIGS)

@@ -25,10 +25,12 @@ import random
 import pytest
 from conftest import DATA
 from graph_rows import (
-    assert_compiled_equals_traced,
     cache_hits_on_random_draws,
+    check_measured,
+    every_row,
     measured_rows,
     row_run,
+    spec_of,
 )
 
 from transformer_calc.costs import activations as graph_costs
@@ -40,7 +42,7 @@ from transformer_calc.graph.families.t5gemma import T5Gemma
 from transformer_calc.graph.families.whisper import Whisper
 from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import Settings, memory_report
+from transformer_calc.memory import Settings
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
@@ -54,25 +56,8 @@ EAGER_ONLY = T5GEMMA_CONFIGS + LONGT5_CONFIGS
 ROWS = measured_rows(CONFIGS)
 
 
-def _id(r: dict) -> str:
-    return "{}-{}-{}-B{}-T{}-{}".format(r["config"].removesuffix(".json"), r["attention"],
-                                        r["dtype"], r["B"], r["T"],
-                                        "-".join(map(str, r.get("lora") or ())) or "full")
-
-
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()), config)
-
-
-def _settings(row: dict) -> Settings:
-    lora = {}
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        lora = dict(lora_rank=rank, lora_targets=tuple(targets.split(",")),
-                    lora_dropout=dropout)
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu", use_cache=False,
-                    **lora)  # type: ignore[arg-type]
+    return spec_of(config)
 
 
 def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
@@ -85,23 +70,13 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
     assert len(ROWS) - len(full) == 12 + 16 + 6 + 4
 
 
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    fam = family_of(_spec(row["config"]))
-    traced = evaluate(fam, row_run(row))
-    compiled = assert_compiled_equals_traced(fam, row_run(row))
-    assert traced.activation_bytes == compiled.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert traced.trainable_params == row["trainable"][0]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    report = memory_report(_spec(row["config"]), _settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    fam = family_of(_spec(row["config"]))
-    assert report.activations.rows == tuple(
-        r[:3] + ("",) + r[4:] for r in component_rows(fam, row_run(row)))
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure against the trace on
+    # every output and named row, and memory_report (its total, and its rows as the trace
+    # names them), each to the byte
+    every_row(ROWS, lambda row: check_measured(
+        row, family_of(_spec(row["config"])), row_run(row), _spec(row["config"]),
+        compiled="traced"))
 
 
 @pytest.mark.parametrize("config", CONFIGS)

@@ -37,12 +37,18 @@ import random
 
 import pytest
 from conftest import DATA
-from graph_rows import assert_compiled_equals_traced, measured_rows, row_run
+from graph_rows import (
+    assert_compiled_equals_traced,
+    check_measured,
+    every_row,
+    measured_rows,
+    row_run,
+    spec_of,
+)
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
-from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.families.albert import Albert
 from transformer_calc.graph.families.bert import Bert, LayoutLM, RemBert, RoCBert
 from transformer_calc.graph.families.deberta import Deberta
@@ -52,7 +58,6 @@ from transformer_calc.graph.families.rope_encoder import RopeEncoder
 from transformer_calc.graph.families.xlm import XLM
 from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
@@ -70,24 +75,8 @@ CONFIGS = ROPE_CONFIGS + DEBERTA_CONFIGS + DEBERTA_V2_CONFIGS + BERT_CONFIGS + H
 ROWS = measured_rows(CONFIGS)
 
 
-def _id(r: dict) -> str:
-    return "{}-{}-{}-B{}-T{}-{}".format(r["config"].removesuffix(".json"), r["attention"],
-                                        r["dtype"], r["B"], r["T"],
-                                        "-".join(map(str, r.get("lora") or ())) or "full")
-
-
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()), config)
-
-
-def _settings(row: dict) -> Settings:
-    lora = {}
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        names = row.get("tcalc_targets") or targets
-        lora = dict(lora_rank=rank, lora_targets=tuple(names.split(",")), lora_dropout=dropout)
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu", **lora)  # type: ignore[arg-type]
+    return spec_of(config)
 
 
 def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
@@ -115,19 +104,12 @@ def test_the_rows_cover_the_model_types_full_training_and_lora() -> None:
         "q_proj,v_proj"}
 
 
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    fam = family_of(_spec(row["config"]))
-    traced, compiled = evaluate(fam, row_run(row)), evaluate_fast(fam, row_run(row))
-    assert traced.activation_bytes == compiled.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert traced.trainable_params == row["trainable"][0]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    report = memory_report(_spec(row["config"]), _settings(row))
-    assert report.activations.total == row["measured_bytes"]
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure and memory_report's
+    # total, each to the byte
+    every_row(ROWS, lambda row: check_measured(
+        row, family_of(_spec(row["config"])), row_run(row), _spec(row["config"]),
+        report_rows=None))
 
 
 # torch.utils.flop_counter.FlopCounterMode over the counted class's forward (XForMaskedLM

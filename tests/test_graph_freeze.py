@@ -21,9 +21,11 @@ printed on the day and is not read here).
 from __future__ import annotations
 
 import json
+from functools import cache
 
 import pytest
 from conftest import DATA
+from graph_rows import every_row, row_settings
 
 from transformer_calc.graph.parts import part
 from transformer_calc.memory import Settings, memory_report
@@ -33,14 +35,13 @@ ROWS = [json.loads(line) for line in
         (DATA / "frozen_parts_activations_cpu.jsonl").read_text().splitlines()]
 
 
-def _settings(row: dict) -> Settings:
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu", freeze=tuple(row["freeze"]),
-                    experts=row.get("experts", "auto"))
+@cache
+def _load(config: str):  # type: ignore[no-untyped-def]
+    return load_model(str(DATA / "hf" / "variants" / config))
 
 
 def _spec(row: dict):  # type: ignore[no-untyped-def]
-    return load_model(str(DATA / "hf" / "variants" / row["config"]))
+    return _load(row["config"])
 
 
 def test_the_rows_cover_every_part_and_six_families() -> None:
@@ -50,13 +51,17 @@ def test_the_rows_cover_every_part_and_six_families() -> None:
     assert len({r["config"] for r in ROWS}) == 6
 
 
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: "-".join(
-    [r["config"][:-5], r["attention"], r["dtype"], *r["freeze"]]))
-def test_frozen_parts_save_what_pytorch_saves(row: dict) -> None:
-    report = memory_report(_spec(row), _settings(row))
+def _frozen_parts(row: dict) -> None:
+    # (the experts as transformers runs them by default for the class)
+    report = memory_report(_spec(row), row_settings(row, experts=row.get("experts", "auto")))
     assert report.activations.total == row["measured_bytes"]
     # the same parameters train on both sides (the measurement's count, not tcalc's)
     assert report.trainable_params == row["trainable"][0]
+
+
+def test_frozen_parts_save_what_pytorch_saves() -> None:
+    every_row(ROWS, _frozen_parts, ids=lambda r: "-".join(
+        [r["config"][:-5], r["attention"], r["dtype"], *r["freeze"]]))
 
 
 def test_freezing_changes_what_is_saved() -> None:

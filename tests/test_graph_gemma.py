@@ -26,8 +26,11 @@ import pytest
 from conftest import DATA
 from graph_rows import (
     cache_hits_on_random_draws,
+    check_measured,
+    every_row,
     measured_rows,
     row_run,
+    spec_of,
 )
 from test_graph import _row_settings, _rules_report
 
@@ -52,13 +55,10 @@ def _rows() -> list[dict]:
 
 
 ROWS = _rows()
-IDS = ["{}-{}-{}-B{}-T{}-{}".format(
-    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-    "-".join(map(str, r.get("lora", ()))) or "full") for r in ROWS]
 
 
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def test_the_rows_cover_the_four_model_types() -> None:
@@ -76,27 +76,11 @@ def test_the_rows_cover_the_four_model_types() -> None:
         "q_proj,k_proj,v_proj,o_proj", "q_proj,v_proj,lm_head"}
 
 
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    result = evaluate(family_of(_spec(row["config"])), row_run(row))
-    assert result.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert result.trainable_params == row["trainable"][0]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
-    assert evaluate_fast(family_of(_spec(row["config"])), row_run(row)).activation_bytes == \
-        row["measured_bytes"]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    spec = _spec(row["config"])
-    report = memory_report(spec, _row_settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    assert report.activations.rows == tuple(
-        r[:3] + ("",) + r[4:] for r in component_rows(family_of(spec), row_run(row)))
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure and memory_report (its
+    # total, and its rows as the trace names them), each to the byte
+    every_row(ROWS, lambda row: check_measured(
+        row, family_of(spec_of(row["config"])), row_run(row), spec_of(row["config"])))
 
 
 # -- where the rules differ, name by name (the graph equals the measurement on every row) -----
@@ -149,9 +133,8 @@ def _frozen_first_qk_norm(row: dict, fam: Gemma, name: str) -> int:
     return -per_token * row["B"] * row["T"] * 4
 
 
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_component_names_match_activation_breakdown(row: dict) -> None:
-    spec = _spec(row["config"])
+def _names_explained(row: dict) -> None:
+    spec = spec_of(row["config"])
     fam = family_of(spec)
     assert isinstance(fam, Gemma)
     ours = by_name(component_rows(fam, row_run(row)))
@@ -159,6 +142,10 @@ def test_component_names_match_activation_breakdown(row: dict) -> None:
     for name in set(ours) | set(rules):
         diff = ours.get(name, 0) - rules.get(name, 0)
         assert not diff or _explained(row, fam, name, diff), (name, diff)
+
+
+def test_component_names_match_activation_breakdown() -> None:
+    every_row(ROWS, _names_explained)
 
 
 def test_what_the_rules_missed_on_gemma3() -> None:

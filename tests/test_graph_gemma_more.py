@@ -17,29 +17,27 @@ Tolerance: none.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import fields, replace
 
 import pytest
-from conftest import DATA
 from graph_rows import (
     cache_hits_on_random_draws,
+    check_measured,
+    every_row,
     measured_rows,
     row_run,
+    row_settings,
+    spec_of,
 )
-from test_graph import _row_settings, _rules_report
+from test_graph import _rules_report
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
-from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.evaluate import trace
 from transformer_calc.graph.families.gemma3n import Gemma3n
 from transformer_calc.graph.families.gemma4 import Gemma4
-from transformer_calc.graph.names import component_rows
-from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
@@ -48,13 +46,8 @@ GEMMA4 = ("gemma4_text-tiny.json", "gemma4_unified_text-tiny.json", MOE)
 GEMMA3N = ("gemma3n_text-tiny.json", "gemma3n_text-untied.json")
 CONFIGS = GEMMA4 + GEMMA3N
 ROWS = measured_rows(CONFIGS)
-IDS = ["{}-{}-{}-B{}-T{}-{}-{}".format(
-    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-    r.get("experts", "eager"), "-".join(map(str, r.get("lora", ()))) or "full") for r in ROWS]
-
-
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def _family(row: dict) -> Gemma4:
@@ -62,13 +55,6 @@ def _family(row: dict) -> Gemma4:
     fam = family_of(_spec(row["config"]))
     assert isinstance(fam, Gemma4)
     return replace(fam, grouped=row.get("experts", "eager") == "grouped_mm")
-
-
-def _settings(row: dict) -> Settings:
-    s = replace(_row_settings(row), experts=row.get("experts", "eager"))
-    if row.get("tcalc_targets"):
-        s = replace(s, lora_targets=tuple(row["tcalc_targets"].split(",")))
-    return s
 
 
 def test_the_rows_cover_the_five_configs() -> None:
@@ -81,25 +67,11 @@ def test_the_rows_cover_the_five_configs() -> None:
         "eager", "grouped_mm"}
 
 
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    result = evaluate(_family(row), row_run(row))
-    assert result.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert result.trainable_params == row["trainable"][0]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
-    assert evaluate_fast(_family(row), row_run(row)).activation_bytes == row["measured_bytes"]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    report = memory_report(_spec(row["config"]), _settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    assert report.activations.rows == tuple(
-        r[:3] + ("",) + r[4:] for r in component_rows(_family(row), row_run(row)))
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure and memory_report (its
+    # total, and its rows as the trace names them), each to the byte
+    every_row(ROWS, lambda row: check_measured(row, _family(row), row_run(row),
+                                               _spec(row["config"])))
 
 
 def test_what_the_rules_missed() -> None:
@@ -107,7 +79,7 @@ def test_what_the_rules_missed() -> None:
     # +2.10 % without experts, -2.85 ... +3.48 % with them; Gemma 3n by -0.55 ... +1.93 %
     for config in CONFIGS:
         spec = _spec(config)
-        missed = [(_rules_report(spec, _settings(r)).activations.total - r["measured_bytes"])
+        missed = [(_rules_report(spec, row_settings(r)).activations.total - r["measured_bytes"])
                   / r["measured_bytes"] for r in ROWS if r["config"] == config]
         assert all(missed) and max(abs(d) for d in missed) > (0.03 if config == MOE else 0.016)
         assert min(missed) < 0 < max(missed)

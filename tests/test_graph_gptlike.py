@@ -30,14 +30,19 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import cache_hits_on_random_draws, measured_rows
+from graph_rows import (
+    cache_hits_on_random_draws,
+    check_measured,
+    every_row,
+    measured_rows,
+    spec_of,
+)
 from graph_rows import row_run as _row_run
 from test_graph import _row_settings, _rules_report
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
-from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.families.gptlike import (
     Ctrl,
     GPTBigCode,
@@ -47,7 +52,6 @@ from transformer_calc.graph.families.gptlike import (
     OpenAIGPT,
 )
 from transformer_calc.graph.families.modernbert import ModernBertDecoder
-from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
@@ -60,10 +64,6 @@ CONFIGS = {"gpt_bigcode-mha.json": GPTBigCode, "gpt_bigcode-mqa.json": GPTBigCod
            "gpt_neo-local.json": GPTNeo, "mpt-tiny.json": Mpt,
            "granite_swa-tiny.json": GraniteSwa}
 ROWS = measured_rows(tuple(CONFIGS))
-IDS = ["{}-{}-{}-B{}-T{}-{}{}".format(
-    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-    "-".join(map(str, r.get("lora", ()))) or "full", "-cache" if r.get("use_cache") else "")
-    for r in ROWS]
 # the rows without transformers' generation cache (what the rules are compared on)
 PLAIN = [r for r in ROWS if not r.get("use_cache")]
 
@@ -74,7 +74,7 @@ def row_run(row: dict) -> Run:
 
 
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def test_the_rows_cover_every_config() -> None:
@@ -85,24 +85,16 @@ def test_the_rows_cover_every_config() -> None:
         assert {r["dtype"] for r in rows} == {"fp32", "bf16"}
 
 
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
+def _measured(row: dict) -> None:
     fam = family_of(_spec(row["config"]))
-    assert type(fam) is CONFIGS[row["config"]]
-    result = evaluate(fam, row_run(row))
-    assert result.activation_bytes == row["measured_bytes"]
-    assert evaluate_fast(fam, row_run(row)).activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert result.trainable_params == row["trainable"][0]
+    assert type(fam) is CONFIGS[row["config"]], type(fam)
+    check_measured(row, fam, row_run(row), _spec(row["config"]))
 
 
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    spec = _spec(row["config"])
-    report = memory_report(spec, _row_settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    assert report.activations.rows == tuple(
-        r[:3] + ("",) + r[4:] for r in component_rows(family_of(spec), row_run(row)))
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure and memory_report (its
+    # total, and its rows as the trace names them), each to the byte
+    every_row(ROWS, _measured)
 
 
 @pytest.mark.parametrize("config", CONFIGS)

@@ -36,16 +36,22 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import cache_hits_on_random_draws, measured_rows, row_run
+from graph_rows import (
+    cache_hits_on_random_draws,
+    check_measured,
+    every_row,
+    measured_rows,
+    row_run,
+    spec_of,
+)
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.families.kimi_linear import KimiLinear
 from transformer_calc.graph.families.olmo_hybrid import OlmoHybrid
-from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import Settings, memory_report
+from transformer_calc.memory import Settings
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
@@ -56,14 +62,8 @@ MIXER_ROWS = [r for r in ROWS if r["file"] == "activations_mixers_cpu.jsonl"]
 MODEL_ROWS = [r for r in ROWS if r["file"] != "activations_mixers_cpu.jsonl"]
 
 
-def _id(r: dict) -> str:
-    return "{}-{}-{}-B{}-T{}-{}".format(
-        r["config"].removesuffix(".json"), r.get("attention", "mixer"), r["dtype"], r["B"],
-        r["T"], "-".join(map(str, r.get("lora", ()))) or "full")
-
-
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def _family(row: dict) -> OlmoHybrid | KimiLinear:
@@ -78,17 +78,6 @@ def _family(row: dict) -> OlmoHybrid | KimiLinear:
 def _run(row: dict) -> Run:
     return row_run(row) if "attention" in row else Run(row["B"], row["T"],
                                                        DTYPES[row["dtype"]], "cpu", "eager")
-
-
-def _settings(row: dict) -> Settings:
-    lora = {}
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        lora = dict(lora_rank=rank, lora_dropout=dropout,
-                    lora_targets=tuple(targets.split(",")))
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu",
-                    experts=row.get("experts", "eager"), **lora)  # type: ignore[arg-type]
 
 
 def test_the_rows_cover_the_configs_dtypes_lora_and_several_chunks() -> None:
@@ -109,8 +98,11 @@ def _mixer_scope(fam: OlmoHybrid | KimiLinear, scope: str) -> bool:
     return ".self_attn" in scope and fam.mixers[int(parts[2])] == "M"
 
 
-@pytest.mark.parametrize("row", MIXER_ROWS, ids=_id)
-def test_mixer_bytes_equal_the_measurement(row: dict) -> None:
+def test_mixer_bytes_equal_the_measurement() -> None:
+    every_row(MIXER_ROWS, _mixer_bytes)
+
+
+def _mixer_bytes(row: dict) -> None:
     # what the measurement counts: the storages first saved while a GatedDeltaNet or a
     # KimiLinearDeltaAttention runs
     fam = _family(row)
@@ -119,17 +111,12 @@ def test_mixer_bytes_equal_the_measurement(row: dict) -> None:
         row["measured_bytes"]
 
 
-@pytest.mark.parametrize("row", MODEL_ROWS, ids=_id)
-def test_saved_bytes_and_memory_report_equal_the_measurement(row: dict) -> None:
-    # the traced graph, and memory_report reading the compiled one, its rows named as
-    # component_rows names the trace's
-    fam, run = _family(row), _run(row)
-    result = evaluate(fam, run)
-    assert result.activation_bytes == row["measured_bytes"]
-    report = memory_report(_spec(row["config"]), _settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    assert [r[:2] + r[4:] for r in report.activations.rows] == [
-        r[:2] + r[4:] for r in component_rows(fam, run, result)]
+def test_saved_bytes_and_memory_report_equal_the_measurement() -> None:
+    # the traced graph (and peft's trainable count), and memory_report reading the compiled
+    # one, its rows named as component_rows names the trace's
+    every_row(MODEL_ROWS, lambda row: check_measured(
+        row, _family(row), _run(row), _spec(row["config"]), compiled=None,
+        report_rows="names"))
 
 
 # torch.utils.flop_counter's forward FLOPs at B = 1 (the chunks' matmuls, the last chunk's

@@ -26,17 +26,23 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import assert_compiled_equals_traced, measured_rows, row_run
-from test_graph import _row_settings, _rules_report
+from graph_rows import (
+    assert_compiled_equals_traced,
+    check_measured,
+    every_row,
+    measured_rows,
+    row_run,
+    row_settings,
+    spec_of,
+)
+from test_graph import _rules_report
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
-from transformer_calc.graph.compile import clear_cache, evaluate_fast
+from transformer_calc.graph.compile import clear_cache
 from transformer_calc.graph.families.opt import OPT, BioGpt, TrOcr, Xglm
-from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
@@ -45,23 +51,10 @@ CONFIGS = {"opt-projected.json": "opt", "opt-nobias-post.json": "opt",
            "biogpt-tiny.json": "biogpt", "xglm-tiny.json": "xglm",
            "trocr-tiny.json": "trocr"}
 ROWS = measured_rows(tuple(CONFIGS))
-IDS = ["{}-{}-{}-B{}-T{}-{}-{}".format(
-    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-    "-".join(map(str, r.get("lora", ()))) or "full", r["file"].removesuffix("_cpu.jsonl"))
-    for r in ROWS]
 
 
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
-
-
-def _settings(row: dict):  # type: ignore[no-untyped-def]
-    """The row's settings as memory_report takes them (tcalc's roles where the row names
-    them)."""
-    s = _row_settings(row)
-    if "tcalc_targets" in row:
-        s = replace(s, lora_targets=tuple(row["tcalc_targets"].split(",")))
-    return s
+    return spec_of(config)
 
 
 def _in_tcalcs_roles(row: dict) -> bool:
@@ -81,30 +74,21 @@ def test_the_rows_cover_every_config() -> None:
         assert {r["dtype"] for r in rows} == {"fp32", "bf16"}
 
 
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    result = evaluate(family_of(_spec(row["config"])), row_run(row))
-    assert result.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters (in TrOCR also
-        # those of each layer's idle encoder_attn, whose q/k/v_proj peft adapts as well)
-        idle = row["trainable"][0] // 2 if row["config"] == "trocr-tiny.json" else 0
-        assert result.trainable_params == row["trainable"][0] - idle
-
-
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
-    assert evaluate_fast(family_of(_spec(row["config"])), row_run(row)).activation_bytes == \
-        row["measured_bytes"]
-
-
-@pytest.mark.parametrize("row", [r for r in ROWS if _in_tcalcs_roles(r)],
-                         ids=[i for r, i in zip(ROWS, IDS, strict=True) if _in_tcalcs_roles(r)])
-def test_memory_report_reads_the_graph(row: dict) -> None:
+def _measured(row: dict) -> None:
+    if "trainable" in row and row["config"] == "trocr-tiny.json":
+        # peft's count of the adapters' parameters in TrOCR holds those of each layer's idle
+        # encoder_attn too, whose q/k/v_proj peft adapts as well: half of them
+        n = row["trainable"][0]
+        row = {**row, "trainable": [n - n // 2]}
+    # (memory_report where tcalc's roles name the row's layers)
     spec = _spec(row["config"])
-    report = memory_report(spec, _settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    assert report.activations.rows == tuple(
-        r[:3] + ("",) + r[4:] for r in component_rows(family_of(spec), row_run(row)))
+    check_measured(row, family_of(spec), row_run(row), spec if _in_tcalcs_roles(row) else None)
+
+
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure and memory_report (its
+    # total, and its rows as the trace names them), each to the byte
+    every_row(ROWS, _measured)
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -126,7 +110,7 @@ def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
 
 # -- where the rules went wrong -------------------------------------------------------------
 def _rules(row: dict) -> int:
-    return _rules_report(_spec(row["config"]), _settings(row)).activations.total
+    return _rules_report(_spec(row["config"]), row_settings(row)).activations.total
 
 
 def test_opt_keeps_its_projections_inputs_and_a_position_per_sequence() -> None:

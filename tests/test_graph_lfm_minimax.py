@@ -49,8 +49,14 @@ import json
 from dataclasses import replace
 
 import pytest
-from conftest import DATA
-from graph_rows import cache_hits_on_random_draws, measured_rows, row_run
+from graph_rows import (
+    cache_hits_on_random_draws,
+    check_measured,
+    every_row,
+    measured_rows,
+    row_run,
+    spec_of,
+)
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
@@ -58,9 +64,7 @@ from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, 
 from transformer_calc.graph.evaluate import Family
 from transformer_calc.graph.families.lfm2 import Lfm2, Lfm2Moe
 from transformer_calc.graph.families.minimax import Minimax
-from transformer_calc.graph.names import component_rows
-from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import Settings, memory_report
+from transformer_calc.memory import Settings
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
@@ -73,14 +77,8 @@ MIXER_ROWS = [r for r in ROWS if r["file"] == "activations_mixers_cpu.jsonl"]
 MODEL_ROWS = [r for r in ROWS if r["file"] != "activations_mixers_cpu.jsonl"]
 
 
-def _id(r: dict) -> str:
-    return "{}-{}-{}-B{}-T{}-{}-{}".format(
-        r["config"].removesuffix(".json"), r.get("attention", "mixer"), r["dtype"], r["B"],
-        r["T"], r.get("experts", "eager"), "-".join(map(str, r.get("lora", ()))) or "full")
-
-
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def _family(row: dict) -> Family:
@@ -109,17 +107,6 @@ MINIMAX_LINEARS = frozenset(("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj",
 MINIMAX_WRAPPED = frozenset(("gate.weight", "gate_up_proj", "down_proj"))
 
 
-def _settings(row: dict) -> Settings:
-    lora = {}
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        lora = dict(lora_rank=rank, lora_dropout=dropout,
-                    lora_targets=tuple(targets.split(",")))
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu",
-                    experts=row.get("experts", "eager"), **lora)  # type: ignore[arg-type]
-
-
 def test_the_rows_cover_the_types_dtypes_and_lora() -> None:
     lfm2 = [r for r in MODEL_ROWS if r["config"].startswith("lfm2-")]
     assert len(lfm2) == 16 + 16 and len(MIXER_ROWS) == 12
@@ -137,8 +124,11 @@ def test_the_rows_cover_the_types_dtypes_and_lora() -> None:
         (a, d) for a in ("eager", "sdpa") for d in ("fp32", "bf16")}
 
 
-@pytest.mark.parametrize("row", MIXER_ROWS, ids=_id)
-def test_mixer_bytes_equal_the_measurement(row: dict) -> None:
+def test_mixer_bytes_equal_the_measurement() -> None:
+    every_row(MIXER_ROWS, _mixer_bytes)
+
+
+def _mixer_bytes(row: dict) -> None:
     # the storages first saved inside Lfm2ShortConv (in_proj's input and output, B·x, the
     # padded convolution's output, out_proj's input) or MiniMaxLightningAttention;
     # parameters excluded but not buffers: the lightning layer's query_decay and key_decay
@@ -154,19 +144,12 @@ def test_mixer_bytes_equal_the_measurement(row: dict) -> None:
     assert inside == row["measured_bytes"]
 
 
-@pytest.mark.parametrize("row", MODEL_ROWS, ids=_id)
-def test_saved_bytes_and_memory_report_equal_the_measurement(row: dict) -> None:
-    # the reference trace, and memory_report (its compiled structure, the rows named as
-    # tcalc names them)
-    fam, run = _family(row), _run(row)
-    result = evaluate(fam, run)
-    assert result.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert result.trainable_params == row["trainable"][0]
-    report = memory_report(_spec(row["config"]), _settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    assert [r[:2] + r[4:] for r in report.activations.rows] == [
-        r[:2] + r[4:] for r in component_rows(fam, run, result)]
+def test_saved_bytes_and_memory_report_equal_the_measurement() -> None:
+    # the reference trace (and peft's trainable count), and memory_report (its compiled
+    # structure, the rows named as tcalc names them)
+    every_row(MODEL_ROWS, lambda row: check_measured(
+        row, _family(row), _run(row), _spec(row["config"]), compiled=None,
+        report_rows="names"))
 
 
 # torch.utils.flop_counter's forward FLOPs at B = 1 (the convolutions included):

@@ -22,20 +22,20 @@ import pytest
 from conftest import DATA
 from graph_rows import (
     cache_hits_on_random_draws,
+    check_measured,
+    every_row,
     measured_rows,
     row_run,
+    spec_of,
 )
 from test_graph import _row_settings, _rules_report
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
-from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.families.cohere import Cohere
 from transformer_calc.graph.families.llama import Llama
-from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
@@ -46,14 +46,10 @@ CONFIGS = {"qwen3-sliding-bias.json": "qwen3", "ministral-tiny.json": "ministral
            "nanochat-tiny.json": "nanochat", "cohere-qknorm.json": "cohere",
            "cohere2-tiny.json": "cohere2", "diffllama-tiny.json": "diffllama"}
 ROWS = measured_rows(tuple(CONFIGS))
-IDS = ["{}-{}-{}-B{}-T{}-{}-{}".format(
-    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-    "-".join(map(str, r.get("lora", ()))) or "full", r["file"].removesuffix("_cpu.jsonl"))
-    for r in ROWS]
 
 
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def test_the_rows_cover_every_config() -> None:
@@ -63,27 +59,11 @@ def test_the_rows_cover_every_config() -> None:
         assert any(not r.get("lora") for r in rows) and any(r.get("lora") for r in rows)
 
 
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    result = evaluate(family_of(_spec(row["config"])), row_run(row))
-    assert result.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert result.trainable_params == row["trainable"][0]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
-    assert evaluate_fast(family_of(_spec(row["config"])), row_run(row)).activation_bytes == \
-        row["measured_bytes"]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    spec = _spec(row["config"])
-    report = memory_report(spec, _row_settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    assert report.activations.rows == tuple(
-        r[:3] + ("",) + r[4:] for r in component_rows(family_of(spec), row_run(row)))
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure and memory_report (its
+    # total, and its rows as the trace names them), each to the byte
+    every_row(ROWS, lambda row: check_measured(
+        row, family_of(_spec(row["config"])), row_run(row), _spec(row["config"])))
 
 
 @pytest.mark.parametrize("config", CONFIGS)

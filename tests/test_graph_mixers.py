@@ -41,13 +41,18 @@ whole-model rows: Mamba −9,220 … +212,348 bytes (−0.3 … +8.3 %), Mamba-2
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import replace
 
 import pytest
-from conftest import DATA
-from graph_rows import assert_compiled_equals_traced, measured_rows, row_run
+from graph_rows import (
+    assert_compiled_equals_traced,
+    check_measured,
+    every_row,
+    measured_rows,
+    row_run,
+    spec_of,
+)
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
@@ -57,9 +62,7 @@ from transformer_calc.graph.families.bamba import Bamba
 from transformer_calc.graph.families.falcon_h1 import FalconH1
 from transformer_calc.graph.families.jamba import Jamba
 from transformer_calc.graph.families.mamba import Mamba, Mamba2
-from transformer_calc.graph.names import component_rows
-from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import Settings, memory_report
+from transformer_calc.memory import Settings
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
@@ -71,14 +74,8 @@ MIXER_ROWS = [r for r in ROWS if r["file"] == "activations_mixers_cpu.jsonl"]
 MODEL_ROWS = [r for r in ROWS if r["file"] != "activations_mixers_cpu.jsonl"]
 
 
-def _id(r: dict) -> str:
-    return "{}-{}-{}-B{}-T{}-{}-{}".format(
-        r["config"].removesuffix(".json"), r.get("attention", "mixer"), r["dtype"], r["B"],
-        r["T"], r.get("experts", "eager"), "-".join(map(str, r.get("lora", ()))) or "full")
-
-
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def _family(row: dict) -> Mamba | Mamba2 | Bamba | FalconH1 | Jamba:
@@ -93,17 +90,6 @@ def _family(row: dict) -> Mamba | Mamba2 | Bamba | FalconH1 | Jamba:
 def _run(row: dict) -> Run:
     return row_run(row) if "attention" in row else Run(row["B"], row["T"],
                                                        DTYPES[row["dtype"]], "cpu", "eager")
-
-
-def _settings(row: dict) -> Settings:
-    lora = {}
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        lora = dict(lora_rank=rank, lora_dropout=dropout,
-                    lora_targets=tuple(targets.split(",")))
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu",
-                    experts=row.get("experts", "eager"), **lora)  # type: ignore[arg-type]
 
 
 def test_the_rows_cover_the_types_dtypes_lora_and_a_padded_chunk() -> None:
@@ -122,8 +108,11 @@ def test_the_rows_cover_the_types_dtypes_lora_and_a_padded_chunk() -> None:
     assert any(r["T"] % 16 for r in MIXER_ROWS if r["config"] == "mamba2-mixer.json")
 
 
-@pytest.mark.parametrize("row", MIXER_ROWS, ids=_id)
-def test_mixer_bytes_equal_the_measurement(row: dict) -> None:
+def test_mixer_bytes_equal_the_measurement() -> None:
+    every_row(MIXER_ROWS, _mixer_bytes)
+
+
+def _mixer_bytes(row: dict) -> None:
     # what the measurement counts: the storages first saved while a mixer module runs,
     # parameters excluded but not buffers: Falcon-H1's mup_vector, (1, 1, in_proj's width)
     # per layer, which the graph keeps as model memory
@@ -137,22 +126,12 @@ def test_mixer_bytes_equal_the_measurement(row: dict) -> None:
     assert inside == row["measured_bytes"]
 
 
-@pytest.mark.parametrize("row", MODEL_ROWS, ids=_id)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    fam = _family(row)
-    result = evaluate(fam, _run(row))
-    assert result.activation_bytes == row["measured_bytes"]
-    assert evaluate_fast(fam, _run(row)).activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert result.trainable_params == row["trainable"][0]
-
-
-@pytest.mark.parametrize("row", MODEL_ROWS, ids=_id)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    report = memory_report(_spec(row["config"]), _settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    assert [r[:2] + r[4:] for r in report.activations.rows] == [
-        r[:2] + r[4:] for r in component_rows(_family(row), _run(row))]
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure and memory_report (its
+    # total, and its rows' names, bytes, layers, stacks and notes as the trace's), each to
+    # the byte
+    every_row(MODEL_ROWS, lambda row: check_measured(
+        row, _family(row), _run(row), _spec(row["config"]), report_rows="names"))
 
 
 # torch.utils.flop_counter's forward FLOPs at B = 1 (convolutions and the scan's matmuls

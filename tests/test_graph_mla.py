@@ -48,8 +48,11 @@ import pytest
 from conftest import DATA
 from graph_rows import (
     cache_hits_on_random_draws,
+    check_measured,
+    every_row,
     measured_rows,
     row_run,
+    spec_of,
 )
 
 from transformer_calc.costs import activations as graph_costs
@@ -59,8 +62,7 @@ from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_o
 from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.families.mla import Mla, MlaMoe, converted_all_linear
 from transformer_calc.graph.names import component_rows
-from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import Settings, memory_report
+from transformer_calc.memory import Settings
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
@@ -76,7 +78,7 @@ MAPPING = {"gate": "gate.weight", "gate_proj": "gate_up_proj", "up_proj": "gate_
 
 
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 ROWS = measured_rows(CONFIGS)
@@ -86,12 +88,6 @@ def _converted(row: dict) -> bool:
     targets = set(row["lora"][1].split(",")) if row.get("lora") else set()
     return (_spec(row["config"]).model_type in CONVERTED_TYPES
             and bool(targets & {"all-linear", *MAPPING}))
-
-
-def _id(r: dict) -> str:
-    return "{}-{}-{}-B{}-T{}-{}-{}".format(
-        r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-        r.get("experts", "eager"), "-".join(map(str, r.get("lora", ()))) or "full")
 
 
 def _family(row: dict) -> Mla:
@@ -120,17 +116,6 @@ def _run(row: dict, fam: Mla) -> Run:
         MAPPING[n] for n in names if n in MAPPING)))
 
 
-def _settings(row: dict) -> Settings:
-    lora = {}
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        lora = dict(lora_rank=rank, lora_dropout=dropout, lora_targets=tuple(
-            targets.split(",")))
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu",
-                    experts=row.get("experts", "eager"), **lora)  # type: ignore[arg-type]
-
-
 def test_the_rows_cover_both_types_both_experts_paths_and_lora() -> None:
     assert {r["config"] for r in ROWS} == set(CONFIGS)
     # deepseek_v3-no-q-lora-bias 32 (12 converted by peft), -all-dense 8 (4), deepseek_v32-tiny
@@ -145,28 +130,16 @@ def test_the_rows_cover_both_types_both_experts_paths_and_lora() -> None:
                                                        if r.get("lora"))
 
 
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
+def _measured(row: dict) -> None:
     fam = _family(row)
-    result = evaluate(fam, _run(row, fam))
-    assert result.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert result.trainable_params == row["trainable"][0]
+    check_measured(row, fam, _run(row, fam), _spec(row["config"]), report_rows="names")
 
 
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
-    fam = _family(row)
-    assert evaluate_fast(fam, _run(row, fam)).activation_bytes == row["measured_bytes"]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    report = memory_report(_spec(row["config"]), _settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    fam = _family(row)
-    assert [r[:2] + r[4:] for r in report.activations.rows] == [
-        r[:2] + r[4:] for r in component_rows(fam, _run(row, fam))]
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure and memory_report (its
+    # total, and its rows' names, bytes, layers, stacks and notes as the trace's), each to
+    # the byte
+    every_row(ROWS, _measured)
 
 
 def test_peft_adapts_the_attention_alone_for_all_linear_on_a_dense_deepseek_v3() -> None:

@@ -32,22 +32,26 @@ experts, with OLMoE's all-linear and with Mixtral's down projection alone:
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import replace
 
 import pytest
-from conftest import DATA
-from graph_rows import assert_compiled_equals_traced, measured_rows, row_run
+from graph_rows import (
+    assert_compiled_equals_traced,
+    check_measured,
+    every_row,
+    measured_rows,
+    row_run,
+    row_settings,
+    spec_of,
+)
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
-from transformer_calc.graph.compile import cached, clear_cache, evaluate_fast
+from transformer_calc.graph.compile import cached, clear_cache
 from transformer_calc.graph.families.moe import Moe
-from transformer_calc.graph.names import component_rows
-from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
@@ -101,31 +105,14 @@ def converted_run(row: dict) -> Run:
                                                        if n in mapping)))
 
 
-def _id(r: dict) -> str:
-    return "{}-{}-{}-B{}-T{}-{}-{}".format(
-        r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-        r.get("experts", "eager"), "-".join(map(str, r.get("lora", ()))) or "full")
-
-
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def _family(row: dict) -> Moe:
     fam = family_of(_spec(row["config"]))
     assert isinstance(fam, Moe)
     return replace(fam, grouped=row.get("experts", "eager") == "grouped_mm")
-
-
-def _settings(row: dict) -> Settings:
-    lora = {}
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        lora = dict(lora_rank=rank, lora_dropout=dropout, lora_targets=tuple(
-            (row.get("tcalc_targets") or targets).split(",")))
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu",
-                    experts=row.get("experts", "eager"), **lora)  # type: ignore[arg-type]
 
 
 def test_the_rows_cover_the_six_types_both_experts_paths_and_lora() -> None:
@@ -138,27 +125,13 @@ def test_the_rows_cover_the_six_types_both_experts_paths_and_lora() -> None:
         "shared_expert_gate", "all-linear", "gate", "w1,w2,w3", "w2"}
 
 
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    result = evaluate(_family(row), converted_run(row))
-    assert result.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert result.trainable_params == row["trainable"][0]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
-    assert evaluate_fast(_family(row), converted_run(row)).activation_bytes == row["measured_bytes"]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    report = memory_report(_spec(row["config"]), _settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    # (names, bytes, layers, stacks and notes; the formula's text may name H for G·Hkv
-    # where the compiled structure's guards made them equal)
-    assert [r[:2] + r[4:] for r in report.activations.rows] == [
-        r[:2] + r[4:] for r in component_rows(_family(row), converted_run(row))]
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure and memory_report (its
+    # total, and its rows' names, bytes, layers, stacks and notes as the trace's; the
+    # formula's text may name H for G·Hkv where the compiled structure's guards made them
+    # equal), each to the byte
+    every_row(ROWS, lambda row: check_measured(
+        row, _family(row), converted_run(row), _spec(row["config"]), report_rows="names"))
 
 
 def test_param_wrapper_keeps_the_merged_weight_where_its_input_needs_a_gradient() -> None:
@@ -172,7 +145,7 @@ def test_param_wrapper_keeps_the_merged_weight_where_its_input_needs_a_gradient(
                and r["lora"][1] == "w1,w2,w3" and r["dtype"] == "bf16"
                and r["attention"] == "eager" and r.get("experts") == "eager")
     rows = {r[0]: (r[1], r[4]) for r in memory_report(_spec(row["config"]),
-                                                      _settings(row)).activations.rows}
+                                                      row_settings(row)).activations.rows}
     X, E, Fe, r = 4, 256, 512, 8
     assert rows["decoder.ffn.experts.gate_up.lora_merged_weight"] == (X * 2 * Fe * E * 2, 1)
     assert rows["decoder.ffn.experts.out.lora_merged_weight"] == (X * E * Fe * 2, 2)
@@ -245,7 +218,7 @@ def test_rows_are_named_by_group_where_layers_differ() -> None:
     # (decoder.dense, decoder.moe), as the rules name theirs
     row = {"config": "qwen2_moe-tiny.json", "attention": "eager", "dtype": "fp32", "B": 2,
            "T": 64}
-    rows = memory_report(_spec(row["config"]), _settings(row)).activations.rows
+    rows = memory_report(_spec(row["config"]), row_settings(row)).activations.rows
     stacks = {r[0]: (r[5], r[4]) for r in rows}
     assert stacks["decoder.dense.ffn.activation"] == ("decoder.dense", 1)
     assert stacks["decoder.moe.ffn.routed_input"] == ("decoder.moe", 2)

@@ -48,13 +48,19 @@ MiMo-V2-Flash whole model −17,412 … +80,884 (−0.3 … +1.9 %), LoRA −19,
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import replace
 
 import pytest
-from conftest import DATA
-from graph_rows import cache_hits_on_random_draws, measured_rows, row_run
+from graph_rows import (
+    cache_hits_on_random_draws,
+    check_measured,
+    every_row,
+    measured_rows,
+    row_run,
+    row_settings,
+    spec_of,
+)
 
 from transformer_calc.costs import activations as graph_costs
 from transformer_calc.errors import TcalcError
@@ -64,7 +70,6 @@ from transformer_calc.graph.families.minimax_m3 import MiniMaxM3
 from transformer_calc.graph.families.mla import MlaMoe
 from transformer_calc.graph.families.nemotron_h import NemotronH
 from transformer_calc.graph.names import component_rows
-from transformer_calc.hf import spec_from_hf
 from transformer_calc.memory import Settings, memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
@@ -75,15 +80,8 @@ MIXER_ROWS = [r for r in ROWS if "attention" not in r]  # --mixers
 MODEL_ROWS = [r for r in ROWS if "attention" in r]
 
 
-def _id(r: dict) -> str:
-    return "{}-{}-{}-B{}-T{}-{}-{}".format(
-        r["config"].removesuffix(".json"), r.get("attention", "mixer"), r["dtype"], r["B"],
-        r["T"], r["file"].removeprefix("activations_").removesuffix("_cpu.jsonl"),
-        "-".join(map(str, r.get("lora", ()))) or "full")
-
-
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def _family(row: dict) -> NemotronH:
@@ -92,17 +90,6 @@ def _family(row: dict) -> NemotronH:
     fam = family_of(_spec(row["config"]))
     assert isinstance(fam, NemotronH)
     return replace(fam, grouped=row.get("experts", "eager") == "grouped_mm")
-
-
-def _settings(row: dict) -> Settings:
-    lora = {}
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        lora = dict(lora_rank=rank, lora_dropout=dropout,
-                    lora_targets=tuple(targets.split(",")))
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu",
-                    experts=row.get("experts", "eager"), **lora)  # type: ignore[arg-type]
 
 
 def test_the_rows_cover_the_layouts() -> None:
@@ -122,22 +109,21 @@ def _assert_row(fam: object, row: dict) -> None:
     count; memory_report (the compiled graph, which the random draws below check against
     the trace) on the bf16 rows of each eager layout: one compile per structure costs more
     than a trace, and the suite's time is short."""
-    result = evaluate(fam, row_run(row))  # type: ignore[arg-type]
-    assert result.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:
-        assert result.trainable_params == row["trainable"][0]
-    if row["dtype"] == "bf16" and row["attention"] == "eager":
-        report = memory_report(_spec(row["config"]), _settings(row))
-        assert report.activations.total == row["measured_bytes"]
+    reported = row["dtype"] == "bf16" and row["attention"] == "eager"
+    check_measured(row, fam, row_run(row),  # type: ignore[arg-type]
+                   _spec(row["config"]) if reported else None, compiled=None,
+                   report_rows=None)
 
 
-@pytest.mark.parametrize("row", MODEL_ROWS, ids=_id)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    _assert_row(_family(row), row)
+def test_saved_bytes_equal_the_measurement() -> None:
+    every_row(MODEL_ROWS, lambda row: _assert_row(_family(row), row))
 
 
-@pytest.mark.parametrize("row", MIXER_ROWS, ids=_id)
-def test_mixer_bytes_equal_the_measurement(row: dict) -> None:
+def test_mixer_bytes_equal_the_measurement() -> None:
+    every_row(MIXER_ROWS, _mixer_bytes)
+
+
+def _mixer_bytes(row: dict) -> None:
     # what --mixers counts: the storages first saved while a NemotronHMamba2Mixer runs
     fam = _family(row)
     result = evaluate(fam, Run(row["B"], row["T"], DTYPES[row["dtype"]], "cpu", "eager"))
@@ -149,7 +135,7 @@ def test_mixer_bytes_equal_the_measurement(row: dict) -> None:
 def test_memory_report_rows_are_the_graphs() -> None:
     # the report's rows, name by name, are the traced graph's (two layouts)
     for row in (MODEL_ROWS[0], MODEL_ROWS[-1]):
-        report = memory_report(_spec(row["config"]), _settings(row))
+        report = memory_report(_spec(row["config"]), row_settings(row))
         assert report.activations.total == row["measured_bytes"]
         assert [r[:2] + r[4:] for r in report.activations.rows] == [
             r[:2] + r[4:] for r in component_rows(_family(row), row_run(row))]
@@ -246,9 +232,8 @@ def test_the_axk1_rows_cover_its_paths() -> None:
     assert isinstance(fam, MlaMoe) and fam.moe_norm and fam.pattern == "DEE" and fam.grouped
 
 
-@pytest.mark.parametrize("row", AXK1_ROWS, ids=_id)
-def test_axk1_saved_bytes_equal_the_measurement(row: dict) -> None:
-    _assert_row(_axk1(row), row)
+def test_axk1_saved_bytes_equal_the_measurement() -> None:
+    every_row(AXK1_ROWS, lambda row: _assert_row(_axk1(row), row))
 
 
 # tools/reference_flops.py --seq-len T tests/data/hf/variants/axk1-tiny.json (torch 2.13,
@@ -328,9 +313,8 @@ def test_the_mimo_rows_cover_its_layouts() -> None:
     assert types.kinds == "dadb" and types.bias_qkv and types.tied and types.dv == types.dh
 
 
-@pytest.mark.parametrize("row", MIMO_ROWS, ids=_id)
-def test_mimo_saved_bytes_equal_the_measurement(row: dict) -> None:
-    _assert_row(_mimo(row), row)
+def test_mimo_saved_bytes_equal_the_measurement() -> None:
+    every_row(MIMO_ROWS, lambda row: _assert_row(_mimo(row), row))
 
 
 # tools/reference_flops.py --seq-len T tests/data/hf/variants/mimo_v2_flash-{tiny,types}.json
@@ -417,9 +401,8 @@ def test_the_minimax_m3_rows_cover_its_paths() -> None:
     assert isinstance(fam, MiniMaxM3) and fam.pattern == "EE" and fam.Dr == fam.dh == 16
 
 
-@pytest.mark.parametrize("row", M3_ROWS, ids=_id)
-def test_minimax_m3_saved_bytes_equal_the_measurement(row: dict) -> None:
-    _assert_row(family_of(_spec(row["config"])), row)
+def test_minimax_m3_saved_bytes_equal_the_measurement() -> None:
+    every_row(M3_ROWS, lambda row: _assert_row(family_of(_spec(row["config"])), row))
 
 
 # tools/reference_flops.py --seq-len T tests/data/hf/variants/minimax_m3_vl_text-tiny.json

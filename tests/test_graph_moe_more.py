@@ -27,7 +27,15 @@ from dataclasses import replace
 
 import pytest
 from conftest import DATA
-from graph_rows import cache_hits_on_random_draws, measured_rows, row_run
+from graph_rows import (
+    cache_hits_on_random_draws,
+    check_measured,
+    every_row,
+    measured_rows,
+    row_run,
+    row_settings,
+    spec_of,
+)
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
@@ -39,9 +47,8 @@ from transformer_calc.graph.families.flint import Flint
 from transformer_calc.graph.families.gpt_oss import GptOss
 from transformer_calc.graph.families.granitemoe_swa import GraniteMoeSwa
 from transformer_calc.graph.families.moe import Moe
-from transformer_calc.graph.names import component_rows
 from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import Settings, memory_report
+from transformer_calc.memory import memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
@@ -70,31 +77,14 @@ def _run(row: dict) -> Run:
         CONVERSION[n] for n in names if n in CONVERSION)))
 
 
-def _id(r: dict) -> str:
-    return "{}-{}-{}-B{}-T{}-{}-{}".format(
-        r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-        r.get("experts", "eager"), "-".join(map(str, r.get("lora", ()))) or "full")
-
-
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def _family(row: dict) -> Moe:
     fam = family_of(_spec(row["config"]))
     assert isinstance(fam, Moe)
     return replace(fam, grouped=row.get("experts", "eager") == "grouped_mm")
-
-
-def _settings(row: dict) -> Settings:
-    lora = {}
-    if row.get("lora"):
-        rank, targets, dropout = row["lora"]
-        lora = dict(lora_rank=rank, lora_dropout=dropout,
-                    lora_targets=tuple(targets.split(",")))
-    return Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
-                    attention=row["attention"], device="cpu",
-                    experts=row.get("experts", "eager"), **lora)  # type: ignore[arg-type]
 
 
 def test_the_rows_cover_each_type() -> None:
@@ -112,22 +102,25 @@ def test_the_rows_cover_each_type() -> None:
 TRACED = [next(r for r in ROWS if r["config"] == c and r.get("lora")) for c in CONFIGS]
 
 
-@pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
+def test_saved_bytes_equal_the_measurement() -> None:
+    every_row(ROWS, _compiled_and_reported)
+
+
+def _compiled_and_reported(row: dict) -> None:
     result = evaluate_fast(_family(row), _run(row))
     assert result.activation_bytes == row["measured_bytes"]
     if "trainable" in row:  # peft's count of the adapters' parameters
         assert result.trainable_params == row["trainable"][0]
-    report = memory_report(_spec(row["config"]), _settings(row))
+    report = memory_report(_spec(row["config"]), row_settings(row))
     assert report.activations.total == row["measured_bytes"]
 
 
-@pytest.mark.parametrize("row", TRACED, ids=_id)
-def test_the_trace_and_memory_reports_rows_agree(row: dict) -> None:
-    assert evaluate(_family(row), _run(row)).activation_bytes == row["measured_bytes"]
-    report = memory_report(_spec(row["config"]), _settings(row))
-    assert [r[:2] + r[4:] for r in report.activations.rows] == [
-        r[:2] + r[4:] for r in component_rows(_family(row), _run(row))]
+def test_the_trace_and_memory_reports_rows_agree() -> None:
+    # the trace (and peft's trainable count) and memory_report (its total, and its rows'
+    # names, bytes, layers, stacks and notes as the trace's)
+    every_row(TRACED, lambda row: check_measured(
+        row, _family(row), _run(row), _spec(row["config"]), compiled=None,
+        report_rows="names"))
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -254,7 +247,7 @@ def test_autocast_reads_the_graph() -> None:
 
     row = next(r for r in ROWS if not r.get("lora"))
     spec = _spec(row["config"])
-    s = replace(_settings(row), precision="bf16", mixed=True)
+    s = replace(row_settings(row), precision="bf16", mixed=True)
     assert graph_costs.graph_activations(spec, s, row["T"], amp=True, amp16=False,
                                          adapted_roles=None) is not None
 

@@ -35,22 +35,24 @@ import pytest
 from conftest import DATA
 from graph_rows import (
     cache_hits_on_random_draws,
+    check_measured,
+    every_row,
     measured_rows,
+    row_id,
     row_run,
+    spec_of,
 )
 from test_graph import _row_settings, _rules_report
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
-from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.families.falcon import Falcon
 from transformer_calc.graph.families.gptj import GPTJ
 from transformer_calc.graph.families.gptj import MODELS as GPTJ_MODELS
 from transformer_calc.graph.families.neox import MODELS, NeoX
 from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
-from transformer_calc.memory import memory_report
 from transformer_calc.params import count_params
 from transformer_calc.spec import ModelSpec
 
@@ -73,14 +75,14 @@ def _rows() -> list[dict]:
 
 
 ROWS = _rows()
-IDS = ["{}-{}-{}-B{}-T{}-{}{}".format(
-    r["config"].removesuffix(".json"), r["attention"], r["dtype"], r["B"], r["T"],
-    "-".join(map(str, r.get("lora", ()))) or "full", "-cache" if r.get("use_cache") else "")
-    for r in ROWS]
+
+
+def _id(row: dict) -> str:
+    return row_id(row) + (" with the generation cache" if row.get("use_cache") else "")
 
 
 def _spec(config: str) -> ModelSpec:
-    return spec_from_hf(json.loads((DATA / "hf" / "variants" / config).read_text()))
+    return spec_of(config)
 
 
 def _run(row: dict) -> Run:
@@ -93,29 +95,13 @@ def test_the_rows_cover_each_model_type() -> None:
     assert len(ROWS) == 16 + 24 + 20 + 12 + 10 + 6 + 12 + 8 + 12 + 6 + 8 + 8 + 8
 
 
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_saved_bytes_equal_the_measurement(row: dict) -> None:
-    result = evaluate(family_of(_spec(row["config"])), _run(row))
-    assert result.activation_bytes == row["measured_bytes"]
-    if "trainable" in row:  # peft's count of the adapters' parameters
-        assert result.trainable_params == row["trainable"][0]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=IDS)
-def test_compiled_saved_bytes_equal_the_measurement(row: dict) -> None:
-    assert evaluate_fast(family_of(_spec(row["config"])), _run(row)).activation_bytes == \
-        row["measured_bytes"]
-
-
-@pytest.mark.parametrize("row", [r for r in ROWS if not r.get("use_cache")],
-                         ids=[i for i, r in zip(IDS, ROWS, strict=True)
-                              if not r.get("use_cache")])
-def test_memory_report_reads_the_graph(row: dict) -> None:
-    spec = _spec(row["config"])
-    report = memory_report(spec, _row_settings(row))
-    assert report.activations.total == row["measured_bytes"]
-    assert report.activations.rows == tuple(
-        r[:3] + ("",) + r[4:] for r in component_rows(family_of(spec), row_run(row)))
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure and, without the
+    # generation cache, memory_report (its total, and its rows as the trace names them),
+    # each to the byte
+    every_row(ROWS, lambda row: check_measured(
+        row, family_of(_spec(row["config"])), _run(row),
+        None if row.get("use_cache") else _spec(row["config"])), ids=_id)
 
 
 # -- where the rules differ, name by name (the graph equals the measurement on every row) -----
@@ -218,13 +204,16 @@ def _explained_falcon(row: dict, fam: Falcon, name: str, diff: int) -> bool:
 
 
 # (Falcon with dropout and multi-query SDPA: what the rules miss there is pinned below)
-NAMED = [(i, r) for i, r in zip(IDS, ROWS, strict=True)
+NAMED = [r for r in ROWS
          if not r.get("use_cache") and r["config"] != "falcon-new-2ln-dropout.json"
          and not (r["config"] == "falcon-multi-query.json" and r["attention"] == "sdpa")]
 
 
-@pytest.mark.parametrize("row", [r for _, r in NAMED], ids=[i for i, _ in NAMED])
-def test_component_names_match_activation_breakdown(row: dict) -> None:
+def test_component_names_match_activation_breakdown() -> None:
+    every_row(NAMED, _names_explained)
+
+
+def _names_explained(row: dict) -> None:
     spec = _spec(row["config"])
     fam = family_of(spec)
     assert isinstance(fam, NeoX | GPTJ | Falcon)

@@ -11,9 +11,11 @@ not have) keeps peft's error, and tcalc must refuse it too.
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 
 import pytest
+from graph_rows import every_row
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.hf import spec_from_hf
@@ -26,19 +28,20 @@ ROOT = DATA.parent.parent
 REFERENCE = json.loads((DATA / "lora_reference.json").read_text())
 
 
+@cache
+def _file(path: str) -> dict:
+    return json.loads((ROOT / path).read_text())
+
+
 def _config(case: str) -> dict:
     path, _, index = case.partition("#")
-    data = json.loads((ROOT / path).read_text())
+    data = _file(path)
     return data["cases"][int(index)]["config"] if index else data
 
 
-def _cases() -> list:
-    out = []
-    for s in REFERENCE["sets"]:
-        for c in s["cases"]:
-            out.append(pytest.param(s["rank"], s["targets"], c,
-                                    id=f"{s['name']}-{c['case'].split('/')[-1]}"))
-    return out
+CASES = [{**c, "rank": s["rank"], "targets": s["targets"],
+          "id": f"{s['name']}-{c['case'].split('/')[-1]}"}
+         for s in REFERENCE["sets"] for c in s["cases"]]
 
 
 # Where tcalc refuses what peft counts, and why (a refusal, never a wrong number)
@@ -50,8 +53,12 @@ REFUSED = {"bigbird_pegasus": "query in the encoder, q_proj in the decoder: tcal
            "olmo_hybrid": "its delta-attention mixer has q_proj, gate_proj of its own"}
 
 
-@pytest.mark.parametrize(("rank", "targets", "case"), _cases())
-def test_trainable_equals_peft(rank: int, targets: str, case: dict) -> None:
+def test_trainable_equals_peft() -> None:
+    every_row(CASES, _trainable_equals_peft, ids=lambda c: c["id"])
+
+
+def _trainable_equals_peft(case: dict) -> None:
+    rank, targets = case["rank"], case["targets"]
     config = _config(case["case"])
     spec = spec_from_hf(config)
     if "peft_error" in case or (config["model_type"] in REFUSED and targets != "all-linear"):

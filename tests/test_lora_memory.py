@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from graph_rows import every_row, spec_of
 
 from transformer_calc.hf import spec_from_hf
 from transformer_calc.lora import lora_params
@@ -28,10 +29,14 @@ LORA_ACTS = [json.loads(line) for line in
 LORA_ACTS_TOLERANCE: dict[str, float] = {}  # per-type exceptions to the tolerance: none
 
 
+def _row_id(row: dict) -> str:
+    return "{config}-{attention}-{dtype}-{lora}".format(**row)
+
+
 def _lora_total(row: dict) -> int:
     """tcalc's LoRA activations for a measured row, in its settings (tcalc's own names for the
     targets where the row gives them; rows without an experts key ran eager experts)."""
-    spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / row["config"]).read_text()))
+    spec = spec_of(row["config"])
     rank, targets, dropout = row["lora"]
     r = memory_report(spec, Settings(
         precision="fp32" if row["dtype"] == "fp32" else "bf16", batch_size=row["B"],
@@ -42,11 +47,14 @@ def _lora_total(row: dict) -> int:
     return r.activations.total
 
 
-@pytest.mark.parametrize("row", LORA_ACTS, ids=lambda r: "{config}-{attention}-{dtype}-{lora}"
-                         .format(**r))
-def test_lora_activations_within_10_percent_of_pytorch(row: dict) -> None:
+def _lora_activations_within_10_percent_of_pytorch(row: dict) -> None:
     tolerance = LORA_ACTS_TOLERANCE.get(row["config"], 0.10)
     assert abs(_lora_total(row) - row["measured_bytes"]) <= tolerance * row["measured_bytes"]
+
+
+def test_lora_activations_within_10_percent_of_pytorch() -> None:
+    every_row(LORA_ACTS, _lora_activations_within_10_percent_of_pytorch,
+              ids=_row_id)
 
 
 def test_lora_fixture_covers_dense_moe_dropout_and_targets() -> None:
@@ -75,9 +83,7 @@ LORA_MODELS = {
                      2048)}
 
 
-@pytest.mark.parametrize("run", PEAK["runs"], ids=lambda r: "{model}-{recipe}-{attention}"
-                         .format(**r))
-def test_lora_peak_within_1_percent_of_h100(run: dict) -> None:
+def _lora_peak_within_1_percent_of_h100(run: dict) -> None:
     config, B, T = LORA_MODELS[run["model"]]
     spec = spec_from_hf(config)
     r = memory_report(spec, Settings(precision="bf16", mixed=run["recipe"] == "lora_amp_bf16",
@@ -88,6 +94,11 @@ def test_lora_peak_within_1_percent_of_h100(run: dict) -> None:
     for phase in r.phases:
         got, want = phase.items.total, measured[f"{phase.name}_peak_mib"] * (1 << 20)
         assert abs(got - want) <= 0.01 * want, phase.name
+
+
+def test_lora_peak_within_1_percent_of_h100() -> None:
+    every_row(PEAK["runs"], _lora_peak_within_1_percent_of_h100,
+              ids=lambda r: "{model}-{recipe}-{attention}".format(**r))
 
 
 def test_lora_model_states_by_hand() -> None:
@@ -156,9 +167,7 @@ LORA_GEMMA3N = [json.loads(line) for line in
                 (DATA / "activations_lora_gemma3n_gemma4_cpu.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("row", LORA_GEMMA3N, ids=lambda r: "{config}-{attention}-{dtype}-{lora}"
-                         .format(**r))
-def test_lora_over_altup_and_per_layer_inputs_within_2_5_percent(row: dict) -> None:
+def _lora_over_altup_and_per_layer_inputs_within_2_5_percent(row: dict) -> None:
     """Under a frozen base Gemma 3n keeps what its adapters need: with all-linear its
     routers' adapters (the router runs twice a layer; correction_coefs' adapter never runs,
     Gemma3nTextAltUp.correct calling F.linear on the clamped weight) and the embeddings'
@@ -167,6 +176,11 @@ def test_lora_over_altup_and_per_layer_inputs_within_2_5_percent(row: dict) -> N
     every layer's multiply, and its projection's norm keeps its input when adapted (both kept
     though the embeddings are frozen)."""
     assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.025
+
+
+def test_lora_over_altup_and_per_layer_inputs_within_2_5_percent() -> None:
+    every_row(LORA_GEMMA3N, _lora_over_altup_and_per_layer_inputs_within_2_5_percent,
+              ids=_row_id)
 
 
 def test_lora_gemma3n_fixture_covers_the_three_target_sets() -> None:
@@ -197,9 +211,7 @@ def _measured(name: str) -> list[dict]:  # type: ignore[type-arg]
 LORA_TARGETS_MEASURED = _measured("activations_lora_deberta_mlp_targets_cpu.jsonl")
 
 
-@pytest.mark.parametrize("row", LORA_TARGETS_MEASURED,
-                         ids=lambda r: "{config}-{attention}-{dtype}-{lora}".format(**r))
-def test_lora_first_layer_and_position_projections_within_2_percent(row: dict) -> None:
+def _lora_first_layer_and_position_projections_within_2_percent(row: dict) -> None:
     """A first layer reads frozen embeddings: with no adapter in its attention, the attention
     runs without a gradient and keeps nothing (nor, with none on o_proj, the norm after it);
     a decoder's first cross-attention then keeps Q but not K, and the encoder's output is
@@ -207,6 +219,11 @@ def test_lora_first_layer_and_position_projections_within_2_percent(row: dict) -
     relative table, whose dropout (over a frozen parameter) keeps no mask; with them alone Q,
     K and V need no gradient, and without them the terms keep no Q or K copy."""
     assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.02
+
+
+def test_lora_first_layer_and_position_projections_within_2_percent() -> None:
+    every_row(LORA_TARGETS_MEASURED,
+              _lora_first_layer_and_position_projections_within_2_percent, ids=_row_id)
 
 
 # A survey (the same tool, --lora 8 all-linear, B=2 T=64) of 14 variants no other LoRA fixture
@@ -236,10 +253,13 @@ LORA_SURVEY2 = _measured("activations_lora_survey_all_linear_rest_cpu.jsonl")
 SURVEY_BOUNDS = [(r, 0.05) for r in LORA_SURVEY] + [(r, 0.10) for r in LORA_SURVEY2]
 
 
-@pytest.mark.parametrize("row, bound", SURVEY_BOUNDS,
-                         ids=lambda v: "{config}-{attention}-{dtype}-{lora}".format(**v)
-                         if isinstance(v, dict) else str(v))
-def test_lora_surveys_within_their_bounds(row: dict, bound: float) -> None:
+def test_lora_surveys_within_their_bounds() -> None:
+    every_row([{**r, "bound": bound} for r, bound in SURVEY_BOUNDS],
+              lambda row: _within(row, row["bound"]),
+              ids=lambda r: f"{_row_id(r)}-{r['bound']}")
+
+
+def _within(row: dict, bound: float) -> None:
     assert abs(_lora_total(row) / row["measured_bytes"] - 1) < bound
 
 
@@ -403,9 +423,7 @@ def test_lora_over_gemma3n_keeps_and_drops_what_the_graph_does() -> None:
 LORA_MOE_HYBRID = _measured("activations_lora_moe_hybrid_targets_cpu.jsonl")
 
 
-@pytest.mark.parametrize("row", LORA_MOE_HYBRID,
-                         ids=lambda r: "{config}-{attention}-{dtype}-{lora}".format(**r))
-def test_lora_below_the_first_adapter_and_hybrids_within_their_bounds(row: dict) -> None:
+def _lora_below_the_first_adapter_and_hybrids_within_their_bounds(row: dict) -> None:
     """Within 1 % where the MLP's names or all-linear adapt MoE models (the rules of the
     layers below the first adapter), 7 % on the hybrids (Jamba's Mamba rows in bf16 are
     high in full training too: up to +8.6 %, docs/activations_by_architecture.md); and the
@@ -416,6 +434,11 @@ def test_lora_below_the_first_adapter_and_hybrids_within_their_bounds(row: dict)
         bound = 0.03  # (its MLA's rows: +2.2 % in fp32, as with all-linear)
     assert abs(_lora_total(row) / row["measured_bytes"] - 1) < bound
     assert _adapter_params(row) == row["trainable"][0]
+
+
+def test_lora_below_the_first_adapter_and_hybrids_within_their_bounds() -> None:
+    every_row(LORA_MOE_HYBRID,
+              _lora_below_the_first_adapter_and_hybrids_within_their_bounds, ids=_row_id)
 
 
 def _adapter_params(row: dict) -> int:
@@ -634,13 +657,16 @@ LORA_SURVEY_MLP = _measured("activations_lora_survey_mlp_cpu.jsonl")
 LORA_SURVEY_ATTN = _measured("activations_lora_survey_attn_cpu.jsonl")
 
 
-@pytest.mark.parametrize("row", LORA_SURVEY_QV + LORA_SURVEY_MLP + LORA_SURVEY_ATTN,
-                         ids=lambda r: "{config}-{attention}-{dtype}-{lora}".format(**r))
-def test_lora_target_list_surveys_within_5_percent(row: dict) -> None:
+def _lora_target_list_surveys_within_5_percent(row: dict) -> None:
     """The three surveys (q_proj,v_proj; gate_proj,up_proj,down_proj; q_proj,k_proj,v_proj,
     o_proj): within 5 %, with the adapters peft counted."""
     assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.05
     assert _adapter_params(row) == row["trainable"][0]
+
+
+def test_lora_target_list_surveys_within_5_percent() -> None:
+    every_row(LORA_SURVEY_QV + LORA_SURVEY_MLP + LORA_SURVEY_ATTN,
+              _lora_target_list_surveys_within_5_percent, ids=_row_id)
 
 
 @pytest.mark.parametrize(("survey", "cases", "configs"),
@@ -673,9 +699,7 @@ def test_lora_first_adapted_ffn_keeps_what_its_adapters_gradients_read() -> None
 QLORA = json.loads((DATA / "peak_qlora_cuda_h100.json").read_text())
 
 
-@pytest.mark.parametrize("run", QLORA["runs"], ids=lambda r: "{model}-{recipe}-{c}".format(
-    c="checkpointing" if r["checkpointing"] else "stored", **r))
-def test_qlora_peak_within_3_percent_of_h100(run: dict) -> None:
+def _qlora_peak_within_3_percent_of_h100(run: dict) -> None:
     config, B, T = LORA_MODELS[run["model"]]
     r = memory_report(spec_from_hf(config), Settings(
         precision="bf16", mixed=run["recipe"] == "lora_amp_bf16", batch_size=B, seq_len=T,
@@ -686,6 +710,12 @@ def test_qlora_peak_within_3_percent_of_h100(run: dict) -> None:
     for phase in r.phases:
         got, want = phase.items.total, measured[f"{phase.name}_peak_mib"] * (1 << 20)
         assert abs(got - want) <= 0.03 * want, (phase.name, got, want)
+
+
+def test_qlora_peak_within_3_percent_of_h100() -> None:
+    every_row(QLORA["runs"], _qlora_peak_within_3_percent_of_h100,
+              ids=lambda r: "{model}-{recipe}-{c}".format(
+                  c="checkpointing" if r["checkpointing"] else "stored", **r))
 
 
 def test_bitsandbytes_layers_keep_their_input_where_the_library_saves_it() -> None:
@@ -724,11 +754,14 @@ WITHOUT_V = [json.loads(line) for line in
              (DATA / "activations_lora_without_v_cpu.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("row", WITHOUT_V, ids=lambda r: "{config}-{attention}-{dtype}-{lora}"
-                         .format(**r))
-def test_lora_without_v_to_the_labels_bytes(row: dict) -> None:
+def _lora_without_v_to_the_labels_bytes(row: dict) -> None:
     # within the 4-12 bytes the measurement counts and tcalc does not (the labels' padding)
     assert 0 <= row["measured_bytes"] - _lora_total(row) <= 12
+
+
+def test_lora_without_v_to_the_labels_bytes() -> None:
+    every_row(WITHOUT_V, _lora_without_v_to_the_labels_bytes,
+              ids=_row_id)
 
 
 # LoRA over OPT-125M's shape on the H100 (`python tools/measure_peak_cuda.py --lora 16 --models
@@ -743,8 +776,7 @@ OPT_125M = {"model_type": "opt", "vocab_size": 50272, "hidden_size": 768, "ffn_d
             "word_embed_proj_dim": 768, "do_layer_norm_before": True}
 
 
-@pytest.mark.parametrize("run", LORA_OPT, ids=lambda r: "{recipe}-{attention}".format(**r))
-def test_lora_over_a_layernorm_model_within_5_percent_of_h100(run: dict) -> None:
+def _lora_over_a_layernorm_model_within_5_percent_of_h100(run: dict) -> None:
     r = memory_report(spec_from_hf(OPT_125M), Settings(
         precision="bf16", mixed=run["recipe"] == "lora_amp_bf16", batch_size=run["batch"],
         seq_len=run["seq_len"], attention=run["attention"], device="cuda", lora_rank=16))
@@ -752,6 +784,11 @@ def test_lora_over_a_layernorm_model_within_5_percent_of_h100(run: dict) -> None
     for phase in r.phases:
         want = run["steps"][1][f"{phase.name}_peak_mib"] * (1 << 20)
         assert abs(phase.items.total - want) <= 0.05 * want, phase.name
+
+
+def test_lora_over_a_layernorm_model_within_5_percent_of_h100() -> None:
+    every_row(LORA_OPT, _lora_over_a_layernorm_model_within_5_percent_of_h100,
+              ids=lambda r: "{recipe}-{attention}".format(**r))
 
 
 # Measured as above (tools/measure_activations_hf.py --lora 8 --lora-targets
@@ -763,14 +800,17 @@ def test_lora_over_a_layernorm_model_within_5_percent_of_h100(run: dict) -> None
 LORA_HEAD = _measured("activations_lora_head_cpu.jsonl")
 
 
-@pytest.mark.parametrize("row", LORA_HEAD, ids=lambda r: "{config}-{attention}-{dtype}-{lora}"
-                         .format(**r))
-def test_lora_on_the_lm_head_keeps_what_peft_keeps(row: dict) -> None:
+def _lora_on_the_lm_head_keeps_what_peft_keeps(row: dict) -> None:
     assert abs(_lora_total(row) / row["measured_bytes"] - 1) < 0.001
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / row["config"]).read_text()))
     rank, targets, _ = row["lora"]
     assert lora_params(spec, count_params(spec), rank, tuple(targets.split(","))).total == \
         row["trainable"][0]  # peft's count
+
+
+def test_lora_on_the_lm_head_keeps_what_peft_keeps() -> None:
+    every_row(LORA_HEAD, _lora_on_the_lm_head_keeps_what_peft_keeps,
+              ids=_row_id)
 
 
 def test_lm_head_is_a_target_all_linear_leaves_out() -> None:

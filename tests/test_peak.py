@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from functools import cache
 
 import pytest
 from conftest import DATA
+from graph_rows import every_row
 
 from transformer_calc import load_model
 from transformer_calc.memory import (
@@ -46,12 +48,24 @@ def _spec(name: str) -> ModelSpec:
 
 
 def _report(run: dict):  # type: ignore[no-untyped-def]
-    return memory_report(_spec(run["model"]), Settings(
-        **RECIPES[run["recipe"]], attention=run["attention"], device="cuda",
-        batch_size=run["batch"], seq_len=run["seq_len"]))
+    return _report_of(run["model"], run["recipe"], run["attention"], run["batch"],
+                      run["seq_len"])
+
+
+@cache
+def _report_of(model: str, recipe: str, attention: str, batch: int, seq_len: int
+               ):  # type: ignore[no-untyped-def]
+    """memory_report for a run's settings, once per process (several tests read each)."""
+    return memory_report(_spec(model), Settings(
+        **RECIPES[recipe], attention=attention, device="cuda", batch_size=batch,
+        seq_len=seq_len))
 
 
 RUNS = H100["runs"]
+
+
+def _run_id(run: dict) -> str:
+    return f"{run['model']}-{run['recipe']}-{run['attention']}"
 
 
 def test_the_model_is_the_one_measured() -> None:
@@ -59,8 +73,7 @@ def test_the_model_is_the_one_measured() -> None:
         assert _report(run).params == run["params"]
 
 
-@pytest.mark.parametrize("run", RUNS, ids=lambda r: f"{r['model']}-{r['recipe']}-{r['attention']}")
-def test_every_phase_within_10_percent_of_the_h100(run: dict) -> None:
+def _every_phase_within_10_percent_of_the_h100(run: dict) -> None:
     measured = run["steps"][1]  # the steady state: optimizer states exist, gradients freed
     phases = {p.name: p.items.total for p in _report(run).phases}
     errors = {name: (phases[name] - measured[f"{name}_peak_mib"] * MIB)
@@ -70,14 +83,21 @@ def test_every_phase_within_10_percent_of_the_h100(run: dict) -> None:
     assert all(abs(e) <= 0.03 for e in errors.values()), errors
 
 
-@pytest.mark.parametrize("run", RUNS, ids=lambda r: f"{r['model']}-{r['recipe']}-{r['attention']}")
-def test_the_peak_is_the_start_of_backward_and_in_its_phase(run: dict) -> None:
+def test_every_phase_within_10_percent_of_the_h100() -> None:
+    every_row(RUNS, _every_phase_within_10_percent_of_the_h100, ids=_run_id)
+
+
+def _the_peak_is_the_start_of_backward_and_in_its_phase(run: dict) -> None:
     r = _report(run)
     measured = run["steps"][1]
     assert r.peak_phase.name == max(("forward", "backward", "optimizer"),
                                     key=lambda n: measured[f"{n}_peak_mib"]) == "backward"
     assert r.peak == r.peak_phase.items.total > r.per_gpu.total - r.per_gpu.get(
         "gradients").total
+
+
+def test_the_peak_is_the_start_of_backward_and_in_its_phase() -> None:
+    every_row(RUNS, _the_peak_is_the_start_of_backward_and_in_its_phase, ids=_run_id)
 
 
 def test_between_steps_weights_states_and_the_cublas_workspaces() -> None:

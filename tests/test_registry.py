@@ -13,6 +13,7 @@ import json
 
 import pytest
 from conftest import DATA, evaluate
+from graph_rows import every_row
 
 from transformer_calc import count_params
 from transformer_calc.errors import SpecError
@@ -51,11 +52,14 @@ for _name in ("registry_mixers_T8.json", "registry_mixers_T64.json",
 IDS = [f"{c['config']['model_type']}-{i}" for i, c in enumerate(CASES["cases"])]
 
 
-@pytest.mark.parametrize("case", CASES["cases"], ids=IDS)
-def test_total_equals_transformers(case: dict) -> None:
+def _total_equals_transformers(case: dict) -> None:
     spec = spec_from_hf(case["config"], "case.json")
     assert count_params(spec).total == case["total"]
     assert f"counted as transformers' {case['class']}" in spec.note
+
+
+def test_total_equals_transformers() -> None:
+    every_row(CASES["cases"], _total_equals_transformers, ids=IDS)
 
 
 def test_every_mapped_type_has_its_default_and_drawn_cases() -> None:
@@ -257,13 +261,16 @@ FLOPS_CASES = [c for c in CASES["cases"] if "flops_per_token_T8" in c
                and c["config"]["model_type"] not in KNOWN_FLOPS_GAPS]
 
 
-@pytest.mark.parametrize("case", FLOPS_CASES,
-                         ids=[c["config"]["model_type"] for c in FLOPS_CASES])
-def test_forward_flops_equal_flop_counter(case: dict) -> None:
+def _forward_flops_equal_flop_counter(case: dict) -> None:
     from transformer_calc.flops import count_flops
 
     spec = spec_from_hf(case["config"], "case.json")
     assert count_flops(spec, 8).total == case["flops_per_token_T8"]
+
+
+def test_forward_flops_equal_flop_counter() -> None:
+    every_row(FLOPS_CASES, _forward_flops_equal_flop_counter,
+              ids=[c["config"]["model_type"] for c in FLOPS_CASES])
 
 
 def test_flops_cover_most_types() -> None:
@@ -296,12 +303,15 @@ assert _more_heads["transformers"] == "5.23.0"
 HEAD_CASES["cases"] += _more_heads["cases"]
 
 
-@pytest.mark.parametrize("case", HEAD_CASES["cases"], ids=[
-    f"{c['class']}-{i}" for i, c in enumerate(HEAD_CASES["cases"])])
-def test_head_class_equals_transformers(case: dict) -> None:
+def _head_class_equals_transformers(case: dict) -> None:
     spec = spec_from_hf(case["config"], "case.json")
     assert count_params(spec).total == case["total"]
     assert f"counted as transformers' {case['class']}" in spec.note
+
+
+def test_head_class_equals_transformers() -> None:
+    every_row(HEAD_CASES["cases"], _head_class_equals_transformers, ids=[
+        f"{c['class']}-{i}" for i, c in enumerate(HEAD_CASES["cases"])])
 
 
 def test_every_head_class_is_counted_or_refused_by_name() -> None:
@@ -362,12 +372,15 @@ WRAPPER_CASES = json.loads((DATA / "registry_wrappers.json").read_text())
 assert WRAPPER_CASES["transformers"] == "5.23.0"
 
 
-@pytest.mark.parametrize("case", WRAPPER_CASES["cases"], ids=[
-    f"{c['config']['model_type']}-{i}" for i, c in enumerate(WRAPPER_CASES["cases"])])
-def test_wrapper_whole_equals_transformers(case: dict) -> None:
+def _wrapper_whole_equals_transformers(case: dict) -> None:
     spec = spec_from_hf(case["config"], "case.json")
     assert count_params(spec).total == case["total"]
     assert spec.note.startswith(f"counted as transformers' {case['class']}: its {spec.tower}")
+
+
+def test_wrapper_whole_equals_transformers() -> None:
+    every_row(WRAPPER_CASES["cases"], _wrapper_whole_equals_transformers, ids=[
+        f"{c['config']['model_type']}-{i}" for i, c in enumerate(WRAPPER_CASES["cases"])])
 
 
 def test_an_audio_models_head_is_its_own_and_voxtral_lays_its_text_defaults_under() -> None:
@@ -399,12 +412,15 @@ MORE_WRAPPER_CASES = json.loads((DATA / "registry_wrappers_more.json").read_text
 assert MORE_WRAPPER_CASES["transformers"] == "5.23.0"
 
 
-@pytest.mark.parametrize("case", MORE_WRAPPER_CASES["cases"], ids=[
-    f"{c['config']['model_type']}-{i}" for i, c in enumerate(MORE_WRAPPER_CASES["cases"])])
-def test_more_wrappers_whole_equal_transformers(case: dict) -> None:
+def _more_wrappers_whole_equal_transformers(case: dict) -> None:
     spec = spec_from_hf(case["config"], "case.json")
     assert count_params(spec).total == case["total"]
     assert spec.note.startswith(f"counted as transformers' {case['class']}: its ")
+
+
+def test_more_wrappers_whole_equal_transformers() -> None:
+    every_row(MORE_WRAPPER_CASES["cases"], _more_wrappers_whole_equal_transformers, ids=[
+        f"{c['config']['model_type']}-{i}" for i, c in enumerate(MORE_WRAPPER_CASES["cases"])])
 
 
 @pytest.mark.parametrize(("config", "parts"), [
