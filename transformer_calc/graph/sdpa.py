@@ -124,10 +124,12 @@ def _fused(name: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> T
     # made contiguous as heads (Phi-3's and StableLM's rotary concatenation, MLA's
     # query): then the output's transpose back is a copy (measured on Phi-3 and StableLM)
     btHd = (T.value * H.value * dv.value, dv.value, H.value * dv.value, 1)
-    if name == "cpu_flash" and dv.value == d.value:
-        # the CPU kernel's output is empty_like(query) (torch 2.13, measured: a query in
-        # (T, B, H, d) memory, nn.MultiheadAttention's, gives an output in that memory;
-        # a packed one, not dense, dense strides in its order: (B, T, H, d))
+    if name in ("cpu_flash", "flash") and dv.value == d.value:
+        # the flash kernels' output is empty_like(query) (torch 2.13 CPU, measured: a query
+        # in (T, B, H, d) memory, nn.MultiheadAttention's, gives an output in that memory;
+        # a packed one, not dense, dense strides in its order: (B, T, H, d); CUDA's mha_fwd:
+        # out = torch::empty_like(q) of the query transposed to (B, T, H, d), which is the
+        # rule below for the layouts the H100 rows measure)
         stride: tuple[int, ...] | None = preserve_strides(q.sizes, q.stride)
     else:
         stride = None if q.is_contiguous() and H.value > 1 and T.value > 1 else btHd
