@@ -65,7 +65,7 @@ def _chosen(row: dict, monkeypatch: pytest.MonkeyPatch, device: str = "cpu"):  #
     the rules answer it."""
     spec = spec_from_hf(json.loads((DATA / "hf" / "variants" / row["config"]).read_text()))
 
-    def caught(_spec, fam, run):  # type: ignore[no-untyped-def]
+    def caught(_spec, fam, run, *_):  # type: ignore[no-untyped-def]
         raise _Chosen(fam, run)
 
     monkeypatch.setattr(graph_costs, "_breakdown", caught)
