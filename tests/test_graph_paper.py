@@ -11,9 +11,12 @@ Fixture: tests/data/activations_nn_transformer_cpu.jsonl, written by
         -B 3 -T 10 --dropout 0.0
 
 (torch 2.13 CPU, saved_tensors_hooks; the tool's docstring says the model around
-nn.Transformer). Under dropout torch runs SDPA's math kernel; without it the CPU's flash
-kernel, whose output is empty_like(query): nn.MultiheadAttention's (T, B, H, d) query makes
-the output's permute back to (T, B, E) free (no copy). Tolerance: none.
+nn.Transformer), and tests/data/autocast_activations_nn_transformer_cpu.jsonl by the same
+tool with --autocast (-B 2 -T 16; -B 1 -T 24 --dropout 0.0): an fp32 model under
+torch.autocast("cpu", torch.bfloat16), autocast's saved weight copies counted. Under
+dropout torch runs SDPA's math kernel; without it the CPU's flash kernel, whose output is
+empty_like(query): nn.MultiheadAttention's (T, B, H, d) query makes the output's permute
+back to (T, B, E) free (no copy). Tolerance: none.
 """
 
 from __future__ import annotations
@@ -127,3 +130,15 @@ def test_the_presets_runs_read_the_graph(settings: dict,
     report = memory_report(load_model("transformer-big"),
                            Settings(**{"batch_size": 2, "seq_len": 256, **settings}))
     assert report.activations.total > 0
+
+
+def test_cpu_autocast_equals_the_measurement() -> None:
+    # every storage saved, autocast's 16-bit weight copies among them (the in_proj slices'
+    # casts are made at every call: only a parameter itself is cached)
+    rows = [json.loads(line) for line in (DATA / "autocast_activations_nn_transformer_cpu.jsonl")
+            .read_text().splitlines()]
+    assert {r["dropout"] for r in rows} == {0.0, 0.1}
+    for row in rows:
+        run = Run(row["B"], row["T"], DTYPES["fp32"], "cpu", "sdpa", autocast=DTYPES["bf16"])
+        saved = evaluate(family_of(_spec(row)), run).saved
+        assert sum(s.nbytes for s in saved) == row["measured_bytes"], row

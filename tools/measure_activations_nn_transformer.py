@@ -63,11 +63,16 @@ class PaperTransformer(torch.nn.Module):
 
 
 def measure(V: int, d: int, h: int, ff: int, Le: int, Ld: int, p: float, dtype: str, B: int,
-            T: int) -> int:
+            T: int, autocast: bool = False) -> int:
+    """autocast: an fp32 model whose forward and loss run under torch.autocast("cpu",
+    torch.bfloat16) (saved_tensors_hooks then sees autocast's weight copies too)."""
+    import contextlib
+
     torch.manual_seed(0)
     model = PaperTransformer(V, d, h, ff, Le, Ld, p).to(DTYPES[dtype]).train()
     ids = torch.randint(0, V, (B, T))
-    with recorded(model) as storages:
+    with recorded(model) as storages, (torch.autocast("cpu", dtype=torch.bfloat16)
+                                       if autocast else contextlib.nullcontext()):
         loss = model(ids, ids)
     total = sum(storages.values())
     del loss
@@ -84,16 +89,19 @@ def main() -> None:
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("-B", type=int, default=2)
     ap.add_argument("-T", type=int, default=16)
+    ap.add_argument("--autocast", action="store_true",
+                    help="an fp32 model under CPU autocast to bf16 (rows: autocast bf16)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"# torch {torch.__version__}, CPU", file=sys.stderr)
-    for dtype in DTYPES:
+    for dtype in ("fp32",) if args.autocast else DTYPES:
         got = measure(args.vocab, args.d, args.heads, args.ff, args.layers, args.layers,
-                      args.dropout, dtype, args.B, args.T)
+                      args.dropout, dtype, args.B, args.T, args.autocast)
         print(json.dumps({"model": "nn.Transformer", "vocab": args.vocab, "d_model": args.d,
                           "heads": args.heads, "d_ff": args.ff, "layers": args.layers,
-                          "dropout": args.dropout, "dtype": dtype, "B": args.B, "T": args.T,
-                          "measured_bytes": got}))
+                          "dropout": args.dropout, "dtype": dtype,
+                          **({"autocast": "bf16"} if args.autocast else {}),
+                          "B": args.B, "T": args.T, "measured_bytes": got}))
 
 
 if __name__ == "__main__":
