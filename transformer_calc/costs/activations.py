@@ -313,7 +313,7 @@ def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bo
         type(family) is Mla and not spec.n_experts) or (
         type(family) is Bert) or (type(family) is NeoX and s.attention == "eager") or (
         isinstance(family, Moe | Jamba) and type(family) in (Moe, Jamba)
-        and family.router in ("mixtral", "qwen")
+        and family.router in ("mixtral", "qwen", "jamba")
         and not spec.peft_router_linear)
     if not measured:
         return None
