@@ -285,13 +285,11 @@ def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bo
     which it leaves out, are ops.linear; Falcon's FalconLinear, a subclass it does not
     convert, is Builder.linear(matmul=True)); torchtune's NF4 over its model in bf16, no
     autocast. The families whose quantised CPU rows the graph reproduces
-    (tests/data/quantised_base_activations_cpu.jsonl): Llama (but Phi-3's fused qkv_proj
-    under SDPA), Gemma, GPT-2, BERT, Falcon, OPT, the dense MLA decoders, GPT-NeoX under
-    eager attention, the MoE decoders whose router is a parameter (Mixtral's, Qwen2-MoE's:
-    nothing replace_with_bnb_linear converts there but the nn.Linear layers) and Jamba (its
-    mixer calls dt_proj on a quantised model). A fused QKV under SDPA (GPT-NeoX, Phi-3) keeps
-    the rules: the measured rows, with or without quantisation, hold the fused projection's
-    whole output for V where the graph holds V's third. The rest is unmeasured."""
+    (tests/data/quantised_base_activations_cpu.jsonl): Llama (Phi-3's fused qkv_proj too),
+    Gemma, GPT-2, BERT, Falcon, OPT, the dense MLA decoders, GPT-NeoX, the MoE decoders whose
+    router is a parameter (Mixtral's, Qwen2-MoE's: nothing replace_with_bnb_linear converts
+    there but the nn.Linear layers) and Jamba (its mixer calls dt_proj on a quantised model).
+    The rest is unmeasured."""
     import dataclasses
 
     from transformer_calc.graph.families.bert import Bert
@@ -308,10 +306,8 @@ def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bo
     quant = _bnb(s)
     if quant is None or spec.model_type in _KEEP_IN_FP32 or (quant == "nf4" and amp):
         return None
-    measured = (type(family) in (Llama, Gemma, GPT2, Falcon, OPT) and not (
-        isinstance(family, Llama) and family.fused_qkv and s.attention == "sdpa")) or (
+    measured = type(family) in (Llama, Gemma, GPT2, Falcon, OPT, Bert, NeoX) or (
         type(family) is Mla and not spec.n_experts) or (
-        type(family) is Bert) or (type(family) is NeoX and s.attention == "eager") or (
         isinstance(family, Moe | Jamba) and type(family) in (Moe, Jamba)
         and family.router in ("mixtral", "qwen", "jamba")
         and not spec.peft_router_linear)
