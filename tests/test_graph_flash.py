@@ -307,3 +307,14 @@ def test_a_head_dim_over_256_is_refused() -> None:
     # gemma4_text-moe's full layers: global_head_dim 512 (mha_fwd: head_size <= 256)
     with pytest.raises(TcalcError, match="head dims up to 256"):
         evaluate(family_of(_spec("gemma4_text-moe.json")), Run(2, 64, BF16, "cuda", "flash"))
+
+
+@pytest.mark.parametrize("model", ["t5-small", "t5-base"])
+def test_a_class_without_flash_attention_2_is_refused(cli,  # type: ignore[no-untyped-def]
+                                                      model: str) -> None:
+    # transformers 5.23's T5ForConditionalGeneration has no flash_attention_2 path
+    # (hf_defaults.NO_FLASH: _supports_flash_attn): there is no such run to estimate
+    out = cli("memory", model, "--attention", "flash", code=2)
+    assert "--attention flash" in out.stderr + out.stdout and "model type t5" in (
+        out.stderr + out.stdout)
+    cli("memory", model, "--attention", "flash", "--inference")  # serving reads no kernel

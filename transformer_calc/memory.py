@@ -2303,6 +2303,18 @@ class MemoryReport:
         return family, CUDA_CONTEXT[family]
 
 
+def _require_flash_path(spec: ModelSpec) -> None:
+    """--attention flash is transformers' flash_attention_2: a class without that path raises
+    when it is asked for (hf_defaults.NO_FLASH, each class's _supports_flash_attn), so there
+    is no such run to estimate."""
+    from transformer_calc.hf_defaults import NO_FLASH
+
+    if spec.model_type in NO_FLASH:
+        raise TcalcError(f"--attention flash: transformers 5.23 has no flash_attention_2 path "
+                         f"for model type {spec.model_type} ({spec.name}); use --attention "
+                         "sdpa or eager")
+
+
 def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
                   pattern=None, params: Breakdown | None = None  # type: ignore[no-untyped-def]
                   ) -> MemoryReport:
@@ -2318,6 +2330,8 @@ def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
         import dataclasses
 
         s = dataclasses.replace(s, attention="sdpa" if spec.sdpa_path else "eager")
+    if s.attention == "flash" and not s.inference:
+        _require_flash_path(spec)
     p = params or count_params(spec)
     N = p.total
     adapters: Breakdown | None = None
