@@ -318,3 +318,8 @@ def test_a_class_without_flash_attention_2_is_refused(cli,  # type: ignore[no-un
     assert "--attention flash" in out.stderr + out.stdout and "model type t5" in (
         out.stderr + out.stdout)
     cli("memory", model, "--attention", "flash", "--inference")  # serving reads no kernel
+
+
+def test_the_paper_transformer_has_no_flash_attention_2(cli) -> None:  # type: ignore[no-untyped-def]
+    out = cli("memory", "transformer-base", "--attention", "flash", code=2)
+    assert "nn.MultiheadAttention" in out.stderr + out.stdout

@@ -2313,6 +2313,18 @@ def _require_flash_path(spec: ModelSpec) -> None:
         raise TcalcError(f"--attention flash: transformers 5.23 has no flash_attention_2 path "
                          f"for model type {spec.model_type} ({spec.name}); use --attention "
                          "sdpa or eager")
+    if not spec.model_type and spec.arch == "encoder-decoder":
+        from transformer_calc.graph.evaluate import family_of
+        from transformer_calc.graph.families.paper import Paper
+
+        try:
+            paper = isinstance(family_of(spec), Paper)
+        except TcalcError:
+            paper = False
+        if paper:
+            raise TcalcError(f"--attention flash: {spec.name} is torch.nn.Transformer, whose "
+                             "nn.MultiheadAttention has no flash_attention_2 option (SDPA "
+                             "picks torch's flash kernel itself); use --attention sdpa")
 
 
 def memory_report(spec: ModelSpec, s: Settings, gpu: str | None = None,
