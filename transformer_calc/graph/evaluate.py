@@ -443,6 +443,12 @@ def _biased(spec: ModelSpec) -> bool:
             or spec.bias_ffn_out)
 
 
+def _attention_dropout(spec: ModelSpec) -> float:
+    """The attention probabilities' dropout: its own key's where the file gives one apart,
+    else dropout (ModelSpec.attention_dropout)."""
+    return spec.dropout if spec.attention_dropout is None else spec.attention_dropout
+
+
 def _embed_dropout(spec: ModelSpec) -> float:
     """The embeddings' dropout: its own key's where the file gives one apart, else dropout."""
     return spec.dropout if spec.embed_dropout is None else spec.embed_dropout
@@ -499,7 +505,7 @@ def _gpt2(spec: ModelSpec) -> gpt2.GPT2 | None:
             and not _unread(spec, "gpt2")):
         return None
     p = spec.dropout
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     return gpt2.GPT2(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model, H=spec.n_heads,
                      F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
                      resid_pdrop=p, embd_pdrop=_embed_dropout(spec), attn_pdrop=pa)
@@ -529,7 +535,7 @@ def _gptlike(spec: ModelSpec) -> gptlike.GPTBigCode | gptlike.OpenAIGPT | None:
             and not _unread(spec, "gptlike")):
         raise TcalcError(f"{spec.name}: no op graph for this {mt} layout yet")
     p = spec.dropout
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     if bigcode:
         return gptlike.GPTBigCode(V=spec.vocab_size, P=spec.max_positions, E=E, H=H,
                                   F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
@@ -582,7 +588,7 @@ def _gpt_neo(spec: ModelSpec) -> gptlike.GPTNeo | None:
             and not _unread(spec, "gptlike")):
         raise TcalcError(f"{spec.name}: no op graph for this gpt_neo layout yet")
     p = spec.dropout
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     return gptlike.GPTNeo(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
                           L=spec.n_layers, tied=spec.tie_embeddings, dropout=p,
                           attention_dropout=pa, embed_dropout=_embed_dropout(spec))
@@ -615,7 +621,7 @@ def _granite_swa(spec: ModelSpec) -> gptlike.GraniteSwa | None:
     dropout is the attention's. Any other granite_swa layout is refused."""
     if spec.model_type != "granite_swa":
         return None
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     base = None
     if spec.attention_sinks and spec.softmax_sink_lse and not spec.sdpa_path \
             and not spec.fused_qkv and spec.qk_norm == "none" and spec.norm_position == "pre" \
@@ -639,7 +645,7 @@ def _llama(spec: ModelSpec) -> llama.Llama | None:
     if spec.head_dim % 2:  # rotate_half splits a head in halves (torch fails on odd ones)
         return None
     H = spec.n_heads
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return llama.Llama(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
                        dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers,
                        tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
@@ -672,7 +678,7 @@ def _bert_generation(spec: ModelSpec) -> bert.Bert | None:
             and spec.d_head in (None, E // H) and H and E % H == 0 and spec.d_ff):
         return None
     p = spec.dropout
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     return bert.Bert(V=spec.vocab_size, P=spec.max_positions, Ty=1, E=E, H=H, F=spec.d_ff,
                      L=spec.n_layers, base="bert", head="generation",
                      tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa,
@@ -700,7 +706,7 @@ def _albert(spec: ModelSpec) -> albert.Albert | None:
     sets = "".join(chr(0x41 + i // run if i // run < 26 else 0x100 + i // run)
                    for i in range(L))
     p = spec.dropout
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     return albert.Albert(V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E,
                          H=H, F=spec.d_ff, L=L, base="albert", head="albert",
                          tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa,
@@ -818,7 +824,7 @@ def _xlm(spec: ModelSpec) -> xlm.XLM | None:
             and E % H == 0 and spec.d_ff):
         return None
     p = spec.dropout
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     return xlm.XLM(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
                    L=spec.n_layers, tied=spec.tie_embeddings, dropout=p, attention_dropout=pa)
 
@@ -906,7 +912,7 @@ def _layoutlm(spec: ModelSpec) -> bert.Bert | None:
             and E % H == 0 and spec.d_ff):
         return None
     p = spec.dropout
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     return bert.LayoutLM(V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E,
                          H=H, F=spec.d_ff, L=spec.n_layers, base="layoutlm", head="bert",
                          tied=spec.tie_embeddings, hidden_dropout=p, attention_dropout=pa,
@@ -934,7 +940,7 @@ def _rope_encoder(spec: ModelSpec) -> rope_encoder.RopeEncoder | None:
             and spec.bias_ffn_in == (bias and not gated)):
         return None
     p = spec.dropout
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     return rope_encoder.RopeEncoder(
         V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E, H=H, F=spec.d_ff,
         L=spec.n_layers, base=base, head=head, tied=spec.tie_embeddings, hidden_dropout=p,
@@ -967,7 +973,7 @@ def _deberta_v2(spec: ModelSpec) -> deberta.Deberta | None:
                                          else len(terms))):
         return None
     p = spec.dropout
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     return deberta.Deberta(
         V=spec.vocab_size, P=spec.max_positions, Ty=max(spec.token_types, 1), E=E, H=H,
         F=spec.d_ff, L=spec.n_layers, base="deberta", head="bert", tied=spec.tie_embeddings,
@@ -1000,7 +1006,7 @@ def _deberta(spec: ModelSpec) -> deberta.Deberta | None:
             and spec.rel_projections == (len(terms) if relative else 0)):
         return None
     p = spec.dropout
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     return deberta.Deberta(
         V=spec.vocab_size, P=spec.max_positions, Ty=max(spec.token_types, 1), E=E, H=H,
         F=spec.d_ff, L=spec.n_layers, base="deberta", head="bert", tied=spec.tie_embeddings,
@@ -1051,7 +1057,7 @@ def _gemma4_family(spec: ModelSpec) -> gemma4.Gemma4 | None:
                 kinds[spec.n_layers - spec.kv_shared_layers:])
             and not _unread(spec, "gemma4")):
         return None
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return gemma4.Gemma4(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=Hkv, dh=spec.head_dim,
                          F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
                          bias=spec.bias_q, attention_dropout=pa, sandwich=True,
@@ -1090,7 +1096,7 @@ def _gemma3n_family(spec: ModelSpec) -> gemma3n.Gemma3n | None:
             and set(kinds[:L - spec.kv_shared_layers]) >= set(kinds[L - spec.kv_shared_layers:])
             and not _unread(spec, "gemma3n")):
         return None
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return gemma3n.Gemma3n(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=Hkv, dh=spec.head_dim,
                            F=spec.d_ff, L=L, tied=spec.tie_embeddings, bias=spec.bias_q,
                            attention_dropout=pa, sandwich=True, qk_norm=True,
@@ -1210,7 +1216,7 @@ def _beam(spec: ModelSpec) -> beam.Beam:
         raise TcalcError(f"{spec.name}: no op graph for this beam layout yet (the graph "
                          "engine covers BeamConfig's layout)")
     H = spec.n_heads
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return beam.Beam(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
                      dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers,
                      tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
@@ -1250,7 +1256,7 @@ def _gpt_oss(spec: ModelSpec) -> gpt_oss.GptOss:
         raise TcalcError(f"{spec.name}: no op graph for this gpt_oss layout yet (the graph "
                          "engine covers GptOssConfig's layout)")
     H = spec.n_heads
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return gpt_oss.GptOss(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
                           dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers,
                           tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
@@ -1292,7 +1298,7 @@ def _flint(spec: ModelSpec) -> flint.Flint:
         raise TcalcError(f"{spec.name}: no op graph for this flint layout yet (the graph "
                          "engine covers FlintConfig's layout)")
     H = spec.n_heads
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return flint.Flint(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
                        dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers,
                        tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
@@ -1335,7 +1341,7 @@ def _dbrx(spec: ModelSpec) -> dbrx.Dbrx:
         raise TcalcError(f"{spec.name}: no op graph for this dbrx layout yet (the graph "
                          "engine covers DbrxConfig's layout with clip_qkv and "
                          "moe_normalize_expert_weights set)")
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return dbrx.Dbrx(V=spec.vocab_size, E=E, H=H, Hkv=Hkv, dh=E // H, F=spec.d_ff,
                      L=spec.n_layers, attention_dropout=pa, X=spec.n_experts, K=spec.top_k,
                      Fe=spec.expert_ff, router="dbrx", jitter=spec.router_jitter,
@@ -1368,7 +1374,7 @@ def _granitemoe_swa(spec: ModelSpec) -> granitemoe_swa.GraniteMoeSwa:
                          "graph engine covers GraniteMoeSWAConfig's layout without a shared "
                          "MLP)")
     H = spec.n_heads
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return granitemoe_swa.GraniteMoeSwa(
         V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H, dh=spec.head_dim,
         F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings, bias_q=spec.bias_q,
@@ -1401,7 +1407,7 @@ def _cohere_moe(spec: ModelSpec) -> cohere.CohereMoe:
                          "graph engine covers Cohere 2 MoE's sparse layers with the softmax "
                          "router)")
     H = spec.n_heads
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     shared = spec.n_shared_experts
     return cohere.CohereMoe(
         V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H, dh=spec.head_dim,
@@ -1439,7 +1445,7 @@ def _sigmoid_moe(spec: ModelSpec) -> moe.Moe:
         raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout yet "
                          "(the graph engine covers HY-V3's and dots.llm1's defaults)")
     H = spec.n_heads
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return moe.Moe(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
                    dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
                    bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
@@ -1471,7 +1477,7 @@ def _encoder(spec: ModelSpec) -> bert.Bert | None:
             and spec.embed_factorized == (electra and spec.embed_proj_dim is not None)):
         return None
     p = spec.dropout
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     family = bert.Bert(V=spec.vocab_size, P=spec.max_positions, Ty=spec.token_types, E=E,
                        H=H, F=spec.d_ff, L=spec.n_layers, base=base, head=head,
                        positions_from_ids=from_ids, tied=spec.tie_embeddings,
@@ -1529,7 +1535,7 @@ def _gemma(spec: ModelSpec) -> gemma.Gemma | None:
     kinds = "".join(k[0] for k in layer_kinds_in_order(spec, spec.n_layers))
     if set(kinds) - {"F", "S"} or ("S" in kinds and not spec.sandwich_norm and not vault):
         return None
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return gemma.Gemma(V=spec.vocab_size, E=spec.d_model, H=spec.n_heads,
                        Hkv=spec.n_kv_heads or spec.n_heads, dh=spec.head_dim, F=spec.d_ff,
                        L=spec.n_layers, tied=spec.tie_embeddings, bias=spec.bias_q,
@@ -1574,7 +1580,7 @@ def _moe(spec: ModelSpec) -> moe.Moe:
     if "X" in kinds:
         raise TcalcError(f"{spec.name}: layers without an FFN have no op graph yet")
     H = spec.n_heads
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return moe.Moe(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
                    dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
                    bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
@@ -1635,7 +1641,7 @@ def _biogpt(spec: ModelSpec) -> opt.BioGpt | None:
             and spec.n_heads and spec.d_model % spec.n_heads == 0 and spec.d_ff
             and not _unread(spec, "biogpt")):
         return None
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return opt.BioGpt(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model,
                       H=spec.n_heads, F=spec.d_ff, L=spec.n_layers, Ee=spec.d_model,
                       tied=spec.tie_embeddings, dropout=spec.dropout, attention_dropout=pa)
@@ -1668,7 +1674,7 @@ def _trocr(spec: ModelSpec) -> opt.TrOcr | None:
             and spec.n_heads and spec.d_model % spec.n_heads == 0 and spec.d_ff
             and not _unread(spec, "trocr")):
         return None
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return opt.TrOcr(V=spec.vocab_size, P=spec.max_positions, E=spec.d_model,
                      H=spec.n_heads, F=spec.d_ff, L=spec.n_layers, Ee=spec.d_model,
                      tied=spec.tie_embeddings, dropout=spec.dropout, attention_dropout=pa)
@@ -1732,7 +1738,7 @@ def _mla(spec: ModelSpec) -> mla.Mla:
         else ("E" if X else "D",) * L
     if "X" in kinds or ("E" in kinds and not X):
         raise TcalcError(f"{spec.name}: this layer pattern has no op graph yet")
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     # (Llama's Hkv and dh: not read, 1)
     family = mla.Mla(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=1, dh=1, F=spec.d_ff, L=L,
                      tied=spec.tie_embeddings, bias_q=spec.bias_q, bias_k=spec.bias_k,
@@ -1842,7 +1848,7 @@ def _bart_family(spec: ModelSpec) -> bart.Bart | None:
             and spec.tie_embeddings and spec.n_kv_heads in (None, H) and H and E % H == 0
             and spec.d_head in (None, E // H) and not _unread(spec, "bart")):
         return None
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return bart.Bart(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
                      Le=1 if causal else spec.n_encoder_layers,
                      Ld=spec.n_layers if causal else spec.n_decoder_layers, causal_lm=causal,
@@ -1870,7 +1876,7 @@ def _fsmt_family(spec: ModelSpec) -> fsmt.Fsmt | None:
             and spec.n_kv_heads in (None, H) and H and E % H == 0
             and spec.d_head in (None, E // H) and not _unread(spec, "fsmt")):
         return None
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return fsmt.Fsmt(V=spec.vocab_size, Vs=spec.encoder_vocab_size or spec.vocab_size,
                      P=spec.max_positions, E=E, H=H, F=spec.d_ff, Le=spec.n_encoder_layers,
                      Ld=spec.n_decoder_layers, offset=spec.position_offset,
@@ -1900,7 +1906,7 @@ def _t5gemma(spec: ModelSpec) -> t5gemma.T5Gemma | None:
             and not set(ke + kd) - {"F", "S"} and H and H % Hkv == 0
             and spec.head_dim % 2 == 0 and not _unread(spec, "t5gemma")):
         return None
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return t5gemma.T5Gemma(V=spec.vocab_size, Ve=spec.encoder_vocab_size or spec.vocab_size,
                            E=spec.d_model, H=H, Hkv=Hkv, dh=spec.head_dim, F=spec.d_ff,
                            Le=Le, Ld=Ld, kinds_e=ke, kinds_d=kd, tied=spec.tie_embeddings,
@@ -1928,7 +1934,7 @@ def _whisper(spec: ModelSpec) -> whisper.Whisper | None:
             and spec.d_head in (None, E // H) and spec.d_ff
             and not _unread(spec, "whisper")):
         return None
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return whisper.Whisper(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
                            L=spec.n_layers, act=spec.activation, dropout=spec.dropout,
                            attention_dropout=pa, activation_dropout=spec.activation_dropout)
@@ -1973,7 +1979,7 @@ def _neox(spec: ModelSpec) -> neox.NeoX | None:
             and not _unread(spec, "neox")):
         raise TcalcError(f"{spec.name}: no op graph for this {mt} layout yet")
     p = spec.dropout
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     return neox.NeoX(V=spec.vocab_size, E=E, H=H, Hkv=Hkv, dh=spec.head_dim, F=spec.d_ff,
                      L=spec.n_layers, R=R, model=mt, tied=spec.tie_embeddings,
                      parallel=spec.parallel_block, bias_qkv=spec.bias_q, bias_o=spec.bias_o,
@@ -2006,7 +2012,7 @@ def _gptj(spec: ModelSpec) -> gptj.GPTJ | None:
             and not _unread(spec, "gptj")):
         raise TcalcError(f"{spec.name}: no op graph for this {mt} layout yet")
     p = spec.dropout  # resid_pdrop
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     return gptj.GPTJ(V=spec.vocab_size, E=E, H=H, F=spec.d_ff, L=spec.n_layers, R=R,
                      model=mt, tied=spec.tie_embeddings, act=spec.activation,
                      resid_pdrop=p, embd_pdrop=_embed_dropout(spec), attn_pdrop=pa)
@@ -2035,7 +2041,7 @@ def _falcon(spec: ModelSpec) -> falcon.Falcon | None:
             and spec.d_head in (None, E // H) and not _unread(spec, "falcon")):
         raise TcalcError(f"{spec.name}: no op graph for this falcon layout yet")
     p = spec.dropout
-    pa = spec.attention_dropout if spec.attention_dropout is not None else p
+    pa = _attention_dropout(spec)
     return falcon.Falcon(V=spec.vocab_size, E=E, H=H, Hkv=Hkv, F=spec.d_ff, L=spec.n_layers,
                          new=new, parallel=spec.parallel_block, norms=spec.parallel_norms,
                          alibi=spec.position == "alibi", bias=spec.bias_q,
@@ -2090,7 +2096,7 @@ def _bamba_family(spec: ModelSpec) -> bamba.Bamba | None:
         raise TcalcError(f"{spec.name}: no op graph for this bamba layout (the graph "
                          "engine covers BambaForCausalLM's own layout)")
     Hs, Gs = spec.ssm_heads, spec.ssm_groups
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return bamba.Bamba(spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, spec.d_ff,
                        spec.n_layers, Gs, Hs // Gs, spec.ssm_inner // Hs, spec.ssm_state,
                        spec.ssm_conv, spec.ssm_chunk, "".join(k[0] for k in kinds),
@@ -2121,7 +2127,7 @@ def _falcon_h1_family(spec: ModelSpec) -> falcon_h1.FalconH1 | None:
         raise TcalcError(f"{spec.name}: no op graph for this falcon_h1 layout (the graph "
                          "engine covers FalconH1ForCausalLM's own layout)")
     Hs, Gs = spec.ssm_heads, spec.ssm_groups
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return falcon_h1.FalconH1(spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim,
                               spec.d_ff, spec.n_layers, Gs, Hs // Gs, spec.ssm_inner // Hs,
                               spec.ssm_state, spec.ssm_conv, spec.ssm_chunk,
@@ -2149,7 +2155,7 @@ def _jamba_family(spec: ModelSpec) -> jamba.Jamba | None:
             and not _unread(spec, "jamba")):
         raise TcalcError(f"{spec.name}: no op graph for this jamba layout (the graph engine "
                          "covers JambaForCausalLM's own layout)")
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return jamba.Jamba(spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, spec.d_ff,
                        spec.n_layers, spec.ssm_inner, spec.ssm_state, spec.ssm_conv,
                        spec.ssm_dt_rank, max(spec.n_experts, 1), max(spec.top_k, 1),
@@ -2264,7 +2270,7 @@ def _qwen3_next_family(spec: ModelSpec) -> qwen3_next.Qwen3Next | None:
             and not _unread(spec, "qwen3_next")):
         raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout (the "
                          "graph engine covers the layouts transformers' own classes build)")
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return qwen3_next.Qwen3Next(
         V=spec.vocab_size, E=spec.d_model, H=max(H, 1), Hkv=max(Hkv, 1), dh=max(dh, 1),
         F=spec.d_ff, L=L, tied=spec.tie_embeddings, attention_dropout=pa,
@@ -2304,7 +2310,7 @@ def _nemotron_h_family(spec: ModelSpec) -> nemotron_h.NemotronH | None:
         raise TcalcError(f"{spec.name}: no op graph for this nemotron_h layout (the graph "
                          "engine covers NemotronHForCausalLM's own layout)")
     Hs, Gs = spec.ssm_heads, spec.ssm_groups
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return nemotron_h.NemotronH(
         spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, max(spec.d_ff, 1),
         spec.n_layers, Gs, Hs // Gs, spec.ssm_inner // Hs, spec.ssm_state, spec.ssm_conv,
@@ -2350,7 +2356,7 @@ def _mimo_v2_flash_family(spec: ModelSpec) -> mimo_v2_flash.MiMoV2Flash | None:
             and not _unread(spec, "mimo_v2_flash")):
         raise TcalcError(f"{spec.name}: no op graph for this mimo_v2_flash layout (the graph "
                          "engine covers MiMoV2FlashForCausalLM's own layout, eager attention)")
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return mimo_v2_flash.MiMoV2Flash(
         spec.vocab_size, spec.d_model, H, Hkv, dh, dv, max(spec.d_ff, 1), spec.n_layers, Dr,
         max(spec.n_experts, 1), max(spec.top_k, 1), max(spec.expert_ff, 1),
@@ -2387,7 +2393,7 @@ def _minimax_m3_family(spec: ModelSpec) -> minimax_m3.MiniMaxM3 | None:
             and not _unread(spec, "minimax_m3")):
         raise TcalcError(f"{spec.name}: no op graph for this minimax_m3_vl_text layout (the "
                          "graph engine covers MiniMaxM3VLForCausalLM's full-attention layers)")
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return minimax_m3.MiniMaxM3(
         spec.vocab_size, spec.d_model, H, Hkv, dh, spec.d_ff, spec.n_layers, Dr,
         max(spec.n_experts, 1), max(spec.top_k, 1), max(spec.expert_ff, 1),
@@ -2524,7 +2530,7 @@ def _deepseek_v4_family(spec: ModelSpec) -> deepseek_v4.DeepseekV4 | None:
             and not _unread(spec, "deepseek_v4")):
         raise TcalcError(f"{spec.name}: no op graph for this deepseek_v4 layout (the graph "
                          "engine covers DeepseekV4ForCausalLM's own layout, eager attention)")
-    pa = spec.attention_dropout if spec.attention_dropout is not None else spec.dropout
+    pa = _attention_dropout(spec)
     return deepseek_v4.DeepseekV4(
         spec.vocab_size, spec.d_model, H, dh, spec.q_lora_rank, g, spec.o_lora_rank, Dr,
         spec.hc_streams, spec.n_experts, spec.top_k, spec.expert_ff, spec.compress_csa,
