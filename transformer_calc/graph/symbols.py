@@ -49,29 +49,51 @@ class Poly:
     def __neg__(self) -> Poly:
         return Poly(tuple((m, -c) for m, c in self.terms))
 
+    def _plus_constant(self, c: Coef) -> Poly:
+        """self + c without re-sorting: the constant term, when there is one, sorts first."""
+        terms = self.terms
+        if terms and not terms[0][0]:
+            c, terms = terms[0][1] + c, terms[1:]
+        return Poly((((), c),) + terms if c else terms)
+
     def __sub__(self, other: Poly) -> Poly:
+        o = other.terms
+        if not o:
+            return self
+        if len(o) == 1 and not o[0][0]:  # a constant: the guards' common case
+            return self._plus_constant(-o[0][1])
         return self + (-other)
 
     def __add__(self, other: Poly) -> Poly:
-        if not other.terms:
+        o, t = other.terms, self.terms
+        if not o:
             return self
-        if not self.terms:
+        if not t:
             return other
-        out = dict(self.terms)
-        for m, c in other.terms:
+        if len(o) == 1 and not o[0][0]:
+            return self._plus_constant(o[0][1])
+        if len(t) == 1 and not t[0][0]:
+            return other._plus_constant(t[0][1])
+        out = dict(t)
+        for m, c in o:
             out[m] = out.get(m, 0) + c
         return Poly.of(out)
 
     def __mul__(self, other: Poly) -> Poly:
         if len(self.terms) == 1 and len(other.terms) == 1:  # the common case: fast
             (m1, c1), (m2, c2) = self.terms[0], other.terms[0]
-            return Poly(((tuple(sorted(m1 + m2)), c1 * c2),))
+            m = m1 if not m2 else m2 if not m1 else tuple(sorted(m1 + m2))
+            return Poly(((m, c1 * c2),))
         out: dict[Monomial, Coef] = {}
         for m1, c1 in self.terms:
             for m2, c2 in other.terms:
                 m = tuple(sorted(m1 + m2))
                 out[m] = out.get(m, 0) + c1 * c2
         return Poly.of(out)
+
+    def scaled(self, n: int) -> Poly:
+        """self · n, for an int n."""
+        return Poly(tuple((m, c * n) for m, c in self.terms)) if n else Poly(())
 
     def evaluate(self, values: dict[str, int]) -> int:
         total: Coef = 0
@@ -190,6 +212,8 @@ class SInt(int):
 
     # -- arithmetic ---------------------------------------------------------------------------
     def __add__(self, o: Any) -> Any:
+        if type(o) is int:  # (the common case, without a Poly for o)
+            return SInt(int(self) + o, self.poly._plus_constant(o)) if o else self
         if not isinstance(o, int):
             return int(self) + o
         return SInt(int(self) + int(o), self.poly + _poly(o))
@@ -207,6 +231,8 @@ class SInt(int):
         return SInt(int(o) - int(self), _poly(o) - self.poly)
 
     def __mul__(self, o: Any) -> Any:
+        if type(o) is int:  # (the common case: coefficients scaled)
+            return SInt(int(self) * o, self.poly.scaled(o))
         if not isinstance(o, int):
             return int(self) * o
         return SInt(int(self) * int(o), self.poly * _poly(o))
@@ -250,7 +276,8 @@ class SInt(int):
         if not isinstance(o, int):
             return NotImplemented
         result = int(self) == int(o)
-        _guard("==" if result else "!=", self.poly - _poly(o))
+        if _RECORDING:
+            _guard("==" if result else "!=", self.poly - _poly(o))
         return result
 
     def __ne__(self, o: object) -> bool:
@@ -274,8 +301,10 @@ class SInt(int):
 
 def _order(a: int, b: int, kind: str) -> bool:
     """a > b (or a >= b), recorded: a - b > 0 when it holds, else b - a >= 0 (> 0)."""
-    diff = _poly(a) - _poly(b)
     result = int(a) > int(b) if kind == ">" else int(a) >= int(b)
+    if not _RECORDING:
+        return result
+    diff = _poly(a) - _poly(b)
     if result:
         _guard(kind, diff)
     else:
