@@ -196,13 +196,16 @@ def test_mamba_ssm_kernels_keep_their_weight_casts_under_cuda_autocast(config: s
                    and s.storage.kind == "activation") == copies
 
 
+DEBERTA_V2_ROWS = [json.loads(line) for line in
+                   (DATA / "autocast_activations_deberta_v2_cpu.jsonl").read_text().splitlines()]
+
+
 def test_deberta_v2_bmm_and_layer_norm_under_cpu_autocast(monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
     # tests/data/autocast_activations_deberta_v2_cpu.jsonl: DebertaV2ForMaskedLM calls
     # torch.bmm itself (on both lower-precision lists: its fp32 operands cast), and its head's
     # LayerNorm reads the 16-bit dense output with an fp32 weight, where layer_norm_cpu keeps
     # mean and rstd in the weight's fp32 (its mixed type), not the input's dtype
-    (row,) = [json.loads(line) for line in
-              (DATA / "autocast_activations_deberta_v2_cpu.jsonl").read_text().splitlines()]
+    (row,) = DEBERTA_V2_ROWS
     fam, run = _chosen(row, monkeypatch)
     assert sum(s.nbytes for s in evaluate(fam, run).saved) == row["measured_bytes"]

@@ -44,7 +44,8 @@ CONFIGS = {"qwen3-sliding-bias.json": "qwen3", "ministral-tiny.json": "ministral
            "olmo-tiny.json": "olmo", "bitnet-tiny.json": "bitnet",
            "nemotron-tiny.json": "nemotron", "apertus-tiny.json": "apertus",
            "nanochat-tiny.json": "nanochat", "cohere-qknorm.json": "cohere",
-           "cohere2-tiny.json": "cohere2", "diffllama-tiny.json": "diffllama"}
+           "cohere2-tiny.json": "cohere2", "diffllama-tiny.json": "diffllama",
+           "hunyuan_v1_dense-tiny.json": "hunyuan_v1_dense", "internlm3-tiny.json": "internlm3"}
 ROWS = measured_rows(tuple(CONFIGS))
 
 

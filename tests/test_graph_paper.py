@@ -132,11 +132,14 @@ def test_the_presets_runs_read_the_graph(settings: dict,
     assert report.activations.total > 0
 
 
+AUTOCAST_ROWS = [json.loads(line) for line in
+                 (DATA / "autocast_activations_nn_transformer_cpu.jsonl").read_text().splitlines()]
+
+
 def test_cpu_autocast_equals_the_measurement() -> None:
     # every storage saved, autocast's 16-bit weight copies among them (the in_proj slices'
     # casts are made at every call: only a parameter itself is cached)
-    rows = [json.loads(line) for line in (DATA / "autocast_activations_nn_transformer_cpu.jsonl")
-            .read_text().splitlines()]
+    rows = AUTOCAST_ROWS
     assert {r["dropout"] for r in rows} == {0.0, 0.1}
     for row in rows:
         run = Run(row["B"], row["T"], DTYPES["fp32"], "cpu", "sdpa", autocast=DTYPES["bf16"])
