@@ -2789,6 +2789,9 @@ class Layout(NamedTuple):
     # (parallel_key: parallel when use_parallel_residual is set, StableLM)
     qk_norm: str = "none"  # none | head | width
     qk_norm_key: str = ""  # a config key that switches qk_norm on ("": always on)
+    pre_norm_key: str = ""  # a config key that makes post norms pre norms (Flaubert's)
+    # a config key: the probability that training skips a layer (notes an upper bound)
+    layerdrop_key: str = ""
     sinks: bool = False
     lm_head_bias: bool | str = False
     full_width: str = ""  # why n_heads · head_dim must equal hidden_size ("": it need not)
@@ -2913,6 +2916,9 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
                         f"({r.full_width})", d_head, source=c.where)
     kv = (1 if c.flag(r.kv_from) else H) if r.kv_from else c.t("num_key_value_heads", H)
     qk = r.qk_norm if not r.qk_norm_key or c.flag(r.qk_norm_key) else "none"
+    if r.layerdrop_key and c.t(r.layerdrop_key, 0.0):
+        c.notes.append(f"{r.layerdrop_key}: in training transformers skips each layer with "
+                       "that probability; FLOPs and memory count every layer (an upper bound)")
     qkv, o, mlp = c.flag(r.qkv_bias), c.flag(r.o_bias), c.flag(r.mlp_bias)
     if r.dense_ff and c.t(r.dense_ff) is not None:
         F = c.t(r.dense_ff)
@@ -2925,7 +2931,8 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         activation=r.act[1:] if r.act.startswith("=") else
         dict(r.act_names).get(str(c.get(c.spelled(r.act), c.table.get(c.spelled(r.act)))))
         or c.activation(c.spelled(r.act), c.table.get(c.spelled(r.act)) or "silu"),
-        norm=r.norm, norm_position="post" if r.norms == "post" else "pre",
+        norm=r.norm, norm_position="post" if r.norms == "post" and not (
+            r.pre_norm_key and c.flag(r.pre_norm_key)) else "pre",
         sandwich_norm=r.norms == "sandwich" and (not r.sandwich_key
                                                  or c.flag(r.sandwich_key)),
         parallel_block=r.norms == "parallel" or (r.norms == "parallel_key"
@@ -3437,8 +3444,11 @@ GENERIC: dict[str, Layout] = {
                  refuse=(("sinusoidal_embeddings", "XLM's frozen sinusoidal table is not "
                           "modelled"),),
                  keys=(("hidden_size", "emb_dim"), ("num_hidden_layers", "n_layers"),
-                       ("num_attention_heads", "n_heads")))
-       for t, cls in (("xlm", "XLMWithLMHeadModel"), ("flaubert", "FlaubertWithLMHeadModel"))},
+                       ("num_attention_heads", "n_heads")),
+                 # FlaubertModel's pre_norm and layerdrop (XLMModel has neither)
+                 pre_norm_key=keys, layerdrop_key=keys and "layerdrop")
+       for t, cls, keys in (("xlm", "XLMWithLMHeadModel", ""),
+                            ("flaubert", "FlaubertWithLMHeadModel", "pre_norm"))},
     "flint": Layout("FlintForCausalLM", mlp_bias=False, qk_norm="head", sinks=True,
                     moe=Moe(shared_ff="shared_expert_intermediate_size",
                             mlp_only="mlp_only_layers", mlp_only_default=(0, 1),

@@ -37,7 +37,8 @@ HEADS = {"bert": ("cls.predictions", "transform.dense", "transform.LayerNorm", "
          "rembert": ("cls.predictions", "dense", "LayerNorm", "decoder", False),
          "roberta": ("lm_head", "dense", "layer_norm", "decoder", True),
          "electra": ("", "generator_predictions.dense", "generator_predictions.LayerNorm",
-                     "generator_lm_head", False)}
+                     "generator_lm_head", False),
+         "distilbert": ("", "vocab_transform", "vocab_layer_norm", "vocab_projector", False)}
 
 
 @dataclass(frozen=True)
