@@ -1,28 +1,25 @@
 """The op graphs of BERT's kin that the encoder families did not map: DistilBERT
 (transformer_calc/graph/families/distilbert.py), the pre-norm encoders RoBERTa-PreLayerNorm,
-XLM-RoBERTa-XL and Megatron-BERT (families/prenorm_bert.py) and Flaubert (XLM's forward,
-families/xlm.py), which memory_report reads for their model types: against every measured
-CPU row of their tiny configs, to the byte (full training, peft's LoRA, CPU autocast);
+XLM-RoBERTa-XL and Megatron-BERT (families/prenorm_bert.py), RoFormer (families/roformer.py),
+BigBird where it runs full attention (families/bert.py's BigBird) and Flaubert (XLM's
+forward, families/xlm.py), which memory_report reads for their model types: against every
+measured CPU row of their configs, to the byte (full training, peft's LoRA, CPU autocast);
 family_of maps them strictly; parameters and FLOPs as tcalc counts them (and as
-FlopCounterMode counts them, pinned below); compiled against traced on random
-configurations.
+transformers and FlopCounterMode count them, pinned below); compiled against traced on
+random configurations.
 
 Fixture: tests/data/activations_encoders_kin_cpu.jsonl (torch 2.13 CPU, transformers 5.23,
 peft 0.21.2, saved_tensors_hooks, use_cache=False, each storage still held at the end of the
 forward once, parameters and buffers excluded; the class hf.counted_class names, B=2 T=64,
 eager and SDPA where the class has it, fp32 and bf16; the rows the measurement skipped,
-classes without SDPA, left out), written by
-
-    V=tests/data/hf/variants
-    C="$V/distilbert-tiny.json $V/roberta-prelayernorm-tiny.json $V/xlm-roberta-xl-tiny.json \\
-       $V/megatron-bert-tiny.json $V/flaubert-tiny.json $V/roformer-tiny.json \\
-       $V/big_bird-tiny.json"
-    OMP_NUM_THREADS=1 python tools/measure_activations_hf.py $C
-    OMP_NUM_THREADS=1 python tools/measure_activations_hf.py --lora 8 $C
-    OMP_NUM_THREADS=1 python tools/measure_activations_hf.py --autocast $C
-
-Its tcalc_bytes column is what the rules (memory.activation_breakdown) answered before the
-graph mapped these types; the autocast rows count autocast's saved weight copies too.
+classes without SDPA, left out), written by the commands in
+tools/measure_activations_hf.py's docstring: the seven -tiny configs full, LoRA all-linear
+r 8 and under CPU autocast; roformer-rotary-value the same; LoRA on DistilBERT's and
+Flaubert's q_lin,v_lin and DistilBERT's out_lin,lin2. The tcalc_bytes column of the seven
+configs' rows is what the rules (memory.activation_breakdown) answered before the graph
+mapped these types, of the other rows the graph's; the autocast rows count autocast's saved
+weight copies too. BigBird's rows ran original_full: T=64 is below its block-sparse length
+((5 + 2·3)·64 + 1 = 705; transformers switches the attention type and says so).
 
 Tolerance: none.
 """
@@ -49,9 +46,10 @@ from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
-from transformer_calc.graph.families.bert import Bert
+from transformer_calc.graph.families.bert import Bert, BigBird
 from transformer_calc.graph.families.distilbert import DistilBert
 from transformer_calc.graph.families.prenorm_bert import LAYOUTS, PreNormBert
+from transformer_calc.graph.families.roformer import RoFormer
 from transformer_calc.graph.families.xlm import XLM
 from transformer_calc.graph.names import by_name, component_rows
 from transformer_calc.hf import spec_from_hf
@@ -59,17 +57,20 @@ from transformer_calc.memory import memory_report
 from transformer_calc.params import count_params
 
 CONFIGS = ("distilbert-tiny.json", "roberta-prelayernorm-tiny.json",
-           "xlm-roberta-xl-tiny.json", "megatron-bert-tiny.json", "flaubert-tiny.json")
+           "xlm-roberta-xl-tiny.json", "megatron-bert-tiny.json", "flaubert-tiny.json",
+           "roformer-tiny.json", "roformer-rotary-value.json", "big_bird-tiny.json")
 ROWS = measured_rows(CONFIGS)
 
 
 def test_the_rows_cover_every_config() -> None:
     counts = {c: sum(r["config"] == c for r in ROWS) for c in CONFIGS}
-    # eager and SDPA (not Megatron-BERT's, Flaubert's), fp32 and bf16, full and LoRA
-    # all-linear r 8; fp32 under autocast
-    assert counts == {"distilbert-tiny.json": 10, "roberta-prelayernorm-tiny.json": 10,
+    # eager and SDPA (not Megatron-BERT's, Flaubert's, RoFormer's, BigBird's), fp32 and
+    # bf16, full and LoRA all-linear r 8; fp32 under autocast; LoRA on peft's q_lin,v_lin
+    # (DistilBERT, Flaubert) and out_lin,lin2 (DistilBERT)
+    assert counts == {"distilbert-tiny.json": 18, "roberta-prelayernorm-tiny.json": 10,
                       "xlm-roberta-xl-tiny.json": 10, "megatron-bert-tiny.json": 5,
-                      "flaubert-tiny.json": 5}
+                      "flaubert-tiny.json": 7, "roformer-tiny.json": 5,
+                      "roformer-rotary-value.json": 5, "big_bird-tiny.json": 5}
     assert {r["file"] for r in ROWS} == {"activations_encoders_kin_cpu.jsonl"}
 
 
@@ -107,6 +108,11 @@ def test_the_families_are_their_model_types() -> None:
         "xlm-roberta-xl-tiny.json": ("xlm-roberta-xl", "roberta"),
         "megatron-bert-tiny.json": ("megatron-bert", "bert")}
     assert type(kinds["flaubert-tiny.json"]) is XLM
+    assert type(kinds["roformer-tiny.json"]) is type(kinds["roformer-rotary-value.json"]) \
+        is RoFormer
+    big = kinds["big_bird-tiny.json"]
+    assert isinstance(big, BigBird) and (big.act, big.head_act, big.sparse_from) == (
+        "gelu_new", "gelu_new", 705)
 
 
 # torch.utils.flop_counter.FlopCounterMode over the class's forward with labels (torch 2.13,
@@ -116,24 +122,31 @@ PINNED_FLOPS = {"distilbert-tiny.json": (14_155_776, 23_961_600),
                 "roberta-prelayernorm-tiny.json": (14_155_776, 23_961_600),
                 "xlm-roberta-xl-tiny.json": (14_155_776, 23_961_600),
                 "megatron-bert-tiny.json": (14_155_776, 23_961_600),
-                "flaubert-tiny.json": (18_874_368, 31_334_400)}
+                "flaubert-tiny.json": (18_874_368, 31_334_400),
+                "roformer-tiny.json": (14_155_776, 23_961_600),
+                # (the pooler's dense over the first token: 2 · 64 · 64 more)
+                "big_bird-tiny.json": (14_163_968, 23_969_792)}
 
 
 # the class's trainable parameters on the meta device (tools/reference_counts.py, torch 2.13,
 # transformers 5.23)
 PINNED_PARAMS = {"distilbert-tiny.json": 129_152, "roberta-prelayernorm-tiny.json": 129_408,
                  "xlm-roberta-xl-tiny.json": 129_344, "megatron-bert-tiny.json": 129_280,
-                 "flaubert-tiny.json": 166_144}
+                 "flaubert-tiny.json": 166_144, "roformer-tiny.json": 96_512,
+                 "big_bird-tiny.json": 362_816}
 
 
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", sorted(PINNED_FLOPS))
 def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
     spec = spec_of(config)
     for B, T in ((1, 64), (1, 100), (3, 100)):
         r = evaluate(family_of(spec), Run(B, T, F32, "cpu", "eager"))
         assert r.params == r.trainable_params == count_params(spec).total \
             == PINNED_PARAMS[config]
-        assert r.forward_flops == B * T * count_flops(spec, T).total
+        per_token = count_flops(spec, T).total
+        # (BigBird's pooler runs once a sequence: tcalc's per-token figure is floored)
+        assert r.forward_flops // (B * T) == per_token
+        assert spec.pooler or r.forward_flops == B * T * per_token
         assert r.forward_flops == B * PINNED_FLOPS[config][T == 100]
 
 

@@ -104,6 +104,14 @@ written by
         $V/roformer-tiny.json $V/big_bird-tiny.json"
     for a in "" "--lora 8" --autocast; do
         OMP_NUM_THREADS=1 python tools/measure_activations_hf.py $a $C; done
+    for a in "" "--lora 8" --autocast; do
+        OMP_NUM_THREADS=1 python tools/measure_activations_hf.py $a \
+            $V/roformer-rotary-value.json; done
+    OMP_NUM_THREADS=1 python tools/measure_activations_hf.py --lora 8 \
+        --lora-targets q_lin,v_lin --tcalc-targets q,v $V/distilbert-tiny.json \
+        $V/flaubert-tiny.json
+    OMP_NUM_THREADS=1 python tools/measure_activations_hf.py --lora 8 \
+        --lora-targets out_lin,lin2 --tcalc-targets o,down $V/distilbert-tiny.json
 """
 
 from __future__ import annotations

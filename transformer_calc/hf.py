@@ -3656,6 +3656,7 @@ class Encoder(NamedTuple):
     # RoCBERT: side tables (rows key, width key), concatenated and projected when the key says
     side: tuple[tuple[str, str], ...] = ()
     side_concat: str = ""
+    block_sparse: bool = False  # BigBird's attention_type, block_size, num_random_blocks
     # ALBERT: num_hidden_groups sets of inner_group_num layers, shared by the layers
     shared: bool = False
     ffn_dropout: bool = False  # a dropout on the FFN's inner width, before down_proj (GTE)
@@ -3728,6 +3729,8 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
             raise SpecError("inner_group_num", "an integer >= 1", inner, source=c.where)
         extra["layer_groups"] = G * inner
         L *= inner
+    if r.block_sparse:
+        extra["block_sparse_from"] = _block_sparse_from(c)
     if r.type_vocab_sizes:  # TapasEmbeddings: a table per entry, positions per cell
         sizes = c.t("type_vocab_sizes")
         extra |= {"type_tables": len(sizes) if isinstance(sizes, (list, tuple)) else 0,
@@ -3757,6 +3760,23 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
                 # IntLayerNorm written out where quant_mode is off (IBertConfig's default)
                 norm_int=r.quant_linear and not c.t("quant_mode", False),
                 yoso_expectation=yoso)
+
+
+def _block_sparse_from(c: Config) -> int:
+    """BigBirdModel.forward: attention_type block_sparse runs block-sparse attention only
+    past (5 + 2 · num_random_blocks) · block_size tokens, switching to original_full below
+    (0: original_full at every length)."""
+    kind = c.t("attention_type", "block_sparse")
+    if kind not in ("block_sparse", "original_full"):
+        raise SpecError("attention_type", "block_sparse or original_full", kind,
+                        source=c.where)
+    if kind == "original_full":
+        return 0
+    block, blocks = c.t("block_size", 64), c.t("num_random_blocks", 3)
+    for key, value in (("block_size", block), ("num_random_blocks", blocks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(key, "an integer >= 1", value, source=c.where)
+    return (5 + 2 * blocks) * block + 1
 
 
 def _token_types(c: Config, r: Encoder) -> int:
@@ -3813,7 +3833,8 @@ ENCODERS: dict[str, Encoder] = {
     "data2vec-text": Encoder("Data2VecTextForMaskedLM"),
     "ibert": Encoder("IBertForMaskedLM", quant_linear=True),
     "ernie": Encoder("ErnieForMaskedLM"),
-    "big_bird": Encoder("BigBirdForMaskedLM", pooler=True, qkv_bias="use_bias"),
+    "big_bird": Encoder("BigBirdForMaskedLM", pooler=True, qkv_bias="use_bias",
+                        block_sparse=True),
     "mra": Encoder("MraForMaskedLM", position_offset=2),
     "yoso": Encoder("YosoForMaskedLM", position_offset=2),
     "roberta-prelayernorm": Encoder("RobertaPreLayerNormForMaskedLM", norm_position="pre",

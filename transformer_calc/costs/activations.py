@@ -357,9 +357,13 @@ def _deepseek_v4_run(family: Family, s: Settings, T: int, autocast: bool,
 
 def _no_global_tokens(family: Family, T: int) -> bool:
     """LongT5's transient-global attention over fewer than global_block_size tokens: no
-    global tokens, zero-size side keys the graph does not express (the rules answer)."""
+    global tokens, zero-size side keys the graph does not express; BigBird's block-sparse
+    attention, from its sparse_from on (the rules answer both)."""
+    from transformer_calc.graph.families.bert import BigBird
     from transformer_calc.graph.families.t5 import T5
 
+    if isinstance(family, BigBird):
+        return 0 < family.sparse_from <= T
     return isinstance(family, T5) and family.global_block > T
 
 

@@ -55,6 +55,7 @@ from transformer_calc.graph.families import (
     paper,
     prenorm_bert,
     qwen3_next,
+    roformer,
     rope_encoder,
     switch,
     t5,
@@ -100,7 +101,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward,
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
     distilbert.DistilBert: distilbert.forward,
-    prenorm_bert.PreNormBert: prenorm_bert.forward,
+    prenorm_bert.PreNormBert: prenorm_bert.forward, roformer.RoFormer: roformer.forward,
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
     opt.TrOcr: opt.trocr_forward, olmo_hybrid.OlmoHybrid: olmo_hybrid.forward,
@@ -266,6 +267,8 @@ _READS["yoso"] = _READS["bert"] | {"yoso_expectation", "position_offset", "sdpa_
 _READS["distilbert"] = _READS["bert"]
 _READS.update(dict.fromkeys(("roberta-prelayernorm", "xlm-roberta-xl", "megatron-bert"),
                             _READS["bert"] | {"sdpa_path"}))
+_READS["roformer"] = _READS["bert"] | {"sdpa_path"}
+_READS["big_bird"] = _READS["bert"] | {"sdpa_path", "block_sparse_from"}
 _READS["rope_encoder"] = _METADATA | _COMMON | {
     "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
     "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
@@ -926,6 +929,36 @@ def _prenorm_bert(spec: ModelSpec) -> bert.Bert | None:
     if family is None or family.task != "mlm":
         return None
     return prenorm_bert.PreNormBert(**{**vars(family), "base": base}, layout=spec.model_type)
+
+
+def _roformer(spec: ModelSpec) -> bert.Bert | None:
+    """RoFormerForMaskedLM (eager only): BERT's post-norm layout without a position table,
+    Q and K rotated by the sinusoidal table (rope), BERT's MLM head; heads of an even width
+    (the rotation pairs a head's features). (spec_from_hf does not read rotary_value: V
+    rotated as well is a new tensor of V's size and dtype in the product's saved set, where
+    V's view was, so the saved bytes and FLOPs are the same: measured, roformer-rotary-value.)"""
+    if not (spec.position == "rope" and not spec.sdpa_path and spec.head_dim % 2 == 0):
+        return None
+    family = _bert_shaped(spec, "roformer", model_type="bert", position="learned",
+                          sdpa_path=True)
+    if family is None or family.task != "mlm":
+        return None
+    return roformer.RoFormer(**{**vars(family), "base": "roformer"})
+
+
+def _big_bird(spec: ModelSpec) -> bert.Bert | None:
+    """BigBirdForMaskedLM where it runs original_full (eager only): BERT's post-norm layout
+    with hidden_act (gelu or gelu_new) in the layers and the head, the pooler run unread;
+    block_sparse_from: where block-sparse attention starts, which graph_activations leaves
+    to the rules."""
+    if not (spec.activation in ("gelu", "gelu_new") and spec.pooler and not spec.sdpa_path):
+        return None
+    family = _bert_shaped(spec, "big_bird", model_type="bert", activation="gelu",
+                          pooler=False, sdpa_path=True, block_sparse_from=0)
+    if family is None or family.task != "mlm":
+        return None
+    return bert.BigBird(**{**vars(family), "head_act": spec.activation},
+                        act=spec.activation, sparse_from=spec.block_sparse_from)
 
 
 def _roc_bert(spec: ModelSpec) -> bert.Bert | None:
@@ -2604,7 +2637,7 @@ _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _paper,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
     _modernbert, _modernbert_decoder, _rembert, _mpnet, _xlm, _tapas, _ibert, _yoso,
-    _distilbert, _prenorm_bert)
+    _distilbert, _prenorm_bert, _roformer, _big_bird)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:
