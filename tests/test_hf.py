@@ -336,6 +336,16 @@ REFERENCE = {
                                                "SwitchTransformersForConditionalGeneration"),
     "variants/switch_transformers-all-sparse.json": (
         371_092, "SwitchTransformersForConditionalGeneration"),
+    # BERT's kin measured in tests/data/activations_encoders_kin_cpu.jsonl:
+    # `tools/reference_counts.py` (torch 2.13.0+cpu, transformers 5.23.0, meta device)
+    "variants/distilbert-tiny.json": (129_152, "DistilBertForMaskedLM"),
+    "variants/roberta-prelayernorm-tiny.json": (129_408, "RobertaPreLayerNormForMaskedLM"),
+    "variants/xlm-roberta-xl-tiny.json": (129_344, "XLMRobertaXLForMaskedLM"),
+    "variants/megatron-bert-tiny.json": (129_280, "MegatronBertForMaskedLM"),
+    "variants/flaubert-tiny.json": (166_144, "FlaubertWithLMHeadModel"),
+    "variants/roformer-tiny.json": (96_512, "RoFormerForMaskedLM"),
+    "variants/roformer-rotary-value.json": (96_512, "RoFormerForMaskedLM"),
+    "variants/big_bird-tiny.json": (362_816, "BigBirdForMaskedLM"),
 }
 
 

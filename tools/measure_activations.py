@@ -95,7 +95,9 @@ def saved_bytes(model: torch.nn.Module, B: int, T: int, device: str = "cpu",
     import inspect
 
     with recorded(model) as storages:
-        if "labels" in inspect.signature(model.forward).parameters:
+        # (peft's PeftModel.forward takes *args, **kwargs: ask the model it wraps)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        if "labels" in inspect.signature(base.forward).parameters:
             loss = model(input_ids=ids, labels=ids if labels is None else labels(ids),
                          use_cache=use_cache).loss
         else:  # a base model (BertModel...): the sum of its outputs, whose backward keeps

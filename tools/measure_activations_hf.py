@@ -93,6 +93,25 @@ one the CPU runs). tests/data/activations_mixers_cpu.jsonl was written by
         qwen3_5_text,lfm2,minimax}-mixer.json \
         tests/data/hf/variants/{nemotron_h,jamba,bamba,falcon_h1,kimi_linear}-tiny.json \
         > tests/data/activations_mixers_cpu.jsonl
+
+tests/data/activations_encoders_kin_cpu.jsonl (BERT's kin: DistilBERT, RoBERTa-PreLayerNorm,
+XLM-RoBERTa-XL, Megatron-BERT, Flaubert, RoFormer, BigBird; its skipped rows left out) was
+written by
+
+    V=tests/data/hf/variants
+    C="$V/distilbert-tiny.json $V/roberta-prelayernorm-tiny.json \
+        $V/xlm-roberta-xl-tiny.json $V/megatron-bert-tiny.json $V/flaubert-tiny.json \
+        $V/roformer-tiny.json $V/big_bird-tiny.json"
+    for a in "" "--lora 8" --autocast; do
+        OMP_NUM_THREADS=1 python tools/measure_activations_hf.py $a $C; done
+    for a in "" "--lora 8" --autocast; do
+        OMP_NUM_THREADS=1 python tools/measure_activations_hf.py $a \
+            $V/roformer-rotary-value.json; done
+    OMP_NUM_THREADS=1 python tools/measure_activations_hf.py --lora 8 \
+        --lora-targets q_lin,v_lin --tcalc-targets q,v $V/distilbert-tiny.json \
+        $V/flaubert-tiny.json
+    OMP_NUM_THREADS=1 python tools/measure_activations_hf.py --lora 8 \
+        --lora-targets out_lin,lin2 --tcalc-targets o,down $V/distilbert-tiny.json
 """
 
 from __future__ import annotations

@@ -2789,6 +2789,9 @@ class Layout(NamedTuple):
     # (parallel_key: parallel when use_parallel_residual is set, StableLM)
     qk_norm: str = "none"  # none | head | width
     qk_norm_key: str = ""  # a config key that switches qk_norm on ("": always on)
+    pre_norm_key: str = ""  # a config key that makes post norms pre norms (Flaubert's)
+    # a config key: the probability that training skips a layer (notes an upper bound)
+    layerdrop_key: str = ""
     sinks: bool = False
     lm_head_bias: bool | str = False
     full_width: str = ""  # why n_heads · head_dim must equal hidden_size ("": it need not)
@@ -2913,6 +2916,9 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
                         f"({r.full_width})", d_head, source=c.where)
     kv = (1 if c.flag(r.kv_from) else H) if r.kv_from else c.t("num_key_value_heads", H)
     qk = r.qk_norm if not r.qk_norm_key or c.flag(r.qk_norm_key) else "none"
+    if r.layerdrop_key and c.t(r.layerdrop_key, 0.0):
+        c.notes.append(f"{r.layerdrop_key}: in training transformers skips each layer with "
+                       "that probability; FLOPs and memory count every layer (an upper bound)")
     qkv, o, mlp = c.flag(r.qkv_bias), c.flag(r.o_bias), c.flag(r.mlp_bias)
     if r.dense_ff and c.t(r.dense_ff) is not None:
         F = c.t(r.dense_ff)
@@ -2925,7 +2931,8 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         activation=r.act[1:] if r.act.startswith("=") else
         dict(r.act_names).get(str(c.get(c.spelled(r.act), c.table.get(c.spelled(r.act)))))
         or c.activation(c.spelled(r.act), c.table.get(c.spelled(r.act)) or "silu"),
-        norm=r.norm, norm_position="post" if r.norms == "post" else "pre",
+        norm=r.norm, norm_position="post" if r.norms == "post" and not (
+            r.pre_norm_key and c.flag(r.pre_norm_key)) else "pre",
         sandwich_norm=r.norms == "sandwich" and (not r.sandwich_key
                                                  or c.flag(r.sandwich_key)),
         parallel_block=r.norms == "parallel" or (r.norms == "parallel_key"
@@ -3437,8 +3444,11 @@ GENERIC: dict[str, Layout] = {
                  refuse=(("sinusoidal_embeddings", "XLM's frozen sinusoidal table is not "
                           "modelled"),),
                  keys=(("hidden_size", "emb_dim"), ("num_hidden_layers", "n_layers"),
-                       ("num_attention_heads", "n_heads")))
-       for t, cls in (("xlm", "XLMWithLMHeadModel"), ("flaubert", "FlaubertWithLMHeadModel"))},
+                       ("num_attention_heads", "n_heads")),
+                 # FlaubertModel's pre_norm and layerdrop (XLMModel has neither)
+                 pre_norm_key=keys, layerdrop_key=keys and "layerdrop")
+       for t, cls, keys in (("xlm", "XLMWithLMHeadModel", ""),
+                            ("flaubert", "FlaubertWithLMHeadModel", "pre_norm"))},
     "flint": Layout("FlintForCausalLM", mlp_bias=False, qk_norm="head", sinks=True,
                     moe=Moe(shared_ff="shared_expert_intermediate_size",
                             mlp_only="mlp_only_layers", mlp_only_default=(0, 1),
@@ -3646,6 +3656,7 @@ class Encoder(NamedTuple):
     # RoCBERT: side tables (rows key, width key), concatenated and projected when the key says
     side: tuple[tuple[str, str], ...] = ()
     side_concat: str = ""
+    block_sparse: bool = False  # BigBird's attention_type, block_size, num_random_blocks
     # ALBERT: num_hidden_groups sets of inner_group_num layers, shared by the layers
     shared: bool = False
     ffn_dropout: bool = False  # a dropout on the FFN's inner width, before down_proj (GTE)
@@ -3718,6 +3729,8 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
             raise SpecError("inner_group_num", "an integer >= 1", inner, source=c.where)
         extra["layer_groups"] = G * inner
         L *= inner
+    if r.block_sparse:
+        extra["block_sparse_from"] = _block_sparse_from(c)
     if r.type_vocab_sizes:  # TapasEmbeddings: a table per entry, positions per cell
         sizes = c.t("type_vocab_sizes")
         extra |= {"type_tables": len(sizes) if isinstance(sizes, (list, tuple)) else 0,
@@ -3747,6 +3760,23 @@ def _encoder(c: Config, r: Encoder) -> dict[str, Any]:
                 # IntLayerNorm written out where quant_mode is off (IBertConfig's default)
                 norm_int=r.quant_linear and not c.t("quant_mode", False),
                 yoso_expectation=yoso)
+
+
+def _block_sparse_from(c: Config) -> int:
+    """BigBirdModel.forward: attention_type block_sparse runs block-sparse attention only
+    past (5 + 2 · num_random_blocks) · block_size tokens, switching to original_full below
+    (0: original_full at every length)."""
+    kind = c.t("attention_type", "block_sparse")
+    if kind not in ("block_sparse", "original_full"):
+        raise SpecError("attention_type", "block_sparse or original_full", kind,
+                        source=c.where)
+    if kind == "original_full":
+        return 0
+    block, blocks = c.t("block_size", 64), c.t("num_random_blocks", 3)
+    for key, value in (("block_size", block), ("num_random_blocks", blocks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(key, "an integer >= 1", value, source=c.where)
+    return (5 + 2 * blocks) * block + 1
 
 
 def _token_types(c: Config, r: Encoder) -> int:
@@ -3803,7 +3833,8 @@ ENCODERS: dict[str, Encoder] = {
     "data2vec-text": Encoder("Data2VecTextForMaskedLM"),
     "ibert": Encoder("IBertForMaskedLM", quant_linear=True),
     "ernie": Encoder("ErnieForMaskedLM"),
-    "big_bird": Encoder("BigBirdForMaskedLM", pooler=True, qkv_bias="use_bias"),
+    "big_bird": Encoder("BigBirdForMaskedLM", pooler=True, qkv_bias="use_bias",
+                        block_sparse=True),
     "mra": Encoder("MraForMaskedLM", position_offset=2),
     "yoso": Encoder("YosoForMaskedLM", position_offset=2),
     "roberta-prelayernorm": Encoder("RobertaPreLayerNormForMaskedLM", norm_position="pre",

@@ -167,6 +167,10 @@ class ModelSpec:
     rope_fp32: bool = _f(False, "RoPE keeps cos and sin in fp32 and computes q·cos + "
                          "rotate_half(q)·sin in fp32, cast back to the query's dtype (OLMo, "
                          "OLMo2, OLMo3, FlexOlmo, Beam, LFM3)", arch=False)
+    block_sparse_from: int = _f(0, "the sequence length from which BigBird's block-sparse "
+                                "attention runs ((5 + 2 · num_random_blocks) · block_size + 1; "
+                                "shorter sequences run full attention); 0: full attention at "
+                                "every length", arch=False)
     norm_manual: bool = _f(False, "the LayerNorm is written out in fp32 (CohereLayerNorm): it "
                            "keeps x − mean twice, the normalised tensor and 1/std, and a "
                            "(heads, d_head) QK-norm norms each head apart", arch=False)

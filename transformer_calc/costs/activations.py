@@ -82,6 +82,9 @@ _MPT_MODULES = {"qkv": "Wqkv", "o": "out_proj", "up": "up_proj", "down": "down_p
 _DBRX_MODULES = {"qkv": "Wqkv", "o": "out_proj", "router": "router.layer", "lm_head": "lm_head"}
 # OPT (graph/families/opt.py): out_proj, fc1, fc2; "project" is both projections of the
 # embeddings (project_in, project_out), as transformer_calc.lora gives the role
+# XLM's, Flaubert's and DistilBERT's projections and FFN
+_XLM_MODULES = {"q": "q_lin", "k": "k_lin", "v": "v_lin", "o": "out_lin", "up": "lin1",
+                "down": "lin2"}
 _OPT_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj", "up": "fc1",
                 "down": "fc2", "project": "project_in"}
 
@@ -354,9 +357,13 @@ def _deepseek_v4_run(family: Family, s: Settings, T: int, autocast: bool,
 
 def _no_global_tokens(family: Family, T: int) -> bool:
     """LongT5's transient-global attention over fewer than global_block_size tokens: no
-    global tokens, zero-size side keys the graph does not express (the rules answer)."""
+    global tokens, zero-size side keys the graph does not express; BigBird's block-sparse
+    attention, from its sparse_from on (the rules answer both)."""
+    from transformer_calc.graph.families.bert import BigBird
     from transformer_calc.graph.families.t5 import T5
 
+    if isinstance(family, BigBird):
+        return 0 < family.sparse_from <= T
     return isinstance(family, T5) and family.global_block > T
 
 
@@ -544,6 +551,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.bert import Bert
     from transformer_calc.graph.families.dbrx import Dbrx
     from transformer_calc.graph.families.deberta import Deberta
+    from transformer_calc.graph.families.distilbert import DistilBert
     from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.fsmt import Fsmt
     from transformer_calc.graph.families.gpt2 import GPT2
@@ -562,6 +570,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.families.rope_encoder import RopeEncoder
     from transformer_calc.graph.families.t5 import T5
     from transformer_calc.graph.families.whisper import Whisper
+    from transformer_calc.graph.families.xlm import XLM
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
 
@@ -574,6 +583,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     table = (_GPT2_MODULES if isinstance(family, GPT2) else
              _rope_encoder_modules(family) if isinstance(family, RopeEncoder) else
              _deberta_modules(family) if isinstance(family, Deberta) else
+             _XLM_MODULES if isinstance(family, XLM | DistilBert) else
              _BERT_MODULES if isinstance(family, Bert) else
              _OPT_MODULES if isinstance(family, OPT) else
              _MODERNBERT_MODULES if isinstance(family, ModernBert) else
@@ -658,7 +668,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
                     s.lora_dropout, dtype)
     if not roles <= table.keys():
         return None
-    if (isinstance(family, GPT2 | Bert) and not isinstance(family, RopeEncoder)
+    if (isinstance(family, GPT2 | Bert) and not isinstance(family, RopeEncoder | DistilBert)
             and len(roles & {"o", "down"}) == 1):
         return None  # one of the two c_proj (output.dense) alone
     names = frozenset(table[r] for r in roles)

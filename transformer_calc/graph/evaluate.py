@@ -21,6 +21,7 @@ from transformer_calc.graph.families import (
     dbrx,
     deberta,
     deepseek_v4,
+    distilbert,
     falcon,
     falcon_h1,
     flint,
@@ -52,7 +53,9 @@ from transformer_calc.graph.families import (
     olmo_hybrid,
     opt,
     paper,
+    prenorm_bert,
     qwen3_next,
+    roformer,
     rope_encoder,
     switch,
     t5,
@@ -97,6 +100,8 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     rope_encoder.RopeEncoder: rope_encoder.forward, deberta.Deberta: deberta.forward,
     albert.Albert: albert.forward, modernbert.ModernBert: modernbert.forward,
     mpnet.MPNet: mpnet.forward, xlm.XLM: xlm.forward,
+    distilbert.DistilBert: distilbert.forward,
+    prenorm_bert.PreNormBert: prenorm_bert.forward, roformer.RoFormer: roformer.forward,
     gemma4.Gemma4: gemma4.forward, gemma3n.Gemma3n: gemma3n.forward,
     opt.OPT: opt.forward, opt.BioGpt: opt.biogpt_forward,
     opt.TrOcr: opt.trocr_forward, olmo_hybrid.OlmoHybrid: olmo_hybrid.forward,
@@ -258,6 +263,12 @@ _READS["xlm"] = _READS["bert"] | {"softmax_fp32", "sdpa_path", "lm_head_bias"}
 _READS["tapas"] = _READS["bert"] | {"type_tables", "cell_positions", "sdpa_path"}
 _READS["ibert"] = _READS["bert"] | {"norm_int", "layers_nn_linear", "sdpa_path"}
 _READS["yoso"] = _READS["bert"] | {"yoso_expectation", "position_offset", "sdpa_path"}
+# DistilBERT (distilbert.py) and the pre-norm encoders (prenorm_bert.py), by model type
+_READS["distilbert"] = _READS["bert"]
+_READS.update(dict.fromkeys(("roberta-prelayernorm", "xlm-roberta-xl", "megatron-bert"),
+                            _READS["bert"] | {"sdpa_path"}))
+_READS["roformer"] = _READS["bert"] | {"sdpa_path"}
+_READS["big_bird"] = _READS["bert"] | {"sdpa_path", "block_sparse_from"}
 _READS["rope_encoder"] = _METADATA | _COMMON | {
     "arch", "norm_position", "final_norm", "embedding_norm", "token_types", "lm_head",
     "mlm_head", "loss_fp32", "n_kv_heads", "d_head", "ffn_dropout", "bias_q", "bias_k",
@@ -807,12 +818,14 @@ def _mpnet(spec: ModelSpec) -> bert.Bert | None:
 
 
 def _xlm(spec: ModelSpec) -> xlm.XLM | None:
-    """XLMWithLMHeadModel (spec_from_hf's fields for model_type xlm): post-norm layers,
+    """XLMWithLMHeadModel and FlaubertWithLMHeadModel (the same forward: FlaubertModel's
+    with pre_norm off, and its layerdrop counted as no layer skipped, as the spec notes;
+    spec_from_hf's fields for model types xlm and flaubert): post-norm layers,
     learned positions, no language embeddings (token_types 0: n_langs 1), eager only, the
     tied projection with its bias, the loss in the scores' dtype. (spec_from_hf reads
     neither gelu_activation nor causal: the graph takes their defaults, GELU and
     bidirectional.)"""
-    if spec.model_type != "xlm" or _unread(spec, "xlm"):
+    if spec.model_type not in ("xlm", "flaubert") or _unread(spec, "xlm"):
         return None
     E, H = spec.d_model, spec.n_heads
     if not (spec.arch == "encoder" and spec.norm == "layernorm" and spec.position == "learned"
@@ -876,6 +889,76 @@ def _yoso(spec: ModelSpec) -> bert.Bert | None:
         return None
     return bert.Yoso(**{**vars(family), "base": "yoso", "P": family.P + 2,
                         "attention_dropout": 0.0})
+
+
+def _distilbert(spec: ModelSpec) -> bert.Bert | None:
+    """DistilBertForMaskedLM: BERT's post-norm layout without token types (the position
+    table's slice, the embeddings' LayerNorm), no dropout on the attention's output, its own
+    head's modules (the vocab_projector's bias its own)."""
+    if spec.token_types != 0:
+        return None
+    family = _bert_shaped(spec, "distilbert", model_type="bert", token_types=1)
+    if family is None or family.task != "mlm":
+        return None
+    return distilbert.DistilBert(**{**vars(family), "base": "distilbert",
+                                    "head": "distilbert", "type_table": False})
+
+
+# the pre-norm encoders (prenorm_bert.py): model_type -> (the base model's attribute, the
+# model type whose embeddings and MLM head it shares)
+_PRENORM_ENCODERS = {"roberta-prelayernorm": ("roberta_prelayernorm", "roberta"),
+                     "xlm-roberta-xl": ("roberta", "roberta"),
+                     "megatron-bert": ("bert", "bert")}
+
+
+def _prenorm_bert(spec: ModelSpec) -> bert.Bert | None:
+    """RobertaPreLayerNormForMaskedLM, XLMRobertaXLForMaskedLM and MegatronBertForMaskedLM:
+    pre-norm layers and a final norm, the embeddings' LayerNorm as the layout has it (only
+    RoBERTa-PreLN's), SDPA where the class has it (not Megatron-BERT's); the embeddings and
+    MLM head of RoBERTa or BERT."""
+    if spec.model_type not in _PRENORM_ENCODERS:
+        return None
+    base, like = _PRENORM_ENCODERS[spec.model_type]
+    layout = prenorm_bert.LAYOUTS[spec.model_type]
+    if not (spec.norm_position == "pre" and spec.final_norm
+            and spec.embedding_norm == layout[3]
+            and spec.sdpa_path == (spec.model_type != "megatron-bert")):
+        return None
+    family = _bert_shaped(spec, spec.model_type, model_type=like, norm_position="post",
+                          final_norm=False, embedding_norm=True, sdpa_path=True)
+    if family is None or family.task != "mlm":
+        return None
+    return prenorm_bert.PreNormBert(**{**vars(family), "base": base}, layout=spec.model_type)
+
+
+def _roformer(spec: ModelSpec) -> bert.Bert | None:
+    """RoFormerForMaskedLM (eager only): BERT's post-norm layout without a position table,
+    Q and K rotated by the sinusoidal table (rope), BERT's MLM head; heads of an even width
+    (the rotation pairs a head's features). (spec_from_hf does not read rotary_value: V
+    rotated as well is a new tensor of V's size and dtype in the product's saved set, where
+    V's view was, so the saved bytes and FLOPs are the same: measured, roformer-rotary-value.)"""
+    if not (spec.position == "rope" and not spec.sdpa_path and spec.head_dim % 2 == 0):
+        return None
+    family = _bert_shaped(spec, "roformer", model_type="bert", position="learned",
+                          sdpa_path=True)
+    if family is None or family.task != "mlm":
+        return None
+    return roformer.RoFormer(**{**vars(family), "base": "roformer"})
+
+
+def _big_bird(spec: ModelSpec) -> bert.Bert | None:
+    """BigBirdForMaskedLM where it runs original_full (eager only): BERT's post-norm layout
+    with hidden_act (gelu or gelu_new) in the layers and the head, the pooler run unread;
+    block_sparse_from: where block-sparse attention starts, which graph_activations leaves
+    to the rules."""
+    if not (spec.activation in ("gelu", "gelu_new") and spec.pooler and not spec.sdpa_path):
+        return None
+    family = _bert_shaped(spec, "big_bird", model_type="bert", activation="gelu",
+                          pooler=False, sdpa_path=True, block_sparse_from=0)
+    if family is None or family.task != "mlm":
+        return None
+    return bert.BigBird(**{**vars(family), "head_act": spec.activation},
+                        act=spec.activation, sparse_from=spec.block_sparse_from)
 
 
 def _roc_bert(spec: ModelSpec) -> bert.Bert | None:
@@ -2553,7 +2636,8 @@ _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
     _paper,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
-    _modernbert, _modernbert_decoder, _rembert, _mpnet, _xlm, _tapas, _ibert, _yoso)
+    _modernbert, _modernbert_decoder, _rembert, _mpnet, _xlm, _tapas, _ibert, _yoso,
+    _distilbert, _prenorm_bert, _roformer, _big_bird)
 
 
 def symbols(family: Family, run: Run) -> dict[str, Dim]:

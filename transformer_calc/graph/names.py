@@ -167,7 +167,8 @@ _GEMMA4_LINEARS = {
 # BERT-style encoders (families/bert.py): a layer's modules as the decoders' tables above
 # key them (post-norm: the attention output's LayerNorm is tcalc's attn.norm, the layer
 # output's its ffn.norm); their rows are named encoder.* in place of decoder.*
-_ENCODER_LAYER = re.compile(r"^\w+\.(?:encoder\.layer|layers|encoder\.albert_layer_groups"
+_ENCODER_LAYER = re.compile(r"^\w+\.(?:encoder\.layer|layers|transformer\.layer"
+                            r"|encoder\.albert_layer_groups"
                             r"\.\d+\.albert_layers)\.(\d+)(?:\.(.*))?$")
 _ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_proj",
                     "attention.self.value": "v_proj", "attention.output.dense": "o_proj",
@@ -201,7 +202,19 @@ _ENCODER_MODULES = {"attention.self.query": "q_proj", "attention.self.key": "k_p
                     # MPNet (families/mpnet.py)
                     "attention.attn.q": "q_proj", "attention.attn.k": "k_proj",
                     "attention.attn.v": "v_proj", "attention.attn.o": "o_proj",
-                    "attention.attn": "self_attn"}
+                    "attention.attn": "self_attn",
+                    # the pre-norm encoders' norms (families/prenorm_bert.py)
+                    "intermediate.LayerNorm": "ln_2", "attention.self_attn_layer_norm": "ln_1",
+                    "LayerNorm": "ln_2", "attention.ln": "ln_1", "ln": "ln_2"}
+# DistilBERT's layer modules (families/distilbert.py), over _ENCODER_MODULES (its ffn is the
+# MLP's module, ALBERT's a linear)
+_DISTILBERT = {"attention.q_lin": "q_proj", "attention.k_lin": "k_proj",
+               "attention.v_lin": "v_proj", "attention.out_lin": "o_proj",
+               "sa_layer_norm": "ln_1", "ffn.lin1": "up_proj", "ffn.lin2": "down_proj",
+               "ffn": "mlp", "output_layer_norm": "ln_2"}
+# the pre-norm encoders' final norms (families/prenorm_bert.py)
+_ENCODER_FINAL_NORMS = frozenset(("roberta_prelayernorm.LayerNorm", "roberta.encoder.LayerNorm",
+                                  "bert.encoder.ln"))
 # peft's ParamWrapper over a MoE's expert weights, by the weight it wraps: the names
 # lora_activations gives their rows
 _WRAPPED = {"gate_up_proj": "gate_up", "down_proj": "out"}
@@ -693,6 +706,8 @@ class _Namer:
             self.norms = dict(_NORMS, post_attention_layernorm="attn.norm",
                               post_feedforward_layernorm="ffn.norm")
         self.encoder = isinstance(family, Bert)
+        self.encoder_modules = {**_ENCODER_MODULES, **_DISTILBERT} \
+            if type(family).__name__ == "DistilBert" else _ENCODER_MODULES
         if isinstance(family, Bert):  # the MLM head's modules: scope -> tcalc's name
             scope, dense, norm, decoder, _ = HEADS[family.head]
             at = (scope + ".") if scope else ""
@@ -928,7 +943,7 @@ class _Namer:
             if rel is not None:
                 return "encoder.attn." + rel
         if layer is not None:
-            module = _ENCODER_MODULES.get(layer.group(2) or "")
+            module = self.encoder_modules.get(layer.group(2) or "")
             if module is None:
                 raise ValueError(f"no component name for {role} saved in {scope}")
             return "encoder." + self._in_layer(module, role, s).removeprefix("decoder.")
@@ -957,6 +972,8 @@ class _Namer:
             return "embed.dropout_mask"
         if last == "LayerNorm" and scope.endswith("embeddings.LayerNorm"):
             return "embed." + self._norm("norm", role)
+        if scope in _ENCODER_FINAL_NORMS:
+            return "encoder." + self._norm("final_norm", role)
         if self.deberta and scope.endswith("encoder.LayerNorm"):  # v2's norm_rel_ebd
             return "encoder.rel_table." + self._norm("norm", role)
         if last in ("embeddings_project", "map_inputs_layer", "embedding_hidden_mapping_in"):

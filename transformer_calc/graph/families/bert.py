@@ -37,7 +37,8 @@ HEADS = {"bert": ("cls.predictions", "transform.dense", "transform.LayerNorm", "
          "rembert": ("cls.predictions", "dense", "LayerNorm", "decoder", False),
          "roberta": ("lm_head", "dense", "layer_norm", "decoder", True),
          "electra": ("", "generator_predictions.dense", "generator_predictions.LayerNorm",
-                     "generator_lm_head", False)}
+                     "generator_lm_head", False),
+         "distilbert": ("", "vocab_transform", "vocab_layer_norm", "vocab_projector", False)}
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,22 @@ class Yoso(Bert):
     max_position_embeddings + 2."""
 
 
+@dataclass(frozen=True)
+class BigBird(Bert):
+    """BigBird (models/big_bird/modeling_big_bird.py, BigBirdForMaskedLM) where it runs
+    original_full: BERT's post-norm layers (BigBirdSelfAttention: eager code, scores
+    divided by sqrt(dh), softmax in their dtype) with hidden_act (act; gelu_new its
+    default) in the intermediate and the head's transform; BigBirdEmbeddings: the token
+    types and positions slices of buffers, dropout before the LayerNorm; BigBirdModel's
+    pooler (an nn.Linear and tanh of the first token) run, its output unread.
+    sparse_from: the length from which attention_type block_sparse runs BigBird's
+    block-sparse attention ((5 + 2 · num_random_blocks) · block_size + 1; shorter
+    sequences switch to original_full), which the graph does not transcribe (0: never)."""
+
+    act: str = "gelu_new"
+    sparse_from: int = 0
+
+
 def _width(m: Builder, cfg: Bert) -> Dim:
     """The embeddings' and the MLM head's width."""
     return m["Ee"] if isinstance(cfg, Factorized) else m["E"]
@@ -200,6 +217,8 @@ def forward(m: Builder, cfg: Bert) -> Tensor:
                          () if mask is None else (mask,))
         if isinstance(cfg, LayoutLM):
             _unused_pooler(m, h)
+        elif isinstance(cfg, BigBird):  # BigBirdModel's pooler: an nn.Linear itself
+            _unused_pooler(m, h, "")
         if cfg.task == "seq_cls" and cfg.head == "bert":  # BertModel's pooler
             with m.module("pooler"):
                 h = ops.tanh(m.linear("dense", ops.select(h, 1, 0), m["E"], True))
@@ -241,13 +260,15 @@ def embeddings(m: Builder, cfg: Bert, ids: Tensor) -> Tensor:
         if cfg.type_table:
             if isinstance(cfg, RemBert | IBert):  # zeros(input_shape, long): new (B, T)
                 types = tr.tensor((B, T), I64, False, name="token_type_ids")
-            elif isinstance(cfg, Yoso):  # the buffer's [:, :T], expanded: a view of it
+            elif isinstance(cfg, Yoso | BigBird):  # the buffer's [:, :T] expanded: a view
                 types = ops.expand(ops.narrow(zeros, 1, 0, T), (B, T))
             else:
                 buffered = ops.expand(zeros, (positions.shape[0], P))
                 types = ops.expand(ops.gather(buffered, 1, positions), (B, T))
             h = ops.add(h, m.embedding("token_type_embeddings", types, m["Ty"], width))
         h = ops.add(h, m.embedding("position_embeddings", positions, P, width))
+        if isinstance(cfg, BigBird):  # BigBirdEmbeddings: dropout, then the LayerNorm
+            return _norm(m, cfg, "LayerNorm", m.dropout(h, cfg.hidden_dropout))
         return m.dropout(_norm(m, cfg, "LayerNorm", h), cfg.hidden_dropout)
 
 
@@ -301,12 +322,14 @@ def _side_tables(m: Builder, h: Tensor) -> Tensor:
     return m.linear("map_inputs_layer", x, m["E"], True)
 
 
-def _unused_pooler(m: Builder, h: Tensor) -> None:
+def _unused_pooler(m: Builder, h: Tensor, dense: str = "dense") -> None:
     """A pooler the masked-LM loss never reads (LayoutLMModel's: dense and tanh of the first
-    token): its parameters and FLOPs count, but its output reaches nothing, so autograd frees
-    what it saved with it before the forward ends: run without a gradient."""
+    token; BigBirdModel's pooler an nn.Linear itself, dense ""): its parameters and FLOPs
+    count, but its output reaches nothing, so autograd frees what it saved with it before
+    the forward ends: run without a gradient."""
     E = m["E"]
-    with m.module("pooler"), m.module("dense"):  # its parameters (and adapters) train
+    with m.module("pooler"), m.module(dense) if dense else contextlib.nullcontext():
+        # its parameters (and adapters) train
         m.param("weight", E, E), m.param("bias", E)
         lora = m.run.lora
         if lora is not None and lora.adapts(m.trace.scope):
@@ -314,8 +337,13 @@ def _unused_pooler(m: Builder, h: Tensor) -> None:
                 m.param("weight", m["r"], E, adapter=True)
             with m.module("lora_B"):
                 m.param("weight", E, m["r"], adapter=True)
-    with m.trace.no_grad(), m.module("pooler"):
-        ops.tanh(m.linear("dense", ops.select(h, 1, 0), E, True))
+    with m.trace.no_grad():
+        first = ops.select(h, 1, 0)
+        if dense:
+            with m.module("pooler"):
+                ops.tanh(m.linear(dense, first, E, True))
+        else:
+            ops.tanh(m.linear("pooler", first, E, True))
 
 
 def _tapas_embeddings(m: Builder, cfg: Tapas, ids: Tensor) -> Tensor:
@@ -376,7 +404,9 @@ def _layer(m: Builder, cfg: Bert, h: Tensor, mask: Tensor | None = None) -> Tens
             a = _self_attention(m, cfg, h, mask)
         a = _output(m, cfg, a, h)
     with m.module("intermediate"):
-        x = ops.gelu(_dense(m, cfg, "dense", a, m["F"]))  # ACT2FN["gelu"]: erf GELU
+        x = _dense(m, cfg, "dense", a, m["F"])
+        # ACT2FN["gelu"]: erf GELU; BigBird's hidden_act, gelu_new by default
+        x = new_gelu(x) if isinstance(cfg, BigBird) and cfg.act == "gelu_new" else ops.gelu(x)
     return _output(m, cfg, x, a)
 
 
