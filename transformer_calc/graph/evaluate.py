@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.graph import variants
@@ -334,6 +335,25 @@ _READS["whisper"] = _METADATA | _COMMON | {
     "norm_position", "final_norm", "embedding_norm", "loss_fp32", "bias_q", "bias_k",
     "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out", "idle_cross_attention",
     "activation_dropout", "n_kv_heads", "d_head"}
+
+# BART's kin (families/bart.py): mBART, PLBART, Blenderbot, BlenderbotSmall, Pegasus,
+# M2M-100, MVP as their *ForConditionalGeneration (sdpa_path: MVP's eager-only attention)
+_READS["bart_kin"] = _READS["bart"] - {"idle_cross_attention"} | {"sdpa_path"}
+# model_type -> how it differs from BART (families/bart.py's Bart fields); the spec must say
+# the same of its norms, embedding norm and positions (_bart_kin_family)
+_BART_KIN: dict[str, dict[str, Any]] = {
+    "plbart": {},
+    "mvp": {"bmm_attention": True, "decoder_batch_positions": True},
+    "mbart": {"pre_norm": True, "fp16_clamp": True},
+    "blenderbot": {"pre_norm": True, "fp16_clamp": True, "embedding_norm": False,
+                   "position_offset": 0},
+    "blenderbot-small": {"position_offset": 0, "norm_before_positions": True},
+    "pegasus": {"pre_norm": True, "fp16_clamp": True, "embedding_norm": False,
+                "sinusoidal": True, "position_offset": 0},
+    # (its sinusoidal buffer's 2 extra rows: position_offset, the spec's 0)
+    "m2m_100": {"pre_norm": True, "fp16_clamp": True, "embedding_norm": False,
+                "sinusoidal": True, "logits_bias": False},
+}
 
 # FSMT (families/fsmt.py): FSMTForConditionalGeneration, eager only
 _READS["fsmt"] = _READS["bart"] - {"idle_cross_attention"} | {
@@ -1940,6 +1960,40 @@ def _bart_family(spec: ModelSpec) -> bart.Bart | None:
                      embedding_norm=not marian, shared_tables=spec.tie_encoder_decoder)
 
 
+def _bart_kin_family(spec: ModelSpec) -> bart.Bart | None:
+    """BART's kin by model type (spec_from_hf's _seq2seq, SEQ2SEQ; _BART_KIN says how
+    each differs from BART): the encoder-decoder its *ForConditionalGeneration counts, one
+    token table for both stacks and the tied head, biases everywhere, the norms, embedding
+    norm and positions the model type has. Its decoder alone (*ForCausalLM) keeps the
+    rules. M2M-100's layerdrop (0.05 by default) skips a layer at random in training: the
+    graph runs every layer, the most a step holds."""
+    kin = _BART_KIN.get(spec.model_type)
+    if kin is None:
+        return None
+    flags = {"pre_norm": False, "embedding_norm": True, "sinusoidal": False,
+             "position_offset": 2, **kin}
+    E, H = spec.d_model, spec.n_heads
+    learned_offset = 0 if flags["sinusoidal"] else flags["position_offset"]
+    layout = (spec.norm_position, spec.final_norm, spec.embedding_norm, spec.position,
+              spec.position_offset) == (
+        "pre" if flags["pre_norm"] else "post", flags["pre_norm"], flags["embedding_norm"],
+        "sinusoidal" if flags["sinusoidal"] else "learned", learned_offset)
+    if not (spec.arch == "encoder-decoder" and layout and spec.norm == "layernorm"
+            and spec.tie_encoder_decoder and spec.tie_embeddings and not spec.loss_fp32
+            and spec.ffn == "plain" and spec.activation in bart.ACTIVATIONS
+            and spec.sdpa_path != bool(kin.get("bmm_attention"))
+            and all((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
+                     spec.bias_ffn_out))
+            and spec.n_kv_heads in (None, H) and H and E % H == 0
+            and spec.d_head in (None, E // H) and not _unread(spec, "bart_kin")):
+        return None
+    return bart.Bart(V=spec.vocab_size, P=spec.max_positions, E=E, H=H, F=spec.d_ff,
+                     Le=spec.n_encoder_layers, Ld=spec.n_decoder_layers,
+                     act=spec.activation, dropout=spec.dropout,
+                     attention_dropout=_attention_dropout(spec),
+                     activation_dropout=spec.activation_dropout, **kin)
+
+
 def _fsmt_family(spec: ModelSpec) -> fsmt.Fsmt | None:
     """FSMT's layout (spec_from_hf's _fsmt): a token table per stack (the source and
     target vocabularies), trainable sinusoidal position tables of max_positions +
@@ -2633,7 +2687,8 @@ _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _jamba_family, _olmo_hybrid_family, _nemotron_h_family, _mimo_v2_flash_family,
     _minimax_m3_family, _lfm2_family, _minimax_family, _moe_family, _mamba_family,
     _bamba_family, _falcon_h1_family,
-    _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _fsmt_family,
+    _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _bart_kin_family,
+    _fsmt_family,
     _paper,
     _rope_encoder, _deberta, _deberta_v2, _bert_generation, _layoutlm, _roc_bert, _albert,
     _modernbert, _modernbert_decoder, _rembert, _mpnet, _xlm, _tapas, _ibert, _yoso,

@@ -1099,9 +1099,10 @@ class _Namer:
         return "q" if first else "k"
 
     def _bart(self, scope: str, role: str, s: Saved) -> str:
-        """BART's, Marian's and FSMT's storages: a layer's as its sublayer's (encoder.attn.*,
-        decoder.cross.*, decoder.ffn.*), the encoder's output the cross-attention reads
-        (once for the model), each stack's embeddings, the head's."""
+        """BART's (and its kin's), Marian's and FSMT's storages: a layer's as its sublayer's
+        (encoder.attn.*, decoder.cross.*, decoder.ffn.*), the encoder's output the
+        cross-attention reads (once for the model), each stack's embeddings and final norm,
+        the head's."""
         st = s.storage
         layer = _BART_LAYER.match(scope)
         if layer is None:
@@ -1113,6 +1114,8 @@ class _Namer:
                 return "embed.dropout_mask"
             if last == "layernorm_embedding":
                 return "embed." + self._norm("norm", role)
+            if last == "layer_norm":  # the pre-norm kin's stacks' final norms
+                return f"{scope.split('.')[1]}." + self._norm("final_norm", role)
             if last == "output_projection":  # FSMT's head, an adapted nn.Linear to peft
                 lora = self.run.lora
                 part = _lora_part(role, s) if lora is not None and lora.adapts(scope) else None
@@ -1124,6 +1127,8 @@ class _Namer:
         if not rest:  # the layer's own ops: the activation, the residual dropouts
             if role in ("mul.other", "native_dropout.result1"):
                 return f"{stack}.residual_dropout_mask"
+            if role == "clamp.self":  # the pre-norm kin's float16 clamp of the output
+                return f"{stack}.output_clamp_input"
             return f"{stack}.ffn.activation"
         sub, part = _BART_MODULES[rest]
         prefix = f"{stack}.{sub}."
