@@ -4,8 +4,11 @@ stack's final layer_norm), PLBART (BART's layout), Blenderbot (pre-norm, no
 layernorm_embedding, positions looked up at arange(T) without BART's offset),
 BlenderbotSmall (post-norm, Blenderbot's positions, the decoder's layernorm_embedding before
 the positions are added), Pegasus (pre-norm, a frozen sinusoidal table), M2M-100 (pre-norm,
-a sinusoidal buffer read under no_grad, no final_logits_bias) and MVP without prompts
-(BART's layout, MvpAttention's own bmm, eager only), each as its *ForConditionalGeneration.
+a sinusoidal buffer read under no_grad, no final_logits_bias), MVP without prompts
+(BART's layout, MvpAttention's own bmm, eager only) and BigBird-Pegasus where transformers
+runs its encoder's original_full attention (Blenderbot's layout with gelu_new, no attention
+biases, BigBirdPegasusSelfAttention; eager only; from block_sparse_from tokens on, its
+block-sparse attention keeps the rules), each as its *ForConditionalGeneration.
 Every measured CPU row of their configs, to the byte, through the trace, the compiled
 structure and memory_report; parameters and forward FLOPs equal tcalc's counts; family_of
 maps them strictly; the compiled path equals the trace on random configurations.
@@ -15,11 +18,13 @@ commands in its docstring: torch 2.13 CPU, transformers 5.23, peft 0.21.2,
 saved_tensors_hooks, use_cache=False; full training B 2 T 64 and B 1 T 37, eager and SDPA,
 fp32 and bf16; peft's LoRA rank 8 on all-linear and on q_proj,v_proj; an fp32 model under
 torch.autocast("cpu", torch.bfloat16), whose rows count autocast's saved weight copies too;
-MVP's SDPA rows are recorded as skipped: its class has no SDPA path). Its tcalc_bytes column
-is what tcalc printed when measured (the rules on some rows, the graph on others), not read
-here. The configs: tests/data/hf/variants/<type>-tiny.json, each config class's defaults
-with small sizes (M2M-100's layerdrop 0.05 included: no layer was dropped in the measured
-forwards, whose draws torch.manual_seed(0) fixes).
+MVP's and BigBird-Pegasus's SDPA rows are recorded as skipped: their classes have no SDPA
+path; BigBird-Pegasus's rows at T 160, past its block_sparse_from, ran block-sparse). Its
+tcalc_bytes column is what tcalc printed when measured (the rules on some rows, the graph
+on others), not read here. The configs: tests/data/hf/variants/<type>-tiny.json, each config
+class's defaults with small sizes (M2M-100's layerdrop 0.05 included: no layer was dropped
+in the measured forwards, whose draws torch.manual_seed(0) fixes; BigBird-Pegasus's
+block_size 16 and num_random_blocks 2: block-sparse from (5 + 2 · 2) · 16 + 1 = 145 tokens).
 
 Tolerance: none.
 """
@@ -41,6 +46,7 @@ from graph_rows import (
     row_settings,
     spec_of,
 )
+from test_graph import _rules_report
 
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
@@ -53,8 +59,12 @@ from transformer_calc.params import count_params
 
 # config -> its model type
 CONFIGS = {f"{t}-tiny.json": t for t in ("mbart", "plbart", "blenderbot", "blenderbot-small",
-                                         "pegasus", "m2m_100", "mvp")}
-ROWS = measured_rows(tuple(CONFIGS))
+                                         "pegasus", "m2m_100", "mvp", "bigbird_pegasus")}
+EAGER_ONLY = ("mvp", "bigbird_pegasus")
+# (the rows transformers ran block-sparse: test_block_sparse_attention_keeps_the_rules)
+SPARSE = [r for r in measured_rows(tuple(CONFIGS))
+          if 0 < spec_of(r["config"]).block_sparse_from <= r["T"]]
+ROWS = [r for r in measured_rows(tuple(CONFIGS)) if r not in SPARSE]
 AUTOCAST = [r for r in ROWS if r.get("autocast")]
 
 
@@ -63,14 +73,19 @@ def test_the_rows_cover_every_config() -> None:
     for config, model_type in CONFIGS.items():
         rows = [r for r in ROWS if r["config"] == config]
         assert spec_of(config).model_type == model_type
-        assert {tuple(r["lora"][1:2]) for r in rows} == {(), ("all-linear",),
-                                                         ("q_proj,v_proj",)}
+        # (BigBird-Pegasus: tcalc takes no q_proj,v_proj targets for it, the row's
+        # estimate could not run)
+        assert {tuple(r["lora"][1:2]) for r in rows} == {(), ("all-linear",)} | (
+            set() if model_type == "bigbird_pegasus" else {("q_proj,v_proj",)})
         assert any(r.get("autocast") for r in rows)
         assert {(r["B"], r["T"]) for r in rows} == {(2, 64), (1, 37)}
-        # MvpForConditionalGeneration has no SDPA path (its rows say skipped)
+        # MvpForConditionalGeneration and BigBird-Pegasus's have no SDPA path (their rows
+        # say skipped)
         assert {r["attention"] for r in rows} == (
-            {"eager"} if model_type == "mvp" else {"eager", "sdpa"})
-    assert len(ROWS) == 6 * (4 * 4 + 2) + (2 * 4 + 1)
+            {"eager"} if model_type in EAGER_ONLY else {"eager", "sdpa"})
+    assert len(ROWS) == 6 * (4 * 4 + 2) + (2 * 4 + 1) + (2 * 3 + 1)
+    assert [(r["config"], r["T"], r["dtype"]) for r in SPARSE] == [
+        ("bigbird_pegasus-tiny.json", 160, dtype) for dtype in ("fp32", "bf16")]
 
 
 def _through_the_report(row: dict) -> bool:
@@ -121,7 +136,7 @@ def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
     # at context T, the graph's matmuls over B·T tokens
     spec = spec_of(config)
     fam = family_of(spec)
-    for attention in ("eager",) if CONFIGS[config] == "mvp" else ("eager", "sdpa"):
+    for attention in ("eager",) if CONFIGS[config] in EAGER_ONLY else ("eager", "sdpa"):
         for B, T in ((1, 8), (3, 5)):
             r = evaluate(fam, Run(B, T, F32, "cpu", attention))
             assert r.params == r.trainable_params == count_params(spec).total
@@ -134,23 +149,53 @@ def test_each_type_maps_to_its_flags() -> None:
     assert all(isinstance(f, Bart) and not f.causal_lm and f.shared_tables
                for f in fams.values())
     pre = {t for t, f in fams.items() if isinstance(f, Bart) and f.pre_norm}
-    assert pre == {"mbart", "blenderbot", "pegasus", "m2m_100"}
-    assert {t for t, f in fams.items() if isinstance(f, Bart) and f.fp16_clamp} == pre
+    assert pre == {"mbart", "blenderbot", "pegasus", "m2m_100", "bigbird_pegasus"}
+    # (BigBirdPegasusEncoderLayer clamps only non-finite values, as BART's: not modelled)
+    assert {t for t, f in fams.items() if isinstance(f, Bart) and f.fp16_clamp} == \
+        pre - {"bigbird_pegasus"}
     assert {t for t, f in fams.items() if isinstance(f, Bart) and f.sinusoidal} == {
         "pegasus", "m2m_100"}
     assert {t for t, f in fams.items() if isinstance(f, Bart) and not f.embedding_norm} == {
-        "blenderbot", "pegasus", "m2m_100"}
+        "blenderbot", "pegasus", "m2m_100", "bigbird_pegasus"}
     # the learned tables: BART's offset 2, Blenderbot's none; M2M-100's buffer has 2 rows more
     assert {t: f.position_offset for t, f in fams.items() if isinstance(f, Bart)} == {
         "mbart": 2, "plbart": 2, "mvp": 2, "blenderbot": 0, "blenderbot-small": 0,
-        "pegasus": 0, "m2m_100": 2}
+        "pegasus": 0, "m2m_100": 2, "bigbird_pegasus": 0}
     small, m2m, mvp = fams["blenderbot-small"], fams["m2m_100"], fams["mvp"]
     assert isinstance(small, Bart) and small.norm_before_positions
     assert isinstance(m2m, Bart) and not m2m.logits_bias and m2m.act == "relu"
     # M2M100Config, PLBartConfig: attention_dropout 0.1
     assert m2m.attention_dropout == fams["plbart"].attention_dropout == 0.1  # type: ignore[union-attr]
     assert isinstance(mvp, Bart) and mvp.bmm_attention and mvp.decoder_batch_positions
+    # BigBirdPegasusConfig: use_bias False, gelu_new, block_size 16 and 2 random blocks here
+    bigbird = fams["bigbird_pegasus"]
+    assert isinstance(bigbird, Bart) and bigbird.bigbird and not bigbird.attention_bias
+    assert bigbird.act == "gelu_new" and bigbird.block_sparse_from == 145
+    assert all(isinstance(f, Bart) and f.attention_bias and not f.block_sparse_from
+               for t, f in fams.items() if t != "bigbird_pegasus")
 
+
+def test_block_sparse_attention_keeps_the_rules() -> None:
+    # from block_sparse_from tokens on BigBirdPegasusEncoder runs block-sparse attention
+    # (the rows at T 160): the graph refuses it, memory_report answers from the rules and
+    # says so; the
+    # default config switches at (5 + 2 · 3) · 64 + 1 = 705 tokens
+    spec = spec_of("bigbird_pegasus-tiny.json")
+    for row in SPARSE:
+        with pytest.raises(ValueError, match="block-sparse"):
+            evaluate(family_of(spec), row_run(row))
+        report = memory_report(spec, row_settings(row)).activations
+        assert report.total == _rules_report(spec, row_settings(row)).activations.total
+        assert any("block-sparse attention" in n for n in report.notes)
+    short = memory_report(spec, row_settings(next(
+        r for r in ROWS if r["config"] == "bigbird_pegasus-tiny.json"))).activations
+    assert not any("block-sparse" in n for n in short.notes)
+    default = spec_from_hf({"model_type": "bigbird_pegasus"})
+    assert default.block_sparse_from == 705
+    full = spec_from_hf(_tiny("bigbird_pegasus-tiny.json", attention_type="original_full"))
+    assert full.block_sparse_from == 0
+    with pytest.raises(TcalcError, match="attention_type"):
+        spec_from_hf(_tiny("bigbird_pegasus-tiny.json", attention_type="sparse"))
 
 def _tiny(config: str, **change: object) -> dict:
     return json.loads((DATA / "hf" / "variants" / config).read_text()) | change
@@ -168,7 +213,9 @@ def test_what_the_graph_does_not_transcribe_keeps_the_rules() -> None:
                   mbart.replace(tie_embeddings=False), mbart.replace(position_offset=0),
                   mbart.replace(bias_k=False), mbart.replace(loss_fp32=True),
                   mbart.replace(n_kv_heads=2), pegasus.replace(position="learned"),
-                  mvp.replace(sdpa_path=True)):
+                  mvp.replace(sdpa_path=True), mbart.replace(block_sparse_from=145),
+                  mbart.replace(bias_q=False, bias_k=False, bias_v=False, bias_o=False),
+                  spec_of("bigbird_pegasus-tiny.json").replace(bias_q=True)):
         with pytest.raises(TcalcError, match="no op graph"):
             family_of(other)
 
@@ -193,9 +240,11 @@ def _draw(rng: random.Random) -> tuple[Bart, Run]:
     H = rng.choice((1, 2, 4))
     kind = rng.choice(sorted(_BART_KIN))
     flags = _BART_KIN[kind]
+    if kind == "bigbird_pegasus":
+        flags = {**flags, "attention_bias": rng.random() < 0.5}
     fam = Bart(V=rng.randint(5, 40), P=64, E=H * rng.choice((1, 2, 8)), H=H,
                F=rng.randint(1, 24), Le=rng.choice((1, 2)), Ld=rng.choice((1, 2)),
-               act=rng.choice(("gelu", "relu")), dropout=rng.choice((0.0, 0.1)),
+               act=rng.choice(("gelu", "relu", "gelu_new")), dropout=rng.choice((0.0, 0.1)),
                attention_dropout=rng.choice((0.0, 0.1)),
                activation_dropout=rng.choice((0.0, 0.1)), **flags)
     device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
@@ -205,7 +254,7 @@ def _draw(rng: random.Random) -> tuple[Bart, Run]:
             ("q_proj", "v_proj", "out_proj", "fc1", "fc2", "all-linear"), rng.choice((1, 2)))),
             rng.choice((0.0, 0.05)))
     return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 7, 33)), dtype, device,
-                    "eager" if kind == "mvp" else rng.choice(("eager", "sdpa")),
+                    "eager" if kind in EAGER_ONLY else rng.choice(("eager", "sdpa")),
                     autocast=BF16 if dtype == F32 and rng.random() < 0.4 else None,
                     use_cache=rng.random() < 0.2, lora=lora,
                     recompute=rng.choice(("none", "none", "selective", "full")))

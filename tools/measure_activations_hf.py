@@ -83,12 +83,16 @@ over a 16-bit input) by
     python tools/measure_activations_hf.py --autocast $V/deberta-v2-c2p-p2c.json
 
 (its SDPA row skipped). tests/data/activations_bart_kin_cpu.jsonl (BART's kin, each config
-class's defaults with small sizes; MVP's SDPA rows skipped: no SDPA path) by
+class's defaults with small sizes; MVP's and BigBird-Pegasus's SDPA rows skipped: no SDPA
+path; BigBird-Pegasus's T 160 rows block-sparse) by
 
     V=tests/data/hf/variants
     for a in "" "-B 1 -T 37" "--lora 8" "--lora 8 --lora-targets q_proj,v_proj" --autocast; do
         python tools/measure_activations_hf.py $a $V/{mbart,plbart,blenderbot,\
 blenderbot-small,pegasus,m2m_100,mvp}-tiny.json; done > tests/data/activations_bart_kin_cpu.jsonl
+    for a in "" "-B 1 -T 37" --autocast "-B 1 -T 160" "--lora 8"; do
+        python tools/measure_activations_hf.py $a $V/bigbird_pegasus-tiny.json
+    done >> tests/data/activations_bart_kin_cpu.jsonl
 
 --mixers: only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
 Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's

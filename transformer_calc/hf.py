@@ -1550,6 +1550,8 @@ class Seq2Seq(NamedTuple):
     # the *ForCausalLM declares no tied weights: its lm_head is its own whatever
     # tie_word_embeddings says (BigBirdPegasusForCausalLM, transformers 5.23)
     decoder_untied: bool = False
+    # BigBird-Pegasus's encoder: attention_type, block_size, num_random_blocks
+    block_sparse: bool = False
 
 
 def _seq2seq(c: Config, r: Seq2Seq) -> dict[str, Any]:
@@ -1582,7 +1584,8 @@ def _seq2seq(c: Config, r: Seq2Seq) -> dict[str, Any]:
                 norm="layernorm", norm_position=r.norm_position, final_norm=r.final_norm,
                 embedding_norm=c.flag(r.embedding_norm),
                 tie_embeddings=bool(c.t("tie_word_embeddings", True)),
-                tie_encoder_decoder=bool(shared))
+                tie_encoder_decoder=bool(shared),
+                **({"block_sparse_from": _block_sparse_from(c)} if r.block_sparse else {}))
 
 
 def _fsmt(c: Config) -> dict[str, Any]:
@@ -1666,7 +1669,8 @@ SEQ2SEQ: dict[str, Seq2Seq] = {
                        decoder_cls="PegasusForCausalLM"),
     "bigbird_pegasus": Seq2Seq("BigBirdPegasusForConditionalGeneration", norm_position="pre",
                                final_norm=True, embedding_norm=False, attn_bias="use_bias",
-                               decoder_cls="BigBirdPegasusForCausalLM", decoder_untied=True),
+                               decoder_cls="BigBirdPegasusForCausalLM", decoder_untied=True,
+                               block_sparse=True),
     # decoders alone: Whisper's text decoder (its k_proj has no bias; learned positions up to
     # max_target_positions) and TrOCR's (BART-like, post-norm, a sinusoidal buffer when
     # use_learned_position_embeddings is false)

@@ -361,6 +361,11 @@ def activation_breakdown(spec: ModelSpec, batch: int, seq_len: int, *, act_bytes
         if spec.encoder_local_block:
             notes.append("the encoder's local attention (LongT5) runs its own einsums, as "
                          "eager attention does, whatever --attention says")
+    if 0 < spec.block_sparse_from <= T:
+        notes.append(f"from {spec.block_sparse_from:,} tokens transformers runs BigBird's "
+                     "block-sparse attention (block_size, num_random_blocks), which is not "
+                     "modelled: its activations are estimated as full attention's, not "
+                     "measured")
     if pattern.kind != "dense":
         # the keys per query are the FLOPs' (flops.pattern_keys)
         notes.append(f"attention pattern {pattern.describe()}: {keys:,} keys per query of "

@@ -118,8 +118,8 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
         return None
     if _sparse_note(pattern, T) and not _flash_branch(family):
         return None  # (a family whose attention is not one interface call throughout)
-    if _t5_cuda_sdpa(family, s) or _no_global_tokens(family, T) \
-            or not _deepseek_v4_run(family, s, T, amp or amp16, adapted_roles):
+    if _t5_cuda_sdpa(family, s) or _no_global_tokens(family, T) or _encoder_block_sparse(
+            family, T) or not _deepseek_v4_run(family, s, T, amp or amp16, adapted_roles):
         return None
     family = _dropout(family, s)
     if family is None:
@@ -160,6 +160,14 @@ def _sparse_note(pattern: object, T: int) -> str:
             f"{T:,}; the kernel keeps no score tensor, so the pattern saves compute, not "
             "memory (a block-sparse flash kernel keeps the output and log-sum-exp as the "
             "dense one does)")
+
+
+def _encoder_block_sparse(family: Family, T: int) -> bool:
+    """BigBird-Pegasus's encoder at T from block_sparse_from on: transformers runs its
+    block-sparse attention there, which the graph does not express (the rules answer)."""
+    from transformer_calc.graph.families.bart import Bart
+
+    return isinstance(family, Bart) and 0 < family.block_sparse_from <= T
 
 
 def _parts_agree(spec: ModelSpec, family: Family, run: Run) -> bool:

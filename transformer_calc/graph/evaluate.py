@@ -338,12 +338,17 @@ _READS["whisper"] = _METADATA | _COMMON | {
 
 # BART's kin (families/bart.py): mBART, PLBART, Blenderbot, BlenderbotSmall, Pegasus,
 # M2M-100, MVP as their *ForConditionalGeneration (sdpa_path: MVP's eager-only attention)
-_READS["bart_kin"] = _READS["bart"] - {"idle_cross_attention"} | {"sdpa_path"}
+_READS["bart_kin"] = _READS["bart"] - {"idle_cross_attention"} | {"sdpa_path",
+                                                                   "block_sparse_from"}
 # model_type -> how it differs from BART (families/bart.py's Bart fields); the spec must say
-# the same of its norms, embedding norm and positions (_bart_kin_family)
+# the same of its norms, embedding norm and positions (_bart_kin_family); the types without
+# an SDPA path (MVP, BigBird-Pegasus) run eager only
 _BART_KIN: dict[str, dict[str, Any]] = {
     "plbart": {},
     "mvp": {"bmm_attention": True, "decoder_batch_positions": True},
+    # (use_bias: the attention's biases, read from the spec)
+    "bigbird_pegasus": {"pre_norm": True, "embedding_norm": False, "position_offset": 0,
+                        "bigbird": True},
     "mbart": {"pre_norm": True, "fp16_clamp": True},
     "blenderbot": {"pre_norm": True, "fp16_clamp": True, "embedding_norm": False,
                    "position_offset": 0},
@@ -1963,10 +1968,12 @@ def _bart_family(spec: ModelSpec) -> bart.Bart | None:
 def _bart_kin_family(spec: ModelSpec) -> bart.Bart | None:
     """BART's kin by model type (spec_from_hf's _seq2seq, SEQ2SEQ; _BART_KIN says how
     each differs from BART): the encoder-decoder its *ForConditionalGeneration counts, one
-    token table for both stacks and the tied head, biases everywhere, the norms, embedding
-    norm and positions the model type has. Its decoder alone (*ForCausalLM) keeps the
+    token table for both stacks and the tied head, biases everywhere (BigBird-Pegasus's
+    attention: per use_bias), the norms, embedding norm and positions the model type has. Its decoder alone (*ForCausalLM) keeps the
     rules. M2M-100's layerdrop (0.05 by default) skips a layer at random in training: the
-    graph runs every layer, the most a step holds."""
+    graph runs every layer, the most a step holds. BigBird-Pegasus: its attention biases
+    all or none (use_bias), its encoder's block-sparse attention from block_sparse_from
+    tokens on left to the rules (costs/activations.py)."""
     kin = _BART_KIN.get(spec.model_type)
     if kin is None:
         return None
@@ -1981,9 +1988,10 @@ def _bart_kin_family(spec: ModelSpec) -> bart.Bart | None:
     if not (spec.arch == "encoder-decoder" and layout and spec.norm == "layernorm"
             and spec.tie_encoder_decoder and spec.tie_embeddings and not spec.loss_fp32
             and spec.ffn == "plain" and spec.activation in bart.ACTIVATIONS
-            and spec.sdpa_path != bool(kin.get("bmm_attention"))
-            and all((spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o, spec.bias_ffn_in,
-                     spec.bias_ffn_out))
+            and spec.sdpa_path != bool(kin.get("bmm_attention") or kin.get("bigbird"))
+            and (spec.bias_q or kin.get("bigbird")) and spec.bias_ffn_in and spec.bias_ffn_out
+            and spec.bias_q == spec.bias_k == spec.bias_v == spec.bias_o
+            and (spec.block_sparse_from == 0 or kin.get("bigbird"))
             and spec.n_kv_heads in (None, H) and H and E % H == 0
             and spec.d_head in (None, E // H) and not _unread(spec, "bart_kin")):
         return None
@@ -1991,7 +1999,9 @@ def _bart_kin_family(spec: ModelSpec) -> bart.Bart | None:
                      Le=spec.n_encoder_layers, Ld=spec.n_decoder_layers,
                      act=spec.activation, dropout=spec.dropout,
                      attention_dropout=_attention_dropout(spec),
-                     activation_dropout=spec.activation_dropout, **kin)
+                     activation_dropout=spec.activation_dropout,
+                     attention_bias=spec.bias_q, block_sparse_from=spec.block_sparse_from,
+                     **kin)
 
 
 def _fsmt_family(spec: ModelSpec) -> fsmt.Fsmt | None:

@@ -242,7 +242,12 @@ _BART_MODULES = {"self_attn": ("attn", ""), "encoder_attn": ("cross", ""),
                  "fc1": ("ffn", "input"), "fc2": ("ffn", "out_input"),
                  "self_attn_layer_norm": ("attn", "norm"),
                  "encoder_attn_layer_norm": ("cross", "norm"),
-                 "final_layer_norm": ("ffn", "norm")}
+                 "final_layer_norm": ("ffn", "norm"),
+                 # BigBird-Pegasus's encoder attention (BigBirdPegasusSelfAttention)
+                 "self_attn.self": ("attn", ""), "self_attn.self.query": ("attn", "input"),
+                 "self_attn.self.key": ("attn", "input"),
+                 "self_attn.self.value": ("attn", "input"),
+                 "self_attn.output": ("attn", "o_input")}
 # T5Gemma (families/t5gemma.py): a layer's modules -> its sublayer (and norm)
 _T5GEMMA_LAYER = re.compile(r"^model\.(encoder|decoder)\.layers\.\d+(?:\.(.*))?$")
 _T5GEMMA_SUBLAYERS = {"self_attn": "attn", "cross_attn": "cross", "mlp": "ffn"}
@@ -261,7 +266,7 @@ _PAPER_MODULES = {"self_attn": ("attn", ""), "multihead_attn": ("cross", ""),
 _PAPER_NORMS = {"encoder": {"norm1": "attn", "norm2": "ffn"},
                 "decoder": {"norm1": "attn", "norm2": "cross", "norm3": "ffn"}}
 _BART_ADAPTED = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "out_proj": "o", "fc1": "in",
-                 "fc2": "out"}
+                 "fc2": "out", "query": "q", "key": "k", "value": "v", "output": "o"}
 # DeBERTa's position projections: the relative table's window is their input
 _INPUTS.update({"pos_proj": "attn.relative_table", "pos_q_proj": "attn.relative_table"})
 _ADAPTED.update({"pos_proj": "attn.pos_key", "pos_q_proj": "attn.pos_query"})
@@ -688,6 +693,8 @@ class _Namer:
                              else getattr(family, "attention_dropout", 0.0)) != 0
         self.t5 = isinstance(family, T5)
         self.bart = isinstance(family, Bart | Fsmt)
+        # BigBird-Pegasus's stacks end in norms named layernorm_embedding
+        self.bart_final_embedding_norm = isinstance(family, Bart) and family.bigbird
         self.paper = isinstance(family, Paper)
         self.t5gemma = isinstance(family, T5Gemma)
         self.mixer = isinstance(family, Mamba | Mamba2)
@@ -1112,9 +1119,9 @@ class _Namer:
             if last in ("encoder", "decoder") and role in ("mul.other",
                                                            "native_dropout.result1"):
                 return "embed.dropout_mask"
-            if last == "layernorm_embedding":
+            if last == "layernorm_embedding" and not self.bart_final_embedding_norm:
                 return "embed." + self._norm("norm", role)
-            if last == "layer_norm":  # the pre-norm kin's stacks' final norms
+            if last in ("layer_norm", "layernorm_embedding"):  # the pre-norm kin's final norms
                 return f"{scope.split('.')[1]}." + self._norm("final_norm", role)
             if last == "output_projection":  # FSMT's head, an adapted nn.Linear to peft
                 lora = self.run.lora
@@ -1129,6 +1136,8 @@ class _Namer:
                 return f"{stack}.residual_dropout_mask"
             if role == "clamp.self":  # the pre-norm kin's float16 clamp of the output
                 return f"{stack}.output_clamp_input"
+            if role == "mul.other" and st.op == "add":
+                return f"{stack}.ffn.activation"  # gelu_new's 1 + tanh(...)
             return f"{stack}.ffn.activation"
         sub, part = _BART_MODULES[rest]
         prefix = f"{stack}.{sub}."

@@ -18,7 +18,13 @@ the positions are added); models/pegasus/modeling_pegasus.py
 models/m2m_100/modeling_m2m_100.py (M2M100ForConditionalGeneration: pre-norm, final norms, a
 sinusoidal buffer of P + 2 rows read by index_select under no_grad, no final_logits_bias);
 models/mvp/modeling_mvp.py (MvpForConditionalGeneration without prompts, use_prompt's
-default: BART's layout, MvpAttention's own bmm over (B·H, T, dh), eager only).
+default: BART's layout, MvpAttention's own bmm over (B·H, T, dh), eager only);
+models/bigbird_pegasus/modeling_bigbird_pegasus.py (BigBirdPegasusForConditionalGeneration
+where transformers runs the encoder's original_full attention, below block_sparse_from
+tokens: Blenderbot's layout with gelu_new, no attention biases unless use_bias, the
+encoder's BigBirdPegasusSelfAttention (query, key, value, output; the scores divided by
+√dh) and FFN without an activation dropout, the stacks' final norms named
+layernorm_embedding; eager only).
 
 The measurement's forward is model(input_ids=ids, labels=ids): the encoder reads ids, the
 decoder shift_tokens_right(labels), a new (B, T) int64 tensor (BartForCausalLM: ids
@@ -29,17 +35,19 @@ eager and None under SDPA (is_causal), the cross-attention's mask is None."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformer_calc.graph import ops
+from transformer_calc.graph.families.gpt2 import new_gelu
 from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_mask
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import F16, I64, Tensor
 
-ACTIVATIONS = {"gelu": ops.gelu, "relu": ops.relu, "silu": ops.silu}
+ACTIVATIONS = {"gelu": ops.gelu, "relu": ops.relu, "silu": ops.silu, "gelu_new": new_gelu}
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,10 @@ class Bart:
     bmm_attention: MvpAttention's bmm over (B·H, T, dh) copies; decoder_batch_positions:
     the decoder's positions + 2 over (B, T) as the encoder's (MVP); fp16_clamp: the encoder
     layer's torch.clamp of a float16 output (mBART, Blenderbot, Pegasus, M2M-100: whatever
-    the values)."""
+    the values); attention_bias: q, k, v and the output projections' biases (BigBird-
+    Pegasus's use_bias); bigbird: BigBird-Pegasus's encoder attention, FFN and final norms
+    (_bigbird_attention); block_sparse_from: the length from which its encoder runs
+    block-sparse attention, which the graph does not express (0: never)."""
 
     V: int
     P: int
@@ -89,6 +100,9 @@ class Bart:
     bmm_attention: bool = False
     decoder_batch_positions: bool = False
     fp16_clamp: bool = False
+    attention_bias: bool = True
+    bigbird: bool = False
+    block_sparse_from: int = 0
 
     def sizes(self) -> dict[str, int]:
         # (one set of symbols per class: BartForCausalLM's Le is 1, no layer reads it)
@@ -102,8 +116,12 @@ def forward(m: Builder, cfg: Bart) -> Tensor:
     CrossEntropyLoss over lm_logits.view(-1, V) and labels.view(-1) in the logits' dtype.
     BartForCausalLM: the decoder over ids, the lm_head tied to its table, the same loss
     (no shift). MvpForConditionalGeneration has no SDPA path: eager only."""
-    if cfg.bmm_attention and m.run.attention != "eager":
-        raise ValueError("MvpForConditionalGeneration has no SDPA path: eager attention only")
+    if (cfg.bmm_attention or cfg.bigbird) and m.run.attention != "eager":
+        raise ValueError("MvpForConditionalGeneration and BigBirdPegasusForConditional"
+                         "Generation have no SDPA path: eager attention only")
+    if cfg.block_sparse_from and m["T"].value >= cfg.block_sparse_from:
+        raise ValueError(f"BigBird-Pegasus's encoder runs block-sparse attention from "
+                         f"{cfg.block_sparse_from} tokens: not expressed by the graph")
     B, T, E, V = m["B"], m["T"], m["E"], m["V"]
     tr = m.trace
     ids = tr.input((B, T), I64, "input_ids")
@@ -184,12 +202,16 @@ def _positions(m: Builder, cfg: Bart, decoder: bool) -> Tensor:
     return positions
 
 
+# the stacks' final norms (BigBird-Pegasus's: named layernorm_embedding)
+_FINAL_NORM = {False: "layer_norm", True: "layernorm_embedding"}
+
+
 def _encoder(m: Builder, cfg: Bart, ids: Tensor, table: Tensor) -> Tensor:
     """BartEncoder.forward: the embeddings, the layers, the final layer_norm of the
     pre-norm kin."""
     h = _embed(m, cfg, ids, table, _positions(m, cfg, False), False)
     h = m.layers("layers", lambda x: _layer(m, cfg, x, None, None), h, count="Le")
-    return m.layer_norm("layer_norm", h) if cfg.pre_norm else h
+    return m.layer_norm(_FINAL_NORM[cfg.bigbird], h) if cfg.pre_norm else h
 
 
 def _decoder(m: Builder, cfg: Bart, ids: Tensor, table: Tensor, enc: Tensor | None
@@ -201,7 +223,7 @@ def _decoder(m: Builder, cfg: Bart, ids: Tensor, table: Tensor, enc: Tensor | No
     extras = tuple(t for t in (mask, enc) if t is not None)
     h = m.layers("layers", lambda x: _layer(m, cfg, x, mask, enc, decoder=True), h,
                  extras, count="Ld")
-    return m.layer_norm("layer_norm", h) if cfg.pre_norm else h
+    return m.layer_norm(_FINAL_NORM[cfg.bigbird], h) if cfg.pre_norm else h
 
 
 def _layer(m: Builder, cfg: Bart, h: Tensor, mask: Tensor | None, enc: Tensor | None,
@@ -221,6 +243,8 @@ def _layer(m: Builder, cfg: Bart, h: Tensor, mask: Tensor | None, enc: Tensor | 
 
     def self_attn(x: Tensor) -> Tensor:
         with m.module("self_attn"):
+            if cfg.bigbird and not decoder:
+                return _bigbird_attention(m, cfg, x)
             return _attention(m, cfg, x, x, mask, causal=decoder,
                               cached=decoder and cfg.causal_lm)
 
@@ -231,7 +255,9 @@ def _layer(m: Builder, cfg: Bart, h: Tensor, mask: Tensor | None, enc: Tensor | 
 
     def ffn(x: Tensor) -> Tensor:
         x = ACTIVATIONS[cfg.act](m.linear("fc1", x, m["F"], True))
-        return m.linear("fc2", m.dropout(x, cfg.activation_dropout), E, True)
+        if not (cfg.bigbird and not decoder):  # (BigBirdPegasusEncoderLayer has none)
+            x = m.dropout(x, cfg.activation_dropout)
+        return m.linear("fc2", x, E, True)
 
     h = sublayer(h, "self_attn_layer_norm", self_attn)
     if enc is not None:
@@ -258,7 +284,8 @@ def _attention(m: Builder, cfg: Bart, x: Tensor, kv: Tensor, mask: Tensor | None
     if cfg.bmm_attention:
         return _bmm_attention(m, cfg, x, kv, mask)
     B, T, H, dh = m["B"], m["T"], m["H"], m["dh"]
-    q, k, v = (ops.transpose(ops.view(m.linear(name, src, H * dh, True), (B, T, H, dh)), 1, 2)
+    bias = cfg.attention_bias
+    q, k, v = (ops.transpose(ops.view(m.linear(name, src, H * dh, bias), (B, T, H, dh)), 1, 2)
                for name, src in (("q_proj", x), ("k_proj", kv), ("v_proj", kv)))
     if cached and m.use_cache:
         k, v = ops.cat([k], -2), ops.cat([v], -2)
@@ -280,7 +307,7 @@ def _attention(m: Builder, cfg: Bart, x: Tensor, kv: Tensor, mask: Tensor | None
                                            dropout_p=p, scale=scaling)
         out = ops.contiguous(ops.transpose(ops.reshape(out, (B, H, T, dh)), 1, 2))
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
-    return m.linear("out_proj", out, m["E"], True)
+    return m.linear("out_proj", out, m["E"], bias)
 
 
 def _bmm_attention(m: Builder, cfg: Bart, x: Tensor, kv: Tensor, mask: Tensor | None
@@ -304,3 +331,20 @@ def _bmm_attention(m: Builder, cfg: Bart, x: Tensor, kv: Tensor, mask: Tensor | 
     w = m.dropout(ops.softmax(w), cfg.attention_dropout)
     out = ops.transpose(ops.view(ops.bmm(w, v), (B, H, T, dh)), 1, 2)
     return m.linear("out_proj", ops.reshape(out, (B, T, E)), E, True)
+
+
+def _bigbird_attention(m: Builder, cfg: Bart, x: Tensor) -> Tensor:
+    """BigBirdPegasusEncoderAttention.forward under original_full (eager only):
+    BigBirdPegasusSelfAttention's query, key and value viewed (B, T, H, dh) and transposed,
+    matmul(q, kᵀ) / √dh (the all-ones padding mask adds nothing it keeps), softmax in the
+    scores' dtype, dropout at attention_dropout, matmul with V, permuted, contiguous, viewed
+    (B, T, E); then the output projection."""
+    B, T, E, H, dh = m["B"], m["T"], m["E"], m["H"], m["dh"]
+    bias = cfg.attention_bias
+    with m.module("self"):
+        q, k, v = (ops.transpose(ops.view(m.linear(name, x, E, bias), (B, T, H, dh)), 1, 2)
+                   for name in ("query", "key", "value"))
+        w = ops.div(ops.matmul(q, ops.transpose(k, 2, 3)), math.sqrt(dh.value))
+        w = m.dropout(ops.softmax(w), cfg.attention_dropout)
+        out = ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))
+    return m.linear("output", ops.view(out, (B, T, E)), E, bias)
