@@ -1969,11 +1969,11 @@ def _bart_kin_family(spec: ModelSpec) -> bart.Bart | None:
     """BART's kin by model type (spec_from_hf's _seq2seq, SEQ2SEQ; _BART_KIN says how
     each differs from BART): the encoder-decoder its *ForConditionalGeneration counts, one
     token table for both stacks and the tied head, biases everywhere (BigBird-Pegasus's
-    attention: per use_bias), the norms, embedding norm and positions the model type has. Its decoder alone (*ForCausalLM) keeps the
-    rules. M2M-100's layerdrop (0.05 by default) skips a layer at random in training: the
-    graph runs every layer, the most a step holds. BigBird-Pegasus: its attention biases
-    all or none (use_bias), its encoder's block-sparse attention from block_sparse_from
-    tokens on left to the rules (costs/activations.py)."""
+    attention: per use_bias), the norms, embedding norm and positions the model type has.
+    Its decoder alone (*ForCausalLM) keeps the rules. M2M-100's layerdrop (0.05 by
+    default) skips a layer at random in training: the graph runs every layer, the most a
+    step holds. BigBird-Pegasus's encoder runs block-sparse attention from
+    block_sparse_from tokens on, left to the rules (costs/activations.py)."""
     kin = _BART_KIN.get(spec.model_type)
     if kin is None:
         return None
