@@ -1552,6 +1552,7 @@ class Seq2Seq(NamedTuple):
     decoder_untied: bool = False
     # BigBird-Pegasus's encoder: attention_type, block_size, num_random_blocks
     block_sparse: bool = False
+    layerdrop: float = 0.0  # the config class's encoder_layerdrop and decoder_layerdrop
 
 
 def _seq2seq(c: Config, r: Seq2Seq) -> dict[str, Any]:
@@ -1572,6 +1573,10 @@ def _seq2seq(c: Config, r: Seq2Seq) -> dict[str, Any]:
         raise SpecError("decoder_vocab_size", f"equal to vocab_size={V}",
                         c.t("decoder_vocab_size", V), source=c.where)
     c.refuse("use_prompt", bool, "MVP's prompt tables are not modelled")
+    drop = [k for k in ("encoder_layerdrop", "decoder_layerdrop") if c.t(k, r.layerdrop)]
+    if drop:
+        c.notes.append(f"{' and '.join(drop)}: in training transformers skips each layer with "
+                       "that probability; FLOPs and memory count every layer (an upper bound)")
     ab = c.flag(r.attn_bias)
     return dict(arch="encoder-decoder", **_bias(ab, ab, ab, ab, True, True), vocab_size=V,
                 d_model=c.t("d_model"),
@@ -1681,7 +1686,8 @@ SEQ2SEQ: dict[str, Seq2Seq] = {
                      embedding_norm="layernorm_embedding",
                      learned="use_learned_position_embeddings"),
     "m2m_100": Seq2Seq("M2M100ForConditionalGeneration", norm_position="pre",
-                       final_norm=True, embedding_norm=False, position="sinusoidal"),
+                       final_norm=True, embedding_norm=False, position="sinusoidal",
+                       layerdrop=0.05),
 }
 
 
