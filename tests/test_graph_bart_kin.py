@@ -18,12 +18,14 @@ commands in its docstring: torch 2.13 CPU, transformers 5.23, peft 0.21.2,
 saved_tensors_hooks, use_cache=False; full training B 2 T 64 and B 1 T 37, eager and SDPA,
 fp32 and bf16; peft's LoRA rank 8 on all-linear and on q_proj,v_proj; an fp32 model under
 torch.autocast("cpu", torch.bfloat16), whose rows count autocast's saved weight copies too;
+a float16 model at B 2 T 8, where the pre-norm kin clamp the encoder's output;
 MVP's and BigBird-Pegasus's SDPA rows are recorded as skipped: their classes have no SDPA
 path; BigBird-Pegasus's rows at T 160, past its block_sparse_from, ran block-sparse). Its
 tcalc_bytes column is what tcalc printed when measured (the rules on some rows, the graph
 on others), not read here. The configs: tests/data/hf/variants/<type>-tiny.json, each config
 class's defaults with small sizes (M2M-100's layerdrop 0.05 included: no layer was dropped
-in the measured forwards, whose draws torch.manual_seed(0) fixes; BigBird-Pegasus's
+in the measured forwards, whose draws torch.manual_seed(0) fixes, but in the float16 ones,
+which dropped a decoder layer; BigBird-Pegasus's
 block_size 16 and num_random_blocks 2: block-sparse from (5 + 2 · 2) · 16 + 1 = 145 tokens).
 
 Tolerance: none.
@@ -64,7 +66,10 @@ EAGER_ONLY = ("mvp", "bigbird_pegasus")
 # (the rows transformers ran block-sparse: test_block_sparse_attention_keeps_the_rules)
 SPARSE = [r for r in measured_rows(tuple(CONFIGS))
           if 0 < spec_of(r["config"]).block_sparse_from <= r["T"]]
-ROWS = [r for r in measured_rows(tuple(CONFIGS)) if r not in SPARSE]
+# (the rows whose forward layerdrop skipped a layer in: test_layerdrop_skips_layers)
+DROPPED = [r for r in measured_rows(tuple(CONFIGS))
+           if r["config"] == "m2m_100-tiny.json" and r["dtype"] == "fp16"]
+ROWS = [r for r in measured_rows(tuple(CONFIGS)) if r not in SPARSE + DROPPED]
 AUTOCAST = [r for r in ROWS if r.get("autocast")]
 
 
@@ -78,22 +83,27 @@ def test_the_rows_cover_every_config() -> None:
         assert {tuple(r["lora"][1:2]) for r in rows} == {(), ("all-linear",)} | (
             set() if model_type == "bigbird_pegasus" else {("q_proj,v_proj",)})
         assert any(r.get("autocast") for r in rows)
-        assert {(r["B"], r["T"]) for r in rows} == {(2, 64), (1, 37)}
+        assert {(r["B"], r["T"]) for r in rows} == {(2, 64), (1, 37)} | (
+            set() if model_type == "m2m_100" else {(2, 8)})
+        assert any(r["dtype"] == "fp16" for r in rows) == (model_type != "m2m_100")
         # MvpForConditionalGeneration and BigBird-Pegasus's have no SDPA path (their rows
         # say skipped)
         assert {r["attention"] for r in rows} == (
             {"eager"} if model_type in EAGER_ONLY else {"eager", "sdpa"})
-    assert len(ROWS) == 6 * (4 * 4 + 2) + (2 * 4 + 1) + (2 * 3 + 1)
+    assert len(ROWS) == 6 * (4 * 4 + 2) + 5 * 2 + (2 * 4 + 1 + 1) + (2 * 3 + 1 + 1)
+    assert len(DROPPED) == 2
     assert [(r["config"], r["T"], r["dtype"]) for r in SPARSE] == [
         ("bigbird_pegasus-tiny.json", 160, dtype) for dtype in ("fp32", "bf16")]
 
 
 def _through_the_report(row: dict) -> bool:
-    """The fp32 rows of full training and of LoRA on all-linear: those checked through the
-    compiled structure and memory_report too (each structure compiles once, the test's
-    cost; the other rows' structures differ from these in a dtype or a target set only,
-    which the random draws below compile, and the autocast rows go through the report)."""
-    return row["dtype"] == "fp32" and (not row["lora"] or row["lora"][1] == "all-linear")
+    """The fp32 rows of full training and of LoRA on all-linear, and the float16 rows (the
+    clamp's row): those checked through the compiled structure and memory_report too (each
+    structure compiles once, the test's cost; the other rows' structures differ from these
+    in a dtype or a target set only, which the random draws below compile, and the
+    autocast rows go through the report)."""
+    return row["dtype"] == "fp16" or row["dtype"] == "fp32" and (
+        not row["lora"] or row["lora"][1] == "all-linear")
 
 
 def test_every_row_equals_the_measurement() -> None:
@@ -224,13 +234,29 @@ def test_the_pre_norm_kin_clamp_a_float16_encoder_output() -> None:
     # MBartEncoderLayer (and Blenderbot's, Pegasus's, M2M-100's): under float16,
     # torch.clamp(hidden_states, ±(finfo.max - 1000)) whatever the values, which keeps its
     # input (derivatives.yaml clamp: self): B·T·E · 2 bytes an encoder layer; BART's clamps
-    # only non-finite values (not modelled), PLBART's likewise
+    # only non-finite values (not modelled), PLBART's likewise (the fp16 rows measure it:
+    # test_every_row_equals_the_measurement)
     run16, run_bf = (Run(2, 8, dt, "cpu", "eager") for dt in (F16, BF16))
     for config in CONFIGS:
         fam = family_of(spec_of(config))
         assert isinstance(fam, Bart)
         extra = evaluate(fam, run16).activation_bytes - evaluate(fam, run_bf).activation_bytes
         assert extra == (fam.Le * 2 * 8 * fam.E * 2 if fam.fp16_clamp else 0)
+
+
+def test_layerdrop_skips_layers() -> None:
+    # M2M100Config's encoder_layerdrop and decoder_layerdrop (0.05): in training each layer
+    # is skipped when torch.rand([]) draws below it. The float16 rows' forwards skipped a
+    # decoder layer: the graph, which runs every layer, is their upper bound, and the graph
+    # with one decoder layer fewer is the measurement, to the byte
+    fam = family_of(spec_of("m2m_100-tiny.json"))
+    assert isinstance(fam, Bart)
+    for row in DROPPED:
+        assert evaluate(fam, row_run(row)).activation_bytes > row["measured_bytes"]
+        fewer = replace(fam, Ld=fam.Ld - 1)
+        assert evaluate(fewer, row_run(row)).activation_bytes == row["measured_bytes"]
+    assert "layerdrop" in spec_of("m2m_100-tiny.json").note
+    assert "layerdrop" not in spec_of("mbart-tiny.json").note
 
 
 # -- compiled against traced ---------------------------------------------------------------

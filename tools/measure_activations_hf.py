@@ -87,10 +87,11 @@ class's defaults with small sizes; MVP's and BigBird-Pegasus's SDPA rows skipped
 path; BigBird-Pegasus's T 160 rows block-sparse) by
 
     V=tests/data/hf/variants
-    for a in "" "-B 1 -T 37" "--lora 8" "--lora 8 --lora-targets q_proj,v_proj" --autocast; do
+    for a in "" "-B 1 -T 37" "--lora 8" "--lora 8 --lora-targets q_proj,v_proj" --autocast \
+        "--fp16 -B 2 -T 8"; do
         python tools/measure_activations_hf.py $a $V/{mbart,plbart,blenderbot,\
 blenderbot-small,pegasus,m2m_100,mvp}-tiny.json; done > tests/data/activations_bart_kin_cpu.jsonl
-    for a in "" "-B 1 -T 37" --autocast "-B 1 -T 160" "--lora 8"; do
+    for a in "" "-B 1 -T 37" --autocast "-B 1 -T 160" "--lora 8" "--fp16 -B 2 -T 8"; do
         python tools/measure_activations_hf.py $a $V/bigbird_pegasus-tiny.json
     done >> tests/data/activations_bart_kin_cpu.jsonl
 
@@ -145,6 +146,8 @@ from transformer_calc.hf import counted_class, spec_from_hf  # noqa: E402
 from transformer_calc.memory import Settings, activation_breakdown, memory_report  # noqa: E402
 
 DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
+# --fp16: a float16 model (the CPU runs it too), its rows apart from the default two dtypes
+FP16 = {"fp16": (torch.float16, 2)}
 
 
 def measure(config: dict, attention: str, dtype: str, B: int, T: int,
@@ -169,7 +172,7 @@ def measure(config: dict, attention: str, dtype: str, B: int, T: int,
                                             experts_implementation=experts)
     torch.manual_seed(0)
     model = getattr(transformers, counted_class(config))(cfg)
-    model = model.to(DTYPES[dtype][0]).train()
+    model = model.to((DTYPES | FP16)[dtype][0]).train()
     if quant:
         model = _quantised(model, cfg, DTYPES[dtype][0], quant).train()
     if lora:  # peft's defaults but rank, targets and dropout (adapters stay fp32)
@@ -356,6 +359,8 @@ def main() -> None:
     ap.add_argument("--autocast", action="store_true",
                     help="an fp32 model under CPU autocast to bf16 (rows: dtype fp32, "
                          "autocast bf16)")
+    ap.add_argument("--fp16", action="store_true",
+                    help="a float16 model instead of fp32 and bf16 (rows: dtype fp16)")
     ap.add_argument("--use-cache", action="store_true",
                     help="the forward with use_cache=True (the rows say so)")
     ap.add_argument("--freeze", default="",
@@ -387,7 +392,7 @@ def main() -> None:
         config = json.loads(path.read_text())
         spec = spec_from_hf(config, str(path))
         for attention in ("eager", "sdpa") if args.sdpa_kernel == "auto" else ("sdpa",):
-            for dtype in ("fp32",) if args.autocast else DTYPES:
+            for dtype in ("fp32",) if args.autocast else FP16 if args.fp16 else DTYPES:
                 lora = (args.lora, args.lora_targets, args.lora_dropout) if args.lora else None
                 try:
                     got, trainable = measure(config, attention, dtype, args.B, args.T, lora,
@@ -398,7 +403,8 @@ def main() -> None:
                                       "dtype": dtype, "skipped": str(e)[:100]}))
                     continue
                 report = memory_report(spec, Settings(
-                    precision="fp32" if dtype == "fp32" and not args.autocast else "bf16",
+                    precision="fp32" if dtype == "fp32" and not args.autocast else
+                    "fp16" if dtype == "fp16" else "bf16",
                     mixed=args.autocast, batch_size=args.B,
                     seq_len=args.T, attention=attention, device="cpu",
                     lora_rank=args.lora, lora_targets=tuple(
