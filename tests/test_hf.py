@@ -72,6 +72,17 @@ REFERENCE = {
     # a source table of 1,000 rows and a target table of 900 (untied output projection of
     # 900), sinusoidal position tables that transformers 5.23 trains: 2 · 130 · 64
     "variants/fsmt-tiny.json": (346_752, "FSMTForConditionalGeneration"),
+    # BART's kin, each config class's defaults with small sizes (the sinusoidal tables of
+    # Pegasus and M2M-100 frozen or buffers; BigBird-Pegasus's attention without biases)
+    "variants/mbart-tiny.json": (217_344, "MBartForConditionalGeneration"),
+    "variants/plbart-tiny.json": (217_088, "PLBartForConditionalGeneration"),
+    "variants/blenderbot-tiny.json": (216_832, "BlenderbotForConditionalGeneration"),
+    "variants/blenderbot-small-tiny.json": (216_832,
+                                            "BlenderbotSmallForConditionalGeneration"),
+    "variants/pegasus-tiny.json": (200_448, "PegasusForConditionalGeneration"),
+    "variants/m2m_100-tiny.json": (200_448, "M2M100ForConditionalGeneration"),
+    "variants/mvp-tiny.json": (217_088, "MvpForConditionalGeneration"),
+    "variants/bigbird_pegasus-tiny.json": (231_680, "BigBirdPegasusForConditionalGeneration"),
     # embeddings of 32 (tables and norm) projected to 64 with a bias; the head back to 32,
     # the decoder tied with its own bias
     "variants/electra-tiny.json": (104_264, "ElectraForMaskedLM"),
