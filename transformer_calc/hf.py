@@ -2858,6 +2858,9 @@ class Layout(NamedTuple):
     softcap: float = 0.0
     attn_softcap: float = 0.0  # attn_logit_softcapping's class default (VaultGemma: 50)
     window_default: int = 0  # the class's sliding_window when the file has none
+    # a key giving one sliding window over every layer (Starcoder2's sliding_window; null or
+    # absent: full attention)
+    window: str = ""
     fp32_math: bool = False  # Beam: the FFN's act · up and the final soft-capping in fp32
     # the key giving the fraction of each head RoPE rotates, and the class's default
     # (StableLmConfig: partial_rotary_factor 0.25; "": the whole head)
@@ -3030,6 +3033,8 @@ def _generic(c: Config, r: Layout) -> dict[str, Any]:
         out |= layers
     elif r.chunked:
         out |= _chunked_layers(c, L)
+    elif r.window and c.get(r.window, None) and L >= 1:
+        out |= _layer_attention(c, L, [True] * L, None)
     elif r.ssm is not None:
         out |= _ssm_layers(c, r.ssm, kinds, out)
     elif "layer_types" in c.data:
@@ -3234,9 +3239,14 @@ GENERIC: dict[str, Layout] = {
     "ministral3": Layout("Ministral3ForCausalLM", qkv_bias=False, o_bias=False,
                          mlp_bias=False),
     "smollm3": Layout("SmolLM3ForCausalLM"),
-    "seed_oss": Layout("SeedOssForCausalLM", o_bias="attention_out_bias"),
-    "glm": Layout("GlmForCausalLM", fused_gate_up=True, o_bias=False),
-    "glm4": Layout("Glm4ForCausalLM", fused_gate_up=True, o_bias=False, norms="sandwich"),
+    # SeedOssAttention and SeedOssMLP: residual_dropout over their outputs
+    "seed_oss": Layout("SeedOssForCausalLM", o_bias="attention_out_bias",
+                       dropout=("attention_dropout", "residual_dropout")),
+    # GLM's RoPE: the first partial_rotary_factor of each head (GlmConfig's default 0.5)
+    "glm": Layout("GlmForCausalLM", fused_gate_up=True, o_bias=False,
+                  rotary=("partial_rotary_factor", 0.5)),
+    "glm4": Layout("Glm4ForCausalLM", fused_gate_up=True, o_bias=False, norms="sandwich",
+                   rotary=("partial_rotary_factor", 0.5)),
     "hyperclovax": Layout("HyperCLOVAXForCausalLM", norms="sandwich"),
     "olmo3": Layout("Olmo3ForCausalLM", mlp_bias=False, norms="post", qk_norm="width"),
     # OLMo Hybrid: OLMo 3's attention layers (QK-norm over the width, norms after attention
@@ -3257,7 +3267,7 @@ GENERIC: dict[str, Layout] = {
     "starcoder2": Layout("Starcoder2ForCausalLM", qkv_bias="use_bias", o_bias="use_bias",
                          mlp_bias="use_bias", ffn="plain", norm="layernorm",
                          dropout=("attention_dropout", "residual_dropout",
-                                  "embedding_dropout")),
+                                  "embedding_dropout"), window="sliding_window"),
     "qwen2_moe": Layout("Qwen2MoeForCausalLM", qkv_bias="qkv_bias", o_bias=False,
                         mlp_bias=False,
                         moe=Moe(shared_ff="shared_expert_intermediate_size", shared_gate=True,

@@ -82,6 +82,9 @@ _NORMS = {"ln_1": "attn.norm", "input_layernorm": "attn.norm", "ln_2": "ffn.norm
           "feedforward_layernorm": "ffn.norm", "groupnorm": "attn.head_pair_norm",
           "q_a_layernorm": "attn.q_latent_norm", "kv_a_layernorm": "attn.kv_latent_norm",
           "post_mlp_layernorm": "ffn.post_norm",  # A.X K1: over the MoE block's output
+          # GLM-4's and HyperCLOVA X's norms over each sublayer's output
+          "post_self_attn_layernorm": "attn.post_norm", "post_norm1": "attn.post_norm",
+          "post_norm2": "ffn.post_norm",
           # the NeoX-style decoders' (families/neox.py)
           "q_layernorm": "attn.q_norm", "k_layernorm": "attn.k_norm",
           "final_layernorm": "final_norm",

@@ -153,10 +153,107 @@ def _mllama(spec: ModelSpec, base: Base) -> Llama | None:
                   Lc=spec.idle_cross_layers)
 
 
+def _dropouts(spec: ModelSpec) -> tuple[ModelSpec, float, float]:
+    """The spec with its residual and embedding dropouts set aside (the attention's kept
+    apart), the residual probability and the embeddings'."""
+    attention = spec.dropout if spec.attention_dropout is None else spec.attention_dropout
+    embed = spec.dropout if spec.embed_dropout is None else spec.embed_dropout
+    return (replace(spec, dropout=0.0, embed_dropout=None, attention_dropout=attention),
+            spec.dropout, embed)
+
+
+def _starcoder2(spec: ModelSpec, base: Base) -> Llama | None:
+    """Starcoder2Model: Llama's layers under nn.LayerNorm (with a bias), an ungated MLP of
+    c_fc and c_proj (gelu_pytorch_tanh by default), biases as use_bias says, dropout over
+    the embeddings (embedding_dropout) and over o_proj's and the MLP's outputs
+    (residual_dropout); a sliding window over every layer where sliding_window is set
+    (create_sliding_window_causal_mask)."""
+    if not (spec.norm == "layernorm" and spec.ffn == "plain"
+            and spec.activation in ("gelu_tanh", "silu", "relu2")):
+        return None
+    plain, residual, embed = _dropouts(replace(spec, norm="rmsnorm", ffn="gated",
+                                               activation="silu"))
+    family = _sliding(plain, base) if plain.sliding_window else base(plain)
+    if family is None:
+        return None
+    return replace(family, layer_norm=True, gated=False, activation=spec.activation,
+                   mlp_names=("c_fc", "c_proj"), residual_dropout=residual,
+                   embed_dropout=embed)
+
+
+def _seed_oss(spec: ModelSpec, base: Base) -> Llama | None:
+    """SeedOssModel: Llama's layers with dropout (residual_dropout) over o_proj's output
+    and over the MLP's, beside the attention's own (attention_dropout)."""
+    plain, residual, embed = _dropouts(spec)
+    family = base(plain)
+    if family is None or embed != residual:  # (no embedding dropout: one key for both)
+        return None
+    return replace(family, residual_dropout=residual)
+
+
+def _plain_mlp(spec: ModelSpec, base: Base) -> Llama | None:
+    """ArceeModel and Jais2Model: Llama's layers with an ungated MLP,
+    down_proj(act_fn(up_proj(x))) (ReLU² by default); Jais2's norms are nn.LayerNorm (with a
+    bias), Arcee's LlamaRMSNorm."""
+    norm = {"arcee": "rmsnorm", "jais2": "layernorm"}[spec.model_type]
+    if not (spec.norm == norm and spec.ffn == "plain"
+            and spec.activation in ("relu2", "silu", "gelu_tanh")):
+        return None
+    family = base(replace(spec, norm="rmsnorm", ffn="gated", activation="silu"))
+    if family is None:
+        return None
+    return replace(family, layer_norm=norm == "layernorm", gated=False,
+                   activation=spec.activation)
+
+
+def _glm(spec: ModelSpec, base: Base) -> Llama | None:
+    """GlmModel and Glm4Model: Llama's layers with the fused gate_up_proj and GLM's RoPE, the
+    first int(head_dim · partial_rotary_factor) of each head rotated in interleaved pairs
+    (rope_interleaved); Glm4's layers add an RMSNorm over the attention's and over the MLP's
+    output (post_self_attn_layernorm, post_mlp_layernorm: the spec's sandwich_norm)."""
+    dr = int(spec.head_dim * spec.rotary_fraction)
+    v4 = spec.model_type == "glm4"
+    if not (spec.rope_concat and spec.fused_gate_up and spec.sandwich_norm == v4
+            and dr > 0 and dr % 2 == 0):
+        return None
+    family = base(replace(spec, rope_concat=False, rotary_fraction=1.0, sandwich_norm=False))
+    if family is None:
+        return None
+    return replace(family, rope_interleaved=True, dr=dr,
+                   sandwich=("post_self_attn_layernorm", "post_mlp_layernorm") if v4
+                   else ("", ""))
+
+
+def _hyperclovax(spec: ModelSpec, base: Base) -> Llama | None:
+    """HyperCLOVAXModel: Llama's layers with an RMSNorm over each sublayer's output before the
+    residual add (use_post_norm: post_norm1, post_norm2) and the muP multipliers
+    (embedding_multiplier, residual_multiplier, logits_scaling: products with Python
+    numbers, which keep nothing; attention_multiplier: the attention's scale)."""
+    family = base(replace(spec, sandwich_norm=False))
+    if family is None:
+        return None
+    return replace(family, sandwich=("post_norm1", "post_norm2") if spec.sandwich_norm
+                   else ("", ""))
+
+
+def _eurobert(spec: ModelSpec, base: Base) -> Llama | None:
+    """EuroBertForMaskedLM: Llama's layers read bidirectionally (EuroBertAttention's is_causal
+    False, no mask without padding), lm_head's logits under ForMaskedLMLoss; its head's bias
+    (mlp_bias) is refused (not transcribed)."""
+    if spec.arch != "encoder" or spec.lm_head_bias:
+        return None
+    family = base(replace(spec, arch="decoder"))
+    return None if family is None else replace(family, bidirectional=True)
+
+
 # the Llama-shaped model types whose differences from Llama the Llama graph (or Cohere's)
 # transcribes: model_type -> its mapper (asked before evaluate._llama, which reads none of
 # their fields)
 MAPPERS: dict[str, Callable[[ModelSpec, Base], Llama | None]] = {
     "qwen3": _sliding, "ministral": _sliding, "olmo": _olmo, "bitnet": _bitnet,
     "nemotron": _nemotron, "apertus": _apertus, "nanochat": _nanochat, "cohere": _cohere,
-    "cohere2": _cohere, "diffllama": _diffllama, "mllama": _mllama}
+    "cohere2": _cohere, "diffllama": _diffllama, "mllama": _mllama,
+    "starcoder2": _starcoder2}
+# PENDING: "seed_oss": _seed_oss, "arcee": _plain_mlp,
+#    "jais2": _plain_mlp, "glm": _glm, "glm4": _glm, "hyperclovax": _hyperclovax,
+#    "eurobert": _eurobert}

@@ -77,6 +77,16 @@ class Llama:
     window: int = 0  # sliding_window (Qwen3, Ministral: the layers whose kind is S)
     kinds: str = "F"  # each layer's attention, F full or S sliding (one letter: all)
     extra_rows: int = 0  # token-table rows beyond V, which the head does not predict (Mllama)
+    residual_dropout: float = 0.0  # Starcoder2, Seed-OSS: dropout over o_proj's and the MLP's
+    # output before each residual add
+    embed_dropout: float = 0.0  # Starcoder2: dropout over the embeddings
+    # GLM-4, HyperCLOVA X: an RMSNorm over each sublayer's output before the residual add,
+    # beside the pre-norms (their names: the attention's, the MLP's; "": none)
+    sandwich: tuple[str, str] = ("", "")
+    rope_interleaved: bool = False  # GLM: RoPE on the first dr of each head in interleaved
+    # pairs, cos and sin repeat_interleaved anew in each layer, the rest concatenated after
+    # EuroBERT: bidirectional attention (no mask, SDPA's is_causal off) under a masked-LM loss
+    bidirectional: bool = False
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
@@ -99,14 +109,18 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
     ids = tr.input((B, T), I64, "input_ids")
     with m.module("model"):
         h = m.embedding("embed_tokens", ids, V + cfg.extra_rows if cfg.extra_rows else V, E)
+        h = m.dropout(h, cfg.embed_dropout)  # Starcoder2Model: after the embeddings
         # cache_position = arange(T); position_ids its unsqueezed view (one storage),
         # passed to the layers with cos, sin and their mask
         positions = tr.tensor((m["T"],), I64, False)
-        cos, sin = rotary_tables(m, h, cfg.rope_fp32, m["dr"] if cfg.partial_rotary else None)
+        cos, sin = rotary_tables(m, h, cfg.rope_fp32,
+                                 m["dr"] if cfg.partial_rotary or cfg.rope_interleaved else None)
         if cfg.embed_norm:  # NanoChatModel: self.norm(hidden_states) before the layers
             h = _norm(m, cfg, "norm", h)
-        # causal_mask_mapping: a mask per layer type in use
-        masks = {k: attention_mask(m, h, k, cfg.window) for k in sorted(set(cfg.kinds))}
+        # causal_mask_mapping: a mask per layer type in use (EuroBertModel's
+        # create_bidirectional_mask: none without padding)
+        masks = {k: None if cfg.bidirectional else attention_mask(m, h, k, cfg.window)
+                 for k in sorted(set(cfg.kinds))}
 
         def extras(kind: str) -> tuple[Tensor, ...]:
             mask = masks[kind]
@@ -127,6 +141,10 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
         logits = m.head(h, w, V)
     if cfg.final_softcap:  # logits / cap, tanh, * cap
         logits = ops.mul(ops.tanh(ops.div(logits, cfg.final_softcap)), cfg.final_softcap)
+    if cfg.bidirectional:  # ForMaskedLMLoss: logits.float(), viewed (B·T, V); labels.view(-1)
+        rows = m["B"] * m["T"]
+        return ops.cross_entropy(ops.view(ops.to(logits, F32), (rows, V)),
+                                 ops.view(ids, (rows,)))
     return causal_lm_loss(logits, ids, V)
 
 
@@ -190,8 +208,14 @@ def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor,
     attn_norm, ffn_norm = cfg.norm_names
     with m.module("self_attn"):
         a = _attention(m, cfg, _norm(m, cfg, attn_norm, h), cos, sin, mask, window)
+    after_attn, after_mlp = cfg.sandwich
+    if after_attn:  # Glm4DecoderLayer: post_self_attn_layernorm; HyperCLOVAX: post_norm1
+        a = rms_norm(m, after_attn, a)
     h = ops.add(h, a)
-    return ops.add(h, mlp(m, cfg, _norm(m, cfg, ffn_norm, h)))
+    out = mlp(m, cfg, _norm(m, cfg, ffn_norm, h))
+    if after_mlp:  # post_mlp_layernorm; post_norm2
+        out = rms_norm(m, after_mlp, out)
+    return ops.add(h, out)
 
 
 def _norm(m: Builder, cfg: Llama, name: str, h: Tensor) -> Tensor:
@@ -245,16 +269,20 @@ def _mlp(m: Builder, cfg: Llama, x: Tensor, name: str = "mlp", width: str = "F")
             if cfg.sub_norms:  # BitNetMLP: down_proj(ffn_sub_norm(act(gate(x)) * up(x)))
                 x = rms_norm(m, "ffn_sub_norm", x)
             x = m.linear("down_proj", x, E, cfg.bias_mlp_out)
-    return x
+    # Starcoder2MLP, SeedOssMLP: dropout(p=residual_dropout) over the output
+    return m.dropout(x, cfg.residual_dropout)
 
 
 def _activation(m: Builder, cfg: Llama, x: Tensor) -> Tensor:
     """ACT2FN[hidden_act]: SiLU, ReLUSquaredActivation: torch.square(relu(x)), square
-    being pow(x, 2) (relu keeps its result, pow its input: one storage), or xIELU."""
+    being pow(x, 2) (relu keeps its result, pow its input: one storage), xIELU, or
+    gelu_pytorch_tanh (one gelu, keeping its input)."""
     if cfg.activation == "relu2":
         return ops.pow(ops.relu(x), 2.0)
     if cfg.activation == "xielu":
         return _xielu(m, x)
+    if cfg.activation == "gelu_tanh":  # GELUTanh: gelu(x, approximate="tanh")
+        return ops.gelu(x)
     return ops.silu(x)
 
 
@@ -305,7 +333,9 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
             heads(m.linear("k_proj", x, Hkv * dh, cfg.bias_k), Hkv, "k_norm"), \
             heads(m.linear("v_proj", x, Hkv * dh, cfg.bias_v), Hkv)
     cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
-    if cfg.partial_rotary:  # Nemotron: cat((q_embed, q_pass), dim=-1), a new tensor
+    if cfg.rope_interleaved:  # Glm4's apply_rotary_pos_emb
+        q, k = _interleaved_rotary(q, k, cos, sin, m["dr"])
+    elif cfg.partial_rotary:  # Nemotron: cat((q_embed, q_pass), dim=-1), a new tensor
         q, k = (_partial_rotary(t, cos, sin, m["dr"]) for t in (q, k))
     else:
         q, k = (apply_rotary(t, cos, sin, cfg.rotate_flipped) for t in (q, k))
@@ -316,7 +346,7 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
         q, k = _norm(m, cfg, "q_norm", q), _norm(m, cfg, "k_norm", k)
     if cfg.rope_fp32:  # olmo2's apply_rotary_pos_emb: q_embed.to(q_type)
         q, k = ops.to(q, v.dtype), ops.to(k, v.dtype)
-    if cfg.rope_concat and not cfg.partial_rotary:
+    if cfg.rope_concat and not (cfg.partial_rotary or cfg.rope_interleaved):
         # torch.cat([rotated, x[..., rotary_dim:]]): the pass part empty
         q, k = ops.cat([q], -1), ops.cat([k], -1)
     if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
@@ -326,18 +356,19 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
     if cfg.differential:
         out = _differential(m, q, k, v, mask, scaling)
     elif m.run.attention == "eager":
-        assert mask is not None
+        assert mask is not None or cfg.bidirectional
         out = eager_attention(m, q, repeat_kv(k, G), repeat_kv(v, G), mask,
                               dropout=cfg.attention_dropout, scaling=scaling)
     elif m.run.attention == "flash":
         out = flash_attention_forward(m, q, k, v, sliding_window=window)
     else:
         out = sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout, scaling=scaling,
-                             mask=mask)
+                             mask=mask, causal=not cfg.bidirectional)
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
     if cfg.sub_norms:  # BitNetAttention: self.attn_sub_norm(attn_output), then o_proj
         out = rms_norm(m, "attn_sub_norm", out)
-    return m.linear("o_proj", out, m["E"], cfg.bias_o)
+    # Starcoder2Attention, SeedOssAttention: dropout(p=residual_dropout) after o_proj
+    return m.dropout(m.linear("o_proj", out, m["E"], cfg.bias_o), cfg.residual_dropout)
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, flipped: bool = False) -> Tensor:
@@ -387,6 +418,31 @@ def _differential(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | No
     return ops.mul(x, 0.5)  # (1 - lambda_init) * groupnorm(...)
 
 
+def _interleaved_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, dr: Dim
+                        ) -> tuple[Tensor, Tensor]:
+    """Glm4's apply_rotary_pos_emb (Glm's too): cos[..., :dr // 2].repeat_interleave(2,
+    dim=-1) and sin's, new (1, 1, T, dr) tensors made once a layer for Q and K (the tables
+    cover dr = int(head_dim · partial_rotary_factor)); x[..., :dr] and x[..., dr:] views;
+    (x_rot * cos) + (rotate_half(x_rot) * sin), rotate_half being torch.stack((-x[..., 1::2],
+    x[..., 0::2]), dim=-1).flatten(-2) (a new tensor, flattened as a view); torch.cat with
+    the pass part, a new tensor (the pass part empty when dr is the whole head)."""
+    half, two = dr.halved(), Dim.const(2)
+    cos, sin = (ops.repeat_interleave(ops.narrow(t, -1, 0, half), two, -1) for t in (cos, sin))
+
+    def rotate(x: Tensor) -> Tensor:
+        rot = ops.narrow(x, -1, 0, dr)
+        x1, x2 = ops.slice_step(rot, -1, 0, half, 2), ops.slice_step(rot, -1, 1, half, 2)
+        pairs = ops.cat([ops.unsqueeze(ops.neg(x2), -1), ops.unsqueeze(x1, -1)], -1)
+        rotated = ops.view(pairs, rot.shape)
+        embed = ops.add(ops.mul(rot, cos), ops.mul(rotated, sin))
+        if dr.value == x.shape[-1].value:
+            return ops.cat([embed], -1)
+        rest = x.shape[-1] + dr * -1
+        return ops.cat([embed, ops.narrow(x, -1, dr.value, rest)], -1)
+
+    return rotate(q), rotate(k)
+
+
 def _partial_rotary(x: Tensor, cos: Tensor, sin: Tensor, dr: Dim) -> Tensor:
     """Nemotron's apply_rotary_pos_emb: x[..., :rot_dim] rotated, x[..., rot_dim:] passed,
     both views; torch.cat((x_embed, x_pass), dim=-1)."""
@@ -422,14 +478,16 @@ def eager_attention(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | 
 
 
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, groups: Dim, *, dropout: float,
-                   scaling: float, mask: Tensor | None = None) -> Tensor:
+                   scaling: float, mask: Tensor | None = None, causal: bool = True) -> Tensor:
     """sdpa_attention_forward (integrations/sdpa_attention.py): SDPA's own GQA where
     use_gqa_in_sdpa allows it (no mask, head dims <= 256), else repeat_kv; is_causal
-    without a mask; the (B, H, T, d) output transposed back and made contiguous."""
+    without a mask (and a causal module: EuroBERT's is not); the (B, H, T, d) output
+    transposed back and made contiguous."""
     B, H, T, dh = q.shape
     gqa = groups.value > 1 and mask is None and k.shape[-1].value <= 256
     if groups.value > 1 and not gqa:
         k, v = repeat_kv(k, groups), repeat_kv(v, groups)
-    out = scaled_dot_product_attention(q, k, v, is_causal=mask is None, enable_gqa=gqa,
+    out = scaled_dot_product_attention(q, k, v, is_causal=causal and mask is None,
+                                       enable_gqa=gqa,
                                        dropout_p=dropout, scale=scaling, mask=mask)
     return ops.contiguous(ops.transpose(ops.reshape(out, (B, H, T, dh)), 1, 2))

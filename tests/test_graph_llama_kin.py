@@ -1,0 +1,199 @@
+"""Dense decoders near Llama on the op graph (transformer_calc/graph/families/llama.py with a
+flag per difference, mapped by graph/variants.py): Starcoder2 (LayerNorm, an ungated
+gelu_pytorch_tanh MLP of c_fc and c_proj, biases, embedding and residual dropouts, a sliding
+window over every layer), Seed-OSS (residual dropout beside the attention's), Arcee and
+Jais2 (an ungated ReLU² MLP; Jais2 under LayerNorm), GLM-4 (GLM's interleaved partial RoPE,
+the fused gate_up_proj, norms over each sublayer's output) and HyperCLOVA X (norms over each
+sublayer's output, muP multipliers). Every measured CPU row of their configs, to the byte,
+through the trace, the compiled structure and memory_report; family_of maps them (and
+refuses what the graph does not transcribe); the compiled path equals the trace on random
+configurations.
+
+Fixture: tests/data/activations_llama_kin_cpu.jsonl (tools/measure_activations_hf.py, the
+commands in its docstring: torch 2.13 CPU, transformers 5.23, peft 0.21.2,
+saved_tensors_hooks, use_cache=False; full training B 2 T 64 and B 1 T 37, eager and SDPA,
+fp32 and bf16; peft's LoRA rank 8 on all-linear and on q_proj,v_proj; an fp32 model under
+torch.autocast("cpu", torch.bfloat16), whose rows count autocast's saved weight copies too).
+The configs: tests/data/hf/variants/*-tiny.json (each config class's defaults with small
+sizes) and starcoder2-sliding-dropout.json (a 16-token window, dropouts 0.1, 0.1, 0.05).
+
+Tolerance: none.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+
+import pytest
+from conftest import DATA
+from graph_rows import (
+    cache_hits_on_random_draws,
+    check_measured,
+    every_row,
+    measured_rows,
+    row_run,
+    row_settings,
+    spec_of,
+)
+from test_graph import _rules_report
+
+from transformer_calc.flops import count_flops
+from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
+from transformer_calc.graph.families.llama import Llama
+from transformer_calc.hf import spec_from_hf
+from transformer_calc.memory import memory_report
+from transformer_calc.params import count_params
+
+# config -> its model type
+CONFIGS = {"starcoder2-tiny.json": "starcoder2", "starcoder2-sliding-dropout.json": "starcoder2"}
+ROWS = measured_rows(tuple(CONFIGS))
+AUTOCAST = [r for r in ROWS if r.get("autocast")]
+
+
+def test_the_rows_cover_every_config() -> None:
+    assert {r["config"] for r in ROWS} == set(CONFIGS)
+    for config in CONFIGS:
+        rows = [r for r in ROWS if r["config"] == config]
+        assert any(not r["lora"] for r in rows) and any(r["lora"] for r in rows)
+        assert any(r.get("autocast") for r in rows)
+        assert {r["attention"] for r in rows} == {"eager", "sdpa"}
+
+
+def test_every_row_equals_the_measurement() -> None:
+    # the trace (and peft's trainable count), the compiled structure and memory_report (its
+    # total, and its rows as the trace names them), each to the byte
+    every_row([r for r in ROWS if not r.get("autocast")], lambda row: check_measured(
+        row, family_of(spec_of(row["config"])), row_run(row), spec_of(row["config"])))
+
+
+def _autocast(row: dict) -> None:
+    # an fp32 model under CPU autocast: every saved storage (autocast's weight copies
+    # included) against the measurement, traced and through memory_report (--mixed: a 16-bit
+    # LoRA base, so the LoRA rows, whose base is fp32, are checked on the trace only)
+    spec = spec_of(row["config"])
+    fam = family_of(spec)
+    run = replace(row_run(row), autocast=BF16)
+    traced = evaluate(fam, run)
+    assert sum(s.nbytes for s in traced.saved) == row["measured_bytes"]
+    if row["lora"]:
+        return
+    report = memory_report(spec, row_settings(row, precision="bf16", mixed=True))
+    copies = sum(s.nbytes for s in traced.saved if s.storage.kind == "weight_copy")
+    assert report.activations.total + copies == row["measured_bytes"]
+
+
+def test_autocast_rows_equal_the_measurement() -> None:
+    every_row(AUTOCAST, _autocast)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
+    # parameters: count_params (itself pinned against transformers on the meta device);
+    # FLOPs: count_flops per token at context T, the graph's matmuls over B·T tokens (T
+    # below every sliding window, where tcalc counts a window's keys)
+    spec = spec_of(config)
+    fam = family_of(spec)
+    for attention in ("eager", "sdpa"):
+        for B, T in ((1, 8), (3, 5)):
+            r = evaluate(fam, Run(B, T, F32, "cpu", attention))
+            assert r.params == r.trainable_params == count_params(spec).total
+            assert r.forward_flops == B * T * count_flops(spec, T).total
+
+
+# -- where the rules went wrong -------------------------------------------------------------
+def _rules(row: dict) -> int:
+    return _rules_report(spec_of(row["config"]), row_settings(row)).activations.total
+
+
+# -- which specs map to these graphs ----------------------------------------------------------
+def test_each_config_maps_to_its_flags() -> None:
+    star = family_of(spec_of("starcoder2-tiny.json"))
+    assert isinstance(star, Llama) and star.layer_norm and not star.gated
+    assert star.mlp_names == ("c_fc", "c_proj") and star.activation == "gelu_tanh"
+    assert star.bias_q and star.bias_o and star.bias_mlp_in and star.bias_mlp_out
+    assert star.kinds == "F" and star.tied
+    windowed = family_of(spec_of("starcoder2-sliding-dropout.json"))
+    assert isinstance(windowed, Llama) and windowed.kinds == "S" and windowed.window == 16
+    assert (windowed.residual_dropout, windowed.embed_dropout) == (0.1, 0.05)
+    assert windowed.attention_dropout == 0.1
+    seed = family_of(spec_of("seed_oss-tiny.json"))
+    # SeedOssConfig: attention_dropout 0.1, residual_dropout 0.1, attention_bias (q, k, v)
+    assert isinstance(seed, Llama) and seed.residual_dropout == seed.attention_dropout == 0.1
+    assert seed.bias_q and not seed.bias_o and seed.gated
+    arcee = family_of(spec_of("arcee-tiny.json"))
+    assert isinstance(arcee, Llama) and not arcee.gated and arcee.activation == "relu2"
+    assert not arcee.layer_norm and arcee.mlp_names == ("up_proj", "down_proj")
+    jais2 = family_of(spec_of("jais2-tiny.json"))
+    assert isinstance(jais2, Llama) and jais2.layer_norm and not jais2.gated
+    assert jais2.bias_q and jais2.bias_o and jais2.bias_mlp_in
+    glm4 = family_of(spec_of("glm4-tiny.json"))
+    # Glm4Config: partial_rotary_factor 0.5 of a 16-wide head
+    assert isinstance(glm4, Llama) and glm4.rope_interleaved and glm4.dr == 8
+    assert glm4.fused_gate_up and glm4.sandwich == ("post_self_attn_layernorm",
+                                                    "post_mlp_layernorm")
+    clova = family_of(spec_of("hyperclovax-tiny.json"))
+    assert isinstance(clova, Llama) and clova.sandwich == ("post_norm1", "post_norm2")
+
+
+def _tiny(config: str, **change: object) -> dict:
+    return json.loads((DATA / "hf" / "variants" / config).read_text()) | change
+
+
+def test_glm_reads_its_partial_rotary_factor() -> None:
+    # GlmConfig and Glm4Config keep partial_rotary_factor in rope_parameters (default 0.5);
+    # the whole head rotated still concatenates (an empty pass part), an odd width refused
+    whole = family_of(spec_from_hf(_tiny("glm4-tiny.json", rope_parameters={
+        "rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 1.0})))
+    assert isinstance(whole, Llama) and whole.rope_interleaved and whole.dr == 16
+    glm = family_of(spec_from_hf(_tiny("glm4-tiny.json", model_type="glm")))
+    assert isinstance(glm, Llama) and glm.rope_interleaved and glm.sandwich == ("", "")
+    odd = spec_from_hf(_tiny("glm4-tiny.json", partial_rotary_factor=0.3125))
+    with pytest.raises(Exception, match="no op graph"):
+        family_of(odd)
+
+
+# -- compiled against traced ---------------------------------------------------------------
+def _draw(rng: random.Random) -> tuple[Llama, Run]:
+    G, Hkv, L = rng.choice((1, 2)), rng.choice((1, 2)), rng.choice((1, 2))
+    kind = rng.choice(("starcoder2", "seed_oss", "plain", "glm4", "hyperclovax"))
+    dh = rng.choice((4, 8))
+    dr = rng.choice([d for d in (2, 4, 8) if d <= dh])
+    window = rng.choice((1, 4, 40))
+    fam = Llama(V=rng.randint(5, 60), E=rng.randint(1, 48), H=Hkv * G, Hkv=Hkv, dh=dh,
+                F=rng.randint(1, 40), L=L, tied=rng.random() < 0.5,
+                bias_q=(b := kind in ("starcoder2", "plain") and rng.random() < 0.7),
+                bias_k=b, bias_v=b, bias_o=b, bias_mlp_in=b, bias_mlp_out=b,
+                attention_dropout=rng.choice((0.0, 0.1)),
+                layer_norm=kind == "starcoder2" or (kind == "plain" and rng.random() < 0.5),
+                gated=kind not in ("starcoder2", "plain"),
+                activation="gelu_tanh" if kind == "starcoder2" else
+                "relu2" if kind == "plain" else "silu",
+                mlp_names=("c_fc", "c_proj") if kind == "starcoder2" else
+                ("up_proj", "down_proj"),
+                residual_dropout=rng.choice((0.0, 0.1)) if kind in ("starcoder2", "seed_oss")
+                else 0.0,
+                embed_dropout=rng.choice((0.0, 0.05)) if kind == "starcoder2" else 0.0,
+                kinds=rng.choice("FS") if kind == "starcoder2" else "F", window=window,
+                fused_gate_up=kind == "glm4", rope_interleaved=kind == "glm4",
+                dr=dr if kind == "glm4" else 0,
+                sandwich=("post_self_attn_layernorm", "post_mlp_layernorm") if kind == "glm4"
+                else ("post_norm1", "post_norm2") if kind == "hyperclovax" else ("", ""))
+    device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
+    lora = None
+    if rng.random() < 0.4:
+        targets = rng.sample(("q_proj", "k_proj", "v_proj", "o_proj", "down_proj", "c_fc",
+                              "gate_up_proj", "all-linear"), rng.choice((1, 2)))
+        lora = Lora(rng.choice((1, 8)), frozenset(targets), rng.choice((0.0, 0.05)))
+    autocast = None
+    if dtype == F32 and rng.random() < 0.5:
+        autocast = BF16
+    return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 7, 8, 33)), dtype, device,
+                    rng.choice(("eager", "sdpa")), autocast=autocast,
+                    use_cache=rng.random() < 0.2, lora=lora,
+                    recompute=rng.choice(("none", "none", "selective", "full")))
+
+
+def test_compiled_equals_traced_on_random_configurations() -> None:
+    assert cache_hits_on_random_draws(_draw, 20261128, 20) >= 4
