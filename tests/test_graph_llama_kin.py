@@ -45,7 +45,8 @@ from transformer_calc.params import count_params
 
 # config -> its model type
 CONFIGS = {"starcoder2-tiny.json": "starcoder2", "starcoder2-sliding-dropout.json": "starcoder2",
-           "seed_oss-tiny.json": "seed_oss"}
+           "seed_oss-tiny.json": "seed_oss", "arcee-tiny.json": "arcee",
+           "jais2-tiny.json": "jais2"}
 ROWS = measured_rows(tuple(CONFIGS))
 AUTOCAST = [r for r in ROWS if r.get("autocast")]
 
@@ -138,6 +139,11 @@ FLAGS: dict[str, dict[str, object]] = {
     # SeedOssConfig: attention_dropout 0.1, residual_dropout 0.1, attention_bias (q, k, v)
     "seed_oss-tiny.json": dict(residual_dropout=0.1, attention_dropout=0.1, embed_dropout=0.0,
                                bias_q=True, bias_o=False, gated=True),
+    "arcee-tiny.json": dict(gated=False, activation="relu2", layer_norm=False,
+                            mlp_names=("up_proj", "down_proj"), bias_q=False),
+    # Jais2Config: nn.LayerNorm, attention_bias and mlp_bias true
+    "jais2-tiny.json": dict(layer_norm=True, gated=False, activation="relu2", bias_q=True,
+                            bias_o=True, bias_mlp_in=True, bias_mlp_out=True),
 }
 
 

@@ -253,7 +253,5 @@ MAPPERS: dict[str, Callable[[ModelSpec, Base], Llama | None]] = {
     "qwen3": _sliding, "ministral": _sliding, "olmo": _olmo, "bitnet": _bitnet,
     "nemotron": _nemotron, "apertus": _apertus, "nanochat": _nanochat, "cohere": _cohere,
     "cohere2": _cohere, "diffllama": _diffllama, "mllama": _mllama,
-    "starcoder2": _starcoder2, "seed_oss": _seed_oss}
-# PENDING: "arcee": _plain_mlp,
-#    "jais2": _plain_mlp, "glm": _glm, "glm4": _glm, "hyperclovax": _hyperclovax,
-#    "eurobert": _eurobert}
+    "starcoder2": _starcoder2, "seed_oss": _seed_oss, "arcee": _plain_mlp,
+    "jais2": _plain_mlp}
