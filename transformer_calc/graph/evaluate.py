@@ -375,10 +375,11 @@ _READS["mla"] = _READS["llama"] | {"kv_lora_rank", "q_lora_rank", "qk_nope_head_
                                    "moe_beside_dense", "moe_shortcut", "peft_router_linear",
                                    "moe_post_norm"}
 # the model types whose forward mla.py transcribes ("": a preset, read as DeepSeek-V3, or
-# with an indexer as V3.2), and those with DSA's indexer (GLM-MoE-DSA: V3.2's layers, its
-# indexer's RoPE interleaved, which keeps nothing either way; spec_from_hf refuses its layers
-# that reuse another's top-k)
-_MLAS = ("", "deepseek_v3", "minicpm3", "deepseek_v32", "glm_moe_dsa", "longcat_flash", "axk1")
+# with an indexer as V3.2; Youtu: DeepSeek-V3's attention and dense layers), and those with
+# DSA's indexer (GLM-MoE-DSA: V3.2's layers, its indexer's RoPE interleaved, which keeps
+# nothing either way; spec_from_hf refuses its layers that reuse another's top-k)
+_MLAS = ("", "deepseek_v3", "minicpm3", "deepseek_v32", "glm_moe_dsa", "longcat_flash", "axk1",
+         "youtu")
 _DSAS = ("", "deepseek_v32", "glm_moe_dsa")
 
 # Mamba and Mamba-2 (MambaForCausalLM, Mamba2ForCausalLM): the mixer's sizes and flags; the
@@ -1839,7 +1840,7 @@ def _mla(spec: ModelSpec) -> mla.Mla:
             and not _unread(spec, "mla")):
         raise TcalcError(f"{spec.name}: no op graph for this latent-attention layout yet (the "
                          "graph engine covers DeepSeek-V3, V3.2, GLM-MoE-DSA, LongCat-Flash, "
-                         "A.X K1 and MiniCPM3)")
+                         "A.X K1, MiniCPM3 and Youtu)")
     L = spec.n_layers // 2 if longcat else spec.n_layers
     kinds = ("E",) * L if longcat else \
         parse_pattern(spec.layer_ffn, "DEX", L, "layer_ffn") if spec.layer_ffn \

@@ -220,7 +220,7 @@ def _glm(spec: ModelSpec, base: Base) -> Llama | None:
     if family is None:
         return None
     return replace(family, rope_interleaved=True, dr=dr,
-                   sandwich=("post_self_attn_layernorm", "post_mlp_layernorm") if v4
+                   post_norms=("post_self_attn_layernorm", "post_mlp_layernorm") if v4
                    else ("", ""))
 
 
@@ -232,7 +232,7 @@ def _hyperclovax(spec: ModelSpec, base: Base) -> Llama | None:
     family = base(replace(spec, sandwich_norm=False))
     if family is None:
         return None
-    return replace(family, sandwich=("post_norm1", "post_norm2") if spec.sandwich_norm
+    return replace(family, post_norms=("post_norm1", "post_norm2") if spec.sandwich_norm
                    else ("", ""))
 
 
@@ -254,4 +254,5 @@ MAPPERS: dict[str, Callable[[ModelSpec, Base], Llama | None]] = {
     "nemotron": _nemotron, "apertus": _apertus, "nanochat": _nanochat, "cohere": _cohere,
     "cohere2": _cohere, "diffllama": _diffllama, "mllama": _mllama,
     "starcoder2": _starcoder2, "seed_oss": _seed_oss, "arcee": _plain_mlp,
-    "jais2": _plain_mlp}
+    "jais2": _plain_mlp, "glm": _glm, "glm4": _glm, "hyperclovax": _hyperclovax,
+    "eurobert": _eurobert}

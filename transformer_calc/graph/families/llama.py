@@ -9,7 +9,9 @@ models/olmo2/modeling_olmo2.py, with q_norm and k_norm over the whole projection
 sublayer's output normalised before the residual add, and RMSNorm's weight applied in fp32;
 models/phi3/modeling_phi3.py, with Q, K and V as slices of one qkv_proj, gate and up as the
 chunks of one gate_up_proj, and a rotary embedding that concatenates the rotated part with
-the rest (a copy even when the rest is empty)."""
+the rest (a copy even when the rest is empty). Its flags transcribe the variants
+graph/variants.py maps, among them models/starcoder2, seed_oss, arcee, jais2, glm, glm4,
+hyperclovax and eurobert (modeling_<type>.py)."""
 
 from __future__ import annotations
 
@@ -82,7 +84,7 @@ class Llama:
     embed_dropout: float = 0.0  # Starcoder2: dropout over the embeddings
     # GLM-4, HyperCLOVA X: an RMSNorm over each sublayer's output before the residual add,
     # beside the pre-norms (their names: the attention's, the MLP's; "": none)
-    sandwich: tuple[str, str] = ("", "")
+    post_norms: tuple[str, str] = ("", "")
     rope_interleaved: bool = False  # GLM: RoPE on the first dr of each head in interleaved
     # pairs, cos and sin repeat_interleaved anew in each layer, the rest concatenated after
     # EuroBERT: bidirectional attention (no mask, SDPA's is_causal off) under a masked-LM loss
@@ -208,7 +210,7 @@ def _layer(m: Builder, cfg: Llama, h: Tensor, cos: Tensor, sin: Tensor,
     attn_norm, ffn_norm = cfg.norm_names
     with m.module("self_attn"):
         a = _attention(m, cfg, _norm(m, cfg, attn_norm, h), cos, sin, mask, window)
-    after_attn, after_mlp = cfg.sandwich
+    after_attn, after_mlp = cfg.post_norms
     if after_attn:  # Glm4DecoderLayer: post_self_attn_layernorm; HyperCLOVAX: post_norm1
         a = rms_norm(m, after_attn, a)
     h = ops.add(h, a)
