@@ -42,6 +42,7 @@ from test_graph import _rules_report
 from transformer_calc.errors import TcalcError
 from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F16, F32, Lora, Run, evaluate, family_of
+from transformer_calc.graph.families.bloom import Bloom
 from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.mla import Mla
 from transformer_calc.hf import spec_from_hf
@@ -53,7 +54,7 @@ CONFIGS = {"starcoder2-tiny.json": "starcoder2", "starcoder2-sliding-dropout.jso
            "seed_oss-tiny.json": "seed_oss", "arcee-tiny.json": "arcee",
            "jais2-tiny.json": "jais2", "glm4-tiny.json": "glm4",
            "hyperclovax-tiny.json": "hyperclovax", "youtu-tiny.json": "youtu",
-           "eurobert-tiny.json": "eurobert"}
+           "eurobert-tiny.json": "eurobert", "bloom-tiny.json": "bloom"}
 ROWS = measured_rows(tuple(CONFIGS))
 AUTOCAST = [r for r in ROWS if r.get("autocast")]
 
@@ -173,8 +174,10 @@ FLAGS: dict[str, dict[str, object]] = {
     "youtu-tiny.json": dict(q_latent=True, rq=48, rkv=32, dn=16, dr=8, dv=16, interleave=True,
                             tied=True),
     "eurobert-tiny.json": dict(bidirectional=True, tied=False, bias_q=False, gated=True),
+    # BloomConfig: hidden_dropout and attention_dropout 0.0, the LM head tied
+    "bloom-tiny.json": dict(H=4, tied=True, hidden_dropout=0.0, attention_dropout=0.0),
 }
-FAMILIES: dict[str, type] = {"youtu-tiny.json": Mla}
+FAMILIES: dict[str, type] = {"youtu-tiny.json": Mla, "bloom-tiny.json": Bloom}
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -260,5 +263,22 @@ def _draw(rng: random.Random) -> tuple[Llama, Run]:
                     recompute=rng.choice(("none", "none", "selective", "full")))
 
 
+def _draw_bloom(rng: random.Random) -> tuple[Bloom, Run]:
+    H = rng.choice((1, 2, 4))
+    fam = Bloom(V=rng.randint(5, 60), E=H * rng.choice((1, 2, 8)), H=H, L=rng.choice((1, 2)),
+                tied=rng.random() < 0.7, hidden_dropout=rng.choice((0.0, 0.1)),
+                attention_dropout=rng.choice((0.0, 0.1)))
+    device, dtype = rng.choice(("cpu", "cuda")), rng.choice((F32, F32, BF16, F16))
+    lora = None
+    if rng.random() < 0.4:
+        targets = rng.sample(("query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h",
+                              "all-linear"), rng.choice((1, 2)))
+        lora = Lora(rng.choice((1, 8)), frozenset(targets), rng.choice((0.0, 0.05)))
+    return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 7, 8, 33)), dtype, device,
+                    "eager", autocast=BF16 if dtype == F32 and rng.random() < 0.5 else None,
+                    lora=lora, recompute=rng.choice(("none", "none", "selective", "full")))
+
+
 def test_compiled_equals_traced_on_random_configurations() -> None:
     assert cache_hits_on_random_draws(_draw, 20261128, 12) >= 3
+    assert cache_hits_on_random_draws(_draw_bloom, 20261128, 8) >= 2

@@ -95,6 +95,21 @@ blenderbot-small,pegasus,m2m_100,mvp}-tiny.json; done > tests/data/activations_b
         python tools/measure_activations_hf.py $a $V/bigbird_pegasus-tiny.json
     done >> tests/data/activations_bart_kin_cpu.jsonl
 
+tests/data/activations_llama_kin_cpu.jsonl (dense decoders near Llama,
+EuroBERT and BLOOM; OMP_NUM_THREADS=1; BLOOM's skipped SDPA rows left out) was written by
+
+    V=tests/data/hf/variants
+    for c in starcoder2-tiny starcoder2-sliding-dropout seed_oss-tiny arcee-tiny jais2-tiny \
+            glm4-tiny hyperclovax-tiny youtu-tiny eurobert-tiny bloom-tiny; do
+        case $c in youtu*) QV=q_b_proj,kv_b_proj;; bloom*) QV=query_key_value;;
+                   *) QV=q_proj,v_proj;; esac
+        python tools/measure_activations_hf.py $V/$c.json
+        python tools/measure_activations_hf.py -B 1 -T 37 $V/$c.json
+        python tools/measure_activations_hf.py --lora 8 $V/$c.json
+        python tools/measure_activations_hf.py --lora 8 --lora-targets $QV $V/$c.json
+        python tools/measure_activations_hf.py --autocast $V/$c.json
+    done
+
 --mixers: only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
 Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's
 mixer rows; B ∈ {1, 2} and three lengths, fp32 and bf16, on transformers' torch path (the

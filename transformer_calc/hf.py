@@ -3382,6 +3382,7 @@ GENERIC: dict[str, Layout] = {
     "bloom": Layout("BloomForCausalLM", qkv_bias=True, o_bias=True, mlp_bias=True,
                     ffn="plain", norm="layernorm", position="alibi", embedding_norm=True,
                     fused_qkv=True, act="=gelu_tanh", ffn_default_4x=True,
+                    dropout=("attention_dropout", "hidden_dropout"),
                     keys=(("num_hidden_layers", "n_layer"),
                           ("num_attention_heads", "n_head"))),
     "mpt": Layout("MptForCausalLM", qkv_bias=False, o_bias=False, mlp_bias=False,

@@ -63,7 +63,7 @@ _NEOX_MODULES = {"gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "den
                  "codegen": {"qkv": "qkv_proj", "o": "out_proj", "up": "fc_in",
                              "down": "fc_out"}}
 _NEOX_MODULES |= {t: _NEOX_MODULES["gpt_neox"]
-                  for t in ("persimmon", "falcon", "gpt_neox_japanese")}
+                  for t in ("persimmon", "falcon", "gpt_neox_japanese")}  # (and BLOOM's)
 # ModernBERT and its decoder (graph/families/modernbert.py): Wqkv or q/k/v_proj, the
 # attention's and the MLP's Wo told apart by their module, the fused GeGLU Wi
 _MODERNBERT_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "qkv": "Wqkv",
@@ -557,6 +557,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     exactly those layers."""
     from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
+    from transformer_calc.graph.families.bloom import Bloom
     from transformer_calc.graph.families.dbrx import Dbrx
     from transformer_calc.graph.families.deberta import Deberta
     from transformer_calc.graph.families.distilbert import DistilBert
@@ -599,7 +600,7 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
              _GPT_NEO_MODULES if isinstance(family, GPTNeo) else
              _MPT_MODULES if isinstance(family, Mpt) else
              _NEOX_MODULES[family.model] if isinstance(family, NeoX | GPTJ) else
-             _NEOX_MODULES["falcon"] if isinstance(family, Falcon) else _MODULES)
+             _NEOX_MODULES["falcon"] if isinstance(family, Falcon | Bloom) else _MODULES)
     if isinstance(family, Llama) and not family.gated:  # NanoChat's fc1, fc2
         table = {**_MODULES, "up": family.mlp_names[0], "down": family.mlp_names[1]}
     if isinstance(family, Minimax):

@@ -18,6 +18,7 @@ from transformer_calc.graph.families import (
     bart,
     beam,
     bert,
+    bloom,
     cohere,
     dbrx,
     deberta,
@@ -80,7 +81,7 @@ Family = (gpt2.GPT2 | paper.Paper | llama.Llama | bert.Bert | moe.Moe | gemma.Ge
           | opt.OPT | olmo_hybrid.OlmoHybrid | kimi_linear.KimiLinear | whisper.Whisper
           | t5gemma.T5Gemma | qwen3_next.Qwen3Next | gptlike.GPTBigCode | gptlike.OpenAIGPT
           | gptlike.Ctrl | gptlike.GPTNeo | gptlike.Mpt | gptlike.GraniteSwa
-          | deepseek_v4.DeepseekV4 | switch.Switch | llama4.Llama4 | dbrx.Dbrx)
+          | deepseek_v4.DeepseekV4 | switch.Switch | llama4.Llama4 | dbrx.Dbrx | bloom.Bloom)
 
 # each family's forward, by the class of its config (a subclass runs its base's forward)
 _FORWARDS: dict[type, Callable[..., object]] = {
@@ -115,7 +116,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     modernbert.ModernBertDecoder: modernbert.decoder_forward, lfm2.Lfm2: lfm2.forward,
     lfm2.Lfm2Moe: lfm2.moe_forward, minimax.Minimax: minimax.forward,
     deepseek_v4.DeepseekV4: deepseek_v4.forward, llama4.Llama4: llama4.forward,
-    dbrx.Dbrx: dbrx.forward}
+    dbrx.Dbrx: dbrx.forward, bloom.Bloom: bloom.forward}
 
 
 @dataclass(frozen=True)
@@ -449,6 +450,13 @@ _READS["gptlike"] = _METADATA | _COMMON | {"embed_dropout",
     "final_norm", "bias_q", "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out",
     "lm_head_bias", "attn_fp32"}
 
+# BLOOM (families/bloom.py): ALiBi, its LayerNorms (one over the embeddings), the fused
+# query_key_value, biases everywhere, the fp32 softmax, no SDPA path (read as _bloom
+# requires them)
+_READS["bloom"] = _METADATA | _COMMON | {
+    "n_kv_heads", "softmax_fp32", "sdpa_path", "embedding_norm", "fused_qkv", "bias_q",
+    "bias_k", "bias_v", "bias_o", "bias_ffn_in", "bias_ffn_out"}
+
 
 @functools.cache
 def _defaults(family: str) -> tuple[Callable[[ModelSpec], tuple[object, ...]],
@@ -670,6 +678,25 @@ def _granite_swa(spec: ModelSpec) -> gptlike.GraniteSwa | None:
         raise TcalcError(f"{spec.name}: no op graph for this granite_swa layout yet")
     fields = {f: getattr(base, f) for f in ("V", "E", "H", "Hkv", "dh", "F", "L", "tied")}
     return gptlike.GraniteSwa(**fields, attention_dropout=pa)
+
+
+def _bloom(spec: ModelSpec) -> bloom.Bloom | None:
+    """BloomForCausalLM by its model type: ALiBi, LayerNorms with biases (the embeddings'
+    too), the fused query_key_value, a 4·hidden_size GELU MLP (BloomGelu), biases on every
+    projection, dropout_add's hidden_dropout and the probabilities' attention_dropout."""
+    if spec.model_type != "bloom":
+        return None
+    H = spec.n_heads
+    if not (spec.position == "alibi" and spec.norm == "layernorm" and spec.ffn == "plain"
+            and spec.activation == "gelu_tanh" and spec.embedding_norm and spec.fused_qkv
+            and spec.softmax_fp32 and not spec.sdpa_path and spec.n_kv_heads in (None, H)
+            and spec.bias_q and spec.bias_k and spec.bias_v and spec.bias_o
+            and spec.bias_ffn_in and spec.bias_ffn_out and spec.d_model % H == 0
+            and spec.d_ff == 4 * spec.d_model and not _unread(spec, "bloom")):
+        raise TcalcError(f"{spec.name}: no op graph for this BLOOM layout yet")
+    return bloom.Bloom(V=spec.vocab_size, E=spec.d_model, H=H, L=spec.n_layers,
+                       tied=spec.tie_embeddings, hidden_dropout=spec.dropout,
+                       attention_dropout=_attention_dropout(spec))
 
 
 def _llama(spec: ModelSpec) -> llama.Llama | None:
@@ -2691,7 +2718,7 @@ def _deepseek_v4_family(spec: ModelSpec) -> deepseek_v4.DeepseekV4 | None:
 # MLA spec, with experts or not, the MLA family's, Jamba's the hybrid's; the NeoX-style model
 # types before the layouts that would otherwise claim them)
 _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
-    _neox, _gptj, _falcon, _gptlike, _ctrl, _gpt_neo, _mpt, _granite_swa, _gpt2, _opt,
+    _neox, _gptj, _falcon, _gptlike, _ctrl, _gpt_neo, _mpt, _bloom, _granite_swa, _gpt2, _opt,
     _biogpt, _xglm, _trocr, _whisper, _t5gemma, _switch,
     _gemma4_family, _gemma3n_family, _kimi_linear_family, _deepseek_v4_family, _mla_family,
     _qwen3_next_family,

@@ -687,6 +687,8 @@ class _Namer:
         self.deberta = isinstance(family, Deberta)
         # ModernBERT's and XLM's modules as the decoders' tables key them
         self.causal = isinstance(family, ModernBertDecoder)  # its layers are a decoder's
+        # EuroBERT: Llama's layers read bidirectionally, named as the encoders' (encoder.*)
+        self.bidirectional = isinstance(family, Llama) and family.bidirectional
         self.ctrl = isinstance(family, Ctrl)
         self.sink = isinstance(family, GraniteSwa)
         self.renamed = _MODERNBERT if isinstance(family, ModernBert) else \
@@ -792,9 +794,10 @@ class _Namer:
             return "encoder." + name.removeprefix("decoder.") \
                 if name.startswith("decoder.") and not self.causal else name
         layer = _LAYER.match(scope)
-        if layer is None:
-            return self._outside(scope, role, s)
-        return self._in_layer(_module(layer.group(2) or ""), role, s)
+        name = self._outside(scope, role, s) if layer is None else \
+            self._in_layer(_module(layer.group(2) or ""), role, s)
+        return "encoder." + name.removeprefix("decoder.") \
+            if self.bidirectional and name.startswith("decoder.") else name
 
     def _ctrl(self, scope: str, role: str, s: Saved) -> str:
         """CTRL's storages: its layers' modules by _CTRL, the layer's two functional
@@ -939,7 +942,8 @@ class _Namer:
             # mask native_dropout's; both F wide, kept with the activation)
             if role in ("pow.self", "tanh.result", "silu.self", "gelu.self", "mul.self",
                         "mul.other", "relu.result", "native_dropout.result1",
-                        "clamp.self", "sigmoid.result"):  # (MiniMax-M3's clamped SwiGLU)
+                        "clamp.self", "sigmoid.result",  # (MiniMax-M3's clamped SwiGLU)
+                        "GeLUFunction.saved0"):  # (BLOOM's BloomGelu keeps its input)
                 return "decoder.ffn.activation"
         raise ValueError(f"no component name for {role} saved in {scope} "
                          f"(made in {st.name or 'the model'})")
@@ -1242,7 +1246,7 @@ class _Namer:
                 else "embed.token_ids"
         if role == "index.indices0" and last == "embed_positions":  # Whisper's weight[ids]
             return "embed.position_ids"
-        if last == "layernorm_embedding":  # TrOCR's norm of the embeddings' sum
+        if last in ("layernorm_embedding", "word_embeddings_layernorm"):  # TrOCR's, BLOOM's
             return "embed." + self._norm("norm", role, s)
         if last in ("project_in", "project_out"):  # OPT's projections of the embeddings
             lora = self.run.lora
