@@ -2,11 +2,12 @@
 flag per difference, mapped by graph/variants.py): Starcoder2 (LayerNorm, an ungated
 gelu_pytorch_tanh MLP of c_fc and c_proj, biases, embedding and residual dropouts, a sliding
 window over every layer), Seed-OSS (residual dropout beside the attention's), Arcee and
-Jais2 (an ungated ReLU² MLP; Jais2 under LayerNorm), GLM-4 (GLM's interleaved partial RoPE,
-the fused gate_up_proj, norms over each sublayer's output) and HyperCLOVA X (norms over each
-sublayer's output, muP multipliers). Every measured CPU row of their configs, to the byte,
-through the trace, the compiled structure and memory_report; family_of maps them (and
-refuses what the graph does not transcribe); the compiled path equals the trace on random
+Jais2 (an ungated ReLU² MLP; Jais2 under LayerNorm), GLM and GLM-4 (GLM's interleaved partial
+RoPE, the fused gate_up_proj; GLM-4's norms over each sublayer's output), HyperCLOVA X (norms
+over each sublayer's output, muP multipliers) and EuroBERT (bidirectional, a masked-LM loss).
+Every measured CPU row of their configs, to the byte, through the trace (a few per config
+through the compiled structure and memory_report too); family_of maps them (and refuses
+what the graph does not transcribe); the compiled path equals the trace on random
 configurations.
 
 Fixture: tests/data/activations_llama_kin_cpu.jsonl (tools/measure_activations_hf.py, the
@@ -15,7 +16,10 @@ saved_tensors_hooks, use_cache=False; full training B 2 T 64 and B 1 T 37, eager
 fp32 and bf16; peft's LoRA rank 8 on all-linear and on q_proj,v_proj; an fp32 model under
 torch.autocast("cpu", torch.bfloat16), whose rows count autocast's saved weight copies too).
 The configs: tests/data/hf/variants/*-tiny.json (each config class's defaults with small
-sizes) and starcoder2-sliding-dropout.json (a 16-token window, dropouts 0.1, 0.1, 0.05).
+sizes), starcoder2-sliding-dropout.json (a 16-token window, dropouts 0.1, 0.1, 0.05) and
+glm-quarter-rotary.json (GLM, 3 layers, a quarter of each head rotated; full training and
+LoRA on all-linear at B 2 T 64 only). Youtu (DeepSeek-V3's latent attention, families/mla.py)
+and BLOOM (families/bloom.py, eager only) are here too.
 
 Tolerance: none.
 """
@@ -54,7 +58,8 @@ CONFIGS = {"starcoder2-tiny.json": "starcoder2", "starcoder2-sliding-dropout.jso
            "seed_oss-tiny.json": "seed_oss", "arcee-tiny.json": "arcee",
            "jais2-tiny.json": "jais2", "glm4-tiny.json": "glm4",
            "hyperclovax-tiny.json": "hyperclovax", "youtu-tiny.json": "youtu",
-           "eurobert-tiny.json": "eurobert", "bloom-tiny.json": "bloom"}
+           "eurobert-tiny.json": "eurobert", "bloom-tiny.json": "bloom",
+           "glm-quarter-rotary.json": "glm"}
 ROWS = measured_rows(tuple(CONFIGS))
 AUTOCAST = [r for r in ROWS if r.get("autocast")]
 
@@ -64,7 +69,7 @@ def test_the_rows_cover_every_config() -> None:
     for config in CONFIGS:
         rows = [r for r in ROWS if r["config"] == config]
         assert any(not r["lora"] for r in rows) and any(r["lora"] for r in rows)
-        assert any(r.get("autocast") for r in rows)
+        assert any(r.get("autocast") for r in rows) or config == "glm-quarter-rotary.json"
         assert {r["attention"] for r in rows} == (
             {"eager", "sdpa"} if spec_of(config).sdpa_path else {"eager"})
 
@@ -170,6 +175,9 @@ FLAGS: dict[str, dict[str, object]] = {
                            bias_o=False, post_norms=("post_self_attn_layernorm",
                                                    "post_mlp_layernorm")),
     "hyperclovax-tiny.json": dict(post_norms=("post_norm1", "post_norm2"), bias_q=False),
+    # GlmConfig's layers, 3 of them, a quarter of each 16-wide head rotated
+    "glm-quarter-rotary.json": dict(rope_interleaved=True, dr=4, post_norms=("", ""),
+                                    fused_gate_up=True, L=3),
     # YoutuConfig: DeepSeek-V3's latent attention (a query latent, interleaved RoPE), tied
     "youtu-tiny.json": dict(q_latent=True, rq=48, rkv=32, dn=16, dr=8, dv=16, interleave=True,
                             tied=True),
@@ -220,6 +228,22 @@ def test_glm4_keeps_cos_and_sin_in_every_layer() -> None:
         itemsize = 4 if row["dtype"] == "fp32" else 2
         assert row["measured_bytes"] - _rules(row) == \
             (fam.L - 1) * 2 * row["T"] * fam.dr * itemsize + _labels(row)
+
+
+def test_glm_rotates_part_of_each_head_in_every_layer() -> None:
+    # GLM's cos and sin, dr wide, made in each of the L layers: against Llama's whole-head
+    # RoPE (one model-level pair, dh wide, concatenated after: how the graph read GLM
+    # before), 2 · T · (dh - L · dr) elements apart, +0.05 to +0.11 % on these rows (on
+    # glm4-tiny, L · dr = dh: the same bytes either way)
+    fam = family_of(spec_of("glm-quarter-rotary.json"))
+    assert isinstance(fam, Llama)
+    whole = replace(fam, rope_interleaved=False, dr=0, rope_concat=True)
+    rows = [r for r in ROWS if r["config"] == "glm-quarter-rotary.json"]
+    assert len(rows) == 8
+    for row in rows:
+        itemsize = 4 if row["dtype"] == "fp32" else 2
+        assert evaluate(whole, row_run(row)).activation_bytes - row["measured_bytes"] == \
+            2 * row["T"] * (fam.dh - fam.L * fam.dr) * itemsize
 
 
 # -- compiled against traced ---------------------------------------------------------------

@@ -109,6 +109,8 @@ EuroBERT and BLOOM; OMP_NUM_THREADS=1; BLOOM's skipped SDPA rows left out) was w
         python tools/measure_activations_hf.py --lora 8 --lora-targets $QV $V/$c.json
         python tools/measure_activations_hf.py --autocast $V/$c.json
     done
+    python tools/measure_activations_hf.py $V/glm-quarter-rotary.json
+    python tools/measure_activations_hf.py --lora 8 $V/glm-quarter-rotary.json
 
 --mixers: only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
 Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's
