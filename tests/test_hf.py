@@ -184,6 +184,19 @@ REFERENCE = {
     "variants/dbrx-tiny.json": (90_944, "DbrxForCausalLM"),
     # ... one K/V head, top-1 of 3 experts, no jitter, the top value's 2-norm, attn_pdrop 0.1
     "variants/dbrx-mqa-p2.json": (88_768, "DbrxForCausalLM"),
+    # the op graph's dense Llama kin (tests/test_graph_llama_kin.py): each config class's
+    # defaults with small sizes; Starcoder2 with a window and dropouts; GLM with 3 layers
+    "variants/starcoder2-tiny.json": (75_136, "Starcoder2ForCausalLM"),
+    "variants/starcoder2-sliding-dropout.json": (75_136, "Starcoder2ForCausalLM"),
+    "variants/seed_oss-tiny.json": (107_072, "SeedOssForCausalLM"),
+    "variants/arcee-tiny.json": (90_432, "ArceeForCausalLM"),
+    "variants/jais2-tiny.json": (91_520, "Jais2ForCausalLM"),
+    "variants/glm4-tiny.json": (107_328, "Glm4ForCausalLM"),
+    "variants/glm-quarter-rotary.json": (144_192, "GlmForCausalLM"),
+    "variants/hyperclovax-tiny.json": (107_072, "HyperCLOVAXForCausalLM"),
+    "variants/youtu-tiny.json": (102_880, "YoutuForCausalLM"),
+    "variants/eurobert-tiny.json": (106_816, "EuroBertForMaskedLM"),
+    "variants/bloom-tiny.json": (116_608, "BloomForCausalLM"),
     # ... dbrx-tiny with resid_pdrop 0.1 and emb_pdrop 0.2 (which DbrxModel never applies)
     "variants/dbrx-dropout.json": (90_944, "DbrxForCausalLM"),
     # T5Gemma: encoder 3 and decoder 2 layers, a table each, the head tied to the decoder's
