@@ -50,6 +50,12 @@ tests/data/quantised_base_activations_cpu.jsonl (bitsandbytes 0.50.2) was writte
         tests/data/hf/variants/{llama-head-dim,gemma-gqa,gpt2-n-inner,bert-seq-cls,\
 t5-gated-asym,falcon-new-rope,mixtral-top1,qwen2_moe-tiny,opt-projected,\
 neox-sequential-nobias,phi3-gqa-tied,deepseek_v3-all-dense,jamba-tiny}.json; done
+and tests/data/quantised_base_more_activations_cpu.jsonl (the SDPA rows of gpt-oss and LongT5
+skipped: their classes have none; LongT5 over a 4-bit base raises in transformers 5.23) by
+
+    for q in bnb-nf4 bnb-int8; do python tools/measure_activations_hf.py --lora 8 --quant $q \
+        tests/data/hf/variants/{bart-asymmetric,deepseek_v3-no-q-lora-bias,\
+gpt_oss-tied-nobias,t5-big-vocab,umt5-tiny,longt5-tglobal}.json; done
 tests/data/autocast_activations_routers_mixers_cpu.jsonl (the routers and recurrent mixers;
 its tcalc_bytes under --lora are tcalc's --mixed LoRA, a 16-bit base, not the fp32 base
 measured) was written by

@@ -281,12 +281,17 @@ def _bnb(s: Settings) -> str | None:
 
 
 # model types whose class names modules to keep in fp32 (transformers 5.23:
-# _keep_in_fp32_modules, e.g. T5's "wo"): from_pretrained with a quantization_config leaves
-# them out of replace_with_bnb_linear and loads them in fp32 under a 16-bit dtype, which the
-# graph's one model dtype does not say
+# _keep_in_fp32_modules): from_pretrained with a quantization_config leaves them out of
+# replace_with_bnb_linear (get_modules_to_not_convert), and loads them in fp32 only under an
+# fp16 dtype (_get_dtype_plan; the graph's one model dtype does not say that). Those whose
+# quantised rows the graph reproduces, with the modules left out that are nn.Linear layers
+# (T5's "wo"; gpt-oss keeps its norms, none a linear):
+_KEPT_LINEARS: dict[str, frozenset[str]] = {
+    "t5": frozenset(("wo",)), "mt5": frozenset(("wo",)), "umt5": frozenset(("wo",)),
+    "gpt_oss": frozenset()}
+# and the rest, unmeasured (the rules answer)
 _KEEP_IN_FP32 = frozenset(("afmoe", "axk2", "deepseek_v32", "deepseek_v4", "glm_moe_dsa",
-                           "gpt_oss", "longcat_flash", "mistral_large4", "mt5", "pop2piano",
-                           "t5", "udop", "umt5"))
+                           "longcat_flash", "mistral_large4", "pop2piano", "udop"))
 
 
 def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bool
@@ -296,31 +301,41 @@ def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bo
     which it leaves out, are ops.linear; Falcon's FalconLinear, a subclass it does not
     convert, is Builder.linear(matmul=True)); torchtune's NF4 over its model in bf16, no
     autocast. The families whose quantised CPU rows the graph reproduces
-    (tests/data/quantised_base_activations_cpu.jsonl): Llama (Phi-3's fused qkv_proj too),
-    Gemma, GPT-2, BERT, Falcon, OPT, the dense MLA decoders, GPT-NeoX, the MoE decoders whose
-    router is a parameter (Mixtral's, Qwen2-MoE's: nothing replace_with_bnb_linear converts
-    there but the nn.Linear layers) and Jamba (its mixer calls dt_proj on a quantised model).
-    The rest is unmeasured."""
+    (tests/data/quantised_base_activations_cpu.jsonl, quantised_base_more_activations_cpu.jsonl):
+    Llama (Phi-3's fused qkv_proj too), Gemma, GPT-2, BERT, Falcon, OPT, T5 (its wo left
+    unquantised: _KEPT_LINEARS), BART, the dense MLA decoders, GPT-NeoX, the MoE decoders
+    whose router is a parameter (Mixtral's, Qwen2-MoE's, DeepSeek-V3's sigmoid router,
+    gpt-oss's: nothing replace_with_bnb_linear converts there but the nn.Linear layers) and
+    Jamba (its mixer calls dt_proj on a quantised model). The rest is unmeasured."""
     import dataclasses
 
+    from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
     from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.gemma import Gemma
     from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.families.gpt_oss import GptOss
     from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.llama import Llama
-    from transformer_calc.graph.families.mla import Mla
+    from transformer_calc.graph.families.mla import Mla, MlaMoe
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.opt import OPT
+    from transformer_calc.graph.families.t5 import T5
 
     quant = _bnb(s)
     if quant is None or spec.model_type in _KEEP_IN_FP32 or (quant == "nf4" and amp):
         return None
-    measured = type(family) in (Llama, Gemma, GPT2, Falcon, OPT, Bert, NeoX) or (
+    if spec.model_type in _KEPT_LINEARS and s.precision == "fp16":
+        return None  # its kept modules in fp32 under a 16-bit model
+    if spec.model_type == "longt5" and quant != "int8":
+        # LongT5 over a 4-bit base fails in transformers 5.23 (a RuntimeError in
+        # LongT5LayerFF's dropout, tools/measure_activations_hf.py --quant bnb-nf4): unmeasured
+        return None
+    measured = type(family) in (Llama, Gemma, GPT2, Falcon, OPT, Bert, NeoX, T5, Bart) or (
         type(family) is Mla and not spec.n_experts) or (
-        isinstance(family, Moe | Jamba) and type(family) in (Moe, Jamba)
-        and family.router in ("mixtral", "qwen", "jamba")
+        isinstance(family, Moe | Jamba) and type(family) in (Moe, Jamba, MlaMoe, GptOss)
+        and family.router in ("mixtral", "qwen", "jamba", "sigmoid", "gpt_oss")
         and not spec.peft_router_linear)
     if not measured:
         return None
@@ -329,7 +344,8 @@ def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bo
     head = s.lightning_bnb and quant.startswith("4bit")
     if head and type(family) not in (Llama, Gemma, Falcon):
         return None
-    lora = dataclasses.replace(lora, quant=quant, head=head)
+    lora = dataclasses.replace(lora, quant=quant, head=head,
+                               unconverted=_KEPT_LINEARS.get(spec.model_type, frozenset()))
     # MatMul4Bit before 0.44 and MatMul8bitLt hold A as a ctx attribute, not through
     # save_for_backward: non-reentrant checkpointing's saved-tensor hooks do not see it, so
     # under full recomputation each layer's inputs would stay held; unmeasured, the rules answer
