@@ -118,3 +118,106 @@ def test_a_kept_linear_under_fp16_is_left_to_the_rules(monkeypatch: pytest.Monke
     _, graph = _graph_answer(monkeypatch, spec_of(row["config"]),
                              _quantised_settings(row, precision="fp16"))
     assert graph is None
+
+
+# peft's LoRA of the paper's Transformer: tests/data/lora_activations_nn_transformer_cpu.jsonl,
+# written by tools/measure_activations_nn_transformer.py (torch 2.13 CPU, peft 0.21.2):
+#     --lora 8 -B 2 -T 16
+#     --lora 8 --d 48 --heads 3 --ff 80 --layers 1 -B 1 -T 24 --dropout 0.0
+#     --lora 4 --lora-targets linear1,linear2 --lora-dropout 0.05 -B 2 -T 16
+#     --lora 8 --lora-targets self_attn,multihead_attn -B 2 -T 16
+#     --lora 8 --autocast -B 2 -T 16
+PAPER_LORA = [json.loads(line) for line in
+              (DATA / "lora_activations_nn_transformer_cpu.jsonl").read_text().splitlines()]
+# peft's module names as tcalc's LoRA targets (roles): nn.MultiheadAttention is qkv and o
+TCALC_TARGETS = {"self_attn,multihead_attn,linear1,linear2": ("all-linear",),
+                 "linear1,linear2": ("up", "down"), "self_attn,multihead_attn": ("qkv", "o")}
+
+
+def _paper_spec(row: dict[str, Any]) -> Any:
+    from dataclasses import replace
+
+    from transformer_calc.presets import load_model
+
+    return replace(load_model("transformer-base"), vocab_size=row["vocab"],
+                   d_model=row["d_model"], n_heads=row["heads"], d_ff=row["d_ff"],
+                   n_encoder_layers=row["layers"], n_decoder_layers=row["layers"],
+                   dropout=row["dropout"])
+
+
+def test_paper_lora_rows_through_memory_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    """peft adapts nn.MultiheadAttention whole (lora.MultiheadAttention merges the adapters
+    into in_proj_weight and out_proj.weight for the forward: the merged weights are saved,
+    graph/families/paper.py _merged) and linear1, linear2 as lora.Linear; every row without
+    autocast through memory_report, answered by the graph, to the byte, with peft's count of
+    the adapters' parameters."""
+    rows = [r for r in PAPER_LORA if "autocast" not in r]
+    assert {r["lora"][1] for r in rows} == set(TCALC_TARGETS)
+
+    def check(row: dict[str, Any]) -> None:
+        rank, targets, dropout = row["lora"]
+        s = Settings(precision=row["dtype"], batch_size=row["B"], seq_len=row["T"],
+                     attention="sdpa", device="cpu", lora_rank=rank,
+                     lora_targets=TCALC_TARGETS[targets], lora_dropout=dropout)
+        total, graph = _graph_answer(monkeypatch, _paper_spec(row), s)
+        assert graph is not None, "the rules answered"
+        assert total == row["measured_bytes"], f"measured {row['measured_bytes']:,}, got {total:,}"
+        assert memory_report(_paper_spec(row), s).trainable_params == row["trainable"]
+
+    every_row(rows, check, lambda r: "{dtype}-{d_model}-{lora}".format(**r))
+
+
+def test_paper_lora_under_cpu_autocast() -> None:
+    """An fp32 model under torch.autocast("cpu", torch.bfloat16): every storage saved,
+    autocast's 16-bit copies of the adapters and of the merged weights among them, and the
+    cast of the attention's 16-bit output back to the query's fp32 (lora.MultiheadAttention
+    .forward: result[0].to(previous_dtype)), which dropout then reads in fp32."""
+    from transformer_calc.graph import DTYPES, Lora, Run, evaluate, family_of
+
+    rows = [r for r in PAPER_LORA if "autocast" in r]
+    assert rows
+    for row in rows:
+        rank, targets, dropout = row["lora"]
+        run = Run(row["B"], row["T"], DTYPES["fp32"], "cpu", "sdpa", autocast=DTYPES["bf16"],
+                  lora=Lora(rank, frozenset(targets.split(",")), dropout))
+        got = evaluate(family_of(_paper_spec(row)), run)
+        assert sum(s.nbytes for s in got.saved) == row["measured_bytes"]
+        assert got.trainable_params == row["trainable"]
+
+
+def test_paper_lora_of_one_attention_projection_is_refused() -> None:
+    """peft adapts nn.MultiheadAttention's in_proj and out_proj together (no module name
+    gives one of them): targets naming only one are refused in one line."""
+    from transformer_calc.costs.activations import _paper_lora
+    from transformer_calc.errors import TcalcError
+    from transformer_calc.presets import load_model
+
+    for targets in (("qkv",), ("o", "up")):
+        with pytest.raises(TcalcError, match="nn.MultiheadAttention, which peft adapts whole"):
+            memory_report(load_model("transformer-base"),
+                          Settings(lora_rank=8, lora_targets=targets, precision="bf16"))
+    s = Settings(lora_rank=8, lora_targets=("qkv", "o", "down"))
+    lora = _paper_lora(s, frozenset(("qkv", "o", "down")))
+    assert lora is not None and lora.targets == {"self_attn", "multihead_attn", "linear2"}
+
+
+def _paper_draw(rng: Any) -> tuple[Any, Any]:
+    from transformer_calc.graph import DTYPES, Lora, Run
+    from transformer_calc.graph.families.paper import Paper
+
+    H = rng.choice((1, 2, 4))
+    fam = Paper(V=rng.choice((16, 40)), E=H * rng.choice((2, 8)), H=H,
+                F=rng.choice((8, 24)), Le=rng.choice((1, 2)), Ld=rng.choice((1, 2)),
+                dropout=rng.choice((0.0, 0.1)))
+    targets = rng.choice((("self_attn", "multihead_attn", "linear1", "linear2"),
+                          ("self_attn", "multihead_attn"), ("linear2",)))
+    return fam, Run(rng.choice((1, 2, 3)), rng.choice((1, 5, 16)),
+                    DTYPES[rng.choice(("fp32", "bf16"))], "cpu", "sdpa",
+                    lora=Lora(rng.choice((2, 8)), frozenset(targets)),
+                    recompute=rng.choice(("none", "full")))
+
+
+def test_paper_lora_compiled_equals_traced_on_random_draws() -> None:
+    from graph_rows import cache_hits_on_random_draws
+
+    assert cache_hits_on_random_draws(_paper_draw, seed=11, draws=12) > 0

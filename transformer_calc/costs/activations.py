@@ -598,8 +598,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
 
-    if isinstance(family, Paper):  # peft's LoRA of nn.MultiheadAttention: not measured
-        return None
+    if isinstance(family, Paper):
+        return _paper_lora(s, roles)
     # FSDP2 under --mixed gathers every parameter, the adapters too, in 16-bit; torchtune and
     # LitGPT make the adapters in the model's dtype (--adapter-dtype)
     named = {"bf16": BF16, "fp16": F16}.get(s.adapter_dtype)
@@ -701,6 +701,24 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
             return None
         names |= {"project_out"}
     return Lora(s.lora_rank, names, s.lora_dropout, dtype)
+
+
+def _paper_lora(s: Settings, roles: frozenset[str]) -> Lora | None:
+    """The paper's Transformer: peft adapts nn.MultiheadAttention whole (lora.MultiheadAttention:
+    in_proj and out_proj together, self_attn and multihead_attn by name) and the feed-forward's
+    linear1 and linear2; None where the roles name one of the attention's two projections
+    without the other, which no module name gives peft (transformers' adapter dtype aside)."""
+    from transformer_calc.graph.lora import Lora
+
+    attention = roles & {"qkv", "q", "k", "v", "o"}
+    if attention and not ({"qkv", "o"} <= roles or s.lora_targets == ("all-linear",)):
+        return None  # (transformer_calc.lora refuses it)
+    if not roles <= {"qkv", "q", "k", "v", "o", "up", "down"} or s.fsdp2_mixed \
+            or s.adapter_dtype not in ("", "fp32"):
+        return None  # (adapters of the model's dtype: unmeasured)
+    names = ({"self_attn", "multihead_attn"} if attention else set()) \
+        | ({"linear1"} if "up" in roles else set()) | ({"linear2"} if "down" in roles else set())
+    return Lora(s.lora_rank, frozenset(names), s.lora_dropout)
 
 
 def _llama4_lora(s: Settings, roles: frozenset[str], dtype: DType | None,
