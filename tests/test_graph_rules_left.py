@@ -221,3 +221,64 @@ def test_paper_lora_compiled_equals_traced_on_random_draws() -> None:
     from graph_rows import cache_hits_on_random_draws
 
     assert cache_hits_on_random_draws(_paper_draw, seed=11, draws=12) > 0
+
+
+# --attention flash (transformers 5.23's flash_attention_2, graph/flash.py; unmeasured: no
+# GPU run, the kernel's saved set pinned to flash-attn's source in tests/test_graph_flash.py)
+@pytest.mark.parametrize(("config", "T"), [
+    ("ctrl-tiny.json", 64), ("falcon_h1-tiny.json", 64),
+    # Beam's sliding layers (window 32) keep no mask under SDPA while the keys fit in it
+    ("beam-tiny.json", 16)])
+def test_flash_differs_from_sdpas_flash_kernel_by_the_rng_state(config: str, T: int) -> None:
+    """CTRL, Beam and Falcon-H1 call transformers' attention interface (their flash branch):
+    where SDPA on CUDA runs its flash kernel (16-bit, no mask) flash_attention_2 keeps what
+    it keeps but FlashAttnFunc's (2,) int64 RNG state per layer."""
+    from transformer_calc.costs.activations import _family
+    from transformer_calc.graph import Run
+    from transformer_calc.graph.names import by_name, component_rows
+    from transformer_calc.graph.tensor import BF16
+
+    fam = _family(spec_of(config))
+    assert fam is not None
+    flash = by_name(component_rows(fam, Run(2, T, BF16, "cuda", "flash")))
+    sdpa = by_name(component_rows(fam, Run(2, T, BF16, "cuda", "sdpa")))
+    rng = {n: flash.pop(n) for n in list(flash) if n.endswith("rng_state")}
+    assert sum(rng.values()) == 16 * fam.L  # type: ignore[union-attr]
+    assert flash == sdpa
+
+
+def test_beams_sliding_layers_are_the_kernels_window() -> None:
+    """Past the window (T 64 > 32) the sliding layers keep no mask either: the kernel's
+    window_size, as flash_attention_2 is called with sliding_window=self.sliding_window;
+    what the kernel keeps does not grow with the window (q, k, v, out, log-sum-exp)."""
+    from transformer_calc.costs.activations import _family
+    from transformer_calc.graph import Run, evaluate
+    from transformer_calc.graph.tensor import BF16
+
+    fam = _family(spec_of("beam-tiny.json"))
+    assert fam is not None
+    got = evaluate(fam, Run(2, 64, BF16, "cuda", "flash"))
+    calls = [o for o in got.ops if o.op == "FlashAttnFunc"]
+    assert len(calls) == fam.L  # type: ignore[union-attr]
+    assert not any("mask" in s.storage.name for s in got.saved if s.storage.name)
+    # each sliding layer's queries meet 32 keys, not 64: fewer FLOPs than a window of T
+    from dataclasses import replace
+
+    wide = evaluate(replace(fam, window=64), Run(2, 64, BF16, "cuda", "flash"))
+    assert got.forward_flops < wide.forward_flops
+    assert got.activation_bytes == wide.activation_bytes
+
+
+def test_flash_on_a_class_of_another_kernel_is_refused() -> None:
+    """gpt-oss, Flint, Granite SWA and GraniteMoeSWA (attention sinks) list their flash
+    kernels (_compatible_flash_implementations, hf_defaults.FLASH_KERNELS) without
+    flash_attention_2: from_pretrained runs kernels-community/vllm-flash-attn3 for it, a
+    kernel tcalc does not transcribe: refused in one line."""
+    from transformer_calc.errors import TcalcError
+    from transformer_calc.hf_defaults import FLASH_KERNELS
+    from transformer_calc.presets import load_model
+
+    assert {"gpt_oss", "flint", "granite_swa", "granitemoe_swa"} <= FLASH_KERNELS.keys()
+    for spec in (load_model("gpt-oss-20b"), spec_of("granitemoe_swa-tiny.json")):
+        with pytest.raises(TcalcError, match="vllm-flash-attn3, a kernel tcalc does not model"):
+            memory_report(spec, Settings(attention="flash", precision="bf16", seq_len=64))

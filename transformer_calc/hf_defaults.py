@@ -2637,6 +2637,15 @@ NO_FLASH: frozenset[str] = frozenset(
  'roformer', 'switch_transformers', 't5', 'tapas', 'trocr', 'umt5', 'xglm', 'xlm', 'xlnet',
  'yoso'])
 
+# Classes whose flash attention is another kernel: transformers runs it for
+# attn_implementation="flash_attention_2" (_compatible_flash_implementations)
+FLASH_KERNELS: dict[str, str] = {'flint': 'kernels-community/vllm-flash-attn3',
+ 'gpt_oss': 'kernels-community/vllm-flash-attn3',
+ 'granite_swa': 'kernels-community/vllm-flash-attn3',
+ 'granitemoe_swa': 'kernels-community/vllm-flash-attn3',
+ 'mimo_v2_flash': 'flash_attention_4',
+ 'minimax_m3_vl_text': 'MiniMaxAI/msa'}
+
 # LoRA on a mixture of experts: the model types peft converts (router and fused
 # experts adapted), by pattern (peft.utils.transformers_weight_conversion)
 PEFT_MOE: dict[str, str] = {'afmoe': 'qwen2_moe',

@@ -239,17 +239,20 @@ def _flash_branch(family: Family) -> bool:
     VaultGemma, Gemma 3n and Gemma 4 (text), GPT-2, the NeoX-style decoders (GPT-NeoX, Phi,
     StableLM, Persimmon), Cohere 1-2, the latent attention (DeepSeek-V2/V3 and their kin,
     V padded to the query's head dim; DSA's indexer builds a mask: no flash path), OPT,
-    BioGPT, GPTBigCode, the BERT-style encoders (bidirectional: the kernel's causal off),
-    BART and its kin, Whisper's decoder."""
+    BioGPT, GPTBigCode, CTRL, Beam (its sliding layers' window), Falcon-H1's attention, the
+    BERT-style encoders (bidirectional: the kernel's causal off), BART and its kin,
+    Whisper's decoder."""
     from transformer_calc.graph.families.albert import Albert
     from transformer_calc.graph.families.bart import Bart
+    from transformer_calc.graph.families.beam import Beam
     from transformer_calc.graph.families.bert import Bert, Factorized, RoCBert
     from transformer_calc.graph.families.cohere import Cohere, CohereMoe
+    from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.gemma import Gemma
     from transformer_calc.graph.families.gemma3n import Gemma3n
     from transformer_calc.graph.families.gemma4 import Gemma4
     from transformer_calc.graph.families.gpt2 import GPT2
-    from transformer_calc.graph.families.gptlike import GPTBigCode
+    from transformer_calc.graph.families.gptlike import Ctrl, GPTBigCode
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.mla import Mla, MlaMoe
     from transformer_calc.graph.families.moe import Moe
@@ -263,8 +266,8 @@ def _flash_branch(family: Family) -> bool:
     if type(family) in (Mla, MlaMoe):
         return not family.indexer  # type: ignore[union-attr]
     return type(family) in (Moe, Gemma, Gemma4, Gemma3n, GPT2, NeoX, Cohere, CohereMoe, OPT,
-                            BioGpt, GPTBigCode, Bert, Factorized, RoCBert, Albert,
-                            RopeEncoder, Bart, Whisper)
+                            BioGpt, GPTBigCode, Ctrl, Beam, FalconH1, Bert, Factorized,
+                            RoCBert, Albert, RopeEncoder, Bart, Whisper)
 
 
 def _bnb(s: Settings) -> str | None:

@@ -186,6 +186,8 @@ def _ctrl_layer(m: Builder, cfg: Ctrl, x: Tensor, mask: Tensor | None) -> Tensor
             w = ops.add(ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), scaling), mask)
             w = m.dropout(ops.softmax(w), 0.0)
             out = ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))
+        elif m.run.attention == "flash":  # flash_attention_2: (B, T, H, dh) out
+            out = flash_attention_forward(m, q, k, v)
         else:
             out = llama.sdpa_attention(q, k, v, Dim.const(1), dropout=0.0, scaling=scaling)
         out = ops.contiguous(ops.reshape(out, (B, T, E)))
