@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import DATA
-from graph_rows import every_row, spec_of
+from graph_rows import assert_compiled_equals_traced, every_row, spec_of
 
 from transformer_calc.breakdown import Breakdown
 from transformer_calc.memory import Settings, memory_report
@@ -282,3 +282,47 @@ def test_flash_on_a_class_of_another_kernel_is_refused() -> None:
     for spec in (load_model("gpt-oss-20b"), spec_of("granitemoe_swa-tiny.json")):
         with pytest.raises(TcalcError, match="vllm-flash-attn3, a kernel tcalc does not model"):
             memory_report(spec, Settings(attention="flash", precision="bf16", seq_len=64))
+
+
+@pytest.mark.parametrize(("config", "heads"), [
+    # (H query heads, K/V heads as FlashAttnFunc gets them: not repeated)
+    ("gptj-tiny.json", (8, 8)), ("gpt_neo-local.json", (2, 2)),
+    # (Falcon's new decoder architecture: _split_heads broadcasts K/V over the query heads,
+    # num_kv_heads = num_heads)
+    ("falcon-new-rope.json", (8, 8)), ("falcon-multi-query.json", (8, 1)),
+    ("ctrl-tiny.json", (4, 4)), ("falcon_h1-tiny.json", (4, 2))])
+def test_flash_attention_2_classes_keep_the_kernels_set(config: str,
+                                                        heads: tuple[int, int]) -> None:
+    """GPT-J's, GPT-Neo's and Falcon's FlashAttention2 modules (GPTJFlashAttention2,
+    GPTNeoFlashAttention2, FalconFlashAttention2: Q, K, V as (B, T, H, dh), then
+    _flash_attention_forward, no mask built without padding), CTRL's and Falcon-H1's
+    interface call: per layer Q, K and V in the kernel (16-bit), its output, the (B, H, T)
+    fp32 log-sum-exp and the (2,) int64 RNG state, no mask; a local GPT-Neo layer's window
+    is not passed (every layer attends to all earlier tokens)."""
+    from transformer_calc.costs.activations import _family
+    from transformer_calc.graph import Run
+    from transformer_calc.graph.names import by_name, component_rows
+    from transformer_calc.graph.tensor import BF16
+
+    fam = _family(spec_of(config))
+    assert fam is not None
+    B, T, L, d = 2, 64, fam.L, fam.sizes()["dh"]  # type: ignore[union-attr]
+    H, Hkv = heads
+    rows = by_name(component_rows(fam, Run(B, T, BF16, "cuda", "flash")))
+    qkv = rows["decoder.attn.qkv"] + rows.get("decoder.attn.qk_rotated", 0)
+    assert qkv == L * B * T * (H + 2 * Hkv) * d * 2
+    assert rows["decoder.attn.out"] == L * B * T * H * d * 2
+    assert rows["decoder.attn.logsumexp"] == L * B * H * T * 4
+    assert rows["decoder.attn.rng_state"] == L * 16
+    assert not any(".mask" in n or n.endswith("scores") for n in rows)
+    assert_compiled_equals_traced(fam, Run(B, T, BF16, "cuda", "flash"))
+
+
+def test_flash_on_falcon_with_alibi_is_refused() -> None:
+    """FalconFlashAttention2.forward raises ValueError("`alibi` is not supported when
+    `use_flash_attn` is True")."""
+    from transformer_calc.errors import TcalcError
+
+    with pytest.raises(TcalcError, match="FalconFlashAttention2 raises for ALiBi"):
+        memory_report(spec_of("falcon-alibi-new-1ln.json"),
+                      Settings(attention="flash", precision="bf16", seq_len=64))

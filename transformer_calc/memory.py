@@ -2318,6 +2318,10 @@ def _require_flash_path(spec: ModelSpec) -> None:
         raise TcalcError(f"--attention flash: transformers 5.23 has no flash_attention_2 path "
                          f"for model type {spec.model_type} ({spec.name}); use --attention "
                          "sdpa or eager")
+    if spec.model_type == "falcon" and spec.position == "alibi":
+        raise TcalcError(f"--attention flash: transformers 5.23's FalconFlashAttention2 raises "
+                         f"for ALiBi ({spec.name}: 'alibi is not supported when use_flash_attn "
+                         "is True'); use --attention sdpa or eager")
     if spec.model_type in FLASH_KERNELS:
         # from_pretrained swaps flash_attention_2 for the class's own kernel (attention
         # sinks, which flash-attn 2 lacks), whose saved set tcalc does not transcribe

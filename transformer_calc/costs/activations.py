@@ -241,18 +241,21 @@ def _flash_branch(family: Family) -> bool:
     V padded to the query's head dim; DSA's indexer builds a mask: no flash path), OPT,
     BioGPT, GPTBigCode, CTRL, Beam (its sliding layers' window), Falcon-H1's attention, the
     BERT-style encoders (bidirectional: the kernel's causal off), BART and its kin,
-    Whisper's decoder."""
+    Whisper's decoder; and the classes of their own FlashAttention2 module: GPT-J, GPT-Neo,
+    Falcon with RoPE (with ALiBi it raises: memory.py refuses)."""
     from transformer_calc.graph.families.albert import Albert
     from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.beam import Beam
     from transformer_calc.graph.families.bert import Bert, Factorized, RoCBert
     from transformer_calc.graph.families.cohere import Cohere, CohereMoe
+    from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.gemma import Gemma
     from transformer_calc.graph.families.gemma3n import Gemma3n
     from transformer_calc.graph.families.gemma4 import Gemma4
     from transformer_calc.graph.families.gpt2 import GPT2
-    from transformer_calc.graph.families.gptlike import Ctrl, GPTBigCode
+    from transformer_calc.graph.families.gptj import GPTJ
+    from transformer_calc.graph.families.gptlike import Ctrl, GPTBigCode, GPTNeo
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.mla import Mla, MlaMoe
     from transformer_calc.graph.families.moe import Moe
@@ -265,9 +268,13 @@ def _flash_branch(family: Family) -> bool:
         return not family.differential
     if type(family) in (Mla, MlaMoe):
         return not family.indexer  # type: ignore[union-attr]
+    if type(family) is GPTJ:
+        return family.model == "gptj"  # type: ignore[union-attr]
+    if type(family) is Falcon:
+        return not family.alibi  # type: ignore[union-attr]
     return type(family) in (Moe, Gemma, Gemma4, Gemma3n, GPT2, NeoX, Cohere, CohereMoe, OPT,
-                            BioGpt, GPTBigCode, Ctrl, Beam, FalconH1, Bert, Factorized,
-                            RoCBert, Albert, RopeEncoder, Bart, Whisper)
+                            BioGpt, GPTBigCode, Ctrl, GPTNeo, Beam, FalconH1, Bert,
+                            Factorized, RoCBert, Albert, RopeEncoder, Bart, Whisper)
 
 
 def _bnb(s: Settings) -> str | None:
