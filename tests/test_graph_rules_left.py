@@ -326,3 +326,24 @@ def test_flash_on_falcon_with_alibi_is_refused() -> None:
     with pytest.raises(TcalcError, match="FalconFlashAttention2 raises for ALiBi"):
         memory_report(spec_of("falcon-alibi-new-1ln.json"),
                       Settings(attention="flash", precision="bf16", seq_len=64))
+
+
+def test_diffllamas_two_flash_calls() -> None:
+    """DiffLlamaAttention calls the interface twice, Q and K shared, over V's halves each
+    repeated to the K/V heads (v.repeat(1, 2, 1, 1): new tensors): the kernel keeps Q, K
+    and both halves, and per call its output, log-sum-exp and RNG state."""
+    from transformer_calc.costs.activations import _family
+    from transformer_calc.graph import Run
+    from transformer_calc.graph.names import by_name, component_rows
+    from transformer_calc.graph.tensor import BF16
+
+    fam = _family(spec_of("diffllama-tiny.json"))  # 2 layers, H 4, Hkv 2, dh 16
+    assert fam is not None
+    B, T, L, H, Hkv, d = 2, 64, 2, 4, 2, 16
+    run = Run(B, T, BF16, "cuda", "flash")
+    rows = by_name(component_rows(fam, run))
+    assert rows["decoder.attn.qkv"] == L * B * T * (H + Hkv + 2 * Hkv) * d * 2
+    assert rows["decoder.attn.out"] == 2 * L * B * T * H * d * 2
+    assert rows["decoder.attn.logsumexp"] == 2 * L * B * H * T * 4
+    assert rows["decoder.attn.rng_state"] == 2 * L * 16
+    assert_compiled_equals_traced(fam, run)

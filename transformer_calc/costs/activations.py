@@ -234,8 +234,8 @@ def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
 
 def _flash_branch(family: Family) -> bool:
     """Whether the family's forward runs every attention through one call of transformers'
-    attention interface, with the flash branch (graph/flash.py): the Llama graph and the
-    MoE families on its layers (DiffLlama's two calls over V's halves aside), Gemma 1-3,
+    attention interface, with the flash branch (graph/flash.py): the Llama graph (DiffLlama's
+    two calls over V's halves too) and the MoE families on its layers, Gemma 1-3,
     VaultGemma, Gemma 3n and Gemma 4 (text), GPT-2, the NeoX-style decoders (GPT-NeoX, Phi,
     StableLM, Persimmon), Cohere 1-2, the latent attention (DeepSeek-V2/V3 and their kin,
     V padded to the query's head dim; DSA's indexer builds a mask: no flash path), OPT,
@@ -264,8 +264,8 @@ def _flash_branch(family: Family) -> bool:
     from transformer_calc.graph.families.rope_encoder import RopeEncoder
     from transformer_calc.graph.families.whisper import Whisper
 
-    if type(family) is Llama:
-        return not family.differential
+    if type(family) is Llama:  # (DiffLlama: two calls, each through the interface)
+        return True
     if type(family) in (Mla, MlaMoe):
         return not family.indexer  # type: ignore[union-attr]
     if type(family) is GPTJ:

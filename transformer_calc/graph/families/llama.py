@@ -354,7 +354,8 @@ def _differential(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | No
                   scaling: float) -> Tensor:
     """DiffLlamaAttention.forward from V on: value_states1, value_states2 = (v.repeat(1, 2,
     1, 1) for v in torch.chunk(value_states, 2, dim=1)); two attention calls (dropout 0)
-    sharing Q and K; torch.cat of the outputs on the last dim, chunked in two on the head
+    sharing Q and K (flash_attention_2 too: two kernel calls, each its own log-sum-exp and RNG
+    state); torch.cat of the outputs on the last dim, chunked in two on the head
     dim (views); lambda_i = exp(sum(lambda_qi * lambda_ki, -1, dtype=float32)).to(q's
     dtype); lambda_full = lambda_1 - lambda_2 + lambda_init; (out1 - lambda_full * out2)
     through groupnorm (nn.RMSNorm without weight over 2·head_dim: aten's rms_norm,
@@ -368,6 +369,8 @@ def _differential(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | No
             assert mask is not None
             outputs.append(eager_attention(m, q, repeat_kv(k, G), repeat_kv(vv, G), mask,
                                            dropout=0.0, scaling=scaling))
+        elif m.run.attention == "flash":  # each call (B, T, H, dh), as the others
+            outputs.append(flash_attention_forward(m, q, k, vv))
         else:
             outputs.append(sdpa_attention(q, k, vv, G, dropout=0.0, scaling=scaling,
                                           mask=mask))
