@@ -486,6 +486,16 @@ def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None
     hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear | NemotronH
     if not isinstance(family, Mamba | Mamba2 | hybrids):
         return True
+    if isinstance(family, Bamba) and "F" not in family.kinds and s.recompute == "full":
+        # mixers alone (BambaConfig's and GraniteMoeHybridConfig's defaults): every
+        # checkpointed layer keeps the rotary table BambaModel makes (GraniteMoeHybrid's
+        # where position_embedding_type is "rope"), of a head_dim a spec without heads does
+        # not say: full recomputation keeps the rules
+        return False
+    if isinstance(family, Mamba) and family.weightless_norms and s.device == "cuda":
+        # Falcon-Mamba on CUDA: mamba_inner_fn with the dt/B/C norms' weights, a kernel the
+        # graph does not transcribe (the graph's is MambaInnerFn without them)
+        return False
     # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
     lora_ok = adapted_roles is None or (isinstance(family, hybrids)
                                         and "lm_head" not in adapted_roles)
@@ -531,7 +541,9 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
         if impl not in ("eager", "grouped_mm"):
             return None
         return dataclasses.replace(family, grouped=impl == "grouped_mm")
-    if isinstance(family, Lfm2Moe | Minimax):  # Mixtral's experts
+    from transformer_calc.graph.families.granitemoehybrid import GraniteMoeHybrid
+
+    if isinstance(family, Lfm2Moe | Minimax | GraniteMoeHybrid):  # Mixtral's experts
         impl = experts_impl(spec, s.experts)
         if impl not in ("eager", "grouped_mm"):
             return None

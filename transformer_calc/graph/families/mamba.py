@@ -37,6 +37,9 @@ class Mamba:
     tied: bool = False
     conv_bias: bool = True  # use_conv_bias
     bias: bool = False  # use_bias: in_proj and out_proj
+    # FalconMambaMixer (models/falcon_mamba/modeling_falcon_mamba.py): dt, B and C through
+    # FalconMambaWeightlessRMSNorm after x_proj's split
+    weightless_norms: bool = False
 
     def sizes(self) -> dict[str, int]:
         # Q: the CUDA scan's chunk of 2048 tokens (its scan_intermediates, ⌈T / Q⌉ each)
@@ -89,7 +92,8 @@ def _block(m: Builder, cfg: Mamba | Mamba2, h: Tensor) -> Tensor:
     x = rms_norm(m, "norm", ops.to(h, m.run.dtype))
     residual = ops.to(h, F32)
     with m.module("mixer"):
-        y = mamba_mixer(m, x, cfg.conv_bias, cfg.bias) if isinstance(cfg, Mamba) else \
+        y = mamba_mixer(m, x, cfg.conv_bias, cfg.bias, dt_norms=cfg.weightless_norms,
+                        weightless=True) if isinstance(cfg, Mamba) else \
             mamba2_mixer(m, x, cfg.conv_bias, cfg.bias)
     return ops.add(residual, y)
 
@@ -106,12 +110,13 @@ def causal_conv1d(m: Builder, x: Tensor, channels: Dim, bias: bool) -> Tensor:
 
 
 def mamba_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
-                dt_norms: bool = False) -> Tensor:
+                dt_norms: bool = False, weightless: bool = False) -> Tensor:
     """MambaMixer.forward in training without kernels: in_proj, the convolution over the
     first half (the second is the gate z), x_proj into dt, B, C; dt_proj's weight times dt
     (a matmul, its bias added inside the scan), the scan, out_proj. dt_norms:
     JambaMambaMixer's RMSNorms over dt, B and C (dt_layernorm, b_layernorm, c_layernorm)
-    after the split. Sizes: the Builder's Di, N, R, Kc."""
+    after the split; weightless: FalconMambaMixer's FalconMambaWeightlessRMSNorm there
+    instead (weightless_rms_norm). Sizes: the Builder's Di, N, R, Kc."""
     Di, N, R, E = m["Di"], m["N"], m["Rd"], m["E"]
     dtype = x.dtype
     proj = ops.transpose(m.linear("in_proj", x, 2 * Di, bias), 1, 2)
@@ -124,8 +129,9 @@ def mamba_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
     dt, Bm, Cm = (ops.narrow(xp, -1, start, n) for start, n in (
         (0, R), (R.value, N), (R.value + N.value, N)))
     if dt_norms:
-        dt, Bm, Cm = (rms_norm(m, name, t) for name, t in (
-            ("dt_layernorm", dt), ("b_layernorm", Bm), ("c_layernorm", Cm)))
+        dt, Bm, Cm = ((weightless_rms_norm(m, name, t) if weightless else rms_norm(m, name, t))
+                      for name, t in (("dt_layernorm", dt), ("b_layernorm", Bm),
+                                      ("c_layernorm", Cm)))
     if dt_norms and m.run.lora is not None and m.run.lora.quant:
         # JambaMambaMixer on a quantised model (config._is_quantized): "a hack to properly
         # call the nn.Linear module", (dt_proj(time_step) - dt_proj.bias).transpose(1, 2):
@@ -142,6 +148,16 @@ def mamba_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
     y = _selective_scan(m, hs, time_step, A, Bm, Cm, ops.to(m.param("D", Di), F32), gate,
                         dt_bias)
     return m.linear("out_proj", ops.to(ops.transpose(y, 1, 2), dtype), E, bias)
+
+
+def weightless_rms_norm(m: Builder, name: str, x: Tensor) -> Tensor:
+    """FalconMambaWeightlessRMSNorm.forward: _norm(x.float()).type_as(x), where _norm(y) =
+    y * rsqrt(y.pow(2).mean(-1, keepdim=True) + eps); its weight is a buffer of ones the
+    forward never reads (no parameter, nothing kept for it)."""
+    with m.module(name):
+        y = ops.to(x, F32)
+        return ops.to(ops.mul(y, ops.rsqrt(ops.add(ops.mean(ops.pow(y, 2.0)), 1e-6))),
+                      x.dtype)
 
 
 def _mamba_inner(m: Builder, proj: Tensor, A: Tensor, conv_bias: bool, bias: bool) -> Tensor:
