@@ -235,3 +235,31 @@ def test_compiled_equals_traced_on_random_configurations() -> None:
     # the compiled structures against the reference trace on every output and row name,
     # and another size from the cache
     cache_hits_on_random_draws(_draw, 20261128, 10)
+
+
+def test_nemotron_h_on_cuda_runs_the_combined_kernel() -> None:
+    # NemotronHMamba2Mixer.forward in training calls mamba2_split_conv1d_scan_combined with
+    # its gated norm's weight and out_proj (models/nemotron_h/modeling_nemotron_h.py): where
+    # mamba_ssm is installed, MambaSplitConv1dScanCombinedFn (mamba_ssm 2.3.2.post1,
+    # ops/triton/ssd_combined.py, state-spaces/mamba e9594ce) saves zxbcdt, out_x, A and
+    # rstd, written here from the config's own keys (not from tcalc's output); not measured
+    # on a GPU. The attention, MLP and experts are the torch ops the CPU rows pin.
+    cfg = json.loads((DATA / "hf" / "variants" / "nemotron_h-tiny.json").read_text())
+    spec = spec_from_hf(cfg)
+    B, T, a = 2, 19, 2
+    H, P, G, N = (cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["n_groups"],
+                  cfg["ssm_state_size"])
+    Di, L = H * P, cfg["layers_block_type"].count("mamba")
+    want = {"in_proj_output": B * T * (2 * Di + 2 * G * N + H) * a, "scan_output": B * T * Di * a,
+            "A": H * 4, "norm_rstd": G * B * T * 4}
+    report = memory_report(spec, Settings(precision="bf16", device="cuda", batch_size=B,
+                                          seq_len=T, attention="eager")).activations
+    rows = {r[0].rsplit(".", 1)[-1]: r for r in report.rows if ".mixer." in r[0]}
+    for part, n in want.items():
+        assert (rows[part][1], rows[part][4]) == (n, L), part
+        assert rows[part][6] == "from the kernel's source, not measured on a GPU"
+    assert not {"conv_output", "dt", "scan_operands", "scan", "gated_norm"} & rows.keys()
+    fam = family_of(spec)
+    kernels = [o for o in evaluate(fam, Run(B, T, BF16, "cuda", "eager")).ops
+               if o.op == "MambaSplitConv1dScanCombinedFn"]
+    assert len(kernels) == L

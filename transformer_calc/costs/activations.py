@@ -505,8 +505,10 @@ def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None
         # target list adapts both kinds of layer, where tcalc's roles name the attention's
         lora_ok = False
     if s.device == "cuda":  # mamba_ssm's fused kernels (families/mamba.py), without LoRA
-        # (peft's out_proj adapter is bypassed: the kernel reads out_proj.weight itself)
-        return isinstance(family, Mamba | Mamba2 | Bamba | FalconH1) and adapted_roles is None
+        # (peft's out_proj adapter is bypassed: the kernel reads out_proj.weight itself);
+        # NemotronHMamba2Mixer calls the same mamba2_split_conv1d_scan_combined
+        return isinstance(family, Mamba | Mamba2 | Bamba | FalconH1 | NemotronH) \
+            and adapted_roles is None
     return s.device == "cpu" and lora_ok
 
 
