@@ -198,7 +198,8 @@ def test_cuda_and_recompute_where_the_graph_does_not_answer() -> None:
 
 def _draw(rng):  # type: ignore[no-untyped-def]
     """One of the four layouts with sizes drawn freely (one head, one group, a kernel of
-    1, chunks longer than T, one expert), dtype, attention, LoRA and recomputation."""
+    1, chunks longer than T, one expert), dtype, attention, device, LoRA and
+    recomputation."""
     kind = rng.choice(("bamba", "granite", "falcon", "lfm2"))
     V, E, L = rng.randint(3, 40), rng.randint(1, 24), rng.choice((1, 2))
     mixer = dict(Gs=rng.choice((1, 2)), Hg=rng.choice((1, 2)), Ph=rng.choice((1, 4)),
@@ -218,23 +219,28 @@ def _draw(rng):  # type: ignore[no-untyped-def]
         fam = Mamba(V, E, L, rng.choice((1, 3, 16)), rng.choice((1, 4)), rng.choice((1, 3)),
                     rng.choice((1, 4)), tied=rng.random() < 0.5, weightless_norms=True)
         recompute = rng.choice(("none", "full"))
-    else:
+    else:  # attention alone, or LFM2's convolutions beside it (on CUDA: CausalConv1dFn)
         Hkv = rng.choice((1, 2))
+        kinds = rng.choice(("a" * L, "ca", "c"))
         fam = Lfm2(V, E, Hkv * rng.choice((1, 2)), Hkv, rng.choice((2, 4)),
-                   rng.randint(1, 20), L, 1, "a" * L, tied=rng.random() < 0.5)
+                   rng.randint(1, 20), len(kinds), rng.choice((1, 2, 4)), kinds,
+                   tied=rng.random() < 0.5, conv_bias=rng.random() < 0.5)
         recompute = rng.choice(("none", "full"))
     lora = None
     if kind != "falcon" and rng.random() < 0.4:
         lora = Lora(rng.choice((1, 4)), frozenset(("all-linear",)), rng.choice((0.0, 0.05)))
+    device = "cpu" if kind == "falcon" else rng.choice(("cpu", "cuda"))
+    if device == "cuda" and kind != "lfm2":
+        lora = None  # (the mamba_ssm kernel reads out_proj's weight itself: the rules)
     run = Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 7, 17)), rng.choice((F32, BF16, F16)),
-              "cpu", rng.choice(("eager", "sdpa")), lora=lora, recompute=recompute)
+              device, rng.choice(("eager", "sdpa")), lora=lora, recompute=recompute)
     return fam, run
 
 
 def test_compiled_equals_traced_on_random_configurations() -> None:
     # the compiled structures against the reference trace on every output and row name,
     # and another size from the cache
-    cache_hits_on_random_draws(_draw, 20261128, 10)
+    cache_hits_on_random_draws(_draw, 20261128, 14)
 
 
 def test_nemotron_h_on_cuda_runs_the_combined_kernel() -> None:
@@ -263,3 +269,37 @@ def test_nemotron_h_on_cuda_runs_the_combined_kernel() -> None:
     kernels = [o for o in evaluate(fam, Run(B, T, BF16, "cuda", "eager")).ops
                if o.op == "MambaSplitConv1dScanCombinedFn"]
     assert len(kernels) == L
+
+
+def test_lfm2_on_cuda_runs_causal_conv1d() -> None:
+    # Lfm2ShortConv's causal_conv1d_fn resolves to the causal-conv1d package where installed
+    # (use_kernel_func_from_hub_with_fallback): CausalConv1dFn (Dao-AILab/causal-conv1d
+    # dedc05f, causal_conv1d_interface.py) saves x = B·x and returns empty_like(x), (B, E,
+    # T) where the torch fallback's F.conv1d output is T + K − 1 long. Written from the
+    # source and the config's keys, not measured on a GPU; LFM3's causal_conv1d_fn is not
+    # wrapped (its torch path on CUDA: the rules), nor are widths outside 2..4 or channels
+    # not a multiple of 8, which the kernel refuses
+    cfg = json.loads((DATA / "hf" / "variants" / "lfm2-tiny.json").read_text())
+    spec = spec_from_hf(cfg)
+    B, T, a, E, K = 2, 19, 2, cfg["hidden_size"], cfg["conv_L_cache"]
+    settings = Settings(precision="bf16", device="cuda", batch_size=B, seq_len=T,
+                        attention="eager")
+    rows = {r[0]: r for r in memory_report(spec, settings).activations.rows}
+    want = {"in_proj_output": B * T * 3 * E * a, "conv_input": B * T * E * a,
+            "conv_output": B * T * E * a, "out_proj_input": B * T * E * a}
+    for part, n in want.items():
+        assert rows[f"decoder.mixer.{part}"][1] == n, part
+    assert rows["decoder.mixer.conv_output"][6] == "from the kernel's source, not measured on a GPU"
+    on_cpu = memory_report(spec, replace(settings, device="cpu")).activations.rows
+    cpu = {r[0]: r[1] for r in on_cpu}
+    assert cpu["decoder.mixer.conv_output"] == B * E * (T + K - 1) * a
+    fam = family_of(spec)
+    assert [o.op for o in evaluate(fam, Run(B, T, BF16, "cuda", "eager")).ops].count(
+        "CausalConv1dFn") == 1
+    ask = graph_costs.graph_activations
+    for other in (replace(spec, d_model=36, d_head=8), replace(spec, ssm_conv=5),
+                  spec_of("lfm3-tiny.json")):
+        family_of(other)  # (a layout the graph has)
+        assert ask(other, settings, T, amp=False, amp16=False, adapted_roles=None) is None
+        assert ask(other, replace(settings, device="cpu"), T, amp=False, amp16=False,
+                   adapted_roles=None) is not None

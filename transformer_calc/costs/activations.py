@@ -477,12 +477,17 @@ def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None
         # (no measured row on CUDA)
         return s.device == "cpu"
     if isinstance(family, Lfm2):
-        # LFM2's short convolution: causal_conv1d_fn's torch fallback, what the CPU runs (on
-        # CUDA the kernels hub's causal-conv1d where installed). An LFM2 of convolutions
-        # alone says no head_dim, which the rotary table every checkpointed layer keeps has:
-        # full recomputation keeps the rules (LFM3's convolutions get no table)
-        return s.device == "cpu" and (
-            "F" in family.mixers or family.lfm3 or s.recompute != "full")
+        # LFM2's short convolution: causal_conv1d_fn's torch fallback, what the CPU runs; on
+        # CUDA LFM2's and LFM2-MoE's call causal-conv1d's kernel (ops.causal_conv1d_fn, from
+        # its source), which takes widths 2 to 4 and, over Bx's channel-last layout,
+        # channels in multiples of 8 (else it raises: the rules answer); LFM3's fallback on
+        # CUDA (F.conv1d's layout there) is not modelled. An LFM2 of convolutions alone says
+        # no head_dim, which the rotary table every checkpointed layer keeps has: full
+        # recomputation keeps the rules (LFM3's convolutions get no table)
+        kernel = s.device == "cpu" or (
+            s.device == "cuda" and ("M" not in family.mixers or (
+                not family.lfm3 and 2 <= family.Kc <= 4 and family.E % 8 == 0)))
+        return kernel and ("F" in family.mixers or family.lfm3 or s.recompute != "full")
     hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear | NemotronH
     if not isinstance(family, Mamba | Mamba2 | hybrids):
         return True

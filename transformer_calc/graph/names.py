@@ -555,7 +555,10 @@ KERNEL_ROWS = {"MambaSplitConv1dScanCombinedFn.zxbcdt": "mixer.in_proj_output",
                "MambaInnerFn.B": "mixer.B_C", "MambaInnerFn.C": "mixer.B_C",
                "MambaInnerFn.D": "mixer.D_dt_bias", "MambaInnerFn.delta_bias": "mixer.D_dt_bias",
                "MambaInnerFn.scan_intermediates": "mixer.scan_intermediates",
-               "MambaInnerFn.out": "mixer.scan_output"}
+               "MambaInnerFn.out": "mixer.scan_output",
+               # causal-conv1d's CausalConv1dFn (LFM2's short convolution on CUDA): its saved
+               # input, and its output (the row C's product keeps it under, noted alike)
+               "CausalConv1dFn.x": "mixer.conv_input", "CausalConv1dFn.out": "mixer.conv_output"}
 
 
 def description(name: str) -> str:
@@ -1474,9 +1477,9 @@ class _Namer:
         if sub in inputs:
             part = _lora_part(role, s) if lora is not None and lora.adapts(s.scope) else None
             return f"mixer.{sub}.{part}" if part else inputs[sub]
-        if role == "convolution.input":
+        if role in ("convolution.input", "CausalConv1dFn.x"):
             return "mixer.conv_input"
-        if s.storage.op == "convolution":
+        if s.storage.op in ("convolution", "CausalConv1dFn"):
             return "mixer.conv_output"
         if s.storage.name.endswith(".in_proj"):
             return "mixer.in_proj_output"

@@ -1005,6 +1005,23 @@ def mamba_inner(xz: Tensor, A: Tensor, D: Tensor, delta_bias: Tensor, weights: l
     return out
 
 
+def causal_conv1d_fn(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """causal-conv1d's causal_conv1d_fn, CausalConv1dFn (Dao-AILab/causal-conv1d dedc05f,
+    causal_conv1d/causal_conv1d_interface.py, csrc/causal_conv1d.cpp) as ONE op, no
+    activation: x (B, C, T) with stride 1 over channels or time (else made contiguous: the
+    callers' never is), w (C, 1, K) the module's weight (squeezed: a view), b (C,) or None.
+    causal_conv1d_fwd allocates out = empty_like(x) (x's strides where dense: a channel-last
+    x gives a channel-last out); ctx.save_for_backward(x, weight, bias, seq_idx=None,
+    initial_states=None): x is the one activation. FLOPs: none (FlopCounterMode does not
+    see the CUDA extension's kernel). From the kernel's source, not measured on a GPU."""
+    stride = preserve_strides(x.sizes, x.stride)
+    out = _new(x, x.shape, x.dtype, _rg(x, w, b) and x.trace.grad_enabled, stride)
+    saved = [("x", x, True), ("weight", w, True)] + ([("bias", b, True)] if b is not None
+                                                     else [])
+    x.trace.record("CausalConv1dFn", out, saved)
+    return out
+
+
 def conv1d_depthwise(x: Tensor, w: Tensor, b: Tensor | None, padding: int) -> Tensor:
     """F.conv1d(x, w, b, padding=padding, groups=channels) over x (B, C, T), w (C, 1, K): a
     new contiguous (B, C, T + 2·padding − K + 1). derivatives.yaml convolution: input,
