@@ -50,6 +50,7 @@ from transformer_calc.graph import BF16, DTYPES, F16, F32, Lora, Run, evaluate, 
 from transformer_calc.graph.evaluate import Family
 from transformer_calc.graph.families.bamba import Bamba
 from transformer_calc.graph.families.granitemoehybrid import GraniteMoeHybrid
+from transformer_calc.graph.families.jamba import Jamba
 from transformer_calc.graph.families.lfm2 import Lfm2
 from transformer_calc.graph.families.mamba import Mamba
 from transformer_calc.hf import spec_from_hf
@@ -200,7 +201,7 @@ def _draw(rng):  # type: ignore[no-untyped-def]
     """One of the four layouts with sizes drawn freely (one head, one group, a kernel of
     1, chunks longer than T, one expert), dtype, attention, device, LoRA and
     recomputation."""
-    kind = rng.choice(("bamba", "granite", "falcon", "lfm2"))
+    kind = rng.choice(("bamba", "granite", "falcon", "lfm2", "jamba"))
     V, E, L = rng.randint(3, 40), rng.randint(1, 24), rng.choice((1, 2))
     mixer = dict(Gs=rng.choice((1, 2)), Hg=rng.choice((1, 2)), Ph=rng.choice((1, 4)),
                  N=rng.choice((1, 4)), Kc=rng.choice((1, 4)), Q=rng.choice((1, 3, 8)),
@@ -215,6 +216,12 @@ def _draw(rng):  # type: ignore[no-untyped-def]
         fam = GraniteMoeHybrid(V, E, 1, 1, 2, rng.randint(1, 12), L, **mixer,  # type: ignore[arg-type]
                                X=X, K=rng.randint(1, X), Fe=rng.randint(1, 12),
                                grouped=rng.random() < 0.5)
+    elif kind == "jamba":  # (on CUDA below: causal-conv1d's and mamba_ssm's kernels)
+        X, kinds = rng.choice((1, 2, 4)), rng.choice(("cb", "d", "ca", "c"))
+        fam = Jamba(V, E, 2, rng.choice((1, 2)), 2, rng.randint(1, 12), len(kinds),
+                    rng.choice((1, 3, 16)), rng.choice((1, 4)), rng.choice((1, 4)),
+                    rng.choice((1, 3)), X, rng.randint(1, X), kinds,
+                    conv_bias=rng.random() < 0.5, grouped=rng.random() < 0.5)
     elif kind == "falcon":
         fam = Mamba(V, E, L, rng.choice((1, 3, 16)), rng.choice((1, 4)), rng.choice((1, 3)),
                     rng.choice((1, 4)), tied=rng.random() < 0.5, weightless_norms=True)
@@ -227,9 +234,10 @@ def _draw(rng):  # type: ignore[no-untyped-def]
                    tied=rng.random() < 0.5, conv_bias=rng.random() < 0.5)
         recompute = rng.choice(("none", "full"))
     lora = None
-    if kind != "falcon" and rng.random() < 0.4:
+    if kind not in ("falcon", "jamba") and rng.random() < 0.4:
         lora = Lora(rng.choice((1, 4)), frozenset(("all-linear",)), rng.choice((0.0, 0.05)))
-    device = "cpu" if kind == "falcon" else rng.choice(("cpu", "cuda"))
+    device = "cpu" if kind == "falcon" else "cuda" if kind == "jamba" else rng.choice(
+        ("cpu", "cuda"))
     if device == "cuda" and kind != "lfm2":
         lora = None  # (the mamba_ssm kernel reads out_proj's weight itself: the rules)
     run = Run(rng.choice((1, 2, 3)), rng.choice((1, 2, 7, 17)), rng.choice((F32, BF16, F16)),
@@ -240,7 +248,7 @@ def _draw(rng):  # type: ignore[no-untyped-def]
 def test_compiled_equals_traced_on_random_configurations() -> None:
     # the compiled structures against the reference trace on every output and row name,
     # and another size from the cache
-    cache_hits_on_random_draws(_draw, 20261128, 14)
+    cache_hits_on_random_draws(_draw, 20261128, 16)
 
 
 def test_nemotron_h_on_cuda_runs_the_combined_kernel() -> None:
@@ -303,3 +311,38 @@ def test_lfm2_on_cuda_runs_causal_conv1d() -> None:
         assert ask(other, settings, T, amp=False, amp16=False, adapted_roles=None) is None
         assert ask(other, replace(settings, device="cpu"), T, amp=False, amp16=False,
                    adapted_roles=None) is not None
+
+
+def test_jamba_on_cuda_runs_causal_conv1d_and_the_selective_scan() -> None:
+    # JambaMambaMixer.forward on CUDA with the packages installed: causal_conv1d_fn with
+    # SiLU (CausalConv1dFn keeps x, a view of in_proj's output, and returns a channel-last
+    # (B, Di, T) that x_proj reads transposed, contiguous) and mamba_ssm's selective_scan_fn
+    # (SelectiveScanFn, state-spaces/mamba 0e8d22c: u, B, C and z made contiguous, delta
+    # as dt_proj's matmul made it, A, the .float() copies of D and dt_proj's bias, the fp32
+    # intermediates (B, Di, ⌈T / 2048⌉, 2N) and out, (B, Di, T)). Written from that source
+    # and the config's keys, not measured on a GPU; under autocast and with LoRA the rules
+    # answer
+    cfg = json.loads((DATA / "hf" / "variants" / "jamba-tiny.json").read_text())
+    spec = spec_from_hf(cfg)
+    B, T, a = 2, 19, 2
+    E, N = cfg["hidden_size"], cfg["mamba_d_state"]
+    Di = cfg["mamba_expand"] * E
+    settings = Settings(precision="bf16", device="cuda", batch_size=B, seq_len=T,
+                        attention="eager")
+    rows = {r[0]: r for r in memory_report(spec, settings).activations.rows}
+    want = {"in_proj_output": B * T * 2 * Di * a, "x": B * T * Di * a,
+            "scan_input": B * T * Di * a, "dt": B * T * Di * a, "A": Di * N * 4,
+            "B_C": 2 * B * N * T * a, "D_dt_bias": 2 * Di * 4, "gate": B * T * Di * a,
+            "scan_intermediates": B * Di * 1 * 2 * N * 4, "scan_output": B * T * Di * a}
+    L = sum(1 for i in range(cfg["num_hidden_layers"])
+            if i % cfg["attn_layer_period"] != cfg["attn_layer_offset"])
+    for part, n in want.items():
+        assert (rows[f"decoder.mixer.{part}"][1], rows[f"decoder.mixer.{part}"][4]) == (n, L), \
+            part
+    assert "decoder.mixer.scan_operands" not in rows  # no torch loop over T
+    ops_run = [o.op for o in evaluate(family_of(spec), Run(B, T, BF16, "cuda", "eager")).ops]
+    assert ops_run.count("CausalConv1dFn") == ops_run.count("SelectiveScanFn") == L
+    ask = graph_costs.graph_activations
+    assert ask(spec, settings, T, amp=True, amp16=False, adapted_roles=None) is None
+    assert ask(spec, settings, T, amp=False, amp16=False,
+               adapted_roles=frozenset(("in_proj",))) is None

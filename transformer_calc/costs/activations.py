@@ -124,7 +124,7 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
     family = _dropout(family, s)
     if family is None:
         return None
-    if not _mixer_run(family, s, adapted_roles):
+    if not _mixer_run(family, s, adapted_roles, amp or amp16):
         return None
     family = _experts(spec, family, s, amp or amp16)
     if family is None:
@@ -445,14 +445,16 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     return off
 
 
-def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None) -> bool:
+def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None,
+               autocast: bool = False) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
     Bamba, Falcon-H1, Jamba, Nemotron-H, OLMo Hybrid, Kimi Linear, Qwen3-Next and Qwen3.5 are
     transcribed as transformers' torch path runs them on the CPU, with or without autocast
     (tests/data/autocast_activations_mixers_cpu.jsonl); LoRA where measured (the hybrids'
     rows). On CUDA transformers calls the mamba_ssm, causal-conv1d and fla kernels where
-    installed: the graph transcribes Mamba's MambaInnerFn and Mamba-2's, Bamba's and
-    Falcon-H1's fused kernel, their weight casts under autocast included (from their
+    installed: the graph transcribes Mamba's MambaInnerFn and Mamba-2's, Bamba's,
+    Falcon-H1's and Nemotron-H's fused kernel, their weight casts under autocast included,
+    Jamba's CausalConv1dFn and SelectiveScanFn and LFM2's CausalConv1dFn (from their
     source, not measured on a GPU); the others keep the rules there."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
@@ -512,7 +514,13 @@ def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None
     if s.device == "cuda":  # mamba_ssm's fused kernels (families/mamba.py), without LoRA
         # (peft's out_proj adapter is bypassed: the kernel reads out_proj.weight itself);
         # NemotronHMamba2Mixer calls the same mamba2_split_conv1d_scan_combined
-        return isinstance(family, Mamba | Mamba2 | Bamba | FalconH1 | NemotronH) \
+        # Jamba's causal-conv1d and selective-scan kernels (families/mamba.py) in full
+        # training without autocast (under it, its norms' fp32 products give the scan a B
+        # and C of another dtype than u, which selective_scan_cuda refuses), where
+        # causal-conv1d takes the channel-last input: widths 2 to 4, channels in 8s
+        jamba = isinstance(family, Jamba) and not autocast and 2 <= family.Kc <= 4 \
+            and family.Di % 8 == 0
+        return (isinstance(family, Mamba | Mamba2 | Bamba | FalconH1 | NemotronH) or jamba) \
             and adapted_roles is None
     return s.device == "cpu" and lora_ok
 

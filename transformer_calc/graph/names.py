@@ -558,7 +558,16 @@ KERNEL_ROWS = {"MambaSplitConv1dScanCombinedFn.zxbcdt": "mixer.in_proj_output",
                "MambaInnerFn.out": "mixer.scan_output",
                # causal-conv1d's CausalConv1dFn (LFM2's short convolution on CUDA): its saved
                # input, and its output (the row C's product keeps it under, noted alike)
-               "CausalConv1dFn.x": "mixer.conv_input", "CausalConv1dFn.out": "mixer.conv_output"}
+               "CausalConv1dFn.x": "mixer.conv_input", "CausalConv1dFn.out": "mixer.conv_output",
+               # mamba_ssm's SelectiveScanFn (Jamba's scan on CUDA): its contiguous inputs,
+               # fp32 intermediates and output
+               "SelectiveScanFn.u": "mixer.scan_input", "SelectiveScanFn.delta": "mixer.dt",
+               "SelectiveScanFn.A": "mixer.A", "SelectiveScanFn.B": "mixer.B_C",
+               "SelectiveScanFn.C": "mixer.B_C", "SelectiveScanFn.D": "mixer.D_dt_bias",
+               "SelectiveScanFn.delta_bias": "mixer.D_dt_bias",
+               "SelectiveScanFn.z": "mixer.gate",
+               "SelectiveScanFn.x": "mixer.scan_intermediates",
+               "SelectiveScanFn.out": "mixer.scan_output"}
 
 
 def description(name: str) -> str:
@@ -1438,6 +1447,8 @@ class _Namer:
         projections' inputs, the convolution's input (in_proj's output) and output, the
         scan's step sizes, decays, states and operands, the gated norm."""
         st, parts = s.storage, rest.split(".")
+        if role == "CausalConv1dFn.x" and s.storage.name.endswith(".in_proj"):
+            return "mixer.in_proj_output"  # (Jamba's: a view of in_proj's output)
         if role in KERNEL_ROWS:  # a CUDA kernel's saved set
             return KERNEL_ROWS[role]
         if parts[0] == "norm":

@@ -1007,9 +1007,10 @@ def mamba_inner(xz: Tensor, A: Tensor, D: Tensor, delta_bias: Tensor, weights: l
 
 def causal_conv1d_fn(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     """causal-conv1d's causal_conv1d_fn, CausalConv1dFn (Dao-AILab/causal-conv1d dedc05f,
-    causal_conv1d/causal_conv1d_interface.py, csrc/causal_conv1d.cpp) as ONE op, no
-    activation: x (B, C, T) with stride 1 over channels or time (else made contiguous: the
-    callers' never is), w (C, 1, K) the module's weight (squeezed: a view), b (C,) or None.
+    causal_conv1d/causal_conv1d_interface.py, csrc/causal_conv1d.cpp) as ONE op, its
+    activation (none or SiLU) fused: x (B, C, T) with stride 1 over channels or time (else
+    made contiguous: the callers' never is), w (C, 1, K) the module's weight (squeezed: a
+    view), b (C,) or None.
     causal_conv1d_fwd allocates out = empty_like(x) (x's strides where dense: a channel-last
     x gives a channel-last out); ctx.save_for_backward(x, weight, bias, seq_idx=None,
     initial_states=None): x is the one activation. FLOPs: none (FlopCounterMode does not
@@ -1020,6 +1021,34 @@ def causal_conv1d_fn(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
                                                      else [])
     x.trace.record("CausalConv1dFn", out, saved)
     return out
+
+
+def selective_scan_fn(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor, D: Tensor,
+                      z: Tensor, delta_bias: Tensor, chunks: Dim) -> Tensor:
+    """mamba_ssm's selective_scan_fn, SelectiveScanFn (state-spaces/mamba 0e8d22c,
+    mamba_ssm/ops/selective_scan_interface.py) as ONE op, with z and delta_softplus: u and
+    delta (B, D, T), A (D, N) fp32, Bm and Cm (B, N, T), D and delta_bias (D,) fp32, z
+    (B, D, T). Its forward makes each of u, delta, B, C, z contiguous where its last stride
+    is not 1 (new tensors, made under the Function's no_grad), allocates the scan's fp32
+    intermediates x (B, D, ⌈T / 2048⌉, 2N) and runs selective_scan_cuda.fwd (out and out_z,
+    (B, D, T) in u's dtype); ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, x,
+    out, prev_state=None); it returns out_z. FLOPs: none (FlopCounterMode does not see the
+    CUDA extension). From the kernel's source, not measured on a GPU."""
+    tr = u.trace
+
+    def unit_stride(t: Tensor) -> Tensor:  # `if t.stride(-1) != 1: t = t.contiguous()`
+        return t if t.stride[-1] == 1 else _new(t, t.shape, t.dtype, False)
+
+    Bn, Di, T = u.shape
+    u2, delta2, B2, C2, z2 = (unit_stride(t) for t in (u, delta, Bm, Cm, z))
+    x = tr.tensor((Bn, Di, chunks, 2 * A.shape[1]), F32, False)
+    out = tr.tensor((Bn, Di, T), u.dtype, False)
+    out_z = _new(u, (Bn, Di, T), u.dtype,
+                 _rg(u, delta, A, Bm, Cm, D, z, delta_bias) and tr.grad_enabled)
+    saves = [("u", u2), ("delta", delta2), ("A", A), ("B", B2), ("C", C2), ("D", D),
+             ("z", z2), ("delta_bias", delta_bias), ("x", x), ("out", out)]
+    tr.record("SelectiveScanFn", out_z, [(r, t, True) for r, t in saves])
+    return out_z
 
 
 def conv1d_depthwise(x: Tensor, w: Tensor, b: Tensor | None, padding: int) -> Tensor:

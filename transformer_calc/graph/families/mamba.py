@@ -98,13 +98,18 @@ def _block(m: Builder, cfg: Mamba | Mamba2, h: Tensor) -> Tensor:
     return ops.add(residual, y)
 
 
-def causal_conv1d(m: Builder, x: Tensor, channels: Dim, bias: bool) -> Tensor:
+def causal_conv1d(m: Builder, x: Tensor, channels: Dim, bias: bool,
+                  kernel: bool = False) -> Tensor:
     """causal_conv1d_fn's torch fallback: F.conv1d over x.to(weight's dtype), depthwise,
-    padded K − 1 on both sides, cut to the first T steps, SiLU, .to(x's dtype)."""
+    padded K − 1 on both sides, cut to the first T steps, SiLU, .to(x's dtype). kernel:
+    causal-conv1d's CausalConv1dFn with the SiLU fused (ops.causal_conv1d_fn), what the
+    installed package runs on CUDA."""
     Kc, T = m["Kc"], x.shape[-1]
     with m.module("conv1d"):
         w = m.param("weight", channels, Dim.const(1), Kc)
         b = m.param("bias", channels) if bias else None
+        if kernel:
+            return ops.causal_conv1d_fn(x, w, b)
         out = ops.conv1d_depthwise(ops.to(x, w.dtype), w, b, Kc.value - 1)
     return ops.to(ops.silu(ops.narrow(out, 2, 0, T)), x.dtype)
 
@@ -123,8 +128,12 @@ def mamba_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
     A = ops.neg(ops.exp(ops.to(m.param("A_log", Di, N), F32)))
     if m.run.device == "cuda" and not dt_norms:  # training on CUDA: mamba_ssm's kernel
         return _mamba_inner(m, proj, A, conv_bias, bias)
+    # JambaMambaMixer on CUDA: causal-conv1d's and mamba_ssm's kernels where installed, the
+    # rest as on the CPU (FalconMambaMixer's mamba_inner_fn with the norms' weights is not
+    # modelled: graph_activations leaves Falcon-Mamba on CUDA to the rules)
+    kernels = m.run.device == "cuda" and not weightless
     hs, gate = ops.split(proj, Di, 1)
-    hs = causal_conv1d(m, hs, Di, conv_bias)
+    hs = causal_conv1d(m, hs, Di, conv_bias, kernel=kernels)
     xp = m.linear("x_proj", ops.transpose(hs, 1, 2), R + 2 * N, False)
     dt, Bm, Cm = (ops.narrow(xp, -1, start, n) for start, n in (
         (0, R), (R.value, N), (R.value + N.value, N)))
@@ -145,8 +154,12 @@ def mamba_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
         with m.module("dt_proj"):
             time_step = ops.matmul(m.param("weight", Di, R), ops.transpose(dt, 1, 2))
             dt_bias = ops.to(m.param("bias", Di), F32)
-    y = _selective_scan(m, hs, time_step, A, Bm, Cm, ops.to(m.param("D", Di), F32), gate,
-                        dt_bias)
+    D = ops.to(m.param("D", Di), F32)
+    if kernels:  # mamba_ssm's selective_scan_fn(u, dt, A, B.T, C.T, D, z=gate, ...)
+        y = ops.selective_scan_fn(hs, time_step, A, ops.transpose(Bm, 1, 2),
+                                  ops.transpose(Cm, 1, 2), D, gate, dt_bias, m["Tq"])
+    else:
+        y = _selective_scan(m, hs, time_step, A, Bm, Cm, D, gate, dt_bias)
     return m.linear("out_proj", ops.to(ops.transpose(y, 1, 2), dtype), E, bias)
 
 
