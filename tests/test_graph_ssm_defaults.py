@@ -346,3 +346,17 @@ def test_jamba_on_cuda_runs_causal_conv1d_and_the_selective_scan() -> None:
     assert ask(spec, settings, T, amp=True, amp16=False, adapted_roles=None) is None
     assert ask(spec, settings, T, amp=False, amp16=False,
                adapted_roles=frozenset(("in_proj",))) is None
+
+
+def test_minimax_on_cuda_is_its_cpu_graph_on_cudas_kernels() -> None:
+    # MiniMaxLightningAttention has no kernel in transformers: CUDA runs the CPU rows' Python
+    # loop; the graph's CUDA run differs from the CPU's only where torch's kernels do
+    # (SDPA's, none in eager fp32), compiled equal to traced (not measured on a GPU)
+    from graph_rows import assert_compiled_equals_traced
+
+    fam = family_of(spec_of("minimax-tiny.json"))
+    cuda, cpu = (Run(2, 37, F32, device, "eager") for device in ("cuda", "cpu"))
+    assert evaluate(fam, cuda).activation_bytes == evaluate(fam, cpu).activation_bytes
+    for run in (cuda, replace(cuda, dtype=BF16, attention="sdpa"),
+                replace(cuda, dtype=F32, autocast=BF16)):
+        assert_compiled_equals_traced(fam, run)

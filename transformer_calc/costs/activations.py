@@ -475,9 +475,10 @@ def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None
         lora_ok = adapted_roles is None or "lm_head" not in adapted_roles
         return (s.device == "cpu" or not mixer) and lora_ok
     if isinstance(family, Minimax):
-        # MiniMax's lightning attention: its Python loop over blocks, what the CPU rows ran
-        # (no measured row on CUDA)
-        return s.device == "cpu"
+        # MiniMax's lightning attention: its Python loop over blocks, what the CPU rows ran;
+        # transformers has no kernel for it, so CUDA runs the same torch ops (not measured
+        # on a GPU)
+        return s.device in ("cpu", "cuda")
     if isinstance(family, Lfm2):
         # LFM2's short convolution: causal_conv1d_fn's torch fallback, what the CPU runs; on
         # CUDA LFM2's and LFM2-MoE's call causal-conv1d's kernel (ops.causal_conv1d_fn, from
