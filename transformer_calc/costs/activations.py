@@ -500,10 +500,6 @@ def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None
         # where position_embedding_type is "rope"), of a head_dim a spec without heads does
         # not say: full recomputation keeps the rules
         return False
-    if isinstance(family, Mamba) and family.weightless_norms and s.device == "cuda":
-        # Falcon-Mamba on CUDA: mamba_inner_fn with the dt/B/C norms' weights, a kernel the
-        # graph does not transcribe (the graph's is MambaInnerFn without them)
-        return False
     # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
     lora_ok = adapted_roles is None or (isinstance(family, hybrids)
                                         and "lm_head" not in adapted_roles)

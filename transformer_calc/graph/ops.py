@@ -982,7 +982,10 @@ def mamba_inner(xz: Tensor, A: Tensor, D: Tensor, delta_bias: Tensor, weights: l
     ⌈T / 2048⌉, 2N) in A's fp32: csrc/selective_scan/selective_scan.cpp) and F.linear into
     out_proj. ctx.save_for_backward(xz, conv1d_weight, conv1d_bias, x_dbl, x_proj_weight,
     delta_proj_weight, out_proj_weight, conv1d_out=None, delta=None, A, B, C, D, delta_bias,
-    scan_intermediates, ..., out): conv1d_out and delta are recomputed. From the kernel's
+    scan_intermediates, b_rms_weight, c_rms_weight, dt_rms_weight, out): conv1d_out and delta
+    are recomputed; FalconMambaMixer's b/c/dt_rms_weight (buffers) normalise B, C and delta
+    into new tensors of the same sizes (rms_norm_forward between contiguous rearranges), so
+    the saved set is the same with or without them. From the kernel's
     source, not measured on a GPU. FLOPs as FlopCounterMode counts the custom op: its
     three aten matmuls (x_proj, dt_proj, out_proj), not the CUDA extensions' conv and scan."""
     Bn, Di2, T = xz.shape
@@ -1025,15 +1028,16 @@ def causal_conv1d_fn(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
 
 def selective_scan_fn(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor, D: Tensor,
                       z: Tensor, delta_bias: Tensor, chunks: Dim) -> Tensor:
-    """mamba_ssm's selective_scan_fn, SelectiveScanFn (state-spaces/mamba 0e8d22c,
-    mamba_ssm/ops/selective_scan_interface.py) as ONE op, with z and delta_softplus: u and
-    delta (B, D, T), A (D, N) fp32, Bm and Cm (B, N, T), D and delta_bias (D,) fp32, z
-    (B, D, T). Its forward makes each of u, delta, B, C, z contiguous where its last stride
-    is not 1 (new tensors, made under the Function's no_grad), allocates the scan's fp32
-    intermediates x (B, D, ⌈T / 2048⌉, 2N) and runs selective_scan_cuda.fwd (out and out_z,
-    (B, D, T) in u's dtype); ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, x,
-    out, prev_state=None); it returns out_z. FLOPs: none (FlopCounterMode does not see the
-    CUDA extension). From the kernel's source, not measured on a GPU."""
+    """mamba_ssm's selective_scan_fn, SelectiveScanFn (mamba_ssm 2.3.2.post1,
+    ops/selective_scan_interface.py, state-spaces/mamba e9594ce) as ONE op, with z and
+    delta_softplus: u and delta (B, D, T), A (D, N) fp32, Bm and Cm (B, N, T), D and
+    delta_bias (D,) fp32, z (B, D, T). Its forward makes each of u, delta, B, C, z
+    contiguous where its last stride is not 1 (new tensors, made under the Function's
+    no_grad) and runs selective_scan_cuda.fwd (out and out_z, (B, D, T) in u's dtype; the
+    fp32 intermediates x (B, D, ⌈T / 2048⌉, 2N): csrc/selective_scan/selective_scan.cpp);
+    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, x, out); it returns out_z.
+    FLOPs: none (FlopCounterMode does not see the CUDA extension). From the kernel's
+    source, not measured on a GPU."""
     tr = u.trace
 
     def unit_stride(t: Tensor) -> Tensor:  # `if t.stride(-1) != 1: t = t.contiguous()`

@@ -126,12 +126,12 @@ def mamba_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
     dtype = x.dtype
     proj = ops.transpose(m.linear("in_proj", x, 2 * Di, bias), 1, 2)
     A = ops.neg(ops.exp(ops.to(m.param("A_log", Di, N), F32)))
-    if m.run.device == "cuda" and not dt_norms:  # training on CUDA: mamba_ssm's kernel
+    if m.run.device == "cuda" and (weightless or not dt_norms):
+        # training on CUDA: mamba_ssm's kernel (FalconMambaMixer's with its norms' weights)
         return _mamba_inner(m, proj, A, conv_bias, bias)
     # JambaMambaMixer on CUDA: causal-conv1d's and mamba_ssm's kernels where installed, the
-    # rest as on the CPU (FalconMambaMixer's mamba_inner_fn with the norms' weights is not
-    # modelled: graph_activations leaves Falcon-Mamba on CUDA to the rules)
-    kernels = m.run.device == "cuda" and not weightless
+    # rest as on the CPU
+    kernels = m.run.device == "cuda"
     hs, gate = ops.split(proj, Di, 1)
     hs = causal_conv1d(m, hs, Di, conv_bias, kernel=kernels)
     xp = m.linear("x_proj", ops.transpose(hs, 1, 2), R + 2 * N, False)
