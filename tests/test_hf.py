@@ -357,6 +357,12 @@ REFERENCE = {
     "variants/roformer-tiny.json": (96_512, "RoFormerForMaskedLM"),
     "variants/roformer-rotary-value.json": (96_512, "RoFormerForMaskedLM"),
     "variants/big_bird-tiny.json": (362_816, "BigBirdForMaskedLM"),
+    # the recurrent types' defaults at small sizes (tests/test_graph_ssm_defaults.py):
+    # `tools/reference_counts.py` (torch 2.13.0+cpu, transformers 5.23.0, meta device)
+    "variants/bamba-all-mamba.json": (171_184, "BambaForCausalLM"),
+    "variants/falcon_mamba-tiny.json": (98_240, "FalconMambaForCausalLM"),
+    "variants/lfm2-all-attention.json": (125_312, "Lfm2ForCausalLM"),
+    "variants/granitemoehybrid-tiny.json": (282_800, "GraniteMoeHybridForCausalLM"),
 }
 
 

@@ -124,7 +124,7 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
     family = _dropout(family, s)
     if family is None:
         return None
-    if not _mixer_run(family, s, adapted_roles):
+    if not _mixer_run(family, s, adapted_roles, amp or amp16):
         return None
     family = _experts(spec, family, s, amp or amp16)
     if family is None:
@@ -471,14 +471,16 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     return off
 
 
-def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None) -> bool:
+def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None,
+               autocast: bool = False) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
     Bamba, Falcon-H1, Jamba, Nemotron-H, OLMo Hybrid, Kimi Linear, Qwen3-Next and Qwen3.5 are
     transcribed as transformers' torch path runs them on the CPU, with or without autocast
     (tests/data/autocast_activations_mixers_cpu.jsonl); LoRA where measured (the hybrids'
     rows). On CUDA transformers calls the mamba_ssm, causal-conv1d and fla kernels where
-    installed: the graph transcribes Mamba's MambaInnerFn and Mamba-2's, Bamba's and
-    Falcon-H1's fused kernel, their weight casts under autocast included (from their
+    installed: the graph transcribes Mamba's MambaInnerFn and Mamba-2's, Bamba's,
+    Falcon-H1's and Nemotron-H's fused kernel, their weight casts under autocast included,
+    Jamba's CausalConv1dFn and SelectiveScanFn and LFM2's CausalConv1dFn (from their
     source, not measured on a GPU); the others keep the rules there."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
@@ -499,19 +501,31 @@ def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None
         lora_ok = adapted_roles is None or "lm_head" not in adapted_roles
         return (s.device == "cpu" or not mixer) and lora_ok
     if isinstance(family, Minimax):
-        # MiniMax's lightning attention: its Python loop over blocks, what the CPU rows ran
-        # (no measured row on CUDA)
-        return s.device == "cpu"
+        # MiniMax's lightning attention: its Python loop over blocks, what the CPU rows ran;
+        # transformers has no kernel for it, so CUDA runs the same torch ops (not measured
+        # on a GPU)
+        return s.device in ("cpu", "cuda")
     if isinstance(family, Lfm2):
-        # LFM2's short convolution: causal_conv1d_fn's torch fallback, what the CPU runs (on
-        # CUDA the kernels hub's causal-conv1d where installed). An LFM2 of convolutions
-        # alone says no head_dim, which the rotary table every checkpointed layer keeps has:
-        # full recomputation keeps the rules (LFM3's convolutions get no table)
-        return s.device == "cpu" and (
-            "F" in family.mixers or family.lfm3 or s.recompute != "full")
+        # LFM2's short convolution: causal_conv1d_fn's torch fallback, what the CPU runs; on
+        # CUDA LFM2's and LFM2-MoE's call causal-conv1d's kernel (ops.causal_conv1d_fn, from
+        # its source), which takes widths 2 to 4 and, over Bx's channel-last layout,
+        # channels in multiples of 8 (else it raises: the rules answer); LFM3's fallback on
+        # CUDA (F.conv1d's layout there) is not modelled. An LFM2 of convolutions alone says
+        # no head_dim, which the rotary table every checkpointed layer keeps has: full
+        # recomputation keeps the rules (LFM3's convolutions get no table)
+        kernel = s.device == "cpu" or (
+            s.device == "cuda" and ("M" not in family.mixers or (
+                not family.lfm3 and 2 <= family.Kc <= 4 and family.E % 8 == 0)))
+        return kernel and ("F" in family.mixers or family.lfm3 or s.recompute != "full")
     hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear | NemotronH
     if not isinstance(family, Mamba | Mamba2 | hybrids):
         return True
+    if isinstance(family, Bamba) and "F" not in family.kinds and s.recompute == "full":
+        # mixers alone (BambaConfig's and GraniteMoeHybridConfig's defaults): every
+        # checkpointed layer keeps the rotary table BambaModel makes (GraniteMoeHybrid's
+        # where position_embedding_type is "rope"), of a head_dim a spec without heads does
+        # not say: full recomputation keeps the rules
+        return False
     # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
     lora_ok = adapted_roles is None or (isinstance(family, hybrids)
                                         and "lm_head" not in adapted_roles)
@@ -521,8 +535,16 @@ def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None
         # target list adapts both kinds of layer, where tcalc's roles name the attention's
         lora_ok = False
     if s.device == "cuda":  # mamba_ssm's fused kernels (families/mamba.py), without LoRA
-        # (peft's out_proj adapter is bypassed: the kernel reads out_proj.weight itself)
-        return isinstance(family, Mamba | Mamba2 | Bamba | FalconH1) and adapted_roles is None
+        # (peft's out_proj adapter is bypassed: the kernel reads out_proj.weight itself);
+        # NemotronHMamba2Mixer calls the same mamba2_split_conv1d_scan_combined
+        # Jamba's causal-conv1d and selective-scan kernels (families/mamba.py) in full
+        # training without autocast (under it, its norms' fp32 products give the scan a B
+        # and C of another dtype than u, which selective_scan_cuda refuses), where
+        # causal-conv1d takes the channel-last input: widths 2 to 4, channels in 8s
+        jamba = isinstance(family, Jamba) and not autocast and 2 <= family.Kc <= 4 \
+            and family.Di % 8 == 0
+        return (isinstance(family, Mamba | Mamba2 | Bamba | FalconH1 | NemotronH) or jamba) \
+            and adapted_roles is None
     return s.device == "cpu" and lora_ok
 
 
@@ -557,7 +579,9 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
         if impl not in ("eager", "grouped_mm"):
             return None
         return dataclasses.replace(family, grouped=impl == "grouped_mm")
-    if isinstance(family, Lfm2Moe | Minimax):  # Mixtral's experts
+    from transformer_calc.graph.families.granitemoehybrid import GraniteMoeHybrid
+
+    if isinstance(family, Lfm2Moe | Minimax | GraniteMoeHybrid):  # Mixtral's experts
         impl = experts_impl(spec, s.experts)
         if impl not in ("eager", "grouped_mm"):
             return None

@@ -35,6 +35,7 @@ from transformer_calc.graph.families import (
     gptj,
     gptlike,
     granitemoe_swa,
+    granitemoehybrid,
     jamba,
     kimi_linear,
     lfm2,
@@ -72,7 +73,8 @@ from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | paper.Paper | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
           | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt | neox.NeoX | gptj.GPTJ | falcon.Falcon
-          | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba
+          | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | granitemoehybrid.GraniteMoeHybrid
+          | falcon_h1.FalconH1 | jamba.Jamba
           | nemotron_h.NemotronH | mimo_v2_flash.MiMoV2Flash | minimax_m3.MiniMaxM3
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
@@ -95,6 +97,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
     bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward, jamba.Jamba: jamba.forward,
+    granitemoehybrid.GraniteMoeHybrid: granitemoehybrid.forward,
     nemotron_h.NemotronH: nemotron_h.forward,
     mimo_v2_flash.MiMoV2Flash: mimo_v2_flash.forward,
     minimax_m3.MiniMaxM3: minimax_m3.forward,
@@ -2197,25 +2200,27 @@ def _falcon(spec: ModelSpec) -> falcon.Falcon | None:
 
 
 def _mamba_family(spec: ModelSpec) -> mamba.Mamba | mamba.Mamba2 | None:
-    """MambaForCausalLM and Mamba2ForCausalLM (model types mamba and mamba2: every layer a
-    mixer, no FFN, RMSNorm), as transformers' torch path runs them. Other layouts with a
-    mixer (the hybrids, Jamba's dt/B/C norms, Falcon-H1's mixer without its norm) have no
-    graph yet."""
-    if spec.mixer == "none" or spec.model_type not in ("mamba", "mamba2"):
+    """MambaForCausalLM, FalconMambaForCausalLM and Mamba2ForCausalLM (model types mamba,
+    falcon_mamba and mamba2: every layer a mixer, no FFN, RMSNorm), as transformers' torch
+    path runs them; Falcon-Mamba's mixer normalises dt, B and C without weights (by its
+    model type: the spec counts it as Mamba's)."""
+    if spec.mixer == "none" or spec.model_type not in ("mamba", "mamba2", "falcon_mamba"):
         return None
-    if not (spec.mixer == spec.model_type and spec.norm == "rmsnorm"
+    falcon = spec.model_type == "falcon_mamba"  # Mamba's layout, its dt, B, C normalised
+    if not (spec.mixer == ("mamba" if falcon else spec.model_type) and spec.norm == "rmsnorm"
             and spec.position == "none" and not spec.d_ff and not spec.layer_attention
             and not spec.layer_ffn and not spec.ssm_dt_norms and spec.ssm_in_projs == 1
             and (spec.mixer == "mamba" or spec.ssm_norm)
             and not _unread(spec, "mamba")):
         raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout (the "
-                         "graph engine covers MambaForCausalLM's and Mamba2ForCausalLM's "
-                         "own layout)")
+                         "graph engine covers MambaForCausalLM's, FalconMambaForCausalLM's "
+                         "and Mamba2ForCausalLM's own layouts)")
     V, E, L, N, Kc = (spec.vocab_size, spec.d_model, spec.n_layers, spec.ssm_state,
                       spec.ssm_conv)
     flags = (spec.tie_embeddings, spec.ssm_conv_bias, spec.ssm_bias)
     if spec.mixer == "mamba":
-        return mamba.Mamba(V, E, L, spec.ssm_inner, N, Kc, spec.ssm_dt_rank, *flags)
+        return mamba.Mamba(V, E, L, spec.ssm_inner, N, Kc, spec.ssm_dt_rank, *flags,
+                           weightless_norms=falcon)
     H, G = spec.ssm_heads, spec.ssm_groups
     return mamba.Mamba2(V, E, L, G, H // G, spec.ssm_inner // H, N, Kc, spec.ssm_chunk,
                         *flags)
@@ -2229,26 +2234,70 @@ def _bamba_family(spec: ModelSpec) -> bamba.Bamba | None:
     if spec.model_type != "bamba":
         return None
     kinds = layer_kinds_in_order(spec, spec.n_layers)
-    H = spec.n_heads
-    Hkv = spec.n_kv_heads or H
+    # (BambaConfig's default, attn_layer_indices None, is every layer a mixer: the spec then
+    # has no heads, and the graph builds no attention; 1 head of 2 stands in for its sizes)
+    attention = any(k[0] == "F" for k in kinds)
+    H = spec.n_heads if attention else 1
+    Hkv = (spec.n_kv_heads or H) if attention else 1
+    dh = spec.head_dim if attention else 2
     if not (spec.mixer == "mamba2" and spec.norm == "rmsnorm" and spec.position == "rope"
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
             and spec.rope_concat and spec.ssm_norm and not spec.dropout
             and {k[:2] for k in kinds} <= {"FD", "MD"} and H and Hkv and H % Hkv == 0
             and spec.ssm_heads and spec.ssm_groups and spec.ssm_heads % spec.ssm_groups == 0
             and spec.ssm_inner % spec.ssm_heads == 0
-            and spec.head_dim >= 2 and spec.bias_ffn_in == spec.bias_ffn_out
+            and dh >= 2 and spec.bias_ffn_in == spec.bias_ffn_out
             and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
             and not _unread(spec, "bamba")):
         raise TcalcError(f"{spec.name}: no op graph for this bamba layout (the graph "
                          "engine covers BambaForCausalLM's own layout)")
     Hs, Gs = spec.ssm_heads, spec.ssm_groups
     pa = _attention_dropout(spec)
-    return bamba.Bamba(spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, spec.d_ff,
+    return bamba.Bamba(spec.vocab_size, spec.d_model, H, Hkv, dh, spec.d_ff,
                        spec.n_layers, Gs, Hs // Gs, spec.ssm_inner // Hs, spec.ssm_state,
                        spec.ssm_conv, spec.ssm_chunk, "".join(k[0] for k in kinds),
                        spec.tie_embeddings, spec.bias_q, spec.bias_ffn_in,
                        spec.ssm_conv_bias, spec.ssm_bias, pa)
+
+
+# GraniteMoeHybrid: Bamba's mixer fields, the experts' and the shared MLP's (peft_moe and
+# router_topk: spec_from_hf's for the class, read by the LoRA and the router checks)
+_READS["granitemoehybrid"] = _READS["bamba"] | {
+    "layer_ffn", "n_experts", "top_k", "d_ff_expert", "n_shared_experts", "d_ff_shared",
+    "fused_gate_up", "router_topk", "peft_moe", "peft_router_linear"}
+
+
+def _granitemoehybrid_family(spec: ModelSpec) -> granitemoehybrid.GraniteMoeHybrid | None:
+    """GraniteMoeHybridForCausalLM (model type granitemoehybrid) in GraniteMoeHybridConfig's
+    default layout: every layer the Mamba-2 mixer, then the experts (num_local_experts > 0)
+    and the fused gated SiLU shared MLP; no biases but the convolution's and the mixer's
+    projections'. Attention layers are refused: whether they rotate is
+    position_embedding_type's, which the spec does not read."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "granitemoehybrid":
+        return None
+    kinds = layer_kinds_in_order(spec, spec.n_layers)
+    if not (spec.mixer == "mamba2" and spec.norm == "rmsnorm" and spec.ffn == "gated"
+            and spec.activation == "silu" and spec.ssm_norm and not spec.dropout
+            and {k[:2] for k in kinds} == {"ME"} and spec.n_experts and spec.top_k
+            and spec.n_shared_experts == 1 and spec.d_ff_shared == spec.d_ff
+            and spec.d_ff_expert and spec.fused_gate_up and not _biased(spec)
+            and spec.router_topk in ("none", "topk_softmax")
+            and spec.ssm_heads and spec.ssm_groups and spec.ssm_heads % spec.ssm_groups == 0
+            and spec.ssm_inner % spec.ssm_heads == 0
+            and not _unread(spec, "granitemoehybrid")):
+        raise TcalcError(f"{spec.name}: no op graph for this granitemoehybrid layout (the "
+                         "graph engine covers GraniteMoeHybridConfig's default layout: every "
+                         "layer a Mamba-2 mixer with experts and the shared MLP)")
+    Hs, Gs = spec.ssm_heads, spec.ssm_groups
+    # (no attention layer: 1 head of 2 stands in for its sizes, as for Bamba's mixers alone)
+    return granitemoehybrid.GraniteMoeHybrid(
+        spec.vocab_size, spec.d_model, 1, 1, 2, spec.d_ff, spec.n_layers, Gs, Hs // Gs,
+        spec.ssm_inner // Hs, spec.ssm_state, spec.ssm_conv, spec.ssm_chunk,
+        "M" * spec.n_layers, spec.tie_embeddings, conv_bias=spec.ssm_conv_bias,
+        bias=spec.ssm_bias, X=spec.n_experts, K=spec.top_k, Fe=spec.d_ff_expert,
+        grouped=spec.experts_grouped)
 
 
 def _falcon_h1_family(spec: ModelSpec) -> falcon_h1.FalconH1 | None:
@@ -2573,7 +2622,11 @@ def _lfm2_family(spec: ModelSpec) -> lfm2.Lfm2 | None:
     H = spec.n_heads
     Hkv = spec.n_kv_heads or H
     dh = spec.head_dim if H else 2
-    if not (spec.mixer == "short_conv" and spec.norm == "rmsnorm" and spec.position == "rope"
+    # (Lfm2Config's default, full_attn_idxs None, is every layer attention: the spec then
+    # has no mixer, and the graph builds no convolution)
+    convs = any(k and lfm2.OPERATOR[k] == "M" for k in kinds)
+    if not (spec.mixer == ("short_conv" if convs else "none") and spec.norm == "rmsnorm"
+            and spec.position == "rope"
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
             and spec.qk_norm == "head" and not spec.dropout and not spec.attention_dropout
             and None not in kinds and (not H or (Hkv and H % Hkv == 0 and dh % 2 == 0))
@@ -2590,7 +2643,7 @@ def _lfm2_family(spec: ModelSpec) -> lfm2.Lfm2 | None:
     # (a model of convolutions alone still builds its attention's sizes: Lfm2Config's
     # defaults stand in where the spec has no heads)
     args = (spec.vocab_size, spec.d_model, H or 1, Hkv or 1, dh, spec.d_ff or 1,
-            spec.n_layers, spec.ssm_conv, "".join(k for k in kinds if k),
+            spec.n_layers, spec.ssm_conv if convs else 1, "".join(k for k in kinds if k),
             spec.tie_embeddings, spec.ssm_conv_bias)
     if moe:
         return lfm2.Lfm2Moe(*args, X=max(spec.n_experts, 1), K=max(spec.top_k, 1),
@@ -2695,7 +2748,8 @@ _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _gemma4_family, _gemma3n_family, _kimi_linear_family, _deepseek_v4_family, _mla_family,
     _qwen3_next_family,
     _jamba_family, _olmo_hybrid_family, _nemotron_h_family, _mimo_v2_flash_family,
-    _minimax_m3_family, _lfm2_family, _minimax_family, _moe_family, _mamba_family,
+    _minimax_m3_family, _lfm2_family, _minimax_family, _granitemoehybrid_family,
+    _moe_family, _mamba_family,
     _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _bart_kin_family,
     _fsmt_family,

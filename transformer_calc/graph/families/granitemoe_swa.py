@@ -59,7 +59,7 @@ def _layer(m: Builder, cfg: GraniteMoeSwa, h: Tensor, cos: Tensor, sin: Tensor,
         a = _attention(m, cfg, llama.rms_norm(m, "input_layernorm", h), cos, sin, mask, kind)
     h = ops.add(h, ops.mul(a, 1.0))
     x = llama.rms_norm(m, "post_attention_layernorm", h)
-    return ops.add(h, ops.mul(_moe_block(m, cfg, x), 1.0))
+    return ops.add(h, ops.mul(moe_block(m, cfg.grouped, x), 1.0))
 
 
 def _attention(m: Builder, cfg: GraniteMoeSwa, x: Tensor, cos: Tensor, sin: Tensor,
@@ -96,9 +96,9 @@ def _attention(m: Builder, cfg: GraniteMoeSwa, x: Tensor, cos: Tensor, sin: Tens
     return m.linear("o_proj", out, m["E"], cfg.bias_o)
 
 
-def _moe_block(m: Builder, cfg: GraniteMoeSwa, x: Tensor) -> Tensor:
-    """GraniteMoeSWAMoE.forward: layer_input.reshape(-1, E); the router; the experts;
-    .view(B, T, E)."""
+def moe_block(m: Builder, grouped: bool, x: Tensor) -> Tensor:
+    """GraniteMoeSWAMoE.forward (GraniteMoeHybridMoE's is the same): layer_input.reshape(-1,
+    E); the router; the experts (grouped: the grouped_mm path); .view(B, T, E)."""
     B, T, E = x.shape
     with m.module("block_sparse_moe"):
         flat = ops.reshape(x, (B * T, E))
@@ -108,6 +108,6 @@ def _moe_block(m: Builder, cfg: GraniteMoeSwa, x: Tensor) -> Tensor:
             values, chosen = ops.topk(logits, m["K"])
             weights = ops.to(ops.softmax(values), flat.dtype)
         with m.module("experts"):
-            run = moe.grouped_experts if cfg.grouped else moe.eager_experts
+            run = moe.grouped_experts if grouped else moe.eager_experts
             out = run(m, flat, chosen, weights)
         return ops.view(out, (B, T, E))
