@@ -63,7 +63,7 @@ encoder_sparse_step decoder_sparse_step d_inner d_head ff_activation
 block_sizes block_repeats num_decoder_layers languages adapter_reduction_factor
 adapter_layer_norm pre_norm summary_use_proj head_ratio num_groups entity_vocab_size
 entity_emb_size use_entity_aware_attention q_groups k_groups v_groups post_attention_groups
-intermediate_groups output_groups prediction_head_size""".split()
+intermediate_groups output_groups prediction_head_size attention_chunk_size""".split()
 
 
 # transformers' eager_attention_forward of Llama-style models: the softmax runs in

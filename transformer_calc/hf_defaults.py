@@ -1482,6 +1482,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {'absent:audioflamingo3': {'attention_drop
            'tie_word_embeddings': False,
            'vocab_size': 32000},
  'llama4_text': {'attention_bias': False,
+                 'attention_chunk_size': 8192,
                  'attention_dropout': 0.0,
                  'head_dim': 128,
                  'hidden_act': 'silu',
