@@ -101,6 +101,18 @@ blenderbot-small,pegasus,m2m_100,mvp}-tiny.json; done > tests/data/activations_b
         python tools/measure_activations_hf.py $a $V/bigbird_pegasus-tiny.json
     done >> tests/data/activations_bart_kin_cpu.jsonl
 
+tests/data/activations_moe_kin_a_cpu.jsonl (GraniteMoe, GraniteMoeShared, Aria's text
+model, ERNIE 4.5 MoE, FlexOlmo, MiniMax-M2, Mellum; its tcalc_bytes the rules' estimate,
+before these types read the op graph) and tests/data/autocast_activations_moe_kin_a_cpu.jsonl
+were written by
+
+    python tools/measure_activations_hf.py $V/{granitemoe,granitemoeshared,aria_text,\
+        ernie4_5_moe,flex_olmo,minimax_m2,mellum}-tiny.json $V/minimax_m2-rotary-dim.json
+    python tools/measure_activations_hf.py --lora 8 $V/{granitemoe,granitemoeshared,\
+        aria_text,ernie4_5_moe,flex_olmo,minimax_m2,mellum}-tiny.json
+    python tools/measure_activations_hf.py --autocast $V/{granitemoe,granitemoeshared,\
+        aria_text,ernie4_5_moe,flex_olmo,minimax_m2,mellum}-tiny.json
+
 --mixers: only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
 Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's
 mixer rows; B ∈ {1, 2} and three lengths, fp32 and bf16, on transformers' torch path (the
