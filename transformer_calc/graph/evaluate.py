@@ -92,6 +92,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     cohere.CohereMoe: cohere.moe_forward, beam.Beam: beam.forward,
     gpt_oss.GptOss: gpt_oss.forward, flint.Flint: flint.forward,
     granitemoe_swa.GraniteMoeSwa: granitemoe_swa.forward,
+    granitemoe_swa.GraniteMoe: granitemoe_swa.forward,
     mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward,
     switch.Switch: switch.forward,
     neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
@@ -1235,6 +1236,14 @@ def _moe_family(spec: ModelSpec) -> moe.Moe | None:
         return _flint(spec)
     if spec.model_type == "granitemoe_swa":
         return _granitemoe_swa(spec)
+    if spec.model_type in ("granitemoe", "granitemoeshared"):
+        return _granitemoe(spec)
+    if spec.model_type == "minimax_m2":
+        return _minimax_m2(spec)
+    if spec.model_type == "aria_text":
+        return _aria(spec)
+    if spec.model_type == "ernie4_5_moe":
+        return _ernie4_5_moe(spec)
     if spec.model_type == "dbrx":
         return _dbrx(spec)
     return _moe(spec) if spec.n_experts else None
@@ -1495,6 +1504,136 @@ def _granitemoe_swa(spec: ModelSpec) -> granitemoe_swa.GraniteMoeSwa:
         grouped=spec.experts_grouped)
 
 
+_READS["granitemoe"] = _READS["moe"] | {"sdpa_path"}
+
+
+def _granitemoe(spec: ModelSpec) -> granitemoe_swa.GraniteMoe:
+    """GraniteMoeForCausalLM and GraniteMoeSharedForCausalLM (spec_from_hf's fields for
+    them): pre-norm layers under RMSNorm, full attention with RoPE in every layer, experts
+    in every layer behind the softmax-over-top-k router (router_topk topk_softmax) and
+    GraniteMoeShared's ungated shared MLP (input_linear fused: fused_gate_up) where
+    shared_intermediate_size is not 0. Anything else is refused."""
+    shared = spec.n_shared_experts
+    if not (spec.norm == "rmsnorm" and not spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and spec.qk_norm == "none" and spec.norm_position == "pre"
+            and spec.router_topk == "topk_softmax" and not spec.layer_ffn
+            and (shared == 0 or (shared == 1 and spec.model_type == "granitemoeshared"
+                                 and spec.fused_gate_up and not spec.shared_expert_gate
+                                 and spec.d_ff_shared == spec.shared_ff))
+            and spec.fused_gate_up == (spec.model_type == "granitemoeshared")
+            and spec.peft_moe == "none" and not spec.peft_router_linear
+            and not spec.fused_qkv and not spec.rope_concat and not spec.rope_fp32
+            and not spec.bias_ffn_in and not spec.bias_ffn_out and spec.sdpa_path
+            and not _unread(spec, "granitemoe")):
+        raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout yet "
+                         "(the graph engine covers GraniteMoeConfig's and "
+                         "GraniteMoeSharedConfig's layouts)")
+    H = spec.n_heads
+    return granitemoe_swa.GraniteMoe(
+        V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H, dh=spec.head_dim,
+        F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings, bias_q=spec.bias_q,
+        bias_k=spec.bias_k, bias_v=spec.bias_v, bias_o=spec.bias_o,
+        attention_dropout=_attention_dropout(spec), X=spec.n_experts, K=spec.top_k,
+        Fe=spec.expert_ff, Fs=spec.shared_ff if shared else 1, router="granitemoe_swa",
+        shared=bool(shared), grouped=spec.experts_grouped)
+
+
+def _aria(spec: ModelSpec) -> moe.Moe:
+    """AriaTextForCausalLM (spec_from_hf's fields for it): Llama's pre-norm layers and
+    attention, every layer's MLP AriaTextMoELayer: AriaTextTopKRouter (router_topk
+    topk_softmax: a softmax over the top-k logits in their dtype), AriaExperts (SiLU) and
+    moe_num_shared_experts · intermediate_size wide shared experts (d_ff_shared unset).
+    Anything else is refused."""
+    if not (spec.norm == "rmsnorm" and not spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and spec.qk_norm == "none" and spec.norm_position == "pre"
+            and spec.router_topk == "topk_softmax" and spec.n_shared_experts >= 1
+            and spec.d_ff_shared is None and not spec.shared_expert_gate
+            and not spec.layer_ffn and spec.peft_moe == "none" and not spec.peft_router_linear
+            and not spec.fused_qkv and not spec.fused_gate_up and not spec.rope_concat
+            and not spec.rope_fp32 and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and not _unread(spec, "moe")):
+        raise TcalcError(f"{spec.name}: no op graph for this aria_text layout yet (the graph "
+                         "engine covers AriaTextConfig's layout with shared experts)")
+    H = spec.n_heads
+    return moe.Moe(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                   dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
+                   bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
+                   bias_o=spec.bias_o, attention_dropout=_attention_dropout(spec),
+                   X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                   Fs=spec.n_shared_experts * spec.shared_ff, router="aria",
+                   shared_experts=True, grouped=spec.experts_grouped)
+
+
+_READS["ernie4_5_moe"] = _READS["moe"] | {"router_fp32"}
+
+
+def _ernie4_5_moe(spec: ModelSpec) -> moe.Moe:
+    """Ernie4_5_MoeForCausalLM (spec_from_hf's fields for it): Llama's pre-norm layers with
+    the interleaved fp32 RoPE (llama.glm_rotary), dense layers of intermediate_size where
+    layer_ffn says D (moe_layer_start_index...), the others Ernie4_5_MoeSparseMoeBlock: its
+    ungated shared experts of moe_num_shared_experts · moe_intermediate_size run first,
+    the fp32 router with autocast off (router_fp32: moe._ernie_router), the experts. Biases
+    (use_bias) and anything else are refused."""
+    from transformer_calc.plan import parse_pattern
+
+    kinds = parse_pattern(spec.layer_ffn, "DE", spec.n_layers, "layer_ffn") \
+        if spec.layer_ffn else ("E",) * spec.n_layers
+    if not (spec.norm == "rmsnorm" and not spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and spec.qk_norm == "none" and spec.norm_position == "pre"
+            and spec.router_fp32 and spec.router_topk == "none"
+            and spec.n_shared_experts >= 1 and spec.d_ff_shared is None
+            and not spec.shared_expert_gate and spec.peft_moe == "qwen2_moe"
+            and not spec.peft_router_linear and not _biased(spec) and not spec.fused_qkv
+            and not spec.fused_gate_up and not spec.rope_concat and not spec.rope_fp32
+            and not _unread(spec, "ernie4_5_moe")):
+        raise TcalcError(f"{spec.name}: no op graph for this ernie4_5_moe layout yet (the "
+                         "graph engine covers Ernie4_5_MoeConfig's layout with shared "
+                         "experts, without biases)")
+    H = spec.n_heads
+    return moe.Moe(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                   dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
+                   attention_dropout=_attention_dropout(spec), rope_glm=True,
+                   X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                   Fs=spec.n_shared_experts * spec.shared_ff,
+                   pattern="" if set(kinds) == {"E"} else "".join(kinds),
+                   router="ernie4_5_moe", shared_mlp=True, grouped=spec.experts_grouped)
+
+
+_READS["minimax_m2"] = _READS["moe"] | {"rotary_fraction"}
+
+
+def _minimax_m2(spec: ModelSpec) -> moe.Moe:
+    """MiniMaxM2ForCausalLM (spec_from_hf's fields for it): pre-norm layers under RMSNorm,
+    q_norm and k_norm over the whole projections (qk_norm width), RoPE over every head's
+    width with the empty pass-through part concatenated after it (rope_concat: a copy),
+    experts in every layer behind MiniMaxM2TopKRouter (moe.sigmoid_router), no shared
+    expert; peft converts its experts as Mixtral's (peft_moe mixtral). A partial rotary
+    (rotary_fraction, its rotary_dim) rotates the first dr of each head, the rest
+    concatenated after it. Router jitter and anything else are refused."""
+    if not (spec.norm == "rmsnorm" and not spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and spec.qk_norm == "width" and spec.norm_position == "pre"
+            and spec.router_topk == "none" and not spec.n_shared_experts
+            and not spec.layer_ffn and spec.rope_concat and spec.peft_moe == "mixtral"
+            and not spec.peft_router_linear and not spec.fused_qkv
+            and not spec.fused_gate_up and not spec.rope_fp32 and not spec.bias_ffn_in
+            and not spec.bias_ffn_out and not _unread(spec, "minimax_m2")):
+        raise TcalcError(f"{spec.name}: no op graph for this minimax_m2 layout yet (the "
+                         "graph engine covers MiniMaxM2Config's layout)")
+    H = spec.n_heads
+    dr = int(spec.head_dim * spec.rotary_fraction)  # MiniMaxM2RotaryEmbedding's dim
+    return moe.Moe(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                   dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
+                   bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
+                   bias_o=spec.bias_o, attention_dropout=_attention_dropout(spec),
+                   rope_concat=True, qk_norm="width", partial_rotary=dr < spec.head_dim,
+                   dr=dr if dr < spec.head_dim else 0, X=spec.n_experts, K=spec.top_k,
+                   Fe=spec.expert_ff, router="minimax_m2", grouped=spec.experts_grouped)
+
+
 def _cohere_moe(spec: ModelSpec) -> cohere.CohereMoe:
     """Cohere2MoeForCausalLM (spec_from_hf's fields for it): Cohere 2's parallel layers
     under Cohere2MoeLayerNorm (layernorm_nobias, norm_manual), sliding layers with RoPE and
@@ -1657,10 +1796,12 @@ def _gemma(spec: ModelSpec) -> gemma.Gemma | None:
                        window=spec.sliding_window,
                        kinds=kinds if len(set(kinds)) > 1 else kinds[0])
 def _moe(spec: ModelSpec) -> moe.Moe:
-    """Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, PhiMoE and HunYuan-MoE (spec_from_hf's fields
-    for them): the Llama layout with a router whose top-k handling the spec names
-    (router_topk), gate/up/down experts, at most one shared expert with its sigmoid gate
-    (HunYuan's without), and dense layers where layer_ffn says D.
+    """Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, PhiMoE, HunYuan-MoE, Mellum and FlexOlmo
+    (spec_from_hf's fields for them): the Llama layout with a router whose top-k handling
+    the spec names (router_topk), gate/up/down experts, at most one shared expert with its
+    sigmoid gate (HunYuan's without), and dense layers where layer_ffn says D; FlexOlmo's
+    layers OLMo2's (each sublayer's output normalised, then added; RMSNorm's weight and
+    RoPE in fp32: norm_position post, norm_fp32, rope_fp32).
     Anything else (fused projections, a router bias or fp32 router, zero experts, several
     shared experts, a norm after the experts...) is refused."""
     from transformer_calc.plan import parse_pattern
@@ -1671,21 +1812,22 @@ def _moe(spec: ModelSpec) -> moe.Moe:
     # norm_topk_prob; its shared MLP has no gate; its q/k norms follow RoPE)
     phimoe = spec.router_topk == "sparsemixer"
     hunyuan = spec.model_type == "hunyuan_v1_moe"
+    flex = spec.model_type == "flex_olmo"  # (models/flex_olmo/modeling_flex_olmo.py)
     norm = "layernorm" if phimoe else "rmsnorm"
     if not ((spec.router_topk != "none") != hunyuan and spec.norm == norm
             and spec.peft_router_linear == hunyuan and (spec.qk_norm == "head" or not hunyuan)
             and spec.position == "rope"
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
             and not spec.dropout and spec.qk_norm in ("none", "head", "width")
-            and spec.norm_position == "pre" and not spec.fused_qkv
-            and not spec.fused_gate_up and not spec.rope_concat and not spec.norm_fp32
-            and not spec.rope_fp32 and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and spec.norm_position == ("post" if flex else "pre") and not spec.fused_qkv
+            and not spec.fused_gate_up and not spec.rope_concat and spec.norm_fp32 == flex
+            and spec.rope_fp32 == flex and not spec.bias_ffn_in and not spec.bias_ffn_out
             and (shared == 0 or (shared == 1 and spec.shared_expert_gate != hunyuan
                                  and spec.shared_ff > 0))
             and not _unread(spec, "moe")):
         raise TcalcError(f"{spec.name}: no op graph for this mixture of experts yet (the "
-                         "graph engine covers Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, PhiMoE and "
-                         "HunYuan-MoE)")
+                         "graph engine covers Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, PhiMoE, "
+                         "HunYuan-MoE, Mellum and FlexOlmo)")
     kinds = parse_pattern(spec.layer_ffn, "DEX", spec.n_layers, "layer_ffn") \
         if spec.layer_ffn else ("E",) * spec.n_layers
     if "X" in kinds:
@@ -1696,8 +1838,9 @@ def _moe(spec: ModelSpec) -> moe.Moe:
                    dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
                    bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
                    bias_o=spec.bias_o, attention_dropout=pa,
-                   qk_norm="rotated" if hunyuan else spec.qk_norm,
-                   X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                   qk_norm="rotated" if hunyuan else spec.qk_norm, post_norm=flex,
+                   norm_fp32=flex, rope_fp32=flex, X=spec.n_experts, K=spec.top_k,
+                   Fe=spec.expert_ff,
                    Fs=spec.shared_ff if shared else 1,
                    pattern="" if set(kinds) == {"E"} else "".join(kinds),
                    router="hunyuan" if hunyuan else {

@@ -144,7 +144,8 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "out_proj": "attn.o_input", "fc_in": "ffn.input", "fc_out": "ffn.out_input",
            "Wqkv": "attn.input",  # (MPT's)
            "w1": "ffn.input", "w3": "ffn.input", "w2": "ffn.out_input", "g_proj": "attn.input",
-           # GraniteMoeHybrid's shared MLP (fused gate and up; its output projection)
+           # GraniteMoeHybrid's and GraniteMoeShared's shared MLP (fused gate and up; its
+           # output projection)
            "input_linear": "ffn.input", "output_linear": "ffn.shared.out_input"}
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
@@ -747,7 +748,8 @@ class _Namer:
         self.output_gate = type(family).__name__ == "Beam"
         self.jamba = isinstance(family, Jamba)
         self.parameter_router = self.jamba or type(family).__name__ in (
-            "GptOss", "GraniteMoeSwa", "GraniteMoeHybrid")
+            "GptOss", "GraniteMoeSwa", "GraniteMoeHybrid", "GraniteMoe") or getattr(
+            family, "router", "") == "aria"
         # GraniteMoeSWA's sink, applied after attention (families/granitemoe_swa.py)
         self.sink_lse = type(family).__name__ == "GraniteMoeSwa"
         self.out_gate = isinstance(family, Qwen3Next)
@@ -1400,7 +1402,7 @@ class _Namer:
         st, parts = s.storage, rest.split(".")
         where = parts[1] if len(parts) > 1 and parts[0] in (
             "mlp", "feed_forward", "block_sparse_moe") else \
-            parts[0] if parts[0] == "shared_mlp" else ""  # (GraniteMoeHybrid's, in the layer)
+            parts[0] if parts[0] == "shared_mlp" else ""  # (GraniteMoeHybrid's, -Shared's)
         # peft's ParamWrapper (graph/lora.py): the merged weight the router's linear or the
         # experts' matmuls keep, the factors' 16-bit copies the experts' baddbmm keeps
         if where == "gate" and role == "mm.mat2" and st.op != "to":

@@ -77,6 +77,7 @@ class Llama:
     window: int = 0  # sliding_window (Qwen3, Ministral: the layers whose kind is S)
     kinds: str = "F"  # each layer's attention, F full or S sliding (one letter: all)
     extra_rows: int = 0  # token-table rows beyond V, which the head does not predict (Mllama)
+    rope_glm: bool = False  # Ernie 4.5 MoE: fp32 tables, the interleaved rotation (glm_rotary)
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
@@ -102,7 +103,8 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
         # cache_position = arange(T); position_ids its unsqueezed view (one storage),
         # passed to the layers with cos, sin and their mask
         positions = tr.tensor((m["T"],), I64, False)
-        cos, sin = rotary_tables(m, h, cfg.rope_fp32, m["dr"] if cfg.partial_rotary else None)
+        cos, sin = rotary_tables(m, h, cfg.rope_fp32 or cfg.rope_glm,
+                                 m["dr"] if cfg.partial_rotary else None)
         if cfg.embed_norm:  # NanoChatModel: self.norm(hidden_states) before the layers
             h = _norm(m, cfg, "norm", h)
         # causal_mask_mapping: a mask per layer type in use
@@ -307,6 +309,8 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
     cos, sin = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
     if cfg.partial_rotary:  # Nemotron: cat((q_embed, q_pass), dim=-1), a new tensor
         q, k = (_partial_rotary(t, cos, sin, m["dr"]) for t in (q, k))
+    elif cfg.rope_glm:
+        q, k = glm_rotary(q, k, cos, sin)
     else:
         q, k = (apply_rotary(t, cos, sin, cfg.rotate_flipped) for t in (q, k))
     if cfg.qk_norm == "rotated":  # HunYuanMoEV1Attention: the norms after RoPE
@@ -388,6 +392,31 @@ def _differential(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | No
         xf = ops.mul(xf, ops.rsqrt(ops.add(ops.mean(ops.pow(xf, 2.0)), 1e-6)))
         x = ops.to(xf, x.dtype)
     return ops.mul(x, 0.5)  # (1 - lambda_init) * groupnorm(...)
+
+
+def glm_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """Ernie 4.5 MoE's apply_rotary_pos_emb (models/ernie4_5_moe/modeling_ernie4_5_moe.py,
+    "glm rope style"): the fp32 cos and sin cut to their first half and
+    repeat_interleave(2, dim=-1)-ed, new tensors of the call (q's and k's); (x.float() * cos)
+    + (rotate_half(x).float() * sin), cast back to x's dtype; rotate_half:
+    torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2), a new tensor."""
+    tr = q.trace
+    with tr.no_grad():
+        tables = []
+        for t in (cos, sin):
+            table = tr.tensor(t.shape, t.dtype, False)
+            tr.record("repeat_interleave", table)
+            tables.append(table)
+    c, s = tables
+
+    def rotate(x: Tensor) -> Tensor:
+        half = x.shape[-1].halved()
+        x1, x2 = ops.slice_step(x, -1, 0, half, 2), ops.slice_step(x, -1, 1, half, 2)
+        pairs = ops.cat([ops.unsqueeze(ops.neg(x2), -1), ops.unsqueeze(x1, -1)], -1)
+        rotated = ops.view(pairs, x.shape)
+        return ops.to(ops.add(ops.mul(ops.to(x, F32), c), ops.mul(ops.to(rotated, F32), s)),
+                      x.dtype)
+    return rotate(q), rotate(k)
 
 
 def _partial_rotary(x: Tensor, cos: Tensor, sin: Tensor, dr: Dim) -> Tensor:
