@@ -4,11 +4,12 @@ Granite's multipliers, the softmax-over-top-k router, GraniteMoeShared's shared 
 text model (moe.py, router "aria": its transposed experts and shared experts), ERNIE 4.5 MoE
 (moe.py, router "ernie4_5_moe", llama.glm_rotary), FlexOlmo (OLMo2's layers with OLMoE's
 experts), MiniMax-M2 (moe.py, router "minimax_m2"; its partial rotary) and Mellum (Qwen3-MoE's
-layout); and Llama 4's default text config, whose chunked layers map to families/llama4.py.
+layout); ERNIE 4.5's dense model (llama.py with the same RoPE); and Llama 4's default text
+config, whose chunked layers map to families/llama4.py.
 
-Fixtures (read, not changed): tests/data/activations_moe_kin_a_cpu.jsonl (60 rows: eager and
+Fixtures (read, not changed): tests/data/activations_moe_kin_a_cpu.jsonl (68 rows: eager and
 SDPA, fp32 and bf16, full training and peft's LoRA all-linear of rank 8) and
-tests/data/autocast_activations_moe_kin_a_cpu.jsonl (14 rows: fp32 models under CPU autocast
+tests/data/autocast_activations_moe_kin_a_cpu.jsonl (16 rows: fp32 models under CPU autocast
 to bf16), measured by tools/measure_activations_hf.py (the commands in its docstring; torch 2.13
 CPU, transformers 5.23, peft 0.21.2, saved_tensors_hooks, each storage still held at the end of
 the forward once, parameters excluded), the experts as transformers' eager loop. peft 0.21
@@ -41,6 +42,7 @@ from transformer_calc.flops import count_flops
 from transformer_calc.graph import BF16, F32, Lora, Run, evaluate, family_of
 from transformer_calc.graph.compile import evaluate_fast
 from transformer_calc.graph.families.granitemoe_swa import GraniteMoe
+from transformer_calc.graph.families.llama import Llama
 from transformer_calc.graph.families.llama4 import Llama4
 from transformer_calc.graph.families.moe import Moe
 from transformer_calc.hf import spec_from_hf
@@ -50,10 +52,16 @@ from transformer_calc.params import count_params
 
 CONFIGS = ("granitemoe-tiny.json", "granitemoeshared-tiny.json", "aria_text-tiny.json",
            "ernie4_5_moe-tiny.json", "flex_olmo-tiny.json", "minimax_m2-tiny.json",
-           "minimax_m2-rotary-dim.json", "mellum-tiny.json")
+           "minimax_m2-rotary-dim.json", "mellum-tiny.json", "ernie4_5-tiny.json")
 ROWS = measured_rows(CONFIGS)
 AUTOCAST = [json.loads(line) for line in
             (DATA / "autocast_activations_moe_kin_a_cpu.jsonl").read_text().splitlines()]
+
+
+def _family(config: str, grouped: bool = False) -> Llama:
+    """The config's graph with the experts as the row ran them (ERNIE 4.5's dense: none)."""
+    fam = family_of(spec_of(config))
+    return replace(fam, grouped=grouped) if isinstance(fam, Moe) else fam
 
 
 def test_the_rows_cover_each_type() -> None:
@@ -82,7 +90,7 @@ def _from_graph(row: dict, s: Settings) -> bool:
 def _compiled_and_reported(row: dict) -> None:
     spec = spec_of(row["config"])
     if not row["lora"]:  # (the LoRA rows' conversion: memory_report's, below)
-        fam = replace(family_of(spec), grouped=False)
+        fam = _family(row["config"])
         assert evaluate_fast(fam, row_run(row)).activation_bytes == row["measured_bytes"]
     s = row_settings(row)
     report = memory_report(spec, s)
@@ -111,7 +119,7 @@ def test_memory_report_reads_the_graph() -> None:
 
 def test_the_trace_and_memory_reports_rows_agree() -> None:
     every_row(TRACED, lambda row: check_measured(
-        row, replace(family_of(spec_of(row["config"])), grouped=False), row_run(row),
+        row, _family(row["config"]), row_run(row),
         spec_of(row["config"]), compiled=None, report_rows="names"))
 
 
@@ -120,7 +128,7 @@ def _autocast_row(row: dict) -> None:
     spec = spec_of(row["config"])
     s = Settings(precision="bf16", mixed=True, batch_size=row["B"], seq_len=row["T"],
                  attention=row["attention"], device="cpu", experts="eager")
-    fam = replace(family_of(spec), grouped=False)
+    fam = _family(row["config"])
     run = Run(row["B"], row["T"], F32, "cpu", row["attention"], BF16)
     copies = sum(t.nbytes for t in evaluate(fam, run).saved
                  if t.storage.kind == "weight_copy")
@@ -139,13 +147,14 @@ def test_params_and_forward_flops_equal_tcalc(config: str) -> None:
     # context T, the experts' over the K·B·T routed slots
     spec = spec_of(config)
     for grouped in (False, True):
-        r = evaluate(replace(family_of(spec), grouped=grouped), Run(3, 5, F32, "cpu", "sdpa"))
+        r = evaluate(_family(config, grouped), Run(3, 5, F32, "cpu", "sdpa"))
         assert r.params == r.trainable_params == count_params(spec).total
         assert r.forward_flops == 3 * 5 * count_flops(spec, 5).total
 
 
 def test_the_types_map_to_their_graphs() -> None:
     fams = {c: family_of(spec_of(c)) for c in CONFIGS}
+    assert type(fams["ernie4_5-tiny.json"]) is Llama and fams["ernie4_5-tiny.json"].rope_glm
     assert isinstance(fams["granitemoe-tiny.json"], GraniteMoe)
     assert not fams["granitemoe-tiny.json"].shared
     assert fams["granitemoeshared-tiny.json"].shared

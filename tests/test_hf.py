@@ -373,6 +373,7 @@ REFERENCE = {
     "variants/minimax_m2-tiny.json": (189_952, "MiniMaxM2ForCausalLM"),
     "variants/minimax_m2-rotary-dim.json": (189_952, "MiniMaxM2ForCausalLM"),
     "variants/mellum-tiny.json": (189_824, "MellumForCausalLM"),
+    "variants/ernie4_5-tiny.json": (266_560, "Ernie4_5ForCausalLM"),
 }
 
 

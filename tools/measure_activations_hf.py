@@ -102,8 +102,9 @@ blenderbot-small,pegasus,m2m_100,mvp}-tiny.json; done > tests/data/activations_b
     done >> tests/data/activations_bart_kin_cpu.jsonl
 
 tests/data/activations_moe_kin_a_cpu.jsonl (GraniteMoe, GraniteMoeShared, Aria's text
-model, ERNIE 4.5 MoE, FlexOlmo, MiniMax-M2, Mellum; its tcalc_bytes the rules' estimate,
-before these types read the op graph) and tests/data/autocast_activations_moe_kin_a_cpu.jsonl
+model, ERNIE 4.5 MoE, FlexOlmo, MiniMax-M2, Mellum, and ERNIE 4.5's dense model; its
+tcalc_bytes tcalc's estimate before these types' graphs: the rules', ERNIE 4.5's a graph
+without its interleaved fp32 RoPE) and tests/data/autocast_activations_moe_kin_a_cpu.jsonl
 were written by
 
     python tools/measure_activations_hf.py $V/{granitemoe,granitemoeshared,aria_text,\
@@ -112,6 +113,8 @@ were written by
         aria_text,ernie4_5_moe,flex_olmo,minimax_m2,mellum}-tiny.json
     python tools/measure_activations_hf.py --autocast $V/{granitemoe,granitemoeshared,\
         aria_text,ernie4_5_moe,flex_olmo,minimax_m2,mellum}-tiny.json
+    for a in "" "--lora 8" --autocast; do python tools/measure_activations_hf.py $a \
+        $V/ernie4_5-tiny.json; done
 
 --mixers: only the bytes saved inside the recurrent mixer modules (Mamba, Mamba-2,
 Gated DeltaNet, LFM2's short convolution: forward hooks mark when one runs), beside tcalc's
