@@ -225,11 +225,11 @@ def test_fp32_into_the_kernel_is_refused() -> None:
 
 def test_families_without_the_flash_branch_keep_the_rules() -> None:
     s = Settings(precision="bf16", seq_len=64, attention="flash")
-    # GPT-J's, Falcon's and GPT-Neo's classes run FlashAttention2 classes of their own (not
-    # transcribed); DiffLlama two attention calls over V's halves; GPT-NeoX-Japanese's class
-    # has no flash_attention_2 (_supports_flash_attn false: hf_defaults.NO_FLASH)
-    for config in ("gptj-tiny.json", "falcon-new-rope.json", "gpt_neo-local.json",
-                   "diffllama-tiny.json", "gpt_neox_japanese-tiny.json"):
+    # GPT-NeoX-Japanese's class has no flash_attention_2 (_supports_flash_attn false:
+    # hf_defaults.NO_FLASH); Falcon's FalconFlashAttention2 raises under ALiBi (GPT-J's,
+    # GPT-Neo's and Falcon's own FlashAttention2 classes, DiffLlama's two calls:
+    # tests/test_graph_rules_left.py)
+    for config in ("gpt_neox_japanese-tiny.json", "falcon-alibi-new-1ln.json"):
         assert activations.graph_activations(_spec(config), s, 64, amp=False, amp16=False,
                                              adapted_roles=None) is None, config
     # the MoE family runs Llama's attention: on the graph

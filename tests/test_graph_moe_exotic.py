@@ -168,10 +168,11 @@ def test_other_nemotron_h_layouts_are_refused() -> None:
     assert isinstance(mtp, NemotronH) and mtp.kinds == "MEFE"
 
 
-def test_cuda_keeps_the_rules_and_the_experts_both_paths() -> None:
-    # on CUDA transformers runs the mamba_ssm kernels where installed (not modelled for
-    # Nemotron-H); CPU autocast: tests/test_graph_autocast.py; the graph transcribes
-    # NemotronHExperts' own loop and grouped_mm
+def test_cuda_runs_the_mamba_kernel_and_the_experts_both_paths() -> None:
+    # on CUDA transformers runs the mamba_ssm kernels where installed: the graph's
+    # MambaSplitConv1dScanCombinedFn (tests/test_graph_ssm_defaults.py); CPU autocast:
+    # tests/test_graph_autocast.py; the graph transcribes NemotronHExperts' own loop and
+    # grouped_mm
     spec = _spec("nemotron_h-tiny.json")
     cpu = Settings(precision="bf16", batch_size=2, seq_len=64, attention="eager",
                    device="cpu")
@@ -179,7 +180,7 @@ def test_cuda_keeps_the_rules_and_the_experts_both_paths() -> None:
     assert ask(spec, cpu, 64, amp=False, amp16=False, adapted_roles=None) is not None
     assert ask(spec, cpu, 64, amp=True, amp16=False, adapted_roles=None) is not None
     assert ask(spec, replace(cpu, device="cuda"), 64, amp=False, amp16=False,
-               adapted_roles=None) is None
+               adapted_roles=None) is not None
     for experts in ("eager", "grouped_mm"):
         assert ask(spec, replace(cpu, experts=experts), 64, amp=False, amp16=False,
                    adapted_roles=None) is not None

@@ -370,6 +370,23 @@ REFERENCE = {
     "variants/roformer-tiny.json": (96_512, "RoFormerForMaskedLM"),
     "variants/roformer-rotary-value.json": (96_512, "RoFormerForMaskedLM"),
     "variants/big_bird-tiny.json": (362_816, "BigBirdForMaskedLM"),
+    # the recurrent types' defaults at small sizes (tests/test_graph_ssm_defaults.py):
+    # `tools/reference_counts.py` (torch 2.13.0+cpu, transformers 5.23.0, meta device)
+    "variants/bamba-all-mamba.json": (171_184, "BambaForCausalLM"),
+    "variants/falcon_mamba-tiny.json": (98_240, "FalconMambaForCausalLM"),
+    "variants/lfm2-all-attention.json": (125_312, "Lfm2ForCausalLM"),
+    "variants/granitemoehybrid-tiny.json": (282_800, "GraniteMoeHybridForCausalLM"),
+    # the MoE decoders' measured variants (tests/data/activations_moe_kin_a_cpu.jsonl):
+    # `tools/reference_counts.py` (torch 2.13.0+cpu, transformers 5.23.0, meta device)
+    "variants/granitemoe-tiny.json": (189_760, "GraniteMoeForCausalLM"),
+    "variants/granitemoeshared-tiny.json": (208_192, "GraniteMoeSharedForCausalLM"),
+    "variants/aria_text-tiny.json": (214_336, "AriaTextForCausalLM"),
+    "variants/ernie4_5_moe-tiny.json": (138_048, "Ernie4_5_MoeForCausalLM"),
+    "variants/flex_olmo-tiny.json": (177_536, "FlexOlmoForCausalLM"),
+    "variants/minimax_m2-tiny.json": (189_952, "MiniMaxM2ForCausalLM"),
+    "variants/minimax_m2-rotary-dim.json": (189_952, "MiniMaxM2ForCausalLM"),
+    "variants/mellum-tiny.json": (189_824, "MellumForCausalLM"),
+    "variants/ernie4_5-tiny.json": (266_560, "Ernie4_5ForCausalLM"),
 }
 
 

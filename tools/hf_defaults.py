@@ -63,7 +63,7 @@ encoder_sparse_step decoder_sparse_step d_inner d_head ff_activation
 block_sizes block_repeats num_decoder_layers languages adapter_reduction_factor
 adapter_layer_norm pre_norm summary_use_proj head_ratio num_groups entity_vocab_size
 entity_emb_size use_entity_aware_attention q_groups k_groups v_groups post_attention_groups
-intermediate_groups output_groups prediction_head_size""".split()
+intermediate_groups output_groups prediction_head_size attention_chunk_size""".split()
 
 
 # transformers' eager_attention_forward of Llama-style models: the softmax runs in
@@ -206,6 +206,25 @@ def no_flash_types() -> list[str]:
 
     return [t for t in sorted(MAPPERS)
             if not getattr(getattr(transformers, HEAD_CLASS[t]), "_supports_flash_attn", False)]
+
+
+def flash_kernels() -> dict[str, str]:
+    """The model types whose counted class lists the flash kernels it takes
+    (``_compatible_flash_implementations``) without flash_attention_2: from_pretrained
+    replaces attn_implementation="flash_attention_2" by the first of them with builds for
+    the device (modeling_utils.PreTrainedModel._check_and_adjust_attn_implementation), a hub
+    kernel or flash_attention_4; the first listed, per model type."""
+    import transformers
+
+    from transformer_calc.hf import HEAD_CLASS, MAPPERS
+
+    out = {}
+    for t in sorted(MAPPERS):
+        kernels = getattr(getattr(transformers, HEAD_CLASS[t]),
+                          "_compatible_flash_implementations", None)
+        if kernels and "flash_attention_2" not in kernels:
+            out[t] = kernels[0]
+    return out
 
 
 def loss_no_upcast_types() -> list[str]:
@@ -486,6 +505,10 @@ def main() -> None:
                "runs them eager", no_sdpa_types()),
               ("NO_FLASH", "# Classes without a flash_attention_2 path (`_supports_flash_attn` "
                "false)", no_flash_types())))
+          + "\n\n# Classes whose flash attention is another kernel: transformers runs it for\n"
+          + "# attn_implementation=\"flash_attention_2\" (_compatible_flash_implementations)\n"
+          + "FLASH_KERNELS: dict[str, str] = "
+          + pprint.pformat(flash_kernels(), width=92, compact=True)
           + "\n\n# LoRA on a mixture of experts: the model types peft converts (router and fused\n"
           + "# experts adapted), by pattern (peft.utils.transformers_weight_conversion)\n"
           + "PEFT_MOE: dict[str, str] = "

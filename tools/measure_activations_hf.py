@@ -50,6 +50,12 @@ tests/data/quantised_base_activations_cpu.jsonl (bitsandbytes 0.50.2) was writte
         tests/data/hf/variants/{llama-head-dim,gemma-gqa,gpt2-n-inner,bert-seq-cls,\
 t5-gated-asym,falcon-new-rope,mixtral-top1,qwen2_moe-tiny,opt-projected,\
 neox-sequential-nobias,phi3-gqa-tied,deepseek_v3-all-dense,jamba-tiny}.json; done
+and tests/data/quantised_base_more_activations_cpu.jsonl (the SDPA rows of gpt-oss and LongT5
+skipped: their classes have none; LongT5 over a 4-bit base raises in transformers 5.23) by
+
+    for q in bnb-nf4 bnb-int8; do python tools/measure_activations_hf.py --lora 8 --quant $q \
+        tests/data/hf/variants/{bart-asymmetric,deepseek_v3-no-q-lora-bias,\
+gpt_oss-tied-nobias,t5-big-vocab,umt5-tiny,longt5-tglobal}.json; done
 tests/data/autocast_activations_routers_mixers_cpu.jsonl (the routers and recurrent mixers;
 its tcalc_bytes under --lora are tcalc's --mixed LoRA, a 16-bit base, not the fp32 base
 measured) was written by
@@ -94,6 +100,21 @@ blenderbot-small,pegasus,m2m_100,mvp}-tiny.json; done > tests/data/activations_b
     for a in "" "-B 1 -T 37" --autocast "-B 1 -T 160" "--lora 8" "--fp16 -B 2 -T 8"; do
         python tools/measure_activations_hf.py $a $V/bigbird_pegasus-tiny.json
     done >> tests/data/activations_bart_kin_cpu.jsonl
+
+tests/data/activations_moe_kin_a_cpu.jsonl (GraniteMoe, GraniteMoeShared, Aria's text
+model, ERNIE 4.5 MoE, FlexOlmo, MiniMax-M2, Mellum, and ERNIE 4.5's dense model; its
+tcalc_bytes tcalc's estimate before these types' graphs: the rules', ERNIE 4.5's a graph
+without its interleaved fp32 RoPE) and tests/data/autocast_activations_moe_kin_a_cpu.jsonl
+were written by
+
+    python tools/measure_activations_hf.py $V/{granitemoe,granitemoeshared,aria_text,\
+        ernie4_5_moe,flex_olmo,minimax_m2,mellum}-tiny.json $V/minimax_m2-rotary-dim.json
+    python tools/measure_activations_hf.py --lora 8 $V/{granitemoe,granitemoeshared,\
+        aria_text,ernie4_5_moe,flex_olmo,minimax_m2,mellum}-tiny.json
+    python tools/measure_activations_hf.py --autocast $V/{granitemoe,granitemoeshared,\
+        aria_text,ernie4_5_moe,flex_olmo,minimax_m2,mellum}-tiny.json
+    for a in "" "--lora 8" --autocast; do python tools/measure_activations_hf.py $a \
+        $V/ernie4_5-tiny.json; done
 
 tests/data/activations_llama_kin_cpu.jsonl (dense decoders near Llama,
 EuroBERT and BLOOM; OMP_NUM_THREADS=1; BLOOM's skipped SDPA rows left out) was written by

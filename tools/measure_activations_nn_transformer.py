@@ -15,6 +15,12 @@ is over. One JSON line per case:
 
     python tools/measure_activations_nn_transformer.py --d 32 --heads 4 --ff 64 --layers 2 \
         --vocab 100 -B 2 -T 16
+
+--lora R: peft's LoRA (--lora-targets, peft's module names; --lora-dropout) over the frozen
+model; the rows add the adapters' parameter count. tests/data/lora_activations_nn_transformer_cpu
+.jsonl was written with --lora 8 -B 2 -T 16; --lora 8 --d 48 --heads 3 --ff 80 --layers 1 -B 1
+-T 24 --dropout 0.0; --lora 4 --lora-targets linear1,linear2 --lora-dropout 0.05 -B 2 -T 16;
+--lora 8 --lora-targets self_attn,multihead_attn -B 2 -T 16; --lora 8 --autocast -B 2 -T 16.
 """
 
 from __future__ import annotations
@@ -63,20 +69,32 @@ class PaperTransformer(torch.nn.Module):
 
 
 def measure(V: int, d: int, h: int, ff: int, Le: int, Ld: int, p: float, dtype: str, B: int,
-            T: int, autocast: bool = False) -> int:
-    """autocast: an fp32 model whose forward and loss run under torch.autocast("cpu",
-    torch.bfloat16) (saved_tensors_hooks then sees autocast's weight copies too)."""
+            T: int, autocast: bool = False, lora: tuple[int, str, float] | None = None
+            ) -> tuple[int, int]:
+    """The saved bytes and the trainable parameters. autocast: an fp32 model whose forward
+    and loss run under torch.autocast("cpu", torch.bfloat16) (saved_tensors_hooks then sees
+    autocast's weight copies too). lora: (rank, targets, dropout): peft's LoRA over the
+    frozen model (get_peft_model, adapters fp32), the targets peft's module names
+    (self_attn, multihead_attn: nn.MultiheadAttention, which peft's lora.MultiheadAttention
+    adapts whole, in_proj and out_proj; linear1, linear2: the feed-forward's nn.Linear)."""
     import contextlib
 
     torch.manual_seed(0)
-    model = PaperTransformer(V, d, h, ff, Le, Ld, p).to(DTYPES[dtype]).train()
+    model: torch.nn.Module = PaperTransformer(V, d, h, ff, Le, Ld, p).to(DTYPES[dtype]).train()
+    if lora:
+        import peft
+
+        rank, targets, dropout = lora
+        model = peft.get_peft_model(model, peft.LoraConfig(
+            r=rank, target_modules=targets.split(","), lora_dropout=dropout)).train()
+    trainable = sum(q.numel() for q in model.parameters() if q.requires_grad)
     ids = torch.randint(0, V, (B, T))
     with recorded(model) as storages, (torch.autocast("cpu", dtype=torch.bfloat16)
                                        if autocast else contextlib.nullcontext()):
         loss = model(ids, ids)
     total = sum(storages.values())
     del loss
-    return total
+    return total, trainable
 
 
 def main() -> None:
@@ -91,17 +109,25 @@ def main() -> None:
     ap.add_argument("-T", type=int, default=16)
     ap.add_argument("--autocast", action="store_true",
                     help="an fp32 model under CPU autocast to bf16 (rows: autocast bf16)")
+    ap.add_argument("--lora", type=int, default=0, help="peft's LoRA of this rank")
+    ap.add_argument("--lora-targets", default="self_attn,multihead_attn,linear1,linear2",
+                    help="peft's target_modules (module names)")
+    ap.add_argument("--lora-dropout", type=float, default=0.0)
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"# torch {torch.__version__}, CPU", file=sys.stderr)
+    lora = (args.lora, args.lora_targets, args.lora_dropout) if args.lora else None
     for dtype in ("fp32",) if args.autocast else DTYPES:
-        got = measure(args.vocab, args.d, args.heads, args.ff, args.layers, args.layers,
-                      args.dropout, dtype, args.B, args.T, args.autocast)
+        got, trainable = measure(args.vocab, args.d, args.heads, args.ff, args.layers,
+                                 args.layers, args.dropout, dtype, args.B, args.T,
+                                 args.autocast, lora)
         print(json.dumps({"model": "nn.Transformer", "vocab": args.vocab, "d_model": args.d,
                           "heads": args.heads, "d_ff": args.ff, "layers": args.layers,
                           "dropout": args.dropout, "dtype": dtype,
                           **({"autocast": "bf16"} if args.autocast else {}),
-                          "B": args.B, "T": args.T, "measured_bytes": got}))
+                          "B": args.B, "T": args.T,
+                          **({"lora": list(lora), "trainable": trainable} if lora else {}),
+                          "measured_bytes": got}))
 
 
 if __name__ == "__main__":

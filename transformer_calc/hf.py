@@ -3273,11 +3273,12 @@ GENERIC: dict[str, Layout] = {
                         moe=Moe(shared_ff="shared_expert_intermediate_size", shared_gate=True,
                                 step="decoder_sparse_step", mlp_only="mlp_only_layers",
                                 router_topk="qwen")),
-    "granitemoe": Layout("GraniteMoeForCausalLM", mlp_bias=False, moe=Moe(expert_ff="")),
+    "granitemoe": Layout("GraniteMoeForCausalLM", mlp_bias=False,
+                         moe=Moe(expert_ff="", router_topk="granitemoe_swa")),
     "olmoe": Layout("OlmoeForCausalLM", mlp_bias=False, qk_norm="width",
                     moe=Moe(expert_ff="", router_topk="qwen")),
     "flex_olmo": Layout("FlexOlmoForCausalLM", mlp_bias=False, norms="post", qk_norm="width",
-                        moe=Moe(expert_ff="")),
+                        moe=Moe(expert_ff="", router_topk="qwen")),
     "olmo": Layout("OlmoForCausalLM", mlp_bias=False, norm="layernorm_noaffine"),
     # NanoChatModel: its weightless norm also runs on the embeddings, a weightless RMS norm
     # per head on Q and K (NanoChatRMSNorm), the logits soft-capped (final_logit_softcapping)
@@ -3305,9 +3306,15 @@ GENERIC: dict[str, Layout] = {
                                      router_topk="granitemoe_swa")),
     "granitemoeshared": Layout("GraniteMoeSharedForCausalLM", fused_gate_up=True, mlp_bias=False,
                                moe=Moe(expert_ff="", shared_ff="shared_intermediate_size",
-                                     shared_absent_at_zero=True)),
-    "mellum": Layout("MellumForCausalLM", mlp_bias=False, qk_norm="head", moe=Moe()),
-    "minimax_m2": Layout("MiniMaxM2ForCausalLM", mlp_bias=False, qk_norm="width", moe=Moe()),
+                                       shared_absent_at_zero=True,
+                                       router_topk="granitemoe_swa")),
+    # MellumTopKRouter: Qwen's, norm_topk_prob true by default; mlp_layer_types' dense
+    # layers are a MellumMLP of intermediate_size
+    "mellum": Layout("MellumForCausalLM", mlp_bias=False, qk_norm="head",
+                     moe=Moe(layer_types="mlp_layer_types", router_topk="qwen_renorm")),
+    # (its legacy rotary_dim: _minimax_m2)
+    "minimax_m2": Layout("MiniMaxM2ForCausalLM", mlp_bias=False, qk_norm="width", moe=Moe(),
+                         rotary=("partial_rotary_factor", 1.0)),
     "solar_open": Layout("SolarOpenForCausalLM", o_bias=False, mlp_bias=False,
                          moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace")),
     # Hunyuan 3: QK-norm per head, a dense first layer then MoE with a shared expert
@@ -3431,8 +3438,10 @@ GENERIC: dict[str, Layout] = {
     "aria_text": Layout("AriaTextForCausalLM", mlp_bias=False,
                         refuse=(("mlp_bias", "biases on the shared experts alone are not "
                                  "modelled"),),
+                        # AriaTextTopKRouter: a softmax over the top-k logits
                         moe=Moe(experts=("moe_num_experts",), top_k=("moe_topk",),
-                                expert_ff="", shared="moe_num_shared_experts")),
+                                expert_ff="", shared="moe_num_shared_experts",
+                                router_topk="granitemoe_swa")),
     "kolibri1": Layout("Kolibri1ForCausalLM", mlp_bias=False, norms="sandwich",
                        qk_norm="head", moe=Moe(shared_ff="shared_expert_intermediate_size")),
     # MiniMax-M3: gpt-oss's clamped SwiGLU in every MLP (swiglu_alpha, swiglu_limit); its
@@ -4056,6 +4065,24 @@ def _granitemoe_swa(c: Config) -> dict[str, Any]:
     return out
 
 
+def _minimax_m2(c: Config) -> dict[str, Any]:
+    """MiniMaxM2ForCausalLM: the generic record; a file's legacy rotary_dim is
+    partial_rotary_factor = rotary_dim / head_dim where the file gives no factor
+    (MiniMaxM2Config.convert_rope_params_to_dict)."""
+    out = _generic(c, GENERIC["minimax_m2"])
+    rope = c.data.get("rope_parameters")
+    dims = c.data.get("rotary_dim")
+    if dims is None or c.data.get("partial_rotary_factor") is not None or (
+            isinstance(rope, dict) and rope.get("partial_rotary_factor") is not None):
+        return out
+    d_head = out.get("d_head") or c.t("hidden_size") // c.t("num_attention_heads")
+    if not isinstance(dims, int) or isinstance(dims, bool) or not 2 <= dims <= d_head \
+            or dims % 2:
+        raise SpecError("rotary_dim", f"an even integer in [2, {d_head}] (head_dim)", dims,
+                        source=c.where)
+    return out | {"rotary_fraction": dims / d_head}
+
+
 def _flint(c: Config) -> dict[str, Any]:
     """FlintForCausalLM: the generic record with its layers' kinds as FlintConfig derives
     them (without layer_types: full attention in the first two layers, every fourth from
@@ -4200,7 +4227,7 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
      "ministral": _ministral, "cohere2": _cohere2, "cohere2_moe": _cohere2_moe,
-     "flint": _flint, "granitemoe_swa": _granitemoe_swa,
+     "flint": _flint, "granitemoe_swa": _granitemoe_swa, "minimax_m2": _minimax_m2,
      "lfm2": partial(_lfm2, moe=False),
      "t5gemma": _t5gemma,
      "gemma3n_text": _gemma3n, "deepseek_v4": _deepseek_v4,

@@ -1482,6 +1482,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {'absent:audioflamingo3': {'attention_drop
            'tie_word_embeddings': False,
            'vocab_size': 32000},
  'llama4_text': {'attention_bias': False,
+                 'attention_chunk_size': 8192,
                  'attention_dropout': 0.0,
                  'head_dim': 128,
                  'hidden_act': 'silu',
@@ -2636,6 +2637,15 @@ NO_FLASH: frozenset[str] = frozenset(
  'mpnet', 'mpt', 'mra', 'mt5', 'mvp', 'nllb-moe', 'nystromformer', 'openai-gpt', 'rembert',
  'roformer', 'switch_transformers', 't5', 'tapas', 'trocr', 'umt5', 'xglm', 'xlm', 'xlnet',
  'yoso'])
+
+# Classes whose flash attention is another kernel: transformers runs it for
+# attn_implementation="flash_attention_2" (_compatible_flash_implementations)
+FLASH_KERNELS: dict[str, str] = {'flint': 'kernels-community/vllm-flash-attn3',
+ 'gpt_oss': 'kernels-community/vllm-flash-attn3',
+ 'granite_swa': 'kernels-community/vllm-flash-attn3',
+ 'granitemoe_swa': 'kernels-community/vllm-flash-attn3',
+ 'mimo_v2_flash': 'flash_attention_4',
+ 'minimax_m3_vl_text': 'MiniMaxAI/msa'}
 
 # LoRA on a mixture of experts: the model types peft converts (router and fused
 # experts adapted), by pattern (peft.utils.transformers_weight_conversion)

@@ -226,6 +226,10 @@ def adapted_layers(spec: ModelSpec, params: Breakdown, targets: tuple[str, ...]
         raise TcalcError(f"--lora-targets: PEFT refuses LoRA on out_proj for Mamba-based "
                          f"models such as {spec.name} (peft 0.21), and all-linear includes it; "
                          "name the targets, e.g. --lora-targets in_proj")
+    if wanted is not None and len(hits & {"qkv", "o"}) == 1 and _multihead_attention(spec):
+        raise TcalcError(f"--lora-targets: {spec.name}'s attention is torch's "
+                         "nn.MultiheadAttention, which peft adapts whole (in_proj and out_proj "
+                         "together, peft 0.21's lora.MultiheadAttention); target qkv and o")
     # PEFT adapts every module a target names and refuses only a list that names none; a
     # transformers name this model has that reaches no layer tcalc sees is the same, and
     # tcalc's own role names must each find theirs
@@ -306,3 +310,15 @@ def lora_params(spec: ModelSpec, params: Breakdown, rank: int,
     notes = (f"{', '.join(absent)}: no such module in {spec.name}, so it adapts nothing "
              "(PEFT takes the list as long as one name matches)",) if absent else ()
     return Breakdown(spec.name, "params", tuple(rows), notes)
+
+
+def _multihead_attention(spec: ModelSpec) -> bool:
+    """Whether the model's attention is torch.nn.MultiheadAttention (the paper's Transformer
+    as torch.nn builds it: graph/families/paper.py)."""
+    from transformer_calc.graph.evaluate import family_of
+    from transformer_calc.graph.families.paper import Paper
+
+    try:
+        return isinstance(family_of(spec), Paper)
+    except TcalcError:
+        return False

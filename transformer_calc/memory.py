@@ -2312,12 +2312,24 @@ def _require_flash_path(spec: ModelSpec) -> None:
     """--attention flash is transformers' flash_attention_2: a class without that path raises
     when it is asked for (hf_defaults.NO_FLASH, each class's _supports_flash_attn), so there
     is no such run to estimate."""
-    from transformer_calc.hf_defaults import NO_FLASH
+    from transformer_calc.hf_defaults import FLASH_KERNELS, NO_FLASH, NO_SDPA
 
     if spec.model_type in NO_FLASH:
         raise TcalcError(f"--attention flash: transformers 5.23 has no flash_attention_2 path "
                          f"for model type {spec.model_type} ({spec.name}); use --attention "
                          "sdpa or eager")
+    if spec.model_type == "falcon" and spec.position == "alibi":
+        raise TcalcError(f"--attention flash: transformers 5.23's FalconFlashAttention2 raises "
+                         f"for ALiBi ({spec.name}: 'alibi is not supported when use_flash_attn "
+                         "is True'); use --attention sdpa or eager")
+    if spec.model_type in FLASH_KERNELS:
+        # from_pretrained swaps flash_attention_2 for the class's own kernel (attention
+        # sinks, which flash-attn 2 lacks), whose saved set tcalc does not transcribe
+        use = "eager" if spec.model_type in NO_SDPA else "sdpa or eager"
+        raise TcalcError(f"--attention flash: transformers 5.23 runs model type "
+                         f"{spec.model_type}'s flash attention as "
+                         f"{FLASH_KERNELS[spec.model_type]}, a kernel tcalc does not model; "
+                         f"use --attention {use}")
     if not spec.model_type and spec.arch == "encoder-decoder":
         from transformer_calc.graph.evaluate import family_of
         from transformer_calc.graph.families.paper import Paper

@@ -124,7 +124,7 @@ def graph_activations(spec: ModelSpec, s: Settings, T: int, *, amp: bool, amp16:
     family = _dropout(family, s)
     if family is None:
         return None
-    if not _mixer_run(family, s, adapted_roles):
+    if not _mixer_run(family, s, adapted_roles, amp or amp16):
         return None
     family = _experts(spec, family, s, amp or amp16)
     if family is None:
@@ -234,22 +234,28 @@ def _flash_attention_2(spec: ModelSpec, family: Family) -> bool:
 
 def _flash_branch(family: Family) -> bool:
     """Whether the family's forward runs every attention through one call of transformers'
-    attention interface, with the flash branch (graph/flash.py): the Llama graph and the
-    MoE families on its layers (DiffLlama's two calls over V's halves aside), Gemma 1-3,
+    attention interface, with the flash branch (graph/flash.py): the Llama graph (DiffLlama's
+    two calls over V's halves too) and the MoE families on its layers, Gemma 1-3,
     VaultGemma, Gemma 3n and Gemma 4 (text), GPT-2, the NeoX-style decoders (GPT-NeoX, Phi,
     StableLM, Persimmon), Cohere 1-2, the latent attention (DeepSeek-V2/V3 and their kin,
     V padded to the query's head dim; DSA's indexer builds a mask: no flash path), OPT,
-    BioGPT, GPTBigCode, the BERT-style encoders (bidirectional: the kernel's causal off),
-    BART and its kin, Whisper's decoder."""
+    BioGPT, GPTBigCode, CTRL, Beam (its sliding layers' window), Falcon-H1's attention, the
+    BERT-style encoders (bidirectional: the kernel's causal off), BART and its kin,
+    Whisper's decoder; and the classes of their own FlashAttention2 module: GPT-J, GPT-Neo,
+    Falcon with RoPE (with ALiBi it raises: memory.py refuses)."""
     from transformer_calc.graph.families.albert import Albert
     from transformer_calc.graph.families.bart import Bart
+    from transformer_calc.graph.families.beam import Beam
     from transformer_calc.graph.families.bert import Bert, Factorized, RoCBert
     from transformer_calc.graph.families.cohere import Cohere, CohereMoe
+    from transformer_calc.graph.families.falcon import Falcon
+    from transformer_calc.graph.families.falcon_h1 import FalconH1
     from transformer_calc.graph.families.gemma import Gemma
     from transformer_calc.graph.families.gemma3n import Gemma3n
     from transformer_calc.graph.families.gemma4 import Gemma4
     from transformer_calc.graph.families.gpt2 import GPT2
-    from transformer_calc.graph.families.gptlike import GPTBigCode
+    from transformer_calc.graph.families.gptj import GPTJ
+    from transformer_calc.graph.families.gptlike import Ctrl, GPTBigCode, GPTNeo
     from transformer_calc.graph.families.llama import Llama
     from transformer_calc.graph.families.mla import Mla, MlaMoe
     from transformer_calc.graph.families.moe import Moe
@@ -258,13 +264,17 @@ def _flash_branch(family: Family) -> bool:
     from transformer_calc.graph.families.rope_encoder import RopeEncoder
     from transformer_calc.graph.families.whisper import Whisper
 
-    if type(family) is Llama:
-        return not family.differential
+    if type(family) is Llama:  # (DiffLlama: two calls, each through the interface)
+        return True
     if type(family) in (Mla, MlaMoe):
         return not family.indexer  # type: ignore[union-attr]
+    if type(family) is GPTJ:
+        return family.model == "gptj"  # type: ignore[union-attr]
+    if type(family) is Falcon:
+        return not family.alibi  # type: ignore[union-attr]
     return type(family) in (Moe, Gemma, Gemma4, Gemma3n, GPT2, NeoX, Cohere, CohereMoe, OPT,
-                            BioGpt, GPTBigCode, Bert, Factorized, RoCBert, Albert,
-                            RopeEncoder, Bart, Whisper)
+                            BioGpt, GPTBigCode, Ctrl, GPTNeo, Beam, FalconH1, Bert,
+                            Factorized, RoCBert, Albert, RopeEncoder, Bart, Whisper)
 
 
 def _bnb(s: Settings) -> str | None:
@@ -281,12 +291,17 @@ def _bnb(s: Settings) -> str | None:
 
 
 # model types whose class names modules to keep in fp32 (transformers 5.23:
-# _keep_in_fp32_modules, e.g. T5's "wo"): from_pretrained with a quantization_config leaves
-# them out of replace_with_bnb_linear and loads them in fp32 under a 16-bit dtype, which the
-# graph's one model dtype does not say
+# _keep_in_fp32_modules): from_pretrained with a quantization_config leaves them out of
+# replace_with_bnb_linear (get_modules_to_not_convert), and loads them in fp32 only under an
+# fp16 dtype (_get_dtype_plan; the graph's one model dtype does not say that). Those whose
+# quantised rows the graph reproduces, with the modules left out that are nn.Linear layers
+# (T5's "wo"; gpt-oss keeps its norms, none a linear):
+_KEPT_LINEARS: dict[str, frozenset[str]] = {
+    "t5": frozenset(("wo",)), "mt5": frozenset(("wo",)), "umt5": frozenset(("wo",)),
+    "gpt_oss": frozenset()}
+# and the rest, unmeasured (the rules answer)
 _KEEP_IN_FP32 = frozenset(("afmoe", "axk2", "deepseek_v32", "deepseek_v4", "glm_moe_dsa",
-                           "gpt_oss", "longcat_flash", "mistral_large4", "mt5", "pop2piano",
-                           "t5", "udop", "umt5"))
+                           "longcat_flash", "mistral_large4", "pop2piano", "udop"))
 
 
 def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bool
@@ -296,31 +311,41 @@ def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bo
     which it leaves out, are ops.linear; Falcon's FalconLinear, a subclass it does not
     convert, is Builder.linear(matmul=True)); torchtune's NF4 over its model in bf16, no
     autocast. The families whose quantised CPU rows the graph reproduces
-    (tests/data/quantised_base_activations_cpu.jsonl): Llama (Phi-3's fused qkv_proj too),
-    Gemma, GPT-2, BERT, Falcon, OPT, the dense MLA decoders, GPT-NeoX, the MoE decoders whose
-    router is a parameter (Mixtral's, Qwen2-MoE's: nothing replace_with_bnb_linear converts
-    there but the nn.Linear layers) and Jamba (its mixer calls dt_proj on a quantised model).
-    The rest is unmeasured."""
+    (tests/data/quantised_base_activations_cpu.jsonl, quantised_base_more_activations_cpu.jsonl):
+    Llama (Phi-3's fused qkv_proj too), Gemma, GPT-2, BERT, Falcon, OPT, T5 (its wo left
+    unquantised: _KEPT_LINEARS), BART, the dense MLA decoders, GPT-NeoX, the MoE decoders
+    whose router is a parameter (Mixtral's, Qwen2-MoE's, DeepSeek-V3's sigmoid router,
+    gpt-oss's: nothing replace_with_bnb_linear converts there but the nn.Linear layers) and
+    Jamba (its mixer calls dt_proj on a quantised model). The rest is unmeasured."""
     import dataclasses
 
+    from transformer_calc.graph.families.bart import Bart
     from transformer_calc.graph.families.bert import Bert
     from transformer_calc.graph.families.falcon import Falcon
     from transformer_calc.graph.families.gemma import Gemma
     from transformer_calc.graph.families.gpt2 import GPT2
+    from transformer_calc.graph.families.gpt_oss import GptOss
     from transformer_calc.graph.families.jamba import Jamba
     from transformer_calc.graph.families.llama import Llama
-    from transformer_calc.graph.families.mla import Mla
+    from transformer_calc.graph.families.mla import Mla, MlaMoe
     from transformer_calc.graph.families.moe import Moe
     from transformer_calc.graph.families.neox import NeoX
     from transformer_calc.graph.families.opt import OPT
+    from transformer_calc.graph.families.t5 import T5
 
     quant = _bnb(s)
     if quant is None or spec.model_type in _KEEP_IN_FP32 or (quant == "nf4" and amp):
         return None
-    measured = type(family) in (Llama, Gemma, GPT2, Falcon, OPT, Bert, NeoX) or (
+    if spec.model_type in _KEPT_LINEARS and s.precision == "fp16":
+        return None  # its kept modules in fp32 under a 16-bit model
+    if spec.model_type == "longt5" and quant != "int8":
+        # LongT5 over a 4-bit base fails in transformers 5.23 (a RuntimeError in
+        # LongT5LayerFF's dropout, tools/measure_activations_hf.py --quant bnb-nf4): unmeasured
+        return None
+    measured = type(family) in (Llama, Gemma, GPT2, Falcon, OPT, Bert, NeoX, T5, Bart) or (
         type(family) is Mla and not spec.n_experts) or (
-        isinstance(family, Moe | Jamba) and type(family) in (Moe, Jamba)
-        and family.router in ("mixtral", "qwen", "jamba")
+        isinstance(family, Moe | Jamba) and type(family) in (Moe, Jamba, MlaMoe, GptOss)
+        and family.router in ("mixtral", "qwen", "jamba", "sigmoid", "gpt_oss")
         and not spec.peft_router_linear)
     if not measured:
         return None
@@ -329,7 +354,8 @@ def _quantised(spec: ModelSpec, family: Family, lora: Lora, s: Settings, amp: bo
     head = s.lightning_bnb and quant.startswith("4bit")
     if head and type(family) not in (Llama, Gemma, Falcon):
         return None
-    lora = dataclasses.replace(lora, quant=quant, head=head)
+    lora = dataclasses.replace(lora, quant=quant, head=head,
+                               unconverted=_KEPT_LINEARS.get(spec.model_type, frozenset()))
     # MatMul4Bit before 0.44 and MatMul8bitLt hold A as a ctx attribute, not through
     # save_for_backward: non-reentrant checkpointing's saved-tensor hooks do not see it, so
     # under full recomputation each layer's inputs would stay held; unmeasured, the rules answer
@@ -445,14 +471,16 @@ def _dropout(family: Family, s: Settings) -> Family | None:
     return off
 
 
-def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None) -> bool:
+def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None,
+               autocast: bool = False) -> bool:
     """Whether the graph expresses this run of a recurrent-mixer family. Mamba, Mamba-2,
     Bamba, Falcon-H1, Jamba, Nemotron-H, OLMo Hybrid, Kimi Linear, Qwen3-Next and Qwen3.5 are
     transcribed as transformers' torch path runs them on the CPU, with or without autocast
     (tests/data/autocast_activations_mixers_cpu.jsonl); LoRA where measured (the hybrids'
     rows). On CUDA transformers calls the mamba_ssm, causal-conv1d and fla kernels where
-    installed: the graph transcribes Mamba's MambaInnerFn and Mamba-2's, Bamba's and
-    Falcon-H1's fused kernel, their weight casts under autocast included (from their
+    installed: the graph transcribes Mamba's MambaInnerFn and Mamba-2's, Bamba's,
+    Falcon-H1's and Nemotron-H's fused kernel, their weight casts under autocast included,
+    Jamba's CausalConv1dFn and SelectiveScanFn and LFM2's CausalConv1dFn (from their
     source, not measured on a GPU); the others keep the rules there."""
     from transformer_calc.graph.families.bamba import Bamba
     from transformer_calc.graph.families.falcon_h1 import FalconH1
@@ -473,19 +501,31 @@ def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None
         lora_ok = adapted_roles is None or "lm_head" not in adapted_roles
         return (s.device == "cpu" or not mixer) and lora_ok
     if isinstance(family, Minimax):
-        # MiniMax's lightning attention: its Python loop over blocks, what the CPU rows ran
-        # (no measured row on CUDA)
-        return s.device == "cpu"
+        # MiniMax's lightning attention: its Python loop over blocks, what the CPU rows ran;
+        # transformers has no kernel for it, so CUDA runs the same torch ops (not measured
+        # on a GPU)
+        return s.device in ("cpu", "cuda")
     if isinstance(family, Lfm2):
-        # LFM2's short convolution: causal_conv1d_fn's torch fallback, what the CPU runs (on
-        # CUDA the kernels hub's causal-conv1d where installed). An LFM2 of convolutions
-        # alone says no head_dim, which the rotary table every checkpointed layer keeps has:
-        # full recomputation keeps the rules (LFM3's convolutions get no table)
-        return s.device == "cpu" and (
-            "F" in family.mixers or family.lfm3 or s.recompute != "full")
+        # LFM2's short convolution: causal_conv1d_fn's torch fallback, what the CPU runs; on
+        # CUDA LFM2's and LFM2-MoE's call causal-conv1d's kernel (ops.causal_conv1d_fn, from
+        # its source), which takes widths 2 to 4 and, over Bx's channel-last layout,
+        # channels in multiples of 8 (else it raises: the rules answer); LFM3's fallback on
+        # CUDA (F.conv1d's layout there) is not modelled. An LFM2 of convolutions alone says
+        # no head_dim, which the rotary table every checkpointed layer keeps has: full
+        # recomputation keeps the rules (LFM3's convolutions get no table)
+        kernel = s.device == "cpu" or (
+            s.device == "cuda" and ("M" not in family.mixers or (
+                not family.lfm3 and 2 <= family.Kc <= 4 and family.E % 8 == 0)))
+        return kernel and ("F" in family.mixers or family.lfm3 or s.recompute != "full")
     hybrids = Bamba | FalconH1 | Jamba | OlmoHybrid | KimiLinear | NemotronH
     if not isinstance(family, Mamba | Mamba2 | hybrids):
         return True
+    if isinstance(family, Bamba) and "F" not in family.kinds and s.recompute == "full":
+        # mixers alone (BambaConfig's and GraniteMoeHybridConfig's defaults): every
+        # checkpointed layer keeps the rotary table BambaModel makes (GraniteMoeHybrid's
+        # where position_embedding_type is "rope"), of a head_dim a spec without heads does
+        # not say: full recomputation keeps the rules
+        return False
     # (their graphs' LM heads are plain linears: an adapted lm_head keeps the rules)
     lora_ok = adapted_roles is None or (isinstance(family, hybrids)
                                         and "lm_head" not in adapted_roles)
@@ -495,8 +535,16 @@ def _mixer_run(family: Family, s: Settings, adapted_roles: frozenset[str] | None
         # target list adapts both kinds of layer, where tcalc's roles name the attention's
         lora_ok = False
     if s.device == "cuda":  # mamba_ssm's fused kernels (families/mamba.py), without LoRA
-        # (peft's out_proj adapter is bypassed: the kernel reads out_proj.weight itself)
-        return isinstance(family, Mamba | Mamba2 | Bamba | FalconH1) and adapted_roles is None
+        # (peft's out_proj adapter is bypassed: the kernel reads out_proj.weight itself);
+        # NemotronHMamba2Mixer calls the same mamba2_split_conv1d_scan_combined
+        # Jamba's causal-conv1d and selective-scan kernels (families/mamba.py) in full
+        # training without autocast (under it, its norms' fp32 products give the scan a B
+        # and C of another dtype than u, which selective_scan_cuda refuses), where
+        # causal-conv1d takes the channel-last input: widths 2 to 4, channels in 8s
+        jamba = isinstance(family, Jamba) and not autocast and 2 <= family.Kc <= 4 \
+            and family.Di % 8 == 0
+        return (isinstance(family, Mamba | Mamba2 | Bamba | FalconH1 | NemotronH) or jamba) \
+            and adapted_roles is None
     return s.device == "cpu" and lora_ok
 
 
@@ -531,7 +579,9 @@ def _experts(spec: ModelSpec, family: Family, s: Settings, autocast: bool) -> Fa
         if impl not in ("eager", "grouped_mm"):
             return None
         return dataclasses.replace(family, grouped=impl == "grouped_mm")
-    if isinstance(family, Lfm2Moe | Minimax):  # Mixtral's experts
+    from transformer_calc.graph.families.granitemoehybrid import GraniteMoeHybrid
+
+    if isinstance(family, Lfm2Moe | Minimax | GraniteMoeHybrid):  # Mixtral's experts
         impl = experts_impl(spec, s.experts)
         if impl not in ("eager", "grouped_mm"):
             return None
@@ -583,8 +633,8 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
     from transformer_calc.graph.lora import Lora
     from transformer_calc.graph.tensor import BF16, F16
 
-    if isinstance(family, Paper):  # peft's LoRA of nn.MultiheadAttention: not measured
-        return None
+    if isinstance(family, Paper):
+        return _paper_lora(s, roles)
     # FSDP2 under --mixed gathers every parameter, the adapters too, in 16-bit; torchtune and
     # LitGPT make the adapters in the model's dtype (--adapter-dtype)
     named = {"bf16": BF16, "fp16": F16}.get(s.adapter_dtype)
@@ -641,7 +691,11 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
             table["router"] = "router"
         if family.router == "llama4":
             return _llama4_lora(s, roles, dtype, table)
-        if "shared" in roles:  # the shared expert's gate/up/down: the names those roles give
+        if "shared" in roles and not (family.router in ("aria", "granitemoe_swa")
+                                      and s.lora_targets == ("all-linear",)):
+            # the shared expert's gate/up/down: the names those roles give (all-linear
+            # adapts Aria's shared experts and GraniteMoeShared's shared MLP, their only
+            # MLPs of nn.Linear: measured)
             if not roles & {"gate", "up", "down"}:
                 return None
             roles = roles - {"shared"}
@@ -686,6 +740,24 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
             return None
         names |= {"project_out"}
     return Lora(s.lora_rank, names, s.lora_dropout, dtype)
+
+
+def _paper_lora(s: Settings, roles: frozenset[str]) -> Lora | None:
+    """The paper's Transformer: peft adapts nn.MultiheadAttention whole (lora.MultiheadAttention:
+    in_proj and out_proj together, self_attn and multihead_attn by name) and the feed-forward's
+    linear1 and linear2; None where the roles name one of the attention's two projections
+    without the other, which no module name gives peft (transformers' adapter dtype aside)."""
+    from transformer_calc.graph.lora import Lora
+
+    attention = roles & {"qkv", "q", "k", "v", "o"}
+    if attention and not ({"qkv", "o"} <= roles or s.lora_targets == ("all-linear",)):
+        return None  # (transformer_calc.lora refuses it)
+    if not roles <= {"qkv", "q", "k", "v", "o", "up", "down"} or s.fsdp2_mixed \
+            or s.adapter_dtype not in ("", "fp32"):
+        return None  # (adapters of the model's dtype: unmeasured)
+    names = ({"self_attn", "multihead_attn"} if attention else set()) \
+        | ({"linear1"} if "up" in roles else set()) | ({"linear2"} if "down" in roles else set())
+    return Lora(s.lora_rank, frozenset(names), s.lora_dropout)
 
 
 def _llama4_lora(s: Settings, roles: frozenset[str], dtype: DType | None,

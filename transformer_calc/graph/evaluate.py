@@ -36,6 +36,7 @@ from transformer_calc.graph.families import (
     gptj,
     gptlike,
     granitemoe_swa,
+    granitemoehybrid,
     jamba,
     kimi_linear,
     lfm2,
@@ -73,7 +74,8 @@ from transformer_calc.spec import ModelSpec
 
 Family = (gpt2.GPT2 | paper.Paper | llama.Llama | bert.Bert | moe.Moe | gemma.Gemma | cohere.Cohere
           | mla.Mla | t5.T5 | bart.Bart | fsmt.Fsmt | neox.NeoX | gptj.GPTJ | falcon.Falcon
-          | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | falcon_h1.FalconH1 | jamba.Jamba
+          | mamba.Mamba | mamba.Mamba2 | bamba.Bamba | granitemoehybrid.GraniteMoeHybrid
+          | falcon_h1.FalconH1 | jamba.Jamba
           | nemotron_h.NemotronH | mimo_v2_flash.MiMoV2Flash | minimax_m3.MiniMaxM3
           | rope_encoder.RopeEncoder | deberta.Deberta | albert.Albert
           | modernbert.ModernBert | mpnet.MPNet | xlm.XLM
@@ -91,11 +93,13 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     cohere.CohereMoe: cohere.moe_forward, beam.Beam: beam.forward,
     gpt_oss.GptOss: gpt_oss.forward, flint.Flint: flint.forward,
     granitemoe_swa.GraniteMoeSwa: granitemoe_swa.forward,
+    granitemoe_swa.GraniteMoe: granitemoe_swa.forward,
     mla.Mla: mla.forward, t5.T5: t5.forward, bart.Bart: bart.forward, fsmt.Fsmt: fsmt.forward,
     switch.Switch: switch.forward,
     neox.NeoX: neox.forward, gptj.GPTJ: gptj.forward, falcon.Falcon: falcon.forward,
     mamba.Mamba: mamba.forward, mamba.Mamba2: mamba.forward,
     bamba.Bamba: bamba.forward, falcon_h1.FalconH1: falcon_h1.forward, jamba.Jamba: jamba.forward,
+    granitemoehybrid.GraniteMoeHybrid: granitemoehybrid.forward,
     nemotron_h.NemotronH: nemotron_h.forward,
     mimo_v2_flash.MiMoV2Flash: mimo_v2_flash.forward,
     minimax_m3.MiniMaxM3: minimax_m3.forward,
@@ -1260,6 +1264,14 @@ def _moe_family(spec: ModelSpec) -> moe.Moe | None:
         return _flint(spec)
     if spec.model_type == "granitemoe_swa":
         return _granitemoe_swa(spec)
+    if spec.model_type in ("granitemoe", "granitemoeshared"):
+        return _granitemoe(spec)
+    if spec.model_type == "minimax_m2":
+        return _minimax_m2(spec)
+    if spec.model_type == "aria_text":
+        return _aria(spec)
+    if spec.model_type == "ernie4_5_moe":
+        return _ernie4_5_moe(spec)
     if spec.model_type == "dbrx":
         return _dbrx(spec)
     return _moe(spec) if spec.n_experts else None
@@ -1520,6 +1532,136 @@ def _granitemoe_swa(spec: ModelSpec) -> granitemoe_swa.GraniteMoeSwa:
         grouped=spec.experts_grouped)
 
 
+_READS["granitemoe"] = _READS["moe"] | {"sdpa_path"}
+
+
+def _granitemoe(spec: ModelSpec) -> granitemoe_swa.GraniteMoe:
+    """GraniteMoeForCausalLM and GraniteMoeSharedForCausalLM (spec_from_hf's fields for
+    them): pre-norm layers under RMSNorm, full attention with RoPE in every layer, experts
+    in every layer behind the softmax-over-top-k router (router_topk topk_softmax) and
+    GraniteMoeShared's ungated shared MLP (input_linear fused: fused_gate_up) where
+    shared_intermediate_size is not 0. Anything else is refused."""
+    shared = spec.n_shared_experts
+    if not (spec.norm == "rmsnorm" and not spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and spec.qk_norm == "none" and spec.norm_position == "pre"
+            and spec.router_topk == "topk_softmax" and not spec.layer_ffn
+            and (shared == 0 or (shared == 1 and spec.model_type == "granitemoeshared"
+                                 and spec.fused_gate_up and not spec.shared_expert_gate
+                                 and spec.d_ff_shared == spec.shared_ff))
+            and spec.fused_gate_up == (spec.model_type == "granitemoeshared")
+            and spec.peft_moe == "none" and not spec.peft_router_linear
+            and not spec.fused_qkv and not spec.rope_concat and not spec.rope_fp32
+            and not spec.bias_ffn_in and not spec.bias_ffn_out and spec.sdpa_path
+            and not _unread(spec, "granitemoe")):
+        raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout yet "
+                         "(the graph engine covers GraniteMoeConfig's and "
+                         "GraniteMoeSharedConfig's layouts)")
+    H = spec.n_heads
+    return granitemoe_swa.GraniteMoe(
+        V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H, dh=spec.head_dim,
+        F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings, bias_q=spec.bias_q,
+        bias_k=spec.bias_k, bias_v=spec.bias_v, bias_o=spec.bias_o,
+        attention_dropout=_attention_dropout(spec), X=spec.n_experts, K=spec.top_k,
+        Fe=spec.expert_ff, Fs=spec.shared_ff if shared else 1, router="granitemoe_swa",
+        shared=bool(shared), grouped=spec.experts_grouped)
+
+
+def _aria(spec: ModelSpec) -> moe.Moe:
+    """AriaTextForCausalLM (spec_from_hf's fields for it): Llama's pre-norm layers and
+    attention, every layer's MLP AriaTextMoELayer: AriaTextTopKRouter (router_topk
+    topk_softmax: a softmax over the top-k logits in their dtype), AriaExperts (SiLU) and
+    moe_num_shared_experts · intermediate_size wide shared experts (d_ff_shared unset).
+    Anything else is refused."""
+    if not (spec.norm == "rmsnorm" and not spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and spec.qk_norm == "none" and spec.norm_position == "pre"
+            and spec.router_topk == "topk_softmax" and spec.n_shared_experts >= 1
+            and spec.d_ff_shared is None and not spec.shared_expert_gate
+            and not spec.layer_ffn and spec.peft_moe == "none" and not spec.peft_router_linear
+            and not spec.fused_qkv and not spec.fused_gate_up and not spec.rope_concat
+            and not spec.rope_fp32 and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and not _unread(spec, "moe")):
+        raise TcalcError(f"{spec.name}: no op graph for this aria_text layout yet (the graph "
+                         "engine covers AriaTextConfig's layout with shared experts)")
+    H = spec.n_heads
+    return moe.Moe(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                   dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
+                   bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
+                   bias_o=spec.bias_o, attention_dropout=_attention_dropout(spec),
+                   X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                   Fs=spec.n_shared_experts * spec.shared_ff, router="aria",
+                   shared_experts=True, grouped=spec.experts_grouped)
+
+
+_READS["ernie4_5_moe"] = _READS["moe"] | {"router_fp32"}
+
+
+def _ernie4_5_moe(spec: ModelSpec) -> moe.Moe:
+    """Ernie4_5_MoeForCausalLM (spec_from_hf's fields for it): Llama's pre-norm layers with
+    the interleaved fp32 RoPE (llama.glm_rotary), dense layers of intermediate_size where
+    layer_ffn says D (moe_layer_start_index...), the others Ernie4_5_MoeSparseMoeBlock: its
+    ungated shared experts of moe_num_shared_experts · moe_intermediate_size run first,
+    the fp32 router with autocast off (router_fp32: moe._ernie_router), the experts. Biases
+    (use_bias) and anything else are refused."""
+    from transformer_calc.plan import parse_pattern
+
+    kinds = parse_pattern(spec.layer_ffn, "DE", spec.n_layers, "layer_ffn") \
+        if spec.layer_ffn else ("E",) * spec.n_layers
+    if not (spec.norm == "rmsnorm" and not spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and spec.qk_norm == "none" and spec.norm_position == "pre"
+            and spec.router_fp32 and spec.router_topk == "none"
+            and spec.n_shared_experts >= 1 and spec.d_ff_shared is None
+            and not spec.shared_expert_gate and spec.peft_moe == "qwen2_moe"
+            and not spec.peft_router_linear and not _biased(spec) and not spec.fused_qkv
+            and not spec.fused_gate_up and not spec.rope_concat and not spec.rope_fp32
+            and not _unread(spec, "ernie4_5_moe")):
+        raise TcalcError(f"{spec.name}: no op graph for this ernie4_5_moe layout yet (the "
+                         "graph engine covers Ernie4_5_MoeConfig's layout with shared "
+                         "experts, without biases)")
+    H = spec.n_heads
+    return moe.Moe(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                   dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
+                   attention_dropout=_attention_dropout(spec), rope_glm=True,
+                   X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                   Fs=spec.n_shared_experts * spec.shared_ff,
+                   pattern="" if set(kinds) == {"E"} else "".join(kinds),
+                   router="ernie4_5_moe", shared_mlp=True, grouped=spec.experts_grouped)
+
+
+_READS["minimax_m2"] = _READS["moe"] | {"rotary_fraction"}
+
+
+def _minimax_m2(spec: ModelSpec) -> moe.Moe:
+    """MiniMaxM2ForCausalLM (spec_from_hf's fields for it): pre-norm layers under RMSNorm,
+    q_norm and k_norm over the whole projections (qk_norm width), RoPE over every head's
+    width with the empty pass-through part concatenated after it (rope_concat: a copy),
+    experts in every layer behind MiniMaxM2TopKRouter (moe.sigmoid_router), no shared
+    expert; peft converts its experts as Mixtral's (peft_moe mixtral). A partial rotary
+    (rotary_fraction, its rotary_dim) rotates the first dr of each head, the rest
+    concatenated after it. Router jitter and anything else are refused."""
+    if not (spec.norm == "rmsnorm" and not spec.norm_fp32 and spec.position == "rope"
+            and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
+            and not spec.dropout and spec.qk_norm == "width" and spec.norm_position == "pre"
+            and spec.router_topk == "none" and not spec.n_shared_experts
+            and not spec.layer_ffn and spec.rope_concat and spec.peft_moe == "mixtral"
+            and not spec.peft_router_linear and not spec.fused_qkv
+            and not spec.fused_gate_up and not spec.rope_fp32 and not spec.bias_ffn_in
+            and not spec.bias_ffn_out and not _unread(spec, "minimax_m2")):
+        raise TcalcError(f"{spec.name}: no op graph for this minimax_m2 layout yet (the "
+                         "graph engine covers MiniMaxM2Config's layout)")
+    H = spec.n_heads
+    dr = int(spec.head_dim * spec.rotary_fraction)  # MiniMaxM2RotaryEmbedding's dim
+    return moe.Moe(V=spec.vocab_size, E=spec.d_model, H=H, Hkv=spec.n_kv_heads or H,
+                   dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
+                   bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
+                   bias_o=spec.bias_o, attention_dropout=_attention_dropout(spec),
+                   rope_concat=True, qk_norm="width", partial_rotary=dr < spec.head_dim,
+                   dr=dr if dr < spec.head_dim else 0, X=spec.n_experts, K=spec.top_k,
+                   Fe=spec.expert_ff, router="minimax_m2", grouped=spec.experts_grouped)
+
+
 def _cohere_moe(spec: ModelSpec) -> cohere.CohereMoe:
     """Cohere2MoeForCausalLM (spec_from_hf's fields for it): Cohere 2's parallel layers
     under Cohere2MoeLayerNorm (layernorm_nobias, norm_manual), sliding layers with RoPE and
@@ -1682,10 +1824,12 @@ def _gemma(spec: ModelSpec) -> gemma.Gemma | None:
                        window=spec.sliding_window,
                        kinds=kinds if len(set(kinds)) > 1 else kinds[0])
 def _moe(spec: ModelSpec) -> moe.Moe:
-    """Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, PhiMoE and HunYuan-MoE (spec_from_hf's fields
-    for them): the Llama layout with a router whose top-k handling the spec names
-    (router_topk), gate/up/down experts, at most one shared expert with its sigmoid gate
-    (HunYuan's without), and dense layers where layer_ffn says D.
+    """Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, PhiMoE, HunYuan-MoE, Mellum and FlexOlmo
+    (spec_from_hf's fields for them): the Llama layout with a router whose top-k handling
+    the spec names (router_topk), gate/up/down experts, at most one shared expert with its
+    sigmoid gate (HunYuan's without), and dense layers where layer_ffn says D; FlexOlmo's
+    layers OLMo2's (each sublayer's output normalised, then added; RMSNorm's weight and
+    RoPE in fp32: norm_position post, norm_fp32, rope_fp32).
     Anything else (fused projections, a router bias or fp32 router, zero experts, several
     shared experts, a norm after the experts...) is refused."""
     from transformer_calc.plan import parse_pattern
@@ -1696,21 +1840,22 @@ def _moe(spec: ModelSpec) -> moe.Moe:
     # norm_topk_prob; its shared MLP has no gate; its q/k norms follow RoPE)
     phimoe = spec.router_topk == "sparsemixer"
     hunyuan = spec.model_type == "hunyuan_v1_moe"
+    flex = spec.model_type == "flex_olmo"  # (models/flex_olmo/modeling_flex_olmo.py)
     norm = "layernorm" if phimoe else "rmsnorm"
     if not ((spec.router_topk != "none") != hunyuan and spec.norm == norm
             and spec.peft_router_linear == hunyuan and (spec.qk_norm == "head" or not hunyuan)
             and spec.position == "rope"
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
             and not spec.dropout and spec.qk_norm in ("none", "head", "width")
-            and spec.norm_position == "pre" and not spec.fused_qkv
-            and not spec.fused_gate_up and not spec.rope_concat and not spec.norm_fp32
-            and not spec.rope_fp32 and not spec.bias_ffn_in and not spec.bias_ffn_out
+            and spec.norm_position == ("post" if flex else "pre") and not spec.fused_qkv
+            and not spec.fused_gate_up and not spec.rope_concat and spec.norm_fp32 == flex
+            and spec.rope_fp32 == flex and not spec.bias_ffn_in and not spec.bias_ffn_out
             and (shared == 0 or (shared == 1 and spec.shared_expert_gate != hunyuan
                                  and spec.shared_ff > 0))
             and not _unread(spec, "moe")):
         raise TcalcError(f"{spec.name}: no op graph for this mixture of experts yet (the "
-                         "graph engine covers Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, PhiMoE and "
-                         "HunYuan-MoE)")
+                         "graph engine covers Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, PhiMoE, "
+                         "HunYuan-MoE, Mellum and FlexOlmo)")
     kinds = parse_pattern(spec.layer_ffn, "DEX", spec.n_layers, "layer_ffn") \
         if spec.layer_ffn else ("E",) * spec.n_layers
     if "X" in kinds:
@@ -1721,8 +1866,9 @@ def _moe(spec: ModelSpec) -> moe.Moe:
                    dh=spec.head_dim, F=spec.d_ff, L=spec.n_layers, tied=spec.tie_embeddings,
                    bias_q=spec.bias_q, bias_k=spec.bias_k, bias_v=spec.bias_v,
                    bias_o=spec.bias_o, attention_dropout=pa,
-                   qk_norm="rotated" if hunyuan else spec.qk_norm,
-                   X=spec.n_experts, K=spec.top_k, Fe=spec.expert_ff,
+                   qk_norm="rotated" if hunyuan else spec.qk_norm, post_norm=flex,
+                   norm_fp32=flex, rope_fp32=flex, X=spec.n_experts, K=spec.top_k,
+                   Fe=spec.expert_ff,
                    Fs=spec.shared_ff if shared else 1,
                    pattern="" if set(kinds) == {"E"} else "".join(kinds),
                    router="hunyuan" if hunyuan else {
@@ -2225,25 +2371,27 @@ def _falcon(spec: ModelSpec) -> falcon.Falcon | None:
 
 
 def _mamba_family(spec: ModelSpec) -> mamba.Mamba | mamba.Mamba2 | None:
-    """MambaForCausalLM and Mamba2ForCausalLM (model types mamba and mamba2: every layer a
-    mixer, no FFN, RMSNorm), as transformers' torch path runs them. Other layouts with a
-    mixer (the hybrids, Jamba's dt/B/C norms, Falcon-H1's mixer without its norm) have no
-    graph yet."""
-    if spec.mixer == "none" or spec.model_type not in ("mamba", "mamba2"):
+    """MambaForCausalLM, FalconMambaForCausalLM and Mamba2ForCausalLM (model types mamba,
+    falcon_mamba and mamba2: every layer a mixer, no FFN, RMSNorm), as transformers' torch
+    path runs them; Falcon-Mamba's mixer normalises dt, B and C without weights (by its
+    model type: the spec counts it as Mamba's)."""
+    if spec.mixer == "none" or spec.model_type not in ("mamba", "mamba2", "falcon_mamba"):
         return None
-    if not (spec.mixer == spec.model_type and spec.norm == "rmsnorm"
+    falcon = spec.model_type == "falcon_mamba"  # Mamba's layout, its dt, B, C normalised
+    if not (spec.mixer == ("mamba" if falcon else spec.model_type) and spec.norm == "rmsnorm"
             and spec.position == "none" and not spec.d_ff and not spec.layer_attention
             and not spec.layer_ffn and not spec.ssm_dt_norms and spec.ssm_in_projs == 1
             and (spec.mixer == "mamba" or spec.ssm_norm)
             and not _unread(spec, "mamba")):
         raise TcalcError(f"{spec.name}: no op graph for this {spec.model_type} layout (the "
-                         "graph engine covers MambaForCausalLM's and Mamba2ForCausalLM's "
-                         "own layout)")
+                         "graph engine covers MambaForCausalLM's, FalconMambaForCausalLM's "
+                         "and Mamba2ForCausalLM's own layouts)")
     V, E, L, N, Kc = (spec.vocab_size, spec.d_model, spec.n_layers, spec.ssm_state,
                       spec.ssm_conv)
     flags = (spec.tie_embeddings, spec.ssm_conv_bias, spec.ssm_bias)
     if spec.mixer == "mamba":
-        return mamba.Mamba(V, E, L, spec.ssm_inner, N, Kc, spec.ssm_dt_rank, *flags)
+        return mamba.Mamba(V, E, L, spec.ssm_inner, N, Kc, spec.ssm_dt_rank, *flags,
+                           weightless_norms=falcon)
     H, G = spec.ssm_heads, spec.ssm_groups
     return mamba.Mamba2(V, E, L, G, H // G, spec.ssm_inner // H, N, Kc, spec.ssm_chunk,
                         *flags)
@@ -2257,26 +2405,70 @@ def _bamba_family(spec: ModelSpec) -> bamba.Bamba | None:
     if spec.model_type != "bamba":
         return None
     kinds = layer_kinds_in_order(spec, spec.n_layers)
-    H = spec.n_heads
-    Hkv = spec.n_kv_heads or H
+    # (BambaConfig's default, attn_layer_indices None, is every layer a mixer: the spec then
+    # has no heads, and the graph builds no attention; 1 head of 2 stands in for its sizes)
+    attention = any(k[0] == "F" for k in kinds)
+    H = spec.n_heads if attention else 1
+    Hkv = (spec.n_kv_heads or H) if attention else 1
+    dh = spec.head_dim if attention else 2
     if not (spec.mixer == "mamba2" and spec.norm == "rmsnorm" and spec.position == "rope"
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
             and spec.rope_concat and spec.ssm_norm and not spec.dropout
             and {k[:2] for k in kinds} <= {"FD", "MD"} and H and Hkv and H % Hkv == 0
             and spec.ssm_heads and spec.ssm_groups and spec.ssm_heads % spec.ssm_groups == 0
             and spec.ssm_inner % spec.ssm_heads == 0
-            and spec.head_dim >= 2 and spec.bias_ffn_in == spec.bias_ffn_out
+            and dh >= 2 and spec.bias_ffn_in == spec.bias_ffn_out
             and len({spec.bias_q, spec.bias_k, spec.bias_v, spec.bias_o}) == 1
             and not _unread(spec, "bamba")):
         raise TcalcError(f"{spec.name}: no op graph for this bamba layout (the graph "
                          "engine covers BambaForCausalLM's own layout)")
     Hs, Gs = spec.ssm_heads, spec.ssm_groups
     pa = _attention_dropout(spec)
-    return bamba.Bamba(spec.vocab_size, spec.d_model, H, Hkv, spec.head_dim, spec.d_ff,
+    return bamba.Bamba(spec.vocab_size, spec.d_model, H, Hkv, dh, spec.d_ff,
                        spec.n_layers, Gs, Hs // Gs, spec.ssm_inner // Hs, spec.ssm_state,
                        spec.ssm_conv, spec.ssm_chunk, "".join(k[0] for k in kinds),
                        spec.tie_embeddings, spec.bias_q, spec.bias_ffn_in,
                        spec.ssm_conv_bias, spec.ssm_bias, pa)
+
+
+# GraniteMoeHybrid: Bamba's mixer fields, the experts' and the shared MLP's (peft_moe and
+# router_topk: spec_from_hf's for the class, read by the LoRA and the router checks)
+_READS["granitemoehybrid"] = _READS["bamba"] | {
+    "layer_ffn", "n_experts", "top_k", "d_ff_expert", "n_shared_experts", "d_ff_shared",
+    "fused_gate_up", "router_topk", "peft_moe", "peft_router_linear"}
+
+
+def _granitemoehybrid_family(spec: ModelSpec) -> granitemoehybrid.GraniteMoeHybrid | None:
+    """GraniteMoeHybridForCausalLM (model type granitemoehybrid) in GraniteMoeHybridConfig's
+    default layout: every layer the Mamba-2 mixer, then the experts (num_local_experts > 0)
+    and the fused gated SiLU shared MLP; no biases but the convolution's and the mixer's
+    projections'. Attention layers are refused: whether they rotate is
+    position_embedding_type's, which the spec does not read."""
+    from transformer_calc.plan import layer_kinds_in_order
+
+    if spec.model_type != "granitemoehybrid":
+        return None
+    kinds = layer_kinds_in_order(spec, spec.n_layers)
+    if not (spec.mixer == "mamba2" and spec.norm == "rmsnorm" and spec.ffn == "gated"
+            and spec.activation == "silu" and spec.ssm_norm and not spec.dropout
+            and {k[:2] for k in kinds} == {"ME"} and spec.n_experts and spec.top_k
+            and spec.n_shared_experts == 1 and spec.d_ff_shared == spec.d_ff
+            and spec.d_ff_expert and spec.fused_gate_up and not _biased(spec)
+            and spec.router_topk in ("none", "topk_softmax")
+            and spec.ssm_heads and spec.ssm_groups and spec.ssm_heads % spec.ssm_groups == 0
+            and spec.ssm_inner % spec.ssm_heads == 0
+            and not _unread(spec, "granitemoehybrid")):
+        raise TcalcError(f"{spec.name}: no op graph for this granitemoehybrid layout (the "
+                         "graph engine covers GraniteMoeHybridConfig's default layout: every "
+                         "layer a Mamba-2 mixer with experts and the shared MLP)")
+    Hs, Gs = spec.ssm_heads, spec.ssm_groups
+    # (no attention layer: 1 head of 2 stands in for its sizes, as for Bamba's mixers alone)
+    return granitemoehybrid.GraniteMoeHybrid(
+        spec.vocab_size, spec.d_model, 1, 1, 2, spec.d_ff, spec.n_layers, Gs, Hs // Gs,
+        spec.ssm_inner // Hs, spec.ssm_state, spec.ssm_conv, spec.ssm_chunk,
+        "M" * spec.n_layers, spec.tie_embeddings, conv_bias=spec.ssm_conv_bias,
+        bias=spec.ssm_bias, X=spec.n_experts, K=spec.top_k, Fe=spec.d_ff_expert,
+        grouped=spec.experts_grouped)
 
 
 def _falcon_h1_family(spec: ModelSpec) -> falcon_h1.FalconH1 | None:
@@ -2601,7 +2793,11 @@ def _lfm2_family(spec: ModelSpec) -> lfm2.Lfm2 | None:
     H = spec.n_heads
     Hkv = spec.n_kv_heads or H
     dh = spec.head_dim if H else 2
-    if not (spec.mixer == "short_conv" and spec.norm == "rmsnorm" and spec.position == "rope"
+    # (Lfm2Config's default, full_attn_idxs None, is every layer attention: the spec then
+    # has no mixer, and the graph builds no convolution)
+    convs = any(k and lfm2.OPERATOR[k] == "M" for k in kinds)
+    if not (spec.mixer == ("short_conv" if convs else "none") and spec.norm == "rmsnorm"
+            and spec.position == "rope"
             and spec.ffn == "gated" and spec.activation == "silu" and spec.softmax_fp32
             and spec.qk_norm == "head" and not spec.dropout and not spec.attention_dropout
             and None not in kinds and (not H or (Hkv and H % Hkv == 0 and dh % 2 == 0))
@@ -2618,7 +2814,7 @@ def _lfm2_family(spec: ModelSpec) -> lfm2.Lfm2 | None:
     # (a model of convolutions alone still builds its attention's sizes: Lfm2Config's
     # defaults stand in where the spec has no heads)
     args = (spec.vocab_size, spec.d_model, H or 1, Hkv or 1, dh, spec.d_ff or 1,
-            spec.n_layers, spec.ssm_conv, "".join(k for k in kinds if k),
+            spec.n_layers, spec.ssm_conv if convs else 1, "".join(k for k in kinds if k),
             spec.tie_embeddings, spec.ssm_conv_bias)
     if moe:
         return lfm2.Lfm2Moe(*args, X=max(spec.n_experts, 1), K=max(spec.top_k, 1),
@@ -2723,7 +2919,8 @@ _MAPPERS: tuple[Callable[[ModelSpec], Family | None], ...] = (
     _gemma4_family, _gemma3n_family, _kimi_linear_family, _deepseek_v4_family, _mla_family,
     _qwen3_next_family,
     _jamba_family, _olmo_hybrid_family, _nemotron_h_family, _mimo_v2_flash_family,
-    _minimax_m3_family, _lfm2_family, _minimax_family, _moe_family, _mamba_family,
+    _minimax_m3_family, _lfm2_family, _minimax_family, _granitemoehybrid_family,
+    _moe_family, _mamba_family,
     _bamba_family, _falcon_h1_family,
     _llama_variant, _llama, _bert, _gemma_family, _t5_family, _bart_family, _bart_kin_family,
     _fsmt_family,

@@ -50,6 +50,10 @@ class Lora:
     quant: str = ""
     # the LM head quantised with them (Lightning's layers: Builder.head)
     head: bool = False
+    # the modules replace_with_bnb_linear leaves out besides the LM head, by their path's end:
+    # the class's _keep_in_fp32_modules (get_modules_to_not_convert; T5's "wo"), plain
+    # nn.Linear layers under peft's lora.Linear
+    unconverted: frozenset[str] = frozenset()
 
     @property
     def base_keeps_input(self) -> bool:
@@ -62,6 +66,11 @@ class Lora:
         "bert.encoder.layer.0.intermediate.dense")."""
         return "all-linear" in self.targets or any(
             module == t or module.endswith("." + t) for t in self.targets)
+
+    def converts(self, module: str) -> bool:
+        """Whether the module at this path is a bitsandbytes layer of the quantised base."""
+        return bool(self.quant) and not any(
+            module == t or module.endswith("." + t) for t in self.unconverted)
 
     def wraps(self, parameter: str) -> bool:
         """Whether peft wraps the parameter at this path (_inject_parameters: the key or

@@ -198,7 +198,8 @@ class Builder:
             lora = self.run.lora
             if lora is not None and lora.quant == "nf4":  # torchtune's NF4 linears
                 return self._lora(name, x, ops.nf4_linear(x, w, b), out)
-            if lora is not None and lora.quant and not tied and not matmul:
+            if lora is not None and lora.converts(self.trace.scope) and not tied \
+                    and not matmul:
                 return self._lora(name, x, self._bnb_linear(x, w, b, lora), out, bnb=True)
             if matmul:
                 y = ops.matmul(x, ops.transpose(w, 0, 1))

@@ -42,6 +42,7 @@ from transformer_calc.graph.families.gemma4 import Gemma4
 from transformer_calc.graph.families.gpt2 import GPT2
 from transformer_calc.graph.families.gptj import GPTJ
 from transformer_calc.graph.families.gptlike import Ctrl, GraniteSwa
+from transformer_calc.graph.families.granitemoehybrid import GraniteMoeHybrid
 from transformer_calc.graph.families.jamba import Jamba
 from transformer_calc.graph.families.kimi_linear import KINDS as KIMI_KINDS
 from transformer_calc.graph.families.kimi_linear import KimiLinear
@@ -145,7 +146,10 @@ _INPUTS = {"c_attn": "attn.input", "qkv_proj": "attn.input", "gate_up_proj": "ff
            "dense_h_to_4h": "ffn.input", "dense_4h_to_h": "ffn.out_input",
            "out_proj": "attn.o_input", "fc_in": "ffn.input", "fc_out": "ffn.out_input",
            "Wqkv": "attn.input",  # (MPT's)
-           "w1": "ffn.input", "w3": "ffn.input", "w2": "ffn.out_input", "g_proj": "attn.input"}
+           "w1": "ffn.input", "w3": "ffn.input", "w2": "ffn.out_input", "g_proj": "attn.input",
+           # GraniteMoeHybrid's and GraniteMoeShared's shared MLP (fused gate and up; its
+           # output projection)
+           "input_linear": "ffn.input", "output_linear": "ffn.shared.out_input"}
 # the adapted layer's name (transformer_calc.lora.adapted_layers)
 _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.gate_up",
             "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v",
@@ -158,7 +162,8 @@ _ADAPTED = {"c_attn": "attn.qkv", "qkv_proj": "attn.qkv", "gate_up_proj": "ffn.g
             "query_key_value": "attn.qkv", "dense": "attn.o",
             "dense_h_to_4h": "ffn.in", "dense_4h_to_h": "ffn.out", "out_proj": "attn.o",
             "fc_in": "ffn.in", "fc_out": "ffn.out", "Wqkv": "attn.qkv", "w1": "ffn.gate",
-            "w3": "ffn.in", "w2": "ffn.out", "g_proj": "attn.gate"}
+            "w3": "ffn.in", "w2": "ffn.out", "g_proj": "attn.gate",
+            "input_linear": "ffn.shared.gate_up", "output_linear": "ffn.shared.out"}
 # the ops that keep what Gemma 3n's stream rescaling reads (pow, clamp, sqrt, mul, div)
 _RESCALE_ROLES = frozenset(("pow.self", "clamp.self", "sqrt.result", "mul.self", "mul.other",
                             "div.self", "div.other"))
@@ -554,7 +559,19 @@ KERNEL_ROWS = {"MambaSplitConv1dScanCombinedFn.zxbcdt": "mixer.in_proj_output",
                "MambaInnerFn.B": "mixer.B_C", "MambaInnerFn.C": "mixer.B_C",
                "MambaInnerFn.D": "mixer.D_dt_bias", "MambaInnerFn.delta_bias": "mixer.D_dt_bias",
                "MambaInnerFn.scan_intermediates": "mixer.scan_intermediates",
-               "MambaInnerFn.out": "mixer.scan_output"}
+               "MambaInnerFn.out": "mixer.scan_output",
+               # causal-conv1d's CausalConv1dFn (LFM2's short convolution on CUDA): its saved
+               # input, and its output (the row C's product keeps it under, noted alike)
+               "CausalConv1dFn.x": "mixer.conv_input", "CausalConv1dFn.out": "mixer.conv_output",
+               # mamba_ssm's SelectiveScanFn (Jamba's scan on CUDA): its contiguous inputs,
+               # fp32 intermediates and output
+               "SelectiveScanFn.u": "mixer.scan_input", "SelectiveScanFn.delta": "mixer.dt",
+               "SelectiveScanFn.A": "mixer.A", "SelectiveScanFn.B": "mixer.B_C",
+               "SelectiveScanFn.C": "mixer.B_C", "SelectiveScanFn.D": "mixer.D_dt_bias",
+               "SelectiveScanFn.delta_bias": "mixer.D_dt_bias",
+               "SelectiveScanFn.z": "mixer.gate",
+               "SelectiveScanFn.x": "mixer.scan_intermediates",
+               "SelectiveScanFn.out": "mixer.scan_output"}
 
 
 def description(name: str) -> str:
@@ -725,7 +742,7 @@ class _Namer:
             at = (scope + ".") if scope else ""
             self.head = {at + dense: "dense", at + norm: "norm", at + decoder: "decoder"}
         self.moe = isinstance(family, Moe | Jamba | NemotronH | MiMoV2Flash | MiniMaxM3
-                              | Lfm2Moe | Minimax | DeepseekV4)
+                              | Lfm2Moe | Minimax | DeepseekV4 | GraniteMoeHybrid)
         self.lightning = isinstance(family, Minimax)
         self.dbrx = isinstance(family, Dbrx)
         # Nemotron-H: every layer's module is `mixer`, named by the layer's kind
@@ -736,7 +753,8 @@ class _Namer:
         self.output_gate = type(family).__name__ == "Beam"
         self.jamba = isinstance(family, Jamba)
         self.parameter_router = self.jamba or type(family).__name__ in (
-            "GptOss", "GraniteMoeSwa")
+            "GptOss", "GraniteMoeSwa", "GraniteMoeHybrid", "GraniteMoe") or getattr(
+            family, "router", "") == "aria"
         # GraniteMoeSWA's sink, applied after attention (families/granitemoe_swa.py)
         self.sink_lse = type(family).__name__ == "GraniteMoeSwa"
         self.out_gate = isinstance(family, Qwen3Next)
@@ -1390,7 +1408,8 @@ class _Namer:
         (whose rows are the K·B·T routed slots), the shared expert's and its gate's."""
         st, parts = s.storage, rest.split(".")
         where = parts[1] if len(parts) > 1 and parts[0] in (
-            "mlp", "feed_forward", "block_sparse_moe") else ""
+            "mlp", "feed_forward", "block_sparse_moe") else \
+            parts[0] if parts[0] == "shared_mlp" else ""  # (GraniteMoeHybrid's, -Shared's)
         # peft's ParamWrapper (graph/lora.py): the merged weight the router's linear or the
         # experts' matmuls keep, the factors' 16-bit copies the experts' baddbmm keeps
         if where == "gate" and role == "mm.mat2" and st.op != "to":
@@ -1424,7 +1443,8 @@ class _Namer:
         if where in ("shared_expert", "shared_mlp", "shared_experts"):  # Qwen2-MoE's,
             # HunYuan's, DeepSeek-V3's
             if role == "mm.self":
-                return "ffn.shared.out_input" if parts[-1] == "down_proj" else "ffn.input"
+                return "ffn.shared.out_input" if parts[-1] in ("down_proj", "output_linear") \
+                    else "ffn.input"
             return "ffn.shared.activation"
         if rest == "mlp" and (role == "sigmoid.result" or st.op == "sigmoid"
                               or st.name.endswith("shared_expert.down_proj")):
@@ -1436,6 +1456,8 @@ class _Namer:
         projections' inputs, the convolution's input (in_proj's output) and output, the
         scan's step sizes, decays, states and operands, the gated norm."""
         st, parts = s.storage, rest.split(".")
+        if role == "CausalConv1dFn.x" and s.storage.name.endswith(".in_proj"):
+            return "mixer.in_proj_output"  # (Jamba's: a view of in_proj's output)
         if role in KERNEL_ROWS:  # a CUDA kernel's saved set
             return KERNEL_ROWS[role]
         if parts[0] == "norm":
@@ -1475,9 +1497,9 @@ class _Namer:
         if sub in inputs:
             part = _lora_part(role, s) if lora is not None and lora.adapts(s.scope) else None
             return f"mixer.{sub}.{part}" if part else inputs[sub]
-        if role == "convolution.input":
+        if role in ("convolution.input", "CausalConv1dFn.x"):
             return "mixer.conv_input"
-        if s.storage.op == "convolution":
+        if s.storage.op in ("convolution", "CausalConv1dFn"):
             return "mixer.conv_output"
         if s.storage.name.endswith(".in_proj"):
             return "mixer.in_proj_output"

@@ -982,7 +982,10 @@ def mamba_inner(xz: Tensor, A: Tensor, D: Tensor, delta_bias: Tensor, weights: l
     ⌈T / 2048⌉, 2N) in A's fp32: csrc/selective_scan/selective_scan.cpp) and F.linear into
     out_proj. ctx.save_for_backward(xz, conv1d_weight, conv1d_bias, x_dbl, x_proj_weight,
     delta_proj_weight, out_proj_weight, conv1d_out=None, delta=None, A, B, C, D, delta_bias,
-    scan_intermediates, ..., out): conv1d_out and delta are recomputed. From the kernel's
+    scan_intermediates, b_rms_weight, c_rms_weight, dt_rms_weight, out): conv1d_out and delta
+    are recomputed; FalconMambaMixer's b/c/dt_rms_weight (buffers) normalise B, C and delta
+    into new tensors of the same sizes (rms_norm_forward between contiguous rearranges), so
+    the saved set is the same with or without them. From the kernel's
     source, not measured on a GPU. FLOPs as FlopCounterMode counts the custom op: its
     three aten matmuls (x_proj, dt_proj, out_proj), not the CUDA extensions' conv and scan."""
     Bn, Di2, T = xz.shape
@@ -1003,6 +1006,53 @@ def mamba_inner(xz: Tensor, A: Tensor, D: Tensor, delta_bias: Tensor, weights: l
               flops=2 * Bn * T * Di * (dt_rank + 2 * N) + 2 * Di * dt_rank * Bn * T
               + 2 * Bn * T * Di * out_features)
     return out
+
+
+def causal_conv1d_fn(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """causal-conv1d's causal_conv1d_fn, CausalConv1dFn (Dao-AILab/causal-conv1d dedc05f,
+    causal_conv1d/causal_conv1d_interface.py, csrc/causal_conv1d.cpp) as ONE op, its
+    activation (none or SiLU) fused: x (B, C, T) with stride 1 over channels or time (else
+    made contiguous: the callers' never is), w (C, 1, K) the module's weight (squeezed: a
+    view), b (C,) or None.
+    causal_conv1d_fwd allocates out = empty_like(x) (x's strides where dense: a channel-last
+    x gives a channel-last out); ctx.save_for_backward(x, weight, bias, seq_idx=None,
+    initial_states=None): x is the one activation. FLOPs: none (FlopCounterMode does not
+    see the CUDA extension's kernel). From the kernel's source, not measured on a GPU."""
+    stride = preserve_strides(x.sizes, x.stride)
+    out = _new(x, x.shape, x.dtype, _rg(x, w, b) and x.trace.grad_enabled, stride)
+    saved = [("x", x, True), ("weight", w, True)] + ([("bias", b, True)] if b is not None
+                                                     else [])
+    x.trace.record("CausalConv1dFn", out, saved)
+    return out
+
+
+def selective_scan_fn(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor, D: Tensor,
+                      z: Tensor, delta_bias: Tensor, chunks: Dim) -> Tensor:
+    """mamba_ssm's selective_scan_fn, SelectiveScanFn (mamba_ssm 2.3.2.post1,
+    ops/selective_scan_interface.py, state-spaces/mamba e9594ce) as ONE op, with z and
+    delta_softplus: u and delta (B, D, T), A (D, N) fp32, Bm and Cm (B, N, T), D and
+    delta_bias (D,) fp32, z (B, D, T). Its forward makes each of u, delta, B, C, z
+    contiguous where its last stride is not 1 (new tensors, made under the Function's
+    no_grad) and runs selective_scan_cuda.fwd (out and out_z, (B, D, T) in u's dtype; the
+    fp32 intermediates x (B, D, ⌈T / 2048⌉, 2N): csrc/selective_scan/selective_scan.cpp);
+    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, x, out); it returns out_z.
+    FLOPs: none (FlopCounterMode does not see the CUDA extension). From the kernel's
+    source, not measured on a GPU."""
+    tr = u.trace
+
+    def unit_stride(t: Tensor) -> Tensor:  # `if t.stride(-1) != 1: t = t.contiguous()`
+        return t if t.stride[-1] == 1 else _new(t, t.shape, t.dtype, False)
+
+    Bn, Di, T = u.shape
+    u2, delta2, B2, C2, z2 = (unit_stride(t) for t in (u, delta, Bm, Cm, z))
+    x = tr.tensor((Bn, Di, chunks, 2 * A.shape[1]), F32, False)
+    out = tr.tensor((Bn, Di, T), u.dtype, False)
+    out_z = _new(u, (Bn, Di, T), u.dtype,
+                 _rg(u, delta, A, Bm, Cm, D, z, delta_bias) and tr.grad_enabled)
+    saves = [("u", u2), ("delta", delta2), ("A", A), ("B", B2), ("C", C2), ("D", D),
+             ("z", z2), ("delta_bias", delta_bias), ("x", x), ("out", out)]
+    tr.record("SelectiveScanFn", out_z, [(r, t, True) for r, t in saves])
+    return out_z
 
 
 def conv1d_depthwise(x: Tensor, w: Tensor, b: Tensor | None, padding: int) -> Tensor:

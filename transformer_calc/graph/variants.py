@@ -249,10 +249,18 @@ def _eurobert(spec: ModelSpec, base: Base) -> Llama | None:
 # the Llama-shaped model types whose differences from Llama the Llama graph (or Cohere's)
 # transcribes: model_type -> its mapper (asked before evaluate._llama, which reads none of
 # their fields)
+def _ernie4_5(spec: ModelSpec, base: Base) -> Llama | None:
+    """Ernie4_5Model (models/ernie4_5/modeling_ernie4_5.py): Llama's layers with the
+    interleaved ("GLM") RoPE in fp32 over fp32 tables (llama.glm_rotary), its biases
+    (use_bias) where Llama's are."""
+    family = base(spec)
+    return None if family is None else replace(family, rope_glm=True)
+
+
 MAPPERS: dict[str, Callable[[ModelSpec, Base], Llama | None]] = {
     "qwen3": _sliding, "ministral": _sliding, "olmo": _olmo, "bitnet": _bitnet,
     "nemotron": _nemotron, "apertus": _apertus, "nanochat": _nanochat, "cohere": _cohere,
-    "cohere2": _cohere, "diffllama": _diffllama, "mllama": _mllama,
+    "cohere2": _cohere, "diffllama": _diffllama, "mllama": _mllama, "ernie4_5": _ernie4_5,
     "starcoder2": _starcoder2, "seed_oss": _seed_oss, "arcee": _plain_mlp,
     "jais2": _plain_mlp, "glm": _glm, "glm4": _glm, "hyperclovax": _hyperclovax,
     "eurobert": _eurobert}

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from transformer_calc.graph import ops
 from transformer_calc.graph.families import llama, moe
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import F32, I64, Tensor
@@ -114,6 +115,9 @@ def _attention(m: Builder, cfg: Beam, x: Tensor, table: tuple[Tensor, ...],
         assert mask is not None
         out = llama.eager_attention(m, q, llama.repeat_kv(k, G), llama.repeat_kv(v, G), mask,
                                     dropout=cfg.attention_dropout, scaling=scaling)
+    elif m.run.attention == "flash":  # sliding_window=self.sliding_window (None: full)
+        out = flash_attention_forward(m, q, k, v,
+                                      sliding_window=cfg.window if kind == "S" else 0)
     else:
         out = llama.sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout,
                                    scaling=scaling, mask=mask)

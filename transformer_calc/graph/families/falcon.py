@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from transformer_calc.graph import ops
 from transformer_calc.graph.families.llama import apply_rotary, rotary_tables
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
 from transformer_calc.graph.symbols import Dim
@@ -70,9 +71,10 @@ def forward(m: Builder, cfg: Falcon) -> Tensor:
         h = m.embedding("word_embeddings", ids, V, E)
         # position_ids = torch.arange(T) + past_seen_tokens, unsqueezed (a new tensor)
         positions = ops.unsqueeze(ops.add(tr.input((T,), I64, "arange"), 0), 0)
-        mask = _mask(m, cfg, h)
+        # (flash_attention_2: create_causal_mask makes none without padding)
+        mask = None if m.run.attention == "flash" else _mask(m, cfg, h)
         rope = None if cfg.alibi else rotary_tables(m, h)
-        extras = (positions, mask) + (rope or ())
+        extras = (positions,) + (() if mask is None else (mask,)) + (rope or ())
         h = m.layers("h", lambda x: _layer(m, cfg, x, mask, rope), h, extras)
         h = m.layer_norm("ln_f", h)
     with m.module("lm_head"):
@@ -100,7 +102,7 @@ def _mask(m: Builder, cfg: Falcon, like: Tensor) -> Tensor:
     return out
 
 
-def _layer(m: Builder, cfg: Falcon, h: Tensor, mask: Tensor,
+def _layer(m: Builder, cfg: Falcon, h: Tensor, mask: Tensor | None,
            rope: tuple[Tensor, Tensor] | None) -> Tensor:
     """FalconDecoderLayer.forward: ln_attn and ln_mlp (two norms), or one input_layernorm
     for both (parallel), or input_layernorm, attention, dropout_add with attention_dropout,
@@ -126,10 +128,13 @@ def _layer(m: Builder, cfg: Falcon, h: Tensor, mask: Tensor,
     return ops.add(residual, f)
 
 
-def _attention(m: Builder, cfg: Falcon, x: Tensor, mask: Tensor,
+def _attention(m: Builder, cfg: Falcon, x: Tensor, mask: Tensor | None,
                rope: tuple[Tensor, Tensor] | None) -> Tensor:
     """FalconAttention.forward: Q, K, V as (B, H, T, dh), RoPE (or none with ALiBi), (cache),
-    SDPA or eager, the output's heads merged, dense."""
+    SDPA or eager, the output's heads merged, dense. FalconFlashAttention2.forward (RoPE
+    only: with ALiBi it raises, memory.py refuses): the same Q, K, V transposed to
+    (B, T, H, dh) views, _flash_attention_forward (K/V heads not repeated), the output
+    reshaped to (B, T, E), dense."""
     B, T, E, H, dh = m["B"], m["T"], m["E"], m["H"], m["dh"]
     q, k, v = _split_heads(m, cfg, x)
     # query_layer.transpose(1, 2).reshape(B, H, T, dh) (views), K and V with num_kv_heads:
@@ -142,7 +147,10 @@ def _attention(m: Builder, cfg: Falcon, x: Tensor, mask: Tensor,
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
         k, v = (ops.cat([t], -2) for t in (k, v))
-    if m.run.attention == "sdpa":
+    if m.run.attention == "flash":
+        out = ops.reshape(flash_attention_forward(m, q, k, v), (B, T, E))
+    elif m.run.attention == "sdpa":
+        assert mask is not None
         # the RoPE path passes dropout_p=0.0; the ALiBi path the attention dropout
         p = cfg.attention_dropout if cfg.alibi else 0.0
         out = scaled_dot_product_attention(q, k, v, is_causal=False, dropout_p=p,
@@ -152,6 +160,7 @@ def _attention(m: Builder, cfg: Falcon, x: Tensor, mask: Tensor,
         else:  # .view(B, H, T, dh).permute(0, 2, 1, 3).reshape(B, T, E)
             out = ops.reshape(ops.transpose(ops.view(out, (B, H, T, dh)), 1, 2), (B, T, E))
     else:
+        assert mask is not None
         out = _eager(m, cfg, q, k, v, mask)
     return m.linear("dense", out, E, cfg.bias, matmul=True)
 

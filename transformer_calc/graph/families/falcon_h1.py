@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from transformer_calc.graph import ops
 from transformer_calc.graph.families import llama
 from transformer_calc.graph.families.mamba import mamba2_mixer
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import I64, Tensor
@@ -114,6 +115,8 @@ def _attention(m: Builder, cfg: FalconH1, x: Tensor, cos: Tensor, sin: Tensor,
     if mask is not None:
         out = llama.eager_attention(m, q, llama.repeat_kv(k, G), llama.repeat_kv(v, G), mask,
                                     dropout=cfg.attention_dropout, scaling=scaling)
+    elif m.run.attention == "flash":  # flash_attention_2: (B, T, H, dh) out
+        out = flash_attention_forward(m, q, k, v)
     else:
         out = llama.sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout,
                                    scaling=scaling)

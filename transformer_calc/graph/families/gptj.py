@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from transformer_calc.graph import ops
 from transformer_calc.graph.families.gpt2 import new_gelu
+from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss, causal_mask
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import F32, I64, Tensor
@@ -57,7 +58,7 @@ class GPTJ:
 
 def forward(m: Builder, cfg: GPTJ) -> Tensor:
     """GPTJForCausalLM.forward / CodeGenForCausalLM.forward(input_ids=ids, labels=ids)."""
-    if m.run.attention != "eager":
+    if m.run.attention != "eager" and (m.run.attention, cfg.model) != ("flash", "gptj"):
         raise ValueError(f"{cfg.model}: eager attention only (the class supports no SDPA)")
     B, T, E, V = m["B"], m["T"], m["E"], m["V"]
     tr = m.trace
@@ -66,9 +67,11 @@ def forward(m: Builder, cfg: GPTJ) -> Tensor:
         h = m.embedding("wte", ids, V, E)
         # position_ids = torch.arange(T) + past_length, unsqueezed (a new tensor)
         positions = ops.unsqueeze(ops.add(tr.input((T,), I64, "arange"), 0), 0)
-        mask = causal_mask(m, h)
+        # create_causal_mask: flash_attention_2 makes none without padding
+        mask = causal_mask(m, h) if m.run.attention == "eager" else None
         h = m.dropout(h, cfg.embd_pdrop)  # self.drop
-        h = m.layers("h", lambda x: _block(m, cfg, x, mask), h, (positions, mask))
+        h = m.layers("h", lambda x: _block(m, cfg, x, mask), h,
+                     (positions,) + (() if mask is None else (mask,)))
         h = m.layer_norm("ln_f", h)
     with m.module("lm_head"):  # nn.Linear(n_embd, vocab_size): a bias
         w = m.tied("transformer.wte.weight") if cfg.tied else m.param("weight", V, E)
@@ -76,7 +79,7 @@ def forward(m: Builder, cfg: GPTJ) -> Tensor:
     return causal_lm_loss(logits, ids, V)
 
 
-def _block(m: Builder, cfg: GPTJ, h: Tensor, mask: Tensor) -> Tensor:
+def _block(m: Builder, cfg: GPTJ, h: Tensor, mask: Tensor | None) -> Tensor:
     """GPTJBlock.forward: attn_output + feed_forward_hidden_states + residual, both of
     ln_1(h)."""
     x = m.layer_norm("ln_1", h)
@@ -89,10 +92,13 @@ def _block(m: Builder, cfg: GPTJ, h: Tensor, mask: Tensor) -> Tensor:
     return ops.add(ops.add(a, f), h)
 
 
-def _attention(m: Builder, cfg: GPTJ, x: Tensor, mask: Tensor) -> Tensor:
+def _attention(m: Builder, cfg: GPTJ, x: Tensor, mask: Tensor | None) -> Tensor:
     """GPTJAttention.forward / CodeGenAttention.forward: Q, K (B, T, H, dh) and V
     (B, H, T, dh); the first R dims of Q and K rotated, concatenated back, permuted to
-    (B, H, T, dh); _attn; _merge_heads; out_proj; resid_dropout."""
+    (B, H, T, dh); _attn; _merge_heads; out_proj; resid_dropout. GPTJFlashAttention2.forward:
+    the same Q, K, V permuted back to (B, T, H, dh) and made contiguous (copies only of a
+    cached K/V), _flash_attention_forward, the output reshaped to (B, T, E), out_proj,
+    resid_dropout."""
     B, T, E, H, dh = m["B"], m["T"], m["E"], m["H"], m["dh"]
     q, k, v = _qkv(m, cfg, x)
     v = ops.transpose(v, 1, 2)  # value.permute(0, 2, 1, 3)
@@ -100,6 +106,12 @@ def _attention(m: Builder, cfg: GPTJ, x: Tensor, mask: Tensor) -> Tensor:
     k, q = (ops.transpose(_rotate(t, sin, cos, m["R"]), 1, 2) for t in (k, q))
     if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
         k, v = (ops.cat([t], -2) for t in (k, v))
+    if m.run.attention == "flash":
+        q, k, v = (ops.transpose(ops.contiguous(ops.transpose(t, 1, 2)), 1, 2)
+                   for t in (q, k, v))
+        out = ops.reshape(flash_attention_forward(m, q, k, v), (B, T, H * dh))
+        return m.dropout(m.linear("out_proj", out, E, False), cfg.resid_pdrop)
+    assert mask is not None
     # _attn: query and key in fp32; scores / sqrt(dh) and + mask (GPT-J divides first,
     # CodeGen adds first: neither keeps anything); softmax; cast to V's dtype; dropout
     w = ops.matmul(ops.to(q, F32), ops.transpose(ops.to(k, F32), -1, -2))

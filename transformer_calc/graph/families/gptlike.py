@@ -186,6 +186,8 @@ def _ctrl_layer(m: Builder, cfg: Ctrl, x: Tensor, mask: Tensor | None) -> Tensor
             w = ops.add(ops.mul(ops.matmul(q, ops.transpose(k, 2, 3)), scaling), mask)
             w = m.dropout(ops.softmax(w), 0.0)
             out = ops.contiguous(ops.transpose(ops.matmul(w, v), 1, 2))
+        elif m.run.attention == "flash":  # flash_attention_2: (B, T, H, dh) out
+            out = flash_attention_forward(m, q, k, v)
         else:
             out = llama.sdpa_attention(q, k, v, Dim.const(1), dropout=0.0, scaling=scaling)
         out = ops.contiguous(ops.reshape(out, (B, T, E)))
@@ -229,9 +231,12 @@ def neo_forward(m: Builder, cfg: GPTNeo) -> Tensor:
     with m.module("transformer"):
         h = m.embedding("wte", ids, V, E)
         positions = ops.unsqueeze(ops.add(tr.input((T,), I64, "arange"), 0), 0)
-        mask = causal_mask(m, h)  # create_causal_mask: eager's (B, 1, T, T)
+        # create_causal_mask: eager's (B, 1, T, T) (the class has no SDPA path: eager for
+        # sdpa too); flash_attention_2's none
+        mask = None if m.run.attention == "flash" else causal_mask(m, h)
         h = m.dropout(ops.add(h, m.embedding("wpe", positions, m["P"], E)), cfg.embed_dropout)
-        h = m.layers("h", lambda x: _neo_block(m, cfg, x, mask), h, (mask,))
+        h = m.layers("h", lambda x: _neo_block(m, cfg, x, mask), h,
+                     () if mask is None else (mask,))
         h = m.layer_norm("ln_f", h)
     with m.module("lm_head"):
         w = m.tied("transformer.wte.weight") if cfg.tied else m.param("weight", V, E)
@@ -239,7 +244,7 @@ def neo_forward(m: Builder, cfg: GPTNeo) -> Tensor:
     return causal_lm_loss(logits, ids, V)
 
 
-def _neo_block(m: Builder, cfg: GPTNeo, h: Tensor, mask: Tensor) -> Tensor:
+def _neo_block(m: Builder, cfg: GPTNeo, h: Tensor, mask: Tensor | None) -> Tensor:
     """GPTNeoBlock.forward: pre-norm attention and MLP (c_fc, gelu_new, c_proj, dropout)."""
     h = ops.add(_neo_attention(m, cfg, m.layer_norm("ln_1", h), mask), h)
     with m.module("mlp"):
@@ -248,9 +253,13 @@ def _neo_block(m: Builder, cfg: GPTNeo, h: Tensor, mask: Tensor) -> Tensor:
     return ops.add(h, x)
 
 
-def _neo_attention(m: Builder, cfg: GPTNeo, x: Tensor, mask: Tensor) -> Tensor:
+def _neo_attention(m: Builder, cfg: GPTNeo, x: Tensor, mask: Tensor | None) -> Tensor:
     """GPTNeoSelfAttention.forward and _attn, as described above; _merge_heads (permute,
-    contiguous, view), out_proj, resid_dropout."""
+    contiguous, view), out_proj, resid_dropout. GPTNeoFlashAttention2.forward: Q, K, V
+    transposed back to (B, T, H, dh) (views), _flash_attention_forward with softmax_scale
+    1.0 and no window (a local layer's window lives in the eager path's bias buffer only:
+    under flash_attention_2 every layer attends to all earlier tokens), the output reshaped
+    to (B, T, E), out_proj, resid_dropout."""
     B, T, E, H, dh, P = m["B"], m["T"], m["E"], m["H"], m["dh"], m["P"]
     one = Dim.const(1)
     with m.module("attn"), m.module("attention"):
@@ -258,6 +267,10 @@ def _neo_attention(m: Builder, cfg: GPTNeo, x: Tensor, mask: Tensor) -> Tensor:
                    for name in ("q_proj", "k_proj", "v_proj"))
         if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
             k, v = (ops.cat([t], -2) for t in (k, v))
+        if m.run.attention == "flash":
+            out = ops.reshape(flash_attention_forward(m, q, k, v), (B, T, E))
+            return m.dropout(m.linear("out_proj", out, E, True), cfg.dropout)
+        assert mask is not None
         w = ops.matmul(ops.to(q, F32), ops.transpose(ops.to(k, F32), -1, -2))
         bias = m.trace.tensor((one, one, P, P), BOOL, False, "buffer", "bias")
         causal = ops.narrow(ops.narrow(bias, 2, 0, T), 3, 0, T)

@@ -7,7 +7,16 @@ kept), sliding and full layers (layer_types; RoPE where layer_rope_theta is not 
 attention only with a learned per-head sink applied after it: sigmoid((logsumexp(scores) -
 sinks).float()) scales the output. Every layer's MLP is the experts behind
 GraniteMoeSWATopKRouter (F.linear, .float(), topk, softmax over the top logits, type_as the
-input), eager or grouped_mm (moe.py)."""
+input), eager or grouped_mm (moe.py).
+
+GraniteMoe and GraniteMoeShared (models/granitemoe/modeling_granitemoe.py,
+models/granitemoeshared/modeling_granitemoeshared.py: GraniteMoeAttention,
+GraniteMoeSharedMLP, GraniteMoeSharedDecoderLayer) are the same layers without the sink
+and the sliding layers: every layer full with RoPE, attention through transformers'
+interface (eager, SDPA or flash_attention_2: llama.py's, the scaling attention_multiplier,
+a number), and GraniteMoeShared's shared MLP (input_linear to 2·shared_intermediate_size,
+act(chunk 0) · chunk 1, output_linear) run on the post-attention norm's output and added to
+the experts' output."""
 
 from __future__ import annotations
 
@@ -26,8 +35,17 @@ class GraniteMoeSwa(moe.Moe):
     kinds (F full, S sliding, N full without RoPE) and window; router "granitemoe_swa"."""
 
 
+@dataclass(frozen=True)
+class GraniteMoe(GraniteMoeSwa):
+    """GraniteMoeForCausalLM / GraniteMoeSharedForCausalLM: no sink, every layer F, any
+    attention implementation; shared: GraniteMoeShared's shared MLP of Fs."""
+
+    shared: bool = False
+
+
 def forward(m: Builder, cfg: GraniteMoeSwa) -> Tensor:
-    """GraniteMoeSWAForCausalLM.forward(input_ids=ids, labels=ids): the loss."""
+    """GraniteMoeSWAForCausalLM (GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM)
+    .forward(input_ids=ids, labels=ids): the loss."""
     B, T, E, V = m["B"], m["T"], m["E"], m["V"]
     tr = m.trace
     ids = tr.input((B, T), I64, "input_ids")
@@ -54,12 +72,29 @@ def forward(m: Builder, cfg: GraniteMoeSwa) -> Tensor:
 def _layer(m: Builder, cfg: GraniteMoeSwa, h: Tensor, cos: Tensor, sin: Tensor,
            mask: Tensor | None, kind: str) -> Tensor:
     """GraniteMoeSWADecoderLayer.forward: residual + branch * residual_multiplier, twice;
-    the second branch the sparse block (no shared MLP: shared_intermediate_size 0)."""
+    the second branch the sparse block (no shared MLP: shared_intermediate_size 0);
+    GraniteMoeDecoderLayer's and GraniteMoeSharedDecoderLayer's the same with
+    GraniteMoeAttention, and moe_hidden_states + self.shared_mlp(hidden_states)."""
+    granite = isinstance(cfg, GraniteMoe)
     with m.module("self_attn"):
-        a = _attention(m, cfg, llama.rms_norm(m, "input_layernorm", h), cos, sin, mask, kind)
+        x = llama.rms_norm(m, "input_layernorm", h)
+        a = llama._attention(m, cfg, x, cos, sin, mask) if granite else \
+            _attention(m, cfg, x, cos, sin, mask, kind)
     h = ops.add(h, ops.mul(a, 1.0))
     x = llama.rms_norm(m, "post_attention_layernorm", h)
-    return ops.add(h, ops.mul(_moe_block(m, cfg, x), 1.0))
+    out = moe_block(m, cfg.grouped, x)
+    if isinstance(cfg, GraniteMoe) and cfg.shared:
+        out = ops.add(out, _shared_mlp(m, x))
+    return ops.add(h, ops.mul(out, 1.0))
+
+
+def _shared_mlp(m: Builder, x: Tensor) -> Tensor:
+    """GraniteMoeSharedMLP.forward: input_linear, chunk(2, dim=-1) (views),
+    activation(chunk 0) * chunk 1, output_linear."""
+    with m.module("shared_mlp"):
+        Fs = m["Fs"]
+        gate, up = ops.split(m.linear("input_linear", x, 2 * Fs, False), Fs, -1)
+        return m.linear("output_linear", ops.mul(ops.silu(gate), up), m["E"], False)
 
 
 def _attention(m: Builder, cfg: GraniteMoeSwa, x: Tensor, cos: Tensor, sin: Tensor,
@@ -96,9 +131,9 @@ def _attention(m: Builder, cfg: GraniteMoeSwa, x: Tensor, cos: Tensor, sin: Tens
     return m.linear("o_proj", out, m["E"], cfg.bias_o)
 
 
-def _moe_block(m: Builder, cfg: GraniteMoeSwa, x: Tensor) -> Tensor:
-    """GraniteMoeSWAMoE.forward: layer_input.reshape(-1, E); the router; the experts;
-    .view(B, T, E)."""
+def moe_block(m: Builder, grouped: bool, x: Tensor) -> Tensor:
+    """GraniteMoeSWAMoE.forward (GraniteMoeHybridMoE's is the same): layer_input.reshape(-1,
+    E); the router; the experts (grouped: the grouped_mm path); .view(B, T, E)."""
     B, T, E = x.shape
     with m.module("block_sparse_moe"):
         flat = ops.reshape(x, (B * T, E))
@@ -108,6 +143,6 @@ def _moe_block(m: Builder, cfg: GraniteMoeSwa, x: Tensor) -> Tensor:
             values, chosen = ops.topk(logits, m["K"])
             weights = ops.to(ops.softmax(values), flat.dtype)
         with m.module("experts"):
-            run = moe.grouped_experts if cfg.grouped else moe.eager_experts
+            run = moe.grouped_experts if grouped else moe.eager_experts
             out = run(m, flat, chosen, weights)
         return ops.view(out, (B, T, E))

@@ -57,7 +57,7 @@ class Jamba:
         return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
                 "F": self.F, "L": self.L, "G": self.H // self.Hkv, "Di": self.Di,
                 "N": self.N, "Kc": self.Kc, "Rd": self.R, "X": self.X, "K": self.K,
-                "Fe": self.F}
+                "Fe": self.F, "Q": 2048}  # Q: the CUDA scan's chunk (its intermediates)
 
     @property
     def mixers(self) -> str:

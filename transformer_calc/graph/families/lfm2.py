@@ -125,7 +125,7 @@ def _layer(m: Builder, cfg: Lfm2, h: Tensor, kind: str, rope: tuple[Tensor, Tens
             y = _attention(m, cfg, x, *rope, mask)
     else:
         with m.module("conv"):
-            y = short_conv(m, x, cfg.conv_bias)
+            y = short_conv(m, x, cfg.conv_bias, kernel=not cfg.lfm3)
     if cfg.lfm3:
         y = llama.rms_norm(m, "post_operator_norm", y)
     h = ops.add(y, h)
@@ -144,12 +144,17 @@ def mlp(m: Builder, x: Tensor, width: str) -> Tensor:
         return m.linear("w2", ops.mul(gate, m.linear("w3", x, F, False)), E, False)
 
 
-def short_conv(m: Builder, x: Tensor, bias: bool) -> Tensor:
+def short_conv(m: Builder, x: Tensor, bias: bool, kernel: bool = True) -> Tensor:
     """Lfm2ShortConv.forward without a cache: BCx = in_proj(x).transpose(-1, -2), chunked in
     three along the channels (views: B, C, x); B * x; causal_conv1d_fn's fallback:
     F.conv1d(Bx.to(weight's dtype), weight (squeezed and unsqueezed: views), bias,
     padding=K − 1, groups=E)[:, :, :T], no activation, .to(Bx's dtype); C times it;
-    transposed, made contiguous, out_proj."""
+    transposed, made contiguous, out_proj. On CUDA (kernel: LFM2's and LFM2-MoE's
+    causal_conv1d_fn, which use_kernel_func_from_hub_with_fallback resolves to the installed
+    causal-conv1d package; LFM3's is not wrapped), causal-conv1d's kernel:
+    ops.causal_conv1d_fn, which keeps Bx and returns (B, E, T) in Bx's channel-last strides,
+    so the transposed product is contiguous already."""
+    cuda = kernel and m.run.device == "cuda"
     E, Kc, T = m["E"], m["Kc"], m["T"]
     bcx = ops.transpose(m.linear("in_proj", x, 3 * E, bias), -1, -2)
     b, c, xs = ops.split(bcx, E, -2)
@@ -157,8 +162,12 @@ def short_conv(m: Builder, x: Tensor, bias: bool) -> Tensor:
     with m.module("conv"):
         w = m.param("weight", E, Dim.const(1), Kc)
         conv_b = m.param("bias", E) if bias else None
-        out = ops.conv1d_depthwise(ops.to(bx, w.dtype), w, conv_b, Kc.value - 1)
-    out = ops.to(ops.narrow(out, 2, 0, T), bx.dtype)
+        if cuda:
+            out = ops.causal_conv1d_fn(bx, w, conv_b)
+        else:
+            out = ops.conv1d_depthwise(ops.to(bx, w.dtype), w, conv_b, Kc.value - 1)
+    if not cuda:
+        out = ops.to(ops.narrow(out, 2, 0, T), bx.dtype)
     y = ops.contiguous(ops.transpose(ops.mul(c, out), -1, -2))
     return m.linear("out_proj", y, E, bias)
 

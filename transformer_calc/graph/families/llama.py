@@ -89,6 +89,7 @@ class Llama:
     # pairs, cos and sin repeat_interleaved anew in each layer, the rest concatenated after
     # EuroBERT: bidirectional attention (no mask, SDPA's is_causal off) under a masked-LM loss
     bidirectional: bool = False
+    rope_glm: bool = False  # Ernie 4.5 MoE: fp32 tables, the interleaved rotation (glm_rotary)
 
     def sizes(self) -> dict[str, int]:
         return {"V": self.V, "E": self.E, "H": self.H, "Hkv": self.Hkv, "dh": self.dh,
@@ -115,7 +116,7 @@ def forward(m: Builder, cfg: Llama, stack: Stack | None = None) -> Tensor:
         # cache_position = arange(T); position_ids its unsqueezed view (one storage),
         # passed to the layers with cos, sin and their mask
         positions = tr.tensor((m["T"],), I64, False)
-        cos, sin = rotary_tables(m, h, cfg.rope_fp32,
+        cos, sin = rotary_tables(m, h, cfg.rope_fp32 or cfg.rope_glm,
                                  m["dr"] if cfg.partial_rotary or cfg.rope_interleaved else None)
         if cfg.embed_norm:  # NanoChatModel: self.norm(hidden_states) before the layers
             h = _norm(m, cfg, "norm", h)
@@ -339,6 +340,8 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
         q, k = _interleaved_rotary(q, k, cos, sin, m["dr"])
     elif cfg.partial_rotary:  # Nemotron: cat((q_embed, q_pass), dim=-1), a new tensor
         q, k = (_partial_rotary(t, cos, sin, m["dr"]) for t in (q, k))
+    elif cfg.rope_glm:
+        q, k = glm_rotary(q, k, cos, sin)
     else:
         q, k = (apply_rotary(t, cos, sin, cfg.rotate_flipped) for t in (q, k))
     if cfg.qk_norm == "rotated":  # HunYuanMoEV1Attention: the norms after RoPE
@@ -387,7 +390,8 @@ def _differential(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | No
                   scaling: float) -> Tensor:
     """DiffLlamaAttention.forward from V on: value_states1, value_states2 = (v.repeat(1, 2,
     1, 1) for v in torch.chunk(value_states, 2, dim=1)); two attention calls (dropout 0)
-    sharing Q and K; torch.cat of the outputs on the last dim, chunked in two on the head
+    sharing Q and K (flash_attention_2 too: two kernel calls, each its own log-sum-exp and RNG
+    state); torch.cat of the outputs on the last dim, chunked in two on the head
     dim (views); lambda_i = exp(sum(lambda_qi * lambda_ki, -1, dtype=float32)).to(q's
     dtype); lambda_full = lambda_1 - lambda_2 + lambda_init; (out1 - lambda_full * out2)
     through groupnorm (nn.RMSNorm without weight over 2·head_dim: aten's rms_norm,
@@ -401,6 +405,8 @@ def _differential(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | No
             assert mask is not None
             outputs.append(eager_attention(m, q, repeat_kv(k, G), repeat_kv(vv, G), mask,
                                            dropout=0.0, scaling=scaling))
+        elif m.run.attention == "flash":  # each call (B, T, H, dh), as the others
+            outputs.append(flash_attention_forward(m, q, k, vv))
         else:
             outputs.append(sdpa_attention(q, k, vv, G, dropout=0.0, scaling=scaling,
                                           mask=mask))
@@ -442,6 +448,28 @@ def _interleaved_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, dr: Dim
         rest = x.shape[-1] + dr * -1
         return ops.cat([embed, ops.narrow(x, -1, dr.value, rest)], -1)
 
+def glm_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """Ernie 4.5 MoE's apply_rotary_pos_emb (models/ernie4_5_moe/modeling_ernie4_5_moe.py,
+    "glm rope style"): the fp32 cos and sin cut to their first half and
+    repeat_interleave(2, dim=-1)-ed, new tensors of the call (q's and k's); (x.float() * cos)
+    + (rotate_half(x).float() * sin), cast back to x's dtype; rotate_half:
+    torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2), a new tensor."""
+    tr = q.trace
+    with tr.no_grad():
+        tables = []
+        for t in (cos, sin):
+            table = tr.tensor(t.shape, t.dtype, False)
+            tr.record("repeat_interleave", table)
+            tables.append(table)
+    c, s = tables
+
+    def rotate(x: Tensor) -> Tensor:
+        half = x.shape[-1].halved()
+        x1, x2 = ops.slice_step(x, -1, 0, half, 2), ops.slice_step(x, -1, 1, half, 2)
+        pairs = ops.cat([ops.unsqueeze(ops.neg(x2), -1), ops.unsqueeze(x1, -1)], -1)
+        rotated = ops.view(pairs, x.shape)
+        return ops.to(ops.add(ops.mul(ops.to(x, F32), c), ops.mul(ops.to(rotated, F32), s)),
+                      x.dtype)
     return rotate(q), rotate(k)
 
 

@@ -37,6 +37,9 @@ class Mamba:
     tied: bool = False
     conv_bias: bool = True  # use_conv_bias
     bias: bool = False  # use_bias: in_proj and out_proj
+    # FalconMambaMixer (models/falcon_mamba/modeling_falcon_mamba.py): dt, B and C through
+    # FalconMambaWeightlessRMSNorm after x_proj's split
+    weightless_norms: bool = False
 
     def sizes(self) -> dict[str, int]:
         # Q: the CUDA scan's chunk of 2048 tokens (its scan_intermediates, ⌈T / Q⌉ each)
@@ -89,43 +92,55 @@ def _block(m: Builder, cfg: Mamba | Mamba2, h: Tensor) -> Tensor:
     x = rms_norm(m, "norm", ops.to(h, m.run.dtype))
     residual = ops.to(h, F32)
     with m.module("mixer"):
-        y = mamba_mixer(m, x, cfg.conv_bias, cfg.bias) if isinstance(cfg, Mamba) else \
+        y = mamba_mixer(m, x, cfg.conv_bias, cfg.bias, dt_norms=cfg.weightless_norms,
+                        weightless=True) if isinstance(cfg, Mamba) else \
             mamba2_mixer(m, x, cfg.conv_bias, cfg.bias)
     return ops.add(residual, y)
 
 
-def causal_conv1d(m: Builder, x: Tensor, channels: Dim, bias: bool) -> Tensor:
+def causal_conv1d(m: Builder, x: Tensor, channels: Dim, bias: bool,
+                  kernel: bool = False) -> Tensor:
     """causal_conv1d_fn's torch fallback: F.conv1d over x.to(weight's dtype), depthwise,
-    padded K − 1 on both sides, cut to the first T steps, SiLU, .to(x's dtype)."""
+    padded K − 1 on both sides, cut to the first T steps, SiLU, .to(x's dtype). kernel:
+    causal-conv1d's CausalConv1dFn with the SiLU fused (ops.causal_conv1d_fn), what the
+    installed package runs on CUDA."""
     Kc, T = m["Kc"], x.shape[-1]
     with m.module("conv1d"):
         w = m.param("weight", channels, Dim.const(1), Kc)
         b = m.param("bias", channels) if bias else None
+        if kernel:
+            return ops.causal_conv1d_fn(x, w, b)
         out = ops.conv1d_depthwise(ops.to(x, w.dtype), w, b, Kc.value - 1)
     return ops.to(ops.silu(ops.narrow(out, 2, 0, T)), x.dtype)
 
 
 def mamba_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
-                dt_norms: bool = False) -> Tensor:
+                dt_norms: bool = False, weightless: bool = False) -> Tensor:
     """MambaMixer.forward in training without kernels: in_proj, the convolution over the
     first half (the second is the gate z), x_proj into dt, B, C; dt_proj's weight times dt
     (a matmul, its bias added inside the scan), the scan, out_proj. dt_norms:
     JambaMambaMixer's RMSNorms over dt, B and C (dt_layernorm, b_layernorm, c_layernorm)
-    after the split. Sizes: the Builder's Di, N, R, Kc."""
+    after the split; weightless: FalconMambaMixer's FalconMambaWeightlessRMSNorm there
+    instead (weightless_rms_norm). Sizes: the Builder's Di, N, R, Kc."""
     Di, N, R, E = m["Di"], m["N"], m["Rd"], m["E"]
     dtype = x.dtype
     proj = ops.transpose(m.linear("in_proj", x, 2 * Di, bias), 1, 2)
     A = ops.neg(ops.exp(ops.to(m.param("A_log", Di, N), F32)))
-    if m.run.device == "cuda" and not dt_norms:  # training on CUDA: mamba_ssm's kernel
+    if m.run.device == "cuda" and (weightless or not dt_norms):
+        # training on CUDA: mamba_ssm's kernel (FalconMambaMixer's with its norms' weights)
         return _mamba_inner(m, proj, A, conv_bias, bias)
+    # JambaMambaMixer on CUDA: causal-conv1d's and mamba_ssm's kernels where installed, the
+    # rest as on the CPU
+    kernels = m.run.device == "cuda"
     hs, gate = ops.split(proj, Di, 1)
-    hs = causal_conv1d(m, hs, Di, conv_bias)
+    hs = causal_conv1d(m, hs, Di, conv_bias, kernel=kernels)
     xp = m.linear("x_proj", ops.transpose(hs, 1, 2), R + 2 * N, False)
     dt, Bm, Cm = (ops.narrow(xp, -1, start, n) for start, n in (
         (0, R), (R.value, N), (R.value + N.value, N)))
     if dt_norms:
-        dt, Bm, Cm = (rms_norm(m, name, t) for name, t in (
-            ("dt_layernorm", dt), ("b_layernorm", Bm), ("c_layernorm", Cm)))
+        dt, Bm, Cm = ((weightless_rms_norm(m, name, t) if weightless else rms_norm(m, name, t))
+                      for name, t in (("dt_layernorm", dt), ("b_layernorm", Bm),
+                                      ("c_layernorm", Cm)))
     if dt_norms and m.run.lora is not None and m.run.lora.quant:
         # JambaMambaMixer on a quantised model (config._is_quantized): "a hack to properly
         # call the nn.Linear module", (dt_proj(time_step) - dt_proj.bias).transpose(1, 2):
@@ -139,9 +154,23 @@ def mamba_mixer(m: Builder, x: Tensor, conv_bias: bool, bias: bool,
         with m.module("dt_proj"):
             time_step = ops.matmul(m.param("weight", Di, R), ops.transpose(dt, 1, 2))
             dt_bias = ops.to(m.param("bias", Di), F32)
-    y = _selective_scan(m, hs, time_step, A, Bm, Cm, ops.to(m.param("D", Di), F32), gate,
-                        dt_bias)
+    D = ops.to(m.param("D", Di), F32)
+    if kernels:  # mamba_ssm's selective_scan_fn(u, dt, A, B.T, C.T, D, z=gate, ...)
+        y = ops.selective_scan_fn(hs, time_step, A, ops.transpose(Bm, 1, 2),
+                                  ops.transpose(Cm, 1, 2), D, gate, dt_bias, m["Tq"])
+    else:
+        y = _selective_scan(m, hs, time_step, A, Bm, Cm, D, gate, dt_bias)
     return m.linear("out_proj", ops.to(ops.transpose(y, 1, 2), dtype), E, bias)
+
+
+def weightless_rms_norm(m: Builder, name: str, x: Tensor) -> Tensor:
+    """FalconMambaWeightlessRMSNorm.forward: _norm(x.float()).type_as(x), where _norm(y) =
+    y * rsqrt(y.pow(2).mean(-1, keepdim=True) + eps); its weight is a buffer of ones the
+    forward never reads (no parameter, nothing kept for it)."""
+    with m.module(name):
+        y = ops.to(x, F32)
+        return ops.to(ops.mul(y, ops.rsqrt(ops.add(ops.mean(ops.pow(y, 2.0)), 1e-6))),
+                      x.dtype)
 
 
 def _mamba_inner(m: Builder, proj: Tensor, A: Tensor, conv_bias: bool, bias: bool) -> Tensor:

@@ -50,7 +50,7 @@ from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import BOOL, F32, I32, I64, Tensor
 
 ROUTERS = ("mixtral", "qwen", "sparsemixer")
-SIGMOID_ROUTERS = ("hy_v3", "dots1", "beam")
+SIGMOID_ROUTERS = ("hy_v3", "dots1", "beam", "minimax_m2")
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,11 @@ class Moe(llama.Llama):
     sigmoid of fp32 logits, its top-k chosen with autograd on (sigmoid_router);
     shared_experts: their ungated MLP of Fs (n_shared · moe_intermediate_size) added after
     the experts (HYV3MoE, Dots1MoE, Cohere2MoeSparseMoeBlock); router "cohere2_moe": a
-    softmax over the top-k logits (cohere.py's CohereMoe)."""
+    softmax over the top-k logits (cohere.py's CohereMoe); router "aria" (AriaTextMoELayer,
+    models/aria/modeling_aria.py): AriaTextTopKRouter, self.router, the same softmax in the
+    logits' dtype, AriaExperts' weights stored transposed (X, E, 2·Fe) and (X, Fe, E), read
+    by `@` (grouped_mm: is_transposed), and AriaSharedExpertsMLP (shared_experts, Fs)
+    added after the experts."""
 
     X: int = 1
     K: int = 1
@@ -98,8 +102,10 @@ def _stack(m: Builder, cfg: Moe, layer: Callable[[Tensor, llama.Mlp], Tensor], h
     """The decoder layers: all sparse (traced until one repeats, L a symbol), or the
     pattern's layers one by one (L is then the pattern's length)."""
 
+    router = "router" if cfg.router == "aria" else "gate"
+
     def sparse(x: Tensor) -> Tensor:
-        return layer(x, lambda m, c, y: sparse_moe_block(m, cfg, y))
+        return layer(x, lambda m, c, y: sparse_moe_block(m, cfg, y, router=router))
 
     if not cfg.pattern:
         return m.layers("layers", sparse, h, extras)
@@ -117,19 +123,24 @@ def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor, name: str = "mlp",
     N = B * T
     with m.module(name):
         # HunYuanMoEV1Moe: hidden_states_mlp = self.shared_mlp(hidden_states), first
-        ungated = llama._mlp(m, cfg, x, "shared_mlp", "Fs") if cfg.shared_mlp else None
+        # (Ernie4_5_MoeSparseMoeBlock: shared_output = self.shared_experts(hidden_states))
+        ungated = llama._mlp(m, cfg, x, "shared_experts" if cfg.router == "ernie4_5_moe"
+                             else "shared_mlp", "Fs") if cfg.shared_mlp else None
         flat = ops.view(x, (N, E))  # hidden_states.view(-1, hidden_dim)
         shared = (llama._mlp(m, cfg, flat, "shared_expert", "Fs") if cfg.shared_expert
                   else None)
         weights, chosen = (_sparsemixer(m, flat) if cfg.router == "sparsemixer"
-                           else _topk_softmax_router(m, flat, router)
-                           if cfg.router == "cohere2_moe"
+                           else _topk_softmax_router(m, flat, router,
+                                                     fp32=cfg.router == "cohere2_moe")
+                           if cfg.router in ("cohere2_moe", "aria")
                            else sigmoid_router(m, cfg, flat, router)
                            if cfg.router in SIGMOID_ROUTERS
+                           else _ernie_router(m, flat, router)
+                           if cfg.router == "ernie4_5_moe"
                            else _router(m, cfg, flat, router))
         with m.module("experts"):
             run = grouped_experts if cfg.grouped else eager_experts
-            out = run(m, flat, chosen, weights)
+            out = run(m, flat, chosen, weights, transposed=cfg.router == "aria")
         if getattr(cfg, "shared_experts", False):  # (Jamba's config is not a Moe)
             out = _shared_experts(m, cfg, x, out)
         if shared is not None:
@@ -140,17 +151,41 @@ def sparse_moe_block(m: Builder, cfg: Moe, x: Tensor, name: str = "mlp",
         return out if ungated is None else ops.add(out, ungated)
 
 
-def _topk_softmax_router(m: Builder, flat: Tensor, name: str = "gate"
+def _topk_softmax_router(m: Builder, flat: Tensor, name: str = "gate", fp32: bool = True
                          ) -> tuple[Tensor, Tensor]:
     """Cohere2MoeTopKRouter.forward (expert_selection_fn softmax): router_logits =
     F.linear(hidden_states, self.weight); torch.topk(router_logits, top_k) (its values
     used: topk keeps the indices); F.softmax(router_scores, dim=1, dtype=torch.float),
-    .to(hidden_states.dtype). Returns (scores, indices), (B·T, K) each."""
+    .to(hidden_states.dtype); AriaTextTopKRouter.forward (fp32 False): the softmax in the
+    logits' dtype. Returns (scores, indices), (B·T, K) each."""
     with m.module(name):
         w = _as_read(m, [("weight", m.param("weight", m["X"], flat.shape[-1]), 1)],
                      scoped=False)["weight"]()
         values, indices = ops.topk(ops.linear(flat, w), m["K"])
+        if not fp32:
+            return ops.softmax(values), indices
         return ops.to(ops.softmax(values, F32), flat.dtype), indices
+
+
+def _ernie_router(m: Builder, flat: Tensor, name: str = "gate") -> tuple[Tensor, Tensor]:
+    """Ernie4_5_MoeTopKRouter.forward, autocast off: router_logits =
+    F.linear(hidden_states.float(), self.weight.float()) (copies where the model is 16-bit);
+    softmax(dim=1, dtype=float); the experts ranked on it + moe_statics'
+    e_score_correction_bias (a frozen fp32 parameter) by torch.topk, only its indices used
+    (the ranking keeps nothing, as sigmoid_router's); the probabilities gathered, divided by
+    clamp(their sum, min=moe_norm_min), cast to the input's dtype. Returns (weights,
+    indices), (B·T, K) each."""
+    N, K = flat.shape[0], m["K"]
+    with m.module(name), autocast.disabled(m.trace):
+        w = _as_read(m, [("weight", m.param("weight", m["X"], flat.shape[-1]), 1)],
+                     scoped=False)["weight"]()
+        probs = ops.softmax(ops.linear(ops.to(flat, F32), ops.to(w, F32)), F32)
+        with m.trace.no_grad():
+            chosen = m.trace.tensor((N, K), I64, False)
+        weights = ops.gather(probs, -1, chosen)
+        total = ops.clamp(ops.sum_dim(weights, -1, keepdim=True))  # min=moe_norm_min
+        weights = ops.div(weights, total)
+    return ops.to(weights, flat.dtype), chosen
 
 
 def _shared_experts(m: Builder, cfg: Moe, x: Tensor, routed: Tensor) -> Tensor:
@@ -159,7 +194,8 @@ def _shared_experts(m: Builder, cfg: Moe, x: Tensor, routed: Tensor) -> Tensor:
     nothing either way): (routed_output.float() + self.shared_experts(hidden_states).float())
     .to(hidden_states.dtype) on the flattened tokens; Dots1MoE: the experts' output viewed
     back to (B, T, E) plus self.shared_experts(residuals)."""
-    if cfg.router == "dots1":
+    if cfg.router in ("dots1", "aria"):  # (AriaTextMoELayer: expert_output
+        # .view(original_shape) + self.shared_experts(hidden_states.view(original_shape)))
         shared = llama._mlp(m, cfg, x, "shared_experts", "Fs")
         return ops.view(ops.add(ops.view(routed, x.shape), shared), routed.shape)
     flat = ops.view(x, routed.shape)
@@ -180,16 +216,24 @@ def sigmoid_router(m: Builder, cfg: Moe, flat: Tensor, name: str = "gate"
     discarded values, nothing of it stays held (measured: tests/test_graph_moe_more.py), and
     the indices stay as gather's; the weights scores.gather(1, top_k_index) divided by their
     sum + 1e-20 (HYV3's always, a new tensor; Dots1's with norm_topk_prob, in place), times
-    the scaling factor (a number). BeamTopKRouter: Dots1's. Returns (fp32 weights,
-    indices), (B·T, K) each."""
+    the scaling factor (a number). BeamTopKRouter: Dots1's. MiniMaxM2TopKRouter
+    (models/minimax_m2/modeling_minimax_m2.py): F.linear(hidden_states.to(weight.dtype),
+    weight), sigmoid(router_logits.float()), ranked on it + the block's
+    e_score_correction_bias, the gathered weights divided by their sum in place, no
+    scaling. Returns (fp32 weights, indices), (B·T, K) each."""
     N, X, K = flat.shape[0], m["X"], m["K"]
     with m.module(name):
         w = _as_read(m, [("weight", m.param("weight", X, flat.shape[-1]), 1)],
                      scoped=False)["weight"]()
-        scores = ops.sigmoid(ops.linear(ops.to(flat, F32), ops.to(w, F32)))
+        if cfg.router == "minimax_m2":
+            scores = ops.sigmoid(ops.to(ops.linear(ops.to(flat, w.dtype), w), F32))
+        else:
+            scores = ops.sigmoid(ops.linear(ops.to(flat, F32), ops.to(w, F32)))
         with m.trace.no_grad():
             chosen = m.trace.tensor((N, K), I64, False)
         weights = ops.gather(scores, 1, chosen)
+        if cfg.router == "minimax_m2":  # top_k_weights /= top_k_weights.sum(-1, keepdim)
+            return ops.div_(weights, ops.sum_dim(weights, -1, keepdim=True)), chosen
         if cfg.router == "hy_v3" or cfg.norm_topk:
             total = ops.add(ops.sum_dim(weights, -1, keepdim=True), 1e-20)
             weights = ops.div(weights, total) if cfg.router == "hy_v3" else \
@@ -256,21 +300,24 @@ def _sparsemixer(m: Builder, flat: Tensor) -> tuple[Tensor, Tensor]:
 
 def eager_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
                   act: Callable[[Tensor], Tensor] = ops.silu, fp32_gate: bool = False,
-                  apply_gate: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
+                  apply_gate: Callable[[Tensor, Tensor], Tensor] | None = None,
+                  transposed: bool = False) -> Tensor:
     """MixtralExperts.forward (the Qwen experts' is the same; Gemma4TextExperts' with
     act GELU), its loop over the experts hit run once for all n = K·B·T slots (module
     docstring). fp32_gate: the class's _apply_gate in fp32 (BeamExperts: _gate);
-    apply_gate: a class's own _apply_gate(gate, up) (DeepseekV4Experts' clamps)."""
-    gate_up, down = _expert_weights(m, flat.shape[-1])
+    apply_gate: a class's own _apply_gate(gate, up) (DeepseekV4Experts' clamps);
+    transposed: AriaExperts' (in, out) slices, current_state @ self.gate_up_proj[e]."""
+    gate_up, down = _expert_weights(m, flat.shape[-1], transposed)
+    mm = ops.matmul if transposed else ops.linear
     n = chosen.shape[0] * chosen.shape[1]
     final = m.trace.tensor(flat.shape, flat.dtype, False)  # torch.zeros_like(hidden_states)
     with m.trace.no_grad():  # torch.where(expert_mask[expert_idx]): (top_k_pos, token_idx)
         pairs = m.trace.tensor((n, Dim.const(2)), I64, False)
     top_k_pos, token_idx = (ops.select(pairs, 1, j) for j in (0, 1))
     state = ops.index(flat, [token_idx])
-    gate, up = ops.split(ops.linear(state, _expert_slice(m, gate_up())), m["Fe"], -1)
+    gate, up = ops.split(mm(state, _expert_slice(m, gate_up())), m["Fe"], -1)
     h = apply_gate(gate, up) if apply_gate else _gate(m, gate, up, act, fp32_gate)
-    h = ops.linear(h, _expert_slice(m, down()))
+    h = mm(h, _expert_slice(m, down()))
     h = ops.mul(h, ops.unsqueeze(ops.index(weights, [token_idx, top_k_pos]), -1))
     return ops.index_add_(final, token_idx, ops.to(h, final.dtype))
 
@@ -292,12 +339,18 @@ def _expert_slice(m: Builder, w: Tensor) -> Tensor:
 
 def grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
                     act: Callable[[Tensor], Tensor] = ops.silu, fp32_gate: bool = False,
-                    apply_gate: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
+                    apply_gate: Callable[[Tensor, Tensor], Tensor] | None = None,
+                    transposed: bool = False) -> Tensor:
     """grouped_mm_experts_forward (integrations/moe.py), the weights not transposed
-    (is_transposed False: weight.transpose(-2, -1), a view); act: the experts' act_fn;
-    fp32_gate: the class's _apply_gate in fp32 (_gate); apply_gate: a class's own."""
+    (is_transposed False: weight.transpose(-2, -1), a view; transposed: AriaExperts', read
+    as they are); act: the experts' act_fn; fp32_gate: the class's _apply_gate in fp32
+    (_gate); apply_gate: a class's own."""
     X, E, Fe = m["X"], flat.shape[-1], m["Fe"]
-    read_gate_up, read_down = _expert_weights(m, E)
+    read_gate_up, read_down = _expert_weights(m, E, transposed)
+
+    def t(w: Tensor) -> Tensor:
+        return w if transposed else ops.transpose(w, -2, -1)
+
     N, K = chosen.shape
     n = N * K
     sample_weights = ops.reshape(weights, (n,))
@@ -311,12 +364,11 @@ def grouped_experts(m: Builder, flat: Tensor, chosen: Tensor, weights: Tensor,
     sample_weights = ops.index(sample_weights, [perm])
     # _grouped_mm(input.to(weight.dtype), weight, offs): the input is in the weights' dtype
     gate_up = read_gate_up()
-    h = ops.grouped_mm(ops.to(selected, gate_up.dtype), ops.transpose(gate_up, -2, -1),
-                       offsets)
+    h = ops.grouped_mm(ops.to(selected, gate_up.dtype), t(gate_up), offsets)
     gate, up = ops.split(h, Fe, -1)  # self._apply_gate
     a = apply_gate(gate, up) if apply_gate else _gate(m, gate, up, act, fp32_gate)
     down = read_down()
-    h = ops.grouped_mm(ops.to(a, down.dtype), ops.transpose(down, -2, -1), offsets)
+    h = ops.grouped_mm(ops.to(a, down.dtype), t(down), offsets)
     weighted = ops.mul(h, ops.unsqueeze(sample_weights, -1))
     with m.trace.no_grad():  # inv_perm[perm] = arange(S)
         inv_perm = m.trace.tensor((n,), I64, False)
@@ -341,14 +393,16 @@ def _gate(m: Builder, gate: Tensor, up: Tensor, act: Callable[[Tensor], Tensor],
 Read = Callable[[], Tensor]
 
 
-def _expert_weights(m: Builder, E: Dim) -> tuple[Read, Read]:
+def _expert_weights(m: Builder, E: Dim, transposed: bool = False) -> tuple[Read, Read]:
     """MixtralExperts' 3-D gate_up_proj (X, 2·Fe, E) and down_proj (X, E, Fe) as the
-    forward reads them. peft 0.21 wraps gate_up_proj first (its parameters' order), so
+    forward reads them (transposed: AriaExperts' (X, E, 2·Fe) and (X, Fe, E)). peft 0.21
+    wraps gate_up_proj first (its parameters' order), so
     down_proj's ParamWrapper is the outer one and registers first; gate_up_proj's adapter
     has twice the rank (gate and up fused: rank_pattern 2·r, alpha_pattern 2·alpha)."""
     X, Fe = m["X"], m["Fe"]
-    gate_up = m.param("gate_up_proj", X, 2 * Fe, E)
-    down = m.param("down_proj", X, E, Fe)
+    gate_up = m.param("gate_up_proj", X, E, 2 * Fe) if transposed else \
+        m.param("gate_up_proj", X, 2 * Fe, E)
+    down = m.param("down_proj", X, Fe, E) if transposed else m.param("down_proj", X, E, Fe)
     reads = _as_read(m, [("down_proj", down, 1), ("gate_up_proj", gate_up, 2)])
     return reads["gate_up_proj"], reads["down_proj"]
 

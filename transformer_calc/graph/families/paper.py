@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from transformer_calc.graph import lora as peft
 from transformer_calc.graph import ops
 from transformer_calc.graph.modules import Builder
 from transformer_calc.graph.sdpa import scaled_dot_product_attention
@@ -112,6 +113,13 @@ def _attention(m: Builder, cfg: Paper, name: str, x: Tensor, memory: Tensor | No
     with m.module(name):
         w = m.param("in_proj_weight", 3 * E, E)
         b = m.param("in_proj_bias", 3 * E)
+        with m.module("out_proj"):
+            w_o, b_o = m.param("weight", E, E), m.param("bias", E)
+        adapted = m.run.lora is not None and m.run.lora.adapts(m.trace.scope)
+        if adapted:
+            w = _merged(m, w)
+            with m.module("out_proj"):
+                w_o = _merged(m, w_o)
         q_in = ops.transpose(x, 0, 1)
         if memory is None:
             proj = ops.linear(q_in, w, b)
@@ -131,5 +139,25 @@ def _attention(m: Builder, cfg: Paper, name: str, x: Tensor, memory: Tensor | No
         out = scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=cfg.dropout)
         out = ops.view(ops.contiguous(ops.permute(out, (2, 0, 1, 3))), (T * B, E))
         with m.module("out_proj"):
-            o = ops.linear(out, m.param("weight", E, E), m.param("bias", E))
-        return ops.transpose(ops.view(o, (T, B, E)), 0, 1)
+            o = ops.linear(out, w_o, b_o)
+        o = ops.transpose(ops.view(o, (T, B, E)), 0, 1)
+        # lora.MultiheadAttention.forward: result[0].to(previous_dtype), the query's (under
+        # autocast a copy: the projection's 16-bit output back to the fp32 stream)
+        return ops.to(o, x.dtype) if adapted else o
+
+
+def _merged(m: Builder, w: Tensor) -> Tensor:
+    """peft 0.21's lora.MultiheadAttention (peft/tuners/lora/layer.py), which adapts
+    nn.MultiheadAttention whole: forward merges, in_proj first, then out_proj (whose own
+    forward multi_head_attention_forward never calls), weight.data.detach() + the delta
+    (lora_B.weight @ lora_A.weight · scaling, the adapters fp32, to the weight's dtype) in
+    place of the parameter, runs the module, and unmerges; the merged weights are tensors
+    that require a gradient, which the projections keep for backward."""
+    lora = m.run.lora
+    assert lora is not None
+    r = m["r"]
+    with m.module("lora_A"):
+        a = m.param("weight", r, w.shape[1], adapter=True)
+    with m.module("lora_B"):
+        b = m.param("weight", w.shape[0], r, adapter=True)
+    return ops.add(w, peft.delta_weight(w, a, b, lora.rank))
