@@ -448,6 +448,9 @@ def _interleaved_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, dr: Dim
         rest = x.shape[-1] + dr * -1
         return ops.cat([embed, ops.narrow(x, -1, dr.value, rest)], -1)
 
+    return rotate(q), rotate(k)
+
+
 def glm_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
     """Ernie 4.5 MoE's apply_rotary_pos_emb (models/ernie4_5_moe/modeling_ernie4_5_moe.py,
     "glm rope style"): the fp32 cos and sin cut to their first half and
