@@ -3969,6 +3969,36 @@ def _nope_full_layers(c: Config, model_type: str) -> dict[str, Any]:
     return out | layers
 
 
+def _laguna(c: Config) -> dict[str, Any]:
+    """LagunaForCausalLM: the generic record with its layers' kinds (layer_types: full by
+    default, sliding ones windowed by sliding_window), the full layers' rotated fraction
+    (rope_parameters["full_attention"]'s partial_rotary_factor, 0.5 by default; the sliding
+    layers' must be their default 1.0), the output gate's granularity (gating True or
+    "per-head": one softplus gate per head; "per-element": one per channel) and the router:
+    LagunaTopKRouter's sigmoid scores, the gathered top-k divided by their sum and cast to the
+    model's dtype (router_topk renorm_cast); with moe_router_logit_softcapping, none (left to
+    the per-tensor rules)."""
+    out = _generic(c, GENERIC["laguna"])
+    rope = c.data.get("rope_parameters")
+    fractions = {}
+    for kind, default in (("full_attention", 0.5), ("sliding_attention", 1.0)):
+        params = rope.get(kind) if isinstance(rope, dict) else None
+        value = params.get("partial_rotary_factor") if isinstance(params, dict) else None
+        fractions[kind] = default if value is None else value
+    if "S" in out.get("layer_attention", "") and fractions["sliding_attention"] != 1.0:
+        raise SpecError("rope_parameters", "a sliding_attention partial_rotary_factor of 1.0 "
+                        "(sliding layers rotating part of each head are not modelled)",
+                        fractions["sliding_attention"], source=c.where)
+    gating = c.t("gating", True)
+    if gating not in (True, "per-head", "per-element"):
+        raise SpecError("gating", "true, \"per-head\" or \"per-element\"", gating,
+                        source=c.where)
+    return out | {"rotary_fraction": float(fractions["full_attention"]),
+                  "attn_gate": "width" if gating == "per-element" else "head",
+                  "router_topk": "none" if c.t("moe_router_logit_softcapping", 0.0)
+                  else "renorm_cast"}
+
+
 def _dots1(c: Config) -> dict[str, Any]:
     """Dots1ForCausalLM: the generic record, with the keys Dots1Config leaves null checked
     (n_routed_experts, num_experts_per_tok and n_shared_experts are read by every MoE layer)
@@ -4259,7 +4289,7 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
   | {model_type: partial(_t5, r=r) for model_type, r in T5S.items()} \
   | {t: partial(_nope_full_layers, model_type=t) for t in _NOPE_FULL} \
   | {"olmo_hybrid": _olmo_hybrid, "dots1": _dots1, "longcat_flash": _longcat_flash,
-     "dbrx": _dbrx, "kimi_linear": _kimi_linear,
+     "laguna": _laguna, "dbrx": _dbrx, "kimi_linear": _kimi_linear,
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
      "ministral": _ministral, "cohere2": _cohere2, "cohere2_moe": _cohere2_moe,

@@ -1589,6 +1589,8 @@ class _Namer:
             return "output_gate" if role == "sigmoid.result" else "gated_out"
         if self.output_gate and role == "mul.other" and not _has(st.numel.poly, ("B",)):
             return "query_scale"  # Beam's full layers: q.float() * attention_scaling
+        if self.output_gate and role in ("softplus.self", "mul.other"):
+            return "output_gate"  # Laguna: out * softplus(g_proj(x).float()).to(out's dtype)
         if self.out_gate and (role == "sigmoid.result"
                               or role == "mul.other" and st.op == "sigmoid"):
             return "out_gate"  # Qwen3-Next: the output times sigmoid(gate)

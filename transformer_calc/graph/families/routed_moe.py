@@ -1,6 +1,6 @@
-"""K-EXAONE, Kolibri1 and AFMoE as transformers 5.23 runs them: Llama-shaped decoders whose
-sliding layers rotate Q and K and whose full layers run without RoPE, experts routed by a
-sigmoid router with ungated shared experts beside them.
+"""K-EXAONE, Kolibri1, AFMoE and Laguna as transformers 5.23 runs them: Llama-shaped decoders
+whose sliding layers rotate Q and K (and whose full layers run without RoPE, Laguna's with
+part of it), experts routed by a sigmoid router with ungated shared experts beside them.
 
 models/exaone_moe/modeling_exaone_moe.py (ExaoneMoeForCausalLM): q_norm and k_norm per head
 after the transpose; RoPE where sliding_window is None or the layer slides; the first
@@ -27,6 +27,17 @@ expert_bias, the chosen scores gathered and divided by their sum + 1e-20, a new 
 times route_scale, a number; peft 0.21 converts its gate.weight as Mixtral's router
 parameter), shared_experts on the flattened tokens plus the experts'.
 
+models/laguna/modeling_laguna.py (LagunaForCausalLM): pre-norm layers, q_norm and k_norm per
+head before the transpose, a rotary table per layer type (the full layers' over the first
+2 · ceil(int(head_dim · partial_rotary_factor) / 2) lanes, the rest concatenated back; the
+sliding layers' over all of them, concatenated with the empty rest: a copy), the attention
+output times F.softplus(g_proj(x).float()) cast back (one gate per head, broadcast over its
+channels, or one per channel), o_proj biased with attention_bias; dense layers where
+mlp_layer_types says, the rest LagunaSparseMoeBlock: shared_experts on the flattened tokens,
+LagunaTopKRouter (F.linear in the model's dtype, .float(), sigmoid, the top-k of the scores
+plus e_score_correction_bias, the gathered scores over their sum, a new tensor, cast to the
+input's dtype), the experts times moe_routed_scaling_factor (a number), plus the shared output.
+
 Shared with Llama (families/llama.py): RMSNorm, the rotary tables, rotate_half, repeat_kv, the
 masks, the eager, SDPA and flash interfaces, the loss; with moe.py: the experts' loop or
 grouped_mm, peft's parametrised router and experts."""
@@ -47,7 +58,8 @@ NORMS = {"exaone_moe": ("input_layernorm", "", "post_attention_layernorm", ""),
          "kolibri1": ("input_layernorm", "post_self_attn_layernorm",
                       "post_attention_layernorm", "post_mlp_layernorm"),
          "afmoe": ("input_layernorm", "post_attention_layernorm", "pre_mlp_layernorm",
-                   "post_mlp_layernorm")}
+                   "post_mlp_layernorm"),
+         "laguna": ("input_layernorm", "", "post_attention_layernorm", "")}
 
 
 @dataclass(frozen=True)
@@ -61,10 +73,13 @@ class RoutedMoe(moe.Moe):
 
     model: str = "exaone_moe"
 
+    gate_width: str = "head"  # Laguna's softplus gate: one per head, or "width" per channel
+
     @property
     def output_gate(self) -> bool:
-        """AFMoE's sigmoid gate on the attention output (names.py reads it)."""
-        return self.model == "afmoe"
+        """AFMoE's sigmoid gate, Laguna's softplus gate on the attention output (names.py
+        reads it)."""
+        return self.model in ("afmoe", "laguna")
 
     @property
     def norm_roles(self) -> dict[str, str]:
@@ -85,15 +100,21 @@ def forward(m: Builder, cfg: RoutedMoe) -> Tensor:
     with m.module("model"):
         h = m.embedding("embed_tokens", ids, V, E)
         positions = tr.tensor((T,), I64, False)
-        cos, sin = llama.rotary_tables(m, h)
+        # the rotary tables: one for the model, Laguna's one per layer type (its full
+        # layers' of the rotated width dr)
+        tables: dict[str, tuple[Tensor, Tensor]] = {}
+        for k in sorted(set(kinds) - {"N"}):
+            wide = cfg.partial_rotary and k == "F"
+            tables[k] = llama.rotary_tables(m, h, width=m["dr"] if wide else None) \
+                if cfg.model == "laguna" or not tables else next(iter(tables.values()))
         # causal_mask_mapping: the full layers' causal mask, the sliding ones' windowed
         masks = {k: llama.attention_mask(m, h, "S" if k == "S" else "F", cfg.window)
                  for k in sorted(set(kinds))}
         for i, (kind, ffn) in enumerate(zip(kinds, pattern, strict=True)):
-            mask = masks[kind]
-            extras = (positions, cos, sin) + (() if mask is None else (mask,))
+            mask, table = masks[kind], tables.get(kind)
+            extras = (positions, *(table or ())) + (() if mask is None else (mask,))
             with m.module(f"layers.{i}"), tr.in_layer(i, (h, *extras)):
-                h = _layer(m, cfg, h, (cos, sin) if kind == "S" else None, mask, kind, ffn)
+                h = _layer(m, cfg, h, table, mask, kind, ffn)
         h = llama.rms_norm(m, "norm", h, cfg.norm_fp32)
     with m.module("lm_head"):
         w = m.tied("model.embed_tokens.weight") if cfg.tied else m.param("weight", V, E)
@@ -136,10 +157,15 @@ def _attention(m: Builder, cfg: RoutedMoe, x: Tensor, table: tuple[Tensor, Tenso
         return y
 
     q, k, v = heads("q_proj", H, "q_norm"), heads("k_proj", Hkv, "k_norm"), heads("v_proj", Hkv)
-    gate = m.linear("gate_proj", x, H * dh, False) if cfg.output_gate else None
+    gate = m.linear("gate_proj", x, H * dh, False) if cfg.model == "afmoe" else None
     if table is not None:  # apply_rotary_pos_emb
         cos, sin = (ops.unsqueeze(t, 1) for t in table)
-        q, k = llama.apply_rotary(q, cos, sin), llama.apply_rotary(k, cos, sin)
+        if cfg.partial_rotary and kind == "F":  # Laguna's full layers: cat([rotated, pass])
+            q, k = (llama._partial_rotary(t, cos, sin, m["dr"]) for t in (q, k))
+        else:
+            q, k = llama.apply_rotary(q, cos, sin), llama.apply_rotary(k, cos, sin)
+            if cfg.rope_concat:  # Laguna's: torch.cat([q_embed, q_pass]), the pass empty
+                q, k = ops.cat([q], -1), ops.cat([k], -1)
     if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
         k, v = (ops.cat([t], -2) for t in (k, v))
     G = m["G"]
@@ -157,6 +183,12 @@ def _attention(m: Builder, cfg: RoutedMoe, x: Tensor, table: tuple[Tensor, Tenso
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
     if gate is not None:  # output * torch.sigmoid(gate_states)
         out = ops.mul(out, ops.sigmoid(gate))
+    if cfg.model == "laguna":  # F.softplus(self.g_proj(hidden_states).float()).to(dtype)
+        head = cfg.gate_width == "head"
+        g = m.linear("g_proj", x, H if head else H * dh, False)
+        g = ops.to(ops.softplus(ops.to(g, F32)), out.dtype)
+        out = ops.view(ops.mul(ops.view(out, (B, T, H, dh)), ops.unsqueeze(g, -1)),
+                       (B, T, H * dh)) if head else ops.mul(out, g)
     return m.linear("o_proj", out, m["E"], cfg.bias_o)
 
 
@@ -165,6 +197,8 @@ def _moe_block(m: Builder, cfg: RoutedMoe, x: Tensor) -> Tensor:
     AfmoeSparseMoeBlock.forward."""
     if cfg.model == "exaone_moe":
         return moe.sparse_moe_block(m, cfg, x)
+    if cfg.model == "laguna":
+        return _laguna_block(m, cfg, x)
     B, T, E = x.shape
     with m.module("mlp"):
         flat = ops.view(x, (B * T, E))
@@ -217,3 +251,29 @@ def _afmoe_router(m: Builder, flat: Tensor) -> tuple[Tensor, Tensor]:
         top = ops.gather(scores, 1, chosen)
         top = ops.div(top, ops.add(ops.sum_dim(top, -1, keepdim=True), 1e-20))
         return ops.mul(top, 1.0), chosen
+
+
+def _laguna_block(m: Builder, cfg: RoutedMoe, x: Tensor) -> Tensor:
+    """LagunaSparseMoeBlock.forward: the shared experts on the flattened tokens, the router,
+    the experts, their output times moe_routed_scaling_factor (a number), plus the shared
+    output, reshaped back."""
+    B, T, E = x.shape
+    N = B * T
+    with m.module("mlp"):
+        flat = ops.view(x, (N, E))
+        shared = llama._mlp(m, cfg, flat, "shared_experts", "Fs")
+        with m.module("gate"):
+            # LagunaTopKRouter: F.linear(hidden_states, self.weight).float(); sigmoid; the
+            # top-k of the scores plus e_score_correction_bias (its indices alone leave);
+            # the gathered scores over their sum (a new tensor), cast to the input's dtype
+            w = moe._as_read(m, [("weight", m.param("weight", m["X"], E), 1)],
+                             scoped=False)["weight"]()
+            scores = ops.sigmoid(ops.to(ops.linear(flat, w), F32))
+            with m.trace.no_grad():
+                chosen = m.trace.tensor((N, m["K"]), I64, False)
+            top = ops.gather(scores, -1, chosen)
+            top = ops.to(ops.div(top, ops.sum_dim(top, -1, keepdim=True)), flat.dtype)
+        with m.module("experts"):
+            run = moe.grouped_experts if cfg.grouped else moe.eager_experts
+            out = run(m, flat, chosen, top)
+        return ops.reshape(ops.add(ops.mul(out, 1.0), shared), (B, T, E))
