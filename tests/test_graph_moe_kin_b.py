@@ -6,7 +6,8 @@ Kolibri1 (kolibri1), AFMoE (afmoe) and Laguna (laguna) as families/routed_moe.py
 
 Fixture: tests/data/activations_moe_kin_b_cpu.jsonl (torch 2.13 CPU, transformers 5.23, peft
 0.21.2, saved_tensors_hooks, each storage still held at the end of the forward once,
-parameters excluded; transformers' eager experts), written by
+parameters excluded; transformers' eager experts, or grouped_mm where the row says), written
+by
 
     V=tests/data/hf/variants
     C="$V/glm4_moe-tiny.json $V/solar_open-tiny.json $V/glm4_moe_lite-tiny.json \\
@@ -16,13 +17,15 @@ parameters excluded; transformers' eager experts), written by
     python tools/measure_activations_hf.py --autocast $C   # fp32 under CPU autocast to bf16
     python tools/measure_activations_hf.py [--lora 8] $V/glm4_moe-odd-rotary.json
     python tools/measure_activations_hf.py [--lora 8 | --autocast] $V/laguna-tiny.json
+    python tools/measure_activations_hf.py --experts grouped_mm $C $V/laguna-tiny.json
 
 (B 2, T 64; OMP_NUM_THREADS=1; their tcalc_bytes dropped: the graph answers them). peft 0.21
-converts the qwen2_moe layouts' (all but Kolibri1's) routers and experts into ParamWrappers
+converts the qwen2_moe layouts' (all but Kolibri1's and Laguna's) routers and experts into ParamWrappers
 (trainable counts in the rows); memory_report builds that run itself, and the tests read the
 family and run it evaluates. The per-tensor rules (memory.activation_breakdown and
-lora_activations) on these 78 rows: -0.91 ... -0.21 % in full training, -0.90 ... +1.71 %
-under LoRA (AFMoE's router adapters), -15.2 ... -3.9 % under autocast.
+lora_activations) on these 106 rows: -0.94 ... -0.21 % in full training (either experts
+implementation), -0.90 ... +1.71 % under LoRA (AFMoE's router adapters), -15.2 ... -3.9 %
+under autocast.
 
 AFMoE's router is zero-initialised (AfmoePreTrainedModel._init_weights): every token's scores
 tie, and its top-k takes experts 0 and 1 in every layer of the measured model. Under autocast
@@ -101,14 +104,16 @@ def _idle_expert_copies(row: dict) -> int:
 
 
 def test_the_rows_cover_each_type() -> None:
-    # four full-training rows (eager and SDPA, fp32 and bf16), four LoRA all-linear and two
-    # under autocast per config (glm4_moe-odd-rotary: none under autocast)
+    # four full-training rows (eager and SDPA, fp32 and bf16) with each experts
+    # implementation, four LoRA all-linear and two under autocast per config
+    # (glm4_moe-odd-rotary: eager experts, no autocast)
     for config in CONFIGS:
         rows = [r for r in ROWS if r["config"] == config]
-        autocast = 0 if config == "glm4_moe-odd-rotary.json" else 2
-        assert len(rows) == 8 + autocast
+        odd = config == "glm4_moe-odd-rotary.json"
+        assert len(rows) == (8 if odd else 14)
         assert sum(bool(r["lora"]) for r in rows) == 4
-        assert sum(r.get("autocast") == "bf16" for r in rows) == autocast
+        assert sum(r.get("autocast") == "bf16" for r in rows) == (0 if odd else 2)
+        assert sum(r["experts"] == "grouped_mm" for r in rows) == (0 if odd else 4)
 
 
 def test_the_graph_memory_report_runs_equals_every_row(monkeypatch: pytest.MonkeyPatch
