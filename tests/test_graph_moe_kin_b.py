@@ -20,9 +20,9 @@ by
     python tools/measure_activations_hf.py --experts grouped_mm $C $V/laguna-tiny.json
 
 (B 2, T 64; OMP_NUM_THREADS=1; their tcalc_bytes dropped: the graph answers them). peft 0.21
-converts the qwen2_moe layouts' (all but Kolibri1's and Laguna's) routers and experts into ParamWrappers
-(trainable counts in the rows); memory_report builds that run itself, and the tests read the
-family and run it evaluates. The per-tensor rules (memory.activation_breakdown and
+converts the qwen2_moe layouts' routers and experts (all but Kolibri1's and Laguna's) into
+ParamWrappers (trainable counts in the rows); memory_report builds that run itself, and the
+tests read the family and run it evaluates. The per-tensor rules (memory.activation_breakdown and
 lora_activations) on these 106 rows: -0.94 ... -0.21 % in full training (either experts
 implementation), -0.90 ... +1.71 % under LoRA (AFMoE's router adapters), -15.2 ... -3.9 %
 under autocast.
@@ -227,6 +227,12 @@ def test_the_class_defaults_read_their_layer_kinds() -> None:
         "1S 1N 1S 1N"
     with pytest.raises(SpecError, match="sliding_window"):
         spec_from_hf({**exaone, "sliding_window": None})
+    # with layer_types listed, a null window rotates every layer, unwindowed: the rules answer
+    unwindowed = spec_from_hf({**exaone, "sliding_window": None,
+                               "layer_types": ["sliding_attention"] * 4})
+    assert (unwindowed.layer_attention, unwindowed.sliding_window) == ("4F", 0)
+    with pytest.raises(TcalcError):
+        family_of(unwindowed)
 
 
 def test_laguna_reads_its_gate_rope_and_router() -> None:

@@ -3947,11 +3947,17 @@ def _nope_full_layers(c: Config, model_type: str) -> dict[str, Any]:
     layer_types (or the class's rule, _NOPE_FULL) read as sliding layers with RoPE and full
     layers without (ExaoneMoeAttention and Kolibri1Attention rotate only where
     sliding_window is None or the layer slides, AfmoeAttention only where it slides). A null
-    sliding_window (every layer with RoPE, unwindowed) is refused."""
-    out = _generic(c, GENERIC[model_type])
+    sliding_window: K-EXAONE's layers listed in layer_types all rotate, unwindowed (F); else
+    refused (ExaoneMoeConfig derives no layer_types from it, Kolibri1Config refuses it)."""
+    # (the layer kinds read below, not as the generic record reads layer_types)
+    out = _generic(c.with_data({k: v for k, v in c.data.items() if k != "layer_types"}),
+                   GENERIC[model_type])
     key, period, window = _NOPE_FULL[model_type]
     L = out["n_layers"]
     data = dict(c.data)
+    null = "sliding_window" in c.data and c.data["sliding_window"] is None
+    if null and model_type == "exaone_moe" and isinstance(data.get("layer_types"), list):
+        return out | {"layer_attention": f"{L}F", "sliding_window": 0}
     if data.get("layer_types") is None:
         n = c.t(key, period) if key else period
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -3959,9 +3965,9 @@ def _nope_full_layers(c: Config, model_type: str) -> dict[str, Any]:
                             source=c.where)
         data["layer_types"] = ["full_attention" if (i + 1) % n == 0 else "sliding_attention"
                                for i in range(L)]
-    if "sliding_window" in c.data and c.data["sliding_window"] is None:
-        raise SpecError("sliding_window", "an integer >= 1 (null: RoPE in every layer, not "
-                        "modelled)", None, source=c.where)
+    if null:
+        raise SpecError("sliding_window", "an integer >= 1 (the class derives its sliding "
+                        "layers from it)", None, source=c.where)
     layers = _layer_attention(_Window(data, c.where, {"sliding_window": c.t(
         "sliding_window", window)}), L, None, None)
     # (full layers run without RoPE: N)
