@@ -3196,6 +3196,9 @@ def _router_topk(c: Config, kind: str) -> str:
         # cast to the input's dtype; its sigmoid selection is left to the per-tensor rules
         return "topk_softmax" if c.get("expert_selection_fn", "softmax") == "softmax" \
             else "none"
+    if kind == "kolibri1":  # Kolibri1TopKRouter: sigmoid of the top-k fp32 logits,
+        # renormalised (a new tensor) with norm_topk_prob (Kolibri1Config's default: false)
+        return "topk_sigmoid_renorm" if c.get("norm_topk_prob", False) else "topk_sigmoid"
     if kind == "dots1":  # Dots1TopkRouter: DeepSeek-V3's, norm_topk_prob false by default
         return "renorm" if c.get("norm_topk_prob", False) else "none"
     if kind == "renorm_cast":  # Qwen3_5MoeTopKRouter: always renormalised, then cast
@@ -3316,7 +3319,8 @@ GENERIC: dict[str, Layout] = {
     "minimax_m2": Layout("MiniMaxM2ForCausalLM", mlp_bias=False, qk_norm="width", moe=Moe(),
                          rotary=("partial_rotary_factor", 1.0)),
     "solar_open": Layout("SolarOpenForCausalLM", o_bias=False, mlp_bias=False,
-                         moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace")),
+                         moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace",
+                                 router_topk="deepseek")),
     # Hunyuan 3: QK-norm per head, a dense first layer then MoE with a shared expert
     "hy_v3": Layout("HYV3ForCausalLM", qk_norm="head",
                     needs=(("num_shared_experts", "HYV3MLP falls back to intermediate_size "
@@ -3325,12 +3329,16 @@ GENERIC: dict[str, Layout] = {
                              "experts are not modelled"),),
                     moe=Moe(shared="num_shared_experts", layer_types="mlp_layer_types",
                             dense_first=1)),
+    # GLM-4.5 (Glm4MoeConfig: partial_rotary_factor 0.5 unless the file says)
     "glm4_moe": Layout("Glm4MoeForCausalLM", o_bias=False, mlp_bias=False,
                        qk_norm="head", qk_norm_key="use_qk_norm",
-                       moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace")),
+                       rotary=("partial_rotary_factor", 0.5),
+                       moe=Moe(shared="n_shared_experts", first_dense="first_k_dense_replace",
+                               router_topk="deepseek")),
+    # K-EXAONE: sliding layers and full ones without RoPE (_nope_full_layers)
     "exaone_moe": Layout("ExaoneMoeForCausalLM", mlp_bias=False, qk_norm="head",
                          moe=Moe(shared="num_shared_experts",
-                                 first_dense="first_k_dense_replace")),
+                                 first_dense="first_k_dense_replace", router_topk="deepseek")),
     "jais2": Layout("Jais2ForCausalLM", ffn="plain", norm="layernorm"),
     # dots.llm1 (Dots1ForCausalLM): Qwen3's attention (QK-norm per head, biases on all four
     # projections by attention_bias) and DeepSeek-V3's MoE without latent attention: dense
@@ -3434,7 +3442,7 @@ GENERIC: dict[str, Layout] = {
     "youtu": Layout("YoutuForCausalLM", mlp_bias=False, mla=True),
     "glm4_moe_lite": Layout("Glm4MoeLiteForCausalLM", mlp_bias=False, mla=True,
                             moe=Moe(shared="n_shared_experts", layer_types="mlp_layer_types",
-                                    dense_first=1)),
+                                    dense_first=1, router_topk="deepseek")),
     "aria_text": Layout("AriaTextForCausalLM", mlp_bias=False,
                         refuse=(("mlp_bias", "biases on the shared experts alone are not "
                                  "modelled"),),
@@ -3442,8 +3450,11 @@ GENERIC: dict[str, Layout] = {
                         moe=Moe(experts=("moe_num_experts",), top_k=("moe_topk",),
                                 expert_ff="", shared="moe_num_shared_experts",
                                 router_topk="granitemoe_swa")),
+    # Kolibri1: sandwich norms, sliding layers and full ones without RoPE
+    # (_nope_full_layers), the sigmoid of the top-k logits renormalised with norm_topk_prob
     "kolibri1": Layout("Kolibri1ForCausalLM", mlp_bias=False, norms="sandwich",
-                       qk_norm="head", moe=Moe(shared_ff="shared_expert_intermediate_size")),
+                       qk_norm="head", moe=Moe(shared_ff="shared_expert_intermediate_size",
+                                               router_topk="kolibri1")),
     # MiniMax-M3: gpt-oss's clamped SwiGLU in every MLP (swiglu_alpha, swiglu_limit); its
     # text RoPE rotates int(head_dim · rope_parameters' partial_rotary_factor) of each head
     # (rotary_dim is not read)
@@ -3934,6 +3945,77 @@ def _needs(c: Config, key: str, why: str) -> None:
         raise SpecError(key, f"to be set ({why})", c.data.get(key), source=c.where)
 
 
+# the classes whose full layers run without RoPE when sliding layers are configured:
+# model_type -> (the key of the period of full layers, its class default, the class's
+# sliding_window); layer i is full when (i + 1) % period == 0 (ExaoneMoeConfig,
+# Kolibri1Config, AfmoeConfig.__post_init__, when the file has no layer_types)
+_NOPE_FULL = {"exaone_moe": ("sliding_window_pattern", 4, 4096),
+              "kolibri1": ("", 5, 513), "afmoe": ("global_attn_every_n_layers", 4, 1024)}
+
+
+def _nope_full_layers(c: Config, model_type: str) -> dict[str, Any]:
+    """ExaoneMoeForCausalLM, Kolibri1ForCausalLM, AfmoeForCausalLM: the generic record with
+    layer_types (or the class's rule, _NOPE_FULL) read as sliding layers with RoPE and full
+    layers without (ExaoneMoeAttention and Kolibri1Attention rotate only where
+    sliding_window is None or the layer slides, AfmoeAttention only where it slides). A null
+    sliding_window: K-EXAONE's layers listed in layer_types all rotate, unwindowed (F); else
+    refused (ExaoneMoeConfig derives no layer_types from it, Kolibri1Config refuses it)."""
+    # (the layer kinds read below, not as the generic record reads layer_types)
+    out = _generic(c.with_data({k: v for k, v in c.data.items() if k != "layer_types"}),
+                   GENERIC[model_type])
+    key, period, window = _NOPE_FULL[model_type]
+    L = out["n_layers"]
+    data = dict(c.data)
+    null = "sliding_window" in c.data and c.data["sliding_window"] is None
+    if null and model_type == "exaone_moe" and isinstance(data.get("layer_types"), list):
+        return out | {"layer_attention": f"{L}F", "sliding_window": 0}
+    if data.get("layer_types") is None:
+        n = c.t(key, period) if key else period
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise SpecError(key, "an integer >= 1 (every n-th layer is full attention)", n,
+                            source=c.where)
+        data["layer_types"] = ["full_attention" if (i + 1) % n == 0 else "sliding_attention"
+                               for i in range(L)]
+    if null:
+        raise SpecError("sliding_window", "an integer >= 1 (the class derives its sliding "
+                        "layers from it)", None, source=c.where)
+    layers = _layer_attention(_Window(data, c.where, {"sliding_window": c.t(
+        "sliding_window", window)}), L, None, None)
+    # (full layers run without RoPE: N)
+    out["layer_attention"] = layers.pop("layer_attention", f"{L}F").replace("F", "N")
+    return out | layers
+
+
+def _laguna(c: Config) -> dict[str, Any]:
+    """LagunaForCausalLM: the generic record with its layers' kinds (layer_types: full by
+    default, sliding ones windowed by sliding_window), the full layers' rotated fraction
+    (rope_parameters["full_attention"]'s partial_rotary_factor, 0.5 by default; the sliding
+    layers' must be their default 1.0), the output gate's granularity (gating True or
+    "per-head": one softplus gate per head; "per-element": one per channel) and the router:
+    LagunaTopKRouter's sigmoid scores, the gathered top-k divided by their sum and cast to the
+    model's dtype (router_topk renorm_cast); with moe_router_logit_softcapping, none (left to
+    the per-tensor rules)."""
+    out = _generic(c, GENERIC["laguna"])
+    rope = c.data.get("rope_parameters")
+    fractions = {}
+    for kind, default in (("full_attention", 0.5), ("sliding_attention", 1.0)):
+        params = rope.get(kind) if isinstance(rope, dict) else None
+        value = params.get("partial_rotary_factor") if isinstance(params, dict) else None
+        fractions[kind] = default if value is None else value
+    if "S" in out.get("layer_attention", "") and fractions["sliding_attention"] != 1.0:
+        raise SpecError("rope_parameters", "a sliding_attention partial_rotary_factor of 1.0 "
+                        "(sliding layers rotating part of each head are not modelled)",
+                        fractions["sliding_attention"], source=c.where)
+    gating = c.t("gating", True)
+    if gating not in (True, "per-head", "per-element"):
+        raise SpecError("gating", "true, \"per-head\" or \"per-element\"", gating,
+                        source=c.where)
+    return out | {"rotary_fraction": float(fractions["full_attention"]),
+                  "attn_gate": "width" if gating == "per-element" else "head",
+                  "router_topk": "none" if c.t("moe_router_logit_softcapping", 0.0)
+                  else "renorm_cast"}
+
+
 def _dots1(c: Config) -> dict[str, Any]:
     """Dots1ForCausalLM: the generic record, with the keys Dots1Config leaves null checked
     (n_routed_experts, num_experts_per_tok and n_shared_experts are read by every MoE layer)
@@ -4222,8 +4304,9 @@ MAPPERS: dict[str, Callable[[Config], dict[str, Any]]] = {
   | {model_type: partial(_encoder, r=r) for model_type, r in ENCODERS.items()} \
   | {model_type: partial(_seq2seq, r=r) for model_type, r in SEQ2SEQ.items()} \
   | {model_type: partial(_t5, r=r) for model_type, r in T5S.items()} \
+  | {t: partial(_nope_full_layers, model_type=t) for t in _NOPE_FULL} \
   | {"olmo_hybrid": _olmo_hybrid, "dots1": _dots1, "longcat_flash": _longcat_flash,
-     "dbrx": _dbrx, "kimi_linear": _kimi_linear,
+     "laguna": _laguna, "dbrx": _dbrx, "kimi_linear": _kimi_linear,
      "hunyuan_v1_dense": partial(_hunyuan, moe=False),
      "hunyuan_v1_moe": partial(_hunyuan, moe=True), "nemotron": _nemotron,
      "ministral": _ministral, "cohere2": _cohere2, "cohere2_moe": _cohere2_moe,

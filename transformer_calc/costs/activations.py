@@ -691,11 +691,11 @@ def _lora(family: Family, s: Settings, roles: frozenset[str], peft_moe: str = "n
             table["router"] = "router"
         if family.router == "llama4":
             return _llama4_lora(s, roles, dtype, table)
-        if "shared" in roles and not (family.router in ("aria", "granitemoe_swa")
+        if "shared" in roles and not (family.router in ("aria", "granitemoe_swa", "kolibri1")
                                       and s.lora_targets == ("all-linear",)):
             # the shared expert's gate/up/down: the names those roles give (all-linear
-            # adapts Aria's shared experts and GraniteMoeShared's shared MLP, their only
-            # MLPs of nn.Linear: measured)
+            # adapts Aria's shared experts, GraniteMoeShared's and Kolibri1's shared MLP,
+            # their only MLPs of nn.Linear: measured)
             if not roles & {"gate", "up", "down"}:
                 return None
             roles = roles - {"shared"}

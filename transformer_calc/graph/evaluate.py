@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from transformer_calc.errors import TcalcError
-from transformer_calc.graph import variants
+from transformer_calc.graph import routed, variants
 from transformer_calc.graph.families import (
     albert,
     bamba,
@@ -60,6 +60,7 @@ from transformer_calc.graph.families import (
     qwen3_next,
     roformer,
     rope_encoder,
+    routed_moe,
     switch,
     t5,
     t5gemma,
@@ -90,6 +91,7 @@ _FORWARDS: dict[type, Callable[..., object]] = {
     gpt2.GPT2: gpt2.forward, paper.Paper: paper.forward, llama.Llama: llama.forward,
     bert.Bert: bert.forward,
     moe.Moe: moe.forward, gemma.Gemma: gemma.forward, cohere.Cohere: cohere.forward,
+    routed_moe.RoutedMoe: routed_moe.forward,
     cohere.CohereMoe: cohere.moe_forward, beam.Beam: beam.forward,
     gpt_oss.GptOss: gpt_oss.forward, flint.Flint: flint.forward,
     granitemoe_swa.GraniteMoeSwa: granitemoe_swa.forward,
@@ -383,8 +385,9 @@ _READS["mla"] = _READS["llama"] | {"kv_lora_rank", "q_lora_rank", "qk_nope_head_
 # with an indexer as V3.2; Youtu: DeepSeek-V3's attention and dense layers), and those with
 # DSA's indexer (GLM-MoE-DSA: V3.2's layers, its indexer's RoPE interleaved, which keeps
 # nothing either way; spec_from_hf refuses its layers that reuse another's top-k)
+# (GLM-4.7-Flash, glm4_moe_lite: DeepSeek-V3's modelling file under another name)
 _MLAS = ("", "deepseek_v3", "minicpm3", "deepseek_v32", "glm_moe_dsa", "longcat_flash", "axk1",
-         "youtu")
+         "glm4_moe_lite", "youtu")
 _DSAS = ("", "deepseek_v32", "glm_moe_dsa")
 
 # Mamba and Mamba-2 (MambaForCausalLM, Mamba2ForCausalLM): the mixer's sizes and flags; the
@@ -1274,6 +1277,10 @@ def _moe_family(spec: ModelSpec) -> moe.Moe | None:
         return _ernie4_5_moe(spec)
     if spec.model_type == "dbrx":
         return _dbrx(spec)
+    if spec.model_type in routed.MOE_TYPES:
+        return routed.glm4_moe(spec, _unread(spec, "routed"))
+    if spec.model_type in routed.ROUTED_TYPES:
+        return routed.routed(spec, _unread(spec, "routed"))
     return _moe(spec) if spec.n_experts else None
 
 
@@ -1284,6 +1291,7 @@ _SIGMOID_MOES = {"hy_v3": "head_t", "dots1": "head"}
 
 
 _READS["sigmoid_moe"] = _READS["moe"] | {"router_fp32"}
+_READS["routed"] = _READS["moe"] | routed.READS  # graph/routed.py's mappers
 _READS["cohere_moe"] = _READS["moe"] | {"norm_manual", "parallel_block", "sliding_window",
                                         "layer_attention"}
 

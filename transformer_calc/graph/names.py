@@ -696,6 +696,8 @@ class _Namer:
                           post_feedforward_layernorm="ffn.norm") \
             if getattr(family, "post_norm", False) else \
             _SANDWICH if getattr(family, "sandwich", False) else _NORMS
+        # K-EXAONE's, Kolibri1's and AFMoE's norms by their place (families/routed_moe.py)
+        self.norms = dict(self.norms, **getattr(family, "norm_roles", {}))
         self.norm_parts = _GEMMA_NORM_PARTS if isinstance(family, Gemma | T5Gemma) else \
             _COHERE_NORM_PARTS if isinstance(family, Cohere) else \
             _DEBERTA_NORM_PARTS if isinstance(family, Deberta) else \
@@ -750,7 +752,8 @@ class _Namer:
         if self.nemotron:
             self.kinds = self.nemotron
         # Beam's attention output gate (families/beam.py)
-        self.output_gate = type(family).__name__ == "Beam"
+        self.output_gate = type(family).__name__ == "Beam" or getattr(family, "output_gate",
+                                                                       False)
         self.jamba = isinstance(family, Jamba)
         self.parameter_router = self.jamba or type(family).__name__ in (
             "GptOss", "GraniteMoeSwa", "GraniteMoeHybrid", "GraniteMoe") or getattr(
@@ -1593,6 +1596,8 @@ class _Namer:
             return "output_gate" if role == "sigmoid.result" else "gated_out"
         if self.output_gate and role == "mul.other" and not _has(st.numel.poly, ("B",)):
             return "query_scale"  # Beam's full layers: q.float() * attention_scaling
+        if self.output_gate and role in ("softplus.self", "mul.other"):
+            return "output_gate"  # Laguna: out * softplus(g_proj(x).float()).to(out's dtype)
         if self.out_gate and (role == "sigmoid.result"
                               or role == "mul.other" and st.op == "sigmoid"):
             return "out_gate"  # Qwen3-Next: the output times sigmoid(gate)
