@@ -387,6 +387,16 @@ REFERENCE = {
     "variants/minimax_m2-rotary-dim.json": (189_952, "MiniMaxM2ForCausalLM"),
     "variants/mellum-tiny.json": (189_824, "MellumForCausalLM"),
     "variants/ernie4_5-tiny.json": (266_560, "Ernie4_5ForCausalLM"),
+    # the routed MoE decoders' measured variants (tests/data/activations_moe_kin_b_cpu.jsonl):
+    # `tools/reference_counts.py` (torch 2.13.0+cpu, transformers 5.23.0, meta device)
+    "variants/afmoe-tiny.json": (336_576, "AfmoeForCausalLM"),
+    "variants/exaone_moe-tiny.json": (301_248, "ExaoneMoeForCausalLM"),
+    "variants/glm4_moe-odd-rotary.json": (232_992, "Glm4MoeForCausalLM"),
+    "variants/glm4_moe-tiny.json": (233_280, "Glm4MoeForCausalLM"),
+    "variants/glm4_moe_lite-tiny.json": (163_216, "Glm4MoeLiteForCausalLM"),
+    "variants/kolibri1-tiny.json": (279_968, "Kolibri1ForCausalLM"),
+    "variants/laguna-tiny.json": (239_904, "LagunaForCausalLM"),
+    "variants/solar_open-tiny.json": (202_048, "SolarOpenForCausalLM"),
 }
 
 
