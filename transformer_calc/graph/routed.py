@@ -28,8 +28,9 @@ def _common(spec: ModelSpec, unread: list[str]) -> bool:
     n_shared_experts · moe_intermediate_size (or their own width) on the block's input,
     peft's qwen2_moe conversion or none, no dropout, no bias beyond q, k and v (Laguna's o
     too; AFMoE's and Laguna's routers run in the model's dtype, their logits cast to fp32
-    after)."""
-    return (spec.norm == "rmsnorm" and spec.position == "rope" and spec.ffn == "gated"
+    after); an even head (rotate_half splits it in halves: torch fails on an odd one)."""
+    return (spec.head_dim % 2 == 0 and spec.norm == "rmsnorm" and spec.position == "rope"
+            and spec.ffn == "gated"
             and spec.activation == "silu" and spec.softmax_fp32 and not spec.dropout
             and not spec.attention_dropout and spec.norm_position == "pre"
             and spec.router_fp32 == (spec.model_type not in ("afmoe", "laguna"))
