@@ -426,6 +426,16 @@ def _differential(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | No
     return ops.mul(x, 0.5)  # (1 - lambda_init) * groupnorm(...)
 
 
+def _rotate_pairs(x: Tensor) -> Tensor:
+    """rotate_half over interleaved pairs (GLM's, ERNIE 4.5's):
+    torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2), a new tensor (the
+    stack's) flattened as a view."""
+    half = x.shape[-1].halved()
+    x1, x2 = ops.slice_step(x, -1, 0, half, 2), ops.slice_step(x, -1, 1, half, 2)
+    pairs = ops.cat([ops.unsqueeze(ops.neg(x2), -1), ops.unsqueeze(x1, -1)], -1)
+    return ops.view(pairs, x.shape)
+
+
 def _interleaved_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, dr: Dim
                         ) -> tuple[Tensor, Tensor]:
     """Glm4's apply_rotary_pos_emb (Glm's too): cos[..., :dr // 2].repeat_interleave(2,
@@ -439,10 +449,7 @@ def _interleaved_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, dr: Dim
 
     def rotate(x: Tensor) -> Tensor:
         rot = ops.narrow(x, -1, 0, dr)
-        x1, x2 = ops.slice_step(rot, -1, 0, half, 2), ops.slice_step(rot, -1, 1, half, 2)
-        pairs = ops.cat([ops.unsqueeze(ops.neg(x2), -1), ops.unsqueeze(x1, -1)], -1)
-        rotated = ops.view(pairs, rot.shape)
-        embed = ops.add(ops.mul(rot, cos), ops.mul(rotated, sin))
+        embed = ops.add(ops.mul(rot, cos), ops.mul(_rotate_pairs(rot), sin))
         if dr.value == x.shape[-1].value:
             return ops.cat([embed], -1)
         rest = x.shape[-1] + dr * -1
@@ -467,10 +474,7 @@ def glm_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, 
     c, s = tables
 
     def rotate(x: Tensor) -> Tensor:
-        half = x.shape[-1].halved()
-        x1, x2 = ops.slice_step(x, -1, 0, half, 2), ops.slice_step(x, -1, 1, half, 2)
-        pairs = ops.cat([ops.unsqueeze(ops.neg(x2), -1), ops.unsqueeze(x1, -1)], -1)
-        rotated = ops.view(pairs, x.shape)
+        rotated = _rotate_pairs(x)
         return ops.to(ops.add(ops.mul(ops.to(x, F32), c), ops.mul(ops.to(rotated, F32), s)),
                       x.dtype)
     return rotate(q), rotate(k)
