@@ -327,3 +327,13 @@ def _draw(rng):  # type: ignore[no-untyped-def]
 
 def test_compiled_equals_traced_on_random_configurations() -> None:
     assert cache_hits_on_random_draws(_draw, 31, 6) > 0
+
+
+@pytest.mark.parametrize(("config", "family"), [("glm4_moe-tiny.json", Moe),
+                                                ("laguna-tiny.json", RoutedMoe)])
+def test_the_narrowest_partial_rotary_maps(config: str, family: type) -> None:
+    # a 4-wide head at partial_rotary_factor 0.5 rotates its first 2 lanes (one pair), the
+    # fewest apply_rotary_pos_emb can rotate; transformers runs it as any other width
+    data = json.loads((DATA / "hf" / "variants" / config).read_text()) | {"head_dim": 4}
+    fam = family_of(spec_from_hf(data))
+    assert isinstance(fam, family) and fam.dr == 2  # type: ignore[attr-defined]
