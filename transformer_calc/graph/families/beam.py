@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 from transformer_calc.graph import ops
 from transformer_calc.graph.families import llama, moe
-from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import F32, I64, Tensor
@@ -107,20 +106,9 @@ def _attention(m: Builder, cfg: Beam, x: Tensor, table: tuple[Tensor, ...],
         q, k = (ops.to(llama.apply_rotary(t, cos, sin), t.dtype) for t in (q, k))
     else:
         q = ops.to(ops.mul(ops.to(q, F32), table[0]), q.dtype)
-    if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
-        k, v = (ops.cat([t], -2) for t in (k, v))
-    G = m["G"]
-    scaling = float(dh.value) ** -0.5
-    if m.run.attention == "eager":
-        assert mask is not None
-        out = llama.eager_attention(m, q, llama.repeat_kv(k, G), llama.repeat_kv(v, G), mask,
-                                    dropout=cfg.attention_dropout, scaling=scaling)
-    elif m.run.attention == "flash":  # sliding_window=self.sliding_window (None: full)
-        out = flash_attention_forward(m, q, k, v,
-                                      sliding_window=cfg.window if kind == "S" else 0)
-    else:
-        out = llama.sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout,
-                                   scaling=scaling, mask=mask)
+    # (flash: sliding_window=self.sliding_window, None: full)
+    out = llama.attend(m, q, k, v, mask, dropout=cfg.attention_dropout,
+                       window=cfg.window if kind == "S" else 0)
     gate = ops.view(m.linear("gate_proj", x, H * dh, False), out.shape)
     bias = ops.unsqueeze(ops.unsqueeze(ops.unsqueeze(m.param("gate_bias", H), 0), 0), -1)
     out = ops.mul(out, ops.sigmoid(ops.add(gate, bias)))

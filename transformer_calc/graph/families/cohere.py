@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from transformer_calc.graph import ops
 from transformer_calc.graph.families import llama, moe
-from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import F32, I64, Tensor
@@ -122,19 +121,7 @@ def _attention(m: Builder, cfg: Cohere, x: Tensor, cos: Tensor, sin: Tensor,
     if rotate:
         c, s = ops.unsqueeze(cos, 1), ops.unsqueeze(sin, 1)
         q, k = _apply_rotary(q, c, s), _apply_rotary(k, c, s)
-    if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
-        k, v = (ops.cat([t], -2) for t in (k, v))
-    G = m["G"]
-    scaling = float(dh.value) ** -0.5
-    if m.run.attention == "eager":
-        assert mask is not None
-        out = llama.eager_attention(m, q, llama.repeat_kv(k, G), llama.repeat_kv(v, G), mask,
-                                    dropout=cfg.attention_dropout, scaling=scaling)
-    elif m.run.attention == "flash":
-        out = flash_attention_forward(m, q, k, v, sliding_window=window)
-    else:
-        out = llama.sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout,
-                                   scaling=scaling, mask=mask)
+    out = llama.attend(m, q, k, v, mask, dropout=cfg.attention_dropout, window=window)
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
     return m.linear("o_proj", out, m["E"], cfg.bias_o)
 

@@ -354,26 +354,38 @@ def _attention(m: Builder, cfg: Llama, x: Tensor, cos: Tensor, sin: Tensor,
     if cfg.rope_concat and not (cfg.partial_rotary or cfg.rope_interleaved):
         # torch.cat([rotated, x[..., rotary_dim:]]): the pass part empty
         q, k = ops.cat([q], -1), ops.cat([k], -1)
-    if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
-        k, v = (ops.cat([t], -2) for t in (k, v))
-    G = m["G"]  # query heads per K/V head, H / Hkv
-    scaling = float(dh.value) ** -0.5
     if cfg.differential:
-        out = _differential(m, q, k, v, mask, scaling)
-    elif m.run.attention == "eager":
-        assert mask is not None or cfg.bidirectional
-        out = eager_attention(m, q, repeat_kv(k, G), repeat_kv(v, G), mask,
-                              dropout=cfg.attention_dropout, scaling=scaling)
-    elif m.run.attention == "flash":
-        out = flash_attention_forward(m, q, k, v, sliding_window=window)
+        if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
+            k, v = (ops.cat([t], -2) for t in (k, v))
+        out = _differential(m, q, k, v, mask, float(dh.value) ** -0.5)
     else:
-        out = sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout, scaling=scaling,
-                             mask=mask, causal=not cfg.bidirectional)
+        out = attend(m, q, k, v, mask, dropout=cfg.attention_dropout, window=window,
+                     causal=not cfg.bidirectional)
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
     if cfg.sub_norms:  # BitNetAttention: self.attn_sub_norm(attn_output), then o_proj
         out = rms_norm(m, "attn_sub_norm", out)
     # Starcoder2Attention, SeedOssAttention: dropout(p=residual_dropout) after o_proj
     return m.dropout(m.linear("o_proj", out, m["E"], cfg.bias_o), cfg.residual_dropout)
+
+
+def attend(m: Builder, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *,
+           dropout: float, window: int = 0, causal: bool = True) -> Tensor:
+    """transformers' attention interface over (B, H, T, dh) Q and (B, Hkv, T, dh) K and V,
+    scaled by dh ** -0.5, after the cache's update (DynamicLayer.update: torch.cat onto the
+    empty cache, a copy): eager (K and V repeated to every query head), flash_attention_2
+    (window: its sliding_window, 0 for none) or SDPA."""
+    if m.use_cache:
+        k, v = (ops.cat([t], -2) for t in (k, v))
+    G = m["G"]  # query heads per K/V head, H / Hkv
+    scaling = float(q.shape[-1].value) ** -0.5
+    if m.run.attention == "eager":
+        assert mask is not None or not causal
+        return eager_attention(m, q, repeat_kv(k, G), repeat_kv(v, G), mask, dropout=dropout,
+                               scaling=scaling)
+    if m.run.attention == "flash":
+        return flash_attention_forward(m, q, k, v, sliding_window=window)
+    return sdpa_attention(q, k, v, G, dropout=dropout, scaling=scaling, mask=mask,
+                          causal=causal)
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, flipped: bool = False) -> Tensor:

@@ -48,7 +48,6 @@ from dataclasses import dataclass
 
 from transformer_calc.graph import ops
 from transformer_calc.graph.families import llama, moe
-from transformer_calc.graph.flash import flash_attention_forward
 from transformer_calc.graph.modules import Builder, causal_lm_loss
 from transformer_calc.graph.symbols import Dim
 from transformer_calc.graph.tensor import F32, I64, Tensor
@@ -166,20 +165,8 @@ def _attention(m: Builder, cfg: RoutedMoe, x: Tensor, table: tuple[Tensor, Tenso
             q, k = llama.apply_rotary(q, cos, sin), llama.apply_rotary(k, cos, sin)
             if cfg.rope_concat:  # Laguna's: torch.cat([q_embed, q_pass]), the pass empty
                 q, k = ops.cat([q], -1), ops.cat([k], -1)
-    if m.use_cache:  # DynamicLayer.update: torch.cat onto the empty cache, a copy
-        k, v = (ops.cat([t], -2) for t in (k, v))
-    G = m["G"]
-    scaling = float(dh.value) ** -0.5
-    if m.run.attention == "eager":
-        assert mask is not None
-        out = llama.eager_attention(m, q, llama.repeat_kv(k, G), llama.repeat_kv(v, G), mask,
-                                    dropout=cfg.attention_dropout, scaling=scaling)
-    elif m.run.attention == "flash":
-        out = flash_attention_forward(m, q, k, v,
-                                      sliding_window=cfg.window if kind == "S" else 0)
-    else:
-        out = llama.sdpa_attention(q, k, v, G, dropout=cfg.attention_dropout,
-                                   scaling=scaling, mask=mask)
+    out = llama.attend(m, q, k, v, mask, dropout=cfg.attention_dropout,
+                       window=cfg.window if kind == "S" else 0)
     out = ops.contiguous(ops.reshape(out, (B, T, H * dh)))
     if gate is not None:  # output * torch.sigmoid(gate_states)
         out = ops.mul(out, ops.sigmoid(gate))
